@@ -1,0 +1,155 @@
+-- Admission: the statement that decides and records a reservation across
+-- window counters and concurrency leases.
+
+-- name: ReserveApply :many
+-- All or nothing. Runs after CounterEnsureWindows, CounterLockWindows and
+-- LeaseLockScopes in the same transaction, so every value it reads is current
+-- and stays so until commit. When every limit fits, it adds each window
+-- amount to its counter's reserved_value, records one reservation per window
+-- limit and one lease per concurrency limit; when any limit does not fit it
+-- writes nothing. Either way it returns one row per limit (window limits
+-- first, each kind in input order) with the values the decision used and the
+-- database's now(), so a refusal is explained on the database's clock.
+-- Locks: updates the counter rows already locked; inserts reservation and
+-- lease rows (FK share locks on the task and attempt rows, if given).
+-- Index: gateway_rate_limit_counters_pkey for the counters;
+-- gateway_concurrency_leases_live_scope_idx (index-only) for live leases.
+WITH win AS (
+    SELECT w.ord,
+           w.scope_type,
+           w.scope_key,
+           w.metric,
+           w.window_seconds,
+           w.limit_value,
+           w.amount,
+           c.window_start,
+           c.reset_at,
+           c.used_value,
+           c.reserved_value,
+           (c.used_value + c.reserved_value + w.amount <= w.limit_value) AS fits
+    FROM (
+        SELECT generate_subscripts(@w_scope_types::text[], 1) AS ord,
+               unnest(@w_scope_types::text[])       AS scope_type,
+               unnest(@w_scope_keys::text[])        AS scope_key,
+               unnest(@w_metrics::text[])           AS metric,
+               unnest(@w_window_seconds::integer[]) AS window_seconds,
+               unnest(@w_limit_values::numeric[])   AS limit_value,
+               unnest(@w_amounts::numeric[])        AS amount
+    ) AS w
+    JOIN gateway_rate_limit_counters AS c
+      ON c.scope_type = w.scope_type
+     AND c.scope_key = w.scope_key
+     AND c.metric = w.metric
+     AND c.window_seconds = w.window_seconds
+     AND c.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
+),
+con AS (
+    SELECT l.ord,
+           l.scope_type,
+           l.scope_key,
+           l.limit_value,
+           l.amount,
+           l.ttl_seconds,
+           live.active,
+           live.next_expiry,
+           (live.active + l.amount <= l.limit_value) AS fits
+    FROM (
+        SELECT generate_subscripts(@c_scope_types::text[], 1) AS ord,
+               unnest(@c_scope_types::text[])     AS scope_type,
+               unnest(@c_scope_keys::text[])      AS scope_key,
+               unnest(@c_limit_values::numeric[]) AS limit_value,
+               unnest(@c_amounts::numeric[])      AS amount,
+               unnest(@c_ttl_seconds::integer[])  AS ttl_seconds
+    ) AS l
+    CROSS JOIN LATERAL (
+        SELECT coalesce(sum(x.lease_value), 0) AS active,
+               min(x.expires_at)               AS next_expiry
+        FROM gateway_concurrency_leases AS x
+        WHERE x.scope_type = l.scope_type
+          AND x.scope_key = l.scope_key
+          AND x.released_at IS NULL
+          AND x.expires_at > now()
+    ) AS live
+),
+verdict AS (
+    SELECT (SELECT count(*) FROM win) = cardinality(@w_scope_types::text[])
+           AND NOT EXISTS (SELECT 1 FROM win WHERE NOT win.fits)
+           AND NOT EXISTS (SELECT 1 FROM con WHERE NOT con.fits) AS admitted
+),
+bumped AS (
+    UPDATE gateway_rate_limit_counters AS c
+    SET reserved_value = c.reserved_value + win.amount,
+        limit_value = win.limit_value,
+        updated_at = now()
+    FROM win, verdict
+    WHERE verdict.admitted
+      AND c.scope_type = win.scope_type
+      AND c.scope_key = win.scope_key
+      AND c.metric = win.metric
+      AND c.window_seconds = win.window_seconds
+      AND c.window_start = win.window_start
+    RETURNING c.scope_type
+),
+reserved AS (
+    INSERT INTO gateway_rate_limit_reservations (
+        task_id, attempt_id, scope_type, scope_key, metric, window_seconds, window_start,
+        limit_value, reserved_amount
+    )
+    SELECT sqlc.narg('task_id')::uuid,
+           sqlc.narg('attempt_id')::uuid,
+           win.scope_type,
+           win.scope_key,
+           win.metric,
+           win.window_seconds,
+           win.window_start,
+           win.limit_value,
+           win.amount
+    FROM win, verdict
+    WHERE verdict.admitted
+    RETURNING id, scope_type, scope_key, metric, window_seconds
+),
+leased AS (
+    INSERT INTO gateway_concurrency_leases (
+        task_id, attempt_id, scope_type, scope_key, lease_value, limit_value, expires_at
+    )
+    SELECT sqlc.narg('task_id')::uuid,
+           sqlc.narg('attempt_id')::uuid,
+           con.scope_type,
+           con.scope_key,
+           con.amount,
+           con.limit_value,
+           now() + make_interval(secs => con.ttl_seconds)
+    FROM con, verdict
+    WHERE verdict.admitted
+    RETURNING id, scope_type, scope_key, expires_at
+)
+SELECT false                         AS is_lease,
+       win.ord::integer              AS ord,
+       win.fits::boolean             AS fits,
+       reserved.id                   AS grant_id,
+       win.used_value::numeric       AS used_value,
+       win.reserved_value::numeric   AS reserved_value,
+       win.window_start::timestamptz AS window_start,
+       win.reset_at::timestamptz     AS reset_at,
+       now()::timestamptz            AS db_now
+FROM win
+LEFT JOIN reserved
+  ON reserved.scope_type = win.scope_type
+ AND reserved.scope_key = win.scope_key
+ AND reserved.metric = win.metric
+ AND reserved.window_seconds = win.window_seconds
+UNION ALL
+SELECT true,
+       con.ord::integer,
+       con.fits::boolean,
+       leased.id,
+       con.active::numeric,
+       0::numeric,
+       now()::timestamptz,
+       coalesce(leased.expires_at, con.next_expiry, now() + make_interval(secs => con.ttl_seconds))::timestamptz,
+       now()::timestamptz
+FROM con
+LEFT JOIN leased
+  ON leased.scope_type = con.scope_type
+ AND leased.scope_key = con.scope_key
+ORDER BY is_lease, ord;

@@ -1,0 +1,110 @@
+-- Window counters: gateway_rate_limit_counters.
+--
+-- Every window limit of an admission lives in one counter row keyed by
+-- (scope_type, scope_key, metric, window_seconds, window_start). Windows are
+-- fixed and aligned to the Unix epoch; their bounds are always computed from
+-- the database's clock (now()), never the caller's.
+--
+-- Lock order, followed by every statement that locks counter rows, so that
+-- no two transactions can deadlock on them: counter rows first, sorted by
+-- their primary key; then (admission only) concurrency advisory locks, sorted
+-- by lock key; rows of other tables after that.
+
+-- name: CounterEnsureWindows :exec
+-- Creates the counter rows of the current windows that do not exist yet, with
+-- zero usage, so that CounterLockWindows has a row to lock.
+-- Locks: inserts new rows in primary-key order; an existing row is left
+-- untouched and unlocked (ON CONFLICT DO NOTHING). Waits only for another
+-- transaction inserting the same new row.
+-- Index: gateway_rate_limit_counters_pkey (conflict arbiter).
+INSERT INTO gateway_rate_limit_counters (
+    scope_type, scope_key, metric, window_seconds, window_start, reset_at, limit_value
+)
+SELECT w.scope_type,
+       w.scope_key,
+       w.metric,
+       w.window_seconds,
+       b.window_start,
+       b.window_start + make_interval(secs => w.window_seconds),
+       w.limit_value
+FROM (
+    SELECT unnest(@scope_types::text[])       AS scope_type,
+           unnest(@scope_keys::text[])        AS scope_key,
+           unnest(@metrics::text[])           AS metric,
+           unnest(@window_seconds::integer[]) AS window_seconds,
+           unnest(@limit_values::numeric[])   AS limit_value
+) AS w
+CROSS JOIN LATERAL (
+    SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
+) AS b
+ORDER BY w.scope_type, w.scope_key, w.metric, w.window_seconds
+ON CONFLICT (scope_type, scope_key, metric, window_seconds, window_start) DO NOTHING;
+
+-- name: CounterLockWindows :exec
+-- Row-locks the current-window counters of an admission, in primary-key
+-- order (the lock order), so that the next statement of the same transaction
+-- decides on values that nobody else can change until it commits.
+-- Locks: FOR UPDATE on each counter row, sorted.
+-- Index: gateway_rate_limit_counters_pkey (one probe per limit).
+SELECT c.scope_type
+FROM gateway_rate_limit_counters AS c
+JOIN (
+    SELECT unnest(@scope_types::text[])       AS scope_type,
+           unnest(@scope_keys::text[])        AS scope_key,
+           unnest(@metrics::text[])           AS metric,
+           unnest(@window_seconds::integer[]) AS window_seconds
+) AS w
+  ON c.scope_type = w.scope_type
+ AND c.scope_key = w.scope_key
+ AND c.metric = w.metric
+ AND c.window_seconds = w.window_seconds
+ AND c.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
+ORDER BY c.scope_type, c.scope_key, c.metric, c.window_seconds, c.window_start
+FOR UPDATE OF c;
+
+-- name: CounterCheckWindows :many
+-- Non-consuming preflight: the usage of the current window of each limit, in
+-- input order, with the window bounds and the database's now() so the caller
+-- computes retry-after on the database clock. A window without a row is empty.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_rate_limit_counters_pkey (one probe per limit).
+SELECT w.ord::integer                                       AS ord,
+       coalesce(c.used_value, 0)::numeric                   AS used_value,
+       coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
+       b.window_start::timestamptz                          AS window_start,
+       (b.window_start + make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
+       now()::timestamptz                                   AS db_now
+FROM (
+    SELECT generate_subscripts(@scope_types::text[], 1) AS ord,
+           unnest(@scope_types::text[])       AS scope_type,
+           unnest(@scope_keys::text[])        AS scope_key,
+           unnest(@metrics::text[])           AS metric,
+           unnest(@window_seconds::integer[]) AS window_seconds
+) AS w
+CROSS JOIN LATERAL (
+    SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
+) AS b
+LEFT JOIN gateway_rate_limit_counters AS c
+  ON c.scope_type = w.scope_type
+ AND c.scope_key = w.scope_key
+ AND c.metric = w.metric
+ AND c.window_seconds = w.window_seconds
+ AND c.window_start = b.window_start
+ORDER BY w.ord;
+
+-- name: CounterLockForReservations :exec
+-- Row-locks, in primary-key order (the lock order), the counters that the
+-- given open reservations draw on, before a settle statement updates them.
+-- Locks: FOR UPDATE on each counter row, sorted; reservations are only read.
+-- Index: gateway_rate_limit_reservations_pkey to find the reservations,
+-- gateway_rate_limit_counters_pkey to find the counters.
+SELECT c.scope_type
+FROM gateway_rate_limit_counters AS c
+WHERE (c.scope_type, c.scope_key, c.metric, c.window_seconds, c.window_start) IN (
+    SELECT r.scope_type, r.scope_key, r.metric, r.window_seconds, r.window_start
+    FROM gateway_rate_limit_reservations AS r
+    WHERE r.id = ANY(@reservation_ids::uuid[])
+      AND r.status = 'reserved'
+)
+ORDER BY c.scope_type, c.scope_key, c.metric, c.window_seconds, c.window_start
+FOR UPDATE OF c;

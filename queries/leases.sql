@@ -1,0 +1,56 @@
+-- Concurrency leases: gateway_concurrency_leases.
+--
+-- A "concurrent" limit holds a lease row per admitted request. A lease counts
+-- while released_at IS NULL AND expires_at > now(), so a lease of a crashed
+-- process stops counting by itself at its expiry.
+
+-- name: LeaseLockScopes :exec
+-- Serializes admissions on the same concurrency scopes: one transaction-scoped
+-- advisory lock per distinct (scope_type, scope_key), taken in lock-key order
+-- (the lock order) after the counter rows. Held until the transaction ends,
+-- so the next statement counts the live leases of the scope exactly.
+-- Locks: pg_advisory_xact_lock on hashtextextended of the scope; no row locks.
+-- Index: none (no table access).
+SELECT pg_advisory_xact_lock(s.lock_key)
+FROM (
+    SELECT DISTINCT hashtextextended(
+               'pgadmit/concurrent/' || length(t.scope_type)::text || ':' || t.scope_type || '/' || t.scope_key,
+               0
+           ) AS lock_key
+    FROM (
+        SELECT unnest(@scope_types::text[]) AS scope_type,
+               unnest(@scope_keys::text[])  AS scope_key
+    ) AS t
+    ORDER BY lock_key
+) AS s
+ORDER BY s.lock_key;
+
+-- name: LeaseRenew :many
+-- Heartbeat: pushes the expiry of each live lease to now() + its TTL and
+-- returns the leases it renewed; a lease missing from the result was lost
+-- (released or expired) and must not be relied on.
+-- Locks: row lock on each renewed lease.
+-- Index: gateway_concurrency_leases_pkey.
+UPDATE gateway_concurrency_leases AS l
+SET expires_at = now() + make_interval(secs => r.ttl_seconds)
+FROM (
+    SELECT unnest(@lease_ids::uuid[])         AS id,
+           unnest(@ttl_seconds::integer[])    AS ttl_seconds
+) AS r
+WHERE l.id = r.id
+  AND l.released_at IS NULL
+  AND l.expires_at > now()
+RETURNING l.id, l.expires_at;
+
+-- name: LeaseRelease :many
+-- Gives slots back: marks the given unreleased leases released (an expired
+-- one too, for the books) and returns them, with whether each still counted.
+-- Idempotent: an already released lease is not returned.
+-- Locks: row lock on each released lease; no counter rows (leases have none).
+-- Index: gateway_concurrency_leases_pkey.
+UPDATE gateway_concurrency_leases
+SET released_at = now(),
+    reason = @reason::text
+WHERE id = ANY(@lease_ids::uuid[])
+  AND released_at IS NULL
+RETURNING id, (expires_at > now())::boolean AS was_live;

@@ -1,0 +1,43 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// Check is a non-consuming preflight of the window limits: it returns an
+// *ExceededError for the first one whose current window could not take its
+// Amount, and writes nothing. Concurrent limits are not checked (a slot is
+// only meaningful when taken; Reserve decides them). One round trip.
+func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
+	windows, _, err := splitLimits(limits)
+	if err != nil {
+		return err
+	}
+	if len(windows) == 0 {
+		return nil
+	}
+	var p db.CounterCheckWindowsParams
+	for _, w := range windows {
+		p.ScopeTypes = append(p.ScopeTypes, w.Limit.Scope.Type)
+		p.ScopeKeys = append(p.ScopeKeys, w.Limit.Scope.Key)
+		p.Metrics = append(p.Metrics, w.Limit.Metric)
+		p.WindowSeconds = append(p.WindowSeconds, w.windowSeconds)
+	}
+	rows, err := l.queries.CounterCheckWindows(ctx, l.conn, p)
+	if err != nil {
+		return wrapDBError("check", err)
+	}
+	if len(rows) != len(windows) {
+		return fmt.Errorf("ratelimit: check: %d limits but %d windows read", len(windows), len(rows))
+	}
+	for _, row := range rows {
+		w := windows[row.Ord-1]
+		if row.UsedValue+row.ReservedValue+w.Limit.Amount > w.Limit.Limit {
+			return windowExceeded(w, row.UsedValue, row.ReservedValue, row.ResetAt, row.DbNow)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrInvalidInput is matched (errors.Is) by every *ValidationError.
+	ErrInvalidInput = errors.New("ratelimit: invalid input")
+	// ErrExceeded is matched (errors.Is) by every *ExceededError.
+	ErrExceeded = errors.New("ratelimit: limit exceeded")
+	// ErrLeaseLost is matched by the error RenewLeases returns when a lease
+	// had already expired or been released; errors.As gives *LeaseLostError.
+	ErrLeaseLost = errors.New("ratelimit: concurrency lease lost")
+	// ErrUnknownTask is returned when a task or attempt id names no row.
+	ErrUnknownTask = errors.New("ratelimit: unknown task or attempt")
+	// ErrUnknownGrant is returned by Attach when a reservation or lease of
+	// the grant no longer exists (pruned, or never written).
+	ErrUnknownGrant = errors.New("ratelimit: unknown reservation or lease")
+)
+
+// ValidationError reports an input that was refused before anything was
+// written. Field names the offending field, as in "Limits[2].Amount".
+type ValidationError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("ratelimit: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidInput) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInput }
+
+// ExceededError explains a refusal: which limit, how full it was, and when
+// retrying can help. Time-derived fields come from the database's clock.
+type ExceededError struct {
+	ScopeType     string
+	ScopeKey      string
+	ScopeName     string
+	ScopeMetadata map[string]any
+	Metric        string
+	Limit         float64
+	Amount        float64
+	// Current is Used + Reserved (window) or the live lease total (concurrent).
+	Current  float64
+	Used     float64
+	Reserved float64
+	// Projected is Current + Amount.
+	Projected     float64
+	WindowSeconds int
+	// ResetAt is the end of the window, or the earliest expiry of a live
+	// lease; RetryAfter is ResetAt minus the database's now(), at least 1s
+	// (and at most 5s for concurrent limits, whose slots usually free early).
+	ResetAt    time.Time
+	RetryAfter time.Duration
+	Policy     string
+	Message    string
+	// Retryable is false when the amount can never fit (it exceeds the limit).
+	Retryable bool
+}
+
+func (e *ExceededError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrExceeded) true.
+func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
+
+// LeaseLostError names the leases RenewLeases could not renew.
+type LeaseLostError struct {
+	LeaseIDs []string
+	Renewed  int
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("ratelimit: concurrency lease lost: %d lease(s) expired or released (%s); renewed %d",
+		len(e.LeaseIDs), strings.Join(e.LeaseIDs, ", "), e.Renewed)
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }

@@ -1,0 +1,86 @@
+package ratelimit
+
+import "time"
+
+// Metric names with a meaning of their own. Any other name (requests,
+// tokens, cost...) is a fixed-window counter.
+const (
+	// MetricConcurrent limits requests in flight: each admission takes a
+	// lease that counts until it is released or expires.
+	MetricConcurrent = "concurrent"
+	// MetricQueueSize limits how many unfinished tasks a scope may hold. It is
+	// enforced when a task is created (CreateTask), not by Reserve.
+	MetricQueueSize = "queue_size"
+	// MetricRequests and MetricTokens are the usual window counters.
+	MetricRequests = "requests"
+	MetricTokens   = "tokens"
+)
+
+// Scope is what a limit applies to: an API key, a team, a model, an
+// upstream account... Type and Key identify it; Name and Metadata only
+// travel into errors, for messages and logs.
+type Scope struct {
+	Type     string
+	Key      string
+	Name     string
+	Metadata map[string]any
+}
+
+// Limit is one limit an admission must fit in.
+//
+// Zero values: an Amount of 0 reserves nothing, so the limit is skipped
+// (no row is read or written). A Limit of 0 admits nothing: any positive
+// Amount is refused with an *ExceededError that is not Retryable.
+type Limit struct {
+	Scope  Scope
+	Metric string
+	// Limit is the capacity of the window, or of concurrent slots.
+	Limit float64
+	// Amount is what this admission needs: 1 request, an estimate of
+	// tokens, 1 slot.
+	Amount float64
+	// Window is the fixed window of a counter metric, in whole seconds,
+	// aligned to the Unix epoch. Zero means DefaultWindow.
+	Window time.Duration
+	// LeaseTTL is how long a concurrent lease lives without renewal, in
+	// whole seconds. Zero means DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// Policy is a free label reported back in errors.
+	Policy string
+}
+
+// Grant is what an admission holds: one reservation per window limit and
+// one lease per concurrent limit. Pass it to Commit or Release.
+type Grant struct {
+	TaskID       string
+	AttemptID    string
+	Reservations []Reservation
+	Leases       []Lease
+}
+
+// Empty reports whether the grant holds nothing.
+func (g Grant) Empty() bool { return len(g.Reservations) == 0 && len(g.Leases) == 0 }
+
+// Reservation is an amount held in one window counter.
+type Reservation struct {
+	ID          string
+	ScopeType   string
+	ScopeKey    string
+	Metric      string
+	Window      time.Duration
+	WindowStart time.Time
+	ResetAt     time.Time
+	Limit       float64
+	Amount      float64
+}
+
+// Lease is a held concurrency slot.
+type Lease struct {
+	ID        string
+	ScopeType string
+	ScopeKey  string
+	Amount    float64
+	Limit     float64
+	TTL       time.Duration
+	ExpiresAt time.Time
+}

@@ -1,0 +1,101 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// Executor is what a Limiter runs its statements on: a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx all satisfy it.
+type Executor interface {
+	db.DBTX
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Limiter admits requests against limits kept in PostgreSQL. It is safe for
+// concurrent use; many Limiters in many processes may share one database.
+type Limiter struct {
+	conn    Executor
+	inTx    bool
+	queries *db.Queries
+	opts    options
+}
+
+// New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
+// database must have been migrated (schema.Migrate).
+func New(conn Executor, opts ...Option) *Limiter {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Limiter{conn: conn, queries: db.New(), opts: o}
+}
+
+// WithTx returns a Limiter that runs every operation inside tx, the caller's
+// transaction: admission then commits or rolls back with the caller's own
+// writes. Row locks taken on counters are held until tx ends, so keep such
+// transactions short. Recover is not available inside a caller's transaction.
+func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
+	c := *l
+	c.conn = tx
+	c.inTx = true
+	return &c
+}
+
+// Option configures a Limiter.
+type Option func(*options)
+
+type options struct {
+	recoveryBatchSize int
+	maxRequeues       int
+	pruneBatchSize    int
+}
+
+func defaultOptions() options {
+	return options{
+		recoveryBatchSize: 500,
+		maxRequeues:       5,
+		pruneBatchSize:    5000,
+	}
+}
+
+// WithRecoveryBatchSize sets how many rows one recovery transaction handles
+// at most (default 500); Recover loops until nothing is left.
+func WithRecoveryBatchSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.recoveryBatchSize = n
+		}
+	}
+}
+
+// WithMaxRequeues sets how many times recovery requeues an async task whose
+// execution lease expired before it fails the task for good (default 5).
+func WithMaxRequeues(n int) Option {
+	return func(o *options) {
+		if n >= 0 {
+			o.maxRequeues = n
+		}
+	}
+}
+
+// WithPruneBatchSize sets how many rows one prune statement deletes at most
+// (default 5000); Prune loops until nothing is left.
+func WithPruneBatchSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.pruneBatchSize = n
+		}
+	}
+}
+
+// Defaults applied when a Limit leaves them zero.
+const (
+	DefaultWindow   = 60 * time.Second
+	DefaultLeaseTTL = 120 * time.Second
+)

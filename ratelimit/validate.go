@@ -1,0 +1,144 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Bounds of what validation accepts.
+const (
+	MaxWindow         = 366 * 24 * time.Hour
+	MaxLeaseTTL       = 24 * time.Hour
+	MaxLimitsPerCall  = 64
+	maxScopeTextBytes = 512
+)
+
+// windowLimit is a validated window-counter limit with its position in the
+// caller's slice.
+type windowLimit struct {
+	index         int
+	Limit         Limit
+	windowSeconds int32
+}
+
+// leaseLimit is a validated concurrent limit with its position in the
+// caller's slice.
+type leaseLimit struct {
+	index      int
+	Limit      Limit
+	ttlSeconds int32
+}
+
+// splitLimits validates every limit and sorts them into window counters and
+// concurrency leases, skipping those with a zero Amount. Nothing is written
+// anywhere when it fails.
+func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
+	if len(limits) > MaxLimitsPerCall {
+		return nil, nil, &ValidationError{Field: "Limits", Value: len(limits), Reason: fmt.Sprintf("at most %d limits per call", MaxLimitsPerCall)}
+	}
+	var windows []windowLimit
+	var leases []leaseLimit
+	seen := make(map[string]int, len(limits))
+	for i, l := range limits {
+		if err := validateLimit(i, l); err != nil {
+			return nil, nil, err
+		}
+		window := l.Window
+		if window == 0 {
+			window = DefaultWindow
+		}
+		ttl := l.LeaseTTL
+		if ttl == 0 {
+			ttl = DefaultLeaseTTL
+		}
+		key := fmt.Sprintf("%q %q %q %d", l.Scope.Type, l.Scope.Key, l.Metric, window)
+		if l.Metric == MetricConcurrent {
+			key = fmt.Sprintf("%q %q %q", l.Scope.Type, l.Scope.Key, l.Metric)
+		}
+		if j, dup := seen[key]; dup {
+			return nil, nil, &ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: l.Scope.Type + ":" + l.Scope.Key + " " + l.Metric,
+				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}
+		}
+		seen[key] = i
+		if l.Amount == 0 {
+			continue
+		}
+		if l.Metric == MetricConcurrent {
+			leases = append(leases, leaseLimit{index: i, Limit: l, ttlSeconds: int32(ttl / time.Second)})
+		} else {
+			windows = append(windows, windowLimit{index: i, Limit: l, windowSeconds: int32(window / time.Second)})
+		}
+	}
+	return windows, leases, nil
+}
+
+func validateLimit(i int, l Limit) error {
+	field := func(name string) string { return fmt.Sprintf("Limits[%d].%s", i, name) }
+	if err := validateText(field("Scope.Type"), l.Scope.Type); err != nil {
+		return err
+	}
+	if err := validateText(field("Scope.Key"), l.Scope.Key); err != nil {
+		return err
+	}
+	if err := validateText(field("Metric"), l.Metric); err != nil {
+		return err
+	}
+	if l.Metric == MetricQueueSize {
+		return &ValidationError{Field: field("Metric"), Value: l.Metric,
+			Reason: "queue_size limits are enforced when a task is created (Limiter.CreateTask), not by Check or Reserve"}
+	}
+	if err := validateAmount(field("Limit"), l.Limit); err != nil {
+		return err
+	}
+	if err := validateAmount(field("Amount"), l.Amount); err != nil {
+		return err
+	}
+	if err := validateSeconds(field("Window"), l.Window, MaxWindow); err != nil {
+		return err
+	}
+	return validateSeconds(field("LeaseTTL"), l.LeaseTTL, MaxLeaseTTL)
+}
+
+// validateText accepts a non-empty, bounded, valid UTF-8 string without NUL
+// bytes (PostgreSQL text cannot hold NUL).
+func validateText(field, s string) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must not be empty"}
+	case len(s) > maxScopeTextBytes:
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%d bytes", len(s)), Reason: fmt.Sprintf("must be at most %d bytes", maxScopeTextBytes)}
+	case !utf8.ValidString(s):
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must be valid UTF-8"}
+	case strings.IndexByte(s, 0) >= 0:
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must not contain NUL bytes"}
+	}
+	return nil
+}
+
+// validateAmount accepts a finite, non-negative number.
+func validateAmount(field string, v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return &ValidationError{Field: field, Value: v, Reason: "must be a finite number"}
+	case v < 0:
+		return &ValidationError{Field: field, Value: v, Reason: "must not be negative"}
+	}
+	return nil
+}
+
+// validateSeconds accepts zero (the default) or a whole number of seconds up
+// to max.
+func validateSeconds(field string, d, max time.Duration) error {
+	switch {
+	case d < 0:
+		return &ValidationError{Field: field, Value: d, Reason: "must not be negative (zero means the default)"}
+	case d%time.Second != 0:
+		return &ValidationError{Field: field, Value: d, Reason: "must be a whole number of seconds"}
+	case d > max:
+		return &ValidationError{Field: field, Value: d, Reason: fmt.Sprintf("must be at most %s", max)}
+	}
+	return nil
+}
