@@ -72,7 +72,7 @@ con AS (
     ) AS live
 ),
 verdict AS (
-    SELECT (SELECT count(*) FROM win) = cardinality(@w_scope_types::text[])
+    SELECT (SELECT count(*) FROM win) = coalesce(cardinality(@w_scope_types::text[]), 0)
            AND NOT EXISTS (SELECT 1 FROM win WHERE NOT win.fits)
            AND NOT EXISTS (SELECT 1 FROM con WHERE NOT con.fits) AS admitted
 ),

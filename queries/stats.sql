@@ -1,0 +1,53 @@
+-- Read-only views of the books, for tests, inspect and operators.
+
+-- name: TableRowCounts :one
+-- Row count of every pgadmit table. Full scans: for tests and small
+-- databases only, never on a hot path.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scans).
+SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,
+       (SELECT count(*) FROM gateway_task_attempts)::bigint           AS attempts,
+       (SELECT count(*) FROM gateway_task_events)::bigint             AS events,
+       (SELECT count(*) FROM gateway_task_admissions)::bigint         AS admissions,
+       (SELECT count(*) FROM gateway_rate_limit_counters)::bigint     AS counters,
+       (SELECT count(*) FROM gateway_rate_limit_reservations)::bigint AS reservations,
+       (SELECT count(*) FROM gateway_concurrency_leases)::bigint      AS leases;
+
+-- name: CounterListByScope :many
+-- Every window counter of one scope, newest window first.
+-- Locks: none (MVCC read).
+-- Index: gateway_rate_limit_counters_pkey (leading scope_type, scope_key).
+SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,
+       limit_value, used_value, reserved_value
+FROM gateway_rate_limit_counters
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+ORDER BY window_start DESC, metric, window_seconds;
+
+-- name: LeaseLiveByScope :one
+-- Live leases of one scope: how many rows and how many slots they hold.
+-- Locks: none (MVCC read).
+-- Index: gateway_concurrency_leases_live_scope_idx (index-only).
+SELECT count(*)::bigint                            AS leases,
+       coalesce(sum(lease_value), 0)::numeric      AS slots
+FROM gateway_concurrency_leases
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+  AND released_at IS NULL
+  AND expires_at > now();
+
+-- name: ReservationTotalsByScope :many
+-- Per metric and window of one scope: open reservations (count, amount) and
+-- committed actual amounts, i.e. what the counters should say.
+-- Locks: none (MVCC read).
+-- Index: none specific (filters on scope; for tests and small scopes).
+SELECT metric, window_seconds, window_start,
+       count(*) FILTER (WHERE status = 'reserved')::bigint                          AS open_count,
+       coalesce(sum(reserved_amount) FILTER (WHERE status = 'reserved'), 0)::numeric AS open_amount,
+       count(*) FILTER (WHERE status = 'committed')::bigint                         AS committed_count,
+       coalesce(sum(actual_amount) FILTER (WHERE status = 'committed'), 0)::numeric  AS committed_amount
+FROM gateway_rate_limit_reservations
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+GROUP BY metric, window_seconds, window_start
+ORDER BY window_start, metric, window_seconds;

@@ -1,0 +1,95 @@
+package ratelimit_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+var queries = db.New()
+
+// setup returns a Limiter on a fresh database, and the pool under it.
+func setup(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	return ratelimit.New(pool), pool
+}
+
+// uniqueKey returns a scope key no other test uses.
+func uniqueKey(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+func window(scopeType, key, metric string, limit, amount float64) ratelimit.Limit {
+	return ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: key}, Metric: metric, Limit: limit, Amount: amount}
+}
+
+func concurrent(scopeType, key string, limit float64) ratelimit.Limit {
+	return ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: key}, Metric: ratelimit.MetricConcurrent, Limit: limit, Amount: 1}
+}
+
+// rowCounts reads how many rows each table holds.
+func rowCounts(t *testing.T, conn db.DBTX) db.TableRowCountsRow {
+	t.Helper()
+	counts, err := queries.TableRowCounts(context.Background(), conn)
+	if err != nil {
+		t.Fatalf("TableRowCounts: %v", err)
+	}
+	return counts
+}
+
+// counterRows reads every window counter of a scope, newest first.
+func counterRows(t *testing.T, conn db.DBTX, scopeType, key string) []db.CounterListByScopeRow {
+	t.Helper()
+	rows, err := queries.CounterListByScope(context.Background(), conn, db.CounterListByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	if err != nil {
+		t.Fatalf("CounterListByScope: %v", err)
+	}
+	return rows
+}
+
+// liveLeases reads how many live leases a scope holds.
+func liveLeases(t *testing.T, conn db.DBTX, scopeType, key string) int64 {
+	t.Helper()
+	row, err := queries.LeaseLiveByScope(context.Background(), conn, db.LeaseLiveByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	if err != nil {
+		t.Fatalf("LeaseLiveByScope: %v", err)
+	}
+	return row.Leases
+}
+
+// assertBooksBalance checks, for every counter of the scope, that reserved
+// equals the open reservations and used the committed actual amounts.
+func assertBooksBalance(t *testing.T, conn db.DBTX, scopeType, key string) {
+	t.Helper()
+	totals, err := queries.ReservationTotalsByScope(context.Background(), conn, db.ReservationTotalsByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	if err != nil {
+		t.Fatalf("ReservationTotalsByScope: %v", err)
+	}
+	type windowKey struct {
+		metric  string
+		seconds int32
+		start   time.Time
+	}
+	want := map[windowKey]db.ReservationTotalsByScopeRow{}
+	for _, row := range totals {
+		want[windowKey{row.Metric, row.WindowSeconds, row.WindowStart.UTC()}] = row
+	}
+	for _, c := range counterRows(t, conn, scopeType, key) {
+		w := want[windowKey{c.Metric, c.WindowSeconds, c.WindowStart.UTC()}]
+		if c.ReservedValue != w.OpenAmount || c.UsedValue != w.CommittedAmount {
+			t.Errorf("%s:%s %s window %s: counter used=%v reserved=%v, ledger committed=%v open=%v",
+				scopeType, key, c.Metric, c.WindowStart, c.UsedValue, c.ReservedValue, w.CommittedAmount, w.OpenAmount)
+		}
+	}
+}

@@ -1,0 +1,415 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+func TestReserveCommitSettlesActualAmounts(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key, model := uniqueKey("key"), uniqueKey("model")
+	limits := []ratelimit.Limit{
+		window("api_key", key, "requests", 10, 1),
+		window("api_key", key, "tokens", 10000, 500),
+		concurrent("model", model, 2),
+	}
+	grant, err := l.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if len(grant.Reservations) != 2 || len(grant.Leases) != 1 {
+		t.Fatalf("grant = %+v, want 2 reservations and 1 lease", grant)
+	}
+	if got := liveLeases(t, pool, "model", model); got != 1 {
+		t.Fatalf("live leases after reserve = %d, want 1", got)
+	}
+	assertCounter(t, pool, key, "requests", 0, 1)
+	assertCounter(t, pool, key, "tokens", 0, 500)
+
+	settlement, err := l.Commit(ctx, grant, map[string]float64{"tokens": 420})
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	want := ratelimit.Settlement{
+		Reservations: []ratelimit.ReservationOutcome{
+			{ID: grant.Reservations[0].ID, Metric: "requests", Status: ratelimit.StatusCommitted, Settled: true, Reserved: 1, Actual: 1},
+			{ID: grant.Reservations[1].ID, Metric: "tokens", Status: ratelimit.StatusCommitted, Settled: true, Reserved: 500, Actual: 420},
+		},
+		LeasesReleased: 1,
+	}
+	if diff := cmp.Diff(want, settlement); diff != "" {
+		t.Fatalf("Commit settlement (-want +got):\n%s", diff)
+	}
+	assertCounter(t, pool, key, "requests", 1, 0)
+	assertCounter(t, pool, key, "tokens", 420, 0)
+	if got := liveLeases(t, pool, "model", model); got != 0 {
+		t.Fatalf("live leases after commit = %d, want 0", got)
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+}
+
+func TestCommitAboveEstimateIsRecordedAndReported(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("key")
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 500)})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	settlement, err := l.Commit(ctx, grant, map[string]float64{"tokens": 1700})
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	overages := settlement.Overages()
+	if len(overages) != 1 || overages[0].Overage() != 1200 {
+		t.Fatalf("Overages = %+v, want one of 1200", overages)
+	}
+	// Recorded in full, past the limit: the window now refuses everything.
+	assertCounter(t, pool, key, "tokens", 1700, 0)
+	_, err = l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 1)})
+	var exceeded *ratelimit.ExceededError
+	if !errors.As(err, &exceeded) || !exceeded.Retryable || exceeded.Used != 1700 {
+		t.Fatalf("Reserve after overage: err = %v, want a retryable *ExceededError with Used 1700", err)
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+}
+
+func TestSettleIsIdempotentAndSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type step struct {
+		name   string
+		settle func(l *ratelimit.Limiter, g ratelimit.Grant) (ratelimit.Settlement, error)
+	}
+	commit := step{"commit", func(l *ratelimit.Limiter, g ratelimit.Grant) (ratelimit.Settlement, error) {
+		return l.Commit(ctx, g, map[string]float64{"tokens": 300})
+	}}
+	release := step{"release", func(l *ratelimit.Limiter, g ratelimit.Grant) (ratelimit.Settlement, error) {
+		return l.Release(ctx, g, "client_cancelled")
+	}}
+	for _, tc := range []struct {
+		first, second step
+		wantStatus    string
+		wantUsed      float64
+	}{
+		{commit, commit, ratelimit.StatusCommitted, 300},
+		{commit, release, ratelimit.StatusCommitted, 300},
+		{release, commit, ratelimit.StatusReleased, 0},
+		{release, release, ratelimit.StatusReleased, 0},
+	} {
+		t.Run(tc.first.name+" then "+tc.second.name, func(t *testing.T) {
+			t.Parallel()
+			l, pool := setup(t)
+			key, model := uniqueKey("key"), uniqueKey("model")
+			grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 500), concurrent("model", model, 1)})
+			if err != nil {
+				t.Fatalf("Reserve: %v", err)
+			}
+			first, err := tc.first.settle(l, grant)
+			if err != nil || first.AlreadySettled() {
+				t.Fatalf("first %s: settlement %+v, err %v; want a change", tc.first.name, first, err)
+			}
+			second, err := tc.second.settle(l, grant)
+			if err != nil {
+				t.Fatalf("second %s: %v", tc.second.name, err)
+			}
+			if !second.AlreadySettled() || second.LeasesAlreadyReleased != 1 || second.Reservations[0].Status != tc.wantStatus {
+				t.Fatalf("second %s = %+v, want a no-op reporting status %s", tc.second.name, second, tc.wantStatus)
+			}
+			assertCounter(t, pool, key, "tokens", tc.wantUsed, 0)
+			assertBooksBalance(t, pool, "api_key", key)
+		})
+	}
+}
+
+func TestReleaseFreesTheSlotAtOnce(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	ctx := context.Background()
+	limits := []ratelimit.Limit{concurrent("model", uniqueKey("model"), 1)}
+	grant, err := l.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if _, err := l.Reserve(ctx, "", "", limits); !errors.Is(err, ratelimit.ErrExceeded) {
+		t.Fatalf("second Reserve: err = %v, want ErrExceeded", err)
+	}
+	if _, err := l.Release(ctx, grant, "done"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := l.Reserve(ctx, "", "", limits); err != nil {
+		t.Fatalf("Reserve after release: %v", err)
+	}
+}
+
+func TestRenewLeases(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	ctx := context.Background()
+	short := concurrent("model", uniqueKey("model"), 5)
+	short.LeaseTTL = time.Second
+	long := concurrent("model", uniqueKey("model"), 5)
+	long.LeaseTTL = time.Hour
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{short, long})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	renewed, err := l.RenewLeases(ctx, grant.Leases)
+	if err != nil || len(renewed) != 2 || !renewed[1].ExpiresAt.After(grant.Leases[1].ExpiresAt) {
+		t.Fatalf("RenewLeases of live leases = %+v, %v; want both renewed with a later expiry", renewed, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the 1 s lease lapses
+	renewed, err = l.RenewLeases(ctx, grant.Leases)
+	var lost *ratelimit.LeaseLostError
+	if !errors.Is(err, ratelimit.ErrLeaseLost) || !errors.As(err, &lost) {
+		t.Fatalf("RenewLeases after expiry: err = %v, want ErrLeaseLost", err)
+	}
+	if diff := cmp.Diff([]string{grant.Leases[0].ID}, lost.LeaseIDs); diff != "" {
+		t.Fatalf("lost leases (-want +got):\n%s", diff)
+	}
+	if len(renewed) != 1 || renewed[0].ID != grant.Leases[1].ID {
+		t.Fatalf("renewed = %+v, want only the live lease", renewed)
+	}
+	released, err := l.ReleaseLeases(ctx, grant.Leases, "done")
+	if err != nil || released != 2 {
+		t.Fatalf("ReleaseLeases = %d, %v; want 2 (the lapsed one is closed too)", released, err)
+	}
+	if _, err := l.RenewLeases(ctx, grant.Leases[1:]); !errors.Is(err, ratelimit.ErrLeaseLost) {
+		t.Fatalf("RenewLeases after release: err = %v, want ErrLeaseLost", err)
+	}
+}
+
+// A refusal by the last limit leaves every other limit's row exactly as it was.
+func TestRefusalChangesNoOtherRow(t *testing.T) {
+	t.Parallel()
+	for _, last := range []string{"window", "concurrent"} {
+		t.Run("refused by "+last, func(t *testing.T) {
+			t.Parallel()
+			l, pool := setup(t)
+			ctx := context.Background()
+			key, model, full := uniqueKey("key"), uniqueKey("model"), uniqueKey("full")
+			others := []ratelimit.Limit{
+				window("api_key", key, "requests", 100, 1),
+				window("api_key", key, "tokens", 100000, 500),
+				concurrent("model", model, 100),
+			}
+			lastLimit := window("team", full, "requests", 1, 1)
+			if last == "concurrent" {
+				lastLimit = concurrent("team", full, 1)
+			}
+			// Make every row exist, then fill the last limit.
+			if _, err := l.Reserve(ctx, "", "", others); err != nil {
+				t.Fatalf("warm-up Reserve: %v", err)
+			}
+			if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lastLimit}); err != nil {
+				t.Fatalf("filling Reserve: %v", err)
+			}
+			beforeCounters := counterRows(t, pool, "api_key", key)
+			beforeRows := rowCounts(t, pool)
+			beforeLeases := liveLeases(t, pool, "model", model)
+
+			_, err := l.Reserve(ctx, "", "", append(others, lastLimit))
+			var exceeded *ratelimit.ExceededError
+			if !errors.As(err, &exceeded) || exceeded.ScopeKey != full {
+				t.Fatalf("Reserve: err = %v, want *ExceededError on team:%s", err, full)
+			}
+			if diff := cmp.Diff(beforeCounters, counterRows(t, pool, "api_key", key)); diff != "" {
+				t.Errorf("counters changed by a refused reservation (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(beforeRows, rowCounts(t, pool)); diff != "" {
+				t.Errorf("row counts changed by a refused reservation (-before +after):\n%s", diff)
+			}
+			if got := liveLeases(t, pool, "model", model); got != beforeLeases {
+				t.Errorf("live leases = %d, want %d", got, beforeLeases)
+			}
+		})
+	}
+}
+
+func TestExceededErrorExplainsTheRefusal(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	ctx := context.Background()
+	key, model := uniqueKey("key"), uniqueKey("model")
+	meta := map[string]any{"tier": "free"}
+	full := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: key, Name: "Acme prod", Metadata: meta},
+		Metric: "tokens", Limit: 1000, Amount: 600, Window: 30 * time.Second, Policy: "free-tier"}
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+
+	_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full})
+	var got *ratelimit.ExceededError
+	if !errors.As(err, &got) {
+		t.Fatalf("Reserve: err = %v, want *ExceededError", err)
+	}
+	if got.RetryAfter < time.Second || got.RetryAfter > 30*time.Second || got.ResetAt.Unix()%30 != 0 {
+		t.Errorf("RetryAfter = %s, ResetAt = %s; want 1s..30s until a 30 s boundary", got.RetryAfter, got.ResetAt)
+	}
+	want := ratelimit.ExceededError{
+		ScopeType: "api_key", ScopeKey: key, ScopeName: "Acme prod", ScopeMetadata: meta, Metric: "tokens",
+		Limit: 1000, Amount: 600, Current: 600, Used: 0, Reserved: 600, Projected: 1200,
+		WindowSeconds: 30, Policy: "free-tier", Retryable: true,
+	}
+	if diff := cmp.Diff(want, *got, cmpopts.IgnoreFields(ratelimit.ExceededError{}, "ResetAt", "RetryAfter", "Message")); diff != "" {
+		t.Errorf("ExceededError (-want +got):\n%s", diff)
+	}
+
+	for name, limit := range map[string]ratelimit.Limit{
+		"amount above limit": window("api_key", key, "requests", 5, 6),
+		"zero limit":         window("api_key", key, "images", 0, 1),
+		"concurrent above":   {Scope: ratelimit.Scope{Type: "model", Key: model}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 2},
+	} {
+		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{limit})
+		if !errors.As(err, &got) || got.Retryable || got.RetryAfter != 0 {
+			t.Errorf("%s: err = %#v, want a non-retryable *ExceededError", name, err)
+		}
+	}
+
+	slot := concurrent("model", model, 1)
+	slot.LeaseTTL = time.Hour
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{slot}); err != nil {
+		t.Fatalf("Reserve slot: %v", err)
+	}
+	_, err = l.Reserve(ctx, "", "", []ratelimit.Limit{slot})
+	if !errors.As(err, &got) || !got.Retryable || got.RetryAfter != 5*time.Second || got.Current != 1 {
+		t.Errorf("full concurrent limit: err = %#v, want retryable, RetryAfter 5s (capped), Current 1", err)
+	}
+}
+
+func TestZeroAmountReservesNothing(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	before := rowCounts(t, pool)
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{
+		window("api_key", uniqueKey("key"), "tokens", 10, 0),
+		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 0},
+	})
+	if err != nil || !grant.Empty() {
+		t.Fatalf("Reserve of zero amounts = %+v, %v; want an empty grant", grant, err)
+	}
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Fatalf("rows written for zero amounts (-before +after):\n%s", diff)
+	}
+}
+
+func TestCheckConsumesNothing(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("key")
+	limits := []ratelimit.Limit{window("api_key", key, "requests", 2, 1), concurrent("model", "m", 1)}
+	for range 3 {
+		if err := l.Check(ctx, limits); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+	}
+	if got := rowCounts(t, pool); got.Counters != 0 || got.Leases != 0 {
+		t.Fatalf("Check wrote rows: %+v", got)
+	}
+	for range 2 {
+		if _, err := l.Reserve(ctx, "", "", limits[:1]); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+	}
+	var exceeded *ratelimit.ExceededError
+	if err := l.Check(ctx, limits); !errors.As(err, &exceeded) || exceeded.Current != 2 || !exceeded.Retryable {
+		t.Fatalf("Check of a full window: err = %v, want a retryable *ExceededError with Current 2", err)
+	}
+}
+
+func TestWindowsOfDifferentLengthAreSeparateCounters(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("key")
+	perMinute := window("api_key", key, "tokens", 1000, 400)
+	perDay := window("api_key", key, "tokens", 5000, 400)
+	perDay.Window = 24 * time.Hour
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{perMinute, perDay}); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	rows := counterRows(t, pool, "api_key", key)
+	if len(rows) != 2 || rows[0].ReservedValue != 400 || rows[1].ReservedValue != 400 {
+		t.Fatalf("counters = %+v, want two rows of 400", rows)
+	}
+}
+
+func TestUnknownTaskWritesNothing(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	before := rowCounts(t, pool)
+	_, err := l.Reserve(ctx, "123e4567-e89b-12d3-a456-426614174000", "",
+		[]ratelimit.Limit{window("api_key", uniqueKey("key"), "requests", 10, 1), concurrent("model", "m", 1)})
+	if !errors.Is(err, ratelimit.ErrUnknownTask) {
+		t.Fatalf("Reserve for a missing task: err = %v, want ErrUnknownTask", err)
+	}
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Fatalf("rows written (-before +after):\n%s", diff)
+	}
+}
+
+func TestReserveInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("key")
+	limits := []ratelimit.Limit{window("api_key", key, "requests", 10, 1), concurrent("model", key, 1)}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ratelimit.New(pool).WithTx(tx).Reserve(ctx, "", "", limits); err != nil {
+		t.Fatalf("Reserve in tx: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowCounts(t, pool); got.Reservations != 0 || got.Leases != 0 {
+		t.Fatalf("rolled-back admission left rows: %+v", got)
+	}
+
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant, err := ratelimit.New(pool).WithTx(tx).Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve in tx: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowCounts(t, pool); got.Reservations != 1 || got.Leases != 1 || len(grant.Reservations) != 1 {
+		t.Fatalf("committed admission: rows %+v, grant %+v", got, grant)
+	}
+	assertCounter(t, pool, key, "requests", 0, 1)
+}
+
+// assertCounter checks the current window of one api_key counter.
+func assertCounter(t *testing.T, conn db.DBTX, key, metric string, used, reserved float64) {
+	t.Helper()
+	for _, row := range counterRows(t, conn, "api_key", key) {
+		if row.Metric == metric {
+			if row.UsedValue != used || row.ReservedValue != reserved {
+				t.Fatalf("api_key:%s %s: used=%v reserved=%v, want used=%v reserved=%v", key, metric, row.UsedValue, row.ReservedValue, used, reserved)
+			}
+			return
+		}
+	}
+	t.Fatalf("api_key:%s %s: no counter row", key, metric)
+}
