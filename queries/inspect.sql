@@ -1,0 +1,79 @@
+-- Read-only views for `pgadmit inspect`: what the limits hold right now.
+--
+-- None of these statements writes or locks anything; they are plain MVCC
+-- reads, safe to run against a busy production database. Each returns at
+-- most @max_rows rows, plus the total number of matching rows (total_rows,
+-- the same on every row) so the operator knows what was cut. An optional
+-- scope (both scope_type and scope_key, or neither) narrows each view to
+-- one scope.
+
+-- name: InspectWindows :many
+-- Counters of the windows that have not ended yet (reset_at > now()), with
+-- the time left until each resets on the database's clock.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_rate_limit_counters_pkey (scope prefix) when a scope is
+-- given, gateway_rate_limit_counters_reset_idx (reset_at > now()) otherwise.
+SELECT c.scope_type,
+       c.scope_key,
+       c.metric,
+       c.window_seconds,
+       c.window_start,
+       c.reset_at,
+       c.limit_value,
+       c.used_value,
+       c.reserved_value,
+       extract(epoch FROM c.reset_at - now())::float8 AS reset_in_seconds,
+       count(*) OVER ()                               AS total_rows
+FROM gateway_rate_limit_counters AS c
+WHERE c.reset_at > now()
+  AND (sqlc.narg('scope_type')::text IS NULL
+       OR (c.scope_type = sqlc.narg('scope_type')::text AND c.scope_key = sqlc.narg('scope_key')::text))
+ORDER BY c.scope_type, c.scope_key, c.metric, c.window_seconds
+LIMIT @max_rows::integer;
+
+-- name: InspectLeases :many
+-- Unreleased concurrency leases per scope: how many slots are live, how many
+-- leases expired without being released (recovery's work), the limit of the
+-- latest lease and the time until the next live lease expires.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_concurrency_leases_live_scope_idx (partial, released_at IS
+-- NULL); its (scope_type, scope_key) prefix when a scope is given.
+SELECT l.scope_type,
+       l.scope_key,
+       (count(*) FILTER (WHERE l.expires_at > now()))::bigint                 AS live_leases,
+       coalesce(sum(l.lease_value) FILTER (WHERE l.expires_at > now()), 0)::numeric AS live_value,
+       (count(*) FILTER (WHERE l.expires_at <= now()))::bigint                AS expired_leases,
+       (array_agg(l.limit_value ORDER BY l.created_at DESC))[1]::numeric     AS limit_value,
+       coalesce(extract(epoch FROM min(l.expires_at) FILTER (WHERE l.expires_at > now()) - now()), 0)::float8
+                                                                             AS next_expiry_in_seconds,
+       count(*) OVER ()                                                      AS total_rows
+FROM gateway_concurrency_leases AS l
+WHERE l.released_at IS NULL
+  AND (sqlc.narg('scope_type')::text IS NULL
+       OR (l.scope_type = sqlc.narg('scope_type')::text AND l.scope_key = sqlc.narg('scope_key')::text))
+GROUP BY l.scope_type, l.scope_key
+ORDER BY l.scope_type, l.scope_key
+LIMIT @max_rows::integer;
+
+-- name: InspectAdmissions :many
+-- Queue admissions (queue_size limits) per scope: admitted tasks by status
+-- of their task, the limit of the latest admission and the age of the oldest.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_task_admissions_scope_idx (scope prefix) when a scope is
+-- given; gateway_tasks_pkey to read each admitted task's status.
+SELECT a.scope_type,
+       a.scope_key,
+       count(*)::bigint                                                      AS admitted,
+       (count(*) FILTER (WHERE t.status = 'queued'))::bigint                 AS queued,
+       (count(*) FILTER (WHERE t.status = 'running'))::bigint                AS running,
+       (count(*) FILTER (WHERE t.status NOT IN ('queued', 'running')))::bigint AS finished,
+       (array_agg(a.limit_value ORDER BY a.created_at DESC))[1]::numeric     AS limit_value,
+       extract(epoch FROM now() - min(a.created_at))::float8                 AS oldest_age_seconds,
+       count(*) OVER ()                                                      AS total_rows
+FROM gateway_task_admissions AS a
+JOIN gateway_tasks AS t ON t.id = a.task_id
+WHERE sqlc.narg('scope_type')::text IS NULL
+   OR (a.scope_type = sqlc.narg('scope_type')::text AND a.scope_key = sqlc.narg('scope_key')::text)
+GROUP BY a.scope_type, a.scope_key
+ORDER BY a.scope_type, a.scope_key
+LIMIT @max_rows::integer;
