@@ -1,0 +1,49 @@
+// Command withdb runs a command with DATABASE_URL set to a fresh database migrated to pgadmit's
+// latest schema, then drops that database. The server is the one of DATABASE_URL when it is set,
+// else a throwaway cluster (see package pgtest), stopped afterwards.
+//
+// It backs `make sqlc-vet`, whose rule sqlc/db-prepare needs a migrated database:
+//
+//	go run ./internal/withdb -- bash -c 'cd tools && go tool sqlc -f ../sqlc.yaml vet'
+//
+// The exit status is the command's.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+func main() {
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: withdb [--] command [arg...]")
+		os.Exit(2)
+	}
+	code := 0
+	err := pgtest.Run(func(url string) error {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+		err := cmd.Run()
+		if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
+			code = exit.ExitCode()
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "withdb:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
