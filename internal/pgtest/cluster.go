@@ -167,7 +167,7 @@ func stopOnSignal() {
 	go func() {
 		sig := <-ch
 		stopCluster()
-		signal.Stop(ch)
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
 		if s, ok := sig.(syscall.Signal); ok {
 			_ = syscall.Kill(os.Getpid(), s)
 		}
