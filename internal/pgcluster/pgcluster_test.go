@@ -1,0 +1,123 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// start starts a cluster for one test, skipping the test when PostgreSQL is not installed and
+// DATABASE_URL is set (the suite then runs on that server and needs no binaries).
+func start(t *testing.T, ctx context.Context) *Cluster {
+	t.Helper()
+	c, err := Start(ctx)
+	if errors.Is(err, ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
+		t.Skipf("no PostgreSQL binaries: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
+}
+
+func TestStartServesAndStopRemoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := start(t, ctx)
+	t.Logf("cluster started in %s at %s", c.Startup(), c.URL())
+
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatalf("connect to %s: %v", c.URL(), err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	if err := conn.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	if err := c.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, err := os.Stat(c.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cluster directory %s still there after Stop (stat: %v)", c.Dir(), err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(cctx, c.URL()); err == nil {
+		_ = conn.Close(ctx)
+		t.Fatal("server still accepts connections after Stop")
+	}
+}
+
+func TestTwoClustersAreDistinct(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := start(t, ctx), start(t, ctx)
+	if a.Port() == b.Port() || a.Dir() == b.Dir() {
+		t.Fatalf("clusters share port %d/%d or directory %s/%s", a.Port(), b.Port(), a.Dir(), b.Dir())
+	}
+}
+
+func TestStartCancelled(t *testing.T) {
+	t.Parallel()
+	if _, err := findBinDir(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c, err := Start(ctx)
+	if err == nil {
+		_ = c.Stop()
+		t.Fatal("Start with a cancelled context succeeded")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+func TestSweepStaleRemovesOrphans(t *testing.T) {
+	t.Parallel()
+	bin, err := findBinDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	// A directory shaped like a cluster whose owner is gone: a pid that cannot be alive.
+	root, err := os.MkdirTemp(tempDirs()[len(tempDirs())-1], dirPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	deadPid := 1 << 30 // above any pid_max
+	if err := os.WriteFile(filepath.Join(root, ownerFile), []byte(strconv.Itoa(deadPid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// One owned by this live process.
+	mine, err := os.MkdirTemp(tempDirs()[len(tempDirs())-1], dirPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(mine) })
+	if err := os.WriteFile(filepath.Join(mine, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	sweepStale(filepath.Join(bin, "pg_ctl"), nil)
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphan %s not removed (stat: %v)", root, err)
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("live process's cluster %s removed: %v", mine, err)
+	}
+}
