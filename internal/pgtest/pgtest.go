@@ -62,6 +62,7 @@ var mainCalled atomic.Bool
 func Main(m *testing.M) int {
 	mainCalled.Store(true)
 	defer stopCluster()
+	defer dropExampleDatabase() // before the cluster stops
 	return m.Run()
 }
 

@@ -1,0 +1,117 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A gateway request end to end: admit it against the API key's requests and
+// tokens per minute and a concurrency slot on the model, call the upstream,
+// then settle with the tokens really used. Commit releases the slot.
+func ExampleLimiter_Reserve() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	limiter := ratelimit.New(pool)
+
+	apiKey := ratelimit.Scope{Type: "api_key", Key: "key_123", Name: "Acme production"}
+	model := ratelimit.Scope{Type: "model", Key: "gpt-4o"}
+	limits := []ratelimit.Limit{
+		{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: 600, Amount: 1},
+		{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: 100_000, Amount: 500}, // estimate
+		{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 50, Amount: 1},
+	}
+
+	grant, err := limiter.Reserve(ctx, "", "", limits)
+	if err != nil {
+		log.Fatal(err) // see ExampleExceededError for turning a refusal into a 429
+	}
+	fmt.Printf("admitted: %d window reservations, %d lease\n", len(grant.Reservations), len(grant.Leases))
+
+	usedTokens := 420.0 // what the upstream reported
+
+	settlement, err := limiter.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: usedTokens})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range settlement.Reservations {
+		fmt.Printf("%s: reserved %g, used %g\n", r.Metric, r.Reserved, r.Actual)
+	}
+	fmt.Println("slots released:", settlement.LeasesReleased)
+
+	// Settling twice is a no-op that says so.
+	again, err := limiter.Release(ctx, grant, "client_cancelled")
+	fmt.Println("second settle was a no-op:", again.AlreadySettled(), err)
+	// Output:
+	// admitted: 2 window reservations, 1 lease
+	// requests: reserved 1, used 1
+	// tokens: reserved 500, used 420
+	// slots released: 1
+	// second settle was a no-op: true <nil>
+}
+
+// Turning a refusal into an HTTP 429 with Retry-After. The reset time and
+// retry-after come from the database's clock, not the gateway host's.
+func ExampleExceededError() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	limiter := ratelimit.New(pool)
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limits := []ratelimit.Limit{{
+			Scope:  ratelimit.Scope{Type: "api_key", Key: r.Header.Get("Authorization")},
+			Metric: ratelimit.MetricRequests, Limit: 2, Amount: 1, Window: 24 * time.Hour,
+		}}
+		grant, err := limiter.Reserve(r.Context(), "", "", limits)
+		var exceeded *ratelimit.ExceededError
+		switch {
+		case errors.As(err, &exceeded) && exceeded.Retryable:
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(exceeded.RetryAfter.Seconds()))))
+			http.Error(w, exceeded.Message, http.StatusTooManyRequests)
+			return
+		case errors.As(err, &exceeded): // can never fit: retrying will not help
+			http.Error(w, exceeded.Message, http.StatusRequestEntityTooLarge)
+			return
+		case err != nil:
+			http.Error(w, "admission unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		// ... forward the request upstream, then settle:
+		if _, err := limiter.Commit(r.Context(), grant, nil); err != nil {
+			log.Print(err)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+
+	for range 3 {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		req.Header.Set("Authorization", "key_429")
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		retryAfter, _ := strconv.Atoi(rec.Header().Get("Retry-After"))
+		fmt.Println(rec.Code, "retry after at most a day:", retryAfter >= 1 && retryAfter <= 86400)
+	}
+	// Output:
+	// 200 retry after at most a day: false
+	// 200 retry after at most a day: false
+	// 429 retry after at most a day: true
+}
