@@ -7,9 +7,10 @@
 //
 // The server comes from DATABASE_URL when it is set: the role in it must be allowed to create
 // roles and databases (pgtestdb creates a role "pgtdbuser" and the databases "testdb_tpl_*").
-// When DATABASE_URL is unset, pgtest starts a throwaway cluster once per test process with the
-// initdb, pg_ctl and postgres binaries found on PATH or in `pg_config --bindir`, and stops it
-// when the tests end. Running as root, it runs those binaries as the "postgres" system user.
+// When DATABASE_URL is unset, pgtest starts a throwaway cluster (package pgcluster) once per
+// test process with the initdb, pg_ctl and postgres binaries found on PATH or in `pg_config
+// --bindir`, and stops it when the tests end. Running as root, it runs those binaries as the
+// "postgres" system user.
 //
 // Every test package that uses pgtest declares:
 //
@@ -29,7 +30,6 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -230,14 +230,4 @@ func configFromURL(dsn string) (pgtestdb.Config, error) {
 		Database:   url.PathEscape(pc.Database),
 		Options:    opts.Encode(),
 	}, nil
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
