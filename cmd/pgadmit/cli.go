@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Exit codes, documented in the README's CLI reference.
+const (
+	exitOK      = 0 // success
+	exitFailure = 1 // the command failed: database error, doctor problems, bench checks off
+	exitUsage   = 2 // bad command line: unknown command or flag, bad value, no database given
+)
+
+// defaultConnectTimeout bounds how long connecting to an unreachable database takes.
+const defaultConnectTimeout = 5 * time.Second
+
+// app is one invocation of pgadmit: its output streams, environment and global flags.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	dsn            string        // --database-url, else $DATABASE_URL; "" when neither is set
+	connectTimeout time.Duration // --connect-timeout
+
+	// cmd is the command being run, for messages.
+	cmd *command
+}
+
+// command is a subcommand of pgadmit.
+type command struct {
+	name    string
+	args    string // synopsis of what follows the name, e.g. "[flags] up|down|status|version"
+	summary string // one line, for the command list
+	help    string // what it does, shown by --help
+	// db says whether the command needs a database: dbRequired fails without one, dbOptional
+	// starts a throwaway cluster instead, dbNone never connects.
+	db  dbNeed
+	run func(ctx context.Context, a *app, args []string) error
+}
+
+type dbNeed int
+
+const (
+	dbNone dbNeed = iota
+	dbRequired
+	dbOptional
+)
+
+// commands lists pgadmit's subcommands, in the order `pgadmit --help` shows them.
+func commands() []*command {
+	return []*command{
+		migrateCommand(),
+		recoverCommand(),
+		pruneCommand(),
+		doctorCommand(),
+		inspectCommand(),
+		demoCommand(),
+		benchCommand(),
+	}
+}
+
+// usageError is a bad command line; it exits with exitUsage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+// exitError ends a command with a given exit code and message, for outcomes that are not
+// errors of pgadmit itself: doctor found problems, a bench check was off.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// errHelp ends a command after it printed its help, with exit code 0.
+var errHelp = errors.New("help requested")
+
+// run runs pgadmit with args (without the program name) and returns its exit code. It is main
+// without the process: tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, connectTimeout: defaultConnectTimeout}
+	err := a.main(ctx, args)
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return exitOK
+	}
+	prefix := "pgadmit"
+	if a.cmd != nil {
+		prefix += " " + a.cmd.name
+	}
+	msg := scrub(err.Error(), a.dsn)
+	var ue *usageError
+	var ee *exitError
+	switch {
+	case errors.As(err, &ue):
+		hint := "pgadmit --help"
+		if a.cmd != nil {
+			hint = "pgadmit " + a.cmd.name + " --help"
+		}
+		fmt.Fprintf(stderr, "%s: %s (see %s)\n", prefix, msg, hint)
+		return exitUsage
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
+		}
+		return ee.code
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		fmt.Fprintf(stderr, "%s: interrupted\n", prefix)
+		return exitFailure
+	default:
+		fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
+		return exitFailure
+	}
+}
+
+// main parses the global flags, picks the command and runs it.
+func (a *app) main(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("pgadmit", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a.globalFlags(fs)
+	help := fs.Bool("help", false, "show this help")
+	fs.BoolVar(help, "h", false, "show this help")
+	if a.dsn == "" {
+		a.dsn = a.getenv("DATABASE_URL")
+	}
+	if err := fs.Parse(args); err != nil {
+		return usagef("%v", err)
+	}
+	rest := fs.Args()
+	if *help || (len(rest) > 0 && rest[0] == "help" && len(rest) == 1) {
+		a.printUsage(a.stdout, fs)
+		return errHelp
+	}
+	if len(rest) == 0 {
+		a.printUsage(a.stderr, fs)
+		return &exitError{code: exitUsage}
+	}
+	name := rest[0]
+	if name == "help" { // pgadmit help <command>
+		name, rest = rest[1], []string{rest[1], "--help"}
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			a.cmd = c
+			return c.run(ctx, a, rest[1:])
+		}
+	}
+	return usagef("unknown command %q", name)
+}
+
+// dsnValue is the --database-url flag. Its String never shows the value, so that --help cannot
+// print a password.
+type dsnValue struct{ p *string }
+
+func (v dsnValue) String() string     { return "" }
+func (v dsnValue) Set(s string) error { *v.p = s; return nil }
+
+// globalFlags adds the flags every command accepts, before or after its name.
+func (a *app) globalFlags(fs *flag.FlagSet) {
+	fs.Var(dsnValue{&a.dsn}, "database-url", "PostgreSQL connection `URL` (default $DATABASE_URL)")
+	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "give up connecting to the database after this `duration`")
+}
+
+// flags returns the flag set of command c, with the global flags and --help.
+func (a *app) flags(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a.globalFlags(fs)
+	return fs
+}
+
+// parse parses a command's flags, which may come before, between or after its positional
+// arguments (goose-style `migrate down --to 0`), and returns the positional arguments. --help
+// prints the command's help to stdout and returns errHelp; a bad flag returns a usage error.
+// When the command needs a database and none was given, that is a usage error too.
+func (a *app) parse(c *command, fs *flag.FlagSet, args []string) ([]string, error) {
+	help := fs.Bool("help", false, "show this help")
+	fs.BoolVar(help, "h", false, "show this help")
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				a.printCommandHelp(a.stdout, c, fs)
+				return nil, errHelp
+			}
+			return nil, usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if *help {
+		a.printCommandHelp(a.stdout, c, fs)
+		return nil, errHelp
+	}
+	if a.connectTimeout <= 0 {
+		return nil, usagef("--connect-timeout must be positive, got %s", a.connectTimeout)
+	}
+	if c.db == dbRequired && a.dsn == "" {
+		return nil, usagef("no database: set DATABASE_URL or pass --database-url")
+	}
+	return positional, nil
+}
+
+// noArgs refuses positional arguments.
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+func (a *app) printUsage(w io.Writer, global *flag.FlagSet) {
+	fmt.Fprint(w, `pgadmit operates pgadmit's admission-control tables in PostgreSQL.
+
+Usage:
+  pgadmit [global flags] <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nGlobal flags (also accepted after the command):\n")
+	printFlags(w, global)
+	fmt.Fprint(w, `
+Environment:
+  DATABASE_URL  PostgreSQL connection string, unless --database-url is given. demo and bench
+                start a throwaway local cluster when neither is set.
+
+Exit codes: 0 success, 1 failure (including doctor problems and bench checks off), 2 usage error.
+Run 'pgadmit <command> --help' for the flags of a command.
+`)
+}
+
+func (a *app) printCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: pgadmit %s %s\n\n%s\n", c.name, c.args, strings.TrimSpace(c.help))
+	fmt.Fprint(w, "\nFlags:\n")
+	printFlags(w, fs)
+	switch c.db {
+	case dbRequired:
+		fmt.Fprint(w, "\nNeeds a database: --database-url or DATABASE_URL.\n")
+	case dbOptional:
+		fmt.Fprint(w, "\nUses --database-url or DATABASE_URL when set, else starts a throwaway local cluster\n(PostgreSQL's initdb, pg_ctl and postgres must be installed) and removes it at the end.\n")
+	}
+	fmt.Fprint(w, "\nExit codes: 0 success, 1 failure, 2 usage error.\n")
+}
+
+// printFlags prints fs's flags in --name form, sorted, with --help last.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var all []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "h" && f.Name != "help" {
+			all = append(all, f)
+		}
+	})
+	slices.SortFunc(all, func(x, y *flag.Flag) int { return strings.Compare(x.Name, y.Name) })
+	for _, f := range all {
+		typ, usage := flag.UnquoteUsage(f)
+		head := "  --" + f.Name
+		if typ != "" {
+			head += " " + typ
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s%s\n", head, usage, def)
+	}
+	fmt.Fprint(w, "  -h, --help\n      show this help\n")
+}
+
+// connect opens a pool on dsn with at most maxConns connections (0: pgx's default) and checks
+// that the database answers within the connect timeout. Its errors never hold a password.
+func (a *app) connect(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := a.poolConfig(dsn, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	return a.open(ctx, dsn, cfg)
+}
+
+// poolConfig parses dsn into a pool configuration with pgadmit's connect timeout and
+// application name.
+func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's message redacts on a best-effort basis; scrub removes what it missed.
+		return nil, fmt.Errorf("invalid database URL: %s", scrub(err.Error(), dsn))
+	}
+	cfg.ConnConfig.ConnectTimeout = a.connectTimeout
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		name := "pgadmit"
+		if a.cmd != nil {
+			name += " " + a.cmd.name
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = name
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	return cfg, nil
+}
+
+// open opens a pool with cfg and pings it within the connect timeout.
+func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
+	}
+	pctx, cancel := context.WithTimeout(ctx, a.connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
+	}
+	return pool, nil
+}
+
+// parseScope parses a --scope value, TYPE:KEY.
+func parseScope(s string) (typ, key string, err error) {
+	typ, key, ok := strings.Cut(s, ":")
+	if !ok || typ == "" || key == "" {
+		return "", "", usagef("bad --scope %q: want TYPE:KEY, such as api_key:team-42", s)
+	}
+	return typ, key, nil
+}

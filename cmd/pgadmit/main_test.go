@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// cli runs pgadmit in-process with args and an environment of its own (DATABASE_URL is never
+// inherited from the test process), and returns its output and exit code.
+func cli(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut, func(k string) string { return env[k] })
+	return out.String(), errOut.String(), code
+}
+
+// cliOK runs pgadmit and fails the test unless it exits 0.
+func cliOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := cli(t, nil, args...)
+	if code != exitOK {
+		t.Fatalf("pgadmit %s: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// oneLine fails the test unless s is exactly one line of text.
+func oneLine(t *testing.T, what, s string) {
+	t.Helper()
+	if strings.Count(s, "\n") != 1 || !strings.HasSuffix(s, "\n") {
+		t.Errorf("%s is not one line: %q", what, s)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	out := cliOK(t, "--help")
+	for _, c := range commands() {
+		if !strings.Contains(out, "  "+c.name+" ") {
+			t.Errorf("pgadmit --help does not list %s:\n%s", c.name, out)
+		}
+	}
+	for _, c := range commands() {
+		for _, flag := range []string{"--help", "-h"} {
+			out, errOut, code := cli(t, nil, c.name, flag)
+			if code != exitOK || !strings.HasPrefix(out, "Usage: pgadmit "+c.name) || errOut != "" {
+				t.Errorf("pgadmit %s %s: exit %d, stdout %q, stderr %q", c.name, flag, code, out, errOut)
+			}
+		}
+	}
+	if out := cliOK(t, "help", "migrate"); !strings.Contains(out, "Usage: pgadmit migrate") {
+		t.Errorf("pgadmit help migrate:\n%s", out)
+	}
+	// No command: usage on stderr, exit 2.
+	out, errOut, code := cli(t, nil)
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "Usage:") {
+		t.Errorf("pgadmit with no command: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	db := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?sslmode=disable"}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string // in the message
+	}{
+		{nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{nil, []string{"--nope", "migrate"}, "flag provided but not defined: -nope"},
+		{db, []string{"migrate", "--nope", "up"}, "flag provided but not defined: -nope"},
+		{db, []string{"migrate"}, "missing subcommand"},
+		{db, []string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
+		{db, []string{"migrate", "--to", "1", "status"}, "--to applies to up and down"},
+		{nil, []string{"migrate", "up"}, "no database: set DATABASE_URL or pass --database-url"},
+		{nil, []string{"doctor"}, "no database"},
+		{db, []string{"inspect", "--scope", "api_key"}, `bad --scope "api_key": want TYPE:KEY`},
+		{db, []string{"inspect", "--scope", ":k1"}, "bad --scope"},
+		{db, []string{"inspect", "--limit", "0"}, "--limit must be"},
+		{db, []string{"inspect", "extra"}, `unexpected argument "extra"`},
+		{db, []string{"--connect-timeout", "0s", "inspect"}, "--connect-timeout must be positive"},
+		{db, []string{"bench", "--workers", "0"}, "--workers must be between 1 and 256"},
+		{db, []string{"bench", "--duration", "-1s"}, "--duration must be positive"},
+		{db, []string{"bench", "--only", "W1,W9"}, `unknown workload "W9"`},
+		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for flag -workers`},
+	} {
+		out, errOut, code := cli(t, tc.env, tc.args...)
+		if code != exitUsage {
+			t.Errorf("pgadmit %s: exit %d, want %d (stderr %q)", strings.Join(tc.args, " "), code, exitUsage, errOut)
+			continue
+		}
+		if !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "--help") {
+			t.Errorf("pgadmit %s: stderr %q, want it to contain %q and a --help hint", strings.Join(tc.args, " "), errOut, tc.want)
+		}
+		oneLine(t, "usage error of pgadmit "+strings.Join(tc.args, " "), errOut)
+		if out != "" {
+			t.Errorf("pgadmit %s: stdout %q, want nothing", strings.Join(tc.args, " "), out)
+		}
+	}
+}
+
+func TestUnreachableDatabaseHidesPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pw"
+	for _, dsn := range []string{
+		// Nothing listens on port 1.
+		"postgres://bob:" + secret + "@127.0.0.1:1/app?sslmode=disable",
+		"host=127.0.0.1 port=1 user=bob password=" + secret + " dbname=app sslmode=disable",
+		"host=127.0.0.1 port=1 user=bob password='" + secret + "' dbname=app sslmode=disable",
+		// Malformed: pgx cannot parse them.
+		"postgres://bob:" + secret + "@127.0.0.1:notaport/app",
+		"postgres://bob:" + secret + "@[::1/app",
+		"host=127.0.0.1 port=x user=bob password=" + secret,
+		"postgres://bob@127.0.0.1:1/app?password=" + secret + "&sslmode=disable",
+	} {
+		for _, args := range [][]string{
+			{"--database-url", dsn, "--connect-timeout", "2s", "migrate", "status"},
+			{"inspect", "--database-url", dsn},
+			{"doctor", "--database-url", dsn},
+		} {
+			out, errOut, code := cli(t, nil, args...)
+			if code != exitFailure {
+				t.Errorf("pgadmit %s: exit %d, want %d (stderr %q)", args[len(args)-1], code, exitFailure, errOut)
+			}
+			if strings.Contains(out+errOut, secret) {
+				t.Errorf("password printed for DSN %q: stdout %q, stderr %q", dsn, out, errOut)
+			}
+			oneLine(t, "error for DSN "+redactDSN(dsn), errOut)
+		}
+	}
+	// With DATABASE_URL from the environment too.
+	_, errOut, code := cli(t, map[string]string{"DATABASE_URL": "postgres://bob:" + secret + "@127.0.0.1:1/app?sslmode=disable"}, "inspect")
+	if code != exitFailure || strings.Contains(errOut, secret) || !strings.Contains(errOut, "cannot connect to postgres://bob:xxxxx@127.0.0.1:1/app") {
+		t.Errorf("inspect with DATABASE_URL: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://u:pw@h:5432/d?sslmode=disable", "postgres://u:xxxxx@h:5432/d?sslmode=disable"},
+		{"postgresql://u:p%40ss@h/d", "postgresql://u:xxxxx@h/d"},
+		{"postgres://u:p@ss@h/d", "postgres://u:xxxxx@h/d"},
+		{"postgres://u@h/d", "postgres://u@h/d"},
+		{"postgres://u:pw@h1,h2/d", "postgres://u:xxxxx@h1,h2/d"},
+		{"postgres://u@h/d?sslmode=disable&password=pw", "postgres://u@h/d?sslmode=disable&password=xxxxx"},
+		{"postgres://u@h/d?sslpassword=pw", "postgres://u@h/d?sslpassword=xxxxx"},
+		{"host=h user=u password=pw dbname=d", "host=h user=u password=xxxxx dbname=d"},
+		{"host=h password='p w' dbname=d", "host=h password=xxxxx dbname=d"},
+		{"host=h password = pw", "host=h password = xxxxx"},
+		{"", ""},
+	} {
+		if got := redactDSN(tc.in); got != tc.want {
+			t.Errorf("redactDSN(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	msg := scrub("cannot parse `postgres://u:p%40ss@h/d`: bad (p@ss)\nmore", "postgres://u:p%40ss@h/d")
+	if strings.Contains(msg, "p@ss") || strings.Contains(msg, "p%40ss") || strings.Contains(msg, "\n") {
+		t.Errorf("scrub left the password or a newline: %q", msg)
+	}
+}

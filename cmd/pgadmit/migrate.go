@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/pgadmit/pgadmit/schema"
+)
+
+func migrateCommand() *command {
+	return &command{
+		name:    "migrate",
+		args:    "[flags] up|down|status|version",
+		summary: "apply, revert or show pgadmit's schema migrations",
+		help: `
+Applies pgadmit's embedded migrations (schema/*.sql) with goose's Provider API, recording them in
+the version table ` + schema.VersionTable + ` (never goose's default table, so a service's own
+goose history is left alone). Concurrent migrators wait for each other on an advisory lock.
+
+  up       apply every pending migration (or up to --to)
+  down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
+           table and its data)
+  status   list every migration, applied (with when) or pending
+  version  print the current schema version (0: nothing applied)`,
+		db:  dbRequired,
+		run: runMigrate,
+	}
+}
+
+func runMigrate(ctx context.Context, a *app, args []string) error {
+	fs := a.flags(a.cmd)
+	to := fs.Int64("to", -1, "target `version` for up and down (default: up to the latest, down by one)")
+	args, err := a.parse(a.cmd, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return usagef("missing subcommand: up, down, status or version")
+	}
+	sub := args[0]
+	if len(args) > 1 {
+		return usagef("unexpected argument %q after %s", args[1], sub)
+	}
+	switch sub {
+	case "up", "down":
+	case "status", "version":
+		if *to != -1 {
+			return usagef("--to applies to up and down, not %s", sub)
+		}
+	default:
+		return usagef("unknown subcommand %q: want up, down, status or version", sub)
+	}
+	if *to < -1 {
+		return usagef("--to must be a version >= 0, got %d", *to)
+	}
+
+	pool, err := a.connect(ctx, a.dsn, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	switch sub {
+	case "up":
+		return a.migrateUpDown(ctx, pool, func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+			if *to >= 0 {
+				return p.UpTo(ctx, *to)
+			}
+			return p.Up(ctx)
+		})
+	case "down":
+		return a.migrateUpDown(ctx, pool, func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+			if *to >= 0 {
+				return p.DownTo(ctx, *to)
+			}
+			r, err := p.Down(ctx)
+			if r == nil {
+				return nil, err
+			}
+			return []*goose.MigrationResult{r}, err
+		})
+	case "status":
+		st, err := schema.Status(ctx, pool)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tMIGRATION")
+		for _, s := range st {
+			at := "-"
+			if !s.AppliedAt.IsZero() {
+				at = s.AppliedAt.UTC().Format(time.DateTime + " MST")
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, at, s.Source.Path)
+		}
+		return tw.Flush()
+	default: // version
+		v, err := schema.Version(ctx, pool)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(a.stdout, v)
+		return nil
+	}
+}
+
+// migrateUpDown runs an up or down step with pgadmit's provider and prints each migration it
+// applied or reverted, then the resulting version.
+func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) ([]*goose.MigrationResult, error)) (err error) {
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := p.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close migration provider: %w", cerr)
+		}
+	}()
+	results, err := step(p)
+	for _, r := range results {
+		if r.Error != nil {
+			continue
+		}
+		fmt.Fprintf(a.stdout, "%-4s %s (%s)\n", r.Direction, r.Source.Path, r.Duration.Round(time.Millisecond))
+	}
+	if err != nil {
+		if errors.Is(err, goose.ErrNoNextVersion) || errors.Is(err, goose.ErrNoCurrentVersion) {
+			fmt.Fprintln(a.stdout, "nothing to do")
+			return nil
+		}
+		var perr *goose.PartialError
+		if errors.As(err, &perr) && perr.Failed != nil {
+			return fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
+		}
+		return err
+	}
+	if len(results) == 0 {
+		fmt.Fprintln(a.stdout, "nothing to do")
+	}
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	fmt.Fprintf(a.stdout, "schema version %d\n", v)
+	return nil
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// mask replaces a password wherever pgadmit would otherwise print it.
+const mask = "xxxxx"
+
+var (
+	// keyword/value form: password=secret, password='sec ret', sslpassword=...
+	kvPassword = regexp.MustCompile(`((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+	// URL query parameters: ?password=secret&..., &sslpassword=...
+	queryPassword = regexp.MustCompile(`(?i)([?&](?:ssl)?password=)[^&#\s]*`)
+)
+
+// isURL reports whether dsn is in URL form rather than keyword/value form.
+func isURL(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// splitUserinfo returns the parts of a connection URL around its userinfo: what precedes the
+// password (scheme and user, with the colon), the raw password, and what follows it (from the
+// '@' on). ok is false when the URL has no password. It works on malformed URLs too, taking the
+// last '@' before the path or query as the end of the userinfo.
+func splitUserinfo(dsn string) (before, password, after string, ok bool) {
+	i := strings.Index(dsn, "://")
+	if i < 0 {
+		return "", "", "", false
+	}
+	rest := dsn[i+3:]
+	// The authority ends at the first '/', '?' or '#' after the last '@' that precedes them;
+	// a password may itself hold a '/' when it was not escaped, so look for '@' first.
+	end := len(rest)
+	if j := strings.IndexAny(rest, "?#"); j >= 0 {
+		end = j
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return "", "", "", false
+	}
+	colon := strings.Index(rest[:at], ":")
+	if colon < 0 {
+		return "", "", "", false
+	}
+	return dsn[:i+3+colon+1], rest[colon+1 : at], rest[at:], true
+}
+
+// redactDSN returns dsn with every password in it (userinfo, password= and sslpassword=
+// parameters) replaced by xxxxx, in URL or keyword/value form, well-formed or not.
+func redactDSN(dsn string) string {
+	if isURL(dsn) {
+		if before, pw, after, ok := splitUserinfo(dsn); ok && pw != "" {
+			dsn = before + mask + after
+		}
+		return queryPassword.ReplaceAllString(dsn, "${1}"+mask)
+	}
+	return kvPassword.ReplaceAllString(dsn, "${1}"+mask)
+}
+
+// secretsOf returns every password that dsn holds, raw and decoded, longest first.
+func secretsOf(dsn string) []string {
+	var out []string
+	add := func(s string) {
+		s = strings.Trim(s, "'")
+		if s == "" || s == mask {
+			return
+		}
+		out = append(out, s)
+		if dec, err := url.QueryUnescape(s); err == nil && dec != s {
+			out = append(out, dec)
+		}
+		if dec, err := url.PathUnescape(s); err == nil && dec != s {
+			out = append(out, dec)
+		}
+	}
+	if isURL(dsn) {
+		if _, pw, _, ok := splitUserinfo(dsn); ok {
+			add(pw)
+		}
+		for _, m := range queryPassword.FindAllString(dsn, -1) {
+			_, v, _ := strings.Cut(m, "=")
+			add(v)
+		}
+	} else {
+		for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+			add(m[2])
+		}
+	}
+	// Longest first, so that a password that contains another is masked whole.
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && len(out[j]) > len(out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// scrub makes msg safe to print for a program that was given dsn: the DSN itself is replaced by
+// its redacted form, then any password of it left in msg (pgx and net/url errors can quote a
+// connection string, or part of one) is masked. Newlines become "; " so that every error stays
+// on one line.
+func scrub(msg, dsn string) string {
+	if dsn != "" {
+		msg = strings.ReplaceAll(msg, dsn, redactDSN(dsn))
+		for _, s := range secretsOf(dsn) {
+			msg = strings.ReplaceAll(msg, s, mask)
+		}
+	}
+	msg = strings.ReplaceAll(msg, "\r", "")
+	msg = strings.ReplaceAll(msg, "\n\t", "; ")
+	msg = strings.ReplaceAll(msg, "\n", "; ")
+	return msg
+}

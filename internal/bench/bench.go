@@ -1,0 +1,378 @@
+// Package bench holds the workloads of `pgadmit bench`: five fixed definitions (W1..W5) that
+// mirror the reference harness of the seed gateway, run by N concurrent workers against a
+// migrated database through the public ratelimit API.
+//
+// Every run draws a random run id and puts it in every scope key it touches, so runs never
+// disturb each other, or a database's other data.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Defaults of Config.
+const (
+	DefaultWorkers   = 16
+	DefaultDuration  = 5 * time.Second
+	ExactnessSeconds = 2 // W4 (each of its two parts) and W5 run this long, whatever Duration says
+)
+
+// Config says how to run the workloads.
+type Config struct {
+	// Workers is the number of concurrent workers, each with its own connection.
+	Workers int
+	// Duration is how long W1, W2 and W3 run.
+	Duration time.Duration
+	// ExactnessDuration is how long W4 (each part) and W5 run; zero means ExactnessSeconds.
+	ExactnessDuration time.Duration
+	// Only lists the workload codes to run ("W1", "W4"...); empty runs all five.
+	Only []string
+	// RunID goes into every scope key; empty draws a random one.
+	RunID string
+}
+
+// Workload describes one workload.
+type Workload struct {
+	Code        string // W1..W5
+	Name        string // starts with Code, e.g. "W1 window, many keys"
+	Description string
+}
+
+// Workloads returns the five workloads, in order.
+func Workloads() []Workload {
+	return []Workload{
+		{"W1", "W1 window, many keys", "reserve one window limit (requests, 60 s, limit never reached) on a key chosen at random from 10,000, then commit"},
+		{"W2", "W2 gateway request", "reserve requests/min and tokens/min (estimate 500) on api_key:K (K of 1,000) and a concurrent limit of 1,000 on model:M (M of 5); commit actual tokens 420, which releases the lease"},
+		{"W3", "W3 hot key", "W1 on one key"},
+		{"W4", "W4 exactness", "one key with a limit of 100 in a window that cannot roll over, all workers reserve: exactly 100 admitted; then a concurrent limit of 10 with leases never released: exactly 10"},
+		{"W5", "W5 opposite orders", "two window limits, half the workers list them in one order and half in the other; reserve and commit: no deadlock error (SQLSTATE 40P01)"},
+	}
+}
+
+// ParseOnly parses a comma-separated list of workload codes (case-insensitive), such as
+// "W1,w4", into canonical codes, refusing unknown ones.
+func ParseOnly(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	known := map[string]bool{}
+	for _, w := range Workloads() {
+		known[w.Code] = true
+	}
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		code := strings.ToUpper(strings.TrimSpace(part))
+		if !known[code] {
+			return nil, fmt.Errorf("unknown workload %q: want W1, W2, W3, W4 or W5", strings.TrimSpace(part))
+		}
+		if !slices.Contains(out, code) {
+			out = append(out, code)
+		}
+	}
+	return out, nil
+}
+
+// Check is one exactness condition a workload verified.
+type Check struct {
+	Name string `json:"name"`
+	Want int64  `json:"want"`
+	Got  int64  `json:"got"`
+	OK   bool   `json:"ok"`
+}
+
+// Result is what one workload measured. Its JSON names are those of the reference harness.
+type Result struct {
+	Name      string  `json:"name"`
+	Workers   int     `json:"workers"`
+	Seconds   float64 `json:"seconds"`
+	Ops       int64   `json:"ops"`
+	OpsPerS   float64 `json:"ops_per_s"`
+	P50us     int64   `json:"p50_us"`
+	P99us     int64   `json:"p99_us"`
+	Admitted  int64   `json:"admitted"`
+	Rejected  int64   `json:"rejected"`
+	Errors    int64   `json:"errors"`
+	Deadlocks int64   `json:"deadlocks"`
+	// FirstError is the message of the first error, if any.
+	FirstError string  `json:"first_error,omitempty"`
+	Checks     []Check `json:"checks,omitempty"`
+	// OK is false when an error occurred or a check failed.
+	OK bool `json:"ok"`
+}
+
+// Code returns the workload code that starts the result's name.
+func (r Result) Code() string { code, _, _ := strings.Cut(r.Name, " "); return code }
+
+// NewRunID returns a random run id of 8 hex digits.
+func NewRunID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Run runs the selected workloads one after the other on pool, calling done after each, and
+// returns their results. pool must allow at least cfg.Workers connections. It stops early,
+// returning ctx's error, when ctx ends; an error of a single operation is counted, not returned.
+func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result)) ([]Result, error) {
+	if cfg.Workers < 1 {
+		return nil, fmt.Errorf("bench: need at least one worker, got %d", cfg.Workers)
+	}
+	if cfg.Duration <= 0 {
+		return nil, fmt.Errorf("bench: duration must be positive, got %s", cfg.Duration)
+	}
+	if cfg.ExactnessDuration <= 0 {
+		cfg.ExactnessDuration = ExactnessSeconds * time.Second
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = NewRunID()
+	}
+	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool), prefix: "bench-" + cfg.RunID}
+	runs := map[string]func(context.Context) (Result, error){
+		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
+	}
+	var out []Result
+	for _, w := range Workloads() {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.Code) {
+			continue
+		}
+		res, err := runs[w.Code](ctx)
+		if err != nil {
+			return out, fmt.Errorf("bench: %s: %w", w.Name, err)
+		}
+		res.Name = w.Name
+		res.OK = res.Errors == 0
+		for _, c := range res.Checks {
+			res.OK = res.OK && c.OK
+		}
+		out = append(out, res)
+		if done != nil {
+			done(res)
+		}
+	}
+	return out, nil
+}
+
+type runner struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	lim    *ratelimit.Limiter
+	prefix string
+}
+
+// Never-reached limits: far above what any benchmark can admit in a window.
+const (
+	unlimitedRequests = 1e9
+	unlimitedTokens   = 1e12
+)
+
+func (r *runner) key(format string, args ...any) string {
+	return r.prefix + "-" + fmt.Sprintf(format, args...)
+}
+
+func (r *runner) w1(ctx context.Context) (Result, error) {
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, rng *mrand.Rand) error {
+		return r.reserveCommit(ctx, []ratelimit.Limit{requestsLimit(r.key("k%d", rng.IntN(10_000)))}, nil)
+	})
+}
+
+func (r *runner) w2(ctx context.Context) (Result, error) {
+	actual := map[string]float64{ratelimit.MetricTokens: 420}
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, rng *mrand.Rand) error {
+		apiKey := ratelimit.Scope{Type: "api_key", Key: r.key("k%d", rng.IntN(1_000))}
+		model := ratelimit.Scope{Type: "model", Key: r.key("m%d", rng.IntN(5))}
+		return r.reserveCommit(ctx, []ratelimit.Limit{
+			{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
+			{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
+			{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
+		}, actual)
+	})
+}
+
+func (r *runner) w3(ctx context.Context) (Result, error) {
+	limits := []ratelimit.Limit{requestsLimit(r.key("hot"))}
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, _ *mrand.Rand) error {
+		return r.reserveCommit(ctx, limits, nil)
+	})
+}
+
+func (r *runner) w5(ctx context.Context) (Result, error) {
+	a, b := requestsLimit(r.key("w5-a")), requestsLimit(r.key("w5-b"))
+	ab, ba := []ratelimit.Limit{a, b}, []ratelimit.Limit{b, a}
+	res, err := r.measure(ctx, r.cfg.ExactnessDuration, func(ctx context.Context, worker int, _ *mrand.Rand) error {
+		if worker%2 == 0 {
+			return r.reserveCommit(ctx, ab, nil)
+		}
+		return r.reserveCommit(ctx, ba, nil)
+	})
+	res.Checks = append(res.Checks, Check{Name: "deadlock errors (SQLSTATE 40P01)", Want: 0, Got: res.Deadlocks, OK: res.Deadlocks == 0})
+	return res, err
+}
+
+// requestsLimit is W1's limit: requests in a 60 s window, never reached.
+func requestsLimit(key string) ratelimit.Limit {
+	return ratelimit.Limit{
+		Scope:  ratelimit.Scope{Type: "api_key", Key: key},
+		Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute,
+	}
+}
+
+// errCommit marks an error of Commit after an admitted Reserve: the admission counts, the
+// error too.
+type errCommit struct{ err error }
+
+func (e errCommit) Error() string { return "commit: " + e.err.Error() }
+func (e errCommit) Unwrap() error { return e.err }
+
+// reserveCommit reserves limits and commits the grant with actual amounts.
+func (r *runner) reserveCommit(ctx context.Context, limits []ratelimit.Limit, actual map[string]float64) error {
+	g, err := r.lim.Reserve(ctx, "", "", limits)
+	if err != nil {
+		return err
+	}
+	if _, err := r.lim.Commit(ctx, g, actual); err != nil {
+		return errCommit{err}
+	}
+	return nil
+}
+
+// sample is what drive measured: counts and every latency.
+type sample struct {
+	res     Result
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+// measure drives op for d and summarizes it.
+func (r *runner) measure(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
+	s, err := r.drive(ctx, d, op)
+	if err != nil {
+		return Result{}, err
+	}
+	return summarize(s), nil
+}
+
+// drive runs op in a loop on every worker for d and measures it. An op returning nil is
+// admitted; an *ExceededError is a refusal; anything else an error (and, with SQLSTATE 40P01,
+// a deadlock). Ops cut short because ctx ended are not counted.
+func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (sample, error) {
+	type tally struct {
+		ops, admitted, rejected, errors, deadlocks int64
+		firstErr                                   error
+		lat                                        []time.Duration
+	}
+	tallies := make([]tally, r.cfg.Workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for w := range r.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := &tallies[w]
+			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for ctx.Err() == nil && time.Now().Before(stop) {
+				t0 := time.Now()
+				err := op(ctx, w, rng)
+				el := time.Since(t0)
+				if ctx.Err() != nil {
+					return
+				}
+				t.ops++
+				t.lat = append(t.lat, el)
+				var commitErr errCommit
+				switch {
+				case err == nil:
+					t.admitted++
+				case errors.Is(err, ratelimit.ErrExceeded):
+					t.rejected++
+				default:
+					if errors.As(err, &commitErr) {
+						t.admitted++
+					}
+					t.errors++
+					if isDeadlock(err) {
+						t.deadlocks++
+					}
+					if t.firstErr == nil {
+						t.firstErr = err
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := sample{elapsed: time.Since(start), res: Result{Workers: r.cfg.Workers}}
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
+	for _, t := range tallies {
+		s.res.Ops += t.ops
+		s.res.Admitted += t.admitted
+		s.res.Rejected += t.rejected
+		s.res.Errors += t.errors
+		s.res.Deadlocks += t.deadlocks
+		if t.firstErr != nil && s.res.FirstError == "" {
+			s.res.FirstError = t.firstErr.Error()
+		}
+		s.lat = append(s.lat, t.lat...)
+	}
+	return s, nil
+}
+
+// summarize adds up the measured parts of a workload into its result: counts, ops/s over the
+// total time, and percentiles over every latency.
+func summarize(parts ...sample) Result {
+	var out Result
+	var lat []time.Duration
+	var elapsed time.Duration
+	for _, p := range parts {
+		out.Workers = p.res.Workers
+		out.Ops += p.res.Ops
+		out.Admitted += p.res.Admitted
+		out.Rejected += p.res.Rejected
+		out.Errors += p.res.Errors
+		out.Deadlocks += p.res.Deadlocks
+		if out.FirstError == "" {
+			out.FirstError = p.res.FirstError
+		}
+		lat = append(lat, p.lat...)
+		elapsed += p.elapsed
+	}
+	slices.Sort(lat)
+	out.Seconds = elapsed.Seconds()
+	out.P50us = percentile(lat, 50).Microseconds()
+	out.P99us = percentile(lat, 99).Microseconds()
+	if elapsed > 0 {
+		out.OpsPerS = float64(out.Ops) / elapsed.Seconds()
+	}
+	return out
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted durations.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
+	return sorted[max(rank, 1)-1]
+}
+
+// isDeadlock reports a PostgreSQL deadlock error (SQLSTATE 40P01).
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
