@@ -36,12 +36,16 @@ WITH win AS (
                unnest(@w_limit_values::numeric[])   AS limit_value,
                unnest(@w_amounts::numeric[])        AS amount
     ) AS w
-    JOIN gateway_rate_limit_counters AS c
-      ON c.scope_type = w.scope_type
-     AND c.scope_key = w.scope_key
-     AND c.metric = w.metric
-     AND c.window_seconds = w.window_seconds
-     AND c.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
+    CROSS JOIN LATERAL (
+        SELECT counter.window_start, counter.reset_at, counter.used_value, counter.reserved_value
+        FROM gateway_rate_limit_counters AS counter
+        WHERE counter.scope_type = w.scope_type
+          AND counter.scope_key = w.scope_key
+          AND counter.metric = w.metric
+          AND counter.window_seconds = w.window_seconds
+          AND counter.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
+        LIMIT 1 -- one row (primary key); also keeps the probe from being flattened into a hash join
+    ) AS c
 ),
 con AS (
     SELECT l.ord,
@@ -83,6 +87,10 @@ bumped AS (
         updated_at = now()
     FROM win, verdict
     WHERE verdict.admitted
+      -- Redundant with the join below, but lets the planner probe the primary
+      -- key for the few rows wanted instead of hashing the whole table.
+      AND c.scope_type = ANY(@w_scope_types::text[])
+      AND c.scope_key = ANY(@w_scope_keys::text[])
       AND c.scope_type = win.scope_type
       AND c.scope_key = win.scope_key
       AND c.metric = win.metric

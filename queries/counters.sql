@@ -43,24 +43,30 @@ ON CONFLICT (scope_type, scope_key, metric, window_seconds, window_start) DO NOT
 -- name: CounterLockWindows :exec
 -- Row-locks the current-window counters of an admission, in primary-key
 -- order (the lock order), so that the next statement of the same transaction
--- decides on values that nobody else can change until it commits.
+-- decides on values that nobody else can change until it commits. The
+-- requested keys are sorted first and each row is locked by its own probe
+-- (LATERAL), so locks are taken in that order.
 -- Locks: FOR UPDATE on each counter row, sorted.
 -- Index: gateway_rate_limit_counters_pkey (one probe per limit).
 SELECT c.scope_type
-FROM gateway_rate_limit_counters AS c
-JOIN (
+FROM (
     SELECT unnest(@scope_types::text[])       AS scope_type,
            unnest(@scope_keys::text[])        AS scope_key,
            unnest(@metrics::text[])           AS metric,
            unnest(@window_seconds::integer[]) AS window_seconds
+    ORDER BY 1, 2, 3, 4
 ) AS w
-  ON c.scope_type = w.scope_type
- AND c.scope_key = w.scope_key
- AND c.metric = w.metric
- AND c.window_seconds = w.window_seconds
- AND c.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
-ORDER BY c.scope_type, c.scope_key, c.metric, c.window_seconds, c.window_start
-FOR UPDATE OF c;
+CROSS JOIN LATERAL (
+    SELECT counter.scope_type
+    FROM gateway_rate_limit_counters AS counter
+    WHERE counter.scope_type = w.scope_type
+      AND counter.scope_key = w.scope_key
+      AND counter.metric = w.metric
+      AND counter.window_seconds = w.window_seconds
+      AND counter.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
+    LIMIT 1 -- one row (primary key); also keeps the probe from being flattened into a hash join
+    FOR UPDATE
+) AS c;
 
 -- name: CounterCheckWindows :many
 -- Non-consuming preflight: the usage of the current window of each limit, in
@@ -84,12 +90,16 @@ FROM (
 CROSS JOIN LATERAL (
     SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
 ) AS b
-LEFT JOIN gateway_rate_limit_counters AS c
-  ON c.scope_type = w.scope_type
- AND c.scope_key = w.scope_key
- AND c.metric = w.metric
- AND c.window_seconds = w.window_seconds
- AND c.window_start = b.window_start
+LEFT JOIN LATERAL (
+    SELECT counter.used_value, counter.reserved_value
+    FROM gateway_rate_limit_counters AS counter
+    WHERE counter.scope_type = w.scope_type
+      AND counter.scope_key = w.scope_key
+      AND counter.metric = w.metric
+      AND counter.window_seconds = w.window_seconds
+      AND counter.window_start = b.window_start
+    LIMIT 1 -- one row (primary key); also keeps the probe from being flattened into a hash join
+) AS c ON true
 ORDER BY w.ord;
 
 -- name: CounterLockForReservations :exec

@@ -1,0 +1,101 @@
+-- Synthetic data for tests that need realistic table sizes (the index-use
+-- test). Not for production databases.
+
+-- name: FixtureFill :exec
+-- Fills every table with @rows rows of realistic shape: most tasks finished,
+-- a few running with a live execution lease, most reservations committed,
+-- most leases released, many past windows per scope. Amounts balance, so
+-- the books stay correct.
+-- Locks: row locks on the inserted rows only.
+-- Index: the inserts maintain every index; no reads.
+WITH tasks AS (
+    INSERT INTO gateway_tasks (
+        status, async_mode, kind, attempt_count, last_event_seq, execution_lease_expires_at,
+        finished_at, created_at
+    )
+    SELECT CASE WHEN g % 50 = 0 THEN 'running' WHEN g % 50 = 1 THEN 'queued' ELSE 'succeeded' END,
+           g % 2 = 0,
+           'fixture',
+           1,
+           1,
+           CASE WHEN g % 50 = 0 THEN now() + interval '1 hour' END,
+           CASE WHEN g % 50 > 1 THEN now() - interval '2 days' END,
+           now() - interval '2 days'
+    FROM generate_series(1, @rows::integer) AS g
+    RETURNING id, status
+),
+attempts AS (
+    INSERT INTO gateway_task_attempts (task_id, attempt_no, status, finished_at)
+    SELECT id, 1,
+           CASE WHEN status = 'running' THEN 'running' ELSE 'succeeded' END,
+           CASE WHEN status = 'running' THEN NULL ELSE now() - interval '2 days' END
+    FROM tasks
+    WHERE status <> 'queued'
+    RETURNING id
+),
+events AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status)
+    SELECT id, 1, 'task.queued', 'queued'
+    FROM tasks
+    RETURNING id
+),
+admissions AS (
+    INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value)
+    SELECT id, 'fixture_queue', 'q' || (row_number() OVER () % 100)::text, 1000000
+    FROM tasks
+    WHERE status IN ('queued', 'running')
+    RETURNING task_id
+),
+windows AS (
+    SELECT g,
+           'fixture_key'                                              AS scope_type,
+           'k' || (g % 100)::text                                     AS scope_key,
+           date_bin(interval '60 seconds', now(), timestamptz 'epoch') - (g / 100) * interval '60 seconds' AS window_start
+    FROM generate_series(1, @rows::integer) AS g
+),
+counters AS (
+    INSERT INTO gateway_rate_limit_counters (
+        scope_type, scope_key, metric, window_seconds, window_start, reset_at, limit_value, used_value
+    )
+    SELECT scope_type, scope_key, 'tokens', 60, window_start, window_start + interval '60 seconds', 1000000, 420
+    FROM windows
+    RETURNING scope_type
+),
+reservations AS (
+    INSERT INTO gateway_rate_limit_reservations (
+        scope_type, scope_key, metric, window_seconds, window_start, limit_value, reserved_amount,
+        actual_amount, status, finalized_at
+    )
+    SELECT scope_type, scope_key, 'tokens', 60, window_start, 1000000, 500, 420, 'committed', now() - interval '2 days'
+    FROM windows
+    RETURNING id
+)
+INSERT INTO gateway_concurrency_leases (scope_type, scope_key, lease_value, limit_value, expires_at, released_at)
+SELECT 'fixture_model', 'm' || (g % 10)::text, 1, 1000000,
+       now() - interval '2 days',
+       now() - interval '2 days'
+FROM generate_series(1, @rows::integer) AS g;
+
+-- name: TablesAnalyze :exec
+-- Refreshes planner statistics of every pgadmit table (after a bulk fill).
+-- Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
+-- Index: none.
+ANALYZE gateway_tasks, gateway_task_attempts, gateway_task_events, gateway_task_admissions,
+    gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases;
+
+-- name: TableScansInTransaction :many
+-- How the statements run so far in the current transaction read each
+-- pgadmit table: sequential scans of the table, and scans of its indexes
+-- (the functions behind pg_stat_xact_user_tables).
+-- Locks: none.
+-- Index: pg_class_relname_nsp_index (catalog).
+SELECT t.relname::text                                         AS table_name,
+       pg_stat_get_xact_numscans(t.oid)::bigint                AS seq_scans,
+       coalesce((SELECT sum(pg_stat_get_xact_numscans(i.indexrelid))
+                 FROM pg_catalog.pg_index AS i
+                 WHERE i.indrelid = t.oid), 0)::bigint         AS index_scans
+FROM pg_catalog.pg_class AS t
+WHERE t.relkind = 'r'
+  AND t.relnamespace = current_schema()::regnamespace
+  AND t.relname::text LIKE 'gateway\_%'
+ORDER BY t.relname;
