@@ -155,6 +155,100 @@ func (q *Queries) InspectLeases(ctx context.Context, db DBTX, arg InspectLeasesP
 	return items, nil
 }
 
+const InspectTasksByOutcome = `-- name: InspectTasksByOutcome :many
+SELECT t.status,
+       coalesce(t.error_code, '')::text AS error_code,
+       count(*)::bigint                 AS tasks
+FROM gateway_tasks AS t
+WHERE t.id = ANY($1::uuid[])
+GROUP BY t.status, t.error_code
+ORDER BY tasks DESC, t.status, error_code
+`
+
+type InspectTasksByOutcomeRow struct {
+	Status    string
+	ErrorCode string
+	Tasks     int64
+}
+
+// Counts a set of tasks by status and error code (a NULL error code as the
+// empty string), most frequent first: the demo's summary of how its
+// requests ended.
+// Locks: none (plain MVCC read).
+// Index: gateway_tasks_pkey (one probe per id).
+func (q *Queries) InspectTasksByOutcome(ctx context.Context, db DBTX, taskIds []pgtype.UUID) ([]InspectTasksByOutcomeRow, error) {
+	rows, err := db.Query(ctx, InspectTasksByOutcome, taskIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InspectTasksByOutcomeRow{}
+	for rows.Next() {
+		var i InspectTasksByOutcomeRow
+		if err := rows.Scan(&i.Status, &i.ErrorCode, &i.Tasks); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const InspectTasksHolding = `-- name: InspectTasksHolding :one
+SELECT (SELECT count(*)
+        FROM gateway_tasks AS t
+        WHERE t.id = ANY($1::uuid[])
+          AND t.status IN ('queued', 'running'))::bigint                    AS unfinished_tasks,
+       (SELECT count(*)
+        FROM gateway_tasks AS t
+        WHERE t.id = ANY($1::uuid[])
+          AND t.status = 'running'
+          AND t.execution_lease_expires_at <= now())::bigint                AS expired_tasks,
+       (SELECT count(*)
+        FROM gateway_rate_limit_reservations AS r
+        WHERE r.task_id = ANY($1::uuid[])
+          AND r.status = 'reserved')::bigint                                AS open_reservations,
+       (SELECT count(*)
+        FROM gateway_concurrency_leases AS l
+        WHERE l.task_id = ANY($1::uuid[])
+          AND l.released_at IS NULL)::bigint                                AS unreleased_leases,
+       (SELECT count(*)
+        FROM gateway_concurrency_leases AS l
+        WHERE l.task_id = ANY($1::uuid[])
+          AND l.released_at IS NULL
+          AND l.expires_at > now())::bigint                                 AS live_leases
+`
+
+type InspectTasksHoldingRow struct {
+	UnfinishedTasks  int64
+	ExpiredTasks     int64
+	OpenReservations int64
+	UnreleasedLeases int64
+	LiveLeases       int64
+}
+
+// What a set of tasks still holds: how many are unfinished (and how many of
+// those are running on an expired execution lease, i.e. await recovery),
+// their open reservations and their unreleased and live concurrency leases.
+// The demo watches a killed instance's tasks with it.
+// Locks: none (plain MVCC read).
+// Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx;
+// gateway_concurrency_leases_live_task_idx.
+func (q *Queries) InspectTasksHolding(ctx context.Context, db DBTX, taskIds []pgtype.UUID) (InspectTasksHoldingRow, error) {
+	row := db.QueryRow(ctx, InspectTasksHolding, taskIds)
+	var i InspectTasksHoldingRow
+	err := row.Scan(
+		&i.UnfinishedTasks,
+		&i.ExpiredTasks,
+		&i.OpenReservations,
+		&i.UnreleasedLeases,
+		&i.LiveLeases,
+	)
+	return i, err
+}
+
 const InspectWindows = `-- name: InspectWindows :many
 
 SELECT c.scope_type,

@@ -77,3 +77,48 @@ WHERE sqlc.narg('scope_type')::text IS NULL
 GROUP BY a.scope_type, a.scope_key
 ORDER BY a.scope_type, a.scope_key
 LIMIT @max_rows::integer;
+
+-- name: InspectTasksHolding :one
+-- What a set of tasks still holds: how many are unfinished (and how many of
+-- those are running on an expired execution lease, i.e. await recovery),
+-- their open reservations and their unreleased and live concurrency leases.
+-- The demo watches a killed instance's tasks with it.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx;
+-- gateway_concurrency_leases_live_task_idx.
+SELECT (SELECT count(*)
+        FROM gateway_tasks AS t
+        WHERE t.id = ANY(@task_ids::uuid[])
+          AND t.status IN ('queued', 'running'))::bigint                    AS unfinished_tasks,
+       (SELECT count(*)
+        FROM gateway_tasks AS t
+        WHERE t.id = ANY(@task_ids::uuid[])
+          AND t.status = 'running'
+          AND t.execution_lease_expires_at <= now())::bigint                AS expired_tasks,
+       (SELECT count(*)
+        FROM gateway_rate_limit_reservations AS r
+        WHERE r.task_id = ANY(@task_ids::uuid[])
+          AND r.status = 'reserved')::bigint                                AS open_reservations,
+       (SELECT count(*)
+        FROM gateway_concurrency_leases AS l
+        WHERE l.task_id = ANY(@task_ids::uuid[])
+          AND l.released_at IS NULL)::bigint                                AS unreleased_leases,
+       (SELECT count(*)
+        FROM gateway_concurrency_leases AS l
+        WHERE l.task_id = ANY(@task_ids::uuid[])
+          AND l.released_at IS NULL
+          AND l.expires_at > now())::bigint                                 AS live_leases;
+
+-- name: InspectTasksByOutcome :many
+-- Counts a set of tasks by status and error code (a NULL error code as the
+-- empty string), most frequent first: the demo's summary of how its
+-- requests ended.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_tasks_pkey (one probe per id).
+SELECT t.status,
+       coalesce(t.error_code, '')::text AS error_code,
+       count(*)::bigint                 AS tasks
+FROM gateway_tasks AS t
+WHERE t.id = ANY(@task_ids::uuid[])
+GROUP BY t.status, t.error_code
+ORDER BY tasks DESC, t.status, error_code;
