@@ -14,7 +14,7 @@ export CGO_ENABLED := 1
 SQLC := cd tools && $(GO) tool sqlc -f ../sqlc.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help generate check-generated vet lint-sql sqlc-vet test bench demo build ci
+.PHONY: help generate check-generated vet lint-sql sqlc-vet test query-coverage fuzz bench demo build ci
 
 help: ## list the targets
 	@echo "usage: make TARGET"
@@ -50,8 +50,15 @@ sqlc-vet: ## sqlc vet (rule sqlc/db-prepare) against a freshly migrated database
 test: ## the test suite, as README says: go test -race -count=1 ./...
 	$(GO) test -race -count=1 ./...
 
-bench: ## benchmarks (no tests)
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+query-coverage: ## fail when a generated query method runs in no test
+	bash .ci/query-coverage
+
+FUZZTIME ?= 20s
+fuzz: ## fuzz Reserve's input validation against a real database (FUZZTIME=20s)
+	$(GO) test -run '^$$' -fuzz '^FuzzReserveInput$$' -fuzztime $(FUZZTIME) ./ratelimit/
+
+bench: ## the workloads W1-W5 side by side (pgadmit bench; see README)
+	$(GO) run ./cmd/pgadmit bench
 
 demo: ## run the demo
 	$(GO) run ./cmd/pgadmit demo
