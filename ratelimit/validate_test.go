@@ -51,7 +51,7 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"fractional window", "", "", with(func(l *ratelimit.Limit) { l.Window = 1500 * time.Millisecond }), "Limits[1].Window"},
 		{"absurd window", "", "", with(func(l *ratelimit.Limit) { l.Window = 400 * 24 * time.Hour }), "Limits[1].Window"},
 		{"negative lease TTL", "", "", with(func(l *ratelimit.Limit) { l.Metric, l.LeaseTTL = ratelimit.MetricConcurrent, -time.Second }), "Limits[1].LeaseTTL"},
-		{"absurd lease TTL", "", "", with(func(l *ratelimit.Limit) { l.Metric, l.LeaseTTL = ratelimit.MetricConcurrent, 48 * time.Hour }), "Limits[1].LeaseTTL"},
+		{"absurd lease TTL", "", "", with(func(l *ratelimit.Limit) { l.Metric, l.LeaseTTL = ratelimit.MetricConcurrent, 48*time.Hour }), "Limits[1].LeaseTTL"},
 		{"duplicate limit", "", "", append(with(func(*ratelimit.Limit) {}), valid()), "Limits[2]"},
 		{"too many limits", "", "", make([]ratelimit.Limit, ratelimit.MaxLimitsPerCall+1), "Limits"},
 		{"malformed task id", "not-a-uuid", "", with(func(*ratelimit.Limit) {}), "TaskID"},
