@@ -3,3 +3,24 @@
 //   sqlc v1.31.1
 
 package db
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// One execution attempt of a task (one claim). Reservations and leases can be attached to it.
+type GatewayTaskAttempt struct {
+	ID     pgtype.UUID
+	TaskID pgtype.UUID
+	// 1-based attempt number within the task.
+	AttemptNo int32
+	Status    string
+	// Whether the failure may succeed on another attempt.
+	Retryable    bool
+	ErrorCode    pgtype.Text
+	ErrorMessage pgtype.Text
+	StartedAt    time.Time
+	FinishedAt   *time.Time
+}

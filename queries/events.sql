@@ -1,0 +1,57 @@
+-- Events: gateway_task_events, the append-only log of a task.
+--
+-- Sequence numbers come from gateway_tasks.last_event_seq, incremented by an
+-- UPDATE whose row lock serializes the appends of one task: each append gets
+-- the next number, with no gap and no repeat, whatever the concurrency (the
+-- reference used MAX(seq) + 1, which two appenders can both read). The
+-- unique (task_id, seq) constraint backs this up.
+
+-- name: EventAppend :one
+-- Appends one event to a task with the next sequence number. No row for an
+-- unknown task.
+-- Locks: FOR NO KEY UPDATE on the task row until the transaction ends
+-- (serializes appends to one task; other tasks are not affected).
+-- Index: gateway_tasks_pkey; gateway_task_events_task_seq_key (insert).
+WITH allocated AS (
+    UPDATE gateway_tasks AS t
+    SET last_event_seq = t.last_event_seq + 1
+    WHERE t.id = @task_id::uuid
+    RETURNING t.id, t.last_event_seq
+)
+INSERT INTO gateway_task_events (
+    task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id
+)
+SELECT allocated.id,
+       allocated.last_event_seq,
+       @event_type::text,
+       sqlc.narg('status')::text,
+       sqlc.narg('phase')::text,
+       @progress::numeric,
+       sqlc.narg('message')::text,
+       @payload::jsonb,
+       @simulated::boolean,
+       sqlc.narg('platform_id')::text
+FROM allocated
+RETURNING seq, created_at;
+
+-- name: EventListByTask :many
+-- The events of one task after a given sequence number, in order, at most
+-- @max_rows of them.
+-- Locks: none (MVCC read).
+-- Index: gateway_task_events_task_seq_key (range scan on task_id, seq).
+SELECT e.task_id,
+       e.seq,
+       e.event_type,
+       e.status,
+       e.phase,
+       e.progress,
+       e.message,
+       e.payload,
+       e.simulated,
+       e.platform_id,
+       e.created_at
+FROM gateway_task_events AS e
+WHERE e.task_id = @task_id::uuid
+  AND e.seq > @after_seq::integer
+ORDER BY e.seq
+LIMIT @max_rows::integer;

@@ -1,0 +1,107 @@
+-- Operations and fault injection: statements for tests, drills and
+-- operators. The ratelimit package never runs them. The Ops*Corrupt*
+-- statements deliberately break the books, so that tests can check that the
+-- doctor names each kind of damage; never run them on a real database.
+
+-- name: OpsBackendPid :one
+-- The process id of the server backend running this session (to terminate
+-- it from another session).
+-- Locks: none.
+-- Index: none.
+SELECT pg_backend_pid()::integer AS pid;
+
+-- name: OpsTerminateBackend :one
+-- Terminates another session's backend, as a crash of the network or of
+-- the server process would: its open transaction is rolled back and its
+-- client gets an admin_shutdown (57P01) error.
+-- Locks: none (signals the backend).
+-- Index: none.
+SELECT pg_terminate_backend(@pid::integer)::boolean AS terminated;
+
+-- name: OpsBackendsWaitingOnLock :many
+-- Backends of the current database that are waiting for a lock (heavyweight
+-- row, tuple, transaction or advisory lock), so a test can act while a
+-- statement is blocked mid-flight.
+-- Locks: none.
+-- Index: none (pg_stat_activity is an in-memory view).
+SELECT a.pid::integer AS pid
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.wait_event_type = 'Lock'
+  AND a.pid <> pg_backend_pid()
+ORDER BY a.pid;
+
+-- name: OpsNow :one
+-- The database's clock, for tests that wait for a lease or window to end.
+-- Locks: none.
+-- Index: none.
+SELECT clock_timestamp()::timestamptz AS now;
+
+-- name: OpsStateSummary :one
+-- Totals of the live state and of the books, for tests and drills. Full
+-- scans: small databases only.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scans).
+SELECT (SELECT count(*) FROM gateway_tasks WHERE status = 'queued')::bigint                 AS tasks_queued,
+       (SELECT count(*) FROM gateway_tasks WHERE status = 'running')::bigint                AS tasks_running,
+       (SELECT count(*) FROM gateway_tasks WHERE status = 'succeeded')::bigint              AS tasks_succeeded,
+       (SELECT count(*) FROM gateway_tasks WHERE status = 'failed')::bigint                 AS tasks_failed,
+       (SELECT count(*) FROM gateway_tasks WHERE status = 'cancelled')::bigint              AS tasks_cancelled,
+       (SELECT count(*) FROM gateway_task_attempts WHERE status = 'running')::bigint        AS attempts_running,
+       (SELECT count(*) FROM gateway_task_admissions)::bigint                               AS admissions,
+       (SELECT count(*) FROM gateway_rate_limit_reservations WHERE status = 'reserved')::bigint  AS reservations_open,
+       (SELECT count(*) FROM gateway_rate_limit_reservations WHERE status = 'committed')::bigint AS reservations_committed,
+       (SELECT count(*) FROM gateway_rate_limit_reservations WHERE status = 'released')::bigint  AS reservations_released,
+       (SELECT count(*) FROM gateway_concurrency_leases WHERE released_at IS NULL)::bigint  AS leases_unreleased,
+       (SELECT count(*) FROM gateway_concurrency_leases
+        WHERE released_at IS NULL AND expires_at > now())::bigint                           AS leases_live,
+       (SELECT coalesce(sum(reserved_value), 0) FROM gateway_rate_limit_counters)::numeric  AS counters_reserved,
+       (SELECT coalesce(sum(used_value), 0) FROM gateway_rate_limit_counters)::numeric      AS counters_used;
+
+-- name: OpsUsedByScopeMetric :many
+-- used_value and reserved_value summed over every window, per scope and
+-- metric: what the counters hold in total.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scan).
+SELECT c.scope_type,
+       c.scope_key,
+       c.metric,
+       sum(c.used_value)::numeric     AS used_value,
+       sum(c.reserved_value)::numeric AS reserved_value
+FROM gateway_rate_limit_counters AS c
+GROUP BY c.scope_type, c.scope_key, c.metric
+ORDER BY c.scope_type, c.scope_key, c.metric;
+
+-- name: OpsCounterCorruptAdd :execrows
+-- Fault injection: adds to the used and reserved values of every window of
+-- one scope and metric, without touching the reservation ledger.
+-- Locks: row locks on those counters.
+-- Index: gateway_rate_limit_counters_pkey (scope prefix).
+UPDATE gateway_rate_limit_counters
+SET reserved_value = reserved_value + @reserved_delta::numeric,
+    used_value = used_value + @used_delta::numeric
+WHERE scope_type = @scope_type::text
+  AND scope_key = @scope_key::text
+  AND metric = @metric::text;
+
+-- name: OpsCounterCorruptDelete :execrows
+-- Fault injection: deletes every window of one scope and metric, leaving
+-- its reservations without a counter.
+-- Locks: row locks on those counters.
+-- Index: gateway_rate_limit_counters_pkey (scope prefix).
+DELETE FROM gateway_rate_limit_counters
+WHERE scope_type = @scope_type::text
+  AND scope_key = @scope_key::text
+  AND metric = @metric::text;
+
+-- name: OpsTaskCorruptStatus :execrows
+-- Fault injection: sets a task's status (and finished_at for a final one)
+-- without any of the cleanup that finishing does, as a buggy or foreign
+-- writer would.
+-- Locks: FOR NO KEY UPDATE on the task row.
+-- Index: gateway_tasks_pkey.
+UPDATE gateway_tasks
+SET status = @status::text,
+    finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'cancelled') THEN now() END,
+    updated_at = now()
+WHERE id = @task_id::uuid;

@@ -1,0 +1,241 @@
+-- Recovery: gives back the capacity that dead processes still hold.
+--
+-- Recover runs these in bounded batches, each batch its own short
+-- transaction that leaves the books correct on its own, behind a session
+-- advisory lock so that one process at a time does the work. Statements
+-- that settle reservations follow the lock order of counters.sql: the
+-- batch locks the counter rows first (CounterLockForReservations), then task
+-- rows, then attempts, leases, admissions and events.
+
+-- name: RecoveryLockTry :one
+-- Single flight across processes: tries to take the session-level advisory
+-- lock of recovery without waiting. Held by the connection until
+-- RecoveryUnlock (or until the connection ends).
+-- Locks: pg_try_advisory_lock on hashtextextended('pgadmit/recovery', 0).
+-- Index: none.
+SELECT pg_try_advisory_lock(hashtextextended('pgadmit/recovery', 0))::boolean AS acquired;
+
+-- name: RecoveryUnlock :one
+-- Releases the session-level advisory lock taken by RecoveryLockTry.
+-- Locks: releases it.
+-- Index: none.
+SELECT pg_advisory_unlock(hashtextextended('pgadmit/recovery', 0))::boolean AS released;
+
+-- name: RecoveryTaskFindExpired :many
+-- A batch of running tasks whose execution lease expired, oldest expiry
+-- first, each with the ids of its open reservations (whose counters the
+-- batch locks next). Read only: RecoveryTaskReclaim re-checks every
+-- condition under the task row's lock.
+-- Locks: none (MVCC read).
+-- Index: gateway_tasks_lease_expiry_idx (partial: running, by lease expiry);
+-- gateway_rate_limit_reservations_open_task_idx.
+SELECT t.id,
+       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+                 FROM gateway_rate_limit_reservations AS r
+                 WHERE r.task_id = t.id
+                   AND r.status = 'reserved'), '{}')::uuid[] AS open_reservation_ids
+FROM gateway_tasks AS t
+WHERE t.status = 'running'
+  AND t.execution_lease_expires_at <= now()
+ORDER BY t.execution_lease_expires_at, t.id
+LIMIT @batch_size::integer;
+
+-- name: RecoveryTaskReclaim :many
+-- Takes back the given running tasks whose execution lease (still) expired:
+-- an async task that has been requeued fewer than @max_requeues times is
+-- requeued (requeue_count + 1, due now, task.queued event) and keeps its
+-- queue admissions; an async task past the cap is failed for good
+-- (requeue_limit_exceeded, task.failed event); a sync task is failed
+-- (server_restarted, task.failed event: its caller is gone). For each, the
+-- running attempt fails (execution_lease_expired) and unreleased leases are
+-- released; a failed task's admissions are deleted. Returns one row per
+-- reclaimed task with what was done to it. A task that was finished or
+-- heartbeated since RecoveryTaskFindExpired is left alone.
+-- Run after CounterLockForReservations of the tasks' open reservations.
+-- Locks: FOR NO KEY UPDATE on each task row; row locks on their running
+-- attempts, unreleased leases and admissions.
+-- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
+-- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
+WITH reclaimed AS (
+    UPDATE gateway_tasks AS t
+    SET status = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
+                      THEN 'queued' ELSE 'failed' END,
+        requeue_count = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
+                             THEN t.requeue_count + 1 ELSE t.requeue_count END,
+        error = NULL,
+        error_code = CASE WHEN NOT t.async_mode THEN 'server_restarted'
+                          WHEN t.requeue_count < @max_requeues::integer THEN NULL
+                          ELSE 'requeue_limit_exceeded' END,
+        error_message = CASE WHEN NOT t.async_mode THEN 'task interrupted by service restart'
+                             WHEN t.requeue_count < @max_requeues::integer THEN NULL
+                             ELSE 'execution lease expired ' || (t.requeue_count + 1)::text
+                                  || ' times; requeued ' || t.requeue_count::text
+                                  || ' times, the limit' END,
+        remote_task_payload = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
+                                   THEN t.remote_task_payload ELSE '{}'::jsonb END,
+        locked_by = NULL,
+        locked_at = NULL,
+        heartbeat_at = NULL,
+        execution_token = NULL,
+        execution_lease_expires_at = NULL,
+        next_run_at = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
+                           THEN now() ELSE t.next_run_at END,
+        finished_at = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
+                           THEN NULL ELSE now() END,
+        last_event_seq = t.last_event_seq + 1,
+        updated_at = now()
+    WHERE t.id = ANY(@task_ids::uuid[])
+      AND t.status = 'running'
+      AND t.execution_lease_expires_at <= now()
+    RETURNING t.id, t.async_mode, t.status, t.error_code, t.error_message, t.requeue_count,
+              t.attempt_count, t.last_event_seq
+),
+attempts AS (
+    UPDATE gateway_task_attempts AS a
+    SET status = 'failed',
+        retryable = true,
+        error_code = 'execution_lease_expired',
+        error_message = 'attempt execution lease expired',
+        finished_at = now()
+    FROM reclaimed
+    WHERE a.task_id = reclaimed.id
+      AND a.status = 'running'
+    RETURNING a.task_id
+),
+leases AS (
+    UPDATE gateway_concurrency_leases AS l
+    SET released_at = now(),
+        reason = 'execution_lease_expired'
+    FROM reclaimed
+    WHERE l.task_id = reclaimed.id
+      AND l.released_at IS NULL
+    RETURNING l.task_id
+),
+admissions AS (
+    DELETE FROM gateway_task_admissions AS a
+    USING reclaimed
+    WHERE a.task_id = reclaimed.id
+      AND reclaimed.status = 'failed'
+    RETURNING a.task_id
+),
+events AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload)
+    SELECT reclaimed.id,
+           reclaimed.last_event_seq,
+           'task.' || reclaimed.status,
+           reclaimed.status,
+           reclaimed.error_message,
+           jsonb_strip_nulls(jsonb_build_object(
+               'reason', 'execution_lease_expired',
+               'error_code', reclaimed.error_code,
+               'attempt_no', reclaimed.attempt_count,
+               'requeue_count', reclaimed.requeue_count))
+    FROM reclaimed
+    RETURNING task_id
+)
+SELECT reclaimed.id,
+       reclaimed.async_mode,
+       reclaimed.status,
+       coalesce(reclaimed.error_code, '')::text                                          AS error_code,
+       (SELECT count(*) FROM attempts WHERE attempts.task_id = reclaimed.id)::integer     AS failed_attempts,
+       (SELECT count(*) FROM leases WHERE leases.task_id = reclaimed.id)::integer         AS released_leases,
+       (SELECT count(*) FROM admissions WHERE admissions.task_id = reclaimed.id)::integer AS deleted_admissions
+FROM reclaimed
+ORDER BY reclaimed.id;
+
+-- name: RecoveryReservationFindForFinishedTasks :many
+-- A batch of open reservations whose task is finished (a worker finished it
+-- without settling, or reserved after finishing). The batch then locks
+-- their counters and releases them with ReservationSettle.
+-- Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+-- Index: gateway_rate_limit_reservations_open_task_idx (partial: open);
+-- gateway_tasks_pkey.
+SELECT r.id
+FROM gateway_rate_limit_reservations AS r
+JOIN gateway_tasks AS t ON t.id = r.task_id
+WHERE r.status = 'reserved'
+  AND t.status IN ('succeeded', 'failed', 'cancelled')
+ORDER BY r.id
+LIMIT @batch_size::integer;
+
+-- name: RecoveryLeaseReleaseExpired :execrows
+-- Marks a batch of expired, unreleased leases released (reason expired).
+-- They no longer counted; this closes them in the books. Leases another
+-- transaction holds right now are skipped.
+-- Locks: row locks on the released leases (SKIP LOCKED).
+-- Index: gateway_concurrency_leases_live_expiry_idx (partial: unreleased).
+UPDATE gateway_concurrency_leases AS l
+SET released_at = now(),
+    reason = 'expired'
+WHERE l.id IN (
+    SELECT x.id
+    FROM gateway_concurrency_leases AS x
+    WHERE x.released_at IS NULL
+      AND x.expires_at <= now()
+    ORDER BY x.expires_at
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+)
+  AND l.released_at IS NULL;
+
+-- name: RecoveryLeaseReleaseForFinishedTasks :execrows
+-- Releases a batch of unreleased leases whose task is finished (reason
+-- task_finished): a finished task holds no slot.
+-- Locks: row locks on the released leases (SKIP LOCKED); tasks only read.
+-- Index: gateway_concurrency_leases_live_task_idx (partial: unreleased);
+-- gateway_tasks_pkey.
+UPDATE gateway_concurrency_leases AS l
+SET released_at = now(),
+    reason = 'task_finished'
+WHERE l.id IN (
+    SELECT x.id
+    FROM gateway_concurrency_leases AS x
+    JOIN gateway_tasks AS t ON t.id = x.task_id
+    WHERE x.released_at IS NULL
+      AND t.status IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY x.id
+    LIMIT @batch_size::integer
+    FOR UPDATE OF x SKIP LOCKED
+)
+  AND l.released_at IS NULL;
+
+-- name: RecoveryAttemptFailForFinishedTasks :execrows
+-- Fails a batch of attempts still marked running although their task is
+-- finished (task_finished).
+-- Locks: row locks on the updated attempts (SKIP LOCKED); tasks only read.
+-- Index: gateway_task_attempts_running_idx (partial: running);
+-- gateway_tasks_pkey.
+UPDATE gateway_task_attempts AS a
+SET status = 'failed',
+    retryable = false,
+    error_code = 'task_finished',
+    error_message = 'task finished while the attempt was still marked running',
+    finished_at = now()
+WHERE a.id IN (
+    SELECT x.id
+    FROM gateway_task_attempts AS x
+    JOIN gateway_tasks AS t ON t.id = x.task_id
+    WHERE x.status = 'running'
+      AND t.status IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY x.id
+    LIMIT @batch_size::integer
+    FOR UPDATE OF x SKIP LOCKED
+)
+  AND a.status = 'running';
+
+-- name: RecoveryAdmissionDeleteForFinishedTasks :execrows
+-- Deletes a batch of queue admissions whose task is finished, so their
+-- queue places count again.
+-- Locks: row locks on the deleted admissions (SKIP LOCKED); tasks only read.
+-- Index: gateway_task_admissions_pkey (every admission is live state, so
+-- the table stays small); gateway_tasks_pkey.
+DELETE FROM gateway_task_admissions AS a
+WHERE (a.task_id, a.scope_type, a.scope_key) IN (
+    SELECT x.task_id, x.scope_type, x.scope_key
+    FROM gateway_task_admissions AS x
+    JOIN gateway_tasks AS t ON t.id = x.task_id
+    WHERE t.status IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY x.task_id, x.scope_type, x.scope_key
+    LIMIT @batch_size::integer
+    FOR UPDATE OF x SKIP LOCKED
+);

@@ -1,0 +1,349 @@
+-- Tasks: gateway_tasks, with the attempt, event and admission rows that each
+-- lifecycle step writes in the same statement.
+--
+-- Life of a task: queued -> running -> succeeded | failed | cancelled.
+-- An async task is created queued and claimed by a worker (TaskClaimNext); a
+-- sync task is created already running (its caller runs it at once), so no
+-- sync task ever sits queued without an owner. A running task carries an
+-- execution token (fencing) and an execution lease; recovery reclaims a task
+-- whose lease expired (recovery.sql).
+--
+-- Lock order (counters.sql): a transaction that also settles reservations
+-- locks their counter rows before it touches a task row. Task rows are only
+-- locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
+-- conflict with the FOR KEY SHARE that inserting a reservation, lease or
+-- attempt takes on its task: admissions never wait for a lifecycle step.
+
+-- name: TaskCreate :one
+-- Creates a task together with its queue admissions, all or nothing: the
+-- task is inserted only when every queue scope holds fewer admissions than
+-- its limit. A sync task (async_mode false) is created running, with its
+-- first attempt, execution token and lease; an async task is created queued.
+-- Either way the task's first event (seq 1) records it. Returns one row: the
+-- verdict, the admitted count of each queue scope before this task (input
+-- order), and the new task's columns (NULL when refused).
+-- Run after TaskAdmissionLockScopes in the same transaction (exact counts).
+-- Locks: inserts only (FK share lock on the new task row).
+-- Index: gateway_task_admissions_scope_idx (count per scope).
+WITH queue AS (
+    SELECT q.ord,
+           q.scope_type,
+           q.scope_key,
+           q.limit_value,
+           (SELECT count(*)
+            FROM gateway_task_admissions AS a
+            WHERE a.scope_type = q.scope_type
+              AND a.scope_key = q.scope_key) AS admitted
+    FROM (
+        SELECT generate_subscripts(@scope_types::text[], 1) AS ord,
+               unnest(@scope_types::text[])     AS scope_type,
+               unnest(@scope_keys::text[])      AS scope_key,
+               unnest(@limit_values::numeric[]) AS limit_value
+    ) AS q
+),
+verdict AS (
+    SELECT NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
+),
+created AS (
+    INSERT INTO gateway_tasks (
+        status, async_mode, kind, payload, locked_by, locked_at, heartbeat_at,
+        execution_token, execution_lease_expires_at, attempt_count, last_event_seq
+    )
+    SELECT CASE WHEN @async_mode::boolean THEN 'queued' ELSE 'running' END,
+           @async_mode::boolean,
+           @kind::text,
+           @payload::jsonb,
+           CASE WHEN @async_mode::boolean THEN NULL ELSE @worker::text END,
+           CASE WHEN @async_mode::boolean THEN NULL ELSE now() END,
+           CASE WHEN @async_mode::boolean THEN NULL ELSE now() END,
+           CASE WHEN @async_mode::boolean THEN NULL ELSE gen_random_uuid() END,
+           CASE WHEN @async_mode::boolean THEN NULL
+                ELSE now() + make_interval(secs => @lease_seconds::integer) END,
+           CASE WHEN @async_mode::boolean THEN 0 ELSE 1 END,
+           1
+    FROM verdict
+    WHERE verdict.admitted
+    RETURNING id, status, payload, execution_token, execution_lease_expires_at, attempt_count,
+              next_run_at, created_at
+),
+attempt AS (
+    INSERT INTO gateway_task_attempts (task_id, attempt_no)
+    SELECT created.id, created.attempt_count
+    FROM created
+    WHERE created.attempt_count > 0
+    RETURNING id, task_id
+),
+admission AS (
+    INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value)
+    SELECT created.id, queue.scope_type, queue.scope_key, queue.limit_value
+    FROM created
+    CROSS JOIN queue
+    RETURNING task_id
+),
+event AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload)
+    SELECT created.id,
+           1,
+           'task.' || created.status,
+           created.status,
+           jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue))
+    FROM created
+    RETURNING task_id
+)
+SELECT verdict.admitted::boolean                                                  AS admitted,
+       coalesce((SELECT array_agg(queue.admitted ORDER BY queue.ord) FROM queue),
+                '{}')::bigint[]                                                   AS queue_admitted,
+       created.id                                                                 AS task_id,
+       created.status                                                             AS status,
+       created.payload                                                            AS payload,
+       created.execution_token                                                    AS execution_token,
+       created.execution_lease_expires_at                                         AS lease_expires_at,
+       created.next_run_at                                                        AS next_run_at,
+       created.created_at                                                         AS created_at,
+       attempt.id                                                                 AS attempt_id
+FROM verdict
+LEFT JOIN created ON true
+LEFT JOIN attempt ON attempt.task_id = created.id;
+
+-- name: TaskClaimNext :one
+-- Claims the next due queued async task for a worker: oldest next_run_at
+-- first, skipping tasks another worker is claiming right now. Sets it
+-- running with a new execution token and lease, counts the attempt, inserts
+-- the attempt row and a task.running event. No row when nothing is due.
+-- Locks: FOR NO KEY UPDATE SKIP LOCKED on the claimed task row only.
+-- Index: gateway_tasks_runnable_idx (partial: queued async, by next_run_at).
+WITH next AS (
+    SELECT t.id
+    FROM gateway_tasks AS t
+    WHERE t.status = 'queued'
+      AND t.async_mode
+      AND t.next_run_at <= now()
+    ORDER BY t.next_run_at, t.created_at
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE gateway_tasks AS t
+    SET status = 'running',
+        locked_by = @worker::text,
+        locked_at = now(),
+        heartbeat_at = now(),
+        execution_token = gen_random_uuid(),
+        execution_lease_expires_at = now() + make_interval(secs => @lease_seconds::integer),
+        attempt_count = t.attempt_count + 1,
+        last_event_seq = t.last_event_seq + 1,
+        updated_at = now()
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
+              t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
+              t.attempt_count, t.requeue_count, t.last_event_seq, t.next_run_at,
+              t.created_at, t.updated_at, t.finished_at
+),
+attempt AS (
+    INSERT INTO gateway_task_attempts (task_id, attempt_no)
+    SELECT claimed.id, claimed.attempt_count
+    FROM claimed
+    RETURNING id, task_id
+),
+event AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload)
+    SELECT claimed.id,
+           claimed.last_event_seq,
+           'task.running',
+           'running',
+           jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by)
+    FROM claimed
+    RETURNING task_id
+)
+SELECT claimed.id,
+       claimed.status,
+       claimed.async_mode,
+       claimed.kind,
+       claimed.payload,
+       claimed.error,
+       claimed.error_code,
+       claimed.error_message,
+       claimed.locked_by,
+       claimed.execution_token,
+       claimed.execution_lease_expires_at,
+       claimed.attempt_count,
+       claimed.requeue_count,
+       claimed.last_event_seq,
+       claimed.next_run_at,
+       claimed.created_at,
+       claimed.updated_at,
+       claimed.finished_at,
+       attempt.id AS attempt_id
+FROM claimed
+JOIN attempt ON attempt.task_id = claimed.id;
+
+-- name: TaskGet :one
+-- One task, with the id of its running attempt (NULL when none runs).
+-- Locks: none (MVCC read).
+-- Index: gateway_tasks_pkey; gateway_task_attempts_task_id_attempt_no_key.
+SELECT t.id,
+       t.status,
+       t.async_mode,
+       t.kind,
+       t.payload,
+       t.error,
+       t.error_code,
+       t.error_message,
+       t.locked_by,
+       t.execution_token,
+       t.execution_lease_expires_at,
+       t.attempt_count,
+       t.requeue_count,
+       t.last_event_seq,
+       t.next_run_at,
+       t.created_at,
+       t.updated_at,
+       t.finished_at,
+       (SELECT a.id
+        FROM gateway_task_attempts AS a
+        WHERE a.task_id = t.id
+          AND a.attempt_no = t.attempt_count
+          AND a.status = 'running') AS attempt_id
+FROM gateway_tasks AS t
+WHERE t.id = @task_id::uuid;
+
+-- name: TaskHeartbeat :one
+-- Extends the execution lease of a running task to now() + ttl, fenced by
+-- the execution token. A claim stays valid until someone takes the task
+-- away (recovery reclaims only under this row's lock), so a heartbeat that
+-- arrives after the lease expired but before recovery still succeeds.
+-- Returns the task's status and whether the token matched as they were when
+-- the statement started, and the new expiry (NULL when not renewed). No row
+-- for an unknown task.
+-- Locks: FOR NO KEY UPDATE on the task row (the UPDATE).
+-- Index: gateway_tasks_pkey.
+WITH beat AS (
+    UPDATE gateway_tasks AS t
+    SET heartbeat_at = now(),
+        execution_lease_expires_at = now() + make_interval(secs => @lease_seconds::integer),
+        updated_at = now()
+    WHERE t.id = @task_id::uuid
+      AND t.status = 'running'
+      AND t.execution_token = @token::uuid
+    RETURNING t.id, t.execution_lease_expires_at
+)
+SELECT cur.status,
+       (cur.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
+       beat.execution_lease_expires_at                                  AS renewed_until
+FROM gateway_tasks AS cur
+LEFT JOIN beat ON beat.id = cur.id
+WHERE cur.id = @task_id::uuid;
+
+-- name: TaskFinishPlan :one
+-- First step of finishing a task: checks the fence without locking and
+-- lists the task's open reservations, whose counters the finishing batch
+-- must lock first (lock order). No row for an unknown task.
+-- Locks: none (MVCC read).
+-- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx.
+SELECT t.status,
+       (t.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
+       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+                 FROM gateway_rate_limit_reservations AS r
+                 WHERE r.task_id = t.id
+                   AND r.status = 'reserved'), '{}')::uuid[]          AS open_reservation_ids
+FROM gateway_tasks AS t
+WHERE t.id = @task_id::uuid;
+
+-- name: TaskFinish :one
+-- Finishes a running task as succeeded, failed or cancelled, fenced by its
+-- execution token: sets the final status and error, finishes the running
+-- attempt with the same status, releases the task's unreleased concurrency
+-- leases (reason task_finished), deletes its queue admissions and appends
+-- the final event (task.completed, task.failed or task.cancelled). No row
+-- when the token is stale or the task is not running; then nothing changes.
+-- Open reservations are settled by ReservationSettle in the same batch,
+-- after CounterLockForReservations (lock order: counters, then this row).
+-- Locks: FOR NO KEY UPDATE on the task row; row locks on its running
+-- attempt, its unreleased leases and its admission rows.
+-- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
+-- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
+WITH finished AS (
+    UPDATE gateway_tasks AS t
+    SET status = @status::text,
+        error = sqlc.narg('error')::jsonb,
+        error_code = sqlc.narg('error_code')::text,
+        error_message = sqlc.narg('error_message')::text,
+        execution_token = NULL,
+        execution_lease_expires_at = NULL,
+        heartbeat_at = now(),
+        finished_at = now(),
+        last_event_seq = t.last_event_seq + 1,
+        updated_at = now()
+    WHERE t.id = @task_id::uuid
+      AND t.status = 'running'
+      AND t.execution_token = @token::uuid
+    RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
+              t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
+              t.attempt_count, t.requeue_count, t.last_event_seq, t.next_run_at,
+              t.created_at, t.updated_at, t.finished_at
+),
+attempt AS (
+    UPDATE gateway_task_attempts AS a
+    SET status = finished.status,
+        retryable = @retryable::boolean,
+        error_code = finished.error_code,
+        error_message = finished.error_message,
+        finished_at = now()
+    FROM finished
+    WHERE a.task_id = finished.id
+      AND a.status = 'running'
+    RETURNING a.id
+),
+released AS (
+    UPDATE gateway_concurrency_leases AS l
+    SET released_at = now(),
+        reason = 'task_finished'
+    FROM finished
+    WHERE l.task_id = finished.id
+      AND l.released_at IS NULL
+    RETURNING l.id
+),
+dropped AS (
+    DELETE FROM gateway_task_admissions AS a
+    USING finished
+    WHERE a.task_id = finished.id
+    RETURNING a.task_id
+),
+event AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload)
+    SELECT finished.id,
+           finished.last_event_seq,
+           CASE finished.status
+               WHEN 'succeeded' THEN 'task.completed'
+               WHEN 'failed' THEN 'task.failed'
+               ELSE 'task.cancelled'
+           END,
+           finished.status,
+           finished.error_message,
+           jsonb_strip_nulls(jsonb_build_object('error_code', finished.error_code))
+    FROM finished
+    RETURNING task_id
+)
+SELECT finished.id,
+       finished.status,
+       finished.async_mode,
+       finished.kind,
+       finished.payload,
+       finished.error,
+       finished.error_code,
+       finished.error_message,
+       finished.locked_by,
+       finished.execution_token,
+       finished.execution_lease_expires_at,
+       finished.attempt_count,
+       finished.requeue_count,
+       finished.last_event_seq,
+       finished.next_run_at,
+       finished.created_at,
+       finished.updated_at,
+       finished.finished_at,
+       (SELECT count(*) FROM attempt)::integer  AS finished_attempts,
+       (SELECT count(*) FROM released)::integer AS released_leases,
+       (SELECT count(*) FROM dropped)::integer  AS deleted_admissions
+FROM finished;
