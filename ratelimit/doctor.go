@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// ProblemKind names one kind of inconsistency Doctor finds.
+type ProblemKind string
+
+// The kinds of problems Doctor reports.
+const (
+	// ProblemCounterReserved: a counter's reserved value is not the sum of
+	// its open reservations (Expected is that sum, Actual the counter's).
+	ProblemCounterReserved ProblemKind = "counter_reserved_mismatch"
+	// ProblemCounterUsed: a counter's used value is not the sum of its
+	// committed reservations' actual amounts.
+	ProblemCounterUsed ProblemKind = "counter_used_mismatch"
+	// ProblemReservationWithoutCounter: an open reservation whose counter
+	// row is gone; its amount is held nowhere.
+	ProblemReservationWithoutCounter ProblemKind = "open_reservation_without_counter"
+	// ProblemReservationOfFinishedTask: a finished task still holds an open
+	// reservation (Recover releases it).
+	ProblemReservationOfFinishedTask ProblemKind = "open_reservation_of_finished_task"
+	// ProblemLeaseOfFinishedTask: a finished task still holds a live
+	// concurrency lease (Recover releases it).
+	ProblemLeaseOfFinishedTask ProblemKind = "live_lease_of_finished_task"
+	// ProblemAdmissionOfFinishedTask: a finished task still takes a queue
+	// place (Recover deletes it).
+	ProblemAdmissionOfFinishedTask ProblemKind = "admission_of_finished_task"
+	// ProblemAttemptOfFinishedTask: a finished task has an attempt still
+	// marked running (Recover fails it).
+	ProblemAttemptOfFinishedTask ProblemKind = "running_attempt_of_finished_task"
+)
+
+// DoctorMaxProblems is the most problems one report lists; Report.Truncated
+// says when there were more.
+const DoctorMaxProblems = 1000
+
+// Report is what Doctor found.
+type Report struct {
+	// CheckedAt is the database's clock when the books were read (all checks
+	// read one snapshot).
+	CheckedAt time.Time
+	Problems  []Problem
+	// Truncated is true when more than DoctorMaxProblems problems exist.
+	Truncated bool
+}
+
+// OK reports whether the books balance.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+func (r Report) String() string {
+	if r.OK() {
+		return "doctor: the books balance"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "doctor: %d problem(s)", len(r.Problems))
+	if r.Truncated {
+		b.WriteString(" (truncated)")
+	}
+	for _, p := range r.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Problem is one inconsistency. Fields that do not apply to its Kind are
+// zero.
+type Problem struct {
+	Kind      ProblemKind
+	ScopeType string
+	ScopeKey  string
+	Metric    string
+	// Window and WindowStart identify a counter window.
+	Window      time.Duration
+	WindowStart time.Time
+	TaskID      string
+	TaskStatus  string
+	// RowID is the reservation, lease or attempt at fault.
+	RowID    string
+	Expected float64
+	Actual   float64
+}
+
+func (p Problem) String() string {
+	var where []string
+	if p.ScopeType != "" {
+		where = append(where, fmt.Sprintf("%s:%s %s", p.ScopeType, p.ScopeKey, p.Metric))
+	}
+	if p.Window > 0 {
+		where = append(where, fmt.Sprintf("window %s from %s", p.Window, p.WindowStart.UTC().Format(time.RFC3339)))
+	}
+	if p.TaskID != "" {
+		where = append(where, fmt.Sprintf("task %s (%s)", p.TaskID, p.TaskStatus))
+	}
+	if p.RowID != "" {
+		where = append(where, "row "+p.RowID)
+	}
+	return fmt.Sprintf("%s: %s: expected %g, actual %g", p.Kind, strings.Join(where, ", "), p.Expected, p.Actual)
+}
+
+// Doctor checks the books in one statement (one snapshot of a live
+// database): for every counter, reserved equals the sum of its open
+// reservations and used the sum of its committed actual amounts; no open
+// reservation lacks its counter; and no finished task still holds an open
+// reservation, a live lease, a queue admission or a running attempt (after
+// Recover has run, there should be none). It writes nothing. Full scans of
+// the counters and the reservation ledger: an operator's tool, not for a
+// hot path.
+func (l *Limiter) Doctor(ctx context.Context) (Report, error) {
+	rows, err := l.queries.DoctorCheck(ctx, l.conn, DoctorMaxProblems+1)
+	if err != nil {
+		return Report{}, wrapDBError("doctor", err)
+	}
+	var r Report
+	if len(rows) == 0 {
+		if r.CheckedAt, err = l.queries.DoctorNow(ctx, l.conn); err != nil {
+			return Report{}, wrapDBError("doctor", err)
+		}
+		return r, nil
+	}
+	if len(rows) > DoctorMaxProblems {
+		rows, r.Truncated = rows[:DoctorMaxProblems], true
+	}
+	r.CheckedAt = rows[0].CheckedAt
+	r.Problems = make([]Problem, len(rows))
+	for i, row := range rows {
+		r.Problems[i] = problemFromRow(row)
+	}
+	return r, nil
+}
+
+func problemFromRow(row db.DoctorCheckRow) Problem {
+	p := Problem{
+		Kind: ProblemKind(row.Kind), ScopeType: row.ScopeType, ScopeKey: row.ScopeKey, Metric: row.Metric,
+		TaskID: idString(row.TaskID), TaskStatus: row.TaskStatus.String, RowID: idString(row.RowID),
+		Expected: row.Expected, Actual: row.Actual,
+	}
+	if row.WindowSeconds > 0 {
+		p.Window = time.Duration(row.WindowSeconds) * time.Second
+		p.WindowStart = row.WindowStart
+	}
+	return p
+}

@@ -1,0 +1,159 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// queueLimit is a queue_size limit of n tasks on queue:key.
+func queueLimit(key string, n float64) ratelimit.Limit {
+	return ratelimit.Limit{Scope: ratelimit.Scope{Type: "queue", Key: key}, Metric: ratelimit.MetricQueueSize, Limit: n}
+}
+
+// createAsync creates an async task, failing the test on error.
+func createAsync(t *testing.T, l *ratelimit.Limiter, queues ...ratelimit.Limit) ratelimit.Task {
+	t.Helper()
+	task, err := l.CreateTask(context.Background(), ratelimit.TaskSpec{Async: true, Kind: "test", QueueLimits: queues})
+	if err != nil {
+		t.Fatalf("CreateTask(async): %v", err)
+	}
+	return task
+}
+
+// startSync creates a sync task, running, with the given execution lease.
+func startSync(t *testing.T, l *ratelimit.Limiter, ttl time.Duration, queues ...ratelimit.Limit) ratelimit.Task {
+	t.Helper()
+	task, err := l.CreateTask(context.Background(), ratelimit.TaskSpec{Kind: "test", Worker: "w-sync", LeaseTTL: ttl, QueueLimits: queues})
+	if err != nil {
+		t.Fatalf("CreateTask(sync): %v", err)
+	}
+	return task
+}
+
+// claim claims the next task, failing the test when there is none.
+func claim(t *testing.T, l *ratelimit.Limiter, worker string, ttl time.Duration) ratelimit.Task {
+	t.Helper()
+	task, err := l.ClaimTask(context.Background(), worker, ttl)
+	if err != nil {
+		t.Fatalf("ClaimTask(%s): %v", worker, err)
+	}
+	return task
+}
+
+// summary reads the totals of the live state and the books.
+func summary(t *testing.T, conn db.DBTX) db.OpsStateSummaryRow {
+	t.Helper()
+	s, err := queries.OpsStateSummary(context.Background(), conn)
+	if err != nil {
+		t.Fatalf("OpsStateSummary: %v", err)
+	}
+	return s
+}
+
+// dbNow reads the database's clock.
+func dbNow(t *testing.T, conn db.DBTX) time.Time {
+	t.Helper()
+	now, err := queries.OpsNow(context.Background(), conn)
+	if err != nil {
+		t.Fatalf("OpsNow: %v", err)
+	}
+	return now
+}
+
+// waitPast polls the database's clock until it is past at (leases and
+// windows are judged on that clock, not the test's).
+func waitPast(t *testing.T, conn db.DBTX, at time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !dbNow(t, conn).After(at) {
+		if time.Now().After(deadline) {
+			t.Fatalf("database clock never passed %s", at)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// eventTypes lists the types of a task's events, in order, checking that
+// their sequence numbers are 1..n.
+func eventTypes(t *testing.T, l *ratelimit.Limiter, taskID string) []string {
+	t.Helper()
+	events, err := l.TaskEvents(context.Background(), taskID)
+	if err != nil {
+		t.Fatalf("TaskEvents: %v", err)
+	}
+	types := make([]string, len(events))
+	for i, e := range events {
+		if e.Seq != i+1 {
+			t.Fatalf("event %d of task %s has seq %d", i, taskID, e.Seq)
+		}
+		types[i] = e.Type
+	}
+	return types
+}
+
+// attemptStates lists "status/error_code" of a task's attempts, in order.
+func attemptStates(t *testing.T, l *ratelimit.Limiter, taskID string) []string {
+	t.Helper()
+	attempts, err := l.TaskAttempts(context.Background(), taskID)
+	if err != nil {
+		t.Fatalf("TaskAttempts: %v", err)
+	}
+	states := make([]string, len(attempts))
+	for i, a := range attempts {
+		if a.Number != i+1 {
+			t.Fatalf("attempt %d of task %s has number %d", i, taskID, a.Number)
+		}
+		states[i] = a.Status + "/" + a.ErrorCode
+	}
+	return states
+}
+
+// getTask reads a task.
+func getTask(t *testing.T, l *ratelimit.Limiter, id string) ratelimit.Task {
+	t.Helper()
+	task, err := l.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatalf("GetTask(%s): %v", id, err)
+	}
+	return task
+}
+
+// assertDoctorOK fails the test with the report when the books do not
+// balance.
+func assertDoctorOK(t *testing.T, l *ratelimit.Limiter) {
+	t.Helper()
+	report, err := l.Doctor(context.Background())
+	if err != nil {
+		t.Fatalf("Doctor: %v", err)
+	}
+	if !report.OK() {
+		t.Fatalf("%s", report)
+	}
+}
+
+// asStale returns err as a *StaleTokenError, failing the test otherwise.
+func asStale(t *testing.T, err error) *ratelimit.StaleTokenError {
+	t.Helper()
+	var stale *ratelimit.StaleTokenError
+	if !errors.As(err, &stale) || !errors.Is(err, ratelimit.ErrStaleToken) {
+		t.Fatalf("error %v is not a *StaleTokenError", err)
+	}
+	return stale
+}
+
+// mustUUID parses an id for a generated query's parameter.
+func mustUUID(t *testing.T, s string) pgtype.UUID {
+	t.Helper()
+	var u pgtype.UUID
+	if err := u.Scan(s); err != nil {
+		t.Fatalf("parse uuid %q: %v", s, err)
+	}
+	return u
+}
