@@ -54,6 +54,7 @@ type options struct {
 	recoveryBatchSize int
 	maxRequeues       int
 	pruneBatchSize    int
+	pruneEvents       bool
 }
 
 func defaultOptions() options {

@@ -1,0 +1,156 @@
+package ratelimit_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// TestDoctorNamesEachKindOfDamage breaks the books in one way per subtest,
+// through the fault-injection statements of queries/ops.sql, and checks that
+// the doctor reports exactly that damage, and what Recover can repair.
+func TestDoctorNamesEachKindOfDamage(t *testing.T) {
+	t.Parallel()
+	type damage struct {
+		// corrupt breaks a fresh database and returns the one problem the
+		// doctor must report.
+		corrupt func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem
+		// repaired is what Recover gives back afterwards; zero when recovery
+		// cannot repair this kind (the problem must then remain).
+		repaired ratelimit.RecoveryResult
+	}
+	ctx := context.Background()
+	reserve := func(t *testing.T, l *ratelimit.Limiter, taskID string, limit ratelimit.Limit) ratelimit.Grant {
+		t.Helper()
+		g, err := l.Reserve(ctx, taskID, "", []ratelimit.Limit{limit})
+		if err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		return g
+	}
+	finishBehindTheBack := func(t *testing.T, conn db.DBTX, taskID string) {
+		t.Helper()
+		n, err := queries.OpsTaskCorruptStatus(ctx, conn, db.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, taskID), Status: ratelimit.TaskFailed})
+		if err != nil || n != 1 {
+			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
+		}
+	}
+	counterProblem := func(kind ratelimit.ProblemKind, r ratelimit.Reservation, expected, actual float64) ratelimit.Problem {
+		return ratelimit.Problem{
+			Kind: kind, ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric,
+			Window: r.Window, WindowStart: r.WindowStart, Expected: expected, Actual: actual,
+		}
+	}
+
+	cases := map[ratelimit.ProblemKind]damage{
+		ratelimit.ProblemCounterReserved: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
+			corruptCounter(t, conn, g.Reservations[0], 5, 0)
+			return counterProblem(ratelimit.ProblemCounterReserved, g.Reservations[0], 500, 505)
+		}},
+		ratelimit.ProblemCounterUsed: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
+			if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 300}); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			corruptCounter(t, conn, g.Reservations[0], 0, -100)
+			return counterProblem(ratelimit.ProblemCounterUsed, g.Reservations[0], 300, 200)
+		}},
+		ratelimit.ProblemReservationWithoutCounter: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
+			r := g.Reservations[0]
+			n, err := queries.OpsCounterCorruptDelete(ctx, conn, db.OpsCounterCorruptDeleteParams{ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric})
+			if err != nil || n != 1 {
+				t.Fatalf("OpsCounterCorruptDelete = %d, %v", n, err)
+			}
+			p := counterProblem(ratelimit.ProblemReservationWithoutCounter, r, 0, 500)
+			p.RowID = r.ID
+			return p
+		}},
+		ratelimit.ProblemReservationOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			task := createAsync(t, l)
+			g := reserve(t, l, task.ID, window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
+			finishBehindTheBack(t, conn, task.ID)
+			p := counterProblem(ratelimit.ProblemReservationOfFinishedTask, g.Reservations[0], 0, 500)
+			p.TaskID, p.TaskStatus, p.RowID = task.ID, ratelimit.TaskFailed, g.Reservations[0].ID
+			return p
+		}, repaired: ratelimit.RecoveryResult{ReleasedRateReservations: 1}},
+		ratelimit.ProblemLeaseOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			task := createAsync(t, l)
+			g := reserve(t, l, task.ID, concurrent("model", "m", 3))
+			finishBehindTheBack(t, conn, task.ID)
+			return ratelimit.Problem{
+				Kind: ratelimit.ProblemLeaseOfFinishedTask, ScopeType: "model", ScopeKey: "m", Metric: ratelimit.MetricConcurrent,
+				TaskID: task.ID, TaskStatus: ratelimit.TaskFailed, RowID: g.Leases[0].ID, Expected: 0, Actual: 1,
+			}
+		}, repaired: ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1}},
+		ratelimit.ProblemAdmissionOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			task := createAsync(t, l, queueLimit("q", 5))
+			finishBehindTheBack(t, conn, task.ID)
+			return ratelimit.Problem{
+				Kind: ratelimit.ProblemAdmissionOfFinishedTask, ScopeType: "queue", ScopeKey: "q", Metric: ratelimit.MetricQueueSize,
+				TaskID: task.ID, TaskStatus: ratelimit.TaskFailed, Expected: 0, Actual: 1,
+			}
+		}, repaired: ratelimit.RecoveryResult{CleanedTaskAdmissions: 1}},
+		ratelimit.ProblemAttemptOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+			createAsync(t, l)
+			task := claim(t, l, "w", time.Hour)
+			finishBehindTheBack(t, conn, task.ID)
+			return ratelimit.Problem{
+				Kind: ratelimit.ProblemAttemptOfFinishedTask, TaskID: task.ID, TaskStatus: ratelimit.TaskFailed,
+				RowID: task.AttemptID, Expected: 0, Actual: 1,
+			}
+		}, repaired: ratelimit.RecoveryResult{FailedAttempts: 1}},
+	}
+	for kind, tc := range cases {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			l, pool := setup(t)
+			assertDoctorOK(t, l)
+			want := tc.corrupt(t, l, pool)
+
+			report, err := l.Doctor(ctx)
+			if err != nil {
+				t.Fatalf("Doctor: %v", err)
+			}
+			if report.OK() || report.Truncated || report.CheckedAt.IsZero() {
+				t.Fatalf("report = %+v", report)
+			}
+			if diff := cmp.Diff([]ratelimit.Problem{want}, report.Problems); diff != "" {
+				t.Fatalf("problems (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(report.String(), string(kind)) {
+				t.Fatalf("report text does not name %s:\n%s", kind, report)
+			}
+
+			recoverOnce(t, l, tc.repaired)
+			after, err := l.Doctor(ctx)
+			if err != nil {
+				t.Fatalf("Doctor after Recover: %v", err)
+			}
+			if tc.repaired.Zero() {
+				if diff := cmp.Diff([]ratelimit.Problem{want}, after.Problems); diff != "" {
+					t.Fatalf("recovery cannot repair %s, yet the problems changed (-want +got):\n%s", kind, diff)
+				}
+			} else if !after.OK() {
+				t.Fatalf("after Recover: %s", after)
+			}
+		})
+	}
+}
+
+func corruptCounter(t *testing.T, conn db.DBTX, r ratelimit.Reservation, reserved, used float64) {
+	t.Helper()
+	n, err := queries.OpsCounterCorruptAdd(context.Background(), conn, db.OpsCounterCorruptAddParams{
+		ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric, ReservedDelta: reserved, UsedDelta: used,
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("OpsCounterCorruptAdd = %d, %v", n, err)
+	}
+}

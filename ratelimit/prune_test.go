@@ -1,0 +1,142 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// TestPruneDeletesHistoryNeverLiveState builds, within a second, history
+// that ends quickly (1 s windows, 1 s leases, a finished task) next to live
+// state (an open reservation, a window that lasts a year, a live lease, a
+// running task), waits for the database clock to pass the history's end by
+// the retention, and prunes in batches of one row.
+func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithPruneBatchSize(1))
+	withEvents := ratelimit.New(pool, ratelimit.WithPruneBatchSize(1), ratelimit.WithPruneEvents(true))
+	reserve := func(taskID string, limits ...ratelimit.Limit) ratelimit.Grant {
+		t.Helper()
+		g, err := l.Reserve(ctx, taskID, "", limits)
+		if err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		return g
+	}
+	short := func(key string, amount float64) ratelimit.Limit {
+		w := window("api_key", key, ratelimit.MetricRequests, 100, amount)
+		w.Window = time.Second
+		return w
+	}
+	lease := func(key string, ttl time.Duration) ratelimit.Limit {
+		c := concurrent("model", key, 10)
+		c.LeaseTTL = ttl
+		return c
+	}
+	yearly := window("api_key", "long", ratelimit.MetricTokens, 1e9, 10)
+	yearly.Window = ratelimit.MaxWindow
+
+	running := startSync(t, l, time.Hour)
+	// A: a committed 1 s window (history), a yearly window committed but still
+	// live, and a lease released by the commit (history).
+	a := reserve(running.ID, short("A", 1), yearly, lease("M", time.Second))
+	if _, err := l.Commit(ctx, a, map[string]float64{ratelimit.MetricTokens: 7}); err != nil {
+		t.Fatalf("Commit(A): %v", err)
+	}
+	// B: one 1 s window holding an open reservation (live: the window is kept)
+	// and a committed one (kept with its counter), plus a lease that lapses
+	// unreleased (history).
+	var b1 ratelimit.Grant
+	retries := int64(0)
+	for ; ; retries++ {
+		key := uniqueKey("B")
+		b1 = reserve(running.ID, short(key, 1), lease("M", time.Second))
+		b2 := reserve(running.ID, short(key, 2))
+		if b1.Reservations[0].WindowStart.Equal(b2.Reservations[0].WindowStart) {
+			if _, err := l.Commit(ctx, b2, nil); err != nil {
+				t.Fatalf("Commit(B2): %v", err)
+			}
+			break
+		}
+		if retries == 5 {
+			t.Fatalf("two reservations never landed in one 1 s window")
+		}
+		if _, err := l.Release(ctx, b1, "retry"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if _, err := l.Release(ctx, b2, "retry"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	// C: a released 1 s window (history).
+	c := reserve(running.ID, short("C", 1))
+	if _, err := l.Release(ctx, c, "client_gone"); err != nil {
+		t.Fatalf("Release(C): %v", err)
+	}
+	// A live lease, and a finished task whose events are history.
+	reserve(running.ID, lease("M2", time.Hour))
+	done := startSync(t, l, 0)
+	finished, err := l.FinishTask(ctx, done.ID, done.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+	if err != nil {
+		t.Fatalf("FinishTask: %v", err)
+	}
+
+	const retention = time.Second
+	historyEnds := latest(a.Reservations[0].ResetAt, a.Leases[0].ExpiresAt, b1.Leases[0].ExpiresAt, b1.Reservations[0].ResetAt,
+		c.Reservations[0].ResetAt, finished.Task.FinishedAt)
+	waitPast(t, pool, historyEnds.Add(retention))
+
+	ignoreCutoff := cmpopts.IgnoreFields(ratelimit.PruneResult{}, "Cutoff")
+	got, err := l.Prune(ctx, retention)
+	if err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	// A retry of B above (its two reservations straddled a window boundary)
+	// left two released reservations in two 1 s windows and a released lease.
+	want := ratelimit.PruneResult{
+		Counters:     2 + 2*retries, // A's and C's 1 s windows
+		Reservations: 2 + 2*retries, // A's committed 1 s one, C's released one
+		Leases:       2 + retries,   // A's, released by the commit; B's, lapsed unreleased
+	}
+	if diff := cmp.Diff(want, got, ignoreCutoff); diff != "" {
+		t.Fatalf("Prune (-want +got):\n%s", diff)
+	}
+	if !got.Cutoff.After(historyEnds) {
+		t.Fatalf("cutoff %s is not after the history's end %s", got.Cutoff, historyEnds)
+	}
+
+	// Events go only when asked for; the rest is already gone.
+	got, err = withEvents.Prune(ctx, retention)
+	if err != nil {
+		t.Fatalf("Prune(WithPruneEvents): %v", err)
+	}
+	if diff := cmp.Diff(ratelimit.PruneResult{Events: 2}, got, ignoreCutoff); diff != "" { // task.running, task.completed
+		t.Fatalf("Prune(WithPruneEvents) (-want +got):\n%s", diff)
+	}
+	got, err = withEvents.Prune(ctx, retention)
+	if err != nil || !cmp.Equal(ratelimit.PruneResult{}, got, ignoreCutoff) {
+		t.Fatalf("third Prune = %+v, %v; want nothing left", got, err)
+	}
+
+	// Live state is whole: the yearly and B windows, B's open and committed
+	// reservations, the yearly committed one, the live lease, the running
+	// task's event; and the books still balance.
+	after := rowCounts(t, pool)
+	wantRows := db.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 2, Reservations: 3, Leases: 1}
+	if diff := cmp.Diff(wantRows, after); diff != "" {
+		t.Fatalf("rows after prune (-want +got):\n%s", diff)
+	}
+	if s := summary(t, pool); s.ReservationsOpen != 1 || s.LeasesLive != 1 || s.CountersReserved != 1 || s.CountersUsed != 7+2 {
+		t.Fatalf("live state after prune = %+v", s)
+	}
+	assertDoctorOK(t, l)
+}

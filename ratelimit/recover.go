@@ -1,0 +1,321 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// ErrOwnTransactions is returned by Recover and Prune on a Limiter bound to a
+// caller's transaction (WithTx, or New over a pgx.Tx): they commit work in
+// many short transactions of their own, and Recover holds a session lock.
+var ErrOwnTransactions = errors.New("ratelimit: Recover and Prune run their own short transactions; call them on a Limiter over a pool or connection, not a transaction")
+
+// Reasons recorded on what recovery releases.
+const (
+	reasonExecutionLeaseExpired = "execution_lease_expired"
+	reasonTaskFinished          = "task_finished"
+)
+
+// RecoveryResult counts what one Recover call gave back. All counts are
+// zero when there was nothing to do, and when another process was
+// recovering at the same time (Skipped).
+type RecoveryResult struct {
+	// ReleasedConcurrencyLeases: unreleased leases of reclaimed tasks, of
+	// finished tasks, and expired leases.
+	ReleasedConcurrencyLeases int64
+	// ReleasedRateReservations: open reservations of reclaimed tasks and of
+	// finished tasks, given back to their counters.
+	ReleasedRateReservations int64
+	// FailedAttempts: running attempts of reclaimed tasks
+	// (execution_lease_expired) and of finished tasks (task_finished).
+	FailedAttempts int64
+	// FailedTasks: sync tasks whose execution lease expired, failed with
+	// server_restarted.
+	FailedTasks int64
+	// RequeuedAsyncTasks: async tasks whose execution lease expired, queued
+	// again (they keep their queue places).
+	RequeuedAsyncTasks int64
+	// FailedPoisonTasks: async tasks whose execution lease expired after the
+	// maximum number of requeues (WithMaxRequeues), failed for good with
+	// requeue_limit_exceeded.
+	FailedPoisonTasks int64
+	// CleanedTaskAdmissions: queue admissions of failed or finished tasks.
+	CleanedTaskAdmissions int64
+	// Skipped is true when another process held the recovery lock: this
+	// call did nothing (the other one is doing the work).
+	Skipped bool
+}
+
+// Zero reports whether the call changed nothing.
+func (r RecoveryResult) Zero() bool {
+	r.Skipped = false
+	return r == RecoveryResult{}
+}
+
+func (r RecoveryResult) String() string {
+	if r.Skipped {
+		return "recovery skipped: another process holds the recovery lock"
+	}
+	return fmt.Sprintf("released %d leases and %d reservations; failed %d attempts; requeued %d async tasks; failed %d sync and %d poison tasks; cleaned %d admissions",
+		r.ReleasedConcurrencyLeases, r.ReleasedRateReservations, r.FailedAttempts, r.RequeuedAsyncTasks,
+		r.FailedTasks, r.FailedPoisonTasks, r.CleanedTaskAdmissions)
+}
+
+// Recover gives back the capacity that dead processes still hold, as the
+// reference's RecoverInterruptedRuntimeState does, in bounded batches:
+//
+//  1. running tasks whose execution lease expired: their open reservations
+//     are released (execution_lease_expired), their running attempt fails,
+//     their unreleased leases are released; an async task is requeued
+//     (task.queued event, requeue_count + 1, it keeps its queue places)
+//     unless it was already requeued WithMaxRequeues times, in which case
+//     it fails for good (requeue_limit_exceeded, task.failed event); a sync
+//     task fails (server_restarted, task.failed event). A failed task's
+//     queue admissions are deleted;
+//  2. open reservations of finished tasks are released (task_finished);
+//  3. expired, unreleased leases are marked released (expired);
+//  4. unreleased leases of finished tasks are released (task_finished);
+//  5. attempts still running of finished tasks fail (task_finished);
+//  6. queue admissions of finished tasks are deleted.
+//
+// Each batch (WithRecoveryBatchSize rows) is its own short transaction that
+// leaves the books correct, locking counter rows first (the lock order), so
+// recovery never holds locks long and can be interrupted at any point. It
+// is idempotent: a second run finds nothing and returns zeros.
+//
+// Single flight across processes: Recover holds a session advisory lock on
+// one connection for the whole run; a concurrent call from another process
+// or pool returns at once with Skipped set, zero counts and no error.
+//
+// Tasks without a task id (reservations and leases taken with taskID "")
+// are not recovery's: their leases lapse at expiry, their reservations
+// must be settled by the caller (they stop mattering when their window
+// ends). Not available on a Limiter bound to a transaction
+// (ErrOwnTransactions).
+func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
+	conn, done, err := l.session(ctx)
+	if err != nil {
+		return RecoveryResult{}, err
+	}
+	acquired, err := l.queries.RecoveryLockTry(ctx, conn)
+	if err != nil {
+		done(true)
+		return RecoveryResult{}, wrapDBError("recover: lock", err)
+	}
+	if !acquired {
+		done(false)
+		return RecoveryResult{Skipped: true}, nil
+	}
+	defer func() {
+		// Unlock even when ctx was cancelled; a connection that cannot
+		// unlock is closed, which releases the lock with the session.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		released, uerr := l.queries.RecoveryUnlock(uctx, conn)
+		if uerr == nil && !released {
+			uerr = errors.New("the recovery lock was not held")
+		}
+		done(uerr != nil)
+		if uerr != nil && err == nil {
+			err = wrapDBError("recover: unlock", uerr)
+		}
+	}()
+
+	batch := int32(l.opts.recoveryBatchSize)
+	steps := []struct {
+		name string
+		run  func() (more bool, err error)
+	}{
+		{"reclaim expired tasks", func() (bool, error) { return l.recoverExpiredTasks(ctx, conn, batch, &res) }},
+		{"release reservations of finished tasks", func() (bool, error) {
+			return l.recoverFinishedReservations(ctx, conn, batch, &res)
+		}},
+		{"release expired leases", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseExpired, &res.ReleasedConcurrencyLeases)},
+		{"release leases of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedTasks, &res.ReleasedConcurrencyLeases)},
+		{"fail attempts of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAttemptFailForFinishedTasks, &res.FailedAttempts)},
+		{"delete admissions of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAdmissionDeleteForFinishedTasks, &res.CleanedTaskAdmissions)},
+	}
+	for _, step := range steps {
+		for more := true; more; {
+			if err := ctx.Err(); err != nil {
+				return res, fmt.Errorf("ratelimit: recover: %s: %w", step.name, err)
+			}
+			if more, err = step.run(); err != nil {
+				return res, fmt.Errorf("ratelimit: recover: %s: %w", step.name, err)
+			}
+		}
+	}
+	return res, nil
+}
+
+// rowsStep runs one bounded single-statement batch and adds the rows it
+// changed to *count; there is more to do while batches come back full.
+func rowsStep(ctx context.Context, conn Executor, batch int32, stmt func(context.Context, db.DBTX, int32) (int64, error), count *int64) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := stmt(ctx, conn, batch)
+		if err != nil {
+			return false, err
+		}
+		*count += n
+		return n == int64(batch), nil
+	}
+}
+
+// recoverExpiredTasks reclaims one batch of running tasks whose execution
+// lease expired, in one transaction: lock the counters of their open
+// reservations, reclaim the tasks (requeue or fail, with attempts, leases,
+// admissions and events), then release the reservations of the tasks it
+// reclaimed.
+func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch int32, res *RecoveryResult) (bool, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	found, err := l.queries.RecoveryTaskFindExpired(ctx, tx, batch)
+	if err != nil || len(found) == 0 {
+		return false, err
+	}
+	taskIDs := make([]pgtype.UUID, len(found))
+	var rids []pgtype.UUID
+	owner := map[[16]byte]int{}
+	for i, f := range found {
+		taskIDs[i] = f.ID
+		for _, rid := range f.OpenReservationIds {
+			rids = append(rids, rid)
+			owner[rid.Bytes] = i
+		}
+	}
+
+	b := &pgx.Batch{}
+	if len(rids) > 0 {
+		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
+	}
+	var reclaimed []db.RecoveryTaskReclaimRow
+	queueRows(b, &reclaimed, func(r db.DBTX) {
+		_, _ = l.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(l.opts.maxRequeues)})
+	})
+	if err := runBatch(ctx, tx, b); err != nil {
+		return false, err
+	}
+
+	// Release only the reservations of tasks this batch reclaimed: a task
+	// left alone (finished or heartbeated meanwhile) keeps what it holds.
+	done := make(map[[16]byte]bool, len(reclaimed))
+	for _, r := range reclaimed {
+		done[r.ID.Bytes] = true
+	}
+	var release []pgtype.UUID
+	for _, rid := range rids {
+		if done[found[owner[rid.Bytes]].ID.Bytes] {
+			release = append(release, rid)
+		}
+	}
+	var settled []db.ReservationSettleRow
+	if len(release) > 0 {
+		settled, err = l.queries.ReservationSettle(ctx, tx, db.ReservationSettleParams{
+			ReservationIds: release, ActualAmounts: make([]float64, len(release)), Status: StatusReleased,
+			Reason: pgtype.Text{String: reasonExecutionLeaseExpired, Valid: true},
+		})
+		if err != nil {
+			return false, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, err
+	}
+
+	for _, s := range settled {
+		if s.Settled {
+			res.ReleasedRateReservations++
+		}
+	}
+	for _, r := range reclaimed {
+		res.FailedAttempts += int64(r.FailedAttempts)
+		res.ReleasedConcurrencyLeases += int64(r.ReleasedLeases)
+		res.CleanedTaskAdmissions += int64(r.DeletedAdmissions)
+		switch {
+		case r.Status == TaskQueued:
+			res.RequeuedAsyncTasks++
+		case r.AsyncMode:
+			res.FailedPoisonTasks++
+		default:
+			res.FailedTasks++
+		}
+	}
+	// A full batch means there may be more. A full batch of which nothing
+	// could be reclaimed means other processes changed those tasks under
+	// us: stop rather than spin; the next run takes what is left.
+	return len(found) == int(batch) && len(reclaimed) > 0, nil
+}
+
+// recoverFinishedReservations releases one batch of open reservations of
+// finished tasks, locking their counters first, as one implicit transaction.
+func (l *Limiter) recoverFinishedReservations(ctx context.Context, conn Executor, batch int32, res *RecoveryResult) (bool, error) {
+	ids, err := l.queries.RecoveryReservationFindForFinishedTasks(ctx, conn, batch)
+	if err != nil || len(ids) == 0 {
+		return false, err
+	}
+	b := &pgx.Batch{}
+	queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, ids) })
+	var settled []db.ReservationSettleRow
+	queueRows(b, &settled, func(r db.DBTX) {
+		_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
+			ReservationIds: ids, ActualAmounts: make([]float64, len(ids)), Status: StatusReleased,
+			Reason: pgtype.Text{String: reasonTaskFinished, Valid: true},
+		})
+	})
+	if err := runBatch(ctx, conn, b); err != nil {
+		return false, err
+	}
+	n := 0
+	for _, s := range settled {
+		if s.Settled {
+			n++
+		}
+	}
+	res.ReleasedRateReservations += int64(n)
+	return len(ids) == int(batch) && n > 0, nil
+}
+
+// session returns one connection to run a whole recovery on (it holds the
+// session lock), and a function that gives it back; broken closes it.
+func (l *Limiter) session(ctx context.Context) (Executor, func(broken bool), error) {
+	if err := l.ownTransactions(); err != nil {
+		return nil, nil, err
+	}
+	if p, ok := l.conn.(interface {
+		Acquire(context.Context) (*pgxpool.Conn, error)
+	}); ok {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			return nil, nil, wrapDBError("recover: acquire connection", err)
+		}
+		return c, func(broken bool) {
+			if broken {
+				_ = c.Hijack().Close(context.Background())
+				return
+			}
+			c.Release()
+		}, nil
+	}
+	// A single connection (*pgx.Conn): it is the session.
+	return l.conn, func(bool) {}, nil
+}
+
+// ownTransactions refuses a Limiter bound to a transaction.
+func (l *Limiter) ownTransactions() error {
+	if _, isTx := l.conn.(pgx.Tx); l.inTx || isTx {
+		return ErrOwnTransactions
+	}
+	return nil
+}

@@ -1,0 +1,359 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// recoverOnce runs Recover and compares its result with want.
+func recoverOnce(t *testing.T, l *ratelimit.Limiter, want ratelimit.RecoveryResult) {
+	t.Helper()
+	got, err := l.Recover(context.Background())
+	if err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("Recover result (-want +got):\n%s", diff)
+	}
+}
+
+func latest(times ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range times {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+func TestRecoverReclaimsExpiredTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	key := uniqueKey("k")
+	q := queueLimit("q", 10)
+	limits := func(leaseTTL time.Duration) []ratelimit.Limit {
+		c := concurrent("model", key, 10)
+		c.LeaseTTL = leaseTTL
+		return []ratelimit.Limit{
+			window("api_key", key, ratelimit.MetricRequests, 100, 1),
+			window("api_key", key, ratelimit.MetricTokens, 10000, 500),
+			c,
+		}
+	}
+
+	// A: async, claimed with a 1 s lease, holding two reservations and a
+	// 60 s concurrency lease: its worker dies.
+	createAsync(t, l, q)
+	a := claim(t, l, "dead-worker", time.Second)
+	if _, err := l.Reserve(ctx, a.ID, a.AttemptID, limits(time.Minute)); err != nil {
+		t.Fatalf("Reserve(A): %v", err)
+	}
+	// S: sync, 1 s lease, same holdings: its caller dies.
+	s := startSync(t, l, time.Second, q)
+	if _, err := l.Reserve(ctx, s.ID, s.AttemptID, limits(time.Minute)); err != nil {
+		t.Fatalf("Reserve(S): %v", err)
+	}
+	// B: async, claimed with a long lease: alive, untouched by recovery.
+	createAsync(t, l, q)
+	b := claim(t, l, "live-worker", time.Hour)
+	if _, err := l.Reserve(ctx, b.ID, b.AttemptID, limits(time.Minute)); err != nil {
+		t.Fatalf("Reserve(B): %v", err)
+	}
+	// C: queued, never claimed: untouched.
+	c := createAsync(t, l, q)
+	// A task-less admission whose lease lapses: recovery closes the lease;
+	// its reservations are the caller's to settle.
+	loose, err := l.Reserve(ctx, "", "", limits(time.Second))
+	if err != nil {
+		t.Fatalf("Reserve(task-less): %v", err)
+	}
+
+	waitPast(t, pool, latest(a.LeaseExpiresAt, s.LeaseExpiresAt, loose.Leases[0].ExpiresAt))
+	recoverOnce(t, l, ratelimit.RecoveryResult{
+		ReleasedConcurrencyLeases: 3, // A's and S's (execution lease expired) + the task-less expired one
+		ReleasedRateReservations:  4, // A's two and S's two
+		FailedAttempts:            2,
+		FailedTasks:               1, // S
+		RequeuedAsyncTasks:        1, // A
+		CleanedTaskAdmissions:     1, // S's; A keeps its queue place
+	})
+	recoverOnce(t, l, ratelimit.RecoveryResult{}) // idempotent
+
+	gotA := getTask(t, l, a.ID)
+	if gotA.Status != ratelimit.TaskQueued || gotA.RequeueCount != 1 || gotA.ExecutionToken != "" || gotA.Worker != "" || !gotA.FinishedAt.IsZero() {
+		t.Fatalf("A after recovery = %+v, want requeued", gotA)
+	}
+	if diff := cmp.Diff([]string{"task.queued", "task.running", "task.queued"}, eventTypes(t, l, a.ID)); diff != "" {
+		t.Fatalf("A's events (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"failed/execution_lease_expired"}, attemptStates(t, l, a.ID)); diff != "" {
+		t.Fatalf("A's attempts (-want +got):\n%s", diff)
+	}
+	gotS := getTask(t, l, s.ID)
+	if gotS.Status != ratelimit.TaskFailed || gotS.ErrorCode != ratelimit.ErrorCodeServerRestarted || gotS.FinishedAt.IsZero() {
+		t.Fatalf("S after recovery = %+v, want failed server_restarted", gotS)
+	}
+	if diff := cmp.Diff([]string{"task.running", "task.failed"}, eventTypes(t, l, s.ID)); diff != "" {
+		t.Fatalf("S's events (-want +got):\n%s", diff)
+	}
+	if got := getTask(t, l, b.ID); got.Status != ratelimit.TaskRunning || got.ExecutionToken != b.ExecutionToken || got.LastEventSeq != 2 {
+		t.Fatalf("B (alive) was touched: %+v", got)
+	}
+	if got := getTask(t, l, c.ID); got.Status != ratelimit.TaskQueued || got.LastEventSeq != 1 {
+		t.Fatalf("C (queued) was touched: %+v", got)
+	}
+
+	// The dead worker's token is void everywhere.
+	_, err = l.HeartbeatTask(ctx, a.ID, a.ExecutionToken, 0)
+	asStale(t, err)
+	_, err = l.FinishTask(ctx, s.ID, s.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+	asStale(t, err)
+
+	// Only B's and the task-less reservations still hold capacity.
+	sum := summary(t, pool)
+	want := db.OpsStateSummaryRow{
+		TasksQueued: 2, TasksRunning: 1, TasksFailed: 1, AttemptsRunning: 1, Admissions: 3,
+		ReservationsOpen: 4, ReservationsReleased: 4, LeasesUnreleased: 1, LeasesLive: 1,
+		CountersReserved: 2 * (1 + 500),
+	}
+	if diff := cmp.Diff(want, sum); diff != "" {
+		t.Fatalf("state after recovery (-want +got):\n%s", diff)
+	}
+	assertDoctorOK(t, l)
+
+	// A runs again, as attempt 2, with a new token.
+	again := claim(t, l, "new-worker", time.Minute)
+	if again.ID != a.ID && again.ID != c.ID {
+		t.Fatalf("claimed %s, want A or C", again.ID)
+	}
+}
+
+func TestRecoverFailsPoisonTaskAfterCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithMaxRequeues(2))
+	key := uniqueKey("k")
+	task := createAsync(t, l, queueLimit("q", 1))
+
+	// The task kills its worker every time: claim, take a slot, die.
+	for cycle := 1; cycle <= 3; cycle++ {
+		claimed := claim(t, l, "w", time.Second)
+		if claimed.ID != task.ID || claimed.AttemptCount != cycle {
+			t.Fatalf("cycle %d claimed %+v", cycle, claimed)
+		}
+		if _, err := l.Reserve(ctx, claimed.ID, claimed.AttemptID, []ratelimit.Limit{concurrent("model", key, 1)}); err != nil {
+			t.Fatalf("cycle %d Reserve: %v", cycle, err)
+		}
+		waitPast(t, pool, claimed.LeaseExpiresAt)
+		want := ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, FailedAttempts: 1, RequeuedAsyncTasks: 1}
+		if cycle == 3 {
+			want = ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, FailedAttempts: 1, FailedPoisonTasks: 1, CleanedTaskAdmissions: 1}
+		}
+		recoverOnce(t, l, want)
+	}
+	if _, err := l.ClaimTask(ctx, "w", 0); !errors.Is(err, ratelimit.ErrNoTask) {
+		t.Fatalf("ClaimTask after the cap: %v, want ErrNoTask (the poison task is not requeued)", err)
+	}
+	got := getTask(t, l, task.ID)
+	if got.Status != ratelimit.TaskFailed || got.ErrorCode != ratelimit.ErrorCodeRequeueLimitExceeded ||
+		got.RequeueCount != 2 || got.AttemptCount != 3 || got.FinishedAt.IsZero() {
+		t.Fatalf("poison task = %+v, want failed requeue_limit_exceeded after 2 requeues and 3 attempts", got)
+	}
+	if got.ErrorMessage != "execution lease expired 3 times; requeued 2 times, the limit" {
+		t.Fatalf("poison task message = %q", got.ErrorMessage)
+	}
+	wantEvents := []string{"task.queued", "task.running", "task.queued", "task.running", "task.queued", "task.running", "task.failed"}
+	if diff := cmp.Diff(wantEvents, eventTypes(t, l, task.ID)); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	lease := "failed/" + ratelimit.ErrorCodeExecutionLeaseExpired
+	if diff := cmp.Diff([]string{lease, lease, lease}, attemptStates(t, l, task.ID)); diff != "" {
+		t.Fatalf("attempts (-want +got):\n%s", diff)
+	}
+	// Its queue place is free again, and the books balance.
+	createAsync(t, l, queueLimit("q", 1))
+	recoverOnce(t, l, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, l)
+
+	// With a cap of zero, the first expiry is final.
+	strict := ratelimit.New(pool, ratelimit.WithMaxRequeues(0))
+	doomed := claim(t, strict, "w", time.Second)
+	waitPast(t, pool, doomed.LeaseExpiresAt)
+	recoverOnce(t, strict, ratelimit.RecoveryResult{FailedAttempts: 1, FailedPoisonTasks: 1, CleanedTaskAdmissions: 1})
+}
+
+func TestRecoverSkipsWhileAnotherProcessRecovers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	task := startSync(t, l, time.Second)
+	waitPast(t, pool, task.LeaseExpiresAt)
+
+	// Another process is recovering: it holds the recovery lock.
+	other, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer other.Release()
+	if ok, err := queries.RecoveryLockTry(ctx, other); err != nil || !ok {
+		t.Fatalf("RecoveryLockTry = %v, %v", ok, err)
+	}
+	recoverOnce(t, l, ratelimit.RecoveryResult{Skipped: true})
+	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskRunning {
+		t.Fatalf("a skipped recovery changed the task: %+v", got)
+	}
+	if ok, err := queries.RecoveryUnlock(ctx, other); err != nil || !ok {
+		t.Fatalf("RecoveryUnlock = %v, %v", ok, err)
+	}
+	recoverOnce(t, l, ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
+}
+
+func TestRecoverRaceBetweenTwoPools(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pools := pgtest.NewPools(t, 2)
+	key := uniqueKey("k")
+	setupL := ratelimit.New(pools[0])
+	const tasks = 60
+	var expiry time.Time
+	for range tasks {
+		task := startSync(t, setupL, time.Second, queueLimit("q", tasks))
+		if _, err := setupL.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 10)}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		expiry = latest(expiry, task.LeaseExpiresAt)
+	}
+	waitPast(t, pools[0], expiry)
+
+	var results [2]ratelimit.RecoveryResult
+	var errs [2]error
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 2 {
+		wg.Go(func() {
+			l := ratelimit.New(pools[i], ratelimit.WithRecoveryBatchSize(5))
+			<-start
+			results[i], errs[i] = l.Recover(ctx)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Recover on pool %d: %v", i, err)
+		}
+	}
+	worker, idle := results[0], results[1]
+	if worker.Zero() {
+		worker, idle = idle, worker
+	}
+	if !idle.Zero() {
+		t.Fatalf("both recoveries did work: %+v and %+v", results[0], results[1])
+	}
+	want := ratelimit.RecoveryResult{ReleasedRateReservations: tasks, FailedAttempts: tasks, FailedTasks: tasks, CleanedTaskAdmissions: tasks}
+	if diff := cmp.Diff(want, worker); diff != "" {
+		t.Fatalf("the working recovery (-want +got):\n%s", diff)
+	}
+	t.Logf("racing recoveries: one did %s; the other returned zeros (skipped: %v)", worker, idle.Skipped)
+	assertDoctorOK(t, setupL)
+	if s := summary(t, pools[1]); s.TasksFailed != tasks || s.ReservationsOpen != 0 || s.CountersReserved != 0 || s.Admissions != 0 {
+		t.Fatalf("state after the race = %+v", s)
+	}
+}
+
+func TestRecoverInBoundedBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithRecoveryBatchSize(3))
+	key := uniqueKey("k")
+
+	// 10 async tasks whose workers die, each holding one reservation.
+	var expiry time.Time
+	for range 10 {
+		createAsync(t, l)
+		task := claim(t, l, "w", time.Second)
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		expiry = latest(expiry, task.LeaseExpiresAt)
+	}
+	// 7 tasks marked finished by a writer that cleaned up nothing: each still
+	// holds a reservation, a live lease, a running attempt and a queue place.
+	for range 7 {
+		task := startSync(t, l, time.Hour, queueLimit("q", 100))
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{
+			window("api_key", key, ratelimit.MetricRequests, 100, 1), concurrent("model", key, 100),
+		}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		if n, err := queries.OpsTaskCorruptStatus(ctx, pool, db.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, task.ID), Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
+			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
+		}
+	}
+	waitPast(t, pool, expiry)
+	recoverOnce(t, l, ratelimit.RecoveryResult{
+		ReleasedConcurrencyLeases: 7,
+		ReleasedRateReservations:  10 + 7,
+		FailedAttempts:            10 + 7,
+		RequeuedAsyncTasks:        10,
+		CleanedTaskAdmissions:     7,
+	})
+	recoverOnce(t, l, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, l)
+	if s := summary(t, pool); s.ReservationsOpen != 0 || s.CountersReserved != 0 || s.LeasesUnreleased != 0 || s.AttemptsRunning != 0 || s.Admissions != 0 {
+		t.Fatalf("state after recovery = %+v", s)
+	}
+}
+
+func TestRecoverAndPruneRefuseACallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for name, bound := range map[string]*ratelimit.Limiter{"WithTx": l.WithTx(tx), "New(tx)": ratelimit.New(tx)} {
+		if _, err := bound.Recover(ctx); !errors.Is(err, ratelimit.ErrOwnTransactions) {
+			t.Errorf("%s: Recover = %v, want ErrOwnTransactions", name, err)
+		}
+		if _, err := bound.Prune(ctx, time.Hour); !errors.Is(err, ratelimit.ErrOwnTransactions) {
+			t.Errorf("%s: Prune = %v, want ErrOwnTransactions", name, err)
+		}
+		// The doctor only reads: fine inside a transaction.
+		if report, err := bound.Doctor(ctx); err != nil || !report.OK() {
+			t.Errorf("%s: Doctor = %v, %v", name, report, err)
+		}
+	}
+}
+
+func TestRecoverOnASingleConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer conn.Release()
+	l := ratelimit.New(conn.Conn())
+	task := startSync(t, l, time.Second)
+	waitPast(t, conn, task.LeaseExpiresAt)
+	recoverOnce(t, l, ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
+	// The session lock was given back: recovery from elsewhere is not skipped.
+	recoverOnce(t, ratelimit.New(pool), ratelimit.RecoveryResult{})
+}
