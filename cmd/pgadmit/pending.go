@@ -20,13 +20,6 @@ func pending(name, summary string, need dbNeed) *command {
 	return c
 }
 
-func recoverCommand() *command {
-	return pending("recover", "give back capacity held by dead processes", dbRequired)
-}
-func pruneCommand() *command {
-	return pending("prune", "delete old windows, settled reservations and leases", dbRequired)
-}
-func doctorCommand() *command { return pending("doctor", "check that the books balance", dbRequired) }
 func demoCommand() *command {
 	return pending("demo", "play a realistic gateway against the database", dbOptional)
 }

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+func recoverCommand() *command {
+	return &command{
+		name:    "recover",
+		args:    "[flags]",
+		summary: "give back the capacity that dead gateway processes hold",
+		help: `
+Runs ratelimit's Recover: running tasks whose execution lease expired are reclaimed (their open
+reservations released, their leases released, their running attempt failed; a sync task fails
+with server_restarted, an async task is requeued, or failed for good with
+requeue_limit_exceeded once requeued --max-requeues times); open reservations, live leases,
+running attempts and queue admissions of finished tasks are released; expired leases are marked
+released. It works in bounded batches of short transactions and is single-flight across
+processes: when another process is recovering, a pass is skipped.
+
+Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
+that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
+is logged and retried at the next interval.`,
+		db:  dbRequired,
+		run: runRecover,
+	}
+}
+
+func runRecover(ctx context.Context, a *app, args []string) error {
+	fs := a.flags(a.cmd)
+	every := fs.Duration("every", 0, "run as a sweeper: one pass every `interval` (e.g. 30s) until interrupted")
+	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
+	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
+	args, err := a.parse(a.cmd, fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if *every < 0 || (*every > 0 && *every < 100*time.Millisecond) {
+		return usagef("--every must be at least 100ms, got %s", *every)
+	}
+	if *batch < 1 || *batch > 1_000_000 {
+		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
+	}
+	if *maxRequeues < 0 {
+		return usagef("--max-requeues must be >= 0, got %d", *maxRequeues)
+	}
+
+	pool, err := a.connect(ctx, a.dsn, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	lim := ratelimit.New(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
+
+	if *every == 0 {
+		start := time.Now()
+		res, err := lim.Recover(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s (%s)\n", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(a.stdout, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
+	}
+	logf("recover: sweeping every %s (stop with Ctrl-C or SIGTERM)", *every)
+	ticker := time.NewTicker(*every)
+	defer ticker.Stop()
+	for {
+		start := time.Now()
+		res, err := lim.Recover(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			logf("recover: pass failed: %s", scrub(err.Error(), a.dsn))
+		default:
+			logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			logf("recover: stopped")
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// describeRecovery says what a Recover pass did, in a line.
+func describeRecovery(r ratelimit.RecoveryResult) string {
+	switch {
+	case r.Skipped:
+		return "skipped: another process is recovering"
+	case r.Zero():
+		return "nothing to recover"
+	}
+	return r.String()
+}
+
+func pruneCommand() *command {
+	return &command{
+		name:    "prune",
+		args:    "[flags]",
+		summary: "delete ended windows, settled reservations and old leases",
+		help: `
+Runs ratelimit's Prune: deletes what ended more than --older-than ago (on the database's clock),
+in bounded batches, each its own short statement: counter windows that ended (never one an open
+reservation still draws on), settled reservations of such windows, released or expired leases,
+and with --events the events of tasks that finished before the cutoff. Live state is never
+touched, and the books still balance afterwards. Tasks and attempts are not deleted.`,
+		db:  dbRequired,
+		run: runPrune,
+	}
+}
+
+func runPrune(ctx context.Context, a *app, args []string) error {
+	fs := a.flags(a.cmd)
+	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago")
+	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
+	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most")
+	args, err := a.parse(a.cmd, fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if *olderThan <= 0 {
+		return usagef("--older-than must be positive, got %s", *olderThan)
+	}
+	if *batch < 1 || *batch > 1_000_000 {
+		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
+	}
+	pool, err := a.connect(ctx, a.dsn, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	lim := ratelimit.New(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events))
+	start := time.Now()
+	res, err := lim.Prune(ctx, *olderThan)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func doctorCommand() *command {
+	return &command{
+		name:    "doctor",
+		args:    "[flags]",
+		summary: "check that the books balance (exit 1 when they do not)",
+		help: `
+Runs ratelimit's Doctor, which reads one snapshot and writes nothing: for every counter window,
+reserved must equal the sum of its open reservations and used the sum of its committed actual
+amounts; no open reservation may lack its counter; no finished task may still hold an open
+reservation, a live lease, a queue admission or a running attempt. Prints what is wrong and
+exits 1 when anything is. Full scans of the counters and reservations: an operator's tool.`,
+		db:  dbRequired,
+		run: runDoctor,
+	}
+}
+
+func runDoctor(ctx context.Context, a *app, args []string) error {
+	fs := a.flags(a.cmd)
+	args, err := a.parse(a.cmd, fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	pool, err := a.connect(ctx, a.dsn, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := ratelimit.New(pool).Doctor(ctx)
+	if err != nil {
+		return err
+	}
+	return a.printDoctor(rep)
+}
+
+// printDoctor prints a doctor report and turns problems into exit code 1.
+func (a *app) printDoctor(rep ratelimit.Report) error {
+	fmt.Fprintln(a.stdout, rep.String())
+	if rep.OK() {
+		return nil
+	}
+	recoverable := 0
+	for _, p := range rep.Problems {
+		switch p.Kind {
+		case ratelimit.ProblemReservationOfFinishedTask, ratelimit.ProblemLeaseOfFinishedTask,
+			ratelimit.ProblemAdmissionOfFinishedTask, ratelimit.ProblemAttemptOfFinishedTask:
+			recoverable++
+		}
+	}
+	if recoverable > 0 {
+		fmt.Fprintf(a.stdout, "%d of these are capacity that finished tasks still hold: `pgadmit recover` gives it back.\n", recoverable)
+	}
+	more := ""
+	if rep.Truncated {
+		more = " or more"
+	}
+	return &exitError{code: exitFailure, msg: fmt.Sprintf("%d%s problem(s) found", len(rep.Problems), more)}
+}

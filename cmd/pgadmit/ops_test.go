@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// gatewayRequest starts a sync task on pool and admits it against a requests window and a
+// concurrent limit, as a gateway does before its upstream call.
+func gatewayRequest(t *testing.T, pool *pgxpool.Pool, leaseTTL time.Duration) (ratelimit.Task, ratelimit.Grant) {
+	t.Helper()
+	ctx := context.Background()
+	lim := ratelimit.New(pool)
+	task, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Kind: "chat", Worker: "gw-test", LeaseTTL: leaseTTL})
+	if err != nil {
+		t.Fatalf("create task: %v", err)
+	}
+	g, err := lim.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k1"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1},
+		{Scope: ratelimit.Scope{Type: "model", Key: "m1"}, Metric: ratelimit.MetricConcurrent, Limit: 2, Amount: 1},
+	})
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	return task, g
+}
+
+func TestDoctorAndRecover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	if out := cliOK(t, "--database-url", url, "doctor"); !strings.Contains(out, "the books balance") {
+		t.Fatalf("doctor on an empty database:\n%s", out)
+	}
+	if out := cliOK(t, "--database-url", url, "recover"); !strings.Contains(out, "nothing to recover") {
+		t.Fatalf("recover on an empty database:\n%s", out)
+	}
+
+	// A task marked finished behind the library's back still holds its reservation, lease and
+	// attempt: the doctor names them and exits 1; recover gives them back; the doctor is happy.
+	task, _ := gatewayRequest(t, pool, time.Minute)
+	var id pgtype.UUID
+	if err := id.Scan(task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.New().OpsTaskCorruptStatus(ctx, pool, db.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil || n != 1 {
+		t.Fatalf("corrupt task status: %d rows, %v", n, err)
+	}
+	out, errOut, code := cli(t, nil, "--database-url", url, "doctor")
+	if code != exitFailure {
+		t.Fatalf("doctor on broken books: exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"open_reservation_of_finished_task", "live_lease_of_finished_task", "running_attempt_of_finished_task", "pgadmit recover"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "pgadmit doctor: 3 problem(s) found") {
+		t.Errorf("doctor stderr: %q", errOut)
+	}
+	oneLine(t, "doctor stderr", errOut)
+
+	out = cliOK(t, "--database-url", url, "recover")
+	if !strings.Contains(out, "released 1 leases and 1 reservations; failed 1 attempts") {
+		t.Errorf("recover after a corrupt finish:\n%s", out)
+	}
+	cliOK(t, "--database-url", url, "doctor")
+
+	// A counter that disagrees with its ledger is not recovery's to fix.
+	if _, err := db.New().OpsCounterCorruptAdd(ctx, pool, db.OpsCounterCorruptAddParams{
+		ReservedDelta: 3, ScopeType: "api_key", ScopeKey: "k1", Metric: ratelimit.MetricRequests,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = cli(t, nil, "--database-url", url, "doctor")
+	if code != exitFailure || !strings.Contains(out, "counter_reserved_mismatch: api_key:k1 requests") || strings.Contains(out, "pgadmit recover") {
+		t.Errorf("doctor on a corrupt counter: exit %d\n%s", code, out)
+	}
+}
+
+func TestRecoverDeadProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	// The process that ran this request died: nobody heartbeats its 1 s execution lease.
+	gatewayRequest(t, pool, time.Second)
+	time.Sleep(1500 * time.Millisecond)
+
+	// The sweeper finds it on its first pass, then nothing, until it is stopped.
+	sctx, cancel := context.WithTimeout(ctx, 1200*time.Millisecond)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(sctx, []string{"--database-url", url, "recover", "--every", "300ms"}, &stdout, &stderr, func(string) string { return "" })
+	out := stdout.String()
+	if code != exitOK || stderr.Len() != 0 {
+		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
+	}
+	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
+	for _, re := range []string{
+		`(?m)^` + ts + `recover: sweeping every 300ms`,
+		`(?m)^` + ts + `recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions \(\d+ms\)$`,
+		`(?m)^` + ts + `recover: nothing to recover \(\d+ms\)$`,
+		`(?m)^` + ts + `recover: stopped$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("recover --every output does not match %s:\n%s", re, out)
+		}
+	}
+	cliOK(t, "--database-url", url, "doctor")
+	if out := cliOK(t, "--database-url", url, "inspect", "--scope", "model:m1"); !strings.Contains(out, "CONCURRENCY LEASES (unreleased)\n  none") {
+		t.Errorf("the dead process's lease is still there:\n%s", out)
+	}
+}
+
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	task, g := gatewayRequest(t, pool, time.Minute)
+	lim := ratelimit.New(pool)
+	if _, err := lim.Commit(ctx, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing ended a day ago; with a 1 s cutoff the released lease goes, the current window and
+	// its reservation stay (the window has not ended); the finished task's two events go.
+	out := cliOK(t, "--database-url", url, "prune")
+	if !regexp.MustCompile(`^pruned before \S+: 0 counter windows, 0 reservations, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
+		t.Errorf("prune:\n%s", out)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1")
+	if !strings.Contains(out, ": 0 counter windows, 0 reservations, 1 leases, 2 events") {
+		t.Errorf("prune --older-than 1s --events:\n%s", out)
+	}
+	cliOK(t, "--database-url", url, "doctor")
+
+	_, errOut, code := cli(t, nil, "--database-url", url, "prune", "--older-than", "0s")
+	if code != exitUsage || !strings.Contains(errOut, "--older-than must be positive") {
+		t.Errorf("prune --older-than 0s: exit %d, %q", code, errOut)
+	}
+}
