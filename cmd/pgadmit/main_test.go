@@ -90,6 +90,11 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--duration", "-1s"}, "--duration must be positive"},
 		{db, []string{"bench", "--only", "W1,W9"}, `unknown workload "W9"`},
 		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for flag -workers`},
+		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},
+		{db, []string{"demo", "--instances", "1"}, "--instances must be between 2 and 16"},
+		{db, []string{"recover", "--every", "1ms"}, "--every must be at least 100ms"},
+		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
+		{db, []string{"doctor", "now"}, `unexpected argument "now"`},
 	} {
 		out, errOut, code := cli(t, tc.env, tc.args...)
 		if code != exitUsage {

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	start := time.Now()
+	out := cliOK(t, "--database-url", url, "demo", "--duration", "5s", "--instances", "2", "--clients", "4", "--keys", "20")
+	t.Logf("demo took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	for _, re := range []string{
+		// Live progress, one line a second.
+		`(?m)^\s+1s\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+`,
+		`(?m)^\s+5s\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+`,
+		// The crash, its recovery and their summary.
+		`gw-2 KILLED with \d+ requests in flight: \d+ tasks running, \d+ reservations and \d+ leases held`,
+		`gw-2's capacity is back, \d+\.\ds after the crash`,
+		`(?m)^\s+gw-2 \(killed\)(\s+\d+){7}\s+\d+\s`,
+		`what gw-2's tasks hold now: 0 tasks unfinished, 0 reservations, 0 leases`,
+		`(?m)^\s+failed\s+server_restarted\s+\d+$`,
+		`(?m)^\s+succeeded\s+-\s+\d+$`,
+		`(?m)^\s+large\s+10\s+\d+ ok\s+\d+\s+\d+$`,
+		`windows of 20 keys checked: no requests window above its limit`,
+		`a last recovery pass: nothing to recover`,
+		`doctor: the books balance`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("demo output does not match %s", re)
+		}
+	}
+	if strings.Contains(out, "PROBLEM") {
+		t.Errorf("demo reported a problem")
+	}
+	// The databases's doctor agrees after the demo.
+	cliOK(t, "--database-url", url, "doctor")
+}
