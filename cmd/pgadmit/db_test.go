@@ -86,13 +86,22 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("reserve: %v", err)
 	}
 
+	// Two async tasks wait in a queue of 5.
+	for range 2 {
+		if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
+			{Scope: ratelimit.Scope{Type: "queue", Key: "team-42"}, Metric: ratelimit.MetricQueueSize, Limit: 5, Amount: 1},
+		}}); err != nil {
+			t.Fatalf("create task: %v", err)
+		}
+	}
+
 	out := cliOK(t, "--database-url", url, "inspect")
 	for _, re := range []string{
 		`(?m)^api_key:team-42\s+requests\s+1m\s+0\s+1\s+100\s+99\s+\d+s$`,
 		`(?m)^api_key:team-42\s+tokens\s+1m\s+0\s+500\s+10000\s+9500\s+\d+s$`,
 		`(?m)^api_key:other\s+requests\s+1m\s+0\s+2\s+5\s+3\s+\d+s$`,
 		`(?m)^model:large\s+1\s+1\s+8\s+0\s+\d+m\d+s$`,
-		`QUEUE ADMISSIONS \(per scope\)\n  none`,
+		`(?m)^queue:team-42\s+2\s+5\s+2\s+0\s+0\s+\d+s$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)
