@@ -12,6 +12,25 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const OpsBackendCountByApplication = `-- name: OpsBackendCountByApplication :one
+SELECT count(*)::bigint AS backends
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.application_name = $1::text
+`
+
+// How many sessions with the given application_name are connected to the
+// current database: a test waits for a killed process's sessions to end
+// (the server has then rolled back whatever they had open).
+// Locks: none.
+// Index: none (pg_stat_activity is an in-memory view).
+func (q *Queries) OpsBackendCountByApplication(ctx context.Context, db DBTX, applicationName string) (int64, error) {
+	row := db.QueryRow(ctx, OpsBackendCountByApplication, applicationName)
+	var backends int64
+	err := row.Scan(&backends)
+	return backends, err
+}
+
 const OpsBackendPid = `-- name: OpsBackendPid :one
 
 SELECT pg_backend_pid()::integer AS pid

@@ -105,3 +105,14 @@ SET status = @status::text,
     finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'cancelled') THEN now() END,
     updated_at = now()
 WHERE id = @task_id::uuid;
+
+-- name: OpsBackendCountByApplication :one
+-- How many sessions with the given application_name are connected to the
+-- current database: a test waits for a killed process's sessions to end
+-- (the server has then rolled back whatever they had open).
+-- Locks: none.
+-- Index: none (pg_stat_activity is an in-memory view).
+SELECT count(*)::bigint AS backends
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.application_name = @application_name::text;
