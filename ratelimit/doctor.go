@@ -54,6 +54,7 @@ type Report struct {
 // OK reports whether the books balance.
 func (r Report) OK() bool { return len(r.Problems) == 0 }
 
+// String lists the problems, one per line, or says the books balance.
 func (r Report) String() string {
 	if r.OK() {
 		return "doctor: the books balance"
@@ -88,6 +89,7 @@ type Problem struct {
 	Actual   float64
 }
 
+// String describes the problem on one line, for logs and the CLI.
 func (p Problem) String() string {
 	var where []string
 	if p.ScopeType != "" {

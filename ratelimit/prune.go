@@ -35,6 +35,7 @@ type PruneResult struct {
 	Events int64
 }
 
+// String summarizes what was deleted, for logs and the CLI.
 func (r PruneResult) String() string {
 	return fmt.Sprintf("pruned before %s: %d counter windows, %d reservations, %d leases, %d events",
 		r.Cutoff.UTC().Format(time.RFC3339), r.Counters, r.Reservations, r.Leases, r.Events)

@@ -60,6 +60,7 @@ func (r RecoveryResult) Zero() bool {
 	return r == RecoveryResult{}
 }
 
+// String summarizes what was given back, for logs and the CLI.
 func (r RecoveryResult) String() string {
 	if r.Skipped {
 		return "recovery skipped: another process holds the recovery lock"

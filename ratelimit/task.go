@@ -69,6 +69,7 @@ type StaleTokenError struct {
 	Reason string
 }
 
+// Error says which task refused the token and why.
 func (e *StaleTokenError) Error() string {
 	return fmt.Sprintf("ratelimit: stale execution token for task %s (status %s): %s", e.TaskID, e.Status, e.Reason)
 }
