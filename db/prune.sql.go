@@ -209,7 +209,6 @@ WITH page AS (
     FROM gateway_rate_limit_reservations AS r
     WHERE r.status <> 'reserved'
       AND r.finalized_at < $3::timestamptz
-      AND r.finalized_at >= $1::timestamptz
       AND (r.finalized_at, r.id) > ($1::timestamptz, $2::uuid)
     ORDER BY r.finalized_at, r.id
     LIMIT $4::integer
@@ -254,8 +253,9 @@ type PruneReservationsRow struct {
 // row, from which the next batch continues: rows kept (their window or
 // counter still lives) are read once per run, not once per batch.
 // Locks: row locks on the deleted reservations.
-// Index: gateway_rate_limit_reservations_finalized_idx (partial: finished,
-// range on finalized_at); gateway_rate_limit_counters_pkey (NOT EXISTS).
+// Index: gateway_rate_limit_reservations_finalized_id_idx (partial:
+// finished; the keyset condition and the order come from the index, no
+// sort); gateway_rate_limit_counters_pkey (NOT EXISTS).
 func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReservationsParams) (PruneReservationsRow, error) {
 	row := db.QueryRow(ctx, PruneReservations,
 		arg.AfterFinalizedAt,

@@ -57,8 +57,9 @@ WHERE c.scope_type = doomed.scope_type
 -- row, from which the next batch continues: rows kept (their window or
 -- counter still lives) are read once per run, not once per batch.
 -- Locks: row locks on the deleted reservations.
--- Index: gateway_rate_limit_reservations_finalized_idx (partial: finished,
--- range on finalized_at); gateway_rate_limit_counters_pkey (NOT EXISTS).
+-- Index: gateway_rate_limit_reservations_finalized_id_idx (partial:
+-- finished; the keyset condition and the order come from the index, no
+-- sort); gateway_rate_limit_counters_pkey (NOT EXISTS).
 WITH page AS (
     SELECT r.id,
            r.finalized_at,
@@ -75,7 +76,6 @@ WITH page AS (
     FROM gateway_rate_limit_reservations AS r
     WHERE r.status <> 'reserved'
       AND r.finalized_at < @cutoff::timestamptz
-      AND r.finalized_at >= @after_finalized_at::timestamptz
       AND (r.finalized_at, r.id) > (@after_finalized_at::timestamptz, @after_id::uuid)
     ORDER BY r.finalized_at, r.id
     LIMIT @batch_size::integer
