@@ -413,3 +413,35 @@ func assertCounter(t *testing.T, conn db.DBTX, key, metric string, used, reserve
 	}
 	t.Fatalf("api_key:%s %s: no counter row", key, metric)
 }
+
+func TestAttachLinksTheGrantToAnAttempt(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	task, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "gateway-1"})
+	if err != nil {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	key := uniqueKey("key")
+	grant, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 500), concurrent("model", key, 1)})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	attached, err := l.Attach(ctx, task.AttemptID, grant)
+	if err != nil || attached.AttemptID != task.AttemptID {
+		t.Fatalf("Attach = %+v, %v; want the grant with AttemptID %s", attached, err, task.AttemptID)
+	}
+	if _, err := l.Attach(ctx, "123e4567-e89b-12d3-a456-426614174000", grant); !errors.Is(err, ratelimit.ErrUnknownTask) {
+		t.Fatalf("Attach to a missing attempt: err = %v, want ErrUnknownTask", err)
+	}
+	gone := grant
+	gone.Reservations = append([]ratelimit.Reservation(nil), grant.Reservations...)
+	gone.Reservations[0].ID = "123e4567-e89b-12d3-a456-426614174000"
+	if _, err := l.Attach(ctx, task.AttemptID, gone); !errors.Is(err, ratelimit.ErrUnknownGrant) {
+		t.Fatalf("Attach of a missing reservation: err = %v, want ErrUnknownGrant", err)
+	}
+	if _, err := l.Commit(ctx, attached, nil); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	assertCounter(t, pool, key, "tokens", 500, 0)
+}
