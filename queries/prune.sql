@@ -57,7 +57,7 @@ WHERE c.scope_type = doomed.scope_type
 -- row, from which the next batch continues: rows kept (their window or
 -- counter still lives) are read once per run, not once per batch.
 -- Locks: row locks on the deleted reservations.
--- Index: gateway_rate_limit_reservations_finalized_id_idx (partial:
+-- Index: gateway_rate_limit_reservations_finalized_idx (partial:
 -- finished; the keyset condition and the order come from the index, no
 -- sort); gateway_rate_limit_counters_pkey (NOT EXISTS).
 WITH page AS (
