@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
@@ -169,5 +171,39 @@ func TestRedactDSN(t *testing.T) {
 	msg := scrub("cannot parse `postgres://u:p%40ss@h/d`: bad (p@ss)\nmore", "postgres://u:p%40ss@h/d")
 	if strings.Contains(msg, "p@ss") || strings.Contains(msg, "p%40ss") || strings.Contains(msg, "\n") {
 		t.Errorf("scrub left the password or a newline: %q", msg)
+	}
+}
+
+func TestConnectTimeout(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never answers.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		var held []net.Conn
+		for {
+			c, err := l.Accept()
+			if err != nil { // l closed: the test is over
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	start := time.Now()
+	dsn := "postgres://bob:s3cr3t-pw@" + l.Addr().String() + "/app?sslmode=disable"
+	_, errOut, code := cli(t, nil, "--database-url", dsn, "--connect-timeout", "300ms", "doctor")
+	took := time.Since(start)
+	if code != exitFailure || !strings.Contains(errOut, "cannot connect to postgres://bob:xxxxx@") || strings.Contains(errOut, "s3cr3t") {
+		t.Errorf("doctor on a silent server: exit %d, stderr %q", code, errOut)
+	}
+	oneLine(t, "connect timeout error", errOut)
+	if took > 3*time.Second {
+		t.Errorf("doctor on a silent server took %s with --connect-timeout 300ms", took)
 	}
 }

@@ -110,6 +110,7 @@ func scrub(msg, dsn string) string {
 		}
 	}
 	msg = strings.ReplaceAll(msg, "\r", "")
+	msg = strings.ReplaceAll(msg, ":\n\t", ": ")
 	msg = strings.ReplaceAll(msg, "\n\t", "; ")
 	msg = strings.ReplaceAll(msg, "\n", "; ")
 	return msg
