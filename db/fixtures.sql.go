@@ -22,7 +22,7 @@ WITH tasks AS (
            1,
            1,
            CASE WHEN g % 50 = 0 THEN now() + interval '1 hour' END,
-           CASE WHEN g % 50 > 1 THEN now() - interval '2 days' END,
+           CASE WHEN g % 50 > 1 THEN now() - (g % 27) * interval '1 hour' END,
            now() - interval '2 days'
     FROM generate_series(1, $1::integer) AS g
     RETURNING id, status
@@ -69,14 +69,14 @@ reservations AS (
         scope_type, scope_key, metric, window_seconds, window_start, limit_value, reserved_amount,
         actual_amount, status, finalized_at
     )
-    SELECT scope_type, scope_key, 'tokens', 60, window_start, 1000000, 500, 420, 'committed', now() - interval '2 days'
+    SELECT scope_type, scope_key, 'tokens', 60, window_start, 1000000, 500, 420, 'committed', now() - (g % 27) * interval '1 hour'
     FROM windows
     RETURNING id
 )
 INSERT INTO gateway_concurrency_leases (scope_type, scope_key, lease_value, limit_value, expires_at, released_at)
 SELECT 'fixture_model', 'm' || (g % 10)::text, 1, 1000000,
-       now() - interval '2 days',
-       now() - interval '2 days'
+       now() - (g % 27) * interval '1 hour',
+       now() - (g % 27) * interval '1 hour'
 FROM generate_series(1, $1::integer) AS g
 `
 
@@ -84,8 +84,9 @@ FROM generate_series(1, $1::integer) AS g
 // test). Not for production databases.
 // Fills every table with @rows rows of realistic shape: most tasks finished,
 // a few running with a live execution lease, most reservations committed,
-// most leases released, many past windows per scope. Amounts balance, so
-// the books stay correct.
+// most leases released, many past windows per scope. Finish times spread
+// over the last 27 hours, so a one-day prune cutoff selects a few percent,
+// as a daily prune does. Amounts balance, so the books stay correct.
 // Locks: row locks on the inserted rows only.
 // Index: the inserts maintain every index; no reads.
 func (q *Queries) FixtureFill(ctx context.Context, db DBTX, rows int32) error {

@@ -89,7 +89,14 @@ const PruneEvents = `-- name: PruneEvents :one
 WITH page AS (
     SELECT e.id, t.finished_at
     FROM gateway_tasks AS t
-    JOIN gateway_task_events AS e ON e.task_id = t.id
+    CROSS JOIN LATERAL (
+        -- The events of one task, by index; OFFSET 0 keeps this a per-task
+        -- probe instead of a hash join over every event.
+        SELECT ev.id
+        FROM gateway_task_events AS ev
+        WHERE ev.task_id = t.id
+        OFFSET 0
+    ) AS e
     WHERE t.status IN ('succeeded', 'failed', 'cancelled')
       AND t.finished_at < $2::timestamptz
       AND t.finished_at >= $1::timestamptz
@@ -98,8 +105,7 @@ WITH page AS (
 ),
 gone AS (
     DELETE FROM gateway_task_events AS e
-    USING page
-    WHERE e.id = page.id
+    WHERE e.id = ANY(ARRAY(SELECT page.id FROM page))
     RETURNING e.id
 )
 SELECT (SELECT count(*) FROM gone)::integer AS deleted,
@@ -166,14 +172,16 @@ func (q *Queries) PruneLeasesExpired(ctx context.Context, db DBTX, arg PruneLeas
 
 const PruneLeasesReleased = `-- name: PruneLeasesReleased :execrows
 DELETE FROM gateway_concurrency_leases AS l
-WHERE l.id IN (
+WHERE l.id = ANY(ARRAY(
+    -- An array, not IN (subquery): the batch is deleted by primary-key
+    -- probes instead of a hash join over the whole table.
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NOT NULL
       AND x.released_at < $1::timestamptz
     ORDER BY x.released_at
     LIMIT $2::integer
-)
+))
 `
 
 type PruneLeasesReleasedParams struct {

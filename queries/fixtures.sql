@@ -4,8 +4,9 @@
 -- name: FixtureFill :exec
 -- Fills every table with @rows rows of realistic shape: most tasks finished,
 -- a few running with a live execution lease, most reservations committed,
--- most leases released, many past windows per scope. Amounts balance, so
--- the books stay correct.
+-- most leases released, many past windows per scope. Finish times spread
+-- over the last 27 hours, so a one-day prune cutoff selects a few percent,
+-- as a daily prune does. Amounts balance, so the books stay correct.
 -- Locks: row locks on the inserted rows only.
 -- Index: the inserts maintain every index; no reads.
 WITH tasks AS (
@@ -19,7 +20,7 @@ WITH tasks AS (
            1,
            1,
            CASE WHEN g % 50 = 0 THEN now() + interval '1 hour' END,
-           CASE WHEN g % 50 > 1 THEN now() - interval '2 days' END,
+           CASE WHEN g % 50 > 1 THEN now() - (g % 27) * interval '1 hour' END,
            now() - interval '2 days'
     FROM generate_series(1, @rows::integer) AS g
     RETURNING id, status
@@ -66,14 +67,14 @@ reservations AS (
         scope_type, scope_key, metric, window_seconds, window_start, limit_value, reserved_amount,
         actual_amount, status, finalized_at
     )
-    SELECT scope_type, scope_key, 'tokens', 60, window_start, 1000000, 500, 420, 'committed', now() - interval '2 days'
+    SELECT scope_type, scope_key, 'tokens', 60, window_start, 1000000, 500, 420, 'committed', now() - (g % 27) * interval '1 hour'
     FROM windows
     RETURNING id
 )
 INSERT INTO gateway_concurrency_leases (scope_type, scope_key, lease_value, limit_value, expires_at, released_at)
 SELECT 'fixture_model', 'm' || (g % 10)::text, 1, 1000000,
-       now() - interval '2 days',
-       now() - interval '2 days'
+       now() - (g % 27) * interval '1 hour',
+       now() - (g % 27) * interval '1 hour'
 FROM generate_series(1, @rows::integer) AS g;
 
 -- name: TablesAnalyze :exec

@@ -103,14 +103,16 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- Locks: row locks on the deleted leases.
 -- Index: gateway_concurrency_leases_released_idx (partial: released).
 DELETE FROM gateway_concurrency_leases AS l
-WHERE l.id IN (
+WHERE l.id = ANY(ARRAY(
+    -- An array, not IN (subquery): the batch is deleted by primary-key
+    -- probes instead of a hash join over the whole table.
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NOT NULL
       AND x.released_at < @cutoff::timestamptz
     ORDER BY x.released_at
     LIMIT @batch_size::integer
-);
+));
 
 -- name: PruneLeasesExpired :execrows
 -- Deletes a batch of leases never released that expired before the cutoff
@@ -142,7 +144,14 @@ WHERE l.id IN (
 WITH page AS (
     SELECT e.id, t.finished_at
     FROM gateway_tasks AS t
-    JOIN gateway_task_events AS e ON e.task_id = t.id
+    CROSS JOIN LATERAL (
+        -- The events of one task, by index; OFFSET 0 keeps this a per-task
+        -- probe instead of a hash join over every event.
+        SELECT ev.id
+        FROM gateway_task_events AS ev
+        WHERE ev.task_id = t.id
+        OFFSET 0
+    ) AS e
     WHERE t.status IN ('succeeded', 'failed', 'cancelled')
       AND t.finished_at < @cutoff::timestamptz
       AND t.finished_at >= @after_finished_at::timestamptz
@@ -151,8 +160,7 @@ WITH page AS (
 ),
 gone AS (
     DELETE FROM gateway_task_events AS e
-    USING page
-    WHERE e.id = page.id
+    WHERE e.id = ANY(ARRAY(SELECT page.id FROM page))
     RETURNING e.id
 )
 SELECT (SELECT count(*) FROM gone)::integer AS deleted,

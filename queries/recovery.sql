@@ -214,9 +214,16 @@ SET status = 'failed',
 WHERE a.id IN (
     SELECT x.id
     FROM gateway_task_attempts AS x
-    JOIN gateway_tasks AS t ON t.id = x.task_id
+    CROSS JOIN LATERAL (
+        -- One primary-key probe per running attempt (LIMIT 1 keeps the
+        -- planner from hashing the whole task table instead).
+        SELECT 1
+        FROM gateway_tasks AS t
+        WHERE t.id = x.task_id
+          AND t.status IN ('succeeded', 'failed', 'cancelled')
+        LIMIT 1
+    ) AS finished
     WHERE x.status = 'running'
-      AND t.status IN ('succeeded', 'failed', 'cancelled')
     ORDER BY x.id
     LIMIT @batch_size::integer
     FOR UPDATE OF x SKIP LOCKED
@@ -233,8 +240,15 @@ DELETE FROM gateway_task_admissions AS a
 WHERE (a.task_id, a.scope_type, a.scope_key) IN (
     SELECT x.task_id, x.scope_type, x.scope_key
     FROM gateway_task_admissions AS x
-    JOIN gateway_tasks AS t ON t.id = x.task_id
-    WHERE t.status IN ('succeeded', 'failed', 'cancelled')
+    CROSS JOIN LATERAL (
+        -- One primary-key probe per admission (LIMIT 1 keeps the planner
+        -- from hashing the whole task table instead).
+        SELECT 1
+        FROM gateway_tasks AS t
+        WHERE t.id = x.task_id
+          AND t.status IN ('succeeded', 'failed', 'cancelled')
+        LIMIT 1
+    ) AS finished
     ORDER BY x.task_id, x.scope_type, x.scope_key
     LIMIT @batch_size::integer
     FOR UPDATE OF x SKIP LOCKED
