@@ -44,8 +44,12 @@ Plays an AI gateway against the database, with live progress every second:
 
 It ends with a summary (per instance, per model, the crash and its recovery, tasks by
 outcome) and a doctor check. Every run uses fresh scope keys, so runs do not disturb each
-other. Exits 1 when the doctor finds problems, the killed instance's capacity did not come
-back, a model's live leases went above its limit, or a live instance hit an error.`,
+other; on a given database, the demo migrates it, and its recovery sweeper and doctor act on
+the whole database (use a scratch one).
+
+Exits 1 when the doctor finds problems, the killed instance's capacity did not come back, a
+model's live leases or a key's requests went above their limit, or a live instance hit an
+error.`,
 		db:  dbOptional,
 		run: runDemo,
 	}
@@ -148,7 +152,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	for _, m := range d.models {
 		fmt.Fprintf(d.out, " %s (max %g in flight)", m.name, m.concurrent)
 	}
-	fmt.Fprintf(d.out, "\nrunning for %s; the last instance is killed at about %s\n\n", *duration, (*duration / 3).Round(time.Second))
+	fmt.Fprintf(d.out, "\nrunning for %s; the last instance is killed at %s\n\n", *duration, max((*duration/3).Round(time.Second), time.Second))
 
 	// The gateway instances.
 	gws := make([]*gateway, *instances)
@@ -184,7 +188,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	d.printHeader()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	killAt := *duration / 3
+	killAt := max((*duration / 3).Round(time.Second), time.Second)
 	for second := 1; ; second++ {
 		select {
 		case <-ctx.Done():
@@ -197,7 +201,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
-		if crash == nil && d.since() >= killAt {
+		if crash == nil && time.Duration(second)*time.Second >= killAt {
 			crash = d.kill(ctx, victim)
 		}
 		if crash != nil {
