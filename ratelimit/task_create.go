@@ -1,0 +1,176 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// CreateTask creates a task together with its queue admissions, all or
+// nothing. When a queue_size scope already holds Limit unfinished tasks the
+// error is an *ExceededError with Metric "queue_size" (Current is how many
+// the scope holds; RetryAfter is zero: a place frees when some task
+// finishes, which cannot be predicted) and nothing is written.
+//
+// An async task is returned queued. A sync task is returned running, with
+// its first attempt, execution token and lease (Worker, LeaseTTL): pass the
+// token to HeartbeatTask and FinishTask.
+//
+// Exact under concurrency: creation takes a transaction-scoped advisory
+// lock per queue scope (in a global order), then counts and inserts in one
+// statement. One round trip. Inside a caller's transaction (WithTx), call
+// it after any Reserve of the same transaction (lock order: counter rows
+// before advisory locks).
+func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
+	p, queueLimits, err := taskCreateParams(spec)
+	if err != nil {
+		return Task{}, err
+	}
+	b := &pgx.Batch{}
+	if len(queueLimits) > 0 {
+		queue(b, func(r db.DBTX) {
+			_ = l.queries.TaskAdmissionLockScopes(ctx, r, db.TaskAdmissionLockScopesParams{ScopeTypes: p.ScopeTypes, ScopeKeys: p.ScopeKeys})
+		})
+	}
+	var row db.TaskCreateRow
+	queueRow(b, &row, func(r db.DBTX) { _, _ = l.queries.TaskCreate(ctx, r, p) })
+	if err := runBatch(ctx, l.conn, b); err != nil {
+		return Task{}, wrapDBError("create task", err)
+	}
+	if !row.Admitted {
+		if len(row.QueueAdmitted) != len(queueLimits) {
+			return Task{}, fmt.Errorf("ratelimit: create task: %d queue limits but %d counts", len(queueLimits), len(row.QueueAdmitted))
+		}
+		for i, ql := range queueLimits {
+			if float64(row.QueueAdmitted[i]) >= ql.Limit {
+				return Task{}, queueExceeded(ql, row.QueueAdmitted[i])
+			}
+		}
+		return Task{}, errors.New("ratelimit: create task: refused without a full queue")
+	}
+	t := Task{
+		ID:             idString(row.TaskID),
+		Status:         row.Status.String,
+		Async:          spec.Async,
+		Kind:           spec.Kind,
+		Payload:        json.RawMessage(row.Payload),
+		ExecutionToken: idString(row.ExecutionToken),
+		AttemptID:      idString(row.AttemptID),
+		LastEventSeq:   1,
+		NextRunAt:      deref(row.NextRunAt),
+		CreatedAt:      deref(row.CreatedAt),
+		UpdatedAt:      deref(row.CreatedAt),
+		LeaseExpiresAt: deref(row.LeaseExpiresAt),
+	}
+	if !spec.Async {
+		t.Worker = spec.Worker
+		t.AttemptCount = 1
+	}
+	return t, nil
+}
+
+func taskCreateParams(spec TaskSpec) (db.TaskCreateParams, []Limit, error) {
+	p := db.TaskCreateParams{AsyncMode: spec.Async, Kind: spec.Kind}
+	if err := validateOptionalText("Kind", spec.Kind, maxTaskTextBytes); err != nil {
+		return p, nil, err
+	}
+	payload, err := jsonOrEmptyObject("Payload", spec.Payload)
+	if err != nil {
+		return p, nil, err
+	}
+	p.Payload = payload
+	if spec.Async {
+		if spec.Worker != "" {
+			return p, nil, &ValidationError{Field: "Worker", Value: spec.Worker, Reason: "must be empty for an async task (the worker that claims it names itself)"}
+		}
+		if spec.LeaseTTL != 0 {
+			return p, nil, &ValidationError{Field: "LeaseTTL", Value: spec.LeaseTTL, Reason: "must be zero for an async task (ClaimTask sets the lease)"}
+		}
+	} else {
+		if err := validateText("Worker", spec.Worker); err != nil {
+			return p, nil, err
+		}
+		seconds, err := leaseSeconds("LeaseTTL", spec.LeaseTTL)
+		if err != nil {
+			return p, nil, err
+		}
+		p.Worker, p.LeaseSeconds = spec.Worker, seconds
+	}
+	limits, err := validateQueueLimits(spec.QueueLimits)
+	if err != nil {
+		return p, nil, err
+	}
+	p.ScopeTypes, p.ScopeKeys, p.LimitValues = []string{}, []string{}, []float64{}
+	for _, ql := range limits {
+		p.ScopeTypes = append(p.ScopeTypes, ql.Scope.Type)
+		p.ScopeKeys = append(p.ScopeKeys, ql.Scope.Key)
+		p.LimitValues = append(p.LimitValues, ql.Limit)
+	}
+	return p, limits, nil
+}
+
+// validateQueueLimits checks queue_size limits; nothing is written when it
+// fails.
+func validateQueueLimits(limits []Limit) ([]Limit, error) {
+	if len(limits) > MaxLimitsPerCall {
+		return nil, &ValidationError{Field: "QueueLimits", Value: len(limits), Reason: fmt.Sprintf("at most %d limits per call", MaxLimitsPerCall)}
+	}
+	seen := make(map[[2]string]int, len(limits))
+	for i, ql := range limits {
+		field := func(name string) string { return fmt.Sprintf("QueueLimits[%d].%s", i, name) }
+		if err := validateText(field("Scope.Type"), ql.Scope.Type); err != nil {
+			return nil, err
+		}
+		if err := validateText(field("Scope.Key"), ql.Scope.Key); err != nil {
+			return nil, err
+		}
+		if ql.Metric != "" && ql.Metric != MetricQueueSize {
+			return nil, &ValidationError{Field: field("Metric"), Value: ql.Metric, Reason: "must be queue_size (window and concurrent limits go to Reserve)"}
+		}
+		if err := validateAmount(field("Limit"), ql.Limit); err != nil {
+			return nil, err
+		}
+		if ql.Limit != math.Trunc(ql.Limit) || ql.Limit > math.MaxInt32 {
+			return nil, &ValidationError{Field: field("Limit"), Value: ql.Limit, Reason: "must be a whole number of tasks"}
+		}
+		if ql.Amount != 0 && ql.Amount != 1 {
+			return nil, &ValidationError{Field: field("Amount"), Value: ql.Amount, Reason: "must be 0 or 1: a task takes one queue place"}
+		}
+		if ql.Window != 0 {
+			return nil, &ValidationError{Field: field("Window"), Value: ql.Window, Reason: "must be zero: a queue has no window"}
+		}
+		if ql.LeaseTTL != 0 {
+			return nil, &ValidationError{Field: field("LeaseTTL"), Value: ql.LeaseTTL, Reason: "must be zero: a queue place lasts until the task finishes"}
+		}
+		key := [2]string{ql.Scope.Type, ql.Scope.Key}
+		if j, dup := seen[key]; dup {
+			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: ql.Scope.Type + ":" + ql.Scope.Key,
+				Reason: fmt.Sprintf("same queue scope as QueueLimits[%d]", j)}
+		}
+		seen[key] = i
+	}
+	return limits, nil
+}
+
+// queueExceeded explains a queue_size refusal.
+func queueExceeded(ql Limit, admitted int64) *ExceededError {
+	current := float64(admitted)
+	e := &ExceededError{
+		ScopeType: ql.Scope.Type, ScopeKey: ql.Scope.Key, ScopeName: ql.Scope.Name, ScopeMetadata: ql.Scope.Metadata,
+		Metric: MetricQueueSize, Limit: ql.Limit, Amount: 1,
+		Current: current, Used: current, Projected: current + 1, Policy: ql.Policy,
+	}
+	if ql.Limit < 1 {
+		e.Message = fmt.Sprintf("rate limit exceeded: queue_size limit %g of %s:%s admits no task", ql.Limit, ql.Scope.Type, ql.Scope.Key)
+		return e
+	}
+	e.Retryable = true
+	e.Message = fmt.Sprintf("rate limit exceeded: queue %s:%s holds %d of %g tasks; retry when one finishes", ql.Scope.Type, ql.Scope.Key, admitted, ql.Limit)
+	return e
+}

@@ -1,0 +1,87 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// AppendEvent appends e to the task's event log and returns it with its
+// sequence number and time. Sequence numbers are allocated under the task
+// row's lock: unique and without gaps whatever the concurrency. e.Type is
+// required; Seq and CreatedAt are ignored. ErrUnknownTask when no task has
+// that id. One round trip.
+func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Event, error) {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := validateText("Event.Type", e.Type); err != nil {
+		return Event{}, err
+	}
+	for _, f := range []struct{ field, value string }{
+		{"Event.Status", e.Status}, {"Event.Phase", e.Phase}, {"Event.PlatformID", e.PlatformID},
+	} {
+		if err := validateOptionalText(f.field, f.value, maxTaskTextBytes); err != nil {
+			return Event{}, err
+		}
+	}
+	if err := validateOptionalText("Event.Message", e.Message, maxMessageBytes); err != nil {
+		return Event{}, err
+	}
+	if math.IsNaN(e.Progress) || math.IsInf(e.Progress, 0) {
+		return Event{}, &ValidationError{Field: "Event.Progress", Value: e.Progress, Reason: "must be a finite number"}
+	}
+	payload, err := jsonOrEmptyObject("Event.Payload", e.Payload)
+	if err != nil {
+		return Event{}, err
+	}
+	row, err := l.queries.EventAppend(ctx, l.conn, db.EventAppendParams{
+		TaskID: id, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
+		Message: optText(e.Message), Payload: payload, Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, fmt.Errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return Event{}, wrapDBError("append event", err)
+	}
+	e.Seq, e.CreatedAt, e.Payload = int(row.Seq), row.CreatedAt, json.RawMessage(payload)
+	return e, nil
+}
+
+// eventPage is how many events TaskEvents reads per round trip.
+const eventPage = 1000
+
+// TaskEvents returns the task's events in sequence order.
+func (l *Limiter) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return nil, err
+	}
+	var out []Event
+	after := int32(0)
+	for {
+		rows, err := l.queries.EventListByTask(ctx, l.conn, db.EventListByTaskParams{TaskID: id, AfterSeq: after, MaxRows: eventPage})
+		if err != nil {
+			return nil, wrapDBError("list events", err)
+		}
+		for _, r := range rows {
+			out = append(out, Event{
+				Seq: int(r.Seq), Type: r.EventType, Status: r.Status.String, Phase: r.Phase.String, Progress: r.Progress,
+				Message: r.Message.String, Payload: json.RawMessage(r.Payload), Simulated: r.Simulated,
+				PlatformID: r.PlatformID.String, CreatedAt: r.CreatedAt,
+			})
+			after = r.Seq
+		}
+		if len(rows) < eventPage {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// GetTask reads one task; ErrUnknownTask when no task has that id.
+func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return Task{}, err
+	}
+	row, err := l.queries.TaskGet(ctx, l.conn, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Task{}, fmt.Errorf("ratelimit: get task %s: %w", taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return Task{}, wrapDBError("get task", err)
+	}
+	return taskFromRow(row), nil
+}
+
+// TaskAttempts lists the attempts of a task, in order.
+func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, error) {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := l.queries.AttemptListByTask(ctx, l.conn, id)
+	if err != nil {
+		return nil, wrapDBError("list attempts", err)
+	}
+	out := make([]Attempt, len(rows))
+	for i, r := range rows {
+		out[i] = Attempt{
+			ID: idString(r.ID), TaskID: idString(r.TaskID), Number: int(r.AttemptNo), Status: r.Status,
+			Retryable: r.Retryable, ErrorCode: r.ErrorCode.String, ErrorMessage: r.ErrorMessage.String,
+			StartedAt: r.StartedAt, FinishedAt: deref(r.FinishedAt),
+		}
+	}
+	return out, nil
+}
+
+func taskFromRow(r db.TaskGetRow) Task {
+	t := Task{
+		ID: idString(r.ID), Status: r.Status, Async: r.AsyncMode, Kind: r.Kind, Payload: json.RawMessage(r.Payload),
+		ErrorCode: r.ErrorCode.String, ErrorMessage: r.ErrorMessage.String, Worker: r.LockedBy.String,
+		ExecutionToken: idString(r.ExecutionToken), LeaseExpiresAt: deref(r.ExecutionLeaseExpiresAt),
+		AttemptID: idString(r.AttemptID), AttemptCount: int(r.AttemptCount), RequeueCount: int(r.RequeueCount),
+		LastEventSeq: int(r.LastEventSeq), NextRunAt: r.NextRunAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		FinishedAt: deref(r.FinishedAt),
+	}
+	if len(r.Error) > 0 {
+		t.Error = json.RawMessage(r.Error)
+	}
+	return t
+}

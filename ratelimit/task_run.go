@@ -1,0 +1,195 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// ClaimTask claims the next due queued async task for workerID: the task
+// becomes running with a new execution token and a lease of leaseTTL (zero
+// means DefaultTaskLeaseTTL), a new attempt row and a task.running event.
+// Workers never wait on each other (FOR UPDATE SKIP LOCKED). Returns
+// ErrNoTask when nothing is due. One round trip.
+func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.Duration) (Task, error) {
+	if err := validateText("workerID", workerID); err != nil {
+		return Task{}, err
+	}
+	seconds, err := leaseSeconds("leaseTTL", leaseTTL)
+	if err != nil {
+		return Task{}, err
+	}
+	row, err := l.queries.TaskClaimNext(ctx, l.conn, db.TaskClaimNextParams{Worker: workerID, LeaseSeconds: seconds})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Task{}, ErrNoTask
+	}
+	if err != nil {
+		return Task{}, wrapDBError("claim task", err)
+	}
+	return taskFromRow(db.TaskGetRow(row)), nil
+}
+
+// HeartbeatTask extends a running task's execution lease to now() + ttl
+// (zero means DefaultTaskLeaseTTL) and returns the new expiry, on the
+// database's clock. It is fenced by the execution token: when the token no
+// longer owns the task the error is a *StaleTokenError (errors.Is
+// ErrStaleToken) and the worker must stop. A claim stays valid until someone
+// takes the task away, so a heartbeat after the lease expired still succeeds
+// if recovery has not reclaimed the task yet. One round trip.
+func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl time.Duration) (time.Time, error) {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	tok, err := parseID("token", token)
+	if err != nil {
+		return time.Time{}, err
+	}
+	seconds, err := leaseSeconds("ttl", ttl)
+	if err != nil {
+		return time.Time{}, err
+	}
+	row, err := l.queries.TaskHeartbeat(ctx, l.conn, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return time.Time{}, wrapDBError("heartbeat task", err)
+	}
+	if row.RenewedUntil == nil {
+		return time.Time{}, staleToken(taskID, row.Status, row.TokenMatches)
+	}
+	return *row.RenewedUntil, nil
+}
+
+// staleToken explains why a token was refused.
+func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
+	e := &StaleTokenError{TaskID: taskID, Status: status}
+	switch {
+	case status != TaskRunning:
+		e.Reason = "the task is not running (finished, or reclaimed by recovery after its lease expired)"
+	case !tokenMatches:
+		e.Reason = "the token does not match the task's current claim (it was requeued and claimed again)"
+	default:
+		e.Reason = "the claim changed while the call ran (finished or reclaimed concurrently)"
+	}
+	return e
+}
+
+// FinishTask ends a running task, fenced by its execution token: the task
+// takes out.Status (succeeded, failed or cancelled) with its error, its
+// running attempt finishes with the same status, its concurrency leases are
+// released, its queue admissions deleted (the places count again), a final
+// event appended (task.completed, task.failed or task.cancelled), and any
+// reservation of the task still open is released (reason task_finished;
+// FinishResult says how many: commit grants before finishing).
+//
+// A stale token gives a *StaleTokenError and changes nothing about the task.
+// (If the token goes stale between the two round trips, the reservations
+// that were open under the old claim are still released: the old claim is
+// over, and recovery would release them anyway.)
+//
+// Two round trips: a read of the task's open reservations, then one batch
+// that locks their counters first (lock order), finishes the task and
+// settles the reservations, as one transaction.
+func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outcome) (FinishResult, error) {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return FinishResult{}, err
+	}
+	tok, err := parseID("token", token)
+	if err != nil {
+		return FinishResult{}, err
+	}
+	p, err := finishParams(id, tok, out)
+	if err != nil {
+		return FinishResult{}, err
+	}
+
+	plan, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FinishResult{}, fmt.Errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return FinishResult{}, wrapDBError("finish task", err)
+	}
+	if plan.Status != TaskRunning || !plan.TokenMatches {
+		return FinishResult{}, staleToken(taskID, plan.Status, plan.TokenMatches)
+	}
+
+	rids := plan.OpenReservationIds
+	b := &pgx.Batch{}
+	if len(rids) > 0 {
+		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
+	}
+	var finished []db.TaskFinishRow
+	queueRows(b, &finished, func(r db.DBTX) { _, _ = l.queries.TaskFinish(ctx, r, p) })
+	var settled []db.ReservationSettleRow
+	if len(rids) > 0 {
+		queueRows(b, &settled, func(r db.DBTX) {
+			_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
+				ReservationIds: rids, ActualAmounts: make([]float64, len(rids)), Status: StatusReleased,
+				Reason: pgtype.Text{String: "task_finished", Valid: true},
+			})
+		})
+	}
+	if err := runBatch(ctx, l.conn, b); err != nil {
+		return FinishResult{}, wrapDBError("finish task", err)
+	}
+	if len(finished) == 0 {
+		return FinishResult{}, staleToken(taskID, TaskRunning, true)
+	}
+	f := finished[0]
+	res := FinishResult{
+		Task: taskFromRow(db.TaskGetRow{
+			ID: f.ID, Status: f.Status, AsyncMode: f.AsyncMode, Kind: f.Kind, Payload: f.Payload, Error: f.Error,
+			ErrorCode: f.ErrorCode, ErrorMessage: f.ErrorMessage, LockedBy: f.LockedBy, ExecutionToken: f.ExecutionToken,
+			ExecutionLeaseExpiresAt: f.ExecutionLeaseExpiresAt, AttemptCount: f.AttemptCount, RequeueCount: f.RequeueCount,
+			LastEventSeq: f.LastEventSeq, NextRunAt: f.NextRunAt, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt,
+			FinishedAt: f.FinishedAt,
+		}),
+		ReleasedLeases:    int(f.ReleasedLeases),
+		DeletedAdmissions: int(f.DeletedAdmissions),
+	}
+	for _, s := range settled {
+		if s.Settled {
+			res.ReleasedReservations++
+		}
+	}
+	return res, nil
+}
+
+func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error) {
+	p := db.TaskFinishParams{TaskID: id, Token: tok, Status: out.Status, Retryable: out.Retryable}
+	switch out.Status {
+	case TaskSucceeded:
+		if out.ErrorCode != "" || out.ErrorMessage != "" || len(out.Error) > 0 {
+			return p, &ValidationError{Field: "Outcome", Value: out.ErrorCode, Reason: "a succeeded task carries no error"}
+		}
+	case TaskFailed, TaskCancelled:
+	default:
+		return p, &ValidationError{Field: "Outcome.Status", Value: out.Status, Reason: "must be succeeded, failed or cancelled"}
+	}
+	if err := validateOptionalText("Outcome.ErrorCode", out.ErrorCode, maxTaskTextBytes); err != nil {
+		return p, err
+	}
+	if err := validateOptionalText("Outcome.ErrorMessage", out.ErrorMessage, maxMessageBytes); err != nil {
+		return p, err
+	}
+	if len(out.Error) > 0 {
+		if !json.Valid(out.Error) {
+			return p, &ValidationError{Field: "Outcome.Error", Value: string(out.Error), Reason: "must be valid JSON"}
+		}
+		p.Error = out.Error
+	}
+	p.ErrorCode = pgtype.Text{String: out.ErrorCode, Valid: out.ErrorCode != ""}
+	p.ErrorMessage = pgtype.Text{String: out.ErrorMessage, Valid: out.ErrorMessage != ""}
+	return p, nil
+}
