@@ -1,0 +1,46 @@
+// Package ratelimit is pgadmit's admission control: the flows a gateway
+// runs around every upstream call, composed from the generated queries in
+// package db and kept in PostgreSQL so that many gateway instances share
+// exact limits.
+//
+// A Limiter admits a request against window limits (requests, tokens, cost
+// per fixed window) and concurrent limits (leases on in-flight slots), all
+// or nothing, in one round trip:
+//
+//	limiter := ratelimit.New(pool)
+//	grant, err := limiter.Reserve(ctx, taskID, "", limits)
+//	var exceeded *ratelimit.ExceededError
+//	if errors.As(err, &exceeded) {
+//		// 429 with Retry-After: exceeded.RetryAfter
+//	}
+//	// ... call the upstream ...
+//	_, err = limiter.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: usedTokens})
+//
+// Tasks (CreateTask, ClaimTask, HeartbeatTask, FinishTask) tie admissions
+// to work that a process runs, with queue_size limits enforced at creation.
+// When a process dies, Recover gives its capacity back; Prune keeps the
+// tables bounded; Doctor checks that every counter equals its ledger.
+//
+// # How admission stays exact and cheap
+//
+// Reserve pipelines four generated statements in one pgx batch, which the
+// server runs as one implicit transaction: create the current windows'
+// counter rows if missing, lock them FOR UPDATE in primary-key order, take
+// advisory locks on the concurrency scopes in key order, then decide and
+// write in one statement (ReserveApply in queries/admission.sql). The
+// sorted lock order makes admissions deadlock-free whatever order callers
+// list limits in, and row locks are held only while the server executes the
+// pipeline, never across a network round trip. Commit and Release do the
+// same with the counters of the grant's reservations.
+//
+// Every time-derived value (window bounds, lease expiry, reset time,
+// retry-after) comes from the database's clock.
+//
+// # Errors
+//
+// Bad input returns a *ValidationError naming the field
+// (errors.Is(err, ErrInvalidInput)) and writes nothing. A refusal is an
+// *ExceededError (errors.Is(err, ErrExceeded)). A lapsed lease is a
+// *LeaseLostError (errors.Is(err, ErrLeaseLost)); a stale task token a
+// *StaleTokenError (errors.Is(err, ErrStaleToken)).
+package ratelimit
