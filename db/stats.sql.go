@@ -159,6 +159,63 @@ func (q *Queries) ReservationTotalsByScope(ctx context.Context, db DBTX, arg Res
 	return items, nil
 }
 
+const SchemaObjectsWithoutComment = `-- name: SchemaObjectsWithoutComment :many
+SELECT 'table'::text AS kind, c.relname::text AS name
+FROM pg_catalog.pg_class AS c
+WHERE c.relkind = 'r'
+  AND c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text LIKE 'gateway\_%'
+  AND obj_description(c.oid, 'pg_class') IS NULL
+UNION ALL
+SELECT 'column', c.relname::text || '.' || a.attname::text
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid
+WHERE c.relkind = 'r'
+  AND c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text LIKE 'gateway\_%'
+  AND a.attnum > 0
+  AND NOT a.attisdropped
+  AND col_description(c.oid, a.attnum) IS NULL
+UNION ALL
+SELECT 'index', i.relname::text
+FROM pg_catalog.pg_class AS i
+JOIN pg_catalog.pg_index AS x ON x.indexrelid = i.oid
+JOIN pg_catalog.pg_class AS c ON c.oid = x.indrelid
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text LIKE 'gateway\_%'
+  AND obj_description(i.oid, 'pg_class') IS NULL
+ORDER BY 1, 2
+`
+
+type SchemaObjectsWithoutCommentRow struct {
+	Kind string
+	Name string
+}
+
+// Tables, columns and indexes of pgadmit (gateway_*) that carry no COMMENT:
+// the schema promises a comment saying why each one exists.
+// Locks: none (catalog read).
+// Index: catalog indexes.
+func (q *Queries) SchemaObjectsWithoutComment(ctx context.Context, db DBTX) ([]SchemaObjectsWithoutCommentRow, error) {
+	rows, err := db.Query(ctx, SchemaObjectsWithoutComment)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SchemaObjectsWithoutCommentRow{}
+	for rows.Next() {
+		var i SchemaObjectsWithoutCommentRow
+		if err := rows.Scan(&i.Kind, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const TableRowCounts = `-- name: TableRowCounts :one
 
 SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,

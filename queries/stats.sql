@@ -51,3 +51,34 @@ WHERE scope_type = @scope_type
   AND scope_key = @scope_key
 GROUP BY metric, window_seconds, window_start
 ORDER BY window_start, metric, window_seconds;
+
+-- name: SchemaObjectsWithoutComment :many
+-- Tables, columns and indexes of pgadmit (gateway_*) that carry no COMMENT:
+-- the schema promises a comment saying why each one exists.
+-- Locks: none (catalog read).
+-- Index: catalog indexes.
+SELECT 'table'::text AS kind, c.relname::text AS name
+FROM pg_catalog.pg_class AS c
+WHERE c.relkind = 'r'
+  AND c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text LIKE 'gateway\_%'
+  AND obj_description(c.oid, 'pg_class') IS NULL
+UNION ALL
+SELECT 'column', c.relname::text || '.' || a.attname::text
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid
+WHERE c.relkind = 'r'
+  AND c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text LIKE 'gateway\_%'
+  AND a.attnum > 0
+  AND NOT a.attisdropped
+  AND col_description(c.oid, a.attnum) IS NULL
+UNION ALL
+SELECT 'index', i.relname::text
+FROM pg_catalog.pg_class AS i
+JOIN pg_catalog.pg_index AS x ON x.indexrelid = i.oid
+JOIN pg_catalog.pg_class AS c ON c.oid = x.indrelid
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text LIKE 'gateway\_%'
+  AND obj_description(i.oid, 'pg_class') IS NULL
+ORDER BY 1, 2;

@@ -56,6 +56,10 @@ COMMENT ON COLUMN gateway_tasks.requeue_count IS 'Times recovery requeued the ta
 COMMENT ON COLUMN gateway_tasks.last_event_seq IS 'Last allocated event sequence number; events take seq = last_event_seq + 1 under this row''s lock, so sequences are unique and gapless.';
 COMMENT ON COLUMN gateway_tasks.next_run_at IS 'An async queued task is not claimed before this instant.';
 COMMENT ON COLUMN gateway_tasks.finished_at IS 'When the task reached a final status.';
+COMMENT ON COLUMN gateway_tasks.id IS 'Task identity; reservations, leases, attempts, events and admissions refer to it.';
+COMMENT ON COLUMN gateway_tasks.created_at IS 'When the task was created (queue order among equally due tasks).';
+COMMENT ON COLUMN gateway_tasks.updated_at IS 'Last change of the row, for operators.';
+COMMENT ON INDEX gateway_tasks_pkey IS 'Task lookups by id: claim fencing, finish, FK checks, recovery probes.';
 
 -- Claiming the next runnable async task: queued, due, oldest first.
 CREATE INDEX gateway_tasks_runnable_idx ON gateway_tasks (next_run_at, created_at)
@@ -86,6 +90,15 @@ CREATE TABLE gateway_task_attempts (
 COMMENT ON TABLE gateway_task_attempts IS 'One execution attempt of a task (one claim). Reservations and leases can be attached to it.';
 COMMENT ON COLUMN gateway_task_attempts.attempt_no IS '1-based attempt number within the task.';
 COMMENT ON COLUMN gateway_task_attempts.retryable IS 'Whether the failure may succeed on another attempt.';
+COMMENT ON COLUMN gateway_task_attempts.id IS 'Attempt identity; reservations and leases can be attached to it.';
+COMMENT ON COLUMN gateway_task_attempts.task_id IS 'The task this attempt runs.';
+COMMENT ON COLUMN gateway_task_attempts.status IS 'running until the attempt ends; then succeeded, failed or cancelled.';
+COMMENT ON COLUMN gateway_task_attempts.error_code IS 'Machine-readable reason a failed attempt ended (execution_lease_expired, ...).';
+COMMENT ON COLUMN gateway_task_attempts.error_message IS 'Human-readable reason a failed attempt ended.';
+COMMENT ON COLUMN gateway_task_attempts.started_at IS 'When the attempt began (its claim).';
+COMMENT ON COLUMN gateway_task_attempts.finished_at IS 'When the attempt ended; NULL while running.';
+COMMENT ON INDEX gateway_task_attempts_pkey IS 'Attempt lookups by id (attach, FK checks).';
+COMMENT ON INDEX gateway_task_attempts_task_id_attempt_no_key IS 'One attempt per number within a task; also lists a task''s attempts in order.';
 CREATE INDEX gateway_task_attempts_running_idx ON gateway_task_attempts (task_id)
     WHERE status = 'running';
 COMMENT ON INDEX gateway_task_attempts_running_idx IS 'Serves recovery failing the running attempts of dead tasks.';
@@ -110,8 +123,18 @@ COMMENT ON COLUMN gateway_task_events.seq IS 'Per-task sequence number, allocate
 COMMENT ON COLUMN gateway_task_events.event_type IS 'task.queued, task.running, task.completed, task.failed, ...';
 COMMENT ON COLUMN gateway_task_events.platform_id IS 'Upstream platform the event concerns, if any.';
 COMMENT ON COLUMN gateway_task_events.simulated IS 'True for events produced by a dry run.';
+COMMENT ON COLUMN gateway_task_events.id IS 'Surrogate key, for deleting events in batches.';
+COMMENT ON COLUMN gateway_task_events.task_id IS 'The task the event belongs to.';
+COMMENT ON COLUMN gateway_task_events.status IS 'Task status the event reports, if any.';
+COMMENT ON COLUMN gateway_task_events.phase IS 'Caller-defined phase within the status (e.g. streaming).';
+COMMENT ON COLUMN gateway_task_events.progress IS 'Progress the event reports, caller-defined scale.';
+COMMENT ON COLUMN gateway_task_events.message IS 'Human-readable note.';
+COMMENT ON COLUMN gateway_task_events.payload IS 'Caller-defined event data.';
+COMMENT ON COLUMN gateway_task_events.created_at IS 'When the event was appended.';
+COMMENT ON INDEX gateway_task_events_pkey IS 'Event lookups by id (prune deletes by it).';
 COMMENT ON CONSTRAINT gateway_task_events_task_seq_key ON gateway_task_events IS
     'Sequence numbers never repeat within a task, even under concurrent appends; its index also serves reading a task''s events in order.';
+COMMENT ON INDEX gateway_task_events_task_seq_key IS 'Enforces unique (task_id, seq); serves reading a task''s events in order and pruning them per task.';
 
 CREATE TABLE gateway_task_admissions (
     task_id     uuid        NOT NULL REFERENCES gateway_tasks (id) ON DELETE CASCADE,
@@ -123,6 +146,11 @@ CREATE TABLE gateway_task_admissions (
 );
 COMMENT ON TABLE gateway_task_admissions IS 'queue_size limits: one row per (unfinished task, queue scope). A scope admits a new task only while it has fewer rows than its limit; finishing the task deletes its rows.';
 COMMENT ON COLUMN gateway_task_admissions.limit_value IS 'The queue_size limit in force when the task was admitted.';
+COMMENT ON COLUMN gateway_task_admissions.task_id IS 'The admitted, unfinished task holding a place in the queue.';
+COMMENT ON COLUMN gateway_task_admissions.scope_type IS 'Kind of queue scope (api_key, team, model...).';
+COMMENT ON COLUMN gateway_task_admissions.scope_key IS 'Which scope of that kind.';
+COMMENT ON COLUMN gateway_task_admissions.created_at IS 'When the task was admitted.';
+COMMENT ON INDEX gateway_task_admissions_pkey IS 'One place per task and queue scope; deletes of a task''s admissions.';
 CREATE INDEX gateway_task_admissions_scope_idx ON gateway_task_admissions (scope_type, scope_key);
 COMMENT ON INDEX gateway_task_admissions_scope_idx IS 'Serves counting the admitted tasks of a queue scope at admission time.';
 
@@ -150,6 +178,12 @@ COMMENT ON COLUMN gateway_rate_limit_counters.reset_at IS 'End of the window, wh
 COMMENT ON COLUMN gateway_rate_limit_counters.limit_value IS 'Limit of the last admission; informational, every admission brings its own limit.';
 COMMENT ON COLUMN gateway_rate_limit_counters.used_value IS 'Sum of actual amounts of committed reservations; may exceed the limit when actuals overshoot their estimates.';
 COMMENT ON COLUMN gateway_rate_limit_counters.reserved_value IS 'Sum of amounts of open (reserved) reservations of this window.';
+COMMENT ON COLUMN gateway_rate_limit_counters.scope_type IS 'Kind of scope the limit applies to (api_key, team, model, account...).';
+COMMENT ON COLUMN gateway_rate_limit_counters.scope_key IS 'Which scope of that kind.';
+COMMENT ON COLUMN gateway_rate_limit_counters.metric IS 'What is counted (requests, tokens, cost...); concurrent and queue_size are kept elsewhere.';
+COMMENT ON COLUMN gateway_rate_limit_counters.created_at IS 'When the window''s first admission created the row.';
+COMMENT ON COLUMN gateway_rate_limit_counters.updated_at IS 'Last admission or settlement in the window.';
+COMMENT ON INDEX gateway_rate_limit_counters_pkey IS 'The counter of a scope, metric and window: admission locks and updates rows through it, in its order.';
 -- Retention: windows by end time.
 CREATE INDEX gateway_rate_limit_counters_reset_idx ON gateway_rate_limit_counters (reset_at);
 COMMENT ON INDEX gateway_rate_limit_counters_reset_idx IS 'Serves prune of ended windows.';
@@ -183,6 +217,17 @@ COMMENT ON COLUMN gateway_rate_limit_reservations.reserved_amount IS 'Estimated 
 COMMENT ON COLUMN gateway_rate_limit_reservations.actual_amount IS 'Amount really used, set on commit; may be above reserved_amount (overage is recorded, not lost).';
 COMMENT ON COLUMN gateway_rate_limit_reservations.status IS 'reserved (open) -> committed | released; a finished row never changes again.';
 COMMENT ON COLUMN gateway_rate_limit_reservations.reason IS 'Why it was released (caller reason, execution_lease_expired, ...).';
+COMMENT ON COLUMN gateway_rate_limit_reservations.id IS 'Reservation identity, held by the caller''s grant for commit or release.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.scope_type IS 'Scope kind of the counter this reservation draws on.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.scope_key IS 'Scope of the counter this reservation draws on.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.metric IS 'Metric of the counter this reservation draws on.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.window_seconds IS 'Window length of the counter this reservation draws on.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.window_start IS 'Window of the counter this reservation draws on.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.limit_value IS 'Limit in force at admission, for audits.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.created_at IS 'When it was admitted.';
+COMMENT ON COLUMN gateway_rate_limit_reservations.updated_at IS 'Last change (settlement or attach).';
+COMMENT ON COLUMN gateway_rate_limit_reservations.finalized_at IS 'When it was committed or released; NULL while open.';
+COMMENT ON INDEX gateway_rate_limit_reservations_pkey IS 'Commit, release and attach find reservations by id.';
 -- Counter lookup of open reservations (commit/release lock counters through it; doctor sums it).
 CREATE INDEX gateway_rate_limit_reservations_open_counter_idx ON gateway_rate_limit_reservations
     (scope_type, scope_key, metric, window_seconds, window_start) WHERE status = 'reserved';
@@ -218,6 +263,13 @@ COMMENT ON COLUMN gateway_concurrency_leases.limit_value IS 'Concurrency limit i
 COMMENT ON COLUMN gateway_concurrency_leases.expires_at IS 'Heartbeats (renew) push this forward; past it the lease no longer counts.';
 COMMENT ON COLUMN gateway_concurrency_leases.released_at IS 'When the holder (or recovery) gave the slot back.';
 COMMENT ON COLUMN gateway_concurrency_leases.reason IS 'Why the lease ended (committed, released, expired, task_finished, ...).';
+COMMENT ON COLUMN gateway_concurrency_leases.id IS 'Lease identity, held by the caller''s grant for renew and release.';
+COMMENT ON COLUMN gateway_concurrency_leases.task_id IS 'Owning task; NULL for leases not tied to a task (they lapse at expiry).';
+COMMENT ON COLUMN gateway_concurrency_leases.attempt_id IS 'Attempt the lease was attached to, once that attempt row exists.';
+COMMENT ON COLUMN gateway_concurrency_leases.scope_type IS 'Kind of scope whose slots are limited (model, account...).';
+COMMENT ON COLUMN gateway_concurrency_leases.scope_key IS 'Which scope of that kind.';
+COMMENT ON COLUMN gateway_concurrency_leases.created_at IS 'When the slot was taken.';
+COMMENT ON INDEX gateway_concurrency_leases_pkey IS 'Renew and release find leases by id.';
 -- Counting live leases of a scope at admission: index-only scan over the live part.
 CREATE INDEX gateway_concurrency_leases_live_scope_idx ON gateway_concurrency_leases
     (scope_type, scope_key, expires_at) INCLUDE (lease_value) WHERE released_at IS NULL;
