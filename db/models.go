@@ -12,15 +12,22 @@ import (
 
 // One execution attempt of a task (one claim). Reservations and leases can be attached to it.
 type GatewayTaskAttempt struct {
-	ID     pgtype.UUID
+	// Attempt identity; reservations and leases can be attached to it.
+	ID pgtype.UUID
+	// The task this attempt runs.
 	TaskID pgtype.UUID
 	// 1-based attempt number within the task.
 	AttemptNo int32
-	Status    string
+	// running until the attempt ends; then succeeded, failed or cancelled.
+	Status string
 	// Whether the failure may succeed on another attempt.
-	Retryable    bool
-	ErrorCode    pgtype.Text
+	Retryable bool
+	// Machine-readable reason a failed attempt ended (execution_lease_expired, ...).
+	ErrorCode pgtype.Text
+	// Human-readable reason a failed attempt ended.
 	ErrorMessage pgtype.Text
-	StartedAt    time.Time
-	FinishedAt   *time.Time
+	// When the attempt began (its claim).
+	StartedAt time.Time
+	// When the attempt ended; NULL while running.
+	FinishedAt *time.Time
 }
