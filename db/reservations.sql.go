@@ -11,46 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const AttemptAttachGrant = `-- name: AttemptAttachGrant :one
-WITH attached_reservations AS (
-    UPDATE gateway_rate_limit_reservations
-    SET attempt_id = $1::uuid,
-        updated_at = now()
-    WHERE id = ANY($2::uuid[])
-    RETURNING id
-),
-attached_leases AS (
-    UPDATE gateway_concurrency_leases
-    SET attempt_id = $1::uuid
-    WHERE id = ANY($3::uuid[])
-    RETURNING id
-)
-SELECT (SELECT count(*) FROM attached_reservations)::integer AS reservations,
-       (SELECT count(*) FROM attached_leases)::integer       AS leases
-`
-
-type AttemptAttachGrantParams struct {
-	AttemptID      pgtype.UUID
-	ReservationIds []pgtype.UUID
-	LeaseIds       []pgtype.UUID
-}
-
-type AttemptAttachGrantRow struct {
-	Reservations int32
-	Leases       int32
-}
-
-// Links the reservations and leases of an admission to the attempt that runs
-// it, once that attempt row exists. Returns how many of each it found.
-// Locks: row locks on the given reservations and leases.
-// Index: gateway_rate_limit_reservations_pkey; gateway_concurrency_leases_pkey.
-func (q *Queries) AttemptAttachGrant(ctx context.Context, db DBTX, arg AttemptAttachGrantParams) (AttemptAttachGrantRow, error) {
-	row := db.QueryRow(ctx, AttemptAttachGrant, arg.AttemptID, arg.ReservationIds, arg.LeaseIds)
-	var i AttemptAttachGrantRow
-	err := row.Scan(&i.Reservations, &i.Leases)
-	return i, err
-}
-
 const ReservationSettle = `-- name: ReservationSettle :many
 
 WITH input AS (

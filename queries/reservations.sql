@@ -58,24 +58,3 @@ SELECT input.id::uuid                                            AS id,
 FROM input
 LEFT JOIN settled ON settled.id = input.id
 LEFT JOIN gateway_rate_limit_reservations AS prior ON prior.id = input.id;
-
--- name: AttemptAttachGrant :one
--- Links the reservations and leases of an admission to the attempt that runs
--- it, once that attempt row exists. Returns how many of each it found.
--- Locks: row locks on the given reservations and leases.
--- Index: gateway_rate_limit_reservations_pkey; gateway_concurrency_leases_pkey.
-WITH attached_reservations AS (
-    UPDATE gateway_rate_limit_reservations
-    SET attempt_id = @attempt_id::uuid,
-        updated_at = now()
-    WHERE id = ANY(@reservation_ids::uuid[])
-    RETURNING id
-),
-attached_leases AS (
-    UPDATE gateway_concurrency_leases
-    SET attempt_id = @attempt_id::uuid
-    WHERE id = ANY(@lease_ids::uuid[])
-    RETURNING id
-)
-SELECT (SELECT count(*) FROM attached_reservations)::integer AS reservations,
-       (SELECT count(*) FROM attached_leases)::integer       AS leases;
