@@ -190,7 +190,7 @@ COMMENT ON INDEX gateway_rate_limit_counters_reset_idx IS 'Serves prune of ended
 
 CREATE TABLE gateway_rate_limit_reservations (
     id              uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
-    task_id         uuid        REFERENCES gateway_tasks (id) ON DELETE CASCADE,
+    task_id         uuid        REFERENCES gateway_tasks (id) ON DELETE SET NULL,
     attempt_id      uuid        REFERENCES gateway_task_attempts (id) ON DELETE SET NULL,
     scope_type      text        NOT NULL,
     scope_key       text        NOT NULL,
@@ -211,7 +211,7 @@ CREATE TABLE gateway_rate_limit_reservations (
 );
 COMMENT ON TABLE gateway_rate_limit_reservations IS
     'The ledger behind reserved_value and used_value: one row per admitted window limit. Open rows sum to the counter''s reserved_value, committed rows'' actual amounts to its used_value.';
-COMMENT ON COLUMN gateway_rate_limit_reservations.task_id IS 'Owning task; NULL for admissions not tied to a task (they are settled by the caller or become harmless when their window ends).';
+COMMENT ON COLUMN gateway_rate_limit_reservations.task_id IS 'Owning task; NULL for admissions not tied to a task (settled by the caller, or released by prune once their window has long ended). Deleting a task keeps its ledger rows (SET NULL) so the counters stay equal to their ledger.';
 COMMENT ON COLUMN gateway_rate_limit_reservations.attempt_id IS 'Attempt the reservation was attached to, once that attempt row exists.';
 COMMENT ON COLUMN gateway_rate_limit_reservations.reserved_amount IS 'Estimated amount held in the counter''s reserved_value while status = reserved.';
 COMMENT ON COLUMN gateway_rate_limit_reservations.actual_amount IS 'Amount really used, set on commit; may be above reserved_amount (overage is recorded, not lost).';
@@ -235,6 +235,9 @@ COMMENT ON INDEX gateway_rate_limit_reservations_open_counter_idx IS 'Serves the
 CREATE INDEX gateway_rate_limit_reservations_open_task_idx ON gateway_rate_limit_reservations (task_id)
     WHERE status = 'reserved';
 COMMENT ON INDEX gateway_rate_limit_reservations_open_task_idx IS 'Serves recovery releasing open reservations of dead or finished tasks.';
+CREATE INDEX gateway_rate_limit_reservations_open_window_idx ON gateway_rate_limit_reservations (window_start)
+    WHERE status = 'reserved';
+COMMENT ON INDEX gateway_rate_limit_reservations_open_window_idx IS 'Serves prune releasing open reservations whose window ended long ago (a caller that never settled).';
 CREATE INDEX gateway_rate_limit_reservations_finalized_idx ON gateway_rate_limit_reservations (finalized_at, id)
     WHERE status <> 'reserved';
 COMMENT ON INDEX gateway_rate_limit_reservations_finalized_idx IS
@@ -245,7 +248,7 @@ COMMENT ON INDEX gateway_rate_limit_reservations_attempt_idx IS 'Serves the ON D
 
 CREATE TABLE gateway_concurrency_leases (
     id          uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
-    task_id     uuid        REFERENCES gateway_tasks (id) ON DELETE CASCADE,
+    task_id     uuid        REFERENCES gateway_tasks (id) ON DELETE SET NULL,
     attempt_id  uuid        REFERENCES gateway_task_attempts (id) ON DELETE SET NULL,
     scope_type  text        NOT NULL CHECK (scope_type <> ''),
     scope_key   text        NOT NULL CHECK (scope_key <> ''),
@@ -264,7 +267,7 @@ COMMENT ON COLUMN gateway_concurrency_leases.expires_at IS 'Heartbeats (renew) p
 COMMENT ON COLUMN gateway_concurrency_leases.released_at IS 'When the holder (or recovery) gave the slot back.';
 COMMENT ON COLUMN gateway_concurrency_leases.reason IS 'Why the lease ended (committed, released, expired, task_finished, ...).';
 COMMENT ON COLUMN gateway_concurrency_leases.id IS 'Lease identity, held by the caller''s grant for renew and release.';
-COMMENT ON COLUMN gateway_concurrency_leases.task_id IS 'Owning task; NULL for leases not tied to a task (they lapse at expiry).';
+COMMENT ON COLUMN gateway_concurrency_leases.task_id IS 'Owning task; NULL for leases not tied to a task (they lapse at expiry). Deleting a task keeps its leases (SET NULL).';
 COMMENT ON COLUMN gateway_concurrency_leases.attempt_id IS 'Attempt the lease was attached to, once that attempt row exists.';
 COMMENT ON COLUMN gateway_concurrency_leases.scope_type IS 'Kind of scope whose slots are limited (model, account...).';
 COMMENT ON COLUMN gateway_concurrency_leases.scope_key IS 'Which scope of that kind.';
