@@ -14,6 +14,7 @@ import (
 
 const CounterCheckWindows = `-- name: CounterCheckWindows :many
 SELECT w.ord::integer                                       AS ord,
+       (coalesce(c.used_value, 0) + coalesce(c.reserved_value, 0) + w.amount <= w.limit_value)::boolean AS fits,
        coalesce(c.used_value, 0)::numeric                   AS used_value,
        coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
        b.window_start::timestamptz                          AS window_start,
@@ -24,7 +25,9 @@ FROM (
            unnest($1::text[])       AS scope_type,
            unnest($2::text[])        AS scope_key,
            unnest($3::text[])           AS metric,
-           unnest($4::integer[]) AS window_seconds
+           unnest($4::integer[]) AS window_seconds,
+           unnest($5::numeric[])   AS limit_value,
+           unnest($6::numeric[])        AS amount
 ) AS w
 CROSS JOIN LATERAL (
     SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
@@ -47,10 +50,13 @@ type CounterCheckWindowsParams struct {
 	ScopeKeys     []string
 	Metrics       []string
 	WindowSeconds []int32
+	LimitValues   []float64
+	Amounts       []float64
 }
 
 type CounterCheckWindowsRow struct {
 	Ord           int32
+	Fits          bool
 	UsedValue     float64
 	ReservedValue float64
 	WindowStart   time.Time
@@ -58,9 +64,11 @@ type CounterCheckWindowsRow struct {
 	DbNow         time.Time
 }
 
-// Non-consuming preflight: the usage of the current window of each limit, in
-// input order, with the window bounds and the database's now() so the caller
-// computes retry-after on the database clock. A window without a row is empty.
+// Non-consuming preflight: whether each amount fits the current window of its
+// limit (decided in numeric, exactly as ReserveApply decides), with the
+// window's usage and bounds and the database's now() so the caller computes
+// retry-after on the database clock; in input order. A window without a row
+// is empty.
 // Locks: none (plain MVCC read).
 // Index: gateway_rate_limit_counters_pkey (one probe per limit).
 func (q *Queries) CounterCheckWindows(ctx context.Context, db DBTX, arg CounterCheckWindowsParams) ([]CounterCheckWindowsRow, error) {
@@ -69,6 +77,8 @@ func (q *Queries) CounterCheckWindows(ctx context.Context, db DBTX, arg CounterC
 		arg.ScopeKeys,
 		arg.Metrics,
 		arg.WindowSeconds,
+		arg.LimitValues,
+		arg.Amounts,
 	)
 	if err != nil {
 		return nil, err
@@ -79,6 +89,7 @@ func (q *Queries) CounterCheckWindows(ctx context.Context, db DBTX, arg CounterC
 		var i CounterCheckWindowsRow
 		if err := rows.Scan(
 			&i.Ord,
+			&i.Fits,
 			&i.UsedValue,
 			&i.ReservedValue,
 			&i.WindowStart,

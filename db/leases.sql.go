@@ -23,6 +23,10 @@ FROM (
     FROM (
         SELECT unnest($1::text[]) AS scope_type,
                unnest($2::text[])  AS scope_key
+        UNION ALL
+        SELECT lease.scope_type, lease.scope_key
+        FROM gateway_concurrency_leases AS lease
+        WHERE lease.id = ANY($3::uuid[])
     ) AS t
     ORDER BY lock_key
 ) AS s
@@ -32,6 +36,7 @@ ORDER BY s.lock_key
 type LeaseLockScopesParams struct {
 	ScopeTypes []string
 	ScopeKeys  []string
+	LeaseIds   []pgtype.UUID
 }
 
 // Concurrency leases: gateway_concurrency_leases.
@@ -39,14 +44,17 @@ type LeaseLockScopesParams struct {
 // A "concurrent" limit holds a lease row per admitted request. A lease counts
 // while released_at IS NULL AND expires_at > now(), so a lease of a crashed
 // process stops counting by itself at its expiry.
-// Serializes admissions on the same concurrency scopes: one transaction-scoped
-// advisory lock per distinct (scope_type, scope_key), taken in lock-key order
-// (the lock order) after the counter rows. Held until the transaction ends,
-// so the next statement counts the live leases of the scope exactly.
+// Serializes everything that changes whether a lease counts: one
+// transaction-scoped advisory lock per distinct (scope_type, scope_key),
+// taken in lock-key order (the lock order) after the counter rows. The
+// scopes are those given, plus those of the given leases (renewal). Held
+// until the transaction ends, so the next statement counts the live leases
+// of the scope exactly, and a renewal cannot revive a lease that an
+// admission has already counted as expired.
 // Locks: pg_advisory_xact_lock on hashtextextended of the scope; no row locks.
-// Index: none (no table access).
+// Index: gateway_concurrency_leases_pkey for the given leases.
 func (q *Queries) LeaseLockScopes(ctx context.Context, db DBTX, arg LeaseLockScopesParams) error {
-	_, err := db.Exec(ctx, LeaseLockScopes, arg.ScopeTypes, arg.ScopeKeys)
+	_, err := db.Exec(ctx, LeaseLockScopes, arg.ScopeTypes, arg.ScopeKeys, arg.LeaseIds)
 	return err
 }
 
@@ -96,14 +104,14 @@ func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleasePar
 
 const LeaseRenew = `-- name: LeaseRenew :many
 UPDATE gateway_concurrency_leases AS l
-SET expires_at = now() + make_interval(secs => r.ttl_seconds)
+SET expires_at = clock_timestamp() + make_interval(secs => r.ttl_seconds)
 FROM (
     SELECT unnest($1::uuid[])         AS id,
            unnest($2::integer[])    AS ttl_seconds
 ) AS r
 WHERE l.id = r.id
   AND l.released_at IS NULL
-  AND l.expires_at > now()
+  AND l.expires_at > clock_timestamp()
 RETURNING l.id, l.expires_at
 `
 
@@ -117,9 +125,12 @@ type LeaseRenewRow struct {
 	ExpiresAt time.Time
 }
 
-// Heartbeat: pushes the expiry of each live lease to now() + its TTL and
+// Heartbeat: pushes the expiry of each live lease to now + its TTL and
 // returns the leases it renewed; a lease missing from the result was lost
-// (released or expired) and must not be relied on.
+// (released or expired) and must not be relied on. Runs after
+// LeaseLockScopes of the same leases; "now" is clock_timestamp(), not the
+// transaction's start, so a renewal in a long transaction cannot revive a
+// lease that expired meanwhile.
 // Locks: row lock on each renewed lease.
 // Index: gateway_concurrency_leases_pkey.
 func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams) ([]LeaseRenewRow, error) {

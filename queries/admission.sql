@@ -3,8 +3,11 @@
 
 -- name: ReserveApply :many
 -- All or nothing. Runs after CounterEnsureWindows, CounterLockWindows and
--- LeaseLockScopes in the same transaction, so every value it reads is current
--- and stays so until commit. When every limit fits, it adds each window
+-- LeaseLockScopes in the same READ COMMITTED transaction, so every value it
+-- reads is current and stays so until commit (refusal 'isolation' in any
+-- other level). A task id must name a queued or running task and an attempt
+-- id a running attempt (refusals unknown_task, task_finished,
+-- unknown_attempt, attempt_finished). When every limit fits, it adds each window
 -- amount to its counter's reserved_value, records one reservation per window
 -- limit and one lease per concurrency limit; when any limit does not fit it
 -- writes nothing. Either way it returns one row per limit (window limits
@@ -75,8 +78,36 @@ con AS (
           AND x.expires_at > now()
     ) AS live
 ),
+guard AS (
+    -- Preconditions that refuse the whole admission before any limit is
+    -- looked at: the reads above are exact only in READ COMMITTED (each
+    -- statement sees what the previous lock holder committed), and capacity
+    -- may be taken only for a live task and a running attempt, so that a
+    -- worker whose task was reclaimed cannot hold capacity nobody recovers.
+    SELECT CASE
+               WHEN current_setting('transaction_isolation') <> 'read committed' THEN 'isolation'
+               WHEN sqlc.narg('task_id')::uuid IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM gateway_tasks AS t WHERE t.id = sqlc.narg('task_id')::uuid)
+                   THEN 'unknown_task'
+               WHEN sqlc.narg('task_id')::uuid IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM gateway_tasks AS t
+                        WHERE t.id = sqlc.narg('task_id')::uuid AND t.status IN ('queued', 'running'))
+                   THEN 'task_finished'
+               WHEN sqlc.narg('attempt_id')::uuid IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM gateway_task_attempts AS a
+                        WHERE a.id = sqlc.narg('attempt_id')::uuid
+                          AND (sqlc.narg('task_id')::uuid IS NULL OR a.task_id = sqlc.narg('task_id')::uuid))
+                   THEN 'unknown_attempt'
+               WHEN sqlc.narg('attempt_id')::uuid IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM gateway_task_attempts AS a
+                        WHERE a.id = sqlc.narg('attempt_id')::uuid AND a.status = 'running')
+                   THEN 'attempt_finished'
+               ELSE ''
+           END AS refusal
+),
 verdict AS (
-    SELECT (SELECT count(*) FROM win) = coalesce(cardinality(@w_scope_types::text[]), 0)
+    SELECT (SELECT refusal FROM guard) = ''
+           AND (SELECT count(*) FROM win) = coalesce(cardinality(@w_scope_types::text[]), 0)
            AND NOT EXISTS (SELECT 1 FROM win WHERE NOT win.fits)
            AND NOT EXISTS (SELECT 1 FROM con WHERE NOT con.fits) AS admitted
 ),
@@ -139,7 +170,8 @@ SELECT false                         AS is_lease,
        win.reserved_value::numeric   AS reserved_value,
        win.window_start::timestamptz AS window_start,
        win.reset_at::timestamptz     AS reset_at,
-       now()::timestamptz            AS db_now
+       now()::timestamptz            AS db_now,
+       (SELECT refusal FROM guard)::text AS refusal
 FROM win
 LEFT JOIN reserved
   ON reserved.scope_type = win.scope_type
@@ -155,7 +187,8 @@ SELECT true,
        0::numeric,
        now()::timestamptz,
        coalesce(leased.expires_at, con.next_expiry, now() + make_interval(secs => con.ttl_seconds))::timestamptz,
-       now()::timestamptz
+       now()::timestamptz,
+       (SELECT refusal FROM guard)::text
 FROM con
 LEFT JOIN leased
   ON leased.scope_type = con.scope_type

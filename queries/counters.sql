@@ -69,12 +69,15 @@ CROSS JOIN LATERAL (
 ) AS c;
 
 -- name: CounterCheckWindows :many
--- Non-consuming preflight: the usage of the current window of each limit, in
--- input order, with the window bounds and the database's now() so the caller
--- computes retry-after on the database clock. A window without a row is empty.
+-- Non-consuming preflight: whether each amount fits the current window of its
+-- limit (decided in numeric, exactly as ReserveApply decides), with the
+-- window's usage and bounds and the database's now() so the caller computes
+-- retry-after on the database clock; in input order. A window without a row
+-- is empty.
 -- Locks: none (plain MVCC read).
 -- Index: gateway_rate_limit_counters_pkey (one probe per limit).
 SELECT w.ord::integer                                       AS ord,
+       (coalesce(c.used_value, 0) + coalesce(c.reserved_value, 0) + w.amount <= w.limit_value)::boolean AS fits,
        coalesce(c.used_value, 0)::numeric                   AS used_value,
        coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
        b.window_start::timestamptz                          AS window_start,
@@ -85,7 +88,9 @@ FROM (
            unnest(@scope_types::text[])       AS scope_type,
            unnest(@scope_keys::text[])        AS scope_key,
            unnest(@metrics::text[])           AS metric,
-           unnest(@window_seconds::integer[]) AS window_seconds
+           unnest(@window_seconds::integer[]) AS window_seconds,
+           unnest(@limit_values::numeric[])   AS limit_value,
+           unnest(@amounts::numeric[])        AS amount
 ) AS w
 CROSS JOIN LATERAL (
     SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start

@@ -5,12 +5,15 @@
 -- process stops counting by itself at its expiry.
 
 -- name: LeaseLockScopes :exec
--- Serializes admissions on the same concurrency scopes: one transaction-scoped
--- advisory lock per distinct (scope_type, scope_key), taken in lock-key order
--- (the lock order) after the counter rows. Held until the transaction ends,
--- so the next statement counts the live leases of the scope exactly.
+-- Serializes everything that changes whether a lease counts: one
+-- transaction-scoped advisory lock per distinct (scope_type, scope_key),
+-- taken in lock-key order (the lock order) after the counter rows. The
+-- scopes are those given, plus those of the given leases (renewal). Held
+-- until the transaction ends, so the next statement counts the live leases
+-- of the scope exactly, and a renewal cannot revive a lease that an
+-- admission has already counted as expired.
 -- Locks: pg_advisory_xact_lock on hashtextextended of the scope; no row locks.
--- Index: none (no table access).
+-- Index: gateway_concurrency_leases_pkey for the given leases.
 SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
     SELECT DISTINCT hashtextextended(
@@ -20,26 +23,33 @@ FROM (
     FROM (
         SELECT unnest(@scope_types::text[]) AS scope_type,
                unnest(@scope_keys::text[])  AS scope_key
+        UNION ALL
+        SELECT lease.scope_type, lease.scope_key
+        FROM gateway_concurrency_leases AS lease
+        WHERE lease.id = ANY(@lease_ids::uuid[])
     ) AS t
     ORDER BY lock_key
 ) AS s
 ORDER BY s.lock_key;
 
 -- name: LeaseRenew :many
--- Heartbeat: pushes the expiry of each live lease to now() + its TTL and
+-- Heartbeat: pushes the expiry of each live lease to now + its TTL and
 -- returns the leases it renewed; a lease missing from the result was lost
--- (released or expired) and must not be relied on.
+-- (released or expired) and must not be relied on. Runs after
+-- LeaseLockScopes of the same leases; "now" is clock_timestamp(), not the
+-- transaction's start, so a renewal in a long transaction cannot revive a
+-- lease that expired meanwhile.
 -- Locks: row lock on each renewed lease.
 -- Index: gateway_concurrency_leases_pkey.
 UPDATE gateway_concurrency_leases AS l
-SET expires_at = now() + make_interval(secs => r.ttl_seconds)
+SET expires_at = clock_timestamp() + make_interval(secs => r.ttl_seconds)
 FROM (
     SELECT unnest(@lease_ids::uuid[])         AS id,
            unnest(@ttl_seconds::integer[])    AS ttl_seconds
 ) AS r
 WHERE l.id = r.id
   AND l.released_at IS NULL
-  AND l.expires_at > now()
+  AND l.expires_at > clock_timestamp()
 RETURNING l.id, l.expires_at;
 
 -- name: LeaseRelease :many

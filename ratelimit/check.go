@@ -25,6 +25,8 @@ func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 		p.ScopeKeys = append(p.ScopeKeys, w.Limit.Scope.Key)
 		p.Metrics = append(p.Metrics, w.Limit.Metric)
 		p.WindowSeconds = append(p.WindowSeconds, w.windowSeconds)
+		p.LimitValues = append(p.LimitValues, w.Limit.Limit)
+		p.Amounts = append(p.Amounts, w.Limit.Amount)
 	}
 	rows, err := l.queries.CounterCheckWindows(ctx, l.conn, p)
 	if err != nil {
@@ -35,7 +37,7 @@ func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 	}
 	for _, row := range rows {
 		w := windows[row.Ord-1]
-		if row.UsedValue+row.ReservedValue+w.Limit.Amount > w.Limit.Limit {
+		if !row.Fits {
 			return windowExceeded(w, row.UsedValue, row.ReservedValue, row.ResetAt, row.DbNow)
 		}
 	}

@@ -20,6 +20,16 @@ var (
 	// ErrUnknownGrant is returned by Attach when a reservation or lease of
 	// the grant no longer exists (pruned, or never written).
 	ErrUnknownGrant = errors.New("ratelimit: unknown reservation or lease")
+	// ErrTaskFinished refuses an admission for a task that is finished, or
+	// for an attempt that is no longer running (its task was reclaimed by
+	// recovery, or finished): the worker has lost its claim.
+	ErrTaskFinished = errors.New("ratelimit: task finished or attempt no longer running")
+	// ErrIsolation is returned when a statement that must run in READ
+	// COMMITTED finds another isolation level (a caller's REPEATABLE READ or
+	// SERIALIZABLE transaction, or default_transaction_isolation): admission
+	// is exact only when each statement sees what the previous holder of a
+	// lock committed. Nothing was written.
+	ErrIsolation = errors.New("ratelimit: pgadmit needs READ COMMITTED (set default_transaction_isolation = 'read committed' for its connections, or use a READ COMMITTED transaction)")
 )
 
 // ValidationError reports an input that was refused before anything was

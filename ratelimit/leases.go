@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgadmit/pgadmit/db"
 )
 
@@ -31,8 +33,15 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 		}
 		ttls[i] = int32(ttl / time.Second)
 	}
-	rows, err := l.queries.LeaseRenew(ctx, l.conn, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls})
-	if err != nil {
+	// The scopes' advisory locks first, as admission takes them: a renewal
+	// then cannot revive a lease that an admission has counted as expired.
+	b := &pgx.Batch{}
+	queue(b, func(r db.DBTX) { _ = l.queries.LeaseLockScopes(ctx, r, db.LeaseLockScopesParams{LeaseIds: ids}) })
+	var rows []db.LeaseRenewRow
+	queueRows(b, &rows, func(r db.DBTX) {
+		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls})
+	})
+	if err := runBatch(ctx, l.conn, b); err != nil {
 		return nil, wrapDBError("renew leases", err)
 	}
 	expiry := make(map[string]time.Time, len(rows))
@@ -41,8 +50,8 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 	}
 	renewed := make([]Lease, 0, len(rows))
 	var lost []string
-	for _, lease := range leases {
-		at, ok := expiry[lease.ID]
+	for i, lease := range leases {
+		at, ok := expiry[idString(ids[i])] // canonical form: the caller's may be upper case
 		if !ok {
 			lost = append(lost, lease.ID)
 			continue
@@ -97,8 +106,17 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 		grant.AttemptID = attemptID
 		return grant, nil
 	}
-	row, err := l.queries.AttemptAttachGrant(ctx, l.conn, db.AttemptAttachGrantParams{AttemptID: attempt, ReservationIds: rids, LeaseIds: lids})
-	if err != nil {
+	// Counters first (the lock order), as settling and recovery take them
+	// before they touch the same reservations and leases.
+	b := &pgx.Batch{}
+	if len(rids) > 0 {
+		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
+	}
+	var row db.AttemptAttachGrantRow
+	queueRow(b, &row, func(r db.DBTX) {
+		_, _ = l.queries.AttemptAttachGrant(ctx, r, db.AttemptAttachGrantParams{AttemptID: attempt, ReservationIds: rids, LeaseIds: lids})
+	})
+	if err := runBatch(ctx, l.conn, b); err != nil {
 		return grant, wrapDBError("attach", err)
 	}
 	if int(row.Reservations) != len(rids) || int(row.Leases) != len(lids) {

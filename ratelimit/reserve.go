@@ -87,6 +87,9 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 	if len(rows) != len(windows)+len(leases) {
 		return Grant{}, fmt.Errorf("ratelimit: reserve: %d limits but %d decisions (a counter row vanished)", len(windows)+len(leases), len(rows))
 	}
+	if err := refusalError(rows[0].Refusal, taskID, attemptID); err != nil {
+		return Grant{}, err
+	}
 
 	var refused *ExceededError
 	refusedAt := len(limits)
@@ -167,12 +170,36 @@ func leaseExceeded(c leaseLimit, row db.ReserveApplyRow) *ExceededError {
 	return e
 }
 
+// refusalError turns ReserveApply's precondition refusal into an error.
+func refusalError(refusal, taskID, attemptID string) error {
+	switch refusal {
+	case "":
+		return nil
+	case "isolation":
+		return fmt.Errorf("ratelimit: reserve: %w", ErrIsolation)
+	case "unknown_task":
+		return fmt.Errorf("ratelimit: reserve: task %s: %w", taskID, ErrUnknownTask)
+	case "unknown_attempt":
+		return fmt.Errorf("ratelimit: reserve: attempt %s of task %s: %w", attemptID, taskID, ErrUnknownTask)
+	case "task_finished":
+		return fmt.Errorf("ratelimit: reserve: task %s: %w", taskID, ErrTaskFinished)
+	case "attempt_finished":
+		return fmt.Errorf("ratelimit: reserve: attempt %s: %w", attemptID, ErrTaskFinished)
+	}
+	return fmt.Errorf("ratelimit: reserve: refused (%s)", refusal)
+}
+
 // wrapDBError names the operation and maps foreign-key violations (a task or
 // attempt id that names no row) to ErrUnknownTask.
 func wrapDBError(op string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
-		return fmt.Errorf("ratelimit: %s: %w (%s)", op, ErrUnknownTask, pgErr.ConstraintName)
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23503": // foreign_key_violation
+			return fmt.Errorf("ratelimit: %s: %w (%s)", op, ErrUnknownTask, pgErr.ConstraintName)
+		case "40001": // serialization_failure: only possible above READ COMMITTED
+			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrIsolation, err)
+		}
 	}
 	return fmt.Errorf("ratelimit: %s: %w", op, err)
 }

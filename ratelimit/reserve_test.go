@@ -347,18 +347,55 @@ func TestWindowsOfDifferentLengthAreSeparateCounters(t *testing.T) {
 	}
 }
 
-func TestUnknownTaskWritesNothing(t *testing.T) {
+// An admission for a task or attempt that cannot hold capacity is refused
+// with a typed error: no reservation, no lease, no counter value changes.
+func TestReserveRefusesTasksThatCannotHoldCapacity(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
 	ctx := context.Background()
-	before := rowCounts(t, pool)
-	_, err := l.Reserve(ctx, "123e4567-e89b-12d3-a456-426614174000", "",
-		[]ratelimit.Limit{window("api_key", uniqueKey("key"), "requests", 10, 1), concurrent("model", "m", 1)})
-	if !errors.Is(err, ratelimit.ErrUnknownTask) {
-		t.Fatalf("Reserve for a missing task: err = %v, want ErrUnknownTask", err)
+	finished, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "gateway-1"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
-		t.Fatalf("rows written (-before +after):\n%s", diff)
+	if _, err := l.FinishTask(ctx, finished.ID, finished.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "gateway-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const missing = "123e4567-e89b-12d3-a456-426614174000"
+	for _, tc := range []struct {
+		name              string
+		taskID, attemptID string
+		want              error
+	}{
+		{"unknown task", missing, "", ratelimit.ErrUnknownTask},
+		{"finished task", finished.ID, "", ratelimit.ErrTaskFinished},
+		{"finished attempt", "", finished.AttemptID, ratelimit.ErrTaskFinished},
+		{"unknown attempt", running.ID, missing, ratelimit.ErrUnknownTask},
+		{"attempt of another task", running.ID, finished.AttemptID, ratelimit.ErrUnknownTask},
+	} {
+		key := uniqueKey("key")
+		before := rowCounts(t, pool)
+		_, err := l.Reserve(ctx, tc.taskID, tc.attemptID,
+			[]ratelimit.Limit{window("api_key", key, "requests", 10, 1), concurrent("model", key, 1)})
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+		after := rowCounts(t, pool)
+		if after.Reservations != before.Reservations || after.Leases != before.Leases {
+			t.Errorf("%s: reservations %d -> %d, leases %d -> %d; want none written", tc.name,
+				before.Reservations, after.Reservations, before.Leases, after.Leases)
+		}
+		for _, c := range counterRows(t, pool, "api_key", key) {
+			if c.UsedValue != 0 || c.ReservedValue != 0 {
+				t.Errorf("%s: counter %+v changed", tc.name, c)
+			}
+		}
+	}
+	if _, err := l.Reserve(ctx, running.ID, running.AttemptID, []ratelimit.Limit{window("api_key", uniqueKey("key"), "requests", 10, 1)}); err != nil {
+		t.Errorf("running task and attempt: %v", err)
 	}
 }
 
