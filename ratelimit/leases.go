@@ -33,6 +33,9 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 		}
 		ttls[i] = int32(ttl / time.Second)
 	}
+	if err := l.enter("RenewLeases", phaseLeaseScopes, phaseRows); err != nil {
+		return nil, err
+	}
 	// The scopes' advisory locks first, as admission takes them: a renewal
 	// then cannot revive a lease that an admission has counted as expired.
 	b := &pgx.Batch{}
@@ -75,6 +78,9 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	if len(ids) == 0 {
 		return 0, nil
 	}
+	if err := l.enter("ReleaseLeases", phaseRows, phaseRows); err != nil {
+		return 0, err
+	}
 	rows, err := l.queries.LeaseRelease(ctx, l.conn, db.LeaseReleaseParams{Reason: reason, LeaseIds: ids})
 	if err != nil {
 		return 0, wrapDBError("release leases", err)
@@ -105,6 +111,13 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if len(rids) == 0 && len(lids) == 0 {
 		grant.AttemptID = attemptID
 		return grant, nil
+	}
+	first := phaseCounters
+	if len(rids) == 0 {
+		first = phaseRows
+	}
+	if err := l.enter("Attach", first, phaseRows); err != nil {
+		return grant, err
 	}
 	// Counters first (the lock order), as settling and recovery take them
 	// before they touch the same reservations and leases.

@@ -22,6 +22,7 @@ type Executor interface {
 type Limiter struct {
 	conn    Executor
 	inTx    bool
+	order   *txOrder // set when bound to a caller's transaction
 	queries *db.Queries
 	opts    options
 }
@@ -33,17 +34,31 @@ func New(conn Executor, opts ...Option) *Limiter {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Limiter{conn: conn, queries: db.New(), opts: o}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o}
+	if _, ok := conn.(pgx.Tx); ok {
+		l.inTx, l.order = true, &txOrder{}
+	}
+	return l
 }
 
 // WithTx returns a Limiter that runs every operation inside tx, the caller's
 // transaction: admission then commits or rolls back with the caller's own
-// writes. Row locks taken on counters are held until tx ends, so keep such
-// transactions short. Recover is not available inside a caller's transaction.
+// writes. Use one such Limiter per transaction, and keep the transaction
+// short: the row and advisory locks its operations take are held until tx
+// ends.
+//
+// tx must be READ COMMITTED (ErrIsolation otherwise). Several operations may
+// share tx only in the global lock order — counters, then concurrency
+// scopes, then queue scopes, then rows — for example Reserve then
+// CreateTask, but not Reserve twice or CreateTask then Reserve; an operation
+// out of order is refused with a *LockOrderError before it runs, since it
+// could deadlock with other transactions. Recover and Prune run their own
+// transactions and are not available here.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c := *l
 	c.conn = tx
 	c.inTx = true
+	c.order = &txOrder{}
 	return &c
 }
 

@@ -41,6 +41,16 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 	if len(windows) == 0 && len(leases) == 0 {
 		return grant, nil
 	}
+	first, last := phaseCounters, phaseCounters
+	if len(windows) == 0 {
+		first = phaseLeaseScopes
+	}
+	if len(leases) > 0 {
+		last = phaseLeaseScopes
+	}
+	if err := l.enter("Reserve", first, last); err != nil {
+		return Grant{}, err
+	}
 
 	apply := db.ReserveApplyParams{TaskID: task, AttemptID: attempt}
 	for _, w := range windows {

@@ -116,6 +116,13 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	if len(ids) == 0 && len(leaseIDs) == 0 {
 		return Settlement{}, nil
 	}
+	first := phaseCounters
+	if len(ids) == 0 {
+		first = phaseRows
+	}
+	if err := l.enter(opName(status), first, phaseRows); err != nil {
+		return Settlement{}, err
+	}
 
 	b := &pgx.Batch{}
 	var settled []db.ReservationSettleRow
@@ -161,6 +168,14 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 		out.Reservations = append(out.Reservations, o)
 	}
 	return out, nil
+}
+
+// opName names Commit or Release by the status it settles to.
+func opName(status string) string {
+	if status == StatusCommitted {
+		return "Commit"
+	}
+	return "Release"
 }
 
 func leaseIDStrings(leases []Lease) []string {

@@ -1,0 +1,74 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Every transaction takes pgadmit's locks in one global order, which is what
+// makes admissions deadlock-free: counter rows (sorted by primary key), then
+// advisory locks of concurrency scopes, then advisory locks of queue scopes
+// (each sorted by key), then other rows. One operation follows the order by
+// itself; several operations in one caller's transaction follow it only if
+// each starts past where the previous one ended. lockPhase names the steps.
+type lockPhase int
+
+const (
+	phaseNone        lockPhase = iota
+	phaseCounters              // counter rows, FOR UPDATE
+	phaseLeaseScopes           // advisory locks of concurrency scopes
+	phaseQueueScopes           // advisory locks of queue scopes
+	phaseRows                  // task, attempt, reservation, lease and event rows
+)
+
+// ErrLockOrder is matched by the *LockOrderError an operation returns when,
+// inside a caller's transaction, it would take locks out of the global
+// order after an earlier operation of the same transaction.
+var ErrLockOrder = errors.New("ratelimit: operation out of lock order in this transaction")
+
+// LockOrderError refuses an operation that, run after Previous in the same
+// transaction, could deadlock with other transactions. Nothing was run. Run
+// it in a transaction of its own, or before Previous.
+type LockOrderError struct {
+	Op       string
+	Previous string
+}
+
+func (e *LockOrderError) Error() string {
+	return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
+		"(locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before %s",
+		e.Op, e.Previous, e.Previous)
+}
+
+// Is makes errors.Is(err, ErrLockOrder) true.
+func (e *LockOrderError) Is(target error) bool { return target == ErrLockOrder }
+
+// txOrder remembers how far in the lock order the operations of one caller's
+// transaction have gone.
+type txOrder struct {
+	mu       sync.Mutex
+	reached  lockPhase
+	previous string
+}
+
+// enter admits an operation whose locks span first..last, or refuses it.
+// Outside a caller's transaction every operation is its own transaction and
+// always follows the order. Row-level operations may follow each other: the
+// global order does not rank rows against rows.
+func (l *Limiter) enter(op string, first, last lockPhase) error {
+	if l.order == nil || first == phaseNone {
+		return nil
+	}
+	o := l.order
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if first <= o.reached && !(first == phaseRows && o.reached == phaseRows) {
+		return &LockOrderError{Op: op, Previous: o.previous}
+	}
+	if last > o.reached {
+		o.reached = last
+	}
+	o.previous = op
+	return nil
+}
