@@ -49,8 +49,11 @@ func TestOperationsInOneTransactionFollowTheLockOrder(t *testing.T) {
 			second: func(l *ratelimit.Limiter) error { _, err := l.RenewLeases(ctx, held.Leases); return err },
 		},
 		{
-			name:   "Reserve then ReleaseLeases",
-			first:  func(l *ratelimit.Limiter) error { _, err := l.Reserve(ctx, "", "", append(windowLimit, slot...)); return err },
+			name: "Reserve then ReleaseLeases",
+			first: func(l *ratelimit.Limiter) error {
+				_, err := l.Reserve(ctx, "", "", append(windowLimit, slot...))
+				return err
+			},
 			second: func(l *ratelimit.Limiter) error { _, err := l.ReleaseLeases(ctx, held.Leases, "done"); return err },
 		},
 		{
