@@ -200,6 +200,49 @@ func (q *Queries) PruneLeasesReleased(ctx context.Context, db DBTX, arg PruneLea
 	return result.RowsAffected(), nil
 }
 
+const PruneReservationFindStale = `-- name: PruneReservationFindStale :many
+SELECT r.id
+FROM gateway_rate_limit_reservations AS r
+WHERE r.status = 'reserved'
+  AND r.window_start < $1::timestamptz
+  AND r.window_start + make_interval(secs => r.window_seconds) < $1::timestamptz
+ORDER BY r.window_start
+LIMIT $2::integer
+`
+
+type PruneReservationFindStaleParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// A batch of reservations still open although their window ended before the
+// cutoff: their caller never settled them (a reservation without a task, or
+// a reply lost after the server committed). Their window no longer admits
+// anything, so Prune releases them (window_ended) through
+// CounterLockForReservations and ReservationSettle, which keeps the counter
+// equal to its ledger and lets the window be pruned.
+// Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+// Index: gateway_rate_limit_reservations_open_window_idx (partial: open).
+func (q *Queries) PruneReservationFindStale(ctx context.Context, db DBTX, arg PruneReservationFindStaleParams) ([]pgtype.UUID, error) {
+	rows, err := db.Query(ctx, PruneReservationFindStale, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []pgtype.UUID{}
+	for rows.Next() {
+		var id pgtype.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const PruneReservations = `-- name: PruneReservations :one
 WITH page AS (
     SELECT r.id,

@@ -15,6 +15,23 @@
 -- Index: none.
 SELECT (now() - make_interval(secs => @older_than_seconds::float8))::timestamptz AS cutoff;
 
+-- name: PruneReservationFindStale :many
+-- A batch of reservations still open although their window ended before the
+-- cutoff: their caller never settled them (a reservation without a task, or
+-- a reply lost after the server committed). Their window no longer admits
+-- anything, so Prune releases them (window_ended) through
+-- CounterLockForReservations and ReservationSettle, which keeps the counter
+-- equal to its ledger and lets the window be pruned.
+-- Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+-- Index: gateway_rate_limit_reservations_open_window_idx (partial: open).
+SELECT r.id
+FROM gateway_rate_limit_reservations AS r
+WHERE r.status = 'reserved'
+  AND r.window_start < @cutoff::timestamptz
+  AND r.window_start + make_interval(secs => r.window_seconds) < @cutoff::timestamptz
+ORDER BY r.window_start
+LIMIT @batch_size::integer;
+
 -- name: PruneCounters :execrows
 -- Deletes a batch of counter windows that ended before the cutoff and that
 -- no open reservation draws on (a window with an open reservation is kept

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,7 +86,7 @@ func defaultOptions() options {
 func WithRecoveryBatchSize(n int) Option {
 	return func(o *options) {
 		if n > 0 {
-			o.recoveryBatchSize = n
+			o.recoveryBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
 		}
 	}
 }
@@ -105,7 +106,7 @@ func WithMaxRequeues(n int) Option {
 func WithPruneBatchSize(n int) Option {
 	return func(o *options) {
 		if n > 0 {
-			o.pruneBatchSize = n
+			o.pruneBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
 		}
 	}
 }

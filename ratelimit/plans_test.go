@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -82,6 +83,11 @@ func TestHotPathsUseIndexes(t *testing.T) {
 		_, err := l.AppendEvent(ctx, queued.ID, ratelimit.Event{Type: "task.progress"})
 		return err
 	}
+	attachable, err := l.Reserve(ctx, running.ID, "", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flows["Attach"] = func(l *ratelimit.Limiter) error { _, err := l.Attach(ctx, running.AttemptID, attachable); return err }
 	// Recovery and prune run their own transactions; their statements are
 	// checked one by one inside the test's.
 	const batch = 500
@@ -91,7 +97,15 @@ func TestHotPathsUseIndexes(t *testing.T) {
 			_, err := queries.RecoveryReservationFindForFinishedTasks(ctx, tx, batch)
 			return err
 		},
+		"RecoveryTaskReclaim": func(tx pgx.Tx) error {
+			_, err := queries.RecoveryTaskReclaim(ctx, tx, db.RecoveryTaskReclaimParams{MaxRequeues: 5, TaskIds: []pgtype.UUID{uuidOf(t, running.ID)}})
+			return err
+		},
 		"RecoveryLeaseReleaseExpired": func(tx pgx.Tx) error { _, err := queries.RecoveryLeaseReleaseExpired(ctx, tx, batch); return err },
+		"PruneReservationFindStale": func(tx pgx.Tx) error {
+			_, err := queries.PruneReservationFindStale(ctx, tx, db.PruneReservationFindStaleParams{Cutoff: dayAgo(t, tx), BatchSize: batch})
+			return err
+		},
 		"RecoveryLeaseReleaseForFinishedTasks": func(tx pgx.Tx) error {
 			_, err := queries.RecoveryLeaseReleaseForFinishedTasks(ctx, tx, batch)
 			return err
@@ -141,6 +155,16 @@ func TestHotPathsUseIndexes(t *testing.T) {
 		}
 		t.Logf("%s: %+v", name, scans)
 	}
+}
+
+// uuidOf parses a UUID in its text form.
+func uuidOf(t *testing.T, s string) pgtype.UUID {
+	t.Helper()
+	var id pgtype.UUID
+	if err := id.Scan(s); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // dayAgo is the database's now() minus a day: a prune cutoff.

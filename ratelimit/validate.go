@@ -10,9 +10,13 @@ import (
 
 // Bounds of what validation accepts.
 const (
-	MaxWindow         = 366 * 24 * time.Hour
-	MaxLeaseTTL       = 24 * time.Hour
-	MaxLimitsPerCall  = 64
+	MaxWindow        = 366 * 24 * time.Hour
+	MaxLeaseTTL      = 24 * time.Hour
+	MaxLimitsPerCall = 64
+	// MaxAmount bounds every limit, amount and actual amount: far above any
+	// real token or request count, and low enough that the sums a window
+	// accumulates stay exact and convertible to float64.
+	MaxAmount         = 1e15
 	maxScopeTextBytes = 512
 )
 
@@ -118,13 +122,15 @@ func validateText(field, s string) error {
 	return nil
 }
 
-// validateAmount accepts a finite, non-negative number.
+// validateAmount accepts a finite, non-negative number up to MaxAmount.
 func validateAmount(field string, v float64) error {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0):
 		return &ValidationError{Field: field, Value: v, Reason: "must be a finite number"}
 	case v < 0:
 		return &ValidationError{Field: field, Value: v, Reason: "must not be negative"}
+	case v > MaxAmount:
+		return &ValidationError{Field: field, Value: v, Reason: fmt.Sprintf("must be at most %g", float64(MaxAmount))}
 	}
 	return nil
 }

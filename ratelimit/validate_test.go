@@ -47,6 +47,8 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"NaN limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = math.NaN() }), "Limits[1].Limit"},
 		{"-Inf limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = math.Inf(-1) }), "Limits[1].Limit"},
 		{"negative limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = -5 }), "Limits[1].Limit"},
+		{"huge limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = 1.7e308 }), "Limits[1].Limit"},
+		{"huge amount", "", "", with(func(l *ratelimit.Limit) { l.Amount = ratelimit.MaxAmount * 2 }), "Limits[1].Amount"},
 		{"negative window", "", "", with(func(l *ratelimit.Limit) { l.Window = -time.Second }), "Limits[1].Window"},
 		{"fractional window", "", "", with(func(l *ratelimit.Limit) { l.Window = 1500 * time.Millisecond }), "Limits[1].Window"},
 		{"absurd window", "", "", with(func(l *ratelimit.Limit) { l.Window = 400 * 24 * time.Hour }), "Limits[1].Window"},
@@ -84,7 +86,7 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := rowCounts(t, pool)
-	for name, actual := range map[string]float64{"NaN": math.NaN(), "negative": -3, "+Inf": math.Inf(1)} {
+	for name, actual := range map[string]float64{"NaN": math.NaN(), "negative": -3, "+Inf": math.Inf(1), "huge": 1.7e308} {
 		_, err := l.Commit(ctx, grant, map[string]float64{"tokens": actual})
 		var invalid *ratelimit.ValidationError
 		if !errors.As(err, &invalid) || invalid.Field != `actual["tokens"]` {
