@@ -53,18 +53,19 @@ problems AS (
            NULL::uuid                        AS task_id,
            NULL::text                        AS task_status,
            NULL::uuid                        AS row_id,
+           NULL::uuid                        AS attempt_id,
            b.open_amount::numeric            AS expected,
            b.reserved_value::numeric         AS actual
     FROM books AS b
     WHERE b.reserved_value <> b.open_amount
     UNION ALL
     SELECT 'counter_used_mismatch', b.scope_type, b.scope_key, b.metric, b.window_seconds,
-           b.window_start, NULL, NULL, NULL, b.committed_amount, b.used_value
+           b.window_start, NULL, NULL, NULL, NULL, b.committed_amount, b.used_value
     FROM books AS b
     WHERE b.used_value <> b.committed_amount
     UNION ALL
     SELECT 'open_reservation_without_counter', r.scope_type, r.scope_key, r.metric,
-           r.window_seconds, r.window_start, r.task_id, t.status, r.id, 0, r.reserved_amount
+           r.window_seconds, r.window_start, r.task_id, t.status, r.id, NULL, 0, r.reserved_amount
     FROM gateway_rate_limit_reservations AS r
     LEFT JOIN gateway_tasks AS t ON t.id = r.task_id
     WHERE r.status = 'reserved'
@@ -79,14 +80,14 @@ problems AS (
       )
     UNION ALL
     SELECT 'open_reservation_of_finished_task', r.scope_type, r.scope_key, r.metric,
-           r.window_seconds, r.window_start, r.task_id, t.status, r.id, 0, r.reserved_amount
+           r.window_seconds, r.window_start, r.task_id, t.status, r.id, NULL, 0, r.reserved_amount
     FROM gateway_rate_limit_reservations AS r
     JOIN gateway_tasks AS t ON t.id = r.task_id
     WHERE r.status = 'reserved'
       AND t.status IN ('succeeded', 'failed', 'cancelled')
     UNION ALL
     SELECT 'live_lease_of_finished_task', l.scope_type, l.scope_key, 'concurrent', NULL, NULL,
-           l.task_id, t.status, l.id, 0, l.lease_value
+           l.task_id, t.status, l.id, NULL, 0, l.lease_value
     FROM gateway_concurrency_leases AS l
     JOIN gateway_tasks AS t ON t.id = l.task_id
     WHERE l.released_at IS NULL
@@ -94,17 +95,38 @@ problems AS (
       AND t.status IN ('succeeded', 'failed', 'cancelled')
     UNION ALL
     SELECT 'admission_of_finished_task', a.scope_type, a.scope_key, 'queue_size', NULL, NULL,
-           a.task_id, t.status, NULL, 0, 1
+           a.task_id, t.status, NULL, NULL, 0, 1
     FROM gateway_task_admissions AS a
     JOIN gateway_tasks AS t ON t.id = a.task_id
     WHERE t.status IN ('succeeded', 'failed', 'cancelled')
     UNION ALL
     SELECT 'running_attempt_of_finished_task', NULL, NULL, NULL, NULL, NULL,
-           a.task_id, t.status, a.id, 0, 1
+           a.task_id, t.status, a.id, NULL, 0, 1
     FROM gateway_task_attempts AS a
     JOIN gateway_tasks AS t ON t.id = a.task_id
     WHERE a.status = 'running'
       AND t.status IN ('succeeded', 'failed', 'cancelled')
+    UNION ALL
+    SELECT 'open_reservation_of_finished_attempt', r.scope_type, r.scope_key, r.metric,
+           r.window_seconds, r.window_start, r.task_id, t.status, r.id, a.id, 0, r.reserved_amount
+    FROM gateway_rate_limit_reservations AS r
+    JOIN gateway_task_attempts AS a ON a.id = r.attempt_id
+    LEFT JOIN gateway_tasks AS t ON t.id = r.task_id
+    WHERE r.status = 'reserved'
+      AND r.attempt_id IS NOT NULL
+      AND a.status <> 'running'
+      AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
+    UNION ALL
+    SELECT 'live_lease_of_finished_attempt', l.scope_type, l.scope_key, 'concurrent', NULL, NULL,
+           l.task_id, t.status, l.id, a.id, 0, l.lease_value
+    FROM gateway_concurrency_leases AS l
+    JOIN gateway_task_attempts AS a ON a.id = l.attempt_id
+    LEFT JOIN gateway_tasks AS t ON t.id = l.task_id
+    WHERE l.released_at IS NULL
+      AND l.expires_at > now()
+      AND l.attempt_id IS NOT NULL
+      AND a.status <> 'running'
+      AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
 )
 SELECT p.kind,
        coalesce(p.scope_type, '')::text                         AS scope_type,
@@ -115,6 +137,7 @@ SELECT p.kind,
        p.task_id,
        p.task_status,
        p.row_id,
+       p.attempt_id,
        p.expected,
        p.actual,
        now()::timestamptz AS checked_at
@@ -134,6 +157,7 @@ type DoctorCheckRow struct {
 	TaskID        pgtype.UUID
 	TaskStatus    pgtype.Text
 	RowID         pgtype.UUID
+	AttemptID     pgtype.UUID
 	Expected      float64
 	Actual        float64
 	CheckedAt     time.Time
@@ -156,13 +180,21 @@ type DoctorCheckRow struct {
 //	open_reservation_of_finished_task, live_lease_of_finished_task,
 //	admission_of_finished_task, running_attempt_of_finished_task: a
 //	  finished task still holds capacity or looks alive (recovery frees
-//	  these; expected 0, actual the amount held).
+//	  these; expected 0, actual the amount held);
+//	open_reservation_of_finished_attempt, live_lease_of_finished_attempt:
+//	  an attempt that is over (failed by recovery, say, while its worker
+//	  was still admitting) still holds capacity, and its task is not
+//	  finished (those are reported as of a finished task); attempt_id
+//	  names the attempt (recovery frees these; expected 0, actual the
+//	  amount held).
 //
 // Columns that do not apply to a kind are ” (text), 0 (window_seconds),
 // the epoch (window_start) or NULL (ids, task_status).
 // Locks: none (MVCC read).
 // Index: sequential scans of counters and reservations (the ledger sums);
-// the partial live/open indexes for the finished-task checks.
+// the partial live/open indexes for the finished-task checks; the partial
+// attempt_id indexes and gateway_task_attempts_pkey for the
+// finished-attempt checks.
 func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, maxProblems int32) ([]DoctorCheckRow, error) {
 	rows, err := db.Query(ctx, DoctorCheck, maxProblems)
 	if err != nil {
@@ -182,6 +214,7 @@ func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, maxProblems int32) (
 			&i.TaskID,
 			&i.TaskStatus,
 			&i.RowID,
+			&i.AttemptID,
 			&i.Expected,
 			&i.Actual,
 			&i.CheckedAt,

@@ -145,6 +145,62 @@ func (q *Queries) OpsCounterCorruptDelete(ctx context.Context, db DBTX, arg OpsC
 	return result.RowsAffected(), nil
 }
 
+const OpsHoldingsByAttempt = `-- name: OpsHoldingsByAttempt :many
+SELECT 'reservation'::text            AS kind,
+       r.id,
+       r.status::text                 AS state,
+       coalesce(r.reason, '')::text   AS reason
+FROM gateway_rate_limit_reservations AS r
+WHERE r.attempt_id = $1::uuid
+UNION ALL
+SELECT 'lease',
+       l.id,
+       CASE WHEN l.released_at IS NULL THEN 'unreleased' ELSE 'released' END,
+       coalesce(l.reason, '')
+FROM gateway_concurrency_leases AS l
+WHERE l.attempt_id = $1::uuid
+ORDER BY kind, id
+`
+
+type OpsHoldingsByAttemptRow struct {
+	Kind   string
+	ID     pgtype.UUID
+	State  string
+	Reason string
+}
+
+// Every reservation and lease attached to one attempt, with its state and
+// why it ended, so a test can check who released what: a reservation's
+// status (reserved, committed, released), a lease's 'unreleased' or
+// 'released'; reason ” while open.
+// Locks: none (MVCC read).
+// Index: gateway_rate_limit_reservations_attempt_idx;
+// gateway_concurrency_leases_attempt_idx.
+func (q *Queries) OpsHoldingsByAttempt(ctx context.Context, db DBTX, attemptID pgtype.UUID) ([]OpsHoldingsByAttemptRow, error) {
+	rows, err := db.Query(ctx, OpsHoldingsByAttempt, attemptID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OpsHoldingsByAttemptRow{}
+	for rows.Next() {
+		var i OpsHoldingsByAttemptRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.ID,
+			&i.State,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const OpsNow = `-- name: OpsNow :one
 SELECT clock_timestamp()::timestamptz AS now
 `

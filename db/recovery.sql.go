@@ -113,6 +113,49 @@ func (q *Queries) RecoveryLeaseReleaseExpired(ctx context.Context, db DBTX, batc
 	return result.RowsAffected(), nil
 }
 
+const RecoveryLeaseReleaseForFinishedAttempts = `-- name: RecoveryLeaseReleaseForFinishedAttempts :execrows
+UPDATE gateway_concurrency_leases AS l
+SET released_at = now(),
+    reason = 'attempt_finished'
+WHERE l.id IN (
+    SELECT x.id
+    FROM gateway_concurrency_leases AS x
+    CROSS JOIN LATERAL (
+        -- One primary-key probe per lease (see above).
+        SELECT 1
+        FROM gateway_task_attempts AS a
+        WHERE a.id = x.attempt_id
+          AND a.status <> 'running'
+        LIMIT 1
+    ) AS finished
+    WHERE x.released_at IS NULL
+      AND x.attempt_id IS NOT NULL
+    LIMIT $1::integer
+    FOR UPDATE OF x SKIP LOCKED
+)
+  AND l.released_at IS NULL
+`
+
+// Releases a batch of unreleased leases attached to an attempt that is no
+// longer running (reason attempt_finished), for the reasons given at
+// RecoveryReservationFindForFinishedAttempts: a dead worker's slot that
+// would otherwise count until it expires, or until its task finishes.
+// Starts from the unreleased leases that name an attempt (live state, few)
+// and probes each attempt by primary key. No ORDER BY, as above.
+// Locks: row locks on the released leases (SKIP LOCKED); attempts only read.
+// Index: a partial index over unreleased leases
+// (gateway_concurrency_leases_live_task_idx or a sibling) or
+// gateway_concurrency_leases_attempt_idx (partial: attempt_id IS NOT NULL),
+// whichever is smaller; gateway_task_attempts_pkey;
+// gateway_concurrency_leases_pkey for the update.
+func (q *Queries) RecoveryLeaseReleaseForFinishedAttempts(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
+	result, err := db.Exec(ctx, RecoveryLeaseReleaseForFinishedAttempts, batchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const RecoveryLeaseReleaseForFinishedTasks = `-- name: RecoveryLeaseReleaseForFinishedTasks :execrows
 UPDATE gateway_concurrency_leases AS l
 SET released_at = now(),
@@ -166,6 +209,60 @@ func (q *Queries) RecoveryLockTry(ctx context.Context, db DBTX) (bool, error) {
 	var acquired bool
 	err := row.Scan(&acquired)
 	return acquired, err
+}
+
+const RecoveryReservationFindForFinishedAttempts = `-- name: RecoveryReservationFindForFinishedAttempts :many
+SELECT r.id
+FROM gateway_rate_limit_reservations AS r
+CROSS JOIN LATERAL (
+    -- One primary-key probe per reservation (LIMIT 1 keeps the planner
+    -- from hashing the whole attempts table instead).
+    SELECT 1
+    FROM gateway_task_attempts AS a
+    WHERE a.id = r.attempt_id
+      AND a.status <> 'running'
+    LIMIT 1
+) AS finished
+WHERE r.status = 'reserved'
+  AND r.attempt_id IS NOT NULL
+LIMIT $1::integer
+`
+
+// A batch of open reservations attached to an attempt that is no longer
+// running: a dead worker's admission that committed after recovery had
+// reclaimed its task (the admission saw the attempt running; recovery did
+// not see the admission), or a grant attached to an attempt already over.
+// The task lives on (queued again, or running another attempt), so nothing
+// else releases them. (Those of finished tasks are usually gone already:
+// RecoveryReservationFindForFinishedTasks runs first.) The batch then locks
+// their counters and releases them with ReservationSettle.
+// Starts from the open reservations that name an attempt (live state, few)
+// and probes each attempt by primary key; an attempt never runs again once
+// over, so the verdict cannot go stale. No ORDER BY: any batch will do, and
+// an order would invite a walk of the whole primary key.
+// Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+// Index: a partial index over open reservations
+// (gateway_rate_limit_reservations_open_task_idx or a sibling) or
+// gateway_rate_limit_reservations_attempt_idx (partial: attempt_id IS NOT
+// NULL), whichever is smaller; gateway_task_attempts_pkey.
+func (q *Queries) RecoveryReservationFindForFinishedAttempts(ctx context.Context, db DBTX, batchSize int32) ([]pgtype.UUID, error) {
+	rows, err := db.Query(ctx, RecoveryReservationFindForFinishedAttempts, batchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []pgtype.UUID{}
+	for rows.Next() {
+		var id pgtype.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const RecoveryReservationFindForFinishedTasks = `-- name: RecoveryReservationFindForFinishedTasks :many

@@ -116,3 +116,26 @@ SELECT count(*)::bigint AS backends
 FROM pg_catalog.pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.application_name = @application_name::text;
+
+-- name: OpsHoldingsByAttempt :many
+-- Every reservation and lease attached to one attempt, with its state and
+-- why it ended, so a test can check who released what: a reservation's
+-- status (reserved, committed, released), a lease's 'unreleased' or
+-- 'released'; reason '' while open.
+-- Locks: none (MVCC read).
+-- Index: gateway_rate_limit_reservations_attempt_idx;
+-- gateway_concurrency_leases_attempt_idx.
+SELECT 'reservation'::text            AS kind,
+       r.id,
+       r.status::text                 AS state,
+       coalesce(r.reason, '')::text   AS reason
+FROM gateway_rate_limit_reservations AS r
+WHERE r.attempt_id = @attempt_id::uuid
+UNION ALL
+SELECT 'lease',
+       l.id,
+       CASE WHEN l.released_at IS NULL THEN 'unreleased' ELSE 'released' END,
+       coalesce(l.reason, '')
+FROM gateway_concurrency_leases AS l
+WHERE l.attempt_id = @attempt_id::uuid
+ORDER BY kind, id;

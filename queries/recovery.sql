@@ -230,6 +230,73 @@ WHERE a.id IN (
 )
   AND a.status = 'running';
 
+-- name: RecoveryReservationFindForFinishedAttempts :many
+-- A batch of open reservations attached to an attempt that is no longer
+-- running: a dead worker's admission that committed after recovery had
+-- reclaimed its task (the admission saw the attempt running; recovery did
+-- not see the admission), or a grant attached to an attempt already over.
+-- The task lives on (queued again, or running another attempt), so nothing
+-- else releases them. (Those of finished tasks are usually gone already:
+-- RecoveryReservationFindForFinishedTasks runs first.) The batch then locks
+-- their counters and releases them with ReservationSettle.
+-- Starts from the open reservations that name an attempt (live state, few)
+-- and probes each attempt by primary key; an attempt never runs again once
+-- over, so the verdict cannot go stale. No ORDER BY: any batch will do, and
+-- an order would invite a walk of the whole primary key.
+-- Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+-- Index: a partial index over open reservations
+-- (gateway_rate_limit_reservations_open_task_idx or a sibling) or
+-- gateway_rate_limit_reservations_attempt_idx (partial: attempt_id IS NOT
+-- NULL), whichever is smaller; gateway_task_attempts_pkey.
+SELECT r.id
+FROM gateway_rate_limit_reservations AS r
+CROSS JOIN LATERAL (
+    -- One primary-key probe per reservation (LIMIT 1 keeps the planner
+    -- from hashing the whole attempts table instead).
+    SELECT 1
+    FROM gateway_task_attempts AS a
+    WHERE a.id = r.attempt_id
+      AND a.status <> 'running'
+    LIMIT 1
+) AS finished
+WHERE r.status = 'reserved'
+  AND r.attempt_id IS NOT NULL
+LIMIT @batch_size::integer;
+
+-- name: RecoveryLeaseReleaseForFinishedAttempts :execrows
+-- Releases a batch of unreleased leases attached to an attempt that is no
+-- longer running (reason attempt_finished), for the reasons given at
+-- RecoveryReservationFindForFinishedAttempts: a dead worker's slot that
+-- would otherwise count until it expires, or until its task finishes.
+-- Starts from the unreleased leases that name an attempt (live state, few)
+-- and probes each attempt by primary key. No ORDER BY, as above.
+-- Locks: row locks on the released leases (SKIP LOCKED); attempts only read.
+-- Index: a partial index over unreleased leases
+-- (gateway_concurrency_leases_live_task_idx or a sibling) or
+-- gateway_concurrency_leases_attempt_idx (partial: attempt_id IS NOT NULL),
+-- whichever is smaller; gateway_task_attempts_pkey;
+-- gateway_concurrency_leases_pkey for the update.
+UPDATE gateway_concurrency_leases AS l
+SET released_at = now(),
+    reason = 'attempt_finished'
+WHERE l.id IN (
+    SELECT x.id
+    FROM gateway_concurrency_leases AS x
+    CROSS JOIN LATERAL (
+        -- One primary-key probe per lease (see above).
+        SELECT 1
+        FROM gateway_task_attempts AS a
+        WHERE a.id = x.attempt_id
+          AND a.status <> 'running'
+        LIMIT 1
+    ) AS finished
+    WHERE x.released_at IS NULL
+      AND x.attempt_id IS NOT NULL
+    LIMIT @batch_size::integer
+    FOR UPDATE OF x SKIP LOCKED
+)
+  AND l.released_at IS NULL;
+
 -- name: RecoveryAdmissionDeleteForFinishedTasks :execrows
 -- Deletes a batch of queue admissions whose task is finished, so their
 -- queue places count again.

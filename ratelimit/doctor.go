@@ -35,7 +35,28 @@ const (
 	// ProblemAttemptOfFinishedTask: a finished task has an attempt still
 	// marked running (Recover fails it).
 	ProblemAttemptOfFinishedTask ProblemKind = "running_attempt_of_finished_task"
+	// ProblemReservationOfFinishedAttempt: an open reservation is attached
+	// to an attempt that is over, while its task is not finished: a dead
+	// worker's admission that committed after recovery reclaimed its task
+	// (Recover releases it). AttemptID names the attempt.
+	ProblemReservationOfFinishedAttempt ProblemKind = "open_reservation_of_finished_attempt"
+	// ProblemLeaseOfFinishedAttempt: a live concurrency lease is attached to
+	// an attempt that is over, while its task is not finished (Recover
+	// releases it). AttemptID names the attempt.
+	ProblemLeaseOfFinishedAttempt ProblemKind = "live_lease_of_finished_attempt"
 )
+
+// Recoverable reports whether Recover repairs problems of this kind (it
+// gives back capacity that finished tasks or attempts still hold). The
+// other kinds are damage to the books that needs an operator.
+func (k ProblemKind) Recoverable() bool {
+	switch k {
+	case ProblemReservationOfFinishedTask, ProblemLeaseOfFinishedTask, ProblemAdmissionOfFinishedTask,
+		ProblemAttemptOfFinishedTask, ProblemReservationOfFinishedAttempt, ProblemLeaseOfFinishedAttempt:
+		return true
+	}
+	return false
+}
 
 // DoctorMaxProblems is the most problems one report lists; Report.Truncated
 // says when there were more.
@@ -84,9 +105,12 @@ type Problem struct {
 	TaskID      string
 	TaskStatus  string
 	// RowID is the reservation, lease or attempt at fault.
-	RowID    string
-	Expected float64
-	Actual   float64
+	RowID string
+	// AttemptID is the finished attempt that a reservation or lease of the
+	// *_of_finished_attempt kinds is attached to.
+	AttemptID string
+	Expected  float64
+	Actual    float64
 }
 
 // String describes the problem on one line, for logs and the CLI.
@@ -101,6 +125,9 @@ func (p Problem) String() string {
 	if p.TaskID != "" {
 		where = append(where, fmt.Sprintf("task %s (%s)", p.TaskID, p.TaskStatus))
 	}
+	if p.AttemptID != "" {
+		where = append(where, "attempt "+p.AttemptID)
+	}
 	if p.RowID != "" {
 		where = append(where, "row "+p.RowID)
 	}
@@ -110,9 +137,11 @@ func (p Problem) String() string {
 // Doctor checks the books in one statement (one snapshot of a live
 // database): for every counter, reserved equals the sum of its open
 // reservations and used the sum of its committed actual amounts; no open
-// reservation lacks its counter; and no finished task still holds an open
-// reservation, a live lease, a queue admission or a running attempt (after
-// Recover has run, there should be none). It writes nothing. Full scans of
+// reservation lacks its counter; no finished task still holds an open
+// reservation, a live lease, a queue admission or a running attempt; and no
+// attempt that is over still holds an open reservation or a live lease
+// (after Recover has run, there should be none of these last kinds:
+// ProblemKind.Recoverable). It writes nothing. Full scans of
 // the counters and the reservation ledger: an operator's tool, not for a
 // hot path.
 func (l *Limiter) Doctor(ctx context.Context) (Report, error) {
@@ -142,7 +171,7 @@ func problemFromRow(row db.DoctorCheckRow) Problem {
 	p := Problem{
 		Kind: ProblemKind(row.Kind), ScopeType: row.ScopeType, ScopeKey: row.ScopeKey, Metric: row.Metric,
 		TaskID: idString(row.TaskID), TaskStatus: row.TaskStatus.String, RowID: idString(row.RowID),
-		Expected: row.Expected, Actual: row.Actual,
+		AttemptID: idString(row.AttemptID), Expected: row.Expected, Actual: row.Actual,
 	}
 	if row.WindowSeconds > 0 {
 		p.Window = time.Duration(row.WindowSeconds) * time.Second

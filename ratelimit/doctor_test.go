@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -20,7 +21,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	type damage struct {
 		// corrupt breaks a fresh database and returns the one problem the
 		// doctor must report.
-		corrupt func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem
+		corrupt func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) ratelimit.Problem
 		// repaired is what Recover gives back afterwards; zero when recovery
 		// cannot repair this kind (the problem must then remain).
 		repaired ratelimit.RecoveryResult
@@ -49,12 +50,12 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	}
 
 	cases := map[ratelimit.ProblemKind]damage{
-		ratelimit.ProblemCounterReserved: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemCounterReserved: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			corruptCounter(t, conn, g.Reservations[0], 5, 0)
 			return counterProblem(ratelimit.ProblemCounterReserved, g.Reservations[0], 500, 505)
 		}},
-		ratelimit.ProblemCounterUsed: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemCounterUsed: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 300}); err != nil {
 				t.Fatalf("Commit: %v", err)
@@ -62,7 +63,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			corruptCounter(t, conn, g.Reservations[0], 0, -100)
 			return counterProblem(ratelimit.ProblemCounterUsed, g.Reservations[0], 300, 200)
 		}},
-		ratelimit.ProblemReservationWithoutCounter: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemReservationWithoutCounter: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			r := g.Reservations[0]
 			n, err := queries.OpsCounterCorruptDelete(ctx, conn, db.OpsCounterCorruptDeleteParams{ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric})
@@ -73,7 +74,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.RowID = r.ID
 			return p
 		}},
-		ratelimit.ProblemReservationOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemReservationOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l)
 			g := reserve(t, l, task.ID, window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			finishBehindTheBack(t, conn, task.ID)
@@ -81,7 +82,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.TaskID, p.TaskStatus, p.RowID = task.ID, ratelimit.TaskFailed, g.Reservations[0].ID
 			return p
 		}, repaired: ratelimit.RecoveryResult{ReleasedRateReservations: 1}},
-		ratelimit.ProblemLeaseOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemLeaseOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l)
 			g := reserve(t, l, task.ID, concurrent("model", "m", 3))
 			finishBehindTheBack(t, conn, task.ID)
@@ -90,7 +91,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				TaskID: task.ID, TaskStatus: ratelimit.TaskFailed, RowID: g.Leases[0].ID, Expected: 0, Actual: 1,
 			}
 		}, repaired: ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1}},
-		ratelimit.ProblemAdmissionOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemAdmissionOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l, queueLimit("q", 5))
 			finishBehindTheBack(t, conn, task.ID)
 			return ratelimit.Problem{
@@ -98,7 +99,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				TaskID: task.ID, TaskStatus: ratelimit.TaskFailed, Expected: 0, Actual: 1,
 			}
 		}, repaired: ratelimit.RecoveryResult{CleanedTaskAdmissions: 1}},
-		ratelimit.ProblemAttemptOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn db.DBTX) ratelimit.Problem {
+		ratelimit.ProblemAttemptOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			createAsync(t, l)
 			task := claim(t, l, "w", time.Hour)
 			finishBehindTheBack(t, conn, task.ID)
@@ -107,6 +108,19 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				RowID: task.AttemptID, Expected: 0, Actual: 1,
 			}
 		}, repaired: ratelimit.RecoveryResult{FailedAttempts: 1}},
+		ratelimit.ProblemReservationOfFinishedAttempt: {corrupt: func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) ratelimit.Problem {
+			task, g := reserveBehindRecovery(t, l, pool, []ratelimit.Limit{window("api_key", "k", ratelimit.MetricTokens, 1000, 500)})
+			p := counterProblem(ratelimit.ProblemReservationOfFinishedAttempt, g.Reservations[0], 0, 500)
+			p.TaskID, p.TaskStatus, p.RowID, p.AttemptID = task.ID, ratelimit.TaskQueued, g.Reservations[0].ID, task.AttemptID
+			return p
+		}, repaired: ratelimit.RecoveryResult{ReleasedRateReservations: 1}},
+		ratelimit.ProblemLeaseOfFinishedAttempt: {corrupt: func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) ratelimit.Problem {
+			task, g := reserveBehindRecovery(t, l, pool, []ratelimit.Limit{concurrent("model", "m", 3)})
+			return ratelimit.Problem{
+				Kind: ratelimit.ProblemLeaseOfFinishedAttempt, ScopeType: "model", ScopeKey: "m", Metric: ratelimit.MetricConcurrent,
+				TaskID: task.ID, TaskStatus: ratelimit.TaskQueued, RowID: g.Leases[0].ID, AttemptID: task.AttemptID, Expected: 0, Actual: 1,
+			}
+		}, repaired: ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1}},
 	}
 	for kind, tc := range cases {
 		t.Run(string(kind), func(t *testing.T) {
@@ -127,6 +141,9 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			}
 			if !strings.Contains(report.String(), string(kind)) {
 				t.Fatalf("report text does not name %s:\n%s", kind, report)
+			}
+			if kind.Recoverable() == tc.repaired.Zero() {
+				t.Fatalf("%s.Recoverable() = %v, but Recover repairs %+v", kind, kind.Recoverable(), tc.repaired)
 			}
 
 			recoverOnce(t, l, tc.repaired)

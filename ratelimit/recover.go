@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,10 +19,35 @@ import (
 // many short transactions of their own, and Recover holds a session lock.
 var ErrOwnTransactions = errors.New("ratelimit: Recover and Prune run their own short transactions; call them on a Limiter over a pool or connection, not a transaction")
 
+// ErrNoSession is matched (errors.Is) by every *SessionError.
+var ErrNoSession = errors.New("ratelimit: Recover needs one connection for its whole run")
+
+// SessionError refuses Recover on a Limiter whose Executor cannot give it
+// one connection for the whole run. Recover holds a session advisory lock
+// (single flight) and must unlock it on the connection that took it; an
+// Executor that sends each statement to whichever pooled connection is free
+// would lock on one and unlock on another, leaving the lock held and every
+// later recovery skipped. Recover accepts a *pgxpool.Pool, a *pgxpool.Conn,
+// a *pgx.Conn, or any type with an Acquire(ctx) (*pgxpool.Conn, error)
+// method (a wrapper around a pool). Nothing was run.
+type SessionError struct {
+	// Executor is the Go type of the refused Executor, as %T prints it.
+	Executor string
+}
+
+// Error names the refused type and what would be accepted.
+func (e *SessionError) Error() string {
+	return fmt.Sprintf("ratelimit: Recover cannot pin one connection on a %s: use a *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn, or a type with Acquire(ctx) (*pgxpool.Conn, error)", e.Executor)
+}
+
+// Is makes errors.Is(err, ErrNoSession) true.
+func (e *SessionError) Is(target error) bool { return target == ErrNoSession }
+
 // Reasons recorded on what recovery releases.
 const (
 	reasonExecutionLeaseExpired = "execution_lease_expired"
 	reasonTaskFinished          = "task_finished"
+	reasonAttemptFinished       = "attempt_finished"
 )
 
 // RecoveryResult counts what one Recover call gave back. All counts are
@@ -29,10 +55,10 @@ const (
 // recovering at the same time (Skipped).
 type RecoveryResult struct {
 	// ReleasedConcurrencyLeases: unreleased leases of reclaimed tasks, of
-	// finished tasks, and expired leases.
+	// finished tasks and of finished attempts, and expired leases.
 	ReleasedConcurrencyLeases int64
-	// ReleasedRateReservations: open reservations of reclaimed tasks and of
-	// finished tasks, given back to their counters.
+	// ReleasedRateReservations: open reservations of reclaimed tasks, of
+	// finished tasks and of finished attempts, given back to their counters.
 	ReleasedRateReservations int64
 	// FailedAttempts: running attempts of reclaimed tasks
 	// (execution_lease_expired) and of finished tasks (task_finished).
@@ -85,7 +111,11 @@ func (r RecoveryResult) String() string {
 //  3. expired, unreleased leases are marked released (expired);
 //  4. unreleased leases of finished tasks are released (task_finished);
 //  5. attempts still running of finished tasks fail (task_finished);
-//  6. queue admissions of finished tasks are deleted.
+//  6. open reservations and unreleased leases attached to an attempt that
+//     is no longer running are released (attempt_finished): what a dead
+//     worker's admission committed after recovery had reclaimed its task
+//     (the task lives on, queued again or running another attempt);
+//  7. queue admissions of finished tasks are deleted.
 //
 // Each batch (WithRecoveryBatchSize rows) is its own short transaction that
 // leaves the books correct, locking counter rows first (the lock order), so
@@ -94,12 +124,16 @@ func (r RecoveryResult) String() string {
 //
 // Single flight across processes: Recover holds a session advisory lock on
 // one connection for the whole run; a concurrent call from another process
-// or pool returns at once with Skipped set, zero counts and no error.
+// or pool returns at once with Skipped set, zero counts and no error. The
+// Limiter's Executor must be able to give it that one connection: a
+// *pgxpool.Pool or any type with an Acquire(ctx) (*pgxpool.Conn, error)
+// method (the connection is acquired for the run), or a *pgxpool.Conn or
+// *pgx.Conn (used as is, and left open); anything else is a *SessionError.
 //
-// Tasks without a task id (reservations and leases taken with taskID "")
-// are not recovery's: their leases lapse at expiry, their reservations
-// must be settled by the caller (they stop mattering when their window
-// ends). Not available on a Limiter bound to a transaction
+// Reservations and leases taken without a task id (taskID "") are not
+// recovery's, unless they name an attempt that is over (step 6): their
+// leases lapse at expiry, their reservations must be settled by the caller
+// (they stop mattering when their window ends). Not available on a Limiter bound to a transaction
 // (ErrOwnTransactions).
 func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
 	conn, done, err := l.session(ctx)
@@ -130,18 +164,22 @@ func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
 		}
 	}()
 
-	batch := int32(l.opts.recoveryBatchSize)
+	batch := clampInt32(l.opts.recoveryBatchSize)
 	steps := []struct {
 		name string
 		run  func() (more bool, err error)
 	}{
 		{"reclaim expired tasks", func() (bool, error) { return l.recoverExpiredTasks(ctx, conn, batch, &res) }},
 		{"release reservations of finished tasks", func() (bool, error) {
-			return l.recoverFinishedReservations(ctx, conn, batch, &res)
+			return l.releaseReservations(ctx, conn, l.queries.RecoveryReservationFindForFinishedTasks, batch, reasonTaskFinished, &res)
 		}},
 		{"release expired leases", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseExpired, &res.ReleasedConcurrencyLeases)},
 		{"release leases of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedTasks, &res.ReleasedConcurrencyLeases)},
 		{"fail attempts of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAttemptFailForFinishedTasks, &res.FailedAttempts)},
+		{"release reservations of finished attempts", func() (bool, error) {
+			return l.releaseReservations(ctx, conn, l.queries.RecoveryReservationFindForFinishedAttempts, batch, reasonAttemptFinished, &res)
+		}},
+		{"release leases of finished attempts", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedAttempts, &res.ReleasedConcurrencyLeases)},
 		{"delete admissions of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAdmissionDeleteForFinishedTasks, &res.CleanedTaskAdmissions)},
 	}
 	for _, step := range steps {
@@ -155,6 +193,16 @@ func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
 		}
 	}
 	return res, nil
+}
+
+// clampInt32 converts a batch size or cap to the int32 its statement takes;
+// a value past math.MaxInt32 means "no smaller bound" and must not wrap
+// around to a negative or tiny one.
+func clampInt32(n int) int32 {
+	if n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int32(n)
 }
 
 // rowsStep runs one bounded single-statement batch and adds the rows it
@@ -203,7 +251,7 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	}
 	var reclaimed []db.RecoveryTaskReclaimRow
 	queueRows(b, &reclaimed, func(r db.DBTX) {
-		_, _ = l.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(l.opts.maxRequeues)})
+		_, _ = l.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: clampInt32(l.opts.maxRequeues)})
 	})
 	if err := runBatch(ctx, tx, b); err != nil {
 		return false, err
@@ -259,10 +307,11 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	return len(found) == int(batch) && len(reclaimed) > 0, nil
 }
 
-// recoverFinishedReservations releases one batch of open reservations of
-// finished tasks, locking their counters first, as one implicit transaction.
-func (l *Limiter) recoverFinishedReservations(ctx context.Context, conn Executor, batch int32, res *RecoveryResult) (bool, error) {
-	ids, err := l.queries.RecoveryReservationFindForFinishedTasks(ctx, conn, batch)
+// releaseReservations releases one batch of the open reservations that find
+// selects (reason on each), locking their counters first, as one implicit
+// transaction.
+func (l *Limiter) releaseReservations(ctx context.Context, conn Executor, find func(context.Context, db.DBTX, int32) ([]pgtype.UUID, error), batch int32, reason string, res *RecoveryResult) (bool, error) {
+	ids, err := find(ctx, conn, batch)
 	if err != nil || len(ids) == 0 {
 		return false, err
 	}
@@ -272,7 +321,7 @@ func (l *Limiter) recoverFinishedReservations(ctx context.Context, conn Executor
 	queueRows(b, &settled, func(r db.DBTX) {
 		_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
 			ReservationIds: ids, ActualAmounts: make([]float64, len(ids)), Status: StatusReleased,
-			Reason: pgtype.Text{String: reasonTaskFinished, Valid: true},
+			Reason: pgtype.Text{String: reason, Valid: true},
 		})
 	})
 	if err := runBatch(ctx, conn, b); err != nil {
@@ -289,28 +338,34 @@ func (l *Limiter) recoverFinishedReservations(ctx context.Context, conn Executor
 }
 
 // session returns one connection to run a whole recovery on (it holds the
-// session lock), and a function that gives it back; broken closes it.
+// session lock, and must unlock it on the same connection), and a function
+// that gives it back; broken closes a connection Recover acquired. A
+// connection the caller handed in is the session itself and stays the
+// caller's: it is neither released nor closed.
 func (l *Limiter) session(ctx context.Context) (Executor, func(broken bool), error) {
 	if err := l.ownTransactions(); err != nil {
 		return nil, nil, err
 	}
-	if p, ok := l.conn.(interface {
+	switch c := l.conn.(type) {
+	case interface {
 		Acquire(context.Context) (*pgxpool.Conn, error)
-	}); ok {
-		c, err := p.Acquire(ctx)
+	}: // *pgxpool.Pool, or a wrapper around one
+		pc, err := c.Acquire(ctx)
 		if err != nil {
 			return nil, nil, wrapDBError("recover: acquire connection", err)
 		}
-		return c, func(broken bool) {
+		return pc, func(broken bool) {
 			if broken {
-				_ = c.Hijack().Close(context.Background())
+				_ = pc.Hijack().Close(context.Background())
 				return
 			}
-			c.Release()
+			pc.Release()
 		}, nil
+	case *pgxpool.Conn, *pgx.Conn:
+		return c, func(bool) {}, nil
+	default:
+		return nil, nil, &SessionError{Executor: fmt.Sprintf("%T", l.conn)}
 	}
-	// A single connection (*pgx.Conn): it is the session.
-	return l.conn, func(bool) {}, nil
 }
 
 // ownTransactions refuses a Limiter bound to a transaction.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -55,8 +56,11 @@ var (
 
 // StaleTokenError refuses a heartbeat or finish whose execution token does
 // not own the task any more: the task is not running (recovery requeued or
-// failed it, or it was finished), or another claim replaced this one.
-// Nothing was written.
+// failed it, or it was finished), or another claim replaced this one. The
+// task itself was not changed. HeartbeatTask wrote nothing; FinishTask wrote
+// nothing when it found the token stale at once, but when the token went
+// stale between its two round trips it still released the task's
+// reservations that were open when it read them (see FinishTask).
 type StaleTokenError struct {
 	TaskID string
 	// Status is the task's status when the call was refused.
@@ -152,10 +156,10 @@ type Outcome struct {
 // FinishResult reports what FinishTask did.
 type FinishResult struct {
 	Task Task
-	// ReleasedReservations counts the task's reservations that were still
-	// open and that FinishTask released (reason task_finished). Commit a
-	// grant with its actual amounts before finishing; a non-zero count
-	// means some usage was never committed.
+	// ReleasedReservations counts the task's reservations that were open
+	// when FinishTask read them and that it released (reason
+	// task_finished). Commit a grant with its actual amounts before
+	// finishing; a non-zero count means some usage was never committed.
 	ReleasedReservations int
 	// ReleasedLeases counts the task's concurrency leases it released.
 	ReleasedLeases int
@@ -218,15 +222,85 @@ func validateOptionalText(field, s string, maxBytes int) error {
 	return nil
 }
 
-// jsonOrEmptyObject returns b, or {} when b is empty, refusing invalid JSON.
+// jsonOrEmptyObject returns b, or {} when b is empty, refusing what
+// validateJSON refuses.
 func jsonOrEmptyObject(field string, b json.RawMessage) ([]byte, error) {
 	if len(b) == 0 {
 		return []byte("{}"), nil
 	}
-	if !json.Valid(b) {
-		return nil, &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", b), Reason: "must be valid JSON"}
+	if err := validateJSON(field, b); err != nil {
+		return nil, err
 	}
 	return b, nil
+}
+
+// validateJSON accepts valid JSON that a jsonb column can store. Go's
+// json.Valid is not enough: jsonb refuses the \u0000 escape (it cannot hold
+// NUL in text), a \u escape of half a surrogate pair, and bytes that are not
+// UTF-8, each with a raw SQLSTATE; these are refused here instead, before
+// anything is sent.
+func validateJSON(field string, b []byte) error {
+	refuse := func(reason string) error {
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", b), Reason: reason}
+	}
+	if !json.Valid(b) {
+		return refuse("must be valid JSON")
+	}
+	if !utf8.Valid(b) {
+		return refuse("must be valid UTF-8")
+	}
+	if reason := jsonbEscapeProblem(b); reason != "" {
+		return refuse(reason)
+	}
+	return nil
+}
+
+// jsonbEscapeProblem scans valid JSON for string escapes that jsonb
+// refuses and says what is wrong, or returns "". In valid JSON a backslash
+// occurs only inside strings and always starts an escape, so reading the
+// escapes left to right (\\ is one escape) tells an escaped backslash
+// followed by the text u0000 (fine) from the escape \u0000 (refused): the
+// latter has an odd number of backslashes before its u.
+func jsonbEscapeProblem(b []byte) string {
+	const (
+		nul  = "must not contain the escape \\u0000: jsonb cannot store a NUL character"
+		lone = "must not contain an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF): jsonb cannot store it"
+	)
+	high := false // the previous character was a \u escape of a high surrogate
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			if high {
+				return lone
+			}
+			continue
+		}
+		// Valid JSON guarantees a character after the backslash, and four
+		// hex digits after a u.
+		if b[i+1] != 'u' {
+			if high {
+				return lone
+			}
+			i++
+			continue
+		}
+		r, _ := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		i += 5
+		low := r >= 0xDC00 && r <= 0xDFFF
+		switch {
+		case high != low: // a high surrogate without its low half, or the reverse
+			return lone
+		case low: // the low half of a pair
+			high = false
+		case r == 0:
+			return nul
+		default:
+			high = r >= 0xD800 && r <= 0xDBFF
+		}
+	}
+	if high {
+		return lone
+	}
+	return ""
 }
 
 func optText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }

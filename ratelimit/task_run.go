@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -87,14 +86,20 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // takes out.Status (succeeded, failed or cancelled) with its error, its
 // running attempt finishes with the same status, its concurrency leases are
 // released, its queue admissions deleted (the places count again), a final
-// event appended (task.completed, task.failed or task.cancelled), and any
-// reservation of the task still open is released (reason task_finished;
-// FinishResult says how many: commit grants before finishing).
+// event appended (task.completed, task.failed or task.cancelled), and the
+// reservations of the task that were open when FinishTask read them (its
+// first round trip) are released (reason task_finished; FinishResult says
+// how many: commit grants before finishing). A reservation the task takes
+// after that read, concurrently with FinishTask, stays open until Recover
+// releases it (it belongs to a finished task then).
 //
-// A stale token gives a *StaleTokenError and changes nothing about the task.
-// (If the token goes stale between the two round trips, the reservations
-// that were open under the old claim are still released: the old claim is
-// over, and recovery would release them anyway.)
+// A stale token gives a *StaleTokenError. When the first round trip finds
+// the token stale, nothing is written. When the token goes stale between
+// the two round trips (recovery reclaimed the task, or another call
+// finished it), the task, its attempts, leases, admissions and events are
+// left as the new owner made them, but the reservations FinishTask read are
+// still released: the claim that held them is over, and recovery would
+// release them anyway. Either way, do not retry with the same token.
 //
 // Two round trips: a read of the task's open reservations, then one batch
 // that locks their counters first (lock order), finishes the task and
@@ -184,8 +189,8 @@ func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error)
 		return p, err
 	}
 	if len(out.Error) > 0 {
-		if !json.Valid(out.Error) {
-			return p, &ValidationError{Field: "Outcome.Error", Value: string(out.Error), Reason: "must be valid JSON"}
+		if err := validateJSON("Outcome.Error", out.Error); err != nil {
+			return p, err
 		}
 		p.Error = out.Error
 	}

@@ -341,6 +341,13 @@ func TestTaskInputValidation(t *testing.T) {
 		{"sync lease negative", ratelimit.TaskSpec{Worker: "w", LeaseTTL: -time.Second}, "LeaseTTL"},
 		{"sync lease too long", ratelimit.TaskSpec{Worker: "w", LeaseTTL: 48 * time.Hour}, "LeaseTTL"},
 		{"payload not JSON", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`{`)}, "Payload"},
+		{"payload with a NUL escape", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`{"a":"x\u0000y"}`)}, "Payload"},
+		{"payload with a NUL escape in a key", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`{"\u0000":1}`)}, "Payload"},
+		{"payload with a NUL escape after an escaped backslash", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`["\\\u0000"]`)}, "Payload"},
+		{"payload with a lone high surrogate", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`"\ud800"`)}, "Payload"},
+		{"payload with a lone low surrogate", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`"\udc00"`)}, "Payload"},
+		{"payload with a high surrogate before another escape", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`"\ud83d\n"`)}, "Payload"},
+		{"payload not UTF-8", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage("\"\xff\"")}, "Payload"},
 		{"kind with NUL", ratelimit.TaskSpec{Async: true, Kind: "a\x00b"}, "Kind"},
 		{"queue without scope type", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Scope.Type = "" })}, "QueueLimits[0].Scope.Type"},
 		{"queue without scope key", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Scope.Key = " " })}, "QueueLimits[0].Scope.Key"},
@@ -381,6 +388,10 @@ func TestTaskInputValidation(t *testing.T) {
 			_, err := l.FinishTask(ctx, existing.ID, token, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(`nope`)})
 			return err
 		}, "Outcome.Error"},
+		{"finish error with a NUL escape", func() error {
+			_, err := l.FinishTask(ctx, existing.ID, token, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(`{"detail":"\u0000"}`)})
+			return err
+		}, "Outcome.Error"},
 		{"event without type", func() error { _, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{}); return err }, "Event.Type"},
 		{"event NaN progress", func() error {
 			_, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Progress: math.NaN()})
@@ -388,6 +399,10 @@ func TestTaskInputValidation(t *testing.T) {
 		}, "Event.Progress"},
 		{"event payload not JSON", func() error {
 			_, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(`[`)})
+			return err
+		}, "Event.Payload"},
+		{"event payload with a NUL escape", func() error {
+			_, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(`["\u0000"]`)})
 			return err
 		}, "Event.Payload"},
 	}
@@ -399,6 +414,43 @@ func TestTaskInputValidation(t *testing.T) {
 	}
 	if got := getTask(t, l, existing.ID); got.LastEventSeq != 1 || got.Status != ratelimit.TaskRunning {
 		t.Fatalf("task touched by invalid calls: %+v", got)
+	}
+}
+
+// TestTaskJSONThatLooksLikeANulEscape stores JSON that holds the text
+// \u0000 or other escapes jsonb accepts: the check for the NUL escape must
+// count backslashes, not look for the six characters.
+func TestTaskJSONThatLooksLikeANulEscape(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, _ := setup(t)
+	for _, payload := range []string{
+		`"\\u0000"`,                  // an escaped backslash, then the text u0000
+		`{"\\\\u0000":"u0000"}`,      // two escaped backslashes, then u0000
+		`"\u0001\ud83d\ude00\u00e9"`, // a control character, a surrogate pair, é
+		`"\"\\\/\b\f\n\r\t"`,         // every other escape
+	} {
+		task, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "w", Payload: json.RawMessage(payload)})
+		if err != nil {
+			t.Fatalf("CreateTask(%s): %v", payload, err)
+		}
+		if _, err := l.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(payload)}); err != nil {
+			t.Fatalf("AppendEvent(%s): %v", payload, err)
+		}
+		res, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(payload)})
+		if err != nil {
+			t.Fatalf("FinishTask(%s): %v", payload, err)
+		}
+		var want, got any
+		if err := json.Unmarshal([]byte(payload), &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(res.Task.Error, &got); err != nil {
+			t.Fatalf("stored error %s: %v", res.Task.Error, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("stored %s as %s (-want +got):\n%s", payload, res.Task.Error, diff)
+		}
 	}
 }
 
