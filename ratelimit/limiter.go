@@ -96,7 +96,7 @@ func WithRecoveryBatchSize(n int) Option {
 func WithMaxRequeues(n int) Option {
 	return func(o *options) {
 		if n >= 0 {
-			o.maxRequeues = n
+			o.maxRequeues = min(n, math.MaxInt32) // compared with an int4
 		}
 	}
 }

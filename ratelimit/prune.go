@@ -22,6 +22,11 @@ type PruneResult struct {
 	// Cutoff is now() - olderThan on the database's clock: only what ended
 	// before it was deleted.
 	Cutoff time.Time
+	// ReleasedStaleReservations: reservations still open in windows that
+	// ended before the cutoff, released (reason window_ended) so that their
+	// window can go. Their caller never settled them: no task (nothing for
+	// Recover to find), or a reply lost after the server committed.
+	ReleasedStaleReservations int64
 	// Counters: counter windows that ended before the cutoff, with no open
 	// reservation drawing on them.
 	Counters int64
@@ -37,9 +42,12 @@ type PruneResult struct {
 
 // String summarizes what was deleted, for logs and the CLI.
 func (r PruneResult) String() string {
-	return fmt.Sprintf("pruned before %s: %d counter windows, %d reservations, %d leases, %d events",
-		r.Cutoff.UTC().Format(time.RFC3339), r.Counters, r.Reservations, r.Leases, r.Events)
+	return fmt.Sprintf("pruned before %s: released %d stale reservations; deleted %d counter windows, %d reservations, %d leases, %d events",
+		r.Cutoff.UTC().Format(time.RFC3339), r.ReleasedStaleReservations, r.Counters, r.Reservations, r.Leases, r.Events)
 }
+
+// reasonWindowEnded is recorded on the reservations Prune releases.
+const reasonWindowEnded = "window_ended"
 
 // epoch is the lower bound of the first page of a keyset walk: nothing in
 // the tables is older.
@@ -47,8 +55,10 @@ var epoch = time.Unix(0, 0).UTC()
 
 // Prune deletes history that ended more than olderThan ago (olderThan > 0),
 // on the database's clock, in batches of WithPruneBatchSize rows, each its
-// own short statement: counter windows first, then finished reservations,
-// then released or expired leases, then (WithPruneEvents) events of
+// own short transaction: first it releases reservations still open in
+// windows that ended before the cutoff (nobody settled them; their window no
+// longer admits anything), then deletes counter windows, finished
+// reservations, released or expired leases and (WithPruneEvents) events of
 // long-finished tasks. It never touches live state: a window is kept while
 // an open reservation draws on it, and a finished reservation is kept as
 // long as its counter row exists, so every remaining counter still equals
@@ -67,37 +77,24 @@ func (l *Limiter) Prune(ctx context.Context, olderThan time.Duration) (PruneResu
 		return PruneResult{}, wrapDBError("prune: cutoff", err)
 	}
 	res := PruneResult{Cutoff: cutoff}
-	batch := int32(l.opts.pruneBatchSize)
+	batch := int32(l.opts.pruneBatchSize) // clamped to int4 by its option
+	conn := l.conn
 
-	step := func(name string, run func() (more bool, err error)) error {
-		for more := true; more; {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("ratelimit: prune %s: %w", name, err)
-			}
-			var err error
-			if more, err = run(); err != nil {
-				return wrapDBError("prune "+name, err)
-			}
-		}
-		return nil
+	staleReservations := func(ctx context.Context, r db.DBTX, batch int32) ([]pgtype.UUID, error) {
+		return l.queries.PruneReservationFindStale(ctx, r, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: batch})
 	}
-	rows := func(stmt func() (int64, error), count *int64) func() (bool, error) {
-		return func() (bool, error) {
-			n, err := stmt()
-			*count += n
-			return n == int64(batch), err
-		}
+	counters := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
+		return l.queries.PruneCounters(ctx, r, db.PruneCountersParams{Cutoff: cutoff, BatchSize: batch})
 	}
-
-	if err := step("counters", rows(func() (int64, error) {
-		return l.queries.PruneCounters(ctx, l.conn, db.PruneCountersParams{Cutoff: cutoff, BatchSize: batch})
-	}, &res.Counters)); err != nil {
-		return res, err
+	releasedLeases := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
+		return l.queries.PruneLeasesReleased(ctx, r, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: batch})
 	}
-
+	expiredLeases := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
+		return l.queries.PruneLeasesExpired(ctx, r, db.PruneLeasesExpiredParams{Cutoff: cutoff, BatchSize: batch})
+	}
 	afterAt, afterID := epoch, pgtype.UUID{Valid: true}
-	if err := step("reservations", func() (bool, error) {
-		row, err := l.queries.PruneReservations(ctx, l.conn, db.PruneReservationsParams{
+	reservations := func() (bool, error) { // a keyset walk: finished rows whose counter remains are passed over
+		row, err := l.queries.PruneReservations(ctx, conn, db.PruneReservationsParams{
 			Cutoff: cutoff, AfterFinalizedAt: afterAt, AfterID: afterID, BatchSize: batch,
 		})
 		if err != nil {
@@ -106,34 +103,25 @@ func (l *Limiter) Prune(ctx context.Context, olderThan time.Duration) (PruneResu
 		res.Reservations += int64(row.Deleted)
 		afterAt, afterID = row.LastFinalizedAt, row.LastID
 		return row.Scanned == batch, nil
-	}); err != nil {
-		return res, err
 	}
-
-	if err := step("released leases", rows(func() (int64, error) {
-		return l.queries.PruneLeasesReleased(ctx, l.conn, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: batch})
-	}, &res.Leases)); err != nil {
-		return res, err
+	steps := []step{
+		{"release stale reservations", l.releaseStep(ctx, conn, batch, staleReservations, reasonWindowEnded, &res.ReleasedStaleReservations)},
+		{"counters", rowsStep(ctx, conn, batch, counters, &res.Counters)},
+		{"reservations", reservations},
+		{"released leases", rowsStep(ctx, conn, batch, releasedLeases, &res.Leases)},
+		{"expired leases", rowsStep(ctx, conn, batch, expiredLeases, &res.Leases)},
 	}
-	if err := step("expired leases", rows(func() (int64, error) {
-		return l.queries.PruneLeasesExpired(ctx, l.conn, db.PruneLeasesExpiredParams{Cutoff: cutoff, BatchSize: batch})
-	}, &res.Leases)); err != nil {
-		return res, err
-	}
-
 	if l.opts.pruneEvents {
 		after := epoch
-		if err := step("events", func() (bool, error) {
-			row, err := l.queries.PruneEvents(ctx, l.conn, db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: after, BatchSize: batch})
+		steps = append(steps, step{"events", func() (bool, error) {
+			row, err := l.queries.PruneEvents(ctx, conn, db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: after, BatchSize: batch})
 			if err != nil {
 				return false, err
 			}
 			res.Events += int64(row.Deleted)
 			after = row.LastFinishedAt
 			return row.Deleted == batch, nil
-		}); err != nil {
-			return res, err
-		}
+		}})
 	}
-	return res, nil
+	return res, runSteps(ctx, "prune", steps)
 }

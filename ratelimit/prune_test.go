@@ -14,10 +14,10 @@ import (
 )
 
 // TestPruneDeletesHistoryNeverLiveState builds, within a second, history
-// that ends quickly (1 s windows, 1 s leases, a finished task) next to live
-// state (an open reservation, a window that lasts a year, a live lease, a
-// running task), waits for the database clock to pass the history's end by
-// the retention, and prunes in batches of one row.
+// that ends quickly (1 s windows, 1 s leases, a finished task, a reservation
+// nobody settles in a 1 s window) next to live state (a window that lasts a
+// year, a live lease, a running task), waits for the database clock to pass
+// the history's end by the retention, and prunes in batches of one row.
 func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -52,9 +52,9 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	if _, err := l.Commit(ctx, a, map[string]float64{ratelimit.MetricTokens: 7}); err != nil {
 		t.Fatalf("Commit(A): %v", err)
 	}
-	// B: one 1 s window holding an open reservation (live: the window is kept)
-	// and a committed one (kept with its counter), plus a lease that lapses
-	// unreleased (history).
+	// B: one 1 s window holding a reservation nobody settles (stale once the
+	// window ended: released, then pruned with its window) and a committed
+	// one, plus a lease that lapses unreleased (history).
 	var b1 ratelimit.Grant
 	retries := int64(0)
 	for ; ; retries++ {
@@ -103,9 +103,10 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	// A retry of B above (its two reservations straddled a window boundary)
 	// left two released reservations in two 1 s windows and a released lease.
 	want := ratelimit.PruneResult{
-		Counters:     2 + 2*retries, // A's and C's 1 s windows
-		Reservations: 2 + 2*retries, // A's committed 1 s one, C's released one
-		Leases:       2 + retries,   // A's, released by the commit; B's, lapsed unreleased
+		ReleasedStaleReservations: 1,             // B's unsettled one
+		Counters:                  3 + 2*retries, // A's, B's and C's 1 s windows
+		Reservations:              3 + 2*retries, // A's committed 1 s one, B's committed one, C's released one
+		Leases:                    2 + retries,   // A's, released by the commit; B's, lapsed unreleased
 	}
 	if diff := cmp.Diff(want, got, ignoreCutoff); diff != "" {
 		t.Fatalf("Prune (-want +got):\n%s", diff)
@@ -114,12 +115,14 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 		t.Fatalf("cutoff %s is not after the history's end %s", got.Cutoff, historyEnds)
 	}
 
-	// Events go only when asked for; the rest is already gone.
+	// Events go only when asked for. B's stale reservation, released by that
+	// prune, goes once its release is older than the retention.
+	waitPast(t, pool, got.Cutoff.Add(retention+retention+100*time.Millisecond))
 	got, err = withEvents.Prune(ctx, retention)
 	if err != nil {
 		t.Fatalf("Prune(WithPruneEvents): %v", err)
 	}
-	if diff := cmp.Diff(ratelimit.PruneResult{Events: 2}, got, ignoreCutoff); diff != "" { // task.running, task.completed
+	if diff := cmp.Diff(ratelimit.PruneResult{Reservations: 1, Events: 2}, got, ignoreCutoff); diff != "" { // task.running, task.completed
 		t.Fatalf("Prune(WithPruneEvents) (-want +got):\n%s", diff)
 	}
 	got, err = withEvents.Prune(ctx, retention)
@@ -127,15 +130,14 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 		t.Fatalf("third Prune = %+v, %v; want nothing left", got, err)
 	}
 
-	// Live state is whole: the yearly and B windows, B's open and committed
-	// reservations, the yearly committed one, the live lease, the running
-	// task's event; and the books still balance.
+	// Live state is whole: the yearly window and its committed reservation,
+	// the live lease, the running task's event; and the books still balance.
 	after := rowCounts(t, pool)
-	wantRows := db.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 2, Reservations: 3, Leases: 1}
+	wantRows := db.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 1, Reservations: 1, Leases: 1}
 	if diff := cmp.Diff(wantRows, after); diff != "" {
 		t.Fatalf("rows after prune (-want +got):\n%s", diff)
 	}
-	if s := summary(t, pool); s.ReservationsOpen != 1 || s.LeasesLive != 1 || s.CountersReserved != 1 || s.CountersUsed != 7+2 {
+	if s := summary(t, pool); s.ReservationsOpen != 0 || s.LeasesLive != 1 || s.CountersReserved != 0 || s.CountersUsed != 7 {
 		t.Fatalf("live state after prune = %+v", s)
 	}
 	assertDoctorOK(t, l)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,58 +163,20 @@ func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
 		}
 	}()
 
-	batch := clampInt32(l.opts.recoveryBatchSize)
-	steps := []struct {
-		name string
-		run  func() (more bool, err error)
-	}{
+	batch := int32(l.opts.recoveryBatchSize) // clamped to int4 by its option
+	err = runSteps(ctx, "recover", []step{
 		{"reclaim expired tasks", func() (bool, error) { return l.recoverExpiredTasks(ctx, conn, batch, &res) }},
-		{"release reservations of finished tasks", func() (bool, error) {
-			return l.releaseReservations(ctx, conn, l.queries.RecoveryReservationFindForFinishedTasks, batch, reasonTaskFinished, &res)
-		}},
+		{"release reservations of finished tasks", l.releaseStep(ctx, conn, batch,
+			l.queries.RecoveryReservationFindForFinishedTasks, reasonTaskFinished, &res.ReleasedRateReservations)},
 		{"release expired leases", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseExpired, &res.ReleasedConcurrencyLeases)},
 		{"release leases of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedTasks, &res.ReleasedConcurrencyLeases)},
 		{"fail attempts of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAttemptFailForFinishedTasks, &res.FailedAttempts)},
-		{"release reservations of finished attempts", func() (bool, error) {
-			return l.releaseReservations(ctx, conn, l.queries.RecoveryReservationFindForFinishedAttempts, batch, reasonAttemptFinished, &res)
-		}},
+		{"release reservations of finished attempts", l.releaseStep(ctx, conn, batch,
+			l.queries.RecoveryReservationFindForFinishedAttempts, reasonAttemptFinished, &res.ReleasedRateReservations)},
 		{"release leases of finished attempts", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedAttempts, &res.ReleasedConcurrencyLeases)},
 		{"delete admissions of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAdmissionDeleteForFinishedTasks, &res.CleanedTaskAdmissions)},
-	}
-	for _, step := range steps {
-		for more := true; more; {
-			if err := ctx.Err(); err != nil {
-				return res, fmt.Errorf("ratelimit: recover: %s: %w", step.name, err)
-			}
-			if more, err = step.run(); err != nil {
-				return res, fmt.Errorf("ratelimit: recover: %s: %w", step.name, err)
-			}
-		}
-	}
-	return res, nil
-}
-
-// clampInt32 converts a batch size or cap to the int32 its statement takes;
-// a value past math.MaxInt32 means "no smaller bound" and must not wrap
-// around to a negative or tiny one.
-func clampInt32(n int) int32 {
-	if n > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return int32(n)
-}
-
-// rowsStep runs one bounded single-statement batch and adds the rows it
-// changed to *count; there is more to do while batches come back full.
-func rowsStep(ctx context.Context, conn Executor, batch int32, stmt func(context.Context, db.DBTX, int32) (int64, error), count *int64) func() (bool, error) {
-	return func() (bool, error) {
-		n, err := stmt(ctx, conn, batch)
-		if err != nil {
-			return false, err
-		}
-		*count += n
-		return n == int64(batch), nil
-	}
+	})
+	return res, err
 }
 
 // recoverExpiredTasks reclaims one batch of running tasks whose execution
@@ -251,7 +212,7 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	}
 	var reclaimed []db.RecoveryTaskReclaimRow
 	queueRows(b, &reclaimed, func(r db.DBTX) {
-		_, _ = l.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: clampInt32(l.opts.maxRequeues)})
+		_, _ = l.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(l.opts.maxRequeues)})
 	})
 	if err := runBatch(ctx, tx, b); err != nil {
 		return false, err
@@ -305,36 +266,6 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	// could be reclaimed means other processes changed those tasks under
 	// us: stop rather than spin; the next run takes what is left.
 	return len(found) == int(batch) && len(reclaimed) > 0, nil
-}
-
-// releaseReservations releases one batch of the open reservations that find
-// selects (reason on each), locking their counters first, as one implicit
-// transaction.
-func (l *Limiter) releaseReservations(ctx context.Context, conn Executor, find func(context.Context, db.DBTX, int32) ([]pgtype.UUID, error), batch int32, reason string, res *RecoveryResult) (bool, error) {
-	ids, err := find(ctx, conn, batch)
-	if err != nil || len(ids) == 0 {
-		return false, err
-	}
-	b := &pgx.Batch{}
-	queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, ids) })
-	var settled []db.ReservationSettleRow
-	queueRows(b, &settled, func(r db.DBTX) {
-		_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
-			ReservationIds: ids, ActualAmounts: make([]float64, len(ids)), Status: StatusReleased,
-			Reason: pgtype.Text{String: reason, Valid: true},
-		})
-	})
-	if err := runBatch(ctx, conn, b); err != nil {
-		return false, err
-	}
-	n := 0
-	for _, s := range settled {
-		if s.Settled {
-			n++
-		}
-	}
-	res.ReleasedRateReservations += int64(n)
-	return len(ids) == int(batch) && n > 0, nil
 }
 
 // session returns one connection to run a whole recovery on (it holds the

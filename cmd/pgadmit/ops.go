@@ -199,9 +199,7 @@ func (a *app) printDoctor(rep ratelimit.Report) error {
 	}
 	recoverable := 0
 	for _, p := range rep.Problems {
-		switch p.Kind {
-		case ratelimit.ProblemReservationOfFinishedTask, ratelimit.ProblemLeaseOfFinishedTask,
-			ratelimit.ProblemAdmissionOfFinishedTask, ratelimit.ProblemAttemptOfFinishedTask:
+		if p.Kind.Recoverable() {
 			recoverable++
 		}
 	}

@@ -155,12 +155,12 @@ func TestPrune(t *testing.T) {
 	// Nothing ended a day ago; with a 1 s cutoff the released lease goes, the current window and
 	// its reservation stay (the window has not ended); the finished task's two events go.
 	out := cliOK(t, "--database-url", url, "prune")
-	if !regexp.MustCompile(`^pruned before \S+: 0 counter windows, 0 reservations, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
 		t.Errorf("prune:\n%s", out)
 	}
 	time.Sleep(1100 * time.Millisecond)
 	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1")
-	if !strings.Contains(out, ": 0 counter windows, 0 reservations, 1 leases, 2 events") {
+	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 1 leases, 2 events") {
 		t.Errorf("prune --older-than 1s --events:\n%s", out)
 	}
 	cliOK(t, "--database-url", url, "doctor")

@@ -1,0 +1,85 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// Recover and Prune work as a list of steps, each repeated in bounded
+// batches (one short transaction each) until a batch finds nothing more.
+
+// step is one kind of work; run does one batch and reports whether there may
+// be more.
+type step struct {
+	name string
+	run  func() (more bool, err error)
+}
+
+// runSteps runs every step to completion, in order, stopping at the first
+// error or when ctx is done.
+func runSteps(ctx context.Context, op string, steps []step) error {
+	for _, s := range steps {
+		for more := true; more; {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
+			}
+			var err error
+			if more, err = s.run(); err != nil {
+				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// rowsStep runs one bounded single-statement batch and adds the rows it
+// changed to *count; there is more to do while batches come back full.
+func rowsStep(ctx context.Context, conn Executor, batch int32, stmt func(context.Context, db.DBTX, int32) (int64, error), count *int64) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := stmt(ctx, conn, batch)
+		if err != nil {
+			return false, err
+		}
+		*count += n
+		return n == int64(batch), nil
+	}
+}
+
+// releaseStep releases, per batch, the open reservations that find selects
+// (reason on each), locking their counters first (the lock order), as one
+// implicit transaction, and adds how many it released to *count.
+func (l *Limiter) releaseStep(ctx context.Context, conn Executor, batch int32, find func(context.Context, db.DBTX, int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
+	return func() (bool, error) {
+		ids, err := find(ctx, conn, batch)
+		if err != nil || len(ids) == 0 {
+			return false, err
+		}
+		b := &pgx.Batch{}
+		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, ids) })
+		var settled []db.ReservationSettleRow
+		queueRows(b, &settled, func(r db.DBTX) {
+			_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
+				ReservationIds: ids, ActualAmounts: make([]float64, len(ids)), Status: StatusReleased,
+				Reason: pgtype.Text{String: reason, Valid: true},
+			})
+		})
+		if err := runBatch(ctx, conn, b); err != nil {
+			return false, err
+		}
+		n := 0
+		for _, s := range settled {
+			if s.Settled {
+				n++
+			}
+		}
+		*count += int64(n)
+		// A full batch of which nothing could be released means others
+		// settled those rows meanwhile: stop rather than spin.
+		return len(ids) == int(batch) && n > 0, nil
+	}
+}
