@@ -159,7 +159,12 @@ WITH queue AS (
     ) AS q
 ),
 verdict AS (
-    SELECT NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
+    -- Queue counts are exact only in READ COMMITTED (each statement sees
+    -- what the previous holder of the scope lock committed): refuse in any
+    -- other isolation level rather than over-admit.
+    SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
+           current_setting('transaction_isolation') = 'read committed'
+           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
 ),
 created AS (
     INSERT INTO gateway_tasks (
@@ -208,6 +213,7 @@ event AS (
     RETURNING task_id
 )
 SELECT verdict.admitted::boolean                                                  AS admitted,
+       verdict.read_committed::boolean                                            AS read_committed,
        coalesce((SELECT array_agg(queue.admitted ORDER BY queue.ord) FROM queue),
                 '{}')::bigint[]                                                   AS queue_admitted,
        created.id                                                                 AS task_id,
@@ -236,6 +242,7 @@ type TaskCreateParams struct {
 
 type TaskCreateRow struct {
 	Admitted       bool
+	ReadCommitted  bool
 	QueueAdmitted  []int64
 	TaskID         pgtype.UUID
 	Status         pgtype.Text
@@ -269,7 +276,8 @@ type TaskCreateRow struct {
 // Either way the task's first event (seq 1) records it. Returns one row: the
 // verdict, the admitted count of each queue scope before this task (input
 // order), and the new task's columns (NULL when refused).
-// Run after TaskAdmissionLockScopes in the same transaction (exact counts).
+// Run after TaskAdmissionLockScopes in the same READ COMMITTED transaction
+// (exact counts; refused, read_committed false, in any other level).
 // Locks: inserts only (FK share lock on the new task row).
 // Index: gateway_task_admissions_scope_idx (count per scope).
 func (q *Queries) TaskCreate(ctx context.Context, db DBTX, arg TaskCreateParams) (TaskCreateRow, error) {
@@ -286,6 +294,7 @@ func (q *Queries) TaskCreate(ctx context.Context, db DBTX, arg TaskCreateParams)
 	var i TaskCreateRow
 	err := row.Scan(
 		&i.Admitted,
+		&i.ReadCommitted,
 		&i.QueueAdmitted,
 		&i.TaskID,
 		&i.Status,

@@ -22,7 +22,8 @@
 -- Either way the task's first event (seq 1) records it. Returns one row: the
 -- verdict, the admitted count of each queue scope before this task (input
 -- order), and the new task's columns (NULL when refused).
--- Run after TaskAdmissionLockScopes in the same transaction (exact counts).
+-- Run after TaskAdmissionLockScopes in the same READ COMMITTED transaction
+-- (exact counts; refused, read_committed false, in any other level).
 -- Locks: inserts only (FK share lock on the new task row).
 -- Index: gateway_task_admissions_scope_idx (count per scope).
 WITH queue AS (
@@ -42,7 +43,12 @@ WITH queue AS (
     ) AS q
 ),
 verdict AS (
-    SELECT NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
+    -- Queue counts are exact only in READ COMMITTED (each statement sees
+    -- what the previous holder of the scope lock committed): refuse in any
+    -- other isolation level rather than over-admit.
+    SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
+           current_setting('transaction_isolation') = 'read committed'
+           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
 ),
 created AS (
     INSERT INTO gateway_tasks (
@@ -91,6 +97,7 @@ event AS (
     RETURNING task_id
 )
 SELECT verdict.admitted::boolean                                                  AS admitted,
+       verdict.read_committed::boolean                                            AS read_committed,
        coalesce((SELECT array_agg(queue.admitted ORDER BY queue.ord) FROM queue),
                 '{}')::bigint[]                                                   AS queue_admitted,
        created.id                                                                 AS task_id,

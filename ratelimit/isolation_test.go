@@ -58,7 +58,16 @@ func TestAdmissionRefusesOtherIsolationLevels(t *testing.T) {
 			_ = tx.Rollback(ctx)
 		}
 	}
+	queued := ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "team", Key: "t"}, Metric: ratelimit.MetricQueueSize, Limit: 3},
+	}}
+	if _, err := ratelimit.New(repeatableRead).CreateTask(ctx, queued); !errors.Is(err, ratelimit.ErrIsolation) {
+		t.Errorf("CreateTask with a queue limit under repeatable read: err = %v, want ErrIsolation", err)
+	}
 	after := rowCounts(t, readCommitted)
+	if after.Tasks != before.Tasks || after.Admissions != before.Admissions {
+		t.Errorf("refused task creation wrote rows: %+v -> %+v", before, after)
+	}
 	if after.Reservations != before.Reservations || after.Leases != before.Leases {
 		t.Errorf("refused admissions wrote rows: %+v -> %+v", before, after)
 	}

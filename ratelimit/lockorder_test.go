@@ -19,6 +19,9 @@ func TestOperationsInOneTransactionFollowTheLockOrder(t *testing.T) {
 	windowLimit := []ratelimit.Limit{window("api_key", key, "requests", 10, 1)}
 	slot := []ratelimit.Limit{concurrent("model", model, 5)}
 
+	queuedTask := ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "team", Key: key}, Metric: ratelimit.MetricQueueSize, Limit: 100},
+	}}
 	held, err := l.Reserve(ctx, "", "", append(windowLimit, slot...))
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +58,25 @@ func TestOperationsInOneTransactionFollowTheLockOrder(t *testing.T) {
 				return err
 			},
 			second: func(l *ratelimit.Limiter) error { _, err := l.ReleaseLeases(ctx, held.Leases, "done"); return err },
+		},
+		{
+			name: "Reserve then CreateTask with a queue limit",
+			first: func(l *ratelimit.Limiter) error {
+				_, err := l.Reserve(ctx, "", "", append(windowLimit, slot...))
+				return err
+			},
+			second: func(l *ratelimit.Limiter) error { _, err := l.CreateTask(ctx, queuedTask); return err },
+		},
+		{
+			name:   "CreateTask with a queue limit then Reserve",
+			first:  func(l *ratelimit.Limiter) error { _, err := l.CreateTask(ctx, queuedTask); return err },
+			second: func(l *ratelimit.Limiter) error { _, err := l.Reserve(ctx, "", "", windowLimit); return err },
+			want:   ratelimit.ErrLockOrder,
+		},
+		{
+			name:   "CreateTask then ClaimTask",
+			first:  func(l *ratelimit.Limiter) error { _, err := l.CreateTask(ctx, queuedTask); return err },
+			second: func(l *ratelimit.Limiter) error { _, err := l.ClaimTask(ctx, "worker", 0); return err },
 		},
 		{
 			name:   "ReleaseLeases then Reserve",

@@ -24,12 +24,18 @@ import (
 //
 // Exact under concurrency: creation takes a transaction-scoped advisory
 // lock per queue scope (in a global order), then counts and inserts in one
-// statement. One round trip. Inside a caller's transaction (WithTx), call
-// it after any Reserve of the same transaction (lock order: counter rows
-// before advisory locks).
+// statement. One round trip. Inside a caller's transaction (WithTx) it may
+// follow a Reserve but not precede one (the lock order; see WithTx).
 func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	p, queueLimits, err := taskCreateParams(spec)
 	if err != nil {
+		return Task{}, err
+	}
+	first := phaseRows // a task without queue limits only inserts new rows
+	if len(queueLimits) > 0 {
+		first = phaseQueueScopes
+	}
+	if err := l.enter("CreateTask", first, first); err != nil {
 		return Task{}, err
 	}
 	b := &pgx.Batch{}
@@ -42,6 +48,9 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	queueRow(b, &row, func(r db.DBTX) { _, _ = l.queries.TaskCreate(ctx, r, p) })
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return Task{}, wrapDBError("create task", err)
+	}
+	if !row.ReadCommitted {
+		return Task{}, fmt.Errorf("ratelimit: create task: %w", ErrIsolation)
 	}
 	if !row.Admitted {
 		if len(row.QueueAdmitted) != len(queueLimits) {

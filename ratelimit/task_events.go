@@ -42,6 +42,9 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 	if err != nil {
 		return Event{}, err
 	}
+	if err := l.enter("AppendEvent", phaseRows, phaseRows); err != nil {
+		return Event{}, err
+	}
 	row, err := l.queries.EventAppend(ctx, l.conn, db.EventAppendParams{
 		TaskID: id, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
 		Message: optText(e.Message), Payload: payload, Simulated: e.Simulated, PlatformID: optText(e.PlatformID),

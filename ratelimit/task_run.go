@@ -25,6 +25,9 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 	if err != nil {
 		return Task{}, err
 	}
+	if err := l.enter("ClaimTask", phaseRows, phaseRows); err != nil {
+		return Task{}, err
+	}
 	row, err := l.queries.TaskClaimNext(ctx, l.conn, db.TaskClaimNextParams{Worker: workerID, LeaseSeconds: seconds})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNoTask
@@ -53,6 +56,9 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 	}
 	seconds, err := leaseSeconds("ttl", ttl)
 	if err != nil {
+		return time.Time{}, err
+	}
+	if err := l.enter("HeartbeatTask", phaseRows, phaseRows); err != nil {
 		return time.Time{}, err
 	}
 	row, err := l.queries.TaskHeartbeat(ctx, l.conn, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds})
@@ -130,6 +136,13 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	}
 
 	rids := plan.OpenReservationIds
+	first := phaseCounters
+	if len(rids) == 0 {
+		first = phaseRows
+	}
+	if err := l.enter("FinishTask", first, phaseRows); err != nil {
+		return FinishResult{}, err
+	}
 	b := &pgx.Batch{}
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
