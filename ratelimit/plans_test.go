@@ -114,6 +114,14 @@ func TestHotPathsUseIndexes(t *testing.T) {
 			_, err := queries.RecoveryAttemptFailForFinishedTasks(ctx, tx, batch)
 			return err
 		},
+		"RecoveryReservationFindForFinishedAttempts": func(tx pgx.Tx) error {
+			_, err := queries.RecoveryReservationFindForFinishedAttempts(ctx, tx, batch)
+			return err
+		},
+		"RecoveryLeaseReleaseForFinishedAttempts": func(tx pgx.Tx) error {
+			_, err := queries.RecoveryLeaseReleaseForFinishedAttempts(ctx, tx, batch)
+			return err
+		},
 		"RecoveryAdmissionDeleteForFinishedTasks": func(tx pgx.Tx) error {
 			_, err := queries.RecoveryAdmissionDeleteForFinishedTasks(ctx, tx, batch)
 			return err
