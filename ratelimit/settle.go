@@ -25,7 +25,8 @@ type Settlement struct {
 	// Reservations has one outcome per reservation of the grant, in order.
 	Reservations []ReservationOutcome
 	// LeasesReleased counts the grant's leases this call released;
-	// LeasesAlreadyReleased those that were released before it.
+	// LeasesAlreadyReleased the others: released before it, or no longer
+	// there (pruned).
 	LeasesReleased        int
 	LeasesAlreadyReleased int
 }
