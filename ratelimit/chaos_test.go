@@ -151,25 +151,7 @@ func TestEveryFlowAtOnce(t *testing.T) {
 	if finished.Load() == 0 || abandoned.Load() == 0 || refused.Load() == 0 {
 		t.Errorf("the run should see finished, abandoned and refused requests")
 	}
-	for _, key := range keys {
-		used := map[string]float64{}
-		for _, row := range counterRows(t, pools[0], "api_key", key) {
-			used[row.Metric] += row.UsedValue
-			if row.ReservedValue != 0 {
-				t.Errorf("%s %s: reserved %v left behind", key, row.Metric, row.ReservedValue)
-			}
-		}
-		for _, metric := range []string{"requests", "tokens"} {
-			if used[metric] != committed[key+" "+metric] {
-				t.Errorf("%s %s: used %v, committed %v", key, metric, used[metric], committed[key+" "+metric])
-			}
-		}
-	}
-	for _, model := range models {
-		if live := liveLeases(t, pools[0], "model", model); live != 0 {
-			t.Errorf("model %s: %d live leases left", model, live)
-		}
-	}
+	assertSettled(t, pools[0], keys, models, committed)
 	if s := summary(t, pools[0]); s.TasksRunning != 0 || s.Admissions != 0 || s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 {
 		t.Errorf("state left behind: %+v", s)
 	}

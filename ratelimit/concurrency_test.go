@@ -53,9 +53,21 @@ func refusedOrNil(err error) (admitted bool, _ error) {
 	return false, err
 }
 
-func reserveOnly(l *ratelimit.Limiter, limits ...ratelimit.Limit) error {
-	_, err := l.Reserve(context.Background(), "", "", limits)
-	return err
+// reserveTimes reserves limit n times, counting admissions and refusals.
+func reserveTimes(l *ratelimit.Limiter, n int, limit ratelimit.Limit, admitted, refused *atomic.Int64) error {
+	for range n {
+		_, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{limit})
+		ok, err := refusedOrNil(err)
+		if err != nil {
+			return err
+		}
+		if ok {
+			admitted.Add(1)
+		} else {
+			refused.Add(1)
+		}
+	}
+	return nil
 }
 
 func TestConcurrentWindowAdmitsExactlyTheLimit(t *testing.T) {
@@ -67,18 +79,7 @@ func TestConcurrentWindowAdmitsExactlyTheLimit(t *testing.T) {
 	limit.Window = ratelimit.MaxWindow
 	var admitted, refused atomic.Int64
 	hammer(t, ls, func(l *ratelimit.Limiter, _ int) error {
-		for range 4 { // 256 attempts for 100 units
-			ok, err := refusedOrNil(reserveOnly(l, limit))
-			if err != nil {
-				return err
-			}
-			if ok {
-				admitted.Add(1)
-			} else {
-				refused.Add(1)
-			}
-		}
-		return nil
+		return reserveTimes(l, 4, limit, &admitted, &refused) // 256 attempts for 100 units
 	})
 	rows := counterRows(t, pools[0], "api_key", key)
 	t.Logf("window limit 100: admitted %d, refused %d, counters %+v", admitted.Load(), refused.Load(), rows)
@@ -96,18 +97,7 @@ func TestConcurrentLeasesAdmitExactlyTheLimit(t *testing.T) {
 	limit.LeaseTTL = time.Hour
 	var admitted, refused atomic.Int64
 	hammer(t, limitersOn(pools), func(l *ratelimit.Limiter, _ int) error {
-		for range 2 {
-			ok, err := refusedOrNil(reserveOnly(l, limit))
-			if err != nil {
-				return err
-			}
-			if ok {
-				admitted.Add(1)
-			} else {
-				refused.Add(1)
-			}
-		}
-		return nil
+		return reserveTimes(l, 2, limit, &admitted, &refused) // 128 attempts for 10 slots
 	})
 	live := liveLeases(t, pools[0], "model", model)
 	t.Logf("concurrent limit 10: admitted %d, refused %d, live leases %d", admitted.Load(), refused.Load(), live)
@@ -233,24 +223,5 @@ func TestConcurrentMixedOrdersNeverDeadlock(t *testing.T) {
 	if admitted.Load() == 0 || refused.Load() == 0 {
 		t.Errorf("admitted %d, refused %d: the test should see both", admitted.Load(), refused.Load())
 	}
-	for _, key := range keys {
-		used := map[string]float64{}
-		for _, row := range counterRows(t, pools[0], "api_key", key) {
-			used[row.Metric] += row.UsedValue
-			if row.ReservedValue != 0 {
-				t.Errorf("%s %s: reserved %v left behind", key, row.Metric, row.ReservedValue)
-			}
-		}
-		for _, metric := range []string{"requests", "tokens"} {
-			if used[metric] != committed[key+" "+metric] {
-				t.Errorf("%s %s: used %v, committed %v", key, metric, used[metric], committed[key+" "+metric])
-			}
-		}
-		assertBooksBalance(t, pools[0], "api_key", key)
-	}
-	for _, model := range models {
-		if live := liveLeases(t, pools[0], "model", model); live != 0 {
-			t.Errorf("model %s: %d live leases left", model, live)
-		}
-	}
+	assertSettled(t, pools[0], keys, models, committed)
 }

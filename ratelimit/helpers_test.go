@@ -93,3 +93,31 @@ func assertBooksBalance(t *testing.T, conn db.DBTX, scopeType, key string) {
 		}
 	}
 }
+
+// assertSettled checks that, after every request was settled, each api_key
+// scope used exactly what was committed ("key metric" -> amount, for the
+// requests and tokens metrics), holds nothing reserved and balances its
+// books, and that no model holds a live lease.
+func assertSettled(t *testing.T, conn db.DBTX, keys, models []string, committed map[string]float64) {
+	t.Helper()
+	for _, key := range keys {
+		used := map[string]float64{}
+		for _, row := range counterRows(t, conn, "api_key", key) {
+			used[row.Metric] += row.UsedValue
+			if row.ReservedValue != 0 {
+				t.Errorf("%s %s: reserved %v left behind", key, row.Metric, row.ReservedValue)
+			}
+		}
+		for _, metric := range []string{"requests", "tokens"} {
+			if used[metric] != committed[key+" "+metric] {
+				t.Errorf("%s %s: used %v, committed %v", key, metric, used[metric], committed[key+" "+metric])
+			}
+		}
+		assertBooksBalance(t, conn, "api_key", key)
+	}
+	for _, model := range models {
+		if live := liveLeases(t, conn, "model", model); live != 0 {
+			t.Errorf("model %s: %d live leases left", model, live)
+		}
+	}
+}
