@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -64,12 +62,7 @@ func TestMigrateDownStatusUp(t *testing.T) {
 func TestInspect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	url, pool := newDatabase(t)
 
 	lim := ratelimit.New(pool)
 	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}

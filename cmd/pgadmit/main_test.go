@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -206,4 +208,17 @@ func TestConnectTimeout(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("doctor on a silent server took %s with --connect-timeout 300ms", took)
 	}
+}
+
+// newDatabase returns the URL of a fresh migrated database and a pool on it,
+// closed when the test ends.
+func newDatabase(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return url, pool
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -39,12 +38,7 @@ func gatewayRequest(t *testing.T, pool *pgxpool.Pool, leaseTTL time.Duration) (r
 func TestDoctorAndRecover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	url, pool := newDatabase(t)
 
 	if out := cliOK(t, "--database-url", url, "doctor"); !strings.Contains(out, "the books balance") {
 		t.Fatalf("doctor on an empty database:\n%s", out)
@@ -98,12 +92,7 @@ func TestDoctorAndRecover(t *testing.T) {
 func TestRecoverDeadProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	url, pool := newDatabase(t)
 
 	// The process that ran this request died: nobody heartbeats its 1 s execution lease.
 	gatewayRequest(t, pool, time.Second)
@@ -138,12 +127,7 @@ func TestRecoverDeadProcess(t *testing.T) {
 func TestPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	url, pool := newDatabase(t)
 	task, g := gatewayRequest(t, pool, time.Minute)
 	lim := ratelimit.New(pool)
 	if _, err := lim.Commit(ctx, g, nil); err != nil {
