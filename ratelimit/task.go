@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -204,22 +203,6 @@ func leaseSeconds(field string, ttl time.Duration) (int32, error) {
 		return 0, err
 	}
 	return int32(ttl / time.Second), nil
-}
-
-// validateOptionalText accepts "" or a valid UTF-8 string without NUL
-// bytes (PostgreSQL text cannot hold NUL) of at most maxBytes bytes.
-func validateOptionalText(field, s string, maxBytes int) error {
-	switch {
-	case s == "":
-		return nil
-	case len(s) > maxBytes:
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%d bytes", len(s)), Reason: fmt.Sprintf("must be at most %d bytes", maxBytes)}
-	case !utf8.ValidString(s):
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", s), Reason: "must be valid UTF-8"}
-	case strings.IndexByte(s, 0) >= 0:
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", s), Reason: "must not contain NUL bytes"}
-	}
-	return nil
 }
 
 // jsonOrEmptyObject returns b, or {} when b is empty, refusing what

@@ -109,15 +109,24 @@ func validateLimit(i int, l Limit) error {
 // validateText accepts a non-empty, bounded, valid UTF-8 string without NUL
 // bytes (PostgreSQL text cannot hold NUL).
 func validateText(field, s string) error {
-	switch {
-	case strings.TrimSpace(s) == "":
+	if strings.TrimSpace(s) == "" {
 		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must not be empty"}
-	case len(s) > maxScopeTextBytes:
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%d bytes", len(s)), Reason: fmt.Sprintf("must be at most %d bytes", maxScopeTextBytes)}
+	}
+	return validateOptionalText(field, s, maxScopeTextBytes)
+}
+
+// validateOptionalText accepts "" or a valid UTF-8 string without NUL
+// bytes (PostgreSQL text cannot hold NUL) of at most maxBytes bytes.
+func validateOptionalText(field, s string, maxBytes int) error {
+	switch {
+	case s == "":
+		return nil
+	case len(s) > maxBytes:
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%d bytes", len(s)), Reason: fmt.Sprintf("must be at most %d bytes", maxBytes)}
 	case !utf8.ValidString(s):
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must be valid UTF-8"}
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", s), Reason: "must be valid UTF-8"}
 	case strings.IndexByte(s, 0) >= 0:
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must not contain NUL bytes"}
+		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", s), Reason: "must not contain NUL bytes"}
 	}
 	return nil
 }
