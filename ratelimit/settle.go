@@ -128,15 +128,7 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	b := &pgx.Batch{}
 	var settled []db.ReservationSettleRow
 	if len(ids) > 0 {
-		queue(b, func(r db.DBTX) {
-			_ = l.queries.CounterLockForReservations(ctx, r, ids)
-		})
-		queueRows(b, &settled, func(r db.DBTX) {
-			_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
-				ReservationIds: ids, ActualAmounts: amounts, Status: status,
-				Reason: pgtype.Text{String: reason, Valid: reason != ""},
-			})
-		})
+		l.queueSettle(ctx, b, ids, amounts, status, reason, &settled)
 	}
 	var released []db.LeaseReleaseRow
 	if len(leaseIDs) > 0 {
@@ -169,6 +161,19 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 		out.Reservations = append(out.Reservations, o)
 	}
 	return out, nil
+}
+
+// queueSettle queues the settling of open reservations: their counters
+// locked first (the lock order), then the reservations committed with the
+// given actual amounts or released, and their counters moved, with reason.
+func (l *Limiter) queueSettle(ctx context.Context, b *pgx.Batch, ids []pgtype.UUID, amounts []float64, status, reason string, out *[]db.ReservationSettleRow) {
+	queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, ids) })
+	queueRows(b, out, func(r db.DBTX) {
+		_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
+			ReservationIds: ids, ActualAmounts: amounts, Status: status,
+			Reason: pgtype.Text{String: reason, Valid: reason != ""},
+		})
+	})
 }
 
 // opName names Commit or Release by the status it settles to.

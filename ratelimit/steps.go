@@ -60,14 +60,8 @@ func (l *Limiter) releaseStep(ctx context.Context, conn Executor, batch int32, f
 			return false, err
 		}
 		b := &pgx.Batch{}
-		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, ids) })
 		var settled []db.ReservationSettleRow
-		queueRows(b, &settled, func(r db.DBTX) {
-			_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
-				ReservationIds: ids, ActualAmounts: make([]float64, len(ids)), Status: StatusReleased,
-				Reason: pgtype.Text{String: reason, Valid: true},
-			})
-		})
+		l.queueSettle(ctx, b, ids, make([]float64, len(ids)), StatusReleased, reason, &settled)
 		if err := runBatch(ctx, conn, b); err != nil {
 			return false, err
 		}
