@@ -12,209 +12,55 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const ReserveApply = `-- name: ReserveApply :many
+const AdmissionReserve = `-- name: AdmissionReserve :many
 
-WITH win AS (
-    SELECT w.ord,
-           w.scope_type,
-           w.scope_key,
-           w.metric,
-           w.window_seconds,
-           w.limit_value,
-           w.amount,
-           c.window_start,
-           c.reset_at,
-           c.used_value,
-           c.reserved_value,
-           (c.used_value + c.reserved_value + w.amount <= w.limit_value) AS fits
-    FROM (
-        SELECT generate_subscripts($1::text[], 1) AS ord,
-               unnest($1::text[])       AS scope_type,
-               unnest($2::text[])        AS scope_key,
-               unnest($3::text[])           AS metric,
-               unnest($4::integer[]) AS window_seconds,
-               unnest($5::numeric[])   AS limit_value,
-               unnest($6::numeric[])        AS amount
-    ) AS w
-    CROSS JOIN LATERAL (
-        SELECT counter.window_start, counter.reset_at, counter.used_value, counter.reserved_value
-        FROM gateway_rate_limit_counters AS counter
-        WHERE counter.scope_type = w.scope_type
-          AND counter.scope_key = w.scope_key
-          AND counter.metric = w.metric
-          AND counter.window_seconds = w.window_seconds
-          AND counter.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
-        LIMIT 1 -- one row (primary key); also keeps the probe from being flattened into a hash join
-    ) AS c
-),
-con AS (
-    SELECT l.ord,
-           l.scope_type,
-           l.scope_key,
-           l.limit_value,
-           l.amount,
-           l.ttl_seconds,
-           live.active,
-           live.next_expiry,
-           (live.active + l.amount <= l.limit_value) AS fits
-    FROM (
-        SELECT generate_subscripts($7::text[], 1) AS ord,
-               unnest($7::text[])     AS scope_type,
-               unnest($8::text[])      AS scope_key,
-               unnest($9::numeric[]) AS limit_value,
-               unnest($10::numeric[])      AS amount,
-               unnest($11::integer[])  AS ttl_seconds
-    ) AS l
-    CROSS JOIN LATERAL (
-        SELECT coalesce(sum(x.lease_value), 0) AS active,
-               min(x.expires_at)               AS next_expiry
-        FROM gateway_concurrency_leases AS x
-        WHERE x.scope_type = l.scope_type
-          AND x.scope_key = l.scope_key
-          AND x.released_at IS NULL
-          AND x.expires_at > now()
-    ) AS live
-),
-guard AS (
-    -- Preconditions that refuse the whole admission before any limit is
-    -- looked at: the reads above are exact only in READ COMMITTED (each
-    -- statement sees what the previous lock holder committed), and capacity
-    -- may be taken only for a live task and a running attempt, so that a
-    -- worker whose task was reclaimed cannot hold capacity nobody recovers.
-    SELECT CASE
-               WHEN current_setting('transaction_isolation') <> 'read committed' THEN 'isolation'
-               WHEN $12::uuid IS NOT NULL AND NOT EXISTS (
-                        SELECT 1 FROM gateway_tasks AS t WHERE t.id = $12::uuid)
-                   THEN 'unknown_task'
-               WHEN $12::uuid IS NOT NULL AND NOT EXISTS (
-                        SELECT 1 FROM gateway_tasks AS t
-                        WHERE t.id = $12::uuid AND t.status IN ('queued', 'running'))
-                   THEN 'task_finished'
-               WHEN $13::uuid IS NOT NULL AND NOT EXISTS (
-                        SELECT 1 FROM gateway_task_attempts AS a
-                        WHERE a.id = $13::uuid
-                          AND ($12::uuid IS NULL OR a.task_id = $12::uuid))
-                   THEN 'unknown_attempt'
-               WHEN $13::uuid IS NOT NULL AND NOT EXISTS (
-                        SELECT 1 FROM gateway_task_attempts AS a
-                        WHERE a.id = $13::uuid AND a.status = 'running')
-                   THEN 'attempt_finished'
-               ELSE ''
-           END AS refusal
-),
-verdict AS (
-    SELECT (SELECT refusal FROM guard) = ''
-           AND (SELECT count(*) FROM win) = coalesce(cardinality($1::text[]), 0)
-           AND NOT EXISTS (SELECT 1 FROM win WHERE NOT win.fits)
-           AND NOT EXISTS (SELECT 1 FROM con WHERE NOT con.fits) AS admitted
-),
-bumped AS (
-    UPDATE gateway_rate_limit_counters AS c
-    SET reserved_value = c.reserved_value + win.amount,
-        limit_value = win.limit_value,
-        updated_at = now()
-    FROM win, verdict
-    WHERE verdict.admitted
-      -- Redundant with the join below, but lets the planner probe the primary
-      -- key for the few rows wanted instead of hashing the whole table.
-      AND c.scope_type = ANY($1::text[])
-      AND c.scope_key = ANY($2::text[])
-      AND c.scope_type = win.scope_type
-      AND c.scope_key = win.scope_key
-      AND c.metric = win.metric
-      AND c.window_seconds = win.window_seconds
-      AND c.window_start = win.window_start
-    RETURNING c.scope_type
-),
-reserved AS (
-    INSERT INTO gateway_rate_limit_reservations (
-        task_id, attempt_id, scope_type, scope_key, metric, window_seconds, window_start,
-        limit_value, reserved_amount
-    )
-    SELECT $12::uuid,
-           $13::uuid,
-           win.scope_type,
-           win.scope_key,
-           win.metric,
-           win.window_seconds,
-           win.window_start,
-           win.limit_value,
-           win.amount
-    FROM win, verdict
-    WHERE verdict.admitted
-    RETURNING id, scope_type, scope_key, metric, window_seconds
-),
-leased AS (
-    INSERT INTO gateway_concurrency_leases (
-        task_id, attempt_id, scope_type, scope_key, lease_value, limit_value, expires_at
-    )
-    SELECT $12::uuid,
-           $13::uuid,
-           con.scope_type,
-           con.scope_key,
-           con.amount,
-           con.limit_value,
-           now() + make_interval(secs => con.ttl_seconds)
-    FROM con, verdict
-    WHERE verdict.admitted
-    RETURNING id, scope_type, scope_key, expires_at
-)
-SELECT false                         AS is_lease,
-       win.ord::integer              AS ord,
-       win.fits::boolean             AS fits,
-       reserved.id                   AS grant_id,
-       win.used_value::numeric       AS used_value,
-       win.reserved_value::numeric   AS reserved_value,
-       win.window_start::timestamptz AS window_start,
-       win.reset_at::timestamptz     AS reset_at,
-       now()::timestamptz            AS db_now,
-       (SELECT refusal FROM guard)::text AS refusal
-FROM win
-LEFT JOIN reserved
-  ON reserved.scope_type = win.scope_type
- AND reserved.scope_key = win.scope_key
- AND reserved.metric = win.metric
- AND reserved.window_seconds = win.window_seconds
-UNION ALL
-SELECT true,
-       con.ord::integer,
-       con.fits::boolean,
-       leased.id,
-       con.active::numeric,
-       0::numeric,
-       now()::timestamptz,
-       coalesce(leased.expires_at, con.next_expiry, now() + make_interval(secs => con.ttl_seconds))::timestamptz,
-       now()::timestamptz,
-       (SELECT refusal FROM guard)::text
-FROM con
-LEFT JOIN leased
-  ON leased.scope_type = con.scope_type
- AND leased.scope_key = con.scope_key
-ORDER BY is_lease, ord
+SELECT r.admission::integer          AS admission,
+       r.is_lease::boolean           AS is_lease,
+       r.ord::integer                AS ord,
+       r.fits::boolean               AS fits,
+       r.grant_id::uuid              AS grant_id,
+       r.current_value::numeric      AS current_value,
+       r.reserved_value::numeric     AS reserved_value,
+       r.window_start::timestamptz   AS window_start,
+       r.reset_at::timestamptz       AS reset_at,
+       r.db_now::timestamptz         AS db_now,
+       r.refusal::text               AS refusal
+FROM pgadmit_reserve(
+         $1::uuid[], $2::uuid[],
+         $3::integer[], $4::text[], $5::text[], $6::text[],
+         $7::integer[], $8::numeric[], $9::numeric[],
+         $10::integer[], $11::text[], $12::text[],
+         $13::numeric[], $14::numeric[], $15::integer[],
+         $16::timestamptz
+     ) AS r
 `
 
-type ReserveApplyParams struct {
+type AdmissionReserveParams struct {
+	TaskIds        []pgtype.UUID
+	AttemptIds     []pgtype.UUID
+	WAdmission     []int32
 	WScopeTypes    []string
 	WScopeKeys     []string
 	WMetrics       []string
 	WWindowSeconds []int32
 	WLimitValues   []float64
 	WAmounts       []float64
+	CAdmission     []int32
 	CScopeTypes    []string
 	CScopeKeys     []string
 	CLimitValues   []float64
 	CAmounts       []float64
 	CTtlSeconds    []int32
-	TaskID         pgtype.UUID
-	AttemptID      pgtype.UUID
+	Now            *time.Time
 }
 
-type ReserveApplyRow struct {
+type AdmissionReserveRow struct {
+	Admission     int32
 	IsLease       bool
 	Ord           int32
 	Fits          bool
 	GrantID       pgtype.UUID
-	UsedValue     float64
+	CurrentValue  float64
 	ReservedValue float64
 	WindowStart   time.Time
 	ResetAt       time.Time
@@ -222,57 +68,160 @@ type ReserveApplyRow struct {
 	Refusal       string
 }
 
-// Admission: the statement that decides and records a reservation across
-// window counters and concurrency leases.
-// All or nothing. Runs after CounterEnsureWindows, CounterLockWindows and
-// LeaseLockScopes in the same READ COMMITTED transaction, so every value it
-// reads is current and stays so until commit (refusal 'isolation' in any
-// other level). A task id must name a queued or running task and an attempt
-// id a running attempt (refusals unknown_task, task_finished,
-// unknown_attempt, attempt_finished). When every limit fits, it adds each window
-// amount to its counter's reserved_value, records one reservation per window
-// limit and one lease per concurrency limit; when any limit does not fit it
-// writes nothing. Either way it returns one row per limit (window limits
-// first, each kind in input order) with the values the decision used and the
-// database's now(), so a refusal is explained on the database's clock.
-// Locks: updates the counter rows already locked; inserts reservation and
-// lease rows (FK share locks on the task and attempt rows, if given).
-// Index: gateway_rate_limit_counters_pkey for the counters;
-// gateway_concurrency_leases_live_scope_idx (index-only) for live leases.
-func (q *Queries) ReserveApply(ctx context.Context, db DBTX, arg ReserveApplyParams) ([]ReserveApplyRow, error) {
-	rows, err := db.Query(ctx, ReserveApply,
+// Admission and settlement: typed calls of the PL/pgSQL functions
+// pgadmit_reserve and pgadmit_settle (schema/00002_admission_functions.sql),
+// whose bodies say, statement by statement, what they lock and which index
+// serves them. One call is one statement: one round trip, and one implicit
+// transaction unless the caller runs it inside its own.
+// Decides a batch of admissions, each all or nothing, in arrival order: one
+// entry per admission in @task_ids and @attempt_ids (NULL elements for
+// none); window limits in the @w_* arrays and concurrency limits in the @c_*
+// arrays, grouped by admission in admission order (@w_admission and
+// @c_admission give each limit's 1-based admission). Returns one row per
+// limit with the values its decision used, on the database's clock; an
+// admitted limit has its grant_id. Refused admissions write nothing.
+// Locks: window counter rows FOR UPDATE in primary-key order, then
+// transaction advisory locks of concurrency scopes in lock-key order, then
+// new reservation and lease rows (the lock order).
+// Index: gateway_rate_limit_counters_pkey; gateway_concurrency_leases_live_scope_idx;
+// gateway_tasks_pkey and gateway_task_attempts_pkey for task guards.
+func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionReserveParams) ([]AdmissionReserveRow, error) {
+	rows, err := db.Query(ctx, AdmissionReserve,
+		arg.TaskIds,
+		arg.AttemptIds,
+		arg.WAdmission,
 		arg.WScopeTypes,
 		arg.WScopeKeys,
 		arg.WMetrics,
 		arg.WWindowSeconds,
 		arg.WLimitValues,
 		arg.WAmounts,
+		arg.CAdmission,
 		arg.CScopeTypes,
 		arg.CScopeKeys,
 		arg.CLimitValues,
 		arg.CAmounts,
 		arg.CTtlSeconds,
-		arg.TaskID,
-		arg.AttemptID,
+		arg.Now,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []ReserveApplyRow{}
+	items := []AdmissionReserveRow{}
 	for rows.Next() {
-		var i ReserveApplyRow
+		var i AdmissionReserveRow
 		if err := rows.Scan(
+			&i.Admission,
 			&i.IsLease,
 			&i.Ord,
 			&i.Fits,
 			&i.GrantID,
-			&i.UsedValue,
+			&i.CurrentValue,
 			&i.ReservedValue,
 			&i.WindowStart,
 			&i.ResetAt,
 			&i.DbNow,
 			&i.Refusal,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const AdmissionSettle = `-- name: AdmissionSettle :many
+SELECT s.is_lease::boolean          AS is_lease,
+       s.ord::integer               AS ord,
+       s.id::uuid                   AS id,
+       s.settled::boolean           AS settled,
+       coalesce(s.status, '')::text AS status,
+       coalesce(s.metric, '')::text AS metric,
+       coalesce(s.reserved_amount, 0)::numeric AS reserved_amount,
+       coalesce(s.actual_amount, 0)::numeric   AS actual_amount
+FROM pgadmit_settle(
+         $1::uuid[], $2::text[], $3::text[], $4::text[],
+         $5::integer[], $6::timestamptz[],
+         $7::numeric[], $8::text, $9::text,
+         $10::uuid[], $11::text, $12::timestamptz
+     ) AS s
+`
+
+type AdmissionSettleParams struct {
+	ReservationIds []pgtype.UUID
+	ScopeTypes     []string
+	ScopeKeys      []string
+	Metrics        []string
+	WindowSeconds  []int32
+	WindowStarts   []time.Time
+	ActualAmounts  []float64
+	Status         string
+	Reason         pgtype.Text
+	LeaseIds       []pgtype.UUID
+	LeaseReason    string
+	Now            *time.Time
+}
+
+type AdmissionSettleRow struct {
+	IsLease        bool
+	Ord            int32
+	ID             pgtype.UUID
+	Settled        bool
+	Status         string
+	Metric         string
+	ReservedAmount float64
+	ActualAmount   float64
+}
+
+// Commits (@status 'committed', with @actual_amounts) or releases
+// ('released') the given open reservations, moving their amounts in their
+// counters, and releases the given unreleased leases; @reason and
+// @lease_reason are recorded on them. @scope_types .. @window_starts name
+// each reservation's counter as the grant says (the call fails, writing
+// nothing, when a reservation draws on another one); NULL reads them from
+// the reservations. Idempotent: anything already settled
+// comes back with settled = false and is left alone; a reservation id that
+// names no row comes back with a NULL status. One row per id, reservations
+// first (is_lease false), each with its 1-based position.
+// Locks: the counters of the still-open reservations FOR UPDATE in
+// primary-key order (the lock order), then the reservation and lease rows.
+// Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
+// gateway_concurrency_leases_pkey.
+func (q *Queries) AdmissionSettle(ctx context.Context, db DBTX, arg AdmissionSettleParams) ([]AdmissionSettleRow, error) {
+	rows, err := db.Query(ctx, AdmissionSettle,
+		arg.ReservationIds,
+		arg.ScopeTypes,
+		arg.ScopeKeys,
+		arg.Metrics,
+		arg.WindowSeconds,
+		arg.WindowStarts,
+		arg.ActualAmounts,
+		arg.Status,
+		arg.Reason,
+		arg.LeaseIds,
+		arg.LeaseReason,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AdmissionSettleRow{}
+	for rows.Next() {
+		var i AdmissionSettleRow
+		if err := rows.Scan(
+			&i.IsLease,
+			&i.Ord,
+			&i.ID,
+			&i.Settled,
+			&i.Status,
+			&i.Metric,
+			&i.ReservedAmount,
+			&i.ActualAmount,
 		); err != nil {
 			return nil, err
 		}

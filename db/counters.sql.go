@@ -13,6 +13,7 @@ import (
 )
 
 const CounterCheckWindows = `-- name: CounterCheckWindows :many
+
 SELECT w.ord::integer                                       AS ord,
        (coalesce(c.used_value, 0) + coalesce(c.reserved_value, 0) + w.amount <= w.limit_value)::boolean AS fits,
        coalesce(c.used_value, 0)::numeric                   AS used_value,
@@ -64,8 +65,19 @@ type CounterCheckWindowsRow struct {
 	DbNow         time.Time
 }
 
+// Window counters: gateway_rate_limit_counters.
+//
+// Every window limit of an admission lives in one counter row keyed by
+// (scope_type, scope_key, metric, window_seconds, window_start). Windows are
+// fixed and aligned to the Unix epoch; their bounds are always computed from
+// the database's clock (now()), never the caller's.
+//
+// Lock order, followed by every statement that locks counter rows, so that
+// no two transactions can deadlock on them: counter rows first, sorted by
+// their primary key; then (admission only) concurrency advisory locks, sorted
+// by lock key; rows of other tables after that.
 // Non-consuming preflight: whether each amount fits the current window of its
-// limit (decided in numeric, exactly as ReserveApply decides), with the
+// limit (decided in numeric, exactly as pgadmit_reserve decides), with the
 // window's usage and bounds and the database's now() so the caller computes
 // retry-after on the database clock; in input order. A window without a row
 // is empty.
@@ -106,68 +118,6 @@ func (q *Queries) CounterCheckWindows(ctx context.Context, db DBTX, arg CounterC
 	return items, nil
 }
 
-const CounterEnsureWindows = `-- name: CounterEnsureWindows :exec
-
-INSERT INTO gateway_rate_limit_counters (
-    scope_type, scope_key, metric, window_seconds, window_start, reset_at, limit_value
-)
-SELECT w.scope_type,
-       w.scope_key,
-       w.metric,
-       w.window_seconds,
-       b.window_start,
-       b.window_start + make_interval(secs => w.window_seconds),
-       w.limit_value
-FROM (
-    SELECT unnest($1::text[])       AS scope_type,
-           unnest($2::text[])        AS scope_key,
-           unnest($3::text[])           AS metric,
-           unnest($4::integer[]) AS window_seconds,
-           unnest($5::numeric[])   AS limit_value
-) AS w
-CROSS JOIN LATERAL (
-    SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
-) AS b
-ORDER BY w.scope_type, w.scope_key, w.metric, w.window_seconds
-ON CONFLICT (scope_type, scope_key, metric, window_seconds, window_start) DO NOTHING
-`
-
-type CounterEnsureWindowsParams struct {
-	ScopeTypes    []string
-	ScopeKeys     []string
-	Metrics       []string
-	WindowSeconds []int32
-	LimitValues   []float64
-}
-
-// Window counters: gateway_rate_limit_counters.
-//
-// Every window limit of an admission lives in one counter row keyed by
-// (scope_type, scope_key, metric, window_seconds, window_start). Windows are
-// fixed and aligned to the Unix epoch; their bounds are always computed from
-// the database's clock (now()), never the caller's.
-//
-// Lock order, followed by every statement that locks counter rows, so that
-// no two transactions can deadlock on them: counter rows first, sorted by
-// their primary key; then (admission only) concurrency advisory locks, sorted
-// by lock key; rows of other tables after that.
-// Creates the counter rows of the current windows that do not exist yet, with
-// zero usage, so that CounterLockWindows has a row to lock.
-// Locks: inserts new rows in primary-key order; an existing row is left
-// untouched and unlocked (ON CONFLICT DO NOTHING). Waits only for another
-// transaction inserting the same new row.
-// Index: gateway_rate_limit_counters_pkey (conflict arbiter).
-func (q *Queries) CounterEnsureWindows(ctx context.Context, db DBTX, arg CounterEnsureWindowsParams) error {
-	_, err := db.Exec(ctx, CounterEnsureWindows,
-		arg.ScopeTypes,
-		arg.ScopeKeys,
-		arg.Metrics,
-		arg.WindowSeconds,
-		arg.LimitValues,
-	)
-	return err
-}
-
 const CounterLockForReservations = `-- name: CounterLockForReservations :exec
 SELECT c.scope_type
 FROM gateway_rate_limit_counters AS c
@@ -182,57 +132,12 @@ FOR UPDATE OF c
 `
 
 // Row-locks, in primary-key order (the lock order), the counters that the
-// given open reservations draw on, before a settle statement updates them.
+// given open reservations draw on, before a statement that updates other
+// rows first (a task row) and then settles them with AdmissionSettle.
 // Locks: FOR UPDATE on each counter row, sorted; reservations are only read.
 // Index: gateway_rate_limit_reservations_pkey to find the reservations,
 // gateway_rate_limit_counters_pkey to find the counters.
 func (q *Queries) CounterLockForReservations(ctx context.Context, db DBTX, reservationIds []pgtype.UUID) error {
 	_, err := db.Exec(ctx, CounterLockForReservations, reservationIds)
-	return err
-}
-
-const CounterLockWindows = `-- name: CounterLockWindows :exec
-SELECT c.scope_type
-FROM (
-    SELECT unnest($1::text[])       AS scope_type,
-           unnest($2::text[])        AS scope_key,
-           unnest($3::text[])           AS metric,
-           unnest($4::integer[]) AS window_seconds
-    ORDER BY 1, 2, 3, 4
-) AS w
-CROSS JOIN LATERAL (
-    SELECT counter.scope_type
-    FROM gateway_rate_limit_counters AS counter
-    WHERE counter.scope_type = w.scope_type
-      AND counter.scope_key = w.scope_key
-      AND counter.metric = w.metric
-      AND counter.window_seconds = w.window_seconds
-      AND counter.window_start = date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch')
-    LIMIT 1 -- one row (primary key); also keeps the probe from being flattened into a hash join
-    FOR UPDATE
-) AS c
-`
-
-type CounterLockWindowsParams struct {
-	ScopeTypes    []string
-	ScopeKeys     []string
-	Metrics       []string
-	WindowSeconds []int32
-}
-
-// Row-locks the current-window counters of an admission, in primary-key
-// order (the lock order), so that the next statement of the same transaction
-// decides on values that nobody else can change until it commits. The
-// requested keys are sorted first and each row is locked by its own probe
-// (LATERAL), so locks are taken in that order.
-// Locks: FOR UPDATE on each counter row, sorted.
-// Index: gateway_rate_limit_counters_pkey (one probe per limit).
-func (q *Queries) CounterLockWindows(ctx context.Context, db DBTX, arg CounterLockWindowsParams) error {
-	_, err := db.Exec(ctx, CounterLockWindows,
-		arg.ScopeTypes,
-		arg.ScopeKeys,
-		arg.Metrics,
-		arg.WindowSeconds,
-	)
 	return err
 }

@@ -58,50 +58,6 @@ func (q *Queries) LeaseLockScopes(ctx context.Context, db DBTX, arg LeaseLockSco
 	return err
 }
 
-const LeaseRelease = `-- name: LeaseRelease :many
-UPDATE gateway_concurrency_leases
-SET released_at = now(),
-    reason = $1::text
-WHERE id = ANY($2::uuid[])
-  AND released_at IS NULL
-RETURNING id, (expires_at > now())::boolean AS was_live
-`
-
-type LeaseReleaseParams struct {
-	Reason   string
-	LeaseIds []pgtype.UUID
-}
-
-type LeaseReleaseRow struct {
-	ID      pgtype.UUID
-	WasLive bool
-}
-
-// Gives slots back: marks the given unreleased leases released (an expired
-// one too, for the books) and returns them, with whether each still counted.
-// Idempotent: an already released lease is not returned.
-// Locks: row lock on each released lease; no counter rows (leases have none).
-// Index: gateway_concurrency_leases_pkey.
-func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleaseParams) ([]LeaseReleaseRow, error) {
-	rows, err := db.Query(ctx, LeaseRelease, arg.Reason, arg.LeaseIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []LeaseReleaseRow{}
-	for rows.Next() {
-		var i LeaseReleaseRow
-		if err := rows.Scan(&i.ID, &i.WasLive); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const LeaseRenew = `-- name: LeaseRenew :many
 UPDATE gateway_concurrency_leases AS l
 SET expires_at = clock_timestamp() + make_interval(secs => r.ttl_seconds)

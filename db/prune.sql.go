@@ -18,16 +18,7 @@ USING (
     SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
     FROM gateway_rate_limit_counters AS x
     WHERE x.reset_at < $1::timestamptz
-      AND NOT EXISTS (
-          SELECT 1
-          FROM gateway_rate_limit_reservations AS r
-          WHERE r.status = 'reserved'
-            AND r.scope_type = x.scope_type
-            AND r.scope_key = x.scope_key
-            AND r.metric = x.metric
-            AND r.window_seconds = x.window_seconds
-            AND r.window_start = x.window_start
-      )
+      AND x.reserved_value = 0
     ORDER BY x.reset_at
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
@@ -37,6 +28,7 @@ WHERE c.scope_type = doomed.scope_type
   AND c.metric = doomed.metric
   AND c.window_seconds = doomed.window_seconds
   AND c.window_start = doomed.window_start
+  AND c.reserved_value = 0
 `
 
 type PruneCountersParams struct {
@@ -45,13 +37,14 @@ type PruneCountersParams struct {
 }
 
 // Deletes a batch of counter windows that ended before the cutoff and that
-// no open reservation draws on (a window with an open reservation is kept
-// until that reservation is settled or released). Rows locked by another
-// transaction are skipped, so prune never waits on admission.
+// no open reservation draws on: reserved_value is the sum of the open
+// reservations' amounts (each positive), so a window with an open
+// reservation has reserved_value > 0 and is kept until that reservation is
+// settled or released. Rows locked by another transaction are skipped, so
+// prune never waits on admission.
 // Locks: row locks on the deleted counters (SKIP LOCKED, so the counters'
 // lock order cannot be violated by waiting).
-// Index: gateway_rate_limit_counters_reset_idx (ended windows);
-// gateway_rate_limit_reservations_open_counter_idx (the NOT EXISTS).
+// Index: gateway_rate_limit_counters_reset_idx (ended windows).
 func (q *Queries) PruneCounters(ctx context.Context, db DBTX, arg PruneCountersParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneCounters, arg.Cutoff, arg.BatchSize)
 	if err != nil {
@@ -161,7 +154,8 @@ type PruneLeasesExpiredParams struct {
 // Deletes a batch of leases never released that expired before the cutoff
 // (a renewal needs an unexpired lease, so they can never count again).
 // Locks: row locks on the deleted leases (SKIP LOCKED).
-// Index: gateway_concurrency_leases_live_expiry_idx (partial: unreleased).
+// Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
+// lease; live state, so reading it whole is cheap).
 func (q *Queries) PruneLeasesExpired(ctx context.Context, db DBTX, arg PruneLeasesExpiredParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneLeasesExpired, arg.Cutoff, arg.BatchSize)
 	if err != nil {
@@ -218,11 +212,11 @@ type PruneReservationFindStaleParams struct {
 // A batch of reservations still open although their window ended before the
 // cutoff: their caller never settled them (a reservation without a task, or
 // a reply lost after the server committed). Their window no longer admits
-// anything, so Prune releases them (window_ended) through
-// CounterLockForReservations and ReservationSettle, which keeps the counter
-// equal to its ledger and lets the window be pruned.
-// Locks: none (MVCC read; ReservationSettle skips what is no longer open).
-// Index: gateway_rate_limit_reservations_open_window_idx (partial: open).
+// anything, so Prune releases them (window_ended) through AdmissionSettle,
+// which keeps the counter equal to its ledger and lets the window be pruned.
+// Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
+// Index: gateway_rate_limit_reservations_open_task_idx (partial: every open
+// reservation; live state, so reading it whole is cheap).
 func (q *Queries) PruneReservationFindStale(ctx context.Context, db DBTX, arg PruneReservationFindStaleParams) ([]pgtype.UUID, error) {
 	rows, err := db.Query(ctx, PruneReservationFindStale, arg.Cutoff, arg.BatchSize)
 	if err != nil {
@@ -246,8 +240,9 @@ func (q *Queries) PruneReservationFindStale(ctx context.Context, db DBTX, arg Pr
 const PruneReservations = `-- name: PruneReservations :one
 WITH page AS (
     SELECT r.id,
-           r.finalized_at,
-           (r.window_start + make_interval(secs => r.window_seconds) < $3::timestamptz
+           r.window_start,
+           (r.status <> 'reserved'
+            AND r.window_start + make_interval(secs => r.window_seconds) < $3::timestamptz
             AND NOT EXISTS (
                 SELECT 1
                 FROM gateway_rate_limit_counters AS c
@@ -258,10 +253,9 @@ WITH page AS (
                   AND c.window_start = r.window_start
             )) AS doomed
     FROM gateway_rate_limit_reservations AS r
-    WHERE r.status <> 'reserved'
-      AND r.finalized_at < $3::timestamptz
-      AND (r.finalized_at, r.id) > ($1::timestamptz, $2::uuid)
-    ORDER BY r.finalized_at, r.id
+    WHERE r.window_start < $3::timestamptz
+      AND (r.window_start, r.id) > ($1::timestamptz, $2::uuid)
+    ORDER BY r.window_start, r.id
     LIMIT $4::integer
 ),
 gone AS (
@@ -272,19 +266,19 @@ gone AS (
     RETURNING r.id
 ),
 last AS (
-    SELECT page.finalized_at, page.id
+    SELECT page.window_start, page.id
     FROM page
-    ORDER BY page.finalized_at DESC, page.id DESC
+    ORDER BY page.window_start DESC, page.id DESC
     LIMIT 1
 )
 SELECT (SELECT count(*) FROM page)::integer AS scanned,
        (SELECT count(*) FROM gone)::integer AS deleted,
-       coalesce((SELECT last.finalized_at FROM last), $1::timestamptz)::timestamptz AS last_finalized_at,
-       coalesce((SELECT last.id FROM last), $2::uuid)::uuid                                  AS last_id
+       coalesce((SELECT last.window_start FROM last), $1::timestamptz)::timestamptz AS last_window_start,
+       coalesce((SELECT last.id FROM last), $2::uuid)::uuid                                    AS last_id
 `
 
 type PruneReservationsParams struct {
-	AfterFinalizedAt time.Time
+	AfterWindowStart time.Time
 	AfterID          pgtype.UUID
 	Cutoff           time.Time
 	BatchSize        int32
@@ -293,23 +287,24 @@ type PruneReservationsParams struct {
 type PruneReservationsRow struct {
 	Scanned         int32
 	Deleted         int32
-	LastFinalizedAt time.Time
+	LastWindowStart time.Time
 	LastID          pgtype.UUID
 }
 
-// Reads the next page of finished reservations finalized before the cutoff,
-// in (finalized_at, id) order after the given position, and deletes those
-// whose window ended before the cutoff and whose counter row is gone.
-// Returns how many it read and deleted and the position of the page's last
-// row, from which the next batch continues: rows kept (their window or
-// counter still lives) are read once per run, not once per batch.
+// Reads the next page of reservations of windows that began before the
+// cutoff, in (window_start, id) order after the given position, and deletes
+// those that are finished, whose window ended before the cutoff and whose
+// counter row is gone. Returns how many it read and deleted and the
+// position of the page's last row, from which the next batch continues:
+// rows kept (open, or their counter still lives) are read once per run, not
+// once per batch.
 // Locks: row locks on the deleted reservations.
-// Index: gateway_rate_limit_reservations_finalized_idx (partial:
-// finished; the keyset condition and the order come from the index, no
-// sort); gateway_rate_limit_counters_pkey (NOT EXISTS).
+// Index: gateway_rate_limit_reservations_window_idx (the keyset condition
+// and the order come from the index, no sort); gateway_rate_limit_counters_pkey
+// (NOT EXISTS).
 func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReservationsParams) (PruneReservationsRow, error) {
 	row := db.QueryRow(ctx, PruneReservations,
-		arg.AfterFinalizedAt,
+		arg.AfterWindowStart,
 		arg.AfterID,
 		arg.Cutoff,
 		arg.BatchSize,
@@ -318,7 +313,7 @@ func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReser
 	err := row.Scan(
 		&i.Scanned,
 		&i.Deleted,
-		&i.LastFinalizedAt,
+		&i.LastWindowStart,
 		&i.LastID,
 	)
 	return i, err

@@ -51,16 +51,3 @@ WHERE l.id = r.id
   AND l.released_at IS NULL
   AND l.expires_at > clock_timestamp()
 RETURNING l.id, l.expires_at;
-
--- name: LeaseRelease :many
--- Gives slots back: marks the given unreleased leases released (an expired
--- one too, for the books) and returns them, with whether each still counted.
--- Idempotent: an already released lease is not returned.
--- Locks: row lock on each released lease; no counter rows (leases have none).
--- Index: gateway_concurrency_leases_pkey.
-UPDATE gateway_concurrency_leases
-SET released_at = now(),
-    reason = @reason::text
-WHERE id = ANY(@lease_ids::uuid[])
-  AND released_at IS NULL
-RETURNING id, (expires_at > now())::boolean AS was_live;

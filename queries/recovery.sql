@@ -146,8 +146,8 @@ ORDER BY reclaimed.id;
 -- name: RecoveryReservationFindForFinishedTasks :many
 -- A batch of open reservations whose task is finished (a worker finished it
 -- without settling, or reserved after finishing). The batch then locks
--- their counters and releases them with ReservationSettle.
--- Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+-- their counters and releases them with AdmissionSettle.
+-- Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
 -- Index: gateway_rate_limit_reservations_open_task_idx (partial: open);
 -- gateway_tasks_pkey.
 SELECT r.id
@@ -163,7 +163,8 @@ LIMIT @batch_size::integer;
 -- They no longer counted; this closes them in the books. Leases another
 -- transaction holds right now are skipped.
 -- Locks: row locks on the released leases (SKIP LOCKED).
--- Index: gateway_concurrency_leases_live_expiry_idx (partial: unreleased).
+-- Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
+-- lease; live state, so reading it whole is cheap).
 UPDATE gateway_concurrency_leases AS l
 SET released_at = now(),
     reason = 'expired'
@@ -238,12 +239,12 @@ WHERE a.id IN (
 -- The task lives on (queued again, or running another attempt), so nothing
 -- else releases them. (Those of finished tasks are usually gone already:
 -- RecoveryReservationFindForFinishedTasks runs first.) The batch then locks
--- their counters and releases them with ReservationSettle.
+-- their counters and releases them with AdmissionSettle.
 -- Starts from the open reservations that name an attempt (live state, few)
 -- and probes each attempt by primary key; an attempt never runs again once
 -- over, so the verdict cannot go stale. No ORDER BY: any batch will do, and
 -- an order would invite a walk of the whole primary key.
--- Locks: none (MVCC read; ReservationSettle skips what is no longer open).
+-- Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
 -- Index: a partial index over open reservations
 -- (gateway_rate_limit_reservations_open_task_idx or a sibling) or
 -- gateway_rate_limit_reservations_attempt_idx (partial: attempt_id IS NOT

@@ -264,7 +264,7 @@ WHERE t.id = @task_id::uuid;
 -- leases (reason task_finished), deletes its queue admissions and appends
 -- the final event (task.completed, task.failed or task.cancelled). No row
 -- when the token is stale or the task is not running; then nothing changes.
--- Open reservations are settled by ReservationSettle in the same batch,
+-- Open reservations are settled by AdmissionSettle in the same batch,
 -- after CounterLockForReservations (lock order: counters, then this row).
 -- Locks: FOR NO KEY UPDATE on the task row; row locks on its running
 -- attempt, its unreleased leases and its admission rows.

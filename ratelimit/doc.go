@@ -23,15 +23,19 @@
 //
 // # How admission stays exact and cheap
 //
-// Reserve pipelines four generated statements in one pgx batch, which the
-// server runs as one implicit transaction: create the current windows'
-// counter rows if missing, lock them FOR UPDATE in primary-key order, take
-// advisory locks on the concurrency scopes in key order, then decide and
-// write in one statement (ReserveApply in queries/admission.sql). The
-// sorted lock order makes admissions deadlock-free whatever order callers
-// list limits in, and row locks are held only while the server executes the
-// pipeline, never across a network round trip. Commit and Release do the
-// same with the counters of the grant's reservations.
+// Reserve is one statement: a call of the PL/pgSQL function
+// pgadmit_reserve (schema/00003_admission_functions.sql; its typed call is
+// AdmissionReserve in queries/admission.sql), which the server runs as one
+// implicit transaction. It locks the current windows' counter rows FOR
+// UPDATE in primary-key order (creating missing ones), takes advisory locks
+// on the concurrency scopes in key order, decides, and writes. Every
+// statement in the function is a primary-key probe or an insert of the rows
+// just decided, so PostgreSQL plans each once per session and reuses the
+// plan. The sorted lock order makes admissions deadlock-free whatever order
+// callers list limits in, and row locks are held only while the server
+// executes the call, never across a network round trip. Commit and Release
+// are one call of pgadmit_settle, which locks the counters of the grant's
+// reservations in the same order.
 //
 // Every time-derived value (window bounds, lease expiry, reset time,
 // retry-after) comes from the database's clock.

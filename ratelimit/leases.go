@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -81,11 +82,11 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	if err := l.enter("ReleaseLeases", phaseRows, phaseRows); err != nil {
 		return 0, err
 	}
-	rows, err := l.queries.LeaseRelease(ctx, l.conn, db.LeaseReleaseParams{Reason: reason, LeaseIds: ids})
+	rows, err := l.queries.AdmissionSettle(ctx, l.conn, settleParams([]pgtype.UUID{}, []float64{}, StatusReleased, "", ids, reason))
 	if err != nil {
 		return 0, wrapDBError("release leases", err)
 	}
-	return len(rows), nil
+	return settlementOf(rows, nil).LeasesReleased, nil
 }
 
 // Attach links a grant's reservations and leases to the attempt that runs

@@ -56,6 +56,10 @@ type Grant struct {
 	AttemptID    string
 	Reservations []Reservation
 	Leases       []Lease
+	// DecidedAt is the database's clock when the admission was decided:
+	// ResetAt minus DecidedAt is the time left in a window on that clock,
+	// whatever this host's clock says.
+	DecidedAt time.Time
 }
 
 // Empty reports whether the grant holds nothing.
@@ -72,6 +76,9 @@ type Reservation struct {
 	ResetAt     time.Time
 	Limit       float64
 	Amount      float64
+	// Remaining is what the window had left right after this admission
+	// (Limit minus used, reserved and this Amount), as the admission saw it.
+	Remaining float64
 }
 
 // Lease is a held concurrency slot.
@@ -83,4 +90,7 @@ type Lease struct {
 	Limit     float64
 	TTL       time.Duration
 	ExpiresAt time.Time
+	// Remaining is how many slots the scope had free right after this
+	// admission (Limit minus live leases and this Amount).
+	Remaining float64
 }

@@ -30,9 +30,9 @@ type PruneResult struct {
 	// Counters: counter windows that ended before the cutoff, with no open
 	// reservation drawing on them.
 	Counters int64
-	// Reservations: finished (committed or released) reservations finalized
-	// before the cutoff, whose window ended before it and whose counter row
-	// is gone.
+	// Reservations: finished (committed or released) reservations whose
+	// window ended before the cutoff and whose counter row is gone
+	// (including the stale ones this call released).
 	Reservations int64
 	// Leases: leases released, or expired without release, before the cutoff.
 	Leases int64
@@ -95,13 +95,13 @@ func (l *Limiter) Prune(ctx context.Context, olderThan time.Duration) (PruneResu
 	afterAt, afterID := epoch, pgtype.UUID{Valid: true}
 	reservations := func() (bool, error) { // a keyset walk: finished rows whose counter remains are passed over
 		row, err := l.queries.PruneReservations(ctx, conn, db.PruneReservationsParams{
-			Cutoff: cutoff, AfterFinalizedAt: afterAt, AfterID: afterID, BatchSize: batch,
+			Cutoff: cutoff, AfterWindowStart: afterAt, AfterID: afterID, BatchSize: batch,
 		})
 		if err != nil {
 			return false, err
 		}
 		res.Reservations += int64(row.Deleted)
-		afterAt, afterID = row.LastFinalizedAt, row.LastID
+		afterAt, afterID = row.LastWindowStart, row.LastID
 		return row.Scanned == batch, nil
 	}
 	steps := []step{

@@ -230,12 +230,10 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 			release = append(release, rid)
 		}
 	}
-	var settled []db.ReservationSettleRow
+	var settled []db.AdmissionSettleRow
 	if len(release) > 0 {
-		settled, err = l.queries.ReservationSettle(ctx, tx, db.ReservationSettleParams{
-			ReservationIds: release, ActualAmounts: make([]float64, len(release)), Status: StatusReleased,
-			Reason: pgtype.Text{String: reasonExecutionLeaseExpired, Valid: true},
-		})
+		settled, err = l.queries.AdmissionSettle(ctx, tx,
+			settleParams(release, make([]float64, len(release)), StatusReleased, reasonExecutionLeaseExpired, nil, ""))
 		if err != nil {
 			return false, err
 		}
@@ -244,11 +242,7 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 		return false, err
 	}
 
-	for _, s := range settled {
-		if s.Settled {
-			res.ReleasedRateReservations++
-		}
-	}
+	res.ReleasedRateReservations += settledCount(settled)
 	for _, r := range reclaimed {
 		res.FailedAttempts += int64(r.FailedAttempts)
 		res.ReleasedConcurrencyLeases += int64(r.ReleasedLeases)

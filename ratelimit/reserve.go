@@ -1,13 +1,16 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -21,122 +24,182 @@ import (
 // taskID and attemptID are optional UUIDs ("" for none). A task id lets
 // Recover give the capacity back when the task's process dies.
 //
-// Cost: one round trip. The statements run as one pipelined transaction in
+// Cost: one round trip, one statement (the function pgadmit_reserve), in
 // which counter rows are locked in a global order (no deadlocks whatever
 // order callers list limits in) and held only while the server executes it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
-	task, err := parseOptionalID("TaskID", taskID)
+	a, err := newAdmission(taskID, attemptID, limits)
 	if err != nil {
 		return Grant{}, err
 	}
-	attempt, err := parseOptionalID("AttemptID", attemptID)
-	if err != nil {
-		return Grant{}, err
+	if a.empty() {
+		return Grant{TaskID: taskID, AttemptID: attemptID}, nil
 	}
-	windows, leases, err := splitLimits(limits)
-	if err != nil {
-		return Grant{}, err
-	}
-	grant := Grant{TaskID: taskID, AttemptID: attemptID}
-	if len(windows) == 0 && len(leases) == 0 {
-		return grant, nil
-	}
-	first, last := phaseCounters, phaseCounters
-	if len(windows) == 0 {
-		first = phaseLeaseScopes
-	}
-	if len(leases) > 0 {
-		last = phaseLeaseScopes
-	}
+	first, last := a.lockPhases()
 	if err := l.enter("Reserve", first, last); err != nil {
 		return Grant{}, err
 	}
-
-	apply := db.ReserveApplyParams{TaskID: task, AttemptID: attempt}
-	for _, w := range windows {
-		apply.WScopeTypes = append(apply.WScopeTypes, w.Limit.Scope.Type)
-		apply.WScopeKeys = append(apply.WScopeKeys, w.Limit.Scope.Key)
-		apply.WMetrics = append(apply.WMetrics, w.Limit.Metric)
-		apply.WWindowSeconds = append(apply.WWindowSeconds, w.windowSeconds)
-		apply.WLimitValues = append(apply.WLimitValues, w.Limit.Limit)
-		apply.WAmounts = append(apply.WAmounts, w.Limit.Amount)
-	}
-	for _, c := range leases {
-		apply.CScopeTypes = append(apply.CScopeTypes, c.Limit.Scope.Type)
-		apply.CScopeKeys = append(apply.CScopeKeys, c.Limit.Scope.Key)
-		apply.CLimitValues = append(apply.CLimitValues, c.Limit.Limit)
-		apply.CAmounts = append(apply.CAmounts, c.Limit.Amount)
-		apply.CTtlSeconds = append(apply.CTtlSeconds, c.ttlSeconds)
-	}
-
-	b := &pgx.Batch{}
-	if len(windows) > 0 {
-		queue(b, func(r db.DBTX) {
-			_ = l.queries.CounterEnsureWindows(ctx, r, db.CounterEnsureWindowsParams{
-				ScopeTypes: apply.WScopeTypes, ScopeKeys: apply.WScopeKeys, Metrics: apply.WMetrics,
-				WindowSeconds: apply.WWindowSeconds, LimitValues: apply.WLimitValues,
-			})
-		})
-		queue(b, func(r db.DBTX) {
-			_ = l.queries.CounterLockWindows(ctx, r, db.CounterLockWindowsParams{
-				ScopeTypes: apply.WScopeTypes, ScopeKeys: apply.WScopeKeys, Metrics: apply.WMetrics,
-				WindowSeconds: apply.WWindowSeconds,
-			})
-		})
-	}
-	if len(leases) > 0 {
-		queue(b, func(r db.DBTX) {
-			_ = l.queries.LeaseLockScopes(ctx, r, db.LeaseLockScopesParams{ScopeTypes: apply.CScopeTypes, ScopeKeys: apply.CScopeKeys})
-		})
-	}
-	var rows []db.ReserveApplyRow
-	queueRows(b, &rows, func(r db.DBTX) { _, _ = l.queries.ReserveApply(ctx, r, apply) })
-	if err := runBatch(ctx, l.conn, b); err != nil {
+	var p db.AdmissionReserveParams
+	a.appendTo(&p)
+	rows, err := l.queries.AdmissionReserve(ctx, l.conn, p)
+	if err != nil {
 		return Grant{}, wrapDBError("reserve", err)
 	}
-	if len(rows) != len(windows)+len(leases) {
-		return Grant{}, fmt.Errorf("ratelimit: reserve: %d limits but %d decisions (a counter row vanished)", len(windows)+len(leases), len(rows))
+	return a.decide(rows)
+}
+
+// admission is one validated request for capacity: the limits of one
+// Reserve call, split by kind.
+type admission struct {
+	taskID, attemptID string
+	task, attempt     pgtype.UUID
+	windows           []windowLimit // in the caller's order
+	leases            []leaseLimit
+	// wFirst and cFirst are the 0-based positions of the admission's first
+	// window and concurrency limit in the call it was appended to; wSent
+	// lists its windows (indexes into windows) in the order they were sent.
+	wFirst, cFirst int
+	wSent          []int
+}
+
+func newAdmission(taskID, attemptID string, limits []Limit) (admission, error) {
+	task, err := parseOptionalID("TaskID", taskID)
+	if err != nil {
+		return admission{}, err
 	}
-	if err := refusalError(rows[0].Refusal, taskID, attemptID); err != nil {
+	attempt, err := parseOptionalID("AttemptID", attemptID)
+	if err != nil {
+		return admission{}, err
+	}
+	windows, leases, err := splitLimits(limits)
+	if err != nil {
+		return admission{}, err
+	}
+	return admission{taskID: taskID, attemptID: attemptID, task: task, attempt: attempt, windows: windows, leases: leases}, nil
+}
+
+// empty reports an admission with nothing to reserve (every Amount zero).
+func (a *admission) empty() bool { return len(a.windows) == 0 && len(a.leases) == 0 }
+
+// lockPhases is the span of the lock order the admission takes locks in.
+func (a *admission) lockPhases() (first, last lockPhase) {
+	first, last = phaseCounters, phaseCounters
+	if len(a.windows) == 0 {
+		first = phaseLeaseScopes
+	}
+	if len(a.leases) > 0 {
+		last = phaseLeaseScopes
+	}
+	return first, last
+}
+
+// appendTo adds a to a call of pgadmit_reserve as its next admission.
+func (a *admission) appendTo(p *db.AdmissionReserveParams) {
+	p.TaskIds = append(p.TaskIds, a.task)
+	p.AttemptIds = append(p.AttemptIds, a.attempt)
+	n := int32(len(p.TaskIds))
+	a.wFirst, a.cFirst = len(p.WAdmission), len(p.CAdmission)
+	a.wSent = lockOrder(a.windows)
+	for _, i := range a.wSent {
+		w := a.windows[i]
+		p.WAdmission = append(p.WAdmission, n)
+		p.WScopeTypes = append(p.WScopeTypes, w.Limit.Scope.Type)
+		p.WScopeKeys = append(p.WScopeKeys, w.Limit.Scope.Key)
+		p.WMetrics = append(p.WMetrics, w.Limit.Metric)
+		p.WWindowSeconds = append(p.WWindowSeconds, w.windowSeconds)
+		p.WLimitValues = append(p.WLimitValues, w.Limit.Limit)
+		p.WAmounts = append(p.WAmounts, w.Limit.Amount)
+	}
+	for _, c := range a.leases {
+		p.CAdmission = append(p.CAdmission, n)
+		p.CScopeTypes = append(p.CScopeTypes, c.Limit.Scope.Type)
+		p.CScopeKeys = append(p.CScopeKeys, c.Limit.Scope.Key)
+		p.CLimitValues = append(p.CLimitValues, c.Limit.Limit)
+		p.CAmounts = append(p.CAmounts, c.Limit.Amount)
+		p.CTtlSeconds = append(p.CTtlSeconds, c.ttlSeconds)
+	}
+}
+
+// decide turns the database's decision rows of this admission (one per
+// limit, Ord counting in the whole call) into a Grant, or the error that
+// explains the refusal.
+func (a *admission) decide(rows []db.AdmissionReserveRow) (Grant, error) {
+	if len(rows) != len(a.windows)+len(a.leases) {
+		return Grant{}, fmt.Errorf("ratelimit: reserve: %d limits but %d decisions", len(a.windows)+len(a.leases), len(rows))
+	}
+	if err := refusalError(rows[0].Refusal, a.taskID, a.attemptID); err != nil {
 		return Grant{}, err
 	}
-
+	grant := Grant{TaskID: a.taskID, AttemptID: a.attemptID, DecidedAt: rows[0].DbNow,
+		Reservations: make([]Reservation, len(a.windows)), Leases: make([]Lease, len(a.leases))}
+	granted := 0
 	var refused *ExceededError
-	refusedAt := len(limits)
+	refusedAt := -1
+	refuse := func(e *ExceededError, index int) {
+		if refused == nil || index < refusedAt {
+			refused, refusedAt = e, index
+		}
+	}
 	for _, row := range rows {
 		if row.IsLease {
-			c := leases[row.Ord-1]
-			if !row.Fits && c.index < refusedAt {
-				refused, refusedAt = leaseExceeded(c, row), c.index
+			i := int(row.Ord) - 1 - a.cFirst
+			c := a.leases[i]
+			if !row.Fits {
+				refuse(leaseExceeded(c, row), c.index)
 			}
 			if row.GrantID.Valid {
-				grant.Leases = append(grant.Leases, Lease{
+				granted++
+				grant.Leases[i] = Lease{
 					ID: idString(row.GrantID), ScopeType: c.Limit.Scope.Type, ScopeKey: c.Limit.Scope.Key,
 					Amount: c.Limit.Amount, Limit: c.Limit.Limit, TTL: time.Duration(c.ttlSeconds) * time.Second,
-					ExpiresAt: row.ResetAt,
-				})
+					ExpiresAt: row.ResetAt, Remaining: c.Limit.Limit - row.CurrentValue - c.Limit.Amount,
+				}
 			}
 			continue
 		}
-		w := windows[row.Ord-1]
-		if !row.Fits && w.index < refusedAt {
-			refused, refusedAt = windowExceeded(w, row.UsedValue, row.ReservedValue, row.ResetAt, row.DbNow), w.index
+		i := a.wSent[int(row.Ord)-1-a.wFirst]
+		w := a.windows[i]
+		if !row.Fits {
+			refuse(windowExceeded(w, row.CurrentValue, row.ReservedValue, row.ResetAt, row.DbNow), w.index)
 		}
 		if row.GrantID.Valid {
-			grant.Reservations = append(grant.Reservations, Reservation{
+			granted++
+			grant.Reservations[i] = Reservation{
 				ID: idString(row.GrantID), ScopeType: w.Limit.Scope.Type, ScopeKey: w.Limit.Scope.Key,
 				Metric: w.Limit.Metric, Window: time.Duration(w.windowSeconds) * time.Second,
 				WindowStart: row.WindowStart, ResetAt: row.ResetAt, Limit: w.Limit.Limit, Amount: w.Limit.Amount,
-			})
+				Remaining: w.Limit.Limit - row.CurrentValue - row.ReservedValue - w.Limit.Amount,
+			}
 		}
 	}
 	if refused != nil {
 		return Grant{}, refused
 	}
-	if len(grant.Reservations) != len(windows) || len(grant.Leases) != len(leases) {
+	if granted != len(a.windows)+len(a.leases) {
 		return Grant{}, fmt.Errorf("ratelimit: reserve: admitted without a grant for every limit")
 	}
 	return grant, nil
+}
+
+// lockOrder returns the indexes of windows sorted in the lock order of
+// their counters: scope type, scope key and metric in byte order, then
+// window length. pgadmit_reserve takes limits that come in this order
+// without sorting them itself.
+func lockOrder(windows []windowLimit) []int {
+	order := make([]int, len(windows))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int {
+		a, b := windows[i].Limit, windows[j].Limit
+		return cmp.Or(
+			strings.Compare(a.Scope.Type, b.Scope.Type),
+			strings.Compare(a.Scope.Key, b.Scope.Key),
+			strings.Compare(a.Metric, b.Metric),
+			cmp.Compare(windows[i].windowSeconds, windows[j].windowSeconds),
+		)
+	})
+	return order
 }
 
 // windowExceeded explains a window limit that did not fit.
@@ -161,12 +224,13 @@ func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.T
 }
 
 // leaseExceeded explains a concurrent limit that did not fit.
-func leaseExceeded(c leaseLimit, row db.ReserveApplyRow) *ExceededError {
+func leaseExceeded(c leaseLimit, row db.AdmissionReserveRow) *ExceededError {
 	l := c.Limit
+	active := row.CurrentValue
 	e := &ExceededError{
 		ScopeType: l.Scope.Type, ScopeKey: l.Scope.Key, ScopeName: l.Scope.Name, ScopeMetadata: l.Scope.Metadata,
 		Metric: l.Metric, Limit: l.Limit, Amount: l.Amount,
-		Current: row.UsedValue, Used: row.UsedValue, Projected: row.UsedValue + l.Amount,
+		Current: active, Used: active, Projected: active + l.Amount,
 		ResetAt: row.ResetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
@@ -176,11 +240,11 @@ func leaseExceeded(c leaseLimit, row db.ReserveApplyRow) *ExceededError {
 	e.Retryable = true
 	e.RetryAfter = min(max(row.ResetAt.Sub(row.DbNow), time.Second), 5*time.Second)
 	e.Message = fmt.Sprintf("rate limit exceeded: concurrent active %g plus request %g is greater than limit %g on %s:%s",
-		row.UsedValue, l.Amount, l.Limit, l.Scope.Type, l.Scope.Key)
+		active, l.Amount, l.Limit, l.Scope.Type, l.Scope.Key)
 	return e
 }
 
-// refusalError turns ReserveApply's precondition refusal into an error.
+// refusalError turns pgadmit_reserve's precondition refusal into an error.
 func refusalError(refusal, taskID, attemptID string) error {
 	switch refusal {
 	case "":

@@ -1,10 +1,13 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -124,56 +127,104 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	if err := l.enter(opName(status), first, phaseRows); err != nil {
 		return Settlement{}, err
 	}
-
-	b := &pgx.Batch{}
-	var settled []db.ReservationSettleRow
-	if len(ids) > 0 {
-		l.queueSettle(ctx, b, ids, amounts, status, reason, &settled)
-	}
-	var released []db.LeaseReleaseRow
-	if len(leaseIDs) > 0 {
-		queueRows(b, &released, func(r db.DBTX) {
-			_, _ = l.queries.LeaseRelease(ctx, r, db.LeaseReleaseParams{Reason: reason, LeaseIds: leaseIDs})
-		})
-	}
-	if err := runBatch(ctx, l.conn, b); err != nil {
+	p, sent := grantSettleParams(grant.Reservations, ids, amounts, status, reason, leaseIDs)
+	rows, err := l.queries.AdmissionSettle(ctx, l.conn, p)
+	if err != nil {
 		return Settlement{}, wrapDBError(status, err)
 	}
+	return settlementOf(rows, sent), nil
+}
 
-	out := Settlement{
-		LeasesReleased:        len(released),
-		LeasesAlreadyReleased: len(leaseIDs) - len(released),
+// grantSettleParams is the call of pgadmit_settle for a grant's
+// reservations (ids, with their actual amounts) and leases. When the grant
+// names every reservation's counter, they are sent in the lock order of
+// their counters, which pgadmit_settle then locks without reading the
+// reservations first (it checks them against the reservations it settles);
+// a grant rebuilt from ids alone is sent as is, and the function reads
+// them. sent lists the grant's reservations (indexes) in the order sent.
+func grantSettleParams(rs []Reservation, ids []pgtype.UUID, amounts []float64, status, reason string, leaseIDs []pgtype.UUID) (db.AdmissionSettleParams, []int) {
+	sent := make([]int, len(rs))
+	for i := range sent {
+		sent[i] = i
 	}
-	for _, row := range settled {
-		o := ReservationOutcome{ID: idString(row.ID), Settled: row.Settled, Status: StatusUnknown}
+	for _, r := range rs {
+		if r.ScopeType == "" || r.ScopeKey == "" || r.Metric == "" || r.WindowStart.IsZero() ||
+			r.Window <= 0 || r.Window%time.Second != 0 || r.Window > MaxWindow {
+			return settleParams(ids, amounts, status, reason, leaseIDs, reason), sent
+		}
+	}
+	slices.SortStableFunc(sent, func(i, j int) int {
+		a, b := rs[i], rs[j]
+		return cmp.Or(
+			strings.Compare(a.ScopeType, b.ScopeType),
+			strings.Compare(a.ScopeKey, b.ScopeKey),
+			strings.Compare(a.Metric, b.Metric),
+			cmp.Compare(a.Window, b.Window),
+			a.WindowStart.Compare(b.WindowStart),
+		)
+	})
+	n := len(rs)
+	p := settleParams(make([]pgtype.UUID, n), make([]float64, n), status, reason, leaseIDs, reason)
+	p.ScopeTypes, p.ScopeKeys, p.Metrics = make([]string, n), make([]string, n), make([]string, n)
+	p.WindowSeconds, p.WindowStarts = make([]int32, n), make([]time.Time, n)
+	for k, i := range sent {
+		r := rs[i]
+		p.ReservationIds[k], p.ActualAmounts[k] = ids[i], amounts[i]
+		p.ScopeTypes[k], p.ScopeKeys[k], p.Metrics[k] = r.ScopeType, r.ScopeKey, r.Metric
+		p.WindowSeconds[k], p.WindowStarts[k] = int32(r.Window/time.Second), r.WindowStart
+	}
+	return p, sent
+}
+
+// settleParams is a call of pgadmit_settle: reservations settled to status
+// (with actual amounts when committed) with reason, and leases released
+// with leaseReason.
+func settleParams(ids []pgtype.UUID, amounts []float64, status, reason string, leaseIDs []pgtype.UUID, leaseReason string) db.AdmissionSettleParams {
+	if leaseIDs == nil {
+		leaseIDs = []pgtype.UUID{}
+	}
+	return db.AdmissionSettleParams{
+		ReservationIds: ids, ActualAmounts: amounts, Status: status,
+		Reason:   pgtype.Text{String: reason, Valid: reason != ""},
+		LeaseIds: leaseIDs, LeaseReason: leaseReason,
+	}
+}
+
+// settlementOf reads pgadmit_settle's rows: one outcome per reservation, in
+// the caller's order (sent[k] is the caller's index of the k-th one sent),
+// and counts of the leases.
+func settlementOf(rows []db.AdmissionSettleRow, sent []int) Settlement {
+	out := Settlement{Reservations: make([]ReservationOutcome, len(sent))}
+	for _, row := range rows {
+		if row.IsLease {
+			if row.Settled {
+				out.LeasesReleased++
+			} else {
+				out.LeasesAlreadyReleased++
+			}
+			continue
+		}
+		o := ReservationOutcome{ID: idString(row.ID), Settled: row.Settled, Status: StatusUnknown,
+			Metric: row.Metric, Reserved: row.ReservedAmount, Actual: row.ActualAmount}
 		if row.Status != "" {
 			o.Status = row.Status
 		}
-		if row.Metric.Valid {
-			o.Metric = row.Metric.String
+		if k := int(row.Ord) - 1; k >= 0 && k < len(sent) {
+			out.Reservations[sent[k]] = o
 		}
-		if row.ReservedAmount != nil {
-			o.Reserved = *row.ReservedAmount
-		}
-		if row.ActualAmount != nil {
-			o.Actual = *row.ActualAmount
-		}
-		out.Reservations = append(out.Reservations, o)
 	}
-	return out, nil
+	return out
 }
 
-// queueSettle queues the settling of open reservations: their counters
-// locked first (the lock order), then the reservations committed with the
-// given actual amounts or released, and their counters moved, with reason.
-func (l *Limiter) queueSettle(ctx context.Context, b *pgx.Batch, ids []pgtype.UUID, amounts []float64, status, reason string, out *[]db.ReservationSettleRow) {
-	queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, ids) })
-	queueRows(b, out, func(r db.DBTX) {
-		_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
-			ReservationIds: ids, ActualAmounts: amounts, Status: status,
-			Reason: pgtype.Text{String: reason, Valid: reason != ""},
-		})
-	})
+// settledCount counts the reservations a pgadmit_settle call settled.
+func settledCount(rows []db.AdmissionSettleRow) int64 {
+	var n int64
+	for _, row := range rows {
+		if row.Settled && !row.IsLease {
+			n++
+		}
+	}
+	return n
 }
 
 // opName names Commit or Release by the status it settles to.

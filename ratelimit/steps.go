@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -51,27 +50,20 @@ func rowsStep(ctx context.Context, conn Executor, batch int32, stmt func(context
 }
 
 // releaseStep releases, per batch, the open reservations that find selects
-// (reason on each), locking their counters first (the lock order), as one
-// implicit transaction, and adds how many it released to *count.
+// (reason on each), in one call of pgadmit_settle (which locks their
+// counters first, the lock order), and adds how many it released to *count.
 func (l *Limiter) releaseStep(ctx context.Context, conn Executor, batch int32, find func(context.Context, db.DBTX, int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
 	return func() (bool, error) {
 		ids, err := find(ctx, conn, batch)
 		if err != nil || len(ids) == 0 {
 			return false, err
 		}
-		b := &pgx.Batch{}
-		var settled []db.ReservationSettleRow
-		l.queueSettle(ctx, b, ids, make([]float64, len(ids)), StatusReleased, reason, &settled)
-		if err := runBatch(ctx, conn, b); err != nil {
+		settled, err := l.queries.AdmissionSettle(ctx, conn, settleParams(ids, make([]float64, len(ids)), StatusReleased, reason, nil, ""))
+		if err != nil {
 			return false, err
 		}
-		n := 0
-		for _, s := range settled {
-			if s.Settled {
-				n++
-			}
-		}
-		*count += int64(n)
+		n := settledCount(settled)
+		*count += n
 		// A full batch of which nothing could be released means others
 		// settled those rows meanwhile: stop rather than spin.
 		return len(ids) == int(batch) && n > 0, nil

@@ -149,13 +149,10 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	}
 	var finished []db.TaskFinishRow
 	queueRows(b, &finished, func(r db.DBTX) { _, _ = l.queries.TaskFinish(ctx, r, p) })
-	var settled []db.ReservationSettleRow
+	var settled []db.AdmissionSettleRow
 	if len(rids) > 0 {
 		queueRows(b, &settled, func(r db.DBTX) {
-			_, _ = l.queries.ReservationSettle(ctx, r, db.ReservationSettleParams{
-				ReservationIds: rids, ActualAmounts: make([]float64, len(rids)), Status: StatusReleased,
-				Reason: pgtype.Text{String: "task_finished", Valid: true},
-			})
+			_, _ = l.queries.AdmissionSettle(ctx, r, settleParams(rids, make([]float64, len(rids)), StatusReleased, reasonTaskFinished, nil, ""))
 		})
 	}
 	if err := runBatch(ctx, l.conn, b); err != nil {
@@ -176,11 +173,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		ReleasedLeases:    int(f.ReleasedLeases),
 		DeletedAdmissions: int(f.DeletedAdmissions),
 	}
-	for _, s := range settled {
-		if s.Settled {
-			res.ReleasedReservations++
-		}
-	}
+	res.ReleasedReservations = int(settledCount(settled))
 	return res, nil
 }
 
