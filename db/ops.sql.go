@@ -215,6 +215,25 @@ func (q *Queries) OpsNow(ctx context.Context, db DBTX) (time.Time, error) {
 	return now, err
 }
 
+const OpsReservationCorruptFinalized = `-- name: OpsReservationCorruptFinalized :execrows
+UPDATE gateway_rate_limit_reservations
+SET finalized_at = now()
+WHERE id = $1::uuid
+`
+
+// Fault injection: stamps a reservation finalized without changing its
+// status, breaking its life cycle as a writer other than pgadmit_settle
+// could.
+// Locks: row lock on that reservation.
+// Index: gateway_rate_limit_reservations_pkey.
+func (q *Queries) OpsReservationCorruptFinalized(ctx context.Context, db DBTX, reservationID pgtype.UUID) (int64, error) {
+	result, err := db.Exec(ctx, OpsReservationCorruptFinalized, reservationID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsStateSummary = `-- name: OpsStateSummary :one
 SELECT (SELECT count(*) FROM gateway_tasks WHERE status = 'queued')::bigint                 AS tasks_queued,
        (SELECT count(*) FROM gateway_tasks WHERE status = 'running')::bigint                AS tasks_running,

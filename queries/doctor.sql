@@ -13,6 +13,9 @@
 --     committed reservations' actual amounts (expected = that sum);
 --   open_reservation_without_counter: an open reservation whose counter
 --     row does not exist (its amount is held nowhere);
+--   reservation_life_cycle_broken: a reservation whose status, finalized_at
+--     and actual_amount disagree (reserved: neither set; committed: both;
+--     released: finalized_at only); actual the actual amount;
 --   open_reservation_of_finished_task, live_lease_of_finished_task,
 --   admission_of_finished_task, running_attempt_of_finished_task: a
 --     finished task still holds capacity or looks alive (recovery frees
@@ -94,6 +97,16 @@ problems AS (
             AND c.window_seconds = r.window_seconds
             AND c.window_start = r.window_start
       )
+    UNION ALL
+    SELECT 'reservation_life_cycle_broken', r.scope_type, r.scope_key, r.metric,
+           r.window_seconds, r.window_start, r.task_id, NULL, r.id, NULL, 0, coalesce(r.actual_amount, 0)
+    FROM gateway_rate_limit_reservations AS r
+    WHERE NOT CASE r.status
+                  WHEN 'reserved' THEN r.finalized_at IS NULL AND r.actual_amount IS NULL
+                  WHEN 'committed' THEN r.finalized_at IS NOT NULL AND r.actual_amount IS NOT NULL
+                  WHEN 'released' THEN r.finalized_at IS NOT NULL AND r.actual_amount IS NULL
+                  ELSE false
+              END
     UNION ALL
     SELECT 'open_reservation_of_finished_task', r.scope_type, r.scope_key, r.metric,
            r.window_seconds, r.window_start, r.task_id, t.status, r.id, NULL, 0, r.reserved_amount

@@ -139,3 +139,13 @@ SELECT 'lease',
 FROM gateway_concurrency_leases AS l
 WHERE l.attempt_id = @attempt_id::uuid
 ORDER BY kind, id;
+
+-- name: OpsReservationCorruptFinalized :execrows
+-- Fault injection: stamps a reservation finalized without changing its
+-- status, breaking its life cycle as a writer other than pgadmit_settle
+-- could.
+-- Locks: row lock on that reservation.
+-- Index: gateway_rate_limit_reservations_pkey.
+UPDATE gateway_rate_limit_reservations
+SET finalized_at = now()
+WHERE id = @reservation_id::uuid;

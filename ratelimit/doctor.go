@@ -23,6 +23,10 @@ const (
 	// ProblemReservationWithoutCounter: an open reservation whose counter
 	// row is gone; its amount is held nowhere.
 	ProblemReservationWithoutCounter ProblemKind = "open_reservation_without_counter"
+	// ProblemReservationLifeCycle: a reservation whose status, finalized_at
+	// and actual_amount disagree (written by something other than pgadmit's
+	// functions). Actual is its actual amount.
+	ProblemReservationLifeCycle ProblemKind = "reservation_life_cycle_broken"
 	// ProblemReservationOfFinishedTask: a finished task still holds an open
 	// reservation (Recover releases it).
 	ProblemReservationOfFinishedTask ProblemKind = "open_reservation_of_finished_task"

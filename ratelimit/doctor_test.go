@@ -74,6 +74,17 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.RowID = r.ID
 			return p
 		}},
+		ratelimit.ProblemReservationLifeCycle: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
+			r := g.Reservations[0]
+			n, err := queries.OpsReservationCorruptFinalized(ctx, conn, mustUUID(t, r.ID))
+			if err != nil || n != 1 {
+				t.Fatalf("OpsReservationCorruptFinalized = %d, %v", n, err)
+			}
+			p := counterProblem(ratelimit.ProblemReservationLifeCycle, r, 0, 0)
+			p.RowID = r.ID
+			return p
+		}},
 		ratelimit.ProblemReservationOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l)
 			g := reserve(t, l, task.ID, window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
