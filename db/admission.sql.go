@@ -13,7 +13,6 @@ import (
 )
 
 const AdmissionReserve = `-- name: AdmissionReserve :many
-
 SELECT r.admission::integer          AS admission,
        r.is_lease::boolean           AS is_lease,
        r.ord::integer                AS ord,
@@ -68,11 +67,6 @@ type AdmissionReserveRow struct {
 	Refusal       string
 }
 
-// Admission and settlement: typed calls of the PL/pgSQL functions
-// pgadmit_reserve and pgadmit_settle (schema/00002_admission_functions.sql),
-// whose bodies say, statement by statement, what they lock and which index
-// serves them. One call is one statement: one round trip, and one implicit
-// transaction unless the caller runs it inside its own.
 // Decides a batch of admissions, each all or nothing, in arrival order: one
 // entry per admission in @task_ids and @attempt_ids (NULL elements for
 // none); window limits in the @w_* arrays and concurrency limits in the @c_*
@@ -134,6 +128,85 @@ func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionRe
 	return items, nil
 }
 
+const AdmissionReserveOne = `-- name: AdmissionReserveOne :one
+
+SELECT r.fits::boolean               AS fits,
+       r.grant_id::uuid              AS grant_id,
+       r.current_value::numeric      AS current_value,
+       r.reserved_value::numeric     AS reserved_value,
+       r.window_start::timestamptz   AS window_start,
+       r.reset_at::timestamptz       AS reset_at,
+       r.db_now::timestamptz         AS db_now,
+       r.refusal::text               AS refusal
+FROM pgadmit_reserve_one(
+         $1::uuid, $2::uuid,
+         $3::text, $4::text, $5::text, $6::integer,
+         $7::numeric, $8::numeric, $9::timestamptz
+     ) AS r
+`
+
+type AdmissionReserveOneParams struct {
+	TaskID        pgtype.UUID
+	AttemptID     pgtype.UUID
+	ScopeType     string
+	ScopeKey      string
+	Metric        string
+	WindowSeconds int32
+	LimitValue    float64
+	Amount        float64
+	Now           *time.Time
+}
+
+type AdmissionReserveOneRow struct {
+	Fits          bool
+	GrantID       pgtype.UUID
+	CurrentValue  float64
+	ReservedValue float64
+	WindowStart   time.Time
+	ResetAt       time.Time
+	DbNow         time.Time
+	Refusal       string
+}
+
+// Admission and settlement: typed calls of the PL/pgSQL functions of
+// schema/00003_admission_functions.sql, whose bodies say, statement by
+// statement, what they lock and which index serves them. The *One calls
+// take scalars (one admission of one window limit, one reservation); the
+// others take batches. One call is one statement: one round trip, and one
+// implicit transaction unless the caller runs it inside its own.
+// Decides one admission of one window limit: an upsert that adds the
+// amount to the window's counter row (creating it) only when it fits, and
+// the reservation row, in one statement. Returns the values the decision
+// used, on the database's clock; grant_id is NULL when refused (and then
+// nothing was written).
+// Locks: the counter row (by the upsert), then the new reservation row.
+// Index: gateway_rate_limit_counters_pkey.
+func (q *Queries) AdmissionReserveOne(ctx context.Context, db DBTX, arg AdmissionReserveOneParams) (AdmissionReserveOneRow, error) {
+	row := db.QueryRow(ctx, AdmissionReserveOne,
+		arg.TaskID,
+		arg.AttemptID,
+		arg.ScopeType,
+		arg.ScopeKey,
+		arg.Metric,
+		arg.WindowSeconds,
+		arg.LimitValue,
+		arg.Amount,
+		arg.Now,
+	)
+	var i AdmissionReserveOneRow
+	err := row.Scan(
+		&i.Fits,
+		&i.GrantID,
+		&i.CurrentValue,
+		&i.ReservedValue,
+		&i.WindowStart,
+		&i.ResetAt,
+		&i.DbNow,
+		&i.Refusal,
+	)
+	return i, err
+}
+
 const AdmissionSettle = `-- name: AdmissionSettle :many
 SELECT s.is_lease::boolean          AS is_lease,
        s.ord::integer               AS ord,
@@ -146,8 +219,8 @@ SELECT s.is_lease::boolean          AS is_lease,
 FROM pgadmit_settle(
          $1::uuid[], $2::text[], $3::text[], $4::text[],
          $5::integer[], $6::timestamptz[],
-         $7::numeric[], $8::text, $9::text,
-         $10::uuid[], $11::text, $12::timestamptz
+         $7::text[], $8::numeric[], $9::text[],
+         $10::uuid[], $11::text[], $12::timestamptz
      ) AS s
 `
 
@@ -158,11 +231,11 @@ type AdmissionSettleParams struct {
 	Metrics        []string
 	WindowSeconds  []int32
 	WindowStarts   []time.Time
+	Statuses       []string
 	ActualAmounts  []float64
-	Status         string
-	Reason         pgtype.Text
+	Reasons        []string
 	LeaseIds       []pgtype.UUID
-	LeaseReason    string
+	LeaseReasons   []string
 	Now            *time.Time
 }
 
@@ -177,10 +250,10 @@ type AdmissionSettleRow struct {
 	ActualAmount   float64
 }
 
-// Commits (@status 'committed', with @actual_amounts) or releases
-// ('released') the given open reservations, moving their amounts in their
-// counters, and releases the given unreleased leases; @reason and
-// @lease_reason are recorded on them. @scope_types .. @window_starts name
+// Settles the given open reservations, each to its status in @statuses
+// ('committed' with its @actual_amounts, or 'released') with its reason in
+// @reasons, moving their amounts in their counters, and releases the given
+// unreleased leases, each with its reason in @lease_reasons. @scope_types .. @window_starts name
 // each reservation's counter as the grant says (the call fails, writing
 // nothing, when a reservation draws on another one); NULL reads them from
 // the reservations. Idempotent: anything already settled
@@ -199,11 +272,11 @@ func (q *Queries) AdmissionSettle(ctx context.Context, db DBTX, arg AdmissionSet
 		arg.Metrics,
 		arg.WindowSeconds,
 		arg.WindowStarts,
+		arg.Statuses,
 		arg.ActualAmounts,
-		arg.Status,
-		arg.Reason,
+		arg.Reasons,
 		arg.LeaseIds,
-		arg.LeaseReason,
+		arg.LeaseReasons,
 		arg.Now,
 	)
 	if err != nil {
@@ -231,4 +304,70 @@ func (q *Queries) AdmissionSettle(ctx context.Context, db DBTX, arg AdmissionSet
 		return nil, err
 	}
 	return items, nil
+}
+
+const AdmissionSettleOne = `-- name: AdmissionSettleOne :one
+SELECT s.settled::boolean           AS settled,
+       coalesce(s.status, '')::text AS status,
+       coalesce(s.metric, '')::text AS metric,
+       coalesce(s.reserved_amount, 0)::numeric AS reserved_amount,
+       coalesce(s.actual_amount, 0)::numeric   AS actual_amount
+FROM pgadmit_settle_one(
+         $1::uuid, $2::text, $3::text, $4::text,
+         $5::integer, $6::timestamptz,
+         $7::text, $8::numeric, $9::text, $10::timestamptz
+     ) AS s
+`
+
+type AdmissionSettleOneParams struct {
+	ReservationID pgtype.UUID
+	ScopeType     string
+	ScopeKey      string
+	Metric        string
+	WindowSeconds int32
+	WindowStart   time.Time
+	Status        string
+	ActualAmount  float64
+	Reason        string
+	Now           *time.Time
+}
+
+type AdmissionSettleOneRow struct {
+	Settled        bool
+	Status         string
+	Metric         string
+	ReservedAmount float64
+	ActualAmount   float64
+}
+
+// Settles one reservation whose counter the grant names: @status
+// 'committed' with @actual_amount, or 'released'; @reason recorded on it.
+// Idempotent: one no longer open (or drawing on another counter than the
+// one named) comes back with settled = false and is left alone; an id that
+// names no row comes back with an empty status.
+// Locks: the counter row FOR UPDATE, then the reservation row (the lock
+// order).
+// Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_reservations_pkey.
+func (q *Queries) AdmissionSettleOne(ctx context.Context, db DBTX, arg AdmissionSettleOneParams) (AdmissionSettleOneRow, error) {
+	row := db.QueryRow(ctx, AdmissionSettleOne,
+		arg.ReservationID,
+		arg.ScopeType,
+		arg.ScopeKey,
+		arg.Metric,
+		arg.WindowSeconds,
+		arg.WindowStart,
+		arg.Status,
+		arg.ActualAmount,
+		arg.Reason,
+		arg.Now,
+	)
+	var i AdmissionSettleOneRow
+	err := row.Scan(
+		&i.Settled,
+		&i.Status,
+		&i.Metric,
+		&i.ReservedAmount,
+		&i.ActualAmount,
+	)
+	return i, err
 }

@@ -1,8 +1,31 @@
--- Admission and settlement: typed calls of the PL/pgSQL functions
--- pgadmit_reserve and pgadmit_settle (schema/00002_admission_functions.sql),
--- whose bodies say, statement by statement, what they lock and which index
--- serves them. One call is one statement: one round trip, and one implicit
--- transaction unless the caller runs it inside its own.
+-- Admission and settlement: typed calls of the PL/pgSQL functions of
+-- schema/00003_admission_functions.sql, whose bodies say, statement by
+-- statement, what they lock and which index serves them. The *One calls
+-- take scalars (one admission of one window limit, one reservation); the
+-- others take batches. One call is one statement: one round trip, and one
+-- implicit transaction unless the caller runs it inside its own.
+
+-- name: AdmissionReserveOne :one
+-- Decides one admission of one window limit: an upsert that adds the
+-- amount to the window's counter row (creating it) only when it fits, and
+-- the reservation row, in one statement. Returns the values the decision
+-- used, on the database's clock; grant_id is NULL when refused (and then
+-- nothing was written).
+-- Locks: the counter row (by the upsert), then the new reservation row.
+-- Index: gateway_rate_limit_counters_pkey.
+SELECT r.fits::boolean               AS fits,
+       r.grant_id::uuid              AS grant_id,
+       r.current_value::numeric      AS current_value,
+       r.reserved_value::numeric     AS reserved_value,
+       r.window_start::timestamptz   AS window_start,
+       r.reset_at::timestamptz       AS reset_at,
+       r.db_now::timestamptz         AS db_now,
+       r.refusal::text               AS refusal
+FROM pgadmit_reserve_one(
+         sqlc.narg('task_id')::uuid, sqlc.narg('attempt_id')::uuid,
+         @scope_type::text, @scope_key::text, @metric::text, @window_seconds::integer,
+         @limit_value::numeric, @amount::numeric, sqlc.narg('now')::timestamptz
+     ) AS r;
 
 -- name: AdmissionReserve :many
 -- Decides a batch of admissions, each all or nothing, in arrival order: one
@@ -37,11 +60,31 @@ FROM pgadmit_reserve(
          sqlc.narg('now')::timestamptz
      ) AS r;
 
+-- name: AdmissionSettleOne :one
+-- Settles one reservation whose counter the grant names: @status
+-- 'committed' with @actual_amount, or 'released'; @reason recorded on it.
+-- Idempotent: one no longer open (or drawing on another counter than the
+-- one named) comes back with settled = false and is left alone; an id that
+-- names no row comes back with an empty status.
+-- Locks: the counter row FOR UPDATE, then the reservation row (the lock
+-- order).
+-- Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_reservations_pkey.
+SELECT s.settled::boolean           AS settled,
+       coalesce(s.status, '')::text AS status,
+       coalesce(s.metric, '')::text AS metric,
+       coalesce(s.reserved_amount, 0)::numeric AS reserved_amount,
+       coalesce(s.actual_amount, 0)::numeric   AS actual_amount
+FROM pgadmit_settle_one(
+         @reservation_id::uuid, @scope_type::text, @scope_key::text, @metric::text,
+         @window_seconds::integer, @window_start::timestamptz,
+         @status::text, @actual_amount::numeric, @reason::text, sqlc.narg('now')::timestamptz
+     ) AS s;
+
 -- name: AdmissionSettle :many
--- Commits (@status 'committed', with @actual_amounts) or releases
--- ('released') the given open reservations, moving their amounts in their
--- counters, and releases the given unreleased leases; @reason and
--- @lease_reason are recorded on them. @scope_types .. @window_starts name
+-- Settles the given open reservations, each to its status in @statuses
+-- ('committed' with its @actual_amounts, or 'released') with its reason in
+-- @reasons, moving their amounts in their counters, and releases the given
+-- unreleased leases, each with its reason in @lease_reasons. @scope_types .. @window_starts name
 -- each reservation's counter as the grant says (the call fails, writing
 -- nothing, when a reservation draws on another one); NULL reads them from
 -- the reservations. Idempotent: anything already settled
@@ -63,6 +106,6 @@ SELECT s.is_lease::boolean          AS is_lease,
 FROM pgadmit_settle(
          @reservation_ids::uuid[], @scope_types::text[], @scope_keys::text[], @metrics::text[],
          @window_seconds::integer[], @window_starts::timestamptz[],
-         @actual_amounts::numeric[], @status::text, sqlc.narg('reason')::text,
-         @lease_ids::uuid[], @lease_reason::text, sqlc.narg('now')::timestamptz
+         @statuses::text[], @actual_amounts::numeric[], @reasons::text[],
+         @lease_ids::uuid[], @lease_reasons::text[], sqlc.narg('now')::timestamptz
      ) AS s;

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -82,11 +81,17 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	if err := l.enter("ReleaseLeases", phaseRows, phaseRows); err != nil {
 		return 0, err
 	}
-	rows, err := l.queries.AdmissionSettle(ctx, l.conn, settleParams([]pgtype.UUID{}, []float64{}, StatusReleased, "", ids, reason))
+	rows, err := l.queries.AdmissionSettle(ctx, l.conn, releaseLeaseIDs(ids, reason))
 	if err != nil {
 		return 0, wrapDBError("release leases", err)
 	}
-	return settlementOf(rows, nil).LeasesReleased, nil
+	released := 0
+	for _, row := range rows {
+		if row.IsLease && row.Settled {
+			released++
+		}
+	}
+	return released, nil
 }
 
 // Attach links a grant's reservations and leases to the attempt that runs

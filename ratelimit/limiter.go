@@ -26,6 +26,10 @@ type Limiter struct {
 	order   *txOrder // set when bound to a caller's transaction
 	queries *db.Queries
 	opts    options
+	// Combiners of concurrent Reserve and Commit/Release calls; nil inside
+	// a caller's transaction or WithoutCombining.
+	reserves *combiner[*admission, Grant]
+	settles  *combiner[*settleRequest, Settlement]
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -38,6 +42,11 @@ func New(conn Executor, opts ...Option) *Limiter {
 	l := &Limiter{conn: conn, queries: db.New(), opts: o}
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
+		return l
+	}
+	if o.combineBatch > 0 {
+		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
+		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
 	}
 	return l
 }
@@ -60,6 +69,7 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.conn = tx
 	c.inTx = true
 	c.order = &txOrder{}
+	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order
 	return &c
 }
 
@@ -71,6 +81,8 @@ type options struct {
 	maxRequeues       int
 	pruneBatchSize    int
 	pruneEvents       bool
+	combineBatch      int // 0: no combining
+	combineInFlight   int
 }
 
 func defaultOptions() options {
@@ -78,7 +90,34 @@ func defaultOptions() options {
 		recoveryBatchSize: 500,
 		maxRequeues:       5,
 		pruneBatchSize:    5000,
+		combineBatch:      DefaultCombineBatch,
+		combineInFlight:   DefaultCombineInFlight,
 	}
+}
+
+// Defaults of WithCombining.
+const (
+	DefaultCombineBatch    = 128
+	DefaultCombineInFlight = 1
+)
+
+// WithCombining sets how concurrent calls of this Limiter are combined
+// (combining is on by default): Reserve calls that arrive while
+// maxInFlight combined calls are running wait and go together, at most
+// maxBatch in one statement and one transaction; so do Commit and Release
+// calls. Each caller still gets its own Grant, Settlement or error; a
+// caller alone is sent at once. Values below 1 mean 1.
+func WithCombining(maxBatch, maxInFlight int) Option {
+	return func(o *options) {
+		o.combineBatch = min(max(maxBatch, 1), math.MaxInt32)
+		o.combineInFlight = max(maxInFlight, 1)
+	}
+}
+
+// WithoutCombining sends every Reserve, Commit and Release as its own
+// statement and transaction, as inside a caller's transaction.
+func WithoutCombining() Option {
+	return func(o *options) { o.combineBatch = 0 }
 }
 
 // WithRecoveryBatchSize sets how many rows one recovery transaction handles

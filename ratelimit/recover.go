@@ -233,7 +233,7 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	var settled []db.AdmissionSettleRow
 	if len(release) > 0 {
 		settled, err = l.queries.AdmissionSettle(ctx, tx,
-			settleParams(release, make([]float64, len(release)), StatusReleased, reasonExecutionLeaseExpired, nil, ""))
+			releaseIDs(release, reasonExecutionLeaseExpired))
 		if err != nil {
 			return false, err
 		}

@@ -35,18 +35,92 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 	if a.empty() {
 		return Grant{TaskID: taskID, AttemptID: attemptID}, nil
 	}
+	if l.reserves != nil {
+		return l.reserves.do(ctx, &a)
+	}
 	first, last := a.lockPhases()
 	if err := l.enter("Reserve", first, last); err != nil {
 		return Grant{}, err
 	}
+	grants, errs, err := l.reserveBatch(ctx, []*admission{&a})
+	if err != nil {
+		return Grant{}, err
+	}
+	return grants[0], errs[0]
+}
+
+// reserveBatch decides admissions in one call of pgadmit_reserve, in
+// order: a grant or an error for each, or an error for the whole call.
+func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant, []error, error) {
+	if len(batch) == 1 && len(batch[0].windows) == 1 && len(batch[0].leases) == 0 {
+		g, err := l.reserveOne(ctx, batch[0])
+		if err != nil && !isDecision(err) {
+			return nil, nil, err
+		}
+		return []Grant{g}, []error{err}, nil
+	}
 	var p db.AdmissionReserveParams
-	a.appendTo(&p)
+	for _, a := range batch {
+		a.appendTo(&p)
+	}
 	rows, err := l.queries.AdmissionReserve(ctx, l.conn, p)
+	if err != nil {
+		return nil, nil, wrapDBError("reserve", err)
+	}
+	byAdmission := make([][]db.AdmissionReserveRow, len(batch))
+	for _, row := range rows {
+		if i := int(row.Admission) - 1; i >= 0 && i < len(batch) {
+			byAdmission[i] = append(byAdmission[i], row)
+		}
+	}
+	grants, errs := make([]Grant, len(batch)), make([]error, len(batch))
+	for i, a := range batch {
+		grants[i], errs[i] = a.decide(byAdmission[i])
+	}
+	return grants, errs, nil
+}
+
+// reserveOne decides an admission of one window limit with the scalar
+// pgadmit_reserve_one: one statement does it all.
+func (l *Limiter) reserveOne(ctx context.Context, a *admission) (Grant, error) {
+	w := a.windows[0]
+	row, err := l.queries.AdmissionReserveOne(ctx, l.conn, db.AdmissionReserveOneParams{
+		TaskID: a.task, AttemptID: a.attempt,
+		ScopeType: w.Limit.Scope.Type, ScopeKey: w.Limit.Scope.Key, Metric: w.Limit.Metric,
+		WindowSeconds: w.windowSeconds, LimitValue: w.Limit.Limit, Amount: w.Limit.Amount,
+	})
 	if err != nil {
 		return Grant{}, wrapDBError("reserve", err)
 	}
-	return a.decide(rows)
+	a.wFirst, a.cFirst, a.wSent = 0, 0, []int{0}
+	return a.decide([]db.AdmissionReserveRow{{
+		Admission: 1, Ord: 1, Fits: row.Fits, GrantID: row.GrantID,
+		CurrentValue: row.CurrentValue, ReservedValue: row.ReservedValue,
+		WindowStart: row.WindowStart, ResetAt: row.ResetAt, DbNow: row.DbNow, Refusal: row.Refusal,
+	}})
 }
+
+// isDecision reports an error that is an admission's own outcome (a
+// refusal), not a failure of the call.
+func isDecision(err error) bool {
+	return errors.Is(err, ErrExceeded) || errors.Is(err, ErrIsolation) ||
+		errors.Is(err, ErrUnknownTask) || errors.Is(err, ErrTaskFinished)
+}
+
+// releaseAbandoned gives back what a combined Reserve granted after its
+// caller had stopped waiting (its context ended): nobody holds the grant.
+func (l *Limiter) releaseAbandoned(g Grant) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+	defer cancel()
+	_, _ = l.Release(ctx, g, reasonAbandoned)
+}
+
+const (
+	// reasonAbandoned is recorded on a grant released because the caller
+	// of Reserve was gone when it was decided.
+	reasonAbandoned         = "abandoned"
+	abandonedReleaseTimeout = 30 * time.Second
+)
 
 // admission is one validated request for capacity: the limits of one
 // Reserve call, split by kind.

@@ -105,115 +105,255 @@ func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Sett
 }
 
 func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
+	req, err := newSettleRequest(grant, status, reason, amounts)
+	if err != nil {
+		return Settlement{}, err
+	}
+	if req.empty() {
+		return Settlement{}, nil
+	}
+	if l.settles != nil {
+		return l.settles.do(ctx, &req)
+	}
+	first := phaseCounters
+	if len(req.ids) == 0 {
+		first = phaseRows
+	}
+	if err := l.enter(opName(status), first, phaseRows); err != nil {
+		return Settlement{}, err
+	}
+	out, _, err := l.settleBatch(ctx, []*settleRequest{&req})
+	if err != nil {
+		return Settlement{}, err
+	}
+	return out[0], nil
+}
+
+// settleBatch settles requests in one call of pgadmit_settle.
+func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Settlement, []error, error) {
+	if len(batch) == 1 && len(batch[0].ids) == 1 && len(batch[0].leaseIDs) == 0 && batch[0].knowsCounters() {
+		out, err := l.settleOne(ctx, batch[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return []Settlement{out}, []error{nil}, nil
+	}
+	var call settleCall
+	for _, r := range batch {
+		call.add(r)
+	}
+	rows, err := l.queries.AdmissionSettle(ctx, l.conn, call.params())
+	if err != nil {
+		return nil, nil, wrapDBError("settle", err)
+	}
+	d := call.demux(rows)
+	out := make([]Settlement, len(batch))
+	for i, r := range batch {
+		out[i] = r.outcome(d)
+	}
+	return out, make([]error, len(batch)), nil
+}
+
+// settleRequest is one grant's settlement, validated: what Commit or
+// Release sends.
+type settleRequest struct {
+	reservations []Reservation // as the grant says; their counters may be unknown
+	ids          []pgtype.UUID
+	amounts      []float64
+	status       string
+	reason       string
+	leaseIDs     []pgtype.UUID
+	// Where the request landed in a settleCall: its reservations were sent
+	// in the order sent (indexes into reservations) from rFirst on, its
+	// leases from lFirst on.
+	sent           []int
+	rFirst, lFirst int
+}
+
+func newSettleRequest(grant Grant, status, reason string, amounts []float64) (settleRequest, error) {
 	reservationIDs := make([]string, len(grant.Reservations))
 	for i, r := range grant.Reservations {
 		reservationIDs[i] = r.ID
 	}
 	ids, err := parseIDs("Reservations.ID", reservationIDs)
 	if err != nil {
-		return Settlement{}, err
+		return settleRequest{}, err
 	}
 	leaseIDs, err := parseIDs("Leases.ID", leaseIDStrings(grant.Leases))
 	if err != nil {
-		return Settlement{}, err
+		return settleRequest{}, err
 	}
-	if len(ids) == 0 && len(leaseIDs) == 0 {
-		return Settlement{}, nil
-	}
-	first := phaseCounters
-	if len(ids) == 0 {
-		first = phaseRows
-	}
-	if err := l.enter(opName(status), first, phaseRows); err != nil {
-		return Settlement{}, err
-	}
-	p, sent := grantSettleParams(grant.Reservations, ids, amounts, status, reason, leaseIDs)
-	rows, err := l.queries.AdmissionSettle(ctx, l.conn, p)
-	if err != nil {
-		return Settlement{}, wrapDBError(status, err)
-	}
-	return settlementOf(rows, sent), nil
+	return settleRequest{reservations: grant.Reservations, ids: ids, amounts: amounts, status: status, reason: reason, leaseIDs: leaseIDs}, nil
 }
 
-// grantSettleParams is the call of pgadmit_settle for a grant's
-// reservations (ids, with their actual amounts) and leases. When the grant
-// names every reservation's counter, they are sent in the lock order of
-// their counters, which pgadmit_settle then locks without reading the
-// reservations first (it checks them against the reservations it settles);
-// a grant rebuilt from ids alone is sent as is, and the function reads
-// them. sent lists the grant's reservations (indexes) in the order sent.
-func grantSettleParams(rs []Reservation, ids []pgtype.UUID, amounts []float64, status, reason string, leaseIDs []pgtype.UUID) (db.AdmissionSettleParams, []int) {
-	sent := make([]int, len(rs))
-	for i := range sent {
-		sent[i] = i
-	}
-	for _, r := range rs {
-		if r.ScopeType == "" || r.ScopeKey == "" || r.Metric == "" || r.WindowStart.IsZero() ||
-			r.Window <= 0 || r.Window%time.Second != 0 || r.Window > MaxWindow {
-			return settleParams(ids, amounts, status, reason, leaseIDs, reason), sent
+func (r *settleRequest) empty() bool { return len(r.ids) == 0 && len(r.leaseIDs) == 0 }
+
+// knowsCounters reports whether the grant names every reservation's
+// counter, as a grant from Reserve does (not one rebuilt from ids alone).
+func (r *settleRequest) knowsCounters() bool {
+	for _, res := range r.reservations {
+		if res.ScopeType == "" || res.ScopeKey == "" || res.Metric == "" || res.WindowStart.IsZero() ||
+			res.Window <= 0 || res.Window%time.Second != 0 || res.Window > MaxWindow {
+			return false
 		}
 	}
-	slices.SortStableFunc(sent, func(i, j int) int {
-		a, b := rs[i], rs[j]
-		return cmp.Or(
-			strings.Compare(a.ScopeType, b.ScopeType),
-			strings.Compare(a.ScopeKey, b.ScopeKey),
-			strings.Compare(a.Metric, b.Metric),
-			cmp.Compare(a.Window, b.Window),
-			a.WindowStart.Compare(b.WindowStart),
-		)
-	})
-	n := len(rs)
-	p := settleParams(make([]pgtype.UUID, n), make([]float64, n), status, reason, leaseIDs, reason)
-	p.ScopeTypes, p.ScopeKeys, p.Metrics = make([]string, n), make([]string, n), make([]string, n)
-	p.WindowSeconds, p.WindowStarts = make([]int32, n), make([]time.Time, n)
-	for k, i := range sent {
-		r := rs[i]
-		p.ReservationIds[k], p.ActualAmounts[k] = ids[i], amounts[i]
-		p.ScopeTypes[k], p.ScopeKeys[k], p.Metrics[k] = r.ScopeType, r.ScopeKey, r.Metric
-		p.WindowSeconds[k], p.WindowStarts[k] = int32(r.Window/time.Second), r.WindowStart
-	}
-	return p, sent
+	return len(r.reservations) == len(r.ids)
 }
 
-// settleParams is a call of pgadmit_settle: reservations settled to status
-// (with actual amounts when committed) with reason, and leases released
-// with leaseReason.
-func settleParams(ids []pgtype.UUID, amounts []float64, status, reason string, leaseIDs []pgtype.UUID, leaseReason string) db.AdmissionSettleParams {
-	if leaseIDs == nil {
-		leaseIDs = []pgtype.UUID{}
-	}
-	return db.AdmissionSettleParams{
-		ReservationIds: ids, ActualAmounts: amounts, Status: status,
-		Reason:   pgtype.Text{String: reason, Valid: reason != ""},
-		LeaseIds: leaseIDs, LeaseReason: leaseReason,
-	}
-}
-
-// settlementOf reads pgadmit_settle's rows: one outcome per reservation, in
-// the caller's order (sent[k] is the caller's index of the k-th one sent),
-// and counts of the leases.
-func settlementOf(rows []db.AdmissionSettleRow, sent []int) Settlement {
-	out := Settlement{Reservations: make([]ReservationOutcome, len(sent))}
-	for _, row := range rows {
-		if row.IsLease {
-			if row.Settled {
-				out.LeasesReleased++
-			} else {
-				out.LeasesAlreadyReleased++
-			}
-			continue
-		}
-		o := ReservationOutcome{ID: idString(row.ID), Settled: row.Settled, Status: StatusUnknown,
+// outcome reads the request's share of a settleCall's rows.
+func (r *settleRequest) outcome(d settleRows) Settlement {
+	out := Settlement{Reservations: make([]ReservationOutcome, len(r.ids))}
+	for k, i := range r.sent {
+		row := d.reservations[r.rFirst+k]
+		o := ReservationOutcome{ID: idString(r.ids[i]), Settled: row.Settled, Status: StatusUnknown,
 			Metric: row.Metric, Reserved: row.ReservedAmount, Actual: row.ActualAmount}
 		if row.Status != "" {
 			o.Status = row.Status
 		}
-		if k := int(row.Ord) - 1; k >= 0 && k < len(sent) {
-			out.Reservations[sent[k]] = o
+		out.Reservations[i] = o
+	}
+	for k := range r.leaseIDs {
+		if d.leases[r.lFirst+k].Settled {
+			out.LeasesReleased++
+		} else {
+			out.LeasesAlreadyReleased++
 		}
 	}
 	return out
+}
+
+// settleCall builds one call of pgadmit_settle for any number of requests.
+type settleCall struct {
+	p db.AdmissionSettleParams
+	// keyless: some request did not name its counters; the call then sends
+	// none and the function reads them from the reservations.
+	keyless bool
+	nLeases int
+}
+
+// add appends a request, in the lock order of its counters when it names
+// them (pgadmit_settle then locks them without reading the reservations
+// first, and checks them against the reservations it settles).
+func (c *settleCall) add(r *settleRequest) {
+	r.rFirst, r.lFirst = len(c.p.ReservationIds), c.nLeases
+	r.sent = make([]int, len(r.ids))
+	for i := range r.sent {
+		r.sent[i] = i
+	}
+	if !r.knowsCounters() {
+		c.keyless = true
+	} else {
+		rs := r.reservations
+		slices.SortStableFunc(r.sent, func(i, j int) int {
+			a, b := rs[i], rs[j]
+			return cmp.Or(
+				strings.Compare(a.ScopeType, b.ScopeType),
+				strings.Compare(a.ScopeKey, b.ScopeKey),
+				strings.Compare(a.Metric, b.Metric),
+				cmp.Compare(a.Window, b.Window),
+				a.WindowStart.Compare(b.WindowStart),
+			)
+		})
+	}
+	p := &c.p
+	for _, i := range r.sent {
+		p.ReservationIds = append(p.ReservationIds, r.ids[i])
+		p.Statuses = append(p.Statuses, r.status)
+		p.ActualAmounts = append(p.ActualAmounts, r.amounts[i])
+		p.Reasons = append(p.Reasons, r.reason)
+		if !c.keyless {
+			res := r.reservations[i]
+			p.ScopeTypes = append(p.ScopeTypes, res.ScopeType)
+			p.ScopeKeys = append(p.ScopeKeys, res.ScopeKey)
+			p.Metrics = append(p.Metrics, res.Metric)
+			p.WindowSeconds = append(p.WindowSeconds, int32(res.Window/time.Second))
+			p.WindowStarts = append(p.WindowStarts, res.WindowStart)
+		}
+	}
+	for _, id := range r.leaseIDs {
+		p.LeaseIds = append(p.LeaseIds, id)
+		p.LeaseReasons = append(p.LeaseReasons, r.reason)
+	}
+	c.nLeases += len(r.leaseIDs)
+}
+
+// params is the call's arguments. Every array is non-NULL, except the
+// counter keys when some request did not name them.
+func (c *settleCall) params() db.AdmissionSettleParams {
+	p := c.p
+	if c.keyless {
+		p.ScopeTypes, p.ScopeKeys, p.Metrics, p.WindowSeconds, p.WindowStarts = nil, nil, nil, nil, nil
+	} else if p.ScopeTypes == nil {
+		p.ScopeTypes, p.ScopeKeys, p.Metrics, p.WindowSeconds, p.WindowStarts = []string{}, []string{}, []string{}, []int32{}, []time.Time{}
+	}
+	if p.ReservationIds == nil {
+		p.ReservationIds, p.Statuses, p.ActualAmounts, p.Reasons = []pgtype.UUID{}, []string{}, []float64{}, []string{}
+	}
+	if p.LeaseIds == nil {
+		p.LeaseIds, p.LeaseReasons = []pgtype.UUID{}, []string{}
+	}
+	return p
+}
+
+// settleRows is a call's rows by position: reservations and leases in the
+// order sent.
+type settleRows struct {
+	reservations []db.AdmissionSettleRow
+	leases       []db.AdmissionSettleRow
+}
+
+func (c *settleCall) demux(rows []db.AdmissionSettleRow) settleRows {
+	d := settleRows{
+		reservations: make([]db.AdmissionSettleRow, len(c.p.ReservationIds)),
+		leases:       make([]db.AdmissionSettleRow, c.nLeases),
+	}
+	for _, row := range rows {
+		k := int(row.Ord) - 1
+		switch {
+		case row.IsLease && k >= 0 && k < len(d.leases):
+			d.leases[k] = row
+		case !row.IsLease && k >= 0 && k < len(d.reservations):
+			d.reservations[k] = row
+		}
+	}
+	return d
+}
+
+// settleOne settles a grant of one reservation (whose counter it names)
+// with the scalar pgadmit_settle_one.
+func (l *Limiter) settleOne(ctx context.Context, r *settleRequest) (Settlement, error) {
+	res := r.reservations[0]
+	row, err := l.queries.AdmissionSettleOne(ctx, l.conn, db.AdmissionSettleOneParams{
+		ReservationID: r.ids[0], ScopeType: res.ScopeType, ScopeKey: res.ScopeKey, Metric: res.Metric,
+		WindowSeconds: int32(res.Window / time.Second), WindowStart: res.WindowStart,
+		Status: r.status, ActualAmount: r.amounts[0], Reason: r.reason,
+	})
+	if err != nil {
+		return Settlement{}, wrapDBError("settle", err)
+	}
+	r.sent, r.rFirst, r.lFirst = []int{0}, 0, 0
+	return r.outcome(settleRows{reservations: []db.AdmissionSettleRow{{
+		Ord: 1, ID: r.ids[0], Settled: row.Settled, Status: row.Status, Metric: row.Metric,
+		ReservedAmount: row.ReservedAmount, ActualAmount: row.ActualAmount,
+	}}}), nil
+}
+
+// releaseIDs is the call of pgadmit_settle that releases reservations
+// known by id alone (recovery, prune, finishing a task), with reason.
+func releaseIDs(ids []pgtype.UUID, reason string) db.AdmissionSettleParams {
+	req := settleRequest{ids: ids, amounts: make([]float64, len(ids)), status: StatusReleased, reason: reason}
+	var c settleCall
+	c.add(&req)
+	return c.params()
+}
+
+// releaseLeaseIDs is the call of pgadmit_settle that releases leases, with
+// reason.
+func releaseLeaseIDs(ids []pgtype.UUID, reason string) db.AdmissionSettleParams {
+	req := settleRequest{leaseIDs: ids, status: StatusReleased, reason: reason}
+	var c settleCall
+	c.add(&req)
+	return c.params()
 }
 
 // settledCount counts the reservations a pgadmit_settle call settled.

@@ -58,7 +58,7 @@ func (l *Limiter) releaseStep(ctx context.Context, conn Executor, batch int32, f
 		if err != nil || len(ids) == 0 {
 			return false, err
 		}
-		settled, err := l.queries.AdmissionSettle(ctx, conn, settleParams(ids, make([]float64, len(ids)), StatusReleased, reason, nil, ""))
+		settled, err := l.queries.AdmissionSettle(ctx, conn, releaseIDs(ids, reason))
 		if err != nil {
 			return false, err
 		}

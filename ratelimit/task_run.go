@@ -152,7 +152,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	var settled []db.AdmissionSettleRow
 	if len(rids) > 0 {
 		queueRows(b, &settled, func(r db.DBTX) {
-			_, _ = l.queries.AdmissionSettle(ctx, r, settleParams(rids, make([]float64, len(rids)), StatusReleased, reasonTaskFinished, nil, ""))
+			_, _ = l.queries.AdmissionSettle(ctx, r, releaseIDs(rids, reasonTaskFinished))
 		})
 	}
 	if err := runBatch(ctx, l.conn, b); err != nil {

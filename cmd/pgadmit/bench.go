@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 func benchCommand() *command {
@@ -53,6 +54,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2 and W3 each run")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
+	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")
+	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "combined statements of one kind in flight at once, 1 to 64")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -65,6 +68,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	if *duration <= 0 || *duration > time.Hour {
 		return usagef("--duration must be positive and at most 1h, got %s", *duration)
+	}
+	if *inFlight < 1 || *inFlight > 64 {
+		return usagef("--in-flight must be between 1 and 64, got %d", *inFlight)
 	}
 	codes, err := bench.ParseOnly(*only)
 	if err != nil {
@@ -95,12 +101,20 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		c.Release()
 	}
 
-	cfg := bench.Config{Workers: *workers, Duration: *duration, Only: codes, RunID: bench.NewRunID()}
+	cfg := bench.Config{Workers: *workers, Duration: *duration, Only: codes, RunID: bench.NewRunID(),
+		Options: []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)}}
+	if !*combining {
+		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
+	}
 	fmt.Fprintf(out, "pgadmit bench: run %s, %d workers, %s per workload (W4, W5: %ds), PostgreSQL %s, schema version %d\n\n",
 		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, serverVersion, version)
 	fmt.Fprintf(out, "%-22s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
-		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d\n", r.Name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
+		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", r.Name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
+		if r.ReservesPerStatement > 0 {
+			fmt.Fprintf(out, "  (combined: %.1f reserves, %.1f settles per statement)", r.ReservesPerStatement, r.SettlesPerStatement)
+		}
+		fmt.Fprintln(out)
 	})
 	if err != nil {
 		return err

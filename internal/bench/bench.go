@@ -43,6 +43,8 @@ type Config struct {
 	Only []string
 	// RunID goes into every scope key; empty draws a random one.
 	RunID string
+	// Limiter options, e.g. ratelimit.WithoutCombining(); none: the defaults.
+	Options []ratelimit.Option
 }
 
 // Workload describes one workload.
@@ -107,6 +109,10 @@ type Result struct {
 	Rejected  int64   `json:"rejected"`
 	Errors    int64   `json:"errors"`
 	Deadlocks int64   `json:"deadlocks"`
+	// ReservesPerStatement and SettlesPerStatement are how many Reserve and
+	// Commit calls one statement carried on average (combining; 1 without).
+	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
+	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
 	Checks     []Check `json:"checks,omitempty"`
@@ -140,7 +146,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.RunID == "" {
 		cfg.RunID = NewRunID()
 	}
-	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool), prefix: "bench-" + cfg.RunID}
+	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool, cfg.Options...), prefix: "bench-" + cfg.RunID}
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
 	}
@@ -258,11 +264,22 @@ type sample struct {
 
 // measure drives op for d and summarizes it.
 func (r *runner) measure(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
+	before := r.lim.Stats()
 	s, err := r.drive(ctx, d, op)
 	if err != nil {
 		return Result{}, err
 	}
-	return summarize(s), nil
+	res := summarize(s)
+	after := r.lim.Stats()
+	res.ReservesPerStatement = perStatement(before.Reserve, after.Reserve)
+	res.SettlesPerStatement = perStatement(before.Settle, after.Settle)
+	return res, nil
+}
+
+// perStatement is the mean number of calls per statement between two
+// readings of a combiner's counts.
+func perStatement(before, after ratelimit.CombinerStats) float64 {
+	return ratelimit.CombinerStats{Batches: after.Batches - before.Batches, Requests: after.Requests - before.Requests}.MeanBatch()
 }
 
 // drive runs op in a loop on every worker for d and measures it. An op returning nil is

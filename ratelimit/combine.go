@@ -1,0 +1,217 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A combiner turns concurrent calls of one operation into batches, each one
+// statement and one transaction: rows are locked once, in the lock order,
+// and the batch pays one commit. It has no timer. A caller that finds fewer
+// than maxInFlight batches running sends at once, alone if it is alone (no
+// added latency); callers that arrive while batches run wait in the queue
+// and go together, in arrival order, as soon as one finishes.
+type combiner[Req, Res any] struct {
+	maxBatch    int
+	maxInFlight int
+	// run executes one batch and returns a result and an error per
+	// request, or an error for the whole batch.
+	run func(ctx context.Context, reqs []Req) ([]Res, []error, error)
+	// abandoned is called, off the caller's goroutine, with the result of a
+	// request whose caller stopped waiting (its context ended) before the
+	// batch returned: what it was granted must not stay held.
+	abandoned func(Res)
+
+	mu       sync.Mutex
+	queue    []*combined[Req, Res]
+	inFlight int
+	batches  int64 // statements sent
+	requests int64 // requests they carried
+}
+
+// combined is one request waiting for its batch.
+type combined[Req, Res any] struct {
+	req  Req
+	ctx  context.Context
+	res  Res
+	err  error
+	done chan struct{}
+
+	mu        sync.Mutex // guards gone, sent and delivered
+	gone      bool       // the caller stopped waiting
+	sent      bool       // the request is in a batch
+	delivered bool       // res and err are set (and done is closed)
+}
+
+func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res)) *combiner[Req, Res] {
+	return &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), run: run, abandoned: abandoned}
+}
+
+// do runs req in the next batch and returns its result. When ctx ends first
+// it returns ctx's error; a request not yet sent is then never sent.
+func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	p := &combined[Req, Res]{req: req, ctx: ctx, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, p)
+	var batch []*combined[Req, Res]
+	if c.inFlight < c.maxInFlight {
+		c.inFlight++
+		batch = c.takeLocked()
+	}
+	c.mu.Unlock()
+	if batch != nil {
+		c.flush(batch) // our own request is in it: run it on this goroutine
+	}
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+	}
+	// Leaving: unless the result is already here, the batch hands what the
+	// request was granted to abandoned, and a request not sent yet never is.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.delivered {
+		return p.res, p.err
+	}
+	p.gone = true
+	var zero Res
+	return zero, ctx.Err()
+}
+
+// takeLocked removes the next batch from the queue: requests whose caller
+// is still waiting, in arrival order, up to maxBatch.
+func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
+	var batch []*combined[Req, Res]
+	n := 0
+	for n < len(c.queue) && len(batch) < c.maxBatch {
+		p := c.queue[n]
+		n++
+		p.mu.Lock()
+		if !p.gone {
+			p.sent = true
+			batch = append(batch, p)
+		}
+		p.mu.Unlock()
+	}
+	c.queue = c.queue[n:]
+	if len(c.queue) == 0 {
+		c.queue = nil
+	}
+	return batch
+}
+
+// flush runs batch, then hands the queue that formed meanwhile to another
+// goroutine, so that the caller who ran this batch returns at once.
+func (c *combiner[Req, Res]) flush(batch []*combined[Req, Res]) {
+	c.runBatch(batch)
+	c.mu.Lock()
+	next := c.takeLocked()
+	if next == nil {
+		c.inFlight--
+	}
+	c.mu.Unlock()
+	if next != nil {
+		go c.flush(next)
+	}
+}
+
+// runBatch runs one batch and delivers each result. A batch of several
+// that fails as a whole with an error the server raised (one request's bad
+// input, say) is run again one request at a time, so that only the
+// request at fault fails.
+func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	reqs := make([]Req, len(batch))
+	for i, p := range batch {
+		reqs[i] = p.req
+	}
+	c.mu.Lock()
+	c.batches++
+	c.requests += int64(len(batch))
+	c.mu.Unlock()
+	res, errs, err := c.run(ctx, reqs)
+	var pgErr *pgconn.PgError
+	if err != nil && len(batch) > 1 && errors.As(err, &pgErr) {
+		for _, p := range batch {
+			c.runBatch([]*combined[Req, Res]{p})
+		}
+		return
+	}
+	for i, p := range batch {
+		p.mu.Lock()
+		if err != nil {
+			p.err = err
+		} else {
+			p.res, p.err = res[i], errs[i]
+		}
+		gone := p.gone
+		p.delivered = true
+		close(p.done)
+		p.mu.Unlock()
+		if gone && p.err == nil && c.abandoned != nil {
+			go c.abandoned(p.res)
+		}
+	}
+}
+
+// batchContext is the context one batch runs in: no caller's cancellation
+// (one caller leaving must not fail the others), and the latest deadline
+// of its callers when every one of them has one.
+func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, p := range batch {
+		d, ok := p.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+}
+
+// CombinerStats counts what one kind of operation sent since the Limiter
+// was made: Requests calls went out as Batches statements.
+type CombinerStats struct {
+	Batches  int64
+	Requests int64
+}
+
+// MeanBatch is how many calls one statement carried on average.
+func (s CombinerStats) MeanBatch() float64 {
+	if s.Batches == 0 {
+		return 0
+	}
+	return float64(s.Requests) / float64(s.Batches)
+}
+
+func (c *combiner[Req, Res]) stats() CombinerStats {
+	if c == nil {
+		return CombinerStats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CombinerStats{Batches: c.batches, Requests: c.requests}
+}
+
+// Stats says how this Limiter combined Reserve calls and Commit/Release
+// calls (zero without combining).
+type Stats struct {
+	Reserve CombinerStats
+	Settle  CombinerStats
+}
+
+// Stats reports how concurrent calls were combined so far.
+func (l *Limiter) Stats() Stats {
+	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats()}
+}

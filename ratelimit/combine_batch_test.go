@@ -1,0 +1,215 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A combined batch decides its admissions in arrival order against a
+// running total under one lock: on a counter with room for 10, requests of
+// 4, 4, 4 and 1 are admitted, admitted, refused (8 used, 4 more would not
+// fit) and admitted (1 still fits). The refused one writes nothing.
+func TestCombinedBatchAdmitsInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	for _, fresh := range []bool{true, false} { // a counter row the batch creates, then one that exists
+		key := uniqueKey("arrival")
+		if !fresh {
+			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 10, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Release(ctx, g, "make the row"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var reqs []ratelimit.BatchRequest
+		for _, amount := range []float64{4, 4, 4, 1} {
+			reqs = append(reqs, ratelimit.BatchRequest{Limits: []ratelimit.Limit{window("api_key", key, "tokens", 10, amount)}})
+		}
+		grants, errs, err := l.ReserveCombined(ctx, reqs)
+		if err != nil {
+			t.Fatalf("fresh=%v: %v", fresh, err)
+		}
+		var exceeded *ratelimit.ExceededError
+		if errs[0] != nil || errs[1] != nil || errs[3] != nil || !errors.As(errs[2], &exceeded) {
+			t.Fatalf("fresh=%v: errors %v, want only the third refused", fresh, errs)
+		}
+		if exceeded.Current != 8 || exceeded.Amount != 4 || !exceeded.Retryable {
+			t.Errorf("fresh=%v: refusal %+v, want current 8, amount 4, retryable", fresh, exceeded)
+		}
+		remaining := []float64{grants[0].Reservations[0].Remaining, grants[1].Reservations[0].Remaining, grants[3].Reservations[0].Remaining}
+		if diff := cmp.Diff([]float64{6, 2, 1}, remaining); diff != "" {
+			t.Errorf("fresh=%v: remaining after each admission (-want +got):\n%s", fresh, diff)
+		}
+		rows := counterRows(t, pool, "api_key", key)
+		if len(rows) != 1 || rows[0].ReservedValue != 9 {
+			t.Fatalf("fresh=%v: counter %+v, want reserved 9", fresh, rows)
+		}
+		assertBooksBalance(t, pool, "api_key", key)
+	}
+	assertDoctorOK(t, l)
+}
+
+// When what a batch asks of a counter fits whole, one upsert takes it all:
+// every admission is admitted, each seeing those before it.
+func TestCombinedBatchTakesAWholeFittingBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	hot, cold := uniqueKey("hot"), uniqueKey("cold")
+	var reqs []ratelimit.BatchRequest
+	for i := range 6 {
+		key := hot
+		if i%3 == 2 {
+			key = cold
+		}
+		reqs = append(reqs, ratelimit.BatchRequest{Limits: []ratelimit.Limit{window("api_key", key, "requests", 100, 1)}})
+	}
+	grants, errs, err := l.ReserveCombined(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var remaining []float64
+	for i, g := range grants {
+		if errs[i] != nil {
+			t.Fatalf("admission %d: %v", i, errs[i])
+		}
+		remaining = append(remaining, g.Reservations[0].Remaining)
+	}
+	if diff := cmp.Diff([]float64{99, 98, 99, 97, 96, 98}, remaining); diff != "" {
+		t.Errorf("remaining after each admission (-want +got):\n%s", diff)
+	}
+	if _, err := l.CommitCombined(ctx, grants); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{hot: 4, cold: 2} {
+		rows := counterRows(t, pool, "api_key", key)
+		if len(rows) != 1 || rows[0].UsedValue != want || rows[0].ReservedValue != 0 {
+			t.Errorf("%s: counter %+v, want used %g", key, rows, want)
+		}
+		assertBooksBalance(t, pool, "api_key", key)
+	}
+}
+
+// An admission of several limits in a batch is still all or nothing: one
+// whose second limit does not fit writes nothing, and the admissions around
+// it on the same counters are decided as if it had never come.
+func TestCombinedBatchKeepsEachAdmissionAllOrNothing(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key, model := uniqueKey("k"), uniqueKey("m")
+	requests := func(amount float64) ratelimit.Limit { return window("api_key", key, "requests", 3, amount) }
+	tokens := func(amount float64) ratelimit.Limit { return window("api_key", key, "tokens", 1000, amount) }
+	reqs := []ratelimit.BatchRequest{
+		{Limits: []ratelimit.Limit{requests(1), tokens(600), concurrent("model", model, 2)}},
+		{Limits: []ratelimit.Limit{tokens(600), requests(1)}},                   // tokens would be 1200: refused whole
+		{Limits: []ratelimit.Limit{requests(1), concurrent("model", model, 2)}}, // fits: requests 2, slots 2
+		{Limits: []ratelimit.Limit{concurrent("model", model, 2)}},              // slots full: refused
+		{Limits: []ratelimit.Limit{requests(1)}},                                // requests 3: fits
+		{Limits: []ratelimit.Limit{requests(1)}},                                // requests 4: refused
+	}
+	_, errs, err := l.ReserveCombined(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range errs {
+		var ex *ratelimit.ExceededError
+		switch {
+		case e == nil:
+			got = append(got, "admitted")
+		case errors.As(e, &ex):
+			got = append(got, "refused "+ex.Metric)
+		default:
+			got = append(got, e.Error())
+		}
+	}
+	want := []string{"admitted", "refused tokens", "admitted", "refused concurrent", "admitted", "refused requests"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("decisions (-want +got):\n%s", diff)
+	}
+	reserved := map[string]float64{}
+	for _, r := range counterRows(t, pool, "api_key", key) {
+		reserved[r.Metric] = r.ReservedValue
+	}
+	if diff := cmp.Diff(map[string]float64{"requests": 3, "tokens": 600}, reserved); diff != "" {
+		t.Errorf("reserved (-want +got):\n%s", diff)
+	}
+	if n := liveLeases(t, pool, "model", model); n != 2 {
+		t.Errorf("live leases = %d, want 2", n)
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+	assertDoctorOK(t, l)
+}
+
+// Concurrent callers of several Limiters (as several gateway instances)
+// are combined, and the limits stay exact: a window of 300 admits exactly
+// 300 and a concurrency limit of 7 exactly 7, however the calls were
+// batched; and combining did happen.
+func TestCombiningIsExactAcrossInstances(t *testing.T) {
+	t.Parallel()
+	const instances, callers, tries = 3, 24, 25
+	pools := pgtest.NewPools(t, instances)
+	key, other, model := uniqueKey("exact"), uniqueKey("other"), uniqueKey("slots")
+	var mu sync.Mutex
+	admitted, leased := 0, 0
+	var wg sync.WaitGroup
+	limiters := make([]*ratelimit.Limiter, instances)
+	for i := range limiters {
+		limiters[i] = ratelimit.New(pools[i], ratelimit.WithCombining(64, 1))
+	}
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := limiters[c%instances]
+			for range tries {
+				limits := []ratelimit.Limit{window("api_key", key, "requests", 300, 1)}
+				if c%2 == 0 { // two limits: decided with the running totals, not the whole-batch upsert
+					limits = []ratelimit.Limit{window("api_key", other, "requests", 1e9, 1), concurrent("model", model, 7)}
+				}
+				g, err := l.Reserve(context.Background(), "", "", limits)
+				if errors.Is(err, ratelimit.ErrExceeded) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				admitted++
+				leased += len(g.Leases)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 300+7 {
+		t.Errorf("admitted %d, want exactly 300 in the window and 7 holding a slot", admitted)
+	}
+	if leased != 7 {
+		t.Errorf("leases granted %d, want exactly 7", leased)
+	}
+	var batches, requests int64
+	for _, l := range limiters {
+		s := l.Stats()
+		batches += s.Reserve.Batches
+		requests += s.Reserve.Requests
+	}
+	if requests != callers*tries || batches >= requests {
+		t.Errorf("%d Reserve calls went out as %d statements; want fewer statements than calls", requests, batches)
+	}
+	t.Logf("%d Reserve calls in %d statements (%.1f per statement)", requests, batches, float64(requests)/float64(batches))
+	assertBooksBalance(t, pools[0], "api_key", key)
+	assertDoctorOK(t, ratelimit.New(pools[0]))
+}

@@ -1,0 +1,207 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// These tests drive the combiner's queue with an operation that records
+// its batches; what a batch does in the database is tested in
+// combine_batch_test.go.
+
+// gate is an operation whose batches block until released.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	started chan []int
+	release chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{started: make(chan []int, 16), release: make(chan struct{})}
+}
+
+func (g *gate) run(_ context.Context, reqs []int) ([]int, []error, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, slices.Clone(reqs))
+	g.mu.Unlock()
+	g.started <- reqs
+	<-g.release
+	res := make([]int, len(reqs))
+	for i, r := range reqs {
+		res[i] = r * 10
+	}
+	return res, make([]error, len(reqs)), nil
+}
+
+// A caller alone is sent at once, on its own goroutine; callers who come
+// while a batch runs go together, in arrival order, in the next one.
+func TestCombinerBatchesWhatArrivesWhileABatchRuns(t *testing.T) {
+	g := newGate()
+	c := newCombiner(8, 1, g.run, nil)
+	results := make(chan [2]int, 8)
+	call := func(n int) {
+		res, err := c.do(context.Background(), n)
+		if err != nil {
+			t.Error(err)
+		}
+		results <- [2]int{n, res}
+	}
+	go call(1)
+	if first := <-g.started; !slices.Equal(first, []int{1}) {
+		t.Fatalf("first batch %v, want [1]", first)
+	}
+	for n := 2; n <= 4; n++ {
+		go call(n)
+		waitQueued(t, c, n-1)
+	}
+	g.release <- struct{}{} // batch [1] ends; [2 3 4] starts
+	if second := <-g.started; !slices.Equal(second, []int{2, 3, 4}) {
+		t.Fatalf("second batch %v, want [2 3 4]", second)
+	}
+	g.release <- struct{}{}
+	got := map[int]int{}
+	for range 4 {
+		r := <-results
+		got[r[0]] = r[1]
+	}
+	for n := 1; n <= 4; n++ {
+		if got[n] != n*10 {
+			t.Errorf("request %d got %d, want %d", n, got[n], n*10)
+		}
+	}
+	if s := c.stats(); s.Batches != 2 || s.Requests != 4 {
+		t.Errorf("stats %+v, want 2 batches of 4 requests", s)
+	}
+}
+
+// waitQueued waits until n requests wait in the queue.
+func waitQueued(t *testing.T, c *combiner[int, int], n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		queued := len(c.queue)
+		c.mu.Unlock()
+		if queued == n {
+			return
+		}
+	}
+	t.Fatalf("never saw %d requests queued", n)
+}
+
+// A caller whose context ends while it waits in the queue leaves, and its
+// request is never sent. One that leaves after its request was sent gets
+// its context's error, and what the batch granted it goes to abandoned.
+func TestCombinerCallersWhoLeave(t *testing.T) {
+	g := newGate()
+	abandoned := make(chan int, 4)
+	c := newCombiner(8, 1, g.run, func(res int) { abandoned <- res })
+
+	inFlight, leaveInFlight := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	go func() { _, err := c.do(inFlight, 1); errs <- err }()
+	<-g.started
+	queued, leaveQueued := context.WithCancel(context.Background())
+	go func() { _, err := c.do(queued, 2); errs <- err }()
+	waitQueued(t, c, 1)
+
+	leaveQueued()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued caller: %v, want context.Canceled", err)
+	}
+	leaveInFlight() // request 1 is in the running batch: the caller still waits for it (on this goroutine)
+	g.release <- struct{}{}
+	if err := <-errs; err != nil {
+		t.Fatalf("in-flight caller that ran its own batch: %v", err)
+	}
+
+	// Now leave while another goroutine runs the batch.
+	go func() { _, _ = c.do(context.Background(), 3) }()
+	<-g.started
+	ctx, leave := context.WithCancel(context.Background())
+	go func() { _, err := c.do(ctx, 4); errs <- err }()
+	waitQueued(t, c, 1)
+	g.release <- struct{}{} // [3] ends, [4] is sent
+	if got := <-g.started; !slices.Equal(got, []int{4}) {
+		t.Fatalf("batch %v, want [4] (request 2 was withdrawn)", got)
+	}
+	leave()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("caller who left a sent request: %v, want context.Canceled", err)
+	}
+	g.release <- struct{}{}
+	if res := <-abandoned; res != 40 {
+		t.Fatalf("abandoned %d, want 40 (request 4's result)", res)
+	}
+	for _, b := range g.batches {
+		if slices.Contains(b, 2) {
+			t.Fatalf("withdrawn request 2 was sent: %v", g.batches)
+		}
+	}
+}
+
+// A batch that the server refuses as a whole is run again one request at
+// a time, so that only the request at fault fails.
+func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
+	var mu sync.Mutex
+	var sizes []int
+	block := make(chan struct{})
+	run := func(_ context.Context, reqs []int) ([]int, []error, error) {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		mu.Unlock()
+		if reqs[0] == 0 {
+			<-block // the first batch holds the queue while the others arrive
+		}
+		if slices.Contains(reqs, 13) {
+			return nil, nil, &pgconn.PgError{Code: "22023", Message: "bad request 13"}
+		}
+		return slices.Clone(reqs), make([]error, len(reqs)), nil
+	}
+	c := newCombiner(8, 1, run, nil)
+	done := make(chan struct{})
+	go func() { _, _ = c.do(context.Background(), 0); close(done) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(sizes)
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first batch never ran")
+		}
+	}
+	type result struct {
+		n, res int
+		err    error
+	}
+	results := make(chan result, 3)
+	for i, n := range []int{12, 13, 14} {
+		go func() { res, err := c.do(context.Background(), n); results <- result{n, res, err} }()
+		waitQueued(t, c, i+1)
+	}
+	close(block)
+	<-done
+	for range 3 {
+		r := <-results
+		var pgErr *pgconn.PgError
+		switch {
+		case r.n == 13 && !errors.As(r.err, &pgErr):
+			t.Errorf("request 13: %v, want the server's error", r.err)
+		case r.n != 13 && (r.err != nil || r.res != r.n):
+			t.Errorf("request %d: %d, %v; want its result", r.n, r.res, r.err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{1, 3, 1, 1, 1}) {
+		t.Errorf("batch sizes %v, want [1 3 1 1 1] (the batch of 3, then each alone)", sizes)
+	}
+}

@@ -1,0 +1,42 @@
+package ratelimit
+
+import "context"
+
+// BatchRequest is one admission of a combined Reserve, for tests.
+type BatchRequest struct {
+	TaskID, AttemptID string
+	Limits            []Limit
+}
+
+// ReserveCombined decides requests in one call, exactly as the combiner
+// sends concurrent Reserve calls, and returns a grant or an error for each.
+func (l *Limiter) ReserveCombined(ctx context.Context, reqs []BatchRequest) ([]Grant, []error, error) {
+	batch := make([]*admission, len(reqs))
+	for i, r := range reqs {
+		a, err := newAdmission(r.TaskID, r.AttemptID, r.Limits)
+		if err != nil {
+			return nil, nil, err
+		}
+		batch[i] = &a
+	}
+	return l.reserveBatch(ctx, batch)
+}
+
+// CommitCombined commits grants in one call, as the combiner sends
+// concurrent Commit calls (each with the estimate as its actual amount).
+func (l *Limiter) CommitCombined(ctx context.Context, grants []Grant) ([]Settlement, error) {
+	batch := make([]*settleRequest, len(grants))
+	for i, g := range grants {
+		amounts := make([]float64, len(g.Reservations))
+		for j, r := range g.Reservations {
+			amounts[j] = r.Amount
+		}
+		req, err := newSettleRequest(g, StatusCommitted, "committed", amounts)
+		if err != nil {
+			return nil, err
+		}
+		batch[i] = &req
+	}
+	out, _, err := l.settleBatch(ctx, batch)
+	return out, err
+}
