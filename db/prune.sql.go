@@ -12,6 +12,48 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const PruneAllotments = `-- name: PruneAllotments :execrows
+DELETE FROM gateway_rate_limit_allotments AS a
+WHERE a.id = ANY(ARRAY(
+    SELECT x.id
+    FROM gateway_rate_limit_allotments AS x
+    WHERE x.window_start < $1::timestamptz
+      AND x.expires_at < $1::timestamptz
+      AND x.returned_at IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1
+          FROM gateway_rate_limit_counters AS c
+          WHERE c.scope_type = x.scope_type
+            AND c.scope_key = x.scope_key
+            AND c.metric = x.metric
+            AND c.window_seconds = x.window_seconds
+            AND c.window_start = x.window_start
+      )
+    ORDER BY x.window_start, x.id
+    LIMIT $2::integer
+))
+`
+
+type PruneAllotmentsParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Deletes a batch of returned allotments whose window ended before the
+// cutoff and whose counter row is gone (so every remaining counter still
+// equals its ledger). Blocks are few (one per process, counter and window
+// at most a few), so kept ones are simply read again by the next batch.
+// Locks: row locks on the deleted allotments.
+// Index: gateway_rate_limit_allotments_window_idx; gateway_rate_limit_counters_pkey
+// (NOT EXISTS).
+func (q *Queries) PruneAllotments(ctx context.Context, db DBTX, arg PruneAllotmentsParams) (int64, error) {
+	result, err := db.Exec(ctx, PruneAllotments, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const PruneCounters = `-- name: PruneCounters :execrows
 DELETE FROM gateway_rate_limit_counters AS c
 USING (

@@ -44,6 +44,54 @@ func (q *Queries) RecoveryAdmissionDeleteForFinishedTasks(ctx context.Context, d
 	return result.RowsAffected(), nil
 }
 
+const RecoveryAllotmentFindLost = `-- name: RecoveryAllotmentFindLost :many
+SELECT a.id, a.consumed
+FROM gateway_rate_limit_allotments AS a
+WHERE a.returned_at IS NULL
+  AND a.expires_at < now() - make_interval(secs => $1::float8)
+  AND a.synced_at < now() - make_interval(secs => $1::float8)
+ORDER BY a.expires_at
+LIMIT $2::integer
+`
+
+type RecoveryAllotmentFindLostParams struct {
+	GraceSeconds float64
+	BatchSize    int32
+}
+
+type RecoveryAllotmentFindLostRow struct {
+	ID       pgtype.UUID
+	Consumed float64
+}
+
+// A batch of open blocks whose window ended, and whose holder stopped
+// reporting, more than @grace_seconds ago: a live holder returns a block at
+// its window's end (or keeps reporting while requests admitted from it are
+// still in flight), so this one is gone. Recovery returns them
+// (AllotmentReturn), charging the holder's last report (consumed). Read
+// only.
+// Locks: none (MVCC read; AllotmentReturn skips what is returned meanwhile).
+// Index: gateway_rate_limit_allotments_open_idx (partial: open, by window end).
+func (q *Queries) RecoveryAllotmentFindLost(ctx context.Context, db DBTX, arg RecoveryAllotmentFindLostParams) ([]RecoveryAllotmentFindLostRow, error) {
+	rows, err := db.Query(ctx, RecoveryAllotmentFindLost, arg.GraceSeconds, arg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RecoveryAllotmentFindLostRow{}
+	for rows.Next() {
+		var i RecoveryAllotmentFindLostRow
+		if err := rows.Scan(&i.ID, &i.Consumed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RecoveryAttemptFailForFinishedTasks = `-- name: RecoveryAttemptFailForFinishedTasks :execrows
 UPDATE gateway_task_attempts AS a
 SET status = 'failed',

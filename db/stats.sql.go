@@ -8,7 +8,75 @@ package db
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const AllotmentListByScope = `-- name: AllotmentListByScope :many
+SELECT id, holder, metric, window_seconds, window_start, expires_at, limit_value, granted,
+       consumed, returned_at, coalesce(used, 0)::numeric AS used, coalesce(reason, '')::text AS reason
+FROM gateway_rate_limit_allotments
+WHERE scope_type = $1
+  AND scope_key = $2
+ORDER BY created_at, id
+`
+
+type AllotmentListByScopeParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+type AllotmentListByScopeRow struct {
+	ID            pgtype.UUID
+	Holder        string
+	Metric        string
+	WindowSeconds int32
+	WindowStart   time.Time
+	ExpiresAt     time.Time
+	LimitValue    float64
+	Granted       float64
+	Consumed      float64
+	ReturnedAt    *time.Time
+	Used          float64
+	Reason        string
+}
+
+// Every allotment (block of a Local limit) of one scope, oldest first.
+// Locks: none (MVCC read).
+// Index: none specific (filters on scope; for tests, inspect and small
+// scopes).
+func (q *Queries) AllotmentListByScope(ctx context.Context, db DBTX, arg AllotmentListByScopeParams) ([]AllotmentListByScopeRow, error) {
+	rows, err := db.Query(ctx, AllotmentListByScope, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AllotmentListByScopeRow{}
+	for rows.Next() {
+		var i AllotmentListByScopeRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Holder,
+			&i.Metric,
+			&i.WindowSeconds,
+			&i.WindowStart,
+			&i.ExpiresAt,
+			&i.LimitValue,
+			&i.Granted,
+			&i.Consumed,
+			&i.ReturnedAt,
+			&i.Used,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const CounterListByScope = `-- name: CounterListByScope :many
 SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,

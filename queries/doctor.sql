@@ -8,9 +8,15 @@
 -- name: DoctorCheck :many
 -- Lists every problem found, at most @max_problems of them, ordered by kind:
 --   counter_reserved_mismatch: a counter's reserved_value is not the sum of
---     its open reservations' amounts (expected = that sum);
+--     its open reservations' amounts and its open allotments' granted units
+--     (expected = that sum);
 --   counter_used_mismatch: a counter's used_value is not the sum of its
---     committed reservations' actual amounts (expected = that sum);
+--     committed reservations' actual amounts and its returned allotments'
+--     used amounts (expected = that sum);
+--   allotment_outlived_window: an allotment still open although its window
+--     ended, and its holder stopped reporting, more than
+--     @allotment_grace_seconds ago (its holder is gone; recovery returns it;
+--     actual its granted units);
 --   open_reservation_without_counter: an open reservation whose counter
 --     row does not exist (its amount is held nowhere);
 --   reservation_life_cycle_broken: a reservation whose status, finalized_at
@@ -29,20 +35,36 @@
 -- Columns that do not apply to a kind are '' (text), 0 (window_seconds),
 -- the epoch (window_start) or NULL (ids, task_status).
 -- Locks: none (MVCC read).
--- Index: sequential scans of counters and reservations (the ledger sums);
+-- Index: sequential scans of counters, reservations and allotments (the
+-- ledger sums); gateway_rate_limit_allotments_open_idx for lost allotments;
 -- the partial live/open indexes for the finished-task checks; the partial
 -- attempt_id indexes and gateway_task_attempts_pkey for the
 -- finished-attempt checks.
-WITH ledger AS (
-    SELECT r.scope_type,
-           r.scope_key,
-           r.metric,
-           r.window_seconds,
-           r.window_start,
-           coalesce(sum(r.reserved_amount) FILTER (WHERE r.status = 'reserved'), 0) AS open_amount,
-           coalesce(sum(r.actual_amount) FILTER (WHERE r.status = 'committed'), 0) AS committed_amount
+WITH entries AS (
+    -- The ledger of every counter: reservations (open: their amount is
+    -- reserved; committed: their actual amount is used) and allotments
+    -- (open: their granted units are reserved; returned: what their holder
+    -- admitted is used).
+    SELECT r.scope_type, r.scope_key, r.metric, r.window_seconds, r.window_start,
+           CASE WHEN r.status = 'reserved' THEN r.reserved_amount ELSE 0 END AS open_amount,
+           CASE WHEN r.status = 'committed' THEN r.actual_amount ELSE 0 END AS committed_amount
     FROM gateway_rate_limit_reservations AS r
-    GROUP BY r.scope_type, r.scope_key, r.metric, r.window_seconds, r.window_start
+    UNION ALL
+    SELECT a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start,
+           CASE WHEN a.returned_at IS NULL THEN a.granted ELSE 0 END,
+           coalesce(a.used, 0)
+    FROM gateway_rate_limit_allotments AS a
+),
+ledger AS (
+    SELECT e.scope_type,
+           e.scope_key,
+           e.metric,
+           e.window_seconds,
+           e.window_start,
+           coalesce(sum(e.open_amount), 0)      AS open_amount,
+           coalesce(sum(e.committed_amount), 0) AS committed_amount
+    FROM entries AS e
+    GROUP BY e.scope_type, e.scope_key, e.metric, e.window_seconds, e.window_start
 ),
 books AS (
     SELECT c.scope_type,
@@ -97,6 +119,13 @@ problems AS (
             AND c.window_seconds = r.window_seconds
             AND c.window_start = r.window_start
       )
+    UNION ALL
+    SELECT 'allotment_outlived_window', a.scope_type, a.scope_key, a.metric,
+           a.window_seconds, a.window_start, NULL, NULL, a.id, NULL, 0, a.granted
+    FROM gateway_rate_limit_allotments AS a
+    WHERE a.returned_at IS NULL
+      AND a.expires_at < now() - make_interval(secs => @allotment_grace_seconds::float8)
+      AND a.synced_at < now() - make_interval(secs => @allotment_grace_seconds::float8)
     UNION ALL
     SELECT 'reservation_life_cycle_broken', r.scope_type, r.scope_key, r.metric,
            r.window_seconds, r.window_start, r.task_id, NULL, r.id, NULL, 0, coalesce(r.actual_amount, 0)

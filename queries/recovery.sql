@@ -321,3 +321,20 @@ WHERE (a.task_id, a.scope_type, a.scope_key) IN (
     LIMIT @batch_size::integer
     FOR UPDATE OF x SKIP LOCKED
 );
+
+-- name: RecoveryAllotmentFindLost :many
+-- A batch of open blocks whose window ended, and whose holder stopped
+-- reporting, more than @grace_seconds ago: a live holder returns a block at
+-- its window's end (or keeps reporting while requests admitted from it are
+-- still in flight), so this one is gone. Recovery returns them
+-- (AllotmentReturn), charging the holder's last report (consumed). Read
+-- only.
+-- Locks: none (MVCC read; AllotmentReturn skips what is returned meanwhile).
+-- Index: gateway_rate_limit_allotments_open_idx (partial: open, by window end).
+SELECT a.id, a.consumed
+FROM gateway_rate_limit_allotments AS a
+WHERE a.returned_at IS NULL
+  AND a.expires_at < now() - make_interval(secs => @grace_seconds::float8)
+  AND a.synced_at < now() - make_interval(secs => @grace_seconds::float8)
+ORDER BY a.expires_at
+LIMIT @batch_size::integer;

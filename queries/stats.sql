@@ -36,6 +36,18 @@ WHERE scope_type = @scope_type
   AND released_at IS NULL
   AND expires_at > now();
 
+-- name: AllotmentListByScope :many
+-- Every allotment (block of a Local limit) of one scope, oldest first.
+-- Locks: none (MVCC read).
+-- Index: none specific (filters on scope; for tests, inspect and small
+-- scopes).
+SELECT id, holder, metric, window_seconds, window_start, expires_at, limit_value, granted,
+       consumed, returned_at, coalesce(used, 0)::numeric AS used, coalesce(reason, '')::text AS reason
+FROM gateway_rate_limit_allotments
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+ORDER BY created_at, id;
+
 -- name: ReservationTotalsByScope :many
 -- Per metric and window of one scope: open reservations (count, amount) and
 -- committed actual amounts, i.e. what the counters should say.

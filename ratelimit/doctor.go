@@ -27,6 +27,11 @@ const (
 	// and actual_amount disagree (written by something other than pgadmit's
 	// functions). Actual is its actual amount.
 	ProblemReservationLifeCycle ProblemKind = "reservation_life_cycle_broken"
+	// ProblemAllotmentOutlivedWindow: an allotment (a block of a Local
+	// limit) still open well after its window ended: its holder died
+	// without returning it (Recover returns it, charging the holder's last
+	// report). Actual is its granted units.
+	ProblemAllotmentOutlivedWindow ProblemKind = "allotment_outlived_window"
 	// ProblemReservationOfFinishedTask: a finished task still holds an open
 	// reservation (Recover releases it).
 	ProblemReservationOfFinishedTask ProblemKind = "open_reservation_of_finished_task"
@@ -55,7 +60,7 @@ const (
 // other kinds are damage to the books that needs an operator.
 func (k ProblemKind) Recoverable() bool {
 	switch k {
-	case ProblemReservationOfFinishedTask, ProblemLeaseOfFinishedTask, ProblemAdmissionOfFinishedTask,
+	case ProblemAllotmentOutlivedWindow, ProblemReservationOfFinishedTask, ProblemLeaseOfFinishedTask, ProblemAdmissionOfFinishedTask,
 		ProblemAttemptOfFinishedTask, ProblemReservationOfFinishedAttempt, ProblemLeaseOfFinishedAttempt:
 		return true
 	}
@@ -149,7 +154,9 @@ func (p Problem) String() string {
 // the counters and the reservation ledger: an operator's tool, not for a
 // hot path.
 func (l *Limiter) Doctor(ctx context.Context) (Report, error) {
-	rows, err := l.queries.DoctorCheck(ctx, l.conn, DoctorMaxProblems+1)
+	rows, err := l.queries.DoctorCheck(ctx, l.conn, db.DoctorCheckParams{
+		MaxProblems: DoctorMaxProblems + 1, AllotmentGraceSeconds: l.opts.lostGrace.Seconds(),
+	})
 	if err != nil {
 		return Report{}, wrapDBError("doctor", err)
 	}

@@ -69,7 +69,8 @@ func liveLeases(t *testing.T, conn db.DBTX, scopeType, key string) int64 {
 }
 
 // assertBooksBalance checks, for every counter of the scope, that reserved
-// equals the open reservations and used the committed actual amounts.
+// equals the open reservations and allotments and used the committed actual
+// amounts and what returned allotments charged.
 func assertBooksBalance(t *testing.T, conn db.DBTX, scopeType, key string) {
 	t.Helper()
 	totals, err := queries.ReservationTotalsByScope(context.Background(), conn, db.ReservationTotalsByScopeParams{ScopeType: scopeType, ScopeKey: key})
@@ -84,6 +85,20 @@ func assertBooksBalance(t *testing.T, conn db.DBTX, scopeType, key string) {
 	want := map[windowKey]db.ReservationTotalsByScopeRow{}
 	for _, row := range totals {
 		want[windowKey{row.Metric, row.WindowSeconds, row.WindowStart.UTC()}] = row
+	}
+	blocks, err := queries.AllotmentListByScope(context.Background(), conn, db.AllotmentListByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	if err != nil {
+		t.Fatalf("AllotmentListByScope: %v", err)
+	}
+	for _, b := range blocks {
+		k := windowKey{b.Metric, b.WindowSeconds, b.WindowStart.UTC()}
+		w := want[k]
+		if b.ReturnedAt == nil {
+			w.OpenAmount += b.Granted
+		} else {
+			w.CommittedAmount += b.Used
+		}
+		want[k] = w
 	}
 	for _, c := range counterRows(t, conn, scopeType, key) {
 		w := want[windowKey{c.Metric, c.WindowSeconds, c.WindowStart.UTC()}]

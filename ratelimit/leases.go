@@ -102,9 +102,11 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if err != nil {
 		return grant, err
 	}
-	reservationIDs := make([]string, len(grant.Reservations))
-	for i, r := range grant.Reservations {
-		reservationIDs[i] = r.ID
+	var reservationIDs []string
+	for _, r := range grant.Reservations {
+		if r.local == nil { // a Local reservation has no row to link
+			reservationIDs = append(reservationIDs, r.ID)
+		}
 	}
 	rids, err := parseIDs("Reservations.ID", reservationIDs)
 	if err != nil {

@@ -47,6 +47,13 @@ type Limit struct {
 	LeaseTTL time.Duration
 	// Policy is a free label reported back in errors.
 	Policy string
+	// Local admits this window limit from a block of its window's units
+	// that the Limiter takes in advance (an allotment), in memory, with no
+	// round trip to the database. Blocks are recorded in
+	// gateway_rate_limit_allotments and reserved in the window's counter,
+	// so the limit stays exact across processes. See the package
+	// documentation, "Local allotments". Window limits only.
+	Local bool
 }
 
 // Grant is what an admission holds: one reservation per window limit and
@@ -78,7 +85,15 @@ type Reservation struct {
 	Amount      float64
 	// Remaining is what the window had left right after this admission
 	// (Limit minus used, reserved and this Amount), as the admission saw it.
+	// For a Local reservation, what its block had left.
 	Remaining float64
+	// Local is true for a reservation taken from a local allotment (Limit.
+	// Local): it has no row and no ID; Allotment names its block.
+	Local     bool
+	Allotment string
+
+	local *localAdmission // set on Local reservations
+	index int             // the limit's position in the caller's slice
 }
 
 // Lease is a held concurrency slot.

@@ -30,6 +30,8 @@ type Limiter struct {
 	// a caller's transaction or WithoutCombining.
 	reserves *combiner[*admission, Grant]
 	settles  *combiner[*settleRequest, Settlement]
+	// Blocks of Local limits; nil inside a caller's transaction.
+	allot *allotments
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -48,6 +50,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
 	}
+	l.allot = newAllotments(l, o.allot)
 	return l
 }
 
@@ -70,6 +73,7 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.inTx = true
 	c.order = &txOrder{}
 	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order
+	c.allot = nil                    // and Local limits are decided in it, like any other
 	return &c
 }
 
@@ -83,6 +87,8 @@ type options struct {
 	pruneEvents       bool
 	combineBatch      int // 0: no combining
 	combineInFlight   int
+	allot             AllotmentOptions
+	lostGrace         time.Duration
 }
 
 func defaultOptions() options {
@@ -92,6 +98,23 @@ func defaultOptions() options {
 		pruneBatchSize:    5000,
 		combineBatch:      DefaultCombineBatch,
 		combineInFlight:   DefaultCombineInFlight,
+		lostGrace:         DefaultLostAllotmentGrace,
+	}
+}
+
+// DefaultLostAllotmentGrace is the default of WithLostAllotmentGrace.
+const DefaultLostAllotmentGrace = 5 * time.Second
+
+// WithLostAllotmentGrace sets when Recover (and Doctor) take an allotment
+// for lost: once its window ended, and its holder last reported, this long
+// ago (default 5s; a live holder returns its blocks at their window's end
+// and reports every second while requests admitted from them are in
+// flight).
+func WithLostAllotmentGrace(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.lostGrace = d
+		}
 	}
 }
 

@@ -36,14 +36,17 @@ type PruneResult struct {
 	Reservations int64
 	// Leases: leases released, or expired without release, before the cutoff.
 	Leases int64
+	// Allotments: returned blocks of Local limits whose window ended before
+	// the cutoff and whose counter row is gone.
+	Allotments int64
 	// Events: events of tasks finished before the cutoff (WithPruneEvents).
 	Events int64
 }
 
 // String summarizes what was deleted, for logs and the CLI.
 func (r PruneResult) String() string {
-	return fmt.Sprintf("pruned before %s: released %d stale reservations; deleted %d counter windows, %d reservations, %d leases, %d events",
-		r.Cutoff.UTC().Format(time.RFC3339), r.ReleasedStaleReservations, r.Counters, r.Reservations, r.Leases, r.Events)
+	return fmt.Sprintf("pruned before %s: released %d stale reservations; deleted %d counter windows, %d reservations, %d allotments, %d leases, %d events",
+		r.Cutoff.UTC().Format(time.RFC3339), r.ReleasedStaleReservations, r.Counters, r.Reservations, r.Allotments, r.Leases, r.Events)
 }
 
 // reasonWindowEnded is recorded on the reservations Prune releases.
@@ -89,6 +92,9 @@ func (l *Limiter) Prune(ctx context.Context, olderThan time.Duration) (PruneResu
 	releasedLeases := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
 		return l.queries.PruneLeasesReleased(ctx, r, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: batch})
 	}
+	allotments := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
+		return l.queries.PruneAllotments(ctx, r, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
+	}
 	expiredLeases := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
 		return l.queries.PruneLeasesExpired(ctx, r, db.PruneLeasesExpiredParams{Cutoff: cutoff, BatchSize: batch})
 	}
@@ -108,6 +114,7 @@ func (l *Limiter) Prune(ctx context.Context, olderThan time.Duration) (PruneResu
 		{"release stale reservations", l.releaseStep(ctx, conn, batch, staleReservations, reasonWindowEnded, &res.ReleasedStaleReservations)},
 		{"counters", rowsStep(ctx, conn, batch, counters, &res.Counters)},
 		{"reservations", reservations},
+		{"allotments", rowsStep(ctx, conn, batch, allotments, &res.Allotments)},
 		{"released leases", rowsStep(ctx, conn, batch, releasedLeases, &res.Leases)},
 		{"expired leases", rowsStep(ctx, conn, batch, expiredLeases, &res.Leases)},
 	}

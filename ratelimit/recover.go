@@ -74,6 +74,10 @@ type RecoveryResult struct {
 	FailedPoisonTasks int64
 	// CleanedTaskAdmissions: queue admissions of failed or finished tasks.
 	CleanedTaskAdmissions int64
+	// ReturnedAllotments: blocks of Local limits whose holder died (their
+	// window ended and their holder stopped reporting), returned charging
+	// the holder's last report.
+	ReturnedAllotments int64
 	// Skipped is true when another process held the recovery lock: this
 	// call did nothing (the other one is doing the work).
 	Skipped bool
@@ -90,9 +94,9 @@ func (r RecoveryResult) String() string {
 	if r.Skipped {
 		return "recovery skipped: another process holds the recovery lock"
 	}
-	return fmt.Sprintf("released %d leases and %d reservations; failed %d attempts; requeued %d async tasks; failed %d sync and %d poison tasks; cleaned %d admissions",
+	return fmt.Sprintf("released %d leases and %d reservations; failed %d attempts; requeued %d async tasks; failed %d sync and %d poison tasks; cleaned %d admissions; returned %d lost allotments",
 		r.ReleasedConcurrencyLeases, r.ReleasedRateReservations, r.FailedAttempts, r.RequeuedAsyncTasks,
-		r.FailedTasks, r.FailedPoisonTasks, r.CleanedTaskAdmissions)
+		r.FailedTasks, r.FailedPoisonTasks, r.CleanedTaskAdmissions, r.ReturnedAllotments)
 }
 
 // Recover gives back the capacity that dead processes still hold, as the
@@ -175,8 +179,40 @@ func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
 			l.queries.RecoveryReservationFindForFinishedAttempts, reasonAttemptFinished, &res.ReleasedRateReservations)},
 		{"release leases of finished attempts", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedAttempts, &res.ReleasedConcurrencyLeases)},
 		{"delete admissions of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAdmissionDeleteForFinishedTasks, &res.CleanedTaskAdmissions)},
+		{"return lost allotments", l.returnLostAllotments(ctx, conn, batch, &res.ReturnedAllotments)},
 	})
 	return res, err
+}
+
+// returnLostAllotments returns, per batch, the blocks of holders that died,
+// charging each holder's last report of what it admitted.
+func (l *Limiter) returnLostAllotments(ctx context.Context, conn Executor, batch int32, count *int64) func() (bool, error) {
+	return func() (bool, error) {
+		lost, err := l.queries.RecoveryAllotmentFindLost(ctx, conn, db.RecoveryAllotmentFindLostParams{
+			GraceSeconds: l.opts.lostGrace.Seconds(), BatchSize: batch,
+		})
+		if err != nil || len(lost) == 0 {
+			return false, err
+		}
+		p := db.AllotmentReturnParams{}
+		for _, a := range lost {
+			p.Ids = append(p.Ids, a.ID)
+			p.Used = append(p.Used, a.Consumed)
+			p.Reasons = append(p.Reasons, reasonHolderLost)
+		}
+		rows, err := l.queries.AllotmentReturn(ctx, conn, p)
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for _, r := range rows {
+			if r.Returned {
+				n++
+			}
+		}
+		*count += int64(n)
+		return len(lost) == int(batch) && n > 0, nil
+	}
 }
 
 // recoverExpiredTasks reclaims one batch of running tasks whose execution

@@ -32,17 +32,31 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 	if err != nil {
 		return Grant{}, err
 	}
+	local := l.takeLocal(ctx, &a)
 	if a.empty() {
-		return Grant{TaskID: taskID, AttemptID: attemptID}, nil
+		return localGrant(taskID, attemptID, local, l.allot), nil
 	}
+	g, err := l.reserveRemote(ctx, &a)
+	if err != nil {
+		for _, t := range local {
+			t.admission.settle(false, 0) // all or nothing: give the local units back
+		}
+		return Grant{}, err
+	}
+	return withLocal(g, local), nil
+}
+
+// reserveRemote decides the admission's limits in the database: combined
+// with concurrent calls, or alone inside a caller's transaction.
+func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error) {
 	if l.reserves != nil {
-		return l.reserves.do(ctx, &a)
+		return l.reserves.do(ctx, a)
 	}
 	first, last := a.lockPhases()
 	if err := l.enter("Reserve", first, last); err != nil {
 		return Grant{}, err
 	}
-	grants, errs, err := l.reserveBatch(ctx, []*admission{&a})
+	grants, errs, err := l.reserveBatch(ctx, []*admission{a})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -243,6 +257,7 @@ func (a *admission) decide(rows []db.AdmissionReserveRow) (Grant, error) {
 				Metric: w.Limit.Metric, Window: time.Duration(w.windowSeconds) * time.Second,
 				WindowStart: row.WindowStart, ResetAt: row.ResetAt, Limit: w.Limit.Limit, Amount: w.Limit.Amount,
 				Remaining: w.Limit.Limit - row.CurrentValue - row.ReservedValue - w.Limit.Amount,
+				index:     w.index,
 			}
 		}
 	}

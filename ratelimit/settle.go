@@ -105,6 +105,66 @@ func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Sett
 }
 
 func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
+	local, remote := splitLocal(grant, amounts)
+	out, err := l.settleRemote(ctx, remote.grant, status, reason, remote.amounts)
+	if err != nil || len(local) == 0 {
+		return out, err
+	}
+	// Local reservations settle in this process's memory: their blocks
+	// charge what was used when they are returned.
+	outcomes := make([]ReservationOutcome, len(grant.Reservations))
+	for k, i := range remote.positions {
+		outcomes[i] = out.Reservations[k]
+	}
+	for _, i := range local {
+		r := grant.Reservations[i]
+		settled := r.local.settle(status == StatusCommitted, amounts[i])
+		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: status, Reserved: r.Amount}
+		if status == StatusCommitted {
+			o.Actual = amounts[i]
+		}
+		outcomes[i] = o
+	}
+	out.Reservations = outcomes
+	return out, nil
+}
+
+// remoteShare is the part of a grant that the database settles.
+type remoteShare struct {
+	grant     Grant
+	amounts   []float64
+	positions []int // each remote reservation's index in the whole grant
+}
+
+// splitLocal separates a grant's local reservations (their indexes) from
+// what the database settles.
+func splitLocal(grant Grant, amounts []float64) (local []int, remote remoteShare) {
+	remote.grant = grant
+	remote.amounts = amounts
+	for i, r := range grant.Reservations {
+		if r.local != nil {
+			local = append(local, i)
+		}
+	}
+	if len(local) == 0 {
+		remote.positions = make([]int, len(grant.Reservations))
+		for i := range remote.positions {
+			remote.positions[i] = i
+		}
+		return nil, remote
+	}
+	remote.grant.Reservations, remote.amounts = nil, nil
+	for i, r := range grant.Reservations {
+		if r.local == nil {
+			remote.grant.Reservations = append(remote.grant.Reservations, r)
+			remote.amounts = append(remote.amounts, amounts[i])
+			remote.positions = append(remote.positions, i)
+		}
+	}
+	return local, remote
+}
+
+func (l *Limiter) settleRemote(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
 	req, err := newSettleRequest(grant, status, reason, amounts)
 	if err != nil {
 		return Settlement{}, err

@@ -94,6 +94,10 @@ func validateLimit(i int, l Limit) error {
 		return &ValidationError{Field: field("Metric"), Value: l.Metric,
 			Reason: "queue_size limits are enforced when a task is created (Limiter.CreateTask), not by Check or Reserve"}
 	}
+	if l.Local && l.Metric == MetricConcurrent {
+		return &ValidationError{Field: field("Local"), Value: true,
+			Reason: "only window limits can be admitted from local allotments; concurrent limits are always decided in the database"}
+	}
 	if err := validateAmount(field("Limit"), l.Limit); err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func benchCommand() *command {
 		args:    "[flags]",
 		summary: "measure admission throughput and latency; check exactness",
 		help: `
-Runs five workloads through the ratelimit API, one after the other, each with --workers
+Runs the workloads through the ratelimit API, one after the other, each with --workers
 concurrent workers (one connection each), and prints for each: operations per second, p50 and
 p99 latency of one operation in microseconds, admitted, refused and errors.
 

@@ -110,7 +110,7 @@ func TestRecoverDeadProcess(t *testing.T) {
 	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
 	for _, re := range []string{
 		`(?m)^` + ts + `recover: sweeping every 300ms`,
-		`(?m)^` + ts + `recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions \(\d+ms\)$`,
+		`(?m)^` + ts + `recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments \(\d+ms\)$`,
 		`(?m)^` + ts + `recover: nothing to recover \(\d+ms\)$`,
 		`(?m)^` + ts + `recover: stopped$`,
 	} {
@@ -139,12 +139,12 @@ func TestPrune(t *testing.T) {
 	// Nothing ended a day ago; with a 1 s cutoff the released lease goes, the current window and
 	// its reservation stay (the window has not ended); the finished task's two events go.
 	out := cliOK(t, "--database-url", url, "prune")
-	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
 		t.Errorf("prune:\n%s", out)
 	}
 	time.Sleep(1100 * time.Millisecond)
 	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1")
-	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 1 leases, 2 events") {
+	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 1 leases, 2 events") {
 		t.Errorf("prune --older-than 1s --events:\n%s", out)
 	}
 	cliOK(t, "--database-url", url, "doctor")

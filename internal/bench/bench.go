@@ -54,7 +54,7 @@ type Workload struct {
 	Description string
 }
 
-// Workloads returns the five workloads, in order.
+// Workloads returns the workloads, in order.
 func Workloads() []Workload {
 	return []Workload{
 		{"W1", "W1 window, many keys", "reserve one window limit (requests, 60 s, limit never reached) on a key chosen at random from 10,000, then commit"},
@@ -62,6 +62,9 @@ func Workloads() []Workload {
 		{"W3", "W3 hot key", "W1 on one key"},
 		{"W4", "W4 exactness", "one key with a limit of 100 in a window that cannot roll over, all workers reserve: exactly 100 admitted; then a concurrent limit of 10 with leases never released: exactly 10"},
 		{"W5", "W5 opposite orders", "two window limits, half the workers list them in one order and half in the other; reserve and commit: no deadlock error (SQLSTATE 40P01)"},
+		{"W6", "W6 gateway, shared model", "a gateway request: requests/min and tokens/min (estimate 500) on api_key:K (K of 1,000), tokens/min on the ONE provider model every request uses, and a concurrent limit of 1,000 on it; commit actual tokens 420"},
+		{"W7", "W7 W6 with allotments", "W6 with the provider model's tokens/min admitted from local allotments (Limit.Local); the Limiter is closed at the end, returning its blocks"},
+		{"W8", "W8 hot key, allotment", "W3 with the limit admitted from a local allotment: no round trip"},
 	}
 }
 
@@ -79,7 +82,11 @@ func ParseOnly(s string) ([]string, error) {
 	for _, part := range strings.Split(s, ",") {
 		code := strings.ToUpper(strings.TrimSpace(part))
 		if !known[code] {
-			return nil, fmt.Errorf("unknown workload %q: want W1, W2, W3, W4 or W5", strings.TrimSpace(part))
+			var codes []string
+			for _, w := range Workloads() {
+				codes = append(codes, w.Code)
+			}
+			return nil, fmt.Errorf("unknown workload %q: want one of %s", strings.TrimSpace(part), strings.Join(codes, ", "))
 		}
 		if !slices.Contains(out, code) {
 			out = append(out, code)
@@ -149,6 +156,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool, cfg.Options...), prefix: "bench-" + cfg.RunID}
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
+		"W6": r.w6, "W7": r.w7, "W8": r.w8,
 	}
 	var out []Result
 	for _, w := range Workloads() {
@@ -245,11 +253,17 @@ func (e errCommit) Unwrap() error { return e.err }
 
 // reserveCommit reserves limits and commits the grant with actual amounts.
 func (r *runner) reserveCommit(ctx context.Context, limits []ratelimit.Limit, actual map[string]float64) error {
-	g, err := r.lim.Reserve(ctx, "", "", limits)
+	return reserveCommitWith(ctx, r.lim, limits, actual)
+}
+
+// reserveCommitWith reserves limits on lim and commits the grant with
+// actual amounts.
+func reserveCommitWith(ctx context.Context, lim *ratelimit.Limiter, limits []ratelimit.Limit, actual map[string]float64) error {
+	g, err := lim.Reserve(ctx, "", "", limits)
 	if err != nil {
 		return err
 	}
-	if _, err := r.lim.Commit(ctx, g, actual); err != nil {
+	if _, err := lim.Commit(ctx, g, actual); err != nil {
 		return errCommit{err}
 	}
 	return nil
@@ -264,13 +278,18 @@ type sample struct {
 
 // measure drives op for d and summarizes it.
 func (r *runner) measure(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
-	before := r.lim.Stats()
+	return r.measureWith(ctx, r.lim, d, op)
+}
+
+// measureWith drives op for d on lim and summarizes it.
+func (r *runner) measureWith(ctx context.Context, lim *ratelimit.Limiter, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
+	before := lim.Stats()
 	s, err := r.drive(ctx, d, op)
 	if err != nil {
 		return Result{}, err
 	}
 	res := summarize(s)
-	after := r.lim.Stats()
+	after := lim.Stats()
 	res.ReservesPerStatement = perStatement(before.Reserve, after.Reserve)
 	res.SettlesPerStatement = perStatement(before.Settle, after.Settle)
 	return res, nil

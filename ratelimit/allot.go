@@ -1,0 +1,298 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// AllotmentOptions size and time the blocks that Local limits are admitted
+// from. Zero fields take their defaults.
+type AllotmentOptions struct {
+	// Holder names this process in gateway_rate_limit_allotments; the
+	// default is host/pid/random.
+	Holder string
+	// MaxShare caps a block at this fraction of its limit (default 1/16), so
+	// that no process sits on more than its share while others wait.
+	MaxShare float64
+	// Horizon sizes a block to what this process admitted on its counter in
+	// this much time, at the rate it is admitting (default 1s).
+	Horizon time.Duration
+	// IdleAfter returns a block nothing was admitted from for this long
+	// (default 2s), so that another process can use its units.
+	IdleAfter time.Duration
+	// Margin stops admitting from a block this long before its window ends
+	// on the database's clock (default 100ms): the last moments of a
+	// window are decided in the database, which counts them in the right
+	// window whatever this host's clock says.
+	Margin time.Duration
+}
+
+// Defaults of AllotmentOptions.
+const (
+	DefaultAllotmentMaxShare  = 1.0 / 16
+	DefaultAllotmentHorizon   = time.Second
+	DefaultAllotmentIdleAfter = 2 * time.Second
+	DefaultAllotmentMargin    = 100 * time.Millisecond
+)
+
+// WithAllotments sets how blocks of Local limits are sized and timed.
+func WithAllotments(o AllotmentOptions) Option {
+	return func(opts *options) { opts.allot = o }
+}
+
+func (o AllotmentOptions) withDefaults() AllotmentOptions {
+	if o.Holder == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		o.Holder = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if !(o.MaxShare > 0 && o.MaxShare <= 1) {
+		o.MaxShare = DefaultAllotmentMaxShare
+	}
+	if o.Horizon <= 0 {
+		o.Horizon = DefaultAllotmentHorizon
+	}
+	if o.IdleAfter <= 0 {
+		o.IdleAfter = DefaultAllotmentIdleAfter
+	}
+	if o.Margin <= 0 {
+		o.Margin = DefaultAllotmentMargin
+	}
+	return o
+}
+
+// How often the housekeeping loop runs and reports consumption, and how
+// long a block whose window ended may wait for requests still in flight.
+const (
+	allotTick        = 100 * time.Millisecond
+	allotSyncEvery   = time.Second
+	allotStuckAfter  = time.Minute
+	allotCallTimeout = 10 * time.Second
+)
+
+// Reasons recorded on returned blocks (and reasonWindowEnded).
+const (
+	reasonIdle       = "idle"
+	reasonTrimmed    = "trimmed"
+	reasonClosed     = "closed"
+	reasonHolderLost = "holder_lost"
+)
+
+// allotments holds one Limiter's blocks: per counter, the block it admits
+// from, the next one (taken ahead when the current one runs low) and those
+// draining (closed to new admissions, waiting for requests in flight).
+type allotments struct {
+	l    *Limiter
+	opts AllotmentOptions
+
+	mu      sync.Mutex
+	sets    map[counterKey]*blockSet
+	closed  bool
+	started bool
+	stop    chan struct{}
+	stopped chan struct{}
+	// offset is the database's clock minus this host's, as last measured.
+	offset time.Duration
+}
+
+// counterKey names a window counter without its window start.
+type counterKey struct {
+	scopeType, scopeKey, metric string
+	windowSeconds               int32
+}
+
+func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
+	return &allotments{l: l, opts: o.withDefaults(), sets: map[counterKey]*blockSet{},
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// dbNow estimates the database's clock.
+func (a *allotments) dbNow() time.Time {
+	a.mu.Lock()
+	off := a.offset
+	a.mu.Unlock()
+	return time.Now().Add(off)
+}
+
+// set returns the blocks of a counter, starting the housekeeping loop with
+// the first one; nil once the Limiter is closed.
+func (a *allotments) set(k counterKey) *blockSet {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	s := a.sets[k]
+	if s == nil {
+		s = &blockSet{a: a, key: k}
+		a.sets[k] = s
+	}
+	if !a.started {
+		a.started = true
+		go a.loop()
+	}
+	return s
+}
+
+// take admits w from this process's block of its counter, taking a block
+// first when there is none with room. It returns nil when the limit must
+// be decided in the database instead: no block could be had for its amount
+// (the window is nearly full, or the amount is more than a block may be),
+// the window is about to end, or the Limiter is closed.
+func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
+	l := w.Limit
+	if l.Amount > l.Limit*a.opts.MaxShare {
+		return nil
+	}
+	s := a.set(counterKey{l.Scope.Type, l.Scope.Key, l.Metric, w.windowSeconds})
+	if s == nil {
+		return nil
+	}
+	return s.take(ctx, w)
+}
+
+// loop does the housekeeping until Close: blocks of ended windows, idle
+// blocks and drained blocks go back; consumption is reported every second.
+func (a *allotments) loop() {
+	defer close(a.stopped)
+	tick := time.NewTicker(allotTick)
+	defer tick.Stop()
+	lastSync := time.Now()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-tick.C:
+		}
+		a.housekeep(false)
+		if time.Since(lastSync) >= allotSyncEvery {
+			lastSync = time.Now()
+			a.sync()
+		}
+	}
+}
+
+// housekeep returns the blocks that are done; closing returns every block.
+func (a *allotments) housekeep(closing bool) {
+	a.mu.Lock()
+	sets := make([]*blockSet, 0, len(a.sets))
+	for _, s := range a.sets {
+		sets = append(sets, s)
+	}
+	a.mu.Unlock()
+	now := a.dbNow()
+	var done []returning
+	for _, s := range sets {
+		done = append(done, s.collect(now, closing)...)
+	}
+	a.giveBack(done)
+}
+
+// returning is a block on its way back, with what to charge and why.
+type returning struct {
+	b      *block
+	used   float64
+	reason string
+}
+
+// giveBack returns blocks to their counters in one statement.
+func (a *allotments) giveBack(rs []returning) {
+	if len(rs) == 0 {
+		return
+	}
+	p := db.AllotmentReturnParams{}
+	for _, r := range rs {
+		p.Ids = append(p.Ids, r.b.id)
+		p.Used = append(p.Used, r.used)
+		p.Reasons = append(p.Reasons, r.reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
+	defer cancel()
+	if _, err := a.l.queries.AllotmentReturn(ctx, a.l.conn, p); err != nil {
+		// Not returned now: the blocks stay reserved until recovery finds
+		// their window over (RecoveryAllotmentFindLost); nothing over-admits.
+		return
+	}
+}
+
+// sync reports what each open block has admitted so far.
+func (a *allotments) sync() {
+	a.mu.Lock()
+	sets := make([]*blockSet, 0, len(a.sets))
+	for _, s := range a.sets {
+		sets = append(sets, s)
+	}
+	a.mu.Unlock()
+	var p db.AllotmentSyncParams
+	for _, s := range sets {
+		s.mu.Lock()
+		for _, b := range s.open() {
+			p.Ids = append(p.Ids, b.id)
+			p.Consumed = append(p.Consumed, b.used+b.reserved)
+		}
+		s.mu.Unlock()
+	}
+	if len(p.Ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
+	defer cancel()
+	_, _ = a.l.queries.AllotmentSync(ctx, a.l.conn, p)
+}
+
+// close returns every block (charging requests still in flight at their
+// estimates) and stops the housekeeping.
+func (a *allotments) close() {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.closed = true
+	started := a.started
+	a.mu.Unlock()
+	if started {
+		close(a.stop)
+		<-a.stopped
+	}
+	a.housekeep(true)
+}
+
+// Close returns the blocks of Local limits this Limiter holds, charging
+// requests still in flight at their estimates, and stops its housekeeping;
+// later Local limits are decided in the database. Call it when the process
+// stops: blocks of a process that does not close stay reserved until their
+// window ends. It does not close the pool.
+func (l *Limiter) Close() {
+	if l.allot != nil {
+		l.allot.close()
+	}
+}
+
+// allotTake runs AllotmentTake and measures the clock offset.
+func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (db.AllotmentTakeRow, error) {
+	sent := time.Now()
+	row, err := a.l.queries.AllotmentTake(ctx, a.l.conn, p)
+	if err != nil {
+		return row, err
+	}
+	back := time.Now()
+	local := sent.Add(back.Sub(sent) / 2)
+	a.mu.Lock()
+	a.offset = row.DbNow.Sub(local)
+	a.mu.Unlock()
+	return row, nil
+}
+
+// uuidText formats a block id for Reservation.Allotment.
+func uuidText(id pgtype.UUID) string { return idString(id) }

@@ -1,0 +1,300 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// blockSet is one counter's blocks in this process.
+type blockSet struct {
+	a   *allotments
+	key counterKey
+
+	mu       sync.Mutex
+	cur      *block   // admitting
+	next     *block   // taken ahead, admitting once cur is spent
+	draining []*block // closed to new admissions; returned once nothing is in flight
+	refill   chan struct{}
+	// Units admitted since rateSince, and the rate measured at the last
+	// refill (units per second), which sizes the next block.
+	units     float64
+	rateSince time.Time
+	rate      float64
+}
+
+// block is one allotment: units of one window held for this process.
+type block struct {
+	id          pgtype.UUID
+	windowStart time.Time
+	resetAt     time.Time
+	granted     float64
+	reserved    float64 // estimates of admissions in flight
+	used        float64 // actual amounts of settled admissions
+	lastUse     time.Time
+	closed      bool   // admits nothing more
+	reason      string // why it closed
+	gone        bool   // returned: later settlements change nothing in the database
+}
+
+func (b *block) free() float64 { return b.granted - b.used - b.reserved }
+
+// localAdmission is one request admitted from a block.
+type localAdmission struct {
+	set     *blockSet
+	b       *block
+	amount  float64
+	settled bool // guarded by set.mu
+}
+
+// take admits w from a block of this counter, or returns nil (decide it in
+// the database).
+func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
+	amount := w.Limit.Amount
+	s.mu.Lock()
+	for range 2 {
+		if la := s.tryLocked(s.a.dbNow(), amount); la != nil {
+			s.prefetchLocked(w)
+			s.mu.Unlock()
+			return la
+		}
+		if ch := s.refill; ch != nil { // another request is taking a block: wait for it
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil
+			}
+			s.mu.Lock()
+			continue
+		}
+		// No room: trim the current block to what it admitted (its unused
+		// units go back to the window in the same statement) and take a
+		// new one, sized for at least this request.
+		var trim *block
+		var trimTo float64
+		if b := s.cur; b != nil {
+			trim, trimTo = b, b.used+b.reserved
+			s.closeLocked(b, reasonTrimmed)
+			s.cur = nil
+		}
+		ch := make(chan struct{})
+		s.refill = ch
+		s.mu.Unlock()
+		nb := s.takeBlock(ctx, w, amount, trim, trimTo)
+		s.mu.Lock()
+		s.refill = nil
+		close(ch)
+		if nb == nil {
+			break
+		}
+		s.installLocked(nb)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// tryLocked admits amount from the current block, moving on to the next
+// one when the current one is spent.
+func (s *blockSet) tryLocked(now time.Time, amount float64) *localAdmission {
+	s.retireLocked(now)
+	for {
+		b := s.cur
+		if b == nil {
+			if s.next == nil {
+				return nil
+			}
+			s.cur, s.next = s.next, nil
+			continue
+		}
+		if b.used+b.reserved+amount <= b.granted {
+			b.reserved += amount
+			b.lastUse = time.Now()
+			s.units += amount
+			return &localAdmission{set: s, b: b, amount: amount}
+		}
+		if s.next == nil {
+			return nil
+		}
+		s.closeLocked(b, reasonTrimmed) // spent: what is left is less than this request
+		s.cur, s.next = s.next, nil
+	}
+}
+
+// retireLocked closes the blocks whose window is about to end.
+func (s *blockSet) retireLocked(now time.Time) {
+	for _, b := range []*block{s.cur, s.next} {
+		if b != nil && !now.Before(b.resetAt.Add(-s.a.opts.Margin)) {
+			s.closeLocked(b, reasonWindowEnded)
+		}
+	}
+	if s.cur != nil && s.cur.closed {
+		s.cur = nil
+	}
+	if s.next != nil && s.next.closed {
+		s.next = nil
+	}
+}
+
+// closeLocked stops admitting from b; it is returned once nothing admitted
+// from it is in flight.
+func (s *blockSet) closeLocked(b *block, reason string) {
+	if b.closed {
+		return
+	}
+	b.closed, b.reason = true, reason
+	s.draining = append(s.draining, b)
+}
+
+// installLocked makes a new block current, or next when the current one
+// still admits.
+func (s *blockSet) installLocked(b *block) {
+	switch {
+	case s.cur == nil:
+		s.cur = b
+	case s.next == nil:
+		s.next = b
+	default:
+		s.closeLocked(b, reasonIdle) // cannot happen: one refill at a time
+	}
+}
+
+// prefetchLocked takes the next block ahead, off the request's path, when
+// the current one is more than half spent.
+func (s *blockSet) prefetchLocked(w windowLimit) {
+	b := s.cur
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 {
+		return
+	}
+	ch := make(chan struct{})
+	s.refill = ch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
+		defer cancel()
+		nb := s.takeBlock(ctx, w, w.Limit.Amount, nil, 0)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.refill = nil
+		close(ch)
+		if nb != nil {
+			s.installLocked(nb)
+		}
+	}()
+}
+
+// takeBlock takes a block from the database (trimming trim first); nil
+// when none was granted or the call failed (the request is then decided in
+// the database, which reports any error itself).
+func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) *block {
+	s.mu.Lock()
+	want := s.wantLocked(w.Limit.Limit, need)
+	s.mu.Unlock()
+	p := db.AllotmentTakeParams{
+		Holder: s.a.opts.Holder, ScopeType: s.key.scopeType, ScopeKey: s.key.scopeKey, Metric: s.key.metric,
+		WindowSeconds: s.key.windowSeconds, LimitValue: w.Limit.Limit, Want: want, Need: need,
+	}
+	if trim != nil {
+		p.TrimID, p.TrimTo = trim.id, &trimTo
+	}
+	row, err := s.a.allotTake(ctx, p)
+	if err != nil || !row.AllotmentID.Valid || row.Granted <= 0 {
+		return nil
+	}
+	return &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
+		granted: row.Granted, lastUse: time.Now()}
+}
+
+// wantLocked sizes the next block: what this process admits on the
+// counter in Horizon at its recent rate, at least need (and 16 times need
+// before any rate is known), at most MaxShare of the limit.
+func (s *blockSet) wantLocked(limit, need float64) float64 {
+	now := time.Now()
+	if !s.rateSince.IsZero() {
+		if el := now.Sub(s.rateSince).Seconds(); el > 0.05 {
+			s.rate = s.units / el
+			s.units, s.rateSince = 0, now
+		}
+	} else {
+		s.rateSince = now
+	}
+	want := s.rate * s.a.opts.Horizon.Seconds()
+	if s.rate == 0 {
+		want = 16 * need
+	}
+	return min(max(want, need), limit*s.a.opts.MaxShare)
+}
+
+// open lists the blocks that are not returned yet.
+func (s *blockSet) open() []*block {
+	var out []*block
+	for _, b := range append([]*block{s.cur, s.next}, s.draining...) {
+		if b != nil && !b.gone {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// collect takes out the blocks that are done: those closed with nothing in
+// flight, idle ones, and (when closing, or long after their window) every
+// one, charging what is still in flight at its estimate.
+func (s *blockSet) collect(now time.Time, closing bool) []returning {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retireLocked(now)
+	for _, b := range []*block{s.cur, s.next} {
+		if b == nil {
+			continue
+		}
+		if closing {
+			s.closeLocked(b, reasonClosed)
+		} else if b.reserved == 0 && time.Since(b.lastUse) >= s.a.opts.IdleAfter {
+			s.closeLocked(b, reasonIdle)
+		}
+	}
+	if s.cur != nil && s.cur.closed {
+		s.cur = nil
+	}
+	if s.next != nil && s.next.closed {
+		s.next = nil
+	}
+	var out []returning
+	keep := s.draining[:0]
+	for _, b := range s.draining {
+		switch {
+		case b.reserved == 0:
+			out = append(out, returning{b: b, used: b.used, reason: b.reason})
+			b.gone = true
+		case closing || now.After(b.resetAt.Add(allotStuckAfter)):
+			out = append(out, returning{b: b, used: b.used + b.reserved, reason: b.reason})
+			b.gone = true
+		default:
+			keep = append(keep, b)
+		}
+	}
+	s.draining = keep
+	return out
+}
+
+// settle ends one local admission: committed with actual (its block's
+// used grows by it, which may exceed the block: the overage is charged
+// when the block is returned) or released. It reports whether this call
+// settled it (false when it was already settled).
+func (la *localAdmission) settle(commit bool, actual float64) bool {
+	s := la.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if la.settled {
+		return false
+	}
+	la.settled = true
+	la.b.reserved -= la.amount
+	if commit {
+		la.b.used += actual
+	}
+	return true
+}

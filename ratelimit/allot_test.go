@@ -1,0 +1,253 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// localWindow is a Local window limit of an hour (no test straddles two of
+// its windows, but in 1 time in 3,600).
+func localWindow(key string, limit, amount float64) ratelimit.Limit {
+	w := window("model", key, ratelimit.MetricTokens, limit, amount)
+	w.Local = true
+	w.Window = time.Hour
+	return w
+}
+
+// allotments reads every block of a scope.
+func allotments(t *testing.T, conn db.DBTX, scopeType, key string) []db.AllotmentListByScopeRow {
+	t.Helper()
+	rows, err := queries.AllotmentListByScope(context.Background(), conn, db.AllotmentListByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// A Local limit is admitted from a block reserved in its counter: no
+// reservation row per request, the block recorded for a DBA, and on close
+// the block returned with what was really used.
+func TestLocalLimitAdmitsFromABlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "test-holder"}))
+	key := uniqueKey("local")
+	var grants []ratelimit.Grant
+	for range 50 {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := g.Reservations[0]
+		if !r.Local || r.ID != "" || r.Allotment == "" {
+			t.Fatalf("reservation %+v, want a Local one naming its block", r)
+		}
+		grants = append(grants, g)
+	}
+	if n := rowCounts(t, pool).Reservations; n != 0 {
+		t.Fatalf("%d reservation rows, want none for Local admissions", n)
+	}
+	blocks := allotments(t, pool, "model", key)
+	granted := 0.0
+	for _, b := range blocks {
+		if b.Holder != "test-holder" || b.ReturnedAt != nil {
+			t.Fatalf("block %+v, want open and held by test-holder", b)
+		}
+		granted += b.Granted
+	}
+	if granted < 50 || granted > 50+1000*ratelimit.DefaultAllotmentMaxShare*2 {
+		t.Fatalf("blocks grant %g, want at least the 50 admitted and at most two blocks of a share more", granted)
+	}
+	assertDoctorOK(t, l) // the counter reserves the open blocks (one snapshot: a block may be taken meanwhile)
+	for i, g := range grants {
+		actual := 2.0
+		if i%10 == 0 {
+			s, err := l.Release(ctx, g, "client_gone")
+			if err != nil || !s.Reservations[0].Settled {
+				t.Fatalf("Release: %+v, %v", s, err)
+			}
+			continue
+		}
+		s, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: actual})
+		if err != nil || !s.Reservations[0].Settled || s.Reservations[0].Actual != actual {
+			t.Fatalf("Commit: %+v, %v", s, err)
+		}
+		if again, err := l.Commit(ctx, g, nil); err != nil || !again.AlreadySettled() {
+			t.Fatalf("second Commit: %+v, %v; want a no-op", again, err)
+		}
+	}
+	l.Close()
+	used := 0.0
+	for _, b := range allotments(t, pool, "model", key) {
+		if b.ReturnedAt == nil {
+			t.Fatalf("block %+v still open after Close", b)
+		}
+		used += b.Used
+	}
+	if used != 45*2 {
+		t.Fatalf("blocks charged %g, want 90 (45 commits of 2; 5 released)", used)
+	}
+	if rows := counterRows(t, pool, "model", key); rows[0].ReservedValue != 0 || rows[0].UsedValue != 90 {
+		t.Fatalf("counter %+v after Close, want used 90, reserved 0", rows[0])
+	}
+	assertDoctorOK(t, l)
+	// Closed: Local limits are decided in the database now.
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if err != nil || g.Reservations[0].Local || g.Reservations[0].ID == "" {
+		t.Fatalf("Reserve after Close: %+v, %v; want a reservation row", g, err)
+	}
+}
+
+// A Local limit a block cannot serve (an amount above a block's share of
+// the limit) is decided in the database, exactly, in the same call as the
+// other limits; and a Local limit inside a caller's transaction too.
+func TestLocalLimitFallsBackToTheDatabase(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	defer l.Close()
+	key := uniqueKey("big")
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 100), window("api_key", key, "requests", 10, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Reservations[0].Local || g.Reservations[0].ID == "" || len(allotments(t, pool, "model", key)) != 0 {
+		t.Fatalf("grant %+v: an amount above a block's share should be reserved in the database", g)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	g, err = l.WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if err != nil || g.Reservations[0].Local {
+		t.Fatalf("Reserve in a transaction: %+v, %v; want a reservation row", g, err)
+	}
+}
+
+// Local admissions are all or nothing with the limits the database
+// decides: when one of those refuses, the local units go back to the block.
+func TestLocalUnitsGoBackWhenTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	defer l.Close()
+	key := uniqueKey("mixed")
+	full := window("api_key", key, "requests", 0, 1)
+	for range 20 {
+		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 10), full})
+		if !errors.Is(err, ratelimit.ErrExceeded) {
+			t.Fatalf("Reserve: %v, want refused by the full requests window", err)
+		}
+	}
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Reservations[0].Remaining+10 != sumGranted(t, pool, key) {
+		t.Fatalf("block remaining %g after one admission of 10 of %g granted: the refused ones kept units", g.Reservations[0].Remaining, sumGranted(t, pool, key))
+	}
+}
+
+func sumGranted(t *testing.T, conn db.DBTX, key string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, b := range allotments(t, conn, "model", key) {
+		if b.ReturnedAt == nil {
+			sum += b.Granted
+		}
+	}
+	return sum
+}
+
+// Many instances admitting from blocks of one window never admit more
+// than its limit together; once they close, the counter equals what they
+// charged, and what sat unused in blocks while others were refused stays
+// within the documented bound.
+func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
+	t.Parallel()
+	const instances, workers, limit = 4, 8, 400
+	pools := pgtest.NewPools(t, instances)
+	key := uniqueKey("shared")
+	ctx := context.Background()
+	var mu sync.Mutex
+	admitted, refused := 0, 0
+	var wg sync.WaitGroup
+	limiters := make([]*ratelimit.Limiter, instances)
+	for i := range limiters {
+		limiters[i] = ratelimit.New(pools[i])
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for w := range instances * workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := limiters[w%instances]
+			for time.Now().Before(deadline) {
+				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, limit, 1)})
+				if errors.Is(err, ratelimit.ErrExceeded) {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := l.Commit(ctx, g, nil); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	// A window of the test may have ended meanwhile: count per window.
+	perWindow := map[time.Time]float64{}
+	unused := 0.0
+	for _, l := range limiters {
+		l.Close()
+	}
+	for _, b := range allotments(t, pools[0], "model", key) {
+		perWindow[b.WindowStart] += b.Used
+		unused += max(b.Granted-b.Used, 0)
+	}
+	totals, err := queries.ReservationTotalsByScope(ctx, pools[0], db.ReservationTotalsByScopeParams{ScopeType: "model", ScopeKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range totals { // what was decided in the database near the end of a window
+		perWindow[r.WindowStart] += r.CommittedAmount
+	}
+	for _, r := range counterRows(t, pools[0], "model", key) {
+		if r.UsedValue > limit || r.ReservedValue != 0 {
+			t.Errorf("window %s: used %g, reserved %g; want at most %d used, nothing reserved", r.WindowStart, r.UsedValue, r.ReservedValue, limit)
+		}
+	}
+	total := 0.0
+	for _, v := range perWindow {
+		total += v
+	}
+	if int(total) != admitted {
+		t.Errorf("blocks and reservations charged %g, but %d requests were admitted", total, admitted)
+	}
+	bound := instances * 2 * limit * ratelimit.DefaultAllotmentMaxShare
+	t.Logf("admitted %d, refused %d in %d window(s); units left unused in blocks: %g (bound %g)", admitted, refused, len(perWindow), unused, bound)
+	if refused > 0 && len(perWindow) == 1 && float64(admitted) < limit-bound {
+		t.Errorf("admitted %d of %d while refusing: more than the bound of %g sat in blocks", admitted, limit, bound)
+	}
+	assertBooksBalance(t, pools[0], "model", key)
+	assertDoctorOK(t, limiters[0])
+}
