@@ -3,6 +3,7 @@ module github.com/pgadmit/pgadmit
 go 1.26.0
 
 require (
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/peterldowns/pgtestdb v0.1.1
