@@ -54,8 +54,8 @@
 // named by its Policy when set, else by its metric, qualified by scope type
 // and window when several limits share it. When several limits count the
 // same metric, the OpenAI and Anthropic headers show the one with the least
-// left. Quotas that are not whole numbers are left out of RateLimit-Policy
-// (a Structured Field Integer). A refusal tells the state of the limit
+// left. Limits whose quota is not a whole number are left out of the IETF
+// headers (q is a Structured Field Integer). A refusal tells the state of the limit
 // that refused only.
 //
 // # Shadow limits

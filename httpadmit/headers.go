@@ -180,7 +180,7 @@ func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 }
 
 // setIETF sets RateLimit-Policy (every enforced limit with a whole quota)
-// and RateLimit (those the decision told the state of).
+// and RateLimit (those of them the decision told the state of).
 func setIETF(h http.Header, policies []policy) {
 	var pol, cur httpsfv.List
 	for _, p := range policies {

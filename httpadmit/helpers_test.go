@@ -277,3 +277,28 @@ func failOpen(l httpadmit.Limit) httpadmit.Limit {
 	l.OnFailure = httpadmit.FailOpen
 	return l
 }
+
+// atomicMax counts and keeps the largest count seen.
+type atomicMax struct {
+	mu     sync.Mutex
+	n, top int
+}
+
+func (a *atomicMax) add(d int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n += d
+	return a.n
+}
+
+func (a *atomicMax) observe(v int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.top = max(a.top, v)
+}
+
+func (a *atomicMax) max() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.top
+}
