@@ -133,7 +133,9 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 	return out
 }
 
-// failed applies the failure policy to a request whose decision failed.
+// failed applies the failure policy to a request whose decision failed. It
+// logs at most one line a second: when the database is down, every request
+// fails alike.
 func (m *middleware) failed(ctx context.Context, limits []Limit, err error) decision {
 	var closed []Limit
 	for _, l := range limits {
@@ -141,17 +143,23 @@ func (m *middleware) failed(ctx context.Context, limits []Limit, err error) deci
 			closed = append(closed, l)
 		}
 	}
+	log, suppressed := m.failures.allow(time.Now())
 	if len(closed) > 0 {
-		m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: admission failed, request refused (fail closed)",
-			slog.Int("limits_failing_closed", len(closed)), slog.String("error", err.Error()))
+		if log {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: admission failed, request refused (fail closed)",
+				slog.Int("limits_failing_closed", len(closed)), slog.String("error", err.Error()),
+				slog.Int("similar_lines_suppressed", suppressed))
+		}
 		d := decision{err: &UnavailableError{Err: err, Limits: closed}}
 		for _, l := range closed {
 			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeFailedClosed})
 		}
 		return d
 	}
-	m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: admission failed, request admitted unrecorded (fail open)",
-		slog.String("error", err.Error()))
+	if log {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: admission failed, request admitted unrecorded (fail open)",
+			slog.String("error", err.Error()), slog.Int("similar_lines_suppressed", suppressed))
+	}
 	d := decision{failedOpen: true}
 	for _, l := range limits {
 		if l.Amount != 0 {

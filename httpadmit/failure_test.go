@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,5 +210,9 @@ func TestHangingDatabaseUnderLoad(t *testing.T) {
 	}
 	if worst > time.Second {
 		t.Errorf("slowest request took %s", worst)
+	}
+	// One log line a second, not one per request.
+	if lines := strings.Count(e.logs.String(), "admission failed"); lines < 1 || lines > 1+int(time.Since(start)/time.Second) {
+		t.Errorf("%d failure lines logged for %d failures in %s", lines, clients*each+1, time.Since(start))
 	}
 }
