@@ -36,17 +36,23 @@
 //
 //   - HeadersIETF: RateLimit-Policy and RateLimit from
 //     draft-ietf-httpapi-ratelimit-headers-10, Structured Fields serialized
-//     by github.com/dunglas/httpsfv:
-//     RateLimit-Policy: "requests";q=600;w=60, "tokens";q=100000;pgadmit-qu="tokens";w=60
-//     and RateLimit: "requests";r=599;t=17, "tokens";r=99500;t=17. The
-//     draft registers no token unit, so a quota in any metric other than
-//     requests and concurrent carries its unit in the vendor parameter
-//     pgadmit-qu (VendorQuotaUnitParam); concurrent limits use the
-//     registered qu="concurrent-requests" and have no window.
+//     by github.com/dunglas/httpsfv (example below). The draft registers no
+//     token unit, so a quota in any metric other than requests and
+//     concurrent carries its unit in the vendor parameter pgadmit-qu
+//     (VendorQuotaUnitParam); concurrent limits use the registered
+//     qu="concurrent-requests" and have no window.
 //   - HeadersOpenAI: x-ratelimit-limit-requests, x-ratelimit-remaining-requests,
 //     x-ratelimit-reset-requests (1s, 6m0s) and the same for tokens.
 //   - HeadersAnthropic: anthropic-ratelimit-requests-limit, -remaining and
 //     -reset (RFC 3339), and the same for tokens.
+//
+// For an API key allowed 600 requests and 100,000 tokens a minute, 16.52
+// seconds before its window ends (t rounds up):
+//
+//	RateLimit-Policy: "requests";q=600;w=60, "tokens";q=100000;pgadmit-qu="tokens";w=60
+//	RateLimit: "requests";r=599;t=17, "tokens";r=99500;t=17
+//	X-Ratelimit-Remaining-Tokens: 99500
+//	X-Ratelimit-Reset-Tokens: 16.52s
 //
 // All values come from the decision Reserve made (Grant.DecidedAt, each
 // Reservation's Limit, Remaining, Window and ResetAt; the ExceededError of
