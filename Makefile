@@ -14,7 +14,7 @@ export CGO_ENABLED := 1
 SQLC := cd tools && $(GO) tool sqlc -f ../sqlc.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help generate check-generated vet lint-sql sqlc-vet test query-coverage fuzz bench demo build ci
+.PHONY: help generate check-generated vet lint-sql sqlc-vet test query-coverage fuzz bench demo demo-http build ci
 
 help: ## list the targets
 	@echo "usage: make TARGET"
@@ -62,6 +62,9 @@ bench: ## the workloads W1-W5 side by side (pgadmit bench; see README)
 
 demo: ## run the demo
 	$(GO) run ./cmd/pgadmit demo
+
+demo-http: ## run the HTTP gateway demo (pgadmit demo --http)
+	$(GO) run ./cmd/pgadmit demo --http
 
 build: ## build bin/pgadmit
 	$(GO) build -o bin/pgadmit ./cmd/pgadmit

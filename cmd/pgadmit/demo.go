@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -44,7 +45,16 @@ the whole database (use a scratch one).
 
 Exits 1 when the doctor finds problems, the killed instance's capacity did not come back, a
 model's live leases or a key's requests went above their limit, or a live instance hit an
-error.`,
+error.
+
+With --http, it runs an HTTP gateway instead (package httpadmit): a real server on 127.0.0.1
+admitting each request with the middleware, in front of a fake upstream that streams tokens
+as server-sent events, and --clients real HTTP clients on --keys API keys (default 20) for
+--duration (default 10s), every 8th request cancelled mid-stream. It prints the rate-limit headers of admitted
+responses and of a 429 with its problem body, what a request gets when the database hangs or
+is stopped (fail closed: 503; fail open: 200; both within the decision timeout), and the
+gateway's /metrics page; then checks that nothing stays held and the books balance. Exits 1
+when one of these checks fails.`,
 		db:  dbOptional,
 		run: runDemo,
 	}
@@ -97,12 +107,19 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	instances := fs.Int("instances", 3, "gateway instances, each with its own pool; the last one is killed")
 	clients := fs.Int("clients", 12, "concurrent clients per instance")
 	keys := fs.Int("keys", 150, "API keys")
+	httpMode := fs.Bool("http", false, "run an HTTP gateway (package httpadmit) in front of a fake streaming upstream instead")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
 	}
 	if err := noArgs(args); err != nil {
 		return err
+	}
+	if *httpMode && !flagSet(fs, "duration") {
+		*duration = 10 * time.Second
+	}
+	if *httpMode && !flagSet(fs, "keys") {
+		*keys = 20
 	}
 	switch {
 	case *duration < 5*time.Second || *duration > 10*time.Minute:
@@ -113,6 +130,9 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		return usagef("--clients must be between 1 and 64, got %d", *clients)
 	case *keys < 2 || *keys > 1_000_000:
 		return usagef("--keys must be between 2 and 1000000, got %d", *keys)
+	}
+	if *httpMode {
+		return runHTTPDemo(ctx, a, *duration, *clients, *keys)
 	}
 	total := time.Now()
 
@@ -221,4 +241,11 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	return d.summary(ctx, gws, crash, time.Since(total))
+}
+
+// flagSet reports whether name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

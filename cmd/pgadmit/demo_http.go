@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// httpDemo is one run of `pgadmit demo --http`.
+type httpDemo struct {
+	out      io.Writer
+	prefix   string
+	keys     []string // API keys; plans[key] is each one's plan
+	plans    map[string]httpPlan
+	gateway  string // base URL
+	load     *httpLoad
+	problems []string
+}
+
+// runHTTPDemo runs a real HTTP gateway on 127.0.0.1 in front of a fake
+// upstream that streams tokens, with clients real HTTP clients, then shows
+// headers, a 429, what a down database does, and the gateway's /metrics.
+func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, keys int) error {
+	dsn, stop, err := a.database(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	pool, err := a.connect(ctx, dsn, int32(clients+4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	version, err := a.migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	d := &httpDemo{out: a.stdout, prefix: "demo-http-" + bench.NewRunID()[:6] + "/", plans: map[string]httpPlan{}}
+	for i := range keys {
+		key := fmt.Sprintf("sk-demo-%04d", i)
+		plan := httpPlanPro
+		if i%5 == 1 { // one of the two hot keys is on the free plan
+			plan = httpPlanFree
+		}
+		d.keys = append(d.keys, key)
+		d.plans[key] = plan
+	}
+
+	// The fake upstream and the gateway, each a real server on 127.0.0.1.
+	upstream, err := serve(upstreamHandler())
+	if err != nil {
+		return err
+	}
+	defer upstream.Close()
+	limiter := ratelimit.New(pool)
+	reg := prometheus.NewRegistry()
+	metrics, err := promadmit.New(reg)
+	if err != nil {
+		return err
+	}
+	admit, err := httpadmit.New(limiter, gatewayLimits(d.prefix, d.plans), httpadmit.WithObserver(metrics),
+		httpadmit.WithHeaders(httpadmit.HeadersIETF|httpadmit.HeadersOpenAI|httpadmit.HeadersAnthropic),
+		// A 2-core machine running the load and the database: a few ms would
+		// fail requests closed under load; production sets it near its p99.
+		httpadmit.WithDecisionTimeout(500*time.Millisecond),
+		httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/chat/completions", admit(proxyHandler(&http.Client{}, upstream.url+"/v1/chat/completions")))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	gw, err := serve(mux)
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+	d.gateway = gw.url
+
+	fmt.Fprintf(d.out, "pgadmit demo --http: schema version %d; scopes of this run start with %q\n", version, d.prefix)
+	fmt.Fprintf(d.out, "fake upstream %s streams tokens; gateway %s admits each request (/metrics is Prometheus)\n", upstream.url, gw.url)
+	fmt.Fprintf(d.out, "%d API keys (pro: %g req/min, %g tok/min; free from the 2nd on, every 5th: %g and %g), models large (%g in flight) and small (%g)\n",
+		keys, httpPlanPro.requestsMin, httpPlanPro.tokensMin, httpPlanFree.requestsMin, httpPlanFree.tokensMin,
+		httpModels[0].concurrent, httpModels[1].concurrent)
+	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %d clients for %s, every 8th cancels mid-stream\n\n", clients, duration)
+
+	d.load = newHTTPLoad(d, clients)
+	d.load.run(ctx, duration)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	d.load.summary()
+	d.showSamples()
+	if err := d.showFailurePolicy(ctx); err != nil {
+		return err
+	}
+	if err := d.showMetrics(ctx); err != nil {
+		return err
+	}
+	if err := d.checkNothingHeld(ctx, pool, limiter); err != nil {
+		return err
+	}
+	if len(d.problems) > 0 {
+		for _, p := range d.problems {
+			fmt.Fprintf(d.out, "PROBLEM: %s\n", p)
+		}
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("%d problems", len(d.problems))}
+	}
+	fmt.Fprintln(d.out, "\ndemo --http: ok")
+	return nil
+}
+
+func (d *httpDemo) problem(format string, args ...any) {
+	d.problems = append(d.problems, fmt.Sprintf(format, args...))
+}
+
+// showSamples prints the headers of two admitted responses and of a 429
+// with its body.
+func (d *httpDemo) showSamples() {
+	samples := d.load.samples()
+	fmt.Fprintln(d.out, "\nRESPONSES (rate-limit headers as the client saw them)")
+	byStatus := map[int]int{}
+	for _, status := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		for i := range samples {
+			if samples[i].status == status {
+				byStatus[status]++
+				printSample(d.out, &samples[i])
+			}
+		}
+	}
+	if byStatus[http.StatusOK] == 0 {
+		d.problem("no admitted response was sampled")
+	}
+	if byStatus[http.StatusTooManyRequests] == 0 {
+		d.problem("no 429 was sampled: the load never reached a limit")
+	}
+}
+
+func printSample(w io.Writer, s *sample) {
+	fmt.Fprintf(w, "\n  HTTP/1.1 %d %s  (%s, model %s)\n", s.status, http.StatusText(s.status), s.key, s.model)
+	names := make([]string, 0, len(s.header))
+	for name := range s.header {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		lower := strings.ToLower(name)
+		if strings.Contains(lower, "ratelimit") || lower == "retry-after" || lower == "content-type" {
+			fmt.Fprintf(w, "  %s: %s\n", name, strings.Join(s.header[name], ", "))
+		}
+	}
+	if s.status != http.StatusOK {
+		fmt.Fprintf(w, "\n  %s\n", strings.TrimSpace(s.body))
+	}
+}
+
+// showFailurePolicy points a second middleware at a database that accepts
+// connections and never answers, and at one that is stopped, and times a
+// request that fails closed and one that fails open against each.
+func (d *httpDemo) showFailurePolicy(ctx context.Context) error {
+	fmt.Fprintf(d.out, "\nWHEN THE DATABASE FAILS (decision timeout %s)\n", httpadmit.DefaultDecisionTimeout)
+	hanging, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer hanging.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hanging.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	stopped, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	stoppedAddr := stopped.Addr().String()
+	stopped.Close()
+
+	for _, server := range []struct{ name, addr string }{{"hangs", hanging.Addr().String()}, {"is stopped", stoppedAddr}} {
+		url := fmt.Sprintf("postgres://pgadmit@%s/pgadmit?sslmode=disable&connect_timeout=2", server.addr)
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return err
+		}
+		p, err := pgxpool.NewWithConfig(ctx, cfg) // connects on first use, not now
+		if err != nil {
+			return err
+		}
+		for _, policy := range []httpadmit.FailurePolicy{httpadmit.FailClosed, httpadmit.FailOpen} {
+			limits := func(*http.Request) ([]httpadmit.Limit, error) {
+				return []httpadmit.Limit{{OnFailure: policy, Limit: ratelimit.Limit{
+					Scope: ratelimit.Scope{Type: "api_key", Key: d.prefix + "k"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1}}}, nil
+			}
+			admit, err := httpadmit.New(ratelimit.New(p), limits, httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				p.Close()
+				return err
+			}
+			srv, err := serve(admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "served\n") })))
+			if err != nil {
+				p.Close()
+				return err
+			}
+			start := time.Now()
+			resp, err := http.Post(srv.url, "application/json", strings.NewReader("{}"))
+			took := time.Since(start)
+			srv.Close()
+			if err != nil {
+				p.Close()
+				return err
+			}
+			resp.Body.Close()
+			fmt.Fprintf(d.out, "  database %-11s %-11s -> %d %s in %.1fms\n", server.name+":", policy, resp.StatusCode, http.StatusText(resp.StatusCode), took.Seconds()*1000)
+			want := http.StatusServiceUnavailable
+			if policy == httpadmit.FailOpen {
+				want = http.StatusOK
+			}
+			if resp.StatusCode != want || took > time.Second {
+				d.problem("database %s, %s: %d in %s, want %d well within a second", server.name, policy, resp.StatusCode, took, want)
+			}
+		}
+		p.Close()
+	}
+	return nil
+}
+
+// showMetrics scrapes the gateway's /metrics and prints pgadmit's series
+// (without histogram buckets).
+func (d *httpDemo) showMetrics(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.gateway+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("scrape /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("scrape /metrics: %w", err)
+	}
+	fmt.Fprintf(d.out, "\nMETRICS (GET %s/metrics, %d bytes; pgadmit's series without histogram buckets)\n", d.gateway, len(body))
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "pgadmit_") && !strings.Contains(line, "_bucket{") {
+			fmt.Fprintf(d.out, "  %s", line)
+		}
+	}
+	for _, want := range []string{`pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="admitted",scope_type="api_key"}`,
+		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="ok"}`} {
+		if !strings.Contains(string(body), want) {
+			d.problem("/metrics lacks %s", want)
+		}
+	}
+	return nil
+}
+
+// checkNothingHeld waits until this run's scopes hold no reservation and
+// no lease, and asks the doctor.
+func (d *httpDemo) checkNothingHeld(ctx context.Context, conn db.DBTX, limiter *ratelimit.Limiter) error {
+	q := db.New()
+	var reserved float64
+	var leases int64
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		reserved, leases = 0, 0
+		for _, key := range d.keys {
+			rows, err := q.CounterListByScope(ctx, conn, db.CounterListByScopeParams{ScopeType: "api_key", ScopeKey: d.prefix + key})
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				reserved += r.ReservedValue
+			}
+		}
+		for _, m := range httpModels {
+			row, err := q.LeaseLiveByScope(ctx, conn, db.LeaseLiveByScopeParams{ScopeType: "model", ScopeKey: d.prefix + m.name})
+			if err != nil {
+				return err
+			}
+			leases += row.Leases
+		}
+		if (reserved == 0 && leases == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Fprintf(d.out, "\nAFTERWARDS: this run's scopes hold %g reserved and %d live leases", reserved, leases)
+	if reserved != 0 || leases != 0 {
+		fmt.Fprintln(d.out)
+		d.problem("capacity still held after every request ended: %g reserved, %d leases", reserved, leases)
+	} else {
+		fmt.Fprintln(d.out, ": nothing held")
+	}
+	report, err := limiter.Doctor(ctx)
+	if err != nil {
+		return err
+	}
+	if !report.OK() {
+		d.problem("doctor: %s", report)
+		return nil
+	}
+	fmt.Fprintln(d.out, "doctor: the books balance")
+	return nil
+}
+
+// server is an HTTP server on 127.0.0.1 at a free port.
+type server struct {
+	url string
+	srv *http.Server
+}
+
+func serve(h http.Handler) (*server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &server{url: "http://" + ln.Addr().String(), srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server, waiting briefly for requests in flight.
+func (s *server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); errors.Is(err, context.DeadlineExceeded) {
+		_ = s.srv.Close()
+	}
+}

@@ -1,0 +1,211 @@
+package httpadmit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// decision is what became of one request's limits.
+type decision struct {
+	grant      ratelimit.Grant
+	failedOpen bool     // admitted without a decision: the database failed
+	refusal    *Refusal // an enforced limit refused
+	err        error    // for the error handler: bad limits, or failed closed
+	outcomes   []LimitOutcome
+}
+
+// decide reserves the request's limits. Shadow limits are evaluated in the
+// same Reserve call as the enforced ones, listed after them: Reserve names
+// the first limit in the caller's order that did not fit, so a refusal
+// naming a shadow limit means every enforced limit fit. That shadow limit
+// is then counted and dropped, and Reserve runs again without it, so a
+// request costs one round trip unless a shadow limit would refuse it (one
+// more per such limit). Shadow limits are reserved and settled like the
+// others: their counters see the traffic they would see if enforced.
+//
+// A shadow limit on the very counter of an enforced limit (same scope,
+// metric and window: a lower limit being tried out) cannot be reserved a
+// second time; it is judged from the enforced limit's decision (what the
+// window held, plus this request), in the same round trip.
+func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
+	var call []Limit          // sent to Reserve: enforced first, then shadow
+	var judged []Limit        // shadow limits on an enforced limit's counter
+	enforced := map[key]int{} // in call
+	for _, l := range limits {
+		if l.Mode == Enforce && l.Amount != 0 {
+			enforced[keyOf(l.Limit)] = len(call)
+			call = append(call, l)
+		}
+	}
+	for _, l := range limits {
+		if l.Mode != Shadow || l.Amount == 0 {
+			continue
+		}
+		if _, ok := enforced[keyOf(l.Limit)]; ok {
+			if !(l.Limit.Limit >= 0) || !(l.Amount >= 0) || math.IsInf(l.Limit.Limit, 0) || math.IsInf(l.Amount, 0) {
+				return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, &ratelimit.ValidationError{
+					Field: "Limit", Value: keyOf(l.Limit).String(), Reason: "shadow limit and amount must be finite and not negative"})}
+			}
+			judged = append(judged, l)
+			continue
+		}
+		call = append(call, l)
+	}
+	if len(call) == 0 {
+		return decision{}
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.decisionTimeout)
+	defer cancel()
+	var d decision
+	for {
+		grant, err := m.reserve(ctx, call)
+		var exceeded *ratelimit.ExceededError
+		switch {
+		case err == nil:
+			d.grant = grant
+			d.outcomes = append(d.outcomes, m.admittedOutcomes(ctx, call, judged, grant)...)
+			return d
+		case errors.As(err, &exceeded):
+			i := indexOf(call, keyOfExceeded(exceeded))
+			if i < 0 {
+				return decision{err: fmt.Errorf("httpadmit: refusal names no limit of the request: %w", err)}
+			}
+			l := call[i]
+			if l.Mode == Enforce {
+				d.refusal = &Refusal{Exceeded: exceeded, Limit: l, Policy: policyNames(enforcedOf(limits))[keyOf(l.Limit)]}
+				d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeRefused, Utilization: ratio(exceeded.Projected, exceeded.Limit)})
+				return d
+			}
+			m.logShadow(ctx, l, ratio(exceeded.Projected, exceeded.Limit), exceeded.Message)
+			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(exceeded.Projected, exceeded.Limit)})
+			call = append(call[:i:i], call[i+1:]...)
+		case errors.Is(err, ratelimit.ErrInvalidInput):
+			return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
+		default:
+			return m.failed(ctx, limits, err)
+		}
+	}
+}
+
+// reserve is one Reserve call, timed.
+func (m *middleware) reserve(ctx context.Context, limits []Limit) (ratelimit.Grant, error) {
+	rl := make([]ratelimit.Limit, len(limits))
+	for i, l := range limits {
+		rl[i] = l.Limit
+	}
+	start := time.Now()
+	grant, err := m.limiter.Reserve(ctx, "", "", rl)
+	if !errors.Is(err, ratelimit.ErrInvalidInput) { // refused before reaching the database
+		m.observer.DatabaseCall(OpReserve, time.Since(start), err)
+	}
+	return grant, err
+}
+
+// admittedOutcomes reports every limit of an admitted request: those in
+// the grant from what Reserve saw, and the judged shadow limits from the
+// decision of the enforced limit on their counter.
+func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit, grant ratelimit.Grant) []LimitOutcome {
+	states := grantStates(grant)
+	out := make([]LimitOutcome, 0, len(call)+len(judged))
+	for _, l := range call {
+		st := states[keyOf(l.Limit)]
+		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(st.quota-st.remaining, st.quota)})
+	}
+	for _, l := range judged {
+		st := states[keyOf(l.Limit)]
+		// st.quota - st.remaining is what the counter holds with the
+		// enforced amount counted; the shadow limit counts its own amount.
+		held := st.quota - st.remaining - st.amount + l.Amount
+		if held <= l.Limit.Limit {
+			out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(held, l.Limit.Limit)})
+			continue
+		}
+		m.logShadow(ctx, l, ratio(held, l.Limit.Limit), fmt.Sprintf("would hold %g of %g", held, l.Limit.Limit))
+		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(held, l.Limit.Limit)})
+	}
+	return out
+}
+
+// failed applies the failure policy to a request whose decision failed. It
+// logs at most one line a second: when the database is down, every request
+// fails alike.
+func (m *middleware) failed(ctx context.Context, limits []Limit, err error) decision {
+	var closed []Limit
+	for _, l := range limits {
+		if l.Mode == Enforce && l.OnFailure == FailClosed && l.Amount != 0 {
+			closed = append(closed, l)
+		}
+	}
+	log, suppressed := m.failures.allow(time.Now())
+	if len(closed) > 0 {
+		if log {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: admission failed, request refused (fail closed)",
+				slog.Int("limits_failing_closed", len(closed)), slog.String("error", err.Error()),
+				slog.Int("similar_lines_suppressed", suppressed))
+		}
+		d := decision{err: &UnavailableError{Err: err, Limits: closed}}
+		for _, l := range closed {
+			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeFailedClosed})
+		}
+		return d
+	}
+	if log {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: admission failed, request admitted unrecorded (fail open)",
+			slog.String("error", err.Error()), slog.Int("similar_lines_suppressed", suppressed))
+	}
+	d := decision{failedOpen: true}
+	for _, l := range limits {
+		if l.Amount != 0 {
+			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeFailedOpen})
+		}
+	}
+	return d
+}
+
+// logShadow logs a shadow limit that would have refused a request. Logs
+// may name the scope key; metrics never do.
+func (m *middleware) logShadow(ctx context.Context, l Limit, utilization float64, why string) {
+	m.logger.LogAttrs(ctx, slog.LevelInfo, "pgadmit: shadow limit would refuse",
+		slog.String("scope_type", l.Scope.Type), slog.String("scope_key", l.Scope.Key),
+		slog.String("metric", l.Metric), slog.Float64("limit", l.Limit.Limit), slog.Float64("amount", l.Amount),
+		slog.Float64("utilization", utilization), slog.String("policy", l.Policy), slog.String("why", why))
+}
+
+// indexOf is the position of the limit with key k in limits, or -1.
+func indexOf(limits []Limit, k key) int {
+	for i, l := range limits {
+		if keyOf(l.Limit) == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// enforcedOf lists the enforced limits: the ones headers speak of.
+func enforcedOf(limits []Limit) []Limit {
+	var out []Limit
+	for _, l := range limits {
+		if l.Mode == Enforce {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ratio is held over quota, 1 for a zero quota that holds something.
+func ratio(held, quota float64) float64 {
+	switch {
+	case quota > 0:
+		return held / quota
+	case held > 0:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,106 @@
+// Package httpadmit is pgadmit's net/http middleware: it admits each
+// request against limits kept in PostgreSQL (package ratelimit) before the
+// handler runs, settles it after, and tells clients where they stand in the
+// headers OpenAI, Anthropic and the IETF use.
+//
+//	mw, err := httpadmit.New(limiter, func(r *http.Request) ([]httpadmit.Limit, error) {
+//		key := r.Header.Get("Authorization")
+//		return []httpadmit.Limit{
+//			{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: key},
+//				Metric: ratelimit.MetricRequests, Limit: 600, Amount: 1}},
+//		}, nil
+//	})
+//	http.Handle("/v1/chat/completions", mw(upstream))
+//
+// The handler reports what the request really used with ReportUsage
+// (tokens from the upstream's usage field); the middleware commits it when
+// the handler returns. The request's reservation is released instead when
+// the handler calls Discard, or when it ends abnormally without having
+// reported usage: it panics (the panic goes on after the release), its
+// client disconnects, or a write to the client fails (a cut stream). When
+// it had reported usage, that usage is committed even then: the upstream
+// spent it. Concurrency leases are renewed while a request runs longer
+// than a third of their TTL, so long streams keep their slots. Nothing
+// stays held: a settle that fails is logged, and what it left lapses by
+// itself (a lease at its TTL, a reservation when its window ends).
+//
+// # Responses
+//
+// A refusal is a 429 with Retry-After (whole seconds, computed on the
+// database's clock) and an application/problem+json body (RFC 9457) of type
+// quota-exceeded naming the limit in violated-policies; a refusal that
+// retrying cannot cure (the request needs more than the whole quota) has no
+// Retry-After. Every response of a decided request, success, refusal or
+// stream, carries the rate-limit headers, set before the handler writes a
+// byte; WithHeaders picks the families:
+//
+//   - HeadersIETF: RateLimit-Policy and RateLimit from
+//     draft-ietf-httpapi-ratelimit-headers-10, Structured Fields serialized
+//     by github.com/dunglas/httpsfv (example below). The draft registers no
+//     token unit, so a quota in any metric other than requests and
+//     concurrent carries its unit in the vendor parameter pgadmit-qu
+//     (VendorQuotaUnitParam); concurrent limits use the registered
+//     qu="concurrent-requests" and have no window.
+//   - HeadersOpenAI: x-ratelimit-limit-requests, x-ratelimit-remaining-requests,
+//     x-ratelimit-reset-requests (1s, 6m0s) and the same for tokens.
+//   - HeadersAnthropic: anthropic-ratelimit-requests-limit, -remaining and
+//     -reset (RFC 3339), and the same for tokens.
+//
+// For an API key allowed 600 requests and 100,000 tokens a minute, 16.52
+// seconds before its window ends (t rounds up):
+//
+//	RateLimit-Policy: "requests";q=600;w=60, "tokens";q=100000;pgadmit-qu="tokens";w=60
+//	RateLimit: "requests";r=599;t=17, "tokens";r=99500;t=17
+//	X-Ratelimit-Remaining-Tokens: 99500
+//	X-Ratelimit-Reset-Tokens: 16.52s
+//
+// All values come from the decision Reserve made (Grant.DecidedAt, each
+// Reservation's Limit, Remaining, Window and ResetAt; the ExceededError of
+// a refusal): no second query. Only enforced limits appear. A limit is
+// named by its Policy when set, else by its metric, qualified by scope type
+// and window when several limits share it. When several limits count the
+// same metric, the OpenAI and Anthropic headers show the one with the least
+// left. Limits whose quota is not a whole number are left out of the IETF
+// headers (q is a Structured Field Integer). A refusal tells the state of the limit
+// that refused only.
+//
+// # Shadow limits
+//
+// A limit in Shadow mode is evaluated and recorded but never refuses; a
+// request it would have refused is counted (OutcomeShadowRefused) and
+// logged, then served. Shadow limits go into the same Reserve call as the
+// enforced ones, after them. Reserve is all or nothing and reports the
+// first limit in that order that did not fit, so when it names a shadow
+// limit, every enforced limit fit: that shadow limit is dropped and Reserve
+// runs again. A request thus costs one round trip, plus one per shadow
+// limit that would refuse it. Shadow limits are reserved and committed like
+// enforced ones, so their counters see exactly the traffic they would see
+// if enforced (what a refused request would not have added, they do not
+// count either). A non-consuming Check would cost a round trip on every
+// request and, writing nothing, would never see a new limit fill up.
+//
+// A shadow limit on an enforced limit's own counter (same scope, metric and
+// window: a lower limit being tried out) cannot be reserved twice; it is
+// judged from the enforced limit's decision, with no round trip of its own.
+// It sees the traffic the enforced limit admits.
+//
+// # When the database fails
+//
+// A decision that errors, or that takes longer than WithDecisionTimeout
+// (default 50 ms, connecting included), follows the limits' FailurePolicy:
+// if any enforced limit fails closed (the default), the request is refused
+// with 503 (an *UnavailableError to the error handler, OutcomeFailedClosed);
+// otherwise it is admitted unrecorded (OutcomeFailedOpen), without
+// rate-limit headers. A database that is down or hangs thus costs a request
+// at most the decision timeout. A Reserve that timed out may still have
+// been applied by the server: such a reservation has no owner and lapses
+// like any unsettled one. Bound connection attempts too (connect_timeout in
+// the pool's configuration), so that background dials to a hanging server
+// end.
+//
+// # Metrics
+//
+// WithObserver receives every decision (LimitOutcome per limit), the
+// latency of every database call, and the leases requests in flight hold.
+// Package promadmit turns them into Prometheus metrics.
+package httpadmit

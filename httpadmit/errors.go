@@ -1,0 +1,42 @@
+package httpadmit
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrBadRequest marks an error that is the request's fault: the default
+	// error handler answers 400. Wrap it in errors a LimitsFunc returns for
+	// requests it cannot map to limits (no API key, a body that is not
+	// JSON); limits that ratelimit refuses as invalid (a negative estimate,
+	// say) are reported with it too.
+	ErrBadRequest = errors.New("httpadmit: bad request")
+	// ErrUnavailable is matched by the *UnavailableError a request gets when
+	// the database failed or did not answer in time and one of its enforced
+	// limits fails closed: the default error handler answers 503.
+	ErrUnavailable = errors.New("httpadmit: admission control unavailable")
+	// ErrNoAdmission is returned by ReportUsage and Discard for a context
+	// that did not come through the middleware.
+	ErrNoAdmission = errors.New("httpadmit: no admission in this context")
+)
+
+// UnavailableError is a request refused because the database failed (Err:
+// its error, or context.DeadlineExceeded when it did not answer within the
+// decision timeout) and a limit fails closed.
+type UnavailableError struct {
+	Err error
+	// Limits are the enforced limits whose FailClosed policy refused the
+	// request.
+	Limits []Limit
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("httpadmit: admission control unavailable (%d limits fail closed): %v", len(e.Limits), e.Err)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap gives the database's error.
+func (e *UnavailableError) Unwrap() error { return e.Err }

@@ -1,0 +1,145 @@
+package httpadmit_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A gateway: each request is admitted against its API key's requests and
+// tokens (the estimate is the body's max_tokens) and a slot on its model,
+// the upstream streams its answer, and the tokens it really used are
+// committed. The fourth request of the day is refused with a 429.
+// Prometheus metrics are served on /metrics.
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	limiter := ratelimit.New(pool)
+
+	// What a request must fit, from its Authorization header and its body.
+	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
+		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body)) // the upstream handler reads it again
+		var req struct {
+			Model     string  `json:"model"`
+			MaxTokens float64 `json:"max_tokens"`
+		}
+		if key == "" || json.Unmarshal(body, &req) != nil || req.Model == "" {
+			return nil, fmt.Errorf("%w: want an API key and a JSON body naming a model", httpadmit.ErrBadRequest)
+		}
+		apiKey := ratelimit.Scope{Type: "api_key", Key: key}
+		day := 24 * time.Hour
+		return []httpadmit.Limit{
+			{Limit: ratelimit.Limit{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: 3, Amount: 1, Window: day}},
+			{Limit: ratelimit.Limit{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: 100_000, Amount: req.MaxTokens, Window: day}},
+			{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "model", Key: req.Model}, Metric: ratelimit.MetricConcurrent, Limit: 50, Amount: 1},
+				OnFailure: httpadmit.FailOpen}, // when the database is down, this one alone would not refuse
+		}, nil
+	}
+
+	reg := prometheus.NewRegistry()
+	metrics, err := promadmit.New(reg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	admit, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The upstream call: stream the answer, then report the tokens used.
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, token := range []string{"Hello", ",", " world"} {
+			fmt.Fprintf(w, "data: %s\n\n", token)
+			http.NewResponseController(w).Flush()
+		}
+		_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 420})
+	})
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/chat/completions", admit(upstream))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	gateway := httptest.NewServer(mux)
+	defer gateway.Close()
+
+	for i := range 4 {
+		req, _ := http.NewRequest(http.MethodPost, gateway.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model": "gpt-4o", "max_tokens": 1000}`))
+		req.Header.Set("Authorization", "Bearer key_example")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if i == 0 {
+			fmt.Println("RateLimit-Policy:", resp.Header.Get("RateLimit-Policy"))
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			var problem httpadmit.Problem
+			_ = json.Unmarshal(body, &problem)
+			fmt.Println(resp.StatusCode, "Retry-After set:", resp.Header.Get("Retry-After") != "",
+				"violated-policies:", problem.ViolatedPolicies)
+			continue
+		}
+		fmt.Printf("%d remaining: requests %s, tokens %s; streamed %q\n", resp.StatusCode,
+			resp.Header.Get("x-ratelimit-remaining-requests"), resp.Header.Get("x-ratelimit-remaining-tokens"), tokens(body))
+	}
+
+	resp, err := http.Get(gateway.URL + "/metrics")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		if strings.HasPrefix(lines.Text(), `pgadmit_http_admissions_total{metric="requests"`) {
+			fmt.Println(lines.Text())
+		}
+	}
+	// Output:
+	// RateLimit-Policy: "requests";q=3;w=86400, "tokens";q=100000;pgadmit-qu="tokens";w=86400, "concurrent";q=50;qu="concurrent-requests"
+	// 200 remaining: requests 2, tokens 99000; streamed "Hello, world"
+	// 200 remaining: requests 1, tokens 98580; streamed "Hello, world"
+	// 200 remaining: requests 0, tokens 98160; streamed "Hello, world"
+	// 429 Retry-After set: true violated-policies: [requests]
+	// pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="admitted",scope_type="api_key"} 3
+	// pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="refused",scope_type="api_key"} 1
+}
+
+// tokens joins the data of a server-sent event stream.
+func tokens(stream []byte) string {
+	var b strings.Builder
+	for line := range strings.Lines(string(stream)) {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			b.WriteString(strings.TrimSuffix(data, "\n"))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,265 @@
+package httpadmit
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// HeaderFamily is a set of rate-limit header families, combined with |.
+type HeaderFamily uint8
+
+const (
+	// HeadersIETF sends RateLimit-Policy and RateLimit as defined by
+	// draft-ietf-httpapi-ratelimit-headers-10, serialized as Structured
+	// Fields (RFC 9651).
+	HeadersIETF HeaderFamily = 1 << iota
+	// HeadersOpenAI sends x-ratelimit-limit-requests,
+	// x-ratelimit-remaining-requests, x-ratelimit-reset-requests (a Go
+	// duration such as 1s or 6m0s) and the same three for tokens.
+	HeadersOpenAI
+	// HeadersAnthropic sends anthropic-ratelimit-requests-limit, -remaining
+	// and -reset (an RFC 3339 time), and the same three for tokens.
+	HeadersAnthropic
+
+	// DefaultHeaders is what the middleware sends unless told otherwise.
+	DefaultHeaders = HeadersIETF | HeadersOpenAI
+
+	allHeaders = HeadersIETF | HeadersOpenAI | HeadersAnthropic
+)
+
+// The header fields the middleware sets.
+const (
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+)
+
+// VendorQuotaUnitParam is the RateLimit-Policy parameter that names the
+// unit of a quota whose unit the draft's registry lacks: a policy on
+// tokens reads "tokens";q=100000;w=60;pgadmit-qu="tokens". The draft
+// allows such vendor-prefixed parameters; its own qu parameter only takes
+// registered units (requests, the default, content-bytes and
+// concurrent-requests), so it is sent only for concurrent limits.
+const VendorQuotaUnitParam = "pgadmit-qu"
+
+// maxSFInteger is the largest Integer a Structured Field can carry.
+const maxSFInteger = 999_999_999_999_999
+
+// limitState is what a decision said about one limit.
+type limitState struct {
+	quota, amount float64
+	remaining     float64       // capacity left with this request counted
+	window        time.Duration // zero for concurrent limits
+	resetIn       time.Duration // on the database's clock; zero when unknown
+	resetAt       time.Time
+}
+
+// grantStates is the state of every limit in a grant, by key.
+func grantStates(g ratelimit.Grant) map[key]limitState {
+	out := make(map[key]limitState, len(g.Reservations)+len(g.Leases))
+	for _, r := range g.Reservations {
+		k := key{scopeType: r.ScopeType, scopeKey: r.ScopeKey, metric: r.Metric, window: r.Window}
+		out[k] = limitState{quota: r.Limit, amount: r.Amount, remaining: r.Remaining, window: r.Window,
+			resetIn: max(r.ResetAt.Sub(g.DecidedAt), 0), resetAt: r.ResetAt}
+	}
+	for _, l := range g.Leases {
+		k := key{scopeType: l.ScopeType, scopeKey: l.ScopeKey, metric: ratelimit.MetricConcurrent}
+		out[k] = limitState{quota: l.Limit, amount: l.Amount, remaining: l.Remaining}
+	}
+	return out
+}
+
+// policy is one enforced limit as the headers show it: its name, and its
+// state when the decision told it.
+type policy struct {
+	name  string
+	limit Limit
+	state *limitState
+}
+
+// grantHeaders are the policies of an admitted request.
+func grantHeaders(limits []Limit, g ratelimit.Grant) []policy {
+	states := grantStates(g)
+	enforced := enforcedOf(limits)
+	names := policyNames(enforced)
+	out := make([]policy, 0, len(enforced))
+	for _, l := range enforced {
+		p := policy{name: names[keyOf(l.Limit)], limit: l}
+		if st, ok := states[keyOf(l.Limit)]; ok {
+			p.state = &st
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// refusalHeaders are the policies of a refused request: all of them, with
+// the state of the one that refused (the only one the refusal tells).
+func refusalHeaders(limits []Limit, r *Refusal) []policy {
+	enforced := enforcedOf(limits)
+	names := policyNames(enforced)
+	e := r.Exceeded
+	out := make([]policy, 0, len(enforced))
+	for _, l := range enforced {
+		p := policy{name: names[keyOf(l.Limit)], limit: l}
+		if keyOf(l.Limit) == keyOfExceeded(e) {
+			st := limitState{quota: e.Limit, amount: e.Amount, remaining: max(e.Limit-e.Current, 0),
+				window: time.Duration(e.WindowSeconds) * time.Second, resetAt: e.ResetAt}
+			if st.window > 0 && e.Retryable {
+				st.resetIn = e.RetryAfter // ResetAt minus the database's now, at least 1s
+			}
+			p.state = &st
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// policyNames names each limit for the headers: its Policy when set, else
+// its metric; metrics that several limits share are qualified by scope
+// type, then by window ("api_key-tokens-60s"). Names are what a
+// Structured Field String may hold: printable ASCII.
+func policyNames(limits []Limit) map[key]string {
+	names := make(map[key]string, len(limits))
+	count := func(f func(Limit) string) map[string]int {
+		n := map[string]int{}
+		for _, l := range limits {
+			n[f(l)]++
+		}
+		return n
+	}
+	byMetric := count(func(l Limit) string { return l.Metric })
+	byScope := count(func(l Limit) string { return l.Scope.Type + "-" + l.Metric })
+	for _, l := range limits {
+		k := keyOf(l.Limit)
+		name := l.Policy
+		switch {
+		case name != "":
+		case byMetric[l.Metric] == 1:
+			name = l.Metric
+		case byScope[l.Scope.Type+"-"+l.Metric] == 1:
+			name = l.Scope.Type + "-" + l.Metric
+		default:
+			name = fmt.Sprintf("%s-%s-%ds", l.Scope.Type, l.Metric, int64(k.window/time.Second))
+		}
+		names[k] = printable(name)
+	}
+	return names
+}
+
+// setHeaders sets the chosen header families for policies on h.
+func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
+	if families&HeadersIETF != 0 {
+		setIETF(h, policies)
+	}
+	if families&HeadersOpenAI != 0 {
+		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
+			if p, ok := binding(policies, metric); ok {
+				h.Set("x-ratelimit-limit-"+metric, formatInt(p.state.quota))
+				h.Set("x-ratelimit-remaining-"+metric, formatInt(p.state.remaining))
+				h.Set("x-ratelimit-reset-"+metric, formatReset(p.state.resetIn))
+			}
+		}
+	}
+	if families&HeadersAnthropic != 0 {
+		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
+			if p, ok := binding(policies, metric); ok {
+				h.Set("anthropic-ratelimit-"+metric+"-limit", formatInt(p.state.quota))
+				h.Set("anthropic-ratelimit-"+metric+"-remaining", formatInt(p.state.remaining))
+				h.Set("anthropic-ratelimit-"+metric+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+}
+
+// setIETF sets RateLimit-Policy (every enforced limit with a whole quota)
+// and RateLimit (those of them the decision told the state of).
+func setIETF(h http.Header, policies []policy) {
+	var pol, cur httpsfv.List
+	for _, p := range policies {
+		q := p.limit.Limit.Limit
+		if q != math.Trunc(q) || q > maxSFInteger {
+			continue // a Structured Field quota is a whole number
+		}
+		item := httpsfv.NewItem(p.name)
+		item.Params.Add("q", int64(q))
+		switch {
+		case p.limit.Metric == ratelimit.MetricConcurrent:
+			item.Params.Add("qu", "concurrent-requests")
+		case p.limit.Metric != ratelimit.MetricRequests:
+			item.Params.Add(VendorQuotaUnitParam, printable(p.limit.Metric))
+		}
+		if k := keyOf(p.limit.Limit); k.window > 0 {
+			item.Params.Add("w", int64(k.window/time.Second))
+		}
+		pol = append(pol, item)
+		if p.state == nil {
+			continue
+		}
+		st := httpsfv.NewItem(p.name)
+		st.Params.Add("r", int64(min(math.Floor(max(p.state.remaining, 0)), maxSFInteger)))
+		if p.state.window > 0 {
+			st.Params.Add("t", ceilSeconds(p.state.resetIn))
+		}
+		cur = append(cur, st)
+	}
+	if len(pol) > 0 {
+		if v, err := httpsfv.Marshal(pol); err == nil {
+			h.Set(HeaderRateLimitPolicy, v)
+		}
+	}
+	if len(cur) > 0 {
+		if v, err := httpsfv.Marshal(cur); err == nil {
+			h.Set(HeaderRateLimit, v)
+		}
+	}
+}
+
+// binding is the window limit on metric with the least capacity left: the
+// one a client runs into first.
+func binding(policies []policy, metric string) (policy, bool) {
+	var best policy
+	found := false
+	for _, p := range policies {
+		if p.limit.Metric != metric || p.state == nil || p.state.window == 0 {
+			continue
+		}
+		if !found || p.state.remaining < best.state.remaining {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+// formatInt is a whole number of quota units, rounded down, never negative.
+func formatInt(v float64) string {
+	return strconv.FormatFloat(math.Floor(max(v, 0)), 'f', 0, 64)
+}
+
+// formatReset is a duration as OpenAI writes it: 1s, 6m0s, 17.342s, 20ms.
+func formatReset(d time.Duration) string {
+	return max(d, 0).Round(time.Millisecond).String()
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	return int64(math.Ceil(max(d, 0).Seconds()))
+}
+
+// printable replaces what a Structured Field String cannot hold (anything
+// outside printable ASCII) with '_'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,107 @@
+package httpadmit
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+func limit(scopeType, metric string, quota float64, window time.Duration) Limit {
+	return Limit{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: "k-" + scopeType},
+		Metric: metric, Limit: quota, Amount: 1, Window: window}}
+}
+
+func TestPolicyNames(t *testing.T) {
+	t.Parallel()
+	named := limit("team", "cost", 5, 0)
+	named.Policy = "team budget ✓"
+	limits := []Limit{
+		limit("api_key", "requests", 600, time.Minute),
+		limit("api_key", "tokens", 100_000, time.Minute),
+		limit("api_key", "tokens", 1_000_000, 24*time.Hour),
+		limit("team", "tokens", 5_000_000, time.Minute),
+		limit("model", "concurrent", 50, 0),
+		named,
+	}
+	names := policyNames(limits)
+	got := make([]string, len(limits))
+	for i, l := range limits {
+		got[i] = names[keyOf(l.Limit)]
+	}
+	want := []string{"requests", "api_key-tokens-60s", "api_key-tokens-86400s", "team-tokens", "concurrent", "team budget _"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("names (-want +got):\n%s", diff)
+	}
+}
+
+// Headers from a grant, serialized exactly; whole quotas only, never
+// negative remainders, OpenAI's reset as a Go duration.
+func TestHeadersFromAGrant(t *testing.T) {
+	t.Parallel()
+	decided := time.Date(2026, 11, 30, 12, 0, 43, 500_000_000, time.UTC)
+	limits := []Limit{
+		limit("api_key", "requests", 600, time.Minute),
+		limit("api_key", "tokens", 100_000, time.Minute),
+		limit("api_key", "cost", 2.5, time.Hour), // not a whole quota: left out of the IETF headers
+		limit("model", "concurrent", 50, 0),
+		{Limit: limit("team", "tokens", 10, time.Minute).Limit, Mode: Shadow}, // never shown
+	}
+	grant := ratelimit.Grant{DecidedAt: decided, Reservations: []ratelimit.Reservation{
+		{ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "requests", Window: time.Minute, Limit: 600, Amount: 1, Remaining: 599, ResetAt: decided.Add(16500 * time.Millisecond)},
+		{ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "tokens", Window: time.Minute, Limit: 100_000, Amount: 500, Remaining: -20.5, ResetAt: decided.Add(16500 * time.Millisecond)},
+		{ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "cost", Window: time.Hour, Limit: 2.5, Amount: 1, Remaining: 1.5, ResetAt: decided.Add(6 * time.Minute)},
+		{ScopeType: "team", ScopeKey: "k-team", Metric: "tokens", Window: time.Minute, Limit: 10, Amount: 1, Remaining: 3, ResetAt: decided.Add(time.Second)},
+	}, Leases: []ratelimit.Lease{{ScopeType: "model", ScopeKey: "k-model", Limit: 50, Amount: 1, Remaining: 49}}}
+	h := http.Header{}
+	setHeaders(h, allHeaders, grantHeaders(limits, grant))
+	want := http.Header{
+		"Ratelimit-Policy":                       {`"requests";q=600;w=60, "tokens";q=100000;pgadmit-qu="tokens";w=60, "concurrent";q=50;qu="concurrent-requests"`},
+		"Ratelimit":                              {`"requests";r=599;t=17, "tokens";r=0;t=17, "concurrent";r=49`},
+		"X-Ratelimit-Limit-Requests":             {"600"},
+		"X-Ratelimit-Remaining-Requests":         {"599"},
+		"X-Ratelimit-Reset-Requests":             {"16.5s"},
+		"X-Ratelimit-Limit-Tokens":               {"100000"},
+		"X-Ratelimit-Remaining-Tokens":           {"0"},
+		"X-Ratelimit-Reset-Tokens":               {"16.5s"},
+		"Anthropic-Ratelimit-Requests-Limit":     {"600"},
+		"Anthropic-Ratelimit-Requests-Remaining": {"599"},
+		"Anthropic-Ratelimit-Requests-Reset":     {"2026-11-30T12:01:00Z"},
+		"Anthropic-Ratelimit-Tokens-Limit":       {"100000"},
+		"Anthropic-Ratelimit-Tokens-Remaining":   {"0"},
+		"Anthropic-Ratelimit-Tokens-Reset":       {"2026-11-30T12:01:00Z"},
+	}
+	if diff := cmp.Diff(want, h); diff != "" {
+		t.Errorf("headers (-want +got):\n%s", diff)
+	}
+
+	h = http.Header{}
+	setHeaders(h, HeadersOpenAI, grantHeaders([]Limit{limit("api_key", "requests", 600, time.Hour)}, ratelimit.Grant{DecidedAt: decided, Reservations: []ratelimit.Reservation{
+		{ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "requests", Window: time.Hour, Limit: 600, Remaining: 3, ResetAt: decided.Add(6 * time.Minute)},
+	}}))
+	if got := h.Get("x-ratelimit-reset-requests"); got != "6m0s" {
+		t.Errorf("reset in 6 minutes = %q, want 6m0s", got)
+	}
+	if h.Get(HeaderRateLimit) != "" {
+		t.Errorf("IETF headers sent though not chosen: %v", h)
+	}
+}
+
+// The binding limit of a metric is the one with the least left.
+func TestOpenAIHeadersShowTheBindingLimit(t *testing.T) {
+	t.Parallel()
+	decided := time.Unix(1_800_000_000, 0)
+	limits := []Limit{limit("api_key", "tokens", 1000, time.Minute), limit("team", "tokens", 5000, time.Minute)}
+	grant := ratelimit.Grant{DecidedAt: decided, Reservations: []ratelimit.Reservation{
+		{ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "tokens", Window: time.Minute, Limit: 1000, Remaining: 900, ResetAt: decided.Add(time.Second)},
+		{ScopeType: "team", ScopeKey: "k-team", Metric: "tokens", Window: time.Minute, Limit: 5000, Remaining: 40, ResetAt: decided.Add(2 * time.Second)},
+	}}
+	h := http.Header{}
+	setHeaders(h, HeadersOpenAI, grantHeaders(limits, grant))
+	if got := [3]string{h.Get("x-ratelimit-limit-tokens"), h.Get("x-ratelimit-remaining-tokens"), h.Get("x-ratelimit-reset-tokens")}; got != [3]string{"5000", "40", "2s"} {
+		t.Errorf("tokens headers %v, want the team's", got)
+	}
+}

@@ -1,0 +1,97 @@
+package httpadmit
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Mode says whether a limit may refuse a request.
+type Mode uint8
+
+const (
+	// Enforce refuses a request that does not fit the limit (the default).
+	Enforce Mode = iota
+	// Shadow evaluates the limit and records the admission, but never
+	// refuses: a request that would not have fit is counted
+	// (OutcomeShadowRefused) and logged, then served. New limits are rolled
+	// out this way.
+	Shadow
+)
+
+func (m Mode) String() string {
+	if m == Shadow {
+		return "shadow"
+	}
+	return "enforce"
+}
+
+// FailurePolicy says what happens to a request when the database errors or
+// does not answer within the decision timeout.
+type FailurePolicy uint8
+
+const (
+	// FailClosed refuses the request with 503 (the default): no request
+	// passes unaccounted.
+	FailClosed FailurePolicy = iota
+	// FailOpen admits the request without a decision: nothing is recorded
+	// for it, and it is counted (OutcomeFailedOpen).
+	FailOpen
+)
+
+func (p FailurePolicy) String() string {
+	if p == FailOpen {
+		return "fail_open"
+	}
+	return "fail_closed"
+}
+
+// Limit is one limit a request must fit: a ratelimit.Limit (scope, metric,
+// capacity, amount, window) with how it is applied. Limit.Policy, when set,
+// names the limit in response headers and in 429 bodies; otherwise the name
+// is derived from the metric (see the package documentation).
+type Limit struct {
+	ratelimit.Limit
+	Mode      Mode
+	OnFailure FailurePolicy
+}
+
+// LimitsFunc maps a request to the limits it must fit: the API key from a
+// header, the model from the route or the body, an estimate of its tokens.
+// It may read r.Body, and must then leave a body for the handler (for
+// example bytes.NewReader of what it read). No limits means the request
+// passes untouched. An error is handed to the error handler and nothing is
+// reserved; wrap ErrBadRequest for a 400.
+type LimitsFunc func(r *http.Request) ([]Limit, error)
+
+// key identifies a limit's counter (or concurrency scope) the way Reserve
+// does: two limits with the same key cannot share one Reserve call.
+type key struct {
+	scopeType, scopeKey, metric string
+	window                      time.Duration // zero for concurrent limits
+}
+
+func keyOf(l ratelimit.Limit) key {
+	k := key{scopeType: l.Scope.Type, scopeKey: l.Scope.Key, metric: l.Metric, window: l.Window}
+	switch {
+	case l.Metric == ratelimit.MetricConcurrent:
+		k.window = 0
+	case k.window == 0:
+		k.window = ratelimit.DefaultWindow
+	}
+	return k
+}
+
+// keyOfExceeded is the key of the limit an *ExceededError is about.
+func keyOfExceeded(e *ratelimit.ExceededError) key {
+	return key{scopeType: e.ScopeType, scopeKey: e.ScopeKey, metric: e.Metric, window: time.Duration(e.WindowSeconds) * time.Second}
+}
+
+func (k key) String() string {
+	if k.metric == ratelimit.MetricConcurrent {
+		return fmt.Sprintf("%s:%s %s", k.scopeType, k.scopeKey, k.metric)
+	}
+	return fmt.Sprintf("%s:%s %s/%s", k.scopeType, k.scopeKey, k.metric, k.window)
+}

@@ -1,0 +1,182 @@
+package httpadmit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Defaults of the options.
+const (
+	// DefaultDecisionTimeout bounds how long a request waits for its
+	// admission decision, connecting to the database included, before its
+	// failure policy applies.
+	DefaultDecisionTimeout = 50 * time.Millisecond
+	// DefaultSettleTimeout bounds settling a request (Commit or Release)
+	// after its handler returned, and each renewal of its leases.
+	DefaultSettleTimeout = 2 * time.Second
+)
+
+// RefusalHandler writes the response to a request that a limit refused.
+// When it runs, the rate-limit headers and Retry-After (for a refusal that
+// retrying can cure) are already set on w.
+type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusal)
+
+// ErrorHandler writes the response to a request that could not be decided:
+// err wraps ErrBadRequest, is an *UnavailableError (ErrUnavailable), or is
+// whatever the LimitsFunc returned.
+type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
+
+// Refusal explains a request that an enforced limit refused.
+type Refusal struct {
+	// Exceeded is the database's explanation: how full the limit was, when
+	// it resets and the retry-after, on the database's clock.
+	Exceeded *ratelimit.ExceededError
+	// Limit is the request's limit that refused it; Policy its name in the
+	// headers and the problem body.
+	Limit  Limit
+	Policy string
+}
+
+// Option configures the middleware.
+type Option func(*config)
+
+type config struct {
+	decisionTimeout time.Duration
+	settleTimeout   time.Duration
+	headers         HeaderFamily
+	onRefusal       RefusalHandler
+	onError         ErrorHandler
+	observer        Observer
+	logger          *slog.Logger
+}
+
+// WithDecisionTimeout sets how long a request may wait for its admission
+// decision (default DefaultDecisionTimeout): past it, the failure policy of
+// its limits applies, as when the database errors. Keep it to a few
+// milliseconds above the database's usual latency, so that a database that
+// hangs costs each request no more than this.
+func WithDecisionTimeout(d time.Duration) Option {
+	return func(c *config) { c.decisionTimeout = d }
+}
+
+// WithSettleTimeout sets how long settling a request after its handler may
+// take (default DefaultSettleTimeout).
+func WithSettleTimeout(d time.Duration) Option {
+	return func(c *config) { c.settleTimeout = d }
+}
+
+// WithHeaders chooses the families of rate-limit headers sent on every
+// response (default DefaultHeaders); 0 sends none.
+func WithHeaders(f HeaderFamily) Option {
+	return func(c *config) { c.headers = f }
+}
+
+// WithRefusalHandler replaces the default 429 response
+// (DefaultRefusalHandler).
+func WithRefusalHandler(h RefusalHandler) Option {
+	return func(c *config) { c.onRefusal = h }
+}
+
+// WithErrorHandler replaces the default error responses
+// (DefaultErrorHandler).
+func WithErrorHandler(h ErrorHandler) Option {
+	return func(c *config) { c.onError = h }
+}
+
+// WithObserver reports decisions and database latencies to o, for example
+// the Prometheus metrics of package promadmit.
+func WithObserver(o Observer) Option {
+	return func(c *config) { c.observer = o }
+}
+
+// WithLogger sets where shadow refusals, database failures and settling
+// errors are logged (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// middleware is one configured instance of the middleware.
+type middleware struct {
+	config
+	limiter  *ratelimit.Limiter
+	limits   LimitsFunc
+	failures throttle // of the failure log lines
+}
+
+// New returns the middleware: for each request, limits says what it must
+// fit; the limiter reserves it before next runs and settles it after. See
+// the package documentation for what happens to refused, failed, panicking
+// and cancelled requests.
+func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if limiter == nil {
+		return nil, errors.New("httpadmit: New: nil limiter")
+	}
+	if limits == nil {
+		return nil, errors.New("httpadmit: New: nil LimitsFunc")
+	}
+	c := config{
+		decisionTimeout: DefaultDecisionTimeout,
+		settleTimeout:   DefaultSettleTimeout,
+		headers:         DefaultHeaders,
+		onRefusal:       DefaultRefusalHandler,
+		onError:         DefaultErrorHandler,
+		observer:        nopObserver{},
+	}
+	for _, opt := range opts {
+		opt(&c)
+	}
+	switch {
+	case c.decisionTimeout <= 0:
+		return nil, fmt.Errorf("httpadmit: New: decision timeout must be positive, got %s", c.decisionTimeout)
+	case c.settleTimeout <= 0:
+		return nil, fmt.Errorf("httpadmit: New: settle timeout must be positive, got %s", c.settleTimeout)
+	case c.headers&^allHeaders != 0:
+		return nil, fmt.Errorf("httpadmit: New: unknown header families %#x", uint8(c.headers&^allHeaders))
+	case c.onRefusal == nil || c.onError == nil || c.observer == nil:
+		return nil, errors.New("httpadmit: New: nil refusal handler, error handler or observer")
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second}}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+// serve decides r, then refuses it or runs next and settles.
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	limits, err := m.limits(r)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	if len(limits) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	d := m.decide(r.Context(), limits)
+	if len(d.outcomes) > 0 {
+		m.observer.Decided(d.outcomes)
+	}
+	switch {
+	case d.err != nil:
+		m.onError(w, r, d.err)
+	case d.refusal != nil:
+		setHeaders(w.Header(), m.headers, refusalHeaders(limits, d.refusal))
+		if e := d.refusal.Exceeded; e.Retryable {
+			w.Header().Set("Retry-After", fmt.Sprint(ceilSeconds(e.RetryAfter)))
+		}
+		m.onRefusal(w, r, d.refusal)
+	default:
+		if !d.failedOpen {
+			setHeaders(w.Header(), m.headers, grantHeaders(limits, d.grant))
+		}
+		m.run(w, r, next, d.grant)
+	}
+}

@@ -1,0 +1,73 @@
+package httpadmit
+
+import "time"
+
+// Outcome is what one limit of one request came to.
+type Outcome string
+
+// Outcomes, as reported to an Observer (and used as metric label values by
+// package promadmit).
+const (
+	// OutcomeAdmitted: the limit admitted the request (enforced or shadow).
+	OutcomeAdmitted Outcome = "admitted"
+	// OutcomeRefused: this enforced limit refused the request (429).
+	OutcomeRefused Outcome = "refused"
+	// OutcomeShadowRefused: this shadow limit would have refused the
+	// request; it was served anyway.
+	OutcomeShadowRefused Outcome = "shadow_refused"
+	// OutcomeFailedOpen: the database failed and no enforced limit of the
+	// request fails closed: the request was served without a decision, and
+	// nothing was recorded. Every limit of the request gets this outcome.
+	OutcomeFailedOpen Outcome = "failed_open"
+	// OutcomeFailedClosed: the database failed and this enforced limit fails
+	// closed: the request was refused (503).
+	OutcomeFailedClosed Outcome = "failed_closed"
+)
+
+// Database operations, as reported to Observer.DatabaseCall.
+const (
+	OpReserve     = "reserve"
+	OpCommit      = "commit"
+	OpRelease     = "release"
+	OpRenewLeases = "renew_leases"
+)
+
+// LimitOutcome is one limit of a request and what it came to.
+type LimitOutcome struct {
+	Limit   Limit
+	Outcome Outcome
+	// Utilization is the share of the limit in use with this request
+	// counted (used, reserved or live, plus this request's amount, over the
+	// limit), as the decision saw it: above 1 for a refusal. It is set for
+	// OutcomeAdmitted, OutcomeRefused and OutcomeShadowRefused, and 0 for
+	// failures (no decision was made).
+	Utilization float64
+}
+
+// Observer is told what the middleware decides and how long the database
+// takes; package promadmit implements it with Prometheus metrics. Its
+// methods are called on the request's goroutine and must be fast and safe
+// for concurrent use.
+type Observer interface {
+	// Decided reports the limits of one request and what each came to,
+	// once per request that had limits, before the handler or the refusal
+	// runs. Limits the decision did not reach are not listed: the other
+	// limits of a refused request (a refusal names only the limit that
+	// refused), limits with a zero Amount, and shadow limits of a request
+	// that failed closed.
+	Decided(outcomes []LimitOutcome)
+	// DatabaseCall reports one call to the database: its operation
+	// (OpReserve, OpCommit, OpRelease, OpRenewLeases), how long it took, and
+	// its error: nil on success, an *ratelimit.ExceededError for a refusal.
+	DatabaseCall(op string, took time.Duration, err error)
+	// LeasesHeld reports the concurrency leases requests in flight hold:
+	// +n when a request is admitted with n leases, -n once it is settled.
+	LeasesHeld(delta int)
+}
+
+// nopObserver is the Observer when none is given.
+type nopObserver struct{}
+
+func (nopObserver) Decided([]LimitOutcome)                    {}
+func (nopObserver) DatabaseCall(string, time.Duration, error) {}
+func (nopObserver) LeasesHeld(int)                            {}

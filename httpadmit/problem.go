@@ -1,0 +1,109 @@
+package httpadmit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// ProblemTypeQuotaExceeded is the problem type of a refusal
+// (draft-ietf-httpapi-ratelimit-headers-10, section 5.1).
+const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// Problem is an RFC 9457 problem details object, as the default handlers
+// write it (Content-Type application/problem+json). The members after
+// Instance are extensions, present in refusals only.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+
+	// ViolatedPolicies names the limit that refused the request, as in the
+	// RateLimit-Policy header.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// ScopeType and Metric say which limit; never the scope key, which may
+	// be an internal account name.
+	ScopeType string `json:"scope-type,omitempty"`
+	Metric    string `json:"metric,omitempty"`
+	// Quota is the limit; WindowSeconds its window (absent for concurrent
+	// limits); Remaining what it had left; Requested what the request
+	// needed.
+	Quota         *float64 `json:"quota,omitempty"`
+	WindowSeconds int      `json:"window-seconds,omitempty"`
+	Remaining     *float64 `json:"remaining,omitempty"`
+	Requested     *float64 `json:"requested,omitempty"`
+	// Retryable is false when the request can never fit (it needs more
+	// than the whole quota); RetryAfterSeconds is then absent.
+	Retryable         *bool `json:"retryable,omitempty"`
+	RetryAfterSeconds int64 `json:"retry-after-seconds,omitempty"`
+}
+
+// WriteProblem writes p as the response, with p.Status as its status.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	body, err := json.Marshal(p)
+	if err != nil { // only non-finite numbers, which the handlers never set
+		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
+		p.Status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)+1))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// RefusalProblem is the problem body of a refusal: 429, quota-exceeded,
+// the policy that refused and its numbers.
+func RefusalProblem(refusal *Refusal) Problem {
+	e := refusal.Exceeded
+	remaining := math.Floor(max(e.Limit-e.Current, 0))
+	quota, requested, retryable := e.Limit, e.Amount, e.Retryable
+	p := Problem{
+		Type:             ProblemTypeQuotaExceeded,
+		Title:            "Request cannot be satisfied as assigned quota has been exceeded",
+		Status:           http.StatusTooManyRequests,
+		ViolatedPolicies: []string{refusal.Policy},
+		ScopeType:        e.ScopeType, Metric: e.Metric,
+		Quota: &quota, WindowSeconds: e.WindowSeconds, Remaining: &remaining, Requested: &requested,
+		Retryable: &retryable,
+	}
+	window := "in this window of " + (time.Duration(e.WindowSeconds) * time.Second).String()
+	if e.Metric == ratelimit.MetricConcurrent {
+		window = "in flight"
+	}
+	if !e.Retryable {
+		p.Detail = fmt.Sprintf("%s: the request needs %g, more than the whole quota of %g; retrying cannot help", refusal.Policy, e.Amount, e.Limit)
+		return p
+	}
+	p.RetryAfterSeconds = ceilSeconds(e.RetryAfter)
+	p.Detail = fmt.Sprintf("%s: the request needs %g, %g of %g left %s; retry after %ds",
+		refusal.Policy, e.Amount, remaining, e.Limit, window, p.RetryAfterSeconds)
+	return p
+}
+
+// DefaultRefusalHandler answers 429 with RefusalProblem's body.
+func DefaultRefusalHandler(w http.ResponseWriter, _ *http.Request, refusal *Refusal) {
+	WriteProblem(w, RefusalProblem(refusal))
+}
+
+// DefaultErrorHandler answers 400 for ErrBadRequest (with its message), 503
+// with Retry-After: 1 for ErrUnavailable, and 500 otherwise (without the
+// error's text, which may hold internals).
+func DefaultErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		WriteProblem(w, Problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest, Detail: err.Error()})
+	case errors.Is(err, ErrUnavailable):
+		w.Header().Set("Retry-After", "1")
+		WriteProblem(w, Problem{Type: "about:blank", Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "admission control is unavailable; retry shortly"})
+	default:
+		WriteProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError})
+	}
+}

@@ -1,0 +1,133 @@
+package httpadmit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Reasons recorded on reservations and leases the middleware releases.
+const (
+	ReasonHandlerPanic       = "handler_panic"
+	ReasonClientDisconnected = "client_disconnected"
+	ReasonStreamCut          = "stream_cut"
+)
+
+// run serves an admitted request and settles it, whatever way the handler
+// ends: returning, panicking (the panic goes on after settling), or
+// finding its client gone.
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant) {
+	a := &admission{grant: grant}
+	rw := &responseWriter{ResponseWriter: w}
+	m.observer.LeasesHeld(len(grant.Leases))
+	stopRenewing := m.renewLeases(r.Context(), grant)
+	panicked := true
+	defer func() {
+		stopRenewing()
+		reason := ""
+		switch {
+		case panicked:
+			reason = ReasonHandlerPanic
+		case r.Context().Err() != nil:
+			// Checked before the handler's return reaches the server, which
+			// cancels the context only afterwards: the client went away.
+			reason = ReasonClientDisconnected
+		case rw.err != nil:
+			reason = ReasonStreamCut
+		}
+		m.settle(r.Context(), a, reason)
+		m.observer.LeasesHeld(-len(grant.Leases))
+	}()
+	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
+	panicked = false
+}
+
+// settle commits or releases a's grant:
+//   - Discard was called: released with its reason;
+//   - the handler ended normally: committed with the usage it reported
+//     (the estimate for metrics it did not report);
+//   - it ended abnormally (abnormal is the reason): committed with the usage
+//     it reported when it reported some, since the upstream spent it, else
+//     released with that reason.
+//
+// A Commit that ratelimit refuses as invalid falls back to Release, so the
+// grant never stays held. Errors are logged; what a failed settle leaves
+// held lapses by itself (leases at their TTL, reservations when their
+// window ends).
+func (m *middleware) settle(ctx context.Context, a *admission, abnormal string) {
+	if a.grant.Empty() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.settleTimeout)
+	defer cancel()
+	usage, discard := a.reported()
+	release := discard
+	if release == "" && abnormal != "" && len(usage) == 0 {
+		release = abnormal
+	}
+	if release == "" {
+		start := time.Now()
+		_, err := m.limiter.Commit(ctx, a.grant, usage)
+		m.observer.DatabaseCall(OpCommit, time.Since(start), err)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ratelimit.ErrInvalidInput) {
+			m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: commit failed", slog.String("error", err.Error()))
+			return
+		}
+		release = "invalid_usage"
+	}
+	start := time.Now()
+	_, err := m.limiter.Release(ctx, a.grant, release)
+	m.observer.DatabaseCall(OpRelease, time.Since(start), err)
+	if err != nil {
+		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: release failed", slog.String("reason", release), slog.String("error", err.Error()))
+	}
+}
+
+// renewLeases heartbeats the grant's leases while the request runs, every
+// third of their shortest TTL, so that a stream longer than the TTL keeps
+// its slots. The returned stop ends the heartbeat and waits for it.
+func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (stop func()) {
+	if len(grant.Leases) == 0 {
+		return func() {}
+	}
+	ttl := grant.Leases[0].TTL
+	for _, l := range grant.Leases {
+		ttl = min(ttl, l.TTL)
+	}
+	if ttl <= 0 {
+		ttl = ratelimit.DefaultLeaseTTL
+	}
+	ctx = context.WithoutCancel(ctx)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(ttl / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
+			start := time.Now()
+			_, err := m.limiter.RenewLeases(rctx, grant.Leases)
+			cancel()
+			m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
+			if err != nil {
+				m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}

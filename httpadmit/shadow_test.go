@@ -1,0 +1,131 @@
+package httpadmit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A shadow limit on a counter of its own (a new per-team limit) is
+// reserved with the enforced ones; once full it would refuse, which is
+// counted and logged, and the request is served. Its counter holds exactly
+// what an enforced limit would have admitted.
+func TestShadowLimitOnItsOwnCounter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, team := uniqueKey("key"), uniqueKey("team")
+	mw := e.middleware(fixed(
+		window("api_key", key, ratelimit.MetricRequests, 100, 1),
+		shadow(window("team", team, ratelimit.MetricRequests, 2, 1)),
+	))
+	served := 0
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ }))
+	var rec *httptest.ResponseRecorder
+	for range 5 {
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("a shadow limit refused: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if served != 5 {
+		t.Errorf("served %d of 5", served)
+	}
+	if got, want := e.books("team", team, ratelimit.MetricRequests), (book{Used: 2}); got != want {
+		t.Errorf("shadow counter = %+v, want %+v (what enforcing it would have admitted)", got, want)
+	}
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 5}); got != want {
+		t.Errorf("enforced counter = %+v, want %+v", got, want)
+	}
+	if diff := cmp.Diff(map[string]int{
+		"admitted enforce requests": 5, "admitted shadow requests": 2, "shadow_refused shadow requests": 3,
+	}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	// One round trip per request, plus one for each request the shadow
+	// limit would have refused.
+	if diff := cmp.Diff(map[string]int{"reserve ok": 5, "reserve exceeded": 3, "commit ok": 5}, e.obs.callCounts()); diff != "" {
+		t.Errorf("database calls (-want +got):\n%s", diff)
+	}
+	if got := strings.Count(e.logs.String(), "shadow limit would refuse"); got != 3 {
+		t.Errorf("%d shadow refusals logged, want 3:\n%s", got, e.logs)
+	}
+	if !strings.Contains(e.logs.String(), team) {
+		t.Errorf("the log does not name the shadow limit's scope:\n%s", e.logs)
+	}
+	// Clients never see shadow limits.
+	if got := rec.Header().Get(httpadmit.HeaderRateLimitPolicy); got != `"requests";q=100;w=31622400` {
+		t.Errorf("RateLimit-Policy = %q: only the enforced limit belongs there", got)
+	}
+	e.nothingHeld()
+}
+
+// A shadow limit on an enforced limit's own counter (a lower limit being
+// tried out) is judged from the enforced decision, with no round trip of
+// its own.
+func TestShadowLimitOnAnEnforcedCounter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	mw := e.middleware(fixed(
+		window("api_key", key, ratelimit.MetricTokens, 1000, 100),
+		shadow(window("api_key", key, ratelimit.MetricTokens, 250, 100)),
+	))
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 4 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+	if diff := cmp.Diff(map[string]int{
+		"admitted enforce tokens": 4, "admitted shadow tokens": 2, "shadow_refused shadow tokens": 2,
+	}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"reserve ok": 4, "commit ok": 4}, e.obs.callCounts()); diff != "" {
+		t.Errorf("database calls (-want +got):\n%s", diff)
+	}
+	e.obs.mu.Lock()
+	last := e.obs.decided[len(e.obs.decided)-1]
+	e.obs.mu.Unlock()
+	if got := last[1].Utilization; got != 400.0/250 {
+		t.Errorf("utilization of the shadow limit on the 4th request = %g, want %g", got, 400.0/250)
+	}
+	e.nothingHeld()
+}
+
+// An enforced refusal ends the decision: shadow limits are not reached,
+// and the 429 is the enforced limit's.
+func TestShadowLimitsOfARefusedRequest(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, team := uniqueKey("key"), uniqueKey("team")
+	mw := e.middleware(fixed(
+		shadow(window("team", team, ratelimit.MetricRequests, 1, 1)),
+		window("api_key", key, ratelimit.MetricRequests, 1, 1),
+	))
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	codes := []int{}
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		codes = append(codes, rec.Code)
+	}
+	if diff := cmp.Diff([]int{200, 429}, codes); diff != "" {
+		t.Errorf("codes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{
+		"admitted enforce requests": 1, "admitted shadow requests": 1, "refused enforce requests": 1,
+	}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	e.nothingHeld()
+}

@@ -1,0 +1,336 @@
+package httpadmit_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A streaming handler behind the middleware, over a real connection: the
+// client gets the headers and each chunk as it is flushed, before the
+// handler writes the next; the request is committed with the usage the
+// handler reported at the end.
+func TestStreaming(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	mw := e.middleware(fixed(
+		window("api_key", key, ratelimit.MetricTokens, 10_000, 1000),
+		concurrent("model", key, 2),
+	))
+	next := make(chan struct{})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := w.(http.Flusher); !ok {
+			t.Error("the writer is not an http.Flusher")
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetWriteDeadline(time.Now().Add(time.Minute)); err != nil {
+			t.Errorf("ResponseController.SetWriteDeadline through the middleware: %v", err)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 5 {
+			fmt.Fprintf(w, "data: token %d\n\n", i)
+			if err := rc.Flush(); err != nil {
+				t.Errorf("Flush: %v", err)
+			}
+			_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: float64(10 * (i + 1))})
+			<-next // the client read this chunk
+		}
+	})))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get(httpadmit.HeaderRateLimit) == "" || resp.Header.Get("x-ratelimit-remaining-tokens") != "9000" {
+		t.Errorf("streamed response headers: %v", resp.Header)
+	}
+	if resp.ContentLength != -1 {
+		t.Errorf("ContentLength = %d, want a stream", resp.ContentLength)
+	}
+	br := bufio.NewReader(resp.Body)
+	for i := range 5 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: token %d\n", i) {
+			t.Fatalf("chunk %d: %q, %v", i, line, err)
+		}
+		_, _ = br.ReadString('\n')
+		next <- struct{}{}
+	}
+	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+		t.Errorf("after the stream: %q, %v", rest, err)
+	}
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricTokens), (book{Used: 50}); got != want {
+		t.Errorf("tokens = %+v, want %+v", got, want)
+	}
+}
+
+// A client that goes away mid-stream: the request is released when it
+// reported nothing, committed with what it reported otherwise.
+func TestClientCancels(t *testing.T) {
+	t.Parallel()
+	for _, reported := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reported=%v", reported), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			key := uniqueKey("key")
+			mw := e.middleware(fixed(
+				window("api_key", key, ratelimit.MetricRequests, 100, 1),
+				window("api_key", key, ratelimit.MetricTokens, 10_000, 1000),
+				concurrent("model", key, 2),
+			))
+			handlerDone := make(chan error, 1)
+			srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if reported {
+					_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 30})
+				}
+				_, _ = io.WriteString(w, "data: first\n\n")
+				http.NewResponseController(w).Flush()
+				select { // the upstream keeps streaming until the client is gone
+				case <-r.Context().Done():
+					handlerDone <- nil
+				case <-time.After(10 * time.Second):
+					handlerDone <- errors.New("the client's cancellation never reached the handler")
+				}
+			})))
+			defer srv.Close()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+			if line != "data: first\n" {
+				t.Fatalf("first line %q", line)
+			}
+			if got := e.liveLeases("model", key); got != 1 {
+				t.Errorf("live leases mid-stream = %d, want 1", got)
+			}
+			cancel()
+			resp.Body.Close()
+			if err := <-handlerDone; err != nil {
+				t.Fatal(err)
+			}
+			e.nothingHeld()
+			want := book{} // released
+			if reported {
+				want = book{Used: 30}
+			}
+			if got := e.books("api_key", key, ratelimit.MetricTokens); got != want {
+				t.Errorf("tokens = %+v, want %+v", got, want)
+			}
+			wantRequests := book{Used: 0}
+			if reported {
+				wantRequests = book{Used: 1} // committed at its estimate
+			}
+			if got := e.books("api_key", key, ratelimit.MetricRequests); got != wantRequests {
+				t.Errorf("requests = %+v, want %+v", got, wantRequests)
+			}
+		})
+	}
+}
+
+// A handler that panics: the request is released before the panic goes on
+// to the server, unchanged.
+func TestHandlerPanics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	mw := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 10_000, 1000), concurrent("model", key, 2)))
+	boom := errors.New("boom")
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic(boom) }))
+	func() {
+		defer func() {
+			if p := recover(); p != boom {
+				t.Errorf("recovered %v, want the handler's own panic value", p)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+	}()
+	if got := e.books("api_key", key, ratelimit.MetricTokens); got != (book{}) {
+		t.Errorf("tokens after a panic = %+v, want released", got)
+	}
+	e.nothingHeld()
+	if got := e.obs.callCounts()["release ok"]; got != 1 {
+		t.Errorf("releases = %d, want 1", got)
+	}
+
+	// Over a real server too: net/http recovers the panic and drops the
+	// connection; nothing stays held.
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) })))
+	defer srv.Close()
+	if resp, err := http.Post(srv.URL, "application/json", nil); err == nil {
+		resp.Body.Close()
+		t.Errorf("a panicking handler answered %d", resp.StatusCode)
+	}
+	e.nothingHeld()
+}
+
+// cutWriter is a connection whose client is gone: every write fails.
+type cutWriter struct {
+	header http.Header
+}
+
+func (w *cutWriter) Header() http.Header       { return w.header }
+func (w *cutWriter) WriteHeader(int)           {}
+func (w *cutWriter) Write([]byte) (int, error) { return 0, errors.New("write: broken pipe") }
+
+// A stream whose writes fail is released; Discard releases a request the
+// upstream never served.
+func TestStreamCutAndDiscard(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	mw := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 10_000, 1000)))
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.WriteString(w, "data: x\n\n"); err == nil {
+			t.Error("write to a cut stream succeeded")
+		}
+	})).ServeHTTP(&cutWriter{header: http.Header{}}, httptest.NewRequest(http.MethodPost, "/", nil))
+	if got := e.books("api_key", key, ratelimit.MetricTokens); got != (book{}) {
+		t.Errorf("tokens after a cut stream = %+v, want released", got)
+	}
+
+	rec := httptest.NewRecorder()
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 5})
+		if err := httpadmit.Discard(r.Context(), "upstream_unavailable"); err != nil {
+			t.Errorf("Discard: %v", err)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	})).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if got := e.books("api_key", key, ratelimit.MetricTokens); got != (book{}) {
+		t.Errorf("tokens after Discard = %+v, want released", got)
+	}
+	if diff := e.obs.callCounts(); diff["release ok"] != 2 || diff["commit ok"] != 0 {
+		t.Errorf("database calls %v, want 2 releases and no commit", diff)
+	}
+	e.nothingHeld()
+}
+
+// A request that runs longer than its lease's TTL keeps its slot: the
+// middleware renews the lease while the handler runs.
+func TestLongRequestKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	slot := concurrent("model", key, 1)
+	slot.LeaseTTL = time.Second
+	mw := e.middleware(fixed(slot))
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(1800 * time.Millisecond) // almost two TTLs
+		if got := e.liveLeases("model", key); got != 1 {
+			t.Errorf("live leases after 1.8 s with a TTL of 1 s = %d, want 1 (renewed)", got)
+		}
+	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+	if got := e.obs.callCounts()["renew_leases ok"]; got < 2 {
+		t.Errorf("lease renewals = %d, want at least 2", got)
+	}
+	e.nothingHeld()
+}
+
+// Many real clients at once, each ending its request a different way:
+// completing, cancelling mid-stream, hitting a panicking or discarding
+// handler, or being refused. Afterwards nothing is held, every counter
+// equals its ledger, and the concurrency limit was never exceeded.
+func TestNothingLeaksUnderLoad(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	const slots = 3
+	mw := e.middleware(fixed(
+		window("api_key", key, ratelimit.MetricRequests, 1000, 1),
+		window("api_key", key, ratelimit.MetricTokens, 1_000_000, 100),
+		concurrent("model", key, slots),
+	))
+	var inFlight, peak atomicMax
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peak.observe(inFlight.add(1))
+		defer inFlight.add(-1)
+		switch r.URL.Query().Get("do") {
+		case "panic":
+			panic(http.ErrAbortHandler)
+		case "discard":
+			_ = httpadmit.Discard(r.Context(), "upstream_failed")
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		for i := range 4 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			http.NewResponseController(w).Flush()
+			_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: float64(i + 1)})
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})))
+	defer srv.Close()
+
+	actions := []string{"complete", "cancel", "panic", "discard"}
+	codes := make(chan int, 200)
+	done := make(chan struct{})
+	for c := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 20 {
+				action := actions[(c+i)%len(actions)]
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"?do="+action, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					cancel()
+					codes <- 0
+					continue
+				}
+				if action == "cancel" {
+					_, _ = bufio.NewReader(resp.Body).ReadString('\n')
+					cancel()
+				} else {
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}
+				resp.Body.Close()
+				cancel()
+				codes <- resp.StatusCode
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(codes)
+	byCode := map[int]int{}
+	for c := range codes {
+		byCode[c]++
+	}
+	t.Logf("responses by status (0: connection dropped by a panic): %v; peak in flight %d", byCode, peak.max())
+	if byCode[http.StatusTooManyRequests] == 0 || byCode[http.StatusOK] == 0 {
+		t.Errorf("want both admissions and refusals by the %d slots: %v", slots, byCode)
+	}
+	if peak.max() > slots {
+		t.Errorf("%d handlers ran at once, limit %d", peak.max(), slots)
+	}
+	e.nothingHeld()
+	if got := e.obs.heldLeases(); got != 0 {
+		t.Errorf("leases held as observed = %d, want 0", got)
+	}
+	if !strings.Contains(fmt.Sprint(e.obs.callCounts()), "release ok") {
+		t.Errorf("no release in %v", e.obs.callCounts())
+	}
+}

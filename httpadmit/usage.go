@@ -1,0 +1,92 @@
+package httpadmit
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"sync"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// admission is the state of one admitted request, shared between the
+// middleware and its handler through the request's context.
+type admission struct {
+	grant ratelimit.Grant // empty when the request failed open
+
+	mu      sync.Mutex
+	usage   map[string]float64
+	discard string // reason given to Discard, if it was called
+}
+
+type contextKey struct{}
+
+func admissionFrom(ctx context.Context) (*admission, bool) {
+	a, ok := ctx.Value(contextKey{}).(*admission)
+	return a, ok
+}
+
+// ReportUsage tells the middleware what the request really used, per
+// metric (for example the tokens in the upstream's usage field); the
+// request is committed with it after the handler returns. Each call
+// replaces the amounts of the metrics it names, so a streaming handler can
+// report its running total as it goes: if the stream is then cut, what was
+// reported is what gets committed. Metrics never reported are committed at
+// their estimate. An amount that is negative, NaN, infinite or above
+// ratelimit.MaxAmount is a *ratelimit.ValidationError and changes nothing.
+func ReportUsage(ctx context.Context, usage map[string]float64) error {
+	a, ok := admissionFrom(ctx)
+	if !ok {
+		return ErrNoAdmission
+	}
+	for metric, v := range usage {
+		if metric == "" || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > ratelimit.MaxAmount {
+			return &ratelimit.ValidationError{Field: fmt.Sprintf("usage[%q]", metric), Value: v,
+				Reason: "metric must be named and its amount finite, between 0 and ratelimit.MaxAmount"}
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.usage == nil {
+		a.usage = make(map[string]float64, len(usage))
+	}
+	maps.Copy(a.usage, usage)
+	return nil
+}
+
+// Discard makes the middleware release the request's reservation instead
+// of committing it, recording reason: for a request the upstream never
+// served (it failed, or refused it), so the client is not charged for it.
+func Discard(ctx context.Context, reason string) error {
+	a, ok := admissionFrom(ctx)
+	if !ok {
+		return ErrNoAdmission
+	}
+	if reason == "" {
+		reason = "discarded"
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.discard = reason
+	return nil
+}
+
+// GrantFrom returns the grant the request in ctx was admitted with: its
+// reservations and leases, for example to Attach them to a task. ok is
+// false for a context that did not come through the middleware; the grant
+// is empty for a request admitted without a decision (fail open).
+func GrantFrom(ctx context.Context) (grant ratelimit.Grant, ok bool) {
+	a, ok := admissionFrom(ctx)
+	if !ok {
+		return ratelimit.Grant{}, false
+	}
+	return a.grant, true
+}
+
+// reported returns a copy of the usage reported so far and Discard's reason.
+func (a *admission) reported() (map[string]float64, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.usage), a.discard
+}

@@ -1,0 +1,178 @@
+// Package promadmit exports what pgadmit does as Prometheus metrics: the
+// decisions of the HTTP middleware (package httpadmit), the latency of
+// every database operation, the leases requests in flight hold, and what
+// Recover and Prune give back.
+//
+//	reg := prometheus.NewRegistry()
+//	metrics, err := promadmit.New(reg)
+//	mw, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//	// on a schedule:
+//	res, err := metrics.Recover(ctx, limiter)
+//
+// Labels never carry a scope key: only outcomes, modes, operations, and
+// the scope types and metric names of the limits, which are configuration.
+// As a guard against a LimitsFunc that builds scope types from request
+// input, pairs of scope type and metric beyond WithMaxSeries are reported
+// as "other".
+package promadmit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Defaults of the options.
+const (
+	DefaultNearLimit = 0.8
+	DefaultMaxSeries = 200
+)
+
+// Other replaces the scope type and metric of limits beyond WithMaxSeries.
+const Other = "other"
+
+// Results of a database operation, the result label of
+// pgadmit_db_operation_duration_seconds.
+const (
+	ResultOK       = "ok"
+	ResultExceeded = "exceeded" // a refusal: the database answered
+	ResultTimeout  = "timeout"
+	ResultError    = "error"
+	ResultSkipped  = "skipped" // Recover found another process recovering
+)
+
+// Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is
+// safe for concurrent use.
+type Metrics struct {
+	nearLimit float64
+	maxSeries int
+
+	admissions *prometheus.CounterVec
+	near       *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	leases     prometheus.Gauge
+	recovered  *prometheus.CounterVec
+	pruned     *prometheus.CounterVec
+
+	mu     sync.Mutex
+	series map[[2]string]bool // scope type and metric pairs given labels of their own
+}
+
+var _ httpadmit.Observer = (*Metrics)(nil)
+
+// Option configures Metrics.
+type Option func(*Metrics)
+
+// WithNearLimit sets the utilization above which an admission counts in
+// pgadmit_http_near_limit_total (default DefaultNearLimit, 80%).
+func WithNearLimit(threshold float64) Option {
+	return func(m *Metrics) { m.nearLimit = threshold }
+}
+
+// WithMaxSeries bounds the distinct pairs of scope type and metric that get
+// labels of their own (default DefaultMaxSeries); later ones are "other".
+func WithMaxSeries(n int) Option {
+	return func(m *Metrics) { m.maxSeries = n }
+}
+
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("promadmit: New: nil registerer")
+	}
+	m := &Metrics{nearLimit: DefaultNearLimit, maxSeries: DefaultMaxSeries, series: map[[2]string]bool{}}
+	for _, opt := range opts {
+		opt(m)
+	}
+	if !(m.nearLimit > 0 && m.nearLimit <= 1) || m.maxSeries < 1 {
+		return nil, fmt.Errorf("promadmit: New: near-limit threshold must be in (0, 1] and max series at least 1, got %g and %d", m.nearLimit, m.maxSeries)
+	}
+	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgadmit_http_admissions_total",
+		Help: "Limits of HTTP requests decided, by outcome (admitted, refused, shadow_refused, failed_open, failed_closed), mode (enforce, shadow), scope type and metric.",
+	}, []string{"outcome", "mode", "scope_type", "metric"})
+	m.near = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgadmit_http_near_limit_total",
+		Help: fmt.Sprintf("Admissions by an enforced limit that left it more than %g%% used, by scope type and metric.", m.nearLimit*100),
+	}, []string{"scope_type", "metric"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pgadmit_db_operation_duration_seconds",
+		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped).",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10, 30},
+	}, []string{"operation", "result"})
+	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pgadmit_http_leases_held",
+		Help: "Concurrency leases held by HTTP requests in flight in this process.",
+	})
+	m.recovered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgadmit_recovered_total",
+		Help: "What Recover gave back, by kind (leases, reservations, failed_attempts, failed_tasks, requeued_tasks, poison_tasks, task_admissions).",
+	}, []string{"kind"})
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgadmit_pruned_total",
+		Help: "What Prune released or deleted, by kind (stale_reservations, counters, reservations, leases, events).",
+	}, []string{"kind"})
+	for _, c := range []prometheus.Collector{m.admissions, m.near, m.latency, m.leases, m.recovered, m.pruned} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("promadmit: New: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Decided counts each limit's outcome, and the admissions that left an
+// enforced limit near full.
+func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
+	for _, o := range outcomes {
+		scopeType, metric := m.labels(o.Limit.Scope.Type, o.Limit.Metric)
+		m.admissions.WithLabelValues(string(o.Outcome), o.Limit.Mode.String(), scopeType, metric).Inc()
+		if o.Outcome == httpadmit.OutcomeAdmitted && o.Limit.Mode == httpadmit.Enforce && o.Utilization > m.nearLimit {
+			m.near.WithLabelValues(scopeType, metric).Inc()
+		}
+	}
+}
+
+// DatabaseCall observes one operation's duration.
+func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
+	m.latency.WithLabelValues(op, result(err)).Observe(took.Seconds())
+}
+
+// LeasesHeld moves the gauge of leases held.
+func (m *Metrics) LeasesHeld(delta int) { m.leases.Add(float64(delta)) }
+
+// labels bounds the label values: the first WithMaxSeries pairs keep
+// theirs.
+func (m *Metrics) labels(scopeType, metric string) (string, string) {
+	k := [2]string{scopeType, metric}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.series[k] {
+		return scopeType, metric
+	}
+	if len(m.series) >= m.maxSeries {
+		return Other, Other
+	}
+	m.series[k] = true
+	return scopeType, metric
+}
+
+// result is the result label of an operation's error.
+func result(err error) string {
+	switch {
+	case err == nil:
+		return ResultOK
+	case errors.Is(err, ratelimit.ErrExceeded):
+		return ResultExceeded
+	case errors.Is(err, context.DeadlineExceeded):
+		return ResultTimeout
+	}
+	return ResultError
+}

@@ -1,0 +1,190 @@
+package promadmit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+func limit(scopeType, key, metric string, quota, amount float64, mode httpadmit.Mode) httpadmit.Limit {
+	return httpadmit.Limit{Mode: mode, Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: key},
+		Metric: metric, Limit: quota, Amount: amount, Window: ratelimit.MaxWindow}}
+}
+
+// A gateway with metrics on a real registry, scraped over HTTP after
+// admissions, a refusal, shadow refusals, a Recover and a Prune.
+func TestMetricsScrapedAfterTraffic(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	limiter := ratelimit.New(pool)
+	reg := prometheus.NewRegistry()
+	metrics, err := promadmit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := httpadmit.New(limiter, func(r *http.Request) ([]httpadmit.Limit, error) {
+		key := r.Header.Get("Authorization")
+		return []httpadmit.Limit{
+			limit("api_key", key, ratelimit.MetricRequests, 5, 1, httpadmit.Enforce),
+			limit("team", "team-"+key, ratelimit.MetricRequests, 2, 1, httpadmit.Shadow),
+			{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "model", Key: "m-" + key}, Metric: ratelimit.MetricConcurrent, Limit: 3, Amount: 1}},
+		}, nil
+	}, httpadmit.WithObserver(metrics), httpadmit.WithDecisionTimeout(10*time.Second),
+		httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if page := scrape(t, reg); !strings.Contains(page, "\npgadmit_http_leases_held 1\n") {
+			t.Errorf("pgadmit_http_leases_held while a request runs is not 1")
+		}
+	})))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	secret := "sk-secret-" + fmt.Sprint(time.Now().UnixNano())
+	codes := map[int]int{}
+	for range 6 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat", nil)
+		req.Header.Set("Authorization", secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 5 || codes[429] != 1 {
+		t.Fatalf("codes %v, want 5 x 200 and 1 x 429", codes)
+	}
+	ctx := context.Background()
+	if _, err := metrics.Recover(ctx, limiter); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.Prune(ctx, limiter, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(body)
+	for _, want := range []string{
+		`pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="admitted",scope_type="api_key"} 5`,
+		`pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="refused",scope_type="api_key"} 1`,
+		`pgadmit_http_admissions_total{metric="requests",mode="shadow",outcome="admitted",scope_type="team"} 2`,
+		`pgadmit_http_admissions_total{metric="requests",mode="shadow",outcome="shadow_refused",scope_type="team"} 3`,
+		`pgadmit_http_admissions_total{metric="concurrent",mode="enforce",outcome="admitted",scope_type="model"} 5`,
+		// 4 of 5 and 5 of 5 requests are above 80%.
+		`pgadmit_http_near_limit_total{metric="requests",scope_type="api_key"} 1`,
+		`pgadmit_http_leases_held 0`,
+		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="ok"} 5`,       // one per admitted request
+		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="exceeded"} 4`, // 3 shadow refusals and the 429
+		`pgadmit_db_operation_duration_seconds_count{operation="commit",result="ok"} 5`,
+		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="ok"} 1`,
+		`pgadmit_db_operation_duration_seconds_count{operation="prune",result="ok"} 1`,
+		`pgadmit_recovered_total{kind="leases"} 0`,
+		`pgadmit_pruned_total{kind="counters"} 0`,
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(page, secret) {
+		t.Errorf("/metrics shows a scope key")
+	}
+	if !regexp.MustCompile(`(?m)^# TYPE pgadmit_db_operation_duration_seconds histogram$`).MatchString(page) {
+		t.Errorf("/metrics has no latency histogram:\n%s", page)
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", page)
+	}
+}
+
+// scrape renders reg's metrics as /metrics would.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
+}
+
+// Pairs of scope type and metric beyond the cap share the label "other".
+func TestLabelsAreBounded(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := promadmit.New(reg, promadmit.WithMaxSeries(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		m.Decided([]httpadmit.LimitOutcome{{Limit: limit(fmt.Sprintf("type-%d", i), "k", "requests", 1, 1, httpadmit.Enforce), Outcome: httpadmit.OutcomeAdmitted}})
+	}
+	if got := testutil.CollectAndCount(reg, "pgadmit_http_admissions_total"); got != 3 {
+		t.Errorf("%d series, want 3 (two types and other)", got)
+	}
+	other := `
+# HELP pgadmit_http_leases_held Concurrency leases held by HTTP requests in flight in this process.
+# TYPE pgadmit_http_leases_held gauge
+pgadmit_http_leases_held 2
+`
+	m.LeasesHeld(3)
+	m.LeasesHeld(-1)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(other), "pgadmit_http_leases_held"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Results of operations: timeouts, errors, skipped recoveries.
+func TestOperationResults(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := promadmit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.DatabaseCall(httpadmit.OpReserve, time.Millisecond, fmt.Errorf("ratelimit: reserve: %w", context.DeadlineExceeded))
+	m.DatabaseCall(httpadmit.OpReserve, time.Millisecond, errors.New("connection refused"))
+	m.ObserveRecover(ratelimit.RecoveryResult{Skipped: true}, nil, time.Millisecond)
+	m.ObserveRecover(ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 4}, nil, time.Millisecond)
+	page := scrape(t, reg)
+	for _, want := range []string{
+		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="timeout"} 1`,
+		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="error"} 1`,
+		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="skipped"} 1`,
+		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="ok"} 1`,
+		`pgadmit_recovered_total{kind="leases"} 4`,
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if _, err := promadmit.New(reg); err == nil {
+		t.Errorf("registering twice on one registry: no error")
+	}
+	if _, err := promadmit.New(prometheus.NewRegistry(), promadmit.WithNearLimit(1.5)); err == nil {
+		t.Errorf("a near-limit threshold of 150%%: no error")
+	}
+}

@@ -1,0 +1,67 @@
+package promadmit
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Operations of Recover and Prune, as the operation label.
+const (
+	OpRecover = "recover"
+	OpPrune   = "prune"
+)
+
+// Recover runs l.Recover and observes it (ObserveRecover).
+func (m *Metrics) Recover(ctx context.Context, l *ratelimit.Limiter) (ratelimit.RecoveryResult, error) {
+	start := time.Now()
+	res, err := l.Recover(ctx)
+	m.ObserveRecover(res, err, time.Since(start))
+	return res, err
+}
+
+// Prune runs l.Prune and observes it (ObservePrune).
+func (m *Metrics) Prune(ctx context.Context, l *ratelimit.Limiter, olderThan time.Duration) (ratelimit.PruneResult, error) {
+	start := time.Now()
+	res, err := l.Prune(ctx, olderThan)
+	m.ObservePrune(res, err, time.Since(start))
+	return res, err
+}
+
+// ObserveRecover records a Recover run that took took: its duration (with
+// result skipped when another process was recovering) and what it gave
+// back. For callers that run Recover themselves.
+func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took time.Duration) {
+	r := result(err)
+	if err == nil && res.Skipped {
+		r = ResultSkipped
+	}
+	m.latency.WithLabelValues(OpRecover, r).Observe(took.Seconds())
+	for kind, n := range map[string]int64{
+		"leases":          res.ReleasedConcurrencyLeases,
+		"reservations":    res.ReleasedRateReservations,
+		"failed_attempts": res.FailedAttempts,
+		"failed_tasks":    res.FailedTasks,
+		"requeued_tasks":  res.RequeuedAsyncTasks,
+		"poison_tasks":    res.FailedPoisonTasks,
+		"task_admissions": res.CleanedTaskAdmissions,
+	} {
+		m.recovered.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// ObservePrune records a Prune run that took took: its duration and what
+// it released or deleted. For callers that run Prune themselves.
+func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.Duration) {
+	m.latency.WithLabelValues(OpPrune, result(err)).Observe(took.Seconds())
+	for kind, n := range map[string]int64{
+		"stale_reservations": res.ReleasedStaleReservations,
+		"counters":           res.Counters,
+		"reservations":       res.Reservations,
+		"leases":             res.Leases,
+		"events":             res.Events,
+	} {
+		m.pruned.WithLabelValues(kind).Add(float64(n))
+	}
+}
