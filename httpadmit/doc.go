@@ -87,7 +87,7 @@
 // # When the database fails
 //
 // A decision that errors, or that takes longer than WithDecisionTimeout
-// (default 50 ms, connecting included), follows the limits' FailurePolicy:
+// (default 250 ms, connecting included), follows the limits' FailurePolicy:
 // if any enforced limit fails closed (the default), the request is refused
 // with 503 (an *UnavailableError to the error handler, OutcomeFailedClosed);
 // otherwise it is admitted unrecorded (OutcomeFailedOpen), without

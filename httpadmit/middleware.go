@@ -15,7 +15,7 @@ const (
 	// DefaultDecisionTimeout bounds how long a request waits for its
 	// admission decision, connecting to the database included, before its
 	// failure policy applies.
-	DefaultDecisionTimeout = 50 * time.Millisecond
+	DefaultDecisionTimeout = 250 * time.Millisecond
 	// DefaultSettleTimeout bounds settling a request (Commit or Release)
 	// after its handler returned, and each renewal of its leases.
 	DefaultSettleTimeout = 2 * time.Second
