@@ -84,6 +84,86 @@ func (q *Queries) InspectAdmissions(ctx context.Context, db DBTX, arg InspectAdm
 	return items, nil
 }
 
+const InspectAllotments = `-- name: InspectAllotments :many
+SELECT a.holder,
+       a.scope_type,
+       a.scope_key,
+       a.metric,
+       a.window_seconds,
+       count(*)::bigint                                                  AS blocks,
+       sum(a.granted)::numeric                                           AS granted,
+       sum(a.consumed)::numeric                                          AS consumed,
+       extract(epoch FROM now() - max(a.synced_at))::float8              AS reported_ago_seconds,
+       extract(epoch FROM min(a.expires_at) - now())::float8             AS ends_in_seconds,
+       count(*) OVER ()                                                  AS total_rows
+FROM gateway_rate_limit_allotments AS a
+WHERE a.returned_at IS NULL
+  AND ($1::text IS NULL
+       OR (a.scope_type = $1::text AND a.scope_key = $2::text))
+GROUP BY a.holder, a.scope_type, a.scope_key, a.metric, a.window_seconds
+ORDER BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.holder
+LIMIT $3::integer
+`
+
+type InspectAllotmentsParams struct {
+	ScopeType pgtype.Text
+	ScopeKey  pgtype.Text
+	MaxRows   int32
+}
+
+type InspectAllotmentsRow struct {
+	Holder             string
+	ScopeType          string
+	ScopeKey           string
+	Metric             string
+	WindowSeconds      int32
+	Blocks             int64
+	Granted            float64
+	Consumed           float64
+	ReportedAgoSeconds float64
+	EndsInSeconds      float64
+	TotalRows          int64
+}
+
+// Open allotments (blocks of Local limits) per holder and counter: how many
+// blocks, the units they hold in the counter, what their holder last
+// reported admitting from them and when, and the time until their window
+// ends on the database's clock.
+// Locks: none (plain MVCC read).
+// Index: gateway_rate_limit_allotments_open_idx (partial: open blocks, live
+// state).
+func (q *Queries) InspectAllotments(ctx context.Context, db DBTX, arg InspectAllotmentsParams) ([]InspectAllotmentsRow, error) {
+	rows, err := db.Query(ctx, InspectAllotments, arg.ScopeType, arg.ScopeKey, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InspectAllotmentsRow{}
+	for rows.Next() {
+		var i InspectAllotmentsRow
+		if err := rows.Scan(
+			&i.Holder,
+			&i.ScopeType,
+			&i.ScopeKey,
+			&i.Metric,
+			&i.WindowSeconds,
+			&i.Blocks,
+			&i.Granted,
+			&i.Consumed,
+			&i.ReportedAgoSeconds,
+			&i.EndsInSeconds,
+			&i.TotalRows,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const InspectLeases = `-- name: InspectLeases :many
 SELECT l.scope_type,
        l.scope_key,

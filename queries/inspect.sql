@@ -122,3 +122,30 @@ FROM gateway_tasks AS t
 WHERE t.id = ANY(@task_ids::uuid[])
 GROUP BY t.status, t.error_code
 ORDER BY tasks DESC, t.status, error_code;
+
+-- name: InspectAllotments :many
+-- Open allotments (blocks of Local limits) per holder and counter: how many
+-- blocks, the units they hold in the counter, what their holder last
+-- reported admitting from them and when, and the time until their window
+-- ends on the database's clock.
+-- Locks: none (plain MVCC read).
+-- Index: gateway_rate_limit_allotments_open_idx (partial: open blocks, live
+-- state).
+SELECT a.holder,
+       a.scope_type,
+       a.scope_key,
+       a.metric,
+       a.window_seconds,
+       count(*)::bigint                                                  AS blocks,
+       sum(a.granted)::numeric                                           AS granted,
+       sum(a.consumed)::numeric                                          AS consumed,
+       extract(epoch FROM now() - max(a.synced_at))::float8              AS reported_ago_seconds,
+       extract(epoch FROM min(a.expires_at) - now())::float8             AS ends_in_seconds,
+       count(*) OVER ()                                                  AS total_rows
+FROM gateway_rate_limit_allotments AS a
+WHERE a.returned_at IS NULL
+  AND (sqlc.narg('scope_type')::text IS NULL
+       OR (a.scope_type = sqlc.narg('scope_type')::text AND a.scope_key = sqlc.narg('scope_key')::text))
+GROUP BY a.holder, a.scope_type, a.scope_key, a.metric, a.window_seconds
+ORDER BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.holder
+LIMIT @max_rows::integer;

@@ -79,6 +79,15 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("reserve: %v", err)
 	}
 
+	// A block of a Local limit, held by "gw-1".
+	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1"}))
+	defer local.Close()
+	if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Local: true},
+	}); err != nil {
+		t.Fatalf("reserve local: %v", err)
+	}
+
 	// Two async tasks wait in a queue of 5.
 	for range 2 {
 		if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
@@ -95,6 +104,7 @@ func TestInspect(t *testing.T) {
 		`(?m)^api_key:other\s+requests\s+1m\s+0\s+2\s+5\s+3\s+\d+s$`,
 		`(?m)^model:large\s+1\s+1\s+8\s+0\s+\d+m\d+s$`,
 		`(?m)^queue:team-42\s+2\s+5\s+2\s+0\s+0\s+\d+s$`,
+		`(?m)^provider:gpt\s+tokens\s+1m\s+gw-1\s+1\s+1600\s+0\s+\d+s ago\s+\d+s$`, // a block of 16 requests' worth, nothing reported yet
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)
@@ -106,7 +116,7 @@ func TestInspect(t *testing.T) {
 		t.Errorf("inspect --scope api_key:team-42:\n%s", out)
 	}
 	out = cliOK(t, "--database-url", url, "inspect", "--limit", "1")
-	if !strings.Contains(out, "1 of 3 shown; raise --limit for more") {
+	if !strings.Contains(out, "1 of 4 shown; raise --limit for more") {
 		t.Errorf("inspect --limit 1:\n%s", out)
 	}
 

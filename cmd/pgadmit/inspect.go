@@ -77,7 +77,32 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read queue admissions: %w", err)
 	}
-	return printInspect(a.stdout, windows, leases, admissions)
+	allotments, err := q.InspectAllotments(ctx, pool, db.InspectAllotmentsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
+	if err != nil {
+		return fmt.Errorf("read allotments: %w", err)
+	}
+	if err := printInspect(a.stdout, windows, leases, admissions); err != nil {
+		return err
+	}
+	return printAllotments(a.stdout, allotments)
+}
+
+// printAllotments writes the ALLOTMENTS table: the blocks Local limits are
+// admitted from, per holder.
+func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nALLOTMENTS (open%s)\n", shown(len(rows), total(rows, func(r db.InspectAllotmentsRow) int64 { return r.TotalRows })))
+	if len(rows) == 0 {
+		fmt.Fprintln(tw, "  none")
+		return tw.Flush()
+	}
+	fmt.Fprintln(tw, "SCOPE\tMETRIC\tWINDOW\tHOLDER\tBLOCKS\tGRANTED\tADMITTED\tREPORTED\tENDS IN")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", r.ScopeType, r.ScopeKey, r.Metric,
+			windowString(int64(r.WindowSeconds)), r.Holder, r.Blocks, num(r.Granted), num(r.Consumed),
+			seconds(r.ReportedAgoSeconds), seconds(r.EndsInSeconds))
+	}
+	return tw.Flush()
 }
 
 // printInspect writes the three inspect tables.
