@@ -624,6 +624,46 @@ COMMENT ON FUNCTION pgadmit_settle_one(uuid, text, text, text, integer, timestam
     'Commits or releases one reservation whose counter the caller names, idempotently. Called by AdmissionSettleOne (queries/admission.sql).';
 
 -- +goose StatementBegin
+CREATE FUNCTION pgadmit_lock_counters(
+    p_scope_types    text[],
+    p_scope_keys     text[],
+    p_metrics        text[],
+    p_window_seconds integer[],
+    p_window_starts  timestamptz[]
+)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+-- Locks the given counter rows FOR UPDATE, each once, in primary-key order
+-- (the lock order); NULL entries and missing rows are skipped. Called by
+-- pgadmit_settle and pgadmit_allot_return, whose settings (forced generic
+-- plans, no sequential scans or hash and merge joins) it runs under: a
+-- nested loop probes the counters in the order of its sorted outer side.
+-- Locks: FOR UPDATE on each counter row.
+-- Index: gateway_rate_limit_counters_pkey (one probe per counter).
+BEGIN
+    PERFORM 1
+    FROM (
+        SELECT u.st, u.sk, u.m, u.ws, u.wst
+        FROM unnest(p_scope_types, p_scope_keys, p_metrics, p_window_seconds, p_window_starts) AS u(st, sk, m, ws, wst)
+        WHERE u.st IS NOT NULL
+        GROUP BY u.st, u.sk, u.m, u.ws, u.wst
+        ORDER BY u.st COLLATE "C", u.sk COLLATE "C", u.m COLLATE "C", u.ws, u.wst
+    ) AS k
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM gateway_rate_limit_counters AS c
+        WHERE c.scope_type = k.st AND c.scope_key = k.sk AND c.metric = k.m
+          AND c.window_seconds = k.ws AND c.window_start = k.wst
+        LIMIT 1
+        FOR UPDATE
+    ) AS c;
+END;
+$$;
+-- +goose StatementEnd
+COMMENT ON FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], timestamptz[]) IS
+    'Locks counter rows once each in the lock order (primary-key order, byte order of the text columns). Used by the batch settle functions.';
+
+-- +goose StatementBegin
 CREATE FUNCTION pgadmit_settle(
     p_reservation_ids uuid[],
     p_scope_types     text[],
@@ -668,7 +708,8 @@ AS $$
 -- in one statement; then the reservations, counters and leases it updates.
 -- Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
 -- gateway_concurrency_leases_pkey (probes, one per row).
--- Statements: 2 (3 when the counters are not named), whatever the batch size.
+-- Statements: 2 (3 when the counters are not named), whatever the batch
+-- size, and the lock of pgadmit_lock_counters.
 DECLARE
     v_now      timestamptz := coalesce(p_now, now());
     n_r        integer := coalesce(cardinality(p_reservation_ids), 0);
@@ -695,26 +736,7 @@ BEGIN
             LIMIT 1
         ) AS r;
     END IF;
-    IF k_type IS NOT NULL THEN
-        -- Each counter once, in lock order: the nested loop probes them in
-        -- the order of its sorted outer side.
-        PERFORM 1
-        FROM (
-            SELECT u.st, u.sk, u.m, u.ws, u.wst
-            FROM unnest(k_type, k_key, k_metric, k_seconds, k_start) AS u(st, sk, m, ws, wst)
-            WHERE u.st IS NOT NULL
-            GROUP BY u.st, u.sk, u.m, u.ws, u.wst
-            ORDER BY u.st COLLATE "C", u.sk COLLATE "C", u.m COLLATE "C", u.ws, u.wst
-        ) AS k
-        CROSS JOIN LATERAL (
-            SELECT 1
-            FROM gateway_rate_limit_counters AS c
-            WHERE c.scope_type = k.st AND c.scope_key = k.sk AND c.metric = k.m
-              AND c.window_seconds = k.ws AND c.window_start = k.wst
-            LIMIT 1
-            FOR UPDATE
-        ) AS c;
-    END IF;
+    PERFORM pgadmit_lock_counters(k_type, k_key, k_metric, k_seconds, k_start);
 
     RETURN QUERY
     WITH input AS (
@@ -790,6 +812,7 @@ COMMENT ON FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], ti
 -- +goose Down
 
 DROP FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
+DROP FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], timestamptz[]);
 DROP FUNCTION pgadmit_settle_one(uuid, text, text, text, integer, timestamptz, text, numeric, text, timestamptz);
 DROP FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], timestamptz);
 DROP FUNCTION pgadmit_reserve_one(uuid, uuid, text, text, text, integer, numeric, numeric, timestamptz);

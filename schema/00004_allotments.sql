@@ -197,27 +197,16 @@ AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
 BEGIN
-    PERFORM 1
-    FROM (
-        SELECT a.scope_type AS st, a.scope_key AS sk, a.metric AS m, a.window_seconds AS ws, a.window_start AS wst
-        FROM unnest(p_ids) AS u(id)
-        CROSS JOIN LATERAL (
-            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
-            FROM gateway_rate_limit_allotments AS x
-            WHERE x.id = u.id AND x.returned_at IS NULL
-            LIMIT 1
-        ) AS a
-        GROUP BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start
-        ORDER BY a.scope_type COLLATE "C", a.scope_key COLLATE "C", a.metric COLLATE "C", a.window_seconds, a.window_start
-    ) AS k
+    PERFORM pgadmit_lock_counters(
+        array_agg(a.scope_type), array_agg(a.scope_key), array_agg(a.metric),
+        array_agg(a.window_seconds), array_agg(a.window_start))
+    FROM unnest(p_ids) AS u(id)
     CROSS JOIN LATERAL (
-        SELECT 1
-        FROM gateway_rate_limit_counters AS c
-        WHERE c.scope_type = k.st AND c.scope_key = k.sk AND c.metric = k.m
-          AND c.window_seconds = k.ws AND c.window_start = k.wst
+        SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
+        FROM gateway_rate_limit_allotments AS x
+        WHERE x.id = u.id AND x.returned_at IS NULL
         LIMIT 1
-        FOR UPDATE
-    ) AS c;
+    ) AS a;
 
     RETURN QUERY
     WITH input AS (
