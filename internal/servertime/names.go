@@ -10,7 +10,7 @@ import (
 )
 
 // nameLength bounds a name taken from a statement's text.
-const nameLength = 72
+const nameLength = 56
 
 // nameOf returns a statement's name: the sqlc name of a pgadmit statement, whose text starts
 // with "-- name: Name :kind", else the start of its text on one line.

@@ -1,16 +1,18 @@
 package servertime
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
 
 func TestNameOf(t *testing.T) {
 	t.Parallel()
+	long := "lorem   ipsum\n\tdolor " + strings.Repeat("sit amet ", 20)
 	for _, tc := range []struct{ query, want string }{
-		{"-- name: AdmissionReserveOne :one\nSELECT r.fits FROM pgadmit_reserve_one($1)", "AdmissionReserveOne"},
-		{"UPDATE gateway_rate_limit_counters AS c\n   SET reserved_value = c.reserved_value - v_released", "UPDATE gateway_rate_limit_counters AS c SET reserved_value = c.reserv..."},
-		{"SELECT $1", "SELECT $1"},
+		{"-- name: AdmissionReserveOne :one\nthe statement", "AdmissionReserveOne"},
+		{long, "lorem ipsum dolor sit amet sit amet sit amet sit amet..."},
+		{"short", "short"},
 		{"-- name: ", "-- name:"},
 	} {
 		if got := nameOf(tc.query); got != tc.want {
@@ -22,50 +24,55 @@ func TestNameOf(t *testing.T) {
 	}
 }
 
-func TestAttribute(t *testing.T) {
-	t.Parallel()
-	funcs := map[string]string{
-		"pgadmit_reserve_one": `
-DECLARE
-    v_fits boolean;
-BEGIN
-    WITH counter AS (
-        INSERT INTO gateway_rate_limit_counters AS c (scope_type, scope_key, metric)
-        VALUES (p_scope_type, p_scope_key, p_metric)
-        ON CONFLICT DO NOTHING
-        RETURNING c.used_value
-    )
-    SELECT counter.used_value + 1 <= p_limit INTO v_fits FROM counter;
-    RETURN QUERY SELECT v_fits;
-END;`,
-		"pgadmit_settle_one": `
-BEGIN
-    UPDATE gateway_rate_limit_counters AS c
-       SET reserved_value = c.reserved_value - v_released,
-           used_value = c.used_value + v_used
-     WHERE c.scope_type = v_scope_type AND c.scope_key = v_scope_key;
-    PERFORM 1 FROM gateway_rate_limit_counters AS c WHERE c.scope_type = v_scope_type AND c.scope_key = v_scope_key AND c.metric = 'requests';
-END;`,
+// blocks reads a testdata file of blocks, each after a line "== HEADER", into headers and
+// texts; lines starting with # before the first block are comments.
+func blocks(t *testing.T, path string) (headers, texts []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ss := []Statement{
-		{TopLevel: true, Query: "-- name: AdmissionReserveOne :one\nSELECT r.fits::boolean FROM pgadmit_reserve_one($1, $2) AS r"},
-		{TopLevel: true, Query: "-- name: OpsNow :one\nSELECT clock_timestamp()"},
-		// Nested: as PL/pgSQL hands them on, whitespace changed, INTO cut out, constants as $n.
-		{Query: "WITH counter AS ( INSERT INTO gateway_rate_limit_counters AS c (scope_type, scope_key, metric) VALUES (p_scope_type, p_scope_key, p_metric) ON CONFLICT DO NOTHING RETURNING c.used_value ) SELECT counter.used_value + $1 <= p_limit  FROM counter"},
-		{Query: "UPDATE gateway_rate_limit_counters AS c\n SET reserved_value = c.reserved_value - v_released, used_value = c.used_value + v_used WHERE c.scope_type = v_scope_type AND c.scope_key = v_scope_key"},
-		{Query: "SELECT $1 FROM gateway_rate_limit_counters AS c WHERE c.scope_type = v_scope_type AND c.scope_key = v_scope_key AND c.metric = $2"},
-		{Query: "SELECT v_fits"},                             // too short to tell
-		{Query: "SELECT something_else FROM elsewhere AS e"}, // in no body
-	}
-	Attribute(ss, funcs)
-	for i, want := range []string{"pgadmit_reserve_one", "", "pgadmit_reserve_one", "pgadmit_settle_one", "pgadmit_settle_one", "", ""} {
-		if ss[i].Function != want {
-			t.Errorf("statement %d (%.40q): function %q, want %q", i, ss[i].Query, ss[i].Function, want)
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "== "):
+			headers = append(headers, strings.TrimPrefix(line, "== "))
+			texts = append(texts, "")
+		case len(texts) == 0:
+		default:
+			texts[len(texts)-1] += line + "\n"
 		}
 	}
+	return headers, texts
+}
+
+func TestAttribute(t *testing.T) {
+	t.Parallel()
+	names, bodies := blocks(t, "testdata/functions.txt")
+	funcs := map[string]string{}
+	for i, name := range names {
+		funcs[name] = bodies[i]
+	}
+	headers, texts := blocks(t, "testdata/statements.txt")
+	var ss []Statement
+	var want []string
+	for i, h := range headers {
+		level, fn, _ := strings.Cut(h, " ")
+		ss = append(ss, Statement{TopLevel: level == "toplevel", Query: strings.TrimSpace(texts[i])})
+		want = append(want, strings.TrimPrefix(fn, "-"))
+	}
+	if len(ss) < 5 {
+		t.Fatalf("testdata/statements.txt: %d statements", len(ss))
+	}
+	Attribute(ss, funcs)
+	for i, s := range ss {
+		if s.Function != want[i] {
+			t.Errorf("statement %d (%.40q): function %q, want %q", i, s.Query, s.Function, want[i])
+		}
+	}
+
 	// The same text in two bodies: no guess.
 	funcs["pgadmit_settle"] = funcs["pgadmit_settle_one"]
-	ss = []Statement{{Query: "UPDATE gateway_rate_limit_counters AS c SET reserved_value = c.reserved_value - v_released, used_value = c.used_value + v_used WHERE c.scope_type = v_scope_type"}}
+	ss = []Statement{{Query: texts[3]}}
 	Attribute(ss, funcs)
 	if ss[0].Function != "" {
 		t.Errorf("a statement in two bodies was attributed to %q", ss[0].Function)

@@ -99,10 +99,10 @@ func Prepare(ctx context.Context, conn db.DBTX) (Status, error) {
 		}
 		if err := q.BenchStatementStatsCreate(ctx, conn); err != nil {
 			if msg, ok := serverMessage(err); ok {
-				st.Reason = "cannot create extension pg_stat_statements: " + msg
+				st.Reason = "the pg_stat_statements extension could not be created: " + msg
 				return st, nil
 			}
-			return st, fmt.Errorf("create extension pg_stat_statements: %w", err)
+			return st, fmt.Errorf("creating the pg_stat_statements extension: %w", err)
 		}
 		if p, err = q.BenchStatementStatsProbe(ctx, conn); err != nil {
 			return st, fmt.Errorf("probe pg_stat_statements: %w", err)
