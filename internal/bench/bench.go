@@ -49,9 +49,10 @@ type Config struct {
 	// same database and with the same scope keys (nothing is reset in between), so that a
 	// later round shows what a grown table costs; zero means 1.
 	Rounds int
-	// BeforeEach, when set, is called before each workload of each round (round counts from
-	// 1), outside the measurement; an error stops the run.
+	// BeforeEach and AfterEach, when set, are called before and after each workload of each
+	// round (round counts from 1), outside the measurement; an error stops the run.
 	BeforeEach func(ctx context.Context, w Workload, round int) error
+	AfterEach  func(ctx context.Context, r Result) error
 }
 
 // Workload describes one workload.
@@ -140,7 +141,7 @@ func NewRunID() string {
 }
 
 // Run runs the selected workloads one after the other on pool, cfg.Rounds times, calling
-// cfg.BeforeEach before each and done after each, and returns their results, round by round.
+// cfg.BeforeEach before each, cfg.AfterEach and done after each, and returns their results, round by round.
 // pool must allow at least cfg.Workers connections. It stops early, returning ctx's error, when
 // ctx ends; an error of a single operation is counted, not returned.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result)) ([]Result, error) {
@@ -186,6 +187,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 				res.OK = res.OK && c.OK
 			}
 			out = append(out, res)
+			if cfg.AfterEach != nil {
+				if err := cfg.AfterEach(ctx, res); err != nil {
+					return out, fmt.Errorf("bench: after %s: %w", w.Name, err)
+				}
+			}
 			if done != nil {
 				done(res)
 			}
