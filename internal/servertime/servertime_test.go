@@ -5,10 +5,14 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterldowns/pgtestdb"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
@@ -45,12 +49,11 @@ func TestNotLoaded(t *testing.T) {
 	}
 }
 
-// TestWhereServerTimeGoes runs admissions on a cluster that preloads pg_stat_statements and
-// finds them, and the statements of the functions they call, in the report.
-func TestWhereServerTimeGoes(t *testing.T) {
+// TestPreloaded runs on a cluster that preloads pg_stat_statements: as a superuser, which
+// creates the extension and tracks everything, and as a role that may do neither.
+func TestPreloaded(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	c, err := pgcluster.Start(ctx, pgcluster.Preload("pg_stat_statements"))
+	c, err := pgcluster.Start(context.Background(), pgcluster.Preload("pg_stat_statements"))
 	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
 		t.Skip(err)
 	}
@@ -61,6 +64,14 @@ func TestWhereServerTimeGoes(t *testing.T) {
 	if !slices.Contains(c.Preloaded(), "pg_stat_statements") {
 		t.Skip("this PostgreSQL installation has no pg_stat_statements")
 	}
+	t.Run("superuser", func(t *testing.T) { testWhereServerTimeGoes(t, c) })
+	t.Run("role", func(t *testing.T) { testRole(t, c) })
+}
+
+// testWhereServerTimeGoes runs admissions as a superuser and finds them, and the statements
+// of the functions they call, in the report.
+func testWhereServerTimeGoes(t *testing.T, c *pgcluster.Cluster) {
+	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, c.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -150,5 +161,66 @@ func TestWhereServerTimeGoes(t *testing.T) {
 	}
 	if top != nil && nested != nil && top.TotalMs() < nested.TotalMs() {
 		t.Errorf("the call (%.3f ms) took less than a statement nested in it (%.3f ms)", top.TotalMs(), nested.TotalMs())
+	}
+}
+
+// testRole prepares pg_stat_statements as a role that is no superuser: it cannot
+// create the extension, and once a superuser did, it reads its own statements' statistics but
+// cannot ask for nested ones.
+func testRole(t *testing.T, c *pgcluster.Cluster) {
+	ctx := context.Background()
+	// A role of its own: pgtestdb creates each role once per process, whatever the server, and
+	// pgtest's role lives on another server.
+	conf := pgtestdb.Custom(t, pgtestdb.Config{DriverName: "pgx", Host: pgcluster.Host, Port: strconv.Itoa(c.Port()),
+		User: pgcluster.User, Database: pgcluster.Database, Options: "sslmode=disable",
+		TestRole: &pgtestdb.Role{Username: "pgadmit_servertime", Password: "servertime", Capabilities: "NOSUPERUSER NOCREATEDB NOCREATEROLE"},
+	}, pgtestdb.NoopMigrator{})
+	role, err := pgx.Connect(ctx, conf.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer role.Close(ctx)
+	st, err := servertime.Prepare(ctx, role)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if st.Available || !strings.Contains(st.Reason, "the pg_stat_statements extension could not be created: permission denied") {
+		t.Errorf("Prepare as a role that may not create the extension: %+v", st)
+	}
+
+	superURL := strings.Replace(conf.URL(), conf.User+":"+conf.Password+"@", pgcluster.User+"@", 1)
+	super, err := pgx.Connect(ctx, superURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer super.Close(ctx)
+	if st, err := servertime.Prepare(ctx, super); err != nil || !st.Created {
+		t.Fatalf("Prepare as a superuser in %s: %+v, %v", superURL, st, err)
+	}
+
+	st, err = servertime.Prepare(ctx, role)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if !st.Available || st.CanTrack || st.SessionSettings() != nil {
+		t.Errorf("Prepare as a role, the extension created: %+v", st)
+	}
+	if track, planning := st.Tracking(); track != "top" || planning != "off" {
+		t.Errorf("Tracking() = %s, %s; want the server's top, off", track, planning)
+	}
+	before, err := servertime.Take(ctx, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.New().BenchServerSetting(ctx, role, "server_version"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := servertime.Take(ctx, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := after.Since(before)
+	if len(got) != 1 || got[0].Name != "BenchServerSetting" || got[0].Calls != 1 || !got[0].TopLevel {
+		t.Errorf("Since, as a role (its own snapshot left out): %+v", got)
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// ownPrefix starts the text of the statements this package runs (queries/bench.sql), which
-// Since leaves out: they are the measurement, not what is measured.
-const ownPrefix = "-- name: Bench"
+// ownPrefix starts the text of the statements Prepare and Take run (BenchStatement* in
+// queries/bench.sql), which Since leaves out: they are the measurement, not what is measured.
+const ownPrefix = "-- name: BenchStatement"
 
 // key identifies a statement in pg_stat_statements, within one role and database: the same
 // query id is counted apart when it runs top-level and nested.
