@@ -41,8 +41,9 @@ bench creates the extension if it is missing and, after the workloads, prints pe
 --statements statements that took the most server time, those nested in pgadmit's PL/pgSQL
 functions too: calls, mean planning and execution µs per call, and times planned. It subtracts
 snapshots taken around each workload (nothing is reset) and, when the role may (a superuser),
-sets pg_stat_statements.track=all and track_planning=on for its own sessions. Otherwise it says
-why the report is unavailable. The throwaway cluster preloads pg_stat_statements.
+sets pg_stat_statements.track=all and track_planning=on for its own sessions (a small cost per
+statement; --statements 0 measures without it). Otherwise it says why the report is
+unavailable. The throwaway cluster preloads pg_stat_statements.
 
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed.`,
 		db:  dbOptional,
