@@ -32,6 +32,19 @@ W1, W2 and W3 run for --duration; W4 (each part) and W5 run for 2 s. An operatio
 Reserve and, where the workload says so, its Commit. Every run uses fresh scope keys (a random
 run id), so runs never disturb each other or other data. The database is migrated first.
 
+--rounds N repeats the selected workloads N times in the same database, nothing reset in
+between (rows "W2 round 3/6"), and ends with each workload's last round's ops/s over its
+first's ("W2: last/first 0.93"): does admission slow down as the tables grow?
+
+Where server time goes: when the server has loaded pg_stat_statements (shared_preload_libraries),
+bench creates the extension if it is missing and, after the workloads, prints per workload the
+--statements statements that took the most server time, those nested in pgadmit's PL/pgSQL
+functions too: calls, mean planning and execution µs per call, and times planned. It subtracts
+snapshots taken around each workload (nothing is reset) and, when the role may (a superuser),
+sets pg_stat_statements.track=all and track_planning=on for its own sessions (a small cost per
+statement; --statements 0 measures without it). Otherwise it says why the report is
+unavailable. The throwaway cluster preloads pg_stat_statements.
+
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed.`,
 		db:  dbOptional,
 		run: runBench,
@@ -40,13 +53,27 @@ Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed
 
 // benchReport is the --json document.
 type benchReport struct {
-	RunID           string         `json:"run_id"`
-	Workers         int            `json:"workers"`
-	DurationSeconds float64        `json:"duration_s"`
-	ServerVersion   string         `json:"server_version"`
-	OK              bool           `json:"ok"`
-	Results         []bench.Result `json:"results"`
+	RunID           string  `json:"run_id"`
+	Workers         int     `json:"workers"`
+	DurationSeconds float64 `json:"duration_s"`
+	ServerVersion   string  `json:"server_version"`
+	OK              bool    `json:"ok"`
+	// Results holds every round's results, round by round (each says its round).
+	Results []bench.Result `json:"results"`
+	Rounds  int            `json:"rounds"`
+	// Steadiness compares each workload's last round with its first (with --rounds 2 or more).
+	Steadiness []bench.Steadiness `json:"steadiness,omitempty"`
+	// ServerTime is where server time went (absent with --statements 0).
+	ServerTime *serverTimeReport `json:"server_time,omitempty"`
 }
+
+// Bounds of bench's flags.
+const (
+	maxBenchRounds     = 1000
+	maxBenchStatements = 100
+	// defaultBenchStatements is how many statements the server-time report shows per workload.
+	defaultBenchStatements = 10
+)
 
 func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
@@ -56,6 +83,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
 	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")
 	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "combined statements of one kind in flight at once, 1 to 64")
+	rounds := fs.Int("rounds", 1, "run the selected workloads `N` times in the same database, 1 to 1000, and compare the last round with the first")
+	statements := fs.Int("statements", defaultBenchStatements, "show the `N` statements per workload that took the most server time (pg_stat_statements), 0 to 100; 0: no report")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -72,6 +101,12 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if *inFlight < 1 || *inFlight > 64 {
 		return usagef("--in-flight must be between 1 and 64, got %d", *inFlight)
 	}
+	if *rounds < 1 || *rounds > maxBenchRounds {
+		return usagef("--rounds must be between 1 and %d, got %d", maxBenchRounds, *rounds)
+	}
+	if *statements < 0 || *statements > maxBenchStatements {
+		return usagef("--statements must be between 0 and %d, got %d", maxBenchStatements, *statements)
+	}
 	codes, err := bench.ParseOnly(*only)
 	if err != nil {
 		return usagef("--only: %v", err)
@@ -86,31 +121,58 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer stop()
-	pool, err := a.connect(ctx, dsn, int32(*workers)+2)
+	// Two pools: a small one to migrate, read settings and take pg_stat_statements snapshots,
+	// and the workers', whose sessions may get tracking settings of their own.
+	admin, err := a.connect(ctx, dsn, 2)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	version, err := a.migrate(ctx, admin)
+	if err != nil {
+		return err
+	}
+	server, err := describeServer(ctx, admin)
+	if err != nil {
+		return err
+	}
+	var spent *benchServerTime
+	if *statements > 0 {
+		if spent, err = startServerTime(ctx, admin, *statements); err != nil {
+			return err
+		}
+		defer spent.close()
+	}
+	poolCfg, err := a.poolConfig(dsn, int32(*workers)+2)
+	if err != nil {
+		return err
+	}
+	runtimeParams(poolCfg, spent.sessionSettings())
+	pool, err := a.open(ctx, dsn, poolCfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	version, err := a.migrate(ctx, pool)
-	if err != nil {
-		return err
-	}
-	serverVersion := ""
-	if c, err := pool.Acquire(ctx); err == nil {
-		serverVersion = c.Conn().PgConn().ParameterStatus("server_version")
-		c.Release()
-	}
 
-	cfg := bench.Config{Workers: *workers, Duration: *duration, Only: codes, RunID: bench.NewRunID(),
-		Options: []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)}}
+	cfg := bench.Config{Workers: *workers, Duration: *duration, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
+		Options:    []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)},
+		BeforeEach: spent.beforeWorkload, AfterEach: spent.afterWorkload}
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
 	}
-	fmt.Fprintf(out, "pgadmit bench: run %s, %d workers, %s per workload (W4, W5: %ds), PostgreSQL %s, schema version %d\n\n",
-		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, serverVersion, version)
+	perRound := ""
+	if cfg.Rounds > 1 {
+		perRound = fmt.Sprintf(", %d rounds", cfg.Rounds)
+	}
+	fmt.Fprintf(out, "pgadmit bench: run %s, %d workers, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
+		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, perRound, server.String(), version)
 	fmt.Fprintf(out, "%-22s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
-		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", r.Name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
+		name := r.Name
+		if cfg.Rounds > 1 {
+			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, cfg.Rounds)
+		}
+		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
 		if r.ReservesPerStatement > 0 {
 			fmt.Fprintf(out, "  (combined: %.1f reserves, %.1f settles per statement)", r.ReservesPerStatement, r.SettlesPerStatement)
 		}
@@ -120,10 +182,18 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 
+	steady := bench.Steady(results)
+	printSteadiness(out, steady)
+	serverTime, err := spent.report(ctx, results)
+	if err != nil {
+		return err
+	}
+	printServerTime(out, serverTime)
 	ok := printBenchChecks(out, results)
 	if *jsonPath != "" {
 		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, DurationSeconds: cfg.Duration.Seconds(),
-			ServerVersion: serverVersion, OK: ok, Results: results}
+			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
+			ServerTime: serverTime}
 		if err := writeJSON(*jsonPath, a.stdout, rep); err != nil {
 			return err
 		}
@@ -132,6 +202,19 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: exitFailure, msg: "some checks failed (see above)"}
 	}
 	return nil
+}
+
+// printSteadiness prints, for each workload run more than one round, its last round's ops/s
+// over its first's.
+func printSteadiness(w io.Writer, steady []bench.Steadiness) {
+	if len(steady) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nsteadiness (ops/s of the last round over the first, same database, nothing reset):")
+	for _, s := range steady {
+		fmt.Fprintf(w, "%s: last/first %.2f (round 1: %.0f ops/s, round %d: %.0f ops/s)\n",
+			s.Code(), s.LastOverFirst, s.FirstOpsPerS, s.Rounds, s.LastOpsPerS)
+	}
 }
 
 // printBenchChecks prints the exactness checks and any errors under the table, and reports

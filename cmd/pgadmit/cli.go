@@ -240,7 +240,7 @@ Commands:
 	fmt.Fprint(w, `
 Environment:
   DATABASE_URL  PostgreSQL connection string, unless --database-url is given. demo and bench
-                start a throwaway local cluster when neither is set.
+                start a throwaway local cluster on disk when neither is set.
 
 Exit codes: 0 success, 1 failure (including doctor problems and bench checks off), 2 usage error.
 Run 'pgadmit <command> --help' for the flags of a command.
@@ -255,7 +255,10 @@ func (a *app) printCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
 	case dbRequired:
 		fmt.Fprint(w, "\nNeeds a database: --database-url or DATABASE_URL.\n")
 	case dbOptional:
-		fmt.Fprint(w, "\nUses --database-url or DATABASE_URL when set, else starts a throwaway local cluster\n(PostgreSQL's initdb, pg_ctl and postgres must be installed) and removes it at the end.\n")
+		fmt.Fprint(w, "\nUses --database-url or DATABASE_URL when set, else starts a throwaway local cluster\n"+
+			"(PostgreSQL's initdb, pg_ctl and postgres must be installed) and removes it at the end. It\n"+
+			"lives on disk ($TMPDIR, else /var/tmp) with fsync on, as a real server's would, and preloads\n"+
+			"pg_stat_statements when the installation has it.\n")
 	}
 	fmt.Fprint(w, "\nExit codes: 0 success, 1 failure, 2 usage error.\n")
 }

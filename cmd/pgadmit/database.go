@@ -4,23 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/schema"
 )
 
 // database returns the connection string a dbOptional command (demo, bench) works on: the
 // given one, or that of a throwaway local cluster started now, which the returned stop removes.
-// stop is never nil.
+// The cluster is on disk with PostgreSQL's durability on, so that commits cost what they cost
+// on a real server, and preloads pg_stat_statements when the installation has it (for bench's
+// report of server time). stop is never nil.
 func (a *app) database(ctx context.Context) (dsn string, stop func(), err error) {
 	if a.dsn != "" {
 		return a.dsn, func() {}, nil
 	}
-	fmt.Fprintln(a.stderr, "DATABASE_URL is not set: starting a throwaway PostgreSQL cluster (removed at the end)...")
-	c, err := pgcluster.Start(ctx)
+	fmt.Fprintln(a.stderr, "DATABASE_URL is not set: starting a throwaway PostgreSQL cluster on disk (removed at the end)...")
+	c, err := pgcluster.Start(ctx, pgcluster.OnDisk(), pgcluster.Preload("pg_stat_statements"))
 	if err != nil {
 		if errors.Is(err, pgcluster.ErrNoPostgres) {
 			return "", func() {}, err
@@ -28,6 +32,7 @@ func (a *app) database(ctx context.Context) (dsn string, stop func(), err error)
 		return "", func() {}, fmt.Errorf("start a throwaway cluster: %w", err)
 	}
 	fmt.Fprintf(a.stderr, "throwaway cluster up in %s at %s\n", c.Startup().Round(time.Millisecond), c.URL())
+	fmt.Fprintf(a.stderr, "  %s\n", describeCluster(c))
 	return c.URL(), func() {
 		if err := c.Stop(); err != nil {
 			fmt.Fprintf(a.stderr, "warning: %v\n", err)
@@ -35,6 +40,23 @@ func (a *app) database(ctx context.Context) (dsn string, stop func(), err error)
 		}
 		fmt.Fprintln(a.stderr, "throwaway cluster stopped and removed")
 	}, nil
+}
+
+// describeCluster says where a throwaway cluster lives and what that means for its numbers.
+func describeCluster(c *pgcluster.Cluster) string {
+	where := "on disk in " + c.Dir()
+	if c.InMemory() {
+		where = "in memory (tmpfs: commits cost nothing there, so timings flatter) in " + c.Dir()
+	}
+	durability := "fsync off"
+	if c.Durable() {
+		durability = "fsync and synchronous_commit on"
+	}
+	preload := "shared_preload_libraries empty"
+	if libs := c.Preloaded(); len(libs) > 0 {
+		preload = "shared_preload_libraries=" + strings.Join(libs, ",")
+	}
+	return where + ", " + durability + ", " + preload
 }
 
 // migrate applies pending migrations on pool's database and reports the resulting version.
@@ -47,4 +69,32 @@ func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 		return 0, err
 	}
 	return v, nil
+}
+
+// serverInfo is what bench says about the server it measures.
+type serverInfo struct {
+	Version                  string // server_version
+	Fsync, SynchronousCommit string
+}
+
+// String returns, e.g., "PostgreSQL 15.2, fsync on, synchronous_commit on".
+func (s serverInfo) String() string {
+	return fmt.Sprintf("PostgreSQL %s, fsync %s, synchronous_commit %s", s.Version, s.Fsync, s.SynchronousCommit)
+}
+
+// describeServer reads the server's version and the settings that decide what a commit costs.
+func describeServer(ctx context.Context, pool *pgxpool.Pool) (serverInfo, error) {
+	var info serverInfo
+	q := db.New()
+	for _, s := range []struct {
+		name string
+		to   *string
+	}{{"server_version", &info.Version}, {"fsync", &info.Fsync}, {"synchronous_commit", &info.SynchronousCommit}} {
+		v, err := q.BenchServerSetting(ctx, pool, s.name)
+		if err != nil {
+			return info, fmt.Errorf("read setting %s: %w", s.name, err)
+		}
+		*s.to = v
+	}
+	return info, nil
 }

@@ -10,8 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/internal/servertime"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -149,14 +154,26 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(out, "all checks passed") {
 		t.Errorf("bench checks did not pass")
 	}
+	// pgtest's servers do not preload pg_stat_statements (the machine's does not either): the
+	// report says so.
+	preloaded := serverPreloadsStatements(t, url)
+	if !preloaded && !strings.Contains(out, "\nserver time per statement: unavailable (pg_stat_statements is not loaded)\n") {
+		t.Errorf("bench on a server without pg_stat_statements does not say the report is unavailable")
+	}
 
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep struct {
-		OK      bool `json:"ok"`
-		Results []struct {
+		OK         bool `json:"ok"`
+		Rounds     int  `json:"rounds"`
+		ServerTime *struct {
+			Available bool   `json:"available"`
+			Reason    string `json:"reason"`
+		} `json:"server_time"`
+		Steadiness []bench.Steadiness `json:"steadiness"`
+		Results    []struct {
 			Name     string   `json:"name"`
 			OpsPerS  *float64 `json:"ops_per_s"`
 			P50      *int64   `json:"p50_us"`
@@ -164,18 +181,22 @@ func TestBench(t *testing.T) {
 			Admitted *int64   `json:"admitted"`
 			Rejected *int64   `json:"rejected"`
 			Errors   *int64   `json:"errors"`
+			Round    int      `json:"round"`
 		} `json:"results"`
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("bench JSON: %v\n%s", err, b)
 	}
-	if want := len(bench.Workloads()); !rep.OK || len(rep.Results) != want {
-		t.Fatalf("bench JSON: ok %v, %d results; want ok and %d\n%s", rep.OK, len(rep.Results), want, b)
+	if want := len(bench.Workloads()); !rep.OK || len(rep.Results) != want || rep.Rounds != 1 || rep.Steadiness != nil {
+		t.Fatalf("bench JSON: ok %v, %d results, %d rounds, steadiness %v; want ok, %d, 1 and none\n%s", rep.OK, len(rep.Results), rep.Rounds, rep.Steadiness, want, b)
+	}
+	if st := rep.ServerTime; st == nil || st.Available != preloaded || (!preloaded && st.Reason != "pg_stat_statements is not loaded") {
+		t.Errorf("bench JSON: server_time %+v", st)
 	}
 	for i, r := range rep.Results {
 		code := bench.Workloads()[i].Code
-		if !strings.HasPrefix(r.Name, code+" ") {
-			t.Errorf("result %d is named %q, want it to start with %q", i, r.Name, code)
+		if !strings.HasPrefix(r.Name, code+" ") || r.Round != 1 {
+			t.Errorf("result %d is named %q, round %d; want it to start with %q, round 1", i, r.Name, r.Round, code)
 		}
 		if r.OpsPerS == nil || r.P50 == nil || r.P99 == nil || r.Admitted == nil || r.Rejected == nil || r.Errors == nil {
 			t.Errorf("result %q lacks a field:\n%s", r.Name, b)
@@ -189,16 +210,128 @@ func TestBench(t *testing.T) {
 		t.Errorf("W4 admitted %d, want 100 window + 10 concurrent", *w4.Admitted)
 	}
 
-	// --only runs a subset; --json - writes JSON to stdout and the table to stderr.
-	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "2", "--duration", "50ms", "--only", "w3,W1", "--json", "-")
+	// --only runs a subset, --rounds repeats it; --json - writes JSON to stdout and the table
+	// to stderr; --statements 0 leaves the server-time report out.
+	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "2", "--duration", "50ms",
+		"--only", "w3,W1", "--rounds", "3", "--statements", "0", "--json", "-")
 	if code != exitOK {
-		t.Fatalf("bench --only: exit %d\n%s", code, stderr)
+		t.Fatalf("bench --only --rounds: exit %d\n%s", code, stderr)
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 2 ||
-		!strings.HasPrefix(rep.Results[0].Name, "W1 ") || !strings.HasPrefix(rep.Results[1].Name, "W3 ") {
-		t.Errorf("bench --only w3,W1 --json -: %v\n%s", err, stdout)
+	rep.ServerTime = nil
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 6 || rep.Rounds != 3 || rep.ServerTime != nil {
+		t.Fatalf("bench --only w3,W1 --rounds 3 --statements 0 --json -: %v\n%s", err, stdout)
 	}
-	if !strings.Contains(stderr, "W1 window, many keys") {
-		t.Errorf("bench --json -: table not on stderr:\n%s", stderr)
+	for i, r := range rep.Results {
+		code, round := []string{"W1", "W3"}[i%2], i/2+1
+		if !strings.HasPrefix(r.Name, code+" ") || r.Round != round {
+			t.Errorf("result %d: %q round %d, want %s round %d", i, r.Name, r.Round, code, round)
+		}
+	}
+	if len(rep.Steadiness) != 2 || rep.Steadiness[0].Code() != "W1" || rep.Steadiness[1].Rounds != 3 || rep.Steadiness[1].LastOverFirst <= 0 {
+		t.Errorf("bench --rounds 3 JSON steadiness: %+v", rep.Steadiness)
+	}
+	for _, re := range []string{
+		`(?m)^W1 round 1/3\s+\d+\s`, `(?m)^W3 round 1/3\s+\d+\s`, `(?m)^W1 round 3/3\s+\d+\s`, `(?m)^W3 round 3/3\s+\d+\s`,
+		`(?m)^W1: last/first \d+\.\d\d \(round 1: \d+ ops/s, round 3: \d+ ops/s\)$`,
+		`(?m)^W3: last/first \d+\.\d\d `,
+	} {
+		if !regexp.MustCompile(re).MatchString(stderr) {
+			t.Errorf("bench --rounds 3 table (on stderr) does not match %s:\n%s", re, stderr)
+		}
+	}
+	if strings.Contains(stderr, "server time per statement") {
+		t.Errorf("bench --statements 0 reports server time:\n%s", stderr)
+	}
+}
+
+// serverPreloadsStatements reports whether url's server has pg_stat_statements loaded.
+func serverPreloadsStatements(t *testing.T, url string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	p, err := db.New().BenchStatementStatsProbe(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Loaded
+}
+
+// TestBenchOnThrowawayCluster runs bench without a database: it starts a throwaway cluster on
+// disk that preloads pg_stat_statements, and reports where server time goes, per workload,
+// with pgadmit's statement names and the statements nested in its functions.
+func TestBenchOnThrowawayCluster(t *testing.T) {
+	t.Parallel()
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	stdout, stderr, code := cli(t, nil, "bench", "--workers", "2", "--duration", "300ms", "--only", "W1,W2", "--statements", "6", "--json", jsonPath)
+	if code != exitOK && strings.Contains(stderr, pgcluster.ErrNoPostgres.Error()) && os.Getenv("DATABASE_URL") != "" {
+		t.Skip("no PostgreSQL binaries to start a throwaway cluster with")
+	}
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	if code != exitOK {
+		t.Fatalf("bench on a throwaway cluster: exit %d", code)
+	}
+	if !regexp.MustCompile(`(?m)^  on disk in /\S+/pgadmit-\S+, fsync and synchronous_commit on, `).MatchString(stderr) {
+		t.Errorf("bench does not say that its throwaway cluster is on disk, fsync on")
+	}
+	if !strings.Contains(stdout, ", fsync on, synchronous_commit on, schema version ") {
+		t.Errorf("bench's header does not show fsync and synchronous_commit")
+	}
+	if !strings.Contains(stderr, "shared_preload_libraries=pg_stat_statements") {
+		// An installation without the contrib module: the report says why it is missing.
+		if !strings.Contains(stdout, "server time per statement: unavailable (pg_stat_statements is not loaded)") {
+			t.Errorf("no pg_stat_statements and no line saying the report is unavailable")
+		}
+		return
+	}
+	row := `(?m)^\s+\d+\s+\d+\.\d\s+\d+\.\d\s+\d+\s+\d+\.\d  `
+	for _, re := range []string{
+		`(?m)^server time per statement, from pg_stat_statements \d+\.\d+ \(top-level and nested statements\)\.$`,
+		`(?m)^W1 window, many keys: \d+ ms of server time, \d+ µs per operation$`,
+		`(?m)^W2 gateway request: \d+ ms of server time, \d+ µs per operation$`,
+		`(?m)^\s+CALLS\s+PLAN µs\s+EXEC µs\s+PLANS\s+TOTAL ms  STATEMENT$`,
+		row + `AdmissionReserve(One)? \(calls pgadmit_reserve(_one)?\)$`,
+		row + `AdmissionSettle(One)? \(calls pgadmit_settle(_one)?\)$`,
+		row + `  in pgadmit_(reserve|settle)(_one)?: \S`,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("bench's server-time report does not match %s", re)
+		}
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		ServerTime struct {
+			Available    bool   `json:"available"`
+			SessionTrack string `json:"session_track"`
+			Workloads    []struct {
+				Workload   string                 `json:"workload"`
+				Ops        int64                  `json:"ops"`
+				ServerMs   float64                `json:"server_ms"`
+				Statements []servertime.Statement `json:"statements"`
+			} `json:"workloads"`
+		} `json:"server_time"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	st := rep.ServerTime
+	if !st.Available || st.SessionTrack != "all" || len(st.Workloads) != 2 {
+		t.Fatalf("bench JSON server_time: %s", b)
+	}
+	for _, w := range st.Workloads {
+		if w.Ops <= 0 || w.ServerMs <= 0 || len(w.Statements) == 0 || len(w.Statements) > 6 {
+			t.Errorf("server time of %s: %d ops, %.1f ms, %d statements", w.Workload, w.Ops, w.ServerMs, len(w.Statements))
+		}
+		for _, s := range w.Statements {
+			if s.Calls > 0 && (s.Query == "" || s.Name == "" || s.MeanExecUs <= 0) {
+				t.Errorf("%s: statement %+v", w.Workload, s)
+			}
+		}
 	}
 }

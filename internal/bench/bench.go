@@ -45,6 +45,14 @@ type Config struct {
 	RunID string
 	// Limiter options, e.g. ratelimit.WithoutCombining(); none: the defaults.
 	Options []ratelimit.Option
+	// Rounds is how many times the selected workloads run, one round after the other, in the
+	// same database and with the same scope keys (nothing is reset in between), so that a
+	// later round shows what a grown table costs; zero means 1.
+	Rounds int
+	// BeforeEach and AfterEach, when set, are called before and after each workload of each
+	// round (round counts from 1), outside the measurement; an error stops the run.
+	BeforeEach func(ctx context.Context, w Workload, round int) error
+	AfterEach  func(ctx context.Context, r Result) error
 }
 
 // Workload describes one workload.
@@ -125,6 +133,8 @@ type Result struct {
 	Checks     []Check `json:"checks,omitempty"`
 	// OK is false when an error occurred or a check failed.
 	OK bool `json:"ok"`
+	// Round is the round the result is of, from 1 (see Config.Rounds).
+	Round int `json:"round"`
 }
 
 // Code returns the workload code that starts the result's name.
@@ -137,9 +147,10 @@ func NewRunID() string {
 	return hex.EncodeToString(b)
 }
 
-// Run runs the selected workloads one after the other on pool, calling done after each, and
-// returns their results. pool must allow at least cfg.Workers connections. It stops early,
-// returning ctx's error, when ctx ends; an error of a single operation is counted, not returned.
+// Run runs the selected workloads one after the other on pool, cfg.Rounds times, calling
+// cfg.BeforeEach before each, cfg.AfterEach and done after each, and returns their results, round by round.
+// pool must allow at least cfg.Workers connections. It stops early, returning ctx's error, when
+// ctx ends; an error of a single operation is counted, not returned.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result)) ([]Result, error) {
 	if cfg.Workers < 1 {
 		return nil, fmt.Errorf("bench: need at least one worker, got %d", cfg.Workers)
@@ -147,6 +158,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.Duration <= 0 {
 		return nil, fmt.Errorf("bench: duration must be positive, got %s", cfg.Duration)
 	}
+	if cfg.Rounds < 0 {
+		return nil, fmt.Errorf("bench: rounds must not be negative, got %d", cfg.Rounds)
+	}
+	cfg.Rounds = max(cfg.Rounds, 1)
 	if cfg.ExactnessDuration <= 0 {
 		cfg.ExactnessDuration = ExactnessSeconds * time.Second
 	}
@@ -159,22 +174,35 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 		"W6": r.w6, "W7": r.w7, "W8": r.w8,
 	}
 	var out []Result
-	for _, w := range Workloads() {
-		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.Code) {
-			continue
-		}
-		res, err := runs[w.Code](ctx)
-		if err != nil {
-			return out, fmt.Errorf("bench: %s: %w", w.Name, err)
-		}
-		res.Name = w.Name
-		res.OK = res.Errors == 0
-		for _, c := range res.Checks {
-			res.OK = res.OK && c.OK
-		}
-		out = append(out, res)
-		if done != nil {
-			done(res)
+	for round := 1; round <= cfg.Rounds; round++ {
+		for _, w := range Workloads() {
+			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.Code) {
+				continue
+			}
+			if cfg.BeforeEach != nil {
+				if err := cfg.BeforeEach(ctx, w, round); err != nil {
+					return out, fmt.Errorf("bench: before %s: %w", w.Name, err)
+				}
+			}
+			res, err := runs[w.Code](ctx)
+			if err != nil {
+				return out, fmt.Errorf("bench: %s: %w", w.Name, err)
+			}
+			res.Name = w.Name
+			res.Round = round
+			res.OK = res.Errors == 0
+			for _, c := range res.Checks {
+				res.OK = res.OK && c.OK
+			}
+			out = append(out, res)
+			if cfg.AfterEach != nil {
+				if err := cfg.AfterEach(ctx, res); err != nil {
+					return out, fmt.Errorf("bench: after %s: %w", w.Name, err)
+				}
+			}
+			if done != nil {
+				done(res)
+			}
 		}
 	}
 	return out, nil

@@ -59,3 +59,31 @@ func TestParseOnly(t *testing.T) {
 		t.Error("ParseOnly accepted W9")
 	}
 }
+
+func TestSteady(t *testing.T) {
+	t.Parallel()
+	results := []Result{
+		{Name: "W1 window, many keys", OpsPerS: 100, Round: 1},
+		{Name: "W2 gateway request", OpsPerS: 50, Round: 1},
+		{Name: "W1 window, many keys", OpsPerS: 90, Round: 2},
+		{Name: "W2 gateway request", OpsPerS: 0, Round: 2},
+		{Name: "W1 window, many keys", OpsPerS: 80, Round: 3},
+		{Name: "W2 gateway request", OpsPerS: 45, Round: 3},
+	}
+	want := []Steadiness{
+		{Workload: "W1 window, many keys", Rounds: 3, FirstOpsPerS: 100, LastOpsPerS: 80, LastOverFirst: 0.8},
+		{Workload: "W2 gateway request", Rounds: 3, FirstOpsPerS: 50, LastOpsPerS: 45, LastOverFirst: 0.9},
+	}
+	if got := Steady(results); !slices.Equal(got, want) {
+		t.Errorf("Steady = %+v, want %+v", got, want)
+	}
+	if got := Steady(results[:2]); len(got) != 0 {
+		t.Errorf("Steady of one round = %+v, want nothing", got)
+	}
+	if got := Steady([]Result{{Name: "W3 hot key"}, {Name: "W3 hot key", OpsPerS: 5}}); len(got) != 1 || got[0].LastOverFirst != 0 {
+		t.Errorf("Steady with an empty first round = %+v, want a ratio of 0", got)
+	}
+	if code := want[1].Code(); code != "W2" {
+		t.Errorf("Code() = %q", code)
+	}
+}

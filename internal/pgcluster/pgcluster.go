@@ -1,11 +1,13 @@
 // Package pgcluster starts throwaway local PostgreSQL clusters: initdb into a temporary
-// directory, a server on 127.0.0.1 at a free port with trust authentication and durability off,
-// and, on Stop, an immediate shutdown and the removal of the directory.
+// directory, a server on 127.0.0.1 at a free port with trust authentication, and, on Stop, an
+// immediate shutdown and the removal of the directory. By default a cluster is built for tests:
+// in memory (/dev/shm) when it can be, durability off. Option OnDisk makes one whose commits
+// cost what they cost on a real server, and Preload loads libraries such as pg_stat_statements.
 //
 // The tests (package pgtest) and the commands that must run on a fresh machine without a
 // database (`pgadmit demo`, `pgadmit bench`) use it:
 //
-//	c, err := pgcluster.Start(ctx)
+//	c, err := pgcluster.Start(ctx, pgcluster.OnDisk(), pgcluster.Preload("pg_stat_statements"))
 //	if err != nil {
 //		return err // errors.Is(err, pgcluster.ErrNoPostgres) when PostgreSQL is not installed
 //	}
@@ -56,13 +58,6 @@ const dirPrefix = "pgadmit-pgtest-"
 // later process can tell a cluster whose owner died from one still in use.
 const ownerFile = "owner.pid"
 
-// tempDirs returns where a throwaway cluster may live, best first: memory-backed /dev/shm (on a
-// disk, even with fsync off, each CREATE DATABASE takes ~250 ms instead of ~25 ms), then
-// os.TempDir().
-func tempDirs() []string {
-	return []string{"/dev/shm", os.TempDir()}
-}
-
 // Cluster is a running throwaway cluster. Its methods are safe for concurrent use.
 type Cluster struct {
 	root    string              // temporary directory: data/, the Unix socket, logs
@@ -72,16 +67,25 @@ type Cluster struct {
 	port    int
 	startup time.Duration
 
+	durable   bool     // fsync and synchronous_commit on
+	inMemory  bool     // root is on a memory-backed file system
+	preloaded []string // shared_preload_libraries
+
 	stopOnce sync.Once
 	stopErr  error
 }
 
 // Start initializes and starts a throwaway cluster listening on 127.0.0.1 at a free port, with
-// durability switched off (fsync, synchronous_commit and full_page_writes off: nothing in it is
-// worth keeping) and max_connections 300. When ctx ends before the server is up, Start stops
-// what it started and returns ctx's error. The caller must Stop the cluster.
-func Start(ctx context.Context) (*Cluster, error) {
+// max_connections 300. By default it lives in /dev/shm when it can, with durability switched
+// off (fsync, synchronous_commit and full_page_writes off: nothing in it is worth keeping);
+// see the options for other choices. When ctx ends before the server is up, Start stops what
+// it started and returns ctx's error. The caller must Stop the cluster.
+func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	start := time.Now()
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
 	bin, err := findBinDir()
 	if err != nil {
 		return nil, err
@@ -93,8 +97,12 @@ func Start(ctx context.Context) (*Cluster, error) {
 	pgCtl := filepath.Join(bin, "pg_ctl")
 	sweepStale(pgCtl, cred)
 
+	dirs := memoryDirs()
+	if set.onDisk {
+		dirs = diskDirs()
+	}
 	var root string
-	for _, dir := range tempDirs() {
+	for _, dir := range dirs {
 		if root, err = os.MkdirTemp(dir, dirPrefix); err == nil {
 			break
 		}
@@ -102,7 +110,8 @@ func Start(ctx context.Context) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("throwaway cluster: %w", err)
 	}
-	c := &Cluster{root: root, data: filepath.Join(root, "data"), pgCtl: pgCtl, cred: cred}
+	c := &Cluster{root: root, data: filepath.Join(root, "data"), pgCtl: pgCtl, cred: cred,
+		durable: set.onDisk, inMemory: inMemory(root), preloaded: availableLibraries(bin, set.preload)}
 	fail := func(err error) (*Cluster, error) {
 		_ = c.Stop()
 		if ctx.Err() != nil {
@@ -135,8 +144,13 @@ func Start(ctx context.Context) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		opts := fmt.Sprintf("-F -p %d -k '%s' -c listen_addresses=%s -c fsync=off "+
-			"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300", c.port, root, Host)
+		opts := fmt.Sprintf("-p %d -k '%s' -c listen_addresses=%s -c max_connections=300", c.port, root, Host)
+		if !c.durable {
+			opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+		}
+		if len(c.preloaded) > 0 {
+			opts += " -c shared_preload_libraries=" + strings.Join(c.preloaded, ",")
+		}
 		err = c.run(ctx, pgCtl, "-D", c.data, "-l", filepath.Join(root, "postgres.log"),
 			"-o", opts, "-w", "-t", "60", "start")
 		if err == nil {
@@ -164,6 +178,17 @@ func (c *Cluster) Dir() string { return c.root }
 
 // Startup returns how long Start took.
 func (c *Cluster) Startup() time.Duration { return c.startup }
+
+// Durable reports whether the server runs with fsync and synchronous_commit on (OnDisk).
+func (c *Cluster) Durable() bool { return c.durable }
+
+// InMemory reports whether the cluster's directory is on a memory-backed file system (tmpfs),
+// where writing to disk costs nothing, whatever Durable says.
+func (c *Cluster) InMemory() bool { return c.inMemory }
+
+// Preloaded returns the libraries in the server's shared_preload_libraries: those asked for
+// with Preload that the installation has.
+func (c *Cluster) Preloaded() []string { return slices.Clone(c.preloaded) }
 
 // Stop shuts the server down at once (immediate mode, no checkpoint) and removes the cluster's
 // directory. It is safe to call more than once and from several goroutines; later calls return

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
 )
 
 // start starts a cluster for one test, skipping the test when PostgreSQL is not installed and
 // DATABASE_URL is set (the suite then runs on that server and needs no binaries).
-func start(t *testing.T, ctx context.Context) *Cluster {
+func start(t *testing.T, ctx context.Context, opts ...Option) *Cluster {
 	t.Helper()
-	c, err := Start(ctx)
+	c, err := Start(ctx, opts...)
 	if errors.Is(err, ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
 		t.Skipf("no PostgreSQL binaries: %v", err)
 	}
@@ -119,5 +123,66 @@ func TestSweepStaleRemovesOrphans(t *testing.T) {
 	}
 	if _, err := os.Stat(mine); err != nil {
 		t.Errorf("live process's cluster %s removed: %v", mine, err)
+	}
+}
+
+// show returns the value of a server setting.
+func show(t *testing.T, ctx context.Context, conn *pgx.Conn, name string) string {
+	t.Helper()
+	v, err := db.New().BenchServerSetting(ctx, conn, name)
+	if err != nil {
+		t.Fatalf("setting %s: %v", name, err)
+	}
+	return v
+}
+
+func TestOnDiskAndPreload(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := start(t, ctx, OnDisk(), Preload("pg_stat_statements", "pgadmit_no_such_library"))
+	t.Logf("on-disk cluster started in %s in %s, preloaded %v", c.Startup(), c.Dir(), c.Preloaded())
+	if !c.Durable() || filepath.Dir(c.Dir()) == "/dev/shm" {
+		t.Errorf("OnDisk cluster in %s, durable %v", c.Dir(), c.Durable())
+	}
+	if os.Getenv("TMPDIR") == "" && c.InMemory() {
+		t.Errorf("OnDisk cluster in %s is in memory", c.Dir())
+	}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for name, want := range map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"} {
+		if got := show(t, ctx, conn, name); got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+	if slices.Contains(c.Preloaded(), "pgadmit_no_such_library") {
+		t.Errorf("Preloaded() = %v holds a library the installation lacks", c.Preloaded())
+	}
+	got := show(t, ctx, conn, "shared_preload_libraries")
+	if want := strings.Join(c.Preloaded(), ","); got != want {
+		t.Errorf("shared_preload_libraries = %q, want %q", got, want)
+	}
+	bin, _ := findBinDir()
+	if hasLibrary(filepath.Join(filepath.Dir(bin), "lib"), "pg_stat_statements") && !slices.Contains(c.Preloaded(), "pg_stat_statements") {
+		t.Errorf("pg_stat_statements is installed but not preloaded: %v", c.Preloaded())
+	}
+}
+
+func TestDefaultIsFastAndVolatile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := start(t, ctx)
+	if c.Durable() || len(c.Preloaded()) > 0 {
+		t.Errorf("default cluster: durable %v, preloaded %v", c.Durable(), c.Preloaded())
+	}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if got := show(t, ctx, conn, "fsync"); got != "off" {
+		t.Errorf("fsync = %s, want off", got)
 	}
 }
