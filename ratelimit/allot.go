@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/pgadmit/pgadmit/db"
 )
 
@@ -293,6 +291,3 @@ func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (d
 	a.mu.Unlock()
 	return row, nil
 }
-
-// uuidText formats a block id for Reservation.Allotment.
-func uuidText(id pgtype.UUID) string { return idString(id) }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"encoding/hex"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -41,5 +42,15 @@ func idString(id pgtype.UUID) string {
 	if !id.Valid {
 		return ""
 	}
-	return fmt.Sprintf("%x-%x-%x-%x-%x", id.Bytes[0:4], id.Bytes[4:6], id.Bytes[6:8], id.Bytes[8:10], id.Bytes[10:16])
+	var buf [36]byte
+	hex.Encode(buf[0:8], id.Bytes[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id.Bytes[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id.Bytes[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id.Bytes[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:36], id.Bytes[10:16])
+	return string(buf[:])
 }
