@@ -26,10 +26,10 @@ type Limiter struct {
 	order   *txOrder // set when bound to a caller's transaction
 	queries *db.Queries
 	opts    options
-	// Combiners of concurrent Reserve and Commit/Release calls; nil inside
-	// a caller's transaction or WithoutCombining.
-	reserves *combiner[*admission, Grant]
-	settles  *combiner[*settleRequest, Settlement]
+	// The combiner of concurrent Reserve, Commit and Release calls; nil
+	// inside a caller's transaction or WithoutCombining.
+	ops      *combiner[*op, opResult]
+	opCounts *opCounts
 	// Blocks of Local limits; nil inside a caller's transaction.
 	allot *allotments
 }
@@ -47,8 +47,8 @@ func New(conn Executor, opts ...Option) *Limiter {
 		return l
 	}
 	if o.combineBatch > 0 {
-		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
-		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
+		l.ops = newCombiner(o.combineBatch, o.combineInFlight, l.runOps, l.releaseAbandonedOp)
+		l.opCounts = &opCounts{}
 	}
 	l.allot = newAllotments(l, o.allot)
 	return l
@@ -72,7 +72,7 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.conn = tx
 	c.inTx = true
 	c.order = &txOrder{}
-	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order
+	c.ops = nil   // a transaction's statements run one at a time, in its order
 	c.allot = nil                    // and Local limits are decided in it, like any other
 	return &c
 }

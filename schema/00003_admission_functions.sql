@@ -185,20 +185,36 @@ CREATE FUNCTION pgadmit_reserve(
     p_c_limits          numeric[],
     p_c_amounts         numeric[],
     p_c_ttl_seconds     integer[],
+    p_s_ids             uuid[],
+    p_s_scope_types     text[],
+    p_s_scope_keys      text[],
+    p_s_metrics         text[],
+    p_s_window_seconds  integer[],
+    p_s_window_starts   timestamptz[],
+    p_s_statuses        text[],
+    p_s_actual_amounts  numeric[],
+    p_s_reasons         text[],
+    p_l_ids             uuid[],
+    p_l_reasons         text[],
     p_now               timestamptz DEFAULT NULL
 )
 RETURNS TABLE (
-    admission      integer,     -- 1-based index into p_task_ids
-    is_lease       boolean,     -- false: a window limit (p_w_*), true: a concurrency limit (p_c_*)
-    ord            integer,     -- 1-based index into the p_w_* or p_c_* arrays
-    fits           boolean,     -- whether this limit had room when its admission was decided
-    grant_id       uuid,        -- the reservation or lease written; NULL when the admission was refused
-    current_value  numeric,     -- window: used_value; concurrency: live lease total (before this admission)
-    reserved_value numeric,     -- window: reserved_value before this admission; concurrency: 0
-    window_start   timestamptz, -- window start; concurrency: db_now
-    reset_at       timestamptz, -- window end; concurrency: the lease's expiry, or the earliest live expiry
-    db_now         timestamptz, -- the database clock the decision used
-    refusal        text         -- '' or why the whole admission was refused before any limit was looked at
+    kind            text,        -- 'window' (p_w_*), 'concurrent' (p_c_*), 'reservation' (p_s_*), 'lease' (p_l_*)
+    ord             integer,     -- 1-based index into those arrays
+    admission       integer,     -- limits: 1-based index into p_task_ids
+    fits            boolean,     -- limits: whether it had room when its admission was decided
+    grant_id        uuid,        -- limits: the reservation or lease written (NULL: refused); settlements: the id
+    current_value   numeric,     -- window: used_value; concurrent: live lease total (before this admission)
+    reserved_value  numeric,     -- window: reserved_value before this admission; concurrent: 0
+    window_start    timestamptz, -- window start; concurrent: db_now
+    reset_at        timestamptz, -- window end; concurrent: the lease's expiry, or the earliest live expiry
+    db_now          timestamptz, -- the database clock the decision used
+    refusal         text,        -- limits: '' or why the whole admission was refused before any limit was looked at
+    settled         boolean,     -- settlements: this call settled it
+    status          text,        -- reservations: status after the call (NULL: no such reservation)
+    metric          text,        -- reservations
+    reserved_amount numeric,     -- reservations
+    actual_amount   numeric      -- reservations
 )
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -211,11 +227,18 @@ AS $$
 -- one entry per admission in p_task_ids and p_attempt_ids (NULL for none);
 -- window limits in p_w_* and concurrency limits in p_c_*, grouped by
 -- admission in admission order (p_w_admission and p_c_admission name each
--- limit's admission). Returns one row per limit. Refused admissions write
--- nothing, except that a counter row the batch found missing stays behind
--- with zero usage.
--- Locks: every distinct window counter row of the batch, once, in
--- primary-key order, by one upsert (which creates missing rows); then
+-- limit's admission). Refused admissions write nothing, except that a
+-- counter row the batch found missing stays behind with zero usage.
+-- First, in the same transaction, it settles the reservations p_s_* (as
+-- pgadmit_settle does; each names its counter, and one that draws on
+-- another is left open) and releases the leases p_l_*: concurrent Commit
+-- and Reserve calls of a process share one statement and one commit, and
+-- what the settlements free counts for the admissions. Returns one row per
+-- limit, per reservation and per lease.
+-- Locks: every distinct window counter row of the batch (the admissions'
+-- and the settled reservations'), once, in primary-key order, by one upsert
+-- (which creates missing rows); then the settled reservations and leases;
+-- then
 -- pg_advisory_xact_lock on each distinct concurrency scope in lock-key
 -- order; then inserts reservation and lease rows (FK key-share locks on
 -- the task and attempt rows).
@@ -223,13 +246,15 @@ AS $$
 -- gateway_concurrency_leases_live_scope_idx (live leases of each scope);
 -- pgadmit_task_refusal for task guards.
 -- Statements: 4 for a batch of one-window admissions that all fit (the
--- upsert takes each counter's whole amount at once), up to 9 otherwise,
--- whatever the batch size.
+-- upsert takes each counter's whole amount at once), one more with
+-- settlements, up to 10 otherwise, whatever the batch size.
 DECLARE
     v_now      timestamptz := coalesce(p_now, now());
     n_adm      integer := coalesce(cardinality(p_task_ids), 0);
     n_w        integer := coalesce(cardinality(p_w_scope_types), 0);
     n_c        integer := coalesce(cardinality(p_c_scope_types), 0);
+    n_st       integer := coalesce(cardinality(p_s_ids), 0);
+    n_lt       integer := coalesce(cardinality(p_l_ids), 0);
     v_refusal  text[];
     v_admitted boolean[];
     a_limits   integer[];      -- per admission: how many limits it has
@@ -264,6 +289,13 @@ DECLARE
     c_id       uuid[];
     t_active   numeric[];
     t_next     timestamptz[];
+    -- per settled reservation, and the released leases
+    r_settled  boolean[];
+    r_status   text[];
+    r_metric   text[];
+    r_reserved numeric[];
+    r_actual   numeric[];
+    l_released integer[];
     v_ok       boolean;
     i          integer;
     j          integer;
@@ -289,7 +321,7 @@ BEGIN
     -- previous holder of a lock committed.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         v_refusal := array_fill('isolation'::text, ARRAY[n_adm]);
-        n_w := 0;
+        n_w := 0; -- decided nothing: the admissions are refused; the settlements go on
         n_c := 0;
     END IF;
     FOR i IN 1 .. n_adm LOOP
@@ -298,21 +330,32 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF n_w > 0 THEN
-        -- The distinct counters in lock order, and each limit's counter.
+    IF n_w > 0 OR n_st > 0 THEN
+        -- The distinct counters in lock order (the admissions' current
+        -- windows and the settled reservations' windows), and each
+        -- admission limit's counter.
         WITH l AS (
-            SELECT u.i, u.st, u.sk, u.m, u.ws,
-                   dense_rank() OVER (ORDER BY u.st COLLATE "C", u.sk COLLATE "C", u.m COLLATE "C", u.ws)::integer AS slot
-            FROM unnest(p_w_scope_types, p_w_scope_keys, p_w_metrics, p_w_window_seconds)
+            SELECT u.i::integer AS i, u.st, u.sk, u.m, u.ws,
+                   date_bin(make_interval(secs => u.ws), v_now, timestamptz 'epoch') AS wst
+            FROM unnest(p_w_scope_types[1:n_w], p_w_scope_keys[1:n_w], p_w_metrics[1:n_w], p_w_window_seconds[1:n_w])
                  WITH ORDINALITY AS u(st, sk, m, ws, i)
+            UNION ALL
+            SELECT -u.i::integer, u.st, u.sk, u.m, u.ws, u.wst
+            FROM unnest(p_s_scope_types, p_s_scope_keys, p_s_metrics, p_s_window_seconds, p_s_window_starts)
+                 WITH ORDINALITY AS u(st, sk, m, ws, wst, i)
+        ),
+        r AS (
+            SELECT l.i, l.st, l.sk, l.m, l.ws, l.wst,
+                   dense_rank() OVER (ORDER BY l.st COLLATE "C", l.sk COLLATE "C", l.m COLLATE "C", l.ws, l.wst)::integer AS slot
+            FROM l
         ),
         d AS (
-            SELECT DISTINCT l.slot, l.st, l.sk, l.m, l.ws FROM l
+            SELECT DISTINCT r.slot, r.st, r.sk, r.m, r.ws, r.wst FROM r
         )
-        SELECT (SELECT array_agg(l.slot ORDER BY l.i) FROM l),
+        SELECT coalesce((SELECT array_agg(r.slot ORDER BY r.i) FROM r WHERE r.i > 0), '{}'),
                array_agg(d.st ORDER BY d.slot), array_agg(d.sk ORDER BY d.slot),
-               array_agg(d.m ORDER BY d.slot), array_agg(d.ws ORDER BY d.slot)
-        INTO w_slot, s_type, s_key, s_metric, s_seconds
+               array_agg(d.m ORDER BY d.slot), array_agg(d.ws ORDER BY d.slot), array_agg(d.wst ORDER BY d.slot)
+        INTO w_slot, s_type, s_key, s_metric, s_seconds, s_start
         FROM d;
         n_s := cardinality(s_type);
 
@@ -332,7 +375,6 @@ BEGIN
         s_guard := array_fill(NULL::numeric, ARRAY[n_s]);
         s_simple := array_fill(true, ARRAY[n_s]);
         s_limit := array_fill(0::numeric, ARRAY[n_s]);
-        s_start := array_fill(NULL::timestamptz, ARRAY[n_s]);
         FOR i IN 1 .. n_w LOOP
             s := w_slot[i];
             s_limit[s] := p_w_limits[i];
@@ -344,7 +386,6 @@ BEGIN
             END IF;
         END LOOP;
         FOR s IN 1 .. n_s LOOP
-            s_start[s] := date_bin(make_interval(secs => s_seconds[s]), v_now, timestamptz 'epoch');
             IF NOT s_simple[s] OR s_take[s] > s_guard[s] THEN
                 s_take[s] := 0;
             END IF;
@@ -389,6 +430,68 @@ BEGIN
             s_used[s] := v_used[j];
             s_reserved[s] := v_reserved[j] - s_take[s]; -- before this batch
         END LOOP;
+        -- Settle, on the counters now locked: what it frees counts for the
+        -- admissions decided below.
+        IF n_st > 0 THEN
+            WITH input AS (
+                SELECT u.id, u.st, u.actual, u.reason, u.i
+                FROM unnest(p_s_ids, p_s_statuses, p_s_actual_amounts, p_s_reasons) WITH ORDINALITY AS u(id, st, actual, reason, i)
+            ),
+            named AS (
+                SELECT u.i, u.st, u.sk, u.m, u.ws, u.wst
+                FROM unnest(p_s_scope_types, p_s_scope_keys, p_s_metrics, p_s_window_seconds, p_s_window_starts)
+                     WITH ORDINALITY AS u(st, sk, m, ws, wst, i)
+            ),
+            done AS (
+                UPDATE gateway_rate_limit_reservations AS x
+                SET status = input.st,
+                    reason = nullif(input.reason, ''),
+                    actual_amount = CASE WHEN input.st = 'committed' THEN input.actual END,
+                    finalized_at = v_now,
+                    updated_at = v_now
+                FROM input
+                JOIN named ON named.i = input.i
+                WHERE x.id = input.id AND x.status = 'reserved'
+                  AND x.scope_type = named.st AND x.scope_key = named.sk AND x.metric = named.m
+                  AND x.window_seconds = named.ws AND x.window_start = named.wst
+                RETURNING input.i, x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start,
+                          x.status, x.reserved_amount, x.actual_amount
+            ),
+            totals AS (
+                SELECT d.scope_type, d.scope_key, d.metric, d.window_seconds, d.window_start,
+                       sum(d.reserved_amount) AS released, coalesce(sum(d.actual_amount), 0) AS used
+                FROM done AS d
+                GROUP BY d.scope_type, d.scope_key, d.metric, d.window_seconds, d.window_start
+            ),
+            moved AS (
+                UPDATE gateway_rate_limit_counters AS c
+                SET reserved_value = c.reserved_value - t.released,
+                    used_value = c.used_value + t.used,
+                    updated_at = v_now
+                FROM totals AS t
+                WHERE c.scope_type = t.scope_type AND c.scope_key = t.scope_key AND c.metric = t.metric
+                  AND c.window_seconds = t.window_seconds AND c.window_start = t.window_start
+                RETURNING c.scope_type
+            ),
+            outcome AS (
+                SELECT input.i, done.i IS NOT NULL AS settled,
+                       coalesce(done.status, prior.status) AS status, prior.metric, prior.reserved_amount,
+                       CASE WHEN done.i IS NOT NULL THEN done.actual_amount ELSE prior.actual_amount END AS actual
+                FROM input
+                LEFT JOIN done ON done.i = input.i
+                LEFT JOIN LATERAL (
+                    SELECT p.status, p.metric, p.reserved_amount, p.actual_amount
+                    FROM gateway_rate_limit_reservations AS p
+                    WHERE p.id = input.id
+                    LIMIT 1
+                ) AS prior ON true
+            )
+            SELECT array_agg(o.settled ORDER BY o.i), array_agg(o.status ORDER BY o.i), array_agg(o.metric ORDER BY o.i),
+                   array_agg(o.reserved_amount ORDER BY o.i), array_agg(o.actual ORDER BY o.i)
+            INTO r_settled, r_status, r_metric, r_reserved, r_actual
+            FROM outcome AS o;
+        END IF;
+
         -- The rows it only locked: read them (their lock is ours, so this
         -- reads what the decision below may rely on).
         IF NOT (true = ALL(s_done)) THEN
@@ -410,6 +513,17 @@ BEGIN
             END LOOP;
         END IF;
         s_delta := array_fill(0::numeric, ARRAY[n_s]);
+    END IF;
+    IF n_lt > 0 THEN
+        WITH released AS (
+            UPDATE gateway_concurrency_leases AS x
+            SET released_at = v_now,
+                reason = nullif(u.reason, '')
+            FROM unnest(p_l_ids, p_l_reasons) WITH ORDINALITY AS u(id, reason, i)
+            WHERE x.id = u.id AND x.released_at IS NULL
+            RETURNING u.i::integer AS i
+        )
+        SELECT coalesce(array_agg(released.i), '{}') INTO l_released FROM released;
     END IF;
 
     IF n_c > 0 THEN
@@ -523,24 +637,33 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT u.adm, false, u.i::integer, u.fits, u.id, u.used, u.reserved,
+    SELECT 'window'::text, u.i::integer, u.adm, u.fits, u.id, u.used, u.reserved,
            date_bin(make_interval(secs => u.ws), v_now, timestamptz 'epoch'),
            date_bin(make_interval(secs => u.ws), v_now, timestamptz 'epoch') + make_interval(secs => u.ws),
-           v_now, v_refusal[u.adm]
+           v_now, v_refusal[u.adm], NULL::boolean, NULL::text, NULL::text, NULL::numeric, NULL::numeric
     FROM unnest(p_w_admission, p_w_window_seconds, w_fits, w_id, w_used, w_reserved)
          WITH ORDINALITY AS u(adm, ws, fits, id, used, reserved, i)
     UNION ALL
-    SELECT u.adm, true, u.i::integer, u.fits, u.id, u.active, 0::numeric, v_now,
+    SELECT 'concurrent', u.i::integer, u.adm, u.fits, u.id, u.active, 0::numeric, v_now,
            CASE WHEN u.id IS NOT NULL THEN v_now + make_interval(secs => u.ttl)
                 ELSE coalesce(t_next[c_slot[u.i]], v_now + make_interval(secs => u.ttl)) END,
-           v_now, v_refusal[u.adm]
+           v_now, v_refusal[u.adm], NULL, NULL, NULL, NULL, NULL
     FROM unnest(p_c_admission, p_c_ttl_seconds, c_fits, c_id, c_active)
-         WITH ORDINALITY AS u(adm, ttl, fits, id, active, i);
+         WITH ORDINALITY AS u(adm, ttl, fits, id, active, i)
+    UNION ALL
+    SELECT 'reservation', u.i::integer, NULL, NULL, u.id, NULL, NULL, NULL, NULL, v_now, NULL,
+           u.settled, u.status, u.metric, u.reserved, u.actual
+    FROM unnest(p_s_ids, r_settled, r_status, r_metric, r_reserved, r_actual)
+         WITH ORDINALITY AS u(id, settled, status, metric, reserved, actual, i)
+    UNION ALL
+    SELECT 'lease', u.i::integer, NULL, NULL, u.id, NULL, NULL, NULL, NULL, v_now, NULL,
+           u.i = ANY(l_released), NULL, NULL, NULL, NULL
+    FROM unnest(p_l_ids) WITH ORDINALITY AS u(id, i);
 END;
 $$;
 -- +goose StatementEnd
-COMMENT ON FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], timestamptz) IS
-    'Decides a batch of admissions (each all or nothing, in arrival order) against window counters and concurrency leases, and records what it admitted. Called by AdmissionReserve (queries/admission.sql).';
+COMMENT ON FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz) IS
+    'Settles a batch of reservations and leases, then decides a batch of admissions (each all or nothing, in arrival order) against window counters and concurrency leases, and records what it admitted, in one transaction. Called by AdmissionReserve (queries/admission.sql).';
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadmit_settle_one(
@@ -814,6 +937,6 @@ COMMENT ON FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], ti
 DROP FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
 DROP FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], timestamptz[]);
 DROP FUNCTION pgadmit_settle_one(uuid, text, text, text, integer, timestamptz, text, numeric, text, timestamptz);
-DROP FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], timestamptz);
+DROP FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
 DROP FUNCTION pgadmit_reserve_one(uuid, uuid, text, text, text, integer, numeric, numeric, timestamptz);
 DROP FUNCTION pgadmit_task_refusal(uuid, uuid);
