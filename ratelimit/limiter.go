@@ -73,7 +73,7 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.inTx = true
 	c.order = &txOrder{}
 	c.ops = nil   // a transaction's statements run one at a time, in its order
-	c.allot = nil                    // and Local limits are decided in it, like any other
+	c.allot = nil // and Local limits are decided in it, like any other
 	return &c
 }
 

@@ -322,7 +322,6 @@ func (r *runner) measureWith(ctx context.Context, lim *ratelimit.Limiter, d time
 	return res, nil
 }
 
-
 // drive runs op in a loop on every worker for d and measures it. An op returning nil is
 // admitted; an *ExceededError is a refusal; anything else an error (and, with SQLSTATE 40P01,
 // a deadlock). Ops cut short because ctx ended are not counted.
