@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -37,7 +38,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	}
 	finishBehindTheBack := func(t *testing.T, conn db.DBTX, taskID string) {
 		t.Helper()
-		n, err := queries.OpsTaskCorruptStatus(ctx, conn, db.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, taskID), Status: ratelimit.TaskFailed})
+		n, err := testq.OpsTaskCorruptStatus(ctx, conn, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, taskID), Status: ratelimit.TaskFailed})
 		if err != nil || n != 1 {
 			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
 		}
@@ -66,7 +67,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 		ratelimit.ProblemReservationWithoutCounter: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			r := g.Reservations[0]
-			n, err := queries.OpsCounterCorruptDelete(ctx, conn, db.OpsCounterCorruptDeleteParams{ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric})
+			n, err := testq.OpsCounterCorruptDelete(ctx, conn, dbtest.OpsCounterCorruptDeleteParams{ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric})
 			if err != nil || n != 1 {
 				t.Fatalf("OpsCounterCorruptDelete = %d, %v", n, err)
 			}
@@ -77,7 +78,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 		ratelimit.ProblemReservationLifeCycle: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			r := g.Reservations[0]
-			n, err := queries.OpsReservationCorruptFinalized(ctx, conn, mustUUID(t, r.ID))
+			n, err := testq.OpsReservationCorruptFinalized(ctx, conn, mustUUID(t, r.ID))
 			if err != nil || n != 1 {
 				t.Fatalf("OpsReservationCorruptFinalized = %d, %v", n, err)
 			}
@@ -175,7 +176,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 
 func corruptCounter(t *testing.T, conn db.DBTX, r ratelimit.Reservation, reserved, used float64) {
 	t.Helper()
-	n, err := queries.OpsCounterCorruptAdd(context.Background(), conn, db.OpsCounterCorruptAddParams{
+	n, err := testq.OpsCounterCorruptAdd(context.Background(), conn, dbtest.OpsCounterCorruptAddParams{
 		ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric, ReservedDelta: reserved, UsedDelta: used,
 	})
 	if err != nil || n != 1 {

@@ -25,10 +25,10 @@ func TestHotPathsUseIndexes(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
 	ctx := context.Background()
-	if err := queries.FixtureFill(ctx, pool, fixtureRows); err != nil {
+	if err := testq.FixtureFill(ctx, pool, fixtureRows); err != nil {
 		t.Fatalf("FixtureFill: %v", err)
 	}
-	if err := queries.TablesAnalyze(ctx, pool); err != nil {
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
 		t.Fatalf("TablesAnalyze: %v", err)
 	}
 	counts := rowCounts(t, pool)
@@ -200,14 +200,14 @@ func scansOf(t *testing.T, pool interface {
 	// The counters also hold what earlier transactions of this connection
 	// have not flushed yet; none are flushed inside a transaction, so the
 	// difference is fn's own.
-	before, err := queries.TableScansInTransaction(ctx, tx)
+	before, err := testq.TableScansInTransaction(ctx, tx)
 	if err != nil {
 		t.Fatalf("TableScansInTransaction: %v", err)
 	}
 	if err := fn(tx); err != nil {
 		t.Fatalf("flow: %v", err)
 	}
-	after, err := queries.TableScansInTransaction(ctx, tx)
+	after, err := testq.TableScansInTransaction(ctx, tx)
 	if err != nil {
 		t.Fatalf("TableScansInTransaction: %v", err)
 	}

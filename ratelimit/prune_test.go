@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -132,7 +132,7 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	// Live state is whole: the yearly window and its committed reservation,
 	// the live lease, the running task's event; and the books still balance.
 	after := rowCounts(t, pool)
-	wantRows := db.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 1, Reservations: 1, Leases: 1}
+	wantRows := dbtest.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 1, Reservations: 1, Leases: 1}
 	if diff := cmp.Diff(wantRows, after); diff != "" {
 		t.Fatalf("rows after prune (-want +got):\n%s", diff)
 	}

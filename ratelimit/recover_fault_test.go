@@ -42,7 +42,7 @@ func assertTerminated(t *testing.T, what string, err error) {
 // terminate kills the backend pid from another session.
 func terminate(t *testing.T, conn db.DBTX, pid int32) {
 	t.Helper()
-	ok, err := queries.OpsTerminateBackend(context.Background(), conn, pid)
+	ok, err := testq.OpsTerminateBackend(context.Background(), conn, pid)
 	if err != nil || !ok {
 		t.Fatalf("OpsTerminateBackend(%d) = %v, %v", pid, ok, err)
 	}
@@ -57,7 +57,7 @@ func beginWithPid(t *testing.T, pool *pgxpool.Pool) (pgx.Tx, int32) {
 		t.Fatalf("Begin: %v", err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	pid, err := queries.OpsBackendPid(ctx, tx)
+	pid, err := testq.OpsBackendPid(ctx, tx)
 	if err != nil {
 		t.Fatalf("OpsBackendPid: %v", err)
 	}
@@ -184,7 +184,7 @@ func TestFaultTerminatedWhileBlocked(t *testing.T) {
 			go func() { done <- run(ctx, l, task, grant) }()
 			var pid int32
 			for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
-				waiting, err := queries.OpsBackendsWaitingOnLock(ctx, pools[2])
+				waiting, err := testq.OpsBackendsWaitingOnLock(ctx, pools[2])
 				if err != nil {
 					t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -118,7 +119,7 @@ func TestRecoverHoldsAndReleasesItsLockOnOneSession(t *testing.T) {
 		waitPast(t, pool, task.LeaseExpiresAt)
 		recoverOnce(t, ratelimit.New(conn), ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
 		recoverOnce(t, plain, ratelimit.RecoveryResult{})
-		if _, err := queries.OpsNow(ctx, conn); err != nil {
+		if _, err := testq.OpsNow(ctx, conn); err != nil {
 			t.Fatalf("%s after Recover: %v", name, err)
 		}
 	}
@@ -239,7 +240,7 @@ func TestRecoverReleasesLateReservationsOfFinishedAttempts(t *testing.T) {
 		t.Fatalf("the live attempt's holdings (-want +got):\n%s", diff)
 	}
 	s := summary(t, pool)
-	want := db.OpsStateSummaryRow{
+	want := dbtest.OpsStateSummaryRow{
 		TasksRunning: 1, AttemptsRunning: 1, ReservationsOpen: 2, ReservationsReleased: 2,
 		LeasesUnreleased: 1, LeasesLive: 1, CountersReserved: 1 + 400,
 	}
@@ -273,7 +274,7 @@ func reasonIf(ended bool, reason string) string {
 // id: "kind/state/reason".
 func holdingsOf(t *testing.T, conn db.DBTX, attemptID string) map[string]string {
 	t.Helper()
-	rows, err := queries.OpsHoldingsByAttempt(context.Background(), conn, mustUUID(t, attemptID))
+	rows, err := testq.OpsHoldingsByAttempt(context.Background(), conn, mustUUID(t, attemptID))
 	if err != nil {
 		t.Fatalf("OpsHoldingsByAttempt: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -122,7 +122,7 @@ func TestRecoverReclaimsExpiredTasks(t *testing.T) {
 
 	// Only B's and the task-less reservations still hold capacity.
 	sum := summary(t, pool)
-	want := db.OpsStateSummaryRow{
+	want := dbtest.OpsStateSummaryRow{
 		TasksQueued: 2, TasksRunning: 1, TasksFailed: 1, AttemptsRunning: 1, Admissions: 3,
 		ReservationsOpen: 4, ReservationsReleased: 4, LeasesUnreleased: 1, LeasesLive: 1,
 		CountersReserved: 2 * (1 + 500),
@@ -299,7 +299,7 @@ func TestRecoverInBoundedBatches(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}
-		if n, err := queries.OpsTaskCorruptStatus(ctx, pool, db.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, task.ID), Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
+		if n, err := testq.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, task.ID), Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
 			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
 		}
 	}

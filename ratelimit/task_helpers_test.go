@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -48,9 +49,9 @@ func claim(t *testing.T, l *ratelimit.Limiter, worker string, ttl time.Duration)
 }
 
 // summary reads the totals of the live state and the books.
-func summary(t *testing.T, conn db.DBTX) db.OpsStateSummaryRow {
+func summary(t *testing.T, conn db.DBTX) dbtest.OpsStateSummaryRow {
 	t.Helper()
-	s, err := queries.OpsStateSummary(context.Background(), conn)
+	s, err := testq.OpsStateSummary(context.Background(), conn)
 	if err != nil {
 		t.Fatalf("OpsStateSummary: %v", err)
 	}
@@ -60,7 +61,7 @@ func summary(t *testing.T, conn db.DBTX) db.OpsStateSummaryRow {
 // dbNow reads the database's clock.
 func dbNow(t *testing.T, conn db.DBTX) time.Time {
 	t.Helper()
-	now, err := queries.OpsNow(context.Background(), conn)
+	now, err := testq.OpsNow(context.Background(), conn)
 	if err != nil {
 		t.Fatalf("OpsNow: %v", err)
 	}

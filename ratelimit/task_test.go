@@ -549,7 +549,7 @@ func TestAppendEventSequencesUnderConcurrency(t *testing.T) {
 	if got := getTask(t, l, task.ID); got.LastEventSeq != total {
 		t.Fatalf("last_event_seq = %d, want %d", got.LastEventSeq, total)
 	}
-	counts, err := queries.TableRowCounts(ctx, pools[1])
+	counts, err := testq.TableRowCounts(ctx, pools[1])
 	if err != nil || counts.Events != total {
 		t.Fatalf("TableRowCounts = %+v, %v; want %d events", counts, err, total)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -54,7 +54,7 @@ func TestDoctorAndRecover(t *testing.T) {
 	if err := id.Scan(task.ID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.New().OpsTaskCorruptStatus(ctx, pool, db.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil || n != 1 {
+	if n, err := dbtest.New().OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil || n != 1 {
 		t.Fatalf("corrupt task status: %d rows, %v", n, err)
 	}
 	out, errOut, code := cli(t, nil, "--database-url", url, "doctor")
@@ -78,7 +78,7 @@ func TestDoctorAndRecover(t *testing.T) {
 	cliOK(t, "--database-url", url, "doctor")
 
 	// A counter that disagrees with its ledger is not recovery's to fix.
-	if _, err := db.New().OpsCounterCorruptAdd(ctx, pool, db.OpsCounterCorruptAddParams{
+	if _, err := dbtest.New().OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
 		ReservedDelta: 3, ScopeType: "api_key", ScopeKey: "k1", Metric: ratelimit.MetricRequests,
 	}); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,6 @@
--- Read-only views of the books, for tests, inspect and operators.
+-- Read-only views of the books for tests: row counts, per-scope ledger
+-- totals, live leases of a scope, the schema's comments. Full scans: never
+-- on a production path.
 
 -- name: TableRowCounts :one
 -- Row count of every pgadmit table. Full scans: for tests and small
@@ -12,17 +14,6 @@ SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,
        (SELECT count(*) FROM gateway_rate_limit_counters)::bigint     AS counters,
        (SELECT count(*) FROM gateway_rate_limit_reservations)::bigint AS reservations,
        (SELECT count(*) FROM gateway_concurrency_leases)::bigint      AS leases;
-
--- name: CounterListByScope :many
--- Every window counter of one scope, newest window first.
--- Locks: none (MVCC read).
--- Index: gateway_rate_limit_counters_pkey (leading scope_type, scope_key).
-SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,
-       limit_value, used_value, reserved_value
-FROM gateway_rate_limit_counters
-WHERE scope_type = @scope_type
-  AND scope_key = @scope_key
-ORDER BY window_start DESC, metric, window_seconds;
 
 -- name: LeaseLiveByScope :one
 -- Live leases of one scope: how many rows and how many slots they hold.
