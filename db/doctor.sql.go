@@ -101,7 +101,7 @@ problems AS (
     FROM gateway_concurrency_leases AS l
     JOIN gateway_tasks AS t ON t.id = l.task_id
     WHERE l.released_at IS NULL
-      AND l.expires_at > now()
+      AND l.expires_at > coalesce($1::timestamptz, now())
       AND t.status IN ('succeeded', 'failed', 'cancelled')
     UNION ALL
     SELECT 'admission_of_finished_task', a.scope_type, a.scope_key, 'queue_size', NULL, NULL,
@@ -133,7 +133,7 @@ problems AS (
     JOIN gateway_task_attempts AS a ON a.id = l.attempt_id
     LEFT JOIN gateway_tasks AS t ON t.id = l.task_id
     WHERE l.released_at IS NULL
-      AND l.expires_at > now()
+      AND l.expires_at > coalesce($1::timestamptz, now())
       AND l.attempt_id IS NOT NULL
       AND a.status <> 'running'
       AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
@@ -150,12 +150,17 @@ SELECT p.kind,
        p.attempt_id,
        p.expected,
        p.actual,
-       now()::timestamptz AS checked_at
+       coalesce($1::timestamptz, now())::timestamptz AS checked_at
 FROM problems AS p
 ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
          p.task_id, p.row_id
-LIMIT $1::integer
+LIMIT $2::integer
 `
+
+type DoctorCheckParams struct {
+	Now         *time.Time
+	MaxProblems int32
+}
 
 type DoctorCheckRow struct {
 	Kind          string
@@ -202,14 +207,15 @@ type DoctorCheckRow struct {
 //	  amount held).
 //
 // Columns that do not apply to a kind are ” (text), 0 (window_seconds),
-// the epoch (window_start) or NULL (ids, task_status).
+// the epoch (window_start) or NULL (ids, task_status). A lease is live
+// until @now (NULL: the database's now()).
 // Locks: none (MVCC read).
 // Index: sequential scans of counters and reservations (the ledger sums);
 // the partial live/open indexes for the finished-task checks; the partial
 // attempt_id indexes and gateway_task_attempts_pkey for the
 // finished-attempt checks.
-func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, maxProblems int32) ([]DoctorCheckRow, error) {
-	rows, err := db.Query(ctx, DoctorCheck, maxProblems)
+func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, arg DoctorCheckParams) ([]DoctorCheckRow, error) {
+	rows, err := db.Query(ctx, DoctorCheck, arg.Now, arg.MaxProblems)
 	if err != nil {
 		return nil, err
 	}
@@ -243,14 +249,14 @@ func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, maxProblems int32) (
 }
 
 const DoctorNow = `-- name: DoctorNow :one
-SELECT now()::timestamptz AS checked_at
+SELECT coalesce($1::timestamptz, now())::timestamptz AS checked_at
 `
 
-// The database's clock, stamped on a report that found nothing.
+// @now, else the database's clock, stamped on a report that found nothing.
 // Locks: none.
 // Index: none.
-func (q *Queries) DoctorNow(ctx context.Context, db DBTX) (time.Time, error) {
-	row := db.QueryRow(ctx, DoctorNow)
+func (q *Queries) DoctorNow(ctx context.Context, db DBTX, now *time.Time) (time.Time, error) {
+	row := db.QueryRow(ctx, DoctorNow, now)
 	var checked_at time.Time
 	err := row.Scan(&checked_at)
 	return checked_at, err

@@ -43,7 +43,7 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 	queue(b, func(r db.DBTX) { _ = l.queries.LeaseLockScopes(ctx, r, db.LeaseLockScopesParams{LeaseIds: ids}) })
 	var rows []db.LeaseRenewRow
 	queueRows(b, &rows, func(r db.DBTX) {
-		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls})
+		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls, Now: l.opts.clock.at()})
 	})
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return nil, wrapDBError("renew leases", err)
@@ -82,7 +82,9 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	if err := l.enter("ReleaseLeases", phaseRows, phaseRows); err != nil {
 		return 0, err
 	}
-	rows, err := l.queries.AdmissionSettle(ctx, l.conn, settleParams([]pgtype.UUID{}, []float64{}, StatusReleased, "", ids, reason))
+	p := settleParams([]pgtype.UUID{}, []float64{}, StatusReleased, "", ids, reason)
+	p.Now = l.opts.clock.at()
+	rows, err := l.queries.AdmissionSettle(ctx, l.conn, p)
 	if err != nil {
 		return 0, wrapDBError("release leases", err)
 	}

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,8 +52,9 @@ func New(conn Executor, opts ...Option) *Limiter {
 // scopes, then queue scopes, then rows — for example Reserve then
 // CreateTask, but not Reserve twice or CreateTask then Reserve; an operation
 // out of order is refused with a *LockOrderError before it runs, since it
-// could deadlock with other transactions. Recover and Prune run their own
-// transactions and are not available here.
+// could deadlock with other transactions. Housekeeping (Recover, Prune,
+// Doctor) is not a Limiter's: it runs its own transactions, on a
+// Maintenance built from a pool.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c := *l
 	c.conn = tx
@@ -67,49 +67,10 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 type Option func(*options)
 
 type options struct {
-	recoveryBatchSize int
-	maxRequeues       int
-	pruneBatchSize    int
-	pruneEvents       bool
+	clock clock
 }
 
-func defaultOptions() options {
-	return options{
-		recoveryBatchSize: 500,
-		maxRequeues:       5,
-		pruneBatchSize:    5000,
-	}
-}
-
-// WithRecoveryBatchSize sets how many rows one recovery transaction handles
-// at most (default 500); Recover loops until nothing is left.
-func WithRecoveryBatchSize(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.recoveryBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
-		}
-	}
-}
-
-// WithMaxRequeues sets how many times recovery requeues an async task whose
-// execution lease expired before it fails the task for good (default 5).
-func WithMaxRequeues(n int) Option {
-	return func(o *options) {
-		if n >= 0 {
-			o.maxRequeues = min(n, math.MaxInt32) // compared with an int4
-		}
-	}
-}
-
-// WithPruneBatchSize sets how many rows one prune statement deletes at most
-// (default 5000); Prune loops until nothing is left.
-func WithPruneBatchSize(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.pruneBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
-		}
-	}
-}
+func defaultOptions() options { return options{} }
 
 // Defaults applied when a Limit leaves them zero.
 const (

@@ -281,7 +281,8 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	}
 
 	recoverStarted := time.Now()
-	got, err := l.Recover(ctx)
+	m := ratelimit.NewMaintenance(pool)
+	got, err := m.Recover(ctx)
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
@@ -326,8 +327,8 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	if hbAfter := getTask(t, l, hb.ID); hbAfter.Status != ratelimit.TaskFailed || hbAfter.ErrorCode != ratelimit.ErrorCodeServerRestarted {
 		t.Fatalf("heartbeated task after recovery = %+v", hbAfter)
 	}
-	assertDoctorOK(t, l)
-	recoverOnce(t, l, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, pool)
+	recoverOnce(t, m, ratelimit.RecoveryResult{})
 	t.Logf("crash test: at death %d running tasks, %d open reservations (%g reserved), %d unreleased leases, %d admissions; "+
 		"after Recover: 0 running, 0 open, 0 reserved, used %g, %d admissions (all of queued tasks); waited %s for leases to expire",
 		atDeath.TasksRunning, atDeath.ReservationsOpen, atDeath.CountersReserved, atDeath.LeasesUnreleased, atDeath.Admissions,

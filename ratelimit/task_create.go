@@ -31,6 +31,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	p.Now = l.opts.clock.at()
 	first := phaseRows // a task without queue limits only inserts new rows
 	if len(queueLimits) > 0 {
 		first = phaseQueueScopes

@@ -97,7 +97,7 @@ func TestTaskLifecycleAsync(t *testing.T) {
 	if s.TasksSucceeded != 1 || s.Admissions != 0 || s.AttemptsRunning != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0 || s.CountersUsed != 70 {
 		t.Fatalf("summary after finish = %+v", s)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 func TestTaskSyncFinishReleasesWhatIsOpen(t *testing.T) {
@@ -147,7 +147,7 @@ func TestTaskSyncFinishReleasesWhatIsOpen(t *testing.T) {
 	}
 	// The queue place is free again.
 	startSync(t, l, 0, queueLimit("q", 1))
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 func TestTaskCancelOutcome(t *testing.T) {

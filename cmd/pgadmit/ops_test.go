@@ -136,20 +136,29 @@ func TestPrune(t *testing.T) {
 	if _, err := lim.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {
 		t.Fatal(err)
 	}
-	// Nothing ended a day ago; with a 1 s cutoff the released lease goes, the current window and
-	// its reservation stay (the window has not ended); the finished task's two events go.
+	// Nothing ended a day ago, no task finished a week ago; with a 1 s cutoff the released lease
+	// goes, the current window and its reservation stay (the window has not ended); the finished
+	// task's two events go, and then, with a 1 s task retention, the task itself.
 	out := cliOK(t, "--database-url", url, "prune")
-	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 leases, 0 events, 0 tasks finished before \S+ \(\d+ms\)\n$`).MatchString(out) {
 		t.Errorf("prune:\n%s", out)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1")
-	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 1 leases, 2 events") {
-		t.Errorf("prune --older-than 1s --events:\n%s", out)
+	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1", "--task-retention", "0")
+	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 1 leases, 2 events, finished tasks kept") {
+		t.Errorf("prune --older-than 1s --events --task-retention 0:\n%s", out)
+	}
+	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--task-retention", "1s")
+	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 leases, 0 events, 1 tasks finished before") {
+		t.Errorf("prune --older-than 1s --task-retention 1s:\n%s", out)
 	}
 	cliOK(t, "--database-url", url, "doctor")
+	_, errOut, code := cli(t, nil, "--database-url", url, "prune", "--task-retention", "-1s")
+	if code != exitUsage || !strings.Contains(errOut, "--task-retention must be >= 0") {
+		t.Errorf("prune --task-retention -1s: exit %d, %q", code, errOut)
+	}
 
-	_, errOut, code := cli(t, nil, "--database-url", url, "prune", "--older-than", "0s")
+	_, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "0s")
 	if code != exitUsage || !strings.Contains(errOut, "--older-than must be positive") {
 		t.Errorf("prune --older-than 0s: exit %d, %q", code, errOut)
 	}

@@ -3,3 +3,19 @@
 //   sqlc v1.31.1
 
 package dbtest
+
+import (
+	"time"
+)
+
+// Single flight of maintenance jobs (recover, prune) across processes: one row per job while some process runs it. Taken with an upsert that succeeds only when the row is missing or expired, renewed while the job runs, deleted when it ends; a crashed holder's lease lapses at expires_at.
+type GatewayMaintenanceLease struct {
+	// The job: recover or prune.
+	Name string
+	// Who runs it: host, process id and a random suffix, one per run.
+	Holder string
+	// When the holder took the lease.
+	AcquiredAt time.Time
+	// Past this instant another process may take the job over.
+	ExpiresAt time.Time
+}

@@ -10,6 +10,52 @@ import (
 	"time"
 )
 
+const AdvisoryLocksHeld = `-- name: AdvisoryLocksHeld :many
+SELECT l.pid::integer                                                  AS pid,
+       ((l.classid::bigint << 32) | l.objid::bigint)::bigint           AS lock_key,
+       (NOT EXISTS (SELECT 1
+                    FROM pg_catalog.pg_stat_activity AS a
+                    WHERE a.pid = l.pid
+                      AND a.xact_start IS NOT NULL))::boolean             AS outside_transaction
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+  AND l.pid <> pg_backend_pid()
+ORDER BY l.pid, lock_key
+`
+
+type AdvisoryLocksHeldRow struct {
+	Pid                int32
+	LockKey            int64
+	OutsideTransaction bool
+}
+
+// Advisory locks granted in the current database to other backends, and
+// whether their backend is outside any transaction (then the lock is a
+// session-level one left behind): pgadmit must leave none.
+// Locks: none.
+// Index: none (pg_locks is an in-memory view).
+func (q *Queries) AdvisoryLocksHeld(ctx context.Context, db DBTX) ([]AdvisoryLocksHeldRow, error) {
+	rows, err := db.Query(ctx, AdvisoryLocksHeld)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AdvisoryLocksHeldRow{}
+	for rows.Next() {
+		var i AdvisoryLocksHeldRow
+		if err := rows.Scan(&i.Pid, &i.LockKey, &i.OutsideTransaction); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const LeaseLiveByScope = `-- name: LeaseLiveByScope :one
 SELECT count(*)::bigint                            AS leases,
        coalesce(sum(lease_value), 0)::numeric      AS slots
@@ -38,6 +84,40 @@ func (q *Queries) LeaseLiveByScope(ctx context.Context, db DBTX, arg LeaseLiveBy
 	var i LeaseLiveByScopeRow
 	err := row.Scan(&i.Leases, &i.Slots)
 	return i, err
+}
+
+const MaintenanceLeaseList = `-- name: MaintenanceLeaseList :many
+SELECT l.name, l.holder, l.acquired_at, l.expires_at
+FROM gateway_maintenance_leases AS l
+ORDER BY l.name
+`
+
+// Every maintenance lease held now, by job: who holds it until when.
+// Locks: none (MVCC read).
+// Index: gateway_maintenance_leases_pkey (order).
+func (q *Queries) MaintenanceLeaseList(ctx context.Context, db DBTX) ([]GatewayMaintenanceLease, error) {
+	rows, err := db.Query(ctx, MaintenanceLeaseList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []GatewayMaintenanceLease{}
+	for rows.Next() {
+		var i GatewayMaintenanceLease
+		if err := rows.Scan(
+			&i.Name,
+			&i.Holder,
+			&i.AcquiredAt,
+			&i.ExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const ReservationTotalsByScope = `-- name: ReservationTotalsByScope :many

@@ -73,3 +73,30 @@ WHERE c.relnamespace = current_schema()::regnamespace
   AND c.relname::text LIKE 'gateway\_%'
   AND obj_description(i.oid, 'pg_class') IS NULL
 ORDER BY 1, 2;
+
+-- name: MaintenanceLeaseList :many
+-- Every maintenance lease held now, by job: who holds it until when.
+-- Locks: none (MVCC read).
+-- Index: gateway_maintenance_leases_pkey (order).
+SELECT l.name, l.holder, l.acquired_at, l.expires_at
+FROM gateway_maintenance_leases AS l
+ORDER BY l.name;
+
+-- name: AdvisoryLocksHeld :many
+-- Advisory locks granted in the current database to other backends, and
+-- whether their backend is outside any transaction (then the lock is a
+-- session-level one left behind): pgadmit must leave none.
+-- Locks: none.
+-- Index: none (pg_locks is an in-memory view).
+SELECT l.pid::integer                                                  AS pid,
+       ((l.classid::bigint << 32) | l.objid::bigint)::bigint           AS lock_key,
+       (NOT EXISTS (SELECT 1
+                    FROM pg_catalog.pg_stat_activity AS a
+                    WHERE a.pid = l.pid
+                      AND a.xact_start IS NOT NULL))::boolean             AS outside_transaction
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+  AND l.pid <> pg_backend_pid()
+ORDER BY l.pid, lock_key;

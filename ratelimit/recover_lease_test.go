@@ -5,12 +5,11 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -19,109 +18,124 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// instrumentedPool is what a service might wrap its pools in (tracing,
-// metrics, spreading load): every statement goes to some pooled connection,
-// here of two pools in turn, so it cannot give Recover one session. It has
-// no Acquire method.
-type instrumentedPool struct {
-	pools      []*pgxpool.Pool
-	statements int
+// ptr returns a pointer to t, for a generated query's optional now.
+func ptr(t time.Time) *time.Time { return &t }
+
+// maintenanceLeases lists the maintenance leases held now, as "job/holder".
+func maintenanceLeases(t *testing.T, conn dbtest.DBTX) []string {
+	t.Helper()
+	rows, err := testq.MaintenanceLeaseList(context.Background(), conn)
+	if err != nil {
+		t.Fatalf("MaintenanceLeaseList: %v", err)
+	}
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Name + "/" + r.Holder
+	}
+	return out
 }
 
-func (p *instrumentedPool) next() *pgxpool.Pool {
-	p.statements++
-	return p.pools[p.statements%len(p.pools)]
-}
-
-func (p *instrumentedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return p.next().Exec(ctx, sql, args...)
-}
-
-func (p *instrumentedPool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return p.next().Query(ctx, sql, args...)
-}
-
-func (p *instrumentedPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return p.next().QueryRow(ctx, sql, args...)
-}
-
-func (p *instrumentedPool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return p.next().SendBatch(ctx, b)
-}
-
-func (p *instrumentedPool) Begin(ctx context.Context) (pgx.Tx, error) {
-	return p.next().Begin(ctx)
-}
-
-// acquiringPool is the same wrapper with an Acquire method: it can hand
-// Recover one pooled connection for the whole run.
-type acquiringPool struct {
-	instrumentedPool
-	acquired int
-}
-
-func (p *acquiringPool) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	p.acquired++
-	return p.pools[p.acquired%len(p.pools)].Acquire(ctx)
-}
-
-func TestRecoverHoldsAndReleasesItsLockOnOneSession(t *testing.T) {
+// Single flight without session state: many recoveries from several pools,
+// one after the other and at once, leave no advisory lock and no lease
+// behind, and none of them is skipped for a lock a finished run forgot.
+func TestRecoverLeavesNoSessionState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pools := pgtest.NewPools(t, 2)
-	pool := pools[0]
-	plain := ratelimit.New(pool)
-
-	// A wrapper without Acquire cannot pin a session: Recover refuses it
-	// before taking any lock, and writes nothing.
-	expired := startSync(t, plain, time.Second)
-	waitPast(t, pool, expired.LeaseExpiresAt)
-	wrapper := &instrumentedPool{pools: pools}
-	_, err := ratelimit.New(wrapper).Recover(ctx)
-	var sessionErr *ratelimit.SessionError
-	if !errors.As(err, &sessionErr) || !errors.Is(err, ratelimit.ErrNoSession) {
-		t.Fatalf("Recover on %T = %v, want a *SessionError", wrapper, err)
+	pools := pgtest.NewPools(t, 3)
+	var clock testClock
+	l, _ := clocked(pools[0], &clock)
+	var expiry time.Time
+	for range 6 {
+		expiry = latest(expiry, startSync(t, l, time.Second).LeaseExpiresAt)
 	}
-	if sessionErr.Executor != "*ratelimit_test.instrumentedPool" {
-		t.Fatalf("SessionError.Executor = %q", sessionErr.Executor)
-	}
-	if wrapper.statements != 0 {
-		t.Fatalf("Recover ran %d statements on a wrapper it refused", wrapper.statements)
-	}
-	if got := getTask(t, plain, expired.ID); got.Status != ratelimit.TaskRunning {
-		t.Fatalf("a refused Recover changed the task: %+v", got)
-	}
-
-	// A wrapper with Acquire works, on the connection it acquired; the lock
-	// is given back (a recovery from elsewhere is not skipped), many times
-	// over (a lock taken on one pooled connection and "released" on another
-	// would leak, and every later run would be skipped).
-	acquiring := &acquiringPool{instrumentedPool: instrumentedPool{pools: pools}}
-	wrapped := ratelimit.New(acquiring)
-	recoverOnce(t, wrapped, ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
-	for range 5 {
-		recoverOnce(t, wrapped, ratelimit.RecoveryResult{})
-		recoverOnce(t, plain, ratelimit.RecoveryResult{})
-	}
-	if acquiring.acquired != 6 || acquiring.statements != 0 {
-		t.Fatalf("wrapper: %d acquires and %d statements on the pool, want 6 and 0", acquiring.acquired, acquiring.statements)
-	}
-
-	// A pooled connection and a plain connection are sessions themselves;
-	// Recover leaves them open and unlocked for their owner.
-	pooled, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
-	}
-	defer pooled.Release()
-	for name, conn := range map[string]ratelimit.Executor{"*pgxpool.Conn": pooled, "*pgx.Conn": pooled.Conn()} {
-		task := startSync(t, plain, time.Second)
-		waitPast(t, pool, task.LeaseExpiresAt)
-		recoverOnce(t, ratelimit.New(conn), ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
-		recoverOnce(t, plain, ratelimit.RecoveryResult{})
-		if _, err := testq.OpsNow(ctx, conn); err != nil {
-			t.Fatalf("%s after Recover: %v", name, err)
+	clock.pass(expiry)
+	var total ratelimit.RecoveryResult
+	for round := range 4 {
+		results := make([]ratelimit.RecoveryResult, len(pools))
+		errs := make([]error, len(pools))
+		var wg sync.WaitGroup
+		for i, pool := range pools {
+			wg.Go(func() {
+				_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1))
+				results[i], errs[i] = m.Recover(ctx)
+			})
 		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, pool %d: Recover: %v", round, i, err)
+			}
+			total.FailedTasks += results[i].FailedTasks
+			total.FailedAttempts += results[i].FailedAttempts
+		}
+		if locks, err := testq.AdvisoryLocksHeld(ctx, pools[0]); err != nil || len(locks) != 0 {
+			t.Fatalf("round %d: advisory locks held after recovery: %+v, %v", round, locks, err)
+		}
+		if leases := maintenanceLeases(t, pools[0]); len(leases) != 0 {
+			t.Fatalf("round %d: leases held after recovery: %v", round, leases)
+		}
+		// One after the other, from each pool: never skipped.
+		for _, pool := range pools {
+			_, m := clocked(pool, &clock)
+			recoverOnce(t, m, ratelimit.RecoveryResult{})
+		}
+	}
+	if diff := cmp.Diff(ratelimit.RecoveryResult{FailedTasks: 6, FailedAttempts: 6}, total); diff != "" {
+		t.Fatalf("recovered in total (-want +got):\n%s", diff)
+	}
+}
+
+// A run that cannot renew its lease in time stops with
+// ErrMaintenanceLeaseLost: another process took the job over, and the two
+// must not repeat each other's work. What the run did so far stands.
+func TestRecoverStopsWhenItsLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, _ := clocked(pool, &clock)
+	const tasks = 300
+	var expiry time.Time
+	for range tasks {
+		expiry = latest(expiry, startSync(t, l, time.Second).LeaseExpiresAt)
+	}
+	clock.pass(expiry)
+
+	// A slow run: one task per transaction, renewing every third of a second.
+	_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLeaseTTL(time.Second))
+	done := make(chan struct{})
+	var res ratelimit.RecoveryResult
+	var err error
+	go func() {
+		defer close(done)
+		res, err = m.Recover(ctx)
+	}()
+	// Once it runs, another process takes the job over: on its clock the
+	// run's lease has expired.
+	for deadline := time.Now().Add(10 * time.Second); len(maintenanceLeases(t, pool)) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Recover never took its lease")
+		}
+	}
+	stolen, terr := queries.MaintenanceLeaseTake(ctx, pool, db.MaintenanceLeaseTakeParams{
+		Name: "recover", Holder: "thief", TtlSeconds: 3600, Now: ptr(clock.now().Add(time.Hour)),
+	})
+	if terr != nil || !stolen.Acquired {
+		t.Fatalf("taking the lease over = %+v, %v", stolen, terr)
+	}
+	<-done
+	if !errors.Is(err, ratelimit.ErrMaintenanceLeaseLost) {
+		t.Fatalf("Recover = %+v, %v; want ErrMaintenanceLeaseLost", res, err)
+	}
+	if res.FailedTasks == 0 || res.FailedTasks >= tasks || res.FailedTasks != res.FailedAttempts {
+		t.Fatalf("the run did %+v before it stopped, want some but not all of %d tasks", res, tasks)
+	}
+	if s := summary(t, pool); s.TasksFailed != res.FailedTasks || s.TasksRunning != tasks-res.FailedTasks {
+		t.Fatalf("state after the lost run = %+v, want %d tasks failed", s, res.FailedTasks)
+	}
+	// The thief still holds the job: the lost run did not release its lease.
+	if diff := cmp.Diff([]string{"recover/thief"}, maintenanceLeases(t, pool)); diff != "" {
+		t.Fatalf("leases (-want +got):\n%s", diff)
 	}
 }
 
@@ -134,21 +148,22 @@ func TestRecoverClampsHugeOptions(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	huge := int64(math.MaxInt32) + 1 // int32(huge) would be negative
 	wraps := int64(1) << 32          // int32(wraps) would be 0
-	l := ratelimit.New(pool, ratelimit.WithRecoveryBatchSize(int(huge)), ratelimit.WithMaxRequeues(int(wraps)))
+	var clock testClock
+	l, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(int(huge)), ratelimit.WithMaxRequeues(int(wraps)))
 
 	createAsync(t, l)
 	task := claim(t, l, "w", time.Second)
 	if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", uniqueKey("k"), ratelimit.MetricTokens, 100, 10)}); err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
-	waitPast(t, pool, task.LeaseExpiresAt)
+	clock.pass(task.LeaseExpiresAt)
 	// A batch of MaxInt32 rows, and requeues capped at MaxInt32: the task is
 	// requeued, not failed as a poison task.
-	recoverOnce(t, l, ratelimit.RecoveryResult{ReleasedRateReservations: 1, FailedAttempts: 1, RequeuedAsyncTasks: 1})
+	recoverOnce(t, m, ratelimit.RecoveryResult{ReleasedRateReservations: 1, FailedAttempts: 1, RequeuedAsyncTasks: 1})
 	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskQueued || got.RequeueCount != 1 {
 		t.Fatalf("task after recovery = %+v, want requeued", got)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 // reserveBehindRecovery is a worker that dies in the middle of an admission:
@@ -156,12 +171,12 @@ func TestRecoverClampsHugeOptions(t *testing.T) {
 // commits only after recovery has reclaimed the task (requeued it, failed
 // the attempt). The admission saw a running attempt; recovery did not see
 // the admission. What is left is capacity held for an attempt that is over.
-func reserveBehindRecovery(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool, limits []ratelimit.Limit) (ratelimit.Task, ratelimit.Grant) {
+func reserveBehindRecovery(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool, limits []ratelimit.Limit) (ratelimit.Task, ratelimit.Grant) {
 	t.Helper()
 	ctx := context.Background()
 	createAsync(t, l)
 	task := claim(t, l, "doomed-worker", time.Second)
-	waitPast(t, pool, task.LeaseExpiresAt)
+	clock.pass(task.LeaseExpiresAt)
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -172,7 +187,7 @@ func reserveBehindRecovery(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Poo
 	if err != nil {
 		t.Fatalf("Reserve (late): %v", err)
 	}
-	recoverOnce(t, l, ratelimit.RecoveryResult{FailedAttempts: 1, RequeuedAsyncTasks: 1})
+	recoverOnce(t, m, ratelimit.RecoveryResult{FailedAttempts: 1, RequeuedAsyncTasks: 1})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("Commit (late): %v", err)
 	}
@@ -185,14 +200,16 @@ func reserveBehindRecovery(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Poo
 func TestRecoverReleasesLateReservationsOfFinishedAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, pool := setup(t)
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
 	key := uniqueKey("k")
 	limits := []ratelimit.Limit{
 		window("api_key", key, ratelimit.MetricRequests, 10, 1),
 		window("api_key", key, ratelimit.MetricTokens, 1000, 400),
 		concurrent("model", key, 2),
 	}
-	dead, late := reserveBehindRecovery(t, l, pool, limits)
+	dead, late := reserveBehindRecovery(t, l, m, &clock, pool, limits)
 
 	// The task lives on: another worker claims it and holds capacity of its
 	// own, for its running attempt. The dead attempt's holdings are neither
@@ -207,7 +224,7 @@ func TestRecoverReleasesLateReservationsOfFinishedAttempts(t *testing.T) {
 	}
 
 	// The doctor sees what the dead attempt holds.
-	report, err := l.Doctor(ctx)
+	report, err := m.Doctor(ctx)
 	if err != nil {
 		t.Fatalf("Doctor: %v", err)
 	}
@@ -227,9 +244,9 @@ func TestRecoverReleasesLateReservationsOfFinishedAttempts(t *testing.T) {
 		t.Fatalf("doctor problems (-want +got):\n%s\n%s", diff, report)
 	}
 
-	recoverOnce(t, l, ratelimit.RecoveryResult{ReleasedRateReservations: 2, ReleasedConcurrencyLeases: 1})
-	recoverOnce(t, l, ratelimit.RecoveryResult{})
-	assertDoctorOK(t, l)
+	recoverOnce(t, m, ratelimit.RecoveryResult{ReleasedRateReservations: 2, ReleasedConcurrencyLeases: 1})
+	recoverOnce(t, m, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, pool)
 
 	// The dead attempt's holdings are released as attempt_finished; the live
 	// attempt's are untouched.
