@@ -70,10 +70,14 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 }
 
 // ReleaseLeases ends leases early and returns how many it released; leases
-// already released are skipped (idempotent). One round trip.
+// already released are skipped (idempotent). reason is recorded on each,
+// and validated as Release's is. One round trip.
 func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason string) (int, error) {
 	ids, err := parseIDs("Leases.ID", leaseIDStrings(leases))
 	if err != nil {
+		return 0, err
+	}
+	if err := validateReason(reason); err != nil {
 		return 0, err
 	}
 	if len(ids) == 0 {

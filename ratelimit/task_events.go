@@ -35,8 +35,9 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 	if err := validateOptionalText("Event.Message", e.Message, maxMessageBytes); err != nil {
 		return Event{}, err
 	}
-	if math.IsNaN(e.Progress) || math.IsInf(e.Progress, 0) {
-		return Event{}, &ValidationError{Field: "Event.Progress", Value: e.Progress, Reason: "must be a finite number"}
+	if p := math.Abs(e.Progress); math.IsNaN(p) || math.IsInf(p, 0) || p > MaxAmount || (p > 0 && p < MinAmount) {
+		return Event{}, &ValidationError{Field: "Event.Progress", Value: e.Progress,
+			Reason: fmt.Sprintf("must be zero or a finite number of magnitude %g to %g", float64(MinAmount), float64(MaxAmount))}
 	}
 	payload, err := jsonOrEmptyObject("Event.Payload", e.Payload)
 	if err != nil {

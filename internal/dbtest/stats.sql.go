@@ -56,6 +56,29 @@ func (q *Queries) AdvisoryLocksHeld(ctx context.Context, db DBTX) ([]AdvisoryLoc
 	return items, nil
 }
 
+const AmountScales = `-- name: AmountScales :one
+SELECT coalesce((SELECT max(greatest(scale(c.used_value), scale(c.reserved_value), scale(c.limit_value)))
+                 FROM gateway_rate_limit_counters AS c), 0)::integer AS counters,
+       coalesce((SELECT max(greatest(scale(r.reserved_amount), coalesce(scale(r.actual_amount), 0), scale(r.limit_value)))
+                 FROM gateway_rate_limit_reservations AS r), 0)::integer AS reservations
+`
+
+type AmountScalesRow struct {
+	Counters     int32
+	Reservations int32
+}
+
+// The most digits after the decimal point that any stored amount has, in
+// the counters and in the reservation ledger: validation keeps it bounded.
+// Locks: none (MVCC read).
+// Index: none (sequential scans; for tests).
+func (q *Queries) AmountScales(ctx context.Context, db DBTX) (AmountScalesRow, error) {
+	row := db.QueryRow(ctx, AmountScales)
+	var i AmountScalesRow
+	err := row.Scan(&i.Counters, &i.Reservations)
+	return i, err
+}
+
 const LeaseLiveByScope = `-- name: LeaseLiveByScope :one
 SELECT count(*)::bigint                            AS leases,
        coalesce(sum(lease_value), 0)::numeric      AS slots

@@ -100,3 +100,13 @@ WHERE l.locktype = 'advisory'
   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
   AND l.pid <> pg_backend_pid()
 ORDER BY l.pid, lock_key;
+
+-- name: AmountScales :one
+-- The most digits after the decimal point that any stored amount has, in
+-- the counters and in the reservation ledger: validation keeps it bounded.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scans; for tests).
+SELECT coalesce((SELECT max(greatest(scale(c.used_value), scale(c.reserved_value), scale(c.limit_value)))
+                 FROM gateway_rate_limit_counters AS c), 0)::integer AS counters,
+       coalesce((SELECT max(greatest(scale(r.reserved_amount), coalesce(scale(r.actual_amount), 0), scale(r.limit_value)))
+                 FROM gateway_rate_limit_reservations AS r), 0)::integer AS reservations;
