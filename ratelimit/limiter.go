@@ -67,10 +67,28 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 type Option func(*options)
 
 type options struct {
-	clock clock
+	clock      clock
+	lockPrefix int32
 }
 
 func defaultOptions() options { return options{} }
+
+// WithAdvisoryLockPrefix makes the advisory locks that serialize task
+// creation on a queue scope use keys with prefix in their upper 32 bits
+// and a hash of the scope in the lower 32, as River's AdvisoryLockPrefix
+// does: advisory locks share one 64-bit key space per database, so a host
+// application can keep its own keys apart from pgadmit's by giving pgadmit
+// a prefix of its own. 0, the default, keeps pgadmit's 64-bit hashed keys.
+// Every process creating tasks in one database must use the same prefix,
+// or queue_size limits are no longer exact.
+//
+// The advisory locks of concurrency scopes are taken inside the function
+// pgadmit_reserve (and by RenewLeases, which must match them) and keep
+// their 64-bit hashed keys ('pgadmit/concurrent/...') whatever the prefix.
+// Maintenance and migrations take no advisory locks: they use lease rows.
+func WithAdvisoryLockPrefix(prefix int32) Option {
+	return func(o *options) { o.lockPrefix = prefix }
+}
 
 // Defaults applied when a Limit leaves them zero.
 const (

@@ -42,7 +42,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	b := &pgx.Batch{}
 	if len(queueLimits) > 0 {
 		queue(b, func(r db.DBTX) {
-			_ = l.queries.TaskAdmissionLockScopes(ctx, r, db.TaskAdmissionLockScopesParams{ScopeTypes: p.ScopeTypes, ScopeKeys: p.ScopeKeys})
+			_ = l.queries.TaskAdmissionLockScopes(ctx, r, db.TaskAdmissionLockScopesParams{LockPrefix: l.opts.lockPrefix, ScopeTypes: p.ScopeTypes, ScopeKeys: p.ScopeKeys})
 		})
 	}
 	var row db.TaskCreateRow
