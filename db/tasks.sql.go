@@ -95,8 +95,8 @@ type TaskClaimNextRow struct {
 	Status                  string
 	AsyncMode               bool
 	Kind                    string
-	Payload                 []byte
-	Error                   []byte
+	Payload                 string
+	Error                   *string
 	ErrorCode               pgtype.Text
 	ErrorMessage            pgtype.Text
 	LockedBy                pgtype.Text
@@ -247,7 +247,7 @@ type TaskCreateParams struct {
 	Now          *time.Time
 	AsyncMode    bool
 	Kind         string
-	Payload      []byte
+	Payload      string
 	Worker       string
 	LeaseSeconds int32
 }
@@ -258,7 +258,7 @@ type TaskCreateRow struct {
 	QueueAdmitted  []int64
 	TaskID         pgtype.UUID
 	Status         pgtype.Text
-	Payload        []byte
+	Payload        *string
 	ExecutionToken pgtype.UUID
 	LeaseExpiresAt *time.Time
 	NextRunAt      *time.Time
@@ -420,7 +420,7 @@ FROM finished
 type TaskFinishParams struct {
 	Now          *time.Time
 	Status       string
-	Error        []byte
+	Error        *string
 	ErrorCode    pgtype.Text
 	ErrorMessage pgtype.Text
 	TaskID       pgtype.UUID
@@ -433,8 +433,8 @@ type TaskFinishRow struct {
 	Status                  string
 	AsyncMode               bool
 	Kind                    string
-	Payload                 []byte
-	Error                   []byte
+	Payload                 string
+	Error                   *string
 	ErrorCode               pgtype.Text
 	ErrorMessage            pgtype.Text
 	LockedBy                pgtype.Text
@@ -569,8 +569,8 @@ type TaskGetRow struct {
 	Status                  string
 	AsyncMode               bool
 	Kind                    string
-	Payload                 []byte
-	Error                   []byte
+	Payload                 string
+	Error                   *string
 	ErrorCode               pgtype.Text
 	ErrorMessage            pgtype.Text
 	LockedBy                pgtype.Text

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -69,7 +68,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 		Status:         row.Status.String,
 		Async:          spec.Async,
 		Kind:           spec.Kind,
-		Payload:        json.RawMessage(row.Payload),
+		Payload:        rawJSON(row.Payload),
 		ExecutionToken: idString(row.ExecutionToken),
 		AttemptID:      idString(row.AttemptID),
 		LastEventSeq:   1,
@@ -94,7 +93,7 @@ func taskCreateParams(spec TaskSpec) (db.TaskCreateParams, []Limit, error) {
 	if err != nil {
 		return p, nil, err
 	}
-	p.Payload = payload
+	p.Payload = string(payload)
 	if spec.Async {
 		if spec.Worker != "" {
 			return p, nil, &ValidationError{Field: "Worker", Value: spec.Worker, Reason: "must be empty for an async task (the worker that claims it names itself)"}

@@ -48,7 +48,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 	}
 	row, err := l.queries.EventAppend(ctx, l.conn, db.EventAppendParams{
 		TaskID: id, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
-		Message: optText(e.Message), Payload: payload, Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
+		Message: optText(e.Message), Payload: string(payload), Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Event{}, fmt.Errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)

@@ -201,7 +201,8 @@ func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error)
 		if err := validateJSON("Outcome.Error", out.Error); err != nil {
 			return p, err
 		}
-		p.Error = out.Error
+		e := string(out.Error)
+		p.Error = &e
 	}
 	p.ErrorCode = pgtype.Text{String: out.ErrorCode, Valid: out.ErrorCode != ""}
 	p.ErrorMessage = pgtype.Text{String: out.ErrorMessage, Valid: out.ErrorMessage != ""}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -175,8 +176,11 @@ func doctorCommand() *command {
 Runs ratelimit's Doctor, which reads one snapshot and writes nothing: for every counter window,
 reserved must equal the sum of its open reservations and used the sum of its committed actual
 amounts; no open reservation may lack its counter; no finished task may still hold an open
-reservation, a live lease, a queue admission or a running attempt. Prints what is wrong and
-exits 1 when anything is. Full scans of the counters and reservations: an operator's tool.`,
+reservation, a live lease, a queue admission or a running attempt. It also checks the
+connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mode =
+transaction) while pgx's exec mode needs session state (cache_statement, the default, or
+describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
+when anything is. Full scans of the counters and reservations: an operator's tool.`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -196,6 +200,13 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
+		if !errors.Is(err, ratelimit.ErrPoolerMismatch) {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
+		return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
+	}
 	rep, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
 	if err != nil {
 		return err
