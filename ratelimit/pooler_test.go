@@ -79,40 +79,32 @@ func TestPgBouncerExecModeMatrix(t *testing.T) {
 func TestCheckPooler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	err := ratelimit.CheckPooler(ctx, pgtest.NewPoolerPools(t, 1, pgx.QueryExecModeCacheStatement)[0])
-	var mismatch *ratelimit.PoolerError
-	if !errors.As(err, &mismatch) || !errors.Is(err, ratelimit.ErrPoolerMismatch) || mismatch.Mode != "cache_statement" {
-		t.Fatalf("CheckPooler(cache_statement behind PgBouncer) = %v, want a *PoolerError", err)
+	pooled, directURL := pgtest.NewPoolerURL(t)
+	check := func(url string, mode pgx.QueryExecMode) error {
+		t.Helper()
+		return ratelimit.CheckPooler(ctx, poolsOn(t, url, 1, mode)[0])
 	}
-	for _, advice := range []string{"default_query_exec_mode=exec", "max_prepared_statements"} {
-		if !strings.Contains(err.Error(), advice) {
-			t.Errorf("the error does not say %q: %v", advice, err)
+	for mode, name := range map[pgx.QueryExecMode]string{
+		pgx.QueryExecModeCacheStatement: "cache_statement", pgx.QueryExecModeDescribeExec: "describe_exec",
+	} {
+		err := check(pooled, mode)
+		var mismatch *ratelimit.PoolerError
+		if !errors.As(err, &mismatch) || !errors.Is(err, ratelimit.ErrPoolerMismatch) || mismatch.Mode != name {
+			t.Fatalf("CheckPooler(%s behind PgBouncer) = %v, want a *PoolerError", mode, err)
 		}
-	}
-	err = ratelimit.CheckPooler(ctx, pgtest.NewPoolerPools(t, 1, pgx.QueryExecModeDescribeExec)[0])
-	if !errors.As(err, &mismatch) || mismatch.Mode != "describe_exec" {
-		t.Fatalf("CheckPooler(describe_exec behind PgBouncer) = %v, want a *PoolerError", err)
+		for _, advice := range []string{"default_query_exec_mode=exec", "max_prepared_statements"} {
+			if !strings.Contains(err.Error(), advice) {
+				t.Errorf("the error does not say %q: %v", advice, err)
+			}
+		}
+		if err := check(directURL, mode); err != nil {
+			t.Errorf("CheckPooler(%s, direct) = %v, want nil", mode, err)
+		}
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
-		if err := ratelimit.CheckPooler(ctx, pgtest.NewPoolerPools(t, 1, mode)[0]); err != nil {
+		if err := check(pooled, mode); err != nil {
 			t.Errorf("CheckPooler(%s behind PgBouncer) = %v, want nil", mode, err)
 		}
-	}
-	direct, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeDescribeExec
-	describeDirect, err := pgxpool.NewWithConfig(ctx, direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer describeDirect.Close()
-	if err := ratelimit.CheckPooler(ctx, describeDirect); err != nil {
-		t.Errorf("CheckPooler(describe_exec, direct) = %v, want nil", err)
-	}
-	if err := ratelimit.CheckPooler(ctx, pgtest.NewPool(t)); err != nil {
-		t.Errorf("CheckPooler(cache_statement, direct) = %v, want nil", err)
 	}
 }
 
@@ -167,7 +159,7 @@ func runEveryOperation(t *testing.T, pools []*pgxpool.Pool) *opCounts {
 				window("api_key", key, "tokens", 1e9, 50),
 				concurrent("model", key, 1000),
 			}
-			for i := range 6 {
+			for i := range 4 {
 				c.do("Migrate", func() error { return schema.Migrate(ctx, pool) })
 				c.do("Check", func() error { return l.Check(ctx, limits[:2]) })
 				var task ratelimit.Task
