@@ -64,7 +64,7 @@ const (
 	// DefaultMaintenanceLeaseTTL is how long a Recover or Prune run holds its
 	// job against other processes without renewing its lease; a run renews
 	// it as it goes, and a crashed run's lease lapses after this long.
-	DefaultMaintenanceLeaseTTL = 30 * time.Second
+	DefaultMaintenanceLeaseTTL = 15 * time.Second
 )
 
 // WithRecoveryBatchSize sets how many rows one recovery transaction handles
@@ -100,7 +100,11 @@ func WithPruneBatchSize(n int) MaintenanceOption {
 
 // WithPruneEvents makes Prune also delete the events of tasks that finished
 // before its cutoff, while the tasks themselves stay until the task
-// retention (default false: a task's events go with the task).
+// retention (default false: a task's events go with the task). Prune walks
+// finished tasks in finish order from where its last run stopped; events
+// appended to a task after the walk passed it, or of a task whose finish
+// committed later than its finish time plus the cutoff's age, stay until
+// the task itself is deleted.
 func WithPruneEvents(on bool) MaintenanceOption {
 	return func(o *maintenanceOptions) { o.pruneEvents = on }
 }

@@ -38,12 +38,22 @@ type jobLease struct {
 
 // takeLease takes the lease of job name for this run. It returns nil and
 // no error when another process holds it.
+//
+// The statement is not interrupted when ctx ends while it runs: an
+// interrupted take may still commit on the server, and would then hold the
+// job, for no one, until the lease expired. It gets a bounded time of its
+// own instead; a lease taken after ctx ended is given up at once.
 func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	holder, err := newHolder()
 	if err != nil {
 		return nil, err
 	}
-	row, err := m.queries.MaintenanceLeaseTake(ctx, m.pool, db.MaintenanceLeaseTakeParams{
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
+	defer cancel()
+	row, err := m.queries.MaintenanceLeaseTake(tctx, m.pool, db.MaintenanceLeaseTakeParams{
 		Name: name, Holder: holder, TtlSeconds: m.opts.leaseTTL.Seconds(), Now: m.opts.clock.at(),
 	})
 	if err != nil {
@@ -52,8 +62,16 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	if !row.Acquired {
 		return nil, nil
 	}
-	return &jobLease{m: m, name: name, holder: holder, renewed: time.Now()}, nil
+	lease := &jobLease{m: m, name: name, holder: holder, renewed: time.Now()}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(err, lease.release(ctx))
+	}
+	return lease, nil
 }
+
+// leaseStatementTimeout bounds the statements that take and give up a
+// lease, which run whether or not the caller's context has ended.
+const leaseStatementTimeout = 5 * time.Second
 
 // keep renews the lease once a third of its time-to-live has passed since
 // it was last renewed; it is called between batches. ErrMaintenanceLeaseLost
@@ -79,7 +97,7 @@ func (j *jobLease) keep(ctx context.Context) error {
 // next run need not wait for it to expire. A lease this run no longer held
 // is not an error: it was lost, and keep has said so.
 func (j *jobLease) release(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
 	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.pool, db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {

@@ -301,3 +301,23 @@ func holdingsOf(t *testing.T, conn db.DBTX, attemptID string) map[string]string 
 	}
 	return out
 }
+
+// A Recover whose context ends at any moment, even while it takes its lease, leaves no lease
+// behind: the next one is never skipped.
+func TestRecoverInterruptedLeavesNoLease(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	m := ratelimit.NewMaintenance(pool)
+	for i := range 60 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%12)*250*time.Microsecond)
+		_, err := m.Recover(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: interrupted Recover = %v, want nil or the deadline's error", i, err)
+		}
+		recoverOnce(t, m, ratelimit.RecoveryResult{})
+		if leases := maintenanceLeases(t, pool); len(leases) != 0 {
+			t.Fatalf("round %d: leases left: %v", i, leases)
+		}
+	}
+}
