@@ -85,53 +85,73 @@ func TestRecoverLeavesNoSessionState(t *testing.T) {
 	}
 }
 
-// A run that cannot renew its lease in time stops with
-// ErrMaintenanceLeaseLost: another process took the job over, and the two
-// must not repeat each other's work. What the run did so far stands.
+// A run that cannot renew its lease in time stops with ErrMaintenanceLeaseLost: another process
+// took the job over, and the two must not repeat each other's work. What the run did so far
+// stands.
 func TestRecoverStopsWhenItsLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
+	pools := pgtest.NewPools(t, 2)
+	pool := pools[0]
 	var clock testClock
 	l, _ := clocked(pool, &clock)
-	const tasks = 300
-	var expiry time.Time
-	for range tasks {
-		expiry = latest(expiry, startSync(t, l, time.Second).LeaseExpiresAt)
+	const tasks = 3
+	first := startSync(t, l, time.Second)
+	for range tasks - 1 {
+		startSync(t, l, 2*time.Second)
 	}
-	clock.pass(expiry)
+	clock.pass(time.Now().Add(3 * time.Second))
 
-	// A slow run: one task per transaction, renewing every third of a second.
+	// Another session holds the row of the task that expired first, so the run, one task per
+	// transaction, stops on it in its first batch.
+	blocker, err := pools[1].Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if n, err := testq.OpsTaskCorruptStatus(ctx, blocker, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, first.ID), Status: ratelimit.TaskRunning}); err != nil || n != 1 {
+		t.Fatalf("lock the first task: %d, %v", n, err)
+	}
 	_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLeaseTTL(time.Second))
 	done := make(chan struct{})
 	var res ratelimit.RecoveryResult
-	var err error
 	go func() {
 		defer close(done)
 		res, err = m.Recover(ctx)
 	}()
-	// Once it runs, another process takes the job over: on its clock the
-	// run's lease has expired.
-	for deadline := time.Now().Add(10 * time.Second); len(maintenanceLeases(t, pool)) == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		waiting, werr := testq.OpsBackendsWaitingOnLock(ctx, pools[1])
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		if len(waiting) > 0 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("Recover never took its lease")
+			t.Fatal("the run never reached the locked task")
 		}
 	}
-	stolen, terr := queries.MaintenanceLeaseTake(ctx, pool, db.MaintenanceLeaseTakeParams{
+	// Meanwhile another process takes the job over (on its clock the lease has expired), and
+	// more than a third of the lease's time passes: the run renews before its next batch.
+	stolen, terr := queries.MaintenanceLeaseTake(ctx, pools[1], db.MaintenanceLeaseTakeParams{
 		Name: "recover", Holder: "thief", TtlSeconds: 3600, Now: ptr(clock.now().Add(time.Hour)),
 	})
 	if terr != nil || !stolen.Acquired {
 		t.Fatalf("taking the lease over = %+v, %v", stolen, terr)
 	}
+	time.Sleep(400 * time.Millisecond)
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	<-done
 	if !errors.Is(err, ratelimit.ErrMaintenanceLeaseLost) {
 		t.Fatalf("Recover = %+v, %v; want ErrMaintenanceLeaseLost", res, err)
 	}
-	if res.FailedTasks == 0 || res.FailedTasks >= tasks || res.FailedTasks != res.FailedAttempts {
-		t.Fatalf("the run did %+v before it stopped, want some but not all of %d tasks", res, tasks)
+	if diff := cmp.Diff(ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1}, res); diff != "" {
+		t.Fatalf("what the run did before it stopped (-want +got):\n%s", diff)
 	}
-	if s := summary(t, pool); s.TasksFailed != res.FailedTasks || s.TasksRunning != tasks-res.FailedTasks {
-		t.Fatalf("state after the lost run = %+v, want %d tasks failed", s, res.FailedTasks)
+	if s := summary(t, pool); s.TasksFailed != 1 || s.TasksRunning != tasks-1 {
+		t.Fatalf("state after the lost run = %+v, want the first task failed, the others running", s)
 	}
 	// The thief still holds the job: the lost run did not release its lease.
 	if diff := cmp.Diff([]string{"recover/thief"}, maintenanceLeases(t, pool)); diff != "" {
