@@ -141,7 +141,7 @@ type AllotmentTakeRow struct {
 
 // Allotments: gateway_rate_limit_allotments, blocks of a window's units that
 // a process admits from in its own memory (Limit.Local). The functions they
-// call are in schema/00004_allotments.sql.
+// call are in schema/00006_allotments.sql.
 // Takes a block of the current window's units for @holder: @want units, or
 // what the window has free when less, never less than @need and never more
 // than half of what is free when @want is more than that; granted 0 when

@@ -20,18 +20,18 @@ SELECT w.ord::integer                                       AS ord,
        coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
        b.window_start::timestamptz                          AS window_start,
        (b.window_start + make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
-       now()::timestamptz                                   AS db_now
+       coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM (
-    SELECT generate_subscripts($1::text[], 1) AS ord,
-           unnest($1::text[])       AS scope_type,
-           unnest($2::text[])        AS scope_key,
-           unnest($3::text[])           AS metric,
-           unnest($4::integer[]) AS window_seconds,
-           unnest($5::numeric[])   AS limit_value,
-           unnest($6::numeric[])        AS amount
+    SELECT generate_subscripts($2::text[], 1) AS ord,
+           unnest($2::text[])       AS scope_type,
+           unnest($3::text[])        AS scope_key,
+           unnest($4::text[])           AS metric,
+           unnest($5::integer[]) AS window_seconds,
+           unnest($6::numeric[])   AS limit_value,
+           unnest($7::numeric[])        AS amount
 ) AS w
 CROSS JOIN LATERAL (
-    SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
+    SELECT date_bin(make_interval(secs => w.window_seconds), coalesce($1::timestamptz, now()), timestamptz 'epoch') AS window_start
 ) AS b
 LEFT JOIN LATERAL (
     SELECT counter.used_value, counter.reserved_value
@@ -47,6 +47,7 @@ ORDER BY w.ord
 `
 
 type CounterCheckWindowsParams struct {
+	Now           *time.Time
 	ScopeTypes    []string
 	ScopeKeys     []string
 	Metrics       []string
@@ -80,11 +81,13 @@ type CounterCheckWindowsRow struct {
 // limit (decided in numeric, exactly as pgadmit_reserve decides), with the
 // window's usage and bounds and the database's now() so the caller computes
 // retry-after on the database clock; in input order. A window without a row
-// is empty.
+// is empty. The current window is the one of @now (NULL: the database's
+// now()).
 // Locks: none (plain MVCC read).
 // Index: gateway_rate_limit_counters_pkey (one probe per limit).
 func (q *Queries) CounterCheckWindows(ctx context.Context, db DBTX, arg CounterCheckWindowsParams) ([]CounterCheckWindowsRow, error) {
 	rows, err := db.Query(ctx, CounterCheckWindows,
+		arg.Now,
 		arg.ScopeTypes,
 		arg.ScopeKeys,
 		arg.Metrics,

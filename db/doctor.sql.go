@@ -98,8 +98,8 @@ problems AS (
            a.window_seconds, a.window_start, NULL, NULL, a.id, NULL, 0, a.granted
     FROM gateway_rate_limit_allotments AS a
     WHERE a.returned_at IS NULL
-      AND a.expires_at < now() - make_interval(secs => $2::float8)
-      AND a.synced_at < now() - make_interval(secs => $2::float8)
+      AND a.expires_at < coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8)
+      AND a.synced_at < coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8)
     UNION ALL
     SELECT 'reservation_life_cycle_broken', r.scope_type, r.scope_key, r.metric,
            r.window_seconds, r.window_start, r.task_id, NULL, r.id, NULL, 0, coalesce(r.actual_amount, 0)
@@ -123,7 +123,7 @@ problems AS (
     FROM gateway_concurrency_leases AS l
     JOIN gateway_tasks AS t ON t.id = l.task_id
     WHERE l.released_at IS NULL
-      AND l.expires_at > now()
+      AND l.expires_at > coalesce($1::timestamptz, now())
       AND t.status IN ('succeeded', 'failed', 'cancelled')
     UNION ALL
     SELECT 'admission_of_finished_task', a.scope_type, a.scope_key, 'queue_size', NULL, NULL,
@@ -155,7 +155,7 @@ problems AS (
     JOIN gateway_task_attempts AS a ON a.id = l.attempt_id
     LEFT JOIN gateway_tasks AS t ON t.id = l.task_id
     WHERE l.released_at IS NULL
-      AND l.expires_at > now()
+      AND l.expires_at > coalesce($1::timestamptz, now())
       AND l.attempt_id IS NOT NULL
       AND a.status <> 'running'
       AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
@@ -172,14 +172,15 @@ SELECT p.kind,
        p.attempt_id,
        p.expected,
        p.actual,
-       now()::timestamptz AS checked_at
+       coalesce($1::timestamptz, now())::timestamptz AS checked_at
 FROM problems AS p
 ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
          p.task_id, p.row_id
-LIMIT $1::integer
+LIMIT $2::integer
 `
 
 type DoctorCheckParams struct {
+	Now                   *time.Time
 	MaxProblems           int32
 	AllotmentGraceSeconds float64
 }
@@ -235,7 +236,8 @@ type DoctorCheckRow struct {
 //	  amount held).
 //
 // Columns that do not apply to a kind are ” (text), 0 (window_seconds),
-// the epoch (window_start) or NULL (ids, task_status).
+// the epoch (window_start) or NULL (ids, task_status). A lease is live
+// until @now (NULL: the database's now()).
 // Locks: none (MVCC read).
 // Index: sequential scans of counters, reservations and allotments (the
 // ledger sums); gateway_rate_limit_allotments_open_idx for lost allotments;
@@ -243,7 +245,7 @@ type DoctorCheckRow struct {
 // attempt_id indexes and gateway_task_attempts_pkey for the
 // finished-attempt checks.
 func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, arg DoctorCheckParams) ([]DoctorCheckRow, error) {
-	rows, err := db.Query(ctx, DoctorCheck, arg.MaxProblems, arg.AllotmentGraceSeconds)
+	rows, err := db.Query(ctx, DoctorCheck, arg.Now, arg.MaxProblems, arg.AllotmentGraceSeconds)
 	if err != nil {
 		return nil, err
 	}
@@ -277,14 +279,14 @@ func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, arg DoctorCheckParam
 }
 
 const DoctorNow = `-- name: DoctorNow :one
-SELECT now()::timestamptz AS checked_at
+SELECT coalesce($1::timestamptz, now())::timestamptz AS checked_at
 `
 
-// The database's clock, stamped on a report that found nothing.
+// @now, else the database's clock, stamped on a report that found nothing.
 // Locks: none.
 // Index: none.
-func (q *Queries) DoctorNow(ctx context.Context, db DBTX) (time.Time, error) {
-	row := db.QueryRow(ctx, DoctorNow)
+func (q *Queries) DoctorNow(ctx context.Context, db DBTX, now *time.Time) (time.Time, error) {
+	row := db.QueryRow(ctx, DoctorNow, now)
 	var checked_at time.Time
 	err := row.Scan(&checked_at)
 	return checked_at, err

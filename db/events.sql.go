@@ -43,7 +43,7 @@ type EventAppendParams struct {
 	Phase      pgtype.Text
 	Progress   float64
 	Message    pgtype.Text
-	Payload    []byte
+	Payload    string
 	Simulated  bool
 	PlatformID pgtype.Text
 	TaskID     pgtype.UUID
@@ -116,7 +116,7 @@ type EventListByTaskRow struct {
 	Phase      pgtype.Text
 	Progress   float64
 	Message    pgtype.Text
-	Payload    []byte
+	Payload    string
 	Simulated  bool
 	PlatformID pgtype.Text
 	CreatedAt  time.Time

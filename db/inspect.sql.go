@@ -12,6 +12,65 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const CounterListByScope = `-- name: CounterListByScope :many
+SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,
+       limit_value, used_value, reserved_value
+FROM gateway_rate_limit_counters
+WHERE scope_type = $1
+  AND scope_key = $2
+ORDER BY window_start DESC, metric, window_seconds
+`
+
+type CounterListByScopeParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+type CounterListByScopeRow struct {
+	ScopeType     string
+	ScopeKey      string
+	Metric        string
+	WindowSeconds int32
+	WindowStart   time.Time
+	ResetAt       time.Time
+	LimitValue    float64
+	UsedValue     float64
+	ReservedValue float64
+}
+
+// Every window counter of one scope, newest window first.
+// Locks: none (MVCC read).
+// Index: gateway_rate_limit_counters_pkey (leading scope_type, scope_key).
+func (q *Queries) CounterListByScope(ctx context.Context, db DBTX, arg CounterListByScopeParams) ([]CounterListByScopeRow, error) {
+	rows, err := db.Query(ctx, CounterListByScope, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CounterListByScopeRow{}
+	for rows.Next() {
+		var i CounterListByScopeRow
+		if err := rows.Scan(
+			&i.ScopeType,
+			&i.ScopeKey,
+			&i.Metric,
+			&i.WindowSeconds,
+			&i.WindowStart,
+			&i.ResetAt,
+			&i.LimitValue,
+			&i.UsedValue,
+			&i.ReservedValue,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const InspectAdmissions = `-- name: InspectAdmissions :many
 SELECT a.scope_type,
        a.scope_key,

@@ -60,18 +60,19 @@ func (q *Queries) LeaseLockScopes(ctx context.Context, db DBTX, arg LeaseLockSco
 
 const LeaseRenew = `-- name: LeaseRenew :many
 UPDATE gateway_concurrency_leases AS l
-SET expires_at = clock_timestamp() + make_interval(secs => r.ttl_seconds)
+SET expires_at = coalesce($1::timestamptz, clock_timestamp()) + make_interval(secs => r.ttl_seconds)
 FROM (
-    SELECT unnest($1::uuid[])         AS id,
-           unnest($2::integer[])    AS ttl_seconds
+    SELECT unnest($2::uuid[])         AS id,
+           unnest($3::integer[])    AS ttl_seconds
 ) AS r
 WHERE l.id = r.id
   AND l.released_at IS NULL
-  AND l.expires_at > clock_timestamp()
+  AND l.expires_at > coalesce($1::timestamptz, clock_timestamp())
 RETURNING l.id, l.expires_at
 `
 
 type LeaseRenewParams struct {
+	Now        *time.Time
 	LeaseIds   []pgtype.UUID
 	TtlSeconds []int32
 }
@@ -84,13 +85,13 @@ type LeaseRenewRow struct {
 // Heartbeat: pushes the expiry of each live lease to now + its TTL and
 // returns the leases it renewed; a lease missing from the result was lost
 // (released or expired) and must not be relied on. Runs after
-// LeaseLockScopes of the same leases; "now" is clock_timestamp(), not the
-// transaction's start, so a renewal in a long transaction cannot revive a
-// lease that expired meanwhile.
+// LeaseLockScopes of the same leases; "now" is @now, else clock_timestamp()
+// (not the transaction's start, so a renewal in a long transaction cannot
+// revive a lease that expired meanwhile).
 // Locks: row lock on each renewed lease.
 // Index: gateway_concurrency_leases_pkey.
 func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams) ([]LeaseRenewRow, error) {
-	rows, err := db.Query(ctx, LeaseRenew, arg.LeaseIds, arg.TtlSeconds)
+	rows, err := db.Query(ctx, LeaseRenew, arg.Now, arg.LeaseIds, arg.TtlSeconds)
 	if err != nil {
 		return nil, err
 	}

@@ -97,8 +97,14 @@ func (q *Queries) PruneCounters(ctx context.Context, db DBTX, arg PruneCountersP
 
 const PruneCutoff = `-- name: PruneCutoff :one
 
-SELECT (now() - make_interval(secs => $1::float8))::timestamptz AS cutoff
+SELECT (coalesce($1::timestamptz, now())
+        - make_interval(secs => $2::float8))::timestamptz AS cutoff
 `
+
+type PruneCutoffParams struct {
+	Now              *time.Time
+	OlderThanSeconds float64
+}
 
 // Retention: deletes history older than a cutoff, in bounded batches.
 //
@@ -109,12 +115,14 @@ SELECT (now() - make_interval(secs => $1::float8))::timestamptz AS cutoff
 // finished, its window ended and its counter row is gone (so the doctor's
 // "used equals the sum of committed amounts" holds for every counter that
 // remains); a lease only once released or expired; events only of finished
-// tasks. Tasks and attempts are not deleted.
-// now() minus the retention, on the database's clock.
+// tasks; a task only once finished before its own, longer cutoff (the task
+// retention), with its attempts, events and admissions (ON DELETE CASCADE)
+// while the ledgers keep their rows (ON DELETE SET NULL).
+// @now (NULL: the database's now()) minus the retention.
 // Locks: none.
 // Index: none.
-func (q *Queries) PruneCutoff(ctx context.Context, db DBTX, olderThanSeconds float64) (time.Time, error) {
-	row := db.QueryRow(ctx, PruneCutoff, olderThanSeconds)
+func (q *Queries) PruneCutoff(ctx context.Context, db DBTX, arg PruneCutoffParams) (time.Time, error) {
+	row := db.QueryRow(ctx, PruneCutoff, arg.Now, arg.OlderThanSeconds)
 	var cutoff time.Time
 	err := row.Scan(&cutoff)
 	return cutoff, err
@@ -122,54 +130,72 @@ func (q *Queries) PruneCutoff(ctx context.Context, db DBTX, olderThanSeconds flo
 
 const PruneEvents = `-- name: PruneEvents :one
 WITH page AS (
-    SELECT e.id, t.finished_at
+    SELECT t.id, t.finished_at
     FROM gateway_tasks AS t
-    CROSS JOIN LATERAL (
-        -- The events of one task, by index; OFFSET 0 keeps this a per-task
-        -- probe instead of a hash join over every event.
-        SELECT ev.id
-        FROM gateway_task_events AS ev
-        WHERE ev.task_id = t.id
-        OFFSET 0
-    ) AS e
     WHERE t.status IN ('succeeded', 'failed', 'cancelled')
-      AND t.finished_at < $2::timestamptz
-      AND t.finished_at >= $1::timestamptz
-    ORDER BY t.finished_at
-    LIMIT $3::integer
+      AND t.finished_at < $3::timestamptz
+      AND (t.finished_at, t.id) > ($1::timestamptz, $2::uuid)
+    ORDER BY t.finished_at, t.id
+    LIMIT $4::integer
 ),
 gone AS (
+    -- An array, not a join: the events of each task of the page are found
+    -- by index probes instead of a hash join over every event.
     DELETE FROM gateway_task_events AS e
-    WHERE e.id = ANY(ARRAY(SELECT page.id FROM page))
+    WHERE e.task_id = ANY(ARRAY(SELECT page.id FROM page))
     RETURNING e.id
+),
+last AS (
+    SELECT page.finished_at, page.id
+    FROM page
+    ORDER BY page.finished_at DESC, page.id DESC
+    LIMIT 1
 )
-SELECT (SELECT count(*) FROM gone)::integer AS deleted,
-       coalesce((SELECT max(page.finished_at) FROM page), $1::timestamptz)::timestamptz AS last_finished_at
+SELECT (SELECT count(*) FROM page)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT last.finished_at FROM last), $1::timestamptz)::timestamptz AS last_finished_at,
+       coalesce((SELECT last.id FROM last), $2::uuid)::uuid                                  AS last_id
 `
 
 type PruneEventsParams struct {
 	AfterFinishedAt time.Time
+	AfterID         pgtype.UUID
 	Cutoff          time.Time
 	BatchSize       int32
 }
 
 type PruneEventsRow struct {
+	Scanned        int32
 	Deleted        int32
 	LastFinishedAt time.Time
+	LastID         pgtype.UUID
 }
 
-// Deletes a batch of events of tasks finished before the cutoff, walking the
-// finished tasks in finished_at order from the given position (tasks whose
-// events are already gone are passed over once per run, not once per
-// batch). Returns how many events it deleted and the finished_at from which
-// the next batch continues (the last deleted event's task may have more).
+// Deletes the events of the next page of tasks finished before the cutoff,
+// walking finished tasks in (finished_at, id) order after the given
+// position: Prune keeps that position between runs
+// (gateway_maintenance_cursors), so each run starts where the last one
+// stopped instead of walking every finished task ever kept. A page is at
+// most @batch_size tasks, each with all its events. Returns how many tasks
+// it read, how many events it deleted, and the position of the page's last
+// task.
 // Locks: row locks on the deleted events; tasks only read.
-// Index: gateway_tasks_finished_idx (partial: finished, by finished_at);
-// gateway_task_events_task_seq_key (events of each task).
+// Index: gateway_tasks_finished_id_idx (keyset range scan in its order, no
+// sort); gateway_task_events_task_seq_key (events of each task).
 func (q *Queries) PruneEvents(ctx context.Context, db DBTX, arg PruneEventsParams) (PruneEventsRow, error) {
-	row := db.QueryRow(ctx, PruneEvents, arg.AfterFinishedAt, arg.Cutoff, arg.BatchSize)
+	row := db.QueryRow(ctx, PruneEvents,
+		arg.AfterFinishedAt,
+		arg.AfterID,
+		arg.Cutoff,
+		arg.BatchSize,
+	)
 	var i PruneEventsRow
-	err := row.Scan(&i.Deleted, &i.LastFinishedAt)
+	err := row.Scan(
+		&i.Scanned,
+		&i.Deleted,
+		&i.LastFinishedAt,
+		&i.LastID,
+	)
 	return i, err
 }
 
@@ -359,4 +385,47 @@ func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReser
 		&i.LastID,
 	)
 	return i, err
+}
+
+const PruneTasks = `-- name: PruneTasks :execrows
+DELETE FROM gateway_tasks AS t
+WHERE t.id = ANY(ARRAY(
+    -- An array, not IN (subquery): the batch is deleted by primary-key
+    -- probes instead of a hash join over the whole table.
+    SELECT x.id
+    FROM gateway_tasks AS x
+    WHERE x.status IN ('succeeded', 'failed', 'cancelled')
+      AND x.finished_at < $1::timestamptz
+    ORDER BY x.finished_at, x.id
+    LIMIT $2::integer
+))
+  AND t.status IN ('succeeded', 'failed', 'cancelled')
+  AND t.finished_at < $1::timestamptz
+`
+
+type PruneTasksParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Deletes a batch of tasks finished before the task cutoff (the task
+// retention), oldest first, with their attempts, events and queue
+// admissions (ON DELETE CASCADE). Their reservations and leases stay in
+// the ledgers with task_id and attempt_id set to NULL (ON DELETE SET NULL),
+// so the counters still equal their ledger; prune removes them with their
+// windows. Deleted tasks leave the index, so the next batch starts past
+// them: no position to keep.
+// Locks: row locks on the deleted tasks and on the rows the foreign keys
+// delete or update.
+// Index: gateway_tasks_finished_id_idx (oldest finished first, no sort);
+// gateway_tasks_pkey (the delete); for the foreign keys
+// gateway_task_attempts_task_id_attempt_no_key, gateway_task_events_task_seq_key,
+// gateway_task_admissions_pkey, gateway_rate_limit_reservations_task_idx,
+// gateway_concurrency_leases_task_idx, and the attempt_idx of both ledgers.
+func (q *Queries) PruneTasks(ctx context.Context, db DBTX, arg PruneTasksParams) (int64, error) {
+	result, err := db.Exec(ctx, PruneTasks, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -7,54 +7,105 @@ package db
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const RecoveryAdmissionDeleteForFinishedTasks = `-- name: RecoveryAdmissionDeleteForFinishedTasks :execrows
-DELETE FROM gateway_task_admissions AS a
-WHERE (a.task_id, a.scope_type, a.scope_key) IN (
-    SELECT x.task_id, x.scope_type, x.scope_key
+const RecoveryAdmissionDeleteForFinishedTasks = `-- name: RecoveryAdmissionDeleteForFinishedTasks :one
+WITH page AS (
+    SELECT x.task_id,
+           x.scope_type,
+           x.scope_key,
+           -- A scalar subquery: one primary-key probe per admission (an
+           -- EXISTS could be hashed over the whole task table instead).
+           coalesce((SELECT t.status IN ('succeeded', 'failed', 'cancelled')
+                     FROM gateway_tasks AS t
+                     WHERE t.id = x.task_id), false) AS doomed
     FROM gateway_task_admissions AS x
-    CROSS JOIN LATERAL (
-        -- One primary-key probe per admission (LIMIT 1 keeps the planner
-        -- from hashing the whole task table instead).
-        SELECT 1
-        FROM gateway_tasks AS t
-        WHERE t.id = x.task_id
-          AND t.status IN ('succeeded', 'failed', 'cancelled')
-        LIMIT 1
-    ) AS finished
+    WHERE (x.task_id, x.scope_type, x.scope_key)
+          > ($1::uuid, $2::text, $3::text)
     ORDER BY x.task_id, x.scope_type, x.scope_key
-    LIMIT $1::integer
-    FOR UPDATE OF x SKIP LOCKED
+    LIMIT $4::integer
+),
+gone AS (
+    DELETE FROM gateway_task_admissions AS a
+    USING page
+    WHERE a.task_id = page.task_id
+      AND a.scope_type = page.scope_type
+      AND a.scope_key = page.scope_key
+      AND page.doomed
+    RETURNING a.task_id
+),
+last AS (
+    SELECT page.task_id, page.scope_type, page.scope_key
+    FROM page
+    ORDER BY page.task_id DESC, page.scope_type DESC, page.scope_key DESC
+    LIMIT 1
 )
+SELECT (SELECT count(*) FROM page)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT last.task_id FROM last), $1::uuid)::uuid          AS last_task_id,
+       coalesce((SELECT last.scope_type FROM last), $2::text)::text    AS last_scope_type,
+       coalesce((SELECT last.scope_key FROM last), $3::text)::text      AS last_scope_key
 `
 
-// Deletes a batch of queue admissions whose task is finished, so their
-// queue places count again.
-// Locks: row locks on the deleted admissions (SKIP LOCKED); tasks only read.
-// Index: gateway_task_admissions_pkey (every admission is live state, so
-// the table stays small); gateway_tasks_pkey.
-func (q *Queries) RecoveryAdmissionDeleteForFinishedTasks(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, RecoveryAdmissionDeleteForFinishedTasks, batchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+type RecoveryAdmissionDeleteForFinishedTasksParams struct {
+	AfterTaskID    pgtype.UUID
+	AfterScopeType string
+	AfterScopeKey  string
+	BatchSize      int32
+}
+
+type RecoveryAdmissionDeleteForFinishedTasksRow struct {
+	Scanned       int32
+	Deleted       int32
+	LastTaskID    pgtype.UUID
+	LastScopeType string
+	LastScopeKey  string
+}
+
+// Reads the next page of queue admissions in primary-key order after the
+// given position, and deletes those whose task is finished, so their queue
+// places count again. (TaskFinish and RecoveryTaskReclaim delete a task's
+// admissions as they finish it: this finds what a foreign writer left.)
+// Returns how many it read and deleted and the position of the page's last
+// row, from which the next batch continues: one pass reads each admission
+// once, in index order, never sorting. Admissions are live state (one row
+// per unfinished task and queue scope, bounded by the queue limits).
+// Locks: row locks on the deleted admissions; tasks only read.
+// Index: gateway_task_admissions_pkey (keyset range scan in its order);
+// gateway_tasks_pkey (one probe per admission of the page).
+func (q *Queries) RecoveryAdmissionDeleteForFinishedTasks(ctx context.Context, db DBTX, arg RecoveryAdmissionDeleteForFinishedTasksParams) (RecoveryAdmissionDeleteForFinishedTasksRow, error) {
+	row := db.QueryRow(ctx, RecoveryAdmissionDeleteForFinishedTasks,
+		arg.AfterTaskID,
+		arg.AfterScopeType,
+		arg.AfterScopeKey,
+		arg.BatchSize,
+	)
+	var i RecoveryAdmissionDeleteForFinishedTasksRow
+	err := row.Scan(
+		&i.Scanned,
+		&i.Deleted,
+		&i.LastTaskID,
+		&i.LastScopeType,
+		&i.LastScopeKey,
+	)
+	return i, err
 }
 
 const RecoveryAllotmentFindLost = `-- name: RecoveryAllotmentFindLost :many
 SELECT a.id, a.consumed
 FROM gateway_rate_limit_allotments AS a
 WHERE a.returned_at IS NULL
-  AND a.expires_at < now() - make_interval(secs => $1::float8)
-  AND a.synced_at < now() - make_interval(secs => $1::float8)
+  AND a.expires_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+  AND a.synced_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
 ORDER BY a.expires_at
-LIMIT $2::integer
+LIMIT $3::integer
 `
 
 type RecoveryAllotmentFindLostParams struct {
+	Now          *time.Time
 	GraceSeconds float64
 	BatchSize    int32
 }
@@ -73,7 +124,7 @@ type RecoveryAllotmentFindLostRow struct {
 // Locks: none (MVCC read; AllotmentReturn skips what is returned meanwhile).
 // Index: gateway_rate_limit_allotments_open_idx (partial: open, by window end).
 func (q *Queries) RecoveryAllotmentFindLost(ctx context.Context, db DBTX, arg RecoveryAllotmentFindLostParams) ([]RecoveryAllotmentFindLostRow, error) {
-	rows, err := db.Query(ctx, RecoveryAllotmentFindLost, arg.GraceSeconds, arg.BatchSize)
+	rows, err := db.Query(ctx, RecoveryAllotmentFindLost, arg.Now, arg.GraceSeconds, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +149,7 @@ SET status = 'failed',
     retryable = false,
     error_code = 'task_finished',
     error_message = 'task finished while the attempt was still marked running',
-    finished_at = now()
+    finished_at = coalesce($1::timestamptz, now())
 WHERE a.id IN (
     SELECT x.id
     FROM gateway_task_attempts AS x
@@ -113,19 +164,24 @@ WHERE a.id IN (
     ) AS finished
     WHERE x.status = 'running'
     ORDER BY x.id
-    LIMIT $1::integer
+    LIMIT $2::integer
     FOR UPDATE OF x SKIP LOCKED
 )
   AND a.status = 'running'
 `
+
+type RecoveryAttemptFailForFinishedTasksParams struct {
+	Now       *time.Time
+	BatchSize int32
+}
 
 // Fails a batch of attempts still marked running although their task is
 // finished (task_finished).
 // Locks: row locks on the updated attempts (SKIP LOCKED); tasks only read.
 // Index: gateway_task_attempts_running_idx (partial: running);
 // gateway_tasks_pkey.
-func (q *Queries) RecoveryAttemptFailForFinishedTasks(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, RecoveryAttemptFailForFinishedTasks, batchSize)
+func (q *Queries) RecoveryAttemptFailForFinishedTasks(ctx context.Context, db DBTX, arg RecoveryAttemptFailForFinishedTasksParams) (int64, error) {
+	result, err := db.Exec(ctx, RecoveryAttemptFailForFinishedTasks, arg.Now, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -134,19 +190,24 @@ func (q *Queries) RecoveryAttemptFailForFinishedTasks(ctx context.Context, db DB
 
 const RecoveryLeaseReleaseExpired = `-- name: RecoveryLeaseReleaseExpired :execrows
 UPDATE gateway_concurrency_leases AS l
-SET released_at = now(),
+SET released_at = coalesce($1::timestamptz, now()),
     reason = 'expired'
 WHERE l.id IN (
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NULL
-      AND x.expires_at <= now()
+      AND x.expires_at <= coalesce($1::timestamptz, now())
     ORDER BY x.expires_at
-    LIMIT $1::integer
+    LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 )
   AND l.released_at IS NULL
 `
+
+type RecoveryLeaseReleaseExpiredParams struct {
+	Now       *time.Time
+	BatchSize int32
+}
 
 // Marks a batch of expired, unreleased leases released (reason expired).
 // They no longer counted; this closes them in the books. Leases another
@@ -154,8 +215,8 @@ WHERE l.id IN (
 // Locks: row locks on the released leases (SKIP LOCKED).
 // Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
 // lease; live state, so reading it whole is cheap).
-func (q *Queries) RecoveryLeaseReleaseExpired(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, RecoveryLeaseReleaseExpired, batchSize)
+func (q *Queries) RecoveryLeaseReleaseExpired(ctx context.Context, db DBTX, arg RecoveryLeaseReleaseExpiredParams) (int64, error) {
+	result, err := db.Exec(ctx, RecoveryLeaseReleaseExpired, arg.Now, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -164,7 +225,7 @@ func (q *Queries) RecoveryLeaseReleaseExpired(ctx context.Context, db DBTX, batc
 
 const RecoveryLeaseReleaseForFinishedAttempts = `-- name: RecoveryLeaseReleaseForFinishedAttempts :execrows
 UPDATE gateway_concurrency_leases AS l
-SET released_at = now(),
+SET released_at = coalesce($1::timestamptz, now()),
     reason = 'attempt_finished'
 WHERE l.id IN (
     SELECT x.id
@@ -179,11 +240,16 @@ WHERE l.id IN (
     ) AS finished
     WHERE x.released_at IS NULL
       AND x.attempt_id IS NOT NULL
-    LIMIT $1::integer
+    LIMIT $2::integer
     FOR UPDATE OF x SKIP LOCKED
 )
   AND l.released_at IS NULL
 `
+
+type RecoveryLeaseReleaseForFinishedAttemptsParams struct {
+	Now       *time.Time
+	BatchSize int32
+}
 
 // Releases a batch of unreleased leases attached to an attempt that is no
 // longer running (reason attempt_finished), for the reasons given at
@@ -192,13 +258,12 @@ WHERE l.id IN (
 // Starts from the unreleased leases that name an attempt (live state, few)
 // and probes each attempt by primary key. No ORDER BY, as above.
 // Locks: row locks on the released leases (SKIP LOCKED); attempts only read.
-// Index: a partial index over unreleased leases
-// (gateway_concurrency_leases_live_task_idx or a sibling) or
-// gateway_concurrency_leases_attempt_idx (partial: attempt_id IS NOT NULL),
-// whichever is smaller; gateway_task_attempts_pkey;
-// gateway_concurrency_leases_pkey for the update.
-func (q *Queries) RecoveryLeaseReleaseForFinishedAttempts(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, RecoveryLeaseReleaseForFinishedAttempts, batchSize)
+// Index: gateway_concurrency_leases_live_attempt_idx (partial: unreleased
+// and attached to an attempt; exactly the rows this starts from);
+// gateway_task_attempts_pkey; gateway_concurrency_leases_pkey for the
+// update.
+func (q *Queries) RecoveryLeaseReleaseForFinishedAttempts(ctx context.Context, db DBTX, arg RecoveryLeaseReleaseForFinishedAttemptsParams) (int64, error) {
+	result, err := db.Exec(ctx, RecoveryLeaseReleaseForFinishedAttempts, arg.Now, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -207,7 +272,7 @@ func (q *Queries) RecoveryLeaseReleaseForFinishedAttempts(ctx context.Context, d
 
 const RecoveryLeaseReleaseForFinishedTasks = `-- name: RecoveryLeaseReleaseForFinishedTasks :execrows
 UPDATE gateway_concurrency_leases AS l
-SET released_at = now(),
+SET released_at = coalesce($1::timestamptz, now()),
     reason = 'task_finished'
 WHERE l.id IN (
     SELECT x.id
@@ -216,48 +281,28 @@ WHERE l.id IN (
     WHERE x.released_at IS NULL
       AND t.status IN ('succeeded', 'failed', 'cancelled')
     ORDER BY x.id
-    LIMIT $1::integer
+    LIMIT $2::integer
     FOR UPDATE OF x SKIP LOCKED
 )
   AND l.released_at IS NULL
 `
+
+type RecoveryLeaseReleaseForFinishedTasksParams struct {
+	Now       *time.Time
+	BatchSize int32
+}
 
 // Releases a batch of unreleased leases whose task is finished (reason
 // task_finished): a finished task holds no slot.
 // Locks: row locks on the released leases (SKIP LOCKED); tasks only read.
 // Index: gateway_concurrency_leases_live_task_idx (partial: unreleased);
 // gateway_tasks_pkey.
-func (q *Queries) RecoveryLeaseReleaseForFinishedTasks(ctx context.Context, db DBTX, batchSize int32) (int64, error) {
-	result, err := db.Exec(ctx, RecoveryLeaseReleaseForFinishedTasks, batchSize)
+func (q *Queries) RecoveryLeaseReleaseForFinishedTasks(ctx context.Context, db DBTX, arg RecoveryLeaseReleaseForFinishedTasksParams) (int64, error) {
+	result, err := db.Exec(ctx, RecoveryLeaseReleaseForFinishedTasks, arg.Now, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const RecoveryLockTry = `-- name: RecoveryLockTry :one
-
-SELECT pg_try_advisory_lock(hashtextextended('pgadmit/recovery', 0))::boolean AS acquired
-`
-
-// Recovery: gives back the capacity that dead processes still hold.
-//
-// Recover runs these in bounded batches, each batch its own short
-// transaction that leaves the books correct on its own, behind a session
-// advisory lock so that one process at a time does the work. Statements
-// that settle reservations follow the lock order of counters.sql: the
-// batch locks the counter rows first (CounterLockForReservations), then task
-// rows, then attempts, leases, admissions and events.
-// Single flight across processes: tries to take the session-level advisory
-// lock of recovery without waiting. Held by the connection until
-// RecoveryUnlock (or until the connection ends).
-// Locks: pg_try_advisory_lock on hashtextextended('pgadmit/recovery', 0).
-// Index: none.
-func (q *Queries) RecoveryLockTry(ctx context.Context, db DBTX) (bool, error) {
-	row := db.QueryRow(ctx, RecoveryLockTry)
-	var acquired bool
-	err := row.Scan(&acquired)
-	return acquired, err
 }
 
 const RecoveryReservationFindForFinishedAttempts = `-- name: RecoveryReservationFindForFinishedAttempts :many
@@ -290,10 +335,9 @@ LIMIT $1::integer
 // over, so the verdict cannot go stale. No ORDER BY: any batch will do, and
 // an order would invite a walk of the whole primary key.
 // Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
-// Index: a partial index over open reservations
-// (gateway_rate_limit_reservations_open_task_idx or a sibling) or
-// gateway_rate_limit_reservations_attempt_idx (partial: attempt_id IS NOT
-// NULL), whichever is smaller; gateway_task_attempts_pkey.
+// Index: gateway_rate_limit_reservations_open_attempt_idx (partial: open
+// and attached to an attempt; exactly the rows this starts from);
+// gateway_task_attempts_pkey.
 func (q *Queries) RecoveryReservationFindForFinishedAttempts(ctx context.Context, db DBTX, batchSize int32) ([]pgtype.UUID, error) {
 	rows, err := db.Query(ctx, RecoveryReservationFindForFinishedAttempts, batchSize)
 	if err != nil {
@@ -351,6 +395,7 @@ func (q *Queries) RecoveryReservationFindForFinishedTasks(ctx context.Context, d
 }
 
 const RecoveryTaskFindExpired = `-- name: RecoveryTaskFindExpired :many
+
 SELECT t.id,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
@@ -358,16 +403,34 @@ SELECT t.id,
                    AND r.status = 'reserved'), '{}')::uuid[] AS open_reservation_ids
 FROM gateway_tasks AS t
 WHERE t.status = 'running'
-  AND t.execution_lease_expires_at <= now()
+  AND t.execution_lease_expires_at <= coalesce($1::timestamptz, now())
 ORDER BY t.execution_lease_expires_at, t.id
-LIMIT $1::integer
+LIMIT $2::integer
 `
+
+type RecoveryTaskFindExpiredParams struct {
+	Now       *time.Time
+	BatchSize int32
+}
 
 type RecoveryTaskFindExpiredRow struct {
 	ID                 pgtype.UUID
 	OpenReservationIds []pgtype.UUID
 }
 
+// Recovery: gives back the capacity that dead processes still hold.
+//
+// Recover runs these in bounded batches, each batch its own short
+// transaction that leaves the books correct on its own, while it holds the
+// recover lease (maintenance.sql) so that one process at a time does the
+// work. Statements that settle reservations follow the lock order of
+// counters.sql: the batch locks the counter rows first
+// (CounterLockForReservations), then task rows, then attempts, leases,
+// admissions and events.
+//
+// Every statement takes an optional @now (NULL: the database's now()): what
+// has expired, and the time recorded on what recovery ends, are judged on
+// it, so tests drive time instead of sleeping.
 // A batch of running tasks whose execution lease expired, oldest expiry
 // first, each with the ids of its open reservations (whose counters the
 // batch locks next). Read only: RecoveryTaskReclaim re-checks every
@@ -375,8 +438,8 @@ type RecoveryTaskFindExpiredRow struct {
 // Locks: none (MVCC read).
 // Index: gateway_tasks_lease_expiry_idx (partial: running, by lease expiry);
 // gateway_rate_limit_reservations_open_task_idx.
-func (q *Queries) RecoveryTaskFindExpired(ctx context.Context, db DBTX, batchSize int32) ([]RecoveryTaskFindExpiredRow, error) {
-	rows, err := db.Query(ctx, RecoveryTaskFindExpired, batchSize)
+func (q *Queries) RecoveryTaskFindExpired(ctx context.Context, db DBTX, arg RecoveryTaskFindExpiredParams) ([]RecoveryTaskFindExpiredRow, error) {
+	rows, err := db.Query(ctx, RecoveryTaskFindExpired, arg.Now, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -396,37 +459,41 @@ func (q *Queries) RecoveryTaskFindExpired(ctx context.Context, db DBTX, batchSiz
 }
 
 const RecoveryTaskReclaim = `-- name: RecoveryTaskReclaim :many
-WITH reclaimed AS (
+WITH clock AS (
+    SELECT coalesce($1::timestamptz, now()) AS now
+),
+reclaimed AS (
     UPDATE gateway_tasks AS t
-    SET status = CASE WHEN t.async_mode AND t.requeue_count < $1::integer
+    SET status = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                       THEN 'queued' ELSE 'failed' END,
-        requeue_count = CASE WHEN t.async_mode AND t.requeue_count < $1::integer
+        requeue_count = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                              THEN t.requeue_count + 1 ELSE t.requeue_count END,
         error = NULL,
         error_code = CASE WHEN NOT t.async_mode THEN 'server_restarted'
-                          WHEN t.requeue_count < $1::integer THEN NULL
+                          WHEN t.requeue_count < $2::integer THEN NULL
                           ELSE 'requeue_limit_exceeded' END,
         error_message = CASE WHEN NOT t.async_mode THEN 'task interrupted by service restart'
-                             WHEN t.requeue_count < $1::integer THEN NULL
+                             WHEN t.requeue_count < $2::integer THEN NULL
                              ELSE 'execution lease expired ' || (t.requeue_count + 1)::text
                                   || ' times; requeued ' || t.requeue_count::text
                                   || ' times, the limit' END,
-        remote_task_payload = CASE WHEN t.async_mode AND t.requeue_count < $1::integer
+        remote_task_payload = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                                    THEN t.remote_task_payload ELSE '{}'::jsonb END,
         locked_by = NULL,
         locked_at = NULL,
         heartbeat_at = NULL,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
-        next_run_at = CASE WHEN t.async_mode AND t.requeue_count < $1::integer
-                           THEN now() ELSE t.next_run_at END,
-        finished_at = CASE WHEN t.async_mode AND t.requeue_count < $1::integer
-                           THEN NULL ELSE now() END,
+        next_run_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
+                           THEN clock.now ELSE t.next_run_at END,
+        finished_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
+                           THEN NULL ELSE clock.now END,
         last_event_seq = t.last_event_seq + 1,
-        updated_at = now()
-    WHERE t.id = ANY($2::uuid[])
+        updated_at = clock.now
+    FROM clock
+    WHERE t.id = ANY($3::uuid[])
       AND t.status = 'running'
-      AND t.execution_lease_expires_at <= now()
+      AND t.execution_lease_expires_at <= clock.now
     RETURNING t.id, t.async_mode, t.status, t.error_code, t.error_message, t.requeue_count,
               t.attempt_count, t.last_event_seq
 ),
@@ -436,17 +503,17 @@ attempts AS (
         retryable = true,
         error_code = 'execution_lease_expired',
         error_message = 'attempt execution lease expired',
-        finished_at = now()
-    FROM reclaimed
+        finished_at = clock.now
+    FROM reclaimed, clock
     WHERE a.task_id = reclaimed.id
       AND a.status = 'running'
     RETURNING a.task_id
 ),
 leases AS (
     UPDATE gateway_concurrency_leases AS l
-    SET released_at = now(),
+    SET released_at = clock.now,
         reason = 'execution_lease_expired'
-    FROM reclaimed
+    FROM reclaimed, clock
     WHERE l.task_id = reclaimed.id
       AND l.released_at IS NULL
     RETURNING l.task_id
@@ -459,7 +526,7 @@ admissions AS (
     RETURNING a.task_id
 ),
 events AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
     SELECT reclaimed.id,
            reclaimed.last_event_seq,
            'task.' || reclaimed.status,
@@ -469,8 +536,9 @@ events AS (
                'reason', 'execution_lease_expired',
                'error_code', reclaimed.error_code,
                'attempt_no', reclaimed.attempt_count,
-               'requeue_count', reclaimed.requeue_count))
-    FROM reclaimed
+               'requeue_count', reclaimed.requeue_count)),
+           clock.now
+    FROM reclaimed, clock
     RETURNING task_id
 )
 SELECT reclaimed.id,
@@ -485,6 +553,7 @@ ORDER BY reclaimed.id
 `
 
 type RecoveryTaskReclaimParams struct {
+	Now         *time.Time
 	MaxRequeues int32
 	TaskIds     []pgtype.UUID
 }
@@ -515,7 +584,7 @@ type RecoveryTaskReclaimRow struct {
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 // gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
 func (q *Queries) RecoveryTaskReclaim(ctx context.Context, db DBTX, arg RecoveryTaskReclaimParams) ([]RecoveryTaskReclaimRow, error) {
-	rows, err := db.Query(ctx, RecoveryTaskReclaim, arg.MaxRequeues, arg.TaskIds)
+	rows, err := db.Query(ctx, RecoveryTaskReclaim, arg.Now, arg.MaxRequeues, arg.TaskIds)
 	if err != nil {
 		return nil, err
 	}
@@ -540,18 +609,4 @@ func (q *Queries) RecoveryTaskReclaim(ctx context.Context, db DBTX, arg Recovery
 		return nil, err
 	}
 	return items, nil
-}
-
-const RecoveryUnlock = `-- name: RecoveryUnlock :one
-SELECT pg_advisory_unlock(hashtextextended('pgadmit/recovery', 0))::boolean AS released
-`
-
-// Releases the session-level advisory lock taken by RecoveryLockTry.
-// Locks: releases it.
-// Index: none.
-func (q *Queries) RecoveryUnlock(ctx context.Context, db DBTX) (bool, error) {
-	row := db.QueryRow(ctx, RecoveryUnlock)
-	var released bool
-	err := row.Scan(&released)
-	return released, err
 }

@@ -13,19 +13,24 @@ const TaskAdmissionLockScopes = `-- name: TaskAdmissionLockScopes :exec
 
 SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
-    SELECT DISTINCT hashtextextended(
-               'pgadmit/queue/' || length(q.scope_type)::text || ':' || q.scope_type || '/' || q.scope_key,
-               0
-           ) AS lock_key
+    SELECT DISTINCT
+           CASE WHEN $1::integer = 0
+                THEN hashtextextended(q.lock_text, 0)
+                ELSE (($1::integer)::bigint << 32) | (hashtext(q.lock_text)::bigint & 4294967295)
+           END AS lock_key
     FROM (
-        SELECT unnest($1::text[]) AS scope_type,
-               unnest($2::text[])  AS scope_key
+        SELECT 'pgadmit/queue/' || length(u.scope_type)::text || ':' || u.scope_type || '/' || u.scope_key AS lock_text
+        FROM (
+            SELECT unnest($2::text[]) AS scope_type,
+                   unnest($3::text[])  AS scope_key
+        ) AS u
     ) AS q
 ) AS s
 ORDER BY s.lock_key
 `
 
 type TaskAdmissionLockScopesParams struct {
+	LockPrefix int32
 	ScopeTypes []string
 	ScopeKeys  []string
 }
@@ -44,12 +49,17 @@ type TaskAdmissionLockScopesParams struct {
 // Serializes task creation on the same queue scopes: one transaction-scoped
 // advisory lock per distinct (scope_type, scope_key), taken in lock-key order
 // so that creators listing scopes in different orders cannot deadlock. The
-// key space ('pgadmit/queue/...') is disjoint from the concurrency leases'
-// ('pgadmit/concurrent/...'). Held until the transaction ends.
+// key is a 64-bit hash of 'pgadmit/queue/...' (disjoint from the
+// concurrency leases' 'pgadmit/concurrent/...'), or, when @lock_prefix is
+// not 0, @lock_prefix in the upper 32 bits and a 32-bit hash in the lower
+// ones (as River's AdvisoryLockPrefix): the host application, which shares
+// the database's advisory-lock key space, can keep its own keys apart. Every
+// process creating tasks in one database must use the same prefix. Held
+// until the transaction ends.
 // Lock order: after counter rows (a creation touches none), before any row.
-// Locks: pg_advisory_xact_lock on hashtextextended of each queue scope.
+// Locks: pg_advisory_xact_lock on the key of each queue scope.
 // Index: none (no table access).
 func (q *Queries) TaskAdmissionLockScopes(ctx context.Context, db DBTX, arg TaskAdmissionLockScopesParams) error {
-	_, err := db.Exec(ctx, TaskAdmissionLockScopes, arg.ScopeTypes, arg.ScopeKeys)
+	_, err := db.Exec(ctx, TaskAdmissionLockScopes, arg.LockPrefix, arg.ScopeTypes, arg.ScopeKeys)
 	return err
 }

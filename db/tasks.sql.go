@@ -13,12 +13,15 @@ import (
 )
 
 const TaskClaimNext = `-- name: TaskClaimNext :one
-WITH next AS (
+WITH clock AS (
+    SELECT coalesce($1::timestamptz, now()) AS now
+),
+next AS (
     SELECT t.id
     FROM gateway_tasks AS t
     WHERE t.status = 'queued'
       AND t.async_mode
-      AND t.next_run_at <= now()
+      AND t.next_run_at <= (SELECT clock.now FROM clock)
     ORDER BY t.next_run_at, t.created_at
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -26,15 +29,15 @@ WITH next AS (
 claimed AS (
     UPDATE gateway_tasks AS t
     SET status = 'running',
-        locked_by = $1::text,
-        locked_at = now(),
-        heartbeat_at = now(),
+        locked_by = $2::text,
+        locked_at = clock.now,
+        heartbeat_at = clock.now,
         execution_token = gen_random_uuid(),
-        execution_lease_expires_at = now() + make_interval(secs => $2::integer),
+        execution_lease_expires_at = clock.now + make_interval(secs => $3::integer),
         attempt_count = t.attempt_count + 1,
         last_event_seq = t.last_event_seq + 1,
-        updated_at = now()
-    FROM next
+        updated_at = clock.now
+    FROM next, clock
     WHERE t.id = next.id
     RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
               t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
@@ -42,18 +45,19 @@ claimed AS (
               t.created_at, t.updated_at, t.finished_at
 ),
 attempt AS (
-    INSERT INTO gateway_task_attempts (task_id, attempt_no)
-    SELECT claimed.id, claimed.attempt_count
+    INSERT INTO gateway_task_attempts (task_id, attempt_no, started_at)
+    SELECT claimed.id, claimed.attempt_count, claimed.updated_at
     FROM claimed
     RETURNING id, task_id
 ),
 event AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload, created_at)
     SELECT claimed.id,
            claimed.last_event_seq,
            'task.running',
            'running',
-           jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by)
+           jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by),
+           claimed.updated_at
     FROM claimed
     RETURNING task_id
 )
@@ -81,6 +85,7 @@ JOIN attempt ON attempt.task_id = claimed.id
 `
 
 type TaskClaimNextParams struct {
+	Now          *time.Time
 	Worker       string
 	LeaseSeconds int32
 }
@@ -90,8 +95,8 @@ type TaskClaimNextRow struct {
 	Status                  string
 	AsyncMode               bool
 	Kind                    string
-	Payload                 []byte
-	Error                   []byte
+	Payload                 string
+	Error                   *string
 	ErrorCode               pgtype.Text
 	ErrorMessage            pgtype.Text
 	LockedBy                pgtype.Text
@@ -114,7 +119,7 @@ type TaskClaimNextRow struct {
 // Locks: FOR NO KEY UPDATE SKIP LOCKED on the claimed task row only.
 // Index: gateway_tasks_runnable_idx (partial: queued async, by next_run_at).
 func (q *Queries) TaskClaimNext(ctx context.Context, db DBTX, arg TaskClaimNextParams) (TaskClaimNextRow, error) {
-	row := db.QueryRow(ctx, TaskClaimNext, arg.Worker, arg.LeaseSeconds)
+	row := db.QueryRow(ctx, TaskClaimNext, arg.Now, arg.Worker, arg.LeaseSeconds)
 	var i TaskClaimNextRow
 	err := row.Scan(
 		&i.ID,
@@ -164,51 +169,57 @@ verdict AS (
     -- other isolation level rather than over-admit.
     SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
            current_setting('transaction_isolation') = 'read committed'
-           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
+           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted,
+           coalesce($4::timestamptz, now()) AS now
 ),
 created AS (
     INSERT INTO gateway_tasks (
         status, async_mode, kind, payload, locked_by, locked_at, heartbeat_at,
-        execution_token, execution_lease_expires_at, attempt_count, last_event_seq
+        execution_token, execution_lease_expires_at, attempt_count, last_event_seq,
+        next_run_at, created_at, updated_at
     )
-    SELECT CASE WHEN $4::boolean THEN 'queued' ELSE 'running' END,
-           $4::boolean,
-           $5::text,
-           $6::jsonb,
-           CASE WHEN $4::boolean THEN NULL ELSE $7::text END,
-           CASE WHEN $4::boolean THEN NULL ELSE now() END,
-           CASE WHEN $4::boolean THEN NULL ELSE now() END,
-           CASE WHEN $4::boolean THEN NULL ELSE gen_random_uuid() END,
-           CASE WHEN $4::boolean THEN NULL
-                ELSE now() + make_interval(secs => $8::integer) END,
-           CASE WHEN $4::boolean THEN 0 ELSE 1 END,
-           1
+    SELECT CASE WHEN $5::boolean THEN 'queued' ELSE 'running' END,
+           $5::boolean,
+           $6::text,
+           $7::jsonb,
+           CASE WHEN $5::boolean THEN NULL ELSE $8::text END,
+           CASE WHEN $5::boolean THEN NULL ELSE verdict.now END,
+           CASE WHEN $5::boolean THEN NULL ELSE verdict.now END,
+           CASE WHEN $5::boolean THEN NULL ELSE gen_random_uuid() END,
+           CASE WHEN $5::boolean THEN NULL
+                ELSE verdict.now + make_interval(secs => $9::integer) END,
+           CASE WHEN $5::boolean THEN 0 ELSE 1 END,
+           1,
+           verdict.now,
+           verdict.now,
+           verdict.now
     FROM verdict
     WHERE verdict.admitted
     RETURNING id, status, payload, execution_token, execution_lease_expires_at, attempt_count,
               next_run_at, created_at
 ),
 attempt AS (
-    INSERT INTO gateway_task_attempts (task_id, attempt_no)
-    SELECT created.id, created.attempt_count
+    INSERT INTO gateway_task_attempts (task_id, attempt_no, started_at)
+    SELECT created.id, created.attempt_count, created.created_at
     FROM created
     WHERE created.attempt_count > 0
     RETURNING id, task_id
 ),
 admission AS (
-    INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value)
-    SELECT created.id, queue.scope_type, queue.scope_key, queue.limit_value
+    INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value, created_at)
+    SELECT created.id, queue.scope_type, queue.scope_key, queue.limit_value, created.created_at
     FROM created
     CROSS JOIN queue
     RETURNING task_id
 ),
 event AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload, created_at)
     SELECT created.id,
            1,
            'task.' || created.status,
            created.status,
-           jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue))
+           jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue)),
+           created.created_at
     FROM created
     RETURNING task_id
 )
@@ -233,9 +244,10 @@ type TaskCreateParams struct {
 	ScopeTypes   []string
 	ScopeKeys    []string
 	LimitValues  []float64
+	Now          *time.Time
 	AsyncMode    bool
 	Kind         string
-	Payload      []byte
+	Payload      string
 	Worker       string
 	LeaseSeconds int32
 }
@@ -246,7 +258,7 @@ type TaskCreateRow struct {
 	QueueAdmitted  []int64
 	TaskID         pgtype.UUID
 	Status         pgtype.Text
-	Payload        []byte
+	Payload        *string
 	ExecutionToken pgtype.UUID
 	LeaseExpiresAt *time.Time
 	NextRunAt      *time.Time
@@ -269,6 +281,10 @@ type TaskCreateRow struct {
 // locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
 // conflict with the FOR KEY SHARE that inserting a reservation, lease or
 // attempt takes on its task: admissions never wait for a lifecycle step.
+//
+// Each statement takes an optional @now (NULL: the database's now()) for
+// every time it records or compares, so tests drive time instead of
+// sleeping.
 // Creates a task together with its queue admissions, all or nothing: the
 // task is inserted only when every queue scope holds fewer admissions than
 // its limit. A sync task (async_mode false) is created running, with its
@@ -285,6 +301,7 @@ func (q *Queries) TaskCreate(ctx context.Context, db DBTX, arg TaskCreateParams)
 		arg.ScopeTypes,
 		arg.ScopeKeys,
 		arg.LimitValues,
+		arg.Now,
 		arg.AsyncMode,
 		arg.Kind,
 		arg.Payload,
@@ -309,21 +326,25 @@ func (q *Queries) TaskCreate(ctx context.Context, db DBTX, arg TaskCreateParams)
 }
 
 const TaskFinish = `-- name: TaskFinish :one
-WITH finished AS (
+WITH clock AS (
+    SELECT coalesce($1::timestamptz, now()) AS now
+),
+finished AS (
     UPDATE gateway_tasks AS t
-    SET status = $1::text,
-        error = $2::jsonb,
-        error_code = $3::text,
-        error_message = $4::text,
+    SET status = $2::text,
+        error = $3::jsonb,
+        error_code = $4::text,
+        error_message = $5::text,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
-        heartbeat_at = now(),
-        finished_at = now(),
+        heartbeat_at = clock.now,
+        finished_at = clock.now,
         last_event_seq = t.last_event_seq + 1,
-        updated_at = now()
-    WHERE t.id = $5::uuid
+        updated_at = clock.now
+    FROM clock
+    WHERE t.id = $6::uuid
       AND t.status = 'running'
-      AND t.execution_token = $6::uuid
+      AND t.execution_token = $7::uuid
     RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
               t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
               t.attempt_count, t.requeue_count, t.last_event_seq, t.next_run_at,
@@ -332,10 +353,10 @@ WITH finished AS (
 attempt AS (
     UPDATE gateway_task_attempts AS a
     SET status = finished.status,
-        retryable = $7::boolean,
+        retryable = $8::boolean,
         error_code = finished.error_code,
         error_message = finished.error_message,
-        finished_at = now()
+        finished_at = finished.finished_at
     FROM finished
     WHERE a.task_id = finished.id
       AND a.status = 'running'
@@ -343,7 +364,7 @@ attempt AS (
 ),
 released AS (
     UPDATE gateway_concurrency_leases AS l
-    SET released_at = now(),
+    SET released_at = finished.finished_at,
         reason = 'task_finished'
     FROM finished
     WHERE l.task_id = finished.id
@@ -357,7 +378,7 @@ dropped AS (
     RETURNING a.task_id
 ),
 event AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
     SELECT finished.id,
            finished.last_event_seq,
            CASE finished.status
@@ -367,7 +388,8 @@ event AS (
            END,
            finished.status,
            finished.error_message,
-           jsonb_strip_nulls(jsonb_build_object('error_code', finished.error_code))
+           jsonb_strip_nulls(jsonb_build_object('error_code', finished.error_code)),
+           finished.finished_at
     FROM finished
     RETURNING task_id
 )
@@ -396,8 +418,9 @@ FROM finished
 `
 
 type TaskFinishParams struct {
+	Now          *time.Time
 	Status       string
-	Error        []byte
+	Error        *string
 	ErrorCode    pgtype.Text
 	ErrorMessage pgtype.Text
 	TaskID       pgtype.UUID
@@ -410,8 +433,8 @@ type TaskFinishRow struct {
 	Status                  string
 	AsyncMode               bool
 	Kind                    string
-	Payload                 []byte
-	Error                   []byte
+	Payload                 string
+	Error                   *string
 	ErrorCode               pgtype.Text
 	ErrorMessage            pgtype.Text
 	LockedBy                pgtype.Text
@@ -443,6 +466,7 @@ type TaskFinishRow struct {
 // gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
 func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams) (TaskFinishRow, error) {
 	row := db.QueryRow(ctx, TaskFinish,
+		arg.Now,
 		arg.Status,
 		arg.Error,
 		arg.ErrorCode,
@@ -545,8 +569,8 @@ type TaskGetRow struct {
 	Status                  string
 	AsyncMode               bool
 	Kind                    string
-	Payload                 []byte
-	Error                   []byte
+	Payload                 string
+	Error                   *string
 	ErrorCode               pgtype.Text
 	ErrorMessage            pgtype.Text
 	LockedBy                pgtype.Text
@@ -595,9 +619,9 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, taskID pgtype.UUID) (Tas
 const TaskHeartbeat = `-- name: TaskHeartbeat :one
 WITH beat AS (
     UPDATE gateway_tasks AS t
-    SET heartbeat_at = now(),
-        execution_lease_expires_at = now() + make_interval(secs => $3::integer),
-        updated_at = now()
+    SET heartbeat_at = coalesce($3::timestamptz, now()),
+        execution_lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer),
+        updated_at = coalesce($3::timestamptz, now())
     WHERE t.id = $2::uuid
       AND t.status = 'running'
       AND t.execution_token = $1::uuid
@@ -614,6 +638,7 @@ WHERE cur.id = $2::uuid
 type TaskHeartbeatParams struct {
 	Token        pgtype.UUID
 	TaskID       pgtype.UUID
+	Now          *time.Time
 	LeaseSeconds int32
 }
 
@@ -633,7 +658,12 @@ type TaskHeartbeatRow struct {
 // Locks: FOR NO KEY UPDATE on the task row (the UPDATE).
 // Index: gateway_tasks_pkey.
 func (q *Queries) TaskHeartbeat(ctx context.Context, db DBTX, arg TaskHeartbeatParams) (TaskHeartbeatRow, error) {
-	row := db.QueryRow(ctx, TaskHeartbeat, arg.Token, arg.TaskID, arg.LeaseSeconds)
+	row := db.QueryRow(ctx, TaskHeartbeat,
+		arg.Token,
+		arg.TaskID,
+		arg.Now,
+		arg.LeaseSeconds,
+	)
 	var i TaskHeartbeatRow
 	err := row.Scan(&i.Status, &i.TokenMatches, &i.RenewedUntil)
 	return i, err

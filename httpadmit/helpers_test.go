@@ -19,11 +19,15 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-var queries = db.New()
+var (
+	queries = db.New()
+	testq   = dbtest.New() // test-only statements
+)
 
 // longWindow keeps exact-number tests away from window boundaries.
 const longWindow = ratelimit.MaxWindow
@@ -106,7 +110,7 @@ func (e *env) books(scopeType, key, metric string) book {
 // liveLeases counts a scope's live leases.
 func (e *env) liveLeases(scopeType, key string) int64 {
 	e.t.Helper()
-	row, err := queries.LeaseLiveByScope(context.Background(), e.pool, db.LeaseLiveByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	row, err := testq.LeaseLiveByScope(context.Background(), e.pool, dbtest.LeaseLiveByScopeParams{ScopeType: scopeType, ScopeKey: key})
 	if err != nil {
 		e.t.Fatalf("LeaseLiveByScope: %v", err)
 	}
@@ -120,7 +124,7 @@ func (e *env) nothingHeld() {
 	e.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		s, err := queries.OpsStateSummary(context.Background(), e.pool)
+		s, err := testq.OpsStateSummary(context.Background(), e.pool)
 		if err != nil {
 			e.t.Fatalf("OpsStateSummary: %v", err)
 		}
@@ -133,7 +137,7 @@ func (e *env) nothingHeld() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	report, err := e.limiter.Doctor(context.Background())
+	report, err := ratelimit.NewMaintenance(e.pool).Doctor(context.Background())
 	if err != nil {
 		e.t.Fatalf("Doctor: %v", err)
 	}

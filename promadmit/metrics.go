@@ -8,7 +8,7 @@
 //	mw, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //	// on a schedule:
-//	res, err := metrics.Recover(ctx, limiter)
+//	res, err := metrics.Recover(ctx, ratelimit.NewMaintenance(pool))
 //
 // Labels never carry a scope key: only outcomes, modes, operations, and
 // the scope types and metric names of the limits, which are configuration.
@@ -114,11 +114,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	})
 	m.recovered = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgadmit_recovered_total",
-		Help: "What Recover gave back, by kind (leases, reservations, failed_attempts, failed_tasks, requeued_tasks, poison_tasks, task_admissions).",
+		Help: "What Recover gave back, by kind (leases, reservations, failed_attempts, failed_tasks, requeued_tasks, poison_tasks, task_admissions, allotments).",
 	}, []string{"kind"})
 	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgadmit_pruned_total",
-		Help: "What Prune released or deleted, by kind (stale_reservations, counters, reservations, leases, events).",
+		Help: "What Prune released or deleted, by kind (stale_reservations, counters, reservations, leases, allotments, events, tasks).",
 	}, []string{"kind"})
 	for _, c := range []prometheus.Collector{m.admissions, m.near, m.latency, m.leases, m.recovered, m.pruned} {
 		if err := reg.Register(c); err != nil {

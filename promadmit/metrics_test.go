@@ -77,10 +77,11 @@ func TestMetricsScrapedAfterTraffic(t *testing.T) {
 		t.Fatalf("codes %v, want 5 x 200 and 1 x 429", codes)
 	}
 	ctx := context.Background()
-	if _, err := metrics.Recover(ctx, limiter); err != nil {
+	maint := ratelimit.NewMaintenance(pool)
+	if _, err := metrics.Recover(ctx, maint); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := metrics.Prune(ctx, limiter, time.Hour); err != nil {
+	if _, err := metrics.Prune(ctx, maint, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,18 +13,18 @@ const (
 	OpPrune   = "prune"
 )
 
-// Recover runs l.Recover and observes it (ObserveRecover).
-func (m *Metrics) Recover(ctx context.Context, l *ratelimit.Limiter) (ratelimit.RecoveryResult, error) {
+// Recover runs mt.Recover and observes it (ObserveRecover).
+func (m *Metrics) Recover(ctx context.Context, mt *ratelimit.Maintenance) (ratelimit.RecoveryResult, error) {
 	start := time.Now()
-	res, err := l.Recover(ctx)
+	res, err := mt.Recover(ctx)
 	m.ObserveRecover(res, err, time.Since(start))
 	return res, err
 }
 
-// Prune runs l.Prune and observes it (ObservePrune).
-func (m *Metrics) Prune(ctx context.Context, l *ratelimit.Limiter, olderThan time.Duration) (ratelimit.PruneResult, error) {
+// Prune runs mt.Prune and observes it (ObservePrune).
+func (m *Metrics) Prune(ctx context.Context, mt *ratelimit.Maintenance, olderThan time.Duration) (ratelimit.PruneResult, error) {
 	start := time.Now()
-	res, err := l.Prune(ctx, olderThan)
+	res, err := mt.Prune(ctx, olderThan)
 	m.ObservePrune(res, err, time.Since(start))
 	return res, err
 }
@@ -46,6 +46,7 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 		"requeued_tasks":  res.RequeuedAsyncTasks,
 		"poison_tasks":    res.FailedPoisonTasks,
 		"task_admissions": res.CleanedTaskAdmissions,
+		"allotments":      res.ReturnedAllotments,
 	} {
 		m.recovered.WithLabelValues(kind).Add(float64(n))
 	}
@@ -60,7 +61,9 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 		"counters":           res.Counters,
 		"reservations":       res.Reservations,
 		"leases":             res.Leases,
+		"allotments":         res.Allotments,
 		"events":             res.Events,
+		"tasks":              res.Tasks,
 	} {
 		m.pruned.WithLabelValues(kind).Add(float64(n))
 	}

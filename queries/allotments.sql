@@ -1,6 +1,6 @@
 -- Allotments: gateway_rate_limit_allotments, blocks of a window's units that
 -- a process admits from in its own memory (Limit.Local). The functions they
--- call are in schema/00004_allotments.sql.
+-- call are in schema/00006_allotments.sql.
 
 -- name: AllotmentTake :one
 -- Takes a block of the current window's units for @holder: @want units, or

@@ -15,7 +15,8 @@
 -- limit (decided in numeric, exactly as pgadmit_reserve decides), with the
 -- window's usage and bounds and the database's now() so the caller computes
 -- retry-after on the database clock; in input order. A window without a row
--- is empty.
+-- is empty. The current window is the one of @now (NULL: the database's
+-- now()).
 -- Locks: none (plain MVCC read).
 -- Index: gateway_rate_limit_counters_pkey (one probe per limit).
 SELECT w.ord::integer                                       AS ord,
@@ -24,7 +25,7 @@ SELECT w.ord::integer                                       AS ord,
        coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
        b.window_start::timestamptz                          AS window_start,
        (b.window_start + make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
-       now()::timestamptz                                   AS db_now
+       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM (
     SELECT generate_subscripts(@scope_types::text[], 1) AS ord,
            unnest(@scope_types::text[])       AS scope_type,
@@ -35,7 +36,7 @@ FROM (
            unnest(@amounts::numeric[])        AS amount
 ) AS w
 CROSS JOIN LATERAL (
-    SELECT date_bin(make_interval(secs => w.window_seconds), now(), timestamptz 'epoch') AS window_start
+    SELECT date_bin(make_interval(secs => w.window_seconds), coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch') AS window_start
 ) AS b
 LEFT JOIN LATERAL (
     SELECT counter.used_value, counter.reserved_value

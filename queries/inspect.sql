@@ -123,6 +123,17 @@ WHERE t.id = ANY(@task_ids::uuid[])
 GROUP BY t.status, t.error_code
 ORDER BY tasks DESC, t.status, error_code;
 
+-- name: CounterListByScope :many
+-- Every window counter of one scope, newest window first.
+-- Locks: none (MVCC read).
+-- Index: gateway_rate_limit_counters_pkey (leading scope_type, scope_key).
+SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,
+       limit_value, used_value, reserved_value
+FROM gateway_rate_limit_counters
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+ORDER BY window_start DESC, metric, window_seconds;
+
 -- name: InspectAllotments :many
 -- Open allotments (blocks of Local limits) per holder and counter: how many
 -- blocks, the units they hold in the counter, what their holder last

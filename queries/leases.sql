@@ -36,18 +36,18 @@ ORDER BY s.lock_key;
 -- Heartbeat: pushes the expiry of each live lease to now + its TTL and
 -- returns the leases it renewed; a lease missing from the result was lost
 -- (released or expired) and must not be relied on. Runs after
--- LeaseLockScopes of the same leases; "now" is clock_timestamp(), not the
--- transaction's start, so a renewal in a long transaction cannot revive a
--- lease that expired meanwhile.
+-- LeaseLockScopes of the same leases; "now" is @now, else clock_timestamp()
+-- (not the transaction's start, so a renewal in a long transaction cannot
+-- revive a lease that expired meanwhile).
 -- Locks: row lock on each renewed lease.
 -- Index: gateway_concurrency_leases_pkey.
 UPDATE gateway_concurrency_leases AS l
-SET expires_at = clock_timestamp() + make_interval(secs => r.ttl_seconds)
+SET expires_at = coalesce(sqlc.narg('now')::timestamptz, clock_timestamp()) + make_interval(secs => r.ttl_seconds)
 FROM (
     SELECT unnest(@lease_ids::uuid[])         AS id,
            unnest(@ttl_seconds::integer[])    AS ttl_seconds
 ) AS r
 WHERE l.id = r.id
   AND l.released_at IS NULL
-  AND l.expires_at > clock_timestamp()
+  AND l.expires_at > coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())
 RETURNING l.id, l.expires_at;

@@ -7,13 +7,16 @@
 -- finished, its window ended and its counter row is gone (so the doctor's
 -- "used equals the sum of committed amounts" holds for every counter that
 -- remains); a lease only once released or expired; events only of finished
--- tasks. Tasks and attempts are not deleted.
+-- tasks; a task only once finished before its own, longer cutoff (the task
+-- retention), with its attempts, events and admissions (ON DELETE CASCADE)
+-- while the ledgers keep their rows (ON DELETE SET NULL).
 
 -- name: PruneCutoff :one
--- now() minus the retention, on the database's clock.
+-- @now (NULL: the database's now()) minus the retention.
 -- Locks: none.
 -- Index: none.
-SELECT (now() - make_interval(secs => @older_than_seconds::float8))::timestamptz AS cutoff;
+SELECT (coalesce(sqlc.narg('now')::timestamptz, now())
+        - make_interval(secs => @older_than_seconds::float8))::timestamptz AS cutoff;
 
 -- name: PruneReservationFindStale :many
 -- A batch of reservations still open although their window ended before the
@@ -145,38 +148,72 @@ WHERE l.id IN (
   AND l.expires_at < @cutoff::timestamptz;
 
 -- name: PruneEvents :one
--- Deletes a batch of events of tasks finished before the cutoff, walking the
--- finished tasks in finished_at order from the given position (tasks whose
--- events are already gone are passed over once per run, not once per
--- batch). Returns how many events it deleted and the finished_at from which
--- the next batch continues (the last deleted event's task may have more).
+-- Deletes the events of the next page of tasks finished before the cutoff,
+-- walking finished tasks in (finished_at, id) order after the given
+-- position: Prune keeps that position between runs
+-- (gateway_maintenance_cursors), so each run starts where the last one
+-- stopped instead of walking every finished task ever kept. A page is at
+-- most @batch_size tasks, each with all its events. Returns how many tasks
+-- it read, how many events it deleted, and the position of the page's last
+-- task.
 -- Locks: row locks on the deleted events; tasks only read.
--- Index: gateway_tasks_finished_idx (partial: finished, by finished_at);
--- gateway_task_events_task_seq_key (events of each task).
+-- Index: gateway_tasks_finished_id_idx (keyset range scan in its order, no
+-- sort); gateway_task_events_task_seq_key (events of each task).
 WITH page AS (
-    SELECT e.id, t.finished_at
+    SELECT t.id, t.finished_at
     FROM gateway_tasks AS t
-    CROSS JOIN LATERAL (
-        -- The events of one task, by index; OFFSET 0 keeps this a per-task
-        -- probe instead of a hash join over every event.
-        SELECT ev.id
-        FROM gateway_task_events AS ev
-        WHERE ev.task_id = t.id
-        OFFSET 0
-    ) AS e
     WHERE t.status IN ('succeeded', 'failed', 'cancelled')
       AND t.finished_at < @cutoff::timestamptz
-      AND t.finished_at >= @after_finished_at::timestamptz
-    ORDER BY t.finished_at
+      AND (t.finished_at, t.id) > (@after_finished_at::timestamptz, @after_id::uuid)
+    ORDER BY t.finished_at, t.id
     LIMIT @batch_size::integer
 ),
 gone AS (
+    -- An array, not a join: the events of each task of the page are found
+    -- by index probes instead of a hash join over every event.
     DELETE FROM gateway_task_events AS e
-    WHERE e.id = ANY(ARRAY(SELECT page.id FROM page))
+    WHERE e.task_id = ANY(ARRAY(SELECT page.id FROM page))
     RETURNING e.id
+),
+last AS (
+    SELECT page.finished_at, page.id
+    FROM page
+    ORDER BY page.finished_at DESC, page.id DESC
+    LIMIT 1
 )
-SELECT (SELECT count(*) FROM gone)::integer AS deleted,
-       coalesce((SELECT max(page.finished_at) FROM page), @after_finished_at::timestamptz)::timestamptz AS last_finished_at;
+SELECT (SELECT count(*) FROM page)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT last.finished_at FROM last), @after_finished_at::timestamptz)::timestamptz AS last_finished_at,
+       coalesce((SELECT last.id FROM last), @after_id::uuid)::uuid                                  AS last_id;
+
+-- name: PruneTasks :execrows
+-- Deletes a batch of tasks finished before the task cutoff (the task
+-- retention), oldest first, with their attempts, events and queue
+-- admissions (ON DELETE CASCADE). Their reservations and leases stay in
+-- the ledgers with task_id and attempt_id set to NULL (ON DELETE SET NULL),
+-- so the counters still equal their ledger; prune removes them with their
+-- windows. Deleted tasks leave the index, so the next batch starts past
+-- them: no position to keep.
+-- Locks: row locks on the deleted tasks and on the rows the foreign keys
+-- delete or update.
+-- Index: gateway_tasks_finished_id_idx (oldest finished first, no sort);
+-- gateway_tasks_pkey (the delete); for the foreign keys
+-- gateway_task_attempts_task_id_attempt_no_key, gateway_task_events_task_seq_key,
+-- gateway_task_admissions_pkey, gateway_rate_limit_reservations_task_idx,
+-- gateway_concurrency_leases_task_idx, and the attempt_idx of both ledgers.
+DELETE FROM gateway_tasks AS t
+WHERE t.id = ANY(ARRAY(
+    -- An array, not IN (subquery): the batch is deleted by primary-key
+    -- probes instead of a hash join over the whole table.
+    SELECT x.id
+    FROM gateway_tasks AS x
+    WHERE x.status IN ('succeeded', 'failed', 'cancelled')
+      AND x.finished_at < @cutoff::timestamptz
+    ORDER BY x.finished_at, x.id
+    LIMIT @batch_size::integer
+))
+  AND t.status IN ('succeeded', 'failed', 'cancelled')
+  AND t.finished_at < @cutoff::timestamptz;
 
 -- name: PruneAllotments :execrows
 -- Deletes a batch of returned allotments whose window ended before the

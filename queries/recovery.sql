@@ -1,25 +1,16 @@
 -- Recovery: gives back the capacity that dead processes still hold.
 --
 -- Recover runs these in bounded batches, each batch its own short
--- transaction that leaves the books correct on its own, behind a session
--- advisory lock so that one process at a time does the work. Statements
--- that settle reservations follow the lock order of counters.sql: the
--- batch locks the counter rows first (CounterLockForReservations), then task
--- rows, then attempts, leases, admissions and events.
-
--- name: RecoveryLockTry :one
--- Single flight across processes: tries to take the session-level advisory
--- lock of recovery without waiting. Held by the connection until
--- RecoveryUnlock (or until the connection ends).
--- Locks: pg_try_advisory_lock on hashtextextended('pgadmit/recovery', 0).
--- Index: none.
-SELECT pg_try_advisory_lock(hashtextextended('pgadmit/recovery', 0))::boolean AS acquired;
-
--- name: RecoveryUnlock :one
--- Releases the session-level advisory lock taken by RecoveryLockTry.
--- Locks: releases it.
--- Index: none.
-SELECT pg_advisory_unlock(hashtextextended('pgadmit/recovery', 0))::boolean AS released;
+-- transaction that leaves the books correct on its own, while it holds the
+-- recover lease (maintenance.sql) so that one process at a time does the
+-- work. Statements that settle reservations follow the lock order of
+-- counters.sql: the batch locks the counter rows first
+-- (CounterLockForReservations), then task rows, then attempts, leases,
+-- admissions and events.
+--
+-- Every statement takes an optional @now (NULL: the database's now()): what
+-- has expired, and the time recorded on what recovery ends, are judged on
+-- it, so tests drive time instead of sleeping.
 
 -- name: RecoveryTaskFindExpired :many
 -- A batch of running tasks whose execution lease expired, oldest expiry
@@ -36,7 +27,7 @@ SELECT t.id,
                    AND r.status = 'reserved'), '{}')::uuid[] AS open_reservation_ids
 FROM gateway_tasks AS t
 WHERE t.status = 'running'
-  AND t.execution_lease_expires_at <= now()
+  AND t.execution_lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
 ORDER BY t.execution_lease_expires_at, t.id
 LIMIT @batch_size::integer;
 
@@ -56,7 +47,10 @@ LIMIT @batch_size::integer;
 -- attempts, unreleased leases and admissions.
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 -- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
-WITH reclaimed AS (
+WITH clock AS (
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
+),
+reclaimed AS (
     UPDATE gateway_tasks AS t
     SET status = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
                       THEN 'queued' ELSE 'failed' END,
@@ -79,14 +73,15 @@ WITH reclaimed AS (
         execution_token = NULL,
         execution_lease_expires_at = NULL,
         next_run_at = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
-                           THEN now() ELSE t.next_run_at END,
+                           THEN clock.now ELSE t.next_run_at END,
         finished_at = CASE WHEN t.async_mode AND t.requeue_count < @max_requeues::integer
-                           THEN NULL ELSE now() END,
+                           THEN NULL ELSE clock.now END,
         last_event_seq = t.last_event_seq + 1,
-        updated_at = now()
+        updated_at = clock.now
+    FROM clock
     WHERE t.id = ANY(@task_ids::uuid[])
       AND t.status = 'running'
-      AND t.execution_lease_expires_at <= now()
+      AND t.execution_lease_expires_at <= clock.now
     RETURNING t.id, t.async_mode, t.status, t.error_code, t.error_message, t.requeue_count,
               t.attempt_count, t.last_event_seq
 ),
@@ -96,17 +91,17 @@ attempts AS (
         retryable = true,
         error_code = 'execution_lease_expired',
         error_message = 'attempt execution lease expired',
-        finished_at = now()
-    FROM reclaimed
+        finished_at = clock.now
+    FROM reclaimed, clock
     WHERE a.task_id = reclaimed.id
       AND a.status = 'running'
     RETURNING a.task_id
 ),
 leases AS (
     UPDATE gateway_concurrency_leases AS l
-    SET released_at = now(),
+    SET released_at = clock.now,
         reason = 'execution_lease_expired'
-    FROM reclaimed
+    FROM reclaimed, clock
     WHERE l.task_id = reclaimed.id
       AND l.released_at IS NULL
     RETURNING l.task_id
@@ -119,7 +114,7 @@ admissions AS (
     RETURNING a.task_id
 ),
 events AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
     SELECT reclaimed.id,
            reclaimed.last_event_seq,
            'task.' || reclaimed.status,
@@ -129,8 +124,9 @@ events AS (
                'reason', 'execution_lease_expired',
                'error_code', reclaimed.error_code,
                'attempt_no', reclaimed.attempt_count,
-               'requeue_count', reclaimed.requeue_count))
-    FROM reclaimed
+               'requeue_count', reclaimed.requeue_count)),
+           clock.now
+    FROM reclaimed, clock
     RETURNING task_id
 )
 SELECT reclaimed.id,
@@ -166,13 +162,13 @@ LIMIT @batch_size::integer;
 -- Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
 -- lease; live state, so reading it whole is cheap).
 UPDATE gateway_concurrency_leases AS l
-SET released_at = now(),
+SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'expired'
 WHERE l.id IN (
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NULL
-      AND x.expires_at <= now()
+      AND x.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
     ORDER BY x.expires_at
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -186,7 +182,7 @@ WHERE l.id IN (
 -- Index: gateway_concurrency_leases_live_task_idx (partial: unreleased);
 -- gateway_tasks_pkey.
 UPDATE gateway_concurrency_leases AS l
-SET released_at = now(),
+SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'task_finished'
 WHERE l.id IN (
     SELECT x.id
@@ -211,7 +207,7 @@ SET status = 'failed',
     retryable = false,
     error_code = 'task_finished',
     error_message = 'task finished while the attempt was still marked running',
-    finished_at = now()
+    finished_at = coalesce(sqlc.narg('now')::timestamptz, now())
 WHERE a.id IN (
     SELECT x.id
     FROM gateway_task_attempts AS x
@@ -245,10 +241,9 @@ WHERE a.id IN (
 -- over, so the verdict cannot go stale. No ORDER BY: any batch will do, and
 -- an order would invite a walk of the whole primary key.
 -- Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
--- Index: a partial index over open reservations
--- (gateway_rate_limit_reservations_open_task_idx or a sibling) or
--- gateway_rate_limit_reservations_attempt_idx (partial: attempt_id IS NOT
--- NULL), whichever is smaller; gateway_task_attempts_pkey.
+-- Index: gateway_rate_limit_reservations_open_attempt_idx (partial: open
+-- and attached to an attempt; exactly the rows this starts from);
+-- gateway_task_attempts_pkey.
 SELECT r.id
 FROM gateway_rate_limit_reservations AS r
 CROSS JOIN LATERAL (
@@ -272,13 +267,12 @@ LIMIT @batch_size::integer;
 -- Starts from the unreleased leases that name an attempt (live state, few)
 -- and probes each attempt by primary key. No ORDER BY, as above.
 -- Locks: row locks on the released leases (SKIP LOCKED); attempts only read.
--- Index: a partial index over unreleased leases
--- (gateway_concurrency_leases_live_task_idx or a sibling) or
--- gateway_concurrency_leases_attempt_idx (partial: attempt_id IS NOT NULL),
--- whichever is smaller; gateway_task_attempts_pkey;
--- gateway_concurrency_leases_pkey for the update.
+-- Index: gateway_concurrency_leases_live_attempt_idx (partial: unreleased
+-- and attached to an attempt; exactly the rows this starts from);
+-- gateway_task_attempts_pkey; gateway_concurrency_leases_pkey for the
+-- update.
 UPDATE gateway_concurrency_leases AS l
-SET released_at = now(),
+SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'attempt_finished'
 WHERE l.id IN (
     SELECT x.id
@@ -298,29 +292,53 @@ WHERE l.id IN (
 )
   AND l.released_at IS NULL;
 
--- name: RecoveryAdmissionDeleteForFinishedTasks :execrows
--- Deletes a batch of queue admissions whose task is finished, so their
--- queue places count again.
--- Locks: row locks on the deleted admissions (SKIP LOCKED); tasks only read.
--- Index: gateway_task_admissions_pkey (every admission is live state, so
--- the table stays small); gateway_tasks_pkey.
-DELETE FROM gateway_task_admissions AS a
-WHERE (a.task_id, a.scope_type, a.scope_key) IN (
-    SELECT x.task_id, x.scope_type, x.scope_key
+-- name: RecoveryAdmissionDeleteForFinishedTasks :one
+-- Reads the next page of queue admissions in primary-key order after the
+-- given position, and deletes those whose task is finished, so their queue
+-- places count again. (TaskFinish and RecoveryTaskReclaim delete a task's
+-- admissions as they finish it: this finds what a foreign writer left.)
+-- Returns how many it read and deleted and the position of the page's last
+-- row, from which the next batch continues: one pass reads each admission
+-- once, in index order, never sorting. Admissions are live state (one row
+-- per unfinished task and queue scope, bounded by the queue limits).
+-- Locks: row locks on the deleted admissions; tasks only read.
+-- Index: gateway_task_admissions_pkey (keyset range scan in its order);
+-- gateway_tasks_pkey (one probe per admission of the page).
+WITH page AS (
+    SELECT x.task_id,
+           x.scope_type,
+           x.scope_key,
+           -- A scalar subquery: one primary-key probe per admission (an
+           -- EXISTS could be hashed over the whole task table instead).
+           coalesce((SELECT t.status IN ('succeeded', 'failed', 'cancelled')
+                     FROM gateway_tasks AS t
+                     WHERE t.id = x.task_id), false) AS doomed
     FROM gateway_task_admissions AS x
-    CROSS JOIN LATERAL (
-        -- One primary-key probe per admission (LIMIT 1 keeps the planner
-        -- from hashing the whole task table instead).
-        SELECT 1
-        FROM gateway_tasks AS t
-        WHERE t.id = x.task_id
-          AND t.status IN ('succeeded', 'failed', 'cancelled')
-        LIMIT 1
-    ) AS finished
+    WHERE (x.task_id, x.scope_type, x.scope_key)
+          > (@after_task_id::uuid, @after_scope_type::text, @after_scope_key::text)
     ORDER BY x.task_id, x.scope_type, x.scope_key
     LIMIT @batch_size::integer
-    FOR UPDATE OF x SKIP LOCKED
-);
+),
+gone AS (
+    DELETE FROM gateway_task_admissions AS a
+    USING page
+    WHERE a.task_id = page.task_id
+      AND a.scope_type = page.scope_type
+      AND a.scope_key = page.scope_key
+      AND page.doomed
+    RETURNING a.task_id
+),
+last AS (
+    SELECT page.task_id, page.scope_type, page.scope_key
+    FROM page
+    ORDER BY page.task_id DESC, page.scope_type DESC, page.scope_key DESC
+    LIMIT 1
+)
+SELECT (SELECT count(*) FROM page)::integer AS scanned,
+       (SELECT count(*) FROM gone)::integer AS deleted,
+       coalesce((SELECT last.task_id FROM last), @after_task_id::uuid)::uuid          AS last_task_id,
+       coalesce((SELECT last.scope_type FROM last), @after_scope_type::text)::text    AS last_scope_type,
+       coalesce((SELECT last.scope_key FROM last), @after_scope_key::text)::text      AS last_scope_key;
 
 -- name: RecoveryAllotmentFindLost :many
 -- A batch of open blocks whose window ended, and whose holder stopped
@@ -334,7 +352,7 @@ WHERE (a.task_id, a.scope_type, a.scope_key) IN (
 SELECT a.id, a.consumed
 FROM gateway_rate_limit_allotments AS a
 WHERE a.returned_at IS NULL
-  AND a.expires_at < now() - make_interval(secs => @grace_seconds::float8)
-  AND a.synced_at < now() - make_interval(secs => @grace_seconds::float8)
+  AND a.expires_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
+  AND a.synced_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
 ORDER BY a.expires_at
 LIMIT @batch_size::integer;

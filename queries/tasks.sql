@@ -13,6 +13,10 @@
 -- locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
 -- conflict with the FOR KEY SHARE that inserting a reservation, lease or
 -- attempt takes on its task: admissions never wait for a lifecycle step.
+--
+-- Each statement takes an optional @now (NULL: the database's now()) for
+-- every time it records or compares, so tests drive time instead of
+-- sleeping.
 
 -- name: TaskCreate :one
 -- Creates a task together with its queue admissions, all or nothing: the
@@ -48,51 +52,57 @@ verdict AS (
     -- other isolation level rather than over-admit.
     SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
            current_setting('transaction_isolation') = 'read committed'
-           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted
+           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted,
+           coalesce(sqlc.narg('now')::timestamptz, now()) AS now
 ),
 created AS (
     INSERT INTO gateway_tasks (
         status, async_mode, kind, payload, locked_by, locked_at, heartbeat_at,
-        execution_token, execution_lease_expires_at, attempt_count, last_event_seq
+        execution_token, execution_lease_expires_at, attempt_count, last_event_seq,
+        next_run_at, created_at, updated_at
     )
     SELECT CASE WHEN @async_mode::boolean THEN 'queued' ELSE 'running' END,
            @async_mode::boolean,
            @kind::text,
            @payload::jsonb,
            CASE WHEN @async_mode::boolean THEN NULL ELSE @worker::text END,
-           CASE WHEN @async_mode::boolean THEN NULL ELSE now() END,
-           CASE WHEN @async_mode::boolean THEN NULL ELSE now() END,
+           CASE WHEN @async_mode::boolean THEN NULL ELSE verdict.now END,
+           CASE WHEN @async_mode::boolean THEN NULL ELSE verdict.now END,
            CASE WHEN @async_mode::boolean THEN NULL ELSE gen_random_uuid() END,
            CASE WHEN @async_mode::boolean THEN NULL
-                ELSE now() + make_interval(secs => @lease_seconds::integer) END,
+                ELSE verdict.now + make_interval(secs => @lease_seconds::integer) END,
            CASE WHEN @async_mode::boolean THEN 0 ELSE 1 END,
-           1
+           1,
+           verdict.now,
+           verdict.now,
+           verdict.now
     FROM verdict
     WHERE verdict.admitted
     RETURNING id, status, payload, execution_token, execution_lease_expires_at, attempt_count,
               next_run_at, created_at
 ),
 attempt AS (
-    INSERT INTO gateway_task_attempts (task_id, attempt_no)
-    SELECT created.id, created.attempt_count
+    INSERT INTO gateway_task_attempts (task_id, attempt_no, started_at)
+    SELECT created.id, created.attempt_count, created.created_at
     FROM created
     WHERE created.attempt_count > 0
     RETURNING id, task_id
 ),
 admission AS (
-    INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value)
-    SELECT created.id, queue.scope_type, queue.scope_key, queue.limit_value
+    INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value, created_at)
+    SELECT created.id, queue.scope_type, queue.scope_key, queue.limit_value, created.created_at
     FROM created
     CROSS JOIN queue
     RETURNING task_id
 ),
 event AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload, created_at)
     SELECT created.id,
            1,
            'task.' || created.status,
            created.status,
-           jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue))
+           jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue)),
+           created.created_at
     FROM created
     RETURNING task_id
 )
@@ -119,12 +129,15 @@ LEFT JOIN attempt ON attempt.task_id = created.id;
 -- the attempt row and a task.running event. No row when nothing is due.
 -- Locks: FOR NO KEY UPDATE SKIP LOCKED on the claimed task row only.
 -- Index: gateway_tasks_runnable_idx (partial: queued async, by next_run_at).
-WITH next AS (
+WITH clock AS (
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
+),
+next AS (
     SELECT t.id
     FROM gateway_tasks AS t
     WHERE t.status = 'queued'
       AND t.async_mode
-      AND t.next_run_at <= now()
+      AND t.next_run_at <= (SELECT clock.now FROM clock)
     ORDER BY t.next_run_at, t.created_at
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
@@ -133,14 +146,14 @@ claimed AS (
     UPDATE gateway_tasks AS t
     SET status = 'running',
         locked_by = @worker::text,
-        locked_at = now(),
-        heartbeat_at = now(),
+        locked_at = clock.now,
+        heartbeat_at = clock.now,
         execution_token = gen_random_uuid(),
-        execution_lease_expires_at = now() + make_interval(secs => @lease_seconds::integer),
+        execution_lease_expires_at = clock.now + make_interval(secs => @lease_seconds::integer),
         attempt_count = t.attempt_count + 1,
         last_event_seq = t.last_event_seq + 1,
-        updated_at = now()
-    FROM next
+        updated_at = clock.now
+    FROM next, clock
     WHERE t.id = next.id
     RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
               t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
@@ -148,18 +161,19 @@ claimed AS (
               t.created_at, t.updated_at, t.finished_at
 ),
 attempt AS (
-    INSERT INTO gateway_task_attempts (task_id, attempt_no)
-    SELECT claimed.id, claimed.attempt_count
+    INSERT INTO gateway_task_attempts (task_id, attempt_no, started_at)
+    SELECT claimed.id, claimed.attempt_count, claimed.updated_at
     FROM claimed
     RETURNING id, task_id
 ),
 event AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, payload, created_at)
     SELECT claimed.id,
            claimed.last_event_seq,
            'task.running',
            'running',
-           jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by)
+           jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by),
+           claimed.updated_at
     FROM claimed
     RETURNING task_id
 )
@@ -227,9 +241,9 @@ WHERE t.id = @task_id::uuid;
 -- Index: gateway_tasks_pkey.
 WITH beat AS (
     UPDATE gateway_tasks AS t
-    SET heartbeat_at = now(),
-        execution_lease_expires_at = now() + make_interval(secs => @lease_seconds::integer),
-        updated_at = now()
+    SET heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+        execution_lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::integer),
+        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     WHERE t.id = @task_id::uuid
       AND t.status = 'running'
       AND t.execution_token = @token::uuid
@@ -270,7 +284,10 @@ WHERE t.id = @task_id::uuid;
 -- attempt, its unreleased leases and its admission rows.
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 -- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
-WITH finished AS (
+WITH clock AS (
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
+),
+finished AS (
     UPDATE gateway_tasks AS t
     SET status = @status::text,
         error = sqlc.narg('error')::jsonb,
@@ -278,10 +295,11 @@ WITH finished AS (
         error_message = sqlc.narg('error_message')::text,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
-        heartbeat_at = now(),
-        finished_at = now(),
+        heartbeat_at = clock.now,
+        finished_at = clock.now,
         last_event_seq = t.last_event_seq + 1,
-        updated_at = now()
+        updated_at = clock.now
+    FROM clock
     WHERE t.id = @task_id::uuid
       AND t.status = 'running'
       AND t.execution_token = @token::uuid
@@ -296,7 +314,7 @@ attempt AS (
         retryable = @retryable::boolean,
         error_code = finished.error_code,
         error_message = finished.error_message,
-        finished_at = now()
+        finished_at = finished.finished_at
     FROM finished
     WHERE a.task_id = finished.id
       AND a.status = 'running'
@@ -304,7 +322,7 @@ attempt AS (
 ),
 released AS (
     UPDATE gateway_concurrency_leases AS l
-    SET released_at = now(),
+    SET released_at = finished.finished_at,
         reason = 'task_finished'
     FROM finished
     WHERE l.task_id = finished.id
@@ -318,7 +336,7 @@ dropped AS (
     RETURNING a.task_id
 ),
 event AS (
-    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload)
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
     SELECT finished.id,
            finished.last_event_seq,
            CASE finished.status
@@ -328,7 +346,8 @@ event AS (
            END,
            finished.status,
            finished.error_message,
-           jsonb_strip_nulls(jsonb_build_object('error_code', finished.error_code))
+           jsonb_strip_nulls(jsonb_build_object('error_code', finished.error_code)),
+           finished.finished_at
     FROM finished
     RETURNING task_id
 )

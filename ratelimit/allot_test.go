@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -22,9 +23,9 @@ func localWindow(key string, limit, amount float64) ratelimit.Limit {
 }
 
 // allotments reads every block of a scope.
-func allotments(t *testing.T, conn db.DBTX, scopeType, key string) []db.AllotmentListByScopeRow {
+func allotments(t *testing.T, conn db.DBTX, scopeType, key string) []dbtest.AllotmentListByScopeRow {
 	t.Helper()
-	rows, err := queries.AllotmentListByScope(context.Background(), conn, db.AllotmentListByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	rows, err := testq.AllotmentListByScope(context.Background(), conn, dbtest.AllotmentListByScopeParams{ScopeType: scopeType, ScopeKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 	if granted < 50 || granted > 50+1000*ratelimit.DefaultAllotmentMaxShare*2 {
 		t.Fatalf("blocks grant %g, want at least the 50 admitted and at most two blocks of a share more", granted)
 	}
-	assertDoctorOK(t, l) // the counter reserves the open blocks (one snapshot: a block may be taken meanwhile)
+	assertDoctorOK(t, pool) // the counter reserves the open blocks (one snapshot: a block may be taken meanwhile)
 	for i, g := range grants {
 		actual := 2.0
 		if i%10 == 0 {
@@ -98,7 +99,7 @@ func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 	if rows := counterRows(t, pool, "model", key); rows[0].ReservedValue != 0 || rows[0].UsedValue != 90 {
 		t.Fatalf("counter %+v after Close, want used 90, reserved 0", rows[0])
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 	// Closed: Local limits are decided in the database now.
 	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
 	if err != nil || g.Reservations[0].Local || g.Reservations[0].ID == "" {
@@ -224,7 +225,7 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 		perWindow[b.WindowStart] += b.Used
 		unused += max(b.Granted-b.Used, 0)
 	}
-	totals, err := queries.ReservationTotalsByScope(ctx, pools[0], db.ReservationTotalsByScopeParams{ScopeType: "model", ScopeKey: key})
+	totals, err := testq.ReservationTotalsByScope(ctx, pools[0], dbtest.ReservationTotalsByScopeParams{ScopeType: "model", ScopeKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,5 +250,5 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 		t.Errorf("admitted %d of %d while refusing: more than the bound of %g sat in blocks", admitted, limit, bound)
 	}
 	assertBooksBalance(t, pools[0], "model", key)
-	assertDoctorOK(t, limiters[0])
+	assertDoctorOK(t, pools[0])
 }

@@ -113,11 +113,11 @@ func TestEveryFlowAtOnce(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			if _, err := ls[0].Recover(ctx); err != nil {
+			if _, err := ratelimit.NewMaintenance(pools[0]).Recover(ctx); err != nil {
 				sweepErrs <- fmt.Errorf("Recover: %w", err)
 				return
 			}
-			if _, err := ls[1].Prune(ctx, time.Hour); err != nil {
+			if _, err := ratelimit.NewMaintenance(pools[1]).Prune(ctx, time.Hour); err != nil {
 				sweepErrs <- fmt.Errorf("Prune: %w", err)
 				return
 			}
@@ -140,11 +140,14 @@ func TestEveryFlowAtOnce(t *testing.T) {
 	}
 
 	// The abandoned tasks' leases lapse; then recovery gives everything back.
-	time.Sleep(2500 * time.Millisecond)
-	if _, err := ls[2].Recover(ctx); err != nil {
+	var clock testClock
+	clock.pass(time.Now().Add(2500 * time.Millisecond))
+	_, later := clocked(pools[2], &clock)
+	if _, err := later.Recover(ctx); err != nil {
 		t.Fatalf("final Recover: %v", err)
 	}
-	if again, err := ls[3].Recover(ctx); err != nil || !again.Zero() {
+	_, second := clocked(pools[3], &clock)
+	if again, err := second.Recover(ctx); err != nil || !again.Zero() {
 		t.Fatalf("second final Recover = %v, %v; want nothing left", again, err)
 	}
 	t.Logf("every flow at once: %d finished, %d abandoned, %d refused", finished.Load(), abandoned.Load(), refused.Load())
@@ -155,5 +158,5 @@ func TestEveryFlowAtOnce(t *testing.T) {
 	if s := summary(t, pools[0]); s.TasksRunning != 0 || s.Admissions != 0 || s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 {
 		t.Errorf("state left behind: %+v", s)
 	}
-	assertDoctorOK(t, ls[0])
+	assertDoctorOK(t, pools[0])
 }

@@ -28,6 +28,7 @@ func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 		p.LimitValues = append(p.LimitValues, w.Limit.Limit)
 		p.Amounts = append(p.Amounts, w.Limit.Amount)
 	}
+	p.Now = l.opts.clock.at()
 	rows, err := l.queries.CounterCheckWindows(ctx, l.conn, p)
 	if err != nil {
 		return wrapDBError("check", err)

@@ -56,7 +56,7 @@ func TestCombinedBatchAdmitsInArrivalOrder(t *testing.T) {
 		}
 		assertBooksBalance(t, pool, "api_key", key)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 // When what a batch asks of a counter fits whole, one upsert takes it all:
@@ -149,7 +149,7 @@ func TestCombinedBatchKeepsEachAdmissionAllOrNothing(t *testing.T) {
 		t.Errorf("live leases = %d, want 2", n)
 	}
 	assertBooksBalance(t, pool, "api_key", key)
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 // Concurrent callers of several Limiters (as several gateway instances)
@@ -211,7 +211,7 @@ func TestCombiningIsExactAcrossInstances(t *testing.T) {
 	}
 	t.Logf("%d Reserve calls in %d statements (%.1f per statement)", requests, batches, float64(requests)/float64(batches))
 	assertBooksBalance(t, pools[0], "api_key", key)
-	assertDoctorOK(t, ratelimit.New(pools[0]))
+	assertDoctorOK(t, pools[0])
 }
 
 // Settlements and admissions combined in one statement: the settlements go

@@ -18,8 +18,12 @@
 //
 // Tasks (CreateTask, ClaimTask, HeartbeatTask, FinishTask) tie admissions
 // to work that a process runs, with queue_size limits enforced at creation.
-// When a process dies, Recover gives its capacity back; Prune keeps the
-// tables bounded; Doctor checks that every counter equals its ledger.
+// Housekeeping runs on a Maintenance, built from a pool (never a
+// transaction): when a process dies, Recover gives its capacity back; Prune
+// keeps the tables bounded; Doctor checks that every counter equals its
+// ledger. Nothing keeps session state, so all of it works through a
+// transaction-pooling proxy such as PgBouncer given pgx's exec mode "exec"
+// (CheckPooler tells).
 //
 // # How admission stays exact and cheap
 //

@@ -153,16 +153,17 @@ func (p Problem) String() string {
 // ProblemKind.Recoverable). It writes nothing. Full scans of
 // the counters and the reservation ledger: an operator's tool, not for a
 // hot path.
-func (l *Limiter) Doctor(ctx context.Context) (Report, error) {
-	rows, err := l.queries.DoctorCheck(ctx, l.conn, db.DoctorCheckParams{
-		MaxProblems: DoctorMaxProblems + 1, AllotmentGraceSeconds: l.opts.lostGrace.Seconds(),
+func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
+	now := m.opts.clock.at()
+	rows, err := m.queries.DoctorCheck(ctx, m.pool, db.DoctorCheckParams{
+		MaxProblems: DoctorMaxProblems + 1, AllotmentGraceSeconds: m.opts.lostGrace.Seconds(), Now: now,
 	})
 	if err != nil {
 		return Report{}, wrapDBError("doctor", err)
 	}
 	var r Report
 	if len(rows) == 0 {
-		if r.CheckedAt, err = l.queries.DoctorNow(ctx, l.conn); err != nil {
+		if r.CheckedAt, err = m.queries.DoctorNow(ctx, m.pool, now); err != nil {
 			return Report{}, wrapDBError("doctor", err)
 		}
 		return r, nil

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -21,7 +23,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	type damage struct {
 		// corrupt breaks a fresh database and returns the one problem the
 		// doctor must report.
-		corrupt func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) ratelimit.Problem
+		corrupt func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool) ratelimit.Problem
 		// repaired is what Recover gives back afterwards; zero when recovery
 		// cannot repair this kind (the problem must then remain).
 		repaired ratelimit.RecoveryResult
@@ -37,7 +39,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	}
 	finishBehindTheBack := func(t *testing.T, conn db.DBTX, taskID string) {
 		t.Helper()
-		n, err := queries.OpsTaskCorruptStatus(ctx, conn, db.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, taskID), Status: ratelimit.TaskFailed})
+		n, err := testq.OpsTaskCorruptStatus(ctx, conn, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, taskID), Status: ratelimit.TaskFailed})
 		if err != nil || n != 1 {
 			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
 		}
@@ -50,12 +52,12 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	}
 
 	cases := map[ratelimit.ProblemKind]damage{
-		ratelimit.ProblemCounterReserved: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemCounterReserved: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			corruptCounter(t, conn, g.Reservations[0], 5, 0)
 			return counterProblem(ratelimit.ProblemCounterReserved, g.Reservations[0], 500, 505)
 		}},
-		ratelimit.ProblemCounterUsed: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemCounterUsed: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 300}); err != nil {
 				t.Fatalf("Commit: %v", err)
@@ -63,10 +65,10 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			corruptCounter(t, conn, g.Reservations[0], 0, -100)
 			return counterProblem(ratelimit.ProblemCounterUsed, g.Reservations[0], 300, 200)
 		}},
-		ratelimit.ProblemReservationWithoutCounter: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemReservationWithoutCounter: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			r := g.Reservations[0]
-			n, err := queries.OpsCounterCorruptDelete(ctx, conn, db.OpsCounterCorruptDeleteParams{ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric})
+			n, err := testq.OpsCounterCorruptDelete(ctx, conn, dbtest.OpsCounterCorruptDeleteParams{ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric})
 			if err != nil || n != 1 {
 				t.Fatalf("OpsCounterCorruptDelete = %d, %v", n, err)
 			}
@@ -74,10 +76,10 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.RowID = r.ID
 			return p
 		}},
-		ratelimit.ProblemReservationLifeCycle: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemReservationLifeCycle: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			r := g.Reservations[0]
-			n, err := queries.OpsReservationCorruptFinalized(ctx, conn, mustUUID(t, r.ID))
+			n, err := testq.OpsReservationCorruptFinalized(ctx, conn, mustUUID(t, r.ID))
 			if err != nil || n != 1 {
 				t.Fatalf("OpsReservationCorruptFinalized = %d, %v", n, err)
 			}
@@ -85,7 +87,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.RowID = r.ID
 			return p
 		}},
-		ratelimit.ProblemReservationOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemReservationOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l)
 			g := reserve(t, l, task.ID, window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			finishBehindTheBack(t, conn, task.ID)
@@ -93,7 +95,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.TaskID, p.TaskStatus, p.RowID = task.ID, ratelimit.TaskFailed, g.Reservations[0].ID
 			return p
 		}, repaired: ratelimit.RecoveryResult{ReleasedRateReservations: 1}},
-		ratelimit.ProblemLeaseOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemLeaseOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l)
 			g := reserve(t, l, task.ID, concurrent("model", "m", 3))
 			finishBehindTheBack(t, conn, task.ID)
@@ -102,7 +104,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				TaskID: task.ID, TaskStatus: ratelimit.TaskFailed, RowID: g.Leases[0].ID, Expected: 0, Actual: 1,
 			}
 		}, repaired: ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1}},
-		ratelimit.ProblemAdmissionOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemAdmissionOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			task := createAsync(t, l, queueLimit("q", 5))
 			finishBehindTheBack(t, conn, task.ID)
 			return ratelimit.Problem{
@@ -110,7 +112,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				TaskID: task.ID, TaskStatus: ratelimit.TaskFailed, Expected: 0, Actual: 1,
 			}
 		}, repaired: ratelimit.RecoveryResult{CleanedTaskAdmissions: 1}},
-		ratelimit.ProblemAttemptOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, conn *pgxpool.Pool) ratelimit.Problem {
+		ratelimit.ProblemAttemptOfFinishedTask: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			createAsync(t, l)
 			task := claim(t, l, "w", time.Hour)
 			finishBehindTheBack(t, conn, task.ID)
@@ -119,14 +121,14 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				RowID: task.AttemptID, Expected: 0, Actual: 1,
 			}
 		}, repaired: ratelimit.RecoveryResult{FailedAttempts: 1}},
-		ratelimit.ProblemReservationOfFinishedAttempt: {corrupt: func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) ratelimit.Problem {
-			task, g := reserveBehindRecovery(t, l, pool, []ratelimit.Limit{window("api_key", "k", ratelimit.MetricTokens, 1000, 500)})
+		ratelimit.ProblemReservationOfFinishedAttempt: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool) ratelimit.Problem {
+			task, g := reserveBehindRecovery(t, l, m, clock, pool, []ratelimit.Limit{window("api_key", "k", ratelimit.MetricTokens, 1000, 500)})
 			p := counterProblem(ratelimit.ProblemReservationOfFinishedAttempt, g.Reservations[0], 0, 500)
 			p.TaskID, p.TaskStatus, p.RowID, p.AttemptID = task.ID, ratelimit.TaskQueued, g.Reservations[0].ID, task.AttemptID
 			return p
 		}, repaired: ratelimit.RecoveryResult{ReleasedRateReservations: 1}},
-		ratelimit.ProblemLeaseOfFinishedAttempt: {corrupt: func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) ratelimit.Problem {
-			task, g := reserveBehindRecovery(t, l, pool, []ratelimit.Limit{concurrent("model", "m", 3)})
+		ratelimit.ProblemLeaseOfFinishedAttempt: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool) ratelimit.Problem {
+			task, g := reserveBehindRecovery(t, l, m, clock, pool, []ratelimit.Limit{concurrent("model", "m", 3)})
 			return ratelimit.Problem{
 				Kind: ratelimit.ProblemLeaseOfFinishedAttempt, ScopeType: "model", ScopeKey: "m", Metric: ratelimit.MetricConcurrent,
 				TaskID: task.ID, TaskStatus: ratelimit.TaskQueued, RowID: g.Leases[0].ID, AttemptID: task.AttemptID, Expected: 0, Actual: 1,
@@ -136,11 +138,13 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 	for kind, tc := range cases {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
-			l, pool := setup(t)
-			assertDoctorOK(t, l)
-			want := tc.corrupt(t, l, pool)
+			pool := pgtest.NewPool(t)
+			var clock testClock
+			l, m := clocked(pool, &clock)
+			assertDoctorOK(t, pool)
+			want := tc.corrupt(t, l, m, &clock, pool)
 
-			report, err := l.Doctor(ctx)
+			report, err := m.Doctor(ctx)
 			if err != nil {
 				t.Fatalf("Doctor: %v", err)
 			}
@@ -157,8 +161,8 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 				t.Fatalf("%s.Recoverable() = %v, but Recover repairs %+v", kind, kind.Recoverable(), tc.repaired)
 			}
 
-			recoverOnce(t, l, tc.repaired)
-			after, err := l.Doctor(ctx)
+			recoverOnce(t, m, tc.repaired)
+			after, err := m.Doctor(ctx)
 			if err != nil {
 				t.Fatalf("Doctor after Recover: %v", err)
 			}
@@ -175,7 +179,7 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 
 func corruptCounter(t *testing.T, conn db.DBTX, r ratelimit.Reservation, reserved, used float64) {
 	t.Helper()
-	n, err := queries.OpsCounterCorruptAdd(context.Background(), conn, db.OpsCounterCorruptAddParams{
+	n, err := testq.OpsCounterCorruptAdd(context.Background(), conn, dbtest.OpsCounterCorruptAddParams{
 		ScopeType: r.ScopeType, ScopeKey: r.ScopeKey, Metric: r.Metric, ReservedDelta: reserved, UsedDelta: used,
 	})
 	if err != nil || n != 1 {

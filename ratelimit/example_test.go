@@ -115,3 +115,39 @@ func ExampleExceededError() {
 	// 200 retry after at most a day: false
 	// 429 retry after at most a day: true
 }
+
+// Housekeeping, from one of your services on a schedule (or `pgadmit recover --every 30s` and a
+// daily `pgadmit prune`): check that the pool suits its connection pooler, give back what dead
+// processes hold, keep the tables bounded, and check the books.
+func ExampleMaintenance() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // behind PgBouncer: add default_query_exec_mode=exec
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
+		log.Fatal(err) // a *PoolerError says what to change in the connection string
+	}
+	maint := ratelimit.NewMaintenance(pool, ratelimit.WithTaskRetention(7*24*time.Hour))
+
+	recovered, err := maint.Recover(ctx) // single flight: Skipped when another process runs it
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("recovered anything:", !recovered.Zero())
+	pruned, err := maint.Prune(ctx, 24*time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("finished tasks deleted:", pruned.Tasks)
+	report, err := maint.Doctor(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(report)
+	// Output:
+	// recovered anything: false
+	// finished tasks deleted: 0
+	// doctor: the books balance
+}

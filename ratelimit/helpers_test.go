@@ -10,11 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-var queries = db.New()
+var (
+	queries = db.New()
+	testq   = dbtest.New() // test-only statements: fault injection, fixtures, summaries
+)
 
 // setup returns a Limiter on a fresh database, and the pool under it.
 func setup(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool) {
@@ -39,9 +43,9 @@ func concurrent(scopeType, key string, limit float64) ratelimit.Limit {
 }
 
 // rowCounts reads how many rows each table holds.
-func rowCounts(t *testing.T, conn db.DBTX) db.TableRowCountsRow {
+func rowCounts(t *testing.T, conn db.DBTX) dbtest.TableRowCountsRow {
 	t.Helper()
-	counts, err := queries.TableRowCounts(context.Background(), conn)
+	counts, err := testq.TableRowCounts(context.Background(), conn)
 	if err != nil {
 		t.Fatalf("TableRowCounts: %v", err)
 	}
@@ -61,7 +65,7 @@ func counterRows(t *testing.T, conn db.DBTX, scopeType, key string) []db.Counter
 // liveLeases reads how many live leases a scope holds.
 func liveLeases(t *testing.T, conn db.DBTX, scopeType, key string) int64 {
 	t.Helper()
-	row, err := queries.LeaseLiveByScope(context.Background(), conn, db.LeaseLiveByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	row, err := testq.LeaseLiveByScope(context.Background(), conn, dbtest.LeaseLiveByScopeParams{ScopeType: scopeType, ScopeKey: key})
 	if err != nil {
 		t.Fatalf("LeaseLiveByScope: %v", err)
 	}
@@ -73,7 +77,7 @@ func liveLeases(t *testing.T, conn db.DBTX, scopeType, key string) int64 {
 // amounts and what returned allotments charged.
 func assertBooksBalance(t *testing.T, conn db.DBTX, scopeType, key string) {
 	t.Helper()
-	totals, err := queries.ReservationTotalsByScope(context.Background(), conn, db.ReservationTotalsByScopeParams{ScopeType: scopeType, ScopeKey: key})
+	totals, err := testq.ReservationTotalsByScope(context.Background(), conn, dbtest.ReservationTotalsByScopeParams{ScopeType: scopeType, ScopeKey: key})
 	if err != nil {
 		t.Fatalf("ReservationTotalsByScope: %v", err)
 	}
@@ -82,15 +86,11 @@ func assertBooksBalance(t *testing.T, conn db.DBTX, scopeType, key string) {
 		seconds int32
 		start   time.Time
 	}
-	want := map[windowKey]db.ReservationTotalsByScopeRow{}
+	want := map[windowKey]dbtest.ReservationTotalsByScopeRow{}
 	for _, row := range totals {
 		want[windowKey{row.Metric, row.WindowSeconds, row.WindowStart.UTC()}] = row
 	}
-	blocks, err := queries.AllotmentListByScope(context.Background(), conn, db.AllotmentListByScopeParams{ScopeType: scopeType, ScopeKey: key})
-	if err != nil {
-		t.Fatalf("AllotmentListByScope: %v", err)
-	}
-	for _, b := range blocks {
+	for _, b := range allotments(t, conn, scopeType, key) {
 		k := windowKey{b.Metric, b.WindowSeconds, b.WindowStart.UTC()}
 		w := want[k]
 		if b.ReturnedAt == nil {

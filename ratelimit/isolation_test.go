@@ -96,7 +96,7 @@ func TestRenewCannotReviveACountedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := queries.TableRowCounts(ctx, tx); err != nil { // start the transaction's clock
+	if _, err := testq.TableRowCounts(ctx, tx); err != nil { // start the transaction's clock
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)

@@ -42,7 +42,7 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 	queue(b, func(r db.DBTX) { _ = l.queries.LeaseLockScopes(ctx, r, db.LeaseLockScopesParams{LeaseIds: ids}) })
 	var rows []db.LeaseRenewRow
 	queueRows(b, &rows, func(r db.DBTX) {
-		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls})
+		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls, Now: l.opts.clock.at()})
 	})
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return nil, wrapDBError("renew leases", err)
@@ -69,10 +69,14 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 }
 
 // ReleaseLeases ends leases early and returns how many it released; leases
-// already released are skipped (idempotent). One round trip.
+// already released are skipped (idempotent). reason is recorded on each,
+// and validated as Release's is. One round trip.
 func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason string) (int, error) {
 	ids, err := parseIDs("Leases.ID", leaseIDStrings(leases))
 	if err != nil {
+		return 0, err
+	}
+	if err := validateReason(reason); err != nil {
 		return 0, err
 	}
 	if len(ids) == 0 {
@@ -81,7 +85,9 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	if err := l.enter("ReleaseLeases", phaseRows, phaseRows); err != nil {
 		return 0, err
 	}
-	rows, err := l.queries.AdmissionSettle(ctx, l.conn, releaseLeaseIDs(ids, reason))
+	p := releaseLeaseIDs(ids, reason)
+	p.Now = l.opts.clock.at()
+	rows, err := l.queries.AdmissionSettle(ctx, l.conn, p)
 	if err != nil {
 		return 0, wrapDBError("release leases", err)
 	}

@@ -65,8 +65,9 @@ func New(conn Executor, opts ...Option) *Limiter {
 // scopes, then queue scopes, then rows — for example Reserve then
 // CreateTask, but not Reserve twice or CreateTask then Reserve; an operation
 // out of order is refused with a *LockOrderError before it runs, since it
-// could deadlock with other transactions. Recover and Prune run their own
-// transactions and are not available here.
+// could deadlock with other transactions. Housekeeping (Recover, Prune,
+// Doctor) is not a Limiter's: it runs its own transactions, on a
+// Maintenance built from a pool.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c := *l
 	c.conn = tx
@@ -81,41 +82,15 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 type Option func(*options)
 
 type options struct {
-	recoveryBatchSize int
-	maxRequeues       int
-	pruneBatchSize    int
-	pruneEvents       bool
-	combineBatch      int // 0: no combining
-	combineInFlight   int
-	allot             AllotmentOptions
-	lostGrace         time.Duration
+	combineBatch    int // 0: no combining
+	combineInFlight int
+	allot           AllotmentOptions
+	clock           clock
+	lockPrefix      int32
 }
 
 func defaultOptions() options {
-	return options{
-		recoveryBatchSize: 500,
-		maxRequeues:       5,
-		pruneBatchSize:    5000,
-		combineBatch:      DefaultCombineBatch,
-		combineInFlight:   DefaultCombineInFlight,
-		lostGrace:         DefaultLostAllotmentGrace,
-	}
-}
-
-// DefaultLostAllotmentGrace is the default of WithLostAllotmentGrace.
-const DefaultLostAllotmentGrace = 5 * time.Second
-
-// WithLostAllotmentGrace sets when Recover (and Doctor) take an allotment
-// for lost: once its window ended, and its holder last reported, this long
-// ago (default 5s; a live holder returns its blocks at their window's end
-// and reports every second while requests admitted from them are in
-// flight).
-func WithLostAllotmentGrace(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.lostGrace = d
-		}
-	}
+	return options{combineBatch: DefaultCombineBatch, combineInFlight: DefaultCombineInFlight}
 }
 
 // Defaults of WithCombining.
@@ -125,11 +100,11 @@ const (
 )
 
 // WithCombining sets how concurrent calls of this Limiter are combined
-// (combining is on by default): Reserve calls that arrive while
-// maxInFlight combined calls are running wait and go together, at most
-// maxBatch in one statement and one transaction; so do Commit and Release
-// calls. Each caller still gets its own Grant, Settlement or error; a
-// caller alone is sent at once. Values below 1 mean 1.
+// (combining is on by default): Reserve, Commit and Release calls that
+// arrive while maxInFlight combined statements are running wait and go
+// together, at most maxBatch in one statement and one transaction. Each
+// caller still gets its own Grant, Settlement or error; a caller alone is
+// sent at once. Values below 1 mean 1.
 func WithCombining(maxBatch, maxInFlight int) Option {
 	return func(o *options) {
 		o.combineBatch = min(max(maxBatch, 1), math.MaxInt32)
@@ -143,34 +118,21 @@ func WithoutCombining() Option {
 	return func(o *options) { o.combineBatch = 0 }
 }
 
-// WithRecoveryBatchSize sets how many rows one recovery transaction handles
-// at most (default 500); Recover loops until nothing is left.
-func WithRecoveryBatchSize(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.recoveryBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
-		}
-	}
-}
-
-// WithMaxRequeues sets how many times recovery requeues an async task whose
-// execution lease expired before it fails the task for good (default 5).
-func WithMaxRequeues(n int) Option {
-	return func(o *options) {
-		if n >= 0 {
-			o.maxRequeues = min(n, math.MaxInt32) // compared with an int4
-		}
-	}
-}
-
-// WithPruneBatchSize sets how many rows one prune statement deletes at most
-// (default 5000); Prune loops until nothing is left.
-func WithPruneBatchSize(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.pruneBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
-		}
-	}
+// WithAdvisoryLockPrefix makes the advisory locks that serialize task
+// creation on a queue scope use keys with prefix in their upper 32 bits
+// and a hash of the scope in the lower 32, as River's AdvisoryLockPrefix
+// does: advisory locks share one 64-bit key space per database, so a host
+// application can keep its own keys apart from pgadmit's by giving pgadmit
+// a prefix of its own. 0, the default, keeps pgadmit's 64-bit hashed keys.
+// Every process creating tasks in one database must use the same prefix,
+// or queue_size limits are no longer exact.
+//
+// The advisory locks of concurrency scopes are taken inside the function
+// pgadmit_reserve (and by RenewLeases, which must match them) and keep
+// their 64-bit hashed keys ('pgadmit/concurrent/...') whatever the prefix.
+// Maintenance and migrations take no advisory locks: they use lease rows.
+func WithAdvisoryLockPrefix(prefix int32) Option {
+	return func(o *options) { o.lockPrefix = prefix }
 }
 
 // Defaults applied when a Limit leaves them zero.

@@ -203,7 +203,7 @@ func runProcesses(t *testing.T, local bool) {
 	}
 
 	// The dead process's blocks come back once their window is over.
-	l := ratelimit.New(pool, ratelimit.WithLostAllotmentGrace(500*time.Millisecond))
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(500*time.Millisecond))
 	var recovered ratelimit.RecoveryResult
 	if local {
 		blocks := allotments(t, pool, "api_key", key)
@@ -217,7 +217,7 @@ func runProcesses(t *testing.T, local bool) {
 			t.Fatalf("the killed process held no open block (%d blocks in all)", len(blocks))
 		}
 		waitPast(t, pool, lastEnd.Add(time.Second+100*time.Millisecond)) // its window's end, plus the grace and a report period
-		recovered, err = l.Recover(context.Background())
+		recovered, err = m.Recover(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +235,7 @@ func runProcesses(t *testing.T, local bool) {
 	}
 	t.Logf("per window (survivors): %v; peak live slots %d; recovered %s", perWindow, peak.Load(), recovered)
 	assertBooksBalance(t, pool, "api_key", key)
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 // runChild runs one gateway process; a victim is SIGKILLed as soon as it

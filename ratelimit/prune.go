@@ -10,18 +10,15 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// WithPruneEvents makes Prune also delete the events of tasks that finished
-// before its cutoff (default false: events are the tasks' history, which
-// some gateways keep longer than the books).
-func WithPruneEvents(on bool) Option {
-	return func(o *options) { o.pruneEvents = on }
-}
-
 // PruneResult counts the rows one Prune call deleted.
 type PruneResult struct {
 	// Cutoff is now() - olderThan on the database's clock: only what ended
 	// before it was deleted.
 	Cutoff time.Time
+	// TaskCutoff is now() - the task retention: tasks that finished before
+	// it were deleted. Zero when finished tasks are kept
+	// (WithTaskRetention(-1)).
+	TaskCutoff time.Time
 	// ReleasedStaleReservations: reservations still open in windows that
 	// ended before the cutoff, released (reason window_ended) so that their
 	// window can go. Their caller never settled them: no task (nothing for
@@ -39,18 +36,36 @@ type PruneResult struct {
 	// Allotments: returned blocks of Local limits whose window ended before
 	// the cutoff and whose counter row is gone.
 	Allotments int64
-	// Events: events of tasks finished before the cutoff (WithPruneEvents).
+	// Events: events of tasks finished before the cutoff (WithPruneEvents);
+	// the events deleted with their tasks are not counted here.
 	Events int64
+	// Tasks: tasks that finished before the task cutoff, deleted with their
+	// attempts, events and queue admissions.
+	Tasks int64
+	// Skipped is true when another process held the prune lease: this call
+	// did nothing (the other one is doing the work).
+	Skipped bool
 }
 
 // String summarizes what was deleted, for logs and the CLI.
 func (r PruneResult) String() string {
-	return fmt.Sprintf("pruned before %s: released %d stale reservations; deleted %d counter windows, %d reservations, %d allotments, %d leases, %d events",
-		r.Cutoff.UTC().Format(time.RFC3339), r.ReleasedStaleReservations, r.Counters, r.Reservations, r.Allotments, r.Leases, r.Events)
+	if r.Skipped {
+		return "prune skipped: another process holds the prune lease"
+	}
+	tasks := "finished tasks kept"
+	if !r.TaskCutoff.IsZero() {
+		tasks = fmt.Sprintf("%d tasks finished before %s", r.Tasks, r.TaskCutoff.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("pruned before %s: released %d stale reservations; deleted %d counter windows, %d reservations, %d allotments, %d leases, %d events, %s",
+		r.Cutoff.UTC().Format(time.RFC3339), r.ReleasedStaleReservations, r.Counters, r.Reservations, r.Allotments, r.Leases, r.Events, tasks)
 }
 
 // reasonWindowEnded is recorded on the reservations Prune releases.
 const reasonWindowEnded = "window_ended"
+
+// cursorPruneEvents names Prune's walk over finished tasks whose events it
+// deletes, in gateway_maintenance_cursors.
+const cursorPruneEvents = "prune/events"
 
 // epoch is the lower bound of the first page of a keyset walk: nothing in
 // the tables is older.
@@ -58,77 +73,124 @@ var epoch = time.Unix(0, 0).UTC()
 
 // Prune deletes history that ended more than olderThan ago (olderThan > 0),
 // on the database's clock, in batches of WithPruneBatchSize rows, each its
-// own short transaction: first it releases reservations still open in
-// windows that ended before the cutoff (nobody settled them; their window no
-// longer admits anything), then deletes counter windows, finished
-// reservations, released or expired leases and (WithPruneEvents) events of
-// long-finished tasks. It never touches live state: a window is kept while
-// an open reservation draws on it, and a finished reservation is kept as
-// long as its counter row exists, so every remaining counter still equals
-// the sum of its reservations (Doctor stays clean). Tasks and attempts are
-// not deleted. Not available on a Limiter bound to a transaction
-// (ErrOwnTransactions).
-func (l *Limiter) Prune(ctx context.Context, olderThan time.Duration) (PruneResult, error) {
+// own short statement: first it releases reservations still open in
+// windows that ended before the cutoff (nobody settled them; their window
+// no longer admits anything), then deletes counter windows, finished
+// reservations, released or expired leases, (WithPruneEvents) events of
+// tasks finished before the cutoff, and tasks that finished longer ago than
+// the task retention (WithTaskRetention, default 7 days) with their
+// attempts, events and queue admissions. It never touches live state: a
+// window is kept while an open reservation draws on it, and a finished
+// reservation as long as its counter row exists, so every remaining counter
+// still equals the sum of its reservations (Doctor stays clean); the
+// ledger rows of a deleted task stay, with no task.
+//
+// Each run starts where work is left: deleted rows leave the indexes the
+// next batch reads, and the walk over finished tasks whose events go
+// resumes from the position the previous run saved. Single flight like
+// Recover: while another process holds the prune lease the call returns at
+// once with Skipped set.
+func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res PruneResult, err error) {
 	if olderThan <= 0 {
 		return PruneResult{}, &ValidationError{Field: "olderThan", Value: olderThan, Reason: "must be positive"}
 	}
-	if err := l.ownTransactions(); err != nil {
-		return PruneResult{}, err
+	q, conn, now := m.queries, m.pool, m.opts.clock.at() // both cutoffs from one instant
+	cutoffOf := func(d time.Duration) (time.Time, error) {
+		return q.PruneCutoff(ctx, conn, db.PruneCutoffParams{OlderThanSeconds: d.Seconds(), Now: now})
 	}
-	cutoff, err := l.queries.PruneCutoff(ctx, l.conn, olderThan.Seconds())
-	if err != nil {
+	if res.Cutoff, err = cutoffOf(olderThan); err != nil {
 		return PruneResult{}, wrapDBError("prune: cutoff", err)
 	}
-	res := PruneResult{Cutoff: cutoff}
-	batch := int32(l.opts.pruneBatchSize) // clamped to int4 by its option
-	conn := l.conn
+	if m.opts.taskRetention > 0 {
+		if res.TaskCutoff, err = cutoffOf(m.opts.taskRetention); err != nil {
+			return PruneResult{}, wrapDBError("prune: task cutoff", err)
+		}
+	}
+	lease, err := m.takeLease(ctx, jobPrune)
+	if err != nil {
+		return PruneResult{}, wrapDBError("prune: take the prune lease", err)
+	}
+	if lease == nil {
+		return PruneResult{Skipped: true}, nil
+	}
+	defer func() {
+		if rerr := lease.release(ctx); rerr != nil && err == nil {
+			err = wrapDBError("prune", rerr)
+		}
+	}()
 
-	staleReservations := func(ctx context.Context, r db.DBTX, batch int32) ([]pgtype.UUID, error) {
-		return l.queries.PruneReservationFindStale(ctx, r, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: batch})
+	cutoff, batch := res.Cutoff, int32(m.opts.pruneBatchSize) // clamped to int4 by its option
+	reservationsAfter := db.PruneReservationsParams{Cutoff: cutoff, AfterWindowStart: epoch, AfterID: pgtype.UUID{Valid: true}}
+	steps := []step{
+		{"release stale reservations", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
+			return q.PruneReservationFindStale(ctx, conn, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: n})
+		}, reasonWindowEnded, &res.ReleasedStaleReservations)},
+		{"counters", rowsStep(batch, func(n int32) (int64, error) {
+			return q.PruneCounters(ctx, conn, db.PruneCountersParams{Cutoff: cutoff, BatchSize: n})
+		}, &res.Counters)},
+		// A keyset walk: finished rows whose counter remains are passed over.
+		{"reservations", keysetStep(batch, func(n int32) (int32, error) {
+			reservationsAfter.BatchSize = n
+			row, err := q.PruneReservations(ctx, conn, reservationsAfter)
+			if err != nil {
+				return 0, err
+			}
+			res.Reservations += int64(row.Deleted)
+			reservationsAfter.AfterWindowStart, reservationsAfter.AfterID = row.LastWindowStart, row.LastID
+			return row.Scanned, nil
+		})},
+		{"released leases", rowsStep(batch, func(n int32) (int64, error) {
+			return q.PruneLeasesReleased(ctx, conn, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: n})
+		}, &res.Leases)},
+		{"expired leases", rowsStep(batch, func(n int32) (int64, error) {
+			return q.PruneLeasesExpired(ctx, conn, db.PruneLeasesExpiredParams{Cutoff: cutoff, BatchSize: n})
+		}, &res.Leases)},
+		{"allotments", rowsStep(batch, func(n int32) (int64, error) {
+			return q.PruneAllotments(ctx, conn, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: n})
+		}, &res.Allotments)},
 	}
-	counters := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
-		return l.queries.PruneCounters(ctx, r, db.PruneCountersParams{Cutoff: cutoff, BatchSize: batch})
+	if m.opts.pruneEvents {
+		events, err := m.eventsStep(ctx, cutoff, batch, &res.Events)
+		if err != nil {
+			return res, err
+		}
+		steps = append(steps, events)
 	}
-	releasedLeases := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
-		return l.queries.PruneLeasesReleased(ctx, r, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: batch})
+	if m.opts.taskRetention > 0 {
+		taskCutoff := res.TaskCutoff
+		steps = append(steps, step{"tasks", rowsStep(batch, func(n int32) (int64, error) {
+			return q.PruneTasks(ctx, conn, db.PruneTasksParams{Cutoff: taskCutoff, BatchSize: n})
+		}, &res.Tasks)})
 	}
-	allotments := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
-		return l.queries.PruneAllotments(ctx, r, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
+	return res, runSteps(ctx, "prune", lease, steps)
+}
+
+// eventsStep walks the tasks finished before cutoff from the position the
+// last run saved, deleting their events page by page and saving the
+// position after each page, so that no run walks the same tasks again.
+func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch int32, count *int64) (step, error) {
+	pos, err := m.queries.MaintenanceCursorGet(ctx, m.pool, cursorPruneEvents)
+	if err != nil {
+		return step{}, wrapDBError("prune: events position", err)
 	}
-	expiredLeases := func(ctx context.Context, r db.DBTX, batch int32) (int64, error) {
-		return l.queries.PruneLeasesExpired(ctx, r, db.PruneLeasesExpiredParams{Cutoff: cutoff, BatchSize: batch})
-	}
-	afterAt, afterID := epoch, pgtype.UUID{Valid: true}
-	reservations := func() (bool, error) { // a keyset walk: finished rows whose counter remains are passed over
-		row, err := l.queries.PruneReservations(ctx, conn, db.PruneReservationsParams{
-			Cutoff: cutoff, AfterWindowStart: afterAt, AfterID: afterID, BatchSize: batch,
+	after := db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: pos.PositionAt, AfterID: pos.PositionID}
+	return step{"events", keysetStep(batch, func(n int32) (int32, error) {
+		after.BatchSize = n
+		row, err := m.queries.PruneEvents(ctx, m.pool, after)
+		if err != nil {
+			return 0, err
+		}
+		*count += int64(row.Deleted)
+		if row.Scanned == 0 {
+			return 0, nil
+		}
+		after.AfterFinishedAt, after.AfterID = row.LastFinishedAt, row.LastID
+		err = m.queries.MaintenanceCursorSet(ctx, m.pool, db.MaintenanceCursorSetParams{
+			Name: cursorPruneEvents, PositionAt: row.LastFinishedAt, PositionID: row.LastID, Now: m.opts.clock.at(),
 		})
 		if err != nil {
-			return false, err
+			return 0, fmt.Errorf("save the events position: %w", err)
 		}
-		res.Reservations += int64(row.Deleted)
-		afterAt, afterID = row.LastWindowStart, row.LastID
-		return row.Scanned == batch, nil
-	}
-	steps := []step{
-		{"release stale reservations", l.releaseStep(ctx, conn, batch, staleReservations, reasonWindowEnded, &res.ReleasedStaleReservations)},
-		{"counters", rowsStep(ctx, conn, batch, counters, &res.Counters)},
-		{"reservations", reservations},
-		{"allotments", rowsStep(ctx, conn, batch, allotments, &res.Allotments)},
-		{"released leases", rowsStep(ctx, conn, batch, releasedLeases, &res.Leases)},
-		{"expired leases", rowsStep(ctx, conn, batch, expiredLeases, &res.Leases)},
-	}
-	if l.opts.pruneEvents {
-		after := epoch
-		steps = append(steps, step{"events", func() (bool, error) {
-			row, err := l.queries.PruneEvents(ctx, conn, db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: after, BatchSize: batch})
-			if err != nil {
-				return false, err
-			}
-			res.Events += int64(row.Deleted)
-			after = row.LastFinishedAt
-			return row.Deleted == batch, nil
-		}})
-	}
-	return res, runSteps(ctx, "prune", steps)
+		return row.Scanned, nil
+	})}, nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -16,14 +16,15 @@ import (
 // TestPruneDeletesHistoryNeverLiveState builds, within a second, history
 // that ends quickly (1 s windows, 1 s leases, a finished task, a reservation
 // nobody settles in a 1 s window) next to live state (a window that lasts a
-// year, a live lease, a running task), waits for the database clock to pass
-// the history's end by the retention, and prunes in batches of one row.
+// year, a live lease, a running task), moves the clock past the history's
+// end by the retention, and prunes in batches of one row.
 func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, ratelimit.WithPruneBatchSize(1))
-	withEvents := ratelimit.New(pool, ratelimit.WithPruneBatchSize(1), ratelimit.WithPruneEvents(true))
+	var clock testClock
+	l, m := clocked(pool, &clock, ratelimit.WithPruneBatchSize(1))
+	_, withEvents := clocked(pool, &clock, ratelimit.WithPruneBatchSize(1), ratelimit.WithPruneEvents(true))
 	reserve := func(taskID string, limits ...ratelimit.Limit) ratelimit.Grant {
 		t.Helper()
 		g, err := l.Reserve(ctx, taskID, "", limits)
@@ -93,10 +94,10 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	const retention = time.Second
 	historyEnds := latest(a.Reservations[0].ResetAt, a.Leases[0].ExpiresAt, b1.Leases[0].ExpiresAt, b1.Reservations[0].ResetAt,
 		c.Reservations[0].ResetAt, finished.Task.FinishedAt)
-	waitPast(t, pool, historyEnds.Add(retention))
+	clock.pass(historyEnds.Add(retention))
 
-	ignoreCutoff := cmpopts.IgnoreFields(ratelimit.PruneResult{}, "Cutoff")
-	got, err := l.Prune(ctx, retention)
+	ignoreCutoff := cmpopts.IgnoreFields(ratelimit.PruneResult{}, "Cutoff", "TaskCutoff")
+	got, err := m.Prune(ctx, retention)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}
@@ -116,7 +117,7 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	}
 
 	// Events go only when asked for.
-	waitPast(t, pool, got.Cutoff.Add(retention+retention+100*time.Millisecond))
+	clock.pass(got.Cutoff.Add(retention + retention + 100*time.Millisecond))
 	got, err = withEvents.Prune(ctx, retention)
 	if err != nil {
 		t.Fatalf("Prune(WithPruneEvents): %v", err)
@@ -132,12 +133,12 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	// Live state is whole: the yearly window and its committed reservation,
 	// the live lease, the running task's event; and the books still balance.
 	after := rowCounts(t, pool)
-	wantRows := db.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 1, Reservations: 1, Leases: 1}
+	wantRows := dbtest.TableRowCountsRow{Tasks: 2, Attempts: 2, Events: 1, Counters: 1, Reservations: 1, Leases: 1}
 	if diff := cmp.Diff(wantRows, after); diff != "" {
 		t.Fatalf("rows after prune (-want +got):\n%s", diff)
 	}
 	if s := summary(t, pool); s.ReservationsOpen != 0 || s.LeasesLive != 1 || s.CountersReserved != 0 || s.CountersUsed != 7 {
 		t.Fatalf("live state after prune = %+v", s)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }

@@ -2,45 +2,13 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 )
-
-// ErrOwnTransactions is returned by Recover and Prune on a Limiter bound to a
-// caller's transaction (WithTx, or New over a pgx.Tx): they commit work in
-// many short transactions of their own, and Recover holds a session lock.
-var ErrOwnTransactions = errors.New("ratelimit: Recover and Prune run their own short transactions; call them on a Limiter over a pool or connection, not a transaction")
-
-// ErrNoSession is matched (errors.Is) by every *SessionError.
-var ErrNoSession = errors.New("ratelimit: Recover needs one connection for its whole run")
-
-// SessionError refuses Recover on a Limiter whose Executor cannot give it
-// one connection for the whole run. Recover holds a session advisory lock
-// (single flight) and must unlock it on the connection that took it; an
-// Executor that sends each statement to whichever pooled connection is free
-// would lock on one and unlock on another, leaving the lock held and every
-// later recovery skipped. Recover accepts a *pgxpool.Pool, a *pgxpool.Conn,
-// a *pgx.Conn, or any type with an Acquire(ctx) (*pgxpool.Conn, error)
-// method (a wrapper around a pool). Nothing was run.
-type SessionError struct {
-	// Executor is the Go type of the refused Executor, as %T prints it.
-	Executor string
-}
-
-// Error names the refused type and what would be accepted.
-func (e *SessionError) Error() string {
-	return fmt.Sprintf("ratelimit: Recover cannot pin one connection on a %s: use a *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn, or a type with Acquire(ctx) (*pgxpool.Conn, error)", e.Executor)
-}
-
-// Is makes errors.Is(err, ErrNoSession) true.
-func (e *SessionError) Is(target error) bool { return target == ErrNoSession }
 
 // Reasons recorded on what recovery releases.
 const (
@@ -78,7 +46,7 @@ type RecoveryResult struct {
 	// window ended and their holder stopped reporting), returned charging
 	// the holder's last report.
 	ReturnedAllotments int64
-	// Skipped is true when another process held the recovery lock: this
+	// Skipped is true when another process held the recover lease: this
 	// call did nothing (the other one is doing the work).
 	Skipped bool
 }
@@ -92,7 +60,7 @@ func (r RecoveryResult) Zero() bool {
 // String summarizes what was given back, for logs and the CLI.
 func (r RecoveryResult) String() string {
 	if r.Skipped {
-		return "recovery skipped: another process holds the recovery lock"
+		return "recovery skipped: another process holds the recover lease"
 	}
 	return fmt.Sprintf("released %d leases and %d reservations; failed %d attempts; requeued %d async tasks; failed %d sync and %d poison tasks; cleaned %d admissions; returned %d lost allotments",
 		r.ReleasedConcurrencyLeases, r.ReleasedRateReservations, r.FailedAttempts, r.RequeuedAsyncTasks,
@@ -125,92 +93,98 @@ func (r RecoveryResult) String() string {
 // recovery never holds locks long and can be interrupted at any point. It
 // is idempotent: a second run finds nothing and returns zeros.
 //
-// Single flight across processes: Recover holds a session advisory lock on
-// one connection for the whole run; a concurrent call from another process
-// or pool returns at once with Skipped set, zero counts and no error. The
-// Limiter's Executor must be able to give it that one connection: a
-// *pgxpool.Pool or any type with an Acquire(ctx) (*pgxpool.Conn, error)
-// method (the connection is acquired for the run), or a *pgxpool.Conn or
-// *pgx.Conn (used as is, and left open); anything else is a *SessionError.
+// Single flight across processes: a run holds the recover lease (a row of
+// gateway_maintenance_leases, renewed as the run goes, see
+// WithMaintenanceLeaseTTL); a call while another process holds it returns
+// at once with Skipped set, zero counts and no error. No session state is
+// involved, so this holds through a transaction-pooling proxy too. A run
+// that could not renew its lease in time stops with ErrMaintenanceLeaseLost.
 //
 // Reservations and leases taken without a task id (taskID "") are not
 // recovery's, unless they name an attempt that is over (step 6): their
 // leases lapse at expiry, their reservations must be settled by the caller
-// (they stop mattering when their window ends). Not available on a Limiter bound to a transaction
-// (ErrOwnTransactions).
-func (l *Limiter) Recover(ctx context.Context) (res RecoveryResult, err error) {
-	conn, done, err := l.session(ctx)
+// (they stop mattering when their window ends, and Prune releases them).
+func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err error) {
+	lease, err := m.takeLease(ctx, jobRecover)
 	if err != nil {
-		return RecoveryResult{}, err
+		return RecoveryResult{}, wrapDBError("recover: take the recover lease", err)
 	}
-	acquired, err := l.queries.RecoveryLockTry(ctx, conn)
-	if err != nil {
-		done(true)
-		return RecoveryResult{}, wrapDBError("recover: lock", err)
-	}
-	if !acquired {
-		done(false)
+	if lease == nil {
 		return RecoveryResult{Skipped: true}, nil
 	}
 	defer func() {
-		// Unlock even when ctx was cancelled; a connection that cannot
-		// unlock is closed, which releases the lock with the session.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		released, uerr := l.queries.RecoveryUnlock(uctx, conn)
-		if uerr == nil && !released {
-			uerr = errors.New("the recovery lock was not held")
-		}
-		done(uerr != nil)
-		if uerr != nil && err == nil {
-			err = wrapDBError("recover: unlock", uerr)
+		if rerr := lease.release(ctx); rerr != nil && err == nil {
+			err = wrapDBError("recover", rerr)
 		}
 	}()
 
-	batch := int32(l.opts.recoveryBatchSize) // clamped to int4 by its option
-	err = runSteps(ctx, "recover", []step{
-		{"reclaim expired tasks", func() (bool, error) { return l.recoverExpiredTasks(ctx, conn, batch, &res) }},
-		{"release reservations of finished tasks", l.releaseStep(ctx, conn, batch,
-			l.queries.RecoveryReservationFindForFinishedTasks, reasonTaskFinished, &res.ReleasedRateReservations)},
-		{"release expired leases", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseExpired, &res.ReleasedConcurrencyLeases)},
-		{"release leases of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedTasks, &res.ReleasedConcurrencyLeases)},
-		{"fail attempts of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAttemptFailForFinishedTasks, &res.FailedAttempts)},
-		{"release reservations of finished attempts", l.releaseStep(ctx, conn, batch,
-			l.queries.RecoveryReservationFindForFinishedAttempts, reasonAttemptFinished, &res.ReleasedRateReservations)},
-		{"release leases of finished attempts", rowsStep(ctx, conn, batch, l.queries.RecoveryLeaseReleaseForFinishedAttempts, &res.ReleasedConcurrencyLeases)},
-		{"delete admissions of finished tasks", rowsStep(ctx, conn, batch, l.queries.RecoveryAdmissionDeleteForFinishedTasks, &res.CleanedTaskAdmissions)},
-		{"return lost allotments", l.returnLostAllotments(ctx, conn, batch, &res.ReturnedAllotments)},
+	q, conn, batch, now := m.queries, m.pool, int32(m.opts.recoveryBatchSize), m.opts.clock.at
+	var admissionsAfter db.RecoveryAdmissionDeleteForFinishedTasksParams
+	admissionsAfter.AfterTaskID = pgtype.UUID{Valid: true} // the nil UUID: before every task
+	err = runSteps(ctx, "recover", lease, []step{
+		{"reclaim expired tasks", func() (bool, error) { return m.recoverExpiredTasks(ctx, batch, &res) }},
+		{"release reservations of finished tasks", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
+			return q.RecoveryReservationFindForFinishedTasks(ctx, conn, n)
+		}, reasonTaskFinished, &res.ReleasedRateReservations)},
+		{"release expired leases", rowsStep(batch, func(n int32) (int64, error) {
+			return q.RecoveryLeaseReleaseExpired(ctx, conn, db.RecoveryLeaseReleaseExpiredParams{BatchSize: n, Now: now()})
+		}, &res.ReleasedConcurrencyLeases)},
+		{"release leases of finished tasks", rowsStep(batch, func(n int32) (int64, error) {
+			return q.RecoveryLeaseReleaseForFinishedTasks(ctx, conn, db.RecoveryLeaseReleaseForFinishedTasksParams{BatchSize: n, Now: now()})
+		}, &res.ReleasedConcurrencyLeases)},
+		{"fail attempts of finished tasks", rowsStep(batch, func(n int32) (int64, error) {
+			return q.RecoveryAttemptFailForFinishedTasks(ctx, conn, db.RecoveryAttemptFailForFinishedTasksParams{BatchSize: n, Now: now()})
+		}, &res.FailedAttempts)},
+		{"release reservations of finished attempts", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
+			return q.RecoveryReservationFindForFinishedAttempts(ctx, conn, n)
+		}, reasonAttemptFinished, &res.ReleasedRateReservations)},
+		{"release leases of finished attempts", rowsStep(batch, func(n int32) (int64, error) {
+			return q.RecoveryLeaseReleaseForFinishedAttempts(ctx, conn, db.RecoveryLeaseReleaseForFinishedAttemptsParams{BatchSize: n, Now: now()})
+		}, &res.ReleasedConcurrencyLeases)},
+		{"delete admissions of finished tasks", keysetStep(batch, func(n int32) (int32, error) {
+			admissionsAfter.BatchSize = n
+			row, err := q.RecoveryAdmissionDeleteForFinishedTasks(ctx, conn, admissionsAfter)
+			if err != nil {
+				return 0, err
+			}
+			res.CleanedTaskAdmissions += int64(row.Deleted)
+			admissionsAfter.AfterTaskID, admissionsAfter.AfterScopeType, admissionsAfter.AfterScopeKey = row.LastTaskID, row.LastScopeType, row.LastScopeKey
+			return row.Scanned, nil
+		})},
+		{"return lost allotments", m.returnLostAllotments(ctx, batch, &res.ReturnedAllotments)},
 	})
 	return res, err
 }
 
 // returnLostAllotments returns, per batch, the blocks of holders that died,
 // charging each holder's last report of what it admitted.
-func (l *Limiter) returnLostAllotments(ctx context.Context, conn Executor, batch int32, count *int64) func() (bool, error) {
+func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, count *int64) func() (bool, error) {
 	return func() (bool, error) {
-		lost, err := l.queries.RecoveryAllotmentFindLost(ctx, conn, db.RecoveryAllotmentFindLostParams{
-			GraceSeconds: l.opts.lostGrace.Seconds(), BatchSize: batch,
+		lost, err := m.queries.RecoveryAllotmentFindLost(ctx, m.pool, db.RecoveryAllotmentFindLostParams{
+			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: batch, Now: m.opts.clock.at(),
 		})
 		if err != nil || len(lost) == 0 {
 			return false, err
 		}
-		p := db.AllotmentReturnParams{}
+		p := db.AllotmentReturnParams{Now: m.opts.clock.at()}
 		for _, a := range lost {
 			p.Ids = append(p.Ids, a.ID)
 			p.Used = append(p.Used, a.Consumed)
 			p.Reasons = append(p.Reasons, reasonHolderLost)
 		}
-		rows, err := l.queries.AllotmentReturn(ctx, conn, p)
+		rows, err := m.queries.AllotmentReturn(ctx, m.pool, p)
 		if err != nil {
 			return false, err
 		}
-		n := 0
+		var n int64
 		for _, r := range rows {
 			if r.Returned {
 				n++
 			}
 		}
-		*count += int64(n)
+		*count += n
+		// A full batch of which nothing was returned means others returned
+		// those blocks meanwhile: stop rather than spin.
 		return len(lost) == int(batch) && n > 0, nil
 	}
 }
@@ -220,14 +194,15 @@ func (l *Limiter) returnLostAllotments(ctx context.Context, conn Executor, batch
 // reservations, reclaim the tasks (requeue or fail, with attempts, leases,
 // admissions and events), then release the reservations of the tasks it
 // reclaimed.
-func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch int32, res *RecoveryResult) (bool, error) {
-	tx, err := conn.Begin(ctx)
+func (m *Maintenance) recoverExpiredTasks(ctx context.Context, batch int32, res *RecoveryResult) (bool, error) {
+	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 
-	found, err := l.queries.RecoveryTaskFindExpired(ctx, tx, batch)
+	now := m.opts.clock.at()
+	found, err := m.queries.RecoveryTaskFindExpired(ctx, tx, db.RecoveryTaskFindExpiredParams{BatchSize: batch, Now: now})
 	if err != nil || len(found) == 0 {
 		return false, err
 	}
@@ -244,11 +219,11 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 
 	b := &pgx.Batch{}
 	if len(rids) > 0 {
-		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
+		queue(b, func(r db.DBTX) { _ = m.queries.CounterLockForReservations(ctx, r, rids) })
 	}
 	var reclaimed []db.RecoveryTaskReclaimRow
 	queueRows(b, &reclaimed, func(r db.DBTX) {
-		_, _ = l.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(l.opts.maxRequeues)})
+		_, _ = m.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(m.opts.maxRequeues), Now: now})
 	})
 	if err := runBatch(ctx, tx, b); err != nil {
 		return false, err
@@ -268,8 +243,9 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	}
 	var settled []db.AdmissionSettleRow
 	if len(release) > 0 {
-		settled, err = l.queries.AdmissionSettle(ctx, tx,
-			releaseIDs(release, reasonExecutionLeaseExpired))
+		p := releaseIDs(release, reasonExecutionLeaseExpired)
+		p.Now = now
+		settled, err = m.queries.AdmissionSettle(ctx, tx, p)
 		if err != nil {
 			return false, err
 		}
@@ -296,43 +272,4 @@ func (l *Limiter) recoverExpiredTasks(ctx context.Context, conn Executor, batch 
 	// could be reclaimed means other processes changed those tasks under
 	// us: stop rather than spin; the next run takes what is left.
 	return len(found) == int(batch) && len(reclaimed) > 0, nil
-}
-
-// session returns one connection to run a whole recovery on (it holds the
-// session lock, and must unlock it on the same connection), and a function
-// that gives it back; broken closes a connection Recover acquired. A
-// connection the caller handed in is the session itself and stays the
-// caller's: it is neither released nor closed.
-func (l *Limiter) session(ctx context.Context) (Executor, func(broken bool), error) {
-	if err := l.ownTransactions(); err != nil {
-		return nil, nil, err
-	}
-	switch c := l.conn.(type) {
-	case interface {
-		Acquire(context.Context) (*pgxpool.Conn, error)
-	}: // *pgxpool.Pool, or a wrapper around one
-		pc, err := c.Acquire(ctx)
-		if err != nil {
-			return nil, nil, wrapDBError("recover: acquire connection", err)
-		}
-		return pc, func(broken bool) {
-			if broken {
-				_ = pc.Hijack().Close(context.Background())
-				return
-			}
-			pc.Release()
-		}, nil
-	case *pgxpool.Conn, *pgx.Conn:
-		return c, func(bool) {}, nil
-	default:
-		return nil, nil, &SessionError{Executor: fmt.Sprintf("%T", l.conn)}
-	}
-}
-
-// ownTransactions refuses a Limiter bound to a transaction.
-func (l *Limiter) ownTransactions() error {
-	if _, isTx := l.conn.(pgx.Tx); l.inTx || isTx {
-		return ErrOwnTransactions
-	}
-	return nil
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -243,7 +243,7 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	// transaction) when it notices the closed sockets; a statement in flight
 	// may still commit until then.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n, err := queries.OpsBackendCountByApplication(ctx, pool, crashChildApp)
+		n, err := testq.OpsBackendCountByApplication(ctx, pool, crashChildApp)
 		if err != nil {
 			t.Fatalf("OpsBackendCountByApplication: %v", err)
 		}
@@ -261,7 +261,7 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	waitPast(t, pool, latest(ready.LeasesEnd, hb.LeaseExpiresAt))
 	waitedUntil := time.Now()
 	atDeath := summary(t, pool)
-	wantAtDeath := db.OpsStateSummaryRow{
+	wantAtDeath := dbtest.OpsStateSummaryRow{
 		TasksQueued:      crashAsyncTasks - crashClaimed,
 		TasksRunning:     crashClaimed - 4 + crashSyncTasks + 1, // async 3,5,6,7; sync 0-2; heartbeated
 		TasksSucceeded:   3,
@@ -281,7 +281,8 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	}
 
 	recoverStarted := time.Now()
-	got, err := l.Recover(ctx)
+	m := ratelimit.NewMaintenance(pool)
+	got, err := m.Recover(ctx)
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
@@ -300,7 +301,7 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	t.Logf("Recover after SIGKILL (took %s): %s", recoverTook.Round(time.Microsecond), got)
 
 	after := summary(t, pool)
-	wantAfter := db.OpsStateSummaryRow{
+	wantAfter := dbtest.OpsStateSummaryRow{
 		TasksQueued:           crashAsyncTasks - crashClaimed + 4,
 		TasksSucceeded:        3,
 		TasksFailed:           1 + 4,
@@ -312,11 +313,11 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	if diff := cmp.Diff(wantAfter, after); diff != "" {
 		t.Fatalf("state after recovery (-want +got):\n%s", diff)
 	}
-	totals, err := queries.OpsUsedByScopeMetric(ctx, pool)
+	totals, err := testq.OpsUsedByScopeMetric(ctx, pool)
 	if err != nil {
 		t.Fatalf("OpsUsedByScopeMetric: %v", err)
 	}
-	wantTotals := []db.OpsUsedByScopeMetricRow{
+	wantTotals := []dbtest.OpsUsedByScopeMetricRow{
 		{ScopeType: "api_key", ScopeKey: "crash", Metric: ratelimit.MetricRequests, UsedValue: 5},
 		{ScopeType: "api_key", ScopeKey: "crash", Metric: ratelimit.MetricTokens, UsedValue: 3*321 + 123 + 200},
 	}
@@ -326,8 +327,8 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	if hbAfter := getTask(t, l, hb.ID); hbAfter.Status != ratelimit.TaskFailed || hbAfter.ErrorCode != ratelimit.ErrorCodeServerRestarted {
 		t.Fatalf("heartbeated task after recovery = %+v", hbAfter)
 	}
-	assertDoctorOK(t, l)
-	recoverOnce(t, l, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, pool)
+	recoverOnce(t, m, ratelimit.RecoveryResult{})
 	t.Logf("crash test: at death %d running tasks, %d open reservations (%g reserved), %d unreleased leases, %d admissions; "+
 		"after Recover: 0 running, 0 open, 0 reserved, used %g, %d admissions (all of queued tasks); waited %s for leases to expire",
 		atDeath.TasksRunning, atDeath.ReservationsOpen, atDeath.CountersReserved, atDeath.LeasesUnreleased, atDeath.Admissions,

@@ -42,7 +42,7 @@ func assertTerminated(t *testing.T, what string, err error) {
 // terminate kills the backend pid from another session.
 func terminate(t *testing.T, conn db.DBTX, pid int32) {
 	t.Helper()
-	ok, err := queries.OpsTerminateBackend(context.Background(), conn, pid)
+	ok, err := testq.OpsTerminateBackend(context.Background(), conn, pid)
 	if err != nil || !ok {
 		t.Fatalf("OpsTerminateBackend(%d) = %v, %v", pid, ok, err)
 	}
@@ -57,7 +57,7 @@ func beginWithPid(t *testing.T, pool *pgxpool.Pool) (pgx.Tx, int32) {
 		t.Fatalf("Begin: %v", err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	pid, err := queries.OpsBackendPid(ctx, tx)
+	pid, err := testq.OpsBackendPid(ctx, tx)
 	if err != nil {
 		t.Fatalf("OpsBackendPid: %v", err)
 	}
@@ -68,7 +68,8 @@ func TestFaultTerminatedBeforeCommitOfCallersAdmission(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pools := pgtest.NewPools(t, 2)
-	l := ratelimit.New(pools[0])
+	var clock testClock
+	l, m := clocked(pools[0], &clock)
 	key := uniqueKey("k")
 	task := startSync(t, l, time.Second, queueLimit("q", 10))
 	before := rowCounts(t, pools[1])
@@ -89,21 +90,22 @@ func TestFaultTerminatedBeforeCommitOfCallersAdmission(t *testing.T) {
 	if diff := cmp.Diff(before, rowCounts(t, pools[1])); diff != "" {
 		t.Fatalf("a terminated admission left rows (-before +after):\n%s", diff)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pools[1])
 	// The pool replaces the dead connection; admission works at once.
 	if _, err := l.Reserve(ctx, task.ID, task.AttemptID, faultLimits(key)); err != nil {
 		t.Fatalf("Reserve after the fault: %v", err)
 	}
-	waitPast(t, pools[1], task.LeaseExpiresAt)
-	recoverOnce(t, l, ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, ReleasedRateReservations: 2, FailedAttempts: 1, FailedTasks: 1, CleanedTaskAdmissions: 1})
-	assertDoctorOK(t, l)
+	clock.pass(task.LeaseExpiresAt)
+	recoverOnce(t, m, ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, ReleasedRateReservations: 2, FailedAttempts: 1, FailedTasks: 1, CleanedTaskAdmissions: 1})
+	assertDoctorOK(t, pools[1])
 }
 
 func TestFaultTerminatedBeforeCommitOfCallersSettlement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pools := pgtest.NewPools(t, 2)
-	l := ratelimit.New(pools[0])
+	var clock testClock
+	l, m := clocked(pools[0], &clock)
 	key := uniqueKey("k")
 	task := startSync(t, l, time.Second, queueLimit("q", 10))
 	grant, err := l.Reserve(ctx, task.ID, task.AttemptID, faultLimits(key))
@@ -128,14 +130,14 @@ func TestFaultTerminatedBeforeCommitOfCallersSettlement(t *testing.T) {
 	if diff := cmp.Diff(before, summary(t, pools[1])); diff != "" {
 		t.Fatalf("a terminated settlement changed the books (-before +after):\n%s", diff)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pools[1])
 	// The process is gone with it: recovery releases what the task held.
-	waitPast(t, pools[1], task.LeaseExpiresAt)
-	recoverOnce(t, l, ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, ReleasedRateReservations: 2, FailedAttempts: 1, FailedTasks: 1, CleanedTaskAdmissions: 1})
+	clock.pass(task.LeaseExpiresAt)
+	recoverOnce(t, m, ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, ReleasedRateReservations: 2, FailedAttempts: 1, FailedTasks: 1, CleanedTaskAdmissions: 1})
 	if s := summary(t, pools[1]); s.CountersReserved != 0 || s.CountersUsed != 0 || s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 {
 		t.Fatalf("after recovery = %+v", s)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pools[1])
 }
 
 // TestFaultTerminatedWhileBlocked terminates each operation's own
@@ -184,7 +186,7 @@ func TestFaultTerminatedWhileBlocked(t *testing.T) {
 			go func() { done <- run(ctx, l, task, grant) }()
 			var pid int32
 			for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
-				waiting, err := queries.OpsBackendsWaitingOnLock(ctx, pools[2])
+				waiting, err := testq.OpsBackendsWaitingOnLock(ctx, pools[2])
 				if err != nil {
 					t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
 				}
@@ -206,13 +208,13 @@ func TestFaultTerminatedWhileBlocked(t *testing.T) {
 			if diff := cmp.Diff(before, summary(t, pools[2])); diff != "" {
 				t.Fatalf("a terminated %s changed the books (-before +after):\n%s", name, diff)
 			}
-			assertDoctorOK(t, l)
+			assertDoctorOK(t, pools[1])
 
 			// Retrying on a fresh connection completes the operation.
 			if err := run(ctx, l, task, grant); err != nil {
 				t.Fatalf("%s retried: %v", name, err)
 			}
-			assertDoctorOK(t, l)
+			assertDoctorOK(t, pools[1])
 		})
 	}
 }

@@ -8,16 +8,18 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // recoverOnce runs Recover and compares its result with want.
-func recoverOnce(t *testing.T, l *ratelimit.Limiter, want ratelimit.RecoveryResult) {
+func recoverOnce(t *testing.T, m *ratelimit.Maintenance, want ratelimit.RecoveryResult) {
 	t.Helper()
-	got, err := l.Recover(context.Background())
+	got, err := m.Recover(context.Background())
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
@@ -39,7 +41,9 @@ func latest(times ...time.Time) time.Time {
 func TestRecoverReclaimsExpiredTasks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, pool := setup(t)
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
 	key := uniqueKey("k")
 	q := queueLimit("q", 10)
 	limits := func(leaseTTL time.Duration) []ratelimit.Limit {
@@ -79,8 +83,8 @@ func TestRecoverReclaimsExpiredTasks(t *testing.T) {
 		t.Fatalf("Reserve(task-less): %v", err)
 	}
 
-	waitPast(t, pool, latest(a.LeaseExpiresAt, s.LeaseExpiresAt, loose.Leases[0].ExpiresAt))
-	recoverOnce(t, l, ratelimit.RecoveryResult{
+	clock.pass(latest(a.LeaseExpiresAt, s.LeaseExpiresAt, loose.Leases[0].ExpiresAt))
+	recoverOnce(t, m, ratelimit.RecoveryResult{
 		ReleasedConcurrencyLeases: 3, // A's and S's (execution lease expired) + the task-less expired one
 		ReleasedRateReservations:  4, // A's two and S's two
 		FailedAttempts:            2,
@@ -88,7 +92,7 @@ func TestRecoverReclaimsExpiredTasks(t *testing.T) {
 		RequeuedAsyncTasks:        1, // A
 		CleanedTaskAdmissions:     1, // S's; A keeps its queue place
 	})
-	recoverOnce(t, l, ratelimit.RecoveryResult{}) // idempotent
+	recoverOnce(t, m, ratelimit.RecoveryResult{}) // idempotent
 
 	gotA := getTask(t, l, a.ID)
 	if gotA.Status != ratelimit.TaskQueued || gotA.RequeueCount != 1 || gotA.ExecutionToken != "" || gotA.Worker != "" || !gotA.FinishedAt.IsZero() {
@@ -122,7 +126,7 @@ func TestRecoverReclaimsExpiredTasks(t *testing.T) {
 
 	// Only B's and the task-less reservations still hold capacity.
 	sum := summary(t, pool)
-	want := db.OpsStateSummaryRow{
+	want := dbtest.OpsStateSummaryRow{
 		TasksQueued: 2, TasksRunning: 1, TasksFailed: 1, AttemptsRunning: 1, Admissions: 3,
 		ReservationsOpen: 4, ReservationsReleased: 4, LeasesUnreleased: 1, LeasesLive: 1,
 		CountersReserved: 2 * (1 + 500),
@@ -130,7 +134,7 @@ func TestRecoverReclaimsExpiredTasks(t *testing.T) {
 	if diff := cmp.Diff(want, sum); diff != "" {
 		t.Fatalf("state after recovery (-want +got):\n%s", diff)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 
 	// A runs again, as attempt 2, with a new token.
 	again := claim(t, l, "new-worker", time.Minute)
@@ -143,7 +147,8 @@ func TestRecoverFailsPoisonTaskAfterCap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, ratelimit.WithMaxRequeues(2))
+	var clock testClock
+	l, m := clocked(pool, &clock, ratelimit.WithMaxRequeues(2))
 	key := uniqueKey("k")
 	task := createAsync(t, l, queueLimit("q", 1))
 
@@ -156,12 +161,12 @@ func TestRecoverFailsPoisonTaskAfterCap(t *testing.T) {
 		if _, err := l.Reserve(ctx, claimed.ID, claimed.AttemptID, []ratelimit.Limit{concurrent("model", key, 1)}); err != nil {
 			t.Fatalf("cycle %d Reserve: %v", cycle, err)
 		}
-		waitPast(t, pool, claimed.LeaseExpiresAt)
+		clock.pass(claimed.LeaseExpiresAt)
 		want := ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, FailedAttempts: 1, RequeuedAsyncTasks: 1}
 		if cycle == 3 {
 			want = ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, FailedAttempts: 1, FailedPoisonTasks: 1, CleanedTaskAdmissions: 1}
 		}
-		recoverOnce(t, l, want)
+		recoverOnce(t, m, want)
 	}
 	if _, err := l.ClaimTask(ctx, "w", 0); !errors.Is(err, ratelimit.ErrNoTask) {
 		t.Fatalf("ClaimTask after the cap: %v, want ErrNoTask (the poison task is not requeued)", err)
@@ -184,40 +189,47 @@ func TestRecoverFailsPoisonTaskAfterCap(t *testing.T) {
 	}
 	// Its queue place is free again, and the books balance.
 	createAsync(t, l, queueLimit("q", 1))
-	recoverOnce(t, l, ratelimit.RecoveryResult{})
-	assertDoctorOK(t, l)
+	recoverOnce(t, m, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, pool)
 
 	// With a cap of zero, the first expiry is final.
-	strict := ratelimit.New(pool, ratelimit.WithMaxRequeues(0))
-	doomed := claim(t, strict, "w", time.Second)
-	waitPast(t, pool, doomed.LeaseExpiresAt)
+	_, strict := clocked(pool, &clock, ratelimit.WithMaxRequeues(0))
+	doomed := claim(t, l, "w", time.Second)
+	clock.pass(doomed.LeaseExpiresAt)
 	recoverOnce(t, strict, ratelimit.RecoveryResult{FailedAttempts: 1, FailedPoisonTasks: 1, CleanedTaskAdmissions: 1})
 }
 
-func TestRecoverSkipsWhileAnotherProcessRecovers(t *testing.T) {
+func TestRecoverSkipsWhileAnotherProcessHoldsTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, pool := setup(t)
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
 	task := startSync(t, l, time.Second)
-	waitPast(t, pool, task.LeaseExpiresAt)
+	clock.pass(task.LeaseExpiresAt)
 
-	// Another process is recovering: it holds the recovery lock.
-	other, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
+	// Another process is recovering: it holds the recover lease for 60 s.
+	held, err := queries.MaintenanceLeaseTake(ctx, pool, db.MaintenanceLeaseTakeParams{
+		Name: "recover", Holder: "other-process", TtlSeconds: 60, Now: ptr(clock.now()),
+	})
+	if err != nil || !held.Acquired {
+		t.Fatalf("MaintenanceLeaseTake = %+v, %v", held, err)
 	}
-	defer other.Release()
-	if ok, err := queries.RecoveryLockTry(ctx, other); err != nil || !ok {
-		t.Fatalf("RecoveryLockTry = %v, %v", ok, err)
-	}
-	recoverOnce(t, l, ratelimit.RecoveryResult{Skipped: true})
+	recoverOnce(t, m, ratelimit.RecoveryResult{Skipped: true})
 	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskRunning {
 		t.Fatalf("a skipped recovery changed the task: %+v", got)
 	}
-	if ok, err := queries.RecoveryUnlock(ctx, other); err != nil || !ok {
-		t.Fatalf("RecoveryUnlock = %v, %v", ok, err)
+	// The other process dies without giving the lease up: once it expires,
+	// recovery takes the job over, and gives the lease up when done.
+	clock.pass(held.ExpiresAt)
+	recoverOnce(t, m, ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
+	if leases := maintenanceLeases(t, pool); len(leases) != 0 {
+		t.Fatalf("leases after recovery: %v, want none", leases)
 	}
-	recoverOnce(t, l, ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
+	// A holder that gave its lease up cannot renew it.
+	if _, err := queries.MaintenanceLeaseRenew(ctx, pool, db.MaintenanceLeaseRenewParams{Name: "recover", Holder: "other-process", TtlSeconds: 60}); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("renewing a lease taken over = %v, want no row", err)
+	}
 }
 
 func TestRecoverRaceBetweenTwoPools(t *testing.T) {
@@ -225,7 +237,8 @@ func TestRecoverRaceBetweenTwoPools(t *testing.T) {
 	ctx := context.Background()
 	pools := pgtest.NewPools(t, 2)
 	key := uniqueKey("k")
-	setupL := ratelimit.New(pools[0])
+	var clock testClock
+	setupL, _ := clocked(pools[0], &clock)
 	const tasks = 60
 	var expiry time.Time
 	for range tasks {
@@ -235,7 +248,7 @@ func TestRecoverRaceBetweenTwoPools(t *testing.T) {
 		}
 		expiry = latest(expiry, task.LeaseExpiresAt)
 	}
-	waitPast(t, pools[0], expiry)
+	clock.pass(expiry)
 
 	var results [2]ratelimit.RecoveryResult
 	var errs [2]error
@@ -243,9 +256,9 @@ func TestRecoverRaceBetweenTwoPools(t *testing.T) {
 	start := make(chan struct{})
 	for i := range 2 {
 		wg.Go(func() {
-			l := ratelimit.New(pools[i], ratelimit.WithRecoveryBatchSize(5))
+			_, m := clocked(pools[i], &clock, ratelimit.WithRecoveryBatchSize(5))
 			<-start
-			results[i], errs[i] = l.Recover(ctx)
+			results[i], errs[i] = m.Recover(ctx)
 		})
 	}
 	close(start)
@@ -267,7 +280,7 @@ func TestRecoverRaceBetweenTwoPools(t *testing.T) {
 		t.Fatalf("the working recovery (-want +got):\n%s", diff)
 	}
 	t.Logf("racing recoveries: one did %s; the other returned zeros (skipped: %v)", worker, idle.Skipped)
-	assertDoctorOK(t, setupL)
+	assertDoctorOK(t, pools[0])
 	if s := summary(t, pools[1]); s.TasksFailed != tasks || s.ReservationsOpen != 0 || s.CountersReserved != 0 || s.Admissions != 0 {
 		t.Fatalf("state after the race = %+v", s)
 	}
@@ -277,7 +290,8 @@ func TestRecoverInBoundedBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, ratelimit.WithRecoveryBatchSize(3))
+	var clock testClock
+	l, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(3))
 	key := uniqueKey("k")
 
 	// 10 async tasks whose workers die, each holding one reservation.
@@ -299,61 +313,21 @@ func TestRecoverInBoundedBatches(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}
-		if n, err := queries.OpsTaskCorruptStatus(ctx, pool, db.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, task.ID), Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
+		if n, err := testq.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, task.ID), Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
 			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
 		}
 	}
-	waitPast(t, pool, expiry)
-	recoverOnce(t, l, ratelimit.RecoveryResult{
+	clock.pass(expiry)
+	recoverOnce(t, m, ratelimit.RecoveryResult{
 		ReleasedConcurrencyLeases: 7,
 		ReleasedRateReservations:  10 + 7,
 		FailedAttempts:            10 + 7,
 		RequeuedAsyncTasks:        10,
 		CleanedTaskAdmissions:     7,
 	})
-	recoverOnce(t, l, ratelimit.RecoveryResult{})
-	assertDoctorOK(t, l)
+	recoverOnce(t, m, ratelimit.RecoveryResult{})
+	assertDoctorOK(t, pool)
 	if s := summary(t, pool); s.ReservationsOpen != 0 || s.CountersReserved != 0 || s.LeasesUnreleased != 0 || s.AttemptsRunning != 0 || s.Admissions != 0 {
 		t.Fatalf("state after recovery = %+v", s)
 	}
-}
-
-func TestRecoverAndPruneRefuseACallersTransaction(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	l, pool := setup(t)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatalf("Begin: %v", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	for name, bound := range map[string]*ratelimit.Limiter{"WithTx": l.WithTx(tx), "New(tx)": ratelimit.New(tx)} {
-		if _, err := bound.Recover(ctx); !errors.Is(err, ratelimit.ErrOwnTransactions) {
-			t.Errorf("%s: Recover = %v, want ErrOwnTransactions", name, err)
-		}
-		if _, err := bound.Prune(ctx, time.Hour); !errors.Is(err, ratelimit.ErrOwnTransactions) {
-			t.Errorf("%s: Prune = %v, want ErrOwnTransactions", name, err)
-		}
-		// The doctor only reads: fine inside a transaction.
-		if report, err := bound.Doctor(ctx); err != nil || !report.OK() {
-			t.Errorf("%s: Doctor = %v, %v", name, report, err)
-		}
-	}
-}
-
-func TestRecoverOnASingleConnection(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
-	}
-	defer conn.Release()
-	l := ratelimit.New(conn.Conn())
-	task := startSync(t, l, time.Second)
-	waitPast(t, conn, task.LeaseExpiresAt)
-	recoverOnce(t, l, ratelimit.RecoveryResult{FailedAttempts: 1, FailedTasks: 1})
-	// The session lock was given back: recovery from elsewhere is not skipped.
-	recoverOnce(t, ratelimit.New(pool), ratelimit.RecoveryResult{})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -155,7 +156,8 @@ func TestReleaseFreesTheSlotAtOnce(t *testing.T) {
 
 func TestRenewLeases(t *testing.T) {
 	t.Parallel()
-	l, _ := setup(t)
+	var clock testClock
+	l, _ := clocked(pgtest.NewPool(t), &clock)
 	ctx := context.Background()
 	short := concurrent("model", uniqueKey("model"), 5)
 	short.LeaseTTL = time.Second
@@ -169,7 +171,7 @@ func TestRenewLeases(t *testing.T) {
 	if err != nil || len(renewed) != 2 || !renewed[1].ExpiresAt.After(grant.Leases[1].ExpiresAt) {
 		t.Fatalf("RenewLeases of live leases = %+v, %v; want both renewed with a later expiry", renewed, err)
 	}
-	time.Sleep(1500 * time.Millisecond) // the 1 s lease lapses
+	clock.pass(renewed[0].ExpiresAt) // the 1 s lease lapses
 	renewed, err = l.RenewLeases(ctx, grant.Leases)
 	var lost *ratelimit.LeaseLostError
 	if !errors.Is(err, ratelimit.ErrLeaseLost) || !errors.As(err, &lost) {

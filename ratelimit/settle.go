@@ -99,8 +99,13 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 }
 
 // Release gives a grant back unused: reservations are released, leases
-// ended. reason is recorded on each. Idempotent like Commit. One round trip.
+// ended. reason is recorded on each (at most MaxReasonBytes of valid UTF-8
+// without NUL bytes; a *ValidationError otherwise, and nothing is
+// written). Idempotent like Commit. One round trip.
 func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Settlement, error) {
+	if err := validateReason(reason); err != nil {
+		return Settlement{}, err
+	}
 	return l.settle(ctx, grant, StatusReleased, reason, make([]float64, len(grant.Reservations)))
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/pgadmit/pgadmit/db"
 )
 
 // Recover and Prune work as a list of steps, each repeated in bounded
@@ -20,11 +18,15 @@ type step struct {
 }
 
 // runSteps runs every step to completion, in order, stopping at the first
-// error or when ctx is done.
-func runSteps(ctx context.Context, op string, steps []step) error {
+// error or when ctx is done. Before each batch it calls keep, which renews
+// the run's lease on its job or says it was lost.
+func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) error {
 	for _, s := range steps {
 		for more := true; more; {
 			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
+			}
+			if err := lease.keep(ctx); err != nil {
 				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
 			}
 			var err error
@@ -38,9 +40,9 @@ func runSteps(ctx context.Context, op string, steps []step) error {
 
 // rowsStep runs one bounded single-statement batch and adds the rows it
 // changed to *count; there is more to do while batches come back full.
-func rowsStep(ctx context.Context, conn Executor, batch int32, stmt func(context.Context, db.DBTX, int32) (int64, error), count *int64) func() (bool, error) {
+func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) func() (bool, error) {
 	return func() (bool, error) {
-		n, err := stmt(ctx, conn, batch)
+		n, err := stmt(batch)
 		if err != nil {
 			return false, err
 		}
@@ -52,13 +54,15 @@ func rowsStep(ctx context.Context, conn Executor, batch int32, stmt func(context
 // releaseStep releases, per batch, the open reservations that find selects
 // (reason on each), in one call of pgadmit_settle (which locks their
 // counters first, the lock order), and adds how many it released to *count.
-func (l *Limiter) releaseStep(ctx context.Context, conn Executor, batch int32, find func(context.Context, db.DBTX, int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
+func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
 	return func() (bool, error) {
-		ids, err := find(ctx, conn, batch)
+		ids, err := find(batch)
 		if err != nil || len(ids) == 0 {
 			return false, err
 		}
-		settled, err := l.queries.AdmissionSettle(ctx, conn, releaseIDs(ids, reason))
+		p := releaseIDs(ids, reason)
+		p.Now = m.opts.clock.at()
+		settled, err := m.queries.AdmissionSettle(ctx, m.pool, p)
 		if err != nil {
 			return false, err
 		}
@@ -67,5 +71,18 @@ func (l *Limiter) releaseStep(ctx context.Context, conn Executor, batch int32, f
 		// A full batch of which nothing could be released means others
 		// settled those rows meanwhile: stop rather than spin.
 		return len(ids) == int(batch) && n > 0, nil
+	}
+}
+
+// keysetStep walks a table in bounded pages from the start of its key
+// order: page reads the next page after its own last position and reports
+// how many rows it read; there is more while pages come back full.
+func keysetStep(batch int32, page func(batch int32) (scanned int32, err error)) func() (bool, error) {
+	return func() (bool, error) {
+		n, err := page(batch)
+		if err != nil {
+			return false, err
+		}
+		return n == batch, nil
 	}
 }

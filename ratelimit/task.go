@@ -286,6 +286,14 @@ func jsonbEscapeProblem(b []byte) string {
 	return ""
 }
 
+// rawJSON returns the JSON text of a nullable jsonb column, nil for NULL.
+func rawJSON(s *string) json.RawMessage {
+	if s == nil {
+		return nil
+	}
+	return json.RawMessage(*s)
+}
+
 func optText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
 func deref(t *time.Time) time.Time {

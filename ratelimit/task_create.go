@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -31,6 +30,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	p.Now = l.opts.clock.at()
 	first := phaseRows // a task without queue limits only inserts new rows
 	if len(queueLimits) > 0 {
 		first = phaseQueueScopes
@@ -41,7 +41,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	b := &pgx.Batch{}
 	if len(queueLimits) > 0 {
 		queue(b, func(r db.DBTX) {
-			_ = l.queries.TaskAdmissionLockScopes(ctx, r, db.TaskAdmissionLockScopesParams{ScopeTypes: p.ScopeTypes, ScopeKeys: p.ScopeKeys})
+			_ = l.queries.TaskAdmissionLockScopes(ctx, r, db.TaskAdmissionLockScopesParams{LockPrefix: l.opts.lockPrefix, ScopeTypes: p.ScopeTypes, ScopeKeys: p.ScopeKeys})
 		})
 	}
 	var row db.TaskCreateRow
@@ -68,7 +68,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 		Status:         row.Status.String,
 		Async:          spec.Async,
 		Kind:           spec.Kind,
-		Payload:        json.RawMessage(row.Payload),
+		Payload:        rawJSON(row.Payload),
 		ExecutionToken: idString(row.ExecutionToken),
 		AttemptID:      idString(row.AttemptID),
 		LastEventSeq:   1,
@@ -93,7 +93,7 @@ func taskCreateParams(spec TaskSpec) (db.TaskCreateParams, []Limit, error) {
 	if err != nil {
 		return p, nil, err
 	}
-	p.Payload = payload
+	p.Payload = string(payload)
 	if spec.Async {
 		if spec.Worker != "" {
 			return p, nil, &ValidationError{Field: "Worker", Value: spec.Worker, Reason: "must be empty for an async task (the worker that claims it names itself)"}

@@ -35,8 +35,9 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 	if err := validateOptionalText("Event.Message", e.Message, maxMessageBytes); err != nil {
 		return Event{}, err
 	}
-	if math.IsNaN(e.Progress) || math.IsInf(e.Progress, 0) {
-		return Event{}, &ValidationError{Field: "Event.Progress", Value: e.Progress, Reason: "must be a finite number"}
+	if p := math.Abs(e.Progress); math.IsNaN(p) || math.IsInf(p, 0) || p > MaxAmount || (p > 0 && p < MinAmount) {
+		return Event{}, &ValidationError{Field: "Event.Progress", Value: e.Progress,
+			Reason: fmt.Sprintf("must be zero or a finite number of magnitude %g to %g", float64(MinAmount), float64(MaxAmount))}
 	}
 	payload, err := jsonOrEmptyObject("Event.Payload", e.Payload)
 	if err != nil {
@@ -47,7 +48,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 	}
 	row, err := l.queries.EventAppend(ctx, l.conn, db.EventAppendParams{
 		TaskID: id, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
-		Message: optText(e.Message), Payload: payload, Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
+		Message: optText(e.Message), Payload: string(payload), Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Event{}, fmt.Errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)

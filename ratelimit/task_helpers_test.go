@@ -3,12 +3,15 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -48,9 +51,9 @@ func claim(t *testing.T, l *ratelimit.Limiter, worker string, ttl time.Duration)
 }
 
 // summary reads the totals of the live state and the books.
-func summary(t *testing.T, conn db.DBTX) db.OpsStateSummaryRow {
+func summary(t *testing.T, conn db.DBTX) dbtest.OpsStateSummaryRow {
 	t.Helper()
-	s, err := queries.OpsStateSummary(context.Background(), conn)
+	s, err := testq.OpsStateSummary(context.Background(), conn)
 	if err != nil {
 		t.Fatalf("OpsStateSummary: %v", err)
 	}
@@ -60,16 +63,17 @@ func summary(t *testing.T, conn db.DBTX) db.OpsStateSummaryRow {
 // dbNow reads the database's clock.
 func dbNow(t *testing.T, conn db.DBTX) time.Time {
 	t.Helper()
-	now, err := queries.OpsNow(context.Background(), conn)
+	now, err := testq.OpsNow(context.Background(), conn)
 	if err != nil {
 		t.Fatalf("OpsNow: %v", err)
 	}
 	return now
 }
 
-// waitPast polls the database's clock until it is past at (leases and
-// windows are judged on that clock, not the test's).
-func waitPast(t *testing.T, conn db.DBTX, at time.Time) {
+// waitPast polls the database's clock until it is past at (windows are
+// judged on that clock, not the test's). Only for what the tests cannot
+// drive: Reserve decides on the database's own now().
+func waitPast(t *testing.T, conn dbtest.DBTX, at time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !dbNow(t, conn).After(at) {
@@ -78,6 +82,34 @@ func waitPast(t *testing.T, conn db.DBTX, at time.Time) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// testClock drives the statements that take an optional now: it reads the
+// real time plus an offset that only grows, so time never runs backwards
+// and what Reserve writes on the database's own clock stays in step.
+type testClock struct{ offset atomic.Int64 }
+
+func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// pass moves the clock just past at, as if the test had slept until then.
+func (c *testClock) pass(at time.Time) {
+	for {
+		cur := c.offset.Load()
+		want := int64(time.Until(at) + time.Millisecond)
+		if want <= cur || c.offset.CompareAndSwap(cur, want) {
+			return
+		}
+	}
+}
+
+// advance moves the clock d ahead of where it is.
+func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// clocked returns a Limiter and a Maintenance on pool that both read the
+// test clock c (maintenance options apply to the Maintenance).
+func clocked(pool *pgxpool.Pool, c *testClock, opts ...ratelimit.MaintenanceOption) (*ratelimit.Limiter, *ratelimit.Maintenance) {
+	opts = append([]ratelimit.MaintenanceOption{ratelimit.WithMaintenanceClock(c.now)}, opts...)
+	return ratelimit.New(pool, ratelimit.WithClock(c.now)), ratelimit.NewMaintenance(pool, opts...)
 }
 
 // eventTypes lists the types of a task's events, in order, checking that
@@ -126,10 +158,10 @@ func getTask(t *testing.T, l *ratelimit.Limiter, id string) ratelimit.Task {
 }
 
 // assertDoctorOK fails the test with the report when the books do not
-// balance.
-func assertDoctorOK(t *testing.T, l *ratelimit.Limiter) {
+// balance (judged on the database's clock).
+func assertDoctorOK(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	report, err := l.Doctor(context.Background())
+	report, err := ratelimit.NewMaintenance(pool).Doctor(context.Background())
 	if err != nil {
 		t.Fatalf("Doctor: %v", err)
 	}

@@ -57,8 +57,8 @@ func taskFromRow(r db.TaskGetRow) Task {
 		LastEventSeq: int(r.LastEventSeq), NextRunAt: r.NextRunAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 		FinishedAt: deref(r.FinishedAt),
 	}
-	if len(r.Error) > 0 {
-		t.Error = json.RawMessage(r.Error)
+	if r.Error != nil && *r.Error != "" {
+		t.Error = json.RawMessage(*r.Error)
 	}
 	return t
 }

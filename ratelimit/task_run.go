@@ -28,7 +28,7 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 	if err := l.enter("ClaimTask", phaseRows, phaseRows); err != nil {
 		return Task{}, err
 	}
-	row, err := l.queries.TaskClaimNext(ctx, l.conn, db.TaskClaimNextParams{Worker: workerID, LeaseSeconds: seconds})
+	row, err := l.queries.TaskClaimNext(ctx, l.conn, db.TaskClaimNextParams{Worker: workerID, LeaseSeconds: seconds, Now: l.opts.clock.at()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Task{}, ErrNoTask
 	}
@@ -61,7 +61,7 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 	if err := l.enter("HeartbeatTask", phaseRows, phaseRows); err != nil {
 		return time.Time{}, err
 	}
-	row, err := l.queries.TaskHeartbeat(ctx, l.conn, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds})
+	row, err := l.queries.TaskHeartbeat(ctx, l.conn, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds, Now: l.opts.clock.at()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
 	}
@@ -123,6 +123,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if err != nil {
 		return FinishResult{}, err
 	}
+	p.Now = l.opts.clock.at()
 
 	plan, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -152,7 +153,9 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	var settled []db.AdmissionSettleRow
 	if len(rids) > 0 {
 		queueRows(b, &settled, func(r db.DBTX) {
-			_, _ = l.queries.AdmissionSettle(ctx, r, releaseIDs(rids, reasonTaskFinished))
+			sp := releaseIDs(rids, reasonTaskFinished)
+			sp.Now = p.Now
+			_, _ = l.queries.AdmissionSettle(ctx, r, sp)
 		})
 	}
 	if err := runBatch(ctx, l.conn, b); err != nil {
@@ -198,7 +201,8 @@ func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error)
 		if err := validateJSON("Outcome.Error", out.Error); err != nil {
 			return p, err
 		}
-		p.Error = out.Error
+		e := string(out.Error)
+		p.Error = &e
 	}
 	p.ErrorCode = pgtype.Text{String: out.ErrorCode, Valid: out.ErrorCode != ""}
 	p.ErrorMessage = pgtype.Text{String: out.ErrorMessage, Valid: out.ErrorMessage != ""}

@@ -97,7 +97,7 @@ func TestTaskLifecycleAsync(t *testing.T) {
 	if s.TasksSucceeded != 1 || s.Admissions != 0 || s.AttemptsRunning != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0 || s.CountersUsed != 70 {
 		t.Fatalf("summary after finish = %+v", s)
 	}
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 func TestTaskSyncFinishReleasesWhatIsOpen(t *testing.T) {
@@ -147,7 +147,7 @@ func TestTaskSyncFinishReleasesWhatIsOpen(t *testing.T) {
 	}
 	// The queue place is free again.
 	startSync(t, l, 0, queueLimit("q", 1))
-	assertDoctorOK(t, l)
+	assertDoctorOK(t, pool)
 }
 
 func TestTaskCancelOutcome(t *testing.T) {
@@ -549,7 +549,7 @@ func TestAppendEventSequencesUnderConcurrency(t *testing.T) {
 	if got := getTask(t, l, task.ID); got.LastEventSeq != total {
 		t.Fatalf("last_event_seq = %d, want %d", got.LastEventSeq, total)
 	}
-	counts, err := queries.TableRowCounts(ctx, pools[1])
+	counts, err := testq.TableRowCounts(ctx, pools[1])
 	if err != nil || counts.Events != total {
 		t.Fatalf("TableRowCounts = %+v, %v; want %d events", counts, err, total)
 	}

@@ -16,8 +16,20 @@ const (
 	// MaxAmount bounds every limit, amount and actual amount: far above any
 	// real token or request count, and low enough that the sums a window
 	// accumulates stay exact and convertible to float64.
-	MaxAmount         = 1e15
-	maxScopeTextBytes = 512
+	MaxAmount = 1e15
+	// MinAmount is the smallest amount, limit or actual amount above zero
+	// (zero itself is fine). Amounts are stored as numeric, exactly as
+	// their shortest decimal form: 1e-300 would be a 300-digit number in
+	// every sum it joins. Between MinAmount and MaxAmount a float64 needs
+	// at most 25 digits after the decimal point, so every stored amount and
+	// every sum of them does too.
+	MinAmount = 1e-9
+	// MaxScopeBytes bounds a scope's Type and Key and a limit's Metric, in
+	// bytes of UTF-8.
+	MaxScopeBytes = 512
+	// MaxReasonBytes bounds the reason recorded on released reservations
+	// and leases.
+	MaxReasonBytes = 512
 )
 
 // windowLimit is a validated window-counter limit with its position in the
@@ -116,7 +128,13 @@ func validateText(field, s string) error {
 	if strings.TrimSpace(s) == "" {
 		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must not be empty"}
 	}
-	return validateOptionalText(field, s, maxScopeTextBytes)
+	return validateOptionalText(field, s, MaxScopeBytes)
+}
+
+// validateReason accepts the reason Release and ReleaseLeases record: ""
+// or valid UTF-8 without NUL bytes, at most MaxReasonBytes.
+func validateReason(reason string) error {
+	return validateOptionalText("reason", reason, MaxReasonBytes)
 }
 
 // validateOptionalText accepts "" or a valid UTF-8 string without NUL
@@ -135,7 +153,8 @@ func validateOptionalText(field, s string, maxBytes int) error {
 	return nil
 }
 
-// validateAmount accepts a finite, non-negative number up to MaxAmount.
+// validateAmount accepts zero, or a finite number from MinAmount up to
+// MaxAmount.
 func validateAmount(field string, v float64) error {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0):
@@ -144,6 +163,8 @@ func validateAmount(field string, v float64) error {
 		return &ValidationError{Field: field, Value: v, Reason: "must not be negative"}
 	case v > MaxAmount:
 		return &ValidationError{Field: field, Value: v, Reason: fmt.Sprintf("must be at most %g", float64(MaxAmount))}
+	case v > 0 && v < MinAmount:
+		return &ValidationError{Field: field, Value: v, Reason: fmt.Sprintf("must be zero or at least %g", float64(MinAmount))}
 	}
 	return nil
 }

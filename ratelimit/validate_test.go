@@ -49,6 +49,8 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"negative limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = -5 }), "Limits[1].Limit"},
 		{"huge limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = 1.7e308 }), "Limits[1].Limit"},
 		{"huge amount", "", "", with(func(l *ratelimit.Limit) { l.Amount = ratelimit.MaxAmount * 2 }), "Limits[1].Amount"},
+		{"tiny amount", "", "", with(func(l *ratelimit.Limit) { l.Amount = 1e-300 }), "Limits[1].Amount"},
+		{"tiny limit", "", "", with(func(l *ratelimit.Limit) { l.Limit = ratelimit.MinAmount / 2 }), "Limits[1].Limit"},
 		{"negative window", "", "", with(func(l *ratelimit.Limit) { l.Window = -time.Second }), "Limits[1].Window"},
 		{"fractional window", "", "", with(func(l *ratelimit.Limit) { l.Window = 1500 * time.Millisecond }), "Limits[1].Window"},
 		{"absurd window", "", "", with(func(l *ratelimit.Limit) { l.Window = 400 * 24 * time.Hour }), "Limits[1].Window"},
@@ -86,7 +88,7 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := rowCounts(t, pool)
-	for name, actual := range map[string]float64{"NaN": math.NaN(), "negative": -3, "+Inf": math.Inf(1), "huge": 1.7e308} {
+	for name, actual := range map[string]float64{"NaN": math.NaN(), "negative": -3, "+Inf": math.Inf(1), "huge": 1.7e308, "tiny": 1e-300} {
 		_, err := l.Commit(ctx, grant, map[string]float64{"tokens": actual})
 		var invalid *ratelimit.ValidationError
 		if !errors.As(err, &invalid) || invalid.Field != `actual["tokens"]` {
@@ -108,4 +110,74 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		t.Errorf("invalid settle input wrote rows (-before +after):\n%s", diff)
 	}
 	assertCounter(t, pool, "k", "tokens", 0, 10)
+}
+
+// The reason Release and ReleaseLeases record is text like any other: a NUL
+// byte, invalid UTF-8 or an oversized reason is a *ValidationError naming
+// it, before anything is sent; the grant stays open.
+func TestReleaseReasonIsValidated(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("k")
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 100, 10), concurrent("model", key, 5)})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	before := summary(t, pool)
+	for name, reason := range map[string]string{
+		"NUL":       "bad\x00reason",
+		"not UTF-8": "bad\xffreason",
+		"too long":  strings.Repeat("r", ratelimit.MaxReasonBytes+1),
+	} {
+		_, err := l.Release(ctx, grant, reason)
+		var invalid *ratelimit.ValidationError
+		if !errors.As(err, &invalid) || !errors.Is(err, ratelimit.ErrInvalidInput) || invalid.Field != "reason" {
+			t.Errorf("Release with a %s reason: err = %v, want a *ValidationError on reason", name, err)
+		}
+		_, err = l.ReleaseLeases(ctx, grant.Leases, reason)
+		if !errors.As(err, &invalid) || invalid.Field != "reason" {
+			t.Errorf("ReleaseLeases with a %s reason: err = %v, want a *ValidationError on reason", name, err)
+		}
+	}
+	if diff := cmp.Diff(before, summary(t, pool)); diff != "" {
+		t.Fatalf("refused releases changed the books (-before +after):\n%s", diff)
+	}
+	// The longest valid reason is recorded.
+	s, err := l.Release(ctx, grant, strings.Repeat("é", ratelimit.MaxReasonBytes/2))
+	if err != nil || s.LeasesReleased != 1 || !s.Reservations[0].Settled {
+		t.Fatalf("Release with a %d-byte reason = %+v, %v", ratelimit.MaxReasonBytes, s, err)
+	}
+}
+
+// Amounts are stored exactly as their shortest decimal form, so validation
+// bounds how small a non-zero amount may be: whatever is admitted and
+// committed, no stored amount or sum has more than 25 digits after the
+// decimal point (1e-300 would have had 300).
+func TestStoredAmountsHaveABoundedScale(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("k")
+	finest := ratelimit.MinAmount * 1.2345678901234567 // 17 significant digits at the smallest magnitude
+	for _, amount := range []float64{finest, ratelimit.MinAmount, 0.1, 1.0 / 3, ratelimit.MaxAmount / 3} {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "cost", ratelimit.MaxAmount, amount)})
+		if err != nil {
+			t.Fatalf("Reserve(%g): %v", amount, err)
+		}
+		if _, err := l.Commit(ctx, g, map[string]float64{"cost": amount / 7}); err != nil && !errors.Is(err, ratelimit.ErrInvalidInput) {
+			t.Fatalf("Commit(%g): %v", amount/7, err)
+		}
+	}
+	if _, err := l.AppendEvent(ctx, createAsync(t, l).ID, ratelimit.Event{Type: "x", Progress: -1e-300}); !errors.Is(err, ratelimit.ErrInvalidInput) {
+		t.Fatalf("AppendEvent with progress -1e-300: err = %v, want ErrInvalidInput", err)
+	}
+	scales, err := testq.AmountScales(ctx, pool)
+	if err != nil {
+		t.Fatalf("AmountScales: %v", err)
+	}
+	if scales.Counters > 25 || scales.Reservations > 25 || scales.Reservations < 20 {
+		t.Fatalf("stored scales = %+v, want at most 25 (and the finest amount's, over 20, kept exactly)", scales)
+	}
+	assertBooksBalance(t, pool, "api_key", key)
 }

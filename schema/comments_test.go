@@ -4,15 +4,17 @@ import (
 	"context"
 	"testing"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
 // Every table, column and index says, in a COMMENT, why it exists.
+var testq = dbtest.New()
+
 func TestEverySchemaObjectHasAComment(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	missing, err := db.New().SchemaObjectsWithoutComment(context.Background(), pool)
+	missing, err := testq.SchemaObjectsWithoutComment(context.Background(), pool)
 	if err != nil {
 		t.Fatalf("SchemaObjectsWithoutComment: %v", err)
 	}

@@ -4,8 +4,10 @@
 // through goose's Provider API only: this package never touches goose's process-wide globals
 // (its global dialect, table name, logger or Go-migration registry), which belong to the service
 // that imports pgadmit. pgadmit keeps its own version table, [VersionTable], so it never collides
-// with the service's own goose history, and serializes concurrent migrators with its own
-// session-level advisory lock, [LockID].
+// with the service's own goose history, and serializes concurrent migrators with a lock row in its
+// own lock table, [LockTable] (goose's table locker): no session state, so migrating works the
+// same through a transaction-pooling proxy such as PgBouncer, and a migrator that dies leaves a
+// lease that lapses instead of a lock held by a pooled server connection.
 //
 // A service migrates at start-up with the pgx pool it already has:
 //
@@ -18,19 +20,25 @@
 //		return fmt.Errorf("migrate pgadmit: %w", err)
 //	}
 //
-// Several instances may call [Migrate] at the same time: the advisory lock lets one apply the
-// pending migrations while the others wait, then find nothing left to do.
+// Several instances may call [Migrate] at the same time: the lock row lets one apply the pending
+// migrations while the others wait, then find nothing left to do. Every transactional migration
+// from 00004 on sets lock_timeout for its own transaction, so a migration that would queue behind
+// a long transaction (and every admission behind it) fails fast instead, with nothing applied.
 package schema
 
 import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 )
 
@@ -45,18 +53,27 @@ const (
 	// the importing service's own goose migrations in the same database.
 	VersionTable = "pgadmit_goose_version"
 
-	// LockID is the key of the PostgreSQL session-level advisory lock (the single-bigint key
-	// space of pg_advisory_lock) that serializes pgadmit migrations across processes. It is
-	// FNV-1a-64 of "pgadmit.schema.migrate" with the sign bit cleared: far outside the int4
-	// range, so it cannot collide with keys derived from hashtext(), nor with goose's default
-	// lock id (4097083626), which the importing service's own migrations may hold.
-	// Advisory locks are per database, so only migrators of the same database wait for it.
+	// LockTable is the table of goose's table locker in which pgadmit's migrators take their
+	// lock row (goose creates it on first use). It is not goose's default ("goose_lock"), so
+	// that pgadmit's migrations never wait for the service's own, nor the reverse.
+	LockTable = "pgadmit_goose_lock"
+
+	// LockID is the id of pgadmit's lock row in [LockTable]: FNV-1a-64 of
+	// "pgadmit.schema.migrate" with the sign bit cleared.
 	LockID int64 = 6660047219960615361
+
+	// LockLease is how long a migrator's lock row holds without a heartbeat (goose renews it
+	// every LockLease/6 while migrations run): a migrator that dies blocks the others this long.
+	LockLease = 30 * time.Second
 )
 
 // NewProvider returns a goose provider for pgadmit's migrations on db, configured with
-// [VersionTable], the [LockID] session locker and goose's global registry disabled. db must use
-// a PostgreSQL database/sql driver, such as pgx's "pgx" driver (github.com/jackc/pgx/v5/stdlib).
+// [VersionTable], goose's table locker on [LockTable] and goose's global registry disabled. db
+// must use a PostgreSQL database/sql driver, such as pgx's "pgx" driver
+// (github.com/jackc/pgx/v5/stdlib).
+//
+// The locker waits for another migrator's lock row for as long as the context allows (and at
+// most 5 minutes), and gives its own up within 5 seconds, also when the context is done.
 //
 // opts are appended to pgadmit's own options, for instance goose.WithVerbose or goose.WithSlog
 // for a CLI; options that set the table name, store or locker conflict with pgadmit's and make
@@ -64,18 +81,24 @@ const (
 //
 // Closing the provider closes db.
 func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresSessionLocker(
-		lock.WithLockID(LockID),
-		// Poll every second (goose's default is every 5 s) for up to 5 minutes, so instances
-		// that start together do not each wait 5 s behind the first one.
-		lock.WithLockTimeout(1, 300),
+	locker, err := lock.NewPostgresTableLocker(
+		lock.WithTableName(LockTable),
+		lock.WithTableLockID(LockID),
+		lock.WithTableLeaseDuration(LockLease),
+		lock.WithTableHeartbeatInterval(LockLease/6),
+		// Try every second (goose's default is every 5 s) for up to 5 minutes, or until the
+		// context ends, so instances that start together do not each wait 5 s behind the first.
+		lock.WithTableLockTimeout(time.Second, 300),
+		// Give the lock up within 5 s (goose's default retries for a minute).
+		lock.WithTableUnlockTimeout(200*time.Millisecond, 25),
+		lock.WithTableRetryPolicy(retryLock),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("schema: session locker: %w", err)
+		return nil, fmt.Errorf("schema: table locker: %w", err)
 	}
 	all := append([]goose.ProviderOption{
 		goose.WithTableName(VersionTable),
-		goose.WithSessionLocker(locker),
+		goose.WithLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	}, opts...)
 	p, err := goose.NewProvider(goose.DialectPostgres, db, FS, all...)
@@ -83,6 +106,15 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 		return nil, fmt.Errorf("schema: goose provider: %w", err)
 	}
 	return p, nil
+}
+
+// retryLock tells goose's table locker which failures are worth another try: a lock row
+// another migrator holds, or a transient database error. A context that ended, or a lock row
+// that another migrator took over after this one's lease lapsed ("not held by this instance";
+// goose's store has no error value for it), will not get better.
+func retryLock(err error) bool {
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!strings.Contains(err.Error(), "not held by this instance")
 }
 
 // Migrate applies every pending pgadmit migration to the database of pool. It is the one call a
@@ -109,7 +141,8 @@ func Down(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // Status reports every known pgadmit migration, in ascending version order, as applied (with the
-// time it was) or pending. It creates the version table when it is missing. pool stays open.
+// time it was) or pending. It creates the version table when it is missing, and waits for the
+// migration lock like Migrate (goose's Status takes it). pool stays open.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
 	var out []*goose.MigrationStatus
 	err := withProvider(pool, func(p *goose.Provider) error {
@@ -124,18 +157,37 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 }
 
 // Version returns the highest pgadmit migration version applied to the database of pool, 0 when
-// none is. It creates the version table when it is missing. pool stays open.
+// none is (or the version table does not exist yet). It reads the version table without taking
+// the migration lock, so it answers at once while another process migrates. pool stays open.
 func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var v int64
-	err := withProvider(pool, func(p *goose.Provider) error {
-		got, err := p.GetDBVersion(ctx)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("schema: database version: %w", err)
+	}
+	defer conn.Close()
+	store, err := database.NewStore(goose.DialectPostgres, VersionTable)
+	if err != nil {
+		return 0, fmt.Errorf("schema: database version: %w", err)
+	}
+	if ext, ok := store.(database.StoreExtender); ok {
+		exists, err := ext.TableExists(ctx, conn)
 		if err != nil {
-			return fmt.Errorf("schema: database version: %w", err)
+			return 0, fmt.Errorf("schema: database version: %w", err)
 		}
-		v = got
-		return nil
-	})
-	return v, err
+		if !exists {
+			return 0, nil
+		}
+	}
+	v, err := store.GetLatestVersion(ctx, conn)
+	if errors.Is(err, database.ErrVersionNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("schema: database version: %w", err)
+	}
+	return v, nil
 }
 
 // withProvider runs fn with a provider over a *sql.DB that borrows connections from pool, and

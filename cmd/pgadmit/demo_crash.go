@@ -15,7 +15,7 @@ import (
 // dead instance's capacity is back or its execution leases have had ample time to expire (a
 // short run can end before they do).
 func (d *demo) awaitRecovery(ctx context.Context, crash *crashWatch) error {
-	lim := ratelimit.New(d.ops)
+	maint := ratelimit.NewMaintenance(d.ops)
 	deadline := time.Now().Add(d.taskLease + 5*time.Second)
 	for crash.poll(ctx, d); crash.clearedAt == 0 && crash.err == nil && time.Now().Before(deadline); crash.poll(ctx, d) {
 		d.flushNotes()
@@ -24,7 +24,7 @@ func (d *demo) awaitRecovery(ctx context.Context, crash *crashWatch) error {
 			return ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
-		res, err := lim.Recover(ctx)
+		res, err := maint.Recover(ctx)
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func (d *demo) flushNotes() {
 
 // sweep runs Recover every second, as `pgadmit recover --every 1s` does.
 func (d *demo) sweep(ctx context.Context) {
-	lim := ratelimit.New(d.ops)
+	maint := ratelimit.NewMaintenance(d.ops)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -61,7 +61,7 @@ func (d *demo) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		res, err := lim.Recover(ctx)
+		res, err := maint.Recover(ctx)
 		if ctx.Err() != nil {
 			return
 		}

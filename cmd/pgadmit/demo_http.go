@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -115,7 +116,7 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	if err := d.showMetrics(ctx); err != nil {
 		return err
 	}
-	if err := d.checkNothingHeld(ctx, pool, limiter); err != nil {
+	if err := d.checkNothingHeld(ctx, pool); err != nil {
 		return err
 	}
 	if len(d.problems) > 0 {
@@ -290,7 +291,7 @@ func (d *httpDemo) showMetrics(ctx context.Context) error {
 
 // checkNothingHeld waits until this run's scopes hold no reservation and
 // no lease, and asks the doctor.
-func (d *httpDemo) checkNothingHeld(ctx context.Context, conn db.DBTX, limiter *ratelimit.Limiter) error {
+func (d *httpDemo) checkNothingHeld(ctx context.Context, conn *pgxpool.Pool) error {
 	q := db.New()
 	var reserved float64
 	var leases int64
@@ -307,11 +308,15 @@ func (d *httpDemo) checkNothingHeld(ctx context.Context, conn db.DBTX, limiter *
 			}
 		}
 		for _, m := range httpModels {
-			row, err := q.LeaseLiveByScope(ctx, conn, db.LeaseLiveByScopeParams{ScopeType: "model", ScopeKey: d.prefix + m.name})
+			rows, err := q.InspectLeases(ctx, conn, db.InspectLeasesParams{
+				ScopeType: pgtype.Text{String: "model", Valid: true}, ScopeKey: pgtype.Text{String: d.prefix + m.name, Valid: true}, MaxRows: 1,
+			})
 			if err != nil {
 				return err
 			}
-			leases += row.Leases
+			for _, r := range rows {
+				leases += r.LiveLeases
+			}
 		}
 		if (reserved == 0 && leases == 0) || time.Now().After(deadline) {
 			break
@@ -325,7 +330,7 @@ func (d *httpDemo) checkNothingHeld(ctx context.Context, conn db.DBTX, limiter *
 	} else {
 		fmt.Fprintln(d.out, ": nothing held")
 	}
-	report, err := limiter.Doctor(ctx)
+	report, err := ratelimit.NewMaintenance(conn).Doctor(ctx)
 	if err != nil {
 		return err
 	}

@@ -151,13 +151,13 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, t
 	}
 
 	fmt.Fprintf(out, "\nBOOKS\n")
-	lim := ratelimit.New(d.ops)
-	res, err := lim.Recover(ctx)
+	maint := ratelimit.NewMaintenance(d.ops)
+	res, err := maint.Recover(ctx)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "  a last recovery pass: %s\n", describeRecovery(res))
-	rep, err := lim.Doctor(ctx)
+	rep, err := maint.Doctor(ctx)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,7 +21,8 @@ with server_restarted, an async task is requeued, or failed for good with
 requeue_limit_exceeded once requeued --max-requeues times); open reservations, live leases,
 running attempts and queue admissions of finished tasks are released; expired leases are marked
 released. It works in bounded batches of short transactions and is single-flight across
-processes: when another process is recovering, a pass is skipped.
+processes (a lease row, no session state: it works through PgBouncer in transaction pooling
+mode): when another process is recovering, a pass is skipped.
 
 Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
 that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
@@ -57,11 +59,11 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	lim := ratelimit.New(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
+	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
 
 	if *every == 0 {
 		start := time.Now()
-		res, err := lim.Recover(ctx)
+		res, err := maint.Recover(ctx)
 		if err != nil {
 			return err
 		}
@@ -77,7 +79,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	defer ticker.Stop()
 	for {
 		start := time.Now()
-		res, err := lim.Recover(ctx)
+		res, err := maint.Recover(ctx)
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
@@ -114,8 +116,10 @@ func pruneCommand() *command {
 Runs ratelimit's Prune: deletes what ended more than --older-than ago (on the database's clock),
 in bounded batches, each its own short statement: counter windows that ended (never one an open
 reservation still draws on), settled reservations of such windows, released or expired leases,
-and with --events the events of tasks that finished before the cutoff. Live state is never
-touched, and the books still balance afterwards. Tasks and attempts are not deleted.`,
+and with --events the events of tasks that finished before the cutoff. Tasks that finished more
+than --task-retention ago are deleted with their attempts, events and queue admissions (their
+reservations and leases stay in the books, without a task). Live state is never touched, and the
+books still balance afterwards. Single-flight across processes, like recover.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -125,6 +129,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago")
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
+	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
@@ -139,14 +144,22 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if *batch < 1 || *batch > 1_000_000 {
 		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
 	}
+	if *taskRetention < 0 {
+		return usagef("--task-retention must be >= 0, got %s", *taskRetention)
+	}
+	retention := *taskRetention
+	if retention == 0 {
+		retention = -1 // keep finished tasks
+	}
 	pool, err := a.connect(ctx, a.dsn, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	lim := ratelimit.New(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events))
+	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
+		ratelimit.WithTaskRetention(retention))
 	start := time.Now()
-	res, err := lim.Prune(ctx, *olderThan)
+	res, err := maint.Prune(ctx, *olderThan)
 	if err != nil {
 		return err
 	}
@@ -163,8 +176,11 @@ func doctorCommand() *command {
 Runs ratelimit's Doctor, which reads one snapshot and writes nothing: for every counter window,
 reserved must equal the sum of its open reservations and used the sum of its committed actual
 amounts; no open reservation may lack its counter; no finished task may still hold an open
-reservation, a live lease, a queue admission or a running attempt. Prints what is wrong and
-exits 1 when anything is. Full scans of the counters and reservations: an operator's tool.`,
+reservation, a live lease, a queue admission or a running attempt. It also checks the
+connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mode =
+transaction) while pgx's exec mode needs session state (cache_statement, the default, or
+describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
+when anything is. Full scans of the counters and reservations: an operator's tool.`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -184,7 +200,14 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	rep, err := ratelimit.New(pool).Doctor(ctx)
+	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
+		if !errors.Is(err, ratelimit.ErrPoolerMismatch) {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
+		return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
+	}
+	rep, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -54,7 +54,7 @@ func TestDoctorAndRecover(t *testing.T) {
 	if err := id.Scan(task.ID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.New().OpsTaskCorruptStatus(ctx, pool, db.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil || n != 1 {
+	if n, err := dbtest.New().OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil || n != 1 {
 		t.Fatalf("corrupt task status: %d rows, %v", n, err)
 	}
 	out, errOut, code := cli(t, nil, "--database-url", url, "doctor")
@@ -78,7 +78,7 @@ func TestDoctorAndRecover(t *testing.T) {
 	cliOK(t, "--database-url", url, "doctor")
 
 	// A counter that disagrees with its ledger is not recovery's to fix.
-	if _, err := db.New().OpsCounterCorruptAdd(ctx, pool, db.OpsCounterCorruptAddParams{
+	if _, err := dbtest.New().OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
 		ReservedDelta: 3, ScopeType: "api_key", ScopeKey: "k1", Metric: ratelimit.MetricRequests,
 	}); err != nil {
 		t.Fatal(err)
@@ -136,20 +136,30 @@ func TestPrune(t *testing.T) {
 	if _, err := lim.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {
 		t.Fatal(err)
 	}
-	// Nothing ended a day ago; with a 1 s cutoff the released lease goes, the current window and
-	// its reservation stay (the window has not ended); the finished task's two events go.
+	// Nothing ended a day ago, no task finished a week ago; with a 1 s cutoff the released lease
+	// goes, the current window and its reservation stay (the window has not ended); the finished
+	// task's two events go, and then, with a 1 s task retention, the task itself.
 	out := cliOK(t, "--database-url", url, "prune")
-	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 0 leases, 0 events \(\d+ms\)\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 0 leases, 0 events, 0 tasks finished before \S+ \(\d+ms\)\n$`).MatchString(out) {
 		t.Errorf("prune:\n%s", out)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1")
-	if !strings.Contains(out, ": released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 1 leases, 2 events") {
-		t.Errorf("prune --older-than 1s --events:\n%s", out)
+	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--events", "--batch-size", "1", "--task-retention", "0")
+	// (The minute's window and its committed reservation go too if the minute has ended.)
+	if !regexp.MustCompile(`: released 0 stale reservations; deleted [01] counter windows, [01] reservations, 0 allotments, 1 leases, 2 events, finished tasks kept`).MatchString(out) {
+		t.Errorf("prune --older-than 1s --events --task-retention 0:\n%s", out)
+	}
+	out = cliOK(t, "--database-url", url, "prune", "--older-than", "1s", "--task-retention", "1s")
+	if !regexp.MustCompile(`: released 0 stale reservations; deleted [01] counter windows, [01] reservations, 0 allotments, 0 leases, 0 events, 1 tasks finished before`).MatchString(out) {
+		t.Errorf("prune --older-than 1s --task-retention 1s:\n%s", out)
 	}
 	cliOK(t, "--database-url", url, "doctor")
+	_, errOut, code := cli(t, nil, "--database-url", url, "prune", "--task-retention", "-1s")
+	if code != exitUsage || !strings.Contains(errOut, "--task-retention must be >= 0") {
+		t.Errorf("prune --task-retention -1s: exit %d, %q", code, errOut)
+	}
 
-	_, errOut, code := cli(t, nil, "--database-url", url, "prune", "--older-than", "0s")
+	_, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "0s")
 	if code != exitUsage || !strings.Contains(errOut, "--older-than must be positive") {
 		t.Errorf("prune --older-than 0s: exit %d, %q", code, errOut)
 	}

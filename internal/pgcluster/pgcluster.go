@@ -90,7 +90,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := RunAs()
 	if err != nil {
 		return nil, err
 	}
@@ -314,9 +314,9 @@ func isExec(path string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// runAs returns the credential to run initdb and postgres with: nil unless this process is root,
-// which both refuse to run as; then the "postgres" system user.
-func runAs() (*syscall.Credential, error) {
+// RunAs returns the credential to run PostgreSQL's binaries (and PgBouncer) with: nil unless this
+// process is root, which they refuse to run as; then the "postgres" system user.
+func RunAs() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}

@@ -70,6 +70,7 @@ func stopOnSignal() {
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-ch
+		stopPooler()
 		stopCluster()
 		signal.Reset(os.Interrupt, syscall.SIGTERM)
 		if s, ok := sig.(syscall.Signal); ok {

@@ -12,6 +12,11 @@
 // --bindir`, and stops it when the tests end. Running as root, it runs those binaries as the
 // "postgres" system user.
 //
+// [NewPoolerURL] and [NewPoolerPools] reach such a database through a PgBouncer in transaction
+// pooling mode (package pgbouncer), which the test process starts on first use in front of the
+// same server and stops when the tests end; PgBouncer must be installed (`apt-get install
+// pgbouncer`).
+//
 // Every test package that uses pgtest declares:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -52,7 +57,8 @@ import (
 var mainCalled atomic.Bool
 
 // Main runs the tests of m and returns their exit code; afterwards, also when tests failed, it
-// stops the throwaway cluster if this process started one. Call it from TestMain:
+// stops the throwaway cluster and the PgBouncer if this process started them. Call it from
+// TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 //
@@ -62,6 +68,7 @@ var mainCalled atomic.Bool
 func Main(m *testing.M) int {
 	mainCalled.Store(true)
 	defer stopCluster()
+	defer stopPooler()          // before the cluster stops
 	defer dropExampleDatabase() // before the cluster stops
 	return m.Run()
 }

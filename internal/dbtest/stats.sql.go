@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: stats.sql
 
-package db
+package dbtest
 
 import (
 	"context"
@@ -11,6 +11,52 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const AdvisoryLocksHeld = `-- name: AdvisoryLocksHeld :many
+SELECT l.pid::integer                                                  AS pid,
+       ((l.classid::bigint << 32) | l.objid::bigint)::bigint           AS lock_key,
+       (NOT EXISTS (SELECT 1
+                    FROM pg_catalog.pg_stat_activity AS a
+                    WHERE a.pid = l.pid
+                      AND a.xact_start IS NOT NULL))::boolean             AS outside_transaction
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+  AND l.pid <> pg_backend_pid()
+ORDER BY l.pid, lock_key
+`
+
+type AdvisoryLocksHeldRow struct {
+	Pid                int32
+	LockKey            int64
+	OutsideTransaction bool
+}
+
+// Advisory locks granted in the current database to other backends, and
+// whether their backend is outside any transaction (then the lock is a
+// session-level one left behind): pgadmit must leave none.
+// Locks: none.
+// Index: none (pg_locks is an in-memory view).
+func (q *Queries) AdvisoryLocksHeld(ctx context.Context, db DBTX) ([]AdvisoryLocksHeldRow, error) {
+	rows, err := db.Query(ctx, AdvisoryLocksHeld)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AdvisoryLocksHeldRow{}
+	for rows.Next() {
+		var i AdvisoryLocksHeldRow
+		if err := rows.Scan(&i.Pid, &i.LockKey, &i.OutsideTransaction); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const AllotmentListByScope = `-- name: AllotmentListByScope :many
 SELECT id, holder, metric, window_seconds, window_start, expires_at, limit_value, granted,
@@ -78,63 +124,27 @@ func (q *Queries) AllotmentListByScope(ctx context.Context, db DBTX, arg Allotme
 	return items, nil
 }
 
-const CounterListByScope = `-- name: CounterListByScope :many
-SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,
-       limit_value, used_value, reserved_value
-FROM gateway_rate_limit_counters
-WHERE scope_type = $1
-  AND scope_key = $2
-ORDER BY window_start DESC, metric, window_seconds
+const AmountScales = `-- name: AmountScales :one
+SELECT coalesce((SELECT max(greatest(scale(c.used_value), scale(c.reserved_value), scale(c.limit_value)))
+                 FROM gateway_rate_limit_counters AS c), 0)::integer AS counters,
+       coalesce((SELECT max(greatest(scale(r.reserved_amount), coalesce(scale(r.actual_amount), 0), scale(r.limit_value)))
+                 FROM gateway_rate_limit_reservations AS r), 0)::integer AS reservations
 `
 
-type CounterListByScopeParams struct {
-	ScopeType string
-	ScopeKey  string
+type AmountScalesRow struct {
+	Counters     int32
+	Reservations int32
 }
 
-type CounterListByScopeRow struct {
-	ScopeType     string
-	ScopeKey      string
-	Metric        string
-	WindowSeconds int32
-	WindowStart   time.Time
-	ResetAt       time.Time
-	LimitValue    float64
-	UsedValue     float64
-	ReservedValue float64
-}
-
-// Every window counter of one scope, newest window first.
+// The most digits after the decimal point that any stored amount has, in
+// the counters and in the reservation ledger: validation keeps it bounded.
 // Locks: none (MVCC read).
-// Index: gateway_rate_limit_counters_pkey (leading scope_type, scope_key).
-func (q *Queries) CounterListByScope(ctx context.Context, db DBTX, arg CounterListByScopeParams) ([]CounterListByScopeRow, error) {
-	rows, err := db.Query(ctx, CounterListByScope, arg.ScopeType, arg.ScopeKey)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []CounterListByScopeRow{}
-	for rows.Next() {
-		var i CounterListByScopeRow
-		if err := rows.Scan(
-			&i.ScopeType,
-			&i.ScopeKey,
-			&i.Metric,
-			&i.WindowSeconds,
-			&i.WindowStart,
-			&i.ResetAt,
-			&i.LimitValue,
-			&i.UsedValue,
-			&i.ReservedValue,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// Index: none (sequential scans; for tests).
+func (q *Queries) AmountScales(ctx context.Context, db DBTX) (AmountScalesRow, error) {
+	row := db.QueryRow(ctx, AmountScales)
+	var i AmountScalesRow
+	err := row.Scan(&i.Counters, &i.Reservations)
+	return i, err
 }
 
 const LeaseLiveByScope = `-- name: LeaseLiveByScope :one
@@ -165,6 +175,40 @@ func (q *Queries) LeaseLiveByScope(ctx context.Context, db DBTX, arg LeaseLiveBy
 	var i LeaseLiveByScopeRow
 	err := row.Scan(&i.Leases, &i.Slots)
 	return i, err
+}
+
+const MaintenanceLeaseList = `-- name: MaintenanceLeaseList :many
+SELECT l.name, l.holder, l.acquired_at, l.expires_at
+FROM gateway_maintenance_leases AS l
+ORDER BY l.name
+`
+
+// Every maintenance lease held now, by job: who holds it until when.
+// Locks: none (MVCC read).
+// Index: gateway_maintenance_leases_pkey (order).
+func (q *Queries) MaintenanceLeaseList(ctx context.Context, db DBTX) ([]GatewayMaintenanceLease, error) {
+	rows, err := db.Query(ctx, MaintenanceLeaseList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []GatewayMaintenanceLease{}
+	for rows.Next() {
+		var i GatewayMaintenanceLease
+		if err := rows.Scan(
+			&i.Name,
+			&i.Holder,
+			&i.AcquiredAt,
+			&i.ExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const ReservationTotalsByScope = `-- name: ReservationTotalsByScope :many
@@ -305,7 +349,9 @@ type TableRowCountsRow struct {
 	Leases       int64
 }
 
-// Read-only views of the books, for tests, inspect and operators.
+// Read-only views of the books for tests: row counts, per-scope ledger
+// totals, live leases of a scope, the schema's comments. Full scans: never
+// on a production path.
 // Row count of every pgadmit table. Full scans: for tests and small
 // databases only, never on a hot path.
 // Locks: none (MVCC read).

@@ -1,4 +1,6 @@
--- Read-only views of the books, for tests, inspect and operators.
+-- Read-only views of the books for tests: row counts, per-scope ledger
+-- totals, live leases of a scope, the schema's comments. Full scans: never
+-- on a production path.
 
 -- name: TableRowCounts :one
 -- Row count of every pgadmit table. Full scans: for tests and small
@@ -12,17 +14,6 @@ SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,
        (SELECT count(*) FROM gateway_rate_limit_counters)::bigint     AS counters,
        (SELECT count(*) FROM gateway_rate_limit_reservations)::bigint AS reservations,
        (SELECT count(*) FROM gateway_concurrency_leases)::bigint      AS leases;
-
--- name: CounterListByScope :many
--- Every window counter of one scope, newest window first.
--- Locks: none (MVCC read).
--- Index: gateway_rate_limit_counters_pkey (leading scope_type, scope_key).
-SELECT scope_type, scope_key, metric, window_seconds, window_start, reset_at,
-       limit_value, used_value, reserved_value
-FROM gateway_rate_limit_counters
-WHERE scope_type = @scope_type
-  AND scope_key = @scope_key
-ORDER BY window_start DESC, metric, window_seconds;
 
 -- name: LeaseLiveByScope :one
 -- Live leases of one scope: how many rows and how many slots they hold.
@@ -94,3 +85,40 @@ WHERE c.relnamespace = current_schema()::regnamespace
   AND c.relname::text LIKE 'gateway\_%'
   AND obj_description(i.oid, 'pg_class') IS NULL
 ORDER BY 1, 2;
+
+-- name: MaintenanceLeaseList :many
+-- Every maintenance lease held now, by job: who holds it until when.
+-- Locks: none (MVCC read).
+-- Index: gateway_maintenance_leases_pkey (order).
+SELECT l.name, l.holder, l.acquired_at, l.expires_at
+FROM gateway_maintenance_leases AS l
+ORDER BY l.name;
+
+-- name: AdvisoryLocksHeld :many
+-- Advisory locks granted in the current database to other backends, and
+-- whether their backend is outside any transaction (then the lock is a
+-- session-level one left behind): pgadmit must leave none.
+-- Locks: none.
+-- Index: none (pg_locks is an in-memory view).
+SELECT l.pid::integer                                                  AS pid,
+       ((l.classid::bigint << 32) | l.objid::bigint)::bigint           AS lock_key,
+       (NOT EXISTS (SELECT 1
+                    FROM pg_catalog.pg_stat_activity AS a
+                    WHERE a.pid = l.pid
+                      AND a.xact_start IS NOT NULL))::boolean             AS outside_transaction
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())
+  AND l.pid <> pg_backend_pid()
+ORDER BY l.pid, lock_key;
+
+-- name: AmountScales :one
+-- The most digits after the decimal point that any stored amount has, in
+-- the counters and in the reservation ledger: validation keeps it bounded.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scans; for tests).
+SELECT coalesce((SELECT max(greatest(scale(c.used_value), scale(c.reserved_value), scale(c.limit_value)))
+                 FROM gateway_rate_limit_counters AS c), 0)::integer AS counters,
+       coalesce((SELECT max(greatest(scale(r.reserved_amount), coalesce(scale(r.actual_amount), 0), scale(r.limit_value)))
+                 FROM gateway_rate_limit_reservations AS r), 0)::integer AS reservations;

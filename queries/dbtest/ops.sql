@@ -149,3 +149,26 @@ ORDER BY kind, id;
 UPDATE gateway_rate_limit_reservations
 SET finalized_at = now()
 WHERE id = @reservation_id::uuid;
+
+-- name: OpsHoldingsByScope :many
+-- Every reservation and lease of one scope with the task and attempt it
+-- names (NULL once that task was deleted), so a test can check what
+-- deleting a task leaves in the ledgers.
+-- Locks: none (MVCC read).
+-- Index: none specific (filters on scope; for tests and small scopes).
+SELECT 'reservation'::text AS kind,
+       r.id,
+       r.task_id,
+       r.attempt_id
+FROM gateway_rate_limit_reservations AS r
+WHERE r.scope_type = @scope_type::text
+  AND r.scope_key = @scope_key::text
+UNION ALL
+SELECT 'lease',
+       l.id,
+       l.task_id,
+       l.attempt_id
+FROM gateway_concurrency_leases AS l
+WHERE l.scope_type = @scope_type::text
+  AND l.scope_key = @scope_key::text
+ORDER BY kind, id;

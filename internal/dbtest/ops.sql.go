@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: ops.sql
 
-package db
+package dbtest
 
 import (
 	"context"
@@ -190,6 +190,67 @@ func (q *Queries) OpsHoldingsByAttempt(ctx context.Context, db DBTX, attemptID p
 			&i.ID,
 			&i.State,
 			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const OpsHoldingsByScope = `-- name: OpsHoldingsByScope :many
+SELECT 'reservation'::text AS kind,
+       r.id,
+       r.task_id,
+       r.attempt_id
+FROM gateway_rate_limit_reservations AS r
+WHERE r.scope_type = $1::text
+  AND r.scope_key = $2::text
+UNION ALL
+SELECT 'lease',
+       l.id,
+       l.task_id,
+       l.attempt_id
+FROM gateway_concurrency_leases AS l
+WHERE l.scope_type = $1::text
+  AND l.scope_key = $2::text
+ORDER BY kind, id
+`
+
+type OpsHoldingsByScopeParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+type OpsHoldingsByScopeRow struct {
+	Kind      string
+	ID        pgtype.UUID
+	TaskID    pgtype.UUID
+	AttemptID pgtype.UUID
+}
+
+// Every reservation and lease of one scope with the task and attempt it
+// names (NULL once that task was deleted), so a test can check what
+// deleting a task leaves in the ledgers.
+// Locks: none (MVCC read).
+// Index: none specific (filters on scope; for tests and small scopes).
+func (q *Queries) OpsHoldingsByScope(ctx context.Context, db DBTX, arg OpsHoldingsByScopeParams) ([]OpsHoldingsByScopeRow, error) {
+	rows, err := db.Query(ctx, OpsHoldingsByScope, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OpsHoldingsByScopeRow{}
+	for rows.Next() {
+		var i OpsHoldingsByScopeRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.ID,
+			&i.TaskID,
+			&i.AttemptID,
 		); err != nil {
 			return nil, err
 		}

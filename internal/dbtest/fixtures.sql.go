@@ -3,7 +3,7 @@
 //   sqlc v1.31.1
 // source: fixtures.sql
 
-package db
+package dbtest
 
 import (
 	"context"

@@ -12,6 +12,7 @@
 -- until their window ends, and never over-admits; recovery then closes them.
 
 -- +goose Up
+SET LOCAL lock_timeout = '5s';
 
 CREATE TABLE gateway_rate_limit_allotments (
     id             uuid        PRIMARY KEY DEFAULT pgadmit_uuidv7(),
@@ -250,6 +251,7 @@ COMMENT ON FUNCTION pgadmit_allot_return(uuid[], numeric[], text[], timestamptz)
     'Returns blocks to their counters, charging what their holder admitted from them. Called by AllotmentReturn (queries/allotments.sql) and by recovery.';
 
 -- +goose Down
+SET LOCAL lock_timeout = '5s';
 
 DROP FUNCTION pgadmit_allot_return(uuid[], numeric[], text[], timestamptz);
 DROP FUNCTION pgadmit_allot(text, text, text, text, integer, numeric, numeric, numeric, uuid, numeric, timestamptz);

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// Every command that talks to the database works through PgBouncer in transaction pooling mode
+// once the connection string asks for pgx's exec mode; doctor spots the connection string that
+// does not, and says what to add.
+func TestCommandsBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURL(t)
+	out, _, code := cli(t, nil, "--database-url", pooled, "doctor")
+	if code != exitFailure || !strings.Contains(out, "default_query_exec_mode=exec") {
+		t.Fatalf("doctor with pgx's default exec mode behind PgBouncer: exit %d, want 1 and advice\n%s", code, out)
+	}
+
+	url := pooled + "&default_query_exec_mode=exec"
+	if out := cliOK(t, "--database-url", url, "migrate", "down", "--to", "0"); !strings.Contains(out, "schema version 0") {
+		t.Errorf("migrate down --to 0:\n%s", out)
+	}
+	latest := "schema version "
+	if out := cliOK(t, "--database-url", url, "migrate", "up"); !strings.Contains(out, "up   00001_init.sql") || !strings.Contains(out, latest) {
+		t.Errorf("migrate up:\n%s", out)
+	}
+	if out := cliOK(t, "--database-url", url, "migrate", "status"); strings.Contains(out, "pending") {
+		t.Errorf("migrate status after up:\n%s", out)
+	}
+	if v := strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version")); v == "0" {
+		t.Errorf("migrate version = %s", v)
+	}
+	for range 3 {
+		if out := cliOK(t, "--database-url", url, "recover"); !strings.HasPrefix(out, "nothing to recover") {
+			t.Errorf("recover:\n%s", out)
+		}
+	}
+	if out := cliOK(t, "--database-url", url, "prune"); !strings.HasPrefix(out, "pruned before ") {
+		t.Errorf("prune:\n%s", out)
+	}
+	if out := cliOK(t, "--database-url", url, "doctor"); out != "doctor: the books balance\n" {
+		t.Errorf("doctor:\n%s", out)
+	}
+	cliOK(t, "--database-url", url, "inspect")
+}

@@ -1,0 +1,152 @@
+package ratelimit
+
+import (
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// Maintenance runs pgadmit's housekeeping: Recover gives back what dead
+// processes hold, Prune keeps the tables bounded, Doctor checks the books.
+// Each of them works in many short transactions of its own (Doctor in one
+// read), never inside a caller's transaction, so a Maintenance is built
+// from a pool, not from a pgx.Tx. It keeps no session state (single flight
+// is a lease row, see Recover), so the pool may go through a
+// transaction-pooling proxy such as PgBouncer. It is safe for concurrent
+// use; any number of processes may run maintenance on one database.
+type Maintenance struct {
+	pool    *pgxpool.Pool
+	queries *db.Queries
+	opts    maintenanceOptions
+}
+
+// NewMaintenance returns the housekeeping of the database of pool, which
+// must have been migrated (schema.Migrate).
+func NewMaintenance(pool *pgxpool.Pool, opts ...MaintenanceOption) *Maintenance {
+	o := defaultMaintenanceOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Maintenance{pool: pool, queries: db.New(), opts: o}
+}
+
+// MaintenanceOption configures a Maintenance.
+type MaintenanceOption func(*maintenanceOptions)
+
+type maintenanceOptions struct {
+	recoveryBatchSize int
+	maxRequeues       int
+	pruneBatchSize    int
+	pruneEvents       bool
+	taskRetention     time.Duration // < 0: finished tasks are kept
+	leaseTTL          time.Duration
+	lostGrace         time.Duration
+	clock             clock
+}
+
+func defaultMaintenanceOptions() maintenanceOptions {
+	return maintenanceOptions{
+		recoveryBatchSize: 500,
+		maxRequeues:       5,
+		pruneBatchSize:    5000,
+		taskRetention:     DefaultTaskRetention,
+		leaseTTL:          DefaultMaintenanceLeaseTTL,
+		lostGrace:         DefaultLostAllotmentGrace,
+	}
+}
+
+// Defaults of the maintenance options.
+const (
+	// DefaultTaskRetention is how long Prune keeps a finished task, with its
+	// attempts and events, after it finished (WithTaskRetention).
+	DefaultTaskRetention = 7 * 24 * time.Hour
+	// DefaultMaintenanceLeaseTTL is how long a Recover or Prune run holds its
+	// job against other processes without renewing its lease; a run renews
+	// it as it goes, and a crashed run's lease lapses after this long.
+	DefaultMaintenanceLeaseTTL = 15 * time.Second
+	// DefaultLostAllotmentGrace is how long after its window ended, and
+	// after its holder's last report, Recover (and Doctor) take an
+	// allotment for lost (WithLostAllotmentGrace).
+	DefaultLostAllotmentGrace = 5 * time.Second
+)
+
+// WithRecoveryBatchSize sets how many rows one recovery transaction handles
+// at most (default 500); Recover loops until nothing is left.
+func WithRecoveryBatchSize(n int) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if n > 0 {
+			o.recoveryBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
+		}
+	}
+}
+
+// WithMaxRequeues sets how many times recovery requeues an async task whose
+// execution lease expired before it fails the task for good (default 5).
+func WithMaxRequeues(n int) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if n >= 0 {
+			o.maxRequeues = min(n, math.MaxInt32) // compared with an int4
+		}
+	}
+}
+
+// WithPruneBatchSize sets how many rows one prune statement deletes at most
+// (default 5000; for tasks, how many tasks, each with its attempts and
+// events); Prune loops until nothing is left.
+func WithPruneBatchSize(n int) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if n > 0 {
+			o.pruneBatchSize = min(n, math.MaxInt32) // a LIMIT is an int4
+		}
+	}
+}
+
+// WithPruneEvents makes Prune also delete the events of tasks that finished
+// before its cutoff, while the tasks themselves stay until the task
+// retention (default false: a task's events go with the task). Prune walks
+// finished tasks in finish order from where its last run stopped; events
+// appended to a task after the walk passed it, or of a task whose finish
+// committed later than its finish time plus the cutoff's age, stay until
+// the task itself is deleted.
+func WithPruneEvents(on bool) MaintenanceOption {
+	return func(o *maintenanceOptions) { o.pruneEvents = on }
+}
+
+// WithTaskRetention sets how long Prune keeps a finished task after it
+// finished (default DefaultTaskRetention, 7 days); Prune then deletes it
+// with its attempts, events and queue admissions. A negative d keeps
+// finished tasks forever; zero leaves the default.
+func WithTaskRetention(d time.Duration) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if d != 0 {
+			o.taskRetention = d
+		}
+	}
+}
+
+// WithMaintenanceLeaseTTL sets how long a Recover or Prune run holds its
+// job without renewing its lease (default DefaultMaintenanceLeaseTTL, at
+// least one second). A run renews it whenever a third of it has passed.
+func WithMaintenanceLeaseTTL(d time.Duration) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if d >= time.Second {
+			o.leaseTTL = d
+		}
+	}
+}
+
+// WithLostAllotmentGrace sets when Recover (and Doctor) take an allotment
+// for lost: once its window ended, and its holder last reported, this long
+// ago (default DefaultLostAllotmentGrace; a live holder returns its blocks
+// at their window's end and reports every second while requests admitted
+// from them are in flight).
+func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if d > 0 {
+			o.lostGrace = d
+		}
+	}
+}

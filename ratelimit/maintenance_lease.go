@@ -1,0 +1,120 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// ErrMaintenanceLeaseLost is returned by a Recover or Prune run that could
+// not renew its job's lease in time: it expired and another process took
+// the job over. The work done so far stands (every batch is correct on its
+// own); the run stopped so that two processes do not repeat each other.
+var ErrMaintenanceLeaseLost = errors.New("ratelimit: maintenance lease lost: another process took the job over")
+
+// Names of the maintenance jobs, as recorded in gateway_maintenance_leases.
+const (
+	jobRecover = "recover"
+	jobPrune   = "prune"
+)
+
+// jobLease is one run's hold on a maintenance job: a row of
+// gateway_maintenance_leases, taken, renewed and released by short
+// statements of their own, so that no session state is involved.
+type jobLease struct {
+	m       *Maintenance
+	name    string
+	holder  string
+	renewed time.Time // this process's clock, to decide when to renew
+}
+
+// takeLease takes the lease of job name for this run. It returns nil and
+// no error when another process holds it.
+//
+// The statement is not interrupted when ctx ends while it runs: an
+// interrupted take may still commit on the server, and would then hold the
+// job, for no one, until the lease expired. It gets a bounded time of its
+// own instead; a lease taken after ctx ended is given up at once.
+func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	holder, err := newHolder()
+	if err != nil {
+		return nil, err
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
+	defer cancel()
+	row, err := m.queries.MaintenanceLeaseTake(tctx, m.pool, db.MaintenanceLeaseTakeParams{
+		Name: name, Holder: holder, TtlSeconds: m.opts.leaseTTL.Seconds(), Now: m.opts.clock.at(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !row.Acquired {
+		return nil, nil
+	}
+	lease := &jobLease{m: m, name: name, holder: holder, renewed: time.Now()}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(err, lease.release(ctx))
+	}
+	return lease, nil
+}
+
+// leaseStatementTimeout bounds the statements that take and give up a
+// lease, which run whether or not the caller's context has ended.
+const leaseStatementTimeout = 5 * time.Second
+
+// keep renews the lease once a third of its time-to-live has passed since
+// it was last renewed; it is called between batches. ErrMaintenanceLeaseLost
+// when another process holds it now.
+func (j *jobLease) keep(ctx context.Context) error {
+	if time.Since(j.renewed) < j.m.opts.leaseTTL/3 {
+		return nil
+	}
+	_, err := j.m.queries.MaintenanceLeaseRenew(ctx, j.m.pool, db.MaintenanceLeaseRenewParams{
+		Name: j.name, Holder: j.holder, TtlSeconds: j.m.opts.leaseTTL.Seconds(), Now: j.m.opts.clock.at(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w (job %s, holder %s)", ErrMaintenanceLeaseLost, j.name, j.holder)
+	}
+	if err != nil {
+		return fmt.Errorf("renew the %s lease: %w", j.name, err)
+	}
+	j.renewed = time.Now()
+	return nil
+}
+
+// release gives the lease up, also when ctx is already done, so that the
+// next run need not wait for it to expire. A lease this run no longer held
+// is not an error: it was lost, and keep has said so.
+func (j *jobLease) release(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
+	defer cancel()
+	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.pool, db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
+	if err != nil {
+		return fmt.Errorf("release the %s lease: %w", j.name, err)
+	}
+	return nil
+}
+
+// newHolder names one run: host, process id and a random suffix.
+func newHolder() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("ratelimit: maintenance lease holder: %w", err)
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%.200s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])), nil
+}

@@ -1,0 +1,131 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// ErrPoolerMismatch is matched (errors.Is) by every *PoolerError.
+var ErrPoolerMismatch = errors.New("ratelimit: the pool's pgx exec mode needs session state that the connection pooler does not keep")
+
+// PoolerError reports a pool whose connections go through a transaction-pooling proxy (PgBouncer
+// with pool_mode = transaction) while its pgx exec mode needs one server session across
+// protocol messages that the proxy may send to different sessions:
+//
+//   - cache_statement, pgx's default, prepares a named statement in one transaction and runs it
+//     in later ones: they fail intermittently with SQLSTATE 26000 (prepared statement
+//     "stmtcache_..." does not exist) or 42P05 (... already exists), unless the proxy carries
+//     prepared statements over (PgBouncer 1.21+ with max_prepared_statements);
+//   - describe_exec describes a statement and executes it in two round trips: the second may
+//     bind another client's statement (SQLSTATE 08P01, bind message supplies N parameters, but
+//     prepared statement "" requires M), or one with the same parameters.
+//
+// A Commit that fails so leaves its leases live until their TTL. The exec, cache_describe and
+// simple_protocol modes keep no such state.
+type PoolerError struct {
+	// Mode is the pool's exec mode, as pgx names it in connection strings.
+	Mode string
+	// Cause is what the probe saw.
+	Cause error
+}
+
+// Error says what to change.
+func (e *PoolerError) Error() string {
+	return fmt.Sprintf("ratelimit: the connections go through a transaction-pooling proxy, which runs one "+
+		"connection's transactions on different server sessions, and pgx's %s exec mode needs one session (%v): "+
+		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
+		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later "+
+		"with max_prepared_statements > 0", e.Mode, e.Cause)
+}
+
+// Is makes errors.Is(err, ErrPoolerMismatch) true.
+func (e *PoolerError) Is(target error) bool { return target == ErrPoolerMismatch }
+
+// Unwrap returns what the probe saw.
+func (e *PoolerError) Unwrap() error { return e.Cause }
+
+// CheckPooler tells whether pgadmit's statements can run on pool as it is configured: it returns
+// a *PoolerError when the pool's pgx exec mode is cache_statement (pgx's default) or
+// describe_exec and its connections go through a proxy that may run one connection's
+// transactions on different server sessions. The exec, cache_describe and simple_protocol
+// modes need no session state and pass without a probe.
+//
+// The probe takes two connections of the pool for a moment. The first runs a statement (for
+// cache_statement, one it prepared by name); the second holds a transaction open, which behind a
+// transaction pooler takes the session the first one just gave back (PgBouncer hands out the
+// most recently released server connection first); then the first runs its statement again.
+// Direct connections and poolers in session mode pass, and so does PgBouncer 1.21+ with
+// max_prepared_statements for cache_statement. Run it at start-up or from a health check, not
+// on a hot path. A probe that cannot conclude (the proxy has a single server connection to
+// share) reports no mismatch.
+func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
+	mode := pool.Config().ConnConfig.DefaultQueryExecMode
+	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
+		return nil
+	}
+	prober, err := pool.Acquire(ctx)
+	if err != nil {
+		return wrapDBError("pooler check", err)
+	}
+	defer prober.Release()
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		return wrapDBError("pooler check", err)
+	}
+	defer holder.Release()
+
+	// What the prober runs: for cache_statement, a statement it prepared by name (a random
+	// one, so that probes never collide on a shared session); else the statement itself.
+	stmt := db.PoolerBackendPid
+	if mode == pgx.QueryExecModeCacheStatement {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("ratelimit: pooler check: %w", err)
+		}
+		stmt = "pgadmit_pooler_probe_" + hex.EncodeToString(b[:])
+		if _, err := prober.Conn().Prepare(ctx, stmt, db.PoolerBackendPid); err != nil {
+			return wrapDBError("pooler check: prepare", err)
+		}
+		defer func() { _ = prober.Conn().Deallocate(context.WithoutCancel(ctx), stmt) }()
+	}
+	var before int32
+	if err := prober.QueryRow(ctx, stmt).Scan(&before); err != nil {
+		return wrapDBError("pooler check", err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		return wrapDBError("pooler check", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := db.New().PoolerBackendPid(ctx, tx); err != nil {
+		return wrapDBError("pooler check", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var after int32
+	err = prober.QueryRow(pctx, stmt).Scan(&after)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && (after == before || mode == pgx.QueryExecModeCacheStatement):
+		// One session; or another one that the proxy carried the prepared statement over to.
+		return nil
+	case err == nil:
+		return &PoolerError{Mode: "describe_exec", Cause: fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after)}
+	case mode == pgx.QueryExecModeCacheStatement && errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05"):
+		return &PoolerError{Mode: "cache_statement", Cause: err}
+	case pctx.Err() != nil && ctx.Err() == nil:
+		return nil // no second session to run on while the holder's transaction is open
+	default:
+		return wrapDBError("pooler check", err)
+	}
+}

@@ -1,0 +1,77 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// What the README promises of a refusal, exactly: it changes no counter
+// value, reservation or lease. A refused admission of one window limit
+// writes nothing at all; one of several limits may leave an empty counter
+// row (nothing used, nothing reserved) for a window that had no row yet,
+// which Prune removes with the window.
+func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	key := uniqueKey("k")
+
+	// One window limit that can never fit: no row at all.
+	before := rowCounts(t, pool)
+	_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 10, 11)})
+	if !errors.Is(err, ratelimit.ErrExceeded) {
+		t.Fatalf("Reserve = %v, want ErrExceeded", err)
+	}
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Fatalf("a refused one-limit admission wrote rows (-before +after):\n%s", diff)
+	}
+
+	// Several limits, refused by the last: the windows that had no row get
+	// one, empty; no value, reservation or lease changes.
+	full := window("team", key, "requests", 1, 1)
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
+		t.Fatalf("Reserve(fill): %v", err)
+	}
+	before = rowCounts(t, pool)
+	_, err = l.Reserve(ctx, "", "", []ratelimit.Limit{
+		window("api_key", key, "requests", 100, 1), window("api_key", key, "tokens", 1000, 10), concurrent("model", key, 5), full,
+	})
+	if !errors.Is(err, ratelimit.ErrExceeded) {
+		t.Fatalf("Reserve = %v, want ErrExceeded", err)
+	}
+	want := before
+	want.Counters += 2
+	if diff := cmp.Diff(want, rowCounts(t, pool)); diff != "" {
+		t.Fatalf("rows after a refused admission of several limits (-want +got):\n%s", diff)
+	}
+	var windows []string
+	for _, c := range counterRows(t, pool, "api_key", key) {
+		if c.UsedValue != 0 || c.ReservedValue != 0 {
+			t.Errorf("counter %s holds used=%v reserved=%v after a refusal", c.Metric, c.UsedValue, c.ReservedValue)
+		}
+		windows = append(windows, c.Metric)
+	}
+	if diff := cmp.Diff([]string{"requests", "tokens"}, windows); diff != "" {
+		t.Fatalf("api_key windows (-want +got):\n%s", diff)
+	}
+	if live := liveLeases(t, pool, "model", key); live != 0 {
+		t.Fatalf("%d live leases after a refusal", live)
+	}
+	assertDoctorOK(t, pool)
+
+	// Once their window ended, prune takes the empty rows with the full one.
+	clock.pass(time.Now().Add(2 * ratelimit.DefaultWindow))
+	got, err := m.Prune(ctx, time.Minute)
+	if err != nil || got.Counters != 3 || got.Reservations != 1 {
+		t.Fatalf("Prune = %+v, %v; want the 3 windows and the one reservation", got, err)
+	}
+}
