@@ -252,3 +252,57 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 	assertBooksBalance(t, pools[0], "model", key)
 	assertDoctorOK(t, pools[0])
 }
+
+// A holder reports, every second, what its open blocks admitted: the
+// actual amounts of what was committed and the estimates of what is still
+// in flight, which is what Recover charges should the holder die.
+func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("report")
+	var grants []ratelimit.Grant
+	for range 5 {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.Reservations[0].Local {
+			t.Fatalf("reservation %+v, want a Local one", g.Reservations[0])
+		}
+		grants = append(grants, g)
+	}
+	for _, g := range grants[:2] {
+		if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = 2*1 + 3*3 // two committed at 1, three in flight at their estimate of 3
+	consumed := 0.0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		consumed = 0
+		for _, b := range allotments(t, pool, "model", key) {
+			if b.ReturnedAt == nil {
+				consumed += b.Consumed
+			}
+		}
+		if consumed == want {
+			break
+		}
+	}
+	if consumed != want {
+		t.Fatalf("open blocks report %g consumed, want %d", consumed, want)
+	}
+	for _, g := range grants[2:] {
+		if _, err := l.Release(ctx, g, "client_gone"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	assertBooksBalance(t, pool, "model", key)
+	if rows := counterRows(t, pool, "model", key); rows[0].UsedValue != 2 || rows[0].ReservedValue != 0 {
+		t.Fatalf("counter %+v after Close, want used 2, reserved 0", rows[0])
+	}
+}

@@ -210,6 +210,15 @@ func TestRefusalChangesNoOtherRow(t *testing.T) {
 			if last == "concurrent" {
 				lastLimit = concurrent("team", full, 1)
 			}
+			// Hour-long windows: a new minute would add counter rows of its own.
+			for i := range others {
+				if others[i].Metric != ratelimit.MetricConcurrent {
+					others[i].Window = time.Hour
+				}
+			}
+			if lastLimit.Metric != ratelimit.MetricConcurrent {
+				lastLimit.Window = time.Hour
+			}
 			// Make every row exist, then fill the last limit.
 			if _, err := l.Reserve(ctx, "", "", others); err != nil {
 				t.Fatalf("warm-up Reserve: %v", err)

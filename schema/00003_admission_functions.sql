@@ -237,17 +237,17 @@ AS $$
 -- limit, per reservation and per lease.
 -- Locks: every distinct window counter row of the batch (the admissions'
 -- and the settled reservations'), once, in primary-key order, by one upsert
--- (which creates missing rows); then the settled reservations and leases;
--- then
--- pg_advisory_xact_lock on each distinct concurrency scope in lock-key
--- order; then inserts reservation and lease rows (FK key-share locks on
+-- (which creates missing rows); then the settled reservations and leases
+-- (pgadmit_settle_locked); then pg_advisory_xact_lock on each distinct
+-- concurrency scope in lock-key order; then inserts reservation and lease rows (FK key-share locks on
 -- the task and attempt rows).
 -- Index: gateway_rate_limit_counters_pkey (conflict arbiter and probes);
 -- gateway_concurrency_leases_live_scope_idx (live leases of each scope);
 -- pgadmit_task_refusal for task guards.
 -- Statements: 4 for a batch of one-window admissions that all fit (the
--- upsert takes each counter's whole amount at once), one more with
--- settlements, up to 10 otherwise, whatever the batch size.
+-- upsert takes each counter's whole amount at once), two more with
+-- settlements (pgadmit_settle_locked and its one statement), up to 11
+-- otherwise, whatever the batch size.
 DECLARE
     v_now      timestamptz := coalesce(p_now, now());
     n_adm      integer := coalesce(cardinality(p_task_ids), 0);
@@ -430,68 +430,24 @@ BEGIN
             s_used[s] := v_used[j];
             s_reserved[s] := v_reserved[j] - s_take[s]; -- before this batch
         END LOOP;
-        -- Settle, on the counters now locked: what it frees counts for the
-        -- admissions decided below.
-        IF n_st > 0 THEN
-            WITH input AS (
-                SELECT u.id, u.st, u.actual, u.reason, u.i
-                FROM unnest(p_s_ids, p_s_statuses, p_s_actual_amounts, p_s_reasons) WITH ORDINALITY AS u(id, st, actual, reason, i)
-            ),
-            named AS (
-                SELECT u.i, u.st, u.sk, u.m, u.ws, u.wst
-                FROM unnest(p_s_scope_types, p_s_scope_keys, p_s_metrics, p_s_window_seconds, p_s_window_starts)
-                     WITH ORDINALITY AS u(st, sk, m, ws, wst, i)
-            ),
-            done AS (
-                UPDATE gateway_rate_limit_reservations AS x
-                SET status = input.st,
-                    reason = nullif(input.reason, ''),
-                    actual_amount = CASE WHEN input.st = 'committed' THEN input.actual END,
-                    finalized_at = v_now,
-                    updated_at = v_now
-                FROM input
-                JOIN named ON named.i = input.i
-                WHERE x.id = input.id AND x.status = 'reserved'
-                  AND x.scope_type = named.st AND x.scope_key = named.sk AND x.metric = named.m
-                  AND x.window_seconds = named.ws AND x.window_start = named.wst
-                RETURNING input.i, x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start,
-                          x.status, x.reserved_amount, x.actual_amount
-            ),
-            totals AS (
-                SELECT d.scope_type, d.scope_key, d.metric, d.window_seconds, d.window_start,
-                       sum(d.reserved_amount) AS released, coalesce(sum(d.actual_amount), 0) AS used
-                FROM done AS d
-                GROUP BY d.scope_type, d.scope_key, d.metric, d.window_seconds, d.window_start
-            ),
-            moved AS (
-                UPDATE gateway_rate_limit_counters AS c
-                SET reserved_value = c.reserved_value - t.released,
-                    used_value = c.used_value + t.used,
-                    updated_at = v_now
-                FROM totals AS t
-                WHERE c.scope_type = t.scope_type AND c.scope_key = t.scope_key AND c.metric = t.metric
-                  AND c.window_seconds = t.window_seconds AND c.window_start = t.window_start
-                RETURNING c.scope_type
-            ),
-            outcome AS (
-                SELECT input.i, done.i IS NOT NULL AS settled,
-                       coalesce(done.status, prior.status) AS status, prior.metric, prior.reserved_amount,
-                       CASE WHEN done.i IS NOT NULL THEN done.actual_amount ELSE prior.actual_amount END AS actual
-                FROM input
-                LEFT JOIN done ON done.i = input.i
-                LEFT JOIN LATERAL (
-                    SELECT p.status, p.metric, p.reserved_amount, p.actual_amount
-                    FROM gateway_rate_limit_reservations AS p
-                    WHERE p.id = input.id
-                    LIMIT 1
-                ) AS prior ON true
-            )
-            SELECT array_agg(o.settled ORDER BY o.i), array_agg(o.status ORDER BY o.i), array_agg(o.metric ORDER BY o.i),
-                   array_agg(o.reserved_amount ORDER BY o.i), array_agg(o.actual ORDER BY o.i)
-            INTO r_settled, r_status, r_metric, r_reserved, r_actual
-            FROM outcome AS o;
-        END IF;
+    END IF;
 
+    -- Settle, on the counters now locked, and release the leases: what
+    -- that frees counts for the admissions decided below.
+    IF n_st > 0 OR n_lt > 0 THEN
+        SELECT array_agg(x.settled ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
+               array_agg(x.status ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
+               array_agg(x.metric ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
+               array_agg(x.reserved_amount ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
+               array_agg(x.actual_amount ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
+               coalesce(array_agg(x.ord) FILTER (WHERE x.is_lease AND x.settled), '{}')
+        INTO r_settled, r_status, r_metric, r_reserved, r_actual, l_released
+        FROM pgadmit_settle_locked(p_s_ids, p_s_scope_types, p_s_scope_keys, p_s_metrics,
+            p_s_window_seconds, p_s_window_starts, p_s_statuses, p_s_actual_amounts, p_s_reasons,
+            p_l_ids, p_l_reasons, v_now) AS x;
+    END IF;
+
+    IF n_w > 0 OR n_st > 0 THEN
         -- The rows it only locked: read them (their lock is ours, so this
         -- reads what the decision below may rely on).
         IF NOT (true = ALL(s_done)) THEN
@@ -514,18 +470,6 @@ BEGIN
         END IF;
         s_delta := array_fill(0::numeric, ARRAY[n_s]);
     END IF;
-    IF n_lt > 0 THEN
-        WITH released AS (
-            UPDATE gateway_concurrency_leases AS x
-            SET released_at = v_now,
-                reason = nullif(u.reason, '')
-            FROM unnest(p_l_ids, p_l_reasons) WITH ORDINALITY AS u(id, reason, i)
-            WHERE x.id = u.id AND x.released_at IS NULL
-            RETURNING u.i::integer AS i
-        )
-        SELECT coalesce(array_agg(released.i), '{}') INTO l_released FROM released;
-    END IF;
-
     IF n_c > 0 THEN
         -- One advisory lock per concurrency scope, in lock-key order; then,
         -- in a statement that sees what the previous holders committed, the
@@ -787,7 +731,7 @@ COMMENT ON FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], tim
     'Locks counter rows once each in the lock order (primary-key order, byte order of the text columns). Used by the batch settle functions.';
 
 -- +goose StatementBegin
-CREATE FUNCTION pgadmit_settle(
+CREATE FUNCTION pgadmit_settle_locked(
     p_reservation_ids uuid[],
     p_scope_types     text[],
     p_scope_keys      text[],
@@ -811,56 +755,24 @@ RETURNS TABLE (
     reserved_amount numeric,
     actual_amount   numeric
 )
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
--- Settles a batch of open reservations, each to its status ('committed',
--- with its actual amount, or 'released') with its reason, and moves their
--- amounts in their counters; then releases unreleased leases, each with its
--- reason. Idempotent: what is already settled is reported with
--- settled = false and left alone.
--- p_scope_types .. p_window_starts name each reservation's counter, as the
--- caller's grant says; a reservation that draws on another counter is left
--- open and reported with settled = false. When they are NULL, the counters
--- are read from the reservations that are still open.
--- Locks: those counters FOR UPDATE, in primary-key order (the lock order),
--- in one statement; then the reservations, counters and leases it updates.
+-- The settling of pgadmit_settle, for callers that hold the locks of the
+-- named counters already (pgadmit_settle, and pgadmit_reserve, which
+-- settles on the counters its upsert locked): commits or releases the
+-- reservations, moves their amounts in their counters, releases the
+-- leases. Runs under its caller's settings (forced generic plans, index
+-- probes only).
+-- Locks: the reservations, counters and leases it updates.
 -- Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
 -- gateway_concurrency_leases_pkey (probes, one per row).
--- Statements: 2 (3 when the counters are not named), whatever the batch
--- size, and the lock of pgadmit_lock_counters.
 DECLARE
-    v_now      timestamptz := coalesce(p_now, now());
-    n_r        integer := coalesce(cardinality(p_reservation_ids), 0);
-    k_type     text[] := p_scope_types;
-    k_key      text[] := p_scope_keys;
-    k_metric   text[] := p_metrics;
-    k_seconds  integer[] := p_window_seconds;
-    k_start    timestamptz[] := p_window_starts;
+    v_now timestamptz := coalesce(p_now, now());
 BEGIN
-    IF n_r > 0 AND NOT (p_statuses <@ ARRAY['committed', 'released']) THEN
+    IF coalesce(cardinality(p_reservation_ids), 0) > 0 AND NOT (p_statuses <@ ARRAY['committed', 'released']) THEN
         RAISE EXCEPTION 'pgadmit_settle: every status must be committed or released'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF n_r > 0 AND p_scope_types IS NULL THEN
-        -- The counters of the reservations that are open now.
-        SELECT array_agg(r.scope_type), array_agg(r.scope_key), array_agg(r.metric),
-               array_agg(r.window_seconds), array_agg(r.window_start)
-        INTO k_type, k_key, k_metric, k_seconds, k_start
-        FROM unnest(p_reservation_ids) AS u(id)
-        CROSS JOIN LATERAL (
-            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
-            FROM gateway_rate_limit_reservations AS x
-            WHERE x.id = u.id AND x.status = 'reserved'
-            LIMIT 1
-        ) AS r;
-    END IF;
-    PERFORM pgadmit_lock_counters(k_type, k_key, k_metric, k_seconds, k_start);
-
     RETURN QUERY
     WITH input AS (
         SELECT u.id, u.st, u.actual, u.reason, u.i
@@ -929,12 +841,95 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
+COMMENT ON FUNCTION pgadmit_settle_locked(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz) IS
+    'The settling of pgadmit_settle once the counters are locked; shared by pgadmit_settle and pgadmit_reserve.';
+
+-- +goose StatementBegin
+CREATE FUNCTION pgadmit_settle(
+    p_reservation_ids uuid[],
+    p_scope_types     text[],
+    p_scope_keys      text[],
+    p_metrics         text[],
+    p_window_seconds  integer[],
+    p_window_starts   timestamptz[],
+    p_statuses        text[],
+    p_actual_amounts  numeric[],
+    p_reasons         text[],
+    p_lease_ids       uuid[],
+    p_lease_reasons   text[],
+    p_now             timestamptz DEFAULT NULL
+)
+RETURNS TABLE (
+    is_lease        boolean,  -- false: one of p_reservation_ids; true: one of p_lease_ids
+    ord             integer,  -- 1-based index into that array
+    id              uuid,
+    settled         boolean,  -- this call committed or released it
+    status          text,     -- reservation status after the call (NULL: no such reservation); leases: NULL
+    metric          text,
+    reserved_amount numeric,
+    actual_amount   numeric
+)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+-- Settles a batch of open reservations, each to its status ('committed',
+-- with its actual amount, or 'released') with its reason, and moves their
+-- amounts in their counters; then releases unreleased leases, each with its
+-- reason. Idempotent: what is already settled is reported with
+-- settled = false and left alone.
+-- p_scope_types .. p_window_starts name each reservation's counter, as the
+-- caller's grant says; a reservation that draws on another counter is left
+-- open and reported with settled = false. When they are NULL, the counters
+-- are read from the reservations that are still open.
+-- Locks: those counters FOR UPDATE, in primary-key order (the lock order),
+-- in one statement; then the reservations, counters and leases it updates.
+-- Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
+-- gateway_concurrency_leases_pkey (probes, one per row).
+-- Statements: 3 (4 when the counters are not named), whatever the batch
+-- size: the lock of pgadmit_lock_counters, then pgadmit_settle_locked and
+-- its one statement.
+DECLARE
+    v_now      timestamptz := coalesce(p_now, now());
+    n_r        integer := coalesce(cardinality(p_reservation_ids), 0);
+    k_type     text[] := p_scope_types;
+    k_key      text[] := p_scope_keys;
+    k_metric   text[] := p_metrics;
+    k_seconds  integer[] := p_window_seconds;
+    k_start    timestamptz[] := p_window_starts;
+BEGIN
+    IF n_r > 0 AND p_scope_types IS NULL THEN
+        -- The counters of the reservations that are open now.
+        SELECT array_agg(r.scope_type), array_agg(r.scope_key), array_agg(r.metric),
+               array_agg(r.window_seconds), array_agg(r.window_start)
+        INTO k_type, k_key, k_metric, k_seconds, k_start
+        FROM unnest(p_reservation_ids) AS u(id)
+        CROSS JOIN LATERAL (
+            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
+            FROM gateway_rate_limit_reservations AS x
+            WHERE x.id = u.id AND x.status = 'reserved'
+            LIMIT 1
+        ) AS r;
+    END IF;
+    PERFORM pgadmit_lock_counters(k_type, k_key, k_metric, k_seconds, k_start);
+
+    RETURN QUERY
+    SELECT * FROM pgadmit_settle_locked(p_reservation_ids, p_scope_types, p_scope_keys, p_metrics,
+        p_window_seconds, p_window_starts, p_statuses, p_actual_amounts, p_reasons,
+        p_lease_ids, p_lease_reasons, v_now);
+END;
+$$;
+-- +goose StatementEnd
 COMMENT ON FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz) IS
     'Commits or releases a batch of reservations (moving their amounts in their counters) and releases leases, idempotently. Called by AdmissionSettle (queries/admission.sql).';
 
 -- +goose Down
 
 DROP FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
+DROP FUNCTION pgadmit_settle_locked(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
 DROP FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], timestamptz[]);
 DROP FUNCTION pgadmit_settle_one(uuid, text, text, text, integer, timestamptz, text, numeric, text, timestamptz);
 DROP FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
