@@ -13,33 +13,24 @@ import (
 )
 
 const AdmissionReserve = `-- name: AdmissionReserve :many
-SELECT r.kind::text                          AS kind,
-       r.ord::integer                        AS ord,
-       coalesce(r.admission, 0)::integer     AS admission,
-       coalesce(r.fits, false)::boolean      AS fits,
-       r.grant_id::uuid                      AS grant_id,
-       coalesce(r.current_value, 0)::numeric AS current_value,
-       coalesce(r.reserved_value, 0)::numeric AS reserved_value,
-       coalesce(r.window_start, r.db_now)::timestamptz AS window_start,
-       coalesce(r.reset_at, r.db_now)::timestamptz     AS reset_at,
-       r.db_now::timestamptz                 AS db_now,
-       coalesce(r.refusal, '')::text         AS refusal,
-       coalesce(r.settled, false)::boolean   AS settled,
-       coalesce(r.status, '')::text          AS status,
-       coalesce(r.metric, '')::text          AS metric,
-       coalesce(r.reserved_amount, 0)::numeric AS reserved_amount,
-       coalesce(r.actual_amount, 0)::numeric   AS actual_amount
+SELECT r.admission::integer          AS admission,
+       r.is_lease::boolean           AS is_lease,
+       r.ord::integer                AS ord,
+       r.fits::boolean               AS fits,
+       r.grant_id::uuid              AS grant_id,
+       r.current_value::numeric      AS current_value,
+       r.reserved_value::numeric     AS reserved_value,
+       r.window_start::timestamptz   AS window_start,
+       r.reset_at::timestamptz       AS reset_at,
+       r.db_now::timestamptz         AS db_now,
+       r.refusal::text               AS refusal
 FROM pgadmit_reserve(
          $1::uuid[], $2::uuid[],
          $3::integer[], $4::text[], $5::text[], $6::text[],
          $7::integer[], $8::numeric[], $9::numeric[],
          $10::integer[], $11::text[], $12::text[],
          $13::numeric[], $14::numeric[], $15::integer[],
-         $16::uuid[], $17::text[], $18::text[], $19::text[],
-         $20::integer[], $21::timestamptz[],
-         $22::text[], $23::numeric[], $24::text[],
-         $25::uuid[], $26::text[],
-         $27::timestamptz
+         $16::timestamptz
      ) AS r
 `
 
@@ -59,58 +50,35 @@ type AdmissionReserveParams struct {
 	CLimitValues   []float64
 	CAmounts       []float64
 	CTtlSeconds    []int32
-	SIds           []pgtype.UUID
-	SScopeTypes    []string
-	SScopeKeys     []string
-	SMetrics       []string
-	SWindowSeconds []int32
-	SWindowStarts  []time.Time
-	SStatuses      []string
-	SActualAmounts []float64
-	SReasons       []string
-	LIds           []pgtype.UUID
-	LReasons       []string
 	Now            *time.Time
 }
 
 type AdmissionReserveRow struct {
-	Kind           string
-	Ord            int32
-	Admission      int32
-	Fits           bool
-	GrantID        pgtype.UUID
-	CurrentValue   float64
-	ReservedValue  float64
-	WindowStart    time.Time
-	ResetAt        time.Time
-	DbNow          time.Time
-	Refusal        string
-	Settled        bool
-	Status         string
-	Metric         string
-	ReservedAmount float64
-	ActualAmount   float64
+	Admission     int32
+	IsLease       bool
+	Ord           int32
+	Fits          bool
+	GrantID       pgtype.UUID
+	CurrentValue  float64
+	ReservedValue float64
+	WindowStart   time.Time
+	ResetAt       time.Time
+	DbNow         time.Time
+	Refusal       string
 }
 
-// Settles a batch of reservations (@s_*, each naming its counter as its
-// grant says) and releases a batch of leases (@l_*), then decides a batch
-// of admissions, each all or nothing, in arrival order, in one statement
-// and one transaction: concurrent Commit and Reserve calls of a process
-// share it. Admissions: one entry per admission in @task_ids and
-// @attempt_ids (NULL elements for none); window limits in the @w_* arrays
-// and concurrency limits in the @c_* arrays, grouped by admission in
-// admission order (@w_admission and @c_admission give each limit's
-// 1-based admission). Returns one row per limit (kind 'window' or
-// 'concurrent', with the values its decision used, on the database's
-// clock; an admitted limit has its grant_id), per reservation ('reservation')
-// and per lease ('lease'). Refused admissions write nothing.
-// Locks: the window counter rows of the admissions and of the reservations
-// FOR UPDATE in primary-key order, by one upsert; then the settled rows;
-// then transaction advisory locks of concurrency scopes in lock-key order;
-// then new reservation and lease rows (the lock order).
-// Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_reservations_pkey;
-// gateway_concurrency_leases_pkey and _live_scope_idx; gateway_tasks_pkey
-// and gateway_task_attempts_pkey for task guards.
+// Decides a batch of admissions, each all or nothing, in arrival order: one
+// entry per admission in @task_ids and @attempt_ids (NULL elements for
+// none); window limits in the @w_* arrays and concurrency limits in the @c_*
+// arrays, grouped by admission in admission order (@w_admission and
+// @c_admission give each limit's 1-based admission). Returns one row per
+// limit with the values its decision used, on the database's clock; an
+// admitted limit has its grant_id. Refused admissions write nothing.
+// Locks: window counter rows FOR UPDATE in primary-key order, then
+// transaction advisory locks of concurrency scopes in lock-key order, then
+// new reservation and lease rows (the lock order).
+// Index: gateway_rate_limit_counters_pkey; gateway_concurrency_leases_live_scope_idx;
+// gateway_tasks_pkey and gateway_task_attempts_pkey for task guards.
 func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionReserveParams) ([]AdmissionReserveRow, error) {
 	rows, err := db.Query(ctx, AdmissionReserve,
 		arg.TaskIds,
@@ -128,17 +96,6 @@ func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionRe
 		arg.CLimitValues,
 		arg.CAmounts,
 		arg.CTtlSeconds,
-		arg.SIds,
-		arg.SScopeTypes,
-		arg.SScopeKeys,
-		arg.SMetrics,
-		arg.SWindowSeconds,
-		arg.SWindowStarts,
-		arg.SStatuses,
-		arg.SActualAmounts,
-		arg.SReasons,
-		arg.LIds,
-		arg.LReasons,
 		arg.Now,
 	)
 	if err != nil {
@@ -149,9 +106,9 @@ func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionRe
 	for rows.Next() {
 		var i AdmissionReserveRow
 		if err := rows.Scan(
-			&i.Kind,
-			&i.Ord,
 			&i.Admission,
+			&i.IsLease,
+			&i.Ord,
 			&i.Fits,
 			&i.GrantID,
 			&i.CurrentValue,
@@ -160,11 +117,6 @@ func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionRe
 			&i.ResetAt,
 			&i.DbNow,
 			&i.Refusal,
-			&i.Settled,
-			&i.Status,
-			&i.Metric,
-			&i.ReservedAmount,
-			&i.ActualAmount,
 		); err != nil {
 			return nil, err
 		}

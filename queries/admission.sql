@@ -28,51 +28,35 @@ FROM pgadmit_reserve_one(
      ) AS r;
 
 -- name: AdmissionReserve :many
--- Settles a batch of reservations (@s_*, each naming its counter as its
--- grant says) and releases a batch of leases (@l_*), then decides a batch
--- of admissions, each all or nothing, in arrival order, in one statement
--- and one transaction: concurrent Commit and Reserve calls of a process
--- share it. Admissions: one entry per admission in @task_ids and
--- @attempt_ids (NULL elements for none); window limits in the @w_* arrays
--- and concurrency limits in the @c_* arrays, grouped by admission in
--- admission order (@w_admission and @c_admission give each limit's
--- 1-based admission). Returns one row per limit (kind 'window' or
--- 'concurrent', with the values its decision used, on the database's
--- clock; an admitted limit has its grant_id), per reservation ('reservation')
--- and per lease ('lease'). Refused admissions write nothing.
--- Locks: the window counter rows of the admissions and of the reservations
--- FOR UPDATE in primary-key order, by one upsert; then the settled rows;
--- then transaction advisory locks of concurrency scopes in lock-key order;
--- then new reservation and lease rows (the lock order).
--- Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_reservations_pkey;
--- gateway_concurrency_leases_pkey and _live_scope_idx; gateway_tasks_pkey
--- and gateway_task_attempts_pkey for task guards.
-SELECT r.kind::text                          AS kind,
-       r.ord::integer                        AS ord,
-       coalesce(r.admission, 0)::integer     AS admission,
-       coalesce(r.fits, false)::boolean      AS fits,
-       r.grant_id::uuid                      AS grant_id,
-       coalesce(r.current_value, 0)::numeric AS current_value,
-       coalesce(r.reserved_value, 0)::numeric AS reserved_value,
-       coalesce(r.window_start, r.db_now)::timestamptz AS window_start,
-       coalesce(r.reset_at, r.db_now)::timestamptz     AS reset_at,
-       r.db_now::timestamptz                 AS db_now,
-       coalesce(r.refusal, '')::text         AS refusal,
-       coalesce(r.settled, false)::boolean   AS settled,
-       coalesce(r.status, '')::text          AS status,
-       coalesce(r.metric, '')::text          AS metric,
-       coalesce(r.reserved_amount, 0)::numeric AS reserved_amount,
-       coalesce(r.actual_amount, 0)::numeric   AS actual_amount
+-- Decides a batch of admissions, each all or nothing, in arrival order: one
+-- entry per admission in @task_ids and @attempt_ids (NULL elements for
+-- none); window limits in the @w_* arrays and concurrency limits in the @c_*
+-- arrays, grouped by admission in admission order (@w_admission and
+-- @c_admission give each limit's 1-based admission). Returns one row per
+-- limit with the values its decision used, on the database's clock; an
+-- admitted limit has its grant_id. Refused admissions write nothing.
+-- Locks: window counter rows FOR UPDATE in primary-key order, then
+-- transaction advisory locks of concurrency scopes in lock-key order, then
+-- new reservation and lease rows (the lock order).
+-- Index: gateway_rate_limit_counters_pkey; gateway_concurrency_leases_live_scope_idx;
+-- gateway_tasks_pkey and gateway_task_attempts_pkey for task guards.
+SELECT r.admission::integer          AS admission,
+       r.is_lease::boolean           AS is_lease,
+       r.ord::integer                AS ord,
+       r.fits::boolean               AS fits,
+       r.grant_id::uuid              AS grant_id,
+       r.current_value::numeric      AS current_value,
+       r.reserved_value::numeric     AS reserved_value,
+       r.window_start::timestamptz   AS window_start,
+       r.reset_at::timestamptz       AS reset_at,
+       r.db_now::timestamptz         AS db_now,
+       r.refusal::text               AS refusal
 FROM pgadmit_reserve(
          @task_ids::uuid[], @attempt_ids::uuid[],
          @w_admission::integer[], @w_scope_types::text[], @w_scope_keys::text[], @w_metrics::text[],
          @w_window_seconds::integer[], @w_limit_values::numeric[], @w_amounts::numeric[],
          @c_admission::integer[], @c_scope_types::text[], @c_scope_keys::text[],
          @c_limit_values::numeric[], @c_amounts::numeric[], @c_ttl_seconds::integer[],
-         @s_ids::uuid[], @s_scope_types::text[], @s_scope_keys::text[], @s_metrics::text[],
-         @s_window_seconds::integer[], @s_window_starts::timestamptz[],
-         @s_statuses::text[], @s_actual_amounts::numeric[], @s_reasons::text[],
-         @l_ids::uuid[], @l_reasons::text[],
          sqlc.narg('now')::timestamptz
      ) AS r;
 

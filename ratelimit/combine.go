@@ -180,38 +180,38 @@ func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, c
 	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }
 
-// combinerStats counts what a combiner sent: requests in batches.
-type combinerStats struct {
-	batches, requests int64
+// CombinerStats counts what one kind of operation sent since the Limiter
+// was made: Requests calls went out as Batches statements.
+type CombinerStats struct {
+	Batches  int64
+	Requests int64
 }
 
-func (c *combiner[Req, Res]) stats() combinerStats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return combinerStats{batches: c.batches, requests: c.requests}
-}
-
-// Stats says how this Limiter combined its calls: Statements sent for
-// Reserve, Commit and Release calls, and how many of each kind they carried
-// (zero without combining).
-type Stats struct {
-	Statements int64
-	Reserves   int64
-	Settles    int64
-}
-
-// CallsPerStatement is how many calls one statement carried on average.
-func (s Stats) CallsPerStatement() float64 {
-	if s.Statements == 0 {
+// MeanBatch is how many calls one statement carried on average.
+func (s CombinerStats) MeanBatch() float64 {
+	if s.Batches == 0 {
 		return 0
 	}
-	return float64(s.Reserves+s.Settles) / float64(s.Statements)
+	return float64(s.Requests) / float64(s.Batches)
+}
+
+func (c *combiner[Req, Res]) stats() CombinerStats {
+	if c == nil {
+		return CombinerStats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CombinerStats{Batches: c.batches, Requests: c.requests}
+}
+
+// Stats says how this Limiter combined Reserve calls and Commit/Release
+// calls (zero without combining).
+type Stats struct {
+	Reserve CombinerStats
+	Settle  CombinerStats
 }
 
 // Stats reports how concurrent calls were combined so far.
 func (l *Limiter) Stats() Stats {
-	if l.ops == nil {
-		return Stats{}
-	}
-	return Stats{Statements: l.ops.stats().batches, Reserves: l.opCounts.reserves.Load(), Settles: l.opCounts.settles.Load()}
+	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats()}
 }

@@ -76,7 +76,7 @@ func TestCombinerBatchesWhatArrivesWhileABatchRuns(t *testing.T) {
 			t.Errorf("request %d got %d, want %d", n, got[n], n*10)
 		}
 	}
-	if s := c.stats(); s.batches != 2 || s.requests != 4 {
+	if s := c.stats(); s.Batches != 2 || s.Requests != 4 {
 		t.Errorf("stats %+v, want 2 batches of 4 requests", s)
 	}
 }

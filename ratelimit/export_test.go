@@ -44,44 +44,6 @@ func (l *Limiter) CommitCombined(ctx context.Context, grants []Grant) ([]Settlem
 	return out, err
 }
 
-// MixCombined settles grants (each to its status, with one actual amount
-// for all its reservations) and decides reqs in one combined statement, as
-// the combiner sends concurrent Commit, Release and Reserve calls.
-func (l *Limiter) MixCombined(ctx context.Context, grants []Grant, statuses []string, actuals []float64, reqs []BatchRequest) ([]Grant, []error, []Settlement, error) {
-	var ops []*op
-	for i, g := range grants {
-		amounts := make([]float64, len(g.Reservations))
-		for j := range amounts {
-			amounts[j] = actuals[i]
-		}
-		req, err := newSettleRequest(g, statuses[i], statuses[i], amounts)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ops = append(ops, &op{settle: &req})
-	}
-	for _, r := range reqs {
-		a, err := newAdmission(r.TaskID, r.AttemptID, r.Limits)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ops = append(ops, &op{admission: &a})
-	}
-	res, errs, err := l.runOps(ctx, ops)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var out []Settlement
-	for _, r := range res[:len(grants)] {
-		out = append(out, r.settlement)
-	}
-	var gs []Grant
-	for _, r := range res[len(grants):] {
-		gs = append(gs, r.grant)
-	}
-	return gs, errs[len(grants):], out, nil
-}
-
 // Test-only hooks. Statements that take an optional now (NULL: the
 // database's now()) get one from these clocks instead, so tests drive time
 // instead of sleeping until a lease or a window ends. Production code has

@@ -26,10 +26,10 @@ type Limiter struct {
 	order   *txOrder // set when bound to a caller's transaction
 	queries *db.Queries
 	opts    options
-	// The combiner of concurrent Reserve, Commit and Release calls; nil
-	// inside a caller's transaction or WithoutCombining.
-	ops      *combiner[*op, opResult]
-	opCounts *opCounts
+	// Combiners of concurrent Reserve and Commit/Release calls; nil inside
+	// a caller's transaction or WithoutCombining.
+	reserves *combiner[*admission, Grant]
+	settles  *combiner[*settleRequest, Settlement]
 	// Blocks of Local limits; nil inside a caller's transaction.
 	allot *allotments
 }
@@ -47,8 +47,8 @@ func New(conn Executor, opts ...Option) *Limiter {
 		return l
 	}
 	if o.combineBatch > 0 {
-		l.ops = newCombiner(o.combineBatch, o.combineInFlight, l.runOps, l.releaseAbandonedOp)
-		l.opCounts = &opCounts{}
+		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
+		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
 	}
 	l.allot = newAllotments(l, o.allot)
 	return l
@@ -73,8 +73,8 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.conn = tx
 	c.inTx = true
 	c.order = &txOrder{}
-	c.ops = nil   // a transaction's statements run one at a time, in its order
-	c.allot = nil // and Local limits are decided in it, like any other
+	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order
+	c.allot = nil                    // and Local limits are decided in it, like any other
 	return &c
 }
 
@@ -100,11 +100,12 @@ const (
 )
 
 // WithCombining sets how concurrent calls of this Limiter are combined
-// (combining is on by default): Reserve, Commit and Release calls that
-// arrive while maxInFlight combined statements are running wait and go
-// together, at most maxBatch in one statement and one transaction. Each
-// caller still gets its own Grant, Settlement or error; a caller alone is
-// sent at once. Values below 1 mean 1.
+// (combining is on by default): Reserve calls that arrive while
+// maxInFlight combined Reserve statements are running wait and go together,
+// at most maxBatch in one statement and one transaction; Commit and Release
+// calls likewise, in statements of their own. Each caller still gets its
+// own Grant, Settlement or error; a caller alone is sent at once. Values
+// below 1 mean 1.
 func WithCombining(maxBatch, maxInFlight int) Option {
 	return func(o *options) {
 		o.combineBatch = min(max(maxBatch, 1), math.MaxInt32)

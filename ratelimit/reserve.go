@@ -49,9 +49,8 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 // reserveRemote decides the admission's limits in the database: combined
 // with concurrent calls, or alone inside a caller's transaction.
 func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error) {
-	if l.ops != nil {
-		r, err := l.ops.do(ctx, &op{admission: a})
-		return r.grant, err
+	if l.reserves != nil {
+		return l.reserves.do(ctx, a)
 	}
 	first, last := a.lockPhases()
 	if err := l.enter("Reserve", first, last); err != nil {
@@ -82,7 +81,12 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 	if err != nil {
 		return nil, nil, wrapDBError("reserve", err)
 	}
-	byAdmission, _ := splitReserveRows(rows, len(batch), nil)
+	byAdmission := make([][]db.AdmissionReserveRow, len(batch))
+	for _, row := range rows {
+		if i := int(row.Admission) - 1; i >= 0 && i < len(batch) {
+			byAdmission[i] = append(byAdmission[i], row)
+		}
+	}
 	grants, errs := make([]Grant, len(batch)), make([]error, len(batch))
 	for i, a := range batch {
 		grants[i], errs[i] = a.decide(byAdmission[i])
@@ -225,7 +229,7 @@ func (a *admission) decide(rows []db.AdmissionReserveRow) (Grant, error) {
 		}
 	}
 	for _, row := range rows {
-		if row.Kind == kindConcurrent {
+		if row.IsLease {
 			i := int(row.Ord) - 1 - a.cFirst
 			c := a.leases[i]
 			if !row.Fits {

@@ -177,9 +177,8 @@ func (l *Limiter) settleRemote(ctx context.Context, grant Grant, status, reason 
 	if req.empty() {
 		return Settlement{}, nil
 	}
-	if l.ops != nil {
-		r, err := l.ops.do(ctx, &op{settle: &req})
-		return r.settlement, err
+	if l.settles != nil {
+		return l.settles.do(ctx, &req)
 	}
 	first := phaseCounters
 	if len(req.ids) == 0 {

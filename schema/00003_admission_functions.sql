@@ -185,36 +185,20 @@ CREATE FUNCTION pgadmit_reserve(
     p_c_limits          numeric[],
     p_c_amounts         numeric[],
     p_c_ttl_seconds     integer[],
-    p_s_ids             uuid[],
-    p_s_scope_types     text[],
-    p_s_scope_keys      text[],
-    p_s_metrics         text[],
-    p_s_window_seconds  integer[],
-    p_s_window_starts   timestamptz[],
-    p_s_statuses        text[],
-    p_s_actual_amounts  numeric[],
-    p_s_reasons         text[],
-    p_l_ids             uuid[],
-    p_l_reasons         text[],
     p_now               timestamptz DEFAULT NULL
 )
 RETURNS TABLE (
-    kind            text,        -- 'window' (p_w_*), 'concurrent' (p_c_*), 'reservation' (p_s_*), 'lease' (p_l_*)
-    ord             integer,     -- 1-based index into those arrays
-    admission       integer,     -- limits: 1-based index into p_task_ids
-    fits            boolean,     -- limits: whether it had room when its admission was decided
-    grant_id        uuid,        -- limits: the reservation or lease written (NULL: refused); settlements: the id
-    current_value   numeric,     -- window: used_value; concurrent: live lease total (before this admission)
-    reserved_value  numeric,     -- window: reserved_value before this admission; concurrent: 0
-    window_start    timestamptz, -- window start; concurrent: db_now
-    reset_at        timestamptz, -- window end; concurrent: the lease's expiry, or the earliest live expiry
-    db_now          timestamptz, -- the database clock the decision used
-    refusal         text,        -- limits: '' or why the whole admission was refused before any limit was looked at
-    settled         boolean,     -- settlements: this call settled it
-    status          text,        -- reservations: status after the call (NULL: no such reservation)
-    metric          text,        -- reservations
-    reserved_amount numeric,     -- reservations
-    actual_amount   numeric      -- reservations
+    admission      integer,     -- 1-based index into p_task_ids
+    is_lease       boolean,     -- false: a window limit (p_w_*), true: a concurrency limit (p_c_*)
+    ord            integer,     -- 1-based index into the p_w_* or p_c_* arrays
+    fits           boolean,     -- whether this limit had room when its admission was decided
+    grant_id       uuid,        -- the reservation or lease written; NULL when the admission was refused
+    current_value  numeric,     -- window: used_value; concurrency: live lease total (before this admission)
+    reserved_value numeric,     -- window: reserved_value before this admission; concurrency: 0
+    window_start   timestamptz, -- window start; concurrency: db_now
+    reset_at       timestamptz, -- window end; concurrency: the lease's expiry, or the earliest live expiry
+    db_now         timestamptz, -- the database clock the decision used
+    refusal        text         -- '' or why the whole admission was refused before any limit was looked at
 )
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -227,34 +211,25 @@ AS $$
 -- one entry per admission in p_task_ids and p_attempt_ids (NULL for none);
 -- window limits in p_w_* and concurrency limits in p_c_*, grouped by
 -- admission in admission order (p_w_admission and p_c_admission name each
--- limit's admission). Refused admissions write nothing, except that a
--- counter row the batch found missing stays behind with zero usage.
--- First, in the same transaction, it settles the reservations p_s_* (as
--- pgadmit_settle does; each names its counter, and one that draws on
--- another is left open) and releases the leases p_l_*: concurrent Commit
--- and Reserve calls of a process share one statement and one commit, and
--- what the settlements free counts for the admissions. Returns one row per
--- limit, per reservation and per lease.
--- Locks: every distinct window counter row of the batch (the admissions'
--- and the settled reservations'), once, in primary-key order, by one upsert
--- (which creates missing rows); then the settled reservations and leases
--- (pgadmit_settle_locked); then pg_advisory_xact_lock on each distinct
--- concurrency scope in lock-key order; then inserts reservation and lease rows (FK key-share locks on
+-- limit's admission). Returns one row per limit. Refused admissions write
+-- nothing, except that a counter row the batch found missing stays behind
+-- with zero usage.
+-- Locks: every distinct window counter row of the batch, once, in
+-- primary-key order, by one upsert (which creates missing rows); then
+-- pg_advisory_xact_lock on each distinct concurrency scope in lock-key
+-- order; then inserts reservation and lease rows (FK key-share locks on
 -- the task and attempt rows).
 -- Index: gateway_rate_limit_counters_pkey (conflict arbiter and probes);
 -- gateway_concurrency_leases_live_scope_idx (live leases of each scope);
 -- pgadmit_task_refusal for task guards.
 -- Statements: 4 for a batch of one-window admissions that all fit (the
--- upsert takes each counter's whole amount at once), two more with
--- settlements (pgadmit_settle_locked and its one statement), up to 11
--- otherwise, whatever the batch size.
+-- upsert takes each counter's whole amount at once), up to 9 otherwise,
+-- whatever the batch size.
 DECLARE
     v_now      timestamptz := coalesce(p_now, now());
     n_adm      integer := coalesce(cardinality(p_task_ids), 0);
     n_w        integer := coalesce(cardinality(p_w_scope_types), 0);
     n_c        integer := coalesce(cardinality(p_c_scope_types), 0);
-    n_st       integer := coalesce(cardinality(p_s_ids), 0);
-    n_lt       integer := coalesce(cardinality(p_l_ids), 0);
     v_refusal  text[];
     v_admitted boolean[];
     a_limits   integer[];      -- per admission: how many limits it has
@@ -289,13 +264,6 @@ DECLARE
     c_id       uuid[];
     t_active   numeric[];
     t_next     timestamptz[];
-    -- per settled reservation, and the released leases
-    r_settled  boolean[];
-    r_status   text[];
-    r_metric   text[];
-    r_reserved numeric[];
-    r_actual   numeric[];
-    l_released integer[];
     v_ok       boolean;
     i          integer;
     j          integer;
@@ -321,7 +289,7 @@ BEGIN
     -- previous holder of a lock committed.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         v_refusal := array_fill('isolation'::text, ARRAY[n_adm]);
-        n_w := 0; -- decided nothing: the admissions are refused; the settlements go on
+        n_w := 0;
         n_c := 0;
     END IF;
     FOR i IN 1 .. n_adm LOOP
@@ -330,32 +298,21 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF n_w > 0 OR n_st > 0 THEN
-        -- The distinct counters in lock order (the admissions' current
-        -- windows and the settled reservations' windows), and each
-        -- admission limit's counter.
+    IF n_w > 0 THEN
+        -- The distinct counters in lock order, and each limit's counter.
         WITH l AS (
-            SELECT u.i::integer AS i, u.st, u.sk, u.m, u.ws,
-                   date_bin(make_interval(secs => u.ws), v_now, timestamptz 'epoch') AS wst
-            FROM unnest(p_w_scope_types[1:n_w], p_w_scope_keys[1:n_w], p_w_metrics[1:n_w], p_w_window_seconds[1:n_w])
+            SELECT u.i, u.st, u.sk, u.m, u.ws,
+                   dense_rank() OVER (ORDER BY u.st COLLATE "C", u.sk COLLATE "C", u.m COLLATE "C", u.ws)::integer AS slot
+            FROM unnest(p_w_scope_types, p_w_scope_keys, p_w_metrics, p_w_window_seconds)
                  WITH ORDINALITY AS u(st, sk, m, ws, i)
-            UNION ALL
-            SELECT -u.i::integer, u.st, u.sk, u.m, u.ws, u.wst
-            FROM unnest(p_s_scope_types, p_s_scope_keys, p_s_metrics, p_s_window_seconds, p_s_window_starts)
-                 WITH ORDINALITY AS u(st, sk, m, ws, wst, i)
-        ),
-        r AS (
-            SELECT l.i, l.st, l.sk, l.m, l.ws, l.wst,
-                   dense_rank() OVER (ORDER BY l.st COLLATE "C", l.sk COLLATE "C", l.m COLLATE "C", l.ws, l.wst)::integer AS slot
-            FROM l
         ),
         d AS (
-            SELECT DISTINCT r.slot, r.st, r.sk, r.m, r.ws, r.wst FROM r
+            SELECT DISTINCT l.slot, l.st, l.sk, l.m, l.ws FROM l
         )
-        SELECT coalesce((SELECT array_agg(r.slot ORDER BY r.i) FROM r WHERE r.i > 0), '{}'),
+        SELECT (SELECT array_agg(l.slot ORDER BY l.i) FROM l),
                array_agg(d.st ORDER BY d.slot), array_agg(d.sk ORDER BY d.slot),
-               array_agg(d.m ORDER BY d.slot), array_agg(d.ws ORDER BY d.slot), array_agg(d.wst ORDER BY d.slot)
-        INTO w_slot, s_type, s_key, s_metric, s_seconds, s_start
+               array_agg(d.m ORDER BY d.slot), array_agg(d.ws ORDER BY d.slot)
+        INTO w_slot, s_type, s_key, s_metric, s_seconds
         FROM d;
         n_s := cardinality(s_type);
 
@@ -375,6 +332,7 @@ BEGIN
         s_guard := array_fill(NULL::numeric, ARRAY[n_s]);
         s_simple := array_fill(true, ARRAY[n_s]);
         s_limit := array_fill(0::numeric, ARRAY[n_s]);
+        s_start := array_fill(NULL::timestamptz, ARRAY[n_s]);
         FOR i IN 1 .. n_w LOOP
             s := w_slot[i];
             s_limit[s] := p_w_limits[i];
@@ -386,6 +344,7 @@ BEGIN
             END IF;
         END LOOP;
         FOR s IN 1 .. n_s LOOP
+            s_start[s] := date_bin(make_interval(secs => s_seconds[s]), v_now, timestamptz 'epoch');
             IF NOT s_simple[s] OR s_take[s] > s_guard[s] THEN
                 s_take[s] := 0;
             END IF;
@@ -430,24 +389,6 @@ BEGIN
             s_used[s] := v_used[j];
             s_reserved[s] := v_reserved[j] - s_take[s]; -- before this batch
         END LOOP;
-    END IF;
-
-    -- Settle, on the counters now locked, and release the leases: what
-    -- that frees counts for the admissions decided below.
-    IF n_st > 0 OR n_lt > 0 THEN
-        SELECT array_agg(x.settled ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
-               array_agg(x.status ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
-               array_agg(x.metric ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
-               array_agg(x.reserved_amount ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
-               array_agg(x.actual_amount ORDER BY x.ord) FILTER (WHERE NOT x.is_lease),
-               coalesce(array_agg(x.ord) FILTER (WHERE x.is_lease AND x.settled), '{}')
-        INTO r_settled, r_status, r_metric, r_reserved, r_actual, l_released
-        FROM pgadmit_settle_locked(p_s_ids, p_s_scope_types, p_s_scope_keys, p_s_metrics,
-            p_s_window_seconds, p_s_window_starts, p_s_statuses, p_s_actual_amounts, p_s_reasons,
-            p_l_ids, p_l_reasons, v_now) AS x;
-    END IF;
-
-    IF n_w > 0 OR n_st > 0 THEN
         -- The rows it only locked: read them (their lock is ours, so this
         -- reads what the decision below may rely on).
         IF NOT (true = ALL(s_done)) THEN
@@ -470,6 +411,7 @@ BEGIN
         END IF;
         s_delta := array_fill(0::numeric, ARRAY[n_s]);
     END IF;
+
     IF n_c > 0 THEN
         -- One advisory lock per concurrency scope, in lock-key order; then,
         -- in a statement that sees what the previous holders committed, the
@@ -581,33 +523,24 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT 'window'::text, u.i::integer, u.adm, u.fits, u.id, u.used, u.reserved,
+    SELECT u.adm, false, u.i::integer, u.fits, u.id, u.used, u.reserved,
            date_bin(make_interval(secs => u.ws), v_now, timestamptz 'epoch'),
            date_bin(make_interval(secs => u.ws), v_now, timestamptz 'epoch') + make_interval(secs => u.ws),
-           v_now, v_refusal[u.adm], NULL::boolean, NULL::text, NULL::text, NULL::numeric, NULL::numeric
+           v_now, v_refusal[u.adm]
     FROM unnest(p_w_admission, p_w_window_seconds, w_fits, w_id, w_used, w_reserved)
          WITH ORDINALITY AS u(adm, ws, fits, id, used, reserved, i)
     UNION ALL
-    SELECT 'concurrent', u.i::integer, u.adm, u.fits, u.id, u.active, 0::numeric, v_now,
+    SELECT u.adm, true, u.i::integer, u.fits, u.id, u.active, 0::numeric, v_now,
            CASE WHEN u.id IS NOT NULL THEN v_now + make_interval(secs => u.ttl)
                 ELSE coalesce(t_next[c_slot[u.i]], v_now + make_interval(secs => u.ttl)) END,
-           v_now, v_refusal[u.adm], NULL, NULL, NULL, NULL, NULL
+           v_now, v_refusal[u.adm]
     FROM unnest(p_c_admission, p_c_ttl_seconds, c_fits, c_id, c_active)
-         WITH ORDINALITY AS u(adm, ttl, fits, id, active, i)
-    UNION ALL
-    SELECT 'reservation', u.i::integer, NULL, NULL, u.id, NULL, NULL, NULL, NULL, v_now, NULL,
-           u.settled, u.status, u.metric, u.reserved, u.actual
-    FROM unnest(p_s_ids, r_settled, r_status, r_metric, r_reserved, r_actual)
-         WITH ORDINALITY AS u(id, settled, status, metric, reserved, actual, i)
-    UNION ALL
-    SELECT 'lease', u.i::integer, NULL, NULL, u.id, NULL, NULL, NULL, NULL, v_now, NULL,
-           u.i = ANY(l_released), NULL, NULL, NULL, NULL
-    FROM unnest(p_l_ids) WITH ORDINALITY AS u(id, i);
+         WITH ORDINALITY AS u(adm, ttl, fits, id, active, i);
 END;
 $$;
 -- +goose StatementEnd
-COMMENT ON FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz) IS
-    'Settles a batch of reservations and leases, then decides a batch of admissions (each all or nothing, in arrival order) against window counters and concurrency leases, and records what it admitted, in one transaction. Called by AdmissionReserve (queries/admission.sql).';
+COMMENT ON FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], timestamptz) IS
+    'Decides a batch of admissions (each all or nothing, in arrival order) against window counters and concurrency leases, and records what it admitted. Called by AdmissionReserve (queries/admission.sql).';
 
 -- +goose StatementBegin
 CREATE FUNCTION pgadmit_settle_one(
@@ -731,7 +664,7 @@ COMMENT ON FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], tim
     'Locks counter rows once each in the lock order (primary-key order, byte order of the text columns). Used by the batch settle functions.';
 
 -- +goose StatementBegin
-CREATE FUNCTION pgadmit_settle_locked(
+CREATE FUNCTION pgadmit_settle(
     p_reservation_ids uuid[],
     p_scope_types     text[],
     p_scope_keys      text[],
@@ -755,24 +688,56 @@ RETURNS TABLE (
     reserved_amount numeric,
     actual_amount   numeric
 )
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 #variable_conflict use_column
--- The settling of pgadmit_settle, for callers that hold the locks of the
--- named counters already (pgadmit_settle, and pgadmit_reserve, which
--- settles on the counters its upsert locked): commits or releases the
--- reservations, moves their amounts in their counters, releases the
--- leases. Runs under its caller's settings (forced generic plans, index
--- probes only).
--- Locks: the reservations, counters and leases it updates.
+-- Settles a batch of open reservations, each to its status ('committed',
+-- with its actual amount, or 'released') with its reason, and moves their
+-- amounts in their counters; then releases unreleased leases, each with its
+-- reason. Idempotent: what is already settled is reported with
+-- settled = false and left alone.
+-- p_scope_types .. p_window_starts name each reservation's counter, as the
+-- caller's grant says; a reservation that draws on another counter is left
+-- open and reported with settled = false. When they are NULL, the counters
+-- are read from the reservations that are still open.
+-- Locks: those counters FOR UPDATE, in primary-key order (the lock order),
+-- in one statement; then the reservations, counters and leases it updates.
 -- Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
 -- gateway_concurrency_leases_pkey (probes, one per row).
+-- Statements: 2 (3 when the counters are not named), whatever the batch
+-- size, and the lock of pgadmit_lock_counters.
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now      timestamptz := coalesce(p_now, now());
+    n_r        integer := coalesce(cardinality(p_reservation_ids), 0);
+    k_type     text[] := p_scope_types;
+    k_key      text[] := p_scope_keys;
+    k_metric   text[] := p_metrics;
+    k_seconds  integer[] := p_window_seconds;
+    k_start    timestamptz[] := p_window_starts;
 BEGIN
-    IF coalesce(cardinality(p_reservation_ids), 0) > 0 AND NOT (p_statuses <@ ARRAY['committed', 'released']) THEN
+    IF n_r > 0 AND NOT (p_statuses <@ ARRAY['committed', 'released']) THEN
         RAISE EXCEPTION 'pgadmit_settle: every status must be committed or released'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF n_r > 0 AND p_scope_types IS NULL THEN
+        -- The counters of the reservations that are open now.
+        SELECT array_agg(r.scope_type), array_agg(r.scope_key), array_agg(r.metric),
+               array_agg(r.window_seconds), array_agg(r.window_start)
+        INTO k_type, k_key, k_metric, k_seconds, k_start
+        FROM unnest(p_reservation_ids) AS u(id)
+        CROSS JOIN LATERAL (
+            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
+            FROM gateway_rate_limit_reservations AS x
+            WHERE x.id = u.id AND x.status = 'reserved'
+            LIMIT 1
+        ) AS r;
+    END IF;
+    PERFORM pgadmit_lock_counters(k_type, k_key, k_metric, k_seconds, k_start);
+
     RETURN QUERY
     WITH input AS (
         SELECT u.id, u.st, u.actual, u.reason, u.i
@@ -841,97 +806,14 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
-COMMENT ON FUNCTION pgadmit_settle_locked(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz) IS
-    'The settling of pgadmit_settle once the counters are locked; shared by pgadmit_settle and pgadmit_reserve.';
-
--- +goose StatementBegin
-CREATE FUNCTION pgadmit_settle(
-    p_reservation_ids uuid[],
-    p_scope_types     text[],
-    p_scope_keys      text[],
-    p_metrics         text[],
-    p_window_seconds  integer[],
-    p_window_starts   timestamptz[],
-    p_statuses        text[],
-    p_actual_amounts  numeric[],
-    p_reasons         text[],
-    p_lease_ids       uuid[],
-    p_lease_reasons   text[],
-    p_now             timestamptz DEFAULT NULL
-)
-RETURNS TABLE (
-    is_lease        boolean,  -- false: one of p_reservation_ids; true: one of p_lease_ids
-    ord             integer,  -- 1-based index into that array
-    id              uuid,
-    settled         boolean,  -- this call committed or released it
-    status          text,     -- reservation status after the call (NULL: no such reservation); leases: NULL
-    metric          text,
-    reserved_amount numeric,
-    actual_amount   numeric
-)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-AS $$
-#variable_conflict use_column
--- Settles a batch of open reservations, each to its status ('committed',
--- with its actual amount, or 'released') with its reason, and moves their
--- amounts in their counters; then releases unreleased leases, each with its
--- reason. Idempotent: what is already settled is reported with
--- settled = false and left alone.
--- p_scope_types .. p_window_starts name each reservation's counter, as the
--- caller's grant says; a reservation that draws on another counter is left
--- open and reported with settled = false. When they are NULL, the counters
--- are read from the reservations that are still open.
--- Locks: those counters FOR UPDATE, in primary-key order (the lock order),
--- in one statement; then the reservations, counters and leases it updates.
--- Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
--- gateway_concurrency_leases_pkey (probes, one per row).
--- Statements: 3 (4 when the counters are not named), whatever the batch
--- size: the lock of pgadmit_lock_counters, then pgadmit_settle_locked and
--- its one statement.
-DECLARE
-    v_now      timestamptz := coalesce(p_now, now());
-    n_r        integer := coalesce(cardinality(p_reservation_ids), 0);
-    k_type     text[] := p_scope_types;
-    k_key      text[] := p_scope_keys;
-    k_metric   text[] := p_metrics;
-    k_seconds  integer[] := p_window_seconds;
-    k_start    timestamptz[] := p_window_starts;
-BEGIN
-    IF n_r > 0 AND p_scope_types IS NULL THEN
-        -- The counters of the reservations that are open now.
-        SELECT array_agg(r.scope_type), array_agg(r.scope_key), array_agg(r.metric),
-               array_agg(r.window_seconds), array_agg(r.window_start)
-        INTO k_type, k_key, k_metric, k_seconds, k_start
-        FROM unnest(p_reservation_ids) AS u(id)
-        CROSS JOIN LATERAL (
-            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
-            FROM gateway_rate_limit_reservations AS x
-            WHERE x.id = u.id AND x.status = 'reserved'
-            LIMIT 1
-        ) AS r;
-    END IF;
-    PERFORM pgadmit_lock_counters(k_type, k_key, k_metric, k_seconds, k_start);
-
-    RETURN QUERY
-    SELECT * FROM pgadmit_settle_locked(p_reservation_ids, p_scope_types, p_scope_keys, p_metrics,
-        p_window_seconds, p_window_starts, p_statuses, p_actual_amounts, p_reasons,
-        p_lease_ids, p_lease_reasons, v_now);
-END;
-$$;
--- +goose StatementEnd
 COMMENT ON FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz) IS
     'Commits or releases a batch of reservations (moving their amounts in their counters) and releases leases, idempotently. Called by AdmissionSettle (queries/admission.sql).';
 
 -- +goose Down
 
 DROP FUNCTION pgadmit_settle(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
-DROP FUNCTION pgadmit_settle_locked(uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
 DROP FUNCTION pgadmit_lock_counters(text[], text[], text[], integer[], timestamptz[]);
 DROP FUNCTION pgadmit_settle_one(uuid, text, text, text, integer, timestamptz, text, numeric, text, timestamptz);
-DROP FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], uuid[], text[], text[], text[], integer[], timestamptz[], text[], numeric[], text[], uuid[], text[], timestamptz);
+DROP FUNCTION pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], integer[], text[], text[], numeric[], numeric[], integer[], timestamptz);
 DROP FUNCTION pgadmit_reserve_one(uuid, uuid, text, text, text, integer, numeric, numeric, timestamptz);
 DROP FUNCTION pgadmit_task_refusal(uuid, uuid);

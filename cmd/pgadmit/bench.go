@@ -173,8 +173,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, cfg.Rounds)
 		}
 		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
-		if r.CallsPerStatement > 0 {
-			fmt.Fprintf(out, "  (combined: %.1f calls per statement)", r.CallsPerStatement)
+		if r.ReservesPerStatement > 0 {
+			fmt.Fprintf(out, "  (combined: %.1f reserves, %.1f settles per statement)", r.ReservesPerStatement, r.SettlesPerStatement)
 		}
 		fmt.Fprintln(out)
 	})

@@ -124,9 +124,10 @@ type Result struct {
 	Rejected  int64   `json:"rejected"`
 	Errors    int64   `json:"errors"`
 	Deadlocks int64   `json:"deadlocks"`
-	// CallsPerStatement is how many Reserve and Commit calls one statement
-	// carried on average (combining; none without).
-	CallsPerStatement float64 `json:"calls_per_statement,omitempty"`
+	// ReservesPerStatement and SettlesPerStatement are how many Reserve and
+	// Commit calls one statement carried on average (combining; 1 without).
+	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
+	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
 	Checks     []Check `json:"checks,omitempty"`
@@ -317,9 +318,15 @@ func (r *runner) measureWith(ctx context.Context, lim *ratelimit.Limiter, d time
 	}
 	res := summarize(s)
 	after := lim.Stats()
-	res.CallsPerStatement = ratelimit.Stats{Statements: after.Statements - before.Statements,
-		Reserves: after.Reserves - before.Reserves, Settles: after.Settles - before.Settles}.CallsPerStatement()
+	res.ReservesPerStatement = perStatement(before.Reserve, after.Reserve)
+	res.SettlesPerStatement = perStatement(before.Settle, after.Settle)
 	return res, nil
+}
+
+// perStatement is the mean number of calls per statement between two
+// readings of a combiner's counts.
+func perStatement(before, after ratelimit.CombinerStats) float64 {
+	return ratelimit.CombinerStats{Batches: after.Batches - before.Batches, Requests: after.Requests - before.Requests}.MeanBatch()
 }
 
 // drive runs op in a loop on every worker for d and measures it. An op returning nil is
