@@ -705,9 +705,10 @@ AS $$
 -- open and reported with settled = false. When they are NULL, the counters
 -- are read from the reservations that are still open.
 -- Locks: those counters FOR UPDATE, in primary-key order (the lock order),
--- in one statement; then the reservations, counters and leases it updates.
+-- in one statement; then the reservations and leases named (FOR UPDATE,
+-- open or not), and updates the open ones and their counters.
 -- Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey;
--- gateway_concurrency_leases_pkey (probes, one per row).
+-- gateway_concurrency_leases_pkey (probes, one per row; updates by tuple id).
 -- Statements: 2 (3 when the counters are not named), whatever the batch
 -- size, and the lock of pgadmit_lock_counters.
 DECLARE
@@ -730,11 +731,12 @@ BEGIN
         INTO k_type, k_key, k_metric, k_seconds, k_start
         FROM unnest(p_reservation_ids) AS u(id)
         CROSS JOIN LATERAL (
-            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
+            SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start, x.status
             FROM gateway_rate_limit_reservations AS x
-            WHERE x.id = u.id AND x.status = 'reserved'
+            WHERE x.id = u.id
             LIMIT 1
-        ) AS r;
+        ) AS r
+        WHERE r.status = 'reserved';
     END IF;
     PERFORM pgadmit_lock_counters(k_type, k_key, k_metric, k_seconds, k_start);
 
@@ -748,20 +750,37 @@ BEGIN
         FROM unnest(p_scope_types, p_scope_keys, p_metrics, p_window_seconds, p_window_starts)
              WITH ORDINALITY AS u(st, sk, m, ws, wst, i)
     ),
-    done AS (
-        UPDATE gateway_rate_limit_reservations AS r
-        SET status = input.st,
-            reason = nullif(input.reason, ''),
-            actual_amount = CASE WHEN input.st = 'committed' THEN input.actual END,
-            finalized_at = v_now,
-            updated_at = v_now
+    -- Each reservation is found by its primary key alone and locked, then
+    -- kept if still open (and on the named counter), then updated by its
+    -- tuple id. A status test in the probe would let a plan built while the
+    -- table was empty scan the partial index of every open reservation
+    -- instead, and keep doing so for the life of the session.
+    open_rows AS (
+        SELECT input.i, input.st, input.actual, input.reason, x.tid
         FROM input
         LEFT JOIN named ON named.i = input.i
-        WHERE r.id = input.id AND r.status = 'reserved'
+        CROSS JOIN LATERAL (
+            SELECT r.ctid AS tid, r.status, r.scope_type, r.scope_key, r.metric, r.window_seconds, r.window_start
+            FROM gateway_rate_limit_reservations AS r
+            WHERE r.id = input.id
+            LIMIT 1
+            FOR UPDATE
+        ) AS x
+        WHERE x.status = 'reserved'
           AND (p_scope_types IS NULL
-               OR (r.scope_type = named.st AND r.scope_key = named.sk AND r.metric = named.m
-                   AND r.window_seconds = named.ws AND r.window_start = named.wst))
-        RETURNING input.i, r.scope_type, r.scope_key, r.metric, r.window_seconds, r.window_start,
+               OR (x.scope_type = named.st AND x.scope_key = named.sk AND x.metric = named.m
+                   AND x.window_seconds = named.ws AND x.window_start = named.wst))
+    ),
+    done AS (
+        UPDATE gateway_rate_limit_reservations AS r
+        SET status = o.st,
+            reason = nullif(o.reason, ''),
+            actual_amount = CASE WHEN o.st = 'committed' THEN o.actual END,
+            finalized_at = v_now,
+            updated_at = v_now
+        FROM open_rows AS o
+        WHERE r.ctid = o.tid
+        RETURNING o.i, r.scope_type, r.scope_key, r.metric, r.window_seconds, r.window_start,
                   r.status, r.reserved_amount, r.actual_amount
     ),
     totals AS (
@@ -780,13 +799,26 @@ BEGIN
           AND c.window_seconds = t.window_seconds AND c.window_start = t.window_start
         RETURNING c.scope_type
     ),
+    live_leases AS (
+        -- As the reservations: by primary key, locked, kept if unreleased.
+        SELECT u.i, u.reason, x.tid
+        FROM unnest(p_lease_ids, p_lease_reasons) WITH ORDINALITY AS u(id, reason, i)
+        CROSS JOIN LATERAL (
+            SELECT l.ctid AS tid, l.released_at
+            FROM gateway_concurrency_leases AS l
+            WHERE l.id = u.id
+            LIMIT 1
+            FOR UPDATE
+        ) AS x
+        WHERE x.released_at IS NULL
+    ),
     leases AS (
         UPDATE gateway_concurrency_leases AS l
         SET released_at = v_now,
-            reason = nullif(u.reason, '')
-        FROM unnest(p_lease_ids, p_lease_reasons) WITH ORDINALITY AS u(id, reason, i)
-        WHERE l.id = u.id AND l.released_at IS NULL
-        RETURNING u.i
+            reason = nullif(o.reason, '')
+        FROM live_leases AS o
+        WHERE l.ctid = o.tid
+        RETURNING o.i
     )
     SELECT false, input.i::integer, input.id, done.i IS NOT NULL,
            coalesce(done.status, prior.status), prior.metric, prior.reserved_amount,

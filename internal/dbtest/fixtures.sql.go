@@ -94,6 +94,50 @@ func (q *Queries) FixtureFill(ctx context.Context, db DBTX, rows int32) error {
 	return err
 }
 
+const IndexReadsInTransaction = `-- name: IndexReadsInTransaction :many
+SELECT t.relname::text                                                AS table_name,
+       coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))
+                 FROM pg_catalog.pg_index AS i
+                 WHERE i.indrelid = t.oid), 0)::bigint                AS index_entries_read
+FROM pg_catalog.pg_class AS t
+WHERE t.relkind = 'r'
+  AND t.relnamespace = current_schema()::regnamespace
+  AND t.relname::text LIKE 'gateway\_%'
+ORDER BY t.relname
+`
+
+type IndexReadsInTransactionRow struct {
+	TableName        string
+	IndexEntriesRead int64
+}
+
+// How many index entries the statements run so far in the current
+// transaction read from each pgadmit table's indexes (the functions behind
+// pg_stat_xact_user_tables and pg_stat_user_indexes.idx_tup_read): a
+// statement that probes its rows by key reads a few; one that scans a
+// partial index reads every entry in it.
+// Locks: none.
+// Index: pg_class_relname_nsp_index (catalog).
+func (q *Queries) IndexReadsInTransaction(ctx context.Context, db DBTX) ([]IndexReadsInTransactionRow, error) {
+	rows, err := db.Query(ctx, IndexReadsInTransaction)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []IndexReadsInTransactionRow{}
+	for rows.Next() {
+		var i IndexReadsInTransactionRow
+		if err := rows.Scan(&i.TableName, &i.IndexEntriesRead); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const TableScansInTransaction = `-- name: TableScansInTransaction :many
 SELECT t.relname::text                                         AS table_name,
        pg_stat_get_xact_numscans(t.oid)::bigint                AS seq_scans,

@@ -1,0 +1,124 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A session keeps the plans of pgadmit's functions for its whole life, and
+// a plan is chosen for the tables as they are when it is first built:
+// empty, on a new database. Admitting and settling must still probe their
+// own rows by key
+// once thousands of requests are in flight, not read every open
+// reservation or live lease (which the partial indexes of live rows would
+// offer a plan built on empty tables). One connection plans every flow on
+// empty tables, then holds open grants, then runs each flow in a
+// rolled-back transaction, counting the index entries it read.
+func TestHotPathsReadOnlyTheirRowsAsTablesGrow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // one session: the plans built on empty tables are the ones measured
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ratelimit.New(pool, ratelimit.WithoutCombining())
+
+	// The shape of a gateway request. Its model is its key's: counting the
+	// live leases of a scope reads each of them, and this test is about
+	// reading other requests' rows.
+	request := func(key string) []ratelimit.Limit {
+		return []ratelimit.Limit{
+			window("api_key", key, ratelimit.MetricRequests, 1e9, 1),
+			window("api_key", key, ratelimit.MetricTokens, 1e9, 500),
+			concurrent("model", key, 1e9),
+		}
+	}
+	single := func(key string) []ratelimit.Limit {
+		return []ratelimit.Limit{window("api_key", key, ratelimit.MetricRequests, 1e9, 1)}
+	}
+	reserve := func(limits []ratelimit.Limit) ratelimit.Grant {
+		t.Helper()
+		g, err := l.Reserve(ctx, "", "", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	flows := map[string]func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error{
+		"Reserve": func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error {
+			_, err := l.Reserve(ctx, "", "", limits)
+			return err
+		},
+		"Commit": func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error {
+			_, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 420})
+			return err
+		},
+		"Release": func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error {
+			_, err := l.Release(ctx, g, "test")
+			return err
+		},
+		"ReleaseLeases": func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error {
+			_, err := l.ReleaseLeases(ctx, g.Leases, "test")
+			return err
+		},
+	}
+	shapes := map[string]func(string) []ratelimit.Limit{"request": request, "single": single}
+	// Plan every flow on empty tables, past the first calls that are
+	// planned for their own parameters.
+	for i := range 8 {
+		for shape, limits := range shapes {
+			for name, flow := range flows {
+				ls := limits(fmt.Sprintf("warm-%s-%s-%d", shape, name, i))
+				if err := flow(l, ls, reserve(ls)); err != nil {
+					t.Fatalf("warm-up %s of a %s: %v", name, shape, err)
+				}
+			}
+		}
+	}
+	// Grow: requests in flight, each holding two reservations and a lease.
+	const inFlight = 1500
+	for i := range inFlight {
+		reserve(request(fmt.Sprintf("held-%d", i)))
+	}
+
+	for shape, limits := range shapes {
+		for name, flow := range flows {
+			ls := limits(uniqueKey("measured"))
+			g := reserve(ls)
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := testq.IndexReadsInTransaction(ctx, tx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := flow(l.WithTx(tx), ls, g); err != nil {
+				t.Fatalf("%s of a %s: %v", name, shape, err)
+			}
+			after, err := testq.IndexReadsInTransaction(ctx, tx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = tx.Rollback(ctx)
+			for i, a := range after {
+				if read := a.IndexEntriesRead - before[i].IndexEntriesRead; read > 20 {
+					t.Errorf("%s of a %s read %d index entries of %s with %d requests in flight, want a few: a plan scans live rows instead of probing its own",
+						name, shape, read, a.TableName, inFlight)
+				}
+			}
+		}
+	}
+}
