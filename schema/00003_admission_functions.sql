@@ -821,14 +821,16 @@ BEGIN
         RETURNING o.i
     )
     SELECT false, input.i::integer, input.id, done.i IS NOT NULL,
-           coalesce(done.status, prior.status), prior.metric, prior.reserved_amount,
+           coalesce(done.status, prior.status), coalesce(done.metric, prior.metric),
+           coalesce(done.reserved_amount, prior.reserved_amount),
            CASE WHEN done.i IS NOT NULL THEN done.actual_amount ELSE prior.actual_amount END
     FROM input
     LEFT JOIN done ON done.i = input.i
     LEFT JOIN LATERAL (
+        -- What was not settled now, as it is (read only for those rows).
         SELECT p.status, p.metric, p.reserved_amount, p.actual_amount
         FROM gateway_rate_limit_reservations AS p
-        WHERE p.id = input.id
+        WHERE p.id = input.id AND done.i IS NULL
         LIMIT 1
     ) AS prior ON true
     UNION ALL
