@@ -101,14 +101,14 @@ func TestHotPathsReadOnlyTheirRowsAsTablesGrow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, err := testq.IndexReadsInTransaction(ctx, tx)
+			before, err := testq.TableScansInTransaction(ctx, tx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := flow(l.WithTx(tx), ls, g); err != nil {
 				t.Fatalf("%s of a %s: %v", name, shape, err)
 			}
-			after, err := testq.IndexReadsInTransaction(ctx, tx)
+			after, err := testq.TableScansInTransaction(ctx, tx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -94,8 +94,12 @@ func (q *Queries) FixtureFill(ctx context.Context, db DBTX, rows int32) error {
 	return err
 }
 
-const IndexReadsInTransaction = `-- name: IndexReadsInTransaction :many
+const TableScansInTransaction = `-- name: TableScansInTransaction :many
 SELECT t.relname::text                                                AS table_name,
+       pg_stat_get_xact_numscans(t.oid)::bigint                       AS seq_scans,
+       coalesce((SELECT sum(pg_stat_get_xact_numscans(i.indexrelid))
+                 FROM pg_catalog.pg_index AS i
+                 WHERE i.indrelid = t.oid), 0)::bigint                AS index_scans,
        coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))
                  FROM pg_catalog.pg_index AS i
                  WHERE i.indrelid = t.oid), 0)::bigint                AS index_entries_read
@@ -106,60 +110,19 @@ WHERE t.relkind = 'r'
 ORDER BY t.relname
 `
 
-type IndexReadsInTransactionRow struct {
+type TableScansInTransactionRow struct {
 	TableName        string
+	SeqScans         int64
+	IndexScans       int64
 	IndexEntriesRead int64
 }
 
-// How many index entries the statements run so far in the current
-// transaction read from each pgadmit table's indexes (the functions behind
-// pg_stat_xact_user_tables and pg_stat_user_indexes.idx_tup_read): a
-// statement that probes its rows by key reads a few; one that scans a
-// partial index reads every entry in it.
-// Locks: none.
-// Index: pg_class_relname_nsp_index (catalog).
-func (q *Queries) IndexReadsInTransaction(ctx context.Context, db DBTX) ([]IndexReadsInTransactionRow, error) {
-	rows, err := db.Query(ctx, IndexReadsInTransaction)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []IndexReadsInTransactionRow{}
-	for rows.Next() {
-		var i IndexReadsInTransactionRow
-		if err := rows.Scan(&i.TableName, &i.IndexEntriesRead); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const TableScansInTransaction = `-- name: TableScansInTransaction :many
-SELECT t.relname::text                                         AS table_name,
-       pg_stat_get_xact_numscans(t.oid)::bigint                AS seq_scans,
-       coalesce((SELECT sum(pg_stat_get_xact_numscans(i.indexrelid))
-                 FROM pg_catalog.pg_index AS i
-                 WHERE i.indrelid = t.oid), 0)::bigint         AS index_scans
-FROM pg_catalog.pg_class AS t
-WHERE t.relkind = 'r'
-  AND t.relnamespace = current_schema()::regnamespace
-  AND t.relname::text LIKE 'gateway\_%'
-ORDER BY t.relname
-`
-
-type TableScansInTransactionRow struct {
-	TableName  string
-	SeqScans   int64
-	IndexScans int64
-}
-
 // How the statements run so far in the current transaction read each
-// pgadmit table: sequential scans of the table, and scans of its indexes
-// (the functions behind pg_stat_xact_user_tables).
+// pgadmit table: sequential scans of the table, scans of its indexes, and
+// index entries those scans read (the functions behind
+// pg_stat_xact_user_tables; idx_tup_read): a statement that probes its rows
+// by key reads a few entries, one that scans a partial index reads every
+// entry in it.
 // Locks: none.
 // Index: pg_class_relname_nsp_index (catalog).
 func (q *Queries) TableScansInTransaction(ctx context.Context, db DBTX) ([]TableScansInTransactionRow, error) {
@@ -171,7 +134,12 @@ func (q *Queries) TableScansInTransaction(ctx context.Context, db DBTX) ([]Table
 	items := []TableScansInTransactionRow{}
 	for rows.Next() {
 		var i TableScansInTransactionRow
-		if err := rows.Scan(&i.TableName, &i.SeqScans, &i.IndexScans); err != nil {
+		if err := rows.Scan(
+			&i.TableName,
+			&i.SeqScans,
+			&i.IndexScans,
+			&i.IndexEntriesRead,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -122,7 +122,7 @@ func Start(ctx context.Context, c Config) (*Bouncer, error) {
 	}
 	// The free port may be taken between choosing and binding it: try a few.
 	for attempt := 1; ; attempt++ {
-		if b.port, err = freePort(); err != nil {
+		if b.port, err = pgcluster.FreePort(); err != nil {
 			return fail(err)
 		}
 		ini := filepath.Join(root, "pgbouncer.ini")
@@ -133,7 +133,7 @@ func Start(ctx context.Context, c Config) (*Bouncer, error) {
 			return b, nil
 		}
 		if attempt == 3 || ctx.Err() != nil {
-			return fail(fmt.Errorf("%w\npgbouncer.log:\n%s", err, tail(filepath.Join(root, "pgbouncer.log"))))
+			return fail(fmt.Errorf("%w\npgbouncer.log:\n%s", err, pgcluster.Tail(filepath.Join(root, "pgbouncer.log"))))
 		}
 	}
 }
@@ -169,7 +169,7 @@ func (b *Bouncer) run(ctx context.Context, bin, ini string, cred *syscall.Creden
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("pgbouncer exited: %v\n%s", waitErr, tail(filepath.Join(b.root, "pgbouncer.out")))
+			return fmt.Errorf("pgbouncer exited: %v\n%s", waitErr, pgcluster.Tail(filepath.Join(b.root, "pgbouncer.out")))
 		case <-ctx.Done():
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
@@ -311,27 +311,4 @@ func readPid(path string) (int, error) {
 		return 0, fmt.Errorf("%s: no pid", path)
 	}
 	return pid, nil
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", Host+":0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tail returns the end of a log file, for error messages.
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	const max = 4000
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return string(b)
 }

@@ -140,7 +140,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 
 	// The free port may be taken between choosing and binding it: try a few.
 	for attempt := 1; ; attempt++ {
-		c.port, err = freePort()
+		c.port, err = FreePort()
 		if err != nil {
 			return fail(err)
 		}
@@ -157,7 +157,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 			break
 		}
 		if attempt == 3 || ctx.Err() != nil {
-			return fail(fmt.Errorf("%w\npostgres.log:\n%s", err, tail(filepath.Join(root, "postgres.log"))))
+			return fail(fmt.Errorf("%w\npostgres.log:\n%s", err, Tail(filepath.Join(root, "postgres.log"))))
 		}
 	}
 	c.startup = time.Since(start)
@@ -255,13 +255,13 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, tail(outPath))
+		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, Tail(outPath))
 	}
 	return nil
 }
 
-// tail returns the end of a log file, for error messages.
-func tail(path string) string {
+// Tail returns the end of a log file, for error messages (pgbouncer uses it too).
+func Tail(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
@@ -337,8 +337,8 @@ func RunAs() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", Host+":0")
 	if err != nil {
 		return 0, err

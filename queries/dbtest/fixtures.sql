@@ -86,30 +86,18 @@ ANALYZE gateway_tasks, gateway_task_attempts, gateway_task_events, gateway_task_
 
 -- name: TableScansInTransaction :many
 -- How the statements run so far in the current transaction read each
--- pgadmit table: sequential scans of the table, and scans of its indexes
--- (the functions behind pg_stat_xact_user_tables).
--- Locks: none.
--- Index: pg_class_relname_nsp_index (catalog).
-SELECT t.relname::text                                         AS table_name,
-       pg_stat_get_xact_numscans(t.oid)::bigint                AS seq_scans,
-       coalesce((SELECT sum(pg_stat_get_xact_numscans(i.indexrelid))
-                 FROM pg_catalog.pg_index AS i
-                 WHERE i.indrelid = t.oid), 0)::bigint         AS index_scans
-FROM pg_catalog.pg_class AS t
-WHERE t.relkind = 'r'
-  AND t.relnamespace = current_schema()::regnamespace
-  AND t.relname::text LIKE 'gateway\_%'
-ORDER BY t.relname;
-
--- name: IndexReadsInTransaction :many
--- How many index entries the statements run so far in the current
--- transaction read from each pgadmit table's indexes (the functions behind
--- pg_stat_xact_user_tables and pg_stat_user_indexes.idx_tup_read): a
--- statement that probes its rows by key reads a few; one that scans a
--- partial index reads every entry in it.
+-- pgadmit table: sequential scans of the table, scans of its indexes, and
+-- index entries those scans read (the functions behind
+-- pg_stat_xact_user_tables; idx_tup_read): a statement that probes its rows
+-- by key reads a few entries, one that scans a partial index reads every
+-- entry in it.
 -- Locks: none.
 -- Index: pg_class_relname_nsp_index (catalog).
 SELECT t.relname::text                                                AS table_name,
+       pg_stat_get_xact_numscans(t.oid)::bigint                       AS seq_scans,
+       coalesce((SELECT sum(pg_stat_get_xact_numscans(i.indexrelid))
+                 FROM pg_catalog.pg_index AS i
+                 WHERE i.indrelid = t.oid), 0)::bigint                AS index_scans,
        coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))
                  FROM pg_catalog.pg_index AS i
                  WHERE i.indrelid = t.oid), 0)::bigint                AS index_entries_read
