@@ -43,7 +43,8 @@ func newHTTPLoad(d *httpDemo, clients int) *httpLoad {
 }
 
 // run sends requests from every client until duration has passed, with a
-// progress line each second.
+// progress line each second (the last second's once every client stopped,
+// when the deadline comes before its tick).
 func (l *httpLoad) run(ctx context.Context, duration time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
@@ -55,17 +56,23 @@ func (l *httpLoad) run(ctx context.Context, duration time.Duration) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var last int64
-	for second := 1; ; second++ {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		case <-tick.C:
-		}
+	progress := func(second int) {
 		n := l.requests.Load()
 		fmt.Fprintf(l.d.out, "%4ds %6d %6d %6d %6d %9d %9d %9d\n", second, n-last, l.ok.Load(), l.refused.Load(),
 			l.unavailable.Load(), l.cancelled.Load(), l.inFlight.Load(), l.streamed.Load())
 		last = n
+	}
+	for second := 1; ; second++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			if time.Duration(second)*time.Second <= duration { // the deadline beat the last second's tick
+				progress(second)
+			}
+			return
+		case <-tick.C:
+			progress(second)
+		}
 	}
 }
 
