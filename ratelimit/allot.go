@@ -103,12 +103,6 @@ type allotments struct {
 	offset time.Duration
 }
 
-// counterKey names a window counter without its window start.
-type counterKey struct {
-	scopeType, scopeKey, metric string
-	windowSeconds               int32
-}
-
 func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
 	return &allotments{l: l, opts: o.withDefaults(), sets: map[counterKey]*blockSet{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
@@ -152,7 +146,7 @@ func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
 	if l.Amount > l.Limit*a.opts.MaxShare {
 		return nil
 	}
-	s := a.set(counterKey{l.Scope.Type, l.Scope.Key, l.Metric, w.windowSeconds})
+	s := a.set(w.counter())
 	if s == nil {
 		return nil
 	}
@@ -180,14 +174,20 @@ func (a *allotments) loop() {
 	}
 }
 
-// housekeep returns the blocks that are done; closing returns every block.
-func (a *allotments) housekeep(closing bool) {
+// snapshot lists the counters this process holds blocks of.
+func (a *allotments) snapshot() []*blockSet {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	sets := make([]*blockSet, 0, len(a.sets))
 	for _, s := range a.sets {
 		sets = append(sets, s)
 	}
-	a.mu.Unlock()
+	return sets
+}
+
+// housekeep returns the blocks that are done; closing returns every block.
+func (a *allotments) housekeep(closing bool) {
+	sets := a.snapshot()
 	now := a.dbNow()
 	var done []returning
 	for _, s := range sets {
@@ -225,12 +225,7 @@ func (a *allotments) giveBack(rs []returning) {
 
 // sync reports what each open block has admitted so far.
 func (a *allotments) sync() {
-	a.mu.Lock()
-	sets := make([]*blockSet, 0, len(a.sets))
-	for _, s := range a.sets {
-		sets = append(sets, s)
-	}
-	a.mu.Unlock()
+	sets := a.snapshot()
 	var p db.AllotmentSyncParams
 	for _, s := range sets {
 		s.mu.Lock()

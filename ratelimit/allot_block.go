@@ -82,17 +82,14 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 			s.closeLocked(b, reasonTrimmed)
 			s.cur = nil
 		}
-		ch := make(chan struct{})
-		s.refill = ch
+		s.beginRefillLocked()
 		s.mu.Unlock()
 		nb := s.takeBlock(ctx, w, amount, trim, trimTo)
 		s.mu.Lock()
-		s.refill = nil
-		close(ch)
+		s.endRefillLocked(nb)
 		if nb == nil {
 			break
 		}
-		s.installLocked(nb)
 	}
 	s.mu.Unlock()
 	return nil
@@ -132,6 +129,11 @@ func (s *blockSet) retireLocked(now time.Time) {
 			s.closeLocked(b, reasonWindowEnded)
 		}
 	}
+	s.dropClosedLocked()
+}
+
+// dropClosedLocked lets go of the current and next block once closed.
+func (s *blockSet) dropClosedLocked() {
 	if s.cur != nil && s.cur.closed {
 		s.cur = nil
 	}
@@ -170,20 +172,29 @@ func (s *blockSet) prefetchLocked(w windowLimit) {
 	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 {
 		return
 	}
-	ch := make(chan struct{})
-	s.refill = ch
+	s.beginRefillLocked()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 		defer cancel()
 		nb := s.takeBlock(ctx, w, w.Limit.Amount, nil, 0)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.refill = nil
-		close(ch)
-		if nb != nil {
-			s.installLocked(nb)
-		}
+		s.endRefillLocked(nb)
 	}()
+}
+
+// beginRefillLocked marks a block being taken from the database: other
+// requests wait on s.refill instead of taking one too.
+func (s *blockSet) beginRefillLocked() { s.refill = make(chan struct{}) }
+
+// endRefillLocked installs the block taken (nil: none), and wakes the
+// requests that waited for it.
+func (s *blockSet) endRefillLocked(nb *block) {
+	close(s.refill)
+	s.refill = nil
+	if nb != nil {
+		s.installLocked(nb)
+	}
 }
 
 // takeBlock takes a block from the database (trimming trim first); nil
@@ -256,12 +267,7 @@ func (s *blockSet) collect(now time.Time, closing bool) []returning {
 			s.closeLocked(b, reasonIdle)
 		}
 	}
-	if s.cur != nil && s.cur.closed {
-		s.cur = nil
-	}
-	if s.next != nil && s.next.closed {
-		s.next = nil
-	}
+	s.dropClosedLocked()
 	var out []returning
 	keep := s.draining[:0]
 	for _, b := range s.draining {

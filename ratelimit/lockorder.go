@@ -1,8 +1,10 @@
 package ratelimit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -21,6 +23,24 @@ const (
 	phaseQueueScopes           // advisory locks of queue scopes
 	phaseRows                  // task, attempt, reservation, lease and event rows
 )
+
+// counterKey names a window counter without its window start.
+type counterKey struct {
+	scopeType, scopeKey, metric string
+	windowSeconds               int32
+}
+
+// compare orders counters as their primary key does, which is the order
+// counter rows are locked in: scope type, scope key and metric in byte
+// order (COLLATE "C"), then window length.
+func (a counterKey) compare(b counterKey) int {
+	return cmp.Or(
+		strings.Compare(a.scopeType, b.scopeType),
+		strings.Compare(a.scopeKey, b.scopeKey),
+		strings.Compare(a.metric, b.metric),
+		cmp.Compare(a.windowSeconds, b.windowSeconds),
+	)
+}
 
 // ErrLockOrder is matched by the *LockOrderError an operation returns when,
 // inside a caller's transaction, it would take locks out of the global

@@ -159,13 +159,12 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 // returnLostAllotments returns, per batch, the blocks of holders that died,
 // charging each holder's last report of what it admitted.
 func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, count *int64) func() (bool, error) {
-	return func() (bool, error) {
-		lost, err := m.queries.RecoveryAllotmentFindLost(ctx, m.pool, db.RecoveryAllotmentFindLostParams{
-			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: batch, Now: m.opts.clock.at(),
+	find := func(n int32) ([]db.RecoveryAllotmentFindLostRow, error) {
+		return m.queries.RecoveryAllotmentFindLost(ctx, m.pool, db.RecoveryAllotmentFindLostParams{
+			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: n, Now: m.opts.clock.at(),
 		})
-		if err != nil || len(lost) == 0 {
-			return false, err
-		}
+	}
+	return findStep(batch, find, func(lost []db.RecoveryAllotmentFindLostRow) (int64, error) {
 		p := db.AllotmentReturnParams{Now: m.opts.clock.at()}
 		for _, a := range lost {
 			p.Ids = append(p.Ids, a.ID)
@@ -173,20 +172,14 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 			p.Reasons = append(p.Reasons, reasonHolderLost)
 		}
 		rows, err := m.queries.AllotmentReturn(ctx, m.pool, p)
-		if err != nil {
-			return false, err
-		}
 		var n int64
 		for _, r := range rows {
 			if r.Returned {
 				n++
 			}
 		}
-		*count += n
-		// A full batch of which nothing was returned means others returned
-		// those blocks meanwhile: stop rather than spin.
-		return len(lost) == int(batch) && n > 0, nil
-	}
+		return n, err
+	}, count)
 }
 
 // recoverExpiredTasks reclaims one batch of running tasks whose execution

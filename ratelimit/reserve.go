@@ -1,12 +1,10 @@
 package ratelimit
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -279,16 +277,13 @@ func lockOrder(windows []windowLimit) []int {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(i, j int) int {
-		a, b := windows[i].Limit, windows[j].Limit
-		return cmp.Or(
-			strings.Compare(a.Scope.Type, b.Scope.Type),
-			strings.Compare(a.Scope.Key, b.Scope.Key),
-			strings.Compare(a.Metric, b.Metric),
-			cmp.Compare(windows[i].windowSeconds, windows[j].windowSeconds),
-		)
-	})
+	slices.SortStableFunc(order, func(i, j int) int { return windows[i].counter().compare(windows[j].counter()) })
 	return order
+}
+
+// counter names the counter the limit draws on.
+func (w windowLimit) counter() counterKey {
+	return counterKey{w.Limit.Scope.Type, w.Limit.Scope.Key, w.Limit.Metric, w.windowSeconds}
 }
 
 // windowExceeded explains a window limit that did not fit.

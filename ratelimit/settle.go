@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -310,14 +309,7 @@ func (c *settleCall) add(r *settleRequest) {
 	} else {
 		rs := r.reservations
 		slices.SortStableFunc(r.sent, func(i, j int) int {
-			a, b := rs[i], rs[j]
-			return cmp.Or(
-				strings.Compare(a.ScopeType, b.ScopeType),
-				strings.Compare(a.ScopeKey, b.ScopeKey),
-				strings.Compare(a.Metric, b.Metric),
-				cmp.Compare(a.Window, b.Window),
-				a.WindowStart.Compare(b.WindowStart),
-			)
+			return cmp.Or(rs[i].counter().compare(rs[j].counter()), rs[i].WindowStart.Compare(rs[j].WindowStart))
 		})
 	}
 	p := &c.p
@@ -419,6 +411,12 @@ func releaseLeaseIDs(ids []pgtype.UUID, reason string) db.AdmissionSettleParams 
 	var c settleCall
 	c.add(&req)
 	return c.params()
+}
+
+// counter names the counter the reservation draws on (its window start
+// apart).
+func (r Reservation) counter() counterKey {
+	return counterKey{r.ScopeType, r.ScopeKey, r.Metric, int32(r.Window / time.Second)}
 }
 
 // settledCount counts the reservations a pgadmit_settle call settled.

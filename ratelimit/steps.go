@@ -51,27 +51,35 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 	}
 }
 
+// findStep finds, per batch, up to batch rows to act on, acts on them in
+// one statement and adds how many it changed to *count.
+func findStep[T any](batch int32, find func(batch int32) ([]T, error), act func([]T) (int64, error), count *int64) func() (bool, error) {
+	return func() (bool, error) {
+		found, err := find(batch)
+		if err != nil || len(found) == 0 {
+			return false, err
+		}
+		n, err := act(found)
+		if err != nil {
+			return false, err
+		}
+		*count += n
+		// A full batch of which nothing changed means others got to those
+		// rows meanwhile: stop rather than spin.
+		return len(found) == int(batch) && n > 0, nil
+	}
+}
+
 // releaseStep releases, per batch, the open reservations that find selects
 // (reason on each), in one call of pgadmit_settle (which locks their
 // counters first, the lock order), and adds how many it released to *count.
 func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
-	return func() (bool, error) {
-		ids, err := find(batch)
-		if err != nil || len(ids) == 0 {
-			return false, err
-		}
+	return findStep(batch, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
 		settled, err := m.queries.AdmissionSettle(ctx, m.pool, p)
-		if err != nil {
-			return false, err
-		}
-		n := settledCount(settled)
-		*count += n
-		// A full batch of which nothing could be released means others
-		// settled those rows meanwhile: stop rather than spin.
-		return len(ids) == int(batch) && n > 0, nil
-	}
+		return settledCount(settled), err
+	}, count)
 }
 
 // keysetStep walks a table in bounded pages from the start of its key
