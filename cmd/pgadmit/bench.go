@@ -28,7 +28,7 @@ concurrent workers (one connection each), and prints for each: operations per se
 p99 latency of one operation in microseconds, admitted, refused and errors.
 
 ` + list.String() + `
-W1, W2 and W3 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one
+W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one
 Reserve and, where the workload says so, its Commit. Every run uses fresh scope keys (a random
 run id), so runs never disturb each other or other data. The database is migrated first.
 
@@ -78,7 +78,7 @@ const (
 func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "concurrent `workers`, each with its own connection")
-	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2 and W3 each run")
+	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
 	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")

@@ -35,7 +35,7 @@ const (
 type Config struct {
 	// Workers is the number of concurrent workers, each with its own connection.
 	Workers int
-	// Duration is how long W1, W2 and W3 run.
+	// Duration is how long W1, W2, W3, W6, W7 and W8 run.
 	Duration time.Duration
 	// ExactnessDuration is how long W4 (each part) and W5 run; zero means ExactnessSeconds.
 	ExactnessDuration time.Duration
