@@ -97,6 +97,9 @@ type allotments struct {
 	sets    map[counterKey]*blockSet
 	closed  bool
 	started bool
+	// refills counts blocks being taken from the database; Close waits for
+	// them, so a block taken while it runs is returned with the others.
+	refills sync.WaitGroup
 	stop    chan struct{}
 	stopped chan struct{}
 	// offset is the database's clock minus this host's, as last measured.
@@ -134,6 +137,19 @@ func (a *allotments) set(k counterKey) *blockSet {
 		go a.loop()
 	}
 	return s
+}
+
+// beginRefill counts a block about to be taken; false once the Limiter is
+// closed (no block may be taken then). Each true is ended by refills.Done
+// after the block is installed.
+func (a *allotments) beginRefill() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.refills.Add(1)
+	return true
 }
 
 // take admits w from this process's block of its counter, taking a block
@@ -258,6 +274,7 @@ func (a *allotments) close() {
 		close(a.stop)
 		<-a.stopped
 	}
+	a.refills.Wait()
 	a.housekeep(true)
 }
 

@@ -72,6 +72,9 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 			s.mu.Lock()
 			continue
 		}
+		if !s.a.beginRefill() { // closed
+			break
+		}
 		// No room: trim the current block to what it admitted (its unused
 		// units go back to the window in the same statement) and take a
 		// new one, sized for at least this request.
@@ -87,6 +90,7 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 		nb := s.takeBlock(ctx, w, amount, trim, trimTo)
 		s.mu.Lock()
 		s.endRefillLocked(nb)
+		s.a.refills.Done()
 		if nb == nil {
 			break
 		}
@@ -169,7 +173,7 @@ func (s *blockSet) installLocked(b *block) {
 // the current one is more than half spent.
 func (s *blockSet) prefetchLocked(w windowLimit) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 {
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || !s.a.beginRefill() {
 		return
 	}
 	s.beginRefillLocked()
@@ -180,6 +184,7 @@ func (s *blockSet) prefetchLocked(w windowLimit) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.endRefillLocked(nb)
+		s.a.refills.Done()
 	}()
 }
 

@@ -306,3 +306,30 @@ func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 		t.Fatalf("counter %+v after Close, want used 2, reserved 0", rows[0])
 	}
 }
+
+// Close returns every block, also one being taken ahead (prefetched off
+// the request's path) at the moment Close runs.
+func TestCloseReturnsABlockTakenMeanwhile(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	for i := range 20 {
+		l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
+		key := uniqueKey("closing")
+		// The first block is 16 units for amount 1; past half of it the
+		// next one is taken ahead, and Close follows at once.
+		for range 9 {
+			if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.Close()
+		for _, b := range allotments(t, pool, "model", key) {
+			if b.ReturnedAt == nil {
+				t.Fatalf("round %d: block %+v still open after Close", i, b)
+			}
+		}
+		assertBooksBalance(t, pool, "model", key)
+	}
+	assertDoctorOK(t, pool)
+}
