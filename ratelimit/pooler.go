@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,10 @@ var ErrPoolerMismatch = errors.New("ratelimit: the pool's pgx exec mode needs se
 //
 // A Commit that fails so leaves its leases live until their TTL. The exec, cache_describe and
 // simple_protocol modes keep no such state.
+//
+// CheckPooler returns it when its probe sees the mismatch; every Limiter and Maintenance
+// operation returns it too (wrapped: use errors.As or errors.Is with ErrPoolerMismatch) when
+// it fails with the errors of cache_statement, so that the first failure says what to change.
 type PoolerError struct {
 	// Mode is the pool's exec mode, as pgx names it in connection strings.
 	Mode string
@@ -53,6 +58,13 @@ func (e *PoolerError) Is(target error) bool { return target == ErrPoolerMismatch
 
 // Unwrap returns what the probe saw.
 func (e *PoolerError) Unwrap() error { return e.Cause }
+
+// lostStatementCache tells whether pgErr is pgx's statement cache meeting a session that is not
+// the one it prepared on: its statement missing (26000) or another client's there under the same
+// name (42P05). pgx names the statements it caches "stmtcache_" and a hash of the SQL.
+func lostStatementCache(pgErr *pgconn.PgError) bool {
+	return (pgErr.Code == "26000" || pgErr.Code == "42P05") && strings.Contains(pgErr.Message, `"stmtcache_`)
+}
 
 // CheckPooler tells whether pgadmit's statements can run on pool as it is configured: it returns
 // a *PoolerError when the pool's pgx exec mode is cache_statement (pgx's default) or

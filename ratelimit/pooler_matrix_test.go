@@ -56,10 +56,15 @@ func TestPgBouncerExecModeMatrix(t *testing.T) {
 				continue
 			}
 			for _, err := range r.errs {
-				// It loses its prepared statements (26000), or meets another client's (42P05).
+				// It loses its prepared statements (26000), or meets another client's (42P05);
+				// pgadmit's operations say so with a *PoolerError (Migrate is goose's).
 				var pgErr *pgconn.PgError
 				if !errors.As(err, &pgErr) || (pgErr.Code != "26000" && pgErr.Code != "42P05") {
 					t.Errorf("%s: unexpected failure %v", mode, err)
+				}
+				var pe *ratelimit.PoolerError
+				if !strings.HasPrefix(err.Error(), "Migrate:") && (!errors.As(err, &pe) || pe.Mode != "cache_statement" || !errors.Is(err, ratelimit.ErrPoolerMismatch)) {
+					t.Errorf("%s: %v is not a *PoolerError that says what to change", mode, err)
 				}
 			}
 			continue
@@ -92,7 +97,7 @@ func (c *opCounts) do(op string, fn func() error) bool {
 	c.calls[op]++
 	if err != nil && !expected {
 		c.fails[op]++
-		if len(c.errs) < 20 {
+		if len(c.errs) < 1000 {
 			c.errs = append(c.errs, fmt.Errorf("%s: %w", op, err))
 		}
 		return false

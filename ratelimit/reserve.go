@@ -348,7 +348,8 @@ func refusalError(refusal, taskID, attemptID string) error {
 }
 
 // wrapDBError names the operation and maps foreign-key violations (a task or
-// attempt id that names no row) to ErrUnknownTask.
+// attempt id that names no row) to ErrUnknownTask, and the errors of pgx's
+// statement cache behind a transaction pooler to a *PoolerError.
 func wrapDBError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -357,6 +358,10 @@ func wrapDBError(op string, err error) error {
 			return fmt.Errorf("ratelimit: %s: %w (%s)", op, ErrUnknownTask, pgErr.ConstraintName)
 		case "40001": // serialization_failure: only possible above READ COMMITTED
 			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrIsolation, err)
+		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
+			if lostStatementCache(pgErr) {
+				return fmt.Errorf("ratelimit: %s: %w", op, &PoolerError{Mode: "cache_statement", Cause: err})
+			}
 		}
 	}
 	return fmt.Errorf("ratelimit: %s: %w", op, err)

@@ -31,7 +31,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) err
 			}
 			var err error
 			if more, err = s.run(); err != nil {
-				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
+				return wrapDBError(op+": "+s.name, err)
 			}
 		}
 	}
