@@ -27,7 +27,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) err
 				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
 			}
 			if err := lease.keep(ctx); err != nil {
-				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
+				return wrapDBError(op+": "+s.name, err)
 			}
 			var err error
 			if more, err = s.run(); err != nil {
