@@ -67,7 +67,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	admit, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
+	admit, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics),
+		// The default (250 ms) suits a warm pool; this example's first request also prepares
+		// its statements on a cold connection of a busy test database.
+		httpadmit.WithDecisionTimeout(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
