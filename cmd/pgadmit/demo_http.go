@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -21,6 +20,7 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/deadserver"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -178,39 +178,17 @@ func printSample(w io.Writer, s *sample) {
 // request that fails closed and one that fails open against each.
 func (d *httpDemo) showFailurePolicy(ctx context.Context) error {
 	fmt.Fprintf(d.out, "\nWHEN THE DATABASE FAILS (decision timeout %s)\n", httpadmit.DefaultDecisionTimeout)
-	hanging, err := net.Listen("tcp", "127.0.0.1:0")
+	hanging, err := deadserver.Hang()
 	if err != nil {
 		return err
 	}
 	defer hanging.Close()
-	var held []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := hanging.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	stopped, err := net.Listen("tcp", "127.0.0.1:0")
+	stoppedAddr, err := deadserver.Stopped()
 	if err != nil {
 		return err
 	}
-	stoppedAddr := stopped.Addr().String()
-	stopped.Close()
 
-	for _, server := range []struct{ name, addr string }{{"hangs", hanging.Addr().String()}, {"is stopped", stoppedAddr}} {
+	for _, server := range []struct{ name, addr string }{{"hangs", hanging.Addr()}, {"is stopped", stoppedAddr}} {
 		url := fmt.Sprintf("postgres://pgadmit@%s/pgadmit?sslmode=disable&connect_timeout=2", server.addr)
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
