@@ -140,8 +140,8 @@ func (a *allotments) set(k counterKey) *blockSet {
 }
 
 // beginRefill counts a block about to be taken; false once the Limiter is
-// closed (no block may be taken then). Each true is ended by refills.Done
-// after the block is installed.
+// closed (no block may be taken then). blockSet.endRefillLocked ends each
+// true with refills.Done, after the block is installed.
 func (a *allotments) beginRefill() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -72,7 +72,7 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 			s.mu.Lock()
 			continue
 		}
-		if !s.a.beginRefill() { // closed
+		if !s.beginRefillLocked() { // closed
 			break
 		}
 		// No room: trim the current block to what it admitted (its unused
@@ -85,12 +85,10 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 			s.closeLocked(b, reasonTrimmed)
 			s.cur = nil
 		}
-		s.beginRefillLocked()
 		s.mu.Unlock()
 		nb := s.takeBlock(ctx, w, amount, trim, trimTo)
 		s.mu.Lock()
 		s.endRefillLocked(nb)
-		s.a.refills.Done()
 		if nb == nil {
 			break
 		}
@@ -173,10 +171,9 @@ func (s *blockSet) installLocked(b *block) {
 // the current one is more than half spent.
 func (s *blockSet) prefetchLocked(w windowLimit) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || !s.a.beginRefill() {
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || !s.beginRefillLocked() {
 		return
 	}
-	s.beginRefillLocked()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 		defer cancel()
@@ -184,22 +181,29 @@ func (s *blockSet) prefetchLocked(w windowLimit) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.endRefillLocked(nb)
-		s.a.refills.Done()
 	}()
 }
 
 // beginRefillLocked marks a block being taken from the database: other
-// requests wait on s.refill instead of taking one too.
-func (s *blockSet) beginRefillLocked() { s.refill = make(chan struct{}) }
+// requests wait on s.refill instead of taking one too, and Close waits for
+// it. It marks nothing and returns false once the Limiter is closed.
+func (s *blockSet) beginRefillLocked() bool {
+	if !s.a.beginRefill() {
+		return false
+	}
+	s.refill = make(chan struct{})
+	return true
+}
 
 // endRefillLocked installs the block taken (nil: none), and wakes the
-// requests that waited for it.
+// requests and the Close that waited for it.
 func (s *blockSet) endRefillLocked(nb *block) {
 	close(s.refill)
 	s.refill = nil
 	if nb != nil {
 		s.installLocked(nb)
 	}
+	s.a.refills.Done()
 }
 
 // takeBlock takes a block from the database (trimming trim first); nil
