@@ -103,14 +103,10 @@ func (c *combiner[Req, Res]) lead(p *combined[Req, Res]) {
 		queued = n
 		runtime.Gosched()
 	}
-	c.mu.Lock()
-	batch := c.takeLocked()
-	if len(batch) == 0 { // the queue went out meanwhile (another batch took it), or its callers left
-		c.inFlight--
-		c.mu.Unlock()
+	batch := c.nextBatch()
+	if batch == nil { // the queue went out meanwhile (another batch took it), or its callers left
 		return
 	}
-	c.mu.Unlock()
 	if !slices.Contains(batch, p) {
 		// Another batch took p meanwhile (more than one in flight): this
 		// caller waits for that one, not for this one too.
@@ -122,6 +118,19 @@ func (c *combiner[Req, Res]) lead(p *combined[Req, Res]) {
 
 // maxLeadYields bounds how many times a leader yields for callers to join.
 const maxLeadYields = 8
+
+// nextBatch takes the next batch for an in-flight place; when there is
+// none, it gives the place back and returns nil.
+func (c *combiner[Req, Res]) nextBatch() []*combined[Req, Res] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	batch := c.takeLocked()
+	if len(batch) == 0 {
+		c.inFlight--
+		return nil
+	}
+	return batch
+}
 
 // takeLocked removes the next batch from the queue: requests whose caller
 // is still waiting, in arrival order, up to maxBatch.
@@ -149,13 +158,7 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 // goroutine, so that the caller who ran this batch returns at once.
 func (c *combiner[Req, Res]) flush(batch []*combined[Req, Res]) {
 	c.runBatch(batch)
-	c.mu.Lock()
-	next := c.takeLocked()
-	if next == nil {
-		c.inFlight--
-	}
-	c.mu.Unlock()
-	if next != nil {
+	if next := c.nextBatch(); next != nil {
 		go c.flush(next)
 	}
 }
