@@ -398,18 +398,19 @@ func (l *Limiter) settleOne(ctx context.Context, r *settleRequest) (Settlement, 
 // releaseIDs is the call of pgadmit_settle that releases reservations
 // known by id alone (recovery, prune, finishing a task), with reason.
 func releaseIDs(ids []pgtype.UUID, reason string) db.AdmissionSettleParams {
-	req := settleRequest{ids: ids, amounts: make([]float64, len(ids)), status: StatusReleased, reason: reason}
-	var c settleCall
-	c.add(&req)
-	return c.params()
+	return settleRequest{ids: ids, amounts: make([]float64, len(ids)), status: StatusReleased, reason: reason}.alone()
 }
 
 // releaseLeaseIDs is the call of pgadmit_settle that releases leases, with
 // reason.
 func releaseLeaseIDs(ids []pgtype.UUID, reason string) db.AdmissionSettleParams {
-	req := settleRequest{leaseIDs: ids, status: StatusReleased, reason: reason}
+	return settleRequest{leaseIDs: ids, status: StatusReleased, reason: reason}.alone()
+}
+
+// alone is the call of pgadmit_settle that carries r by itself.
+func (r settleRequest) alone() db.AdmissionSettleParams {
 	var c settleCall
-	c.add(&req)
+	c.add(&r)
 	return c.params()
 }
 
