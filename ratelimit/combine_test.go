@@ -122,6 +122,61 @@ func TestCombinerSendsCallersWokenTogetherInOneBatch(t *testing.T) {
 	t.Logf("the first caller had company in %d of 20 rounds", together)
 }
 
+// Callers that the end of a batch wakes (its own callers coming back, or
+// those of the other stream's batch, which tends to end at the same time)
+// ride in the next batch with those who queued while it ran: that batch is
+// sent after yielding to them, not the moment the last one ends.
+func TestCombinerNextBatchTakesCallersWokenAsTheLastOneEnds(t *testing.T) {
+	together := 0
+	for range 20 {
+		var mu sync.Mutex
+		var sizes []int
+		running, proceed, wake := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		c := newCombiner(8, 1, func(_ context.Context, reqs []int) ([]int, []error, error) {
+			mu.Lock()
+			sizes = append(sizes, len(reqs))
+			first := len(sizes) == 1
+			mu.Unlock()
+			if first {
+				close(running)
+				<-proceed
+				close(wake) // as its answer would wake them
+			}
+			return make([]int, len(reqs)), make([]error, len(reqs)), nil
+		}, nil)
+		var wg sync.WaitGroup
+		call := func(n int) {
+			if _, err := c.do(context.Background(), n); err != nil {
+				t.Error(err)
+			}
+		}
+		wg.Go(func() { call(0) })
+		<-running
+		wg.Go(func() { call(1) })
+		waitQueued(t, c, 1)
+		for n := 2; n < 8; n++ {
+			wg.Go(func() {
+				<-wake
+				call(n)
+			})
+		}
+		close(proceed)
+		wg.Wait()
+		if s := c.stats(); s.Requests != 8 {
+			t.Fatalf("stats %+v, want 8 requests", s)
+		}
+		if sizes[1] > 1 {
+			together++
+		}
+	}
+	// Without the yield the queued caller nearly always goes alone; with it,
+	// the woken ones nearly always join it (the scheduler decides).
+	if together < 10 {
+		t.Fatalf("in %d of 20 rounds the batch after the first took only the caller queued during it", 20-together)
+	}
+	t.Logf("the queued caller had company in %d of 20 rounds", together)
+}
+
 // waitQueued waits until n requests wait in the queue.
 func waitQueued(t *testing.T, c *combiner[int, int], n int) {
 	t.Helper()
