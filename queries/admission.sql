@@ -60,6 +60,31 @@ FROM pgadmit_reserve(
          sqlc.narg('now')::timestamptz
      ) AS r;
 
+-- name: AdmissionReserveWindows :many
+-- Decides a batch of task-less admissions of one window limit each (element
+-- i of the arrays is admission i), in arrival order, with the same outcome
+-- as AdmissionReserve and mostly in one statement: the sum a batch asks of
+-- a counter is taken at once where it fits whole. Returns one row per
+-- admission; refused admissions write nothing.
+-- Locks: the counter rows FOR UPDATE in primary-key order (the lock order),
+-- then the new reservation rows.
+-- Index: gateway_rate_limit_counters_pkey.
+SELECT r.admission::integer          AS admission,
+       r.is_lease::boolean           AS is_lease,
+       r.ord::integer                AS ord,
+       r.fits::boolean               AS fits,
+       r.grant_id::uuid              AS grant_id,
+       r.current_value::numeric      AS current_value,
+       r.reserved_value::numeric     AS reserved_value,
+       r.window_start::timestamptz   AS window_start,
+       r.reset_at::timestamptz       AS reset_at,
+       r.db_now::timestamptz         AS db_now,
+       r.refusal::text               AS refusal
+FROM pgadmit_reserve_windows(
+         @scope_types::text[], @scope_keys::text[], @metrics::text[],
+         @window_seconds::integer[], @limit_values::numeric[], @amounts::numeric[]
+     ) AS r;
+
 -- name: AdmissionSettleOne :one
 -- Settles one reservation whose counter the grant names: @status
 -- 'committed' with @actual_amount, or 'released'; @reason recorded on it.

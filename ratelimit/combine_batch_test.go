@@ -3,11 +3,16 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -212,4 +217,117 @@ func TestCombiningIsExactAcrossInstances(t *testing.T) {
 	t.Logf("%d Reserve calls in %d statements (%.1f per statement)", requests, batches, float64(requests)/float64(batches))
 	assertBooksBalance(t, pools[0], "api_key", key)
 	assertDoctorOK(t, pools[0])
+}
+
+// pgadmit_reserve_windows, the one statement for batches of task-less
+// one-window admissions, decides as pgadmit_reserve does: the same batches,
+// sent to each on counters of their own, get the same decisions, report the
+// same usage and leave the same counters. The batches are a few fixed
+// cases, then random ones near their limits, with limits that differ
+// between requests, amounts above the limit and counters the batch creates.
+func TestReserveWindowsDecidesAsReserve(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	ctx := context.Background()
+	run := uniqueKey("same")
+	batches := [][]oneWindow{
+		{{run + "-fits", 3600, 10, 4}, {run + "-fits", 3600, 12, 5}},                               // whole, at once
+		{{run + "-fits", 3600, 10, 4}, {run + "-fits", 3600, 12, 1}, {run + "-other", 3600, 5, 5}}, // one counter whole, one not
+		{{run + "-new", 3600, 10, 20}, {run + "-new", 3600, 14, 20}},                               // a new counter, all refused
+		{{run + "-new2", 3600, 10, 6}, {run + "-new2", 3600, 14, 6}, {run + "-new2", 86400, 3, 4}}, // a new counter, half admitted
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	for round := range 40 {
+		var batch []oneWindow
+		for range 1 + rng.IntN(12) {
+			w := oneWindow{key: fmt.Sprintf("%s-%d", run, rng.IntN(4)), seconds: []int32{3600, 86400}[rng.IntN(2)],
+				limit: float64(8 + rng.IntN(8)), amount: float64(1 + rng.IntN(9))}
+			if rng.IntN(3) == 0 {
+				w.key = fmt.Sprintf("%s-%d-%d", run, round, rng.IntN(2)) // a counter this batch creates
+			}
+			if rng.IntN(6) == 0 {
+				w.amount += 15 // above every limit
+			}
+			batch = append(batch, w)
+		}
+		batches = append(batches, batch)
+	}
+	keys := map[string]bool{}
+	for n, batch := range batches {
+		var general db.AdmissionReserveParams
+		var one db.AdmissionReserveWindowsParams
+		for i, w := range batch {
+			keys[w.key] = true
+			general.TaskIds = append(general.TaskIds, pgtype.UUID{})
+			general.AttemptIds = append(general.AttemptIds, pgtype.UUID{})
+			general.WAdmission = append(general.WAdmission, int32(i+1))
+			general.WScopeTypes = append(general.WScopeTypes, "general")
+			general.WScopeKeys = append(general.WScopeKeys, w.key)
+			general.WMetrics = append(general.WMetrics, ratelimit.MetricTokens)
+			general.WWindowSeconds = append(general.WWindowSeconds, w.seconds)
+			general.WLimitValues = append(general.WLimitValues, w.limit)
+			general.WAmounts = append(general.WAmounts, w.amount)
+			one.ScopeTypes = append(one.ScopeTypes, "one")
+			one.ScopeKeys = append(one.ScopeKeys, w.key)
+			one.Metrics = append(one.Metrics, ratelimit.MetricTokens)
+			one.WindowSeconds = append(one.WindowSeconds, w.seconds)
+			one.LimitValues = append(one.LimitValues, w.limit)
+			one.Amounts = append(one.Amounts, w.amount)
+		}
+		want, err := queries.AdmissionReserve(ctx, pool, general)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := queries.AdmissionReserveWindows(ctx, pool, one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(decisions(want), decisions(got)); diff != "" {
+			t.Fatalf("batch %d %+v: decisions differ (-pgadmit_reserve +pgadmit_reserve_windows):\n%s", n, batch, diff)
+		}
+	}
+	for key := range keys {
+		want, got := counterRows(t, pool, "general", key), counterRows(t, pool, "one", key)
+		if len(want) == 0 {
+			t.Fatalf("%s: no counter", key)
+		}
+		if diff := cmp.Diff(counterState(want), counterState(got)); diff != "" {
+			t.Errorf("%s: counters differ (-pgadmit_reserve +pgadmit_reserve_windows):\n%s", key, diff)
+		}
+		assertBooksBalance(t, pool, "one", key)
+	}
+}
+
+// oneWindow is an admission of one window limit, on the api_key key.
+type oneWindow struct {
+	key           string
+	seconds       int32
+	limit, amount float64
+}
+
+// decision is what a caller learns of one admission's window limit.
+type decision struct {
+	Admission         int32
+	Fits, Granted     bool
+	Current, Reserved float64
+	Refusal           string
+}
+
+func decisions[Row db.AdmissionReserveRow | db.AdmissionReserveWindowsRow](rows []Row) []decision {
+	out := make([]decision, len(rows))
+	for i, row := range rows {
+		r := db.AdmissionReserveRow(row)
+		out[i] = decision{r.Admission, r.Fits, r.GrantID.Valid, r.CurrentValue, r.ReservedValue, r.Refusal}
+	}
+	slices.SortFunc(out, func(a, b decision) int { return int(a.Admission - b.Admission) })
+	return out
+}
+
+// counterState is a counter's amounts and limit, per window length.
+func counterState(rows []db.CounterListByScopeRow) map[int32][3]float64 {
+	out := map[int32][3]float64{}
+	for _, r := range rows {
+		out[r.WindowSeconds] = [3]float64{r.UsedValue, r.ReservedValue, r.LimitValue}
+	}
+	return out
 }

@@ -30,7 +30,9 @@
 // Reserve is one statement: a call of the PL/pgSQL function
 // pgadmit_reserve (schema/00003_admission_functions.sql; its typed call is
 // AdmissionReserve in queries/admission.sql), which the server runs as one
-// implicit transaction. It locks the current windows' counter rows FOR
+// implicit transaction (a combined batch of task-less one-window admissions
+// calls pgadmit_reserve_windows instead, which decides the same in fewer
+// statements). It locks the current windows' counter rows FOR
 // UPDATE in primary-key order (creating missing ones), takes advisory locks
 // on the concurrency scopes in key order, decides, and writes. Every
 // statement in the function is a primary-key probe or an insert of the rows

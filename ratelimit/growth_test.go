@@ -61,6 +61,9 @@ func TestHotPathsReadOnlyTheirRowsAsTablesGrow(t *testing.T) {
 			_, err := l.Reserve(ctx, "", "", limits)
 			return err
 		},
+		"ReserveBatch": func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error {
+			return reserveBatch(ctx, l, limits, limits)
+		},
 		"Commit": func(l *ratelimit.Limiter, limits []ratelimit.Limit, g ratelimit.Grant) error {
 			_, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 420})
 			return err

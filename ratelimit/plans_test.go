@@ -53,7 +53,20 @@ func TestHotPathsUseIndexes(t *testing.T) {
 			_, err := l.Commit(ctx, held, map[string]float64{"tokens": 420})
 			return err
 		},
-		"Release":       func(l *ratelimit.Limiter) error { _, err := l.Release(ctx, held, "test"); return err },
+		"Release": func(l *ratelimit.Limiter) error { _, err := l.Release(ctx, held, "test"); return err },
+		// Combined batches: of gateway requests (pgadmit_reserve), of
+		// one-window requests (pgadmit_reserve_windows), and of one-window
+		// requests that do not fit whole (it hands them to pgadmit_reserve).
+		"ReserveBatch": func(l *ratelimit.Limiter) error {
+			return reserveBatch(ctx, l, limits, limits)
+		},
+		"ReserveBatchOneWindow": func(l *ratelimit.Limiter) error {
+			return reserveBatch(ctx, l, limits[:1], limits[1:2])
+		},
+		"ReserveBatchOneWindowOverLimit": func(l *ratelimit.Limiter) error {
+			full := []ratelimit.Limit{window("fixture_key", "k9", "requests", 1, 1)}
+			return reserveBatch(ctx, l, full, full)
+		},
 		"RenewLeases":   func(l *ratelimit.Limiter) error { _, err := l.RenewLeases(ctx, held.Leases); return err },
 		"ReleaseLeases": func(l *ratelimit.Limiter) error { _, err := l.ReleaseLeases(ctx, held.Leases, "test"); return err },
 	}
@@ -178,6 +191,22 @@ func TestHotPathsUseIndexes(t *testing.T) {
 		}
 		t.Logf("%s: %+v", name, scans)
 	}
+}
+
+// reserveBatch reserves the given requests in one combined call; a refusal
+// is an outcome, not an error.
+func reserveBatch(ctx context.Context, l *ratelimit.Limiter, requests ...[]ratelimit.Limit) error {
+	reqs := make([]ratelimit.BatchRequest, len(requests))
+	for i, limits := range requests {
+		reqs[i] = ratelimit.BatchRequest{Limits: limits}
+	}
+	_, errs, err := l.ReserveCombined(ctx, reqs)
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, ratelimit.ErrExceeded) {
+			return e
+		}
+	}
+	return err
 }
 
 // uuidOf parses a UUID in its text form.

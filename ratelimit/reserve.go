@@ -22,9 +22,10 @@ import (
 // taskID and attemptID are optional UUIDs ("" for none). A task id lets
 // Recover give the capacity back when the task's process dies.
 //
-// Cost: one round trip, one statement (the function pgadmit_reserve), in
-// which counter rows are locked in a global order (no deadlocks whatever
-// order callers list limits in) and held only while the server executes it.
+// Cost: one round trip, one statement (a call of pgadmit_reserve, or of a
+// cheaper function for a common shape), in which counter rows are locked in
+// a global order (no deadlocks whatever order callers list limits in) and
+// held only while the server executes it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
 	a, err := newAdmission(taskID, attemptID, limits)
 	if err != nil {
@@ -61,8 +62,8 @@ func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error
 	return grants[0], errs[0]
 }
 
-// reserveBatch decides admissions in one call of pgadmit_reserve, in
-// order: a grant or an error for each, or an error for the whole call.
+// reserveBatch decides admissions in one statement, in order: a grant or an
+// error for each, or an error for the whole call.
 func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant, []error, error) {
 	if len(batch) == 1 && len(batch[0].windows) == 1 && len(batch[0].leases) == 0 {
 		g, err := l.reserveOne(ctx, batch[0])
@@ -71,11 +72,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 		}
 		return []Grant{g}, []error{err}, nil
 	}
-	var p db.AdmissionReserveParams
-	for _, a := range batch {
-		a.appendTo(&p)
-	}
-	rows, err := l.queries.AdmissionReserve(ctx, l.conn, p)
+	rows, err := l.reserveRows(ctx, batch)
 	if err != nil {
 		return nil, nil, wrapDBError("reserve", err)
 	}
@@ -92,6 +89,30 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 	return grants, errs, nil
 }
 
+// reserveRows sends a batch to the database: to pgadmit_reserve_windows
+// when every admission is one window limit without a task (it takes what a
+// batch asks of a counter in one statement where that fits whole), else to
+// pgadmit_reserve. The rows are the same either way.
+func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.AdmissionReserveRow, error) {
+	if !slices.ContainsFunc(batch, (*admission).notOneWindow) {
+		var p db.AdmissionReserveWindowsParams
+		for _, a := range batch {
+			a.appendWindowTo(&p)
+		}
+		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
+		decisions := make([]db.AdmissionReserveRow, len(rows))
+		for i, row := range rows {
+			decisions[i] = db.AdmissionReserveRow(row)
+		}
+		return decisions, err
+	}
+	var p db.AdmissionReserveParams
+	for _, a := range batch {
+		a.appendTo(&p)
+	}
+	return l.queries.AdmissionReserve(ctx, l.conn, p)
+}
+
 // reserveOne decides an admission of one window limit with the scalar
 // pgadmit_reserve_one: one statement does it all.
 func (l *Limiter) reserveOne(ctx context.Context, a *admission) (Grant, error) {
@@ -104,7 +125,7 @@ func (l *Limiter) reserveOne(ctx context.Context, a *admission) (Grant, error) {
 	if err != nil {
 		return Grant{}, wrapDBError("reserve", err)
 	}
-	a.wFirst, a.cFirst, a.wSent = 0, 0, []int{0}
+	a.sentAsWindow(0)
 	return a.decide([]db.AdmissionReserveRow{{
 		Admission: 1, Ord: 1, Fits: row.Fits, GrantID: row.GrantID,
 		CurrentValue: row.CurrentValue, ReservedValue: row.ReservedValue,
@@ -204,6 +225,31 @@ func (a *admission) appendTo(p *db.AdmissionReserveParams) {
 		p.CAmounts = append(p.CAmounts, c.Limit.Amount)
 		p.CTtlSeconds = append(p.CTtlSeconds, c.ttlSeconds)
 	}
+}
+
+// notOneWindow reports an admission that pgadmit_reserve_windows cannot
+// take: more or fewer than one window limit, a concurrent limit, or a task.
+func (a *admission) notOneWindow() bool {
+	return len(a.windows) != 1 || len(a.leases) != 0 || a.task.Valid || a.attempt.Valid
+}
+
+// appendWindowTo adds a, an admission of one window limit, to a call of
+// pgadmit_reserve_windows as its next admission.
+func (a *admission) appendWindowTo(p *db.AdmissionReserveWindowsParams) {
+	a.sentAsWindow(len(p.ScopeTypes))
+	w := a.windows[0]
+	p.ScopeTypes = append(p.ScopeTypes, w.Limit.Scope.Type)
+	p.ScopeKeys = append(p.ScopeKeys, w.Limit.Scope.Key)
+	p.Metrics = append(p.Metrics, w.Limit.Metric)
+	p.WindowSeconds = append(p.WindowSeconds, w.windowSeconds)
+	p.LimitValues = append(p.LimitValues, w.Limit.Limit)
+	p.Amounts = append(p.Amounts, w.Limit.Amount)
+}
+
+// sentAsWindow records that a's one window limit went at 0-based position
+// pos of its call.
+func (a *admission) sentAsWindow(pos int) {
+	a.wFirst, a.cFirst, a.wSent = pos, 0, []int{0}
 }
 
 // decide turns the database's decision rows of this admission (one per
