@@ -107,8 +107,9 @@ func (c *combiner[Req, Res]) lead(p *combined[Req, Res]) {
 	c.flush(batch)
 }
 
-// maxLeadYields bounds how many times a leader yields for callers to join.
-const maxLeadYields = 8
+// maxJoinYields bounds how many times a batch about to be sent yields for
+// callers to join it.
+const maxJoinYields = 8
 
 // nextBatch takes the next batch for an in-flight place; when there is
 // none, it gives the place back and returns nil.
@@ -179,11 +180,11 @@ func (c *combiner[Req, Res]) flushQueued() {
 }
 
 // awaitJoiners yields the processor while the queue grows, at most
-// maxLeadYields times: well under a microsecond when nothing else is
+// maxJoinYields times: well under a microsecond when nothing else is
 // runnable.
 func (c *combiner[Req, Res]) awaitJoiners() {
 	queued := 0
-	for range maxLeadYields {
+	for range maxJoinYields {
 		c.mu.Lock()
 		n := len(c.queue)
 		c.mu.Unlock()
