@@ -59,22 +59,14 @@ func (q *Queries) LeaseLockScopes(ctx context.Context, db DBTX, arg LeaseLockSco
 }
 
 const LeaseRenew = `-- name: LeaseRenew :many
-UPDATE gateway_concurrency_leases AS l
-SET expires_at = coalesce($1::timestamptz, clock_timestamp()) + make_interval(secs => r.ttl_seconds)
-FROM (
-    SELECT unnest($2::uuid[])         AS id,
-           unnest($3::integer[])    AS ttl_seconds
-) AS r
-WHERE l.id = r.id
-  AND l.released_at IS NULL
-  AND l.expires_at > coalesce($1::timestamptz, clock_timestamp())
-RETURNING l.id, l.expires_at
+SELECT r.id::uuid AS id, r.expires_at::timestamptz AS expires_at
+FROM pgadmit_renew_leases($1::uuid[], $2::integer[], $3::timestamptz) AS r
 `
 
 type LeaseRenewParams struct {
-	Now        *time.Time
 	LeaseIds   []pgtype.UUID
 	TtlSeconds []int32
+	Now        *time.Time
 }
 
 type LeaseRenewRow struct {
@@ -87,11 +79,12 @@ type LeaseRenewRow struct {
 // (released or expired) and must not be relied on. Runs after
 // LeaseLockScopes of the same leases; "now" is @now, else clock_timestamp()
 // (not the transaction's start, so a renewal in a long transaction cannot
-// revive a lease that expired meanwhile).
+// revive a lease that expired meanwhile). The function
+// (schema/00008_probe_by_key.sql) finds each lease by its primary key alone.
 // Locks: row lock on each renewed lease.
 // Index: gateway_concurrency_leases_pkey.
 func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams) ([]LeaseRenewRow, error) {
-	rows, err := db.Query(ctx, LeaseRenew, arg.Now, arg.LeaseIds, arg.TtlSeconds)
+	rows, err := db.Query(ctx, LeaseRenew, arg.LeaseIds, arg.TtlSeconds, arg.Now)
 	if err != nil {
 		return nil, err
 	}

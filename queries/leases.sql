@@ -38,16 +38,9 @@ ORDER BY s.lock_key;
 -- (released or expired) and must not be relied on. Runs after
 -- LeaseLockScopes of the same leases; "now" is @now, else clock_timestamp()
 -- (not the transaction's start, so a renewal in a long transaction cannot
--- revive a lease that expired meanwhile).
+-- revive a lease that expired meanwhile). The function
+-- (schema/00008_probe_by_key.sql) finds each lease by its primary key alone.
 -- Locks: row lock on each renewed lease.
 -- Index: gateway_concurrency_leases_pkey.
-UPDATE gateway_concurrency_leases AS l
-SET expires_at = coalesce(sqlc.narg('now')::timestamptz, clock_timestamp()) + make_interval(secs => r.ttl_seconds)
-FROM (
-    SELECT unnest(@lease_ids::uuid[])         AS id,
-           unnest(@ttl_seconds::integer[])    AS ttl_seconds
-) AS r
-WHERE l.id = r.id
-  AND l.released_at IS NULL
-  AND l.expires_at > coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())
-RETURNING l.id, l.expires_at;
+SELECT r.id::uuid AS id, r.expires_at::timestamptz AS expires_at
+FROM pgadmit_renew_leases(@lease_ids::uuid[], @ttl_seconds::integer[], sqlc.narg('now')::timestamptz) AS r;

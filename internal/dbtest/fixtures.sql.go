@@ -94,6 +94,20 @@ func (q *Queries) FixtureFill(ctx context.Context, db DBTX, rows int32) error {
 	return err
 }
 
+const LedgersVacuumAnalyze = `-- name: LedgersVacuumAnalyze :exec
+VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases
+`
+
+// Vacuums and analyzes the ledgers and their counters, as autovacuum does:
+// run when nothing is open, it records the partial indexes of open rows as
+// empty (reltuples 0), which the planner then believes until the next one.
+// Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
+// Index: every index of each table (vacuumed).
+func (q *Queries) LedgersVacuumAnalyze(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, LedgersVacuumAnalyze)
+	return err
+}
+
 const TableScansInTransaction = `-- name: TableScansInTransaction :many
 SELECT t.relname::text                                                AS table_name,
        pg_stat_get_xact_numscans(t.oid)::bigint                       AS seq_scans,

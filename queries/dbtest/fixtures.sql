@@ -84,6 +84,14 @@ FROM generate_series(1, @rows::integer) AS g;
 ANALYZE gateway_tasks, gateway_task_attempts, gateway_task_events, gateway_task_admissions,
     gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases;
 
+-- name: LedgersVacuumAnalyze :exec
+-- Vacuums and analyzes the ledgers and their counters, as autovacuum does:
+-- run when nothing is open, it records the partial indexes of open rows as
+-- empty (reltuples 0), which the planner then believes until the next one.
+-- Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
+-- Index: every index of each table (vacuumed).
+VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases;
+
 -- name: TableScansInTransaction :many
 -- How the statements run so far in the current transaction read each
 -- pgadmit table: sequential scans of the table, scans of its indexes, and
