@@ -130,13 +130,15 @@ WHERE (c.scope_type, c.scope_key, c.metric, c.window_seconds, c.window_start) IN
     WHERE r.id = ANY($1::uuid[])
       AND r.status = 'reserved'
 )
-ORDER BY c.scope_type, c.scope_key, c.metric, c.window_seconds, c.window_start
+ORDER BY c.scope_type COLLATE "C", c.scope_key COLLATE "C", c.metric COLLATE "C", c.window_seconds, c.window_start
 FOR UPDATE OF c
 `
 
-// Row-locks, in primary-key order (the lock order), the counters that the
-// given open reservations draw on, before a statement that updates other
-// rows first (a task row) and then settles them with AdmissionSettle.
+// Row-locks, in the lock order (the primary key's columns, text in byte
+// order: COLLATE "C", as the admission functions sort them, whatever the
+// database's collation), the counters that the given open reservations draw
+// on, before a statement that updates other rows first (a task row) and
+// then settles them with AdmissionSettle.
 // Locks: FOR UPDATE on each counter row, sorted; reservations are only read.
 // Index: gateway_rate_limit_reservations_pkey to find the reservations,
 // gateway_rate_limit_counters_pkey to find the counters.
