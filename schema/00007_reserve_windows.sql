@@ -62,7 +62,13 @@ DECLARE
     d_id       uuid[];
     d_used     numeric[];
     d_reserved numeric[];
-    v_rest     integer[];  -- the admissions left to pgadmit_reserve
+    v_rest     integer[];  -- the admissions left to pgadmit_reserve, and their limits
+    r_types    text[];
+    r_keys     text[];
+    r_metrics  text[];
+    r_seconds  integer[];
+    r_limits   numeric[];
+    r_amounts  numeric[];
 BEGIN
     -- Reads are exact only in READ COMMITTED; pgadmit_reserve refuses the
     -- whole batch otherwise.
@@ -141,19 +147,21 @@ BEGIN
         RETURN;
     END IF;
 
-    v_rest := ARRAY(SELECT k FROM generate_series(1, n) AS k WHERE k <> ALL(coalesce(d_adm, '{}')) ORDER BY k);
+    -- The admissions left, in arrival order, and their limits.
+    SELECT array_agg(k ORDER BY k),
+           array_agg(p_scope_types[k] ORDER BY k), array_agg(p_scope_keys[k] ORDER BY k),
+           array_agg(p_metrics[k] ORDER BY k), array_agg(p_window_seconds[k] ORDER BY k),
+           array_agg(p_limits[k] ORDER BY k), array_agg(p_amounts[k] ORDER BY k)
+    INTO v_rest, r_types, r_keys, r_metrics, r_seconds, r_limits, r_amounts
+    FROM generate_series(1, n) AS k
+    WHERE k <> ALL(coalesce(d_adm, '{}'));
     RETURN QUERY
     SELECT v_rest[r.admission], r.is_lease, v_rest[r.ord], r.fits, r.grant_id, r.current_value, r.reserved_value,
            r.window_start, r.reset_at, r.db_now, r.refusal
     FROM pgadmit_reserve(
         array_fill(NULL::uuid, ARRAY[cardinality(v_rest)]), array_fill(NULL::uuid, ARRAY[cardinality(v_rest)]),
         ARRAY(SELECT generate_series(1, cardinality(v_rest))),
-        ARRAY(SELECT p_scope_types[k] FROM unnest(v_rest) WITH ORDINALITY AS u(k, o) ORDER BY o),
-        ARRAY(SELECT p_scope_keys[k] FROM unnest(v_rest) WITH ORDINALITY AS u(k, o) ORDER BY o),
-        ARRAY(SELECT p_metrics[k] FROM unnest(v_rest) WITH ORDINALITY AS u(k, o) ORDER BY o),
-        ARRAY(SELECT p_window_seconds[k] FROM unnest(v_rest) WITH ORDINALITY AS u(k, o) ORDER BY o),
-        ARRAY(SELECT p_limits[k] FROM unnest(v_rest) WITH ORDINALITY AS u(k, o) ORDER BY o),
-        ARRAY(SELECT p_amounts[k] FROM unnest(v_rest) WITH ORDINALITY AS u(k, o) ORDER BY o),
+        r_types, r_keys, r_metrics, r_seconds, r_limits, r_amounts,
         '{}', '{}', '{}', '{}', '{}', '{}', v_now
     ) AS r;
 END;
