@@ -123,18 +123,14 @@ BEGIN
         -- reservation through the partial index of open ones instead, once
         -- the statistics say that index is small (a VACUUM while nothing
         -- was open).
-        SELECT x.tid
-        FROM (
-            SELECT y.ctid AS tid, y.status, y.scope_type, y.scope_key, y.metric, y.window_seconds, y.window_start
-            FROM gateway_rate_limit_reservations AS y
-            WHERE y.id = p_reservation_id
-            LIMIT 1
-        ) AS x
-        WHERE x.status = 'reserved'
-          AND x.scope_type = p_scope_type AND x.scope_key = p_scope_key AND x.metric = p_metric
-          AND x.window_seconds = p_window_seconds AND x.window_start = p_window_start
-    ) AS target
-    WHERE r.ctid = target.tid
+        SELECT y.ctid AS tid, y.status, y.scope_type, y.scope_key, y.metric, y.window_seconds, y.window_start
+        FROM gateway_rate_limit_reservations AS y
+        WHERE y.id = p_reservation_id
+        LIMIT 1
+    ) AS x
+    WHERE r.ctid = x.tid AND x.status = 'reserved'
+      AND x.scope_type = p_scope_type AND x.scope_key = p_scope_key AND x.metric = p_metric
+      AND x.window_seconds = p_window_seconds AND x.window_start = p_window_start
     RETURNING r.status, r.metric, r.reserved_amount, r.actual_amount
     INTO status, metric, reserved_amount, actual_amount;
     settled := FOUND;
