@@ -368,7 +368,7 @@ released AS (
         reason = 'task_finished'
     FROM finished
     WHERE l.task_id = finished.id
-      AND l.released_at IS NULL
+      AND (l.released_at IS NULL) IS TRUE
     RETURNING l.id
 ),
 dropped AS (
@@ -463,7 +463,9 @@ type TaskFinishRow struct {
 // Locks: FOR NO KEY UPDATE on the task row; row locks on its running
 // attempt, its unreleased leases and its admission rows.
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
-// gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
+// gateway_concurrency_leases_task_idx (all of the task's leases, a few;
+// `IS TRUE` keeps the released_at test from matching a partial index of
+// live leases, as in CounterLockForReservations); gateway_task_admissions_pkey.
 func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams) (TaskFinishRow, error) {
 	row := db.QueryRow(ctx, TaskFinish,
 		arg.Now,
@@ -508,7 +510,7 @@ SELECT t.status,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
-                   AND r.status = 'reserved'), '{}')::uuid[]          AS open_reservation_ids
+                   AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids
 FROM gateway_tasks AS t
 WHERE t.id = $2::uuid
 `
@@ -528,7 +530,9 @@ type TaskFinishPlanRow struct {
 // lists the task's open reservations, whose counters the finishing batch
 // must lock first (lock order). No row for an unknown task.
 // Locks: none (MVCC read).
-// Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx.
+// Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
+// of the task's reservations, a few; `IS TRUE` keeps the status test from
+// matching a partial index of open rows, as in CounterLockForReservations).
 func (q *Queries) TaskFinishPlan(ctx context.Context, db DBTX, arg TaskFinishPlanParams) (TaskFinishPlanRow, error) {
 	row := db.QueryRow(ctx, TaskFinishPlan, arg.Token, arg.TaskID)
 	var i TaskFinishPlanRow

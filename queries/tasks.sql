@@ -261,13 +261,15 @@ WHERE cur.id = @task_id::uuid;
 -- lists the task's open reservations, whose counters the finishing batch
 -- must lock first (lock order). No row for an unknown task.
 -- Locks: none (MVCC read).
--- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx.
+-- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
+-- of the task's reservations, a few; `IS TRUE` keeps the status test from
+-- matching a partial index of open rows, as in CounterLockForReservations).
 SELECT t.status,
        (t.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
-                   AND r.status = 'reserved'), '{}')::uuid[]          AS open_reservation_ids
+                   AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
 
@@ -283,7 +285,9 @@ WHERE t.id = @task_id::uuid;
 -- Locks: FOR NO KEY UPDATE on the task row; row locks on its running
 -- attempt, its unreleased leases and its admission rows.
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
--- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
+-- gateway_concurrency_leases_task_idx (all of the task's leases, a few;
+-- `IS TRUE` keeps the released_at test from matching a partial index of
+-- live leases, as in CounterLockForReservations); gateway_task_admissions_pkey.
 WITH clock AS (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
 ),
@@ -326,7 +330,7 @@ released AS (
         reason = 'task_finished'
     FROM finished
     WHERE l.task_id = finished.id
-      AND l.released_at IS NULL
+      AND (l.released_at IS NULL) IS TRUE
     RETURNING l.id
 ),
 dropped AS (
