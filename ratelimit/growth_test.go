@@ -94,6 +94,25 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 			return err
 		},
 	}
+	// The flows of a task, on a new running task: Attach of a grant to its
+	// attempt, then FinishTask with a reservation of the task's own open.
+	// Both lock the counters of open reservations
+	// (CounterLockForReservations) before they settle. each runs a flow.
+	taskFlows := func(limits func(string) []ratelimit.Limit, each func(name string, run func(l *ratelimit.Limiter) error)) {
+		task := startSync(t, l, time.Minute)
+		g := reserve(limits(uniqueKey("unattached")))
+		each("Attach", func(l *ratelimit.Limiter) error { _, err := l.Attach(ctx, task.AttemptID, g); return err })
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, limits(uniqueKey("task"))); err != nil {
+			t.Fatal(err)
+		}
+		each("FinishTask", func(l *ratelimit.Limiter) error {
+			f, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+			if err == nil && f.ReleasedReservations == 0 {
+				err = fmt.Errorf("released no reservation: %+v", f)
+			}
+			return err
+		})
+	}
 	shapes := map[string]func(string) []ratelimit.Limit{"request": request, "single": single}
 	if quietVacuum {
 		// A quiet moment: a history of requests, every one settled (Commit
@@ -122,6 +141,11 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 						t.Fatalf("warm-up %s of a %s: %v", name, shape, err)
 					}
 				}
+				taskFlows(limits, func(name string, run func(l *ratelimit.Limiter) error) {
+					if err := run(l); err != nil {
+						t.Fatalf("warm-up %s of a %s: %v", name, shape, err)
+					}
+				})
 			}
 		}
 	}
@@ -164,20 +188,6 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 			g := reserve(ls)
 			measure(name, shape, func(l *ratelimit.Limiter) error { return flow(l, ls, g) })
 		}
-		// The flows of a task: they lock the counters of the grant's open
-		// reservations (CounterLockForReservations) before they settle.
-		task := startSync(t, l, time.Minute)
-		g := reserve(limits(uniqueKey("unattached")))
-		measure("Attach", shape, func(l *ratelimit.Limiter) error { _, err := l.Attach(ctx, task.AttemptID, g); return err })
-		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, limits(uniqueKey("task"))); err != nil {
-			t.Fatal(err)
-		}
-		measure("FinishTask", shape, func(l *ratelimit.Limiter) error {
-			f, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
-			if err == nil && f.ReleasedReservations == 0 {
-				err = fmt.Errorf("released no reservation: %+v", f)
-			}
-			return err
-		})
+		taskFlows(limits, func(name string, run func(l *ratelimit.Limiter) error) { measure(name, shape, run) })
 	}
 }
