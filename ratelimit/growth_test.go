@@ -97,7 +97,8 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	// The flows of a task, on a new running task: Attach of a grant to its
 	// attempt, then FinishTask with a reservation of the task's own open.
 	// Both lock the counters of open reservations
-	// (CounterLockForReservations) before they settle. each runs a flow.
+	// (CounterLockForReservations) before they settle. each is called with
+	// every flow, named.
 	taskFlows := func(limits func(string) []ratelimit.Limit, each func(name string, run func(l *ratelimit.Limiter) error)) {
 		task := startSync(t, l, time.Minute)
 		g := reserve(limits(uniqueKey("unattached")))
@@ -133,19 +134,20 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	} else {
 		// Plan every flow on empty tables, past the first calls that are
 		// planned for their own parameters.
+		warmUp := func(name, shape string, run func(l *ratelimit.Limiter) error) {
+			t.Helper()
+			if err := run(l); err != nil {
+				t.Fatalf("warm-up %s of a %s: %v", name, shape, err)
+			}
+		}
 		for i := range 8 {
 			for shape, limits := range shapes {
 				for name, flow := range flows {
 					ls := limits(fmt.Sprintf("warm-%s-%s-%d", shape, name, i))
-					if err := flow(l, ls, reserve(ls)); err != nil {
-						t.Fatalf("warm-up %s of a %s: %v", name, shape, err)
-					}
+					g := reserve(ls)
+					warmUp(name, shape, func(l *ratelimit.Limiter) error { return flow(l, ls, g) })
 				}
-				taskFlows(limits, func(name string, run func(l *ratelimit.Limiter) error) {
-					if err := run(l); err != nil {
-						t.Fatalf("warm-up %s of a %s: %v", name, shape, err)
-					}
-				})
+				taskFlows(limits, func(name string, run func(l *ratelimit.Limiter) error) { warmUp(name, shape, run) })
 			}
 		}
 	}
