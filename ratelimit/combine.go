@@ -257,10 +257,13 @@ func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, c
 }
 
 // CombinerStats counts what one kind of operation sent since the Limiter
-// was made: Requests calls went out as Batches statements.
+// was made: Requests calls went out as Batches statements, Hot of them
+// batches on a hot counter (two calls drawing on one counter), which
+// release its row before their commit's flush and answer after it.
 type CombinerStats struct {
 	Batches  int64
 	Requests int64
+	Hot      int64
 }
 
 // MeanBatch is how many calls one statement carried on average.
@@ -289,5 +292,7 @@ type Stats struct {
 
 // Stats reports how concurrent calls were combined so far.
 func (l *Limiter) Stats() Stats {
-	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats()}
+	s := Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats()}
+	s.Reserve.Hot, s.Settle.Hot = l.hot.reserves.Load(), l.hot.settles.Load()
+	return s
 }

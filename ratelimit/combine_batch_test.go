@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -23,7 +24,10 @@ import (
 // fit) and admitted (1 still fits). The refused one writes nothing.
 func TestCombinedBatchAdmitsInArrivalOrder(t *testing.T) {
 	t.Parallel()
-	l, pool := setup(t)
+	forEachBatchPath(t, testCombinedBatchAdmitsInArrivalOrder)
+}
+
+func testCombinedBatchAdmitsInArrivalOrder(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) {
 	ctx := context.Background()
 	for _, fresh := range []bool{true, false} { // a counter row the batch creates, then one that exists
 		key := uniqueKey("arrival")
@@ -60,6 +64,14 @@ func TestCombinedBatchAdmitsInArrivalOrder(t *testing.T) {
 			t.Fatalf("fresh=%v: counter %+v, want reserved 9", fresh, rows)
 		}
 		assertBooksBalance(t, pool, "api_key", key)
+		if _, err := l.CommitCombined(ctx, []ratelimit.Grant{grants[0], grants[1], grants[3]}); err != nil {
+			t.Fatalf("fresh=%v: commit: %v", fresh, err)
+		}
+		rows = counterRows(t, pool, "api_key", key)
+		if len(rows) != 1 || rows[0].UsedValue != 9 || rows[0].ReservedValue != 0 {
+			t.Fatalf("fresh=%v: counter after commit %+v, want used 9, reserved 0", fresh, rows)
+		}
+		assertBooksBalance(t, pool, "api_key", key)
 	}
 	assertDoctorOK(t, pool)
 }
@@ -68,7 +80,10 @@ func TestCombinedBatchAdmitsInArrivalOrder(t *testing.T) {
 // every admission is admitted, each seeing those before it.
 func TestCombinedBatchTakesAWholeFittingBatchAtOnce(t *testing.T) {
 	t.Parallel()
-	l, pool := setup(t)
+	forEachBatchPath(t, testCombinedBatchTakesAWholeFittingBatchAtOnce)
+}
+
+func testCombinedBatchTakesAWholeFittingBatchAtOnce(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) {
 	ctx := context.Background()
 	hot, cold := uniqueKey("hot"), uniqueKey("cold")
 	var reqs []ratelimit.BatchRequest
@@ -110,7 +125,10 @@ func TestCombinedBatchTakesAWholeFittingBatchAtOnce(t *testing.T) {
 // it on the same counters are decided as if it had never come.
 func TestCombinedBatchKeepsEachAdmissionAllOrNothing(t *testing.T) {
 	t.Parallel()
-	l, pool := setup(t)
+	forEachBatchPath(t, testCombinedBatchKeepsEachAdmissionAllOrNothing)
+}
+
+func testCombinedBatchKeepsEachAdmissionAllOrNothing(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) {
 	ctx := context.Background()
 	key, model := uniqueKey("k"), uniqueKey("m")
 	requests := func(amount float64) ratelimit.Limit { return window("api_key", key, "requests", 3, amount) }
@@ -123,7 +141,7 @@ func TestCombinedBatchKeepsEachAdmissionAllOrNothing(t *testing.T) {
 		{Limits: []ratelimit.Limit{requests(1)}},                                // requests 3: fits
 		{Limits: []ratelimit.Limit{requests(1)}},                                // requests 4: refused
 	}
-	_, errs, err := l.ReserveCombined(ctx, reqs)
+	grants, errs, err := l.ReserveCombined(ctx, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +170,23 @@ func TestCombinedBatchKeepsEachAdmissionAllOrNothing(t *testing.T) {
 	}
 	if n := liveLeases(t, pool, "model", model); n != 2 {
 		t.Errorf("live leases = %d, want 2", n)
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+
+	// Settled together, the admitted three leave their estimates used and
+	// their slots free.
+	if _, err := l.CommitCombined(ctx, []ratelimit.Grant{grants[0], grants[2], grants[4]}); err != nil {
+		t.Fatal(err)
+	}
+	used := map[string][2]float64{}
+	for _, r := range counterRows(t, pool, "api_key", key) {
+		used[r.Metric] = [2]float64{r.UsedValue, r.ReservedValue}
+	}
+	if diff := cmp.Diff(map[string][2]float64{"requests": {3, 0}, "tokens": {600, 0}}, used); diff != "" {
+		t.Errorf("used and reserved after commit (-want +got):\n%s", diff)
+	}
+	if n := liveLeases(t, pool, "model", model); n != 0 {
+		t.Errorf("live leases after commit = %d, want 0", n)
 	}
 	assertBooksBalance(t, pool, "api_key", key)
 	assertDoctorOK(t, pool)
@@ -205,16 +240,20 @@ func TestCombiningIsExactAcrossInstances(t *testing.T) {
 	if leased != 7 {
 		t.Errorf("leases granted %d, want exactly 7", leased)
 	}
-	var batches, requests int64
+	var batches, requests, hot int64
 	for _, l := range limiters {
 		s := l.Stats()
 		batches += s.Reserve.Batches
 		requests += s.Reserve.Requests
+		hot += s.Reserve.Hot
 	}
 	if requests != callers*tries || batches >= requests {
 		t.Errorf("%d Reserve calls went out as %d statements; want fewer statements than calls", requests, batches)
 	}
-	t.Logf("%d Reserve calls in %d statements (%.1f per statement)", requests, batches, float64(requests)/float64(batches))
+	if hot == 0 {
+		t.Errorf("no Reserve statement went as a hot batch; %d callers share two counters", callers)
+	}
+	t.Logf("%d Reserve calls in %d statements (%.1f per statement, %d hot)", requests, batches, float64(requests)/float64(batches), hot)
 	assertBooksBalance(t, pools[0], "api_key", key)
 	assertDoctorOK(t, pools[0])
 }
@@ -330,4 +369,27 @@ func counterState(rows []db.CounterListByScopeRow) map[int32][3]float64 {
 		out[r.WindowSeconds] = [3]float64{r.UsedValue, r.ReservedValue, r.LimitValue}
 	}
 	return out
+}
+
+// forEachBatchPath runs test, whose batches put several requests on one
+// counter, on both paths such a batch can take: the hot batch (a procedure
+// that releases the counter before its commit's flush, the default) and
+// the plain function call (WithoutHotBatches). It checks which path each
+// Limiter took, by its counts of hot statements.
+func forEachBatchPath(t *testing.T, test func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool)) {
+	pool := pgtest.NewPool(t)
+	for _, hot := range []bool{true, false} {
+		name, opts := "hot", []ratelimit.Option(nil)
+		if !hot {
+			name, opts = "cold", []ratelimit.Option{ratelimit.WithoutHotBatches()}
+		}
+		t.Run(name, func(t *testing.T) {
+			l := ratelimit.New(pool, opts...)
+			test(t, l, pool)
+			s := l.Stats()
+			if (s.Reserve.Hot > 0) != hot || (s.Settle.Hot > 0) != hot {
+				t.Errorf("%d reserve and %d settle statements went as hot batches; want some: %v", s.Reserve.Hot, s.Settle.Hot, hot)
+			}
+		})
+	}
 }

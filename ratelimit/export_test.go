@@ -55,6 +55,12 @@ func WithClock(now func() time.Time) Option {
 	return func(o *options) { o.clock = now }
 }
 
+// WithoutHotBatches sends every combined batch as a function call, even
+// one on a hot counter, so that tests can compare the two paths.
+func WithoutHotBatches() Option {
+	return func(o *options) { o.coldBatches = true }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

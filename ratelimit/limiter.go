@@ -30,6 +30,7 @@ type Limiter struct {
 	// a caller's transaction or WithoutCombining.
 	reserves *combiner[*admission, Grant]
 	settles  *combiner[*settleRequest, Settlement]
+	hot      *hotCounts // batches on a hot counter (hotbatch.go)
 	// Blocks of Local limits; nil inside a caller's transaction.
 	allot *allotments
 }
@@ -41,7 +42,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	l := &Limiter{conn: conn, queries: db.New(), opts: o}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, hot: &hotCounts{}}
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
 		return l
@@ -87,6 +88,7 @@ type options struct {
 	allot           AllotmentOptions
 	clock           clock
 	lockPrefix      int32
+	coldBatches     bool // test-only: no batch goes as a hot batch (WithoutHotBatches)
 }
 
 func defaultOptions() options {

@@ -186,6 +186,18 @@ func runEveryOperation(t *testing.T, pools []*pgxpool.Pool) *opCounts {
 				}) {
 					c.do("Commit", func() error { _, err := l.Commit(ctx, tg, nil); return err })
 				}
+				// A batch on one counter: the procedures that commit twice (hot batches).
+				c.do("HotBatch", func() error {
+					reqs := []ratelimit.BatchRequest{{Limits: limits[:2]}, {Limits: limits[:2]}, {Limits: limits[:2]}}
+					grants, errs, err := l.ReserveCombined(ctx, reqs)
+					if err == nil {
+						err = errors.Join(errs...)
+					}
+					if err == nil {
+						_, err = l.CommitCombined(ctx, grants)
+					}
+					return err
+				})
 				c.do("Recover", func() error { _, err := m.Recover(ctx); return err })
 				c.do("Prune", func() error { _, err := m.Prune(ctx, time.Hour); return err })
 				c.do("Doctor", func() error { _, err := m.Doctor(ctx); return err })

@@ -92,12 +92,17 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 // reserveRows sends a batch to the database: to pgadmit_reserve_windows
 // when every admission is one window limit without a task (it takes what a
 // batch asks of a counter in one statement where that fits whole), else to
-// pgadmit_reserve. The rows are the same either way.
+// pgadmit_reserve. The rows are the same either way. A batch on a hot
+// counter goes to the procedure that wraps the function (hotbatch.go).
 func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.AdmissionReserveRow, error) {
+	hot := l.hotBatches() && hotAdmissions(batch)
 	if !slices.ContainsFunc(batch, (*admission).notOneWindow) {
 		var p db.AdmissionReserveWindowsParams
 		for _, a := range batch {
 			a.appendWindowTo(&p)
+		}
+		if hot {
+			return l.hotReserveRows(ctx, &p, nil)
 		}
 		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
 		decisions := make([]db.AdmissionReserveRow, len(rows))
@@ -109,6 +114,9 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 	var p db.AdmissionReserveParams
 	for _, a := range batch {
 		a.appendTo(&p)
+	}
+	if hot {
+		return l.hotReserveRows(ctx, nil, &p)
 	}
 	return l.queries.AdmissionReserve(ctx, l.conn, p)
 }

@@ -193,7 +193,8 @@ func (l *Limiter) settleRemote(ctx context.Context, grant Grant, status, reason 
 	return out[0], nil
 }
 
-// settleBatch settles requests in one call of pgadmit_settle.
+// settleBatch settles requests in one call of pgadmit_settle, or of the
+// procedure that wraps it when the batch is on a hot counter (hotbatch.go).
 func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Settlement, []error, error) {
 	if len(batch) == 1 && len(batch[0].ids) == 1 && len(batch[0].leaseIDs) == 0 && batch[0].knowsCounters() {
 		out, err := l.settleOne(ctx, batch[0])
@@ -206,7 +207,13 @@ func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Se
 	for _, r := range batch {
 		call.add(r)
 	}
-	rows, err := l.queries.AdmissionSettle(ctx, l.conn, call.params())
+	var rows []db.AdmissionSettleRow
+	var err error
+	if l.hotBatches() && hotSettles(batch) {
+		rows, err = l.hotSettleRows(ctx, call.params())
+	} else {
+		rows, err = l.queries.AdmissionSettle(ctx, l.conn, call.params())
+	}
 	if err != nil {
 		return nil, nil, wrapDBError("settle", err)
 	}
