@@ -197,8 +197,8 @@ func (c *combiner[Req, Res]) awaitJoiners() {
 }
 
 // runBatch runs one batch and delivers each result. A batch of several
-// that fails as a whole with an error the server raised (one request's bad
-// input, say) is run again one request at a time, so that only the
+// that the server rejected as a whole for what it was sent (one request's
+// bad input, say) is run again one request at a time, so that only the
 // request at fault fails.
 func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 	if len(batch) == 0 {
@@ -215,8 +215,7 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 	c.requests += int64(len(batch))
 	c.mu.Unlock()
 	res, errs, err := c.run(ctx, reqs)
-	var pgErr *pgconn.PgError
-	if err != nil && len(batch) > 1 && errors.As(err, &pgErr) {
+	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
 			c.runBatch([]*combined[Req, Res]{p})
 		}
@@ -237,6 +236,24 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 			go c.abandoned(p.res)
 		}
 	}
+}
+
+// rejectedInput reports an error the server raised about what a statement
+// was sent: a data exception (class 22), a constraint it broke (23), an
+// access rule (42) or a PL/pgSQL RAISE (P0). Such an error rolled the
+// statement back whole. Any other, such as a cancellation (57014), may
+// reach a hot batch after its first commit (hotbatch.go), when sending its
+// requests again would admit them twice.
+func rejectedInput(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "42", "P0":
+		return true
+	}
+	return false
 }
 
 // batchContext is the context one batch runs in: no caller's cancellation

@@ -242,9 +242,50 @@ func TestCombinerCallersWhoLeave(t *testing.T) {
 	}
 }
 
-// A batch that the server refuses as a whole is run again one request at
-// a time, so that only the request at fault fails.
+// A batch that the server refuses as a whole for what it was sent is run
+// again one request at a time, so that only the request at fault fails.
+// One that fails for any other reason (cancelled, the server shutting
+// down) is not: a hot batch may fail so after its first commit, and running
+// its requests again would admit them twice.
 func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
+	for _, tc := range []struct {
+		code  string
+		sizes []int
+	}{
+		{"22023", []int{1, 3, 1, 1, 1}}, // invalid_parameter_value: the batch of 3, then each alone
+		{"23514", []int{1, 3, 1, 1, 1}}, // check_violation
+		{"P0001", []int{1, 3, 1, 1, 1}}, // raise_exception
+		{"57014", []int{1, 3}},          // query_canceled: every caller gets the error
+		{"57P01", []int{1, 3}},          // admin_shutdown
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			sizes, results := runWithBadRequest(t, tc.code)
+			for _, r := range results {
+				var pgErr *pgconn.PgError
+				retried := len(tc.sizes) > 2
+				switch {
+				case (r.n == 13 || !retried) && !errors.As(r.err, &pgErr):
+					t.Errorf("request %d: %v, want the server's error", r.n, r.err)
+				case r.n != 13 && retried && (r.err != nil || r.res != r.n):
+					t.Errorf("request %d: %d, %v; want its result", r.n, r.res, r.err)
+				}
+			}
+			if !slices.Equal(sizes, tc.sizes) {
+				t.Errorf("batch sizes %v, want %v", sizes, tc.sizes)
+			}
+		})
+	}
+}
+
+type badRequestResult struct {
+	n, res int
+	err    error
+}
+
+// runWithBadRequest sends requests 12, 13 and 14 in one batch, to a server
+// that fails any batch holding 13 with code, and returns the sizes of the
+// batches it ran and each request's result.
+func runWithBadRequest(t *testing.T, code string) ([]int, []badRequestResult) {
 	var mu sync.Mutex
 	var sizes []int
 	block := make(chan struct{})
@@ -256,7 +297,7 @@ func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
 			<-block // the first batch holds the queue while the others arrive
 		}
 		if slices.Contains(reqs, 13) {
-			return nil, nil, &pgconn.PgError{Code: "22023", Message: "bad request 13"}
+			return nil, nil, &pgconn.PgError{Code: code, Message: "bad request 13"}
 		}
 		return slices.Clone(reqs), make([]error, len(reqs)), nil
 	}
@@ -274,30 +315,18 @@ func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
 			t.Fatal("first batch never ran")
 		}
 	}
-	type result struct {
-		n, res int
-		err    error
-	}
-	results := make(chan result, 3)
+	results := make(chan badRequestResult, 3)
 	for i, n := range []int{12, 13, 14} {
-		go func() { res, err := c.do(context.Background(), n); results <- result{n, res, err} }()
+		go func() { res, err := c.do(context.Background(), n); results <- badRequestResult{n, res, err} }()
 		waitQueued(t, c, i+1)
 	}
 	close(block)
 	<-done
+	var out []badRequestResult
 	for range 3 {
-		r := <-results
-		var pgErr *pgconn.PgError
-		switch {
-		case r.n == 13 && !errors.As(r.err, &pgErr):
-			t.Errorf("request 13: %v, want the server's error", r.err)
-		case r.n != 13 && (r.err != nil || r.res != r.n):
-			t.Errorf("request %d: %d, %v; want its result", r.n, r.res, r.err)
-		}
+		out = append(out, <-results)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !slices.Equal(sizes, []int{1, 3, 1, 1, 1}) {
-		t.Errorf("batch sizes %v, want [1 3 1 1 1] (the batch of 3, then each alone)", sizes)
-	}
+	return slices.Clone(sizes), out
 }

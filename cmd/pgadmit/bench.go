@@ -174,7 +174,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		}
 		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
 		if r.ReservesPerStatement > 0 {
-			fmt.Fprintf(out, "  (combined: %.1f reserves, %.1f settles per statement)", r.ReservesPerStatement, r.SettlesPerStatement)
+			fmt.Fprintf(out, "  (combined: %.1f reserves, %.1f settles per statement, %.0f%% hot)", r.ReservesPerStatement, r.SettlesPerStatement, r.HotPercent)
 		}
 		fmt.Fprintln(out)
 	})

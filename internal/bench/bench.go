@@ -128,6 +128,9 @@ type Result struct {
 	// Commit calls one statement carried on average (combining; 1 without).
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
 	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
+	// HotPercent is the share of those statements, of both kinds, sent as
+	// hot batches (two calls on one counter: see ratelimit's CombinerStats).
+	HotPercent float64 `json:"hot_percent,omitempty"`
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
 	Checks     []Check `json:"checks,omitempty"`
@@ -320,7 +323,19 @@ func (r *runner) measureWith(ctx context.Context, lim *ratelimit.Limiter, d time
 	after := lim.Stats()
 	res.ReservesPerStatement = perStatement(before.Reserve, after.Reserve)
 	res.SettlesPerStatement = perStatement(before.Settle, after.Settle)
+	res.HotPercent = hotPercent(before, after)
 	return res, nil
+}
+
+// hotPercent is the share of the statements sent between two readings of
+// a Limiter's counts that went as hot batches, in percent.
+func hotPercent(before, after ratelimit.Stats) float64 {
+	statements := after.Reserve.Batches - before.Reserve.Batches + after.Settle.Batches - before.Settle.Batches
+	if statements == 0 {
+		return 0
+	}
+	hot := after.Reserve.Hot - before.Reserve.Hot + after.Settle.Hot - before.Settle.Hot
+	return 100 * float64(hot) / float64(statements)
 }
 
 // perStatement is the mean number of calls per statement between two
