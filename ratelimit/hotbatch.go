@@ -21,6 +21,11 @@ import (
 // not for its flush too, and no caller is answered before its admission or
 // settlement is on disk. A procedure can commit only outside a transaction
 // block, which a combined batch always is.
+//
+// A hot batch that fails after its first commit (a cancel in the moment
+// before its flush, a lost connection) has admitted what its callers are
+// told failed, as a lost commit acknowledgement has; the combiner therefore
+// does not send its requests again one by one (rejectedInput).
 
 // hotBatches reports whether this Limiter may send hot batches: not in a
 // caller's transaction, where a procedure cannot commit.
