@@ -211,6 +211,41 @@ func (q *Queries) MaintenanceLeaseList(ctx context.Context, db DBTX) ([]GatewayM
 	return items, nil
 }
 
+const ReservationStatuses = `-- name: ReservationStatuses :many
+SELECT id, status
+FROM gateway_rate_limit_reservations
+WHERE id = ANY ($1::uuid[])
+`
+
+type ReservationStatusesRow struct {
+	ID     pgtype.UUID
+	Status string
+}
+
+// The status of each reservation of @ids that exists (absent ones return no
+// row).
+// Locks: none (MVCC read).
+// Index: gateway_rate_limit_reservations_pkey.
+func (q *Queries) ReservationStatuses(ctx context.Context, db DBTX, ids []pgtype.UUID) ([]ReservationStatusesRow, error) {
+	rows, err := db.Query(ctx, ReservationStatuses, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReservationStatusesRow{}
+	for rows.Next() {
+		var i ReservationStatusesRow
+		if err := rows.Scan(&i.ID, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ReservationTotalsByScope = `-- name: ReservationTotalsByScope :many
 SELECT metric, window_seconds, window_start,
        count(*) FILTER (WHERE status = 'reserved')::bigint                          AS open_count,

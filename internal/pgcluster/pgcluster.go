@@ -144,24 +144,45 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 		if err != nil {
 			return fail(err)
 		}
-		opts := fmt.Sprintf("-p %d -k '%s' -c listen_addresses=%s -c max_connections=300", c.port, root, Host)
-		if !c.durable {
-			opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-		}
-		if len(c.preloaded) > 0 {
-			opts += " -c shared_preload_libraries=" + strings.Join(c.preloaded, ",")
-		}
-		err = c.run(ctx, pgCtl, "-D", c.data, "-l", filepath.Join(root, "postgres.log"),
-			"-o", opts, "-w", "-t", "60", "start")
+		err = c.startServer(ctx)
 		if err == nil {
 			break
 		}
 		if attempt == 3 || ctx.Err() != nil {
-			return fail(fmt.Errorf("%w\npostgres.log:\n%s", err, Tail(filepath.Join(root, "postgres.log"))))
+			return fail(err)
 		}
 	}
 	c.startup = time.Since(start)
 	return c, nil
+}
+
+// startServer starts the server of the initialized cluster on c.port.
+func (c *Cluster) startServer(ctx context.Context) error {
+	opts := fmt.Sprintf("-p %d -k '%s' -c listen_addresses=%s -c max_connections=300", c.port, c.root, Host)
+	if !c.durable {
+		opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	if len(c.preloaded) > 0 {
+		opts += " -c shared_preload_libraries=" + strings.Join(c.preloaded, ",")
+	}
+	log := filepath.Join(c.root, "postgres.log")
+	if err := c.run(ctx, c.pgCtl, "-D", c.data, "-l", log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+		return fmt.Errorf("%w\npostgres.log:\n%s", err, Tail(log))
+	}
+	return nil
+}
+
+// Crash stops the server at once, as if its processes had died (pg_ctl stop -m immediate):
+// no checkpoint, and whatever the server had not yet written to its WAL files is lost. The
+// data directory stays, for Restart.
+func (c *Cluster) Crash() error {
+	return c.run(context.Background(), c.pgCtl, "-D", c.data, "-m", "immediate", "-w", "stop")
+}
+
+// Restart starts the server again after Crash, on the same port; it replays the WAL before it
+// accepts connections.
+func (c *Cluster) Restart(ctx context.Context) error {
+	return c.startServer(ctx)
 }
 
 // URL returns the connection string of the cluster's "postgres" database, as its superuser

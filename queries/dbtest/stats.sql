@@ -55,6 +55,15 @@ WHERE scope_type = @scope_type
 GROUP BY metric, window_seconds, window_start
 ORDER BY window_start, metric, window_seconds;
 
+-- name: ReservationStatuses :many
+-- The status of each reservation of @ids that exists (absent ones return no
+-- row).
+-- Locks: none (MVCC read).
+-- Index: gateway_rate_limit_reservations_pkey.
+SELECT id, status
+FROM gateway_rate_limit_reservations
+WHERE id = ANY (@ids::uuid[]);
+
 -- name: SchemaObjectsWithoutComment :many
 -- Tables, columns and indexes of pgadmit (gateway_*) that carry no COMMENT:
 -- the schema promises a comment saying why each one exists.
