@@ -2,6 +2,8 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +29,9 @@ func TestAcknowledgedWorkSurvivesAServerCrash(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cluster, err := pgcluster.Start(ctx, pgcluster.OnDisk())
+	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
+		t.Skipf("crashing a server needs a cluster of the test's own: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

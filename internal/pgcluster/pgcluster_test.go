@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/schema"
 )
 
 // start starts a cluster for one test, skipping the test when PostgreSQL is not installed and
@@ -184,5 +186,49 @@ func TestDefaultIsFastAndVolatile(t *testing.T) {
 	defer conn.Close(ctx)
 	if got := show(t, ctx, conn, "fsync"); got != "off" {
 		t.Errorf("fsync = %s, want off", got)
+	}
+}
+
+// Crash stops the server at once and keeps the data directory; Restart replays the WAL and
+// serves again on the same port, with what was committed (here: the migrations) still there.
+func TestCrashAndRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := start(t, ctx, OnDisk())
+	pool, err := pgxpool.New(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := schema.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	want, err := schema.Version(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Crash(); err != nil {
+		t.Fatalf("Crash: %v", err)
+	}
+	if _, err := schema.Version(ctx, pool); err == nil {
+		t.Fatal("the server still answers after Crash")
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir(), "data", "PG_VERSION")); err != nil {
+		t.Fatalf("data directory gone after Crash: %v", err)
+	}
+	port := c.Port()
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if c.Port() != port {
+		t.Errorf("port %d after Restart, want %d", c.Port(), port)
+	}
+	after, err := pgxpool.New(ctx, c.URL()) // the old pool's connections died with the server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if got, err := schema.Version(ctx, after); err != nil || got != want {
+		t.Errorf("schema version after Restart = %d, %v; want %d", got, err, want)
 	}
 }
