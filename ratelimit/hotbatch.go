@@ -163,18 +163,11 @@ func sameLength(n int, lengths ...int) bool {
 }
 
 // hotReserveRows decides a reserve batch on a hot counter, with the same
-// rows as reserveRows.
-func (l *Limiter) hotReserveRows(ctx context.Context, windows *db.AdmissionReserveWindowsParams, general *db.AdmissionReserveParams) ([]db.AdmissionReserveRow, error) {
+// rows as reserveRows; call sends one of the hot reserve procedures.
+func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
 	l.hot.reserves.Add(1)
 	var out reserveArrays
-	err := callHot(ctx, l.conn, func(q db.DBTX) {
-		if windows != nil {
-			_ = l.queries.AdmissionHotReserveWindows(ctx, q, db.AdmissionHotReserveWindowsParams(*windows))
-		} else {
-			_ = l.queries.AdmissionHotReserve(ctx, q, db.AdmissionHotReserveParams(*general))
-		}
-	}, out.dest()...)
-	if err != nil {
+	if err := callHot(ctx, l.conn, call, out.dest()...); err != nil {
 		return nil, err
 	}
 	return out.rows()

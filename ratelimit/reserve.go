@@ -102,7 +102,9 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 			a.appendWindowTo(&p)
 		}
 		if hot {
-			return l.hotReserveRows(ctx, &p, nil)
+			return l.hotReserveRows(ctx, func(q db.DBTX) {
+				_ = l.queries.AdmissionHotReserveWindows(ctx, q, db.AdmissionHotReserveWindowsParams(p))
+			})
 		}
 		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
 		decisions := make([]db.AdmissionReserveRow, len(rows))
@@ -116,7 +118,9 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 		a.appendTo(&p)
 	}
 	if hot {
-		return l.hotReserveRows(ctx, nil, &p)
+		return l.hotReserveRows(ctx, func(q db.DBTX) {
+			_ = l.queries.AdmissionHotReserve(ctx, q, db.AdmissionHotReserveParams(p))
+		})
 	}
 	return l.queries.AdmissionReserve(ctx, l.conn, p)
 }
