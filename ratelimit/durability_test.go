@@ -108,11 +108,7 @@ func TestAcknowledgedWorkSurvivesAServerCrash(t *testing.T) {
 	statuses := map[string]string{}
 	var ids []pgtype.UUID
 	for _, g := range reserved {
-		var id pgtype.UUID
-		if err := id.Scan(g.Reservations[0].ID); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
+		ids = append(ids, mustUUID(t, g.Reservations[0].ID))
 	}
 	rows, err := testq.ReservationStatuses(ctx, check, ids)
 	if err != nil {

@@ -115,7 +115,7 @@ func TestHotPathsUseIndexes(t *testing.T) {
 			return err
 		},
 		"RecoveryTaskReclaim": func(tx pgx.Tx) error {
-			_, err := queries.RecoveryTaskReclaim(ctx, tx, db.RecoveryTaskReclaimParams{MaxRequeues: 5, TaskIds: []pgtype.UUID{uuidOf(t, running.ID)}})
+			_, err := queries.RecoveryTaskReclaim(ctx, tx, db.RecoveryTaskReclaimParams{MaxRequeues: 5, TaskIds: []pgtype.UUID{mustUUID(t, running.ID)}})
 			return err
 		},
 		"RecoveryLeaseReleaseExpired": func(tx pgx.Tx) error {
@@ -207,16 +207,6 @@ func reserveBatch(ctx context.Context, l *ratelimit.Limiter, requests ...[]ratel
 		}
 	}
 	return err
-}
-
-// uuidOf parses a UUID in its text form.
-func uuidOf(t *testing.T, s string) pgtype.UUID {
-	t.Helper()
-	var id pgtype.UUID
-	if err := id.Scan(s); err != nil {
-		t.Fatal(err)
-	}
-	return id
 }
 
 // dayAgo is the database's now() minus a day: a prune cutoff.

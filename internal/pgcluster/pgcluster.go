@@ -174,7 +174,8 @@ func (c *Cluster) startServer(ctx context.Context) error {
 
 // Crash stops the server at once, as if its processes had died (pg_ctl stop -m immediate):
 // no checkpoint, and whatever the server had not yet written to its WAL files is lost. The
-// data directory stays, for Restart.
+// data directory stays, for Restart. It is not bound to any caller's context: a cancelled
+// program must still stop its server (Stop calls it too).
 func (c *Cluster) Crash() error {
 	return c.run(context.Background(), c.pgCtl, "-D", c.data, "-m", "immediate", "-w", "stop")
 }
@@ -222,8 +223,7 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) stop() error {
 	var errs []error
 	if _, err := os.Stat(filepath.Join(c.data, "postmaster.pid")); err == nil {
-		// Not bound to any caller's context: a cancelled program must still stop its server.
-		if err := c.run(context.Background(), c.pgCtl, "-D", c.data, "-m", "immediate", "-w", "stop"); err != nil {
+		if err := c.Crash(); err != nil {
 			errs = append(errs, fmt.Errorf("stop throwaway cluster: %w", err))
 		}
 	}
