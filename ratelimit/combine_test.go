@@ -177,6 +177,71 @@ func TestCombinerNextBatchTakesCallersWokenAsTheLastOneEnds(t *testing.T) {
 	t.Logf("the queued caller had company in %d of 20 rounds", together)
 }
 
+// Paired streams (Reserve's and Commit's): a caller who finds its stream
+// idle is sent at once, whatever the other stream runs; a batch that waited
+// in the queue is sent when the other stream's running statement has been
+// answered, so that the two streams' statements start together, or, when
+// that takes longer than the stream's own last statement took, without it.
+func TestPairedStreamsSendAQueuedBatchWhenThePartnerAnswers(t *testing.T) {
+	for _, partnerAnswers := range []bool{true, false} {
+		a, b := newGate(), newGate()
+		ca, cb := newCombiner(8, 1, a.run, nil), newCombiner(8, 1, b.run, nil)
+		pairStreams(ca, cb)
+		var wg sync.WaitGroup
+		call := func(c *combiner[int, int], n int) {
+			wg.Go(func() {
+				if res, err := c.do(context.Background(), n); err != nil || res != n*10 {
+					t.Errorf("request %d: %d, %v; want %d", n, res, err, n*10)
+				}
+			})
+		}
+		call(cb, 100)
+		<-b.started // the partner runs a statement
+		call(ca, 1)
+		select { // an idle stream does not wait for its partner
+		case first := <-a.started:
+			if !slices.Equal(first, []int{1}) {
+				t.Fatalf("first batch %v, want [1]", first)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a caller alone waited for the other stream's statement")
+		}
+		call(ca, 2)
+		waitQueued(t, ca, 1)
+		const firstRun = 400 * time.Millisecond
+		time.Sleep(firstRun)
+		a.release <- struct{}{} // [1] is answered after firstRun; [2] waits for the partner
+		sentBy := time.Now().Add(firstRun)
+		select {
+		case early := <-a.started:
+			t.Fatalf("batch %v was sent while the partner's statement ran", early)
+		case <-time.After(firstRun / 4):
+		}
+		if partnerAnswers {
+			b.release <- struct{}{} // the partner is answered: [2] goes
+		}
+		select {
+		case second := <-a.started:
+			if !slices.Equal(second, []int{2}) {
+				t.Fatalf("second batch %v, want [2]", second)
+			}
+			if partnerAnswers && time.Now().After(sentBy) {
+				t.Error("the queued batch waited for its time limit, not for the partner's answer")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the queued batch was never sent")
+		}
+		a.release <- struct{}{}
+		if !partnerAnswers {
+			b.release <- struct{}{}
+		}
+		wg.Wait()
+		if s := ca.stats(); s.Batches != 2 || s.Requests != 2 {
+			t.Errorf("stats %+v, want 2 batches of 2 requests", s)
+		}
+	}
+}
+
 // waitQueued waits until n requests wait in the queue.
 func waitQueued(t *testing.T, c *combiner[int, int], n int) {
 	t.Helper()
