@@ -13,13 +13,13 @@ import (
 
 // A combiner turns concurrent calls of one operation into batches, each one
 // statement and one transaction: rows are locked once, in the lock order,
-// and the batch pays one commit. It has no timer. A caller that finds fewer
-// than maxInFlight batches running sends at once, with the callers that
-// were woken with it (see lead), alone if it is alone (no added latency);
-// callers that arrive while batches run wait in the queue and go together,
-// in arrival order, as soon as one finishes (with those that its end woke:
-// see flushQueued) and the other stream's running statement has ended too
-// (see pairStreams).
+// and the batch pays one commit. No batch waits on a timer to fill up. A
+// caller that finds fewer than maxInFlight batches running sends at once,
+// with the callers that were woken with it (see lead), alone if it is alone
+// (no added latency); callers that arrive while batches run wait in the
+// queue and go together, in arrival order, as soon as one finishes (with
+// those that its end woke: see flushQueued) and the other stream's running
+// statement has been answered too (see pairStreams).
 type combiner[Req, Res any] struct {
 	maxBatch    int
 	maxInFlight int
