@@ -13,13 +13,12 @@ import (
 
 // A combiner turns concurrent calls of one operation into batches, each one
 // statement and one transaction: rows are locked once, in the lock order,
-// and the batch pays one commit. No batch waits on a timer to fill up. A
-// caller that finds fewer than maxInFlight batches running sends at once,
-// with the callers that were woken with it (see lead), alone if it is alone
-// (no added latency); callers that arrive while batches run wait in the
-// queue and go together, in arrival order, as soon as one finishes (with
-// those that its end woke: see flushQueued) and the other stream's running
-// statement has been answered too (see pairStreams).
+// and the batch pays one commit. It has no timer. A caller that finds fewer
+// than maxInFlight batches running sends at once, with the callers that
+// were woken with it (see lead), alone if it is alone (no added latency);
+// callers that arrive while batches run wait in the queue and go together,
+// in arrival order, as soon as one finishes (with those that its end woke:
+// see flushQueued).
 type combiner[Req, Res any] struct {
 	maxBatch    int
 	maxInFlight int
@@ -31,64 +30,11 @@ type combiner[Req, Res any] struct {
 	// batch returned: what it was granted must not stay held.
 	abandoned func(Res)
 
-	// partner is the other stream of the same Limiter (Commit's for
-	// Reserve's and back), or nil.
-	partner stream
-
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
 	inFlight int
-	running  int           // statements sent and not yet answered
-	ended    chan struct{} // closed when one of them is answered; nil when no one waits
-	lastRun  time.Duration // how long the last answered statement took
-	batches  int64         // statements sent
-	requests int64         // requests they carried
-}
-
-// A stream is what a combiner's partner offers it: a wait, at most d, for
-// the end of the statement it is running, if any.
-type stream interface {
-	awaitRunning(d time.Duration)
-}
-
-// pairStreams makes a and b partners: a batch that has waited in one
-// stream's queue is sent when the other stream's running statement, if
-// any, has been answered. The callers of two streams pass from one to the
-// other (Reserve, then Commit, then the next Reserve); without the pairing
-// the callers that one stream's answer sends to the other wait there for
-// the rest of its running statement, and the streams' statements drift
-// apart. Paired, they start and end together, and each carries nearly all
-// the callers that are not in the other: with 16 workers alternating
-// between Reserve and Commit, 7.7 calls per statement instead of 7.2. It
-// delays nothing by a fixed time: the wait is for an answer that is
-// normally already on its way, and a caller who finds its stream idle is
-// sent at once, as before. So that a partner held up (by a row lock of a
-// long transaction, say) does not hold this stream up with it, the wait
-// lasts at most as long as this stream's own last statement took.
-func pairStreams[A, B, C, D any](a *combiner[A, B], b *combiner[C, D]) {
-	a.partner, b.partner = b, a
-}
-
-// awaitRunning returns when the statement this stream is running, if any,
-// has been answered (the first one, when several are in flight), or after
-// d.
-func (c *combiner[Req, Res]) awaitRunning(d time.Duration) {
-	c.mu.Lock()
-	if c.running == 0 {
-		c.mu.Unlock()
-		return
-	}
-	if c.ended == nil {
-		c.ended = make(chan struct{})
-	}
-	ended := c.ended
-	c.mu.Unlock()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ended:
-	case <-timer.C:
-	}
+	batches  int64 // statements sent
+	requests int64 // requests they carried
 }
 
 // combined is one request waiting for its batch.
@@ -220,20 +166,13 @@ func (c *combiner[Req, Res]) releaseIfIdle() bool {
 	return true
 }
 
-// flushQueued sends the queue as the next batch once the partner's running
-// statement has been answered (pairStreams) and the callers about to join
-// it have (awaitJoiners): those that the batches ending now answered, of
-// this stream and the other, come back within microseconds, and would
+// flushQueued sends the queue as the next batch once the callers about to
+// join it have (awaitJoiners): those that the batches ending now answered,
+// of this stream and the other, come back within microseconds, and would
 // otherwise wait for the whole of the next statement. With 16 callers
-// alternating between Reserve and Commit the yield took the batches from
-// 5.8 to 7.2 calls and the admissions per second up 10-15 %.
+// alternating between Reserve and Commit this took the batches from 5.8 to
+// 7.2 calls and the admissions per second up 10-15 %.
 func (c *combiner[Req, Res]) flushQueued() {
-	if c.partner != nil {
-		c.mu.Lock()
-		d := c.lastRun
-		c.mu.Unlock()
-		c.partner.awaitRunning(d)
-	}
 	c.awaitJoiners()
 	if next := c.nextBatch(); next != nil {
 		c.flush(next)
@@ -274,11 +213,8 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 	c.mu.Lock()
 	c.batches++
 	c.requests += int64(len(batch))
-	c.running++
 	c.mu.Unlock()
-	sent := time.Now()
 	res, errs, err := c.run(ctx, reqs)
-	c.answered(time.Since(sent))
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
 			c.runBatch([]*combined[Req, Res]{p})
@@ -299,19 +235,6 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 		if gone && p.err == nil && c.abandoned != nil {
 			go c.abandoned(p.res)
 		}
-	}
-}
-
-// answered counts a statement that took took as answered and wakes the
-// partner waiting for it.
-func (c *combiner[Req, Res]) answered(took time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.running--
-	c.lastRun = took
-	if c.ended != nil {
-		close(c.ended)
-		c.ended = nil
 	}
 }
 

@@ -50,7 +50,6 @@ func New(conn Executor, opts ...Option) *Limiter {
 	if o.combineBatch > 0 {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
-		pairStreams(l.reserves, l.settles)
 	}
 	l.allot = newAllotments(l, o.allot)
 	return l
