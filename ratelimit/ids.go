@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"encoding/hex"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -28,9 +27,9 @@ func parseID(field, s string) (pgtype.UUID, error) {
 func parseIDs(field string, ss []string) ([]pgtype.UUID, error) {
 	ids := make([]pgtype.UUID, len(ss))
 	for i, s := range ss {
-		id, err := parseID(fmt.Sprintf("%s[%d]", field, i), s)
+		id, err := parseID("", s)
 		if err != nil {
-			return nil, err
+			return nil, inElement(field, i, err)
 		}
 		ids[i] = id
 	}

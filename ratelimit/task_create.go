@@ -132,30 +132,8 @@ func validateQueueLimits(limits []Limit) ([]Limit, error) {
 	}
 	seen := make(map[[2]string]int, len(limits))
 	for i, ql := range limits {
-		field := func(name string) string { return fmt.Sprintf("QueueLimits[%d].%s", i, name) }
-		if err := validateText(field("Scope.Type"), ql.Scope.Type); err != nil {
+		if err := inElement("QueueLimits", i, checkQueueLimit(ql)); err != nil {
 			return nil, err
-		}
-		if err := validateText(field("Scope.Key"), ql.Scope.Key); err != nil {
-			return nil, err
-		}
-		if ql.Metric != "" && ql.Metric != MetricQueueSize {
-			return nil, &ValidationError{Field: field("Metric"), Value: ql.Metric, Reason: "must be queue_size (window and concurrent limits go to Reserve)"}
-		}
-		if err := validateAmount(field("Limit"), ql.Limit); err != nil {
-			return nil, err
-		}
-		if ql.Limit != math.Trunc(ql.Limit) || ql.Limit > math.MaxInt32 {
-			return nil, &ValidationError{Field: field("Limit"), Value: ql.Limit, Reason: "must be a whole number of tasks"}
-		}
-		if ql.Amount != 0 && ql.Amount != 1 {
-			return nil, &ValidationError{Field: field("Amount"), Value: ql.Amount, Reason: "must be 0 or 1: a task takes one queue place"}
-		}
-		if ql.Window != 0 {
-			return nil, &ValidationError{Field: field("Window"), Value: ql.Window, Reason: "must be zero: a queue has no window"}
-		}
-		if ql.LeaseTTL != 0 {
-			return nil, &ValidationError{Field: field("LeaseTTL"), Value: ql.LeaseTTL, Reason: "must be zero: a queue place lasts until the task finishes"}
 		}
 		key := [2]string{ql.Scope.Type, ql.Scope.Key}
 		if j, dup := seen[key]; dup {
@@ -165,6 +143,36 @@ func validateQueueLimits(limits []Limit) ([]Limit, error) {
 		seen[key] = i
 	}
 	return limits, nil
+}
+
+// checkQueueLimit validates one queue_size limit; a field its error names
+// is relative to the limit ("Limit").
+func checkQueueLimit(ql Limit) error {
+	if err := validateText("Scope.Type", ql.Scope.Type); err != nil {
+		return err
+	}
+	if err := validateText("Scope.Key", ql.Scope.Key); err != nil {
+		return err
+	}
+	if ql.Metric != "" && ql.Metric != MetricQueueSize {
+		return &ValidationError{Field: "Metric", Value: ql.Metric, Reason: "must be queue_size (window and concurrent limits go to Reserve)"}
+	}
+	if err := validateAmount("Limit", ql.Limit); err != nil {
+		return err
+	}
+	if ql.Limit != math.Trunc(ql.Limit) || ql.Limit > math.MaxInt32 {
+		return &ValidationError{Field: "Limit", Value: ql.Limit, Reason: "must be a whole number of tasks"}
+	}
+	if ql.Amount != 0 && ql.Amount != 1 {
+		return &ValidationError{Field: "Amount", Value: ql.Amount, Reason: "must be 0 or 1: a task takes one queue place"}
+	}
+	if ql.Window != 0 {
+		return &ValidationError{Field: "Window", Value: ql.Window, Reason: "must be zero: a queue has no window"}
+	}
+	if ql.LeaseTTL != 0 {
+		return &ValidationError{Field: "LeaseTTL", Value: ql.LeaseTTL, Reason: "must be zero: a queue place lasts until the task finishes"}
+	}
+	return nil
 }
 
 // queueExceeded explains a queue_size refusal.

@@ -1,8 +1,10 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -57,9 +59,9 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 	}
 	var windows []windowLimit
 	var leases []leaseLimit
-	seen := make(map[string]int, len(limits))
+	seen := make(map[limitKey]int, len(limits))
 	for i, l := range limits {
-		if err := validateLimit(i, l); err != nil {
+		if err := inElement("Limits", i, checkLimit(l)); err != nil {
 			return nil, nil, err
 		}
 		window := l.Window
@@ -70,9 +72,9 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 		if ttl == 0 {
 			ttl = DefaultLeaseTTL
 		}
-		key := fmt.Sprintf("%q %q %q %d", l.Scope.Type, l.Scope.Key, l.Metric, window)
+		key := limitKey{l.Scope.Type, l.Scope.Key, l.Metric, window}
 		if l.Metric == MetricConcurrent {
-			key = fmt.Sprintf("%q %q %q", l.Scope.Type, l.Scope.Key, l.Metric)
+			key.window = 0 // a concurrency limit has no window: one per scope
 		}
 		if j, dup := seen[key]; dup {
 			return nil, nil, &ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: l.Scope.Type + ":" + l.Scope.Key + " " + l.Metric,
@@ -91,35 +93,60 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 	return windows, leases, nil
 }
 
-func validateLimit(i int, l Limit) error {
-	field := func(name string) string { return fmt.Sprintf("Limits[%d].%s", i, name) }
-	if err := validateText(field("Scope.Type"), l.Scope.Type); err != nil {
+// checkLimit validates one limit; a field its error names is relative to
+// the limit ("Amount").
+func checkLimit(l Limit) error {
+	if err := validateText("Scope.Type", l.Scope.Type); err != nil {
 		return err
 	}
-	if err := validateText(field("Scope.Key"), l.Scope.Key); err != nil {
+	if err := validateText("Scope.Key", l.Scope.Key); err != nil {
 		return err
 	}
-	if err := validateText(field("Metric"), l.Metric); err != nil {
+	if err := validateText("Metric", l.Metric); err != nil {
 		return err
 	}
 	if l.Metric == MetricQueueSize {
-		return &ValidationError{Field: field("Metric"), Value: l.Metric,
+		return &ValidationError{Field: "Metric", Value: l.Metric,
 			Reason: "queue_size limits are enforced when a task is created (Limiter.CreateTask), not by Check or Reserve"}
 	}
 	if l.Local && l.Metric == MetricConcurrent {
-		return &ValidationError{Field: field("Local"), Value: true,
+		return &ValidationError{Field: "Local", Value: true,
 			Reason: "only window limits can be admitted from local allotments; concurrent limits are always decided in the database"}
 	}
-	if err := validateAmount(field("Limit"), l.Limit); err != nil {
+	if err := validateAmount("Limit", l.Limit); err != nil {
 		return err
 	}
-	if err := validateAmount(field("Amount"), l.Amount); err != nil {
+	if err := validateAmount("Amount", l.Amount); err != nil {
 		return err
 	}
-	if err := validateSeconds(field("Window"), l.Window, MaxWindow); err != nil {
+	if err := validateSeconds("Window", l.Window, MaxWindow); err != nil {
 		return err
 	}
-	return validateSeconds(field("LeaseTTL"), l.LeaseTTL, MaxLeaseTTL)
+	return validateSeconds("LeaseTTL", l.LeaseTTL, MaxLeaseTTL)
+}
+
+// inElement names the element of a list that a validation error is about:
+// field "Amount" of element 2 of "Limits" becomes "Limits[2].Amount", and
+// an error about no field in particular becomes "Limits[2]". The name is
+// built only for a failure, so that validating a valid input allocates
+// nothing. Other errors, and nil, are returned as they are.
+func inElement(list string, i int, err error) error {
+	var v *ValidationError
+	if !errors.As(err, &v) {
+		return err
+	}
+	field := list + "[" + strconv.Itoa(i) + "]"
+	if v.Field != "" {
+		field += "." + v.Field
+	}
+	return &ValidationError{Field: field, Value: v.Value, Reason: v.Reason}
+}
+
+// limitKey identifies what a limit counts: no two limits of one call may
+// share one.
+type limitKey struct {
+	scopeType, scopeKey, metric string
+	window                      time.Duration
 }
 
 // validateText accepts a non-empty, bounded, valid UTF-8 string without NUL

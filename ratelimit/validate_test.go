@@ -57,6 +57,10 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"negative lease TTL", "", "", with(func(l *ratelimit.Limit) { l.Metric, l.LeaseTTL = ratelimit.MetricConcurrent, -time.Second }), "Limits[1].LeaseTTL"},
 		{"absurd lease TTL", "", "", with(func(l *ratelimit.Limit) { l.Metric, l.LeaseTTL = ratelimit.MetricConcurrent, 48*time.Hour }), "Limits[1].LeaseTTL"},
 		{"duplicate limit", "", "", append(with(func(*ratelimit.Limit) {}), valid()), "Limits[2]"},
+		{"duplicate concurrent limit", "", "", []ratelimit.Limit{
+			concurrent("model", "m", 5),
+			{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 9, Amount: 1, Window: time.Hour},
+		}, "Limits[1]"},
 		{"too many limits", "", "", make([]ratelimit.Limit, ratelimit.MaxLimitsPerCall+1), "Limits"},
 		{"malformed task id", "not-a-uuid", "", with(func(*ratelimit.Limit) {}), "TaskID"},
 		{"task id with braces", "{" + goodTask + "}", "", with(func(*ratelimit.Limit) {}), "TaskID"},
@@ -100,8 +104,9 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 	if _, err := l.Release(ctx, bad, "x"); !errors.Is(err, ratelimit.ErrInvalidInput) {
 		t.Errorf("Release of a malformed grant: err = %v, want ErrInvalidInput", err)
 	}
-	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: "nope"}}); !errors.Is(err, ratelimit.ErrInvalidInput) {
-		t.Errorf("RenewLeases of a malformed lease: err = %v, want ErrInvalidInput", err)
+	var invalidLease *ratelimit.ValidationError
+	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: goodTask}, {ID: "nope"}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.ID[1]" {
+		t.Errorf("RenewLeases of a malformed lease: err = %v, want a *ValidationError on Leases.ID[1]", err)
 	}
 	if _, err := l.Attach(ctx, "nope", grant); !errors.Is(err, ratelimit.ErrInvalidInput) {
 		t.Errorf("Attach to a malformed attempt: err = %v, want ErrInvalidInput", err)
@@ -180,4 +185,26 @@ func TestStoredAmountsHaveABoundedScale(t *testing.T) {
 		t.Fatalf("stored scales = %+v, want at most 25 (and the finest amount's, over 20, kept exactly)", scales)
 	}
 	assertBooksBalance(t, pool, "api_key", key)
+}
+
+// Limits are the same only when scope type, scope key, metric and window
+// are all equal: text that differs only in where it splits between type and
+// key, or one window limit in two windows, is two limits.
+func TestDistinctLimitsAreNotDuplicates(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("k")
+	limits := []ratelimit.Limit{
+		window("a b", key, "tokens", 100, 1),
+		window("a", "b "+key, "tokens", 100, 1),
+		{Scope: ratelimit.Scope{Type: "a", Key: "b " + key}, Metric: "tokens", Limit: 100, Amount: 1, Window: time.Hour},
+	}
+	grant, err := l.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve of three distinct limits: %v", err)
+	}
+	if len(grant.Reservations) != len(limits) {
+		t.Errorf("Reserve wrote %d reservations, want %d", len(grant.Reservations), len(limits))
+	}
 }
