@@ -32,6 +32,12 @@ W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s.
 Reserve and, where the workload says so, its Commit. Every run uses fresh scope keys (a random
 run id), so runs never disturb each other or other data. The database is migrated first.
 
+--think D pauses each operation between its Reserve and its Commit, for D on average (drawn
+from 0 to 2D), as a gateway waits for its upstream call: combining then batches the calls of
+workers that arrive on their own, not back to back. Latencies leave the pause out; ops/s counts
+it, so raise --workers with it, as a gateway has many more requests under way than
+connections (say --workers 128 --think 10ms).
+
 --rounds N repeats the selected workloads N times in the same database, nothing reset in
 between (rows "W2 round 3/6"), and ends with each workload's last round's ops/s over its
 first's ("W2: last/first 0.93"): does admission slow down as the tables grow?
@@ -56,8 +62,10 @@ type benchReport struct {
 	RunID           string  `json:"run_id"`
 	Workers         int     `json:"workers"`
 	DurationSeconds float64 `json:"duration_s"`
-	ServerVersion   string  `json:"server_version"`
-	OK              bool    `json:"ok"`
+	// ThinkSeconds is --think: the mean pause between Reserve and Commit.
+	ThinkSeconds  float64 `json:"think_s,omitempty"`
+	ServerVersion string  `json:"server_version"`
+	OK            bool    `json:"ok"`
 	// Results holds every round's results, round by round (each says its round).
 	Results []bench.Result `json:"results"`
 	Rounds  int            `json:"rounds"`
@@ -79,6 +87,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "concurrent `workers`, each with its own connection")
 	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run")
+	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
 	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")
@@ -97,6 +106,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	if *duration <= 0 || *duration > time.Hour {
 		return usagef("--duration must be positive and at most 1h, got %s", *duration)
+	}
+	if *think < 0 || *think > time.Minute {
+		return usagef("--think must be between 0 and 1m, got %s", *think)
 	}
 	if *inFlight < 1 || *inFlight > 64 {
 		return usagef("--in-flight must be between 1 and 64, got %d", *inFlight)
@@ -154,15 +166,18 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 
-	cfg := bench.Config{Workers: *workers, Duration: *duration, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
+	cfg := bench.Config{Workers: *workers, Duration: *duration, Think: *think, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
 		Options:    []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)},
 		BeforeEach: spent.beforeWorkload, AfterEach: spent.afterWorkload}
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
 	}
 	perRound := ""
+	if cfg.Think > 0 {
+		perRound = fmt.Sprintf(", think %s", cfg.Think)
+	}
 	if cfg.Rounds > 1 {
-		perRound = fmt.Sprintf(", %d rounds", cfg.Rounds)
+		perRound += fmt.Sprintf(", %d rounds", cfg.Rounds)
 	}
 	fmt.Fprintf(out, "pgadmit bench: run %s, %d workers, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
 		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, perRound, server.String(), version)
@@ -191,7 +206,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	printServerTime(out, serverTime)
 	ok := printBenchChecks(out, results)
 	if *jsonPath != "" {
-		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, DurationSeconds: cfg.Duration.Seconds(),
+		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
 			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
 			ServerTime: serverTime}
 		if err := writeJSON(*jsonPath, a.stdout, rep); err != nil {

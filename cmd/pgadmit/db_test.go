@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +263,46 @@ func serverPreloadsStatements(t *testing.T, url string) bool {
 // TestBenchOnThrowawayCluster runs bench without a database: it starts a throwaway cluster on
 // disk that preloads pg_stat_statements, and reports where server time goes, per workload,
 // with pgadmit's statement names and the statements nested in its functions.
+// --think pauses each operation between Reserve and Commit: a worker admits
+// at most one operation per pause, and the latencies leave the pause out.
+func TestBenchThink(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	const workers, think = 4, 50 * time.Millisecond
+	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", strconv.Itoa(workers), "--duration", "1s",
+		"--think", think.String(), "--only", "W1", "--statements", "0", "--json", "-")
+	if code != exitOK {
+		t.Fatalf("bench --think: exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, ", think 50ms,") {
+		t.Errorf("bench --think: the header does not name the think time:\n%s", stderr)
+	}
+	var rep struct {
+		ThinkSeconds float64        `json:"think_s"`
+		Results      []bench.Result `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 1 {
+		t.Fatalf("bench --think JSON: %v\n%s", err, stdout)
+	}
+	w1 := rep.Results[0]
+	t.Logf("W1 with %s think: %.0f ops/s, p50 %d µs", think, w1.OpsPerS, w1.P50us)
+	if rep.ThinkSeconds != think.Seconds() {
+		t.Errorf("think_s = %v, want %v", rep.ThinkSeconds, think.Seconds())
+	}
+	// Pauses average 50 ms, so 4 workers admit about 80 operations a second; back to back
+	// they admit hundreds or thousands.
+	if maxOps := 1.5 * workers / think.Seconds(); w1.OpsPerS <= 0 || w1.OpsPerS > maxOps {
+		t.Errorf("W1 ran %.0f ops/s; with pauses of %s on average it cannot pass %.0f", w1.OpsPerS, think, maxOps)
+	}
+	// Half the pauses are longer than 50 ms: a median with them in would be too.
+	if w1.P50us <= 0 || time.Duration(w1.P50us)*time.Microsecond >= think/2 {
+		t.Errorf("W1 p50 %d µs: the pause is not left out of the latency", w1.P50us)
+	}
+	if w1.Admitted != w1.Ops || w1.Errors != 0 {
+		t.Errorf("W1: %d ops, %d admitted, %d errors (%s)", w1.Ops, w1.Admitted, w1.Errors, w1.FirstError)
+	}
+}
+
 func TestBenchOnThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")

@@ -92,6 +92,8 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"--connect-timeout", "0s", "inspect"}, "--connect-timeout must be positive"},
 		{db, []string{"bench", "--workers", "0"}, "--workers must be between 1 and 256"},
 		{db, []string{"bench", "--duration", "-1s"}, "--duration must be positive"},
+		{db, []string{"bench", "--think", "-1ms"}, "--think must be between 0 and 1m, got -1ms"},
+		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m"},
 		{db, []string{"bench", "--only", "W1,W9"}, `unknown workload "W9"`},
 		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for flag -workers`},
 		{db, []string{"bench", "--rounds", "0"}, "--rounds must be between 1 and 1000, got 0"},

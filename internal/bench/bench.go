@@ -45,6 +45,11 @@ type Config struct {
 	RunID string
 	// Limiter options, e.g. ratelimit.WithoutCombining(); none: the defaults.
 	Options []ratelimit.Option
+	// Think is the mean pause between an admitted Reserve and its Commit, as a gateway waits
+	// for its upstream call; each pause is drawn uniformly from zero to twice Think. Latency
+	// percentiles leave the pause out, ops/s does not (a worker that waits admits less: raise
+	// Workers with it). Zero: no pause, every worker calls back to back.
+	Think time.Duration
 	// Rounds is how many times the selected workloads run, one round after the other, in the
 	// same database and with the same scope keys (nothing is reset in between), so that a
 	// later round shows what a grown table costs; zero means 1.
@@ -171,7 +176,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.RunID == "" {
 		cfg.RunID = NewRunID()
 	}
-	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool, cfg.Options...), prefix: "bench-" + cfg.RunID}
+	if cfg.Think < 0 {
+		return nil, fmt.Errorf("bench: think time must not be negative, got %s", cfg.Think)
+	}
+	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool, cfg.Options...), prefix: "bench-" + cfg.RunID,
+		paused: make([]time.Duration, cfg.Workers)}
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
 		"W6": r.w6, "W7": r.w7, "W8": r.w8,
@@ -216,6 +225,9 @@ type runner struct {
 	pool   *pgxpool.Pool
 	lim    *ratelimit.Limiter
 	prefix string
+	// paused is how long each worker's current operation paused (Config.Think); only the
+	// worker itself touches its element.
+	paused []time.Duration
 }
 
 // Never-reached limits: far above what any benchmark can admit in a window.
@@ -229,17 +241,17 @@ func (r *runner) key(format string, args ...any) string {
 }
 
 func (r *runner) w1(ctx context.Context) (Result, error) {
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, rng *mrand.Rand) error {
-		return r.reserveCommit(ctx, []ratelimit.Limit{requestsLimit(r.key("k%d", rng.IntN(10_000)))}, nil)
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.key("k%d", rng.IntN(10_000)))}, nil)
 	})
 }
 
 func (r *runner) w2(ctx context.Context) (Result, error) {
 	actual := map[string]float64{ratelimit.MetricTokens: 420}
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, rng *mrand.Rand) error {
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		apiKey := ratelimit.Scope{Type: "api_key", Key: r.key("k%d", rng.IntN(1_000))}
 		model := ratelimit.Scope{Type: "model", Key: r.key("m%d", rng.IntN(5))}
-		return r.reserveCommit(ctx, []ratelimit.Limit{
+		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{
 			{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
 			{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
 			{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
@@ -249,19 +261,19 @@ func (r *runner) w2(ctx context.Context) (Result, error) {
 
 func (r *runner) w3(ctx context.Context) (Result, error) {
 	limits := []ratelimit.Limit{requestsLimit(r.key("hot"))}
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, _ *mrand.Rand) error {
-		return r.reserveCommit(ctx, limits, nil)
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommit(ctx, worker, rng, limits, nil)
 	})
 }
 
 func (r *runner) w5(ctx context.Context) (Result, error) {
 	a, b := requestsLimit(r.key("w5-a")), requestsLimit(r.key("w5-b"))
 	ab, ba := []ratelimit.Limit{a, b}, []ratelimit.Limit{b, a}
-	res, err := r.measure(ctx, r.cfg.ExactnessDuration, func(ctx context.Context, worker int, _ *mrand.Rand) error {
+	res, err := r.measure(ctx, r.cfg.ExactnessDuration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		if worker%2 == 0 {
-			return r.reserveCommit(ctx, ab, nil)
+			return r.reserveCommit(ctx, worker, rng, ab, nil)
 		}
-		return r.reserveCommit(ctx, ba, nil)
+		return r.reserveCommit(ctx, worker, rng, ba, nil)
 	})
 	res.Checks = append(res.Checks, Check{Name: "deadlock errors (SQLSTATE 40P01)", Want: 0, Got: res.Deadlocks, OK: res.Deadlocks == 0})
 	return res, err
@@ -283,21 +295,38 @@ func (e errCommit) Error() string { return "commit: " + e.err.Error() }
 func (e errCommit) Unwrap() error { return e.err }
 
 // reserveCommit reserves limits and commits the grant with actual amounts.
-func (r *runner) reserveCommit(ctx context.Context, limits []ratelimit.Limit, actual map[string]float64) error {
-	return reserveCommitWith(ctx, r.lim, limits, actual)
+func (r *runner) reserveCommit(ctx context.Context, worker int, rng *mrand.Rand, limits []ratelimit.Limit, actual map[string]float64) error {
+	return r.reserveCommitOn(ctx, r.lim, worker, rng, limits, actual)
 }
 
-// reserveCommitWith reserves limits on lim and commits the grant with
-// actual amounts.
-func reserveCommitWith(ctx context.Context, lim *ratelimit.Limiter, limits []ratelimit.Limit, actual map[string]float64) error {
+// reserveCommitOn reserves limits on lim, pauses for the think time, and
+// commits the grant with actual amounts.
+func (r *runner) reserveCommitOn(ctx context.Context, lim *ratelimit.Limiter, worker int, rng *mrand.Rand, limits []ratelimit.Limit, actual map[string]float64) error {
 	g, err := lim.Reserve(ctx, "", "", limits)
 	if err != nil {
 		return err
 	}
+	r.think(ctx, worker, rng)
 	if _, err := lim.Commit(ctx, g, actual); err != nil {
 		return errCommit{err}
 	}
 	return nil
+}
+
+// think pauses for one think time (Config.Think), as a gateway waits for its upstream call
+// between Reserve and Commit, and records the pause for drive to leave out of the latency.
+func (r *runner) think(ctx context.Context, worker int, rng *mrand.Rand) {
+	if r.cfg.Think <= 0 {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(time.Duration(rng.Int64N(2 * int64(r.cfg.Think))))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	r.paused[worker] += time.Since(start)
 }
 
 // sample is what drive measured: counts and every latency.
@@ -364,9 +393,10 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 			t := &tallies[w]
 			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			for ctx.Err() == nil && time.Now().Before(stop) {
+				r.paused[w] = 0
 				t0 := time.Now()
 				err := op(ctx, w, rng)
-				el := time.Since(t0)
+				el := time.Since(t0) - r.paused[w]
 				if ctx.Err() != nil {
 					return
 				}

@@ -30,16 +30,16 @@ func (r *runner) gatewayLimits(rng *mrand.Rand, local bool) []ratelimit.Limit {
 var gatewayActual = map[string]float64{ratelimit.MetricTokens: 420}
 
 func (r *runner) w6(ctx context.Context) (Result, error) {
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, _ int, rng *mrand.Rand) error {
-		return r.reserveCommit(ctx, r.gatewayLimits(rng, false), gatewayActual)
+	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommit(ctx, worker, rng, r.gatewayLimits(rng, false), gatewayActual)
 	})
 }
 
 func (r *runner) w7(ctx context.Context) (Result, error) {
 	lim := r.allotting()
 	defer lim.Close()
-	return r.measureWith(ctx, lim, r.cfg.Duration, func(ctx context.Context, _ int, rng *mrand.Rand) error {
-		return reserveCommitWith(ctx, lim, r.gatewayLimits(rng, true), gatewayActual)
+	return r.measureWith(ctx, lim, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommitOn(ctx, lim, worker, rng, r.gatewayLimits(rng, true), gatewayActual)
 	})
 }
 
@@ -49,8 +49,8 @@ func (r *runner) w8(ctx context.Context) (Result, error) {
 	limit := requestsLimit(r.key("hot-local"))
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
-	return r.measureWith(ctx, lim, r.cfg.Duration, func(ctx context.Context, _ int, _ *mrand.Rand) error {
-		return reserveCommitWith(ctx, lim, limits, nil)
+	return r.measureWith(ctx, lim, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommitOn(ctx, lim, worker, rng, limits, nil)
 	})
 }
 
