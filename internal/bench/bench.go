@@ -14,6 +14,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -236,21 +237,22 @@ const (
 	unlimitedTokens   = 1e12
 )
 
-func (r *runner) key(format string, args ...any) string {
-	return r.prefix + "-" + fmt.Sprintf(format, args...)
-}
+// key is the scope key name in this run; keyN is name followed by n (one of many keys).
+func (r *runner) key(name string) string { return r.prefix + "-" + name }
+
+func (r *runner) keyN(name string, n int) string { return r.prefix + "-" + name + strconv.Itoa(n) }
 
 func (r *runner) w1(ctx context.Context) (Result, error) {
 	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.key("k%d", rng.IntN(10_000)))}, nil)
+		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.keyN("k", rng.IntN(10_000)))}, nil)
 	})
 }
 
 func (r *runner) w2(ctx context.Context) (Result, error) {
 	actual := map[string]float64{ratelimit.MetricTokens: 420}
 	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		apiKey := ratelimit.Scope{Type: "api_key", Key: r.key("k%d", rng.IntN(1_000))}
-		model := ratelimit.Scope{Type: "model", Key: r.key("m%d", rng.IntN(5))}
+		apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN("k", rng.IntN(1_000))}
+		model := ratelimit.Scope{Type: "model", Key: r.keyN("m", rng.IntN(5))}
 		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{
 			{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
 			{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},

@@ -17,7 +17,7 @@ import (
 // gatewayLimits are one request's limits; local admits the provider
 // model's tokens/min from local allotments.
 func (r *runner) gatewayLimits(rng *mrand.Rand, local bool) []ratelimit.Limit {
-	apiKey := ratelimit.Scope{Type: "api_key", Key: r.key("g%d", rng.IntN(1_000))}
+	apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN("g", rng.IntN(1_000))}
 	model := ratelimit.Scope{Type: "provider_model", Key: r.key("gpt")}
 	return []ratelimit.Limit{
 		{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
