@@ -172,15 +172,15 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
 	}
-	perRound := ""
+	shape := "" // what else the run does: a think time, rounds
 	if cfg.Think > 0 {
-		perRound = fmt.Sprintf(", think %s", cfg.Think)
+		shape = fmt.Sprintf(", think %s", cfg.Think)
 	}
 	if cfg.Rounds > 1 {
-		perRound += fmt.Sprintf(", %d rounds", cfg.Rounds)
+		shape += fmt.Sprintf(", %d rounds", cfg.Rounds)
 	}
 	fmt.Fprintf(out, "pgadmit bench: run %s, %d workers, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
-		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, perRound, server.String(), version)
+		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, shape, server.String(), version)
 	fmt.Fprintf(out, "%-22s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
 		name := r.Name
