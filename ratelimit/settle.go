@@ -83,8 +83,8 @@ func (s Settlement) Overages() []ReservationOutcome {
 // are left alone and reported with Settled false. One round trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	for metric, v := range actual {
-		if validateAmount("", v) != nil { // name the field only for a failure
-			return Settlement{}, validateAmount(fmt.Sprintf("actual[%q]", metric), v)
+		if err := validateAmount("", v); err != nil {
+			return Settlement{}, within(fmt.Sprintf("actual[%q]", metric), err)
 		}
 	}
 	amounts := make([]float64, len(grant.Reservations))

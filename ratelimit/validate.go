@@ -131,11 +131,21 @@ func checkLimit(l Limit) error {
 // built only for a failure, so that validating a valid input allocates
 // nothing. Other errors, and nil, are returned as they are.
 func inElement(list string, i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return within(list+"["+strconv.Itoa(i)+"]", err)
+}
+
+// within names a validation error's field as a part of whole: "Amount"
+// within "Limits[2]" is "Limits[2].Amount"; an error about no field in
+// particular is about whole. Other errors, and nil, are returned as they are.
+func within(whole string, err error) error {
 	var v *ValidationError
 	if !errors.As(err, &v) {
 		return err
 	}
-	field := list + "[" + strconv.Itoa(i) + "]"
+	field := whole
 	if v.Field != "" {
 		field += "." + v.Field
 	}

@@ -260,9 +260,6 @@ func serverPreloadsStatements(t *testing.T, url string) bool {
 	return p.Loaded
 }
 
-// TestBenchOnThrowawayCluster runs bench without a database: it starts a throwaway cluster on
-// disk that preloads pg_stat_statements, and reports where server time goes, per workload,
-// with pgadmit's statement names and the statements nested in its functions.
 // --think pauses each operation between Reserve and Commit: a worker admits
 // at most one operation per pause, and the latencies leave the pause out.
 func TestBenchThink(t *testing.T) {
@@ -303,6 +300,9 @@ func TestBenchThink(t *testing.T) {
 	}
 }
 
+// TestBenchOnThrowawayCluster runs bench without a database: it starts a throwaway cluster on
+// disk that preloads pg_stat_statements, and reports where server time goes, per workload,
+// with pgadmit's statement names and the statements nested in its functions.
 func TestBenchOnThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
