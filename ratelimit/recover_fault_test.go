@@ -184,23 +184,11 @@ func TestFaultTerminatedWhileBlocked(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- run(ctx, l, task, grant) }()
-			var pid int32
-			for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
-				waiting, err := testq.OpsBackendsWaitingOnLock(ctx, pools[2])
-				if err != nil {
-					t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
-				}
-				if len(waiting) > 1 {
-					t.Fatalf("backends waiting: %v, want one", waiting)
-				}
-				if len(waiting) == 1 {
-					pid = waiting[0]
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s never blocked", name)
-				}
+			waiting := pgtest.AwaitLockWaiters(t, pools[2], name)
+			if len(waiting) != 1 {
+				t.Fatalf("backends waiting: %v, want one", waiting)
 			}
-			terminate(t, pools[2], pid)
+			terminate(t, pools[2], waiting[0])
 			assertTerminated(t, name, <-done)
 			if err := holder.Rollback(ctx); err != nil {
 				t.Fatalf("Rollback (holder): %v", err)

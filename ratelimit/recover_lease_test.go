@@ -119,18 +119,7 @@ func TestRecoverStopsWhenItsLeaseIsLost(t *testing.T) {
 		defer close(done)
 		res, err = m.Recover(ctx)
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		waiting, werr := testq.OpsBackendsWaitingOnLock(ctx, pools[1])
-		if werr != nil {
-			t.Fatal(werr)
-		}
-		if len(waiting) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run never reached the locked task")
-		}
-	}
+	pgtest.AwaitLockWaiters(t, pools[1], "the run (at the locked task)")
 	// Meanwhile another process takes the job over (on its clock the lease has expired), and
 	// more than a third of the lease's time passes: the run renews before its next batch.
 	stolen, terr := queries.MaintenanceLeaseTake(ctx, pools[1], db.MaintenanceLeaseTakeParams{

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -161,7 +160,9 @@ func TestMigrateHonoursItsContext(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() { first <- schema.Migrate(ctx, pools[0]) }()
-	waitForLockHolder(t, pools[2])
+	// The first migrator holds pgadmit's lock row and is blocked in a statement (the CREATE
+	// INDEX CONCURRENTLY waiting for the test's transaction).
+	pgtest.AwaitLockWaiters(t, pools[2], "the first migrator")
 
 	deadline, cancel1 := context.WithTimeout(ctx, time.Second)
 	defer cancel1()
@@ -188,22 +189,4 @@ func TestMigrateHonoursItsContext(t *testing.T) {
 		t.Fatalf("Migrate after the first finished: %v (its lock must be free)", err)
 	}
 	assertState(t, pools[1], migrationCount(t))
-}
-
-// waitForLockHolder waits until a migrator holds pgadmit's lock row and is blocked in a
-// statement (the CREATE INDEX CONCURRENTLY waiting for the test's transaction).
-func waitForLockHolder(t *testing.T, pool *pgxpool.Pool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
-		if err != nil {
-			t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
-		}
-		if len(waiting) > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first migrator never blocked")
-		}
-	}
 }
