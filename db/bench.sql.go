@@ -74,6 +74,49 @@ func (q *Queries) BenchServerSetting(ctx context.Context, db DBTX, name string) 
 	return value, err
 }
 
+const BenchSessionActivity = `-- name: BenchSessionActivity :many
+SELECT coalesce(a.state, '')::text           AS state,
+       coalesce(a.wait_event_type, '')::text AS wait_event_type,
+       coalesce(a.wait_event, '')::text      AS wait_event
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.application_name = $1::text
+  AND a.pid <> pg_backend_pid()
+`
+
+type BenchSessionActivityRow struct {
+	State         string
+	WaitEventType string
+	WaitEvent     string
+}
+
+// What every other session of this database with the given
+// application_name is doing at this moment: its state ('active' while it
+// executes a statement) and what it waits for, if anything. `pgadmit bench
+// --waits` samples it many times a second while a workload runs; each call
+// outside a transaction reads a fresh copy of the activity statistics.
+// Locks: none (reads the server's shared-memory array of sessions).
+// Index: none (a function scan of at most max_connections entries).
+func (q *Queries) BenchSessionActivity(ctx context.Context, db DBTX, applicationName string) ([]BenchSessionActivityRow, error) {
+	rows, err := db.Query(ctx, BenchSessionActivity, applicationName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BenchSessionActivityRow{}
+	for rows.Next() {
+		var i BenchSessionActivityRow
+		if err := rows.Scan(&i.State, &i.WaitEventType, &i.WaitEvent); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const BenchStatementStats = `-- name: BenchStatementStats :many
 SELECT s.queryid::bigint          AS queryid,
        s.toplevel::boolean        AS toplevel,

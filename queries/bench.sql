@@ -94,3 +94,19 @@ FROM pg_catalog.pg_proc AS p
 WHERE p.proname LIKE 'pgadmit\_%'
   AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language AS l WHERE l.lanname = 'plpgsql')
 ORDER BY p.proname;
+
+-- name: BenchSessionActivity :many
+-- What every other session of this database with the given
+-- application_name is doing at this moment: its state ('active' while it
+-- executes a statement) and what it waits for, if anything. `pgadmit bench
+-- --waits` samples it many times a second while a workload runs; each call
+-- outside a transaction reads a fresh copy of the activity statistics.
+-- Locks: none (reads the server's shared-memory array of sessions).
+-- Index: none (a function scan of at most max_connections entries).
+SELECT coalesce(a.state, '')::text           AS state,
+       coalesce(a.wait_event_type, '')::text AS wait_event_type,
+       coalesce(a.wait_event, '')::text      AS wait_event
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.application_name = @application_name::text
+  AND a.pid <> pg_backend_pid();

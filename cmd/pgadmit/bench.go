@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,12 @@ sets pg_stat_statements.track=all and track_planning=on for its own sessions (a 
 statement; --statements 0 measures without it). Otherwise it says why the report is
 unavailable. The throwaway cluster preloads pg_stat_statements.
 
+--waits samples, every 10 ms while a workload runs, what the workers' sessions are doing
+(pg_stat_activity) and prints per workload how many statements executed at once on average and
+what share of their time they ran, wrote or flushed the WAL, or waited for a lock: whether
+this server's admissions are bound by its processors, its disk's flushes or a hot row. The
+sampling costs about 100 small statements a second on a connection of its own.
+
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed.`,
 		db:  dbOptional,
 		run: runBench,
@@ -73,6 +80,8 @@ type benchReport struct {
 	Steadiness []bench.Steadiness `json:"steadiness,omitempty"`
 	// ServerTime is where server time went (absent with --statements 0).
 	ServerTime *serverTimeReport `json:"server_time,omitempty"`
+	// Waits is what the workers' statements did, per workload (with --waits).
+	Waits []workloadWaitsJSON `json:"waits,omitempty"`
 }
 
 // Bounds of bench's flags.
@@ -94,6 +103,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "combined statements of one kind in flight at once, 1 to 64")
 	rounds := fs.Int("rounds", 1, "run the selected workloads `N` times in the same database, 1 to 1000, and compare the last round with the first")
 	statements := fs.Int("statements", defaultBenchStatements, "show the `N` statements per workload that took the most server time (pg_stat_statements), 0 to 100; 0: no report")
+	waits := fs.Bool("waits", false, "sample the workers' sessions (pg_stat_activity) every 10 ms and show what their statements waited for")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -133,9 +143,10 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer stop()
-	// Two pools: a small one to migrate, read settings and take pg_stat_statements snapshots,
-	// and the workers', whose sessions may get tracking settings of their own.
-	admin, err := a.connect(ctx, dsn, 2)
+	// Two pools: a small one to migrate, read settings, take pg_stat_statements snapshots and
+	// sample the workers' sessions, and the workers', whose sessions may get tracking settings
+	// of their own.
+	admin, err := a.connect(ctx, dsn, 3)
 	if err != nil {
 		return err
 	}
@@ -165,10 +176,22 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	var sampled *benchWaits
+	if *waits {
+		if sampled, err = startWaits(ctx, admin, poolCfg.ConnConfig.RuntimeParams["application_name"]); err != nil {
+			return err
+		}
+		defer sampled.close()
+	}
+	// The sampler runs only while the workload does, inside the pg_stat_statements snapshots.
+	each := hooks{
+		before: []func(context.Context, bench.Workload, int) error{spent.beforeWorkload, sampled.beforeWorkload},
+		after:  []func(context.Context, bench.Result) error{sampled.afterWorkload, spent.afterWorkload},
+	}
 
 	cfg := bench.Config{Workers: *workers, Duration: *duration, Think: *think, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
 		Options:    []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)},
-		BeforeEach: spent.beforeWorkload, AfterEach: spent.afterWorkload}
+		BeforeEach: each.beforeEach, AfterEach: each.afterEach}
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
 	}
@@ -204,11 +227,13 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	printServerTime(out, serverTime)
+	waitsReport := sampled.report()
+	printWaits(out, waitsReport)
 	ok := printBenchChecks(out, results)
 	if *jsonPath != "" {
 		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
 			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
-			ServerTime: serverTime}
+			ServerTime: serverTime, Waits: waitsReport}
 		if err := writeJSON(*jsonPath, a.stdout, rep); err != nil {
 			return err
 		}
@@ -217,6 +242,31 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: exitFailure, msg: "some checks failed (see above)"}
 	}
 	return nil
+}
+
+// hooks runs several BeforeEach hooks in order, stopping at the first error, and several
+// AfterEach hooks, every one of them whatever the others return (a sampler must stop even when
+// a snapshot fails).
+type hooks struct {
+	before []func(context.Context, bench.Workload, int) error
+	after  []func(context.Context, bench.Result) error
+}
+
+func (h hooks) beforeEach(ctx context.Context, w bench.Workload, round int) error {
+	for _, f := range h.before {
+		if err := f(ctx, w, round); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h hooks) afterEach(ctx context.Context, r bench.Result) error {
+	var errs []error
+	for _, f := range h.after {
+		errs = append(errs, f(ctx, r))
+	}
+	return errors.Join(errs...)
 }
 
 // printSteadiness prints, for each workload run more than one round, its last round's ops/s

@@ -243,6 +243,9 @@ func TestBench(t *testing.T) {
 	if strings.Contains(stderr, "server time per statement") {
 		t.Errorf("bench --statements 0 reports server time:\n%s", stderr)
 	}
+	if strings.Contains(stderr, "where the workers' statements") || strings.Contains(stdout, `"waits"`) {
+		t.Errorf("bench without --waits reports waits")
+	}
 }
 
 // serverPreloadsStatements reports whether url's server has pg_stat_statements loaded.

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/bench"
+)
+
+// waitsInterval is how often --waits samples the workers' sessions.
+const waitsInterval = 10 * time.Millisecond
+
+// waitClass is what a session executing a statement was doing when sampled.
+type waitClass int
+
+const (
+	waitRunning waitClass = iota // on a processor, or waiting for one: no wait event
+	waitWAL                      // writing or flushing the WAL (a commit waiting for its flush)
+	waitLock                     // a heavyweight lock: a row another transaction holds, say
+	waitOther                    // anything else: reading data, a buffer's lock, ...
+	numWaitClasses
+)
+
+// classifyWait says what a sampled session was doing; ok is false when it was not executing a
+// statement (idle, waiting for its client's next one).
+func classifyWait(row db.BenchSessionActivityRow) (class waitClass, ok bool) {
+	if row.State != "active" {
+		return 0, false
+	}
+	switch {
+	case row.WaitEventType == "":
+		return waitRunning, true
+	case row.WaitEventType == "IO" && strings.HasPrefix(row.WaitEvent, "WAL"),
+		row.WaitEventType == "LWLock" && (row.WaitEvent == "WALWrite" || row.WaitEvent == "WALInsert"):
+		return waitWAL, true
+	case row.WaitEventType == "Lock":
+		return waitLock, true
+	default:
+		return waitOther, true
+	}
+}
+
+// waitTally counts the samples of one workload.
+type waitTally struct {
+	samples int64                 // times the sessions were read
+	active  [numWaitClasses]int64 // sessions executing a statement, by what they did, summed over samples
+}
+
+func (t *waitTally) add(rows []db.BenchSessionActivityRow) {
+	t.samples++
+	for _, row := range rows {
+		if class, ok := classifyWait(row); ok {
+			t.active[class]++
+		}
+	}
+}
+
+func (t *waitTally) merge(o waitTally) {
+	t.samples += o.samples
+	for i := range t.active {
+		t.active[i] += o.active[i]
+	}
+}
+
+// workloadWaitsJSON is one workload of the waits field of bench's --json document.
+type workloadWaitsJSON struct {
+	Workload string `json:"workload"`
+	Samples  int64  `json:"samples"`
+	// InFlight is how many of the workers' statements were executing at once, on average.
+	InFlight float64 `json:"in_flight"`
+	// The shares of their time, in percent: running (or waiting for a processor), writing or
+	// flushing the WAL, waiting for a lock, anything else.
+	RunningPct float64 `json:"running_pct"`
+	WALPct     float64 `json:"wal_pct"`
+	LockPct    float64 `json:"lock_pct"`
+	OtherPct   float64 `json:"other_pct"`
+}
+
+func (t waitTally) report(workload string) workloadWaitsJSON {
+	w := workloadWaitsJSON{Workload: workload, Samples: t.samples}
+	var executing int64
+	for _, n := range t.active {
+		executing += n
+	}
+	if t.samples > 0 {
+		w.InFlight = float64(executing) / float64(t.samples)
+	}
+	if executing > 0 {
+		pct := func(c waitClass) float64 { return 100 * float64(t.active[c]) / float64(executing) }
+		w.RunningPct, w.WALPct, w.LockPct, w.OtherPct = pct(waitRunning), pct(waitWAL), pct(waitLock), pct(waitOther)
+	}
+	return w
+}
+
+// benchWaits samples, every waitsInterval while a workload runs, what the workers' sessions
+// (those named application) are doing, on a connection of its own. A nil *benchWaits (--waits
+// off) does nothing.
+type benchWaits struct {
+	conn        *pgxpool.Conn
+	application string
+
+	stop    context.CancelFunc // ends the running workload's sampler; nil when none runs
+	sampled chan error         // its tally is final when it sends
+	current waitTally          // the running workload's, written by its sampler only
+
+	order      []string // workload names, in the order they ran
+	byWorkload map[string]*waitTally
+}
+
+// startWaits takes a connection of pool for sampling the sessions named application.
+func startWaits(ctx context.Context, pool *pgxpool.Pool, application string) (*benchWaits, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &benchWaits{conn: conn, application: application, byWorkload: map[string]*waitTally{}}, nil
+}
+
+// close stops any sampler still running (a workload that failed) and gives the connection back.
+func (s *benchWaits) close() {
+	if s != nil {
+		_ = s.halt()
+		s.conn.Release()
+	}
+}
+
+// halt stops the running sampler, if any, and returns its error.
+func (s *benchWaits) halt() error {
+	if s.stop == nil {
+		return nil
+	}
+	s.stop()
+	s.stop = nil
+	return <-s.sampled
+}
+
+// beforeWorkload starts sampling.
+func (s *benchWaits) beforeWorkload(ctx context.Context, _ bench.Workload, _ int) error {
+	if s == nil {
+		return nil
+	}
+	ctx, s.stop = context.WithCancel(ctx)
+	s.current = waitTally{}
+	s.sampled = make(chan error, 1)
+	go func() { s.sampled <- s.sample(ctx) }()
+	return nil
+}
+
+// sample reads the sessions every waitsInterval until ctx ends.
+func (s *benchWaits) sample(ctx context.Context) error {
+	q := db.New()
+	tick := time.NewTicker(waitsInterval)
+	defer tick.Stop()
+	for {
+		rows, err := q.BenchSessionActivity(ctx, s.conn, s.application)
+		if ctx.Err() != nil {
+			return nil // the workload ended: a read it cut short does not count
+		}
+		if err != nil {
+			return fmt.Errorf("sampling the workers' sessions: %w", err)
+		}
+		s.current.add(rows)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// afterWorkload stops sampling and adds the samples to the workload's.
+func (s *benchWaits) afterWorkload(_ context.Context, r bench.Result) error {
+	if s == nil {
+		return nil
+	}
+	if err := s.halt(); err != nil {
+		return err
+	}
+	t, ok := s.byWorkload[r.Name]
+	if !ok {
+		t = &waitTally{}
+		s.byWorkload[r.Name] = t
+		s.order = append(s.order, r.Name)
+	}
+	t.merge(s.current)
+	return nil
+}
+
+// report returns each workload's waits, over all its rounds, in the order they ran.
+func (s *benchWaits) report() []workloadWaitsJSON {
+	if s == nil {
+		return nil
+	}
+	out := make([]workloadWaitsJSON, 0, len(s.order))
+	for _, name := range s.order {
+		out = append(out, s.byWorkload[name].report(name))
+	}
+	return out
+}
+
+// printWaits prints the waits report under the bench table.
+func printWaits(w io.Writer, waits []workloadWaitsJSON) {
+	if waits == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nwhere the workers' statements spent their time (pg_stat_activity every %s): IN FLIGHT is how\n", waitsInterval)
+	fmt.Fprintln(w, "many executed at once on average, the rest shares of their time: RUNNING on a processor (or")
+	fmt.Fprintln(w, "waiting for one), WAL writing or flushing it (a commit waits for its flush), LOCK waiting for a")
+	fmt.Fprintln(w, "lock (a row another transaction holds), OTHER anything else (reading data, buffer locks).")
+	fmt.Fprintf(w, "%-22s %9s %8s %6s %6s %6s %8s\n", "WORKLOAD", "IN FLIGHT", "RUNNING", "WAL", "LOCK", "OTHER", "SAMPLES")
+	for _, wl := range waits {
+		fmt.Fprintf(w, "%-22s %9.2f %7.0f%% %5.0f%% %5.0f%% %5.0f%% %8d\n",
+			wl.Workload, wl.InFlight, wl.RunningPct, wl.WALPct, wl.LockPct, wl.OtherPct, wl.Samples)
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+func TestClassifyWait(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		state, typ, event string
+		class             waitClass
+		executing         bool
+	}{
+		{"active", "", "", waitRunning, true},
+		{"active", "IO", "WALSync", waitWAL, true},
+		{"active", "IO", "WALWrite", waitWAL, true},
+		{"active", "IO", "WALInitSync", waitWAL, true},
+		{"active", "LWLock", "WALWrite", waitWAL, true},
+		{"active", "LWLock", "WALInsert", waitWAL, true},
+		{"active", "Lock", "transactionid", waitLock, true},
+		{"active", "Lock", "advisory", waitLock, true},
+		{"active", "IO", "DataFileRead", waitOther, true},
+		{"active", "LWLock", "BufferContent", waitOther, true},
+		{"idle", "Client", "ClientRead", 0, false},
+		{"idle in transaction", "Client", "ClientRead", 0, false},
+		{"", "", "", 0, false},
+	} {
+		class, executing := classifyWait(db.BenchSessionActivityRow{State: c.state, WaitEventType: c.typ, WaitEvent: c.event})
+		if executing != c.executing || (executing && class != c.class) {
+			t.Errorf("classifyWait(%q, %q:%q) = %v, %v; want %v, %v", c.state, c.typ, c.event, class, executing, c.class, c.executing)
+		}
+	}
+}
+
+func TestWaitTallyReport(t *testing.T) {
+	t.Parallel()
+	var tally waitTally
+	running := db.BenchSessionActivityRow{State: "active"}
+	flushing := db.BenchSessionActivityRow{State: "active", WaitEventType: "IO", WaitEvent: "WALSync"}
+	idle := db.BenchSessionActivityRow{State: "idle", WaitEventType: "Client", WaitEvent: "ClientRead"}
+	tally.add([]db.BenchSessionActivityRow{running, flushing, idle})
+	tally.add([]db.BenchSessionActivityRow{running, idle})
+	tally.add(nil)
+	tally.add([]db.BenchSessionActivityRow{running, running, flushing, flushing})
+	got := tally.report("W")
+	want := workloadWaitsJSON{Workload: "W", Samples: 4, InFlight: 7.0 / 4, RunningPct: 100 * 4.0 / 7, WALPct: 100 * 3.0 / 7}
+	if got != want {
+		t.Errorf("report = %+v, want %+v", got, want)
+	}
+	if empty := (waitTally{}).report("none"); empty != (workloadWaitsJSON{Workload: "none"}) {
+		t.Errorf("report of no samples = %+v", empty)
+	}
+}
+
+// A Reserve that waits for a counter row another transaction holds is seen executing, all of
+// its time in a lock wait.
+func TestWaitsSeeAReserveWaitingForARow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	open := func(application string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = application
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	holder, waiter, admin := open("waits-holder"), open("waits-test"), open("waits-admin")
+	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "held"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1}}
+
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := ratelimit.New(holder).WithTx(tx).Reserve(ctx, "", "", limits); err != nil {
+		t.Fatalf("reserve in the holding transaction: %v", err)
+	}
+	reserved := make(chan error, 1)
+	go func() {
+		_, err := ratelimit.New(waiter).Reserve(ctx, "", "", limits)
+		reserved <- err
+	}()
+	pgtest.AwaitLockWaiters(t, admin, "the second Reserve")
+
+	waits, err := startWaits(ctx, admin, "waits-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waits.close()
+	if err := waits.beforeWorkload(ctx, bench.Workload{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * waitsInterval)
+	if err := waits.afterWorkload(ctx, bench.Result{Name: "held row"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reserved; err != nil {
+		t.Errorf("the waiting Reserve, once the row was free: %v", err)
+	}
+
+	rep := waits.report()
+	if len(rep) != 1 {
+		t.Fatalf("report = %+v, want one workload", rep)
+	}
+	got := rep[0]
+	t.Logf("%+v", got)
+	if got.Workload != "held row" || got.Samples < 5 || got.InFlight != 1 || got.LockPct != 100 {
+		t.Errorf("report = %+v; want at least 5 samples of one statement, all waiting for a lock", got)
+	}
+}
+
+// bench --waits reports, per workload, how many statements executed at once and what they did.
+func TestBenchWaits(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "8", "--duration", "1s",
+		"--only", "W1,W3", "--statements", "0", "--waits", "--json", "-")
+	if code != exitOK {
+		t.Fatalf("bench --waits: exit %d\n%s", code, stderr)
+	}
+	t.Logf("%s", stderr)
+	var rep struct {
+		Waits []workloadWaitsJSON `json:"waits"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Waits) != 2 {
+		t.Fatalf("bench --waits JSON: %v\n%s", err, stdout)
+	}
+	for i, w := range rep.Waits {
+		if code := []string{"W1", "W3"}[i]; !regexp.MustCompile(`^` + code + ` `).MatchString(w.Workload) {
+			t.Errorf("waits[%d] is %q, want %s", i, w.Workload, code)
+		}
+		// Eight workers keep at least one statement executing most of the time, and no more
+		// than their connections.
+		if w.Samples < 20 || w.InFlight <= 0 || w.InFlight > 10 || w.RunningPct <= 0 {
+			t.Errorf("waits %+v", w)
+		}
+		if sum := w.RunningPct + w.WALPct + w.LockPct + w.OtherPct; math.Abs(sum-100) > 1e-9 {
+			t.Errorf("%s: shares add up to %v%%", w.Workload, sum)
+		}
+		row := `(?m)^` + regexp.QuoteMeta(w.Workload) + `\s+\d+\.\d\d\s+\d+%\s+\d+%\s+\d+%\s+\d+%\s+\d+$`
+		if !regexp.MustCompile(row).MatchString(stderr) {
+			t.Errorf("bench --waits table has no row for %s", w.Workload)
+		}
+	}
+}
