@@ -213,9 +213,17 @@ func printWaits(w io.Writer, waits []workloadWaitsJSON) {
 	fmt.Fprintln(w, "many executed at once on average, the rest shares of their time: RUNNING on a processor (or")
 	fmt.Fprintln(w, "waiting for one), WAL writing or flushing it (a commit waits for its flush), LOCK waiting for a")
 	fmt.Fprintln(w, "lock (a row another transaction holds), OTHER anything else (reading data, buffer locks).")
-	fmt.Fprintf(w, "%-22s %9s %8s %6s %6s %6s %8s\n", "WORKLOAD", "IN FLIGHT", "RUNNING", "WAL", "LOCK", "OTHER", "SAMPLES")
+	width := len("WORKLOAD")
 	for _, wl := range waits {
-		fmt.Fprintf(w, "%-22s %9.2f %7.0f%% %5.0f%% %5.0f%% %5.0f%% %8d\n",
-			wl.Workload, wl.InFlight, wl.RunningPct, wl.WALPct, wl.LockPct, wl.OtherPct, wl.Samples)
+		width = max(width, len(wl.Workload))
+	}
+	fmt.Fprintf(w, "%-*s %9s %8s %6s %6s %6s %8s\n", width, "WORKLOAD", "IN FLIGHT", "RUNNING", "WAL", "LOCK", "OTHER", "SAMPLES")
+	for _, wl := range waits {
+		if wl.InFlight == 0 { // no statement seen executing: no shares to give
+			fmt.Fprintf(w, "%-*s %9.2f %8s %6s %6s %6s %8d\n", width, wl.Workload, wl.InFlight, "-", "-", "-", "-", wl.Samples)
+			continue
+		}
+		fmt.Fprintf(w, "%-*s %9.2f %7.0f%% %5.0f%% %5.0f%% %5.0f%% %8d\n",
+			width, wl.Workload, wl.InFlight, wl.RunningPct, wl.WALPct, wl.LockPct, wl.OtherPct, wl.Samples)
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"math"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -163,5 +165,31 @@ func TestBenchWaits(t *testing.T) {
 		if !regexp.MustCompile(row).MatchString(stderr) {
 			t.Errorf("bench --waits table has no row for %s", w.Workload)
 		}
+	}
+}
+
+// The table's first column fits the longest workload name, and a workload in which no
+// statement was seen executing has no shares.
+func TestPrintWaits(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printWaits(&out, []workloadWaitsJSON{
+		{Workload: "W6 gateway, shared model", Samples: 100, InFlight: 1.5, RunningPct: 60, WALPct: 30, LockPct: 10},
+		{Workload: "W8", Samples: 100},
+	})
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	table := lines[len(lines)-3:]
+	want := []string{
+		"WORKLOAD                 IN FLIGHT  RUNNING    WAL   LOCK  OTHER  SAMPLES",
+		"W6 gateway, shared model      1.50      60%    30%    10%     0%      100",
+		"W8                            0.00        -      -      -      -      100",
+	}
+	if diff := cmp.Diff(want, table); diff != "" {
+		t.Errorf("printWaits table (-want +got):\n%s\n%s", diff, out.String())
+	}
+	var none strings.Builder
+	printWaits(&none, nil)
+	if none.Len() != 0 {
+		t.Errorf("printWaits(nil) printed %q", none.String())
 	}
 }
