@@ -105,9 +105,9 @@ type benchWaits struct {
 	conn        *pgxpool.Conn
 	application string
 
-	stop    context.CancelFunc // ends the running workload's sampler; nil when none runs
-	sampled chan error         // its tally is final when it sends
-	current waitTally          // the running workload's, written by its sampler only
+	stop    func()     // ends the running workload's sampler; nil when none runs
+	sampled chan error // its tally is final when it sends
+	current waitTally  // the running workload's, written by its sampler only
 
 	order      []string // workload names, in the order they ran
 	byWorkload map[string]*waitTally
@@ -145,29 +145,36 @@ func (s *benchWaits) beforeWorkload(ctx context.Context, _ bench.Workload, _ int
 	if s == nil {
 		return nil
 	}
-	ctx, s.stop = context.WithCancel(ctx)
+	stop := make(chan struct{})
+	s.stop = func() { close(stop) }
 	s.current = waitTally{}
 	s.sampled = make(chan error, 1)
-	go func() { s.sampled <- s.sample(ctx) }()
+	go func() { s.sampled <- s.sample(ctx, stop) }()
 	return nil
 }
 
-// sample reads the sessions every waitsInterval until ctx ends.
-func (s *benchWaits) sample(ctx context.Context) error {
+// sample reads the sessions every waitsInterval until stop is closed. The end of a workload
+// does not cancel a read under way (pgx would close the connection): it is the last one.
+func (s *benchWaits) sample(ctx context.Context, stop <-chan struct{}) error {
 	q := db.New()
 	tick := time.NewTicker(waitsInterval)
 	defer tick.Stop()
 	for {
-		rows, err := q.BenchSessionActivity(ctx, s.conn, s.application)
-		if ctx.Err() != nil {
-			return nil // the workload ended: a read it cut short does not count
+		select {
+		case <-stop:
+			return nil
+		default:
 		}
+		rows, err := q.BenchSessionActivity(ctx, s.conn, s.application)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // bench is stopping (interrupted)
+			}
 			return fmt.Errorf("sampling the workers' sessions: %w", err)
 		}
 		s.current.add(rows)
 		select {
-		case <-ctx.Done():
+		case <-stop:
 			return nil
 		case <-tick.C:
 		}

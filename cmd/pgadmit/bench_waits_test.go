@@ -193,3 +193,27 @@ func TestPrintWaits(t *testing.T) {
 		t.Errorf("printWaits(nil) printed %q", none.String())
 	}
 }
+
+// Workloads end at any moment, often while a read of the sessions is under way: the sampler's
+// connection must outlive that, for the next workload's samples.
+func TestWaitsStopWhileReading(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	waits, err := startWaits(ctx, pgtest.NewPool(t), "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waits.close()
+	for i := range 50 {
+		if err := waits.beforeWorkload(ctx, bench.Workload{}, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%4) * 500 * time.Microsecond)
+		if err := waits.afterWorkload(ctx, bench.Result{Name: "short"}); err != nil {
+			t.Fatalf("workload %d: %v", i, err)
+		}
+	}
+	if rep := waits.report(); len(rep) != 1 || rep[0].Samples == 0 || rep[0].InFlight != 0 {
+		t.Errorf("report = %+v; want samples, none of them executing", rep)
+	}
+}
