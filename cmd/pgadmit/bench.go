@@ -39,6 +39,11 @@ workers that arrive on their own, not back to back. Latencies leave the pause ou
 it, so raise --workers with it, as a gateway has many more requests under way than
 connections (say --workers 128 --think 10ms).
 
+--instances N spreads the workers over N Limiters, as N gateway instances sharing the database
+would be (--workers 64 --instances 4: four instances of 16 workers): each combines only its
+own workers' calls, and the instances contend with each other on the rows and scopes they
+share, as separate processes do. W4's counts must still be exact.
+
 --rounds N repeats the selected workloads N times in the same database, nothing reset in
 between (rows "W2 round 3/6"), and ends with each workload's last round's ops/s over its
 first's ("W2: last/first 0.93"): does admission slow down as the tables grow?
@@ -68,6 +73,7 @@ Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed
 type benchReport struct {
 	RunID           string  `json:"run_id"`
 	Workers         int     `json:"workers"`
+	Instances       int     `json:"instances"` // Limiters the workers were spread over (--instances)
 	DurationSeconds float64 `json:"duration_s"`
 	// ThinkSeconds is --think: the mean pause between Reserve and Commit.
 	ThinkSeconds  float64 `json:"think_s,omitempty"`
@@ -95,6 +101,7 @@ const (
 func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "concurrent `workers`, each with its own connection")
+	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
 	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run")
 	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
@@ -113,6 +120,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	if *workers < 1 || *workers > 256 {
 		return usagef("--workers must be between 1 and 256, got %d", *workers)
+	}
+	if *instances < 1 || *instances > *workers {
+		return usagef("--instances must be between 1 and --workers (%d), got %d", *workers, *instances)
 	}
 	if *duration <= 0 || *duration > time.Hour {
 		return usagef("--duration must be positive and at most 1h, got %s", *duration)
@@ -189,11 +199,15 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		after:  []func(context.Context, bench.Result) error{sampled.afterWorkload, spent.afterWorkload},
 	}
 
-	cfg := bench.Config{Workers: *workers, Duration: *duration, Think: *think, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
+	cfg := bench.Config{Workers: *workers, Instances: *instances, Duration: *duration, Think: *think, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
 		Options:    []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)},
 		BeforeEach: each.beforeEach, AfterEach: each.afterEach}
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
+	}
+	who := fmt.Sprintf("%d workers", cfg.Workers)
+	if cfg.Instances > 1 {
+		who += fmt.Sprintf(" in %d instances", cfg.Instances)
 	}
 	shape := "" // what else the run does: a think time, rounds
 	if cfg.Think > 0 {
@@ -202,8 +216,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if cfg.Rounds > 1 {
 		shape += fmt.Sprintf(", %d rounds", cfg.Rounds)
 	}
-	fmt.Fprintf(out, "pgadmit bench: run %s, %d workers, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
-		cfg.RunID, cfg.Workers, cfg.Duration, bench.ExactnessSeconds, shape, server.String(), version)
+	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
+		cfg.RunID, who, cfg.Duration, bench.ExactnessSeconds, shape, server.String(), version)
 	fmt.Fprintf(out, "%-22s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
 		name := r.Name
@@ -231,7 +245,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	printWaits(out, waitsReport)
 	ok := printBenchChecks(out, results)
 	if *jsonPath != "" {
-		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
+		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, Instances: cfg.Instances, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
 			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
 			ServerTime: serverTime, Waits: waitsReport}
 		if err := writeJSON(*jsonPath, a.stdout, rep); err != nil {

@@ -255,6 +255,43 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// --instances spreads the workers over several Limiters, as several gateway
+// instances: each combines only its own workers' calls, and W4's counts stay
+// exact across them.
+func TestBenchInstances(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "4", "--instances", "2", "--duration", "200ms",
+		"--only", "W3,W4,W7", "--statements", "0", "--json", "-")
+	if code != exitOK {
+		t.Fatalf("bench --instances 2: exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, ", 4 workers in 2 instances,") {
+		t.Errorf("bench --instances: the header does not name the instances:\n%s", stderr)
+	}
+	var rep struct {
+		OK        bool           `json:"ok"`
+		Instances int            `json:"instances"`
+		Results   []bench.Result `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 3 {
+		t.Fatalf("bench --instances JSON: %v\n%s", err, stdout)
+	}
+	if !rep.OK || rep.Instances != 2 {
+		t.Errorf("bench --instances 2 JSON: ok %v, instances %d", rep.OK, rep.Instances)
+	}
+	w3, w4, w7 := rep.Results[0], rep.Results[1], rep.Results[2]
+	if w3.Admitted == 0 || w3.Errors != 0 || w3.ReservesPerStatement < 1 || w3.SettlesPerStatement < 1 {
+		t.Errorf("W3 in 2 instances: %+v", w3)
+	}
+	if w4.Admitted != 110 || !w4.OK {
+		t.Errorf("W4 in 2 instances admitted %d (checks %+v), want 100 window + 10 concurrent", w4.Admitted, w4.Checks)
+	}
+	if w7.Admitted == 0 || w7.Errors != 0 {
+		t.Errorf("W7 in 2 instances: %+v", w7)
+	}
+}
+
 // serverPreloadsStatements reports whether url's server has pg_stat_statements loaded.
 func serverPreloadsStatements(t *testing.T, url string) bool {
 	t.Helper()

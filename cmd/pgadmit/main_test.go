@@ -91,6 +91,8 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"inspect", "extra"}, `unexpected argument "extra"`},
 		{db, []string{"--connect-timeout", "0s", "inspect"}, "--connect-timeout must be positive"},
 		{db, []string{"bench", "--workers", "0"}, "--workers must be between 1 and 256"},
+		{db, []string{"bench", "--instances", "0"}, "--instances must be between 1 and --workers (16), got 0"},
+		{db, []string{"bench", "--workers", "4", "--instances", "5"}, "--instances must be between 1 and --workers (4), got 5"},
 		{db, []string{"bench", "--duration", "-1s"}, "--duration must be positive"},
 		{db, []string{"bench", "--think", "-1ms"}, "--think must be between 0 and 1m, got -1ms"},
 		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m"},

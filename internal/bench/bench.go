@@ -36,6 +36,11 @@ const (
 type Config struct {
 	// Workers is the number of concurrent workers, each with its own connection.
 	Workers int
+	// Instances is how many Limiters the workers are spread over, as that many gateway
+	// instances sharing the database would be: worker w calls instance w mod Instances, and
+	// each instance combines only its own workers' calls. Instances contend with each other on
+	// the rows and scopes they share, as separate processes do. Zero means 1; at most Workers.
+	Instances int
 	// Duration is how long W1, W2, W3, W6, W7 and W8 run.
 	Duration time.Duration
 	// ExactnessDuration is how long W4 (each part) and W5 run; zero means ExactnessSeconds.
@@ -180,8 +185,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.Think < 0 {
 		return nil, fmt.Errorf("bench: think time must not be negative, got %s", cfg.Think)
 	}
-	r := &runner{cfg: cfg, pool: pool, lim: ratelimit.New(pool, cfg.Options...), prefix: "bench-" + cfg.RunID,
-		paused: make([]time.Duration, cfg.Workers)}
+	cfg.Instances = max(cfg.Instances, 1)
+	if cfg.Instances > cfg.Workers {
+		return nil, fmt.Errorf("bench: %d instances need at least as many workers, got %d", cfg.Instances, cfg.Workers)
+	}
+	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers)}
+	r.lims = r.limiters()
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
 		"W6": r.w6, "W7": r.w7, "W8": r.w8,
@@ -224,7 +233,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 type runner struct {
 	cfg    Config
 	pool   *pgxpool.Pool
-	lim    *ratelimit.Limiter
+	lims   []*ratelimit.Limiter // one per instance (Config.Instances)
 	prefix string
 	// paused is how long each worker's current operation paused (Config.Think); only the
 	// worker itself touches its element.
@@ -296,14 +305,29 @@ type errCommit struct{ err error }
 func (e errCommit) Error() string { return "commit: " + e.err.Error() }
 func (e errCommit) Unwrap() error { return e.err }
 
-// reserveCommit reserves limits and commits the grant with actual amounts.
-func (r *runner) reserveCommit(ctx context.Context, worker int, rng *mrand.Rand, limits []ratelimit.Limit, actual map[string]float64) error {
-	return r.reserveCommitOn(ctx, r.lim, worker, rng, limits, actual)
+// limiters returns one Limiter per instance, on the workers' pool.
+func (r *runner) limiters() []*ratelimit.Limiter {
+	lims := make([]*ratelimit.Limiter, r.cfg.Instances)
+	for i := range lims {
+		lims[i] = ratelimit.New(r.pool, r.cfg.Options...)
+	}
+	return lims
 }
 
-// reserveCommitOn reserves limits on lim, pauses for the think time, and
-// commits the grant with actual amounts.
-func (r *runner) reserveCommitOn(ctx context.Context, lim *ratelimit.Limiter, worker int, rng *mrand.Rand, limits []ratelimit.Limit, actual map[string]float64) error {
+// instance is the Limiter, among lims (one per instance), that worker calls.
+func instance(lims []*ratelimit.Limiter, worker int) *ratelimit.Limiter {
+	return lims[worker%len(lims)]
+}
+
+// reserveCommit reserves limits and commits the grant with actual amounts.
+func (r *runner) reserveCommit(ctx context.Context, worker int, rng *mrand.Rand, limits []ratelimit.Limit, actual map[string]float64) error {
+	return r.reserveCommitOn(ctx, r.lims, worker, rng, limits, actual)
+}
+
+// reserveCommitOn reserves limits on the worker's instance among lims, pauses
+// for the think time, and commits the grant with actual amounts.
+func (r *runner) reserveCommitOn(ctx context.Context, lims []*ratelimit.Limiter, worker int, rng *mrand.Rand, limits []ratelimit.Limit, actual map[string]float64) error {
+	lim := instance(lims, worker)
 	g, err := lim.Reserve(ctx, "", "", limits)
 	if err != nil {
 		return err
@@ -340,22 +364,38 @@ type sample struct {
 
 // measure drives op for d and summarizes it.
 func (r *runner) measure(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
-	return r.measureWith(ctx, r.lim, d, op)
+	return r.measureWith(ctx, r.lims, d, op)
 }
 
-// measureWith drives op for d on lim and summarizes it.
-func (r *runner) measureWith(ctx context.Context, lim *ratelimit.Limiter, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
-	before := lim.Stats()
+// measureWith drives op for d on lims (one Limiter per instance) and summarizes it.
+func (r *runner) measureWith(ctx context.Context, lims []*ratelimit.Limiter, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
+	before := statsOf(lims)
 	s, err := r.drive(ctx, d, op)
 	if err != nil {
 		return Result{}, err
 	}
 	res := summarize(s)
-	after := lim.Stats()
+	after := statsOf(lims)
 	res.ReservesPerStatement = perStatement(before.Reserve, after.Reserve)
 	res.SettlesPerStatement = perStatement(before.Settle, after.Settle)
 	res.HotPercent = hotPercent(before, after)
 	return res, nil
+}
+
+// statsOf adds up the combining counts of lims.
+func statsOf(lims []*ratelimit.Limiter) ratelimit.Stats {
+	var sum ratelimit.Stats
+	add := func(to *ratelimit.CombinerStats, s ratelimit.CombinerStats) {
+		to.Batches += s.Batches
+		to.Requests += s.Requests
+		to.Hot += s.Hot
+	}
+	for _, l := range lims {
+		s := l.Stats()
+		add(&sum.Reserve, s.Reserve)
+		add(&sum.Settle, s.Settle)
+	}
+	return sum
 }
 
 // hotPercent is the share of the statements sent between two readings of

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,5 +87,13 @@ func TestSteady(t *testing.T) {
 	}
 	if code := want[1].Code(); code != "W2" {
 		t.Errorf("Code() = %q", code)
+	}
+}
+
+func TestRunRefusesMoreInstancesThanWorkers(t *testing.T) {
+	t.Parallel()
+	_, err := Run(context.Background(), nil, Config{Workers: 2, Instances: 3, Duration: time.Second}, nil)
+	if err == nil || !strings.Contains(err.Error(), "3 instances need at least as many workers, got 2") {
+		t.Errorf("Run with 3 instances and 2 workers: %v", err)
 	}
 }

@@ -36,26 +36,32 @@ func (r *runner) w6(ctx context.Context) (Result, error) {
 }
 
 func (r *runner) w7(ctx context.Context) (Result, error) {
-	lim := r.allotting()
-	defer lim.Close()
-	return r.measureWith(ctx, lim, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		return r.reserveCommitOn(ctx, lim, worker, rng, r.gatewayLimits(rng, true), gatewayActual)
+	lims := r.allotting()
+	defer closeAll(lims)
+	return r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, true), gatewayActual)
 	})
 }
 
 func (r *runner) w8(ctx context.Context) (Result, error) {
-	lim := r.allotting()
-	defer lim.Close()
+	lims := r.allotting()
+	defer closeAll(lims)
 	limit := requestsLimit(r.key("hot-local"))
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
-	return r.measureWith(ctx, lim, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		return r.reserveCommitOn(ctx, lim, worker, rng, limits, nil)
+	return r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 	})
 }
 
-// allotting is a Limiter of its own for a workload with Local limits (its
-// Close returns the blocks at the workload's end).
-func (r *runner) allotting() *ratelimit.Limiter {
-	return ratelimit.New(r.pool, r.cfg.Options...)
+// allotting is a Limiter of its own per instance for a workload with Local
+// limits: each holds its own blocks, and closeAll returns them at the
+// workload's end.
+func (r *runner) allotting() []*ratelimit.Limiter { return r.limiters() }
+
+// closeAll closes every Limiter of lims, returning their blocks.
+func closeAll(lims []*ratelimit.Limiter) {
+	for _, l := range lims {
+		l.Close()
+	}
 }

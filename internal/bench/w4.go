@@ -36,8 +36,8 @@ func (r *runner) w4(ctx context.Context) (Result, error) {
 
 	winScope := ratelimit.Scope{Type: "api_key", Key: r.key("w4")}
 	winLimit := []ratelimit.Limit{{Scope: winScope, Metric: ratelimit.MetricRequests, Limit: w4WindowLimit, Amount: 1, Window: window}}
-	win, err := r.drive(ctx, d, func(ctx context.Context, _ int, _ *mrand.Rand) error {
-		g, err := r.lim.Reserve(ctx, "", "", winLimit)
+	win, err := r.drive(ctx, d, func(ctx context.Context, worker int, _ *mrand.Rand) error {
+		g, err := instance(r.lims, worker).Reserve(ctx, "", "", winLimit)
 		if err == nil {
 			mu.Lock()
 			grants.Reservations = append(grants.Reservations, g.Reservations...)
@@ -51,8 +51,8 @@ func (r *runner) w4(ctx context.Context) (Result, error) {
 
 	conScope := ratelimit.Scope{Type: "model", Key: r.key("w4")}
 	conLimit := []ratelimit.Limit{{Scope: conScope, Metric: ratelimit.MetricConcurrent, Limit: w4ConcurrentLimit, Amount: 1, LeaseTTL: w4LeaseTTL}}
-	con, err := r.drive(ctx, d, func(ctx context.Context, _ int, _ *mrand.Rand) error {
-		g, err := r.lim.Reserve(ctx, "", "", conLimit)
+	con, err := r.drive(ctx, d, func(ctx context.Context, worker int, _ *mrand.Rand) error {
+		g, err := instance(r.lims, worker).Reserve(ctx, "", "", conLimit)
 		if err == nil {
 			mu.Lock()
 			grants.Leases = append(grants.Leases, g.Leases...)
@@ -104,7 +104,7 @@ func (r *runner) w4(ctx context.Context) (Result, error) {
 	}
 
 	// Clean up: give everything back, so that the scopes hold nothing after the run.
-	if _, err := r.lim.Release(ctx, grants, "bench cleanup"); err != nil {
+	if _, err := r.lims[0].Release(ctx, grants, "bench cleanup"); err != nil {
 		return Result{}, fmt.Errorf("release W4 grants: %w", err)
 	}
 	return res, nil
