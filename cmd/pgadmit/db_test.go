@@ -261,21 +261,15 @@ func TestBench(t *testing.T) {
 func TestBenchInstances(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "4", "--instances", "2", "--duration", "200ms",
-		"--only", "W3,W4,W7", "--statements", "0", "--json", "-")
-	if code != exitOK {
-		t.Fatalf("bench --instances 2: exit %d\n%s", code, stderr)
-	}
-	if !strings.Contains(stderr, ", 4 workers in 2 instances,") {
-		t.Errorf("bench --instances: the header does not name the instances:\n%s", stderr)
-	}
 	var rep struct {
 		OK        bool           `json:"ok"`
 		Instances int            `json:"instances"`
 		Results   []bench.Result `json:"results"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 3 {
-		t.Fatalf("bench --instances JSON: %v\n%s", err, stdout)
+	benchJSON(t, &rep, ", 4 workers in 2 instances,", "--database-url", url, "bench", "--workers", "4", "--instances", "2",
+		"--duration", "200ms", "--only", "W3,W4,W7", "--statements", "0", "--json", "-")
+	if len(rep.Results) != 3 {
+		t.Fatalf("bench --instances JSON: %d results, want 3", len(rep.Results))
 	}
 	if !rep.OK || rep.Instances != 2 {
 		t.Errorf("bench --instances 2 JSON: ok %v, instances %d", rep.OK, rep.Instances)
@@ -289,6 +283,22 @@ func TestBenchInstances(t *testing.T) {
 	}
 	if w7.Admitted == 0 || w7.Errors != 0 {
 		t.Errorf("W7 in 2 instances: %+v", w7)
+	}
+}
+
+// benchJSON runs the CLI with args (a bench writing its JSON to stdout), requires it to
+// succeed with header in its table (on stderr), and decodes the JSON into rep.
+func benchJSON(t *testing.T, rep any, header string, args ...string) {
+	t.Helper()
+	stdout, stderr, code := cli(t, nil, args...)
+	if code != exitOK {
+		t.Fatalf("%s: exit %d\n%s", strings.Join(args, " "), code, stderr)
+	}
+	if !strings.Contains(stderr, header) {
+		t.Errorf("%s: the table's header does not contain %q:\n%s", strings.Join(args, " "), header, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), rep); err != nil {
+		t.Fatalf("%s: JSON: %v\n%s", strings.Join(args, " "), err, stdout)
 	}
 }
 
@@ -313,20 +323,14 @@ func TestBenchThink(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	const workers, think = 4, 50 * time.Millisecond
-	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", strconv.Itoa(workers), "--duration", "1s",
-		"--think", think.String(), "--only", "W1", "--statements", "0", "--json", "-")
-	if code != exitOK {
-		t.Fatalf("bench --think: exit %d\n%s", code, stderr)
-	}
-	if !strings.Contains(stderr, ", think 50ms,") {
-		t.Errorf("bench --think: the header does not name the think time:\n%s", stderr)
-	}
 	var rep struct {
 		ThinkSeconds float64        `json:"think_s"`
 		Results      []bench.Result `json:"results"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Results) != 1 {
-		t.Fatalf("bench --think JSON: %v\n%s", err, stdout)
+	benchJSON(t, &rep, ", think 50ms,", "--database-url", url, "bench", "--workers", strconv.Itoa(workers), "--duration", "1s",
+		"--think", think.String(), "--only", "W1", "--statements", "0", "--json", "-")
+	if len(rep.Results) != 1 {
+		t.Fatalf("bench --think JSON: %d results, want 1", len(rep.Results))
 	}
 	w1 := rep.Results[0]
 	t.Logf("W1 with %s think: %.0f ops/s, p50 %d µs", think, w1.OpsPerS, w1.P50us)
