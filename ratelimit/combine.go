@@ -275,8 +275,9 @@ func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, c
 
 // CombinerStats counts what one kind of operation sent since the Limiter
 // was made: Requests calls went out as Batches statements, Hot of them
-// batches on a hot counter (two calls drawing on one counter), which
-// release its row before their commit's flush and answer after it.
+// batches on a hot counter or concurrency scope (two calls drawing on
+// one), which release its row or lock before their commit's flush and
+// answer after it.
 type CombinerStats struct {
 	Batches  int64
 	Requests int64

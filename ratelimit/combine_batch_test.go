@@ -201,39 +201,21 @@ func TestCombiningIsExactAcrossInstances(t *testing.T) {
 	const instances, callers, tries = 3, 24, 25
 	pools := pgtest.NewPools(t, instances)
 	key, other, model := uniqueKey("exact"), uniqueKey("other"), uniqueKey("slots")
-	var mu sync.Mutex
-	admitted, leased := 0, 0
-	var wg sync.WaitGroup
 	limiters := make([]*ratelimit.Limiter, instances)
 	for i := range limiters {
 		limiters[i] = ratelimit.New(pools[i], ratelimit.WithCombining(64, 1))
 	}
-	for c := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := limiters[c%instances]
-			for range tries {
-				limits := []ratelimit.Limit{window("api_key", key, "requests", 300, 1)}
-				if c%2 == 0 { // two limits: decided with the running totals, not the whole-batch upsert
-					limits = []ratelimit.Limit{window("api_key", other, "requests", 1e9, 1), concurrent("model", model, 7)}
-				}
-				g, err := l.Reserve(context.Background(), "", "", limits)
-				if errors.Is(err, ratelimit.ErrExceeded) {
-					continue
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				admitted++
-				leased += len(g.Leases)
-				mu.Unlock()
-			}
-		}()
+	grants := reserveConcurrently(t, callers, tries, func(c int) (ratelimit.Grant, error) {
+		limits := []ratelimit.Limit{window("api_key", key, "requests", 300, 1)}
+		if c%2 == 0 { // two limits: decided with the running totals, not the whole-batch upsert
+			limits = []ratelimit.Limit{window("api_key", other, "requests", 1e9, 1), concurrent("model", model, 7)}
+		}
+		return limiters[c%instances].Reserve(context.Background(), "", "", limits)
+	})
+	admitted, leased := len(grants), 0
+	for _, g := range grants {
+		leased += len(g.Leases)
 	}
-	wg.Wait()
 	if admitted != 300+7 {
 		t.Errorf("admitted %d, want exactly 300 in the window and 7 holding a slot", admitted)
 	}
@@ -256,6 +238,76 @@ func TestCombiningIsExactAcrossInstances(t *testing.T) {
 	t.Logf("%d Reserve calls in %d statements (%.1f per statement, %d hot)", requests, batches, float64(requests)/float64(batches), hot)
 	assertBooksBalance(t, pools[0], "api_key", key)
 	assertDoctorOK(t, pools[0])
+}
+
+// A batch in which two admissions take a slot of one concurrency scope goes
+// as a hot batch, which releases the scope's lock before its commit's
+// flush: instances that share the scope then wait for each other's
+// execution only. The limit stays exact across them, and every slot comes
+// back with its release.
+func TestSharedConcurrencyScopeGoesHot(t *testing.T) {
+	t.Parallel()
+	const instances, callers, tries, slots = 3, 24, 10, 7
+	pools := pgtest.NewPools(t, instances)
+	model := uniqueKey("model")
+	limiters := make([]*ratelimit.Limiter, instances)
+	for i := range limiters {
+		limiters[i] = ratelimit.New(pools[i])
+	}
+	held := reserveConcurrently(t, callers, tries, func(c int) (ratelimit.Grant, error) {
+		return limiters[c%instances].Reserve(context.Background(), "", "", []ratelimit.Limit{concurrent("model", model, slots)})
+	})
+	if len(held) != slots {
+		t.Errorf("granted %d slots, want exactly %d", len(held), slots)
+	}
+	var hot int64
+	for _, l := range limiters {
+		hot += l.Stats().Reserve.Hot
+	}
+	if hot == 0 {
+		t.Errorf("no Reserve statement went as a hot batch; %d callers share one concurrency scope", callers)
+	}
+	for _, g := range held {
+		if _, err := limiters[0].Release(context.Background(), g, "test done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := limiters[1].Reserve(context.Background(), "", "", []ratelimit.Limit{concurrent("model", model, slots)})
+	if err != nil || len(g.Leases) != 1 {
+		t.Errorf("a slot after every release: %+v, %v", g, err)
+	}
+	assertDoctorOK(t, pools[0])
+}
+
+// reserveConcurrently runs callers goroutines, each calling reserve (with
+// its number) tries times, and returns the grants of the admitted calls. A
+// refusal is expected; any other error fails the test.
+func reserveConcurrently(t *testing.T, callers, tries int, reserve func(caller int) (ratelimit.Grant, error)) []ratelimit.Grant {
+	t.Helper()
+	var mu sync.Mutex
+	var grants []ratelimit.Grant
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range tries {
+				g, err := reserve(c)
+				if errors.Is(err, ratelimit.ErrExceeded) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				grants = append(grants, g)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return grants
 }
 
 // pgadmit_reserve_windows, the one statement for batches of task-less

@@ -13,14 +13,18 @@ import (
 
 // A combined batch in which two requests draw on one counter has found a
 // hot counter: one that the next batch, of Reserve or of Commit, will most
-// likely wait for. Such a batch runs as a procedure of
-// schema/00009_hot_batches.sql instead of a function: its transaction
-// releases the counter rows without waiting for its commit's flush, and
-// the procedure returns only after a second, durable commit has flushed
-// it. The next batch on the counter then waits for this one's execution,
-// not for its flush too, and no caller is answered before its admission or
-// settlement is on disk. A procedure can commit only outside a transaction
-// block, which a combined batch always is.
+// likely wait for. A Reserve batch in which two admissions take a slot of
+// one concurrency scope has found a hot scope: its slots are decided under
+// a transaction advisory lock that the next batch on the scope waits for,
+// from another instance (settling releases leases without it). Such a
+// batch runs as a procedure of schema/00009_hot_batches.sql instead of a
+// function: its transaction releases the counter rows and scope locks
+// without waiting for its commit's flush, and the procedure returns only
+// after a second, durable commit has flushed it. The next batch on the
+// counter or scope then waits for this one's execution, not for its flush
+// too, and no caller is answered before its admission or settlement is on
+// disk. A procedure can commit only outside a transaction block, which a
+// combined batch always is.
 //
 // A hot batch that fails after its first commit (a cancel in the moment
 // before its flush, a lost connection) has admitted what its callers are
@@ -58,11 +62,15 @@ func sharesCounter(n int, counters func(i int, yield func(counterKey))) bool {
 	return false
 }
 
-// hotAdmissions reports whether a reserve batch is on a hot counter.
+// hotAdmissions reports whether a reserve batch is on a hot counter or a
+// hot concurrency scope.
 func hotAdmissions(batch []*admission) bool {
 	return sharesCounter(len(batch), func(i int, yield func(counterKey)) {
 		for _, w := range batch[i].windows {
 			yield(w.counter())
+		}
+		for _, c := range batch[i].leases {
+			yield(c.scopeKey())
 		}
 	})
 }

@@ -93,7 +93,8 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 // when every admission is one window limit without a task (it takes what a
 // batch asks of a counter in one statement where that fits whole), else to
 // pgadmit_reserve. The rows are the same either way. A batch on a hot
-// counter goes to the procedure that wraps the function (hotbatch.go).
+// counter or concurrency scope goes to the procedure that wraps the
+// function (hotbatch.go).
 func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.AdmissionReserveRow, error) {
 	hot := l.hotBatches() && hotAdmissions(batch)
 	if !slices.ContainsFunc(batch, (*admission).notOneWindow) {
@@ -342,6 +343,13 @@ func lockOrder(windows []windowLimit) []int {
 // counter names the counter the limit draws on.
 func (w windowLimit) counter() counterKey {
 	return counterKey{w.Limit.Scope.Type, w.Limit.Scope.Key, w.Limit.Metric, w.windowSeconds}
+}
+
+// scopeKey names the concurrency scope a lease limit takes a slot of, as a
+// key that no window counter has (no window limit has the metric
+// "concurrent"), so that sharesCounter can tell it apart from them.
+func (c leaseLimit) scopeKey() counterKey {
+	return counterKey{scopeType: c.Limit.Scope.Type, scopeKey: c.Limit.Scope.Key, metric: MetricConcurrent}
 }
 
 // windowExceeded explains a window limit that did not fit.

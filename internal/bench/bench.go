@@ -140,7 +140,7 @@ type Result struct {
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
 	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
 	// HotPercent is the share of those statements, of both kinds, sent as
-	// hot batches (two calls on one counter: see ratelimit's CombinerStats).
+	// hot batches (two calls on one counter or concurrency scope: see ratelimit's CombinerStats).
 	HotPercent float64 `json:"hot_percent,omitempty"`
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
