@@ -22,11 +22,13 @@ import (
 // and recovery gives back what the task held once its lease expires.
 
 func faultLimits(key string) []ratelimit.Limit {
-	return []ratelimit.Limit{
-		window("api_key", key, ratelimit.MetricRequests, 100, 1),
-		window("api_key", key, ratelimit.MetricTokens, 10000, 500),
-		concurrent("model", key, 10),
-	}
+	requests := window("api_key", key, ratelimit.MetricRequests, 100, 1)
+	tokens := window("api_key", key, ratelimit.MetricTokens, 10000, 500)
+	// Windows of a week: a test's reservations and the rows another
+	// transaction holds must fall in the same window, which a one-minute
+	// window breaks when the test runs across a minute's end.
+	requests.Window, tokens.Window = 7*24*time.Hour, 7*24*time.Hour
+	return []ratelimit.Limit{requests, tokens, concurrent("model", key, 10)}
 }
 
 // assertTerminated checks that err is the server's admin_shutdown error

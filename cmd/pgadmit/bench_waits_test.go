@@ -86,7 +86,10 @@ func TestWaitsSeeAReserveWaitingForARow(t *testing.T) {
 		return pool
 	}
 	holder, waiter, admin := open("waits-holder"), open("waits-test"), open("waits-admin")
-	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "held"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1}}
+	// A week's window: the two Reserves must fall in the same window, which a
+	// one-minute window breaks when the test runs across a minute's end.
+	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "held"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1,
+		Window: 7 * 24 * time.Hour}}
 
 	tx, err := holder.Begin(ctx)
 	if err != nil {
