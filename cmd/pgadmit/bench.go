@@ -59,8 +59,9 @@ unavailable. The throwaway cluster preloads pg_stat_statements.
 
 --waits samples, every 10 ms while a workload runs, what the workers' sessions are doing
 (pg_stat_activity) and prints per workload how many statements executed at once on average and
-what share of their time they ran, wrote or flushed the WAL, or waited for a lock: whether
-this server's admissions are bound by its processors, its disk's flushes or a hot row. The
+what share of their time they ran, wrote or flushed the WAL, waited for another backend's WAL
+write or flush, or waited for a lock: whether this server's admissions are bound by its
+processors, its disk's flushes, commits queuing behind each other's flushes or a hot row. The
 sampling costs about 100 small statements a second on a connection of its own.
 
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed.`,

@@ -21,7 +21,8 @@ type waitClass int
 
 const (
 	waitRunning waitClass = iota // on a processor, or waiting for one: no wait event
-	waitWAL                      // writing or flushing the WAL (a commit waiting for its flush)
+	waitWALIO                    // writing or flushing the WAL itself (a commit flushing its record)
+	waitWALLock                  // waiting for a WAL lock another backend holds (most often its flush)
 	waitLock                     // a heavyweight lock: a row another transaction holds, say
 	waitOther                    // anything else: reading data, a buffer's lock, ...
 	numWaitClasses
@@ -36,9 +37,10 @@ func classifyWait(row db.BenchSessionActivityRow) (class waitClass, ok bool) {
 	switch {
 	case row.WaitEventType == "":
 		return waitRunning, true
-	case row.WaitEventType == "IO" && strings.HasPrefix(row.WaitEvent, "WAL"),
-		row.WaitEventType == "LWLock" && (row.WaitEvent == "WALWrite" || row.WaitEvent == "WALInsert"):
-		return waitWAL, true
+	case row.WaitEventType == "IO" && strings.HasPrefix(row.WaitEvent, "WAL"):
+		return waitWALIO, true
+	case row.WaitEventType == "LWLock" && (row.WaitEvent == "WALWrite" || row.WaitEvent == "WALInsert"):
+		return waitWALLock, true
 	case row.WaitEventType == "Lock":
 		return waitLock, true
 	default:
@@ -74,10 +76,14 @@ type workloadWaitsJSON struct {
 	Samples  int64  `json:"samples"`
 	// InFlight is how many of the workers' statements were executing at once, on average.
 	InFlight float64 `json:"in_flight"`
-	// The shares of their time, in percent: running (or waiting for a processor), writing or
-	// flushing the WAL, waiting for a lock, anything else.
+	// The shares of their time, in percent: running (or waiting for a processor), the WAL
+	// (WALPct, which is WALIOPct, writing or flushing it, plus WALLockPct, waiting for a WAL
+	// lock another backend holds, most often through its flush), waiting for a lock, anything
+	// else.
 	RunningPct float64 `json:"running_pct"`
 	WALPct     float64 `json:"wal_pct"`
+	WALIOPct   float64 `json:"wal_io_pct"`
+	WALLockPct float64 `json:"wal_lock_pct"`
 	LockPct    float64 `json:"lock_pct"`
 	OtherPct   float64 `json:"other_pct"`
 }
@@ -93,7 +99,8 @@ func (t waitTally) report(workload string) workloadWaitsJSON {
 	}
 	if executing > 0 {
 		pct := func(c waitClass) float64 { return 100 * float64(t.active[c]) / float64(executing) }
-		w.RunningPct, w.WALPct, w.LockPct, w.OtherPct = pct(waitRunning), pct(waitWAL), pct(waitLock), pct(waitOther)
+		w.RunningPct, w.WALIOPct, w.WALLockPct, w.LockPct, w.OtherPct = pct(waitRunning), pct(waitWALIO), pct(waitWALLock), pct(waitLock), pct(waitOther)
+		w.WALPct = w.WALIOPct + w.WALLockPct
 	}
 	return w
 }
@@ -218,19 +225,20 @@ func printWaits(w io.Writer, waits []workloadWaitsJSON) {
 	}
 	fmt.Fprintf(w, "\nwhere the workers' statements spent their time (pg_stat_activity every %s): IN FLIGHT is how\n", waitsInterval)
 	fmt.Fprintln(w, "many executed at once on average, the rest shares of their time: RUNNING on a processor (or")
-	fmt.Fprintln(w, "waiting for one), WAL writing or flushing it (a commit waits for its flush), LOCK waiting for a")
-	fmt.Fprintln(w, "lock (a row another transaction holds), OTHER anything else (reading data, buffer locks).")
+	fmt.Fprintln(w, "waiting for one), WAL I/O writing or flushing the WAL (a commit waits for its flush), WAL LOCK")
+	fmt.Fprintln(w, "waiting for a WAL lock another backend holds (most often through its own flush), LOCK waiting")
+	fmt.Fprintln(w, "for a lock (a row another transaction holds), OTHER anything else (reading data, buffer locks).")
 	width := len("WORKLOAD")
 	for _, wl := range waits {
 		width = max(width, len(wl.Workload))
 	}
-	fmt.Fprintf(w, "%-*s %9s %8s %6s %6s %6s %8s\n", width, "WORKLOAD", "IN FLIGHT", "RUNNING", "WAL", "LOCK", "OTHER", "SAMPLES")
+	fmt.Fprintf(w, "%-*s %9s %8s %8s %9s %6s %6s %8s\n", width, "WORKLOAD", "IN FLIGHT", "RUNNING", "WAL I/O", "WAL LOCK", "LOCK", "OTHER", "SAMPLES")
 	for _, wl := range waits {
 		if wl.InFlight == 0 { // no statement seen executing: no shares to give
-			fmt.Fprintf(w, "%-*s %9.2f %8s %6s %6s %6s %8d\n", width, wl.Workload, wl.InFlight, "-", "-", "-", "-", wl.Samples)
+			fmt.Fprintf(w, "%-*s %9.2f %8s %8s %9s %6s %6s %8d\n", width, wl.Workload, wl.InFlight, "-", "-", "-", "-", "-", wl.Samples)
 			continue
 		}
-		fmt.Fprintf(w, "%-*s %9.2f %7.0f%% %5.0f%% %5.0f%% %5.0f%% %8d\n",
-			width, wl.Workload, wl.InFlight, wl.RunningPct, wl.WALPct, wl.LockPct, wl.OtherPct, wl.Samples)
+		fmt.Fprintf(w, "%-*s %9.2f %7.0f%% %7.0f%% %8.0f%% %5.0f%% %5.0f%% %8d\n",
+			width, wl.Workload, wl.InFlight, wl.RunningPct, wl.WALIOPct, wl.WALLockPct, wl.LockPct, wl.OtherPct, wl.Samples)
 	}
 }

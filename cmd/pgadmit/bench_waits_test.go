@@ -26,11 +26,11 @@ func TestClassifyWait(t *testing.T) {
 		executing         bool
 	}{
 		{"active", "", "", waitRunning, true},
-		{"active", "IO", "WALSync", waitWAL, true},
-		{"active", "IO", "WALWrite", waitWAL, true},
-		{"active", "IO", "WALInitSync", waitWAL, true},
-		{"active", "LWLock", "WALWrite", waitWAL, true},
-		{"active", "LWLock", "WALInsert", waitWAL, true},
+		{"active", "IO", "WALSync", waitWALIO, true},
+		{"active", "IO", "WALWrite", waitWALIO, true},
+		{"active", "IO", "WALInitSync", waitWALIO, true},
+		{"active", "LWLock", "WALWrite", waitWALLock, true},
+		{"active", "LWLock", "WALInsert", waitWALLock, true},
 		{"active", "Lock", "transactionid", waitLock, true},
 		{"active", "Lock", "advisory", waitLock, true},
 		{"active", "IO", "DataFileRead", waitOther, true},
@@ -51,13 +51,15 @@ func TestWaitTallyReport(t *testing.T) {
 	var tally waitTally
 	running := db.BenchSessionActivityRow{State: "active"}
 	flushing := db.BenchSessionActivityRow{State: "active", WaitEventType: "IO", WaitEvent: "WALSync"}
+	queued := db.BenchSessionActivityRow{State: "active", WaitEventType: "LWLock", WaitEvent: "WALWrite"}
 	idle := db.BenchSessionActivityRow{State: "idle", WaitEventType: "Client", WaitEvent: "ClientRead"}
 	tally.add([]db.BenchSessionActivityRow{running, flushing, idle})
-	tally.add([]db.BenchSessionActivityRow{running, idle})
+	tally.add([]db.BenchSessionActivityRow{running, idle, queued})
 	tally.add(nil)
 	tally.add([]db.BenchSessionActivityRow{running, running, flushing, flushing})
 	got := tally.report("W")
-	want := workloadWaitsJSON{Workload: "W", Samples: 4, InFlight: 7.0 / 4, RunningPct: 100 * 4.0 / 7, WALPct: 100 * 3.0 / 7}
+	want := workloadWaitsJSON{Workload: "W", Samples: 4, InFlight: 8.0 / 4, RunningPct: 100 * 4.0 / 8,
+		WALPct: 100*3.0/8 + 100*1.0/8, WALIOPct: 100 * 3.0 / 8, WALLockPct: 100 * 1.0 / 8}
 	if got != want {
 		t.Errorf("report = %+v, want %+v", got, want)
 	}
@@ -161,10 +163,13 @@ func TestBenchWaits(t *testing.T) {
 		if w.Samples < 20 || w.InFlight <= 0 || w.InFlight > 10 || w.RunningPct <= 0 {
 			t.Errorf("waits %+v", w)
 		}
-		if sum := w.RunningPct + w.WALPct + w.LockPct + w.OtherPct; math.Abs(sum-100) > 1e-9 {
+		if sum := w.RunningPct + w.WALIOPct + w.WALLockPct + w.LockPct + w.OtherPct; math.Abs(sum-100) > 1e-9 {
 			t.Errorf("%s: shares add up to %v%%", w.Workload, sum)
 		}
-		row := `(?m)^` + regexp.QuoteMeta(w.Workload) + `\s+\d+\.\d\d\s+\d+%\s+\d+%\s+\d+%\s+\d+%\s+\d+$`
+		if math.Abs(w.WALPct-(w.WALIOPct+w.WALLockPct)) > 1e-9 {
+			t.Errorf("%s: wal_pct %v is not wal_io_pct %v + wal_lock_pct %v", w.Workload, w.WALPct, w.WALIOPct, w.WALLockPct)
+		}
+		row := `(?m)^` + regexp.QuoteMeta(w.Workload) + `\s+\d+\.\d\d\s+\d+%\s+\d+%\s+\d+%\s+\d+%\s+\d+%\s+\d+$`
 		if !regexp.MustCompile(row).MatchString(stderr) {
 			t.Errorf("bench --waits table has no row for %s", w.Workload)
 		}
@@ -177,15 +182,15 @@ func TestPrintWaits(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
 	printWaits(&out, []workloadWaitsJSON{
-		{Workload: "W6 gateway, shared model", Samples: 100, InFlight: 1.5, RunningPct: 60, WALPct: 30, LockPct: 10},
+		{Workload: "W6 gateway, shared model", Samples: 100, InFlight: 1.5, RunningPct: 50, WALPct: 40, WALIOPct: 30, WALLockPct: 10, LockPct: 10},
 		{Workload: "W8", Samples: 100},
 	})
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	table := lines[len(lines)-3:]
 	want := []string{
-		"WORKLOAD                 IN FLIGHT  RUNNING    WAL   LOCK  OTHER  SAMPLES",
-		"W6 gateway, shared model      1.50      60%    30%    10%     0%      100",
-		"W8                            0.00        -      -      -      -      100",
+		"WORKLOAD                 IN FLIGHT  RUNNING  WAL I/O  WAL LOCK   LOCK  OTHER  SAMPLES",
+		"W6 gateway, shared model      1.50      50%      30%       10%    10%     0%      100",
+		"W8                            0.00        -        -         -      -      -      100",
 	}
 	if diff := cmp.Diff(want, table); diff != "" {
 		t.Errorf("printWaits table (-want +got):\n%s\n%s", diff, out.String())
