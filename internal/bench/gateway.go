@@ -35,8 +35,11 @@ func (r *runner) w6(ctx context.Context) (Result, error) {
 	})
 }
 
+// W7 and W8 run on Limiters of their own (one per instance): each holds the
+// blocks of its Local limits, and closeAll returns them at the workload's end.
+
 func (r *runner) w7(ctx context.Context) (Result, error) {
-	lims := r.allotting()
+	lims := r.limiters()
 	defer closeAll(lims)
 	return r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, true), gatewayActual)
@@ -44,7 +47,7 @@ func (r *runner) w7(ctx context.Context) (Result, error) {
 }
 
 func (r *runner) w8(ctx context.Context) (Result, error) {
-	lims := r.allotting()
+	lims := r.limiters()
 	defer closeAll(lims)
 	limit := requestsLimit(r.key("hot-local"))
 	limit.Local = true
@@ -53,11 +56,6 @@ func (r *runner) w8(ctx context.Context) (Result, error) {
 		return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 	})
 }
-
-// allotting is a Limiter of its own per instance for a workload with Local
-// limits: each holds its own blocks, and closeAll returns them at the
-// workload's end.
-func (r *runner) allotting() []*ratelimit.Limiter { return r.limiters() }
 
 // closeAll closes every Limiter of lims, returning their blocks.
 func closeAll(lims []*ratelimit.Limiter) {
