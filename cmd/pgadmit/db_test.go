@@ -322,12 +322,15 @@ func serverPreloadsStatements(t *testing.T, url string) bool {
 func TestBenchThink(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	const workers, think = 4, 50 * time.Millisecond
+	// Pauses far longer than an operation, even on a loaded machine (under coverage, with the
+	// whole suite running, a W1 operation has taken 25 ms): the latency with them left out
+	// stays well below them.
+	const workers, think = 4, 200 * time.Millisecond
 	var rep struct {
 		ThinkSeconds float64        `json:"think_s"`
 		Results      []bench.Result `json:"results"`
 	}
-	benchJSON(t, &rep, ", think 50ms,", "--database-url", url, "bench", "--workers", strconv.Itoa(workers), "--duration", "1s",
+	benchJSON(t, &rep, ", think 200ms,", "--database-url", url, "bench", "--workers", strconv.Itoa(workers), "--duration", "2s",
 		"--think", think.String(), "--only", "W1", "--statements", "0", "--json", "-")
 	if len(rep.Results) != 1 {
 		t.Fatalf("bench --think JSON: %d results, want 1", len(rep.Results))
@@ -337,12 +340,12 @@ func TestBenchThink(t *testing.T) {
 	if rep.ThinkSeconds != think.Seconds() {
 		t.Errorf("think_s = %v, want %v", rep.ThinkSeconds, think.Seconds())
 	}
-	// Pauses average 50 ms, so 4 workers admit about 80 operations a second; back to back
+	// Pauses average 200 ms, so 4 workers admit about 20 operations a second; back to back
 	// they admit hundreds or thousands.
 	if maxOps := 1.5 * workers / think.Seconds(); w1.OpsPerS <= 0 || w1.OpsPerS > maxOps {
 		t.Errorf("W1 ran %.0f ops/s; with pauses of %s on average it cannot pass %.0f", w1.OpsPerS, think, maxOps)
 	}
-	// Half the pauses are longer than 50 ms: a median with them in would be too.
+	// Half the pauses are longer than 200 ms: a median with them in would be too.
 	if w1.P50us <= 0 || time.Duration(w1.P50us)*time.Microsecond >= think/2 {
 		t.Errorf("W1 p50 %d µs: the pause is not left out of the latency", w1.P50us)
 	}
