@@ -33,8 +33,9 @@ type combiner[Req, Res any] struct {
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
 	inFlight int
-	batches  int64 // statements sent
-	requests int64 // requests they carried
+	batches  int64         // statements sent
+	requests int64         // requests they carried
+	busy     time.Duration // their time from send to answer, summed
 }
 
 // combined is one request waiting for its batch.
@@ -214,7 +215,12 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 	c.batches++
 	c.requests += int64(len(batch))
 	c.mu.Unlock()
+	sent := time.Now()
 	res, errs, err := c.run(ctx, reqs)
+	took := time.Since(sent)
+	c.mu.Lock()
+	c.busy += took
+	c.mu.Unlock()
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
 			c.runBatch([]*combined[Req, Res]{p})
@@ -277,11 +283,16 @@ func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, c
 // was made: Requests calls went out as Batches statements, Hot of them
 // batches on a hot counter or concurrency scope (two calls drawing on
 // one), which release its row or lock before their commit's flush and
-// answer after it.
+// answer after it. Busy is the statements' time from send to answer,
+// summed: encoding, the round trip, the server's work and the commit's
+// flush, and decoding the answer. With one statement in flight, Busy over
+// the time elapsed is the share of it the stream was busy; the rest it
+// waited for callers.
 type CombinerStats struct {
 	Batches  int64
 	Requests int64
 	Hot      int64
+	Busy     time.Duration
 }
 
 // MeanBatch is how many calls one statement carried on average.
@@ -292,13 +303,42 @@ func (s CombinerStats) MeanBatch() float64 {
 	return float64(s.Requests) / float64(s.Batches)
 }
 
+// MeanStatement is how long one statement took from send to answer on
+// average (zero before any was answered).
+func (s CombinerStats) MeanStatement() time.Duration {
+	if s.Batches == 0 {
+		return 0
+	}
+	return s.Busy / time.Duration(s.Batches)
+}
+
+// Sub is what was counted between an earlier reading, before, and s.
+func (s CombinerStats) Sub(before CombinerStats) CombinerStats {
+	return CombinerStats{
+		Batches:  s.Batches - before.Batches,
+		Requests: s.Requests - before.Requests,
+		Hot:      s.Hot - before.Hot,
+		Busy:     s.Busy - before.Busy,
+	}
+}
+
+// Add is the sum of two counts, of two Limiters say.
+func (s CombinerStats) Add(t CombinerStats) CombinerStats {
+	return CombinerStats{
+		Batches:  s.Batches + t.Batches,
+		Requests: s.Requests + t.Requests,
+		Hot:      s.Hot + t.Hot,
+		Busy:     s.Busy + t.Busy,
+	}
+}
+
 func (c *combiner[Req, Res]) stats() CombinerStats {
 	if c == nil {
 		return CombinerStats{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CombinerStats{Batches: c.batches, Requests: c.requests}
+	return CombinerStats{Batches: c.batches, Requests: c.requests, Busy: c.busy}
 }
 
 // Stats says how this Limiter combined Reserve calls and Commit/Release

@@ -81,6 +81,39 @@ func TestCombinerBatchesWhatArrivesWhileABatchRuns(t *testing.T) {
 	}
 }
 
+// A combiner times its statements from send to answer: Busy is their sum,
+// so with one in flight it never exceeds the time that passed, and each
+// statement adds at least what it took.
+func TestCombinerTimesItsStatements(t *testing.T) {
+	const statements, pause = 3, 20 * time.Millisecond
+	slow := func(_ context.Context, reqs []int) ([]int, []error, error) {
+		time.Sleep(pause)
+		return reqs, make([]error, len(reqs)), nil
+	}
+	c := newCombiner(8, 1, slow, nil)
+	start := time.Now()
+	for n := range statements {
+		if _, err := c.do(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	s := c.stats()
+	if s.Batches != statements || s.Busy < statements*pause || s.Busy > elapsed {
+		t.Errorf("%d statements busy %v in %v; want %d, busy at least %v and at most the time elapsed",
+			s.Batches, s.Busy, elapsed, statements, statements*pause)
+	}
+	if mean := s.MeanStatement(); mean < pause || mean != s.Busy/statements {
+		t.Errorf("mean statement %v, want Busy over Batches and at least %v", mean, pause)
+	}
+	if d := s.Sub(CombinerStats{Batches: 1, Requests: 1, Busy: pause}); d.Batches != statements-1 || d.Busy != s.Busy-pause {
+		t.Errorf("Sub gave %+v", d)
+	}
+	if sum := s.Add(s); sum.Busy != 2*s.Busy || sum.Requests != 2*statements {
+		t.Errorf("Add gave %+v", sum)
+	}
+}
+
 // Callers woken together (as the callers of one batch are when it answers)
 // ride in one batch: the first one yields to the others before it sends,
 // instead of going alone and making the rest wait for it.

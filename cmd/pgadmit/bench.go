@@ -227,7 +227,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		}
 		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
 		if r.ReservesPerStatement > 0 {
-			fmt.Fprintf(out, "  (combined: %.1f reserves, %.1f settles per statement, %.0f%% hot)", r.ReservesPerStatement, r.SettlesPerStatement, r.HotPercent)
+			fmt.Fprintf(out, "  (combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot)",
+				r.ReservesPerStatement, r.ReserveStatementUs/1000, r.SettlesPerStatement, r.SettleStatementUs/1000,
+				r.ReserveBusyPercent, r.SettleBusyPercent, r.HotPercent)
 		}
 		fmt.Fprintln(out)
 	})

@@ -278,6 +278,13 @@ func TestBenchInstances(t *testing.T) {
 	if w3.Admitted == 0 || w3.Errors != 0 || w3.ReservesPerStatement < 1 || w3.SettlesPerStatement < 1 {
 		t.Errorf("W3 in 2 instances: %+v", w3)
 	}
+	// One statement of each kind in flight per instance: each is busy for part
+	// of the run, never more than all of it.
+	if w3.ReserveStatementUs <= 0 || w3.SettleStatementUs <= 0 ||
+		w3.ReserveBusyPercent <= 0 || w3.ReserveBusyPercent > 100 || w3.SettleBusyPercent <= 0 || w3.SettleBusyPercent > 100 {
+		t.Errorf("W3 in 2 instances: statements of %.1f and %.1f µs, busy %.1f%% and %.1f%%; want each above 0, busy at most 100%%",
+			w3.ReserveStatementUs, w3.SettleStatementUs, w3.ReserveBusyPercent, w3.SettleBusyPercent)
+	}
 	if w4.Admitted != 110 || !w4.OK {
 		t.Errorf("W4 in 2 instances admitted %d (checks %+v), want 100 window + 10 concurrent", w4.Admitted, w4.Checks)
 	}

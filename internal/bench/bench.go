@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
@@ -139,6 +140,15 @@ type Result struct {
 	// Commit calls one statement carried on average (combining; 1 without).
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
 	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
+	// ReserveStatementUs and SettleStatementUs are how long one such
+	// statement took on average from send to answer, in microseconds;
+	// ReserveBusyPercent and SettleBusyPercent the share of the run that
+	// each instance had one in flight (statements in flight on average, in
+	// percent, with more than one allowed: see ratelimit's CombinerStats).
+	ReserveStatementUs float64 `json:"reserve_statement_us,omitempty"`
+	SettleStatementUs  float64 `json:"settle_statement_us,omitempty"`
+	ReserveBusyPercent float64 `json:"reserve_busy_percent,omitempty"`
+	SettleBusyPercent  float64 `json:"settle_busy_percent,omitempty"`
 	// HotPercent is the share of those statements, of both kinds, sent as
 	// hot batches (two calls on one counter or concurrency scope: see ratelimit's CombinerStats).
 	HotPercent float64 `json:"hot_percent,omitempty"`
@@ -376,43 +386,40 @@ func (r *runner) measureWith(ctx context.Context, lims []*ratelimit.Limiter, d t
 	}
 	res := summarize(s)
 	after := statsOf(lims)
-	res.ReservesPerStatement = perStatement(before.Reserve, after.Reserve)
-	res.SettlesPerStatement = perStatement(before.Settle, after.Settle)
-	res.HotPercent = hotPercent(before, after)
+	reserves, settles := after.Reserve.Sub(before.Reserve), after.Settle.Sub(before.Settle)
+	res.ReservesPerStatement = reserves.MeanBatch()
+	res.SettlesPerStatement = settles.MeanBatch()
+	res.ReserveStatementUs = microseconds(reserves.MeanStatement())
+	res.SettleStatementUs = microseconds(settles.MeanStatement())
+	streams := s.elapsed * time.Duration(len(lims))
+	res.ReserveBusyPercent = percentOf(reserves.Busy, streams)
+	res.SettleBusyPercent = percentOf(settles.Busy, streams)
+	res.HotPercent = percentOf(reserves.Hot+settles.Hot, reserves.Batches+settles.Batches)
 	return res, nil
 }
 
 // statsOf adds up the combining counts of lims.
 func statsOf(lims []*ratelimit.Limiter) ratelimit.Stats {
 	var sum ratelimit.Stats
-	add := func(to *ratelimit.CombinerStats, s ratelimit.CombinerStats) {
-		to.Batches += s.Batches
-		to.Requests += s.Requests
-		to.Hot += s.Hot
-	}
 	for _, l := range lims {
 		s := l.Stats()
-		add(&sum.Reserve, s.Reserve)
-		add(&sum.Settle, s.Settle)
+		sum.Reserve = sum.Reserve.Add(s.Reserve)
+		sum.Settle = sum.Settle.Add(s.Settle)
 	}
 	return sum
 }
 
-// hotPercent is the share of the statements sent between two readings of
-// a Limiter's counts that went as hot batches, in percent.
-func hotPercent(before, after ratelimit.Stats) float64 {
-	statements := after.Reserve.Batches - before.Reserve.Batches + after.Settle.Batches - before.Settle.Batches
-	if statements == 0 {
+// percentOf is part over whole in percent (0 when whole is).
+func percentOf[N ~int64](part, whole N) float64 {
+	if whole == 0 {
 		return 0
 	}
-	hot := after.Reserve.Hot - before.Reserve.Hot + after.Settle.Hot - before.Settle.Hot
-	return 100 * float64(hot) / float64(statements)
+	return 100 * float64(part) / float64(whole)
 }
 
-// perStatement is the mean number of calls per statement between two
-// readings of a combiner's counts.
-func perStatement(before, after ratelimit.CombinerStats) float64 {
-	return ratelimit.CombinerStats{Batches: after.Batches - before.Batches, Requests: after.Requests - before.Requests}.MeanBatch()
+// microseconds is d in microseconds, to a tenth.
+func microseconds(d time.Duration) float64 {
+	return math.Round(float64(d)/100) / 10
 }
 
 // drive runs op in a loop on every worker for d and measures it. An op returning nil is
