@@ -112,6 +112,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	rounds := fs.Int("rounds", 1, "run the selected workloads `N` times in the same database, 1 to 1000, and compare the last round with the first")
 	statements := fs.Int("statements", defaultBenchStatements, "show the `N` statements per workload that took the most server time (pg_stat_statements), 0 to 100; 0: no report")
 	waits := fs.Bool("waits", false, "sample the workers' sessions (pg_stat_activity) every 10 ms and show what their statements waited for")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile while the workloads run to this `file`, for go tool pprof")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -144,6 +145,11 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return usagef("--only: %v", err)
 	}
+	profile, err := createBenchProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer profile.stop()
 	out := a.stdout
 	if *jsonPath == "-" {
 		out = a.stderr
@@ -220,6 +226,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
 		cfg.RunID, who, cfg.Duration, bench.ExactnessSeconds, shape, server.String(), version)
 	fmt.Fprintf(out, "%-22s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
+	if err := profile.start(); err != nil {
+		return err
+	}
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
 		name := r.Name
 		if cfg.Rounds > 1 {
@@ -234,6 +243,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintln(out)
 	})
 	if err != nil {
+		return err
+	}
+	if err := profile.stop(); err != nil {
 		return err
 	}
 

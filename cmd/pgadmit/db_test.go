@@ -324,6 +324,26 @@ func serverPreloadsStatements(t *testing.T, url string) bool {
 	return p.Loaded
 }
 
+// --cpuprofile writes the client's CPU profile while the workloads run: a
+// gzipped protobuf, as go tool pprof reads it.
+func TestBenchCPUProfile(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	_, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "4", "--duration", "300ms",
+		"--only", "W1", "--statements", "0", "--cpuprofile", path)
+	if code != exitOK {
+		t.Fatalf("bench --cpuprofile: exit %d\n%s", code, stderr)
+	}
+	prof, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prof) < 64 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Errorf("bench --cpuprofile wrote %d bytes, want a gzipped profile", len(prof))
+	}
+}
+
 // --think pauses each operation between Reserve and Commit: a worker admits
 // at most one operation per pause, and the latencies leave the pause out.
 func TestBenchThink(t *testing.T) {

@@ -102,6 +102,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--rounds", "1001"}, "--rounds must be between 1 and 1000"},
 		{db, []string{"bench", "--statements", "-1"}, "--statements must be between 0 and 100, got -1"},
 		{db, []string{"bench", "--statements", "101"}, "--statements must be between 0 and 100"},
+		{db, []string{"bench", "--cpuprofile", "/nonexistent/dir/cpu.prof"}, "--cpuprofile: open /nonexistent/dir/cpu.prof: no such file or directory"},
 		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},
 		{db, []string{"demo", "--instances", "1"}, "--instances must be between 2 and 16"},
 		{db, []string{"recover", "--every", "1ms"}, "--every must be at least 100ms"},
