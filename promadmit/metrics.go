@@ -1,7 +1,8 @@
 // Package promadmit exports what pgadmit does as Prometheus metrics: the
 // decisions of the HTTP middleware (package httpadmit), the latency of
-// every database operation, the leases requests in flight hold, and what
-// Recover and Prune give back.
+// every database operation, the leases requests in flight hold, what
+// Recover and Prune give back, and (NewCombiningCollector) how a Limiter
+// combines concurrent calls into statements.
 //
 //	reg := prometheus.NewRegistry()
 //	metrics, err := promadmit.New(reg)

@@ -1,0 +1,70 @@
+package promadmit
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Kinds of combined statement, the kind label of the combining metrics.
+const (
+	KindReserve = "reserve" // Reserve calls
+	KindSettle  = "settle"  // Commit and Release calls
+)
+
+// NewCombiningCollector exports how limiter combines concurrent calls
+// (ratelimit.Limiter.Stats), read at each scrape, by kind (reserve,
+// settle):
+//
+//	pgadmit_combined_statements_total      statements sent
+//	pgadmit_combined_calls_total           calls they carried
+//	pgadmit_combined_hot_statements_total  of them hot batches
+//	pgadmit_combined_statement_seconds_total  their time from send to answer
+//
+// Calls per statement are rate(calls) / rate(statements), a statement's
+// mean time rate(seconds) / rate(statements), and rate(seconds) the
+// statements in flight on average: with one in flight per kind (the
+// default), a kind near 1 has callers waiting for every statement, and
+// well under 1 leaves time to spare. A second Limiter needs its own labels:
+// register it through prometheus.WrapRegistererWith.
+func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, error) {
+	if limiter == nil {
+		return nil, errors.New("promadmit: NewCombiningCollector: nil Limiter")
+	}
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"kind"}, nil)
+	}
+	return &combining{
+		limiter:    limiter,
+		statements: desc("pgadmit_combined_statements_total", "Combined statements sent, by kind (reserve, settle)."),
+		calls:      desc("pgadmit_combined_calls_total", "Calls the combined statements carried, by kind."),
+		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
+		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
+	}, nil
+}
+
+type combining struct {
+	limiter                         *ratelimit.Limiter
+	statements, calls, hot, seconds *prometheus.Desc
+}
+
+func (c *combining) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds} {
+		ch <- d
+	}
+}
+
+func (c *combining) Collect(ch chan<- prometheus.Metric) {
+	s := c.limiter.Stats()
+	for _, k := range []struct {
+		kind  string
+		stats ratelimit.CombinerStats
+	}{{KindReserve, s.Reserve}, {KindSettle, s.Settle}} {
+		ch <- prometheus.MustNewConstMetric(c.statements, prometheus.CounterValue, float64(k.stats.Batches), k.kind)
+		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(k.stats.Requests), k.kind)
+		ch <- prometheus.MustNewConstMetric(c.hot, prometheus.CounterValue, float64(k.stats.Hot), k.kind)
+		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, k.stats.Busy.Seconds(), k.kind)
+	}
+}

@@ -1,0 +1,105 @@
+package promadmit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// The combining collector reports, at each scrape, what the Limiter's
+// Stats say: callers on one key share statements, some of them hot, and
+// the statements' time adds up.
+func TestCombiningCollectorReportsLimiterStats(t *testing.T) {
+	t.Parallel()
+	limiter := ratelimit.New(pgtest.NewPool(t))
+	reg := prometheus.NewRegistry()
+	collector, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(collector)
+
+	const callers, tries = 16, 20
+	key := fmt.Sprintf("combining-%d", time.Now().UnixNano())
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range tries {
+				g, err := limiter.Reserve(context.Background(), "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: key},
+					Metric: ratelimit.MetricRequests, Limit: 1e9, Amount: 1, Window: time.Hour}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := limiter.Commit(context.Background(), g, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	s := limiter.Stats()
+	if s.Reserve.Requests != callers*tries || s.Reserve.Batches >= s.Reserve.Requests || s.Reserve.Hot == 0 || s.Reserve.Busy <= 0 {
+		t.Fatalf("Limiter.Stats %+v: want %d reserves in fewer statements, some hot, with their time", s, callers*tries)
+	}
+	page := scrape(t, reg)
+	for _, want := range []string{
+		fmt.Sprintf(`pgadmit_combined_statements_total{kind="reserve"} %d`, s.Reserve.Batches),
+		fmt.Sprintf(`pgadmit_combined_calls_total{kind="reserve"} %d`, s.Reserve.Requests),
+		fmt.Sprintf(`pgadmit_combined_hot_statements_total{kind="reserve"} %d`, s.Reserve.Hot),
+		fmt.Sprintf(`pgadmit_combined_statements_total{kind="settle"} %d`, s.Settle.Batches),
+		fmt.Sprintf(`pgadmit_combined_calls_total{kind="settle"} %d`, s.Settle.Requests),
+		fmt.Sprintf(`pgadmit_combined_statement_seconds_total{kind="reserve"} %v`, s.Reserve.Busy.Seconds()),
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", page)
+	}
+}
+
+// A nil Limiter is an error; a second Limiter registers under labels of
+// its own.
+func TestCombiningCollectorRegistration(t *testing.T) {
+	t.Parallel()
+	if _, err := promadmit.NewCombiningCollector(nil); err == nil {
+		t.Error("NewCombiningCollector(nil): no error")
+	}
+	pool := pgtest.NewPool(t)
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"a", "b"} {
+		c, err := promadmit.NewCombiningCollector(ratelimit.New(pool))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"limiter": name}, reg).Register(c); err != nil {
+			t.Fatalf("register limiter %s: %v", name, err)
+		}
+	}
+	c, err := promadmit.NewCombiningCollector(ratelimit.New(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(c); err == nil {
+		t.Error("a third Limiter registered without labels of its own beside two with them")
+	}
+	page := scrape(t, reg)
+	for _, name := range []string{"a", "b"} {
+		if want := fmt.Sprintf(`pgadmit_combined_statements_total{kind="reserve",limiter=%q} 0`, name); !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, page)
+		}
+	}
+}
