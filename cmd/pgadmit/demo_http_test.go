@@ -44,6 +44,8 @@ func TestDemoHTTP(t *testing.T) {
 		`(?m)^  pgadmit_db_operation_duration_seconds_count\{operation="reserve",result="ok"\} [1-9]\d*$`,
 		`(?m)^  pgadmit_db_operation_duration_seconds_count\{operation="commit",result="ok"\} [1-9]\d*$`,
 		`(?m)^  pgadmit_http_leases_held 0$`,
+		`(?m)^  pgadmit_combined_calls_total\{kind="reserve"\} [1-9]\d*$`,
+		`(?m)^  pgadmit_combined_statement_seconds_total\{kind="settle"\} [0-9.e-]+$`,
 		`this run's scopes hold 0 reserved and 0 live leases: nothing held`,
 		`doctor: the books balance`,
 		`(?m)^demo --http: ok$`,
