@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -234,7 +235,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		if cfg.Rounds > 1 {
 			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, cfg.Rounds)
 		}
-		fmt.Fprintf(out, "%-22s %9.0f %8d %8d %9d %8d %7d", name, r.OpsPerS, r.P50us, r.P99us, r.Admitted, r.Rejected, r.Errors)
+		fmt.Fprintf(out, "%-22s %9.0f %8s %8s %9d %8d %7d", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors)
 		if r.ReservesPerStatement > 0 {
 			fmt.Fprintf(out, "  (combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot)",
 				r.ReservesPerStatement, r.ReserveStatementUs/1000, r.SettlesPerStatement, r.SettleStatementUs/1000,
@@ -371,4 +372,13 @@ func wrap(text string, indent, width int) string {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
+}
+
+// micros formats a latency in microseconds: to a tenth below 10 µs (an
+// admission from a local allotment takes about one), whole above.
+func micros(ns int64) string {
+	if ns < 10_000 {
+		return strconv.FormatFloat(float64(ns)/1000, 'f', 1, 64)
+	}
+	return strconv.FormatInt(ns/1000, 10)
 }

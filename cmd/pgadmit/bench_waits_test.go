@@ -225,3 +225,13 @@ func TestWaitsStopWhileReading(t *testing.T) {
 		t.Errorf("report = %+v; want samples, none of them executing", rep)
 	}
 }
+
+// Latencies under 10 µs keep a tenth (an admission from an allotment takes
+// about one); longer ones are whole microseconds.
+func TestMicros(t *testing.T) {
+	for ns, want := range map[int64]string{0: "0.0", 412: "0.4", 1_460: "1.5", 9_949: "9.9", 10_000: "10", 2_003_999: "2003"} {
+		if got := micros(ns); got != want {
+			t.Errorf("micros(%d) = %q, want %q", ns, got, want)
+		}
+	}
+}

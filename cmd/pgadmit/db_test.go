@@ -148,7 +148,7 @@ func TestBench(t *testing.T) {
 	out := cliOK(t, "--database-url", url, "bench", "--workers", "4", "--duration", "200ms", "--json", jsonPath)
 	t.Logf("bench took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
 	for _, w := range bench.Workloads() {
-		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.Name) + `\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+0( |$)`).MatchString(out) {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.Name) + `\s+\d+\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s+0( |$)`).MatchString(out) {
 			t.Errorf("bench output has no row for %q with 0 errors", w.Name)
 		}
 	}
@@ -179,6 +179,7 @@ func TestBench(t *testing.T) {
 			OpsPerS  *float64 `json:"ops_per_s"`
 			P50      *int64   `json:"p50_us"`
 			P99      *int64   `json:"p99_us"`
+			P50ns    *int64   `json:"p50_ns"`
 			Admitted *int64   `json:"admitted"`
 			Rejected *int64   `json:"rejected"`
 			Errors   *int64   `json:"errors"`
@@ -199,19 +200,19 @@ func TestBench(t *testing.T) {
 		if !strings.HasPrefix(r.Name, code+" ") || r.Round != 1 {
 			t.Errorf("result %d is named %q, round %d; want it to start with %q, round 1", i, r.Name, r.Round, code)
 		}
-		if r.OpsPerS == nil || r.P50 == nil || r.P99 == nil || r.Admitted == nil || r.Rejected == nil || r.Errors == nil {
+		if r.OpsPerS == nil || r.P50 == nil || r.P99 == nil || r.P50ns == nil || r.Admitted == nil || r.Rejected == nil || r.Errors == nil {
 			t.Errorf("result %q lacks a field:\n%s", r.Name, b)
 			continue
 		}
-		// Latencies are whole microseconds. W8 admits from memory, with no round trip: on a
-		// fast machine its median is below a microsecond, so 0; every other workload's
-		// operation waits for the server.
+		// p50_us is whole microseconds, p50_ns the same median. W8 admits from memory, with
+		// no round trip: on a fast machine its median is below a microsecond, so 0 µs but
+		// never 0 ns; every other workload's operation waits for the server.
 		minP50 := int64(1)
 		if code == "W8" {
 			minP50 = 0
 		}
-		if *r.OpsPerS <= 0 || *r.P50 < minP50 || *r.P99 < *r.P50 || *r.Errors != 0 {
-			t.Errorf("result %q: ops/s %v, p50 %d, p99 %d, errors %d", r.Name, *r.OpsPerS, *r.P50, *r.P99, *r.Errors)
+		if *r.OpsPerS <= 0 || *r.P50 < minP50 || *r.P99 < *r.P50 || *r.Errors != 0 || *r.P50ns <= 0 || *r.P50ns/1000 != *r.P50 {
+			t.Errorf("result %q: ops/s %v, p50 %d µs (%d ns), p99 %d, errors %d", r.Name, *r.OpsPerS, *r.P50, *r.P50ns, *r.P99, *r.Errors)
 		}
 	}
 	if w4 := rep.Results[3]; *w4.Admitted != 110 {

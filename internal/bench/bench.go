@@ -125,17 +125,22 @@ type Check struct {
 
 // Result is what one workload measured. Its JSON names are those of the reference harness.
 type Result struct {
-	Name      string  `json:"name"`
-	Workers   int     `json:"workers"`
-	Seconds   float64 `json:"seconds"`
-	Ops       int64   `json:"ops"`
-	OpsPerS   float64 `json:"ops_per_s"`
-	P50us     int64   `json:"p50_us"`
-	P99us     int64   `json:"p99_us"`
-	Admitted  int64   `json:"admitted"`
-	Rejected  int64   `json:"rejected"`
-	Errors    int64   `json:"errors"`
-	Deadlocks int64   `json:"deadlocks"`
+	Name    string  `json:"name"`
+	Workers int     `json:"workers"`
+	Seconds float64 `json:"seconds"`
+	Ops     int64   `json:"ops"`
+	OpsPerS float64 `json:"ops_per_s"`
+	P50us   int64   `json:"p50_us"`
+	P99us   int64   `json:"p99_us"`
+	// P50ns and P99ns are the same in nanoseconds: an admission from a
+	// local allotment (W8) takes about a microsecond, which p50_us rounds
+	// down, to 0 on a fast machine.
+	P50ns     int64 `json:"p50_ns"`
+	P99ns     int64 `json:"p99_ns"`
+	Admitted  int64 `json:"admitted"`
+	Rejected  int64 `json:"rejected"`
+	Errors    int64 `json:"errors"`
+	Deadlocks int64 `json:"deadlocks"`
 	// ReservesPerStatement and SettlesPerStatement are how many Reserve and
 	// Commit calls one statement carried on average (combining; 1 without).
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
@@ -512,8 +517,9 @@ func summarize(parts ...sample) Result {
 	}
 	slices.Sort(lat)
 	out.Seconds = elapsed.Seconds()
-	out.P50us = percentile(lat, 50).Microseconds()
-	out.P99us = percentile(lat, 99).Microseconds()
+	p50, p99 := percentile(lat, 50), percentile(lat, 99)
+	out.P50us, out.P99us = p50.Microseconds(), p99.Microseconds()
+	out.P50ns, out.P99ns = p50.Nanoseconds(), p99.Nanoseconds()
 	if elapsed > 0 {
 		out.OpsPerS = float64(out.Ops) / elapsed.Seconds()
 	}
