@@ -33,7 +33,7 @@ type combiner[Req, Res any] struct {
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
 	inFlight int
-	batches  int64         // statements sent
+	batches  int64         // statements answered
 	requests int64         // requests they carried
 	busy     time.Duration // their time from send to answer, summed
 }
@@ -211,16 +211,9 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 	for i, p := range batch {
 		reqs[i] = p.req
 	}
-	c.mu.Lock()
-	c.batches++
-	c.requests += int64(len(batch))
-	c.mu.Unlock()
 	sent := time.Now()
 	res, errs, err := c.run(ctx, reqs)
-	took := time.Since(sent)
-	c.mu.Lock()
-	c.busy += took
-	c.mu.Unlock()
+	c.count(len(batch), time.Since(sent))
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
 			c.runBatch([]*combined[Req, Res]{p})
@@ -242,6 +235,17 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 			go c.abandoned(p.res)
 		}
 	}
+}
+
+// count records a statement of n requests, answered after took. A
+// statement counts once answered, so that Busy and Batches always describe
+// the same statements.
+func (c *combiner[Req, Res]) count(n int, took time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.batches++
+	c.requests += int64(n)
+	c.busy += took
 }
 
 // rejectedInput reports an error the server raised about what a statement
@@ -287,7 +291,7 @@ func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, c
 // summed: encoding, the round trip, the server's work and the commit's
 // flush, and decoding the answer. With one statement in flight, Busy over
 // the time elapsed is the share of it the stream was busy; the rest it
-// waited for callers.
+// waited for callers. A statement counts once it is answered.
 type CombinerStats struct {
 	Batches  int64
 	Requests int64

@@ -173,7 +173,7 @@ func sameLength(n int, lengths ...int) bool {
 // hotReserveRows decides a reserve batch on a hot counter, with the same
 // rows as reserveRows; call sends one of the hot reserve procedures.
 func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
-	l.hot.reserves.Add(1)
+	defer l.hot.reserves.Add(1) // counted once answered, as the combiner counts statements
 	var out reserveArrays
 	if err := callHot(ctx, l.conn, call, out.dest()...); err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.
 // hotSettleRows settles a batch on a hot counter, with the same rows as
 // AdmissionSettle.
 func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams) ([]db.AdmissionSettleRow, error) {
-	l.hot.settles.Add(1)
+	defer l.hot.settles.Add(1) // counted once answered, as the combiner counts statements
 	var out settleArrays
 	err := callHot(ctx, l.conn, func(q db.DBTX) {
 		_ = l.queries.AdmissionHotSettle(ctx, q, db.AdmissionHotSettleParams(p))
