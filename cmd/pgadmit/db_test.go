@@ -69,6 +69,8 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
+	// Everything below reads back the one-minute windows it reserved in.
+	awaitRoomInMinute(t, pool, 20*time.Second)
 
 	lim := ratelimit.New(pool)
 	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}
