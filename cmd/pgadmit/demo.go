@@ -108,6 +108,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	clients := fs.Int("clients", 12, "concurrent clients per instance")
 	keys := fs.Int("keys", 150, "API keys")
 	httpMode := fs.Bool("http", false, "run an HTTP gateway (package httpadmit) in front of a fake streaming upstream instead")
+	decisionTimeout := fs.Duration("decision-timeout", 500*time.Millisecond, "with --http: how long the gateway waits for a decision before its failure policy answers (503, fail closed)")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -130,9 +131,13 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		return usagef("--clients must be between 1 and 64, got %d", *clients)
 	case *keys < 2 || *keys > 1_000_000:
 		return usagef("--keys must be between 2 and 1000000, got %d", *keys)
+	case flagSet(fs, "decision-timeout") && !*httpMode:
+		return usagef("--decision-timeout needs --http")
+	case *decisionTimeout < time.Millisecond || *decisionTimeout > time.Minute:
+		return usagef("--decision-timeout must be between 1ms and 1m, got %s", *decisionTimeout)
 	}
 	if *httpMode {
-		return runHTTPDemo(ctx, a, *duration, *clients, *keys)
+		return runHTTPDemo(ctx, a, *duration, *clients, *keys, *decisionTimeout)
 	}
 	total := time.Now()
 

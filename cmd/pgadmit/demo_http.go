@@ -39,7 +39,9 @@ type httpDemo struct {
 // runHTTPDemo runs a real HTTP gateway on 127.0.0.1 in front of a fake
 // upstream that streams tokens, with clients real HTTP clients, then shows
 // headers, a 429, what a down database does, and the gateway's /metrics.
-func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, keys int) error {
+// The gateway fails a request closed when its decision takes longer than
+// decisionTimeout.
+func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, keys int, decisionTimeout time.Duration) error {
 	dsn, stop, err := a.database(ctx)
 	if err != nil {
 		return err
@@ -87,8 +89,9 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	admit, err := httpadmit.New(limiter, gatewayLimits(d.prefix, d.plans), httpadmit.WithObserver(metrics),
 		httpadmit.WithHeaders(httpadmit.HeadersIETF|httpadmit.HeadersOpenAI|httpadmit.HeadersAnthropic),
 		// A 2-core machine running the load and the database: a few ms would
-		// fail requests closed under load; production sets it near its p99.
-		httpadmit.WithDecisionTimeout(500*time.Millisecond),
+		// fail requests closed under load (500 ms by default); production
+		// sets it near its p99.
+		httpadmit.WithDecisionTimeout(decisionTimeout),
 		httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		return err
