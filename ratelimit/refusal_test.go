@@ -24,6 +24,7 @@ func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
 	var clock testClock
 	l, m := clocked(pool, &clock)
 	key := uniqueKey("k")
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // it fills a window, then expects a refusal in it
 
 	// One window limit that can never fit: no row at all.
 	before := rowCounts(t, pool)

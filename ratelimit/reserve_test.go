@@ -64,6 +64,7 @@ func TestCommitAboveEstimateIsRecordedAndReported(t *testing.T) {
 	l, pool := setup(t)
 	ctx := context.Background()
 	key := uniqueKey("key")
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // the second Reserve must meet the first's window
 	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 500)})
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
@@ -250,8 +251,9 @@ func TestRefusalChangesNoOtherRow(t *testing.T) {
 
 func TestExceededErrorExplainsTheRefusal(t *testing.T) {
 	t.Parallel()
-	l, _ := setup(t)
+	l, pool := setup(t)
 	ctx := context.Background()
+	pgtest.AwaitRoomInWindow(t, pool, 30*time.Second, 5*time.Second) // the refused Reserve must meet the first's window
 	key, model := uniqueKey("key"), uniqueKey("model")
 	meta := map[string]any{"tier": "free"}
 	full := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: key, Name: "Acme prod", Metadata: meta},
@@ -322,6 +324,7 @@ func TestCheckConsumesNothing(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey("key")
 	limits := []ratelimit.Limit{window("api_key", key, "requests", 2, 1), concurrent("model", "m", 1)}
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // the last Check must see the Reserves' window
 	for range 3 {
 		if err := l.Check(ctx, limits); err != nil {
 			t.Fatalf("Check: %v", err)

@@ -70,7 +70,7 @@ func TestInspect(t *testing.T) {
 	ctx := context.Background()
 	url, pool := newDatabase(t)
 	// Everything below reads back the one-minute windows it reserved in.
-	awaitRoomInMinute(t, pool, 20*time.Second)
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
 
 	lim := ratelimit.New(pool)
 	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}

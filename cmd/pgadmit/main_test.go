@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -233,19 +232,4 @@ func newDatabase(t *testing.T) (string, *pgxpool.Pool) {
 	}
 	t.Cleanup(pool.Close)
 	return url, pool
-}
-
-// awaitRoomInMinute returns when the database's current minute has at
-// least need left, waiting for the next minute to begin if it has not: a
-// test that writes into one-minute windows and reads them back must not see
-// its window end half-way (windows are judged on the database's clock).
-func awaitRoomInMinute(t *testing.T, pool *pgxpool.Pool, need time.Duration) {
-	t.Helper()
-	now, err := dbtest.New().OpsNow(context.Background(), pool)
-	if err != nil {
-		t.Fatalf("OpsNow: %v", err)
-	}
-	if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < need {
-		time.Sleep(left + 50*time.Millisecond)
-	}
 }
