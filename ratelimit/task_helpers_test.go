@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -60,23 +61,13 @@ func summary(t *testing.T, conn db.DBTX) dbtest.OpsStateSummaryRow {
 	return s
 }
 
-// dbNow reads the database's clock.
-func dbNow(t *testing.T, conn db.DBTX) time.Time {
-	t.Helper()
-	now, err := testq.OpsNow(context.Background(), conn)
-	if err != nil {
-		t.Fatalf("OpsNow: %v", err)
-	}
-	return now
-}
-
 // waitPast polls the database's clock until it is past at (windows are
 // judged on that clock, not the test's). Only for what the tests cannot
 // drive: Reserve decides on the database's own now().
 func waitPast(t *testing.T, conn dbtest.DBTX, at time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for !dbNow(t, conn).After(at) {
+	for !pgtest.DBNow(t, conn).After(at) {
 		if time.Now().After(deadline) {
 			t.Fatalf("database clock never passed %s", at)
 		}

@@ -1,11 +1,8 @@
 package pgtest
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/pgadmit/pgadmit/internal/dbtest"
 )
 
 // After AwaitRoomInWindow, the database's current window has what was asked left: with a 2 s
@@ -16,13 +13,9 @@ func TestAwaitRoomInWindow(t *testing.T) {
 	const w, need = 2 * time.Second, 1500 * time.Millisecond
 	for range 4 {
 		AwaitRoomInWindow(t, pool, w, need)
-		now, err := dbtest.New().OpsNow(context.Background(), pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The clock read above comes a round trip (or, on a busy machine, more) later than the one
+		// This clock reading comes a round trip (or, on a busy machine, more) later than the one
 		// AwaitRoomInWindow judged.
-		if left := w - time.Duration(now.UnixNano()%int64(w)); left < need-500*time.Millisecond {
+		if left := leftInWindow(DBNow(t, pool), w); left < need-500*time.Millisecond {
 			t.Errorf("%s left in the window after AwaitRoomInWindow, want about %s or more", left, need)
 		}
 		time.Sleep(700 * time.Millisecond) // into the part of the window that has too little left
