@@ -26,16 +26,26 @@ const procChildEnv = "PGADMIT_PROCESS_CHILD"
 
 // procOrders is what a child gateway process runs.
 type procOrders struct {
-	URL        string
-	Key        string
-	Local      bool          // the window limit is Local (allotments); else combining only
-	Window     time.Duration // of the window limit
-	Limit      float64       // of the window limit
-	Slots      float64       // the concurrent limit
-	Workers    int
-	RunFor     time.Duration
-	ReportHeld bool // say "holding" once a local block admitted something (the victim)
+	URL     string
+	Key     string
+	Local   bool          // the window limit is Local (allotments); else combining only
+	Window  time.Duration // of the window limit
+	Limit   float64       // of the window limit
+	Slots   float64       // the concurrent limit
+	Workers int
+	RunFor  time.Duration
+	// Victim: SIGKILL itself at its victimAdmissions-th admission from a
+	// local block, running past RunFor until then.
+	Victim bool
 }
+
+// victimAdmissions is how many admissions the victim makes from its blocks
+// before it dies. It kills itself the instant it admits from a block, so
+// that block certainly has not gone back: a block with a request in flight
+// goes back only on Close or long after its window. Killed from outside a
+// moment later, it could have spent and returned its blocks in a window
+// already full.
+const victimAdmissions = 100
 
 // procReport is what a child that finished reports: admissions per window.
 type procReport struct {
@@ -70,8 +80,11 @@ func TestProcessChild(t *testing.T) {
 	l := ratelimit.New(pool)
 	var mu sync.Mutex
 	rep := procReport{Admitted: map[string]int{}}
-	var held atomic.Bool
+	var fromBlocks atomic.Int64
 	deadline := time.Now().Add(o.RunFor)
+	if o.Victim {
+		deadline = deadline.Add(3 * o.Window) // dies before: every window has room
+	}
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Add(1)
@@ -90,8 +103,9 @@ func TestProcessChild(t *testing.T) {
 					fmt.Printf("error %v\n", err)
 					return
 				}
-				if o.ReportHeld && g.Reservations[0].Local && held.CompareAndSwap(false, true) {
-					fmt.Println("holding")
+				if o.Victim && g.Reservations[0].Local && fromBlocks.Add(1) == victimAdmissions {
+					self, _ := os.FindProcess(os.Getpid())
+					_ = self.Kill() // SIGKILL: no deferred call, no Close
 				}
 				time.Sleep(500 * time.Microsecond) // the upstream call, holding its slot
 				if _, err := l.Commit(ctx, g, nil); err != nil {
@@ -170,12 +184,11 @@ func runProcesses(t *testing.T, local bool) {
 	reports := make([]procReport, processes)
 	for i := range processes {
 		o := orders
-		victim := local && i == 0
-		o.ReportHeld = victim
+		o.Victim = local && i == 0
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reports[i] = runChild(t, o, victim)
+			reports[i] = runChild(t, o)
 		}()
 	}
 	wg.Wait()
@@ -238,9 +251,9 @@ func runProcesses(t *testing.T, local bool) {
 	assertDoctorOK(t, pool)
 }
 
-// runChild runs one gateway process; a victim is SIGKILLed as soon as it
-// says it holds a block it admitted from.
-func runChild(t *testing.T, o procOrders, victim bool) procReport {
+// runChild runs one gateway process and returns its report (none from a
+// victim, which must die by SIGKILL).
+func runChild(t *testing.T, o procOrders) procReport {
 	t.Helper()
 	raw, _ := json.Marshal(o)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProcessChild$", "-test.count=1")
@@ -259,9 +272,6 @@ func runChild(t *testing.T, o procOrders, victim bool) procReport {
 	for scan.Scan() {
 		line := scan.Text()
 		switch {
-		case strings.HasPrefix(line, "holding") && victim:
-			time.Sleep(300 * time.Millisecond) // admitting from its blocks
-			_ = cmd.Process.Kill()
 		case strings.HasPrefix(line, "report "):
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "report ")), &rep); err != nil {
 				t.Error(err)
@@ -271,9 +281,10 @@ func runChild(t *testing.T, o procOrders, victim bool) procReport {
 		}
 	}
 	err = cmd.Wait()
-	if victim {
-		if rep.Admitted != nil {
-			t.Errorf("the victim finished instead of being killed")
+	if o.Victim {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.String() != "signal: killed" {
+			t.Errorf("the victim did not die by SIGKILL: %v (reported %+v)", err, rep)
 		}
 		return procReport{}
 	}
