@@ -13,13 +13,19 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// localWindow is a Local window limit of an hour (no test straddles two of
-// its windows, but in 1 time in 3,600).
+// localWindow is a Local window limit of an hour. A test of it starts with
+// awaitLocalWindow, so that it does not straddle two of its windows.
 func localWindow(key string, limit, amount float64) ratelimit.Limit {
 	w := window("model", key, ratelimit.MetricTokens, limit, amount)
 	w.Local = true
 	w.Window = time.Hour
 	return w
+}
+
+// awaitLocalWindow returns when the current hour has a minute left.
+func awaitLocalWindow(t *testing.T, conn db.DBTX) {
+	t.Helper()
+	pgtest.AwaitRoomInWindow(t, conn, time.Hour, time.Minute)
 }
 
 // allotments reads every block of a scope.
@@ -38,6 +44,7 @@ func allotments(t *testing.T, conn db.DBTX, scopeType, key string) []dbtest.Allo
 func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "test-holder"}))
 	key := uniqueKey("local")
@@ -113,6 +120,7 @@ func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 func TestLocalLimitFallsBackToTheDatabase(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
+	awaitLocalWindow(t, pool)
 	ctx := context.Background()
 	defer l.Close()
 	key := uniqueKey("big")
@@ -139,6 +147,7 @@ func TestLocalLimitFallsBackToTheDatabase(t *testing.T) {
 func TestLocalUnitsGoBackWhenTheDatabaseRefuses(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
+	awaitLocalWindow(t, pool)
 	ctx := context.Background()
 	defer l.Close()
 	key := uniqueKey("mixed")
@@ -177,6 +186,7 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 	t.Parallel()
 	const instances, workers, limit = 4, 8, 400
 	pools := pgtest.NewPools(t, instances)
+	awaitLocalWindow(t, pools[0])
 	key := uniqueKey("shared")
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -259,6 +269,7 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	defer l.Close()
@@ -312,6 +323,7 @@ func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 func TestCloseReturnsABlockTakenMeanwhile(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
 	ctx := context.Background()
 	for i := range 20 {
 		l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
