@@ -176,3 +176,44 @@ func (q *Queries) AllotmentTake(ctx context.Context, db DBTX, arg AllotmentTakeP
 	)
 	return i, err
 }
+
+const AllotmentTrim = `-- name: AllotmentTrim :exec
+SELECT a.reserved_value::numeric AS reserved_value
+FROM pgadmit_allot(
+         $1::text, $2::text, $3::text, $4::text, $5::integer,
+         $6::numeric, 0, 0, $7::uuid, $8::numeric, $9::timestamptz
+     ) AS a
+`
+
+type AllotmentTrimParams struct {
+	Holder        string
+	ScopeType     string
+	ScopeKey      string
+	Metric        string
+	WindowSeconds int32
+	LimitValue    float64
+	TrimID        pgtype.UUID
+	TrimTo        float64
+	Now           *time.Time
+}
+
+// Trims the holder's open block @trim_id to @trim_to (what it admitted),
+// giving the rest back to the window, and takes no new block (it asks
+// pgadmit_allot for nothing). For a block set aside while requests admitted
+// from it are still in flight; a block of an ended window is left alone.
+// Locks: the counter row FOR UPDATE, then the block row.
+// Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_allotments_pkey.
+func (q *Queries) AllotmentTrim(ctx context.Context, db DBTX, arg AllotmentTrimParams) error {
+	_, err := db.Exec(ctx, AllotmentTrim,
+		arg.Holder,
+		arg.ScopeType,
+		arg.ScopeKey,
+		arg.Metric,
+		arg.WindowSeconds,
+		arg.LimitValue,
+		arg.TrimID,
+		arg.TrimTo,
+		arg.Now,
+	)
+	return err
+}

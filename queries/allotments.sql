@@ -24,6 +24,19 @@ FROM pgadmit_allot(
          sqlc.narg('trim_id')::uuid, sqlc.narg('trim_to')::numeric, sqlc.narg('now')::timestamptz
      ) AS a;
 
+-- name: AllotmentTrim :exec
+-- Trims the holder's open block @trim_id to @trim_to (what it admitted),
+-- giving the rest back to the window, and takes no new block (it asks
+-- pgadmit_allot for nothing). For a block set aside while requests admitted
+-- from it are still in flight; a block of an ended window is left alone.
+-- Locks: the counter row FOR UPDATE, then the block row.
+-- Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_allotments_pkey.
+SELECT a.reserved_value::numeric AS reserved_value
+FROM pgadmit_allot(
+         @holder::text, @scope_type::text, @scope_key::text, @metric::text, @window_seconds::integer,
+         @limit_value::numeric, 0, 0, @trim_id::uuid, @trim_to::numeric, sqlc.narg('now')::timestamptz
+     ) AS a;
+
 -- name: AllotmentReturn :many
 -- Returns open blocks, each charging what its holder admitted from it
 -- (@used) to its counter's used_value and giving its granted units back

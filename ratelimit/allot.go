@@ -201,25 +201,36 @@ func (a *allotments) snapshot() []*blockSet {
 	return sets
 }
 
-// housekeep returns the blocks that are done; closing returns every block.
+// housekeep returns the blocks that are done (closing: every block) and
+// trims the ones set aside with requests still in flight.
 func (a *allotments) housekeep(closing bool) {
 	sets := a.snapshot()
 	now := a.dbNow()
 	var done []returning
+	var trims []trimming
 	for _, s := range sets {
-		done = append(done, s.collect(now, closing)...)
+		d, t := s.collect(now, closing)
+		done, trims = append(done, d...), append(trims, t...)
+	}
+	for _, t := range trims {
+		a.trim(t)
 	}
 	a.giveBack(done)
 }
 
 // returning is a block on its way back, with what to charge and why.
 type returning struct {
+	set    *blockSet
 	b      *block
 	used   float64
 	reason string
 }
 
-// giveBack returns blocks to their counters in one statement.
+// giveBack returns blocks to their counters in one statement. When it
+// fails (the database unreachable, a lock timeout), the blocks go back to
+// their sets and the next round, or Close, tries again; a process that
+// never manages leaves them to recovery once their window is over
+// (RecoveryAllotmentFindLost), and nothing over-admits meanwhile.
 func (a *allotments) giveBack(rs []returning) {
 	if len(rs) == 0 {
 		return
@@ -233,9 +244,36 @@ func (a *allotments) giveBack(rs []returning) {
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 	defer cancel()
 	if _, err := a.l.queries.AllotmentReturn(ctx, a.l.conn, p); err != nil {
-		// Not returned now: the blocks stay reserved until recovery finds
-		// their window over (RecoveryAllotmentFindLost); nothing over-admits.
-		return
+		for _, r := range rs {
+			r.set.mu.Lock()
+			r.set.requeueLocked(r.b)
+			r.set.mu.Unlock()
+		}
+	}
+}
+
+// trimming is a block closed for want of room, to be trimmed to what it
+// admitted while requests admitted from it are still in flight, so that
+// its unused units go back to the window now rather than when they end.
+type trimming struct {
+	set *blockSet
+	b   *block
+	to  float64
+}
+
+// trim trims one block; a failed trim is tried again on the next round.
+func (a *allotments) trim(t trimming) {
+	k := t.set.key
+	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
+	defer cancel()
+	err := a.l.queries.AllotmentTrim(ctx, a.l.conn, db.AllotmentTrimParams{
+		Holder: a.opts.Holder, ScopeType: k.scopeType, ScopeKey: k.scopeKey, Metric: k.metric,
+		WindowSeconds: k.windowSeconds, LimitValue: t.b.limit, TrimID: t.b.id, TrimTo: t.to,
+	})
+	if err == nil {
+		t.set.mu.Lock()
+		t.b.trimmed = true
+		t.set.mu.Unlock()
 	}
 }
 

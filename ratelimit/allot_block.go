@@ -25,6 +25,8 @@ type blockSet struct {
 	units     float64
 	rateSince time.Time
 	rate      float64
+	// lastRefillGranted: the last block taken from the database was granted.
+	lastRefillGranted bool
 }
 
 // block is one allotment: units of one window held for this process.
@@ -32,12 +34,15 @@ type block struct {
 	id          pgtype.UUID
 	windowStart time.Time
 	resetAt     time.Time
+	limit       float64 // of its counter, when taken
 	granted     float64
 	reserved    float64 // estimates of admissions in flight
+	inflight    int     // admissions in flight (a sum of fractions need not come back to 0)
 	used        float64 // actual amounts of settled admissions
 	lastUse     time.Time
 	closed      bool   // admits nothing more
 	reason      string // why it closed
+	trimmed     bool   // closed, and trimmed in the database to what it admitted
 	gone        bool   // returned: later settlements change nothing in the database
 }
 
@@ -52,50 +57,40 @@ type localAdmission struct {
 }
 
 // take admits w from a block of this counter, or returns nil (decide it in
-// the database).
+// the database). With no room, it waits for the block another request is
+// taking, or takes one itself, and tries again.
 func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 	amount := w.Limit.Amount
 	s.mu.Lock()
-	for range 2 {
+	defer s.mu.Unlock()
+	for waits := 0; ; waits++ {
 		if la := s.tryLocked(s.a.dbNow(), amount); la != nil {
 			s.prefetchLocked(w)
-			s.mu.Unlock()
 			return la
 		}
-		if ch := s.refill; ch != nil { // another request is taking a block: wait for it
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return nil
-			}
-			s.mu.Lock()
-			continue
+		if waits == maxRefillWaits {
+			return nil
 		}
-		if !s.beginRefillLocked() { // closed
-			break
+		if s.refill == nil && !s.refillLocked(w, amount, true) {
+			return nil // closed
 		}
-		// No room: trim the current block to what it admitted (its unused
-		// units go back to the window in the same statement) and take a
-		// new one, sized for at least this request.
-		var trim *block
-		var trimTo float64
-		if b := s.cur; b != nil {
-			trim, trimTo = b, b.used+b.reserved
-			s.closeLocked(b, reasonTrimmed)
-			s.cur = nil
-		}
+		ch := s.refill
 		s.mu.Unlock()
-		nb := s.takeBlock(ctx, w, amount, trim, trimTo)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
 		s.mu.Lock()
-		s.endRefillLocked(nb)
-		if nb == nil {
-			break
+		if ctx.Err() != nil || !s.lastRefillGranted {
+			return nil
 		}
 	}
-	s.mu.Unlock()
-	return nil
 }
+
+// maxRefillWaits bounds how many blocks a request waits for before it is
+// decided in the database: one another request was taking, its own, and one
+// more should a request of another size have spent the last.
+const maxRefillWaits = 3
 
 // tryLocked admits amount from the current block, moving on to the next
 // one when the current one is spent.
@@ -112,6 +107,7 @@ func (s *blockSet) tryLocked(now time.Time, amount float64) *localAdmission {
 		}
 		if b.used+b.reserved+amount <= b.granted {
 			b.reserved += amount
+			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
 			return &localAdmission{set: s, b: b, amount: amount}
@@ -171,27 +167,43 @@ func (s *blockSet) installLocked(b *block) {
 // the current one is more than half spent.
 func (s *blockSet) prefetchLocked(w windowLimit) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || !s.beginRefillLocked() {
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
-		defer cancel()
-		nb := s.takeBlock(ctx, w, w.Limit.Amount, nil, 0)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.endRefillLocked(nb)
-	}()
+	s.refillLocked(w, w.Limit.Amount, false)
 }
 
-// beginRefillLocked marks a block being taken from the database: other
-// requests wait on s.refill instead of taking one too, and Close waits for
-// it. It marks nothing and returns false once the Limiter is closed.
-func (s *blockSet) beginRefillLocked() bool {
+// refillLocked starts taking a block of at least need units from the
+// database, in the background: the requests that wait for it wait on
+// s.refill, and Close waits for it too. With trimCurrent, the current block
+// (which has no room for need) closes, and the same statement trims it to
+// what it admitted, giving its unused units back to the window. The call
+// does not use a caller's context: one that ended after the database
+// granted the block would leave a block this process never learns of.
+// It returns false, starting nothing, once the Limiter is closed.
+func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) bool {
 	if !s.a.beginRefill() {
 		return false
 	}
 	s.refill = make(chan struct{})
+	var trim *block
+	var trimTo float64
+	if b := s.cur; trimCurrent && b != nil {
+		trim, trimTo = b, b.used+b.reserved
+		s.closeLocked(b, reasonTrimmed)
+		s.cur = nil
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
+		defer cancel()
+		nb, ran := s.takeBlock(ctx, w, need, trim, trimTo)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if trim != nil && ran {
+			trim.trimmed = true
+		}
+		s.endRefillLocked(nb)
+	}()
 	return true
 }
 
@@ -200,6 +212,7 @@ func (s *blockSet) beginRefillLocked() bool {
 func (s *blockSet) endRefillLocked(nb *block) {
 	close(s.refill)
 	s.refill = nil
+	s.lastRefillGranted = nb != nil
 	if nb != nil {
 		s.installLocked(nb)
 	}
@@ -208,8 +221,9 @@ func (s *blockSet) endRefillLocked(nb *block) {
 
 // takeBlock takes a block from the database (trimming trim first); nil
 // when none was granted or the call failed (the request is then decided in
-// the database, which reports any error itself).
-func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) *block {
+// the database, which reports any error itself). ran reports whether the
+// statement, and so the trim, took effect.
+func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) (nb *block, ran bool) {
 	s.mu.Lock()
 	want := s.wantLocked(w.Limit.Limit, need)
 	s.mu.Unlock()
@@ -221,11 +235,14 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 		p.TrimID, p.TrimTo = trim.id, &trimTo
 	}
 	row, err := s.a.allotTake(ctx, p)
-	if err != nil || !row.AllotmentID.Valid || row.Granted <= 0 {
-		return nil
+	if err != nil {
+		return nil, false
+	}
+	if !row.AllotmentID.Valid || row.Granted <= 0 {
+		return nil, true
 	}
 	return &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
-		granted: row.Granted, lastUse: time.Now()}
+		limit: w.Limit.Limit, granted: row.Granted, lastUse: time.Now()}, true
 }
 
 // wantLocked sizes the next block: what this process admits on the
@@ -261,8 +278,10 @@ func (s *blockSet) open() []*block {
 
 // collect takes out the blocks that are done: those closed with nothing in
 // flight, idle ones, and (when closing, or long after their window) every
-// one, charging what is still in flight at its estimate.
-func (s *blockSet) collect(now time.Time, closing bool) []returning {
+// one, charging what is still in flight at its estimate. It also lists the
+// blocks closed for want of room that still have requests in flight and
+// units free, to be trimmed to what they admitted.
+func (s *blockSet) collect(now time.Time, closing bool) (done []returning, trims []trimming) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.retireLocked(now)
@@ -272,27 +291,36 @@ func (s *blockSet) collect(now time.Time, closing bool) []returning {
 		}
 		if closing {
 			s.closeLocked(b, reasonClosed)
-		} else if b.reserved == 0 && time.Since(b.lastUse) >= s.a.opts.IdleAfter {
+		} else if b.inflight == 0 && time.Since(b.lastUse) >= s.a.opts.IdleAfter {
 			s.closeLocked(b, reasonIdle)
 		}
 	}
 	s.dropClosedLocked()
-	var out []returning
 	keep := s.draining[:0]
 	for _, b := range s.draining {
 		switch {
-		case b.reserved == 0:
-			out = append(out, returning{b: b, used: b.used, reason: b.reason})
+		case b.inflight == 0:
+			done = append(done, returning{set: s, b: b, used: b.used, reason: b.reason})
 			b.gone = true
 		case closing || now.After(b.resetAt.Add(allotStuckAfter)):
-			out = append(out, returning{b: b, used: b.used + b.reserved, reason: b.reason})
+			done = append(done, returning{set: s, b: b, used: b.used + b.reserved, reason: b.reason})
 			b.gone = true
 		default:
+			if b.reason == reasonTrimmed && !b.trimmed && b.free() > 0 {
+				trims = append(trims, trimming{set: s, b: b, to: b.used + b.reserved})
+			}
 			keep = append(keep, b)
 		}
 	}
 	s.draining = keep
-	return out
+	return done, trims
+}
+
+// requeueLocked puts back a block whose return failed, to be returned on
+// the next round (or by Close).
+func (s *blockSet) requeueLocked(b *block) {
+	b.gone = false
+	s.draining = append(s.draining, b)
 }
 
 // settle ends one local admission: committed with actual (its block's
@@ -308,6 +336,9 @@ func (la *localAdmission) settle(commit bool, actual float64) bool {
 	}
 	la.settled = true
 	la.b.reserved -= la.amount
+	if la.b.inflight--; la.b.inflight == 0 {
+		la.b.reserved = 0
+	}
 	if commit {
 		la.b.used += actual
 	}

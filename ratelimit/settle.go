@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -111,11 +112,20 @@ func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Sett
 func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
 	local, remote := splitLocal(grant, amounts)
 	out, err := l.settleRemote(ctx, remote.grant, status, reason, remote.amounts)
-	if err != nil || len(local) == 0 {
+	if len(local) == 0 || errors.Is(err, ErrInvalidInput) {
 		return out, err
 	}
-	// Local reservations settle in this process's memory: their blocks
-	// charge what was used when they are returned.
+	// Local reservations settle in this process's memory (their blocks
+	// charge what was used when they are returned), even when the
+	// database's part failed: a caller that does not try again would
+	// otherwise leave them in flight, holding their blocks until their
+	// window is long over. Trying again settles the rest.
+	if err != nil {
+		for _, i := range local {
+			grant.Reservations[i].local.settle(status == StatusCommitted, amounts[i])
+		}
+		return out, err
+	}
 	outcomes := make([]ReservationOutcome, len(grant.Reservations))
 	for k, i := range remote.positions {
 		outcomes[i] = out.Reservations[k]

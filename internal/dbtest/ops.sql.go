@@ -262,6 +262,31 @@ func (q *Queries) OpsHoldingsByScope(ctx context.Context, db DBTX, arg OpsHoldin
 	return items, nil
 }
 
+const OpsLockScopeCounters = `-- name: OpsLockScopeCounters :execrows
+SELECT 1
+FROM gateway_rate_limit_counters
+WHERE scope_type = $1 AND scope_key = $2
+FOR UPDATE
+`
+
+type OpsLockScopeCountersParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+// Locks every counter row of a scope until the transaction ends, so that a
+// test can stall whatever must lock one of them (a block being taken or
+// returned).
+// Locks: the scope's counter rows, FOR UPDATE.
+// Index: gateway_rate_limit_counters_pkey (its leading columns).
+func (q *Queries) OpsLockScopeCounters(ctx context.Context, db DBTX, arg OpsLockScopeCountersParams) (int64, error) {
+	result, err := db.Exec(ctx, OpsLockScopeCounters, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsNow = `-- name: OpsNow :one
 SELECT clock_timestamp()::timestamptz AS now
 `

@@ -172,3 +172,14 @@ FROM gateway_concurrency_leases AS l
 WHERE l.scope_type = @scope_type::text
   AND l.scope_key = @scope_key::text
 ORDER BY kind, id;
+
+-- name: OpsLockScopeCounters :execrows
+-- Locks every counter row of a scope until the transaction ends, so that a
+-- test can stall whatever must lock one of them (a block being taken or
+-- returned).
+-- Locks: the scope's counter rows, FOR UPDATE.
+-- Index: gateway_rate_limit_counters_pkey (its leading columns).
+SELECT 1
+FROM gateway_rate_limit_counters
+WHERE scope_type = @scope_type AND scope_key = @scope_key
+FOR UPDATE;
