@@ -22,6 +22,17 @@ import (
 // return never retried, fractional amounts that never sum back to zero, and
 // a local part left unsettled when the database part of a grant fails.
 
+// reserveLocal reserves amount of a localWindow, failing the test unless
+// it is admitted from a block.
+func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount float64) ratelimit.Grant {
+	t.Helper()
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, limit, amount)})
+	if err != nil || !g.Reservations[0].Local {
+		t.Fatalf("Reserve of %g: %+v, %v; want a Local admission", amount, g, err)
+	}
+	return g
+}
+
 // openBlocks reads the scope's blocks that are not returned.
 func openBlocks(t *testing.T, pool *pgxpool.Pool, key string) []dbtest.AllotmentListByScopeRow {
 	t.Helper()
@@ -83,15 +94,8 @@ func TestAllotSetAsideBlockIsTrimmed(t *testing.T) {
 	total := 0.0
 	var grants []ratelimit.Grant
 	for _, amount := range []float64{10, 10, 10, 10, 10, 60, 60, 60, 60, 60, 60} {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1600, amount)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := g.Reservations[0]
-		if !r.Local {
-			t.Fatalf("reservation %+v, want a Local one", r)
-		}
-		inFlight[r.Allotment] += amount
+		g := reserveLocal(t, l, key, 1600, amount)
+		inFlight[g.Reservations[0].Allotment] += amount
 		total += amount
 		grants = append(grants, g)
 	}
@@ -155,16 +159,12 @@ func TestAllotRequestTriesTheBlockItTook(t *testing.T) {
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{MaxShare: 0.5, IdleAfter: time.Minute}))
 	defer l.Close()
 	for range 7 {
-		if g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 1)}); err != nil || !g.Reservations[0].Local {
-			t.Fatalf("Reserve: %+v, %v; want a Local admission", g, err)
-		}
+		reserveLocal(t, l, key, 100, 1)
 	}
 	unlock := lockCounter(t, pool, key)
 	defer unlock()
 	// The eighth spends half of the block: the next is taken ahead, and stalls.
-	if g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 1)}); err != nil || !g.Reservations[0].Local {
-		t.Fatalf("Reserve: %+v, %v; want a Local admission", g, err)
-	}
+	reserveLocal(t, l, key, 100, 1)
 	pgtest.AwaitLockWaiters(t, pool, "the block taken ahead")
 	type result struct {
 		g   ratelimit.Grant
@@ -236,11 +236,7 @@ func TestAllotFailedReturnIsRetried(t *testing.T) {
 	key := uniqueKey("retry")
 	var grants []ratelimit.Grant
 	for range 3 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
-		if err != nil || !g.Reservations[0].Local {
-			t.Fatalf("Reserve: %+v, %v; want a Local admission", g, err)
-		}
-		grants = append(grants, g)
+		grants = append(grants, reserveLocal(t, l, key, 1000, 1))
 	}
 	// Locked before anything settles, so before the block can be idle.
 	unlock := lockCounter(t, admin, key)
@@ -288,11 +284,7 @@ func TestAllotFractionalAmountsLeaveABlockIdle(t *testing.T) {
 	key := uniqueKey("fraction")
 	var grants []ratelimit.Grant
 	for _, amount := range []float64{0.1, 0.2} {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, amount)})
-		if err != nil || !g.Reservations[0].Local {
-			t.Fatalf("Reserve: %+v, %v; want a Local admission", g, err)
-		}
-		grants = append(grants, g)
+		grants = append(grants, reserveLocal(t, l, key, 1000, amount))
 	}
 	for _, g := range grants {
 		if s, err := l.Release(ctx, g, "done"); err != nil || !s.Reservations[0].Settled {
