@@ -3,7 +3,9 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -212,7 +214,7 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 		reqs[i] = p.req
 	}
 	sent := time.Now()
-	res, errs, err := c.run(ctx, reqs)
+	res, errs, err := c.runGuarded(ctx, reqs)
 	c.count(len(batch), time.Since(sent))
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
@@ -235,6 +237,18 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 			go c.abandoned(p.res)
 		}
 	}
+}
+
+// runGuarded runs a batch, turning a panic into an error for the whole
+// batch: its callers, who may be waiting on other goroutines, are answered,
+// and the stream goes on with the next batch instead of stalling for good.
+func (c *combiner[Req, Res]) runGuarded(ctx context.Context, reqs []Req) (res []Res, errs []error, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, errs, err = nil, nil, fmt.Errorf("ratelimit: a combined batch panicked: %v\n%s", v, debug.Stack())
+		}
+	}()
+	return c.run(ctx, reqs)
 }
 
 // count records a statement of n requests, answered after took. A

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -362,4 +363,57 @@ func runWithBadRequest(t *testing.T, code string) ([]int, []badRequestResult) {
 	mu.Lock()
 	defer mu.Unlock()
 	return slices.Clone(sizes), out
+}
+
+// A batch that panics answers every caller in it with an error, and the
+// stream goes on: the next call is sent and answered. Without the guard the
+// in-flight place was never given back and every later call waited forever.
+func TestCombinerSurvivesABatchThatPanics(t *testing.T) {
+	g := newGate()
+	c := newCombiner(8, 1, func(ctx context.Context, reqs []int) ([]int, []error, error) {
+		if slices.Contains(reqs, 2) {
+			panic("boom")
+		}
+		return g.run(ctx, reqs)
+	}, nil)
+	type answer struct {
+		req int
+		err error
+	}
+	answers := make(chan answer, 3)
+	call := func(req int) {
+		_, err := c.do(context.Background(), req)
+		answers <- answer{req, err}
+	}
+	go call(1)
+	<-g.started
+	go call(2)
+	go call(3)
+	waitQueued(t, c, 2)
+	g.release <- struct{}{} // [1] ends; [2 3] is sent, and panics
+	for range 3 {
+		a := <-answers
+		switch {
+		case a.req == 1 && a.err != nil:
+			t.Errorf("request 1 (a batch of its own): %v", a.err)
+		case a.req != 1 && (a.err == nil || !strings.Contains(a.err.Error(), "panicked: boom")):
+			t.Errorf("request %d (in the batch that panicked): %v, want an error naming the panic", a.req, a.err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if res, err := c.do(ctx, 4); err != nil || res != 40 {
+			t.Errorf("the call after the panic: %d, %v; want 40", res, err)
+		}
+	}()
+	select {
+	case <-g.started:
+		g.release <- struct{}{}
+	case <-ctx.Done():
+		t.Fatal("the call after the panic was never sent")
+	}
+	<-done
 }
