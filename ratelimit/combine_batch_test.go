@@ -122,6 +122,50 @@ func testCombinedBatchTakesAWholeFittingBatchAtOnce(t *testing.T, l *ratelimit.L
 	}
 }
 
+// One grant committed twice in one batch (a retry racing its original):
+// the counter moves once, one call settles it, and the other is told it is
+// committed already, as it would be had it waited for the row, not that it
+// is still open.
+func TestCombinedBatchSettlesOneGrantOnce(t *testing.T) {
+	t.Parallel()
+	forEachBatchPath(t, testCombinedBatchSettlesOneGrantOnce)
+}
+
+func testCombinedBatchSettlesOneGrantOnce(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	key := uniqueKey("twice")
+	req := ratelimit.BatchRequest{Limits: []ratelimit.Limit{window("api_key", key, "requests", 100, 1)}}
+	grants, errs, err := l.ReserveCombined(ctx, []ratelimit.BatchRequest{req, req})
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("ReserveCombined: %v, %v", err, errs)
+	}
+	if _, err := l.Release(ctx, grants[1], "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	g := grants[0]
+	out, err := l.CommitCombined(ctx, []ratelimit.Grant{g, g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := 0
+	for i, s := range out {
+		r := s.Reservations[0]
+		if r.Settled {
+			settled++
+		}
+		if r.Status != ratelimit.StatusCommitted || r.Actual != 1 {
+			t.Errorf("call %d: %+v, want status committed with actual 1", i, r)
+		}
+	}
+	if settled != 1 {
+		t.Errorf("%d calls settled the reservation, want 1: %+v", settled, out)
+	}
+	if rows := counterRows(t, pool, "api_key", key); len(rows) != 1 || rows[0].UsedValue != 1 || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used 1, nothing reserved", rows)
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+}
+
 // An admission of several limits in a batch is still all or nothing: one
 // whose second limit does not fit writes nothing, and the admissions around
 // it on the same counters are decided as if it had never come.

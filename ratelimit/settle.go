@@ -390,7 +390,26 @@ func (c *settleCall) demux(rows []db.AdmissionSettleRow) settleRows {
 			d.reservations[k] = row
 		}
 	}
+	reportWhatTheWinnerLeft(d.reservations)
 	return d
+}
+
+// reportWhatTheWinnerLeft handles one reservation settled twice in a batch
+// (a retry racing its original, a Commit racing a Release): the settle that
+// lost read the row as it was before the statement, so it is reported as
+// the one that won left it, as it would be had it waited for the row.
+func reportWhatTheWinnerLeft(rows []db.AdmissionSettleRow) {
+	for k, lost := range rows {
+		if lost.Settled {
+			continue
+		}
+		for _, won := range rows {
+			if won.Settled && won.ID == lost.ID {
+				rows[k].Status, rows[k].ActualAmount = won.Status, won.ActualAmount
+				break
+			}
+		}
+	}
 }
 
 // settleOne settles a grant of one reservation (whose counter it names)
