@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -281,20 +282,53 @@ func rejectedInput(err error) bool {
 }
 
 // batchContext is the context one batch runs in: no caller's cancellation
-// (one caller leaving must not fail the others), and the latest deadline
-// of its callers when every one of them has one.
+// (one caller leaving must not fail the others), the latest deadline of its
+// callers when every one of them has one, and cancelled once every caller
+// has left (each one's context ended): nobody waits for its answer any
+// more, and a statement stuck behind a lock would otherwise hold up the
+// stream, and its leader's caller, until the lock goes.
 func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, context.CancelFunc) {
 	var latest time.Time
+	allDeadlines, allCancellable := true, true
 	for _, p := range batch {
-		d, ok := p.ctx.Deadline()
-		if !ok {
-			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
-		}
-		if d.After(latest) {
+		if d, ok := p.ctx.Deadline(); !ok {
+			allDeadlines = false
+		} else if d.After(latest) {
 			latest = d
 		}
+		if p.ctx.Done() == nil {
+			allCancellable = false
+		}
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+	base := context.WithoutCancel(batch[0].ctx)
+	ctx, cancel := context.WithCancel(base)
+	if allDeadlines {
+		ctx, cancel = context.WithDeadline(base, latest)
+	}
+	if !allCancellable {
+		return ctx, cancel
+	}
+	return ctx, cancelOnceAllLeave(batch, cancel)
+}
+
+// cancelOnceAllLeave calls cancel once the context of every caller in
+// batch has ended, and returns what stops watching them and cancels.
+func cancelOnceAllLeave[Req, Res any](batch []*combined[Req, Res], cancel context.CancelFunc) context.CancelFunc {
+	var left atomic.Int64
+	stops := make([]func() bool, len(batch))
+	for i, p := range batch {
+		stops[i] = context.AfterFunc(p.ctx, func() {
+			if left.Add(1) == int64(len(batch)) {
+				cancel()
+			}
+		})
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 }
 
 // CombinerStats counts what one kind of operation sent since the Limiter

@@ -491,3 +491,59 @@ func forEachBatchPath(t *testing.T, test func(t *testing.T, l *ratelimit.Limiter
 		})
 	}
 }
+
+// A caller whose statement is stuck behind a row lock that another
+// transaction holds, and who then leaves (its request's context ends), gets
+// its statement cancelled: it returns at once with its context's error,
+// admits nothing, and the calls queued behind it on other keys go on.
+func TestCombinedCallerLeavesAStuckStatement(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("stuck")
+	limit := window("api_key", key, "requests", 100, 1)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := l.WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{limit}); err != nil { // holds the counter row
+		t.Fatal(err)
+	}
+	call, leave := context.WithCancel(ctx)
+	stuck := make(chan error, 1)
+	go func() { _, err := l.Reserve(call, "", "", []ratelimit.Limit{limit}); stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "the combined statement")
+	other := make(chan error, 1)
+	go func() {
+		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", uniqueKey("other"), "requests", 100, 1)})
+		other <- err
+	}()
+
+	leave()
+	select {
+	case err := <-stuck:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the caller who left: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller who left still waits for the row lock")
+	}
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatalf("the call queued behind it, on another key: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call queued behind it, on another key, still waits")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range counterRows(t, pool, "api_key", key) {
+		if c.UsedValue != 0 || c.ReservedValue != 0 {
+			t.Errorf("counter %+v: the cancelled statement admitted something", c)
+		}
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+}

@@ -417,3 +417,69 @@ func TestCombinerSurvivesABatchThatPanics(t *testing.T) {
 	}
 	<-done
 }
+
+// A statement whose callers have all left is cancelled, its leader's caller
+// included (who sends it on its own goroutine, and so returns only when it
+// ends); one that a caller still waits for is not.
+func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
+	started := make(chan context.Context, 4)
+	release := make(chan struct{})
+	c := newCombiner(8, 1, func(ctx context.Context, reqs []int) ([]int, []error, error) {
+		started <- ctx
+		select {
+		case <-release:
+			return reqs, make([]error, len(reqs)), nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}, nil)
+	errs := make(chan error, 3)
+
+	// The leader's caller alone, stuck (behind a lock, say), leaves.
+	leader, leaderLeaves := context.WithCancel(context.Background())
+	go func() { _, err := c.do(leader, 1); errs <- err }()
+	statement := <-started
+	leaderLeaves()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the leader's caller, after leaving: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader's caller still waits for a statement nobody waits for")
+	}
+	if statement.Err() == nil {
+		t.Fatal("its statement was not cancelled")
+	}
+
+	// Two callers in one statement: the first to leave cancels nothing.
+	go func() { _, err := c.do(context.Background(), 2); errs <- err }()
+	<-started // [2]
+	one, oneLeaves := context.WithCancel(context.Background())
+	two, twoLeaves := context.WithCancel(context.Background())
+	go func() { _, err := c.do(one, 3); errs <- err }()
+	go func() { _, err := c.do(two, 4); errs <- err }()
+	waitQueued(t, c, 2)
+	release <- struct{}{} // [2] ends, [3 4] is sent
+	if err := <-errs; err != nil {
+		t.Fatalf("request 2: %v", err)
+	}
+	statement = <-started
+	oneLeaves()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first caller who left: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if statement.Err() != nil {
+		t.Fatal("the statement was cancelled while a caller still waited for it")
+	}
+	twoLeaves()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second caller who left: %v", err)
+	}
+	select {
+	case <-statement.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the statement was not cancelled once every caller had left")
+	}
+}
