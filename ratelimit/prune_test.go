@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +142,51 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 		t.Fatalf("live state after prune = %+v", s)
 	}
 	assertDoctorOK(t, pool)
+}
+
+// A damaged counter (less reserved than its open reservations, which the
+// doctor reports) fails the step that would release its stale reservation;
+// the steps after it still run, so the healthy windows are pruned, and the
+// error names the step that failed.
+func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	second := func(key string, amount float64) ratelimit.Limit {
+		w := window("api_key", key, ratelimit.MetricRequests, 100, amount)
+		w.Window = time.Second
+		return w
+	}
+	for range 5 {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(uniqueKey("healthy"), 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Commit(ctx, g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damaged := uniqueKey("damaged")
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(damaged, 5)}); err != nil { // never settled
+		t.Fatal(err)
+	}
+	if _, err := testq.OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
+		ReservedDelta: -3, ScopeType: "api_key", ScopeKey: damaged, Metric: ratelimit.MetricRequests,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(time.Minute)
+
+	res, err := m.Prune(ctx, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "release stale reservations") {
+		t.Fatalf("Prune: %v, want the error of the step releasing stale reservations", err)
+	}
+	if res.Counters != 5 || res.Reservations != 5 {
+		t.Errorf("pruned %d counter windows and %d reservations, want the 5 healthy ones of each: %+v", res.Counters, res.Reservations, res)
+	}
+	if rows := counterRows(t, pool, "api_key", damaged); len(rows) != 1 {
+		t.Errorf("the damaged counter: %+v, want it kept", rows)
+	}
 }

@@ -91,7 +91,11 @@ func (r RecoveryResult) String() string {
 // Each batch (WithRecoveryBatchSize rows) is its own short transaction that
 // leaves the books correct, locking counter rows first (the lock order), so
 // recovery never holds locks long and can be interrupted at any point. It
-// is idempotent: a second run finds nothing and returns zeros.
+// is idempotent: a second run finds nothing and returns zeros. A step whose
+// batch the server rejects (a counter damaged by hand, which Doctor
+// reports, say) stops there and the next step runs; the run returns what it
+// did with the failed steps' errors, joined. Any other error (the
+// connection lost) ends the run.
 //
 // Single flight across processes: a run holds the recover lease (a row of
 // gateway_maintenance_leases, renewed as the run goes, see

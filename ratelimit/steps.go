@@ -2,8 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -17,25 +19,34 @@ type step struct {
 	run  func() (more bool, err error)
 }
 
-// runSteps runs every step to completion, in order, stopping at the first
-// error or when ctx is done. Before each batch it calls keep, which renews
-// the run's lease on its job or says it was lost.
+// runSteps runs every step to completion, in order. A step whose batch the
+// server rejected is left there and the next one runs: the steps are
+// independent, and one bad row (a counter the doctor would report damaged,
+// say) must not stop the rest of the work. The failed steps' errors come
+// back joined. It stops at once on any other error (the connection lost),
+// when ctx is done, or when the run's lease is lost: before each batch it
+// calls keep, which renews the lease or says it was lost.
 func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) error {
+	var failed []error
 	for _, s := range steps {
 		for more := true; more; {
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err)
+				return errors.Join(append(failed, fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err))...)
 			}
 			if err := lease.keep(ctx); err != nil {
-				return wrapDBError(op+": "+s.name, err)
+				return errors.Join(append(failed, wrapDBError(op+": "+s.name, err))...)
 			}
 			var err error
 			if more, err = s.run(); err != nil {
-				return wrapDBError(op+": "+s.name, err)
+				failed = append(failed, wrapDBError(op+": "+s.name, err))
+				if !rejectedByServer(err) {
+					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be
+				}
+				break
 			}
 		}
 	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // rowsStep runs one bounded single-statement batch and adds the rows it
@@ -93,4 +104,12 @@ func keysetStep(batch int32, page func(batch int32) (scanned int32, err error)) 
 		}
 		return n == batch, nil
 	}
+}
+
+// rejectedByServer reports an error the server raised about a statement
+// (which rolled back alone), as opposed to one of the connection or the
+// client.
+func rejectedByServer(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
