@@ -305,12 +305,29 @@ func (q *Queries) PruneReservationFindStale(ctx context.Context, db DBTX, arg Pr
 	return items, nil
 }
 
+const PruneReservationNextWindowLength = `-- name: PruneReservationNextWindowLength :one
+SELECT coalesce(min(r.window_seconds), 0)::integer AS window_seconds
+FROM gateway_rate_limit_reservations AS r
+WHERE r.window_seconds > $1::integer
+`
+
+// The shortest window length of any reservation above @after_seconds (0:
+// none), so that Prune can walk the ledger one window length at a time.
+// Locks: none.
+// Index: gateway_rate_limit_reservations_length_window_idx (its first
+// entry above @after_seconds: one index probe, whatever the table holds).
+func (q *Queries) PruneReservationNextWindowLength(ctx context.Context, db DBTX, afterSeconds int32) (int32, error) {
+	row := db.QueryRow(ctx, PruneReservationNextWindowLength, afterSeconds)
+	var window_seconds int32
+	err := row.Scan(&window_seconds)
+	return window_seconds, err
+}
+
 const PruneReservations = `-- name: PruneReservations :one
 WITH page AS (
     SELECT r.id,
            r.window_start,
            (r.status <> 'reserved'
-            AND r.window_start + make_interval(secs => r.window_seconds) < $3::timestamptz
             AND NOT EXISTS (
                 SELECT 1
                 FROM gateway_rate_limit_counters AS c
@@ -321,10 +338,11 @@ WITH page AS (
                   AND c.window_start = r.window_start
             )) AS doomed
     FROM gateway_rate_limit_reservations AS r
-    WHERE r.window_start < $3::timestamptz
+    WHERE r.window_seconds = $3::integer
+      AND r.window_start < $4::timestamptz
       AND (r.window_start, r.id) > ($1::timestamptz, $2::uuid)
     ORDER BY r.window_start, r.id
-    LIMIT $4::integer
+    LIMIT $5::integer
 ),
 gone AS (
     DELETE FROM gateway_rate_limit_reservations AS r
@@ -348,7 +366,8 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 type PruneReservationsParams struct {
 	AfterWindowStart time.Time
 	AfterID          pgtype.UUID
-	Cutoff           time.Time
+	WindowSeconds    int32
+	StartsBefore     time.Time
 	BatchSize        int32
 }
 
@@ -359,22 +378,25 @@ type PruneReservationsRow struct {
 	LastID          pgtype.UUID
 }
 
-// Reads the next page of reservations of windows that began before the
-// cutoff, in (window_start, id) order after the given position, and deletes
-// those that are finished, whose window ended before the cutoff and whose
-// counter row is gone. Returns how many it read and deleted and the
-// position of the page's last row, from which the next batch continues:
-// rows kept (open, or their counter still lives) are read once per run, not
-// once per batch.
+// Reads the next page of reservations of @window_seconds long windows that
+// ended before the cutoff (began before @starts_before, the cutoff less
+// @window_seconds), in (window_start, id) order after the given
+// position, and deletes those that are finished and whose counter row is
+// gone. Returns how many it read and deleted and the position of the
+// page's last row, from which the next batch continues. It reads no row of
+// a window still running, however long the window: the rows it keeps are
+// open ones (the stale ones were released just before) and those whose
+// counter is kept, read once per run.
 // Locks: row locks on the deleted reservations.
-// Index: gateway_rate_limit_reservations_window_idx (the keyset condition
-// and the order come from the index, no sort); gateway_rate_limit_counters_pkey
-// (NOT EXISTS).
+// Index: gateway_rate_limit_reservations_length_window_idx (the length, the
+// keyset condition and the order come from the index, no sort);
+// gateway_rate_limit_counters_pkey (NOT EXISTS).
 func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReservationsParams) (PruneReservationsRow, error) {
 	row := db.QueryRow(ctx, PruneReservations,
 		arg.AfterWindowStart,
 		arg.AfterID,
-		arg.Cutoff,
+		arg.WindowSeconds,
+		arg.StartsBefore,
 		arg.BatchSize,
 	)
 	var i PruneReservationsRow

@@ -62,23 +62,34 @@ WHERE c.scope_type = doomed.scope_type
   AND c.window_start = doomed.window_start
   AND c.reserved_value = 0;
 
+-- name: PruneReservationNextWindowLength :one
+-- The shortest window length of any reservation above @after_seconds (0:
+-- none), so that Prune can walk the ledger one window length at a time.
+-- Locks: none.
+-- Index: gateway_rate_limit_reservations_length_window_idx (its first
+-- entry above @after_seconds: one index probe, whatever the table holds).
+SELECT coalesce(min(r.window_seconds), 0)::integer AS window_seconds
+FROM gateway_rate_limit_reservations AS r
+WHERE r.window_seconds > @after_seconds::integer;
+
 -- name: PruneReservations :one
--- Reads the next page of reservations of windows that began before the
--- cutoff, in (window_start, id) order after the given position, and deletes
--- those that are finished, whose window ended before the cutoff and whose
--- counter row is gone. Returns how many it read and deleted and the
--- position of the page's last row, from which the next batch continues:
--- rows kept (open, or their counter still lives) are read once per run, not
--- once per batch.
+-- Reads the next page of reservations of @window_seconds long windows that
+-- ended before the cutoff (began before @starts_before, the cutoff less
+-- @window_seconds), in (window_start, id) order after the given
+-- position, and deletes those that are finished and whose counter row is
+-- gone. Returns how many it read and deleted and the position of the
+-- page's last row, from which the next batch continues. It reads no row of
+-- a window still running, however long the window: the rows it keeps are
+-- open ones (the stale ones were released just before) and those whose
+-- counter is kept, read once per run.
 -- Locks: row locks on the deleted reservations.
--- Index: gateway_rate_limit_reservations_window_idx (the keyset condition
--- and the order come from the index, no sort); gateway_rate_limit_counters_pkey
--- (NOT EXISTS).
+-- Index: gateway_rate_limit_reservations_length_window_idx (the length, the
+-- keyset condition and the order come from the index, no sort);
+-- gateway_rate_limit_counters_pkey (NOT EXISTS).
 WITH page AS (
     SELECT r.id,
            r.window_start,
            (r.status <> 'reserved'
-            AND r.window_start + make_interval(secs => r.window_seconds) < @cutoff::timestamptz
             AND NOT EXISTS (
                 SELECT 1
                 FROM gateway_rate_limit_counters AS c
@@ -89,7 +100,8 @@ WITH page AS (
                   AND c.window_start = r.window_start
             )) AS doomed
     FROM gateway_rate_limit_reservations AS r
-    WHERE r.window_start < @cutoff::timestamptz
+    WHERE r.window_seconds = @window_seconds::integer
+      AND r.window_start < @starts_before::timestamptz
       AND (r.window_start, r.id) > (@after_window_start::timestamptz, @after_id::uuid)
     ORDER BY r.window_start, r.id
     LIMIT @batch_size::integer

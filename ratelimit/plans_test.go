@@ -152,8 +152,14 @@ func TestHotPathsUseIndexes(t *testing.T) {
 			_, err := queries.PruneCounters(ctx, tx, db.PruneCountersParams{Cutoff: dayAgo(t, tx), BatchSize: batch})
 			return err
 		},
+		"PruneReservationNextWindowLength": func(tx pgx.Tx) error {
+			_, err := queries.PruneReservationNextWindowLength(ctx, tx, 0)
+			return err
+		},
 		"PruneReservations": func(tx pgx.Tx) error {
-			_, err := queries.PruneReservations(ctx, tx, db.PruneReservationsParams{Cutoff: dayAgo(t, tx), BatchSize: batch})
+			_, err := queries.PruneReservations(ctx, tx, db.PruneReservationsParams{
+				WindowSeconds: 60, StartsBefore: dayAgo(t, tx).Add(-time.Minute), AfterID: pgtype.UUID{Valid: true}, BatchSize: batch,
+			})
 			return err
 		},
 		"PruneLeasesReleased": func(tx pgx.Tx) error {

@@ -121,7 +121,6 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	}()
 
 	cutoff, batch := res.Cutoff, int32(m.opts.pruneBatchSize) // clamped to int4 by its option
-	reservationsAfter := db.PruneReservationsParams{Cutoff: cutoff, AfterWindowStart: epoch, AfterID: pgtype.UUID{Valid: true}}
 	steps := []step{
 		{"release stale reservations", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
 			return q.PruneReservationFindStale(ctx, conn, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: n})
@@ -129,17 +128,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 		{"counters", rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneCounters(ctx, conn, db.PruneCountersParams{Cutoff: cutoff, BatchSize: n})
 		}, &res.Counters)},
-		// A keyset walk: finished rows whose counter remains are passed over.
-		{"reservations", keysetStep(batch, func(n int32) (int32, error) {
-			reservationsAfter.BatchSize = n
-			row, err := q.PruneReservations(ctx, conn, reservationsAfter)
-			if err != nil {
-				return 0, err
-			}
-			res.Reservations += int64(row.Deleted)
-			reservationsAfter.AfterWindowStart, reservationsAfter.AfterID = row.LastWindowStart, row.LastID
-			return row.Scanned, nil
-		})},
+		{"reservations", m.pruneReservations(ctx, cutoff, batch, &res.Reservations)},
 		{"released leases", rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneLeasesReleased(ctx, conn, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: n})
 		}, &res.Leases)},
@@ -194,4 +183,37 @@ func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch in
 		}
 		return row.Scanned, nil
 	})}, nil
+}
+
+// pruneReservations deletes finished reservations of windows that ended
+// before cutoff and whose counter row is gone: a keyset walk per window
+// length, each reading only the windows of that length that have ended, so
+// the ledger of a long window still running is never read. Finished rows
+// whose counter remains are passed over.
+func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, batch int32, deleted *int64) func() (bool, error) {
+	var (
+		walking, walked int32 // the window length being walked (0: none), and the last one done
+		page            db.PruneReservationsParams
+	)
+	return func() (bool, error) {
+		if walking == 0 {
+			next, err := m.queries.PruneReservationNextWindowLength(ctx, m.pool, walked)
+			if err != nil || next == 0 {
+				return false, err
+			}
+			walking = next
+			page = db.PruneReservationsParams{WindowSeconds: next, StartsBefore: cutoff.Add(-time.Duration(next) * time.Second),
+				AfterWindowStart: epoch, AfterID: pgtype.UUID{Valid: true}, BatchSize: batch}
+		}
+		row, err := m.queries.PruneReservations(ctx, m.pool, page)
+		if err != nil {
+			return false, err
+		}
+		*deleted += int64(row.Deleted)
+		page.AfterWindowStart, page.AfterID = row.LastWindowStart, row.LastID
+		if row.Scanned < batch { // this length is done; the next batch starts on the next one
+			walking, walked = 0, walking
+		}
+		return true, nil
+	}
 }

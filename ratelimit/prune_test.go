@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -189,4 +190,61 @@ func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 	if rows := counterRows(t, pool, "api_key", damaged); len(rows) != 1 {
 		t.Errorf("the damaged counter: %+v, want it kept", rows)
 	}
+}
+
+// The ledger of a window longer than the retention (a month's budget,
+// pruned with a cutoff of a second) has not ended, and Prune reads none of
+// it, however many rows it holds, while it deletes the ended windows of
+// another length. It used to walk every reservation whose window began
+// before the cutoff, page after page, to delete none of them.
+func TestPruneReadsNoLedgerOfAWindowStillRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := &statementCounter{name: "PruneReservations"}
+	cfg.ConnConfig.Tracer = pages
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var clock testClock
+	l, m := clocked(pool, &clock, ratelimit.WithPruneBatchSize(10))
+	month := window("api_key", uniqueKey("month"), ratelimit.MetricTokens, 1e12, 1)
+	month.Window = 30 * 24 * time.Hour
+	limits := [][]ratelimit.Limit{}
+	for range 100 {
+		limits = append(limits, []ratelimit.Limit{month})
+	}
+	for range 5 {
+		second := window("api_key", uniqueKey("second"), ratelimit.MetricRequests, 100, 1)
+		second.Window = time.Second
+		limits = append(limits, []ratelimit.Limit{second})
+	}
+	for _, ls := range limits {
+		g, err := l.Reserve(ctx, "", "", ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Commit(ctx, g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.advance(time.Minute)
+
+	res, err := m.Prune(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reservations != 5 {
+		t.Errorf("pruned %d reservations, want the 5 of the ended 1 s windows", res.Reservations)
+	}
+	// One page per window length, each short: 5 rows of 1 s windows, none of the month's.
+	if n := pages.n.Load(); n != 2 {
+		t.Errorf("%d PruneReservations pages in batches of 10, want 2 (the month's 100 rows unread)", n)
+	}
+	assertBooksBalance(t, pool, "api_key", month.Scope.Key)
 }
