@@ -17,8 +17,7 @@ DELETE FROM gateway_rate_limit_allotments AS a
 WHERE a.id = ANY(ARRAY(
     SELECT x.id
     FROM gateway_rate_limit_allotments AS x
-    WHERE x.window_start < $1::timestamptz
-      AND x.expires_at < $1::timestamptz
+    WHERE x.expires_at < $1::timestamptz
       AND x.returned_at IS NOT NULL
       AND NOT EXISTS (
           SELECT 1
@@ -29,7 +28,7 @@ WHERE a.id = ANY(ARRAY(
             AND c.window_seconds = x.window_seconds
             AND c.window_start = x.window_start
       )
-    ORDER BY x.window_start, x.id
+    ORDER BY x.expires_at, x.id
     LIMIT $2::integer
 ))
 `
@@ -40,11 +39,12 @@ type PruneAllotmentsParams struct {
 }
 
 // Deletes a batch of returned allotments whose window ended before the
-// cutoff and whose counter row is gone (so every remaining counter still
-// equals its ledger). Blocks are few (one per process, counter and window
-// at most a few), so kept ones are simply read again by the next batch.
+// cutoff (a block expires with its window) and whose counter row is gone
+// (so every remaining counter still equals its ledger). It reads no block
+// of a window still running; the ended ones it keeps (not returned yet, or
+// their counter kept) are few and read again by the next batch.
 // Locks: row locks on the deleted allotments.
-// Index: gateway_rate_limit_allotments_window_idx; gateway_rate_limit_counters_pkey
+// Index: gateway_rate_limit_allotments_expiry_idx; gateway_rate_limit_counters_pkey
 // (NOT EXISTS).
 func (q *Queries) PruneAllotments(ctx context.Context, db DBTX, arg PruneAllotmentsParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneAllotments, arg.Cutoff, arg.BatchSize)
