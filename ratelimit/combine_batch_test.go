@@ -365,6 +365,9 @@ func reserveConcurrently(t *testing.T, callers, tries int, reserve func(caller i
 func TestReserveWindowsDecidesAsReserve(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
+	// Both functions must decide in the same hour and day windows.
+	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	pgtest.AwaitRoomInWindow(t, pool, 24*time.Hour, time.Minute)
 	ctx := context.Background()
 	run := uniqueKey("same")
 	batches := [][]oneWindow{
