@@ -127,23 +127,31 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// countingPool is a pool of a fresh database whose statements named name
+// the returned counter counts.
+func countingPool(t *testing.T, name string) (*pgxpool.Pool, *statementCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &statementCounter{name: name}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, counter
+}
+
 // Each Prune walks only the tasks that finished since the last one: the
 // walk over finished tasks whose events go resumes from the position the
 // previous run saved, instead of starting at the epoch each time.
 func TestPruneEventsResumeWhereTheLastRunStopped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages := &statementCounter{name: "PruneEvents"}
-	cfg.ConnConfig.Tracer = pages
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, pages := countingPool(t, "PruneEvents")
 	var clock testClock
 	l, m := clocked(pool, &clock, ratelimit.WithPruneEvents(true), ratelimit.WithPruneBatchSize(1))
 

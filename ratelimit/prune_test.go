@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -200,17 +199,7 @@ func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 func TestPruneReadsNoLedgerOfAWindowStillRunning(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages := &statementCounter{name: "PruneReservations"}
-	cfg.ConnConfig.Tracer = pages
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, pages := countingPool(t, "PruneReservations")
 	var clock testClock
 	l, m := clocked(pool, &clock, ratelimit.WithPruneBatchSize(10))
 	month := window("api_key", uniqueKey("month"), ratelimit.MetricTokens, 1e12, 1)
