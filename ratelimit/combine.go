@@ -75,7 +75,7 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	}
 	select {
 	case <-p.done:
-		return p.res, p.err
+		return p.answer()
 	case <-ctx.Done():
 	}
 	// Leaving: unless the result is already here, the batch hands what the
@@ -83,11 +83,22 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.delivered {
-		return p.res, p.err
+		return p.answer()
 	}
 	p.gone = true
 	var zero Res
 	return zero, ctx.Err()
+}
+
+// answer is what p's caller gets once its result is here. A caller who
+// left, and whose statement failed (most likely cancelled because every
+// caller in it had left), gets its own context's error, as a caller who
+// leaves before the answer does.
+func (p *combined[Req, Res]) answer() (Res, error) {
+	if p.err != nil && p.ctx.Err() != nil {
+		return p.res, p.ctx.Err()
+	}
+	return p.res, p.err
 }
 
 // lead sends the next batch for p's caller, who holds one of the in-flight
