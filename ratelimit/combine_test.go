@@ -483,3 +483,21 @@ func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
 		t.Fatal("the statement was not cancelled once every caller had left")
 	}
 }
+
+// A caller whose deadline passes while its statement runs gets
+// context.DeadlineExceeded, its own reason, whichever ended the statement
+// first: its deadline, or the cancellation of a statement every caller left.
+func TestCombinerAnswersALeaverWithItsOwnReason(t *testing.T) {
+	c := newCombiner(8, 1, func(ctx context.Context, reqs []int) ([]int, []error, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	}, nil)
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := c.do(ctx, 1)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("caller past its deadline: %v, want context.DeadlineExceeded", err)
+		}
+	}
+}
