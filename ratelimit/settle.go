@@ -120,16 +120,7 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	// database's part failed: a caller that does not try again would
 	// otherwise leave them in flight, holding their blocks until their
 	// window is long over. Trying again settles the rest.
-	if err != nil {
-		for _, i := range local {
-			grant.Reservations[i].local.settle(status == StatusCommitted, amounts[i])
-		}
-		return out, err
-	}
 	outcomes := make([]ReservationOutcome, len(grant.Reservations))
-	for k, i := range remote.positions {
-		outcomes[i] = out.Reservations[k]
-	}
 	for _, i := range local {
 		r := grant.Reservations[i]
 		settled := r.local.settle(status == StatusCommitted, amounts[i])
@@ -138,6 +129,12 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 			o.Actual = amounts[i]
 		}
 		outcomes[i] = o
+	}
+	if err != nil {
+		return out, err
+	}
+	for k, i := range remote.positions {
+		outcomes[i] = out.Reservations[k]
 	}
 	out.Reservations = outcomes
 	return out, nil
