@@ -312,9 +312,12 @@ func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, c
 		}
 	}
 	base := context.WithoutCancel(batch[0].ctx)
-	ctx, cancel := context.WithCancel(base)
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if allDeadlines {
 		ctx, cancel = context.WithDeadline(base, latest)
+	} else {
+		ctx, cancel = context.WithCancel(base)
 	}
 	if !allCancellable {
 		return ctx, cancel
