@@ -192,16 +192,15 @@ func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch in
 // whose counter remains are passed over.
 func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, batch int32, deleted *int64) func() (bool, error) {
 	var (
-		walking, walked int32 // the window length being walked (0: none), and the last one done
-		page            db.PruneReservationsParams
+		page   db.PruneReservationsParams // of the window length being walked (WindowSeconds 0: none)
+		walked int32                      // the last window length done
 	)
 	return func() (bool, error) {
-		if walking == 0 {
+		if page.WindowSeconds == 0 {
 			next, err := m.queries.PruneReservationNextWindowLength(ctx, m.pool, walked)
 			if err != nil || next == 0 {
 				return false, err
 			}
-			walking = next
 			page = db.PruneReservationsParams{WindowSeconds: next, StartsBefore: cutoff.Add(-time.Duration(next) * time.Second),
 				AfterWindowStart: epoch, AfterID: pgtype.UUID{Valid: true}, BatchSize: batch}
 		}
@@ -212,7 +211,7 @@ func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, b
 		*deleted += int64(row.Deleted)
 		page.AfterWindowStart, page.AfterID = row.LastWindowStart, row.LastID
 		if row.Scanned < batch { // this length is done; the next batch starts on the next one
-			walking, walked = 0, walking
+			walked, page = page.WindowSeconds, db.PruneReservationsParams{}
 		}
 		return true, nil
 	}
