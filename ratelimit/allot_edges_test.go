@@ -22,29 +22,6 @@ import (
 // return never retried, fractional amounts that never sum back to zero, and
 // a local part left unsettled when the database part of a grant fails.
 
-// reserveLocal reserves amount of a localWindow, failing the test unless
-// it is admitted from a block.
-func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount float64) ratelimit.Grant {
-	t.Helper()
-	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, limit, amount)})
-	if err != nil || !g.Reservations[0].Local {
-		t.Fatalf("Reserve of %g: %+v, %v; want a Local admission", amount, g, err)
-	}
-	return g
-}
-
-// openBlocks reads the scope's blocks that are not returned.
-func openBlocks(t *testing.T, pool *pgxpool.Pool, key string) []dbtest.AllotmentListByScopeRow {
-	t.Helper()
-	var open []dbtest.AllotmentListByScopeRow
-	for _, b := range allotments(t, pool, "model", key) {
-		if b.ReturnedAt == nil {
-			open = append(open, b)
-		}
-	}
-	return open
-}
-
 // awaitNoOpenBlock polls until the scope has no open block, at most d, and
 // returns the blocks still open then.
 func awaitNoOpenBlock(t *testing.T, pool *pgxpool.Pool, key string, d time.Duration) []dbtest.AllotmentListByScopeRow {
@@ -259,10 +236,8 @@ func TestAllotFailedReturnIsRetried(t *testing.T) {
 	}
 	unlock()
 	l.Close()
-	for _, b := range allotments(t, admin, "model", key) {
-		if b.ReturnedAt == nil {
-			t.Errorf("block %s (granted %g) still open after Close: its failed return was never retried", b.ID.String(), b.Granted)
-		}
+	for _, b := range openBlocks(t, admin, key) {
+		t.Errorf("block %s (granted %g) still open after Close: its failed return was never retried", b.ID.String(), b.Granted)
 	}
 	if rows := counterRows(t, admin, "model", key); rows[0].ReservedValue != 0 || rows[0].UsedValue != 6 {
 		t.Errorf("counter used %g, reserved %g after Close; want used 6 (three commits of 2), reserved 0", rows[0].UsedValue, rows[0].ReservedValue)

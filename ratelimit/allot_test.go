@@ -28,6 +28,29 @@ func awaitLocalWindow(t *testing.T, conn db.DBTX) {
 	pgtest.AwaitRoomInWindow(t, conn, time.Hour, time.Minute)
 }
 
+// reserveLocal reserves amount of a localWindow, failing the test unless
+// it is admitted from a block.
+func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount float64) ratelimit.Grant {
+	t.Helper()
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, limit, amount)})
+	if err != nil || !g.Reservations[0].Local {
+		t.Fatalf("Reserve of %g: %+v, %v; want a Local admission", amount, g, err)
+	}
+	return g
+}
+
+// openBlocks reads the blocks of localWindow(key, ...) not returned yet.
+func openBlocks(t *testing.T, conn db.DBTX, key string) []dbtest.AllotmentListByScopeRow {
+	t.Helper()
+	var open []dbtest.AllotmentListByScopeRow
+	for _, b := range allotments(t, conn, "model", key) {
+		if b.ReturnedAt == nil {
+			open = append(open, b)
+		}
+	}
+	return open
+}
+
 // allotments reads every block of a scope.
 func allotments(t *testing.T, conn db.DBTX, scopeType, key string) []dbtest.AllotmentListByScopeRow {
 	t.Helper()
@@ -276,14 +299,7 @@ func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 	key := uniqueKey("report")
 	var grants []ratelimit.Grant
 	for range 5 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 3)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !g.Reservations[0].Local {
-			t.Fatalf("reservation %+v, want a Local one", g.Reservations[0])
-		}
-		grants = append(grants, g)
+		grants = append(grants, reserveLocal(t, l, key, 1000, 3))
 	}
 	for _, g := range grants[:2] {
 		if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 1}); err != nil {
@@ -336,10 +352,8 @@ func TestCloseReturnsABlockTakenMeanwhile(t *testing.T) {
 			}
 		}
 		l.Close()
-		for _, b := range allotments(t, pool, "model", key) {
-			if b.ReturnedAt == nil {
-				t.Fatalf("round %d: block %+v still open after Close", i, b)
-			}
+		if open := openBlocks(t, pool, key); len(open) > 0 {
+			t.Fatalf("round %d: block %+v still open after Close", i, open[0])
 		}
 		assertBooksBalance(t, pool, "model", key)
 	}
