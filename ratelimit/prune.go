@@ -89,8 +89,10 @@ var epoch = time.Unix(0, 0).UTC()
 // next batch reads, and the walk over finished tasks whose events go
 // resumes from the position the previous run saved. Single flight like
 // Recover: while another process holds the prune lease the call returns at
-// once with Skipped set. Like Recover, a step the server rejects does not
-// stop the steps after it; its error comes back with what was done.
+// once with Skipped set. Like Recover, a stale reservation whose release
+// the server rejects is left, and the rest are released; a step the server
+// rejects does not stop the steps after it; the errors come back with what
+// was done.
 func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res PruneResult, err error) {
 	if olderThan <= 0 {
 		return PruneResult{}, &ValidationError{Field: "olderThan", Value: olderThan, Reason: "must be positive"}

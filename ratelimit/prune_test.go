@@ -2,12 +2,14 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -145,9 +147,11 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 }
 
 // A damaged counter (less reserved than its open reservations, which the
-// doctor reports) fails the step that would release its stale reservation;
-// the steps after it still run, so the healthy windows are pruned, and the
-// error names the step that failed.
+// doctor reports) makes the server reject the release of its stale
+// reservation. The stale reservations of healthy counters in the same batch
+// are still released (the batch is retried in halves), the steps after it
+// still run, so the healthy windows are pruned, and the error names the
+// step and carries the server's reason.
 func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -168,8 +172,18 @@ func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Never settled, all in one batch of the release: three on healthy
+	// counters, one on the counter about to be damaged.
+	for range 2 {
+		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(uniqueKey("stale"), 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	damaged := uniqueKey("damaged")
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(damaged, 5)}); err != nil { // never settled
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(damaged, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(uniqueKey("stale"), 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := testq.OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
@@ -183,8 +197,12 @@ func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "release stale reservations") {
 		t.Fatalf("Prune: %v, want the error of the step releasing stale reservations", err)
 	}
-	if res.Counters != 5 || res.Reservations != 5 {
-		t.Errorf("pruned %d counter windows and %d reservations, want the 5 healthy ones of each: %+v", res.Counters, res.Reservations, res)
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Errorf("Prune: %v, want the server's check_violation", err)
+	}
+	if res.ReleasedStaleReservations != 3 || res.Counters != 8 || res.Reservations != 8 {
+		t.Errorf("released %d stale reservations, pruned %d counter windows and %d reservations, want the 3 healthy stale ones, and the 8 healthy windows and reservations: %+v",
+			res.ReleasedStaleReservations, res.Counters, res.Reservations, res)
 	}
 	if rows := counterRows(t, pool, "api_key", damaged); len(rows) != 1 {
 		t.Errorf("the damaged counter: %+v, want it kept", rows)

@@ -91,11 +91,14 @@ func (r RecoveryResult) String() string {
 // Each batch (WithRecoveryBatchSize rows) is its own short transaction that
 // leaves the books correct, locking counter rows first (the lock order), so
 // recovery never holds locks long and can be interrupted at any point. It
-// is idempotent: a second run finds nothing and returns zeros. A step whose
-// batch the server rejects (a counter damaged by hand, which Doctor
-// reports, say) stops there and the next step runs; the run returns what it
-// did with the failed steps' errors, joined. Any other error (the
-// connection lost) ends the run.
+// is idempotent: a second run finds nothing and returns zeros. A task,
+// reservation or block whose release the server rejects (its counter
+// damaged by hand, which Doctor reports, say) is left as it is and the
+// rest of its batch is still done: a rejected batch is retried in halves
+// down to the rows rejected on their own. The run returns what it did with
+// the server's reasons, one per step that left rows, joined; a step that
+// the server rejects whole stops there and the next step runs. Any other
+// error (the connection lost) ends the run.
 //
 // Single flight across processes: a run holds the recover lease (a row of
 // gateway_maintenance_leases, renewed as the run goes, see
@@ -126,7 +129,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 	var admissionsAfter db.RecoveryAdmissionDeleteForFinishedTasksParams
 	admissionsAfter.AfterTaskID = pgtype.UUID{Valid: true} // the nil UUID: before every task
 	err = runSteps(ctx, "recover", lease, []step{
-		{"reclaim expired tasks", func() (bool, error) { return m.recoverExpiredTasks(ctx, batch, &res) }},
+		{"reclaim expired tasks", m.reclaimExpiredTasks(ctx, batch, &res)},
 		{"release reservations of finished tasks", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
 			return q.RecoveryReservationFindForFinishedTasks(ctx, conn, n)
 		}, reasonTaskFinished, &res.ReleasedRateReservations)},
@@ -168,7 +171,7 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: n, Now: m.opts.clock.at(),
 		})
 	}
-	return findStep(batch, find, func(lost []db.RecoveryAllotmentFindLostRow) (int64, error) {
+	return findStep(batch, func(a db.RecoveryAllotmentFindLostRow) [16]byte { return a.ID.Bytes }, find, func(lost []db.RecoveryAllotmentFindLostRow) (int64, error) {
 		p := db.AllotmentReturnParams{Now: m.opts.clock.at()}
 		for _, a := range lost {
 			p.Ids = append(p.Ids, a.ID)
@@ -176,33 +179,45 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 			p.Reasons = append(p.Reasons, reasonHolderLost)
 		}
 		rows, err := m.queries.AllotmentReturn(ctx, m.pool, p)
+		if err != nil {
+			return 0, err
+		}
 		var n int64
 		for _, r := range rows {
 			if r.Returned {
 				n++
 			}
 		}
-		return n, err
-	}, count)
+		*count += n
+		return n, nil
+	})
 }
 
-// recoverExpiredTasks reclaims one batch of running tasks whose execution
-// lease expired, in one transaction: lock the counters of their open
-// reservations, reclaim the tasks (requeue or fail, with attempts, leases,
+// reclaimExpiredTasks reclaims, per batch, running tasks whose execution
+// lease expired (RecoveryTaskFindExpired reads them without locking; each
+// batch is one transaction, see reclaimTasks).
+func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res *RecoveryResult) func() (bool, error) {
+	find := func(n int32) ([]db.RecoveryTaskFindExpiredRow, error) {
+		return m.queries.RecoveryTaskFindExpired(ctx, m.pool, db.RecoveryTaskFindExpiredParams{BatchSize: n, Now: m.opts.clock.at()})
+	}
+	return findStep(batch, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
+		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) { return m.reclaimTasks(ctx, found, res) })
+}
+
+// reclaimTasks reclaims the given tasks in one transaction: lock the
+// counters of their open reservations (the lock order), reclaim the tasks
+// whose lease is still expired (requeue or fail, with attempts, leases,
 // admissions and events), then release the reservations of the tasks it
-// reclaimed.
-func (m *Maintenance) recoverExpiredTasks(ctx context.Context, batch int32, res *RecoveryResult) (bool, error) {
+// reclaimed. It counts what it did in res once committed, and returns how
+// many tasks it reclaimed.
+func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskFindExpiredRow, res *RecoveryResult) (int64, error) {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 
 	now := m.opts.clock.at()
-	found, err := m.queries.RecoveryTaskFindExpired(ctx, tx, db.RecoveryTaskFindExpiredParams{BatchSize: batch, Now: now})
-	if err != nil || len(found) == 0 {
-		return false, err
-	}
 	taskIDs := make([]pgtype.UUID, len(found))
 	var rids []pgtype.UUID
 	owner := map[[16]byte]int{}
@@ -223,7 +238,7 @@ func (m *Maintenance) recoverExpiredTasks(ctx context.Context, batch int32, res 
 		_, _ = m.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(m.opts.maxRequeues), Now: now})
 	})
 	if err := runBatch(ctx, tx, b); err != nil {
-		return false, err
+		return 0, err
 	}
 
 	// Release only the reservations of tasks this batch reclaimed: a task
@@ -244,11 +259,11 @@ func (m *Maintenance) recoverExpiredTasks(ctx context.Context, batch int32, res 
 		p.Now = now
 		settled, err = m.queries.AdmissionSettle(ctx, tx, p)
 		if err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, err
+		return 0, err
 	}
 
 	res.ReleasedRateReservations += settledCount(settled)
@@ -265,8 +280,5 @@ func (m *Maintenance) recoverExpiredTasks(ctx context.Context, batch int32, res 
 			res.FailedTasks++
 		}
 	}
-	// A full batch means there may be more. A full batch of which nothing
-	// could be reclaimed means other processes changed those tasks under
-	// us: stop rather than spin; the next run takes what is left.
-	return len(found) == int(batch) && len(reclaimed) > 0, nil
+	return int64(len(reclaimed)), nil
 }

@@ -3,12 +3,14 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -328,6 +330,97 @@ func TestRecoverInBoundedBatches(t *testing.T) {
 	recoverOnce(t, m, ratelimit.RecoveryResult{})
 	assertDoctorOK(t, pool)
 	if s := summary(t, pool); s.ReservationsOpen != 0 || s.CountersReserved != 0 || s.LeasesUnreleased != 0 || s.AttemptsRunning != 0 || s.Admissions != 0 {
+		t.Fatalf("state after recovery = %+v", s)
+	}
+}
+
+// A counter damaged by hand (less reserved than its open reservations,
+// which the doctor reports) makes the server reject the release of its
+// reservations. Recover leaves the task and the reservations on it alone,
+// and still reclaims and releases everything else in the same batches
+// (they used to fail whole, every run, until the counter was repaired); it
+// reports the server's reason, and once the counter is repaired it takes
+// back what it left.
+func TestRecoverGoesOnPastADamagedCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	damaged := uniqueKey("damaged")
+	reserve := func(task ratelimit.Task, key string) {
+		t.Helper()
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+	}
+
+	// 6 async tasks whose workers die, the fourth on the damaged counter.
+	var expiry time.Time
+	for i := range 6 {
+		createAsync(t, l)
+		task := claim(t, l, "w", time.Second)
+		key := uniqueKey("healthy")
+		if i == 3 {
+			key = damaged
+		}
+		reserve(task, key)
+		expiry = latest(expiry, task.LeaseExpiresAt)
+	}
+	// 3 tasks marked finished by a writer that cleaned up nothing, the
+	// second on the damaged counter.
+	for i := range 3 {
+		task := startSync(t, l, time.Hour)
+		key := uniqueKey("healthy")
+		if i == 1 {
+			key = damaged
+		}
+		reserve(task, key)
+		if n, err := testq.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, task.ID), Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
+			t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
+		}
+	}
+	damage := func(delta float64) {
+		t.Helper()
+		if _, err := testq.OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
+			ReservedDelta: delta, ScopeType: "api_key", ScopeKey: damaged, Metric: ratelimit.MetricTokens,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damage(-10) // 14 reserved on it becomes 4: releasing either 7 would leave it negative
+	clock.pass(expiry)
+
+	recoverLeaving := func(want ratelimit.RecoveryResult) {
+		t.Helper()
+		got, err := m.Recover(ctx)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Recover result (-want +got):\n%s", diff)
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Fatalf("Recover: %v, want the server's check_violation", err)
+		}
+		for _, step := range []string{"reclaim expired tasks", "release reservations of finished tasks", "release reservations of finished attempts"} {
+			if !strings.Contains(err.Error(), step) {
+				t.Errorf("Recover: %v, want an error of the step %q", err, step)
+			}
+		}
+	}
+	recoverLeaving(ratelimit.RecoveryResult{
+		RequeuedAsyncTasks:       5,
+		FailedAttempts:           5 + 3, // the finished tasks' attempts do not touch counters
+		ReleasedRateReservations: 5 + 2,
+	})
+	recoverLeaving(ratelimit.RecoveryResult{}) // what it left, it leaves again
+	if s := summary(t, pool); s.TasksRunning != 1 || s.ReservationsOpen != 2 {
+		t.Fatalf("state with the counter damaged = %+v, want the one task and two reservations on it left", s)
+	}
+
+	damage(+10)
+	recoverOnce(t, m, ratelimit.RecoveryResult{RequeuedAsyncTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 2})
+	assertDoctorOK(t, pool)
+	if s := summary(t, pool); s.ReservationsOpen != 0 || s.CountersReserved != 0 || s.AttemptsRunning != 0 {
 		t.Fatalf("state after recovery = %+v", s)
 	}
 }

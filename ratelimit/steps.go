@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -19,13 +20,15 @@ type step struct {
 	run  func() (more bool, err error)
 }
 
-// runSteps runs every step to completion, in order. A step whose batch the
-// server rejected is left there and the next one runs: the steps are
-// independent, and one bad row (a counter the doctor would report damaged,
-// say) must not stop the rest of the work. The failed steps' errors come
-// back joined. It stops at once on any other error (the connection lost),
-// when ctx is done, or when the run's lease is lost: before each batch it
-// calls keep, which renews the lease or says it was lost.
+// runSteps runs every step to completion, in order. A step that ends with
+// an error the server raised is left there and the next one runs: the
+// steps are independent, and one bad row (a counter the doctor would
+// report damaged, say) must not stop the rest of the work. (Steps that act
+// on rows they found also go on past such a row within the step: see
+// findStep.) The failed steps' errors come back joined. It stops at once on
+// any other error (the connection lost), when ctx is done, or when the
+// run's lease is lost: before each batch it calls keep, which renews the
+// lease or says it was lost.
 func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) error {
 	var failed []error
 	for _, s := range steps {
@@ -62,35 +65,113 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 	}
 }
 
-// findStep finds, per batch, up to batch rows to act on, acts on them in
-// one statement and adds how many it changed to *count.
-func findStep[T any](batch int32, find func(batch int32) ([]T, error), act func([]T) (int64, error), count *int64) func() (bool, error) {
-	return func() (bool, error) {
-		found, err := find(batch)
-		if err != nil || len(found) == 0 {
-			return false, err
+// findStep finds, per batch, up to batch rows to act on and acts on them,
+// all in one statement or transaction while the server accepts it (see
+// isolate). act counts what it changed in the caller's result and returns
+// how many rows it changed. A row the server rejects on its own (one whose
+// counter was damaged by hand, say) is set aside for the rest of the step,
+// so the rows around it are still done; the step then ends with the
+// server's reason. id names a row across batches.
+func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) func() (bool, error) {
+	aside := map[[16]byte]bool{} // rows the server rejected on their own
+	var reason error             // and its first reason
+	end := func() (bool, error) {
+		if reason == nil {
+			return false, nil
 		}
-		n, err := act(found)
+		return false, fmt.Errorf("left %d row(s) the server rejected: %w", len(aside), reason)
+	}
+	return func() (bool, error) {
+		// Ask for the rows set aside too: find returns them again.
+		asked := int(batch) + len(aside)
+		found, err := find(int32(asked))
 		if err != nil {
 			return false, err
 		}
-		*count += n
-		// A full batch of which nothing changed means others got to those
-		// rows meanwhile: stop rather than spin.
-		return len(found) == int(batch) && n > 0, nil
+		full := len(found) == asked
+		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] })
+		if len(todo) == 0 {
+			return end()
+		}
+		done, err := isolate(todo, act)
+		if err != nil {
+			return false, err
+		}
+		for _, row := range done.rejected {
+			aside[id(row)] = true
+		}
+		if reason == nil {
+			reason = done.reason
+		}
+		switch {
+		case done.changed == 0 && len(done.rejected) == len(todo):
+			return end() // the server rejects every row: not one bad row, so stop here
+		case len(aside) >= int(batch):
+			return end() // a batch's worth set aside: leave the rest to a later run
+		case !full || done.changed == 0 && len(done.rejected) == 0:
+			// The last batch; or a full one of which nothing changed: others
+			// got to those rows meanwhile, so stop rather than spin.
+			return end()
+		}
+		return true, nil
 	}
+}
+
+// isolated is what isolate did: the rows changed, and the rows the server
+// rejected on their own with its first reason.
+type isolated[T any] struct {
+	changed  int64
+	rejected []T
+	reason   error
+}
+
+// isolate acts on items as one group. When the server rejects the group, it
+// acts on each half in turn, down to single rows, so that only the rows the
+// server rejects on their own are left out: one bad row costs about two
+// statements per halving, and the normal case one. Any other error (the
+// connection lost, ctx done) ends it at once.
+func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error) {
+	var out isolated[T]
+	var try func([]T) error
+	try = func(part []T) error {
+		n, err := act(part)
+		switch {
+		case err == nil:
+			out.changed += n
+			return nil
+		case !rejectedByServer(err):
+			return err
+		case len(part) == 1:
+			out.rejected = append(out.rejected, part[0])
+			if out.reason == nil {
+				out.reason = err
+			}
+			return nil
+		}
+		half := len(part) / 2
+		if err := try(part[:half]); err != nil {
+			return err
+		}
+		return try(part[half:])
+	}
+	return out, try(items)
 }
 
 // releaseStep releases, per batch, the open reservations that find selects
 // (reason on each), in one call of pgadmit_settle (which locks their
 // counters first, the lock order), and adds how many it released to *count.
 func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
-	return findStep(batch, find, func(ids []pgtype.UUID) (int64, error) {
+	return findStep(batch, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
 		settled, err := m.queries.AdmissionSettle(ctx, m.pool, p)
-		return settledCount(settled), err
-	}, count)
+		if err != nil {
+			return 0, err
+		}
+		n := settledCount(settled)
+		*count += n
+		return n, nil
+	})
 }
 
 // keysetStep walks a table in bounded pages from the start of its key
@@ -105,6 +186,9 @@ func keysetStep(batch int32, page func(batch int32) (scanned int32, err error)) 
 		return n == batch, nil
 	}
 }
+
+// uuidBytes names a row by its uuid.
+func uuidBytes(id pgtype.UUID) [16]byte { return id.Bytes }
 
 // rejectedByServer reports an error the server raised about a statement
 // (which rolled back alone), as opposed to one of the connection or the

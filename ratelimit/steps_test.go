@@ -1,0 +1,129 @@
+package ratelimit
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// rowTable stands in for a table that findStep walks: rows 0..n-1, found
+// in order while not yet done; acting on a group that holds a bad row is
+// rejected as the server rejects a statement, and changes nothing.
+type rowTable struct {
+	done, bad map[int]bool
+	n, acts   int
+	asked     []int32
+}
+
+func newRowTable(n int, bad ...int) *rowTable {
+	t := &rowTable{done: map[int]bool{}, bad: map[int]bool{}, n: n}
+	for _, b := range bad {
+		t.bad[b] = true
+	}
+	return t
+}
+
+func (t *rowTable) find(limit int32) ([]int, error) {
+	t.asked = append(t.asked, limit)
+	var found []int
+	for i := 0; i < t.n && len(found) < int(limit); i++ {
+		if !t.done[i] {
+			found = append(found, i)
+		}
+	}
+	return found, nil
+}
+
+func (t *rowTable) act(rows []int) (int64, error) {
+	t.acts++
+	if slices.ContainsFunc(rows, func(r int) bool { return t.bad[r] }) {
+		return 0, &pgconn.PgError{Code: "23514", Message: "check violation"}
+	}
+	for _, r := range rows {
+		t.done[r] = true
+	}
+	return int64(len(rows)), nil
+}
+
+func rowID(r int) [16]byte { return [16]byte{byte(r >> 8), byte(r)} }
+
+// runStep runs a step as runSteps does, to its end.
+func runStep(t *testing.T, run func() (bool, error)) error {
+	t.Helper()
+	for range 1000 {
+		more, err := run()
+		if err != nil || !more {
+			return err
+		}
+	}
+	t.Fatal("the step never ended")
+	return nil
+}
+
+func TestFindStepSetsAsideOnlyTheRowsTheServerRejects(t *testing.T) {
+	table := newRowTable(20, 3, 11, 12)
+	var changed int64
+	err := runStep(t, findStep(8, rowID, table.find, func(rows []int) (int64, error) {
+		n, err := table.act(rows)
+		changed += n
+		return n, err
+	}))
+
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Fatalf("step error %v, want the server's rejection", err)
+	}
+	if changed != 17 {
+		t.Errorf("changed %d rows, want the 17 good ones", changed)
+	}
+	for i := range 20 {
+		if table.done[i] == table.bad[i] {
+			t.Errorf("row %d: done %v, bad %v", i, table.done[i], table.bad[i])
+		}
+	}
+	// Each batch asks for the rows set aside on top of a batch's worth.
+	if want := []int32{8, 9, 11}; !slices.Equal(table.asked, want) {
+		t.Errorf("asked for %v rows, want %v", table.asked, want)
+	}
+}
+
+func TestFindStepActsOnceWhenNothingIsRejected(t *testing.T) {
+	table := newRowTable(20)
+	if err := runStep(t, findStep(8, rowID, table.find, table.act)); err != nil {
+		t.Fatal(err)
+	}
+	if table.acts != 3 || len(table.done) != 20 {
+		t.Errorf("%d acts, %d rows done, want 3 acts (one a batch) doing all 20", table.acts, len(table.done))
+	}
+}
+
+// A server that rejects every row is not one bad row: the step stops after
+// the first batch rather than walk the whole table row by row.
+func TestFindStepStopsWhenTheServerRejectsEveryRow(t *testing.T) {
+	table := newRowTable(100)
+	for i := range 100 {
+		table.bad[i] = true
+	}
+	err := runStep(t, findStep(8, rowID, table.find, table.act))
+	if err == nil {
+		t.Fatal("no error, want the server's rejection")
+	}
+	if len(table.asked) != 1 || table.acts != 15 {
+		t.Errorf("%d batches and %d acts, want 1 batch of 15 acts (8 rows halved down to each)", len(table.asked), table.acts)
+	}
+}
+
+// Any error other than the server's rejection ends the step at once.
+func TestFindStepStopsAtAnErrorNotTheServers(t *testing.T) {
+	lost := errors.New("connection lost")
+	acts := 0
+	err := runStep(t, findStep(8, rowID, newRowTable(20).find, func([]int) (int64, error) {
+		acts++
+		return 0, lost
+	}))
+	if !errors.Is(err, lost) || acts != 1 {
+		t.Errorf("error %v after %d acts, want the lost connection after 1", err, acts)
+	}
+}
