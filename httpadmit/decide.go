@@ -32,7 +32,10 @@ type decision struct {
 // A shadow limit on the very counter of an enforced limit (same scope,
 // metric and window: a lower limit being tried out) cannot be reserved a
 // second time; it is judged from the enforced limit's decision (what the
-// window held, plus this request), in the same round trip.
+// window held, plus this request), in the same round trip. When the
+// enforced limit is Local and was admitted from this process's block, the
+// window was not read: the shadow limit is reported admitted, with
+// Utilization 0.
 func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 	var call []Limit          // sent to Reserve: enforced first, then shadow
 	var judged []Limit        // shadow limits on an enforced limit's counter
@@ -119,7 +122,11 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(st.quota-st.remaining, st.quota)})
 	}
 	for _, l := range judged {
-		st := states[keyOf(l.Limit)]
+		st, ok := states[keyOf(l.Limit)]
+		if !ok { // its enforced twin is Local: admitted from a block, the window unread
+			out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted})
+			continue
+		}
 		// st.quota - st.remaining is what the counter holds with the
 		// enforced amount counted; the shadow limit counts its own amount.
 		held := st.quota - st.remaining - st.amount + l.Amount

@@ -56,8 +56,11 @@
 //
 // All values come from the decision Reserve made (Grant.DecidedAt, each
 // Reservation's Limit, Remaining, Window and ResetAt; the ExceededError of
-// a refusal): no second query. Only enforced limits appear. A limit is
-// named by its Policy when set, else by its metric, qualified by scope type
+// a refusal): no second query. Only enforced limits appear. A Local limit
+// admitted from this process's block has a RateLimit-Policy but no state
+// (no RateLimit item, no remaining or reset header): that decision did not
+// read the window, and what the block had left is not what the window has.
+// A limit is named by its Policy when set, else by its metric, qualified by scope type
 // and window when several limits share it. When several limits count the
 // same metric, the OpenAI and Anthropic headers show the one with the least
 // left. Limits whose quota is not a whole number are left out of the IETF

@@ -65,6 +65,12 @@ type limitState struct {
 func grantStates(g ratelimit.Grant) map[key]limitState {
 	out := make(map[key]limitState, len(g.Reservations)+len(g.Leases))
 	for _, r := range g.Reservations {
+		if r.Local {
+			// Remaining is what this process's block had left, not the
+			// window: telling it would send clients (and the near-limit
+			// metric) a number that has nothing to do with the quota.
+			continue
+		}
 		k := key{scopeType: r.ScopeType, scopeKey: r.ScopeKey, metric: r.Metric, window: r.Window}
 		out[k] = limitState{quota: r.Limit, amount: r.Amount, remaining: r.Remaining, window: r.Window,
 			resetIn: max(r.ResetAt.Sub(g.DecidedAt), 0), resetAt: r.ResetAt}

@@ -40,7 +40,9 @@ type LimitOutcome struct {
 	// counted (used, reserved or live, plus this request's amount, over the
 	// limit), as the decision saw it: above 1 for a refusal. It is set for
 	// OutcomeAdmitted, OutcomeRefused and OutcomeShadowRefused, and 0 for
-	// failures (no decision was made).
+	// failures (no decision was made) and for a Local limit admitted from
+	// this process's block (and a shadow limit on its counter): such a
+	// decision does not read the window.
 	Utilization float64
 }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -33,17 +35,19 @@ func admissionFrom(ctx context.Context) (*admission, bool) {
 // replaces the amounts of the metrics it names, so a streaming handler can
 // report its running total as it goes: if the stream is then cut, what was
 // reported is what gets committed. Metrics never reported are committed at
-// their estimate. An amount that is negative, NaN, infinite or above
-// ratelimit.MaxAmount is a *ratelimit.ValidationError and changes nothing.
+// their estimate. An amount that is negative, NaN, infinite, above
+// ratelimit.MaxAmount or between zero and ratelimit.MinAmount is a
+// *ratelimit.ValidationError and changes nothing (Commit would refuse it).
 func ReportUsage(ctx context.Context, usage map[string]float64) error {
 	a, ok := admissionFrom(ctx)
 	if !ok {
 		return ErrNoAdmission
 	}
 	for metric, v := range usage {
-		if metric == "" || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > ratelimit.MaxAmount {
+		if metric == "" || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > ratelimit.MaxAmount ||
+			(v > 0 && v < ratelimit.MinAmount) {
 			return &ratelimit.ValidationError{Field: fmt.Sprintf("usage[%q]", metric), Value: v,
-				Reason: "metric must be named and its amount finite, between 0 and ratelimit.MaxAmount"}
+				Reason: "metric must be named and its amount zero or finite, between ratelimit.MinAmount and ratelimit.MaxAmount"}
 		}
 	}
 	a.mu.Lock()
@@ -58,14 +62,15 @@ func ReportUsage(ctx context.Context, usage map[string]float64) error {
 // Discard makes the middleware release the request's reservation instead
 // of committing it, recording reason: for a request the upstream never
 // served (it failed, or refused it), so the client is not charged for it.
+// A reason that Release would refuse (say, an upstream's error: longer
+// than ratelimit.MaxReasonBytes, not valid UTF-8, or with NUL bytes) is
+// recorded cleaned and cut, so that the release still happens.
 func Discard(ctx context.Context, reason string) error {
 	a, ok := admissionFrom(ctx)
 	if !ok {
 		return ErrNoAdmission
 	}
-	if reason == "" {
-		reason = "discarded"
-	}
+	reason = releaseReason(reason)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.discard = reason
@@ -89,4 +94,22 @@ func (a *admission) reported() (map[string]float64, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return maps.Clone(a.usage), a.discard
+}
+
+// releaseReason makes reason one that Release accepts (valid UTF-8, no NUL
+// bytes, at most ratelimit.MaxReasonBytes), so that a reason built from an
+// upstream's error cannot make the release fail and leave the grant held.
+func releaseReason(reason string) string {
+	reason = strings.ReplaceAll(strings.ToValidUTF8(reason, "\uFFFD"), "\x00", "")
+	if len(reason) > ratelimit.MaxReasonBytes {
+		cut := ratelimit.MaxReasonBytes
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		reason = reason[:cut]
+	}
+	if reason == "" {
+		reason = "discarded"
+	}
+	return reason
 }
