@@ -47,7 +47,7 @@ const (
 	ResultExceeded = "exceeded" // a refusal: the database answered
 	ResultTimeout  = "timeout"
 	ResultError    = "error"
-	ResultSkipped  = "skipped" // Recover found another process recovering
+	ResultSkipped  = "skipped" // Recover or Prune found another process doing it
 )
 
 // Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is

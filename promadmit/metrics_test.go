@@ -105,6 +105,7 @@ func TestMetricsScrapedAfterTraffic(t *testing.T) {
 		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="exceeded"} 4`, // 3 shadow refusals and the 429
 		`pgadmit_db_operation_duration_seconds_count{operation="commit",result="ok"} 5`,
 		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="ok"} 1`,
+		`pgadmit_db_operation_duration_seconds_count{operation="prune",result="skipped"} 1`,
 		`pgadmit_db_operation_duration_seconds_count{operation="prune",result="ok"} 1`,
 		`pgadmit_recovered_total{kind="leases"} 0`,
 		`pgadmit_pruned_total{kind="counters"} 0`,
@@ -170,12 +171,14 @@ func TestOperationResults(t *testing.T) {
 	m.DatabaseCall(httpadmit.OpReserve, time.Millisecond, errors.New("connection refused"))
 	m.ObserveRecover(ratelimit.RecoveryResult{Skipped: true}, nil, time.Millisecond)
 	m.ObserveRecover(ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 4}, nil, time.Millisecond)
+	m.ObservePrune(ratelimit.PruneResult{Skipped: true}, nil, time.Millisecond)
 	page := scrape(t, reg)
 	for _, want := range []string{
 		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="timeout"} 1`,
 		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="error"} 1`,
 		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="skipped"} 1`,
 		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="ok"} 1`,
+		`pgadmit_db_operation_duration_seconds_count{operation="prune",result="skipped"} 1`,
 		`pgadmit_recovered_total{kind="leases"} 4`,
 	} {
 		if !strings.Contains(page, want+"\n") {

@@ -33,11 +33,7 @@ func (m *Metrics) Prune(ctx context.Context, mt *ratelimit.Maintenance, olderTha
 // result skipped when another process was recovering) and what it gave
 // back. For callers that run Recover themselves.
 func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took time.Duration) {
-	r := result(err)
-	if err == nil && res.Skipped {
-		r = ResultSkipped
-	}
-	m.latency.WithLabelValues(OpRecover, r).Observe(took.Seconds())
+	m.latency.WithLabelValues(OpRecover, maintenanceResult(err, res.Skipped)).Observe(took.Seconds())
 	for kind, n := range map[string]int64{
 		"leases":          res.ReleasedConcurrencyLeases,
 		"reservations":    res.ReleasedRateReservations,
@@ -52,10 +48,11 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 	}
 }
 
-// ObservePrune records a Prune run that took took: its duration and what
-// it released or deleted. For callers that run Prune themselves.
+// ObservePrune records a Prune run that took took: its duration (with
+// result skipped when another process was pruning) and what it released
+// or deleted. For callers that run Prune themselves.
 func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.Duration) {
-	m.latency.WithLabelValues(OpPrune, result(err)).Observe(took.Seconds())
+	m.latency.WithLabelValues(OpPrune, maintenanceResult(err, res.Skipped)).Observe(took.Seconds())
 	for kind, n := range map[string]int64{
 		"stale_reservations": res.ReleasedStaleReservations,
 		"counters":           res.Counters,
@@ -67,4 +64,13 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 	} {
 		m.pruned.WithLabelValues(kind).Add(float64(n))
 	}
+}
+
+// maintenanceResult is the result label of a Recover or Prune run: skipped
+// when another process held its lease.
+func maintenanceResult(err error, skipped bool) string {
+	if err == nil && skipped {
+		return ResultSkipped
+	}
+	return result(err)
 }

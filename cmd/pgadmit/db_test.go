@@ -50,6 +50,9 @@ func TestMigrateDownStatusUp(t *testing.T) {
 	if out := cliOK(t, "--database-url", url, "migrate", "down"); !strings.Contains(out, "nothing to do") {
 		t.Errorf("migrate down with nothing applied:\n%s", out)
 	}
+	if _, errOut, code := cli(t, nil, "--database-url", url, "migrate", "up", "--to", "0"); code != exitUsage || !strings.Contains(errOut, "--to") {
+		t.Errorf("migrate up --to 0: exit %d, %q: want a usage error", code, errOut)
+	}
 
 	out = cliOK(t, "--database-url", url, "migrate", "up")
 	if !strings.Contains(out, "up   00001_init.sql") || !strings.Contains(out, "schema version "+latest) {

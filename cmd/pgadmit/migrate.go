@@ -62,6 +62,9 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	if *to < -1 {
 		return usagef("--to must be a version >= 0, got %d", *to)
 	}
+	if sub == "up" && *to == 0 {
+		return usagef("--to for up must be a version >= 1 (down --to 0 reverts everything)")
+	}
 
 	pool, err := a.connect(ctx, a.dsn, 2)
 	if err != nil {

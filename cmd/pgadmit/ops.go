@@ -64,11 +64,10 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if *every == 0 {
 		start := time.Now()
 		res, err := maint.Recover(ctx)
-		if err != nil {
-			return err
+		if err == nil || !res.Zero() { // a partly rejected pass still did the rest: say what
+			fmt.Fprintf(a.stdout, "%s (%s)\n", describeRecovery(res), time.Since(start).Round(time.Millisecond))
 		}
-		fmt.Fprintf(a.stdout, "%s (%s)\n", describeRecovery(res), time.Since(start).Round(time.Millisecond))
-		return nil
+		return err
 	}
 
 	logf := func(format string, args ...any) {
@@ -83,6 +82,9 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
+			if !res.Zero() {
+				logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+			}
 			logf("recover: pass failed: %s", scrub(err.Error(), a.dsn))
 		default:
 			logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
@@ -160,11 +162,10 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 		ratelimit.WithTaskRetention(retention))
 	start := time.Now()
 	res, err := maint.Prune(ctx, *olderThan)
-	if err != nil {
-		return err
+	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
+		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
-	return nil
+	return err
 }
 
 func doctorCommand() *command {

@@ -164,3 +164,63 @@ func TestPrune(t *testing.T) {
 		t.Errorf("prune --older-than 0s: exit %d, %q", code, errOut)
 	}
 }
+
+// A reservation on a counter damaged by hand (the server rejects its release) leaves recover
+// and prune exiting 1 with the server's reason, but they still did the rest of their work and
+// say what: they used to print the error alone.
+func TestRecoverAndPruneSayWhatTheyDidPastARejectedRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	lim := ratelimit.New(pool)
+	q := dbtest.New()
+	second := func(key string) []ratelimit.Limit {
+		return []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: key}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 2, Window: time.Second}}
+	}
+	for _, key := range []string{"good", "bad"} {
+		// A finished task that still holds a reservation, for recover.
+		task, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Kind: "chat", Worker: "gw-test", LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Reserve(ctx, task.ID, task.AttemptID, second(key+"-task")); err != nil {
+			t.Fatal(err)
+		}
+		var id pgtype.UUID
+		if err := id.Scan(task.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		// A reservation nobody settles, for prune.
+		if _, err := lim.Reserve(ctx, "", "", second(key+"-stale")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The bad counters hold less than their reservations: releasing one would go negative.
+	for _, key := range []string{"bad-task", "bad-stale"} {
+		if _, err := q.OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
+			ReservedDelta: -1, ScopeType: "api_key", ScopeKey: key, Metric: ratelimit.MetricRequests,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out, errOut, code := cli(t, nil, "--database-url", url, "recover")
+	if code != exitFailure || !strings.Contains(errOut, "check constraint") {
+		t.Errorf("recover: exit %d, stderr %q: want 1 and the server's reason", code, errOut)
+	}
+	if !strings.Contains(out, "released 0 leases and 1 reservations; failed 2 attempts") {
+		t.Errorf("recover printed %q, want what it did: the good reservation released", out)
+	}
+
+	time.Sleep(2100 * time.Millisecond) // the 1 s windows end, and a cutoff of 1 s passes them
+	out, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "1s")
+	if code != exitFailure || !strings.Contains(errOut, "release stale reservations") {
+		t.Errorf("prune: exit %d, stderr %q: want 1 and the step that failed", code, errOut)
+	}
+	if !strings.Contains(out, ": released 1 stale reservations; deleted 2 counter windows, 2 reservations") {
+		t.Errorf("prune printed %q, want what it did: the good window pruned", out)
+	}
+}

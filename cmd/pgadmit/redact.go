@@ -11,9 +11,11 @@ const mask = "xxxxx"
 
 var (
 	// keyword/value form: password=secret, password='sec ret', sslpassword=...
-	kvPassword = regexp.MustCompile(`((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
-	// URL query parameters: ?password=secret&..., &sslpassword=...
-	queryPassword = regexp.MustCompile(`(?i)([?&](?:ssl)?password=)[^&#\s]*`)
+	// (an unquoted value may hold backslash-escaped spaces, as libpq and pgx read it)
+	kvPassword = regexp.MustCompile(`((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|(?:\\.|\S)*)`)
+	// URL query parameters: ?password=secret&..., &sslpassword=... (libpq and pgx end a value
+	// at '&' only: a '#' is part of it)
+	queryPassword = regexp.MustCompile(`(?i)([?&](?:ssl)?password=)[^&\s]*`)
 )
 
 // isURL reports whether dsn is in URL form rather than keyword/value form.
@@ -23,21 +25,18 @@ func isURL(dsn string) bool {
 
 // splitUserinfo returns the parts of a connection URL around its userinfo: what precedes the
 // password (scheme and user, with the colon), the raw password, and what follows it (from the
-// '@' on). ok is false when the URL has no password. It works on malformed URLs too, taking the
-// last '@' before the path or query as the end of the userinfo.
+// '@' on). ok is false when the URL has no password. It works on malformed URLs too.
 func splitUserinfo(dsn string) (before, password, after string, ok bool) {
 	i := strings.Index(dsn, "://")
 	if i < 0 {
 		return "", "", "", false
 	}
 	rest := dsn[i+3:]
-	// The authority ends at the first '/', '?' or '#' after the last '@' that precedes them;
-	// a password may itself hold a '/' when it was not escaped, so look for '@' first.
-	end := len(rest)
-	if j := strings.IndexAny(rest, "?#"); j >= 0 {
-		end = j
-	}
-	at := strings.LastIndex(rest[:end], "@")
+	// pgx and libpq end the userinfo at an '@' before the first '/', so a '?' or '#' in a
+	// password needs no escaping; a password meant to hold an unescaped '/' ends at an '@'
+	// before the query instead. Mask up to the later of the two: more than the password at
+	// worst, never less.
+	at := max(lastAtBefore(rest, "/"), lastAtBefore(rest, "?#"))
 	if at < 0 {
 		return "", "", "", false
 	}
@@ -46,6 +45,15 @@ func splitUserinfo(dsn string) (before, password, after string, ok bool) {
 		return "", "", "", false
 	}
 	return dsn[:i+3+colon+1], rest[colon+1 : at], rest[at:], true
+}
+
+// lastAtBefore is the index of the last '@' of s before the first of the characters in stop,
+// or -1.
+func lastAtBefore(s, stop string) int {
+	if i := strings.IndexAny(s, stop); i >= 0 {
+		s = s[:i]
+	}
+	return strings.LastIndex(s, "@")
 }
 
 // redactDSN returns dsn with every password in it (userinfo, password= and sslpassword=
