@@ -245,10 +245,20 @@ func TestCombinerCallersWhoLeave(t *testing.T) {
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued caller: %v, want context.Canceled", err)
 	}
-	leaveInFlight() // request 1 is in the running batch: the caller still waits for it (on this goroutine)
+	// Request 1 is in the running batch, which its caller started: it
+	// leaves all the same, and what the batch grants it is handed back.
+	leaveInFlight()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("caller whose call started the running batch: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller whose call started the running batch cannot leave it")
+	}
 	g.release <- struct{}{}
-	if err := <-errs; err != nil {
-		t.Fatalf("in-flight caller that ran its own batch: %v", err)
+	if res := <-abandoned; res != 10 {
+		t.Fatalf("abandoned %d, want 10 (request 1's result)", res)
 	}
 
 	// Now leave while another goroutine runs the batch.
@@ -418,9 +428,9 @@ func TestCombinerSurvivesABatchThatPanics(t *testing.T) {
 	<-done
 }
 
-// A statement whose callers have all left is cancelled, its leader's caller
-// included (who sends it on its own goroutine, and so returns only when it
-// ends); one that a caller still waits for is not.
+// A caller leaves when its context ends, even its statement's first caller
+// (whose call started the stream that sends it). A statement whose callers
+// have all left is cancelled; one that a caller still waits for is not.
 func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
 	started := make(chan context.Context, 4)
 	release := make(chan struct{})
@@ -435,20 +445,22 @@ func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
 	}, nil)
 	errs := make(chan error, 3)
 
-	// The leader's caller alone, stuck (behind a lock, say), leaves.
-	leader, leaderLeaves := context.WithCancel(context.Background())
-	go func() { _, err := c.do(leader, 1); errs <- err }()
+	// A caller alone, stuck (behind a lock, say), leaves.
+	first, firstLeaves := context.WithCancel(context.Background())
+	go func() { _, err := c.do(first, 1); errs <- err }()
 	statement := <-started
-	leaderLeaves()
+	firstLeaves()
 	select {
 	case err := <-errs:
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the leader's caller, after leaving: %v, want context.Canceled", err)
+			t.Fatalf("the caller, after leaving: %v, want context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the leader's caller still waits for a statement nobody waits for")
+		t.Fatal("the caller still waits for a statement nobody waits for")
 	}
-	if statement.Err() == nil {
+	select {
+	case <-statement.Done():
+	case <-time.After(5 * time.Second):
 		t.Fatal("its statement was not cancelled")
 	}
 
