@@ -44,7 +44,8 @@ LIMIT @batch_size::integer;
 -- heartbeated since RecoveryTaskFindExpired is left alone.
 -- Run after CounterLockForReservations of the tasks' open reservations.
 -- Locks: FOR NO KEY UPDATE on each task row; row locks on their running
--- attempts, unreleased leases and admissions.
+-- attempts, unreleased leases (in id order, the lease lock order: see
+-- TaskFinish) and admissions.
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 -- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
 WITH clock AS (
@@ -101,9 +102,14 @@ leases AS (
     UPDATE gateway_concurrency_leases AS l
     SET released_at = clock.now,
         reason = 'execution_lease_expired'
-    FROM reclaimed, clock
-    WHERE l.task_id = reclaimed.id
-      AND l.released_at IS NULL
+    FROM clock,
+         (SELECT x.id
+          FROM gateway_concurrency_leases AS x
+          JOIN reclaimed AS r ON x.task_id = r.id
+          WHERE x.released_at IS NULL
+          ORDER BY x.id
+          FOR UPDATE OF x) AS locked
+    WHERE l.id = locked.id
     RETURNING l.task_id
 ),
 admissions AS (

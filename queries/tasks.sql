@@ -283,7 +283,10 @@ WHERE t.id = @task_id::uuid;
 -- Open reservations are settled by AdmissionSettle in the same batch,
 -- after CounterLockForReservations (lock order: counters, then this row).
 -- Locks: FOR NO KEY UPDATE on the task row; row locks on its running
--- attempt, its unreleased leases and its admission rows.
+-- attempt, its unreleased leases (in id order, as every statement that
+-- locks several leases takes them: in the order the index returns them,
+-- which each renewal changes, this could deadlock with a heartbeat) and its
+-- admission rows.
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 -- gateway_concurrency_leases_task_idx (all of the task's leases, a few;
 -- `IS TRUE` keeps the released_at test from matching a partial index of
@@ -328,9 +331,14 @@ released AS (
     UPDATE gateway_concurrency_leases AS l
     SET released_at = finished.finished_at,
         reason = 'task_finished'
-    FROM finished
-    WHERE l.task_id = finished.id
-      AND (l.released_at IS NULL) IS TRUE
+    FROM finished,
+         (SELECT x.id
+          FROM gateway_concurrency_leases AS x
+          JOIN finished AS f ON x.task_id = f.id
+          WHERE (x.released_at IS NULL) IS TRUE
+          ORDER BY x.id
+          FOR UPDATE OF x) AS locked
+    WHERE l.id = locked.id
     RETURNING l.id
 ),
 dropped AS (

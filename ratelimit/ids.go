@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"bytes"
 	"encoding/hex"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -52,4 +54,27 @@ func idString(id pgtype.UUID) string {
 	buf[23] = '-'
 	hex.Encode(buf[24:36], id.Bytes[10:16])
 	return string(buf[:])
+}
+
+// idOrder is the permutation that sorts ids as PostgreSQL orders uuids
+// (their bytes): ids[order[0]] is the least. Leases are locked in id order
+// wherever a statement locks several (the lease lock order), so that two
+// statements locking the same leases wait for each other instead of
+// deadlocking.
+func idOrder(ids []pgtype.UUID) []int {
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return bytes.Compare(ids[i].Bytes[:], ids[j].Bytes[:]) })
+	return order
+}
+
+// permuted is xs in the given order: element k is xs[order[k]].
+func permuted[T any](xs []T, order []int) []T {
+	out := make([]T, len(order))
+	for k, i := range order {
+		out[k] = xs[i]
+	}
+	return out
 }

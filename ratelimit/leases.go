@@ -40,9 +40,12 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 	// then cannot revive a lease that an admission has counted as expired.
 	b := &pgx.Batch{}
 	queue(b, func(r db.DBTX) { _ = l.queries.LeaseLockScopes(ctx, r, db.LeaseLockScopesParams{LeaseIds: ids}) })
+	// Then the leases, in id order (the lease lock order, see idOrder): the
+	// rows come back by id, whatever the order sent.
+	order := idOrder(ids)
 	var rows []db.LeaseRenewRow
 	queueRows(b, &rows, func(r db.DBTX) {
-		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: ids, TtlSeconds: ttls, Now: l.opts.clock.at()})
+		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: permuted(ids, order), TtlSeconds: permuted(ttls, order), Now: l.opts.clock.at()})
 	})
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return nil, wrapDBError("renew leases", err)

@@ -11,9 +11,10 @@ import (
 // Every transaction takes pgadmit's locks in one global order, which is what
 // makes admissions deadlock-free: counter rows (sorted by primary key), then
 // advisory locks of concurrency scopes, then advisory locks of queue scopes
-// (each sorted by key), then other rows. One operation follows the order by
-// itself; several operations in one caller's transaction follow it only if
-// each starts past where the previous one ended. lockPhase names the steps.
+// (each sorted by key), then other rows (several leases in id order: see
+// idOrder). One operation follows the order by itself; several operations
+// in one caller's transaction follow it only if each starts past where the
+// previous one ended. lockPhase names the steps.
 type lockPhase int
 
 const (

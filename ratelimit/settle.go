@@ -307,6 +307,10 @@ type settleCall struct {
 	// none and the function reads them from the reservations.
 	keyless bool
 	nLeases int
+	// leaseAt maps the position of a lease as sent (in id order, the lease
+	// lock order: see idOrder) to its position as added; nil when they
+	// are the same.
+	leaseAt []int
 }
 
 // add appends a request, in the lock order of its counters when it names
@@ -349,7 +353,8 @@ func (c *settleCall) add(r *settleRequest) {
 }
 
 // params is the call's arguments. Every array is non-NULL, except the
-// counter keys when some request did not name them.
+// counter keys when some request did not name them. The leases go in id
+// order (demux maps them back).
 func (c *settleCall) params() db.AdmissionSettleParams {
 	p := c.p
 	if c.keyless {
@@ -362,6 +367,10 @@ func (c *settleCall) params() db.AdmissionSettleParams {
 	}
 	if p.LeaseIds == nil {
 		p.LeaseIds, p.LeaseReasons = []pgtype.UUID{}, []string{}
+	}
+	if len(p.LeaseIds) > 1 {
+		c.leaseAt = idOrder(p.LeaseIds)
+		p.LeaseIds, p.LeaseReasons = permuted(p.LeaseIds, c.leaseAt), permuted(p.LeaseReasons, c.leaseAt)
 	}
 	return p
 }
@@ -382,6 +391,9 @@ func (c *settleCall) demux(rows []db.AdmissionSettleRow) settleRows {
 		k := int(row.Ord) - 1
 		switch {
 		case row.IsLease && k >= 0 && k < len(d.leases):
+			if c.leaseAt != nil {
+				k = c.leaseAt[k]
+			}
 			d.leases[k] = row
 		case !row.IsLease && k >= 0 && k < len(d.reservations):
 			d.reservations[k] = row

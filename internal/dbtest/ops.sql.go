@@ -262,6 +262,25 @@ func (q *Queries) OpsHoldingsByScope(ctx context.Context, db DBTX, arg OpsHoldin
 	return items, nil
 }
 
+const OpsLeaseLock = `-- name: OpsLeaseLock :execrows
+SELECT 1
+FROM gateway_concurrency_leases
+WHERE id = $1::uuid
+FOR UPDATE
+`
+
+// Locks one lease row until the transaction ends, so that a test can stall
+// whatever must lock it.
+// Locks: the lease row, FOR UPDATE.
+// Index: gateway_concurrency_leases_pkey.
+func (q *Queries) OpsLeaseLock(ctx context.Context, db DBTX, id pgtype.UUID) (int64, error) {
+	result, err := db.Exec(ctx, OpsLeaseLock, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsLockScopeCounters = `-- name: OpsLockScopeCounters :execrows
 SELECT 1
 FROM gateway_rate_limit_counters

@@ -183,3 +183,13 @@ SELECT 1
 FROM gateway_rate_limit_counters
 WHERE scope_type = @scope_type AND scope_key = @scope_key
 FOR UPDATE;
+
+-- name: OpsLeaseLock :execrows
+-- Locks one lease row until the transaction ends, so that a test can stall
+-- whatever must lock it.
+-- Locks: the lease row, FOR UPDATE.
+-- Index: gateway_concurrency_leases_pkey.
+SELECT 1
+FROM gateway_concurrency_leases
+WHERE id = @id::uuid
+FOR UPDATE;

@@ -1,0 +1,96 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Every statement that locks several leases locks them in id order, so an
+// operation on a task's leases, whatever order its caller lists them in,
+// waits for FinishTask instead of deadlocking with it. Each case holds one
+// of the two leases from another transaction, starts FinishTask, then the
+// operation, and lets go. Under the old orders (FinishTask's in the order
+// its index scan met the rows, the others' in the caller's) one case of
+// each operation deadlocked, and PostgreSQL aborted one of the two.
+func TestLeasesAreLockedInOneOrder(t *testing.T) {
+	ops := map[string]func(context.Context, *ratelimit.Limiter, ratelimit.Grant) error{
+		"RenewLeases": func(ctx context.Context, l *ratelimit.Limiter, g ratelimit.Grant) error {
+			_, err := l.RenewLeases(ctx, g.Leases)
+			if errors.Is(err, ratelimit.ErrLeaseLost) { // FinishTask released them first
+				return nil
+			}
+			return err
+		},
+		"ReleaseLeases": func(ctx context.Context, l *ratelimit.Limiter, g ratelimit.Grant) error {
+			_, err := l.ReleaseLeases(ctx, g.Leases, "done")
+			return err
+		},
+		"Release": func(ctx context.Context, l *ratelimit.Limiter, g ratelimit.Grant) error {
+			_, err := l.Release(ctx, g, "done")
+			return err
+		},
+	}
+	for name, op := range ops {
+		for _, reversed := range []bool{false, true} {
+			for held := range 2 {
+				t.Run(fmt.Sprintf("%s/reversed=%v/held=%d", name, reversed, held), func(t *testing.T) {
+					t.Parallel()
+					ctx := context.Background()
+					l, pool := setup(t)
+					task := startSync(t, l, time.Minute)
+					grant, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{
+						concurrent("model", uniqueKey("m"), 10), concurrent("account", uniqueKey("a"), 10),
+					})
+					if err != nil {
+						t.Fatalf("Reserve: %v", err)
+					}
+					if reversed {
+						slices.Reverse(grant.Leases)
+					}
+
+					blocker, err := pool.Begin(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() { _ = blocker.Rollback(ctx) }()
+					if n, err := testq.OpsLeaseLock(ctx, blocker, mustUUID(t, grant.Leases[held].ID)); err != nil || n != 1 {
+						t.Fatalf("OpsLeaseLock = %d, %v", n, err)
+					}
+					finished := make(chan error, 1)
+					go func() {
+						_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+						finished <- err
+					}()
+					pgtest.AwaitLockWaiters(t, pool, "FinishTask")
+					done := make(chan error, 1)
+					go func() { done <- op(ctx, l, grant) }()
+					for deadline := time.Now().Add(20 * time.Second); len(pgtest.AwaitLockWaiters(t, pool, name)) < 2; time.Sleep(5 * time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Fatalf("%s never waited", name)
+						}
+					}
+					_ = blocker.Rollback(ctx)
+
+					if err := <-finished; err != nil {
+						t.Errorf("FinishTask: %v", err)
+					}
+					if err := <-done; err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
+					for _, lease := range grant.Leases {
+						if n := liveLeases(t, pool, lease.ScopeType, lease.ScopeKey); n != 0 {
+							t.Errorf("%s %s: %d leases still live", lease.ScopeType, lease.ScopeKey, n)
+						}
+					}
+				})
+			}
+		}
+	}
+}
