@@ -105,7 +105,6 @@ func TestMetricsScrapedAfterTraffic(t *testing.T) {
 		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="exceeded"} 4`, // 3 shadow refusals and the 429
 		`pgadmit_db_operation_duration_seconds_count{operation="commit",result="ok"} 5`,
 		`pgadmit_db_operation_duration_seconds_count{operation="recover",result="ok"} 1`,
-		`pgadmit_db_operation_duration_seconds_count{operation="prune",result="skipped"} 1`,
 		`pgadmit_db_operation_duration_seconds_count{operation="prune",result="ok"} 1`,
 		`pgadmit_recovered_total{kind="leases"} 0`,
 		`pgadmit_pruned_total{kind="counters"} 0`,
