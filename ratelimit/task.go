@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -219,9 +220,10 @@ func jsonOrEmptyObject(field string, b json.RawMessage) ([]byte, error) {
 
 // validateJSON accepts valid JSON that a jsonb column can store. Go's
 // json.Valid is not enough: jsonb refuses the \u0000 escape (it cannot hold
-// NUL in text), a \u escape of half a surrogate pair, and bytes that are not
-// UTF-8, each with a raw SQLSTATE; these are refused here instead, before
-// anything is sent.
+// NUL in text), a \u escape of half a surrogate pair, bytes that are not
+// UTF-8, and numbers outside numeric's range, each with a raw SQLSTATE;
+// these are refused here instead, before anything is sent (inside a
+// caller's transaction, a refused statement would abort it).
 func validateJSON(field string, b []byte) error {
 	refuse := func(reason string) error {
 		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", b), Reason: reason}
@@ -235,7 +237,98 @@ func validateJSON(field string, b []byte) error {
 	if reason := jsonbEscapeProblem(b); reason != "" {
 		return refuse(reason)
 	}
+	if reason := jsonbNumberProblem(b); reason != "" {
+		return refuse(reason)
+	}
 	return nil
+}
+
+// jsonbNumberProblem scans valid JSON for a number that jsonb refuses
+// ("value overflows numeric format": it stores numbers as numeric) and
+// says which, or returns "". It skips strings, which in valid JSON end at
+// the first '"' not escaped (an escape is a backslash and the byte after
+// it), so that every other '-' or digit starts a number literal.
+func jsonbNumberProblem(b []byte) string {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			for i++; b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			start := i
+			for i+1 < len(b) && isNumberByte(b[i+1]) {
+				i++
+			}
+			if n := b[start : i+1]; !numericFits(n) {
+				return fmt.Sprintf("must not contain the number %.40s: it is outside what jsonb (numeric) can store", n)
+			}
+		}
+	}
+	return ""
+}
+
+// isNumberByte reports whether c can occur in a JSON number literal.
+func isNumberByte(c byte) bool {
+	return '0' <= c && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
+}
+
+// numericFits reports whether a valid JSON number literal fits PostgreSQL's
+// numeric: at most 131072 digits before the decimal point, counting those
+// the exponent adds but not leading zeros, at most 16383 after it (the
+// literal's fraction digits, trailing zeros included, minus its exponent),
+// and an exponent below math.MaxInt32/2 in magnitude, which numeric_in
+// refuses even for zero.
+func numericFits(n []byte) bool {
+	const (
+		maxWhole    = 131072
+		maxScale    = 16383
+		maxExponent = math.MaxInt32 / 2
+	)
+	whole, frac, zeros := 0, 0, 0 // digits before and after the point; leading zeros among them
+	nonzero, point := false, false
+	i := 0
+	if n[0] == '-' {
+		i++
+	}
+	for ; i < len(n) && n[i] != 'e' && n[i] != 'E'; i++ {
+		switch {
+		case n[i] == '.':
+			point = true
+			continue
+		case n[i] != '0':
+			nonzero = true
+		case !nonzero:
+			zeros++
+		}
+		if point {
+			frac++
+		} else {
+			whole++
+		}
+	}
+	exp := 0
+	if i < len(n) { // n[i] is the e: a sign may follow, then at least one digit
+		i++
+		neg := n[i] == '-'
+		if n[i] == '-' || n[i] == '+' {
+			i++
+		}
+		for ; i < len(n); i++ {
+			if exp = exp*10 + int(n[i]-'0'); exp >= maxExponent {
+				return false
+			}
+		}
+		if neg {
+			exp = -exp
+		}
+	}
+	if frac-exp > maxScale {
+		return false
+	}
+	return !nonzero || whole-zeros+exp <= maxWhole
 }
 
 // jsonbEscapeProblem scans valid JSON for string escapes that jsonb

@@ -454,6 +454,76 @@ func TestTaskJSONThatLooksLikeANulEscape(t *testing.T) {
 	}
 }
 
+// TestTaskJSONNumbersOutsideNumericAreRefused: jsonb stores numbers as
+// numeric and refuses those outside its range (SQLSTATE 22003), which
+// json.Valid accepts. CreateTask, AppendEvent and FinishTask refuse them
+// with a *ValidationError naming the field before anything is sent: nothing
+// is written, and inside a caller's transaction the transaction stays
+// usable. Numbers at numeric's limits are stored.
+func TestTaskJSONNumbersOutsideNumericAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	existing := startSync(t, l, 0)
+	before := rowCounts(t, pool)
+	refused := []string{
+		`{"n":1e200000}`,
+		`[1e-20000]`,
+		`100e-16385`,
+		`{"a":["1e200000",1e131072]}`, // 131073 digits before the point
+		`[1e-16384]`,                  // 16384 after it
+		`{"zero":0e1073741823}`,       // an exponent numeric_in refuses even for zero
+	}
+	refuseAll := func(l *ratelimit.Limiter, where string) {
+		t.Helper()
+		for _, doc := range refused {
+			raw := json.RawMessage(doc)
+			_, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, Payload: raw})
+			assertValidation(t, where+"CreateTask payload "+doc, err, "Payload")
+			_, err = l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Payload: raw})
+			assertValidation(t, where+"AppendEvent payload "+doc, err, "Event.Payload")
+			_, err = l.FinishTask(ctx, existing.ID, existing.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: raw})
+			assertValidation(t, where+"FinishTask error "+doc, err, "Outcome.Error")
+		}
+	}
+
+	refuseAll(l, "")
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Fatalf("refused input wrote rows (-before +after):\n%s", diff)
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	refuseAll(l.WithTx(tx), "WithTx: ")
+	if _, err := testq.OpsNow(ctx, tx); err != nil {
+		t.Fatalf("the caller's transaction is unusable after the refused calls: %v", err)
+	}
+	if diff := cmp.Diff(before, rowCounts(t, tx)); diff != "" {
+		t.Fatalf("refused input wrote rows in the transaction (-before +after):\n%s", diff)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := getTask(t, l, existing.ID); got.LastEventSeq != 1 || got.Status != ratelimit.TaskRunning {
+		t.Fatalf("task touched by refused calls: %+v", got)
+	}
+
+	const limits = `[1e131071, -9.9e131071, 0.1e131072, 1e-16383, 100e-16383, 0e-16383, 0e1073741822]`
+	task, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "w", Payload: json.RawMessage(limits)})
+	if err != nil {
+		t.Fatalf("CreateTask with numbers at numeric's limits: %v", err)
+	}
+	if _, err := l.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(limits)}); err != nil {
+		t.Fatalf("AppendEvent with numbers at numeric's limits: %v", err)
+	}
+	if _, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(limits)}); err != nil {
+		t.Fatalf("FinishTask with numbers at numeric's limits: %v", err)
+	}
+}
+
 func assertValidation(t *testing.T, name string, err error, field string) {
 	t.Helper()
 	var v *ratelimit.ValidationError
