@@ -162,7 +162,14 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		return FinishResult{}, wrapDBError("finish task", err)
 	}
 	if len(finished) == 0 {
-		return FinishResult{}, staleToken(taskID, TaskRunning, true)
+		// The claim changed between the two round trips: report the task as
+		// it is now (StaleTokenError.Status is its status when the call was
+		// refused), not as the first round trip saw it.
+		cur, err := l.queries.TaskGet(ctx, l.conn, id)
+		if err != nil {
+			return FinishResult{}, staleToken(taskID, TaskRunning, true)
+		}
+		return FinishResult{}, staleToken(taskID, cur.Status, cur.ExecutionToken == tok)
 	}
 	f := finished[0]
 	res := FinishResult{

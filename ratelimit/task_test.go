@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -566,6 +567,64 @@ func TestTaskUnknownAndStale(t *testing.T) {
 	}
 	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskRunning || got.LastEventSeq != 2 {
 		t.Fatalf("a refused finish changed the task: %+v", got)
+	}
+}
+
+// TestFinishTaskStaleBetweenRoundTripsReportsCurrentStatus: when the token
+// goes stale between FinishTask's two round trips (here the same token
+// finishes the task concurrently), the *StaleTokenError reports the task's
+// status when the call was refused (succeeded), not the running status its
+// first round trip saw.
+func TestFinishTaskStaleBetweenRoundTripsReportsCurrentStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	task := startSync(t, l, time.Minute)
+	key := uniqueKey("k")
+	if _, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("key", key, "requests", 100, 1)}); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	// Hold the reservation's counter: both finishes read their plan (the
+	// task running, the token current), then wait for it in their batch.
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if n, err := testq.OpsLockScopeCounters(ctx, blocker, dbtest.OpsLockScopeCountersParams{ScopeType: "key", ScopeKey: key}); err != nil || n == 0 {
+		t.Fatalf("OpsLockScopeCounters: %d rows, %v", n, err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); len(pgtest.AwaitLockWaiters(t, pool, "FinishTask")) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two finishes never both waited for the counter")
+		}
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var stale *ratelimit.StaleTokenError
+	for range 2 {
+		if err := <-errs; err != nil {
+			if s := asStale(t, err); stale != nil {
+				t.Fatalf("both finishes were refused: %v; %v", stale, s)
+			} else {
+				stale = s
+			}
+		}
+	}
+	if stale == nil {
+		t.Fatal("both finishes succeeded")
+	}
+	got := getTask(t, l, task.ID)
+	if got.Status != ratelimit.TaskSucceeded || stale.Status != got.Status || stale.TaskID != task.ID {
+		t.Fatalf("StaleTokenError %+v, but the task was %q when the call was refused", stale, got.Status)
 	}
 }
 
