@@ -19,6 +19,8 @@
 --     actual its granted units);
 --   open_reservation_without_counter: an open reservation whose counter
 --     row does not exist (its amount is held nowhere);
+--   open_allotment_without_counter: the same of an open allotment (its
+--     granted units are held nowhere; its return charges nothing);
 --   reservation_life_cycle_broken: a reservation whose status, finalized_at
 --     and actual_amount disagree (reserved: neither set; committed: both;
 --     released: finalized_at only); actual the actual amount;
@@ -119,6 +121,20 @@ problems AS (
             AND c.metric = r.metric
             AND c.window_seconds = r.window_seconds
             AND c.window_start = r.window_start
+      )
+    UNION ALL
+    SELECT 'open_allotment_without_counter', a.scope_type, a.scope_key, a.metric,
+           a.window_seconds, a.window_start, NULL, NULL, a.id, NULL, 0, a.granted
+    FROM gateway_rate_limit_allotments AS a
+    WHERE a.returned_at IS NULL
+      AND NOT EXISTS (
+          SELECT 1
+          FROM gateway_rate_limit_counters AS c
+          WHERE c.scope_type = a.scope_type
+            AND c.scope_key = a.scope_key
+            AND c.metric = a.metric
+            AND c.window_seconds = a.window_seconds
+            AND c.window_start = a.window_start
       )
     UNION ALL
     SELECT 'allotment_outlived_window', a.scope_type, a.scope_key, a.metric,

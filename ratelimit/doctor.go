@@ -23,6 +23,10 @@ const (
 	// ProblemReservationWithoutCounter: an open reservation whose counter
 	// row is gone; its amount is held nowhere.
 	ProblemReservationWithoutCounter ProblemKind = "open_reservation_without_counter"
+	// ProblemAllotmentWithoutCounter: an open allotment (a block of a Local
+	// limit) whose counter row is gone; its granted units are held nowhere
+	// and its return charges nothing. Actual is its granted units.
+	ProblemAllotmentWithoutCounter ProblemKind = "open_allotment_without_counter"
 	// ProblemReservationLifeCycle: a reservation whose status, finalized_at
 	// and actual_amount disagree (written by something other than pgadmit's
 	// functions). Actual is its actual amount.

@@ -186,3 +186,36 @@ func corruptCounter(t *testing.T, conn db.DBTX, r ratelimit.Reservation, reserve
 		t.Fatalf("OpsCounterCorruptAdd = %d, %v", n, err)
 	}
 }
+
+// An open block of a Local limit whose counter row is gone holds its
+// granted units nowhere, and its return will charge nothing: the doctor
+// names it (it used to say the books balance) and Recover cannot repair it.
+func TestDoctorSeesAnOpenBlockWithoutItsCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
+	t.Cleanup(l.Close)
+	awaitLocalWindow(t, pool)
+	key := uniqueKey("blk")
+	reserveLocal(t, l, key, 1000, 10)
+	open := openBlocks(t, pool, key)
+	if len(open) != 1 {
+		t.Fatalf("open blocks = %d, want 1", len(open))
+	}
+	n, err := testq.OpsCounterCorruptDelete(ctx, pool, dbtest.OpsCounterCorruptDeleteParams{ScopeType: "model", ScopeKey: key, Metric: ratelimit.MetricTokens})
+	if err != nil || n != 1 {
+		t.Fatalf("OpsCounterCorruptDelete = %d, %v", n, err)
+	}
+	report, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Problems) != 1 {
+		t.Fatalf("Doctor: %s; want one problem: the open block whose counter row is gone", report)
+	}
+	p := report.Problems[0]
+	if p.Kind != ratelimit.ProblemAllotmentWithoutCounter || p.ScopeKey != key || p.Actual != open[0].Granted || p.Kind.Recoverable() {
+		t.Errorf("problem %+v, want %s of the block's %g granted units, not recoverable", p, ratelimit.ProblemAllotmentWithoutCounter, open[0].Granted)
+	}
+}

@@ -72,29 +72,62 @@ func lostStatementCache(pgErr *pgconn.PgError) bool {
 // transactions on different server sessions. The exec, cache_describe and simple_protocol
 // modes need no session state and pass without a probe.
 //
-// The probe takes two connections of the pool for a moment. The first runs a statement (for
-// cache_statement, one it prepared by name); the second holds a transaction open, which behind a
-// transaction pooler takes the session the first one just gave back (PgBouncer hands out the
-// most recently released server connection first); then the first runs its statement again.
-// Direct connections and poolers in session mode pass, and so does PgBouncer 1.21+ with
-// max_prepared_statements for cache_statement. Run it at start-up or from a health check, not
-// on a hot path. A probe that cannot conclude (the proxy has a single server connection to
-// share) reports no mismatch.
+// The probe takes a connection of the pool and opens one of its own for a moment. The first
+// runs a statement (for cache_statement, one it prepared by name); the second holds a
+// transaction open, which behind a transaction pooler takes the session the first one just gave
+// back (PgBouncer hands out the most recently released server connection first); then the first
+// runs its statement again. Behind a busy proxy another client may take that session instead,
+// and the first may land back on its own by chance, so the probe runs up to poolerProbes times
+// and reports a mismatch as soon as one run sees it. Direct connections and poolers in session
+// mode pass, and so does PgBouncer 1.21+ with max_prepared_statements for cache_statement. Run
+// it at start-up or from a health check, not on a hot path. A probe that cannot conclude (the
+// proxy has a single server connection to share) reports no mismatch.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
 		return nil
 	}
+	for range poolerProbes {
+		if concluded, err := probePooler(ctx, pool, mode); err != nil || !concluded {
+			return err
+		}
+	}
+	return nil
+}
+
+// poolerProbes bounds the runs of CheckPooler's probe that see one session before it reports
+// no mismatch.
+const poolerProbes = 3
+
+// probePooler runs CheckPooler's probe once. concluded is false when it could not conclude.
+func probePooler(ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode) (concluded bool, err error) {
 	prober, err := pool.Acquire(ctx)
 	if err != nil {
-		return wrapDBError("pooler check", err)
+		return false, wrapDBError("pooler check", err)
 	}
 	defer prober.Release()
-	holder, err := pool.Acquire(ctx)
+	// The holder is a connection of its own, not a second one of the pool: a pool of one
+	// connection (or one busy to its last) would wait for the prober, held here, for ever.
+	holder, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
+		return false, wrapDBError("pooler check", err)
+	}
+	defer func() { _ = holder.Close(context.WithoutCancel(ctx)) }()
+	// Behind a transaction pooler the prober's own first round trips may already land on
+	// different server sessions (another client took the one it prepared on): that is the
+	// mismatch too, not a failure of the check.
+	failed := func(err error) error {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch {
+			case mode == pgx.QueryExecModeCacheStatement && (pgErr.Code == "26000" || pgErr.Code == "42P05"):
+				return &PoolerError{Mode: "cache_statement", Cause: err}
+			case mode == pgx.QueryExecModeDescribeExec && (pgErr.Code == "26000" || pgErr.Code == "08P01"):
+				return &PoolerError{Mode: "describe_exec", Cause: err}
+			}
+		}
 		return wrapDBError("pooler check", err)
 	}
-	defer holder.Release()
 
 	// What the prober runs: for cache_statement, a statement it prepared by name (a random
 	// one, so that probes never collide on a shared session); else the statement itself.
@@ -102,42 +135,39 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if mode == pgx.QueryExecModeCacheStatement {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return fmt.Errorf("ratelimit: pooler check: %w", err)
+			return false, fmt.Errorf("ratelimit: pooler check: %w", err)
 		}
 		stmt = "pgadmit_pooler_probe_" + hex.EncodeToString(b[:])
 		if _, err := prober.Conn().Prepare(ctx, stmt, db.PoolerBackendPid); err != nil {
-			return wrapDBError("pooler check: prepare", err)
+			return false, failed(err)
 		}
 		defer func() { _ = prober.Conn().Deallocate(context.WithoutCancel(ctx), stmt) }()
 	}
 	var before int32
 	if err := prober.QueryRow(ctx, stmt).Scan(&before); err != nil {
-		return wrapDBError("pooler check", err)
+		return false, failed(err)
 	}
 	tx, err := holder.Begin(ctx)
 	if err != nil {
-		return wrapDBError("pooler check", err)
+		return false, wrapDBError("pooler check", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := db.New().PoolerBackendPid(ctx, tx); err != nil {
-		return wrapDBError("pooler check", err)
+		return false, wrapDBError("pooler check", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var after int32
 	err = prober.QueryRow(pctx, stmt).Scan(&after)
-	var pgErr *pgconn.PgError
 	switch {
 	case err == nil && (after == before || mode == pgx.QueryExecModeCacheStatement):
 		// One session; or another one that the proxy carried the prepared statement over to.
-		return nil
+		return true, nil
 	case err == nil:
-		return &PoolerError{Mode: "describe_exec", Cause: fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after)}
-	case mode == pgx.QueryExecModeCacheStatement && errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05"):
-		return &PoolerError{Mode: "cache_statement", Cause: err}
+		return true, &PoolerError{Mode: "describe_exec", Cause: fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after)}
 	case pctx.Err() != nil && ctx.Err() == nil:
-		return nil // no second session to run on while the holder's transaction is open
+		return false, nil // no second session to run on while the holder's transaction is open
 	default:
-		return wrapDBError("pooler check", err)
+		return false, failed(err)
 	}
 }
