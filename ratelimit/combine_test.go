@@ -245,20 +245,12 @@ func TestCombinerCallersWhoLeave(t *testing.T) {
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued caller: %v, want context.Canceled", err)
 	}
-	// Request 1 is in the running batch, which its caller started: it
-	// leaves all the same, and what the batch grants it is handed back.
+	// Request 1, alone, runs on its caller's goroutine: the caller waits for
+	// it (its statement is cancelled when it leaves, which this one ignores).
 	leaveInFlight()
-	select {
-	case err := <-errs:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("caller whose call started the running batch: %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the caller whose call started the running batch cannot leave it")
-	}
 	g.release <- struct{}{}
-	if res := <-abandoned; res != 10 {
-		t.Fatalf("abandoned %d, want 10 (request 1's result)", res)
+	if err := <-errs; err != nil {
+		t.Fatalf("in-flight caller that ran its own batch: %v", err)
 	}
 
 	// Now leave while another goroutine runs the batch.
@@ -428,9 +420,9 @@ func TestCombinerSurvivesABatchThatPanics(t *testing.T) {
 	<-done
 }
 
-// A caller leaves when its context ends, even its statement's first caller
-// (whose call started the stream that sends it). A statement whose callers
-// have all left is cancelled; one that a caller still waits for is not.
+// A statement whose callers have all left is cancelled, a caller alone
+// included (who runs it on its own goroutine, and so returns when it ends);
+// one that a caller still waits for is not.
 func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
 	started := make(chan context.Context, 4)
 	release := make(chan struct{})
@@ -493,6 +485,45 @@ func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
 	case <-statement.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the statement was not cancelled once every caller had left")
+	}
+}
+
+// The caller whose call sends a batch of several (it found no batch in
+// flight, and others queued) leaves when its context ends, although another
+// caller in the batch has no deadline and so the statement goes on: the
+// batch runs on a goroutine of its own. It used to run on that caller's,
+// which could not leave before the statement ended.
+func TestCombinerCallerWhoSendsABatchOfSeveralCanLeave(t *testing.T) {
+	g := newGate()
+	abandoned := make(chan int, 1)
+	c := newCombiner(8, 1, g.run, func(res int) { abandoned <- res })
+	// A caller without a deadline queued already (as one woken with the
+	// next is, by the time that one sends).
+	other := &combined[int, int]{req: 2, ctx: context.Background(), done: make(chan struct{})}
+	c.queue = append(c.queue, other)
+
+	ctx, leave := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { _, err := c.do(ctx, 1); errs <- err }()
+	if batch := <-g.started; !slices.Equal(batch, []int{2, 1}) {
+		t.Fatalf("batch %v, want [2 1]", batch)
+	}
+	leave()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the caller who sent the batch, after leaving: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller who sent a batch of several cannot leave it")
+	}
+	g.release <- struct{}{}
+	<-other.done
+	if res, err := other.answer(); res != 20 || err != nil {
+		t.Errorf("the caller who stayed got %d, %v; want 20", res, err)
+	}
+	if res := <-abandoned; res != 10 {
+		t.Errorf("abandoned %d, want 10 (the leaver's result)", res)
 	}
 }
 
