@@ -108,34 +108,30 @@ problems AS (
     FROM books AS b
     WHERE b.used_value <> b.committed_amount
     UNION ALL
-    SELECT 'open_reservation_without_counter', r.scope_type, r.scope_key, r.metric,
-           r.window_seconds, r.window_start, r.task_id, t.status, r.id, NULL, 0, r.reserved_amount
-    FROM gateway_rate_limit_reservations AS r
-    LEFT JOIN gateway_tasks AS t ON t.id = r.task_id
-    WHERE r.status = 'reserved'
-      AND NOT EXISTS (
-          SELECT 1
-          FROM gateway_rate_limit_counters AS c
-          WHERE c.scope_type = r.scope_type
-            AND c.scope_key = r.scope_key
-            AND c.metric = r.metric
-            AND c.window_seconds = r.window_seconds
-            AND c.window_start = r.window_start
-      )
-    UNION ALL
-    SELECT 'open_allotment_without_counter', a.scope_type, a.scope_key, a.metric,
-           a.window_seconds, a.window_start, NULL, NULL, a.id, NULL, 0, a.granted
-    FROM gateway_rate_limit_allotments AS a
-    WHERE a.returned_at IS NULL
-      AND NOT EXISTS (
-          SELECT 1
-          FROM gateway_rate_limit_counters AS c
-          WHERE c.scope_type = a.scope_type
-            AND c.scope_key = a.scope_key
-            AND c.metric = a.metric
-            AND c.window_seconds = a.window_seconds
-            AND c.window_start = a.window_start
-      )
+    SELECT o.kind, o.scope_type, o.scope_key, o.metric, o.window_seconds, o.window_start,
+           o.task_id, t.status, o.id, NULL, 0, o.amount
+    FROM (
+        -- What is open in a window: its counter must exist.
+        SELECT 'open_reservation_without_counter' AS kind, r.scope_type, r.scope_key, r.metric,
+               r.window_seconds, r.window_start, r.task_id, r.id, r.reserved_amount AS amount
+        FROM gateway_rate_limit_reservations AS r
+        WHERE r.status = 'reserved'
+        UNION ALL
+        SELECT 'open_allotment_without_counter', a.scope_type, a.scope_key, a.metric,
+               a.window_seconds, a.window_start, NULL, a.id, a.granted
+        FROM gateway_rate_limit_allotments AS a
+        WHERE a.returned_at IS NULL
+    ) AS o
+    LEFT JOIN gateway_tasks AS t ON t.id = o.task_id
+    WHERE NOT EXISTS (
+        SELECT 1
+        FROM gateway_rate_limit_counters AS c
+        WHERE c.scope_type = o.scope_type
+          AND c.scope_key = o.scope_key
+          AND c.metric = o.metric
+          AND c.window_seconds = o.window_seconds
+          AND c.window_start = o.window_start
+    )
     UNION ALL
     SELECT 'allotment_outlived_window', a.scope_type, a.scope_key, a.metric,
            a.window_seconds, a.window_start, NULL, NULL, a.id, NULL, 0, a.granted
