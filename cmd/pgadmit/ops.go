@@ -35,6 +35,7 @@ is logged and retried at the next interval.`,
 func runRecover(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	every := fs.Duration("every", 0, "run as a sweeper: one pass every `interval` (e.g. 30s) until interrupted")
+	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` is cut off and logged as failed")
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
 	args, err := a.parse(a.cmd, fs, args)
@@ -46,6 +47,9 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	}
 	if *every < 0 || (*every > 0 && *every < 100*time.Millisecond) {
 		return usagef("--every must be at least 100ms, got %s", *every)
+	}
+	if *passTimeout <= 0 {
+		return usagef("--pass-timeout must be positive, got %s", *passTimeout)
 	}
 	if *batch < 1 || *batch > 1_000_000 {
 		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
@@ -78,7 +82,11 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	defer ticker.Stop()
 	for {
 		start := time.Now()
-		res, err := maint.Recover(ctx)
+		// A pass that hangs (a server that stopped answering, a lock held for ever) must not
+		// stop the sweeper: it is cut off, and the next pass goes on where it stopped.
+		pctx, cancel := context.WithTimeout(ctx, *passTimeout)
+		res, err := maint.Recover(pctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:

@@ -224,3 +224,48 @@ func TestRecoverAndPruneSayWhatTheyDidPastARejectedRow(t *testing.T) {
 		t.Errorf("prune printed %q, want what it did: the good window pruned", out)
 	}
 }
+
+// A sweeper pass that hangs (here, every query of it waits for a lock held by another
+// transaction) is cut off after --pass-timeout and logged as failed, and the sweeper goes on:
+// once the lock goes, its next pass runs. It used to wait for ever.
+func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := dbtest.New().OpsLockMaintenanceLeases(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	exit := make(chan int)
+	go func() {
+		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "200ms", "--pass-timeout", "500ms"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	_ = tx.Rollback(ctx) // the lock goes
+	code := <-exit
+	out := stdout.String()
+	if code != exitOK || stderr.Len() != 0 {
+		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
+	}
+	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
+	for _, re := range []string{
+		`(?m)^` + ts + `recover: pass failed: .*context deadline exceeded`,
+		`(?m)^` + ts + `recover: nothing to recover \(\d+ms\)$`,
+		`(?m)^` + ts + `recover: stopped$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("recover --every output does not match %s:\n%s", re, out)
+		}
+	}
+	_, errOut, code := cli(t, nil, "--database-url", url, "recover", "--every", "1s", "--pass-timeout", "0s")
+	if code != exitUsage || !strings.Contains(errOut, "--pass-timeout must be positive") {
+		t.Errorf("recover --pass-timeout 0s: exit %d, %q", code, errOut)
+	}
+}

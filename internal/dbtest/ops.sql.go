@@ -281,6 +281,19 @@ func (q *Queries) OpsLeaseLock(ctx context.Context, db DBTX, id pgtype.UUID) (in
 	return result.RowsAffected(), nil
 }
 
+const OpsLockMaintenanceLeases = `-- name: OpsLockMaintenanceLeases :exec
+LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE
+`
+
+// Locks the table of maintenance leases until the transaction ends, so
+// that a test can make every Recover and Prune run hang at its first step.
+// Locks: ACCESS EXCLUSIVE on gateway_maintenance_leases.
+// Index: none.
+func (q *Queries) OpsLockMaintenanceLeases(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsLockMaintenanceLeases)
+	return err
+}
+
 const OpsLockScopeCounters = `-- name: OpsLockScopeCounters :execrows
 SELECT 1
 FROM gateway_rate_limit_counters

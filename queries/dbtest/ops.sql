@@ -193,3 +193,10 @@ SELECT 1
 FROM gateway_concurrency_leases
 WHERE id = @id::uuid
 FOR UPDATE;
+
+-- name: OpsLockMaintenanceLeases :exec
+-- Locks the table of maintenance leases until the transaction ends, so
+-- that a test can make every Recover and Prune run hang at its first step.
+-- Locks: ACCESS EXCLUSIVE on gateway_maintenance_leases.
+-- Index: none.
+LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE;
