@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -58,44 +60,51 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		return usagef("--max-requeues must be >= 0, got %d", *maxRequeues)
 	}
 
+	if *every > 0 {
+		return sweep(ctx, a, *every, *passTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
+	}
 	pool, err := a.connect(ctx, a.dsn, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
-
-	if *every == 0 {
-		start := time.Now()
-		res, err := maint.Recover(ctx)
-		if err == nil || !res.Zero() { // a partly rejected pass still did the rest: say what
-			fmt.Fprintf(a.stdout, "%s (%s)\n", describeRecovery(res), time.Since(start).Round(time.Millisecond))
-		}
-		return err
+	start := time.Now()
+	res, err := maint.Recover(ctx)
+	if err == nil || !res.Zero() { // a partly rejected pass still did the rest: say what
+		fmt.Fprintf(a.stdout, "%s (%s)\n", describeRecovery(res), time.Since(start).Round(time.Millisecond))
 	}
+	return err
+}
 
+// sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
+// reach, at start or later, is logged and tried again at the next interval.
+func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts ...ratelimit.MaintenanceOption) error {
+	cfg, err := a.poolConfig(a.dsn, 2)
+	if err != nil {
+		return err // a bad URL: no retry will mend it
+	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(a.stdout, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 	}
-	logf("recover: sweeping every %s (stop with Ctrl-C or SIGTERM)", *every)
-	ticker := time.NewTicker(*every)
+	logf("recover: sweeping every %s (stop with Ctrl-C or SIGTERM)", every)
+	ticker := time.NewTicker(every)
 	defer ticker.Stop()
+	var pool *pgxpool.Pool
+	defer func() {
+		if pool != nil {
+			pool.Close()
+		}
+	}()
 	for {
-		start := time.Now()
-		// A pass that hangs (a server that stopped answering, a lock held for ever) must not
-		// stop the sweeper: it is cut off, and the next pass goes on where it stopped.
-		pctx, cancel := context.WithTimeout(ctx, *passTimeout)
-		res, err := maint.Recover(pctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-		case err != nil:
-			if !res.Zero() {
-				logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+		if pool == nil {
+			var err error
+			if pool, err = a.open(ctx, a.dsn, cfg.Copy()); err != nil && ctx.Err() == nil {
+				logf("recover: %s; trying again in %s", err, every)
 			}
-			logf("recover: pass failed: %s", scrub(err.Error(), a.dsn))
-		default:
-			logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+		}
+		if pool != nil {
+			recoverPass(ctx, ratelimit.NewMaintenance(pool, opts...), passTimeout, logf, a.dsn)
 		}
 		select {
 		case <-ctx.Done():
@@ -103,6 +112,26 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 			return nil
 		case <-ticker.C:
 		}
+	}
+}
+
+// recoverPass runs one pass of the sweeper and logs it. A pass that hangs (a server that
+// stopped answering, a lock held for ever) must not stop the sweeper: after passTimeout it is
+// cut off, and the next pass goes on where it stopped.
+func recoverPass(ctx context.Context, maint *ratelimit.Maintenance, passTimeout time.Duration, logf func(string, ...any), dsn string) {
+	start := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	res, err := maint.Recover(pctx)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		if !res.Zero() {
+			logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+		}
+		logf("recover: pass failed: %s", scrub(err.Error(), dsn))
+	default:
+		logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
 	}
 }
 

@@ -269,3 +269,26 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 		t.Errorf("recover --pass-timeout 0s: exit %d, %q", code, errOut)
 	}
 }
+
+// The sweeper started while its database cannot be reached logs it, without the password, and
+// tries again at each interval until stopped; it used to exit 1 at once.
+func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
+	t.Parallel()
+	sctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(sctx, []string{"--database-url", "postgres://u:hunter2@127.0.0.1:1/db", "--connect-timeout", "200ms",
+		"recover", "--every", "300ms"}, &stdout, &stderr, func(string) string { return "" })
+	out := stdout.String()
+	if code != exitOK || stderr.Len() != 0 {
+		t.Fatalf("recover --every on an unreachable database: exit %d, stderr %q", code, stderr.String())
+	}
+	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
+	tries := regexp.MustCompile(`(?m)^` + ts + `recover: cannot connect to postgres://u:xxxxx@127\.0\.0\.1:1/db: .*; trying again in 300ms$`).FindAllString(out, -1)
+	if len(tries) < 2 || !regexp.MustCompile(`(?m)^`+ts+`recover: stopped$`).MatchString(out) {
+		t.Errorf("recover --every output, want two tries or more and a stop:\n%s", out)
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("the password is printed:\n%s", out)
+	}
+}
