@@ -284,7 +284,7 @@ func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
 		t.Fatalf("recover --every on an unreachable database: exit %d, stderr %q", code, stderr.String())
 	}
 	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
-	tries := regexp.MustCompile(`(?m)^` + ts + `recover: cannot connect to postgres://u:xxxxx@127\.0\.0\.1:1/db: .*; trying again in 300ms$`).FindAllString(out, -1)
+	tries := regexp.MustCompile(`(?m)^`+ts+`recover: cannot connect to postgres://u:xxxxx@127\.0\.0\.1:1/db: .*; trying again in 300ms$`).FindAllString(out, -1)
 	if len(tries) < 2 || !regexp.MustCompile(`(?m)^`+ts+`recover: stopped$`).MatchString(out) {
 		t.Errorf("recover --every output, want two tries or more and a stop:\n%s", out)
 	}
