@@ -242,6 +242,8 @@ func TestBadRequestsAndNoLimits(t *testing.T) {
 		{"negative estimate", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, -5)), 400},
 		{"shadow limit NaN", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
 			shadow(window("api_key", key, ratelimit.MetricTokens, 500, nan()))), 400},
+		{"one limit twice", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
+			window("api_key", key, ratelimit.MetricTokens, 1000, 2)), 400},
 		{"internal error", func(*http.Request) ([]httpadmit.Limit, error) { return nil, errors.New("plan lookup failed") }, 500},
 	} {
 		rec := httptest.NewRecorder()
@@ -251,6 +253,9 @@ func TestBadRequestsAndNoLimits(t *testing.T) {
 		}
 		if tc.code == 500 && strings.Contains(rec.Body.String(), "plan lookup") {
 			t.Errorf("%s: the 500 shows the error's text: %s", tc.name, rec.Body)
+		}
+		if strings.Contains(rec.Body.String(), key) {
+			t.Errorf("%s: the body shows the scope key: %s", tc.name, rec.Body)
 		}
 	}
 	if ran != 0 {

@@ -92,13 +92,18 @@ func DefaultRefusalHandler(w http.ResponseWriter, _ *http.Request, refusal *Refu
 	WriteProblem(w, RefusalProblem(refusal))
 }
 
-// DefaultErrorHandler answers 400 for ErrBadRequest (with its message), 503
-// with Retry-After: 1 for ErrUnavailable, and 500 otherwise (without the
-// error's text, which may hold internals).
+// DefaultErrorHandler answers 400 for ErrBadRequest (with its message; for a
+// limit that ratelimit refused, the field and the reason, never the value,
+// which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable, and
+// 500 otherwise (without the error's text, which may hold internals).
 func DefaultErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrBadRequest):
-		WriteProblem(w, Problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest, Detail: err.Error()})
+		detail := err.Error()
+		if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) {
+			detail = fmt.Sprintf("invalid %s: %s", invalid.Field, invalid.Reason)
+		}
+		WriteProblem(w, Problem{Type: "about:blank", Title: "Bad Request", Status: http.StatusBadRequest, Detail: detail})
 	case errors.Is(err, ErrUnavailable):
 		w.Header().Set("Retry-After", "1")
 		WriteProblem(w, Problem{Type: "about:blank", Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
