@@ -165,11 +165,11 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		// The claim changed between the two round trips: report the task as
 		// it is now (StaleTokenError.Status is its status when the call was
 		// refused), not as the first round trip saw it.
-		cur, err := l.queries.TaskGet(ctx, l.conn, id)
+		now, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
 		if err != nil {
 			return FinishResult{}, staleToken(taskID, TaskRunning, true)
 		}
-		return FinishResult{}, staleToken(taskID, cur.Status, cur.ExecutionToken == tok)
+		return FinishResult{}, staleToken(taskID, now.Status, now.TokenMatches)
 	}
 	f := finished[0]
 	res := FinishResult{
