@@ -125,11 +125,13 @@ type isolated[T any] struct {
 	reason   error
 }
 
-// isolate acts on items as one group. When the server rejects the group, it
-// acts on each half in turn, down to single rows, so that only the rows the
-// server rejects on their own are left out: one bad row costs about two
-// statements per halving, and the normal case one. Any other error (the
-// connection lost, ctx done) ends it at once.
+// isolate acts on items as one group. When the server rejects the group for
+// what it was sent (rejectedInput: a check a row broke, say), it acts on
+// each half in turn, down to single rows, so that only the rows the server
+// rejects on their own are left out: one bad row costs about two statements
+// per halving, and the normal case one. Any other error ends it at once:
+// the connection lost, ctx done, or one that no row causes (a deadlock, a
+// lock timeout), which halving would only meet again, up to twice per row.
 func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error) {
 	var out isolated[T]
 	var try func([]T) error
@@ -139,7 +141,7 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 		case err == nil:
 			out.changed += n
 			return nil
-		case !rejectedByServer(err):
+		case !rejectedInput(err):
 			return err
 		case len(part) == 1:
 			out.rejected = append(out.rejected, part[0])

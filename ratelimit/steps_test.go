@@ -115,15 +115,20 @@ func TestFindStepStopsWhenTheServerRejectsEveryRow(t *testing.T) {
 	}
 }
 
-// Any error other than the server's rejection ends the step at once.
+// An error no row causes (the connection lost, a deadlock) ends the step
+// at once: halving the batch would only meet it again.
 func TestFindStepStopsAtAnErrorNotTheServers(t *testing.T) {
-	lost := errors.New("connection lost")
-	acts := 0
-	err := runStep(t, findStep(8, rowID, newRowTable(20).find, func([]int) (int64, error) {
-		acts++
-		return 0, lost
-	}))
-	if !errors.Is(err, lost) || acts != 1 {
-		t.Errorf("error %v after %d acts, want the lost connection after 1", err, acts)
+	for _, failure := range []error{
+		errors.New("connection lost"),
+		&pgconn.PgError{Code: "40P01", Message: "deadlock detected"},
+	} {
+		acts := 0
+		err := runStep(t, findStep(8, rowID, newRowTable(20).find, func([]int) (int64, error) {
+			acts++
+			return 0, failure
+		}))
+		if !errors.Is(err, failure) || acts != 1 {
+			t.Errorf("error %v after %d acts, want %v after 1", err, acts, failure)
+		}
 	}
 }
