@@ -123,15 +123,14 @@ func recoverPass(ctx context.Context, maint *ratelimit.Maintenance, passTimeout 
 	pctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
 	res, err := maint.Recover(pctx)
-	switch {
-	case ctx.Err() != nil:
-	case err != nil:
-		if !res.Zero() {
-			logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
-		}
-		logf("recover: pass failed: %s", scrub(err.Error(), dsn))
-	default:
+	if ctx.Err() != nil {
+		return // stopping: the sweeper says so itself
+	}
+	if err == nil || !res.Zero() { // a partly rejected pass still did the rest: say what
 		logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		logf("recover: pass failed: %s", scrub(err.Error(), dsn))
 	}
 }
 
