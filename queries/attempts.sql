@@ -23,21 +23,56 @@ ORDER BY a.attempt_no;
 
 -- name: AttemptAttachGrant :one
 -- Links the reservations and leases of an admission to the attempt that runs
--- it, once that attempt row exists. Returns how many of each it found.
--- Locks: row locks on the given reservations and leases.
--- Index: gateway_rate_limit_reservations_pkey; gateway_concurrency_leases_pkey.
-WITH attached_reservations AS (
-    UPDATE gateway_rate_limit_reservations
-    SET attempt_id = @attempt_id::uuid,
+-- it, once that attempt row exists, and to the attempt's task: a grant taken
+-- without a task is adopted by it (so that finishing or recovering the task
+-- settles it), a grant of another task is refused. All or nothing: nothing
+-- changes unless the attempt is running and no given row belongs to another
+-- task. Returns what it found, for the caller to say why nothing changed.
+-- Locks: FOR KEY SHARE on the attempt row (so that it cannot be deleted
+-- under the links); row locks on the given reservations and leases.
+-- Index: gateway_task_attempts_pkey; gateway_rate_limit_reservations_pkey;
+-- gateway_concurrency_leases_pkey.
+WITH attempt AS (
+    SELECT a.id, a.task_id, a.status
+    FROM gateway_task_attempts AS a
+    WHERE a.id = @attempt_id::uuid
+    FOR KEY SHARE
+),
+other_task AS (
+    SELECT (SELECT count(*)
+            FROM gateway_rate_limit_reservations AS r, attempt
+            WHERE r.id = ANY(@reservation_ids::uuid[])
+              AND r.task_id <> attempt.task_id)
+         + (SELECT count(*)
+            FROM gateway_concurrency_leases AS l, attempt
+            WHERE l.id = ANY(@lease_ids::uuid[])
+              AND l.task_id <> attempt.task_id) AS n
+),
+target AS (
+    SELECT attempt.id, attempt.task_id
+    FROM attempt, other_task
+    WHERE attempt.status = 'running'
+      AND other_task.n = 0
+),
+attached_reservations AS (
+    UPDATE gateway_rate_limit_reservations AS r
+    SET attempt_id = target.id,
+        task_id = target.task_id,
         updated_at = now()
-    WHERE id = ANY(@reservation_ids::uuid[])
-    RETURNING id
+    FROM target
+    WHERE r.id = ANY(@reservation_ids::uuid[])
+    RETURNING r.id
 ),
 attached_leases AS (
-    UPDATE gateway_concurrency_leases
-    SET attempt_id = @attempt_id::uuid
-    WHERE id = ANY(@lease_ids::uuid[])
-    RETURNING id
+    UPDATE gateway_concurrency_leases AS l
+    SET attempt_id = target.id,
+        task_id = target.task_id
+    FROM target
+    WHERE l.id = ANY(@lease_ids::uuid[])
+    RETURNING l.id
 )
-SELECT (SELECT count(*) FROM attached_reservations)::integer AS reservations,
-       (SELECT count(*) FROM attached_leases)::integer       AS leases;
+SELECT coalesce((SELECT status FROM attempt), '')::text        AS attempt_status,
+       (SELECT task_id FROM attempt)::uuid                     AS task_id,
+       (SELECT n FROM other_task)::integer                     AS other_task_rows,
+       (SELECT count(*) FROM attached_reservations)::integer   AS reservations,
+       (SELECT count(*) FROM attached_leases)::integer         AS leases;

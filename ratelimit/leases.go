@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,7 +106,11 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 
 // Attach links a grant's reservations and leases to the attempt that runs
 // them, once the attempt row exists, and returns the grant with AttemptID
-// set. One round trip.
+// set. A grant reserved without a task joins the attempt's task (TaskID
+// set), so that finishing or recovering the task settles it. Nothing
+// changes when the attempt names no row or is of another task than the
+// grant (ErrUnknownTask), or no longer runs (ErrTaskFinished). One round
+// trip.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
 	attempt, err := parseID("AttemptID", attemptID)
 	if err != nil {
@@ -149,9 +154,30 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return grant, wrapDBError("attach", err)
 	}
+	if err := attachRefusal(row, attemptID, grant.TaskID); err != nil {
+		return grant, err
+	}
 	if int(row.Reservations) != len(rids) || int(row.Leases) != len(lids) {
 		return grant, ErrUnknownGrant
 	}
 	grant.AttemptID = attemptID
+	if grant.TaskID == "" {
+		grant.TaskID = idString(row.TaskID)
+	}
 	return grant, nil
+}
+
+// attachRefusal says why AttemptAttachGrant changed nothing, as Reserve's
+// task guard would: an attempt that names no row, one that no longer runs,
+// or one of another task than the grant's rows.
+func attachRefusal(row db.AttemptAttachGrantRow, attemptID, taskID string) error {
+	switch {
+	case row.AttemptStatus == "":
+		return fmt.Errorf("ratelimit: attach: attempt %s: %w", attemptID, ErrUnknownTask)
+	case row.AttemptStatus != "running":
+		return fmt.Errorf("ratelimit: attach: attempt %s: %w", attemptID, ErrTaskFinished)
+	case row.OtherTaskRows > 0:
+		return fmt.Errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, taskID, ErrUnknownTask)
+	}
+	return nil
 }

@@ -496,3 +496,51 @@ func TestAttachLinksTheGrantToAnAttempt(t *testing.T) {
 	}
 	assertCounter(t, pool, key, "tokens", 500, 0)
 }
+
+// Attach keeps a grant with its task: to an attempt of another task or one
+// that no longer runs it links nothing; a grant taken without a task joins
+// the attempt's, so that finishing the task settles it.
+func TestAttachKeepsAGrantWithItsTask(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	mine, other := startSync(t, l, time.Minute), startSync(t, l, time.Minute)
+	key := uniqueKey("key")
+	limits := []ratelimit.Limit{window("api_key", key, "tokens", 1000, 100), concurrent("model", key, 5)}
+	owned, err := l.Reserve(ctx, mine.ID, "", limits)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if _, err := l.Attach(ctx, other.AttemptID, owned); !errors.Is(err, ratelimit.ErrUnknownTask) {
+		t.Fatalf("Attach to another task's attempt: err = %v, want ErrUnknownTask", err)
+	}
+	taskless, err := l.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	// A grant whose rows are of two tasks: refused whole, the taskless
+	// half included.
+	mixed := taskless
+	mixed.Leases = owned.Leases
+	if _, err := l.Attach(ctx, other.AttemptID, mixed); !errors.Is(err, ratelimit.ErrUnknownTask) {
+		t.Fatalf("Attach of a grant with another task's lease: err = %v, want ErrUnknownTask", err)
+	}
+	adopted, err := l.Attach(ctx, other.AttemptID, taskless)
+	if err != nil || adopted.TaskID != other.ID || adopted.AttemptID != other.AttemptID {
+		t.Fatalf("Attach of a taskless grant = %+v, %v; want TaskID %s, AttemptID %s", adopted, err, other.ID, other.AttemptID)
+	}
+	finished, err := l.FinishTask(ctx, other.ID, other.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+	if err != nil {
+		t.Fatalf("FinishTask: %v", err)
+	}
+	if finished.ReleasedReservations != 1 || finished.ReleasedLeases != 1 {
+		t.Fatalf("FinishTask released %d reservations and %d leases, want the adopted grant's 1 and 1 (and none of the refused attaches)", finished.ReleasedReservations, finished.ReleasedLeases)
+	}
+	assertCounter(t, pool, key, "tokens", 0, 100) // mine's reservation is still open
+	if _, err := l.Attach(ctx, other.AttemptID, owned); !errors.Is(err, ratelimit.ErrTaskFinished) {
+		t.Fatalf("Attach to a finished attempt: err = %v, want ErrTaskFinished", err)
+	}
+	if _, err := l.Attach(ctx, mine.AttemptID, owned); err != nil {
+		t.Fatalf("Attach to its own task's attempt: %v", err)
+	}
+}
