@@ -104,7 +104,8 @@ ALTER TABLE gateway_concurrency_leases
     ADD CONSTRAINT gateway_concurrency_leases_scope_type_check CHECK (scope_type <> '');
 
 COMMENT ON INDEX gateway_rate_limit_reservations_open_task_idx IS 'Serves recovery releasing open reservations of dead or finished tasks.';
-DROP INDEX gateway_rate_limit_reservations_window_idx;
+-- IF EXISTS: an interrupted 00010 Up (not transactional) may have dropped it.
+DROP INDEX IF EXISTS gateway_rate_limit_reservations_window_idx;
 CREATE INDEX gateway_rate_limit_reservations_finalized_idx ON gateway_rate_limit_reservations (finalized_at, id)
     WHERE status <> 'reserved';
 COMMENT ON INDEX gateway_rate_limit_reservations_finalized_idx IS

@@ -129,6 +129,42 @@ func TestEachMigrationReverses(t *testing.T) {
 	}
 }
 
+// TestDownAfterAnInterruptedMigration goes down from where an interrupted
+// 00010 Up leaves a database: 00010 is not transactional, so the index it
+// replaces can be gone while the migration is still pending. The
+// interruption is its last moment: every statement ran, the version was not
+// recorded.
+func TestDownAfterAnInterruptedMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := emptyPool(t)
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		t.Fatalf("provider: %v", err)
+	}
+	defer p.Close()
+	const interrupted = 10 // 00010_prune_by_window_length.sql
+	if _, err := p.UpTo(ctx, interrupted); err != nil {
+		t.Fatalf("up to %d: %v", interrupted, err)
+	}
+	store, err := database.NewStore(goose.DialectPostgres, schema.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, stdlib.OpenDBFromPool(pool), interrupted); err != nil {
+		t.Fatalf("forgetting version %d: %v", interrupted, err)
+	}
+	assertState(t, pool, interrupted-1)
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down after an interrupted %05d: %v", interrupted, err)
+	}
+	assertState(t, pool, 0)
+	if err := schema.Migrate(ctx, pool); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	assertState(t, pool, migrationCount(t))
+}
+
 func TestConcurrentMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
