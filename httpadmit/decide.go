@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -50,11 +49,13 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 		if l.Mode != Shadow || l.Amount == 0 {
 			continue
 		}
+		// A shadow limit never refuses, so a bad one is set aside (and
+		// logged) rather than failing the request with a 400.
+		if err := l.Limit.Validate(); err != nil {
+			m.logInvalidShadow(ctx, l, err)
+			continue
+		}
 		if _, ok := enforced[keyOf(l.Limit)]; ok {
-			if !(l.Limit.Limit >= 0) || !(l.Amount >= 0) || math.IsInf(l.Limit.Limit, 0) || math.IsInf(l.Amount, 0) {
-				return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, &ratelimit.ValidationError{
-					Field: "Limit", Value: keyOf(l.Limit).String(), Reason: "shadow limit and amount must be finite and not negative"})}
-			}
 			judged = append(judged, l)
 			continue
 		}
@@ -183,6 +184,18 @@ func (m *middleware) logShadow(ctx context.Context, l Limit, utilization float64
 		slog.String("scope_type", l.Scope.Type), slog.String("scope_key", l.Scope.Key),
 		slog.String("metric", l.Metric), slog.Float64("limit", l.Limit.Limit), slog.Float64("amount", l.Amount),
 		slog.Float64("utilization", utilization), slog.String("policy", l.Policy), slog.String("why", why))
+}
+
+// logInvalidShadow logs a shadow limit that was set aside because
+// ratelimit would refuse it as input, at most one line a second (it comes
+// from configuration, so every request would log it).
+func (m *middleware) logInvalidShadow(ctx context.Context, l Limit, err error) {
+	if log, suppressed := m.invalidShadows.allow(time.Now()); log {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: invalid shadow limit set aside",
+			slog.String("scope_type", l.Scope.Type), slog.String("scope_key", l.Scope.Key),
+			slog.String("metric", l.Metric), slog.String("policy", l.Policy), slog.String("error", err.Error()),
+			slog.Int("similar_lines_suppressed", suppressed))
+	}
 }
 
 // indexOf is the position of the limit with key k in limits, or -1.

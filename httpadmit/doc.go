@@ -87,6 +87,11 @@
 // judged from the enforced limit's decision, with no round trip of its own.
 // It sees the traffic the enforced limit admits.
 //
+// A shadow limit that ratelimit would refuse as input (ratelimit.Limit's
+// Validate: a NaN amount, a negative limit, an empty scope key) is set
+// aside: the request is decided on the other limits, and a warning is
+// logged at most once a second. An invalid enforced limit is a 400.
+//
 // # When the database fails
 //
 // A decision that errors, or that takes longer than WithDecisionTimeout

@@ -103,9 +103,10 @@ func WithLogger(l *slog.Logger) Option {
 // middleware is one configured instance of the middleware.
 type middleware struct {
 	config
-	limiter  *ratelimit.Limiter
-	limits   LimitsFunc
-	failures throttle // of the failure log lines
+	limiter        *ratelimit.Limiter
+	limits         LimitsFunc
+	failures       throttle // of the failure log lines
+	invalidShadows throttle // of the lines about shadow limits set aside
 }
 
 // New returns the middleware: for each request, limits says what it must
@@ -143,7 +144,8 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second}}
+	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second},
+		invalidShadows: throttle{interval: time.Second}}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil

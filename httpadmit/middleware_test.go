@@ -240,8 +240,6 @@ func TestBadRequestsAndNoLimits(t *testing.T) {
 			return nil, errors.Join(httpadmit.ErrBadRequest, errors.New("no API key"))
 		}, 400},
 		{"negative estimate", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, -5)), 400},
-		{"shadow limit NaN", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
-			shadow(window("api_key", key, ratelimit.MetricTokens, 500, nan()))), 400},
 		{"one limit twice", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
 			window("api_key", key, ratelimit.MetricTokens, 1000, 2)), 400},
 		{"internal error", func(*http.Request) ([]httpadmit.Limit, error) { return nil, errors.New("plan lookup failed") }, 500},

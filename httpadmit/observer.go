@@ -55,8 +55,8 @@ type Observer interface {
 	// once per request that had limits, before the handler or the refusal
 	// runs. Limits the decision did not reach are not listed: the other
 	// limits of a refused request (a refusal names only the limit that
-	// refused), limits with a zero Amount, and shadow limits of a request
-	// that failed closed.
+	// refused), limits with a zero Amount, shadow limits set aside as
+	// invalid, and shadow limits of a request that failed closed.
 	Decided(outcomes []LimitOutcome)
 	// DatabaseCall reports one call to the database: its operation
 	// (OpReserve, OpCommit, OpRelease, OpRenewLeases), how long it took, and

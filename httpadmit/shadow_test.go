@@ -66,6 +66,39 @@ func TestShadowLimitOnItsOwnCounter(t *testing.T) {
 	e.nothingHeld()
 }
 
+// A shadow limit that ratelimit would refuse as input (a NaN amount, a
+// negative limit, no scope key) is set aside and logged, at most once a
+// second: shadow limits never refuse, so a bad one fails no request.
+func TestInvalidShadowLimitsAreSetAside(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	mw := e.middleware(fixed(
+		window("api_key", key, ratelimit.MetricTokens, 1000, 10),
+		shadow(window("api_key", key, ratelimit.MetricTokens, 500, nan())),       // on the enforced counter
+		shadow(window("team", uniqueKey("team"), ratelimit.MetricTokens, -1, 1)), // on a counter of its own
+		shadow(window("team", "", ratelimit.MetricRequests, 10, 1)),
+	))
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 3 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("a request with invalid shadow limits: %d %s, want 200", rec.Code, rec.Body)
+		}
+	}
+	if got, want := e.books("api_key", key, ratelimit.MetricTokens), (book{Used: 30}); got != want {
+		t.Errorf("enforced counter = %+v, want %+v", got, want)
+	}
+	if diff := cmp.Diff(map[string]int{"admitted enforce tokens": 3}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	if got := strings.Count(e.logs.String(), "invalid shadow limit set aside"); got != 1 {
+		t.Errorf("%d lines about invalid shadow limits, want 1 (one a second):\n%s", got, e.logs)
+	}
+	e.nothingHeld()
+}
+
 // A shadow limit on an enforced limit's own counter (a lower limit being
 // tried out) is judged from the enforced decision, with no round trip of
 // its own.

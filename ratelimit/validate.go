@@ -61,7 +61,7 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 	var leases []leaseLimit
 	seen := make(map[limitKey]int, len(limits))
 	for i, l := range limits {
-		if err := inElement("Limits", i, checkLimit(l)); err != nil {
+		if err := inElement("Limits", i, l.Validate()); err != nil {
 			return nil, nil, err
 		}
 		window := l.Window
@@ -93,9 +93,14 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 	return windows, leases, nil
 }
 
-// checkLimit validates one limit; a field its error names is relative to
-// the limit ("Amount").
-func checkLimit(l Limit) error {
+// Validate reports whether Check and Reserve would accept the limit on its
+// own, as a *ValidationError (errors.Is ErrInvalidInput) whose Field is
+// relative to the limit ("Amount"); nil when they would. It reads nothing
+// and allocates nothing for a valid limit: a caller that builds limits from
+// configuration can check them once, and a caller that must not fail a
+// request for a limit that only observes (a shadow limit) can set a bad one
+// aside.
+func (l Limit) Validate() error {
 	if err := validateText("Scope.Type", l.Scope.Type); err != nil {
 		return err
 	}

@@ -82,6 +82,16 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 				t.Errorf("%s: Check err = %v, want *ValidationError on %s", tc.name, err, tc.field)
 			}
 		}
+		// A limit that is bad on its own says so by itself, field relative
+		// to the limit.
+		if field, alone := strings.CutPrefix(tc.field, "Limits[1]."); alone {
+			if err := tc.limits[1].Validate(); !errors.As(err, &invalid) || !errors.Is(err, ratelimit.ErrInvalidInput) || invalid.Field != field {
+				t.Errorf("%s: Validate err = %v, want *ValidationError on %s", tc.name, err, field)
+			}
+		}
+	}
+	if err := valid().Validate(); err != nil {
+		t.Errorf("Validate of a valid limit: %v", err)
 	}
 	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
 		t.Errorf("invalid input wrote rows (-before +after):\n%s", diff)
