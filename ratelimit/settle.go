@@ -81,7 +81,9 @@ func (s Settlement) Overages() []ReservationOutcome {
 // the metric is absent; an actual above the estimate is recorded in full and
 // reported in Settlement.Overages). The grant's leases are released: the
 // request is over. Idempotent: reservations already committed or released
-// are left alone and reported with Settled false. One round trip.
+// are left alone and reported with Settled false. An actual amount, or an
+// estimate charged in its place, that is not a valid amount is a
+// *ValidationError, and nothing is written. One round trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	for metric, v := range actual {
 		if err := validateAmount("", v); err != nil {
@@ -93,6 +95,11 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 		amounts[i] = r.Amount
 		if v, ok := actual[r.Metric]; ok {
 			amounts[i] = v
+		} else if err := validateAmount("Amount", r.Amount); err != nil {
+			// The estimate is charged as the actual amount, and the grant
+			// is the caller's to keep (and alter): NaN or +Inf would poison
+			// the window's counter, a negative one fail on a CHECK.
+			return Settlement{}, inElement("Reservations", i, err)
 		}
 	}
 	return l.settle(ctx, grant, StatusCommitted, "committed", amounts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,4 +218,46 @@ func TestDistinctLimitsAreNotDuplicates(t *testing.T) {
 	if len(grant.Reservations) != len(limits) {
 		t.Errorf("Reserve wrote %d reservations, want %d", len(grant.Reservations), len(limits))
 	}
+}
+
+// Commit charges a reservation's estimate (the grant's Amount) when actual
+// has no amount for its metric: that estimate is validated as an actual
+// amount is, so a grant that came back altered (stored, decoded, built by
+// hand) is refused with a *ValidationError naming it before anything is
+// written, instead of writing NaN or +Inf into its window's counter (where
+// NaN refuses every later admission of the window) or failing on a CHECK.
+func TestCommitValidatesTheEstimateItCharges(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("k")
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "requests", 100, 1), window("api_key", key, "tokens", 100, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rowCounts(t, pool)
+	altered := grant
+	altered.Reservations = slices.Clone(grant.Reservations)
+	for name, amount := range map[string]float64{"NaN": math.NaN(), "+Inf": math.Inf(1), "negative": -5, "huge": 1e300, "tiny": 1e-300} {
+		altered.Reservations[1].Amount = amount
+		_, err := l.Commit(ctx, altered, nil)
+		var invalid *ratelimit.ValidationError
+		if !errors.As(err, &invalid) || invalid.Field != "Reservations[1].Amount" {
+			t.Errorf("Commit of a grant with a %s estimate: err = %v, want a *ValidationError on Reservations[1].Amount", name, err)
+		}
+	}
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Errorf("refused commits wrote rows (-before +after):\n%s", diff)
+	}
+	assertCounter(t, pool, key, "tokens", 0, 10)
+	assertCounter(t, pool, key, "requests", 0, 1)
+
+	// An actual amount for the metric is what is charged: the estimate is
+	// not read, and the commit goes through.
+	if _, err := l.Commit(ctx, altered, map[string]float64{"tokens": 7}); err != nil {
+		t.Fatalf("Commit with an actual amount for the altered estimate's metric: %v", err)
+	}
+	assertCounter(t, pool, key, "tokens", 7, 0)
+	assertCounter(t, pool, key, "requests", 1, 0)
+	assertBooksBalance(t, pool, "api_key", key)
 }
