@@ -16,10 +16,12 @@ func parseOptionalID(field, s string) (pgtype.UUID, error) {
 	return parseID(field, s)
 }
 
-// parseID parses a required UUID in its text form.
+// parseID parses a required UUID in its text form. The hyphens are checked
+// here: pgtype skips the four places they belong in without looking at
+// them, so "123e4567+e89b+..." would pass for the UUID it resembles.
 func parseID(field, s string) (pgtype.UUID, error) {
 	var id pgtype.UUID
-	if len(s) != 36 || id.Scan(s) != nil {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' || id.Scan(s) != nil {
 		return pgtype.UUID{}, &ValidationError{Field: field, Value: s, Reason: "must be a UUID like 123e4567-e89b-12d3-a456-426614174000"}
 	}
 	return id, nil

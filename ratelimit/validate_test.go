@@ -66,6 +66,8 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"malformed task id", "not-a-uuid", "", with(func(*ratelimit.Limit) {}), "TaskID"},
 		{"task id with braces", "{" + goodTask + "}", "", with(func(*ratelimit.Limit) {}), "TaskID"},
 		{"malformed attempt id", goodTask, "123", with(func(*ratelimit.Limit) {}), "AttemptID"},
+		{"task id with other separators", strings.ReplaceAll(goodTask, "-", "+"), "", with(func(*ratelimit.Limit) {}), "TaskID"},
+		{"attempt id with NUL separators", goodTask, strings.ReplaceAll(goodTask, "-", "\x00"), with(func(*ratelimit.Limit) {}), "AttemptID"},
 	}
 	before := rowCounts(t, pool)
 	for _, tc := range tests {
@@ -118,6 +120,9 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 	var invalidLease *ratelimit.ValidationError
 	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: goodTask}, {ID: "nope"}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.ID[1]" {
 		t.Errorf("RenewLeases of a malformed lease: err = %v, want a *ValidationError on Leases.ID[1]", err)
+	}
+	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: strings.ReplaceAll(goodTask, "-", "x")}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.ID[0]" {
+		t.Errorf("RenewLeases of a lease id with other separators: err = %v, want a *ValidationError on Leases.ID[0]", err)
 	}
 	if _, err := l.Attach(ctx, "nope", grant); !errors.Is(err, ratelimit.ErrInvalidInput) {
 		t.Errorf("Attach to a malformed attempt: err = %v, want ErrInvalidInput", err)
