@@ -220,7 +220,8 @@ type AdmissionReserveRow struct {
 // arrays, grouped by admission in admission order (@w_admission and
 // @c_admission give each limit's 1-based admission). Returns one row per
 // limit with the values its decision used, on the database's clock; an
-// admitted limit has its grant_id. Refused admissions write nothing.
+// admitted limit has its grant_id. Refused admissions write nothing, except
+// that a counter row the batch found missing stays behind, empty.
 // Locks: window counter rows FOR UPDATE in primary-key order, then
 // transaction advisory locks of concurrency scopes in lock-key order, then
 // new reservation and lease rows (the lock order).
@@ -399,7 +400,8 @@ type AdmissionReserveWindowsRow struct {
 // i of the arrays is admission i), in arrival order, with the same outcome
 // as AdmissionReserve and mostly in one statement: the sum a batch asks of
 // a counter is taken at once where it fits whole. Returns one row per
-// admission; refused admissions write nothing.
+// admission; refused admissions write nothing, except that a counter row
+// the batch found missing stays behind, empty.
 // Locks: the counter rows FOR UPDATE in primary-key order (the lock order),
 // then the new reservation rows.
 // Index: gateway_rate_limit_counters_pkey.

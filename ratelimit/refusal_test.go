@@ -13,8 +13,8 @@ import (
 )
 
 // What the README promises of a refusal, exactly: it changes no counter
-// value, reservation or lease. A refused admission of one window limit
-// writes nothing at all; one of several limits may leave an empty counter
+// value, reservation or lease. A refused admission of one window limit,
+// alone, writes nothing at all; one of several limits may leave an empty counter
 // row (nothing used, nothing reserved) for a window that had no row yet,
 // which Prune removes with the window.
 func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
@@ -75,4 +75,41 @@ func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
 	if err != nil || got.Counters != 3 || got.Reservations != 1 {
 		t.Fatalf("Prune = %+v, %v; want the 3 windows and the one reservation", got, err)
 	}
+}
+
+// A refused admission of one window limit decided in a combined batch (with
+// concurrent Reserve calls of the same Limiter) may leave its window's
+// counter row behind, empty, as an admission of several limits may: the
+// batch locks every counter it names, creating those that have no row,
+// before it decides. The README used to promise that such a refusal writes
+// nothing at all. No value, reservation or lease changes.
+func TestCombinedRefusalOfOneLimitMayLeaveEmptyWindows(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("k")
+	before := rowCounts(t, pool)
+	_, errs, err := l.ReserveCombined(ctx, []ratelimit.BatchRequest{
+		{Limits: []ratelimit.Limit{window("api_key", key, "tokens", 10, 11)}},
+		{Limits: []ratelimit.Limit{window("api_key", key, "requests", 10, 11)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, ratelimit.ErrExceeded) {
+			t.Fatalf("admission %d: err = %v, want ErrExceeded", i, err)
+		}
+	}
+	want := before
+	want.Counters += 2
+	if diff := cmp.Diff(want, rowCounts(t, pool)); diff != "" {
+		t.Fatalf("rows after refused one-limit admissions of one batch (-want +got):\n%s", diff)
+	}
+	for _, c := range counterRows(t, pool, "api_key", key) {
+		if c.UsedValue != 0 || c.ReservedValue != 0 {
+			t.Errorf("counter %s holds used=%v reserved=%v after a refusal", c.Metric, c.UsedValue, c.ReservedValue)
+		}
+	}
+	assertDoctorOK(t, pool)
 }

@@ -15,9 +15,12 @@ import (
 
 // Reserve admits a request against every limit, all or nothing: window
 // limits reserve their Amount in the current window, concurrent limits take
-// a lease. When any limit does not fit, nothing is written and the error is
-// an *ExceededError for the first limit (in the caller's order) that did not
-// fit.
+// a lease. When any limit does not fit, no counter value, reservation or
+// lease is written and the error is an *ExceededError for the first limit
+// (in the caller's order) that did not fit. The counter rows of windows that
+// had none may be left behind, empty, when the call had several limits or
+// was combined with concurrent calls: the statement creates them to lock
+// them before it decides (Prune deletes them with their window).
 //
 // taskID and attemptID are optional UUIDs ("" for none). A task id lets
 // Recover give the capacity back when the task's process dies.
