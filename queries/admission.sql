@@ -112,9 +112,9 @@ FROM pgadmit_settle_one(
 -- ('committed' with its @actual_amounts, or 'released') with its reason in
 -- @reasons, moving their amounts in their counters, and releases the given
 -- unreleased leases, each with its reason in @lease_reasons. @scope_types .. @window_starts name
--- each reservation's counter as the grant says (the call fails, writing
--- nothing, when a reservation draws on another one); NULL reads them from
--- the reservations. Idempotent: anything already settled
+-- each reservation's counter as the grant says (a reservation that draws
+-- on another one is left open and comes back with settled = false and its
+-- status, reserved); NULL reads them from the reservations. Idempotent: anything already settled
 -- comes back with settled = false and is left alone; a reservation id that
 -- names no row comes back with a NULL status. One row per id, reservations
 -- first (is_lease false), each with its 1-based position.

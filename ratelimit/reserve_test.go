@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -543,4 +544,40 @@ func TestAttachKeepsAGrantWithItsTask(t *testing.T) {
 	if _, err := l.Attach(ctx, mine.AttemptID, owned); err != nil {
 		t.Fatalf("Attach to its own task's attempt: %v", err)
 	}
+}
+
+// A grant that names another counter than its reservation draws on (a
+// window start or scope altered since Reserve returned it) settles nothing
+// of that reservation: it stays open, reported with its status, reserved.
+// That is not a call that found everything already settled.
+func TestSettlingAGrantThatNamesAnotherCounterIsNoNoOp(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	key := uniqueKey("k")
+	for _, limits := range [][]ratelimit.Limit{
+		{window("api_key", key, "tokens", 100, 10)},                                             // pgadmit_settle_one
+		{window("api_key", key, "tokens", 100, 10), window("api_key", key, "requests", 100, 1)}, // pgadmit_settle
+	} {
+		grant, err := l.Reserve(ctx, "", "", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		altered := grant
+		altered.Reservations = slices.Clone(grant.Reservations)
+		altered.Reservations[0].WindowStart = grant.Reservations[0].WindowStart.Add(-time.Minute)
+		got, err := l.Commit(ctx, altered, nil)
+		if err != nil {
+			t.Fatalf("Commit(%d limits) of an altered grant: %v", len(limits), err)
+		}
+		if got.Reservations[0].Settled || got.Reservations[0].Status != ratelimit.StatusReserved || got.AlreadySettled() {
+			t.Errorf("Commit(%d limits) of an altered grant = %+v, AlreadySettled %v; want its first reservation reported open, and no no-op",
+				len(limits), got, got.AlreadySettled())
+		}
+		if _, err := l.Commit(ctx, grant, nil); err != nil {
+			t.Fatalf("Commit of the grant as Reserve returned it: %v", err)
+		}
+	}
+	assertCounter(t, pool, key, "tokens", 20, 0)
+	assertBooksBalance(t, pool, "api_key", key)
 }

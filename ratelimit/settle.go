@@ -41,7 +41,9 @@ type ReservationOutcome struct {
 	// Status is the reservation's status after the call.
 	Status string
 	// Settled is true when this call committed or released it; false when it
-	// was already finished (the call was a no-op for it).
+	// was already finished (the call was a no-op for it), or left open
+	// (Status StatusReserved) because the grant names another counter than
+	// the reservation draws on.
 	Settled  bool
 	Reserved float64
 	// Actual is the committed amount (committed reservations only).
@@ -51,13 +53,16 @@ type ReservationOutcome struct {
 // Overage is how much the actual amount exceeded the reserved estimate.
 func (o ReservationOutcome) Overage() float64 { return max(o.Actual-o.Reserved, 0) }
 
-// AlreadySettled reports a no-op: nothing in the grant was still open.
+// AlreadySettled reports a no-op: nothing in the grant was still open. A
+// reservation that stays open (Status StatusReserved: the grant names
+// another counter than the one it draws on, as an altered grant may) is
+// not settled, and no no-op either.
 func (s Settlement) AlreadySettled() bool {
 	if s.LeasesReleased > 0 {
 		return false
 	}
 	for _, r := range s.Reservations {
-		if r.Settled {
+		if r.Settled || r.Status == StatusReserved {
 			return false
 		}
 	}
