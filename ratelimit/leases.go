@@ -29,8 +29,8 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 		if ttl == 0 {
 			ttl = DefaultLeaseTTL
 		}
-		if err := validateSeconds("Leases.TTL", ttl, MaxLeaseTTL); err != nil {
-			return nil, err
+		if err := inElement("Leases.TTL", i, validateSeconds("", ttl, MaxLeaseTTL)); err != nil {
+			return nil, err // named as a malformed id is: Leases.TTL[i]
 		}
 		ttls[i] = int32(ttl / time.Second)
 	}
