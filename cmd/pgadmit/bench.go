@@ -151,6 +151,11 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer profile.stop()
+	report, err := createBenchJSON(*jsonPath)
+	if err != nil {
+		return err
+	}
+	defer report.abandon()
 	out := a.stdout
 	if *jsonPath == "-" {
 		out = a.stderr
@@ -264,7 +269,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, Instances: cfg.Instances, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
 			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
 			ServerTime: serverTime, Waits: waitsReport}
-		if err := writeJSON(*jsonPath, a.stdout, rep); err != nil {
+		if err := report.write(a.stdout, rep); err != nil {
 			return err
 		}
 	}
@@ -336,21 +341,59 @@ func printBenchChecks(w io.Writer, results []bench.Result) bool {
 	return ok
 }
 
-// writeJSON writes v as indented JSON to path, or to stdout when path is "-".
-func writeJSON(path string, stdout io.Writer, v any) error {
+// benchJSONFile is bench's --json file, or stdout for "-".
+type benchJSONFile struct {
+	file    *os.File // nil for stdout
+	written bool
+}
+
+// createBenchJSON creates --json's file before anything else runs, as --cpuprofile does, so
+// that a bad path fails the command at once, not after every workload has run; nil when path
+// is empty.
+func createBenchJSON(path string) (*benchJSONFile, error) {
+	switch path {
+	case "":
+		return nil, nil
+	case "-":
+		return &benchJSONFile{}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("--json: %v", err)
+	}
+	return &benchJSONFile{file: f}, nil
+}
+
+// write writes v as indented JSON to the file, or to stdout, and closes the file.
+func (j *benchJSONFile) write(stdout io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode JSON: %w", err)
 	}
 	b = append(b, '\n')
-	if path == "-" {
+	if j.file == nil {
 		_, err := stdout.Write(b)
 		return err
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	j.written = true
+	_, err = j.file.Write(b)
+	if cerr := j.file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("write --json: %w", err)
 	}
 	return nil
+}
+
+// abandon removes the file when the run ended before its report was written: an empty file
+// is no JSON document.
+func (j *benchJSONFile) abandon() {
+	if j == nil || j.file == nil || j.written {
+		return
+	}
+	j.file.Close()
+	os.Remove(j.file.Name())
 }
 
 // wrap word-wraps text to lines of at most width columns, each indented by indent spaces.

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +106,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--statements", "-1"}, "--statements must be between 0 and 100, got -1"},
 		{db, []string{"bench", "--statements", "101"}, "--statements must be between 0 and 100"},
 		{db, []string{"bench", "--cpuprofile", "/nonexistent/dir/cpu.prof"}, "--cpuprofile: open /nonexistent/dir/cpu.prof: no such file or directory"},
+		{db, []string{"bench", "--json", "/nonexistent/dir/bench.json"}, "--json: open /nonexistent/dir/bench.json: no such file or directory"},
 		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},
 		{db, []string{"demo", "--instances", "1"}, "--instances must be between 2 and 16"},
 		{db, []string{"demo", "--decision-timeout", "2s"}, "--decision-timeout needs --http"},
@@ -159,6 +163,20 @@ func TestUnreachableDatabaseHidesPassword(t *testing.T) {
 	_, errOut, code := cli(t, map[string]string{"DATABASE_URL": "postgres://bob:" + secret + "@127.0.0.1:1/app?sslmode=disable"}, "inspect")
 	if code != exitFailure || strings.Contains(errOut, secret) || !strings.Contains(errOut, "cannot connect to postgres://bob:xxxxx@127.0.0.1:1/app") {
 		t.Errorf("inspect with DATABASE_URL: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A --json file is created before bench connects, so that a bad path fails at once; a run that
+// fails before its report is written leaves no empty file behind.
+func TestBenchJSONOfAFailedRun(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bench.json")
+	_, errOut, code := cli(t, nil, "bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--json", path)
+	if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
+		t.Errorf("bench on an unreachable database: exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("bench that failed left its --json file behind: %v", err)
 	}
 }
 
