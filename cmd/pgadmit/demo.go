@@ -104,7 +104,7 @@ func (d *demo) pickModel(rng *mrand.Rand) *demoModel {
 func runDemo(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	duration := fs.Duration("duration", 20*time.Second, "how long the gateway runs (the crash comes at about a third)")
-	instances := fs.Int("instances", 3, "gateway instances, each with its own pool; the last one is killed")
+	instances := fs.Int("instances", 3, "gateway instances, each with its own pool; the last one is killed (not with --http)")
 	clients := fs.Int("clients", 12, "concurrent clients per instance")
 	keys := fs.Int("keys", 150, "API keys")
 	httpMode := fs.Bool("http", false, "run an HTTP gateway (package httpadmit) in front of a fake streaming upstream instead")
@@ -125,6 +125,9 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	switch {
 	case *duration < 5*time.Second || *duration > 10*time.Minute:
 		return usagef("--duration must be between 5s and 10m, got %s", *duration)
+	case flagSet(fs, "instances") && *httpMode:
+		// The HTTP demo runs one gateway: say so rather than ignore the flag.
+		return usagef("--instances does not apply to --http, which runs one gateway")
 	case *instances < 2 || *instances > 16:
 		return usagef("--instances must be between 2 and 16, got %d", *instances)
 	case *clients < 1 || *clients > 64:

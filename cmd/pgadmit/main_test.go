@@ -110,6 +110,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},
 		{db, []string{"demo", "--instances", "1"}, "--instances must be between 2 and 16"},
 		{db, []string{"demo", "--decision-timeout", "2s"}, "--decision-timeout needs --http"},
+		{db, []string{"demo", "--http", "--instances", "4"}, "--instances does not apply to --http"},
 		{db, []string{"demo", "--http", "--decision-timeout", "0s"}, "--decision-timeout must be between 1ms and 1m, got 0s"},
 		{db, []string{"recover", "--every", "1ms"}, "--every must be at least 100ms"},
 		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
