@@ -136,6 +136,11 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if *inFlight < 1 || *inFlight > 64 {
 		return usagef("--in-flight must be between 1 and 64, got %d", *inFlight)
 	}
+	if flagSet(fs, "in-flight") && !*combining {
+		// Without combining there are no combined statements to bound: say so rather than
+		// ignore the flag.
+		return usagef("--in-flight needs --combining")
+	}
 	if *rounds < 1 || *rounds > maxBenchRounds {
 		return usagef("--rounds must be between 1 and %d, got %d", maxBenchRounds, *rounds)
 	}

@@ -101,6 +101,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m"},
 		{db, []string{"bench", "--only", "W1,W9"}, `unknown workload "W9"`},
 		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for flag -workers`},
+		{db, []string{"bench", "--combining=false", "--in-flight", "4"}, "--in-flight needs --combining"},
 		{db, []string{"bench", "--rounds", "0"}, "--rounds must be between 1 and 1000, got 0"},
 		{db, []string{"bench", "--rounds", "1001"}, "--rounds must be between 1 and 1000"},
 		{db, []string{"bench", "--statements", "-1"}, "--statements must be between 0 and 100, got -1"},
