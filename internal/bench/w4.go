@@ -72,9 +72,14 @@ func (r *runner) w4(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("read back W4 window: %w", err)
 	}
+	// The scope's current window of this length: with --rounds, an earlier round may have
+	// admitted in a window of another length (exactWindow's choice depends on the time), which
+	// is current too.
 	var held int64 = -1
-	if len(windows) == 1 {
-		held = int64(windows[0].UsedValue + windows[0].ReservedValue)
+	for _, w := range windows {
+		if time.Duration(w.WindowSeconds)*time.Second == window {
+			held = int64(w.UsedValue + w.ReservedValue)
+		}
 	}
 	leases, err := q.InspectLeases(ctx, r.pool, db.InspectLeasesParams{ScopeType: text(conScope.Type), ScopeKey: text(conScope.Key), MaxRows: 10})
 	if err != nil {
