@@ -17,15 +17,17 @@ func inspectCommand() *command {
 	return &command{
 		name:    "inspect",
 		args:    "[flags]",
-		summary: "show current windows, live leases and queue admissions",
+		summary: "show current windows, live leases, queue admissions and allotments",
 		help: `
-Prints three tables, read with plain MVCC reads (no locks, safe on a busy database):
+Prints four tables, read with plain MVCC reads (no locks, safe on a busy database):
 
   WINDOWS             counters of windows that have not ended: used, reserved, limit, free
                       and the time until the window resets (on the database's clock)
   CONCURRENCY LEASES  unreleased leases per scope: live slots, leases that expired without
                       being released (recover gives those back), limit, next expiry
   QUEUE ADMISSIONS    admitted tasks per queue scope, by task status, with the limit
+  ALLOTMENTS          open blocks of Local limits per holder: units granted, units admitted
+                      as the holder last reported and when, and the time until they end
 
 --scope narrows every table to one scope.`,
 		db:  dbRequired,
