@@ -1,6 +1,6 @@
-// Package bench holds the workloads of `pgadmit bench`: five fixed definitions (W1..W5) that
-// mirror the reference harness of the seed gateway, run by N concurrent workers against a
-// migrated database through the public ratelimit API.
+// Package bench holds the workloads of `pgadmit bench`: eight fixed definitions, W1..W5, which
+// mirror the reference harness of the seed gateway, and the gateway-shaped W6..W8, run by N
+// concurrent workers against a migrated database through the public ratelimit API.
 //
 // Every run draws a random run id and puts it in every scope key it touches, so runs never
 // disturb each other, or a database's other data.
@@ -46,7 +46,7 @@ type Config struct {
 	Duration time.Duration
 	// ExactnessDuration is how long W4 (each part) and W5 run; zero means ExactnessSeconds.
 	ExactnessDuration time.Duration
-	// Only lists the workload codes to run ("W1", "W4"...); empty runs all five.
+	// Only lists the workload codes to run ("W1", "W4"...); empty runs them all.
 	Only []string
 	// RunID goes into every scope key; empty draws a random one.
 	RunID string
@@ -69,7 +69,7 @@ type Config struct {
 
 // Workload describes one workload.
 type Workload struct {
-	Code        string // W1..W5
+	Code        string // W1..W8
 	Name        string // starts with Code, e.g. "W1 window, many keys"
 	Description string
 }
