@@ -265,7 +265,7 @@ func thousands(n int64) string {
 func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 	q := db.New()
 	windows := map[string][]db.CounterListByScopeRow{}
-	var checked, tokenOver int
+	var checked, requestsOver, tokenOver int
 	for _, k := range d.keys {
 		rows, err := q.CounterListByScope(ctx, d.ops, db.CounterListByScopeParams{ScopeType: k.scope.Type, ScopeKey: k.scope.Key})
 		if err != nil {
@@ -276,6 +276,7 @@ func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 			checked++
 			switch {
 			case w.Metric == ratelimit.MetricRequests && w.UsedValue+w.ReservedValue > w.LimitValue:
+				requestsOver++
 				*problems = append(*problems, fmt.Sprintf("%s: %g requests in the window from %s, above its limit of %g",
 					k.scope.Key, w.UsedValue+w.ReservedValue, w.WindowStart.Format(time.TimeOnly), w.LimitValue))
 			case w.Metric == ratelimit.MetricTokens && w.UsedValue+w.ReservedValue > w.LimitValue:
@@ -317,7 +318,12 @@ func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "%d windows of %d keys checked: no requests window above its limit", checked, len(d.keys))
+	fmt.Fprintf(d.out, "%d windows of %d keys checked: ", checked, len(d.keys))
+	if requestsOver > 0 {
+		fmt.Fprintf(d.out, "%d requests windows ABOVE their limit (see PROBLEM below)", requestsOver)
+	} else {
+		fmt.Fprint(d.out, "no requests window above its limit")
+	}
 	if tokenOver > 0 {
 		fmt.Fprintf(d.out, "; %d tokens windows above theirs only by\nthe recorded overage of requests that used more than their estimate", tokenOver)
 	}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 func TestDemo(t *testing.T) {
@@ -40,4 +42,37 @@ func TestDemo(t *testing.T) {
 	}
 	// The databases's doctor agrees after the demo.
 	cliOK(t, "--database-url", url, "doctor")
+}
+
+// The check of every key's windows says what it found: a requests window above its limit is a
+// problem, and the line under the busiest keys does not claim that there was none.
+func TestDemoKeysCheckReportsAWindowAboveItsLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var out strings.Builder
+	d := &demo{out: &out, ops: pool, prefix: "demo-test/"}
+	d.keys = []demoKey{{scope: ratelimit.Scope{Type: "api_key", Key: d.prefix + "key-0000"}, plan: planFree}}
+	// A request committed above its estimate: recorded, and its window's used value passes
+	// the limit, as an admission that broke the limit would.
+	lim := ratelimit.New(pool)
+	defer lim.Close()
+	g, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: d.keys[0].scope, Metric: ratelimit.MetricRequests,
+		Limit: planFree.requestsMin, Amount: 1, Window: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.Commit(ctx, g, map[string]float64{ratelimit.MetricRequests: planFree.requestsMin + 1}); err != nil {
+		t.Fatal(err)
+	}
+	var problems []string
+	if err := d.printKeys(ctx, &problems); err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "above its limit") {
+		t.Errorf("problems = %q, want one window above its limit", problems)
+	}
+	if strings.Contains(out.String(), "no requests window above its limit") {
+		t.Errorf("printKeys says no window was above its limit:\n%s", out.String())
+	}
 }
