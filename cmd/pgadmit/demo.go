@@ -142,7 +142,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if *httpMode {
 		return runHTTPDemo(ctx, a, *duration, *clients, *keys, *decisionTimeout)
 	}
-	total := time.Now()
+	began := time.Now()
 
 	dsn, stop, err := a.database(ctx)
 	if err != nil {
@@ -248,7 +248,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
-	return d.summary(ctx, gws, crash, time.Since(total))
+	return d.summary(ctx, gws, crash, began)
 }
 
 // flagSet reports whether name was given on the command line.
