@@ -102,7 +102,7 @@ const (
 
 func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	workers := fs.Int("workers", bench.DefaultWorkers, "concurrent `workers`, each with its own connection")
+	workers := fs.Int("workers", bench.DefaultWorkers, "`N` concurrent workers, each with its own connection, 1 to 256")
 	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
 	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run")
 	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
