@@ -269,7 +269,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	printServerTime(out, serverTime)
 	waitsReport := sampled.report()
 	printWaits(out, waitsReport)
-	ok := printBenchChecks(out, results)
+	ok := printBenchChecks(out, results, cfg.Rounds)
 	if *jsonPath != "" {
 		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, Instances: cfg.Instances, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
 			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
@@ -322,21 +322,26 @@ func printSteadiness(w io.Writer, steady []bench.Steadiness) {
 	}
 }
 
-// printBenchChecks prints the exactness checks and any errors under the table, and reports
+// printBenchChecks prints the exactness checks and any errors under the table, each under its
+// workload's code and, with several rounds, its round, as the table names it, and reports
 // whether everything passed.
-func printBenchChecks(w io.Writer, results []bench.Result) bool {
+func printBenchChecks(w io.Writer, results []bench.Result, rounds int) bool {
 	ok := true
 	fmt.Fprintln(w)
 	for _, r := range results {
+		name := r.Code()
+		if rounds > 1 {
+			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, rounds)
+		}
 		for _, c := range r.Checks {
 			verdict := "ok"
 			if !c.OK {
 				verdict = "OFF"
 			}
-			fmt.Fprintf(w, "%s: %s: %d (want %d) %s\n", r.Code(), c.Name, c.Got, c.Want, verdict)
+			fmt.Fprintf(w, "%s: %s: %d (want %d) %s\n", name, c.Name, c.Got, c.Want, verdict)
 		}
 		if r.Errors > 0 {
-			fmt.Fprintf(w, "%s: %d errors, first: %s\n", r.Code(), r.Errors, r.FirstError)
+			fmt.Fprintf(w, "%s: %d errors, first: %s\n", name, r.Errors, r.FirstError)
 		}
 		ok = ok && r.OK
 	}

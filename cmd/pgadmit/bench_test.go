@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/bench"
+)
+
+// With --rounds, a check that is off says which round it was off in, as the table's rows do.
+func TestPrintBenchChecksNamesTheRound(t *testing.T) {
+	t.Parallel()
+	check := func(got int64) []bench.Check {
+		return []bench.Check{{Name: "window limit 100: admitted", Want: 100, Got: got, OK: got == 100}}
+	}
+	results := []bench.Result{
+		{Name: "W4 exactness", Round: 1, Checks: check(100), OK: true},
+		{Name: "W4 exactness", Round: 2, Checks: check(101), Errors: 1, FirstError: "boom"},
+	}
+	var out strings.Builder
+	if printBenchChecks(&out, results, 2) {
+		t.Error("printBenchChecks passed a check that is off")
+	}
+	for _, want := range []string{
+		"W4 round 1/2: window limit 100: admitted: 100 (want 100) ok\n",
+		"W4 round 2/2: window limit 100: admitted: 101 (want 100) OFF\n",
+		"W4 round 2/2: 1 errors, first: boom\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printBenchChecks does not print %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	printBenchChecks(&out, results[:1], 1)
+	if !strings.Contains(out.String(), "\nW4: window limit 100: admitted: 100 (want 100) ok\n") {
+		t.Errorf("printBenchChecks of one round:\n%s", out.String())
+	}
+}
