@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -158,6 +160,10 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	conns, err := demoConnections(ctx, ops, *instances, *clients)
+	if err != nil {
+		return err
+	}
 
 	d := &demo{a: a, out: a.stdout, ops: ops, taskLease: 4 * time.Second, leaseTTL: 10 * time.Minute,
 		prefix: "demo-" + bench.NewRunID()[:6] + "/"}
@@ -171,7 +177,11 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	d.models = demoModels(d.prefix)
 
 	fmt.Fprintf(d.out, "pgadmit demo: schema version %d; scopes of this run start with %q\n", version, d.prefix)
-	fmt.Fprintf(d.out, "%d gateway instances x %d clients, %d API keys (every 5th on the free plan), models:", *instances, *clients, *keys)
+	fmt.Fprintf(d.out, "%d gateway instances x %d clients", *instances, *clients)
+	if conns < *clients {
+		fmt.Fprintf(d.out, " (%d connections each, for the server's max_connections)", conns)
+	}
+	fmt.Fprintf(d.out, ", %d API keys (every 5th on the free plan), models:", *keys)
 	for _, m := range d.models {
 		fmt.Fprintf(d.out, " %s (max %g in flight)", m.name, m.concurrent)
 	}
@@ -180,7 +190,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	// The gateway instances.
 	gws := make([]*gateway, *instances)
 	for i := range gws {
-		cfg, err := a.poolConfig(dsn, int32(*clients))
+		cfg, err := a.poolConfig(dsn, int32(conns))
 		if err != nil {
 			return err
 		}
@@ -249,6 +259,40 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	return d.summary(ctx, gws, crash, began)
+}
+
+// demoConnections returns how many connections each instance's pool may hold: one per client,
+// or fewer when the server cannot take them all (16 instances of 64 clients would ask for
+// 1,024, and the throwaway cluster allows 300, a default server 100), so that no instance fails
+// with "too many clients already"; clients then wait for a connection of their instance's pool,
+// as a gateway's requests wait for its pool. The operator's pool (4) and a margin for other
+// sessions are left out.
+func demoConnections(ctx context.Context, ops *pgxpool.Pool, instances, clients int) (int, error) {
+	setting := func(name string) (int, error) {
+		v, err := db.New().BenchServerSetting(ctx, ops, name)
+		if err != nil {
+			return 0, fmt.Errorf("read setting %s: %w", name, err)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("setting %s: %w", name, err)
+		}
+		return n, nil
+	}
+	maxConns, err := setting("max_connections")
+	if err != nil {
+		return 0, err
+	}
+	reserved, err := setting("superuser_reserved_connections")
+	if err != nil {
+		return 0, err
+	}
+	const others = 4 + 8 // the operator's pool, other sessions
+	each := min(clients, (maxConns-reserved-others)/instances)
+	if each < 1 {
+		return 0, fmt.Errorf("the server's max_connections (%d) leaves no connection for each of %d instances: lower --instances", maxConns, instances)
+	}
+	return each, nil
 }
 
 // flagSet reports whether name was given on the command line.

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -74,5 +76,38 @@ func TestDemoKeysCheckReportsAWindowAboveItsLimit(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "no requests window above its limit") {
 		t.Errorf("printKeys says no window was above its limit:\n%s", out.String())
+	}
+}
+
+// The largest demo the flags allow, 16 instances of 64 clients, would ask for 1,024
+// connections: each instance's pool is cut down so that all of them fit in the server's
+// max_connections, beside the operator's pool.
+func TestDemoConnectionsFitTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	setting := func(name string) int {
+		v, err := db.New().BenchServerSetting(ctx, pool, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	room := setting("max_connections") - setting("superuser_reserved_connections") - 4
+	for _, tc := range []struct{ instances, clients int }{{3, 12}, {16, 64}, {2, 64}} {
+		each, err := demoConnections(ctx, pool, tc.instances, tc.clients)
+		if err != nil {
+			t.Fatalf("%d instances of %d clients: %v", tc.instances, tc.clients, err)
+		}
+		if each < 1 || each > tc.clients || each*tc.instances > room {
+			t.Errorf("%d instances of %d clients: %d connections each, for %d connections of room", tc.instances, tc.clients, each, room)
+		}
+	}
+	if each, _ := demoConnections(ctx, pool, 3, 12); room >= 3*12+8 && each != 12 {
+		t.Errorf("3 instances of 12 clients: %d connections each, want one per client", each)
 	}
 }
