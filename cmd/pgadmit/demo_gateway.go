@@ -143,7 +143,9 @@ func (g *gateway) dead(err error) bool {
 // lease heartbeats), commit with the actual token count, and the task's end.
 func (g *gateway) request(rng *mrand.Rand, zipf *mrand.Zipf) {
 	d := g.d
-	key := d.keys[zipf.Uint64()]
+	i := int(zipf.Uint64())
+	d.requested.mark(i)
+	key := d.keys[i]
 	model := d.pickModel(rng)
 	prompt := 100 + rng.IntN(1900)
 	maxOut := model.maxOutput

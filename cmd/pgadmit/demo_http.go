@@ -27,13 +27,14 @@ import (
 
 // httpDemo is one run of `pgadmit demo --http`.
 type httpDemo struct {
-	out      io.Writer
-	prefix   string
-	keys     []string // API keys; plans[key] is each one's plan
-	plans    map[string]httpPlan
-	gateway  string // base URL
-	load     *httpLoad
-	problems []string
+	out       io.Writer
+	prefix    string
+	keys      []string      // API keys; plans[key] is each one's plan
+	requested requestedKeys // of keys
+	plans     map[string]httpPlan
+	gateway   string // base URL
+	load      *httpLoad
+	problems  []string
 }
 
 // runHTTPDemo runs a real HTTP gateway on 127.0.0.1 in front of a fake
@@ -66,6 +67,7 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 		d.keys = append(d.keys, key)
 		d.plans[key] = plan
 	}
+	d.requested = make(requestedKeys, len(d.keys))
 
 	// The fake upstream and the gateway, each a real server on 127.0.0.1.
 	upstream, err := serve(upstreamHandler())
@@ -286,7 +288,10 @@ func (d *httpDemo) checkNothingHeld(ctx context.Context, conn *pgxpool.Pool) err
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		reserved, leases = 0, 0
-		for _, key := range d.keys {
+		for i, key := range d.keys {
+			if !d.requested.has(i) {
+				continue // no window
+			}
 			rows, err := q.CounterListByScope(ctx, conn, db.CounterListByScopeParams{ScopeType: "api_key", ScopeKey: d.prefix + key})
 			if err != nil {
 				return err

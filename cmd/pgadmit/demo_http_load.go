@@ -80,10 +80,12 @@ func (l *httpLoad) run(ctx context.Context, duration time.Duration) {
 func (l *httpLoad) client1(ctx context.Context, rng *mrand.Rand) {
 	for ctx.Err() == nil {
 		// Skewed: a third of the requests come from the first two keys.
-		key := l.d.keys[rng.IntN(len(l.d.keys))]
+		i := rng.IntN(len(l.d.keys))
 		if rng.IntN(3) == 0 {
-			key = l.d.keys[rng.IntN(min(2, len(l.d.keys)))]
+			i = rng.IntN(min(2, len(l.d.keys)))
 		}
+		l.d.requested.mark(i)
+		key := l.d.keys[i]
 		model := httpModels[rng.IntN(len(httpModels))].name
 		body := fmt.Sprintf(`{"model": %q, "max_tokens": %d, "prompt": "say something about admission control", "stream": true}`, model, 50+rng.IntN(750))
 		l.one(ctx, key, model, body, rng.IntN(8) == 0)

@@ -268,7 +268,10 @@ func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 	q := db.New()
 	windows := map[string][]db.CounterListByScopeRow{}
 	var checked, requestsOver, tokenOver int
-	for _, k := range d.keys {
+	for i, k := range d.keys {
+		if !d.requested.has(i) {
+			continue // no window
+		}
 		rows, err := q.CounterListByScope(ctx, d.ops, db.CounterListByScopeParams{ScopeType: k.scope.Type, ScopeKey: k.scope.Key})
 		if err != nil {
 			return fmt.Errorf("read the windows of %s: %w", k.scope.Key, err)

@@ -55,6 +55,8 @@ func TestDemoKeysCheckReportsAWindowAboveItsLimit(t *testing.T) {
 	var out strings.Builder
 	d := &demo{out: &out, ops: pool, prefix: "demo-test/"}
 	d.keys = []demoKey{{scope: ratelimit.Scope{Type: "api_key", Key: d.prefix + "key-0000"}, plan: planFree}}
+	d.requested = make(requestedKeys, len(d.keys))
+	d.requested.mark(0)
 	// A request committed above its estimate: recorded, and its window's used value passes
 	// the limit, as an admission that broke the limit would.
 	lim := ratelimit.New(pool)
