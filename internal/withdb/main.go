@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"syscall"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
@@ -32,7 +34,23 @@ func main() {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
-		err := cmd.Run()
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		// SIGINT and SIGTERM go to the command, whose end withdb waits for, so that the
+		// database is dropped whatever way the command ends: left to their default, a
+		// terminal's Ctrl-C ended withdb at once and left the database on the DATABASE_URL
+		// server. (A throwaway cluster is stopped on those signals by package pgtest.)
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			for sig := range sigs {
+				_ = cmd.Process.Signal(sig)
+			}
+		}()
+		err := cmd.Wait()
+		signal.Stop(sigs)
+		close(sigs)
 		if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
 			code = exit.ExitCode()
 			return nil
