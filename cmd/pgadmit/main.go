@@ -22,8 +22,10 @@ import (
 
 func main() {
 	// SIGINT and SIGTERM cancel ctx: long-running commands (recover --every, demo, bench) stop
-	// cleanly, and a throwaway cluster is removed.
+	// cleanly, and a throwaway cluster is removed. Once ctx is cancelled the signals get their
+	// default action back, so that a second Ctrl-C ends a cleanup that hangs.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
