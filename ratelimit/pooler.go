@@ -77,7 +77,7 @@ func lostStatementCache(pgErr *pgconn.PgError) bool {
 // transaction open, which behind a transaction pooler takes the session the first one just gave
 // back (PgBouncer hands out the most recently released server connection first); then the first
 // runs its statement again. Behind a busy proxy another client may take that session instead,
-// and the first may land back on its own by chance, so the probe runs up to poolerProbes times
+// and the first may land back on its own by chance, so the probe runs up to three times
 // and reports a mismatch as soon as one run sees it. Direct connections and poolers in session
 // mode pass, and so does PgBouncer 1.21+ with max_prepared_statements for cache_statement. Run
 // it at start-up or from a health check, not on a hot path. A probe that cannot conclude (the

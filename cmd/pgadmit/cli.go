@@ -149,6 +149,10 @@ func (a *app) main(ctx context.Context, args []string) error {
 	}
 	name := rest[0]
 	if name == "help" { // pgadmit help <command>
+		if rest[1] == "help" {
+			a.printUsage(a.stdout, fs)
+			return errHelp
+		}
 		name, rest = rest[1], []string{rest[1], "--help"}
 	}
 	for _, c := range commands() {

@@ -62,6 +62,9 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+	if out := cliOK(t, "help", "help"); !strings.Contains(out, "Usage:") {
+		t.Errorf("pgadmit help help:\n%s", out)
+	}
 	if out := cliOK(t, "help", "migrate"); !strings.Contains(out, "Usage: pgadmit migrate") {
 		t.Errorf("pgadmit help migrate:\n%s", out)
 	}

@@ -53,6 +53,9 @@ func main() {
 		close(sigs)
 		if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
 			code = exit.ExitCode()
+			if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal()) // as a shell reports it; ExitCode says -1
+			}
 			return nil
 		}
 		return err
