@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -549,4 +550,95 @@ func TestCombinedCallerLeavesAStuckStatement(t *testing.T) {
 		}
 	}
 	assertBooksBalance(t, pool, "api_key", key)
+}
+
+// A combined batch that the server rejects for one admission's foreign key
+// (its task was deleted while the batch ran, after the task guard let it
+// pass) is run again one admission at a time, as for any constraint it
+// broke: the admission at fault is told its task is unknown, and the other
+// one, on a key of its own, is admitted. The whole batch used to fail with
+// ErrUnknownTask, since the error that wrapDBError made of the violation no
+// longer carried the server's error for rejectedInput to see.
+func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	task := startSync(t, l, time.Minute)
+	blocker := []ratelimit.Limit{window("api_key", uniqueKey("blocker"), "requests", 100, 1)}
+
+	// A statement in flight, stuck behind a row lock, so that the next two
+	// callers queue and go together.
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := l.WithTx(holder).Reserve(ctx, "", "", blocker); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() { _, err := l.Reserve(ctx, "", "", blocker); stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "the first statement")
+
+	// The task finishes and is pruned in a transaction that commits while
+	// the batch waits for the task row (its foreign key check).
+	pruner, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pruner.Rollback(ctx) }()
+	if _, err := testq.OpsTaskCorruptStatus(ctx, pruner, dbtest.OpsTaskCorruptStatusParams{Status: "succeeded", TaskID: mustUUID(t, task.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queries.PruneTasks(ctx, pruner, db.PruneTasksParams{Cutoff: time.Now().Add(time.Hour), BatchSize: 10}); err != nil || n != 1 {
+		t.Fatalf("PruneTasks: %d, %v", n, err)
+	}
+
+	type result struct {
+		g   ratelimit.Grant
+		err error
+	}
+	ofTask, other := make(chan result, 1), make(chan result, 1)
+	go func() {
+		g, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
+		ofTask <- result{g, err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); l.QueuedReserves() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the task's Reserve never queued")
+		}
+	}
+	otherKey := uniqueKey("other")
+	go func() {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", otherKey, "requests", 100, 1)})
+		other <- result{g, err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); l.QueuedReserves() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the other Reserve never queued")
+		}
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the first statement: %v", err)
+	}
+	pgtest.AwaitLockWaiters(t, pool, "the batch of two")
+	if err := pruner.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if r := <-ofTask; !errors.Is(r.err, ratelimit.ErrUnknownTask) {
+		t.Errorf("the admission of the deleted task: %v, want ErrUnknownTask", r.err)
+	}
+	if r := <-other; r.err != nil {
+		t.Errorf("the admission on a key of its own, batched with it: %v, want admitted", r.err)
+	} else if len(r.g.Reservations) != 1 {
+		t.Errorf("the admission on a key of its own: grant %+v", r.g)
+	}
+	if s := l.Stats().Reserve; s.Batches < 2 {
+		t.Errorf("stats %+v", s)
+	}
+	assertBooksBalance(t, pool, "api_key", otherKey)
 }

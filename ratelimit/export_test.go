@@ -66,3 +66,10 @@ func WithoutHotBatches() Option {
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {
 	return func(o *maintenanceOptions) { o.clock = now }
 }
+
+// QueuedReserves is how many Reserve calls wait in the combiner's queue.
+func (l *Limiter) QueuedReserves() int {
+	l.reserves.mu.Lock()
+	defer l.reserves.mu.Unlock()
+	return len(l.reserves.queue)
+}

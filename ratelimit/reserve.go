@@ -418,13 +418,16 @@ func refusalError(refusal, taskID, attemptID string) error {
 
 // wrapDBError names the operation and maps foreign-key violations (a task or
 // attempt id that names no row) to ErrUnknownTask, and the errors of pgx's
-// statement cache behind a transaction pooler to a *PoolerError.
+// statement cache behind a transaction pooler to a *PoolerError. The
+// server's error stays in the chain: the combiner reads its code
+// (rejectedInput) to tell a batch that one request's input broke, run
+// again one request at a time, from one that failed for all of them.
 func wrapDBError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "23503": // foreign_key_violation
-			return fmt.Errorf("ratelimit: %s: %w (%s)", op, ErrUnknownTask, pgErr.ConstraintName)
+			return fmt.Errorf("ratelimit: %s: %w (%s): %w", op, ErrUnknownTask, pgErr.ConstraintName, err)
 		case "40001": // serialization_failure: only possible above READ COMMITTED
 			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrIsolation, err)
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
