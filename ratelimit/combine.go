@@ -32,12 +32,14 @@ type combiner[Req, Res any] struct {
 	// batch returned: what it was granted must not stay held.
 	abandoned func(Res)
 
-	mu       sync.Mutex
-	queue    []*combined[Req, Res]
-	inFlight int
-	batches  int64         // statements answered
-	requests int64         // requests they carried
-	busy     time.Duration // their time from send to answer, summed
+	mu        sync.Mutex
+	queue     []*combined[Req, Res]
+	inFlight  int
+	releasing int           // abandoned calls running
+	idle      *sync.Cond    // on mu: inFlight and releasing both fell to 0
+	batches   int64         // statements answered
+	requests  int64         // requests they carried
+	busy      time.Duration // their time from send to answer, summed
 }
 
 // combined is one request waiting for its batch.
@@ -55,7 +57,27 @@ type combined[Req, Res any] struct {
 }
 
 func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res)) *combiner[Req, Res] {
-	return &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), run: run, abandoned: abandoned}
+	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), run: run, abandoned: abandoned}
+	c.idle = sync.NewCond(&c.mu)
+	return c
+}
+
+// drain waits until no batch is in flight and no abandoned call runs: what
+// a batch granted a caller who had left is then given back, on a pool that
+// is still open. Calls that keep coming keep it waiting.
+func (c *combiner[Req, Res]) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.inFlight > 0 || c.releasing > 0 {
+		c.idle.Wait()
+	}
+}
+
+// settledLocked wakes drain once nothing is in flight or releasing.
+func (c *combiner[Req, Res]) settledLocked() {
+	if c.inFlight == 0 && c.releasing == 0 {
+		c.idle.Broadcast()
+	}
 }
 
 // do runs req in the next batch and returns its result. When ctx ends first
@@ -112,6 +134,7 @@ func (c *combiner[Req, Res]) nextBatch() []*combined[Req, Res] {
 	batch := c.takeLocked()
 	if len(batch) == 0 {
 		c.inFlight--
+		c.settledLocked()
 		return nil
 	}
 	return batch
@@ -168,6 +191,7 @@ func (c *combiner[Req, Res]) releaseIfIdle() bool {
 		return false
 	}
 	c.inFlight--
+	c.settledLocked()
 	return true
 }
 
@@ -245,7 +269,16 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 		close(p.done)
 		p.mu.Unlock()
 		if gone && p.err == nil && c.abandoned != nil {
-			go c.abandoned(p.res)
+			c.mu.Lock()
+			c.releasing++ // before this batch's place is given back: drain sees it
+			c.mu.Unlock()
+			go func(res Res) {
+				c.abandoned(res)
+				c.mu.Lock()
+				c.releasing--
+				c.settledLocked()
+				c.mu.Unlock()
+			}(p.res)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -603,21 +604,13 @@ func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
 		g, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
 		ofTask <- result{g, err}
 	}()
-	for deadline := time.Now().Add(5 * time.Second); l.QueuedReserves() < 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the task's Reserve never queued")
-		}
-	}
+	awaitQueuedReserves(t, l, 1, "the task's Reserve")
 	otherKey := uniqueKey("other")
 	go func() {
 		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", otherKey, "requests", 100, 1)})
 		other <- result{g, err}
 	}()
-	for deadline := time.Now().Add(5 * time.Second); l.QueuedReserves() < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the other Reserve never queued")
-		}
-	}
+	awaitQueuedReserves(t, l, 2, "the other Reserve")
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -641,4 +634,94 @@ func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 	assertBooksBalance(t, pool, "api_key", otherKey)
+}
+
+// awaitQueuedReserves waits until n Reserve calls wait in l's combiner
+// queue; what names the last of them.
+func awaitQueuedReserves(t *testing.T, l *ratelimit.Limiter, n int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); l.QueuedReserves() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never queued", what)
+		}
+	}
+}
+
+// Close waits for the combined statements in flight and for the release of
+// what they granted callers who had left, so that a process that closes
+// its Limiter and then its pool gives that capacity back. It used to
+// return at once: the release ran after the statement, on a pool that the
+// process was closing, and the grant stayed held until its window ended.
+func TestCloseWaitsForWhatACallerWhoLeftWasGranted(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithCombining(8, 1))
+	ctx := context.Background()
+	first, second := uniqueKey("first"), uniqueKey("second")
+	hold := func(key string) pgx.Tx { // a transaction holding key's counter row
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if _, err := l.WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "requests", 100, 1)}); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	holdFirst, holdSecond := hold(first), hold(second)
+	reserve := func(ctx context.Context, key string, errs chan<- error) {
+		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "requests", 100, 1)})
+		errs <- err
+	}
+
+	// A statement stuck on the first key holds the one place in flight;
+	// two callers on the second key queue behind it and then go together,
+	// to be stuck in turn.
+	stuck, left, stayed := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go reserve(ctx, first, stuck)
+	pgtest.AwaitLockWaiters(t, pool, "the first statement")
+	call, leave := context.WithCancel(ctx)
+	go reserve(call, second, left)
+	awaitQueuedReserves(t, l, 1, "the caller who will leave")
+	go reserve(ctx, second, stayed)
+	awaitQueuedReserves(t, l, 2, "the caller who stays")
+	if err := holdFirst.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the first statement: %v", err)
+	}
+	pgtest.AwaitLockWaiters(t, pool, "the batch of two")
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller who left: %v, want context.Canceled", err)
+	}
+
+	closed := make(chan struct{})
+	go func() { l.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a combined statement was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := holdSecond.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits after the statement ended")
+	}
+	// Right after Close: the grant of the caller who left is given back,
+	// the one of the caller who stayed is held.
+	for _, c := range counterRows(t, pool, "api_key", second) {
+		if c.UsedValue != 0 || c.ReservedValue != 1 {
+			t.Errorf("counter %+v after Close: want reserved 1 (the caller who stayed), used 0", c)
+		}
+	}
+	if err := <-stayed; err != nil {
+		t.Fatalf("the caller who stayed: %v", err)
+	}
+	assertBooksBalance(t, pool, "api_key", second)
 }
