@@ -336,16 +336,22 @@ func (l *Limiter) Close() {
 }
 
 // allotTake runs AllotmentTake and measures the clock offset.
+//
+// db_now is now(), read when the statement starts, before it waits for the
+// counter row (and a Local counter is a hot one): it is not the middle of
+// the call, which may have waited for seconds, but some instant after
+// sent. Measured against sent, the estimate can only run ahead of the
+// database's clock (by the time to get a connection and send), which ends
+// blocks early; against the middle of a call that waited, it fell behind
+// by half the wait, and blocks admitted past their window's end.
 func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (db.AllotmentTakeRow, error) {
 	sent := time.Now()
 	row, err := a.l.queries.AllotmentTake(ctx, a.l.conn, p)
 	if err != nil {
 		return row, err
 	}
-	back := time.Now()
-	local := sent.Add(back.Sub(sent) / 2)
 	a.mu.Lock()
-	a.offset = row.DbNow.Sub(local)
+	a.offset = row.DbNow.Sub(sent)
 	a.mu.Unlock()
 	return row, nil
 }

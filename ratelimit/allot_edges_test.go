@@ -329,3 +329,44 @@ func TestAllotLocalPartSettlesWhenTheDatabasePartFails(t *testing.T) {
 		t.Errorf("second Commit: %+v; want the database part settled now and the local part already settled", s.Reservations)
 	}
 }
+
+// A holder estimates the database's clock from the statement that took its
+// last block, and stops admitting from a block Margin before its window
+// ends on that clock. The statement reads now() when it starts, before it
+// waits for the counter row (a hot counter is locked by others most of the
+// time): measured against the middle of a call that waited, the estimate
+// fell behind the database by half the wait, and blocks went on admitting
+// that long after their window had ended. Here the wait is 2s.
+func TestAllotClockIsNotBehindAfterALockWait(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{MaxShare: 0.5, IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("clock")
+	reserveLocal(t, l, key, 1000, 1) // the first block, 16 units, taken without waiting
+	unlock := lockCounter(t, pool, key)
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		// No room for 100 in the first block: a block is taken, and waits.
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 100)})
+		if err == nil && !g.Reservations[0].Local {
+			err = fmt.Errorf("decided in the database: %+v", g.Reservations[0])
+		}
+		done <- err
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "the block being taken")
+	time.Sleep(2 * time.Second)
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("request of 100: %v", err)
+	}
+	before := pgtest.DBNow(t, pool)
+	g := reserveLocal(t, l, key, 1000, 1)
+	if behind := before.Sub(g.DecidedAt); behind > ratelimit.DefaultAllotmentMargin {
+		t.Errorf("the holder's estimate of the database's clock is %v behind it (a block admits that long past its window's end), want at most the margin %v",
+			behind, ratelimit.DefaultAllotmentMargin)
+	}
+}
