@@ -64,7 +64,7 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for waits := 0; ; waits++ {
-		if la := s.tryLocked(s.a.dbNow(), amount); la != nil {
+		if la := s.tryLocked(s.a.dbNow(), amount, w.Limit.Limit); la != nil {
 			s.prefetchLocked(w)
 			return la
 		}
@@ -93,8 +93,12 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 const maxRefillWaits = 3
 
 // tryLocked admits amount from the current block, moving on to the next
-// one when the current one is spent.
-func (s *blockSet) tryLocked(now time.Time, amount float64) *localAdmission {
+// one when the current one is spent. A block taken under a higher limit
+// than the request's (a limit lowered while it was open, say) has no room
+// for it either: its units fit under that limit when it was granted, not
+// under this one, which the database would decide the request against. A
+// block taken under a lower limit fits under a higher one.
+func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmission {
 	s.retireLocked(now)
 	for {
 		b := s.cur
@@ -105,7 +109,7 @@ func (s *blockSet) tryLocked(now time.Time, amount float64) *localAdmission {
 			s.cur, s.next = s.next, nil
 			continue
 		}
-		if b.used+b.reserved+amount <= b.granted {
+		if b.limit <= limit && b.used+b.reserved+amount <= b.granted {
 			b.reserved += amount
 			b.inflight++
 			b.lastUse = time.Now()
@@ -115,7 +119,7 @@ func (s *blockSet) tryLocked(now time.Time, amount float64) *localAdmission {
 		if s.next == nil {
 			return nil
 		}
-		s.closeLocked(b, reasonTrimmed) // spent: what is left is less than this request
+		s.closeLocked(b, reasonTrimmed) // spent: what is left is less than this request, or is of a higher limit
 		s.cur, s.next = s.next, nil
 	}
 }

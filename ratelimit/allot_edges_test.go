@@ -370,3 +370,43 @@ func TestAllotClockIsNotBehindAfterALockWait(t *testing.T) {
 			behind, ratelimit.DefaultAllotmentMargin)
 	}
 }
+
+// A block is granted when it fits under the limit of the request that took
+// it. A request that carries a lower limit of the same counter (the limit
+// lowered by a configuration change while a block is open, or two policies
+// on one counter) must not be admitted from it: the database would decide
+// it against its own limit. Here a block of 16 taken under a limit of 1000
+// went on admitting requests whose limit is 10, 11 units in all.
+func TestAllotBlockOfAHigherLimitAdmitsNothingUnderALowerOne(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("lowered")
+	reserveLocal(t, l, key, 1000, 1) // a block of 16, under a limit of 1000
+	admitted := 1.0
+	var grants []ratelimit.Grant
+	for range 20 {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 10, 0.5)})
+		if errors.Is(err, ratelimit.ErrExceeded) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted += 0.5
+		grants = append(grants, g)
+	}
+	if admitted > 10 {
+		t.Errorf("admitted %g in the window, of which %g under a limit of 10", admitted, admitted-1)
+	}
+	for _, g := range grants {
+		if _, err := l.Commit(ctx, g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	assertBooksBalance(t, pool, "model", key)
+}
