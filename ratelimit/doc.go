@@ -46,6 +46,36 @@
 // Every time-derived value (window bounds, lease expiry, reset time,
 // retry-after) comes from the database's clock.
 //
+// # Local allotments
+//
+// A window limit with Local set is admitted from a block of its window's
+// units that the Limiter took in advance, in memory, with no round trip.
+// A block is one row of gateway_rate_limit_allotments, and its granted
+// units are reserved in the window's counter, so all processes together
+// never admit more than the limit; no reservation row is written per
+// request (the Reservation has Local set, no ID, and names its block in
+// Allotment), and Commit and Release of it are in memory. A block is sized
+// to what this process admitted on the counter in AllotmentOptions.Horizon
+// (16 times the request before a rate is known), at most MaxShare of the
+// limit and, unless the request waiting for it needs more, at most half of
+// what the window has free; it admits only requests whose limit is at
+// least the one it was taken under. The next block is taken ahead, in the
+// background, when the current one is half spent; a block set aside for
+// want of room is trimmed to what it admitted.
+//
+// A block is returned, its units leaving reserved_value and what it
+// admitted entering used_value (actual amounts of committed requests, an
+// actual above its estimate in full; estimates of requests still in
+// flight), when its window ends (it stops admitting Margin before that on
+// the database's clock), when it is idle, and on Close. A return that fails
+// is tried again on the next round (every 100 ms) and by Close. A request
+// no block can serve is decided in the database with the admission's other
+// limits. The holder reports what each open block admitted every second; a
+// process that dies strands its blocks until their window ends, and
+// Maintenance.Recover then returns them, charging its last report. Local
+// is ignored inside a caller's transaction (WithTx). The README's "Local
+// allotments" says more, with measurements.
+//
 // # Errors
 //
 // Bad input returns a *ValidationError naming the field
