@@ -102,8 +102,9 @@ type allotments struct {
 	refills sync.WaitGroup
 	stop    chan struct{}
 	stopped chan struct{}
-	// offset is the database's clock minus this host's, as last measured.
-	offset time.Duration
+	// dbAt is the database's clock at localAt, this host's time (with its
+	// monotonic reading) as last measured; zero until the first block.
+	dbAt, localAt time.Time
 }
 
 func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
@@ -111,12 +112,17 @@ func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-// dbNow estimates the database's clock.
+// dbNow estimates the database's clock: its last reading plus the time
+// elapsed since on this host's monotonic clock, so that a step of the
+// host's wall clock (NTP, a VM resumed) does not move it.
 func (a *allotments) dbNow() time.Time {
 	a.mu.Lock()
-	off := a.offset
+	dbAt, localAt := a.dbAt, a.localAt
 	a.mu.Unlock()
-	return time.Now().Add(off)
+	if localAt.IsZero() {
+		return time.Now()
+	}
+	return dbAt.Add(time.Since(localAt))
 }
 
 // set returns the blocks of a counter, starting the housekeeping loop with
@@ -335,7 +341,7 @@ func (l *Limiter) Close() {
 	}
 }
 
-// allotTake runs AllotmentTake and measures the clock offset.
+// allotTake runs AllotmentTake and reads the database's clock.
 //
 // db_now is now(), read when the statement starts, before it waits for the
 // counter row (and a Local counter is a hot one): it is not the middle of
@@ -351,7 +357,7 @@ func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (d
 		return row, err
 	}
 	a.mu.Lock()
-	a.offset = row.DbNow.Sub(sent)
+	a.dbAt, a.localAt = row.DbNow, sent
 	a.mu.Unlock()
 	return row, nil
 }
