@@ -379,11 +379,8 @@ func TestAllotClockIsNotBehindAfterALockWait(t *testing.T) {
 // went on admitting requests whose limit is 10, 11 units in all.
 func TestAllotBlockOfAHigherLimitAdmitsNothingUnderALowerOne(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	l, pool := localLimiter(t)
 	ctx := context.Background()
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
-	defer l.Close()
 	key := uniqueKey("lowered")
 	reserveLocal(t, l, key, 1000, 1) // a block of 16, under a limit of 1000
 	admitted := 1.0

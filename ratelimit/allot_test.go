@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -26,6 +28,18 @@ func localWindow(key string, limit, amount float64) ratelimit.Limit {
 func awaitLocalWindow(t *testing.T, conn db.DBTX) {
 	t.Helper()
 	pgtest.AwaitRoomInWindow(t, conn, time.Hour, time.Minute)
+}
+
+// localLimiter returns a Limiter whose blocks stay open while the test
+// runs (IdleAfter a minute), on a new database, once the current hour has a
+// minute left; it is closed when the test ends.
+func localLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	t.Cleanup(l.Close)
+	return l, pool
 }
 
 // reserveLocal reserves amount of a localWindow, failing the test unless
@@ -291,11 +305,8 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 // in flight, which is what Recover charges should the holder die.
 func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	l, pool := localLimiter(t)
 	ctx := context.Background()
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
-	defer l.Close()
 	key := uniqueKey("report")
 	var grants []ratelimit.Grant
 	for range 5 {
