@@ -59,6 +59,13 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 			judged = append(judged, l)
 			continue
 		}
+		// Reserve refuses two limits on one counter as input: a second
+		// shadow limit there would turn every request into a 400.
+		if j := indexOf(call, keyOf(l.Limit)); j >= 0 {
+			m.logInvalidShadow(ctx, l, &ratelimit.ValidationError{Field: "Limit", Value: keyOf(l.Limit).String(),
+				Reason: "same scope, metric and window as another shadow limit of the request"})
+			continue
+		}
 		call = append(call, l)
 	}
 	if len(call) == 0 {

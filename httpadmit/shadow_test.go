@@ -162,3 +162,37 @@ func TestShadowLimitsOfARefusedRequest(t *testing.T) {
 	}
 	e.nothingHeld()
 }
+
+// Two shadow limits on one counter that no enforced limit draws on (two
+// candidate limits tried side by side) cannot both be reserved: Reserve
+// refuses the pair as input. Shadow limits never refuse, so the second is
+// set aside and logged, and the request is served on the others, not
+// answered 400.
+func TestShadowLimitsOnOneCounter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, team := uniqueKey("key"), uniqueKey("team")
+	mw := e.middleware(fixed(
+		window("api_key", key, ratelimit.MetricRequests, 100, 1),
+		shadow(window("team", team, ratelimit.MetricRequests, 10, 1)),
+		shadow(window("team", team, ratelimit.MetricRequests, 5, 1)),
+	))
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("two shadow limits on one counter: %d %s, want 200", rec.Code, rec.Body)
+		}
+	}
+	if got, want := e.books("team", team, ratelimit.MetricRequests), (book{Used: 2}); got != want {
+		t.Errorf("shadow counter = %+v, want %+v", got, want)
+	}
+	if diff := cmp.Diff(map[string]int{"admitted enforce requests": 2, "admitted shadow requests": 2}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	if got := strings.Count(e.logs.String(), "invalid shadow limit set aside"); got != 1 {
+		t.Errorf("%d lines about shadow limits set aside, want 1:\n%s", got, e.logs)
+	}
+	e.nothingHeld()
+}
