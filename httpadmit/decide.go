@@ -39,13 +39,14 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 	var call []Limit          // sent to Reserve: enforced first, then shadow
 	var judged []Limit        // shadow limits on an enforced limit's counter
 	enforced := map[key]int{} // in call
+	var aside []int           // indexes in limits of the shadow limits set aside
 	for _, l := range limits {
 		if l.Mode == Enforce && l.Amount != 0 {
 			enforced[keyOf(l.Limit)] = len(call)
 			call = append(call, l)
 		}
 	}
-	for _, l := range limits {
+	for i, l := range limits {
 		if l.Mode != Shadow || l.Amount == 0 {
 			continue
 		}
@@ -53,6 +54,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 		// logged) rather than failing the request with a 400.
 		if err := l.Limit.Validate(); err != nil {
 			m.logInvalidShadow(ctx, l, err)
+			aside = append(aside, i)
 			continue
 		}
 		if _, ok := enforced[keyOf(l.Limit)]; ok {
@@ -64,6 +66,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 		if j := indexOf(call, keyOf(l.Limit)); j >= 0 {
 			m.logInvalidShadow(ctx, l, &ratelimit.ValidationError{Field: "Limit", Value: keyOf(l.Limit).String(),
 				Reason: "same scope, metric and window as another shadow limit of the request"})
+			aside = append(aside, i)
 			continue
 		}
 		call = append(call, l)
@@ -100,7 +103,10 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 		case errors.Is(err, ratelimit.ErrInvalidInput):
 			return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
 		default:
-			return m.failed(ctx, limits, err)
+			// Not limits: the failure policy reports every limit, and one
+			// set aside was never decided (its scope type need not even be
+			// a valid metric label).
+			return m.failed(ctx, without(limits, aside), err)
 		}
 	}
 }
@@ -203,6 +209,23 @@ func (m *middleware) logInvalidShadow(ctx context.Context, l Limit, err error) {
 			slog.String("metric", l.Metric), slog.String("policy", l.Policy), slog.String("error", err.Error()),
 			slog.Int("similar_lines_suppressed", suppressed))
 	}
+}
+
+// without is limits less those at the indexes skip (increasing), in a
+// copy when any: limits is the caller's.
+func without(limits []Limit, skip []int) []Limit {
+	if len(skip) == 0 {
+		return limits
+	}
+	out := make([]Limit, 0, len(limits)-len(skip))
+	for i, l := range limits {
+		if len(skip) > 0 && skip[0] == i {
+			skip = skip[1:]
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // indexOf is the position of the limit with key k in limits, or -1.

@@ -14,9 +14,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/deadserver"
+	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -192,5 +194,45 @@ func TestHangingDatabaseUnderLoad(t *testing.T) {
 	// One log line a second, not one per request.
 	if lines := strings.Count(e.logs.String(), "admission failed"); lines < 1 || lines > 1+int(time.Since(start)/time.Second) {
 		t.Errorf("%d failure lines logged for %d failures in %s", lines, clients*each+1, time.Since(start))
+	}
+}
+
+// A shadow limit set aside as invalid is not reported when the request
+// fails open either (Observer.Decided lists only limits the decision
+// reached): its scope type need not be a valid label value, and promadmit
+// would panic on it, failing a request that its policy serves.
+func TestFailOpenWithAnInvalidShadowLimit(t *testing.T) {
+	t.Parallel()
+	e := brokenEnv(t, stoppedServer(t))
+	limits := fixed(
+		failOpen(window("api_key", "k", ratelimit.MetricRequests, 100, 1)),
+		shadow(window("team\xff", "t", ratelimit.MetricRequests, 10, 1)), // not valid UTF-8
+	)
+	served := 0
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ })
+	rec := httptest.NewRecorder()
+	e.middleware(limits)(next).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("%d, want 200 (fail open)", rec.Code)
+	}
+	if diff := cmp.Diff(map[string]int{"failed_open enforce requests": 1}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+
+	metrics, err := promadmit.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("with promadmit's metrics, a request failing open panicked: %v", p)
+			}
+		}()
+		rec := httptest.NewRecorder()
+		e.middleware(limits, httpadmit.WithObserver(metrics))(next).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	}()
+	if served != 2 {
+		t.Errorf("served %d of 2", served)
 	}
 }

@@ -17,7 +17,8 @@ const (
 	OutcomeShadowRefused Outcome = "shadow_refused"
 	// OutcomeFailedOpen: the database failed and no enforced limit of the
 	// request fails closed: the request was served without a decision, and
-	// nothing was recorded. Every limit of the request gets this outcome.
+	// nothing was recorded. Every limit of the request gets this outcome,
+	// but those with a zero Amount and the shadow limits set aside.
 	OutcomeFailedOpen Outcome = "failed_open"
 	// OutcomeFailedClosed: the database failed and this enforced limit fails
 	// closed: the request was refused (503).
