@@ -170,7 +170,9 @@ func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 			if p, ok := binding(policies, metric); ok {
 				h.Set("x-ratelimit-limit-"+metric, formatInt(p.state.quota))
 				h.Set("x-ratelimit-remaining-"+metric, formatInt(p.state.remaining))
-				h.Set("x-ratelimit-reset-"+metric, formatReset(p.state.resetIn))
+				if p.state.resetIn > 0 { // unknown for a refusal that retrying cannot cure: not "0s"
+					h.Set("x-ratelimit-reset-"+metric, formatReset(p.state.resetIn))
+				}
 			}
 		}
 	}
@@ -211,7 +213,7 @@ func setIETF(h http.Header, policies []policy) {
 		}
 		st := httpsfv.NewItem(p.name)
 		st.Params.Add("r", int64(min(math.Floor(max(p.state.remaining, 0)), maxSFInteger)))
-		if p.state.window > 0 {
+		if p.state.window > 0 && p.state.resetIn > 0 { // t=0 would say the quota resets now
 			st.Params.Add("t", ceilSeconds(p.state.resetIn))
 		}
 		cur = append(cur, st)

@@ -221,6 +221,14 @@ func TestRefusalThatRetryingCannotCure(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Retryable == nil || *p.Retryable || p.RetryAfterSeconds != 0 {
 		t.Errorf("problem %s (%v): want retryable false and no retry-after-seconds", rec.Body, err)
 	}
+	// Such a refusal does not tell when the window resets (on the
+	// database's clock): the headers must not say it resets now.
+	if got := parseList(t, rec.Header(), httpadmit.HeaderRateLimit); len(got) != 1 || got[0].Params["t"] != nil {
+		t.Errorf("RateLimit %q: want the limit's state without t", rec.Header().Get(httpadmit.HeaderRateLimit))
+	}
+	if got := rec.Header().Get("x-ratelimit-reset-tokens"); got != "" {
+		t.Errorf("x-ratelimit-reset-tokens %q: want none", got)
+	}
 }
 
 // Bad requests (the LimitsFunc says so, or a limit is invalid) get 400 and
