@@ -100,6 +100,11 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 			m.logShadow(ctx, l, ratio(exceeded.Projected, exceeded.Limit), exceeded.Message)
 			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(exceeded.Projected, exceeded.Limit)})
 			call = append(call[:i:i], call[i+1:]...)
+			if len(call) == 0 {
+				// Nothing left to reserve: a Reserve of no limits would not
+				// reach the database, yet be observed as a call that did.
+				return d
+			}
 		case errors.Is(err, ratelimit.ErrInvalidInput):
 			return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
 		default:

@@ -196,3 +196,26 @@ func TestShadowLimitsOnOneCounter(t *testing.T) {
 	}
 	e.nothingHeld()
 }
+
+// A request whose only limit is a shadow limit that would refuse it has
+// nothing left to reserve once it is dropped: one database call, not a
+// second "reserve" that never reached the database.
+func TestOnlyAShadowLimitThatWouldRefuse(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	team := uniqueKey("team")
+	h := e.middleware(fixed(shadow(window("team", team, ratelimit.MetricRequests, 0, 1))))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if diff := cmp.Diff(map[string]int{"reserve exceeded": 1}, e.obs.callCounts()); diff != "" {
+		t.Errorf("database calls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"shadow_refused shadow requests": 1}, e.obs.outcomes()); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	e.nothingHeld()
+}
