@@ -49,8 +49,10 @@ func Example() {
 			Model     string  `json:"model"`
 			MaxTokens float64 `json:"max_tokens"`
 		}
-		if key == "" || json.Unmarshal(body, &req) != nil || req.Model == "" {
-			return nil, fmt.Errorf("%w: want an API key and a JSON body naming a model", httpadmit.ErrBadRequest)
+		// A zero estimate would reserve no tokens, and tokens reserved on no
+		// limit are not charged when reported: ask for max_tokens.
+		if key == "" || json.Unmarshal(body, &req) != nil || req.Model == "" || !(req.MaxTokens > 0) {
+			return nil, fmt.Errorf("%w: want an API key and a JSON body naming a model and max_tokens", httpadmit.ErrBadRequest)
 		}
 		apiKey := ratelimit.Scope{Type: "api_key", Key: key}
 		day := 24 * time.Hour

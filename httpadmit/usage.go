@@ -35,7 +35,9 @@ func admissionFrom(ctx context.Context) (*admission, bool) {
 // replaces the amounts of the metrics it names, so a streaming handler can
 // report its running total as it goes: if the stream is then cut, what was
 // reported is what gets committed. Metrics never reported are committed at
-// their estimate. An amount that is negative, NaN, infinite, above
+// their estimate. A metric the request reserved nothing on (its limits'
+// Amount was zero, so Reserve skipped them) is not charged: give a limit
+// whose usage the handler reports an estimate above zero. An amount that is negative, NaN, infinite, above
 // ratelimit.MaxAmount or between zero and ratelimit.MinAmount is a
 // *ratelimit.ValidationError and changes nothing (Commit would refuse it).
 func ReportUsage(ctx context.Context, usage map[string]float64) error {
