@@ -334,3 +334,32 @@ func TestNothingLeaksUnderLoad(t *testing.T) {
 		t.Errorf("no release in %v", e.obs.callCounts())
 	}
 }
+
+// A write the server refuses because the status has no body (204, 304) did
+// not fail on the way to the client: the request was served, and is
+// committed, not released as a cut stream.
+func TestBodyNotAllowedIsNoCutStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+			if _, err := io.WriteString(w, "{}\n"); !errors.Is(err, http.ErrBodyNotAllowed) {
+				t.Errorf("write after 204: %v, want http.ErrBodyNotAllowed", err)
+			}
+		})))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("%d, want 204", resp.StatusCode)
+	}
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
+		t.Errorf("requests = %+v, want %+v: the request was served", got, want)
+	}
+}

@@ -36,6 +36,11 @@ func (w *responseWriter) FlushError() error {
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *responseWriter) note(err error) {
+	// A body written after a status that has none (204, 304) is refused
+	// by the server before the client: the response went out whole.
+	if errors.Is(err, http.ErrBodyNotAllowed) {
+		return
+	}
 	if err != nil && w.err == nil {
 		w.err = err
 	}
