@@ -107,6 +107,7 @@ type middleware struct {
 	limits         LimitsFunc
 	failures       throttle // of the failure log lines
 	invalidShadows throttle // of the lines about shadow limits set aside
+	renewals       throttle // of the lines about failed lease renewals
 }
 
 // New returns the middleware: for each request, limits says what it must
@@ -145,7 +146,7 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 		c.logger = slog.Default()
 	}
 	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second},
-		invalidShadows: throttle{interval: time.Second}}
+		invalidShadows: throttle{interval: time.Second}, renewals: throttle{interval: time.Second}}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil

@@ -121,8 +121,14 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 			_, err := m.limiter.RenewLeases(rctx, grant.Leases)
 			cancel()
 			m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
-			if err != nil {
-				m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()))
+			// At most one line a second: when the database is down, every
+			// long request's renewals fail alike.
+			if err == nil {
+				continue
+			}
+			if log, suppressed := m.renewals.allow(time.Now()); log {
+				m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()),
+					slog.Int("similar_lines_suppressed", suppressed))
 			}
 		}
 	}()

@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -361,5 +364,45 @@ func TestBodyNotAllowedIsNoCutStream(t *testing.T) {
 	e.nothingHeld()
 	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
 		t.Errorf("requests = %+v, want %+v: the request was served", got, want)
+	}
+}
+
+// When the database goes away under long requests, their lease renewals
+// all fail alike: at most one line a second is logged for them, as for
+// failed decisions, not one per request and renewal.
+func TestFailedRenewalsAreLoggedOnceASecond(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	pool, err := pgxpool.New(context.Background(), e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.limiter = ratelimit.New(pool)
+	key := uniqueKey("model")
+	slot := concurrent("model", key, 10)
+	slot.LeaseTTL = time.Second
+	const requests = 4
+	var admitted sync.WaitGroup
+	admitted.Add(requests)
+	h := e.middleware(fixed(slot))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		admitted.Done()
+		admitted.Wait()
+		pool.Close() // the database is gone for every renewal from now on
+		time.Sleep(2500 * time.Millisecond)
+	}))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() { h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil)) })
+	}
+	wg.Wait()
+	failed := e.obs.callCounts()["renew_leases error"]
+	lines := strings.Count(e.logs.String(), "renewing leases failed")
+	t.Logf("%d failed renewals, %d lines logged in %s", failed, lines, time.Since(start).Round(time.Millisecond))
+	if failed < 2*requests {
+		t.Fatalf("%d failed renewals, want at least %d", failed, 2*requests)
+	}
+	if lines < 1 || lines > 1+int(time.Since(start)/time.Second) {
+		t.Errorf("%d lines logged for %d failed renewals in %s, want one a second", lines, failed, time.Since(start))
 	}
 }
