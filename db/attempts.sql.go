@@ -28,11 +28,22 @@ other_task AS (
             WHERE l.id = ANY($3::uuid[])
               AND l.task_id <> attempt.task_id) AS n
 ),
+missing AS (
+    -- Given ids that name no row: checked before anything is written, not
+    -- counted after, so that a refusal leaves the other rows as they were.
+    SELECT (SELECT count(*)
+            FROM unnest($2::uuid[]) AS g(id)
+            WHERE NOT EXISTS (SELECT 1 FROM gateway_rate_limit_reservations AS r WHERE r.id = g.id))
+         + (SELECT count(*)
+            FROM unnest($3::uuid[]) AS g(id)
+            WHERE NOT EXISTS (SELECT 1 FROM gateway_concurrency_leases AS l WHERE l.id = g.id)) AS n
+),
 target AS (
     SELECT attempt.id, attempt.task_id
-    FROM attempt, other_task
+    FROM attempt, other_task, missing
     WHERE attempt.status = 'running'
       AND other_task.n = 0
+      AND missing.n = 0
 ),
 attached_reservations AS (
     UPDATE gateway_rate_limit_reservations AS r
@@ -54,6 +65,7 @@ attached_leases AS (
 SELECT coalesce((SELECT status FROM attempt), '')::text        AS attempt_status,
        (SELECT task_id FROM attempt)::uuid                     AS task_id,
        (SELECT n FROM other_task)::integer                     AS other_task_rows,
+       (SELECT n FROM missing)::integer                        AS missing_rows,
        (SELECT count(*) FROM attached_reservations)::integer   AS reservations,
        (SELECT count(*) FROM attached_leases)::integer         AS leases
 `
@@ -68,6 +80,7 @@ type AttemptAttachGrantRow struct {
 	AttemptStatus string
 	TaskID        pgtype.UUID
 	OtherTaskRows int32
+	MissingRows   int32
 	Reservations  int32
 	Leases        int32
 }
@@ -76,8 +89,10 @@ type AttemptAttachGrantRow struct {
 // it, once that attempt row exists, and to the attempt's task: a grant taken
 // without a task is adopted by it (so that finishing or recovering the task
 // settles it), a grant of another task is refused. All or nothing: nothing
-// changes unless the attempt is running and no given row belongs to another
-// task. Returns what it found, for the caller to say why nothing changed.
+// changes unless the attempt is running, every given row exists and none
+// belongs to another task (a grant with a row pruned or never written links
+// none of the others). Returns what it found, for the caller to say why
+// nothing changed.
 // Locks: FOR KEY SHARE on the attempt row (so that it cannot be deleted
 // under the links); row locks on the given reservations and leases.
 // Index: gateway_task_attempts_pkey; gateway_rate_limit_reservations_pkey;
@@ -89,6 +104,7 @@ func (q *Queries) AttemptAttachGrant(ctx context.Context, db DBTX, arg AttemptAt
 		&i.AttemptStatus,
 		&i.TaskID,
 		&i.OtherTaskRows,
+		&i.MissingRows,
 		&i.Reservations,
 		&i.Leases,
 	)

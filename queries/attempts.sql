@@ -26,8 +26,10 @@ ORDER BY a.attempt_no;
 -- it, once that attempt row exists, and to the attempt's task: a grant taken
 -- without a task is adopted by it (so that finishing or recovering the task
 -- settles it), a grant of another task is refused. All or nothing: nothing
--- changes unless the attempt is running and no given row belongs to another
--- task. Returns what it found, for the caller to say why nothing changed.
+-- changes unless the attempt is running, every given row exists and none
+-- belongs to another task (a grant with a row pruned or never written links
+-- none of the others). Returns what it found, for the caller to say why
+-- nothing changed.
 -- Locks: FOR KEY SHARE on the attempt row (so that it cannot be deleted
 -- under the links); row locks on the given reservations and leases.
 -- Index: gateway_task_attempts_pkey; gateway_rate_limit_reservations_pkey;
@@ -48,11 +50,22 @@ other_task AS (
             WHERE l.id = ANY(@lease_ids::uuid[])
               AND l.task_id <> attempt.task_id) AS n
 ),
+missing AS (
+    -- Given ids that name no row: checked before anything is written, not
+    -- counted after, so that a refusal leaves the other rows as they were.
+    SELECT (SELECT count(*)
+            FROM unnest(@reservation_ids::uuid[]) AS g(id)
+            WHERE NOT EXISTS (SELECT 1 FROM gateway_rate_limit_reservations AS r WHERE r.id = g.id))
+         + (SELECT count(*)
+            FROM unnest(@lease_ids::uuid[]) AS g(id)
+            WHERE NOT EXISTS (SELECT 1 FROM gateway_concurrency_leases AS l WHERE l.id = g.id)) AS n
+),
 target AS (
     SELECT attempt.id, attempt.task_id
-    FROM attempt, other_task
+    FROM attempt, other_task, missing
     WHERE attempt.status = 'running'
       AND other_task.n = 0
+      AND missing.n = 0
 ),
 attached_reservations AS (
     UPDATE gateway_rate_limit_reservations AS r
@@ -74,5 +87,6 @@ attached_leases AS (
 SELECT coalesce((SELECT status FROM attempt), '')::text        AS attempt_status,
        (SELECT task_id FROM attempt)::uuid                     AS task_id,
        (SELECT n FROM other_task)::integer                     AS other_task_rows,
+       (SELECT n FROM missing)::integer                        AS missing_rows,
        (SELECT count(*) FROM attached_reservations)::integer   AS reservations,
        (SELECT count(*) FROM attached_leases)::integer         AS leases;

@@ -109,8 +109,8 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // set. A grant reserved without a task joins the attempt's task (TaskID
 // set), so that finishing or recovering the task settles it. Nothing
 // changes when the attempt names no row or is of another task than the
-// grant (ErrUnknownTask), or no longer runs (ErrTaskFinished). One round
-// trip.
+// grant (ErrUnknownTask), no longer runs (ErrTaskFinished), or a row of the
+// grant no longer exists (ErrUnknownGrant). One round trip.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
 	attempt, err := parseID("AttemptID", attemptID)
 	if err != nil {
@@ -157,7 +157,10 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if err := attachRefusal(row, attemptID, grant.TaskID); err != nil {
 		return grant, err
 	}
-	if int(row.Reservations) != len(rids) || int(row.Leases) != len(lids) {
+	// A row that no longer exists refuses the whole grant (nothing was
+	// linked); a count short of the ids sent (the same id twice) still
+	// means the grant is not the one Reserve returned.
+	if row.MissingRows > 0 || int(row.Reservations) != len(rids) || int(row.Leases) != len(lids) {
 		return grant, ErrUnknownGrant
 	}
 	grant.AttemptID = attemptID
