@@ -31,7 +31,8 @@ ORDER BY a.attempt_no;
 -- none of the others). Returns what it found, for the caller to say why
 -- nothing changed.
 -- Locks: FOR KEY SHARE on the attempt row (so that it cannot be deleted
--- under the links); row locks on the given reservations and leases.
+-- under the links); row locks on the given reservations (after their
+-- counters, which the caller locks first) and leases (in id order).
 -- Index: gateway_task_attempts_pkey; gateway_rate_limit_reservations_pkey;
 -- gateway_concurrency_leases_pkey.
 WITH attempt AS (
@@ -77,11 +78,20 @@ attached_reservations AS (
     RETURNING r.id
 ),
 attached_leases AS (
+    -- The leases are locked in id order, as every statement that locks
+    -- several leases does (see TaskFinish): in the order of the ids given,
+    -- or of the plan's scan, this deadlocked with FinishTask, recovery or
+    -- a heartbeat of the same task's leases.
     UPDATE gateway_concurrency_leases AS l
     SET attempt_id = target.id,
         task_id = target.task_id
-    FROM target
-    WHERE l.id = ANY(@lease_ids::uuid[])
+    FROM target,
+         (SELECT x.id
+          FROM gateway_concurrency_leases AS x, target AS t
+          WHERE x.id = ANY(@lease_ids::uuid[])
+          ORDER BY x.id
+          FOR UPDATE OF x) AS locked
+    WHERE l.id = locked.id
     RETURNING l.id
 )
 SELECT coalesce((SELECT status FROM attempt), '')::text        AS attempt_status,

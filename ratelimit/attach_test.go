@@ -3,10 +3,14 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -52,5 +56,79 @@ func TestAttachOfAGrantWithAMissingRowLinksNothing(t *testing.T) {
 	}
 	if _, err := l.Release(ctx, taskless, "done"); err != nil {
 		t.Fatalf("Release: %v", err)
+	}
+}
+
+// Attach locks a grant's leases in id order, as every statement that locks
+// several leases does: otherwise it deadlocks with FinishTask of the same
+// task (which locks them in id order) when the two meet on the leases in
+// opposite orders. Each case holds one lease from another transaction,
+// starts FinishTask, then Attach, and lets go.
+func TestAttachLocksLeasesInIdOrder(t *testing.T) {
+	for _, reversed := range []bool{false, true} {
+		for held := range 2 {
+			t.Run(fmt.Sprintf("reversed=%v/held=%d", reversed, held), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				l, pool := setup(t)
+				task := startSync(t, l, time.Minute)
+				var limits []ratelimit.Limit
+				for i := range 8 {
+					limits = append(limits, concurrent("model", uniqueKey(fmt.Sprintf("m%d", i)), 10))
+				}
+				grant, err := l.Reserve(ctx, task.ID, "", limits)
+				if err != nil {
+					t.Fatalf("Reserve: %v", err)
+				}
+				if reversed {
+					slices.Reverse(grant.Leases)
+				}
+				// The lease first in id order, or the last.
+				ids := make([]string, len(grant.Leases))
+				for i, lease := range grant.Leases {
+					ids[i] = lease.ID
+				}
+				slices.Sort(ids)
+				target := ids[0]
+				if held == 1 {
+					target = ids[len(ids)-1]
+				}
+
+				blocker, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = blocker.Rollback(ctx) }()
+				if n, err := testq.OpsLeaseLock(ctx, blocker, mustUUID(t, target)); err != nil || n != 1 {
+					t.Fatalf("OpsLeaseLock = %d, %v", n, err)
+				}
+				finished := make(chan error, 1)
+				go func() {
+					_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+					finished <- err
+				}()
+				pgtest.AwaitLockWaiters(t, pool, "FinishTask")
+				done := make(chan error, 1)
+				go func() {
+					_, err := l.Attach(ctx, task.AttemptID, grant)
+					done <- err
+				}()
+				for deadline := time.Now().Add(20 * time.Second); len(pgtest.AwaitLockWaiters(t, pool, "Attach")) < 2; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("Attach never waited")
+					}
+				}
+				_ = blocker.Rollback(ctx)
+
+				var pgErr *pgconn.PgError
+				for name, err := range map[string]error{"FinishTask": <-finished, "Attach": <-done} {
+					if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+						t.Errorf("%s deadlocked: %v", name, err)
+					} else if err != nil && !errors.Is(err, ratelimit.ErrTaskFinished) {
+						t.Errorf("%s: %v", name, err)
+					}
+				}
+			})
+		}
 	}
 }
