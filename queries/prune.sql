@@ -204,15 +204,21 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- admissions (ON DELETE CASCADE). Their reservations and leases stay in
 -- the ledgers with task_id and attempt_id set to NULL (ON DELETE SET NULL),
 -- so the counters still equal their ledger; prune removes them with their
--- windows. Deleted tasks leave the index, so the next batch starts past
--- them: no position to keep.
+-- windows. A task that still holds an open reservation or an unreleased
+-- lease (taken concurrently with its finish) is kept until Recover has
+-- released them: with task_id NULL, Recover would no longer find them, and
+-- the reservation would hold its window's capacity until the window ended.
+-- Deleted tasks leave the index, so the next batch starts past them: no
+-- position to keep (the few kept are read again).
 -- Locks: row locks on the deleted tasks and on the rows the foreign keys
 -- delete or update.
 -- Index: gateway_tasks_finished_id_idx (oldest finished first, no sort);
 -- gateway_tasks_pkey (the delete); for the foreign keys
 -- gateway_task_attempts_task_id_attempt_no_key, gateway_task_events_task_seq_key,
 -- gateway_task_admissions_pkey, gateway_rate_limit_reservations_task_idx,
--- gateway_concurrency_leases_task_idx, and the attempt_idx of both ledgers.
+-- gateway_concurrency_leases_task_idx, and the attempt_idx of both ledgers;
+-- gateway_rate_limit_reservations_open_task_idx and
+-- gateway_concurrency_leases_live_task_idx (what a task still holds).
 DELETE FROM gateway_tasks AS t
 WHERE t.id = ANY(ARRAY(
     -- An array, not IN (subquery): the batch is deleted by primary-key
@@ -221,6 +227,18 @@ WHERE t.id = ANY(ARRAY(
     FROM gateway_tasks AS x
     WHERE x.status IN ('succeeded', 'failed', 'cancelled')
       AND x.finished_at < @cutoff::timestamptz
+      -- Scalar subqueries: one probe of each partial index per task (a NOT
+      -- EXISTS could be hashed over every open row instead).
+      AND (SELECT r.id
+           FROM gateway_rate_limit_reservations AS r
+           WHERE r.task_id = x.id
+             AND r.status = 'reserved'
+           LIMIT 1) IS NULL
+      AND (SELECT l.id
+           FROM gateway_concurrency_leases AS l
+           WHERE l.task_id = x.id
+             AND l.released_at IS NULL
+           LIMIT 1) IS NULL
     ORDER BY x.finished_at, x.id
     LIMIT @batch_size::integer
 ))

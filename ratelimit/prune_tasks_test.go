@@ -185,3 +185,53 @@ func TestPruneEventsResumeWhereTheLastRunStopped(t *testing.T) {
 		t.Fatalf("rows = %+v, want 8 tasks without events", n)
 	}
 }
+
+// Prune does not delete a finished task that still holds an open
+// reservation or an unreleased lease (one taken concurrently with
+// FinishTask, which Recover releases): deleting it would set their task_id
+// to NULL, where Recover no longer finds them, and the reservation would
+// hold its window's capacity until the window ended. Once Recover has
+// released them, the next Prune deletes the task.
+func TestPruneKeepsAFinishedTaskUntilRecoverReleasedWhatItHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock, ratelimit.WithTaskRetention(time.Hour))
+	key := uniqueKey("k")
+	long := window("api_key", key, ratelimit.MetricTokens, 1000, 100)
+	long.Window = ratelimit.MaxWindow // not ended when Prune runs: only Recover may release it
+	lease := concurrent("model", key, 10)
+	lease.LeaseTTL = ratelimit.MaxLeaseTTL
+	task := startSync(t, l, time.Hour)
+
+	// A Reserve for the task that commits after FinishTask read what the
+	// task holds: the task finishes with the grant open.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := l.WithTx(tx).Reserve(ctx, task.ID, "", []ratelimit.Limit{long, lease}); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if res, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil || res.ReleasedReservations != 0 {
+		t.Fatalf("FinishTask = %+v, %v; want it finished, releasing nothing it could not see", res, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.advance(2 * time.Hour) // past the task retention
+	if got, err := m.Prune(ctx, time.Minute); err != nil || got.Tasks != 0 {
+		t.Fatalf("Prune = %+v, %v; want the task kept while it holds a reservation and a lease", got, err)
+	}
+	got, err := m.Recover(ctx)
+	if err != nil || got.ReleasedRateReservations != 1 || got.ReleasedConcurrencyLeases != 1 {
+		t.Fatalf("Recover = %+v, %v; want the finished task's reservation and lease released", got, err)
+	}
+	assertCounter(t, pool, key, ratelimit.MetricTokens, 0, 0)
+	if got, err := m.Prune(ctx, time.Minute); err != nil || got.Tasks != 1 {
+		t.Fatalf("Prune after Recover = %+v, %v; want the task deleted", got, err)
+	}
+}
