@@ -69,6 +69,15 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 		return time.Time{}, wrapDBError("heartbeat task", err)
 	}
 	if row.RenewedUntil == nil {
+		if row.Status == TaskRunning && row.TokenMatches {
+			// The claim changed while the statement waited for the task
+			// row: report the task as it is now (StaleTokenError.Status is
+			// its status when the call was refused), as FinishTask does, not
+			// as the statement saw it when it started.
+			if now, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok}); err == nil {
+				return time.Time{}, staleToken(taskID, now.Status, now.TokenMatches)
+			}
+		}
 		return time.Time{}, staleToken(taskID, row.Status, row.TokenMatches)
 	}
 	return *row.RenewedUntil, nil

@@ -683,3 +683,36 @@ func TestAppendEventSequencesUnderConcurrency(t *testing.T) {
 		t.Fatalf("TableRowCounts = %+v, %v; want %d events", counts, err, total)
 	}
 }
+
+// A heartbeat that waits for the task row while FinishTask holds it is
+// refused once the finish commits, and reports the task as it is then
+// (StaleTokenError.Status is the status when the call was refused), as
+// FinishTask does: not "running", as the heartbeat's statement saw it when
+// it started.
+func TestHeartbeatStaleWhileWaitingReportsCurrentStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	task := startSync(t, l, time.Minute)
+	finisher, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = finisher.Rollback(ctx) }()
+	if _, err := l.WithTx(finisher).FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskCancelled}); err != nil {
+		t.Fatalf("FinishTask: %v", err)
+	}
+	beat := make(chan error, 1)
+	go func() {
+		_, err := l.HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Minute)
+		beat <- err
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "HeartbeatTask")
+	if err := finisher.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale := asStale(t, <-beat)
+	if stale.Status != ratelimit.TaskCancelled || stale.TaskID != task.ID {
+		t.Fatalf("StaleTokenError %+v, but the task was %q when the call was refused", stale, ratelimit.TaskCancelled)
+	}
+}
