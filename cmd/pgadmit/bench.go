@@ -236,7 +236,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
 		cfg.RunID, who, cfg.Duration, bench.ExactnessSeconds, shape, server.String(), version)
-	fmt.Fprintf(out, "%-22s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
+	fmt.Fprintf(out, "%-24s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	if err := profile.start(); err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		if cfg.Rounds > 1 {
 			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, cfg.Rounds)
 		}
-		fmt.Fprintf(out, "%-22s %9.0f %8s %8s %9d %8d %7d", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors)
+		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors)
 		if r.ReservesPerStatement > 0 {
 			fmt.Fprintf(out, "  (combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot)",
 				r.ReservesPerStatement, r.ReserveStatementUs/1000, r.SettlesPerStatement, r.SettleStatementUs/1000,
