@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -94,34 +93,12 @@ func TestAttachLocksLeasesInIdOrder(t *testing.T) {
 					target = ids[len(ids)-1]
 				}
 
-				blocker, err := pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = blocker.Rollback(ctx) }()
-				if n, err := testq.OpsLeaseLock(ctx, blocker, mustUUID(t, target)); err != nil || n != 1 {
-					t.Fatalf("OpsLeaseLock = %d, %v", n, err)
-				}
-				finished := make(chan error, 1)
-				go func() {
-					_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
-					finished <- err
-				}()
-				pgtest.AwaitLockWaiters(t, pool, "FinishTask")
-				done := make(chan error, 1)
-				go func() {
+				finishErr, attachErr := meetFinishTask(t, l, pool, task, target, "Attach", func() error {
 					_, err := l.Attach(ctx, task.AttemptID, grant)
-					done <- err
-				}()
-				for deadline := time.Now().Add(20 * time.Second); len(pgtest.AwaitLockWaiters(t, pool, "Attach")) < 2; time.Sleep(5 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("Attach never waited")
-					}
-				}
-				_ = blocker.Rollback(ctx)
-
+					return err
+				})
 				var pgErr *pgconn.PgError
-				for name, err := range map[string]error{"FinishTask": <-finished, "Attach": <-done} {
+				for name, err := range map[string]error{"FinishTask": finishErr, "Attach": attachErr} {
 					if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
 						t.Errorf("%s deadlocked: %v", name, err)
 					} else if err != nil && !errors.Is(err, ratelimit.ErrTaskFinished) {
