@@ -121,8 +121,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: "pgadmit_pruned_total",
 		Help: "What Prune released or deleted, by kind (stale_reservations, counters, reservations, leases, allotments, events, tasks).",
 	}, []string{"kind"})
-	for _, c := range []prometheus.Collector{m.admissions, m.near, m.latency, m.leases, m.recovered, m.pruned} {
+	collectors := []prometheus.Collector{m.admissions, m.near, m.latency, m.leases, m.recovered, m.pruned}
+	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
+			// All or nothing: the ones registered so far would make a
+			// second New on reg fail too, on a name this one holds.
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
 			return nil, fmt.Errorf("promadmit: New: %w", err)
 		}
 	}

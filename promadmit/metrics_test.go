@@ -158,6 +158,32 @@ pgadmit_http_leases_held 2
 	}
 }
 
+// New registers all its metrics or none: one that fails to register
+// leaves nothing behind, so that New can be called again on the registry.
+func TestNewRegistersAllOrNothing(t *testing.T) {
+	t.Parallel()
+	reg := &failingRegisterer{Registerer: prometheus.NewRegistry(), failAt: 6}
+	if _, err := promadmit.New(reg); err == nil {
+		t.Fatal("New succeeded although a registration failed")
+	}
+	if _, err := promadmit.New(reg); err != nil {
+		t.Fatalf("New again: %v", err)
+	}
+}
+
+// failingRegisterer fails its failAt-th Register call (counting from 1).
+type failingRegisterer struct {
+	prometheus.Registerer
+	calls, failAt int
+}
+
+func (r *failingRegisterer) Register(c prometheus.Collector) error {
+	if r.calls++; r.calls == r.failAt {
+		return errors.New("registration refused")
+	}
+	return r.Registerer.Register(c)
+}
+
 // Results of operations: timeouts, errors, skipped recoveries.
 func TestOperationResults(t *testing.T) {
 	t.Parallel()
