@@ -35,6 +35,7 @@ type combiner[Req, Res any] struct {
 	mu        sync.Mutex
 	queue     []*combined[Req, Res]
 	inFlight  int
+	left      int           // callers who left unsent since the queue was last compacted or emptied
 	releasing int           // abandoned calls running
 	idle      *sync.Cond    // on mu: inFlight and releasing both fell to 0
 	batches   int64         // statements answered
@@ -102,14 +103,49 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	// Leaving: unless the result is already here, the batch hands what the
 	// request was granted to abandoned, and a request not sent yet never is.
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.delivered {
+		p.mu.Unlock()
 		return p.answer()
 	}
 	p.gone = true
+	sent := p.sent
+	p.mu.Unlock()
+	if !sent {
+		c.leftUnsent()
+	}
 	var zero Res
 	return zero, ctx.Err()
 }
+
+// leftUnsent counts a caller who left before its request was sent, and
+// drops such requests from the queue once they are most of it. takeLocked
+// skips them anyway, but behind a statement that stays stuck (one of its
+// callers has no deadline) the queue would otherwise grow with every
+// caller who came and left meanwhile. Dropping them all at once keeps the
+// cost per caller constant.
+func (c *combiner[Req, Res]) leftUnsent() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.left++
+	if c.left < minCompaction || 2*c.left < len(c.queue) {
+		return
+	}
+	kept := c.queue[:0]
+	for _, p := range c.queue {
+		p.mu.Lock()
+		gone := p.gone
+		p.mu.Unlock()
+		if !gone {
+			kept = append(kept, p)
+		}
+	}
+	clear(c.queue[len(kept):])
+	c.queue, c.left = kept, 0
+}
+
+// minCompaction is how many callers must have left unsent before the queue
+// is compacted.
+const minCompaction = 64
 
 // answer is what p's caller gets once its result is here. A caller who
 // left, and whose statement failed (most likely cancelled because every
@@ -157,7 +193,7 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 	}
 	c.queue = c.queue[n:]
 	if len(c.queue) == 0 {
-		c.queue = nil
+		c.queue, c.left = nil, 0
 	}
 	return batch
 }

@@ -725,3 +725,61 @@ func TestCloseWaitsForWhatACallerWhoLeftWasGranted(t *testing.T) {
 	}
 	assertBooksBalance(t, pool, "api_key", second)
 }
+
+// Callers who leave before their request is sent are dropped from the
+// combiner's queue once they are most of it, instead of when their turn
+// comes: behind a statement that stays stuck (its caller has no deadline),
+// the queue would otherwise hold every caller who came and left meanwhile.
+func TestCombinerQueueDropsCallersWhoLeftUnsent(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithCombining(8, 1))
+	ctx := context.Background()
+	key := uniqueKey("stuck")
+	limits := []ratelimit.Limit{window("api_key", key, "requests", 1000, 1)}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := l.WithTx(holder).Reserve(ctx, "", "", limits); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() { _, err := l.Reserve(ctx, "", "", limits); stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "the stuck statement")
+
+	const callers = 500
+	call, leave := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := l.Reserve(call, "", "", limits); !errors.Is(err, context.Canceled) {
+				t.Errorf("a caller who left: %v, want context.Canceled", err)
+			}
+		}()
+	}
+	awaitQueuedReserves(t, l, callers, "every caller")
+	leave()
+	wg.Wait()
+	if n := l.QueuedReserves(); n >= callers/2 {
+		t.Errorf("%d of the %d callers who left are still queued behind the stuck statement", n, callers)
+	}
+
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the stuck statement: %v", err)
+	}
+	if _, err := l.Reserve(ctx, "", "", limits); err != nil {
+		t.Fatalf("a Reserve after: %v", err)
+	}
+	for _, c := range counterRows(t, pool, "api_key", key) {
+		if c.ReservedValue != 2 {
+			t.Errorf("counter %+v: want 2 reserved (the stuck statement's and the one after), nothing of the callers who left", c)
+		}
+	}
+}
