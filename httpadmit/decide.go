@@ -69,6 +69,13 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 			aside = append(aside, i)
 			continue
 		}
+		// Nor may shadow limits take a call past what Reserve accepts.
+		if len(call) >= ratelimit.MaxLimitsPerCall {
+			m.logInvalidShadow(ctx, l, &ratelimit.ValidationError{Field: "Limits", Value: len(call) + 1,
+				Reason: fmt.Sprintf("Reserve takes at most %d limits; the shadow limits past them are set aside", ratelimit.MaxLimitsPerCall)})
+			aside = append(aside, i)
+			continue
+		}
 		call = append(call, l)
 	}
 	if len(call) == 0 {

@@ -91,7 +91,8 @@
 // A shadow limit that ratelimit would refuse as input (ratelimit.Limit's
 // Validate: a NaN amount, a negative limit, an empty scope key), or that
 // shares its counter with an earlier shadow limit that no enforced limit
-// draws on (Reserve takes one limit per counter), is set aside: the request
+// draws on (Reserve takes one limit per counter), or that would take the
+// call past ratelimit.MaxLimitsPerCall, is set aside: the request
 // is decided on the other limits, and a warning is logged at most once a
 // second. An invalid enforced limit is a 400.
 //

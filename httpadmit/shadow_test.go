@@ -1,6 +1,7 @@
 package httpadmit_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -216,6 +217,36 @@ func TestOnlyAShadowLimitThatWouldRefuse(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{"shadow_refused shadow requests": 1}, e.obs.outcomes()); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	e.nothingHeld()
+}
+
+// Shadow limits past what one Reserve takes (ratelimit.MaxLimitsPerCall,
+// enforced limits first) are set aside and logged, not a 400 for every
+// request; the ones within it are reserved as usual.
+func TestShadowLimitsPastTheMaximumAreSetAside(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, team := uniqueKey("key"), uniqueKey("team")
+	limits := []httpadmit.Limit{window("api_key", key, ratelimit.MetricRequests, 100, 1)}
+	for i := range ratelimit.MaxLimitsPerCall + 5 {
+		limits = append(limits, shadow(window("team", fmt.Sprintf("%s-%d", team, i), ratelimit.MetricRequests, 100, 1)))
+	}
+	h := e.middleware(fixed(limits...))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("a request with %d shadow limits: %d %s, want 200", len(limits)-1, rec.Code, rec.Body)
+	}
+	last := ratelimit.MaxLimitsPerCall - 2 // the last shadow limit within the maximum
+	if got, want := e.books("team", fmt.Sprintf("%s-%d", team, last), ratelimit.MetricRequests), (book{Used: 1}); got != want {
+		t.Errorf("the last shadow counter within the maximum = %+v, want %+v", got, want)
+	}
+	if got := e.books("team", fmt.Sprintf("%s-%d", team, last+1), ratelimit.MetricRequests); got != (book{}) {
+		t.Errorf("the first shadow counter past the maximum = %+v, want nothing", got)
+	}
+	if got := strings.Count(e.logs.String(), "invalid shadow limit set aside"); got != 1 {
+		t.Errorf("%d lines about shadow limits set aside, want 1 (one a second):\n%s", got, e.logs)
 	}
 	e.nothingHeld()
 }
