@@ -70,17 +70,26 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 	}
 	if row.RenewedUntil == nil {
 		if row.Status == TaskRunning && row.TokenMatches {
-			// The claim changed while the statement waited for the task
-			// row: report the task as it is now (StaleTokenError.Status is
-			// its status when the call was refused), as FinishTask does, not
-			// as the statement saw it when it started.
-			if now, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok}); err == nil {
-				return time.Time{}, staleToken(taskID, now.Status, now.TokenMatches)
-			}
+			// The claim changed while the statement waited for the task row.
+			return time.Time{}, l.staleNow(ctx, taskID, id, tok)
 		}
 		return time.Time{}, staleToken(taskID, row.Status, row.TokenMatches)
 	}
 	return *row.RenewedUntil, nil
+}
+
+// staleNow is the *StaleTokenError of a call refused because the claim
+// changed while it ran, after its own statement had seen the task running
+// under this token: the task as it is now, read again with TaskFinishPlan
+// (StaleTokenError.Status is its status when the call was refused, not as
+// the statement saw it when it started), or as it was seen when that read
+// fails.
+func (l *Limiter) staleNow(ctx context.Context, taskID string, id, tok pgtype.UUID) *StaleTokenError {
+	now, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
+	if err != nil {
+		return staleToken(taskID, TaskRunning, true)
+	}
+	return staleToken(taskID, now.Status, now.TokenMatches)
 }
 
 // staleToken explains why a token was refused.
@@ -171,14 +180,8 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		return FinishResult{}, wrapDBError("finish task", err)
 	}
 	if len(finished) == 0 {
-		// The claim changed between the two round trips: report the task as
-		// it is now (StaleTokenError.Status is its status when the call was
-		// refused), not as the first round trip saw it.
-		now, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
-		if err != nil {
-			return FinishResult{}, staleToken(taskID, TaskRunning, true)
-		}
-		return FinishResult{}, staleToken(taskID, now.Status, now.TokenMatches)
+		// The claim changed between the two round trips.
+		return FinishResult{}, l.staleNow(ctx, taskID, id, tok)
 	}
 	f := finished[0]
 	res := FinishResult{
