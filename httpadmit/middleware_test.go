@@ -3,6 +3,7 @@ package httpadmit_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -328,8 +329,14 @@ func TestReportUsageErrors(t *testing.T) {
 	h := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 100)))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for _, bad := range []map[string]float64{{"tokens": -1}, {"tokens": nan()}, {"": 3}, {"tokens": 2e15}} {
-				if err := httpadmit.ReportUsage(r.Context(), bad); !errors.Is(err, ratelimit.ErrInvalidInput) {
+				err := httpadmit.ReportUsage(r.Context(), bad)
+				if !errors.Is(err, ratelimit.ErrInvalidInput) {
 					t.Errorf("ReportUsage(%v) = %v, want ErrInvalidInput", bad, err)
+				}
+				for metric := range bad {
+					if invalid := (*ratelimit.ValidationError)(nil); !errors.As(err, &invalid) || invalid.Field != fmt.Sprintf("usage[%q]", metric) {
+						t.Errorf("ReportUsage(%v) = %v, want a *ValidationError on usage[%q]", bad, err, metric)
+					}
 				}
 			}
 			if g, ok := httpadmit.GrantFrom(r.Context()); !ok || len(g.Reservations) != 1 {

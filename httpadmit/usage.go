@@ -2,9 +2,9 @@ package httpadmit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -37,19 +37,25 @@ func admissionFrom(ctx context.Context) (*admission, bool) {
 // reported is what gets committed. Metrics never reported are committed at
 // their estimate. A metric the request reserved nothing on (its limits'
 // Amount was zero, so Reserve skipped them) is not charged: give a limit
-// whose usage the handler reports an estimate above zero. An amount that is negative, NaN, infinite, above
-// ratelimit.MaxAmount or between zero and ratelimit.MinAmount is a
-// *ratelimit.ValidationError and changes nothing (Commit would refuse it).
+// whose usage the handler reports an estimate above zero. A metric with no
+// name, or an amount that ratelimit.ValidateAmount refuses (negative, NaN,
+// infinite, above ratelimit.MaxAmount or between zero and
+// ratelimit.MinAmount: what Commit would refuse), is a
+// *ratelimit.ValidationError and changes nothing.
 func ReportUsage(ctx context.Context, usage map[string]float64) error {
 	a, ok := admissionFrom(ctx)
 	if !ok {
 		return ErrNoAdmission
 	}
 	for metric, v := range usage {
-		if metric == "" || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > ratelimit.MaxAmount ||
-			(v > 0 && v < ratelimit.MinAmount) {
-			return &ratelimit.ValidationError{Field: fmt.Sprintf("usage[%q]", metric), Value: v,
-				Reason: "metric must be named and its amount zero or finite, between ratelimit.MinAmount and ratelimit.MaxAmount"}
+		if metric == "" {
+			return &ratelimit.ValidationError{Field: `usage[""]`, Value: v, Reason: "the metric must be named"}
+		}
+		if err := ratelimit.ValidateAmount(v); err != nil {
+			if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) {
+				invalid.Field = fmt.Sprintf("usage[%q]", metric)
+			}
+			return err
 		}
 	}
 	a.mu.Lock()

@@ -195,6 +195,14 @@ func validateOptionalText(field, s string, maxBytes int) error {
 	return nil
 }
 
+// ValidateAmount reports whether Reserve, Commit and CreateTask accept v as
+// an amount (a limit, an estimate, an actual amount): zero, or a finite
+// number from MinAmount up to MaxAmount. It returns nil or a
+// *ValidationError (errors.Is ErrInvalidInput) whose Field is empty, for
+// the caller to name: a layer that takes amounts before Commit (an HTTP
+// handler's reported usage, say) can refuse what Commit would.
+func ValidateAmount(v float64) error { return validateAmount("", v) }
+
 // validateAmount accepts zero, or a finite number from MinAmount up to
 // MaxAmount.
 func validateAmount(field string, v float64) error {
