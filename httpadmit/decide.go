@@ -50,29 +50,19 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 		if l.Mode != Shadow || l.Amount == 0 {
 			continue
 		}
-		// A shadow limit never refuses, so a bad one is set aside (and
-		// logged) rather than failing the request with a 400.
-		if err := l.Limit.Validate(); err != nil {
+		err := l.Limit.Validate()
+		if err == nil {
+			if _, ok := enforced[keyOf(l.Limit)]; ok {
+				judged = append(judged, l)
+				continue
+			}
+			err = refusedInCall(call, l)
+		}
+		if err != nil {
+			// A shadow limit never refuses, so one that Reserve would
+			// refuse as input is set aside (and logged) rather than
+			// failing the request with a 400.
 			m.logInvalidShadow(ctx, l, err)
-			aside = append(aside, i)
-			continue
-		}
-		if _, ok := enforced[keyOf(l.Limit)]; ok {
-			judged = append(judged, l)
-			continue
-		}
-		// Reserve refuses two limits on one counter as input: a second
-		// shadow limit there would turn every request into a 400.
-		if j := indexOf(call, keyOf(l.Limit)); j >= 0 {
-			m.logInvalidShadow(ctx, l, &ratelimit.ValidationError{Field: "Limit", Value: keyOf(l.Limit).String(),
-				Reason: "same scope, metric and window as another shadow limit of the request"})
-			aside = append(aside, i)
-			continue
-		}
-		// Nor may shadow limits take a call past what Reserve accepts.
-		if len(call) >= ratelimit.MaxLimitsPerCall {
-			m.logInvalidShadow(ctx, l, &ratelimit.ValidationError{Field: "Limits", Value: len(call) + 1,
-				Reason: fmt.Sprintf("Reserve takes at most %d limits; the shadow limits past them are set aside", ratelimit.MaxLimitsPerCall)})
 			aside = append(aside, i)
 			continue
 		}
@@ -221,6 +211,22 @@ func (m *middleware) logInvalidShadow(ctx context.Context, l Limit, err error) {
 			slog.String("metric", l.Metric), slog.String("policy", l.Policy), slog.String("error", err.Error()),
 			slog.Int("similar_lines_suppressed", suppressed))
 	}
+}
+
+// refusedInCall says why Reserve would refuse call with shadow limit l
+// added, which alone it accepts, or returns nil: another limit of the call
+// on l's counter (Reserve takes one limit per counter), or a call already
+// at ratelimit.MaxLimitsPerCall.
+func refusedInCall(call []Limit, l Limit) error {
+	switch {
+	case indexOf(call, keyOf(l.Limit)) >= 0:
+		return &ratelimit.ValidationError{Field: "Limit", Value: keyOf(l.Limit).String(),
+			Reason: "same scope, metric and window as another shadow limit of the request"}
+	case len(call) >= ratelimit.MaxLimitsPerCall:
+		return &ratelimit.ValidationError{Field: "Limits", Value: len(call) + 1,
+			Reason: fmt.Sprintf("Reserve takes at most %d limits; the shadow limits past them are set aside", ratelimit.MaxLimitsPerCall)}
+	}
+	return nil
 }
 
 // without is limits less those at the indexes skip (increasing), in a
