@@ -241,10 +241,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
-		name := r.Name
-		if cfg.Rounds > 1 {
-			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, cfg.Rounds)
-		}
+		name := inRound(r, cfg.Rounds, r.Name)
 		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors)
 		if r.ReservesPerStatement > 0 {
 			fmt.Fprintf(out, "  (combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot)",
@@ -329,10 +326,7 @@ func printBenchChecks(w io.Writer, results []bench.Result, rounds int) bool {
 	ok := true
 	fmt.Fprintln(w)
 	for _, r := range results {
-		name := r.Code()
-		if rounds > 1 {
-			name = fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, rounds)
-		}
+		name := inRound(r, rounds, r.Code())
 		for _, c := range r.Checks {
 			verdict := "ok"
 			if !c.OK {
@@ -349,6 +343,15 @@ func printBenchChecks(w io.Writer, results []bench.Result, rounds int) bool {
 		fmt.Fprintln(w, "all checks passed, no errors")
 	}
 	return ok
+}
+
+// inRound names r as the table does: by its code and round ("W4 round 2/6") when the run has
+// several rounds, else as single.
+func inRound(r bench.Result, rounds int, single string) string {
+	if rounds > 1 {
+		return fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, rounds)
+	}
+	return single
 }
 
 // benchJSONFile is bench's --json file, or stdout for "-".
