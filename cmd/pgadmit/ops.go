@@ -71,8 +71,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
 	start := time.Now()
 	res, err := maint.Recover(ctx)
-	if err == nil || !res.Zero() { // a partly rejected pass still did the rest: say what
-		fmt.Fprintf(a.stdout, "%s (%s)\n", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+	if line, ok := passReport(res, err, start); ok {
+		fmt.Fprintln(a.stdout, line)
 	}
 	return err
 }
@@ -126,12 +126,19 @@ func recoverPass(ctx context.Context, maint *ratelimit.Maintenance, passTimeout 
 	if ctx.Err() != nil {
 		return // stopping: the sweeper says so itself
 	}
-	if err == nil || !res.Zero() { // a partly rejected pass still did the rest: say what
-		logf("recover: %s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond))
+	if line, ok := passReport(res, err, start); ok {
+		logf("recover: %s", line)
 	}
 	if err != nil {
 		logf("recover: pass failed: %s", scrub(err.Error(), dsn))
 	}
+}
+
+// passReport says what a Recover pass that began at start did, and whether to say it: a pass
+// that failed having done nothing is told by its error alone, but a partly rejected pass still
+// did the rest.
+func passReport(res ratelimit.RecoveryResult, err error, start time.Time) (string, bool) {
+	return fmt.Sprintf("%s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond)), err == nil || !res.Zero()
 }
 
 // describeRecovery says what a Recover pass did, in a line.
