@@ -121,10 +121,28 @@ func (m *middleware) reserve(ctx context.Context, limits []Limit) (ratelimit.Gra
 	}
 	start := time.Now()
 	grant, err := m.limiter.Reserve(ctx, "", "", rl)
-	if !errors.Is(err, ratelimit.ErrInvalidInput) { // refused before reaching the database
+	switch {
+	case errors.Is(err, ratelimit.ErrInvalidInput): // refused before reaching the database
+	case err == nil && !inDatabase(grant): // admitted from local blocks, in memory
+	default:
 		m.observer.DatabaseCall(OpReserve, time.Since(start), err)
 	}
 	return grant, err
+}
+
+// inDatabase reports whether the database holds part of g: a reservation
+// not taken from a local block, or a lease. A grant of Local reservations
+// only was reserved in this process's memory, and is settled there.
+func inDatabase(g ratelimit.Grant) bool {
+	if len(g.Leases) > 0 {
+		return true
+	}
+	for _, r := range g.Reservations {
+		if !r.Local {
+			return true
+		}
+	}
+	return false
 }
 
 // admittedOutcomes reports every limit of an admitted request: those in

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -62,5 +64,78 @@ func TestLocalLimitHeadersTellNoBlockState(t *testing.T) {
 		if local := o.Limit.Metric == ratelimit.MetricRequests; local != (o.Utilization == 0) {
 			t.Errorf("%s (%v): utilization %g", o.Limit.Metric, o.Limit.Mode, o.Utilization)
 		}
+	}
+}
+
+// A request whose limits were all admitted from this process's blocks made
+// no database call: its Reserve, and its Commit or Release, are settled in
+// memory. The observer (pgadmit_db_operation_duration_seconds) is told only
+// of the calls that reached the database; it used to be told of a reserve
+// and a commit or release for every request, local or not, so that the
+// operation rate and latency histogram counted in-memory admissions.
+func TestLocalAdmissionsAreNotDatabaseCalls(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	limiter := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
+	t.Cleanup(limiter.Close)
+	for _, tc := range []struct {
+		name  string
+		mixed bool // a limit decided in the database besides the Local one
+	}{{"local only", false}, {"local and remote", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &env{t: t, pool: pool, limiter: limiter, obs: &recorder{}, logs: &lockedBuffer{}}
+			key := uniqueKey("k")
+			local := window("api_key", key, ratelimit.MetricRequests, 100_000, 1)
+			local.Local = true
+			limits := []httpadmit.Limit{local}
+			if tc.mixed {
+				limits = append(limits, window("api_key", key, ratelimit.MetricTokens, 1e9, 10))
+			}
+			var remote, remoteDiscarded, served int
+			h := e.middleware(fixed(limits...))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				served++
+				g, _ := httpadmit.GrantFrom(r.Context())
+				inDB := len(g.Leases) > 0
+				for _, res := range g.Reservations {
+					inDB = inDB || !res.Local
+				}
+				discard := served%5 == 0
+				if discard {
+					_ = httpadmit.Discard(r.Context(), "upstream failed")
+				}
+				if inDB {
+					remote++
+					if discard {
+						remoteDiscarded++
+					}
+				}
+			}))
+			const n = 50
+			for i := range n {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+				if rec.Code != http.StatusOK {
+					t.Fatalf("request %d: status %d %s", i, rec.Code, rec.Body)
+				}
+			}
+			if !tc.mixed && remote == n {
+				t.Fatalf("no request was admitted from a block: the test proves nothing")
+			}
+			if tc.mixed && remote != n {
+				t.Fatalf("%d of %d requests reached the database, want all (their tokens limit is not Local)", remote, n)
+			}
+			want := map[string]int{}
+			if remote > 0 {
+				want["reserve ok"] = remote
+			}
+			if c := remote - remoteDiscarded; c > 0 {
+				want["commit ok"] = c
+			}
+			if remoteDiscarded > 0 {
+				want["release ok"] = remoteDiscarded
+			}
+			if diff := cmp.Diff(want, e.obs.callCounts()); diff != "" {
+				t.Errorf("database calls of %d requests, %d decided in the database (-want +got):\n%s", n, remote, diff)
+			}
+		})
 	}
 }

@@ -62,6 +62,10 @@ type Observer interface {
 	// DatabaseCall reports one call to the database: its operation
 	// (OpReserve, OpCommit, OpRelease, OpRenewLeases), how long it took, and
 	// its error: nil on success, an *ratelimit.ExceededError for a refusal.
+	// A request whose limits were all admitted from this process's blocks
+	// (Local limits, see ratelimit's documentation) is reserved and settled
+	// in memory: it makes no call, and none is reported. Limits ratelimit
+	// refuses as invalid never reach the database either.
 	DatabaseCall(op string, took time.Duration, err error)
 	// LeasesHeld reports the concurrency leases requests in flight hold:
 	// +n when a request is admitted with n leases, -n once it is settled.

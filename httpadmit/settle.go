@@ -72,7 +72,7 @@ func (m *middleware) settle(ctx context.Context, a *admission, abnormal string) 
 	if release == "" {
 		start := time.Now()
 		_, err := m.limiter.Commit(ctx, a.grant, usage)
-		m.observer.DatabaseCall(OpCommit, time.Since(start), err)
+		m.observeSettle(OpCommit, a.grant, time.Since(start), err)
 		if err == nil {
 			return
 		}
@@ -84,9 +84,18 @@ func (m *middleware) settle(ctx context.Context, a *admission, abnormal string) 
 	}
 	start := time.Now()
 	_, err := m.limiter.Release(ctx, a.grant, release)
-	m.observer.DatabaseCall(OpRelease, time.Since(start), err)
+	m.observeSettle(OpRelease, a.grant, time.Since(start), err)
 	if err != nil {
 		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: release failed", slog.String("reason", release), slog.String("error", err.Error()))
+	}
+}
+
+// observeSettle reports a Commit or Release of grant as a database call,
+// unless it made none: a grant of local reservations only settles in
+// memory, and a Commit that ratelimit refused as invalid never left.
+func (m *middleware) observeSettle(op string, grant ratelimit.Grant, took time.Duration, err error) {
+	if inDatabase(grant) && !errors.Is(err, ratelimit.ErrInvalidInput) {
+		m.observer.DatabaseCall(op, took, err)
 	}
 }
 
