@@ -14,8 +14,11 @@
 //
 // The handler reports what the request really used with ReportUsage
 // (tokens from the upstream's usage field); the middleware commits it when
-// the handler returns. The request's reservation is released instead when
-// the handler calls Discard, or when it ends abnormally without having
+// the handler returns. Reports end there: ReportUsage and Discard called
+// later (from a goroutine the handler left running) return
+// ErrHandlerReturned and are not charged, so a handler that streams from
+// another goroutine waits for it. The request's reservation is released
+// instead when the handler calls Discard, or when it ends abnormally without having
 // reported usage: it panics (the panic goes on after the release), its
 // client disconnects, or a write to the client fails (a cut stream). When
 // it had reported usage, that usage is committed even then: the upstream

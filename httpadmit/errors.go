@@ -19,6 +19,11 @@ var (
 	// ErrNoAdmission is returned by ReportUsage and Discard for a context
 	// that did not come through the middleware.
 	ErrNoAdmission = errors.New("httpadmit: no admission in this context")
+	// ErrHandlerReturned is returned by ReportUsage and Discard called once
+	// the request's handler has returned (or panicked), from a goroutine it
+	// started say: the request was settled with what had been reported by
+	// then, and the call changes nothing.
+	ErrHandlerReturned = errors.New("httpadmit: the request's handler has returned: usage is no longer taken")
 )
 
 // UnavailableError is a request refused because the database failed (Err:

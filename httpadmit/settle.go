@@ -27,6 +27,9 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	stopRenewing := m.renewLeases(r.Context(), grant)
 	panicked := true
 	defer func() {
+		// Reports end with the handler, before anything else: a report
+		// from a goroutine it left running is refused, not lost.
+		rep := a.end()
 		stopRenewing()
 		reason := ""
 		switch {
@@ -39,14 +42,14 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		case rw.err != nil:
 			reason = ReasonStreamCut
 		}
-		m.settle(r.Context(), a, reason)
+		m.settle(r.Context(), grant, rep, reason)
 		m.observer.LeasesHeld(-len(grant.Leases))
 	}()
 	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
 	panicked = false
 }
 
-// settle commits or releases a's grant:
+// settle commits or releases grant with what its handler reported:
 //   - Discard was called: released with its reason;
 //   - the handler ended normally: committed with the usage it reported
 //     (the estimate for metrics it did not report);
@@ -58,21 +61,20 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // grant never stays held. Errors are logged; what a failed settle leaves
 // held lapses by itself (leases at their TTL, reservations when their
 // window ends).
-func (m *middleware) settle(ctx context.Context, a *admission, abnormal string) {
-	if a.grant.Empty() {
+func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, rep report, abnormal string) {
+	if grant.Empty() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.settleTimeout)
 	defer cancel()
-	usage, discard := a.reported()
-	release := discard
+	usage, release := rep.usage, rep.discard
 	if release == "" && abnormal != "" && len(usage) == 0 {
 		release = abnormal
 	}
 	if release == "" {
 		start := time.Now()
-		_, err := m.limiter.Commit(ctx, a.grant, usage)
-		m.observeSettle(OpCommit, a.grant, time.Since(start), err)
+		_, err := m.limiter.Commit(ctx, grant, usage)
+		m.observeSettle(OpCommit, grant, time.Since(start), err)
 		if err == nil {
 			return
 		}
@@ -83,8 +85,8 @@ func (m *middleware) settle(ctx context.Context, a *admission, abnormal string) 
 		release = "invalid_usage"
 	}
 	start := time.Now()
-	_, err := m.limiter.Release(ctx, a.grant, release)
-	m.observeSettle(OpRelease, a.grant, time.Since(start), err)
+	_, err := m.limiter.Release(ctx, grant, release)
+	m.observeSettle(OpRelease, grant, time.Since(start), err)
 	if err != nil {
 		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: release failed", slog.String("reason", release), slog.String("error", err.Error()))
 	}

@@ -20,6 +20,13 @@ type admission struct {
 	mu      sync.Mutex
 	usage   map[string]float64
 	discard string // reason given to Discard, if it was called
+	ended   bool   // the handler returned: reports are refused
+}
+
+// report is what the handler reported: its usage, and Discard's reason.
+type report struct {
+	usage   map[string]float64
+	discard string
 }
 
 type contextKey struct{}
@@ -42,6 +49,11 @@ func admissionFrom(ctx context.Context) (*admission, bool) {
 // infinite, above ratelimit.MaxAmount or between zero and
 // ratelimit.MinAmount: what Commit would refuse), is a
 // *ratelimit.ValidationError and changes nothing.
+//
+// Report before the handler returns: the request is settled then, and a
+// later call (from a goroutine the handler started) returns
+// ErrHandlerReturned and is not charged. A handler that streams from
+// another goroutine must wait for it to report before returning.
 func ReportUsage(ctx context.Context, usage map[string]float64) error {
 	a, ok := admissionFrom(ctx)
 	if !ok {
@@ -60,6 +72,9 @@ func ReportUsage(ctx context.Context, usage map[string]float64) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.ended {
+		return ErrHandlerReturned
+	}
 	if a.usage == nil {
 		a.usage = make(map[string]float64, len(usage))
 	}
@@ -72,7 +87,9 @@ func ReportUsage(ctx context.Context, usage map[string]float64) error {
 // served (it failed, or refused it), so the client is not charged for it.
 // A reason that Release would refuse (say, an upstream's error: longer
 // than ratelimit.MaxReasonBytes, not valid UTF-8, or with NUL bytes) is
-// recorded cleaned and cut, so that the release still happens.
+// recorded cleaned and cut, so that the release still happens. Like
+// ReportUsage, it returns ErrHandlerReturned, and changes nothing, once the
+// handler has returned.
 func Discard(ctx context.Context, reason string) error {
 	a, ok := admissionFrom(ctx)
 	if !ok {
@@ -81,6 +98,9 @@ func Discard(ctx context.Context, reason string) error {
 	reason = releaseReason(reason)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.ended {
+		return ErrHandlerReturned
+	}
 	a.discard = reason
 	return nil
 }
@@ -97,11 +117,13 @@ func GrantFrom(ctx context.Context) (grant ratelimit.Grant, ok bool) {
 	return a.grant, true
 }
 
-// reported returns a copy of the usage reported so far and Discard's reason.
-func (a *admission) reported() (map[string]float64, string) {
+// end refuses further reports and returns what was reported: a call of
+// ReportUsage or Discard is either in it or refused.
+func (a *admission) end() report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return maps.Clone(a.usage), a.discard
+	a.ended = true
+	return report{usage: a.usage, discard: a.discard}
 }
 
 // releaseReason makes reason one that Release accepts (valid UTF-8, no NUL
