@@ -36,16 +36,12 @@ type decision struct {
 // window was not read: the shadow limit is reported admitted, with
 // Utilization 0.
 func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
-	var call []Limit          // sent to Reserve: enforced first, then shadow
-	var judged []Limit        // shadow limits on an enforced limit's counter
-	enforced := map[key]int{} // in call
-	var aside []int           // indexes in limits of the shadow limits set aside
-	for _, l := range limits {
-		if l.Mode == Enforce && l.Amount != 0 {
-			enforced[keyOf(l.Limit)] = len(call)
-			call = append(call, l)
-		}
+	call, enforced, err := enforcedCall(limits) // sent to Reserve: enforced first, then shadow
+	if err != nil {
+		return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
 	}
+	var judged []Limit // shadow limits on an enforced limit's counter
+	var aside []int    // indexes in limits of the shadow limits set aside
 	for i, l := range limits {
 		if l.Mode != Shadow || l.Amount == 0 {
 			continue
@@ -111,6 +107,46 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 			return m.failed(ctx, without(limits, aside), err)
 		}
 	}
+}
+
+// enforcedCall lists the enforced limits with an amount, the ones Reserve
+// decides first, and their counters, having checked them as Reserve would.
+// A limit Reserve refuses is named by its index in limits, where the
+// caller wrote it; Reserve would name it by its index in the call, past
+// the limits left out of it (shadow ones, zero amounts).
+func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
+	var call []Limit
+	enforced := map[key]int{} // index in limits
+	for i, l := range limits {
+		if l.Mode != Enforce || l.Amount == 0 {
+			continue
+		}
+		if err := l.Limit.Validate(); err != nil {
+			return nil, nil, inLimit(i, err)
+		}
+		k := keyOf(l.Limit)
+		if j, dup := enforced[k]; dup {
+			return nil, nil, &ratelimit.ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: k.String(),
+				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}
+		}
+		enforced[k] = i
+		call = append(call, l)
+	}
+	return call, enforced, nil
+}
+
+// inLimit is a *ratelimit.ValidationError about a field of one limit
+// ("Amount") named as a field of the limit at index i ("Limits[2].Amount").
+func inLimit(i int, err error) error {
+	var invalid *ratelimit.ValidationError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	field := fmt.Sprintf("Limits[%d]", i)
+	if invalid.Field != "" {
+		field += "." + invalid.Field
+	}
+	return &ratelimit.ValidationError{Field: field, Value: invalid.Value, Reason: invalid.Reason}
 }
 
 // reserve is one Reserve call, timed.

@@ -97,7 +97,8 @@
 // draws on (Reserve takes one limit per counter), or that would take the
 // call past ratelimit.MaxLimitsPerCall, is set aside: the request
 // is decided on the other limits, and a warning is logged at most once a
-// second. An invalid enforced limit is a 400.
+// second. An invalid enforced limit is a 400 naming the field, as in
+// Limits[2].Amount, by the limit's index in what the LimitsFunc returned.
 //
 // # When the database fails
 //

@@ -1,0 +1,97 @@
+package httpadmit_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// badLimits serves one request with limits and returns the error the error
+// handler got (nil when there was none), having checked that the handler
+// did not run and that nothing was reserved on the scopes of limits.
+func badLimits(t *testing.T, e *env, limits []httpadmit.Limit) (code int, err error) {
+	t.Helper()
+	var got error
+	ran := false
+	onError := func(w http.ResponseWriter, r *http.Request, err error) {
+		got = err
+		httpadmit.DefaultErrorHandler(w, r, err)
+	}
+	h := e.middleware(fixed(limits...), httpadmit.WithErrorHandler(onError))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if got != nil && ran {
+		t.Errorf("the handler ran for limits refused with %v", got)
+	}
+	if got != nil {
+		for _, l := range limits {
+			if b := e.books(l.Scope.Type, l.Scope.Key, l.Metric); b != (book{}) {
+				t.Errorf("limits refused with %v, yet %s:%s %s holds %+v", got, l.Scope.Type, l.Scope.Key, l.Metric, b)
+			}
+			if l.Metric == ratelimit.MetricConcurrent && e.liveLeases(l.Scope.Type, l.Scope.Key) != 0 {
+				t.Errorf("limits refused with %v, yet a lease was taken", got)
+			}
+		}
+	}
+	return rec.Code, got
+}
+
+// wantInvalid fails unless err is the *ratelimit.ValidationError for field
+// that sentinel matches.
+func wantInvalid(t *testing.T, name string, err, sentinel error, field string) {
+	t.Helper()
+	var invalid *ratelimit.ValidationError
+	if !errors.Is(err, sentinel) || !errors.As(err, &invalid) || invalid.Field != field {
+		t.Errorf("%s: error %v, want %v on %s", name, err, sentinel, field)
+	}
+}
+
+// A limit that ratelimit refuses is named in the 400 by its index in what
+// the LimitsFunc returned. It used to be named by its index among the
+// limits sent to Reserve (enforced ones with an amount, then shadow ones),
+// which is not where the caller wrote it.
+func TestBadLimitIsNamedByTheCallersIndex(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("k")
+	for name, tc := range map[string]struct {
+		limits []httpadmit.Limit
+		field  string
+		reason string
+	}{
+		"after a shadow and a zero amount": {[]httpadmit.Limit{
+			shadow(window("team", key, ratelimit.MetricRequests, 10, 1)),
+			window("api_key", key, ratelimit.MetricRequests, 10, 0),
+			window("api_key", key, ratelimit.MetricTokens, 1000, nan()),
+		}, "Limits[2].Amount", ""},
+		"a counter twice": {[]httpadmit.Limit{
+			shadow(window("team", key, ratelimit.MetricRequests, 10, 1)),
+			window("api_key", key, ratelimit.MetricTokens, 1000, 10),
+			window("api_key", key, ratelimit.MetricRequests, 10, 0),
+			window("api_key", key, ratelimit.MetricTokens, 2000, 10),
+		}, "Limits[3]", "Limits[1]"},
+	} {
+		code, err := badLimits(t, e, tc.limits)
+		if code != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", name, code)
+		}
+		wantInvalid(t, name, err, httpadmit.ErrBadRequest, tc.field)
+		var invalid *ratelimit.ValidationError
+		if errors.As(err, &invalid) && !strings.Contains(invalid.Reason, tc.reason) {
+			t.Errorf("%s: reason %q, want it to name %s", name, invalid.Reason, tc.reason)
+		}
+		rec := httptest.NewRecorder()
+		httpadmit.DefaultErrorHandler(rec, httptest.NewRequest(http.MethodPost, "/", nil), err)
+		var p httpadmit.Problem
+		if json.Unmarshal(rec.Body.Bytes(), &p) != nil || !strings.HasPrefix(p.Detail, "invalid "+tc.field+":") {
+			t.Errorf("%s: 400 detail %q, want it to name %s", name, p.Detail, tc.field)
+		}
+	}
+}
