@@ -36,6 +36,9 @@ type decision struct {
 // window was not read: the shadow limit is reported admitted, with
 // Utilization 0.
 func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
+	if err := checkLimits(limits); err != nil {
+		return decision{err: err}
+	}
 	call, enforced, err := enforcedCall(limits) // sent to Reserve: enforced first, then shadow
 	if err != nil {
 		return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}

@@ -99,6 +99,9 @@
 // is decided on the other limits, and a warning is logged at most once a
 // second. An invalid enforced limit is a 400 naming the field, as in
 // Limits[2].Amount, by the limit's index in what the LimitsFunc returned.
+// A limit whose Mode or OnFailure is none of the defined values cannot be
+// applied to any request: the request gets an error matching
+// ErrInvalidLimit (500 by default) and nothing is reserved.
 //
 // # When the database fails
 //

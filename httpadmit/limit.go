@@ -8,7 +8,8 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// Mode says whether a limit may refuse a request.
+// Mode says whether a limit may refuse a request. A value other than
+// Enforce and Shadow is refused with ErrInvalidLimit.
 type Mode uint8
 
 const (
@@ -22,14 +23,18 @@ const (
 )
 
 func (m Mode) String() string {
-	if m == Shadow {
+	switch m {
+	case Enforce:
+		return "enforce"
+	case Shadow:
 		return "shadow"
 	}
-	return "enforce"
+	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
 // FailurePolicy says what happens to a request when the database errors or
-// does not answer within the decision timeout.
+// does not answer within the decision timeout. A value other than
+// FailClosed and FailOpen is refused with ErrInvalidLimit.
 type FailurePolicy uint8
 
 const (
@@ -42,10 +47,13 @@ const (
 )
 
 func (p FailurePolicy) String() string {
-	if p == FailOpen {
+	switch p {
+	case FailClosed:
+		return "fail_closed"
+	case FailOpen:
 		return "fail_open"
 	}
-	return "fail_closed"
+	return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
 }
 
 // Limit is one limit a request must fit: a ratelimit.Limit (scope, metric,
@@ -65,6 +73,28 @@ type Limit struct {
 // passes untouched. An error is handed to the error handler and nothing is
 // reserved; wrap ErrBadRequest for a 400.
 type LimitsFunc func(r *http.Request) ([]Limit, error)
+
+// checkLimits refuses limits the middleware cannot apply whatever the
+// request, before anything is reserved: a Mode or FailurePolicy that is
+// none of the defined values would otherwise be skipped (an unknown Mode
+// is neither enforced nor shadow) or fail open (it is not FailClosed).
+func checkLimits(limits []Limit) error {
+	for i, l := range limits {
+		switch {
+		case l.Mode != Enforce && l.Mode != Shadow:
+			return invalidLimit(i, "Mode", l.Mode, "unknown mode: want Enforce or Shadow")
+		case l.OnFailure != FailClosed && l.OnFailure != FailOpen:
+			return invalidLimit(i, "OnFailure", l.OnFailure, "unknown failure policy: want FailClosed or FailOpen")
+		}
+	}
+	return nil
+}
+
+// invalidLimit is the error of a limit checkLimits refuses.
+func invalidLimit(i int, field string, value any, reason string) error {
+	return fmt.Errorf("%w: %w", ErrInvalidLimit,
+		&ratelimit.ValidationError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Value: value, Reason: reason})
+}
 
 // key identifies a limit's counter (or concurrency scope) the way Reserve
 // does: two limits with the same key cannot share one Reserve call.

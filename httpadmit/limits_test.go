@@ -53,6 +53,45 @@ func wantInvalid(t *testing.T, name string, err, sentinel error, field string) {
 	}
 }
 
+// A Mode or FailurePolicy that is none of the defined values is refused
+// before anything is reserved: the request gets the error handler with an
+// error matching ErrInvalidLimit (a 500 by default: the configuration is
+// wrong, not the request). An unknown Mode used to be skipped (the limit
+// was never applied, the request served) and an unknown FailurePolicy
+// failed open.
+func TestUnknownModeOrFailurePolicyIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for name, tc := range map[string]struct {
+		bad   func(httpadmit.Limit) httpadmit.Limit
+		field string
+	}{
+		"mode":           {func(l httpadmit.Limit) httpadmit.Limit { l.Mode = 7; return l }, "Limits[1].Mode"},
+		"failure policy": {func(l httpadmit.Limit) httpadmit.Limit { l.OnFailure = 9; return l }, "Limits[1].OnFailure"},
+	} {
+		key := uniqueKey("k")
+		limits := []httpadmit.Limit{
+			window("api_key", key, ratelimit.MetricRequests, 10, 1),
+			tc.bad(window("api_key", key, ratelimit.MetricTokens, 1000, 10)),
+			concurrent("model", key, 4),
+		}
+		code, err := badLimits(t, e, limits)
+		if code != http.StatusInternalServerError {
+			t.Errorf("%s: status %d, want 500", name, code)
+		}
+		wantInvalid(t, name, err, httpadmit.ErrInvalidLimit, tc.field)
+		if errors.Is(err, httpadmit.ErrBadRequest) {
+			t.Errorf("%s: %v is the request's fault (ErrBadRequest)", name, err)
+		}
+	}
+	if s := httpadmit.Mode(7).String(); s == httpadmit.Enforce.String() || s == httpadmit.Shadow.String() {
+		t.Errorf("Mode(7).String() = %q, a defined mode's name", s)
+	}
+	if got := e.obs.callCounts(); len(got) != 0 {
+		t.Errorf("database calls for refused limits: %v", got)
+	}
+}
+
 // A limit that ratelimit refuses is named in the 400 by its index in what
 // the LimitsFunc returned. It used to be named by its index among the
 // limits sent to Reserve (enforced ones with an amount, then shadow ones),

@@ -95,7 +95,8 @@ func DefaultRefusalHandler(w http.ResponseWriter, _ *http.Request, refusal *Refu
 // DefaultErrorHandler answers 400 for ErrBadRequest (with its message; for a
 // limit that ratelimit refused, the field and the reason, never the value,
 // which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable, and
-// 500 otherwise (without the error's text, which may hold internals).
+// 500 otherwise, ErrInvalidLimit included (without the error's text, which
+// may hold internals).
 func DefaultErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrBadRequest):
