@@ -19,7 +19,8 @@ var (
 	// ErrInvalidLimit is matched by the error a request gets when a limit
 	// its LimitsFunc returned is one the middleware cannot apply, whatever
 	// the request: a Mode or a FailurePolicy that is none of the defined
-	// values. The error is also a *ratelimit.ValidationError naming the
+	// values, or an enforced limit that the headers would call by the name
+	// of another one (the same Policy twice, say). The error is also a *ratelimit.ValidationError naming the
 	// field as in "Limits[1].Mode", by the limit's index in what the
 	// LimitsFunc returned. Nothing is reserved, and the default error
 	// handler answers 500: the configuration is wrong, not the request.
