@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -147,4 +148,51 @@ func tokens(stream []byte) string {
 		}
 	}
 	return b.String()
+}
+
+// A handler that reports from another goroutine (the one reading the
+// upstream, say) waits for it before returning: the request is settled
+// with what was reported when the handler returns, and a report made
+// after that is refused with ErrHandlerReturned, not charged.
+func ExampleReportUsage() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
+		return []httpadmit.Limit{{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "key_report_usage"},
+			Metric: ratelimit.MetricTokens, Limit: 100_000, Amount: 1000, Window: 24 * time.Hour}}}, nil
+	}
+	admit, err := httpadmit.New(ratelimit.New(pool), limits, httpadmit.WithDecisionTimeout(2*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	returned, late := make(chan struct{}), make(chan error)
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reported := make(chan error)
+		go func() {
+			reported <- httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 420})
+		}()
+		fmt.Println("reported before returning:", <-reported)
+		go func() { // left running: it reports too late
+			<-returned
+			late <- httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 9000})
+		}()
+	})
+	admit(upstream).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+	close(returned)
+	err = <-late
+	fmt.Println("reported after returning:", errors.Is(err, httpadmit.ErrHandlerReturned))
+
+	// The next request sees the 420 tokens charged, and its own 1000 reserved.
+	rec := httptest.NewRecorder()
+	admit(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	fmt.Println("remaining tokens:", rec.Header().Get("x-ratelimit-remaining-tokens"))
+	// Output:
+	// reported before returning: <nil>
+	// reported after returning: true
+	// remaining tokens: 98580
 }
