@@ -18,9 +18,10 @@
 // later (from a goroutine the handler left running) return
 // ErrHandlerReturned and are not charged, so a handler that streams from
 // another goroutine waits for it. The request's reservation is released
-// instead when the handler calls Discard, or when it ends abnormally without having
-// reported usage: it panics (the panic goes on after the release), its
-// client disconnects, or a write to the client fails (a cut stream). When
+// instead when the handler calls Discard, or when it ends abnormally
+// without having reported usage: it panics (the panic goes on after the
+// release), its client disconnects, or a write to the client fails (a cut
+// stream). When
 // it had reported usage, that usage is committed even then: the upstream
 // spent it. Concurrency leases are renewed while a request runs longer
 // than a third of their TTL, so long streams keep their slots. Nothing
@@ -64,15 +65,16 @@
 // admitted from this process's block has a RateLimit-Policy but no state
 // (no RateLimit item, no remaining or reset header): that decision did not
 // read the window, and what the block had left is not what the window has.
-// A limit is named by its Policy when set, else by its metric, qualified by scope type
-// and window when several limits share it; two enforced limits that would
-// have one name (the same Policy twice, a Policy that is another limit's
-// metric, names that differ only outside printable ASCII, which becomes
-// '_') are refused with ErrInvalidLimit, whatever the request. When several limits count the
-// same metric, the OpenAI and Anthropic headers show the one with the least
-// left. Limits whose quota is not a whole number are left out of the IETF
-// headers (q is a Structured Field Integer). A refusal tells the state of the limit
-// that refused only.
+// A limit is named by its Policy when set, else by its metric, qualified
+// by scope type and window when several limits share it; two enforced
+// limits that would have one name (the same Policy twice, a Policy that is
+// another limit's metric, names that differ only outside printable ASCII,
+// which becomes '_') are refused with ErrInvalidLimit, whatever the
+// request. When several limits count the same metric, the OpenAI and
+// Anthropic headers show the one with the least left. Limits whose quota
+// is not a whole number are left out of the IETF headers (q is a
+// Structured Field Integer). A refusal tells the state of the limit that
+// refused only.
 //
 // # Shadow limits
 //
