@@ -21,7 +21,9 @@ func TestW4ReadsBackItsOwnWindow(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	const runID = "w4window"
-	cfg := Config{Workers: 2, Duration: time.Second, ExactnessDuration: 300 * time.Millisecond, Only: []string{"W4"}, RunID: runID}
+	// W4 checks that the window limit was reached: the run must be long enough for its workers to
+	// admit 100 on a machine busy with the rest of the suite (300 ms with 2 workers admitted 17).
+	cfg := Config{Workers: 4, Duration: time.Second, ExactnessDuration: 3 * time.Second, Only: []string{"W4"}, RunID: runID}
 
 	// An earlier round's W4 window, of a length exactWindow never picks: admitted and
 	// released, as W4 leaves it.
