@@ -65,16 +65,16 @@
 // admitted from this process's block has a RateLimit-Policy but no state
 // (no RateLimit item, no remaining or reset header): that decision did not
 // read the window, and what the block had left is not what the window has.
-// A limit is named by its Policy when set, else by its metric, qualified
-// by scope type and window when several limits share it; two enforced
-// limits that would have one name (the same Policy twice, a Policy that is
-// another limit's metric, names that differ only outside printable ASCII,
-// which becomes '_') are refused with ErrInvalidLimit, whatever the
-// request. When several limits count the same metric, the OpenAI and
-// Anthropic headers show the one with the least left. Limits whose quota
-// is not a whole number are left out of the IETF headers (q is a
-// Structured Field Integer). A refusal tells the state of the limit that
-// refused only.
+// A limit is named by its Policy when set, else by its metric, qualified by
+// scope type and window when several limits share it; limits that would still
+// have one name (the same Policy twice, as a plan's name on its requests and
+// tokens limits; a Policy that is another limit's metric; names that differ
+// only outside printable ASCII, which becomes '_') are told apart by their
+// metric ("gold-requests", "gold-tokens"), then by scope type and window.
+// When several limits count the same metric, the OpenAI and Anthropic headers
+// show the one with the least left. Limits whose quota is not a whole number
+// are left out of the IETF headers (q is a Structured Field Integer). A
+// refusal tells the state of the limit that refused only.
 //
 // # Shadow limits
 //
@@ -104,10 +104,9 @@
 // is decided on the other limits, and a warning is logged at most once a
 // second. An invalid enforced limit is a 400 naming the field, as in
 // Limits[2].Amount, by the limit's index in what the LimitsFunc returned.
-// A limit whose Mode or OnFailure is none of the defined values, or whose
-// name is another enforced limit's (see Responses), cannot be applied to
-// any request: the request gets an error matching ErrInvalidLimit (500 by
-// default) and nothing is reserved.
+// A limit whose Mode or OnFailure is none of the defined values cannot be
+// applied to any request: the request gets an error matching ErrInvalidLimit
+// (500 by default) and nothing is reserved.
 //
 // # When the database fails
 //

@@ -16,14 +16,13 @@ var (
 	// the database failed or did not answer in time and one of its enforced
 	// limits fails closed: the default error handler answers 503.
 	ErrUnavailable = errors.New("httpadmit: admission control unavailable")
-	// ErrInvalidLimit is matched by the error a request gets when a limit
-	// its LimitsFunc returned is one the middleware cannot apply, whatever
-	// the request: a Mode or a FailurePolicy that is none of the defined
-	// values, or an enforced limit that the headers would call by the name
-	// of another one (the same Policy twice, say). The error is also a
-	// *ratelimit.ValidationError naming the field as in "Limits[1].Mode",
-	// by the limit's index in what the LimitsFunc returned. Nothing is reserved, and the default error
-	// handler answers 500: the configuration is wrong, not the request.
+	// ErrInvalidLimit is matched by the error a request gets when a limit its
+	// LimitsFunc returned is one the middleware cannot apply, whatever the
+	// request: a Mode or a FailurePolicy that is none of the defined values.
+	// The error is also a *ratelimit.ValidationError naming the field as in
+	// "Limits[1].Mode", by the limit's index in what the LimitsFunc returned.
+	// Nothing is reserved, and the default error handler answers 500: the
+	// configuration is wrong, not the request.
 	ErrInvalidLimit = errors.New("httpadmit: invalid limit")
 	// ErrNoAdmission is returned by ReportUsage and Discard for a context
 	// that did not come through the middleware.

@@ -131,9 +131,13 @@ func refusalHeaders(limits []Limit, r *Refusal) []policy {
 // policyNames names each limit for the headers: its Policy when set, else
 // its metric; metrics that several limits share are qualified by scope
 // type, then by window ("api_key-tokens-60s"). Names are what a
-// Structured Field String may hold: printable ASCII.
+// Structured Field String may hold: printable ASCII. Limits on different
+// counters that would still share a name (one Policy on two limits, as a
+// plan's name on its requests and tokens limits; a Policy equal to another
+// limit's metric; names equal once made printable) are told apart: each of
+// them is qualified by its metric ("gold-requests"), then by scope type
+// and window, and as a last resort by its position in limits.
 func policyNames(limits []Limit) map[key]string {
-	names := make(map[key]string, len(limits))
 	count := func(f func(Limit) string) map[string]int {
 		n := map[string]int{}
 		for _, l := range limits {
@@ -143,21 +147,57 @@ func policyNames(limits []Limit) map[key]string {
 	}
 	byMetric := count(func(l Limit) string { return l.Metric })
 	byScope := count(func(l Limit) string { return l.Scope.Type + "-" + l.Metric })
-	for _, l := range limits {
+	// Each counter's candidate names, from the plainest to the most
+	// qualified; the last one is unique.
+	var keys []key
+	candidates := map[key][]string{}
+	for i, l := range limits {
 		k := keyOf(l.Limit)
-		name := l.Policy
-		switch {
-		case name != "":
-		case byMetric[l.Metric] == 1:
-			name = l.Metric
-		case byScope[l.Scope.Type+"-"+l.Metric] == 1:
-			name = l.Scope.Type + "-" + l.Metric
-		default:
-			name = fmt.Sprintf("%s-%s-%ds", l.Scope.Type, l.Metric, int64(k.window/time.Second))
+		if _, seen := candidates[k]; seen {
+			continue // the same counter twice is Reserve's to refuse
 		}
-		names[k] = printable(name)
+		keys = append(keys, k)
+		full := fmt.Sprintf("%s-%s-%ds", l.Scope.Type, l.Metric, int64(k.window/time.Second))
+		var c []string
+		switch {
+		case l.Policy != "":
+			c = []string{l.Policy, l.Policy + "-" + l.Metric, l.Policy + "-" + full}
+		case byMetric[l.Metric] == 1:
+			c = []string{l.Metric, full}
+		case byScope[l.Scope.Type+"-"+l.Metric] == 1:
+			c = []string{l.Scope.Type + "-" + l.Metric, full}
+		default:
+			c = []string{full}
+		}
+		c = append(c, fmt.Sprintf("%s-%d", c[len(c)-1], i+1))
+		for j := range c {
+			c[j] = printable(c[j])
+		}
+		candidates[k] = c
 	}
-	return names
+	// Qualify every counter of a shared name one step further, until no
+	// name is shared.
+	level := make(map[key]int, len(keys))
+	names := make(map[key]string, len(keys))
+	for {
+		holders := map[string][]key{}
+		for _, k := range keys {
+			names[k] = candidates[k][level[k]]
+			holders[names[k]] = append(holders[names[k]], k)
+		}
+		shared := false
+		for _, ks := range holders {
+			for _, k := range ks {
+				if len(ks) > 1 && level[k] < len(candidates[k])-1 {
+					level[k]++
+					shared = true
+				}
+			}
+		}
+		if !shared {
+			return names
+		}
+	}
 }
 
 // setHeaders sets the chosen header families for policies on h.

@@ -38,6 +38,58 @@ func TestPolicyNames(t *testing.T) {
 	}
 }
 
+// Limits on different counters that would share a name are told apart: by
+// metric, then by scope type and window, then by position; every name is
+// unique.
+func TestPolicyNamesThatCollide(t *testing.T) {
+	t.Parallel()
+	named := func(l Limit, policy string) Limit {
+		l.Policy = policy
+		return l
+	}
+	for name, tc := range map[string]struct {
+		limits []Limit
+		want   []string
+	}{
+		"one policy twice": {[]Limit{
+			named(limit("api_key", "requests", 10, time.Minute), "gold"),
+			named(limit("api_key", "tokens", 1000, time.Minute), "gold"),
+		}, []string{"gold-requests", "gold-tokens"}},
+		"a policy named as another's metric": {[]Limit{
+			named(limit("api_key", "requests", 10, time.Minute), "tokens"),
+			limit("api_key", "tokens", 1000, time.Minute),
+		}, []string{"tokens-requests", "api_key-tokens-60s"}},
+		"equal once printable": {[]Limit{
+			named(limit("api_key", "requests", 10, time.Minute), "tier-é"),
+			named(limit("api_key", "tokens", 1000, time.Minute), "tier-ü"),
+		}, []string{"tier-_-requests", "tier-_-tokens"}},
+		"one policy on one metric twice": {[]Limit{
+			named(limit("api_key", "tokens", 1000, time.Minute), "gold"),
+			named(limit("api_key", "tokens", 100_000, time.Hour), "gold"),
+			named(limit("team", "tokens", 10, time.Minute), "gold"),
+		}, []string{"gold-api_key-tokens-60s", "gold-api_key-tokens-3600s", "gold-team-tokens-60s"}},
+		"derived names that meet": {[]Limit{
+			limit("api_key", "tokens", 1000, time.Minute),
+			limit("api_key", "tokens", 1000, time.Hour),
+			limit("x", "api_key-tokens-60s", 10, time.Minute),
+		}, []string{"api_key-tokens-60s-1", "api_key-tokens-3600s", "x-api_key-tokens-60s-60s"}},
+		"by position, when nothing else differs": {[]Limit{
+			named(limit("api_key", "tokens", 1000, time.Minute), "gold"),
+			{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "other"}, Metric: "tokens",
+				Limit: 10, Amount: 1, Window: time.Minute, Policy: "gold"}},
+		}, []string{"gold-api_key-tokens-60s-1", "gold-api_key-tokens-60s-2"}},
+	} {
+		names := policyNames(tc.limits)
+		got := make([]string, len(tc.limits))
+		for i, l := range tc.limits {
+			got[i] = names[keyOf(l.Limit)]
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: names (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
 // Headers from a grant, serialized exactly; whole quotas only, never
 // negative remainders, OpenAI's reset as a Go duration.
 func TestHeadersFromAGrant(t *testing.T) {

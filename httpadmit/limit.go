@@ -59,8 +59,9 @@ func (p FailurePolicy) String() string {
 // Limit is one limit a request must fit: a ratelimit.Limit (scope, metric,
 // capacity, amount, window) with how it is applied. Limit.Policy, when set,
 // names the limit in response headers and in 429 bodies; otherwise the name
-// is derived from the metric (see the package documentation). Two enforced
-// limits of a request named alike are refused with ErrInvalidLimit.
+// is derived from the metric (see the package documentation). Two limits
+// of a request named alike (a plan's name on its requests and tokens
+// limits, say) are told apart by their metric, as in "gold-requests".
 type Limit struct {
 	ratelimit.Limit
 	Mode      Mode
@@ -78,8 +79,7 @@ type LimitsFunc func(r *http.Request) ([]Limit, error)
 // checkLimits refuses limits the middleware cannot apply whatever the
 // request, before anything is reserved: a Mode or FailurePolicy that is
 // none of the defined values would otherwise be skipped (an unknown Mode
-// is neither enforced nor shadow) or fail open (it is not FailClosed), and
-// two enforced limits of one name could not be told apart.
+// is neither enforced nor shadow) or fail open (it is not FailClosed).
 func checkLimits(limits []Limit) error {
 	for i, l := range limits {
 		switch {
@@ -87,30 +87,6 @@ func checkLimits(limits []Limit) error {
 			return invalidLimit(i, "Mode", l.Mode, "unknown mode: want Enforce or Shadow")
 		case l.OnFailure != FailClosed && l.OnFailure != FailOpen:
 			return invalidLimit(i, "OnFailure", l.OnFailure, "unknown failure policy: want FailClosed or FailOpen")
-		}
-	}
-	return checkPolicyNames(limits)
-}
-
-// checkPolicyNames refuses two enforced limits on different counters that
-// the headers and problem bodies would call by one name (one Policy twice,
-// a Policy equal to another limit's derived name, names equal once made
-// printable): a client could not tell them apart.
-func checkPolicyNames(limits []Limit) error {
-	names := policyNames(enforcedOf(limits))
-	first := make(map[string]int, len(names)) // name: index in limits
-	for i, l := range limits {
-		if l.Mode != Enforce {
-			continue
-		}
-		name := names[keyOf(l.Limit)]
-		j, taken := first[name]
-		switch {
-		case !taken:
-			first[name] = i
-		case keyOf(limits[j].Limit) != keyOf(l.Limit): // the same counter twice is Reserve's to refuse
-			return invalidLimit(i, "Policy", name,
-				fmt.Sprintf("named %q in the headers, as Limits[%d]: give one a Policy of its own", name, j))
 		}
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -92,59 +94,30 @@ func TestUnknownModeOrFailurePolicyIsRefused(t *testing.T) {
 	}
 }
 
-// Two enforced limits whose names in the headers and problem bodies would
-// be the same (one Policy twice, a Policy equal to another limit's derived
-// name, names equal once made printable, derived names that meet) are
-// refused before anything is reserved, with an error matching
-// ErrInvalidLimit on the second one's Policy. They used to be sent as two
-// policies of one name, which a client cannot tell apart.
-func TestPolicyNamesThatCollideAreRefused(t *testing.T) {
+// Two enforced limits of one Policy (a plan's name on its requests and
+// tokens limits) are served, and the headers tell them apart by metric.
+// They used to be sent as two policies of one name, which a client cannot
+// tell apart.
+func TestPolicyNamesThatCollideAreToldApart(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	named := func(l httpadmit.Limit, policy string) httpadmit.Limit {
-		l.Policy = policy
-		return l
-	}
 	key := uniqueKey("k")
-	minute := window("api_key", key, ratelimit.MetricTokens, 1000, 10)
-	minute.Window = 60e9
-	hour := window("api_key", key, ratelimit.MetricTokens, 1000, 10)
-	hour.Window = 3600e9
-	for name, tc := range map[string]struct {
-		limits []httpadmit.Limit
-		field  string
-	}{
-		"one policy twice": {[]httpadmit.Limit{
-			named(window("api_key", key, ratelimit.MetricRequests, 10, 1), "gold"),
-			named(window("api_key", key, ratelimit.MetricTokens, 1000, 10), "gold"),
-		}, "Limits[1].Policy"},
-		"a policy named as another's metric": {[]httpadmit.Limit{
-			named(window("api_key", key, ratelimit.MetricRequests, 10, 1), "tokens"),
-			window("api_key", key, ratelimit.MetricTokens, 1000, 10),
-		}, "Limits[1].Policy"},
-		"equal once printable": {[]httpadmit.Limit{
-			named(window("api_key", key, ratelimit.MetricRequests, 10, 1), "tier-é"),
-			named(window("api_key", key, ratelimit.MetricTokens, 1000, 10), "tier-ü"),
-		}, "Limits[1].Policy"},
-		"derived names that meet": {[]httpadmit.Limit{
-			minute, hour,
-			window("x", key, "api_key-tokens-60s", 10, 1),
-		}, "Limits[2].Policy"},
-	} {
-		code, err := badLimits(t, e, tc.limits)
-		if code != http.StatusInternalServerError {
-			t.Errorf("%s: status %d, want 500", name, code)
-		}
-		wantInvalid(t, name, err, httpadmit.ErrInvalidLimit, tc.field)
+	requests := window("api_key", key, ratelimit.MetricRequests, 10, 1)
+	requests.Policy = "gold"
+	tokens := window("api_key", key, ratelimit.MetricTokens, 1000, 10)
+	tokens.Policy = "gold"
+	h := e.middleware(fixed(requests, tokens))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200", rec.Code)
 	}
-
-	// A shadow limit is not named in the headers: it may share a name.
-	code, err := badLimits(t, e, []httpadmit.Limit{
-		named(window("api_key", key, ratelimit.MetricRequests, 10, 1), "gold"),
-		named(shadow(window("team", key, ratelimit.MetricRequests, 10, 1)), "gold"),
-	})
-	if code != http.StatusOK || err != nil {
-		t.Errorf("a shadow limit named as an enforced one: %d %v, want 200", code, err)
+	var names []string
+	for _, item := range parseList(t, rec.Header(), httpadmit.HeaderRateLimitPolicy) {
+		names = append(names, item.Name)
+	}
+	if diff := cmp.Diff([]string{"gold-requests", "gold-tokens"}, names); diff != "" {
+		t.Errorf("RateLimit-Policy names (-want +got):\n%s", diff)
 	}
 }
 
