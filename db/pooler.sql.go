@@ -29,3 +29,19 @@ func (q *Queries) PoolerBackendPid(ctx context.Context, db DBTX) (int32, error) 
 	err := row.Scan(&pid)
 	return pid, err
 }
+
+const PoolerStatementPrepared = `-- name: PoolerStatementPrepared :one
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements AS s WHERE s.name = $1::text) AS prepared
+`
+
+// Whether this session holds a prepared statement named @name: one that
+// another client connection prepared, when a pooler shares sessions
+// between client connections and keeps their statement names.
+// Locks: none.
+// Index: none (pg_prepared_statements lists this session's statements).
+func (q *Queries) PoolerStatementPrepared(ctx context.Context, db DBTX, name string) (bool, error) {
+	row := db.QueryRow(ctx, PoolerStatementPrepared, name)
+	var prepared bool
+	err := row.Scan(&prepared)
+	return prepared, err
+}

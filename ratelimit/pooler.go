@@ -66,53 +66,100 @@ func lostStatementCache(pgErr *pgconn.PgError) bool {
 	return (pgErr.Code == "26000" || pgErr.Code == "42P05") && strings.Contains(pgErr.Message, `"stmtcache_`)
 }
 
+// ErrPoolerUnknown is returned (wrapped) by CheckPooler when its probe could not tell whether a
+// proxy between the pool and the server keeps each client connection on one server session, so
+// it neither reports a mismatch nor passes. A pooler in session mode always looks so.
+var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connection pooler keeps one server session per connection")
+
 // CheckPooler tells whether pgadmit's statements can run on pool as it is configured: it returns
 // a *PoolerError when the pool's pgx exec mode is cache_statement (pgx's default) or
 // describe_exec and its connections go through a proxy that may run one connection's
 // transactions on different server sessions. The exec, cache_describe and simple_protocol
 // modes need no session state and pass without a probe.
 //
-// The probe takes a connection of the pool and opens one of its own for a moment. The first
-// runs a statement (for cache_statement, one it prepared by name); the second holds a
-// transaction open, which behind a transaction pooler takes the session the first one just gave
-// back (PgBouncer hands out the most recently released server connection first); then the first
-// runs its statement again. Behind a busy proxy another client may take that session instead,
-// and the first may land back on its own by chance, so the probe runs up to three times
-// and reports a mismatch as soon as one run sees it. Direct connections and poolers in session
-// mode pass, and so does PgBouncer 1.21+ with max_prepared_statements for cache_statement. Run
-// it at start-up or from a health check, not on a hot path. A probe that cannot conclude (the
-// proxy has a single server connection to share) reports no mismatch.
+// The probe takes a connection of the pool (the prober) and opens one of its own (the holder)
+// for a moment. The prober runs a statement (for cache_statement, one it prepared by name); the
+// holder opens a transaction and runs one too, which behind a transaction pooler takes the
+// session the prober just gave back (PgBouncer hands out the most recently released server
+// connection first); then the prober runs its statement again. It is a mismatch when the holder
+// lands on the prober's session (sessions are shared between client connections: for
+// cache_statement, when the prober's prepared statement is there under its own name, which the
+// statement caches of other connections then meet), or when the prober's second statement
+// fails, or, for describe_exec, runs on another session. A cache_statement whose prepared
+// statement runs on two sessions was carried over by the proxy (PgBouncer 1.21+ with
+// max_prepared_statements): that passes.
+//
+// Behind a busy proxy another client may take the prober's session instead, and the prober may
+// land back on its own by chance, so the probe runs up to five times. When none of them saw
+// sessions shared or moved, the connection is direct if the backend process id it was given at
+// login is the session's (a proxy gives its own): that passes. Otherwise CheckPooler cannot tell
+// a pooler in session mode from a transaction pooler that gave the prober its session back every
+// time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes
+// above make the question moot. Run it at start-up or from a health check, not on a hot path.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
 		return nil
 	}
-	for range poolerProbes {
-		if concluded, err := probePooler(ctx, pool, mode); err != nil || !concluded {
-			return err
-		}
-	}
-	return nil
-}
-
-// poolerProbes bounds the runs of CheckPooler's probe that see one session before it reports
-// no mismatch.
-const poolerProbes = 3
-
-// probePooler runs CheckPooler's probe once. concluded is false when it could not conclude.
-func probePooler(ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode) (concluded bool, err error) {
-	prober, err := pool.Acquire(ctx)
-	if err != nil {
-		return false, wrapDBError("pooler check", err)
-	}
-	defer prober.Release()
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
-	// connection (or one busy to its last) would wait for the prober, held here, for ever.
-	holder, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	// connection (or one busy to its last) would wait for the prober, held, for ever. It runs
+	// in exec mode, so that it leaves no statement of its own on the sessions it lands on.
+	cfg := pool.Config().ConnConfig.Copy()
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	holder, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return false, wrapDBError("pooler check", err)
+		return wrapDBError("pooler check", err)
 	}
 	defer func() { _ = holder.Close(context.WithoutCancel(ctx)) }()
+	direct := false
+	for range poolerProbes {
+		saw, err := probePooler(ctx, pool, holder, mode)
+		switch {
+		case err != nil:
+			return err
+		case saw == probeCarriedOver:
+			return nil
+		}
+		direct = saw == probeDirect
+	}
+	if direct {
+		return nil
+	}
+	return fmt.Errorf("%w: pgx's %s exec mode needs one, and in %d probes through a proxy (the connection's "+
+		"backend process id is the proxy's, not its session's) the connection kept its server session and no "+
+		"other connection was given it: a pooler in session mode does that, and one in transaction mode may by "+
+		"chance; default_query_exec_mode=exec needs no session state", ErrPoolerUnknown, execModeName(mode), poolerProbes)
+}
+
+// poolerProbes bounds the runs of CheckPooler's probe that see neither sessions shared nor moved.
+const poolerProbes = 5
+
+// probeSaw is what one run of CheckPooler's probe saw, when it saw no mismatch.
+type probeSaw int
+
+const (
+	// probeOneSession: the prober kept its session, and the holder did not get it.
+	probeOneSession probeSaw = iota
+	// probeDirect: as probeOneSession, on a session whose backend process id is the one the
+	// prober's connection was given at login.
+	probeDirect
+	// probeCarriedOver: the prober's prepared statement ran on two sessions.
+	probeCarriedOver
+)
+
+// execModeName names mode as pgx's connection strings do.
+func execModeName(mode pgx.QueryExecMode) string {
+	return strings.ReplaceAll(mode.String(), " ", "_")
+}
+
+// probePooler runs CheckPooler's probe once on a connection of pool and holder.
+func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode) (probeSaw, error) {
+	prober, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, wrapDBError("pooler check", err)
+	}
+	defer prober.Release()
+	mismatch := func(cause error) error { return &PoolerError{Mode: execModeName(mode), Cause: cause} }
 	// Behind a transaction pooler the prober's own first round trips may already land on
 	// different server sessions (another client took the one it prepared on): that is the
 	// mismatch too, not a failure of the check.
@@ -120,10 +167,9 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			switch {
-			case mode == pgx.QueryExecModeCacheStatement && (pgErr.Code == "26000" || pgErr.Code == "42P05"):
-				return &PoolerError{Mode: "cache_statement", Cause: err}
-			case mode == pgx.QueryExecModeDescribeExec && (pgErr.Code == "26000" || pgErr.Code == "08P01"):
-				return &PoolerError{Mode: "describe_exec", Cause: err}
+			case mode == pgx.QueryExecModeCacheStatement && (pgErr.Code == "26000" || pgErr.Code == "42P05"),
+				mode == pgx.QueryExecModeDescribeExec && (pgErr.Code == "26000" || pgErr.Code == "08P01"):
+				return mismatch(err)
 			}
 		}
 		return wrapDBError("pooler check", err)
@@ -135,39 +181,56 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, mode pgx.QueryExecMode
 	if mode == pgx.QueryExecModeCacheStatement {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return false, fmt.Errorf("ratelimit: pooler check: %w", err)
+			return 0, fmt.Errorf("ratelimit: pooler check: %w", err)
 		}
 		stmt = "pgadmit_pooler_probe_" + hex.EncodeToString(b[:])
 		if _, err := prober.Conn().Prepare(ctx, stmt, db.PoolerBackendPid); err != nil {
-			return false, failed(err)
+			return 0, failed(err)
 		}
 		defer func() { _ = prober.Conn().Deallocate(context.WithoutCancel(ctx), stmt) }()
 	}
 	var before int32
 	if err := prober.QueryRow(ctx, stmt).Scan(&before); err != nil {
-		return false, failed(err)
+		return 0, failed(err)
 	}
 	tx, err := holder.Begin(ctx)
 	if err != nil {
-		return false, wrapDBError("pooler check", err)
+		return 0, wrapDBError("pooler check", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := db.New().PoolerBackendPid(ctx, tx); err != nil {
-		return false, wrapDBError("pooler check", err)
+	held, err := db.New().PoolerBackendPid(ctx, tx)
+	if err != nil {
+		return 0, wrapDBError("pooler check", err)
+	}
+	if held == before {
+		// Another client connection got the prober's session between its transactions.
+		if mode == pgx.QueryExecModeDescribeExec {
+			return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which this connection had just used", held))
+		}
+		prepared, err := db.New().PoolerStatementPrepared(ctx, tx, stmt)
+		if err != nil {
+			return 0, wrapDBError("pooler check", err)
+		}
+		if prepared {
+			return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which holds this connection's prepared statement %q", held, stmt))
+		}
+		// The proxy keeps the statement under a name of its own: see whether it runs elsewhere.
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var after int32
 	err = prober.QueryRow(pctx, stmt).Scan(&after)
 	switch {
-	case err == nil && (after == before || mode == pgx.QueryExecModeCacheStatement):
-		// One session; or another one that the proxy carried the prepared statement over to.
-		return true, nil
-	case err == nil:
-		return true, &PoolerError{Mode: "describe_exec", Cause: fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after)}
-	case pctx.Err() != nil && ctx.Err() == nil:
-		return false, nil // no second session to run on while the holder's transaction is open
+	case err == nil && after != before && mode == pgx.QueryExecModeCacheStatement:
+		return probeCarriedOver, nil
+	case err == nil && after != before:
+		return 0, mismatch(fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after))
+	case err == nil && prober.Conn().PgConn().PID() == uint32(before):
+		return probeDirect, nil
+	case err == nil, pctx.Err() != nil && ctx.Err() == nil:
+		// One session; or no other one to run on while the holder's transaction is open.
+		return probeOneSession, nil
 	default:
-		return false, failed(err)
+		return 0, failed(err)
 	}
 }

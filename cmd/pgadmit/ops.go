@@ -245,11 +245,16 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
-		if !errors.Is(err, ratelimit.ErrPoolerMismatch) {
+		switch {
+		case errors.Is(err, ratelimit.ErrPoolerUnknown):
+			// Said, not failed: a pooler in session mode always looks so.
+			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
+		case errors.Is(err, ratelimit.ErrPoolerMismatch):
+			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
+			return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
+		default:
 			return err
 		}
-		fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
-		return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
 	}
 	rep, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
 	if err != nil {

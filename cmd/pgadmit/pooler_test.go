@@ -45,3 +45,14 @@ func TestCommandsBehindPgBouncer(t *testing.T) {
 	}
 	cliOK(t, "--database-url", url, "inspect")
 }
+
+// Behind a PgBouncer in session mode, doctor with pgx's default exec mode says that it could
+// not tell whether the pooler keeps one session per connection, and goes on to check the books.
+func TestDoctorBehindPgBouncerInSessionMode(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "session", pgtest.PoolerSize)
+	out, _, code := cli(t, nil, "--database-url", pooled, "doctor")
+	if code != 0 || !strings.Contains(out, "could not tell") || !strings.HasSuffix(out, "doctor: the books balance\n") {
+		t.Fatalf("doctor with pgx's default exec mode behind PgBouncer in session mode: exit %d, want 0, a warning and the books\n%s", code, out)
+	}
+}

@@ -15,7 +15,8 @@
 // [NewPoolerURL] and [NewPoolerPools] reach such a database through a PgBouncer in transaction
 // pooling mode (package pgbouncer), which the test process starts on first use in front of the
 // same server and stops when the tests end; PgBouncer must be installed (`apt-get install
-// pgbouncer`).
+// pgbouncer`). [NewPoolerURLIn] starts a PgBouncer of the test's own, in a pool mode and size
+// of its choosing.
 //
 // Every test package that uses pgtest declares:
 //

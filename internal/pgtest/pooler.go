@@ -32,26 +32,9 @@ var (
 // server's own role may log in through.
 func startPooler() (*pgbouncer.Bouncer, error) {
 	poolerOnce.Do(func() {
-		base, err := server()
+		b, err := startBouncer("transaction", PoolerSize)
 		if err != nil {
 			poolerErr = err
-			return
-		}
-		host, port, err := serverAddress(base)
-		if err != nil {
-			poolerErr = err
-			return
-		}
-		users := map[string]string{pgtestdb.DefaultRoleUsername: pgtestdb.DefaultRolePassword}
-		if u, err := url.Parse("postgres://" + base.User + ":" + base.Password + "@x/"); err == nil {
-			pw, _ := u.User.Password()
-			users[u.User.Username()] = pw
-		}
-		b, err := pgbouncer.Start(context.Background(), pgbouncer.Config{
-			ServerHost: host, ServerPort: port, Users: users, PoolMode: "transaction", PoolSize: PoolerSize,
-		})
-		if err != nil {
-			poolerErr = fmt.Errorf("pgtest: %w", err)
 			return
 		}
 		poolerMu.Lock()
@@ -59,6 +42,31 @@ func startPooler() (*pgbouncer.Bouncer, error) {
 		poolerMu.Unlock()
 	})
 	return pooler, poolerErr
+}
+
+// startBouncer starts a PgBouncer in poolMode with poolSize server connections per database in
+// front of the test server, which the test role and the server's own role may log in through.
+func startBouncer(poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
+	base, err := server()
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := serverAddress(base)
+	if err != nil {
+		return nil, err
+	}
+	users := map[string]string{pgtestdb.DefaultRoleUsername: pgtestdb.DefaultRolePassword}
+	if u, err := url.Parse("postgres://" + base.User + ":" + base.Password + "@x/"); err == nil {
+		pw, _ := u.User.Password()
+		users[u.User.Username()] = pw
+	}
+	b, err := pgbouncer.Start(context.Background(), pgbouncer.Config{
+		ServerHost: host, ServerPort: port, Users: users, PoolMode: poolMode, PoolSize: poolSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	return b, nil
 }
 
 // stopPooler stops the PgBouncer, if one runs. It is safe to call more than once.
@@ -103,6 +111,33 @@ func NewPoolerURL(t testing.TB) (pooled, direct string) {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	return poolerURL(t, b.Port)
+}
+
+// NewPoolerURLIn is NewPoolerURL through a PgBouncer of t's own, started in poolMode (session,
+// transaction or statement) with poolSize server connections and stopped when t ends, before
+// the database is dropped.
+func NewPoolerURLIn(t testing.TB, poolMode string, poolSize int) (pooled, direct string) {
+	t.Helper()
+	if !mainCalled.Load() {
+		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
+	}
+	var b *pgbouncer.Bouncer
+	pooled, direct = poolerURL(t, func() int {
+		var err error
+		if b, err = startBouncer(poolMode, poolSize); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		return b.Port()
+	})
+	t.Cleanup(func() { _ = b.Stop() }) // runs before the database's cleanup, registered earlier
+	return pooled, direct
+}
+
+// poolerURL creates a fresh migrated database and returns its connection string through the
+// PgBouncer listening on port(), called once the database exists, and the direct one.
+func poolerURL(t testing.TB, port func() int) (pooled, direct string) {
+	t.Helper()
 	base, err := server()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
@@ -112,7 +147,7 @@ func NewPoolerURL(t testing.TB) (pooled, direct string) {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.UserPassword(conf.User, conf.Password),
-		Host:     pgbouncer.Host + ":" + strconv.Itoa(b.Port()),
+		Host:     pgbouncer.Host + ":" + strconv.Itoa(port()),
 		Path:     "/" + conf.Database,
 		RawQuery: "sslmode=disable",
 	}
