@@ -23,7 +23,7 @@
 // keeps the tables bounded; Doctor checks that every counter equals its
 // ledger. Nothing keeps session state, so all of it works through a
 // transaction-pooling proxy such as PgBouncer given pgx's exec mode "exec"
-// (CheckPooler tells).
+// (CheckPooler tells); not through one that pools by statement.
 //
 // # How admission stays exact and cheap
 //

@@ -17,7 +17,10 @@ import (
 )
 
 // ErrPoolerMismatch is matched (errors.Is) by every *PoolerError.
-var ErrPoolerMismatch = errors.New("ratelimit: the pool's pgx exec mode needs session state that the connection pooler does not keep")
+var ErrPoolerMismatch = errors.New("ratelimit: the connection pooler does not keep what the pool's connections need")
+
+// ErrStatementPooling is matched (errors.Is) by a *PoolerError whose StatementPooling is set.
+var ErrStatementPooling = errors.New("ratelimit: the connection pooler pools by statement, and pgadmit needs transactions")
 
 // PoolerError reports a pool whose connections go through a transaction-pooling proxy (PgBouncer
 // with pool_mode = transaction) while its pgx exec mode needs one server session across
@@ -34,18 +37,31 @@ var ErrPoolerMismatch = errors.New("ratelimit: the pool's pgx exec mode needs se
 // A Commit that fails so leaves its leases live until their TTL. The exec, cache_describe and
 // simple_protocol modes keep no such state.
 //
+// With StatementPooling set it reports, whatever the exec mode, a proxy that pools by statement
+// (PgBouncer with pool_mode = statement): it runs no transaction of more than one statement,
+// which a caller's transaction (Limiter.WithTx), Recover reclaiming expired tasks and
+// schema.Migrate need.
+//
 // CheckPooler returns it when its probe sees the mismatch; every Limiter and Maintenance
 // operation returns it too (wrapped: use errors.As or errors.Is with ErrPoolerMismatch) when
 // it fails with the errors of cache_statement, so that the first failure says what to change.
 type PoolerError struct {
 	// Mode is the pool's exec mode, as pgx names it in connection strings.
 	Mode string
+	// StatementPooling is set when the proxy pools by statement.
+	StatementPooling bool
 	// Cause is what the probe saw.
 	Cause error
 }
 
 // Error says what to change.
 func (e *PoolerError) Error() string {
+	if e.StatementPooling {
+		return fmt.Sprintf("ratelimit: the connections go through a statement-pooling proxy, which runs no transaction "+
+			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): "+
+			"run the pooler with pool_mode = transaction (and default_query_exec_mode=exec in the connection string) "+
+			"or pool_mode = session", e.Cause)
+	}
 	return fmt.Sprintf("ratelimit: the connections go through a transaction-pooling proxy, which runs one "+
 		"connection's transactions on different server sessions, and pgx's %s exec mode needs one session (%v): "+
 		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
@@ -53,8 +69,11 @@ func (e *PoolerError) Error() string {
 		"with max_prepared_statements > 0", e.Mode, e.Cause)
 }
 
-// Is makes errors.Is(err, ErrPoolerMismatch) true.
-func (e *PoolerError) Is(target error) bool { return target == ErrPoolerMismatch }
+// Is makes errors.Is(err, ErrPoolerMismatch) true, and errors.Is(err, ErrStatementPooling) when
+// the proxy pools by statement.
+func (e *PoolerError) Is(target error) bool {
+	return target == ErrPoolerMismatch || (e.StatementPooling && target == ErrStatementPooling)
+}
 
 // Unwrap returns what the probe saw.
 func (e *PoolerError) Unwrap() error { return e.Cause }
@@ -74,8 +93,10 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // CheckPooler tells whether pgadmit's statements can run on pool as it is configured: it returns
 // a *PoolerError when the pool's pgx exec mode is cache_statement (pgx's default) or
 // describe_exec and its connections go through a proxy that may run one connection's
-// transactions on different server sessions. The exec, cache_describe and simple_protocol
-// modes need no session state and pass without a probe.
+// transactions on different server sessions, and, whatever the exec mode, one with
+// StatementPooling set when the proxy pools by statement. The exec, cache_describe and
+// simple_protocol modes need no session state: they pass once a transaction of two statements
+// ran, on one session.
 //
 // The probe takes a connection of the pool (the prober) and opens one of its own (the holder)
 // for a moment. The prober runs a statement (for cache_statement, one it prepared by name); the
@@ -98,9 +119,6 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // above make the question moot. Run it at start-up or from a health check, not on a hot path.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
-	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
-		return nil
-	}
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
 	// connection (or one busy to its last) would wait for the prober, held, for ever. It runs
 	// in exec mode, so that it leaves no statement of its own on the sessions it lands on.
@@ -111,6 +129,12 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 		return wrapDBError("pooler check", err)
 	}
 	defer func() { _ = holder.Close(context.WithoutCancel(ctx)) }()
+	if err := checkTransaction(ctx, holder, mode); err != nil {
+		return err
+	}
+	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
+		return nil
+	}
 	direct := false
 	for range poolerProbes {
 		saw, err := probePooler(ctx, pool, holder, mode)
@@ -129,6 +153,38 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 		"backend process id is the proxy's, not its session's) the connection kept its server session and no "+
 		"other connection was given it: a pooler in session mode does that, and one in transaction mode may by "+
 		"chance; default_query_exec_mode=exec needs no session state", ErrPoolerUnknown, execModeName(mode), poolerProbes)
+}
+
+// checkTransaction runs a transaction of two statements on holder and returns a *PoolerError
+// with StatementPooling set when the proxy refuses it (PgBouncer in statement mode closes the
+// connection with FATAL 08P01, transaction blocks not allowed in statement pooling mode) or runs
+// its statements on different sessions.
+func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecMode) error {
+	statementPooling := func(cause error) error {
+		return &PoolerError{Mode: execModeName(mode), StatementPooling: true, Cause: cause}
+	}
+	failed := func(err error) error {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "08P01" && pgErr.Severity == "FATAL" {
+			return statementPooling(err)
+		}
+		return wrapDBError("pooler check", err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		return failed(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var pids [2]int32
+	for i := range pids {
+		if pids[i], err = db.New().PoolerBackendPid(ctx, tx); err != nil {
+			return failed(err)
+		}
+	}
+	if pids[0] != pids[1] {
+		return statementPooling(fmt.Errorf("one transaction's statements ran on server sessions %d and %d", pids[0], pids[1]))
+	}
+	return nil
 }
 
 // poolerProbes bounds the runs of CheckPooler's probe that see neither sessions shared nor moved.

@@ -120,6 +120,48 @@ func TestCheckPoolerBehindAPgBouncerInSessionMode(t *testing.T) {
 	}
 }
 
+// Behind a PgBouncer in statement mode no transaction of more than one statement runs (PgBouncer
+// closes the client connection that opens one), which a caller's transaction (WithTx),
+// Recover's reclaiming of expired tasks and schema.Migrate's migrations need, whatever the exec
+// mode: CheckPooler says so for every exec mode, where it used to pass the modes it did not
+// probe and fail the others with PgBouncer's raw error.
+func TestCheckPoolerBehindAPgBouncerInStatementMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "statement", pgtest.PoolerSize)
+	pool := poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0]
+
+	// What breaks: a caller's transaction, and Recover reclaiming an expired task.
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ratelimit.New(pool).WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", uniqueKey("k"), "requests", 10, 1)})
+		return err
+	})
+	if err == nil {
+		t.Fatal("a Reserve in a caller's transaction ran behind PgBouncer in statement mode")
+	}
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	clock.pass(startSync(t, l, time.Second).LeaseExpiresAt)
+	if _, err := m.Recover(ctx); err == nil {
+		t.Fatal("Recover reclaimed an expired task behind PgBouncer in statement mode")
+	}
+
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	} {
+		err := ratelimit.CheckPooler(ctx, poolsOn(t, pooled, 1, mode)[0])
+		var pe *ratelimit.PoolerError
+		if !errors.As(err, &pe) || !pe.StatementPooling || !errors.Is(err, ratelimit.ErrStatementPooling) || !errors.Is(err, ratelimit.ErrPoolerMismatch) {
+			t.Errorf("CheckPooler(%s behind PgBouncer in statement mode) = %v, want a *PoolerError for statement pooling", mode, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "pool_mode = transaction") {
+			t.Errorf("the error does not say what to change: %v", err)
+		}
+	}
+}
+
 // Behind a PgBouncer that a gateway's own pools keep busy, the probe's own first round trips
 // may land on different server sessions already: that is the mismatch too, reported as a
 // *PoolerError, never as the raw error it used to be (18 of 20 probes of cache_statement failed

@@ -249,6 +249,9 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
 			// Said, not failed: a pooler in session mode always looks so.
 			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
+		case errors.Is(err, ratelimit.ErrStatementPooling):
+			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
+			return &exitError{code: exitFailure, msg: "the connection pooler's mode does not suit pgadmit"}
 		case errors.Is(err, ratelimit.ErrPoolerMismatch):
 			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
 			return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}

@@ -56,3 +56,14 @@ func TestDoctorBehindPgBouncerInSessionMode(t *testing.T) {
 		t.Fatalf("doctor with pgx's default exec mode behind PgBouncer in session mode: exit %d, want 0, a warning and the books\n%s", code, out)
 	}
 }
+
+// Behind a PgBouncer in statement mode, doctor says that pgadmit needs transactions and exits 1,
+// whatever the exec mode.
+func TestDoctorBehindPgBouncerInStatementMode(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "statement", pgtest.PoolerSize)
+	out, _, code := cli(t, nil, "--database-url", pooled+"&default_query_exec_mode=exec", "doctor")
+	if code != exitFailure || !strings.Contains(out, "pool_mode = transaction") {
+		t.Fatalf("doctor behind PgBouncer in statement mode: exit %d, want 1 and advice\n%s", code, out)
+	}
+}
