@@ -102,9 +102,13 @@ type AttemptAttachGrantRow struct {
 // belongs to another task (a grant with a row pruned or never written links
 // none of the others). Returns what it found, for the caller to say why
 // nothing changed.
+// Run after AttemptAttachLock in the same transaction: the leases' task is
+// then read as the last attach left it, and a grant another attach has just
+// linked to its task counts as of another task here.
 // Locks: FOR KEY SHARE on the attempt row (so that it cannot be deleted
 // under the links); row locks on the given reservations (after their
-// counters, which the caller locks first) and leases (in id order).
+// counters, which the caller locks first) and leases (in id order; held
+// since AttemptAttachLock).
 // Index: gateway_task_attempts_pkey; gateway_rate_limit_reservations_pkey;
 // gateway_concurrency_leases_pkey.
 func (q *Queries) AttemptAttachGrant(ctx context.Context, db DBTX, arg AttemptAttachGrantParams) (AttemptAttachGrantRow, error) {
@@ -119,6 +123,29 @@ func (q *Queries) AttemptAttachGrant(ctx context.Context, db DBTX, arg AttemptAt
 		&i.Leases,
 	)
 	return i, err
+}
+
+const AttemptAttachLock = `-- name: AttemptAttachLock :exec
+SELECT l.id
+FROM gateway_concurrency_leases AS l
+WHERE l.id = ANY($1::uuid[])
+ORDER BY l.id
+FOR UPDATE
+`
+
+// First statement of an attach, after the counters of the grant's
+// reservations (the lock order): locks the grant's leases in id order (the
+// lease lock order, see TaskFinish), so that AttemptAttachGrant, which runs
+// next in the same transaction with a snapshot of its own, reads them as
+// the last attach that held them left them. Without it two attaches of one
+// grant taken without a task (leases only: no counter to serialize them)
+// both read the leases as of no task, and both linked them to their own
+// task, the last writer winning.
+// Locks: FOR UPDATE on each given lease, in id order.
+// Index: gateway_concurrency_leases_pkey.
+func (q *Queries) AttemptAttachLock(ctx context.Context, db DBTX, leaseIds []pgtype.UUID) error {
+	_, err := db.Exec(ctx, AttemptAttachLock, leaseIds)
+	return err
 }
 
 const AttemptListByTask = `-- name: AttemptListByTask :many

@@ -109,8 +109,10 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // set. A grant reserved without a task joins the attempt's task (TaskID
 // set), so that finishing or recovering the task settles it. Nothing
 // changes when the attempt names no row or is of another task than the
-// grant (ErrUnknownTask), no longer runs (ErrTaskFinished), or a row of the
-// grant no longer exists (ErrUnknownGrant). One round trip.
+// grant (ErrUnknownTask: also when another Attach linked the grant to its
+// own task first, so that of two racing calls only one succeeds), no
+// longer runs (ErrTaskFinished), or a row of the grant no longer exists
+// (ErrUnknownGrant). One round trip.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
 	attempt, err := parseID("AttemptID", attemptID)
 	if err != nil {
@@ -146,6 +148,11 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	b := &pgx.Batch{}
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
+	}
+	if len(lids) > 0 {
+		// The leases locked by a statement of their own, so that the next
+		// one reads them as another attach of the same grant left them.
+		queue(b, func(r db.DBTX) { _ = l.queries.AttemptAttachLock(ctx, r, lids) })
 	}
 	var row db.AttemptAttachGrantRow
 	queueRow(b, &row, func(r db.DBTX) {
