@@ -102,9 +102,10 @@ type AttemptAttachGrantRow struct {
 // belongs to another task (a grant with a row pruned or never written links
 // none of the others). Returns what it found, for the caller to say why
 // nothing changed.
-// Run after AttemptAttachLock in the same transaction: the leases' task is
-// then read as the last attach left it, and a grant another attach has just
-// linked to its task counts as of another task here.
+// Run after AttemptAttachLock in the same transaction: the attempt's status
+// is then read as a lifecycle step of its task left it, the leases' task as
+// the last attach left it (a grant another attach has just linked to its
+// task counts as of another task here).
 // Locks: FOR KEY SHARE on the attempt row (so that it cannot be deleted
 // under the links); row locks on the given reservations (after their
 // counters, which the caller locks first) and leases (in id order; held
@@ -126,25 +127,52 @@ func (q *Queries) AttemptAttachGrant(ctx context.Context, db DBTX, arg AttemptAt
 }
 
 const AttemptAttachLock = `-- name: AttemptAttachLock :exec
-SELECT l.id
-FROM gateway_concurrency_leases AS l
-WHERE l.id = ANY($1::uuid[])
-ORDER BY l.id
-FOR UPDATE
+WITH task AS (
+    SELECT t.id
+    FROM gateway_tasks AS t
+    WHERE t.id = (SELECT a.task_id FROM gateway_task_attempts AS a WHERE a.id = $1::uuid)
+    FOR SHARE
+),
+leases AS (
+    SELECT l.id
+    FROM gateway_concurrency_leases AS l
+    WHERE l.id = ANY($2::uuid[])
+    ORDER BY l.id
+    FOR UPDATE
+)
+SELECT (SELECT count(*) FROM task)   AS tasks,
+       (SELECT count(*) FROM leases) AS leases
 `
 
+type AttemptAttachLockParams struct {
+	AttemptID pgtype.UUID
+	LeaseIds  []pgtype.UUID
+}
+
 // First statement of an attach, after the counters of the grant's
-// reservations (the lock order): locks the grant's leases in id order (the
-// lease lock order, see TaskFinish), so that AttemptAttachGrant, which runs
-// next in the same transaction with a snapshot of its own, reads them as
-// the last attach that held them left them. Without it two attaches of one
-// grant taken without a task (leases only: no counter to serialize them)
-// both read the leases as of no task, and both linked them to their own
-// task, the last writer winning.
-// Locks: FOR UPDATE on each given lease, in id order.
-// Index: gateway_concurrency_leases_pkey.
-func (q *Queries) AttemptAttachLock(ctx context.Context, db DBTX, leaseIds []pgtype.UUID) error {
-	_, err := db.Exec(ctx, AttemptAttachLock, leaseIds)
+// reservations (the lock order): locks the attempt's task row FOR SHARE,
+// then the grant's leases in id order (the lease lock order, see
+// TaskFinish), so that AttemptAttachGrant, which runs next in the same
+// transaction with a snapshot of its own, reads them as whoever held them
+// last left them.
+// The task row: an attach waits for a lifecycle step of the task in flight
+// (FinishTask, recovery), and then finds the attempt no longer running;
+// and such a step waits for an attach in flight (FinishTask locks the task
+// row before TaskFinish takes its snapshot: TaskFinishLock), and then
+// settles what it linked. Before, an attach could link a grant to an
+// attempt that was being finished, after FinishTask had chosen what to
+// settle, leaving it open on a finished task.
+// The leases: two attaches of one grant taken without a task (leases only:
+// no counter to serialize them) both read the leases as of no task, and
+// both linked them to their own task, the last writer winning.
+// Locks: FOR SHARE on the attempt's task row (conflicts with the updates of
+// lifecycle steps, not with the FOR KEY SHARE that admissions take); FOR
+// UPDATE on each given lease, in id order.
+// Index: gateway_task_attempts_pkey; gateway_tasks_pkey;
+// gateway_concurrency_leases_pkey.
+// The task first, then the leases: the order of the scalar subqueries.
+func (q *Queries) AttemptAttachLock(ctx context.Context, db DBTX, arg AttemptAttachLockParams) error {
+	_, err := db.Exec(ctx, AttemptAttachLock, arg.AttemptID, arg.LeaseIds)
 	return err
 }
 

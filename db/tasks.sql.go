@@ -281,6 +281,10 @@ type TaskCreateRow struct {
 // locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
 // conflict with the FOR KEY SHARE that inserting a reservation, lease or
 // attempt takes on its task: admissions never wait for a lifecycle step.
+// An attach takes FOR SHARE on the task row (AttemptAttachLock), which
+// does conflict: an attach and a lifecycle step of one task wait for each
+// other, so that what the attach links is either settled by the step or
+// refused.
 //
 // Each statement takes an optional @now (NULL: the database's now()) for
 // every time it records or compares, so tests drive time instead of
@@ -327,14 +331,14 @@ func (q *Queries) TaskCreate(ctx context.Context, db DBTX, arg TaskCreateParams)
 
 const TaskFinish = `-- name: TaskFinish :one
 WITH clock AS (
-    SELECT coalesce($1::timestamptz, now()) AS now
+    SELECT coalesce($2::timestamptz, now()) AS now
 ),
 finished AS (
     UPDATE gateway_tasks AS t
-    SET status = $2::text,
-        error = $3::jsonb,
-        error_code = $4::text,
-        error_message = $5::text,
+    SET status = $3::text,
+        error = $4::jsonb,
+        error_code = $5::text,
+        error_message = $6::text,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
         heartbeat_at = clock.now,
@@ -342,9 +346,9 @@ finished AS (
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
     FROM clock
-    WHERE t.id = $6::uuid
+    WHERE t.id = $7::uuid
       AND t.status = 'running'
-      AND t.execution_token = $7::uuid
+      AND t.execution_token = $8::uuid
     RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
               t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
               t.attempt_count, t.requeue_count, t.last_event_seq, t.next_run_at,
@@ -353,7 +357,7 @@ finished AS (
 attempt AS (
     UPDATE gateway_task_attempts AS a
     SET status = finished.status,
-        retryable = $8::boolean,
+        retryable = $9::boolean,
         error_code = finished.error_code,
         error_message = finished.error_message,
         finished_at = finished.finished_at
@@ -418,19 +422,25 @@ SELECT finished.id,
        finished.finished_at,
        (SELECT count(*) FROM attempt)::integer  AS finished_attempts,
        (SELECT count(*) FROM released)::integer AS released_leases,
-       (SELECT count(*) FROM dropped)::integer  AS deleted_admissions
+       (SELECT count(*) FROM dropped)::integer  AS deleted_admissions,
+       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+                 FROM gateway_rate_limit_reservations AS r
+                 WHERE r.task_id = finished.id
+                   AND (r.status = 'reserved') IS TRUE
+                   AND NOT (r.id = ANY($1::uuid[]))), '{}')::uuid[] AS late_reservation_ids
 FROM finished
 `
 
 type TaskFinishParams struct {
-	Now          *time.Time
-	Status       string
-	Error        *string
-	ErrorCode    pgtype.Text
-	ErrorMessage pgtype.Text
-	TaskID       pgtype.UUID
-	Token        pgtype.UUID
-	Retryable    bool
+	PlannedReservationIds []pgtype.UUID
+	Now                   *time.Time
+	Status                string
+	Error                 *string
+	ErrorCode             pgtype.Text
+	ErrorMessage          pgtype.Text
+	TaskID                pgtype.UUID
+	Token                 pgtype.UUID
+	Retryable             bool
 }
 
 type TaskFinishRow struct {
@@ -455,6 +465,7 @@ type TaskFinishRow struct {
 	FinishedAttempts        int32
 	ReleasedLeases          int32
 	DeletedAdmissions       int32
+	LateReservationIds      []pgtype.UUID
 }
 
 // Finishes a running task as succeeded, failed or cancelled, fenced by its
@@ -464,7 +475,13 @@ type TaskFinishRow struct {
 // the final event (task.completed, task.failed or task.cancelled). No row
 // when the token is stale or the task is not running; then nothing changes.
 // Open reservations are settled by AdmissionSettle in the same batch,
-// after CounterLockForReservations (lock order: counters, then this row).
+// after CounterLockForReservations (lock order: counters, then this row):
+// those of @planned_reservation_ids, read by TaskFinishPlan. The task's
+// open reservations that are not among them (linked to it since, by an
+// attach or an admission that committed before this statement began) come
+// back as late_reservation_ids, for the caller to settle after the commit
+// (their counters cannot be locked after this row).
+// Run after TaskFinishLock in the same transaction.
 // Locks: FOR NO KEY UPDATE on the task row; row locks on its running
 // attempt, its unreleased leases (in id order, as every statement that
 // locks several leases takes them: in the order the index returns them,
@@ -473,9 +490,12 @@ type TaskFinishRow struct {
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 // gateway_concurrency_leases_task_idx (all of the task's leases, a few;
 // `IS TRUE` keeps the released_at test from matching a partial index of
-// live leases, as in CounterLockForReservations); gateway_task_admissions_pkey.
+// live leases, as in CounterLockForReservations); gateway_task_admissions_pkey;
+// gateway_rate_limit_reservations_task_idx (late reservations, as in
+// TaskFinishPlan).
 func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams) (TaskFinishRow, error) {
 	row := db.QueryRow(ctx, TaskFinish,
+		arg.PlannedReservationIds,
 		arg.Now,
 		arg.Status,
 		arg.Error,
@@ -508,8 +528,30 @@ func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams)
 		&i.FinishedAttempts,
 		&i.ReleasedLeases,
 		&i.DeletedAdmissions,
+		&i.LateReservationIds,
 	)
 	return i, err
+}
+
+const TaskFinishLock = `-- name: TaskFinishLock :exec
+SELECT t.id
+FROM gateway_tasks AS t
+WHERE t.id = $1::uuid
+FOR NO KEY UPDATE
+`
+
+// Second step of finishing a task, in the finishing batch after the
+// counters of its planned reservations (lock order: counters, then this
+// row): locks the task row, so that TaskFinish, the next statement, takes
+// its snapshot only once an attach linking a grant to the task has
+// committed (an attach holds the task row FOR SHARE: AttemptAttachLock),
+// and releases the leases it linked. TaskFinish alone would wait for that
+// attach on this row with a snapshot taken before it, blind to its links.
+// Locks: FOR NO KEY UPDATE on the task row (as TaskFinish's UPDATE does).
+// Index: gateway_tasks_pkey.
+func (q *Queries) TaskFinishLock(ctx context.Context, db DBTX, taskID pgtype.UUID) error {
+	_, err := db.Exec(ctx, TaskFinishLock, taskID)
+	return err
 }
 
 const TaskFinishPlan = `-- name: TaskFinishPlan :one

@@ -13,6 +13,10 @@
 -- locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
 -- conflict with the FOR KEY SHARE that inserting a reservation, lease or
 -- attempt takes on its task: admissions never wait for a lifecycle step.
+-- An attach takes FOR SHARE on the task row (AttemptAttachLock), which
+-- does conflict: an attach and a lifecycle step of one task wait for each
+-- other, so that what the attach links is either settled by the step or
+-- refused.
 --
 -- Each statement takes an optional @now (NULL: the database's now()) for
 -- every time it records or compares, so tests drive time instead of
@@ -273,6 +277,21 @@ SELECT t.status,
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
 
+-- name: TaskFinishLock :exec
+-- Second step of finishing a task, in the finishing batch after the
+-- counters of its planned reservations (lock order: counters, then this
+-- row): locks the task row, so that TaskFinish, the next statement, takes
+-- its snapshot only once an attach linking a grant to the task has
+-- committed (an attach holds the task row FOR SHARE: AttemptAttachLock),
+-- and releases the leases it linked. TaskFinish alone would wait for that
+-- attach on this row with a snapshot taken before it, blind to its links.
+-- Locks: FOR NO KEY UPDATE on the task row (as TaskFinish's UPDATE does).
+-- Index: gateway_tasks_pkey.
+SELECT t.id
+FROM gateway_tasks AS t
+WHERE t.id = @task_id::uuid
+FOR NO KEY UPDATE;
+
 -- name: TaskFinish :one
 -- Finishes a running task as succeeded, failed or cancelled, fenced by its
 -- execution token: sets the final status and error, finishes the running
@@ -281,7 +300,13 @@ WHERE t.id = @task_id::uuid;
 -- the final event (task.completed, task.failed or task.cancelled). No row
 -- when the token is stale or the task is not running; then nothing changes.
 -- Open reservations are settled by AdmissionSettle in the same batch,
--- after CounterLockForReservations (lock order: counters, then this row).
+-- after CounterLockForReservations (lock order: counters, then this row):
+-- those of @planned_reservation_ids, read by TaskFinishPlan. The task's
+-- open reservations that are not among them (linked to it since, by an
+-- attach or an admission that committed before this statement began) come
+-- back as late_reservation_ids, for the caller to settle after the commit
+-- (their counters cannot be locked after this row).
+-- Run after TaskFinishLock in the same transaction.
 -- Locks: FOR NO KEY UPDATE on the task row; row locks on its running
 -- attempt, its unreleased leases (in id order, as every statement that
 -- locks several leases takes them: in the order the index returns them,
@@ -290,7 +315,9 @@ WHERE t.id = @task_id::uuid;
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 -- gateway_concurrency_leases_task_idx (all of the task's leases, a few;
 -- `IS TRUE` keeps the released_at test from matching a partial index of
--- live leases, as in CounterLockForReservations); gateway_task_admissions_pkey.
+-- live leases, as in CounterLockForReservations); gateway_task_admissions_pkey;
+-- gateway_rate_limit_reservations_task_idx (late reservations, as in
+-- TaskFinishPlan).
 WITH clock AS (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
 ),
@@ -383,5 +410,10 @@ SELECT finished.id,
        finished.finished_at,
        (SELECT count(*) FROM attempt)::integer  AS finished_attempts,
        (SELECT count(*) FROM released)::integer AS released_leases,
-       (SELECT count(*) FROM dropped)::integer  AS deleted_admissions
+       (SELECT count(*) FROM dropped)::integer  AS deleted_admissions,
+       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+                 FROM gateway_rate_limit_reservations AS r
+                 WHERE r.task_id = finished.id
+                   AND (r.status = 'reserved') IS TRUE
+                   AND NOT (r.id = ANY(@planned_reservation_ids::uuid[]))), '{}')::uuid[] AS late_reservation_ids
 FROM finished;

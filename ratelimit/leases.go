@@ -113,6 +113,11 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // own task first, so that of two racing calls only one succeeds), no
 // longer runs (ErrTaskFinished), or a row of the grant no longer exists
 // (ErrUnknownGrant). One round trip.
+//
+// Attach and FinishTask of the same task exclude each other: an Attach
+// that meets a FinishTask in flight waits for it and then finds the
+// attempt no longer running (ErrTaskFinished); a FinishTask that meets an
+// Attach in flight waits for it and settles what it linked.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
 	attempt, err := parseID("AttemptID", attemptID)
 	if err != nil {
@@ -149,11 +154,12 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
 	}
-	if len(lids) > 0 {
-		// The leases locked by a statement of their own, so that the next
-		// one reads them as another attach of the same grant left them.
-		queue(b, func(r db.DBTX) { _ = l.queries.AttemptAttachLock(ctx, r, lids) })
-	}
+	// The task row and the leases locked by a statement of their own, so
+	// that the next one reads the attempt as FinishTask or recovery left
+	// it, and the leases as another attach of the same grant left them.
+	queue(b, func(r db.DBTX) {
+		_ = l.queries.AttemptAttachLock(ctx, r, db.AttemptAttachLockParams{AttemptID: attempt, LeaseIds: lids})
+	})
 	var row db.AttemptAttachGrantRow
 	queueRow(b, &row, func(r db.DBTX) {
 		_, _ = l.queries.AttemptAttachGrant(ctx, r, db.AttemptAttachGrantParams{AttemptID: attempt, ReservationIds: rids, LeaseIds: lids})

@@ -156,10 +156,10 @@ type Outcome struct {
 // FinishResult reports what FinishTask did.
 type FinishResult struct {
 	Task Task
-	// ReleasedReservations counts the task's reservations that were open
-	// when FinishTask read them and that it released (reason
-	// task_finished). Commit a grant with its actual amounts before
-	// finishing; a non-zero count means some usage was never committed.
+	// ReleasedReservations counts the task's open reservations that
+	// FinishTask released (reason task_finished). Commit a grant with its
+	// actual amounts before finishing; a non-zero count means some usage
+	// was never committed.
 	ReleasedReservations int
 	// ReleasedLeases counts the task's concurrency leases it released.
 	ReleasedLeases int

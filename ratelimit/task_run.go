@@ -111,11 +111,19 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // running attempt finishes with the same status, its concurrency leases are
 // released, its queue admissions deleted (the places count again), a final
 // event appended (task.completed, task.failed or task.cancelled), and the
-// reservations of the task that were open when FinishTask read them (its
-// first round trip) are released (reason task_finished; FinishResult says
-// how many: commit grants before finishing). A reservation the task takes
-// after that read, concurrently with FinishTask, stays open until Recover
-// releases it (it belongs to a finished task then).
+// task's open reservations are released (reason task_finished;
+// FinishResult says how many: commit grants before finishing).
+//
+// FinishTask waits for an Attach to the task in flight and settles what it
+// linked (an Attach that comes later finds the task finished). The
+// reservations linked to the task after FinishTask's first read (by such
+// an Attach, or by a Reserve for the task) are released once the task has
+// finished, in one more round trip, only when there are any; an error
+// then comes with the FinishResult of the finished task. In a caller's
+// transaction (WithTx) they stay open until Recover releases them: their
+// counters cannot be locked after the task row. So does a reservation
+// that a Reserve for the task writes while FinishTask runs, after its
+// batch began.
 //
 // A stale token gives a *StaleTokenError. When the first round trip finds
 // the token stale, nothing is written. When the token goes stale between
@@ -126,8 +134,9 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // release them anyway. Either way, do not retry with the same token.
 //
 // Two round trips: a read of the task's open reservations, then one batch
-// that locks their counters first (lock order), finishes the task and
-// settles the reservations, as one transaction.
+// that locks their counters first (lock order), then the task row,
+// finishes the task and settles the reservations, as one transaction
+// (and a third, rarely, as said above).
 func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outcome) (FinishResult, error) {
 	id, err := parseID("taskID", taskID)
 	if err != nil {
@@ -166,6 +175,14 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
 	}
+	// The task row locked by a statement of its own: TaskFinish then reads
+	// the task's leases and reservations after an Attach in flight, which
+	// holds the row, has committed what it linked.
+	queue(b, func(r db.DBTX) { _ = l.queries.TaskFinishLock(ctx, r, id) })
+	p.PlannedReservationIds = rids
+	if p.PlannedReservationIds == nil {
+		p.PlannedReservationIds = []pgtype.UUID{} // NULL would make every reservation late
+	}
 	var finished []db.TaskFinishRow
 	queueRows(b, &finished, func(r db.DBTX) { _, _ = l.queries.TaskFinish(ctx, r, p) })
 	var settled []db.AdmissionSettleRow
@@ -196,7 +213,29 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		DeletedAdmissions: int(f.DeletedAdmissions),
 	}
 	res.ReleasedReservations = int(settledCount(settled))
-	return res, nil
+	late, err := l.releaseLate(ctx, f.LateReservationIds, p.Now)
+	res.ReleasedReservations += late
+	return res, err
+}
+
+// releaseLate releases the reservations that were linked to a task after
+// FinishTask planned what to settle (an Attach or a Reserve that committed
+// in between), once the task has finished, and returns how many it
+// released. In a transaction of its own: their counters come before the
+// task row in the lock order. In a caller's transaction, which holds the
+// task row until it ends, they stay open until Recover releases them.
+func (l *Limiter) releaseLate(ctx context.Context, ids []pgtype.UUID, now *time.Time) (int, error) {
+	if len(ids) == 0 || l.inTx {
+		return 0, nil
+	}
+	sp := releaseIDs(ids, reasonTaskFinished)
+	sp.Now = now
+	settled, err := l.queries.AdmissionSettle(ctx, l.conn, sp)
+	if err != nil {
+		// The task has finished: Recover releases them.
+		return 0, wrapDBError("finish task: release the reservations linked to the task since it was read", err)
+	}
+	return int(settledCount(settled)), nil
 }
 
 func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error) {
