@@ -17,27 +17,40 @@ const EventAppend = `-- name: EventAppend :one
 WITH allocated AS (
     UPDATE gateway_tasks AS t
     SET last_event_seq = t.last_event_seq + 1
-    WHERE t.id = $9::uuid
+    WHERE t.id = $2::uuid
+      AND (t.status = 'running') IS TRUE
+      AND t.execution_token = $1::uuid
     RETURNING t.id, t.last_event_seq
+),
+appended AS (
+    INSERT INTO gateway_task_events (
+        task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id
+    )
+    SELECT allocated.id,
+           allocated.last_event_seq,
+           $3::text,
+           $4::text,
+           $5::text,
+           $6::numeric,
+           $7::text,
+           $8::jsonb,
+           $9::boolean,
+           $10::text
+    FROM allocated
+    RETURNING task_id, seq, created_at
 )
-INSERT INTO gateway_task_events (
-    task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id
-)
-SELECT allocated.id,
-       allocated.last_event_seq,
-       $1::text,
-       $2::text,
-       $3::text,
-       $4::numeric,
-       $5::text,
-       $6::jsonb,
-       $7::boolean,
-       $8::text
-FROM allocated
-RETURNING seq, created_at
+SELECT cur.status,
+       (cur.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
+       appended.seq,
+       appended.created_at
+FROM gateway_tasks AS cur
+LEFT JOIN appended ON appended.task_id = cur.id
+WHERE cur.id = $2::uuid
 `
 
 type EventAppendParams struct {
+	Token      pgtype.UUID
+	TaskID     pgtype.UUID
 	EventType  string
 	Status     pgtype.Text
 	Phase      pgtype.Text
@@ -46,12 +59,13 @@ type EventAppendParams struct {
 	Payload    string
 	Simulated  bool
 	PlatformID pgtype.Text
-	TaskID     pgtype.UUID
 }
 
 type EventAppendRow struct {
-	Seq       int32
-	CreatedAt time.Time
+	Status       string
+	TokenMatches bool
+	Seq          pgtype.Int4
+	CreatedAt    *time.Time
 }
 
 // Events: gateway_task_events, the append-only log of a task.
@@ -61,13 +75,23 @@ type EventAppendRow struct {
 // the next number, with no gap and no repeat, whatever the concurrency (the
 // reference used MAX(seq) + 1, which two appenders can both read). The
 // unique (task_id, seq) constraint backs this up.
-// Appends one event to a task with the next sequence number. No row for an
+// Appends one event to a running task with the next sequence number, fenced
+// by the execution token as TaskHeartbeat is: a worker whose claim was taken
+// away (recovery reclaimed the task, another worker claimed it again, or it
+// finished) appends nothing. Returns the task's status and whether the
+// token matched as they were when the statement started, and the new
+// event's seq and time (NULL when nothing was appended). No row for an
 // unknown task.
 // Locks: FOR NO KEY UPDATE on the task row until the transaction ends
 // (serializes appends to one task; other tasks are not affected).
-// Index: gateway_tasks_pkey; gateway_task_events_task_seq_key (insert).
+// Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that
+// the planner cannot match it to gateway_tasks_lease_expiry_idx, the
+// partial index of running tasks, and read every running task through it);
+// gateway_task_events_task_seq_key (insert).
 func (q *Queries) EventAppend(ctx context.Context, db DBTX, arg EventAppendParams) (EventAppendRow, error) {
 	row := db.QueryRow(ctx, EventAppend,
+		arg.Token,
+		arg.TaskID,
 		arg.EventType,
 		arg.Status,
 		arg.Phase,
@@ -76,10 +100,14 @@ func (q *Queries) EventAppend(ctx context.Context, db DBTX, arg EventAppendParam
 		arg.Payload,
 		arg.Simulated,
 		arg.PlatformID,
-		arg.TaskID,
 	)
 	var i EventAppendRow
-	err := row.Scan(&i.Seq, &i.CreatedAt)
+	err := row.Scan(
+		&i.Status,
+		&i.TokenMatches,
+		&i.Seq,
+		&i.CreatedAt,
+	)
 	return i, err
 }
 

@@ -71,8 +71,7 @@ func TestHotPathsUseIndexes(t *testing.T) {
 		"ReleaseLeases": func(l *ratelimit.Limiter) error { _, err := l.ReleaseLeases(ctx, held.Leases, "test"); return err },
 	}
 	// Task lifecycle: a queued async task to claim, a sync one to finish.
-	queued, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true})
-	if err != nil {
+	if _, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true}); err != nil {
 		t.Fatal(err)
 	}
 	running, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "plans"})
@@ -94,7 +93,7 @@ func TestHotPathsUseIndexes(t *testing.T) {
 		return err
 	}
 	flows["AppendEvent"] = func(l *ratelimit.Limiter) error {
-		_, err := l.AppendEvent(ctx, queued.ID, ratelimit.Event{Type: "task.progress"})
+		_, err := l.AppendEvent(ctx, running.ID, running.ExecutionToken, ratelimit.Event{Type: "task.progress"})
 		return err
 	}
 	attachable, err := l.Reserve(ctx, running.ID, "", limits)

@@ -152,7 +152,7 @@ func runEveryOperation(t *testing.T, pools []*pgxpool.Pool) *opCounts {
 				}
 				c.do("HeartbeatTask", func() error { _, err := l.HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Minute); return err })
 				c.do("AppendEvent", func() error {
-					_, err := l.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "task.progress", Progress: 0.5, Payload: []byte(`{"i":1}`)})
+					_, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "task.progress", Progress: 0.5, Payload: []byte(`{"i":1}`)})
 					return err
 				})
 				c.do("FinishTask", func() error {

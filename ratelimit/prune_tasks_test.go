@@ -43,7 +43,7 @@ func TestPruneDeletesFinishedTasksAfterTheirRetention(t *testing.T) {
 	if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 7}); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	if _, err := l.AppendEvent(ctx, old.ID, ratelimit.Event{Type: "task.progress"}); err != nil {
+	if _, err := l.AppendEvent(ctx, old.ID, old.ExecutionToken, ratelimit.Event{Type: "task.progress"}); err != nil {
 		t.Fatalf("AppendEvent: %v", err)
 	}
 	if _, err := l.FinishTask(ctx, old.ID, old.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {

@@ -148,7 +148,7 @@ func TestRecoverCrashChild(t *testing.T) {
 		for i := 0; ; i++ {
 			until, err := l.HeartbeatTask(ctx, hb.ID, hb.ExecutionToken, crashLeaseTTL)
 			if err == nil {
-				_, err = l.AppendEvent(ctx, hb.ID, ratelimit.Event{Type: "task.progress", Progress: float64(i)})
+				_, err = l.AppendEvent(ctx, hb.ID, hb.ExecutionToken, ratelimit.Event{Type: "task.progress", Progress: float64(i)})
 			}
 			if err != nil {
 				say("error heartbeat: %v", err)

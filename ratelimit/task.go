@@ -54,13 +54,14 @@ var (
 	ErrStaleToken = errors.New("ratelimit: stale execution token")
 )
 
-// StaleTokenError refuses a heartbeat or finish whose execution token does
-// not own the task any more: the task is not running (recovery requeued or
-// failed it, or it was finished), or another claim replaced this one. The
-// task itself was not changed. HeartbeatTask wrote nothing; FinishTask wrote
-// nothing when it found the token stale at once, but when the token went
-// stale between its two round trips it still released the task's
-// reservations that were open when it read them (see FinishTask).
+// StaleTokenError refuses a heartbeat, event or finish whose execution token
+// does not own the task any more: the task is not running (recovery
+// requeued or failed it, or it was finished), or another claim replaced
+// this one. The task itself was not changed. HeartbeatTask and AppendEvent
+// wrote nothing; FinishTask wrote nothing when it found the token stale at
+// once, but when the token went stale between its two round trips it still
+// released the task's reservations that were open when it read them (see
+// FinishTask).
 type StaleTokenError struct {
 	TaskID string
 	// Status is the task's status when the call was refused.
@@ -115,8 +116,8 @@ type Task struct {
 	ErrorMessage string
 	// Worker is who claimed or started the task (kept after it finishes).
 	Worker string
-	// ExecutionToken fences the current claim: HeartbeatTask and FinishTask
-	// must present it. Empty unless running.
+	// ExecutionToken fences the current claim: HeartbeatTask, AppendEvent
+	// and FinishTask must present it. Empty unless running.
 	ExecutionToken string
 	// LeaseExpiresAt is when the current claim lapses unless heartbeated;
 	// zero unless running.

@@ -12,13 +12,21 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// AppendEvent appends e to the task's event log and returns it with its
-// sequence number and time. Sequence numbers are allocated under the task
-// row's lock: unique and without gaps whatever the concurrency. e.Type is
+// AppendEvent appends e to the log of a running task and returns it with
+// its sequence number and time. It is fenced by the execution token, as
+// HeartbeatTask is: when the token no longer owns the task (recovery
+// reclaimed it, it was claimed again, or it finished) the error is a
+// *StaleTokenError (errors.Is ErrStaleToken), nothing is appended and the
+// worker must stop. Sequence numbers are allocated under the task row's
+// lock: unique and without gaps whatever the concurrency. e.Type is
 // required; Seq and CreatedAt are ignored. ErrUnknownTask when no task has
 // that id. One round trip.
-func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Event, error) {
+func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event) (Event, error) {
 	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return Event{}, err
+	}
+	tok, err := parseID("token", token)
 	if err != nil {
 		return Event{}, err
 	}
@@ -47,7 +55,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 		return Event{}, err
 	}
 	row, err := l.queries.EventAppend(ctx, l.conn, db.EventAppendParams{
-		TaskID: id, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
+		TaskID: id, Token: tok, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
 		Message: optText(e.Message), Payload: string(payload), Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -56,7 +64,14 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID string, e Event) (Even
 	if err != nil {
 		return Event{}, wrapDBError("append event", err)
 	}
-	e.Seq, e.CreatedAt, e.Payload = int(row.Seq), row.CreatedAt, json.RawMessage(payload)
+	if !row.Seq.Valid {
+		if row.Status == TaskRunning && row.TokenMatches {
+			// The claim changed while the statement waited for the task row.
+			return Event{}, l.staleNow(ctx, taskID, id, tok)
+		}
+		return Event{}, staleToken(taskID, row.Status, row.TokenMatches)
+	}
+	e.Seq, e.CreatedAt, e.Payload = int(row.Seq.Int32), *row.CreatedAt, json.RawMessage(payload)
 	return e, nil
 }
 

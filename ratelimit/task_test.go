@@ -65,7 +65,7 @@ func TestTaskLifecycleAsync(t *testing.T) {
 	if _, err := l.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 70}); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	if _, err := l.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "task.progress", Progress: 50}); err != nil {
+	if _, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "task.progress", Progress: 50}); err != nil {
 		t.Fatalf("AppendEvent: %v", err)
 	}
 
@@ -393,17 +393,24 @@ func TestTaskInputValidation(t *testing.T) {
 			_, err := l.FinishTask(ctx, existing.ID, token, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(`{"detail":"\u0000"}`)})
 			return err
 		}, "Outcome.Error"},
-		{"event without type", func() error { _, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{}); return err }, "Event.Type"},
+		{"event with a malformed token", func() error {
+			_, err := l.AppendEvent(ctx, existing.ID, "nope", ratelimit.Event{Type: "x"})
+			return err
+		}, "token"},
+		{"event without type", func() error {
+			_, err := l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{})
+			return err
+		}, "Event.Type"},
 		{"event NaN progress", func() error {
-			_, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Progress: math.NaN()})
+			_, err := l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{Type: "x", Progress: math.NaN()})
 			return err
 		}, "Event.Progress"},
 		{"event payload not JSON", func() error {
-			_, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(`[`)})
+			_, err := l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{Type: "x", Payload: json.RawMessage(`[`)})
 			return err
 		}, "Event.Payload"},
 		{"event payload with a NUL escape", func() error {
-			_, err := l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(`["\u0000"]`)})
+			_, err := l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{Type: "x", Payload: json.RawMessage(`["\u0000"]`)})
 			return err
 		}, "Event.Payload"},
 	}
@@ -435,7 +442,7 @@ func TestTaskJSONThatLooksLikeANulEscape(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CreateTask(%s): %v", payload, err)
 		}
-		if _, err := l.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(payload)}); err != nil {
+		if _, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "x", Payload: json.RawMessage(payload)}); err != nil {
 			t.Fatalf("AppendEvent(%s): %v", payload, err)
 		}
 		res, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(payload)})
@@ -481,7 +488,7 @@ func TestTaskJSONNumbersOutsideNumericAreRefused(t *testing.T) {
 			raw := json.RawMessage(doc)
 			_, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, Payload: raw})
 			assertValidation(t, where+"CreateTask payload "+doc, err, "Payload")
-			_, err = l.AppendEvent(ctx, existing.ID, ratelimit.Event{Type: "x", Payload: raw})
+			_, err = l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{Type: "x", Payload: raw})
 			assertValidation(t, where+"AppendEvent payload "+doc, err, "Event.Payload")
 			_, err = l.FinishTask(ctx, existing.ID, existing.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: raw})
 			assertValidation(t, where+"FinishTask error "+doc, err, "Outcome.Error")
@@ -517,7 +524,7 @@ func TestTaskJSONNumbersOutsideNumericAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateTask with numbers at numeric's limits: %v", err)
 	}
-	if _, err := l.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "x", Payload: json.RawMessage(limits)}); err != nil {
+	if _, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "x", Payload: json.RawMessage(limits)}); err != nil {
 		t.Fatalf("AppendEvent with numbers at numeric's limits: %v", err)
 	}
 	if _, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(limits)}); err != nil {
@@ -551,7 +558,7 @@ func TestTaskUnknownAndStale(t *testing.T) {
 	if _, err := l.FinishTask(ctx, ghost, ghost, ratelimit.Outcome{Status: ratelimit.TaskFailed}); !errors.Is(err, ratelimit.ErrUnknownTask) {
 		t.Fatalf("FinishTask(ghost): %v", err)
 	}
-	if _, err := l.AppendEvent(ctx, ghost, ratelimit.Event{Type: "x"}); !errors.Is(err, ratelimit.ErrUnknownTask) {
+	if _, err := l.AppendEvent(ctx, ghost, ghost, ratelimit.Event{Type: "x"}); !errors.Is(err, ratelimit.ErrUnknownTask) {
 		t.Fatalf("AppendEvent(ghost): %v", err)
 	}
 
@@ -633,7 +640,7 @@ func TestAppendEventSequencesUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
 	pools := pgtest.NewPools(t, 4)
 	l := ratelimit.New(pools[0])
-	task := createAsync(t, l)
+	task := startSync(t, l, time.Minute)
 	const writers, each = 64, 20
 
 	var mu sync.Mutex
@@ -645,7 +652,7 @@ func TestAppendEventSequencesUnderConcurrency(t *testing.T) {
 			wl := ratelimit.New(pools[w%4])
 			<-start
 			for i := range each {
-				e, err := wl.AppendEvent(ctx, task.ID, ratelimit.Event{Type: "task.progress", Progress: float64(i), Payload: json.RawMessage(`{"w":1}`)})
+				e, err := wl.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "task.progress", Progress: float64(i), Payload: json.RawMessage(`{"w":1}`)})
 				if err != nil {
 					t.Errorf("AppendEvent: %v", err)
 					return
@@ -662,7 +669,7 @@ func TestAppendEventSequencesUnderConcurrency(t *testing.T) {
 	close(start)
 	wg.Wait()
 
-	const total = writers*each + 1 // + task.queued at creation
+	const total = writers*each + 1 // + task.running at creation
 	events, err := l.TaskEvents(ctx, task.ID)
 	if err != nil {
 		t.Fatalf("TaskEvents: %v", err)

@@ -193,7 +193,8 @@ func TestStoredAmountsHaveABoundedScale(t *testing.T) {
 			t.Fatalf("Commit(%g): %v", amount/7, err)
 		}
 	}
-	if _, err := l.AppendEvent(ctx, createAsync(t, l).ID, ratelimit.Event{Type: "x", Progress: -1e-300}); !errors.Is(err, ratelimit.ErrInvalidInput) {
+	running := startSync(t, l, time.Minute)
+	if _, err := l.AppendEvent(ctx, running.ID, running.ExecutionToken, ratelimit.Event{Type: "x", Progress: -1e-300}); !errors.Is(err, ratelimit.ErrInvalidInput) {
 		t.Fatalf("AppendEvent with progress -1e-300: err = %v, want ErrInvalidInput", err)
 	}
 	scales, err := testq.AmountScales(ctx, pool)
