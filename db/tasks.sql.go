@@ -347,7 +347,7 @@ finished AS (
         updated_at = clock.now
     FROM clock
     WHERE t.id = $7::uuid
-      AND t.status = 'running'
+      AND (t.status = 'running') IS TRUE
       AND t.execution_token = $8::uuid
     RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
               t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
@@ -487,7 +487,8 @@ type TaskFinishRow struct {
 // locks several leases takes them: in the order the index returns them,
 // which each renewal changes, this could deadlock with a heartbeat) and its
 // admission rows.
-// Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
+// Index: gateway_tasks_pkey (`IS TRUE` on the status, as in TaskHeartbeat);
+// gateway_task_attempts_running_idx;
 // gateway_concurrency_leases_task_idx (all of the task's leases, a few;
 // `IS TRUE` keeps the released_at test from matching a partial index of
 // live leases, as in CounterLockForReservations); gateway_task_admissions_pkey;
@@ -677,7 +678,7 @@ WITH beat AS (
         execution_lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer),
         updated_at = coalesce($3::timestamptz, now())
     WHERE t.id = $2::uuid
-      AND t.status = 'running'
+      AND (t.status = 'running') IS TRUE
       AND t.execution_token = $1::uuid
     RETURNING t.id, t.execution_lease_expires_at
 )
@@ -710,7 +711,11 @@ type TaskHeartbeatRow struct {
 // the statement started, and the new expiry (NULL when not renewed). No row
 // for an unknown task.
 // Locks: FOR NO KEY UPDATE on the task row (the UPDATE).
-// Index: gateway_tasks_pkey.
+// Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
+// the planner cannot match it to gateway_tasks_lease_expiry_idx, the
+// partial index of running tasks: a generic plan made on few tasks read
+// every running task (and every dead entry) through it instead of probing
+// the primary key (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
 func (q *Queries) TaskHeartbeat(ctx context.Context, db DBTX, arg TaskHeartbeatParams) (TaskHeartbeatRow, error) {
 	row := db.QueryRow(ctx, TaskHeartbeat,
 		arg.Token,

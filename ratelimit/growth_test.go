@@ -95,14 +95,24 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 		},
 	}
 	// The flows of a task, on a new running task: Attach of a grant to its
-	// attempt, then FinishTask with a reservation of the task's own open.
-	// Both lock the counters of open reservations
+	// attempt, a heartbeat and an event (fenced by the token: they probe the
+	// task row by key, not through the partial index of running tasks),
+	// then FinishTask with a reservation of the task's own open. Attach and
+	// FinishTask lock the counters of open reservations
 	// (CounterLockForReservations) before they settle. each is called with
 	// every flow, named.
 	taskFlows := func(limits func(string) []ratelimit.Limit, each func(name string, run func(l *ratelimit.Limiter) error)) {
 		task := startSync(t, l, time.Minute)
 		g := reserve(limits(uniqueKey("unattached")))
 		each("Attach", func(l *ratelimit.Limiter) error { _, err := l.Attach(ctx, task.AttemptID, g); return err })
+		each("HeartbeatTask", func(l *ratelimit.Limiter) error {
+			_, err := l.HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Minute)
+			return err
+		})
+		each("AppendEvent", func(l *ratelimit.Limiter) error {
+			_, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "task.progress"})
+			return err
+		})
 		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, limits(uniqueKey("task"))); err != nil {
 			t.Fatal(err)
 		}
@@ -155,6 +165,12 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	const inFlight = 1500
 	for i := range inFlight {
 		reserve(request(fmt.Sprintf("held-%d", i)))
+	}
+	// And tasks running: a statement that reads the partial index of
+	// running tasks instead of probing its task by key reads them all.
+	const running = 300
+	for range running {
+		startSync(t, l, time.Minute)
 	}
 
 	// measure runs one flow in a rolled-back transaction and fails the test
