@@ -490,8 +490,15 @@ reclaimed AS (
                            THEN NULL ELSE clock.now END,
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
-    FROM clock
-    WHERE t.id = ANY($3::uuid[])
+    FROM clock,
+         (SELECT x.id
+          FROM gateway_tasks AS x
+          WHERE x.id = ANY($3::uuid[])
+            AND x.status = 'running'
+            AND x.execution_lease_expires_at <= coalesce($1::timestamptz, now())
+          ORDER BY x.id
+          FOR NO KEY UPDATE SKIP LOCKED) AS free
+    WHERE t.id = free.id
       AND t.status = 'running'
       AND t.execution_lease_expires_at <= clock.now
     RETURNING t.id, t.async_mode, t.status, t.error_code, t.error_message, t.requeue_count,
@@ -582,11 +589,15 @@ type RecoveryTaskReclaimRow struct {
 // running attempt fails (execution_lease_expired) and unreleased leases are
 // released; a failed task's admissions are deleted. Returns one row per
 // reclaimed task with what was done to it. A task that was finished or
-// heartbeated since RecoveryTaskFindExpired is left alone.
+// heartbeated since RecoveryTaskFindExpired is left alone, and so is one
+// whose row another transaction holds (its worker heartbeating or finishing
+// it in a transaction of its own): waiting for it would hold the counter
+// rows locked before it, and every admission on them, for as long as that
+// transaction lasts. A later pass finds it again if it is still expired.
 // Run after CounterLockForReservations of the tasks' open reservations.
-// Locks: FOR NO KEY UPDATE on each task row; row locks on their running
-// attempts, unreleased leases (in id order, the lease lock order: see
-// TaskFinish) and admissions.
+// Locks: FOR NO KEY UPDATE SKIP LOCKED on each task row, in id order; row
+// locks on their running attempts, unreleased leases (in id order, the
+// lease lock order: see TaskFinish) and admissions.
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 // gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
 func (q *Queries) RecoveryTaskReclaim(ctx context.Context, db DBTX, arg RecoveryTaskReclaimParams) ([]RecoveryTaskReclaimRow, error) {

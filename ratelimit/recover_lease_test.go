@@ -97,20 +97,25 @@ func TestRecoverStopsWhenItsLeaseIsLost(t *testing.T) {
 	l, _ := clocked(pool, &clock)
 	const tasks = 3
 	first := startSync(t, l, time.Second)
+	stall := uniqueKey("stall")
+	if _, err := l.Reserve(ctx, first.ID, first.AttemptID, []ratelimit.Limit{window("key", stall, ratelimit.MetricRequests, 10, 1)}); err != nil {
+		t.Fatalf("Reserve(first): %v", err)
+	}
 	for range tasks - 1 {
 		startSync(t, l, 2*time.Second)
 	}
 	clock.pass(time.Now().Add(3 * time.Second))
 
-	// Another session holds the row of the task that expired first, so the run, one task per
+	// Another session holds the counter row of the task that expired first (recovery passes a
+	// busy task row over, but waits for a counter row: the lock order), so the run, one task per
 	// transaction, stops on it in its first batch.
 	blocker, err := pools[1].Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = blocker.Rollback(ctx) }()
-	if n, err := testq.OpsTaskCorruptStatus(ctx, blocker, dbtest.OpsTaskCorruptStatusParams{TaskID: mustUUID(t, first.ID), Status: ratelimit.TaskRunning}); err != nil || n != 1 {
-		t.Fatalf("lock the first task: %d, %v", n, err)
+	if n, err := testq.OpsLockScopeCounters(ctx, blocker, dbtest.OpsLockScopeCountersParams{ScopeType: "key", ScopeKey: stall}); err != nil || n != 1 {
+		t.Fatalf("lock the first task's counter: %d, %v", n, err)
 	}
 	_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLeaseTTL(time.Second))
 	done := make(chan struct{})
@@ -136,7 +141,7 @@ func TestRecoverStopsWhenItsLeaseIsLost(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrMaintenanceLeaseLost) {
 		t.Fatalf("Recover = %+v, %v; want ErrMaintenanceLeaseLost", res, err)
 	}
-	if diff := cmp.Diff(ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1}, res); diff != "" {
+	if diff := cmp.Diff(ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 1}, res); diff != "" {
 		t.Fatalf("what the run did before it stopped (-want +got):\n%s", diff)
 	}
 	if s := summary(t, pool); s.TasksFailed != 1 || s.TasksRunning != tasks-1 {

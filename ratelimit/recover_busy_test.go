@@ -1,0 +1,77 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A task whose execution lease expired while its worker heartbeats it in a
+// transaction of its own, still open: recovery must not sit on the counter
+// rows it locked first (the lock order) while it waits for that task row,
+// or every admission on those counters waits for the worker's transaction.
+// It passes the busy task over (the heartbeat renews it, or a later pass
+// reclaims it) and the admissions go on.
+func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	hot := window("model", uniqueKey("hot"), ratelimit.MetricRequests, 1000, 1)
+
+	task := startSync(t, l, time.Second)
+	if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{hot}); err != nil {
+		t.Fatalf("Reserve(task): %v", err)
+	}
+	clock.pass(task.LeaseExpiresAt)
+
+	// The worker heartbeats in its own transaction, and keeps it open.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := l.WithTx(tx).HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Hour); err != nil {
+		t.Fatalf("HeartbeatTask in the worker's transaction: %v", err)
+	}
+
+	type outcome struct {
+		res ratelimit.RecoveryResult
+		err error
+	}
+	recovered := make(chan outcome, 1)
+	go func() {
+		res, err := m.Recover(ctx)
+		recovered <- outcome{res, err}
+	}()
+	time.Sleep(500 * time.Millisecond) // recovery has found the task and reached its row
+
+	// Another request on the hot counter: it must not wait for the worker.
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, rerr := l.Reserve(rctx, "", "", []ratelimit.Limit{hot})
+	waited := time.Since(start)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit the worker's transaction: %v", err)
+	}
+	if rerr != nil {
+		t.Fatalf("Reserve on the hot counter while recovery waited for a busy task row: %v (after %s)", rerr, waited.Round(time.Millisecond))
+	}
+	out := <-recovered
+	if out.err != nil {
+		t.Fatalf("Recover: %v", out.err)
+	}
+	if !out.res.Zero() {
+		t.Fatalf("Recover = %+v, want nothing reclaimed (the task was heartbeated)", out.res)
+	}
+	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskRunning || got.ExecutionToken != task.ExecutionToken {
+		t.Fatalf("task after recovery = %+v, want still running with its token", got)
+	}
+	recoverOnce(t, m, ratelimit.RecoveryResult{}) // renewed: nothing to reclaim
+	assertDoctorOK(t, pool)
+}
