@@ -526,7 +526,7 @@ leases AS (
           JOIN reclaimed AS r ON x.task_id = r.id
           WHERE x.released_at IS NULL
           ORDER BY x.id
-          FOR UPDATE OF x) AS locked
+          FOR UPDATE OF x SKIP LOCKED) AS locked
     WHERE l.id = locked.id
     RETURNING l.task_id
 ),
@@ -594,10 +594,14 @@ type RecoveryTaskReclaimRow struct {
 // it in a transaction of its own): waiting for it would hold the counter
 // rows locked before it, and every admission on them, for as long as that
 // transaction lasts. A later pass finds it again if it is still expired.
+// For the same reason a lease another transaction holds (its worker
+// renewing it) is left unreleased here: its attempt is over, so
+// RecoveryLeaseReleaseForFinishedAttempts gives it back once it is free
+// (a lease without an attempt lapses at its expiry).
 // Run after CounterLockForReservations of the tasks' open reservations.
 // Locks: FOR NO KEY UPDATE SKIP LOCKED on each task row, in id order; row
-// locks on their running attempts, unreleased leases (in id order, the
-// lease lock order: see TaskFinish) and admissions.
+// locks on their running attempts, their unreleased leases (SKIP LOCKED,
+// in id order, the lease lock order: see TaskFinish) and admissions.
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 // gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
 func (q *Queries) RecoveryTaskReclaim(ctx context.Context, db DBTX, arg RecoveryTaskReclaimParams) ([]RecoveryTaskReclaimRow, error) {

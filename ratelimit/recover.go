@@ -77,7 +77,11 @@ func (r RecoveryResult) String() string {
 //     unless it was already requeued WithMaxRequeues times, in which case
 //     it fails for good (requeue_limit_exceeded, task.failed event); a sync
 //     task fails (server_restarted, task.failed event). A failed task's
-//     queue admissions are deleted;
+//     queue admissions are deleted. A task whose row another transaction
+//     holds (its worker heartbeating or finishing it) is passed over until
+//     a later pass, and a lease row so held is left to step 6, so that
+//     recovery never waits on a worker's transaction with counter rows
+//     locked;
 //  2. open reservations of finished tasks are released (task_finished);
 //  3. expired, unreleased leases are marked released (expired);
 //  4. unreleased leases of finished tasks are released (task_finished);

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -73,5 +75,80 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 		t.Fatalf("task after recovery = %+v, want still running with its token", got)
 	}
 	recoverOnce(t, m, ratelimit.RecoveryResult{}) // renewed: nothing to reclaim
+	assertDoctorOK(t, pool)
+}
+
+// The same for a lease of the task that its worker renews in a transaction
+// of its own, still open: the reclaim leaves that lease to a later step
+// (the task's attempt is over, so "release leases of finished attempts"
+// gives it back once it is free) rather than wait for it with the
+// counter rows locked.
+func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	hot := window("model", uniqueKey("hot"), ratelimit.MetricRequests, 1000, 1)
+	slot := concurrent("model", uniqueKey("slots"), 10)
+	slot.LeaseTTL = time.Hour
+
+	task := startSync(t, l, time.Second)
+	grant, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{hot, slot})
+	if err != nil {
+		t.Fatalf("Reserve(task): %v", err)
+	}
+	clock.pass(task.LeaseExpiresAt)
+
+	// The worker renews its lease in its own transaction, and keeps it open.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if renewed, err := l.WithTx(tx).RenewLeases(ctx, grant.Leases); err != nil || len(renewed) != 1 {
+		t.Fatalf("RenewLeases in the worker's transaction = %v, %v", renewed, err)
+	}
+
+	type outcome struct {
+		res ratelimit.RecoveryResult
+		err error
+	}
+	recovered := make(chan outcome, 1)
+	go func() {
+		res, err := m.Recover(ctx)
+		recovered <- outcome{res, err}
+	}()
+	time.Sleep(500 * time.Millisecond) // recovery has reached the lease row
+
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, rerr := l.Reserve(rctx, "", "", []ratelimit.Limit{hot})
+	waited := time.Since(start)
+	var out outcome
+	select {
+	case out = <-recovered: // done without waiting for the worker
+	case <-time.After(5 * time.Second):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit the worker's transaction: %v", err)
+	}
+	if rerr != nil {
+		<-recovered
+		t.Fatalf("Reserve on the hot counter while recovery waited for a busy lease row: %v (after %s)", rerr, waited.Round(time.Millisecond))
+	}
+	if out == (outcome{}) {
+		t.Fatalf("Recover waited for the worker's transaction: %+v", <-recovered)
+	}
+	if out.err != nil {
+		t.Fatalf("Recover: %v", out.err)
+	}
+	want := ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 1}
+	if diff := cmp.Diff(want, out.res); diff != "" {
+		t.Fatalf("Recover while the lease was busy (-want +got):\n%s", diff)
+	}
+	// Free now: the next pass gives it back (its attempt is over).
+	recoverOnce(t, m, ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1})
 	assertDoctorOK(t, pool)
 }
