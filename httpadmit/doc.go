@@ -116,10 +116,12 @@
 // with 503 (an *UnavailableError to the error handler, OutcomeFailedClosed);
 // otherwise it is admitted unrecorded (OutcomeFailedOpen), without
 // rate-limit headers. A database that is down or hangs thus costs a request
-// at most the decision timeout. A Reserve that timed out may still have
-// been applied by the server: such a reservation has no owner and lapses
-// like any unsettled one. Bound connection attempts too (connect_timeout in
-// the pool's configuration), so that background dials to a hanging server
+// at most the decision timeout, plus up to 100 ms in which ratelimit lets a
+// statement already under way finish (see ratelimit.Limiter.Reserve). A
+// Reserve that timed out after the server applied it is released then;
+// only one answered later than that has no owner, and lapses like any
+// unsettled one. Bound connection attempts too (connect_timeout in the
+// pool's configuration), so that background dials to a hanging server
 // end.
 //
 // # Metrics

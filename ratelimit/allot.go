@@ -325,9 +325,10 @@ func (a *allotments) close() {
 // Close returns the blocks of Local limits this Limiter holds, charging
 // requests still in flight at their estimates, and stops its housekeeping;
 // later Local limits are decided in the database. It then waits for the
-// combined statements in flight and for the release of what they granted
-// callers who had left (each release bounded by 30 s), which would be lost
-// if the pool closed first. Call it when the process stops, once it makes no
+// combined statements in flight, those whose callers all left included
+// (each bounded by 100 ms after its last caller left), and for the release of
+// what they granted callers who had left (each release bounded by 30 s),
+// which would be lost if the pool closed first. Call it when the process stops, once it makes no
 // more calls (after http.Server.Shutdown, say), and before closing the
 // pool, which it does not close: blocks of a process that does not close
 // stay reserved until their window ends.

@@ -20,10 +20,15 @@ import (
 // were woken with it, alone if it is alone (see start); callers that arrive
 // while batches run wait in the queue and go together, in arrival order, as
 // soon as one finishes (with those that its end woke: see stream). Every
-// caller can leave when its context ends.
+// caller can leave when its context ends, except one alone in its batch,
+// who runs its statement itself and leaves once it is answered (see
+// sendContext).
 type combiner[Req, Res any] struct {
 	maxBatch    int
 	maxInFlight int
+	// leftGrace is how long a statement may still run once every caller
+	// in it has left before it is cancelled (see sendContext).
+	leftGrace time.Duration
 	// run executes one batch and returns a result and an error per
 	// request, or an error for the whole batch.
 	run func(ctx context.Context, reqs []Req) ([]Res, []error, error)
@@ -36,7 +41,7 @@ type combiner[Req, Res any] struct {
 	queue     []*combined[Req, Res]
 	inFlight  int
 	left      int           // callers who left unsent since the queue was last compacted or emptied
-	releasing int           // abandoned calls running
+	releasing int           // abandoned calls, and statements that every caller left (detached), running
 	idle      *sync.Cond    // on mu: inFlight and releasing both fell to 0
 	batches   int64         // statements answered
 	requests  int64         // requests they carried
@@ -58,14 +63,15 @@ type combined[Req, Res any] struct {
 }
 
 func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res)) *combiner[Req, Res] {
-	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), run: run, abandoned: abandoned}
+	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), leftGrace: leftStatementGrace, run: run, abandoned: abandoned}
 	c.idle = sync.NewCond(&c.mu)
 	return c
 }
 
-// drain waits until no batch is in flight and no abandoned call runs: what
-// a batch granted a caller who had left is then given back, on a pool that
-// is still open. Calls that keep coming keep it waiting.
+// drain waits until no batch is in flight, no statement that its callers
+// left still runs and no abandoned call runs: what a batch granted a
+// caller who had left is then given back, on a pool that is still open.
+// Calls that keep coming keep it waiting.
 func (c *combiner[Req, Res]) drain() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -82,7 +88,10 @@ func (c *combiner[Req, Res]) settledLocked() {
 }
 
 // do runs req in the next batch and returns its result. When ctx ends first
-// it returns ctx's error; a request not yet sent is then never sent.
+// it returns ctx's error; a request not yet sent is then never sent, and
+// what a request sent was granted goes to abandoned. A caller alone in its
+// batch runs the statement on its own goroutine (start) and so returns
+// once it is answered, with ctx's error if ctx ended meanwhile.
 func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p := &combined[Req, Res]{req: req, ctx: ctx, done: make(chan struct{})}
 	c.mu.Lock()
@@ -147,13 +156,15 @@ func (c *combiner[Req, Res]) leftUnsent() {
 // is compacted.
 const minCompaction = 64
 
-// answer is what p's caller gets once its result is here. A caller who
-// left, and whose statement failed (most likely cancelled because every
-// caller in it had left), gets its own context's error, as a caller who
-// leaves before the answer does.
+// answer is what p's caller gets once its result is here. A caller whose
+// context ended before the result came gets its own context's error, as
+// a caller who leaves before the answer does: what it was granted went to
+// abandoned (deliver). So does one whose statement failed after its
+// context ended (cancelled, say, once every caller had left).
 func (p *combined[Req, Res]) answer() (Res, error) {
-	if p.err != nil && p.ctx.Err() != nil {
-		return p.res, p.ctx.Err()
+	if p.gone || (p.err != nil && p.ctx.Err() != nil) {
+		var zero Res
+		return zero, p.ctx.Err()
 	}
 	return p.res, p.err
 }
@@ -201,16 +212,20 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 // start sends the next batch for p's caller, who took an in-flight place,
 // once the callers woken with it have joined (awaitJoiners). A caller alone
 // in its batch runs the statement on its own goroutine, with no handoff to
-// another (no added latency), and can still leave: the statement of a batch
-// whose callers all left is cancelled (batchContext). A batch of several
-// runs on a goroutine of its own, so that each of its callers can leave
-// when its context ends, even while another one in it has no deadline.
+// another (no added latency); if its context ends meanwhile, it leaves
+// once the statement is answered (or cancelled leftGrace later: see
+// sendContext), and what it was granted goes to abandoned. A batch of
+// several runs on a goroutine of its own, so that each of its callers can
+// leave when its context ends, even while another one in it has no
+// deadline.
 func (c *combiner[Req, Res]) start(p *combined[Req, Res]) {
 	c.awaitJoiners()
 	batch := c.nextBatch()
 	switch {
 	case len(batch) == 1 && batch[0] == p:
-		c.runBatch(batch)
+		if c.runBatch(batch, true) {
+			return // its in-flight place went to the queue when its caller left
+		}
 		if !c.releaseIfIdle() {
 			go c.flushQueued()
 		}
@@ -247,7 +262,9 @@ func (c *combiner[Req, Res]) flushQueued() {
 // 5.8 to 7.2 calls and the admissions per second up 10-15 %.
 func (c *combiner[Req, Res]) stream(batch []*combined[Req, Res]) {
 	for batch != nil {
-		c.runBatch(batch)
+		if c.runBatch(batch, true) {
+			return // the place went to the queue when every caller left
+		}
 		c.awaitJoiners()
 		batch = c.nextBatch()
 	}
@@ -274,11 +291,15 @@ func (c *combiner[Req, Res]) awaitJoiners() {
 // that the server rejected as a whole for what it was sent (one request's
 // bad input, say) is run again one request at a time, so that only the
 // request at fault fails.
-func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
+//
+// holdsPlace says the batch runs on an in-flight place. It reports whether
+// the batch gave the place up because every caller in it had left before
+// the answer (leave): the caller of runBatch then no longer holds it.
+func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bool) (detached bool) {
 	if len(batch) == 0 {
-		return
+		return false
 	}
-	ctx, cancel := batchContext(batch)
+	ctx, f, cancel := c.sendContext(batch, holdsPlace)
 	defer cancel()
 	reqs := make([]Req, len(batch))
 	for i, p := range batch {
@@ -286,37 +307,80 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res]) {
 	}
 	sent := time.Now()
 	res, errs, err := c.runGuarded(ctx, reqs)
-	c.count(len(batch), time.Since(sent))
+	detached = c.answered(f, len(batch), time.Since(sent))
+	if detached {
+		defer c.detachedDone()
+	}
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
-			c.runBatch([]*combined[Req, Res]{p})
+			if c.runBatch([]*combined[Req, Res]{p}, holdsPlace && !detached) {
+				detached = true
+			}
 		}
-		return
+		return detached
 	}
 	for i, p := range batch {
-		p.mu.Lock()
 		if err != nil {
-			p.err = err
+			c.deliver(p, *new(Res), err)
 		} else {
-			p.res, p.err = res[i], errs[i]
-		}
-		gone := p.gone
-		p.delivered = true
-		close(p.done)
-		p.mu.Unlock()
-		if gone && p.err == nil && c.abandoned != nil {
-			c.mu.Lock()
-			c.releasing++ // before this batch's place is given back: drain sees it
-			c.mu.Unlock()
-			go func(res Res) {
-				c.abandoned(res)
-				c.mu.Lock()
-				c.releasing--
-				c.settledLocked()
-				c.mu.Unlock()
-			}(p.res)
+			c.deliver(p, res[i], errs[i])
 		}
 	}
+	return detached
+}
+
+// detachedDone ends what leave started: a detached batch was answered, and
+// what it granted callers who left went to abandoned (counted apart).
+func (c *combiner[Req, Res]) detachedDone() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.releasing--
+	c.settledLocked()
+}
+
+// deliver answers p's caller. What was granted to a caller who left first
+// (gone, or its context ended while it ran the statement itself) goes to
+// abandoned, and the caller gets its context's error (answer).
+func (c *combiner[Req, Res]) deliver(p *combined[Req, Res], res Res, err error) {
+	p.mu.Lock()
+	p.res, p.err = res, err
+	if p.ctx.Err() != nil {
+		p.gone = true
+	}
+	gone := p.gone
+	p.delivered = true
+	close(p.done)
+	p.mu.Unlock()
+	if !gone || err != nil || c.abandoned == nil {
+		return
+	}
+	c.mu.Lock()
+	c.releasing++ // before this batch's place is given back: drain sees it
+	c.mu.Unlock()
+	go func() {
+		c.abandoned(res)
+		c.mu.Lock()
+		c.releasing--
+		c.settledLocked()
+		c.mu.Unlock()
+	}()
+}
+
+// answered records a statement of n requests, answered after took (a
+// statement counts once answered, so that Busy and Batches always
+// describe the same statements), and closes f: its callers leaving no
+// longer detaches it. It reports whether f was detached before.
+func (c *combiner[Req, Res]) answered(f *flight, n int, took time.Duration) (detached bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.batches++
+	c.requests += int64(n)
+	c.busy += took
+	if f == nil {
+		return false
+	}
+	f.answered = true
+	return f.detached
 }
 
 // runGuarded runs a batch, turning a panic into an error for the whole
@@ -329,17 +393,6 @@ func (c *combiner[Req, Res]) runGuarded(ctx context.Context, reqs []Req) (res []
 		}
 	}()
 	return c.run(ctx, reqs)
-}
-
-// count records a statement of n requests, answered after took. A
-// statement counts once answered, so that Busy and Batches always describe
-// the same statements.
-func (c *combiner[Req, Res]) count(n int, took time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.batches++
-	c.requests += int64(n)
-	c.busy += took
 }
 
 // rejectedInput reports an error the server raised about what a statement
@@ -360,56 +413,97 @@ func rejectedInput(err error) bool {
 	return false
 }
 
-// batchContext is the context one batch runs in: no caller's cancellation
-// (one caller leaving must not fail the others), the latest deadline of its
-// callers when every one of them has one, and cancelled once every caller
-// has left (each one's context ended): nobody waits for its answer any
-// more, and a statement stuck behind a lock would otherwise hold up the
-// stream until the lock goes.
-func batchContext[Req, Res any](batch []*combined[Req, Res]) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	allDeadlines, allCancellable := true, true
+// leftStatementGrace is how long a statement may still run once every
+// caller in it has left. Answered within it, what it granted them is
+// given back (abandoned); past it, it is cancelled. It covers what
+// remains of a statement the server is running (its commit's flush, the
+// answer on its way: milliseconds), and it is short because a caller
+// alone in its batch waits for its statement (start): a caller that a
+// hanging database would keep waiting past its deadline is kept at most
+// this much longer (httpadmit's decision timeout counts on it).
+const leftStatementGrace = 100 * time.Millisecond
+
+// flight is one batch's statement, from send to answer, when every caller
+// in it can leave.
+type flight struct {
+	left       atomic.Int64 // callers whose context ended
+	holdsPlace bool         // the batch runs on an in-flight place
+	// On the combiner's mu:
+	answered bool // the statement returned
+	detached bool // every caller left first; the batch gave its place up
+}
+
+// sendContext is the context one batch's statement runs in: its callers'
+// values, without their cancellation or deadlines. A statement once sent
+// is not cancelled because its callers leave: the server may have
+// committed it already (its answer on the way, or its commit waiting for
+// its flush), and the grants it made, which only its answer names, would
+// then stay held until their window or lease TTL ends. It runs to its
+// answer, and what it granted callers who left goes to abandoned.
+//
+// Once every caller has left (each one's context ended; a batch with a
+// caller that cannot leave waits for its answer, however long), the batch
+// is detached (leave) and the statement cancelled if it is still
+// unanswered leftGrace later: pgx then has the server cancel it and closes
+// the connection. A statement so cancelled while it waits for a lock is
+// rolled back; one the server committed just before is as lost as a
+// commit whose acknowledgement a dropped connection lost. The returned
+// cancel ends the context once the statement is answered; f is nil when
+// some caller cannot leave.
+func (c *combiner[Req, Res]) sendContext(batch []*combined[Req, Res], holdsPlace bool) (context.Context, *flight, context.CancelFunc) {
+	base := batch[0].ctx
+	allCancellable := true
 	for _, p := range batch {
-		if d, ok := p.ctx.Deadline(); !ok {
-			allDeadlines = false
-		} else if d.After(latest) {
-			latest = d
-		}
 		if p.ctx.Done() == nil {
 			allCancellable = false
 		}
 	}
-	base := context.WithoutCancel(batch[0].ctx)
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if allDeadlines {
-		ctx, cancel = context.WithDeadline(base, latest)
-	} else {
-		ctx, cancel = context.WithCancel(base)
+	if base.Done() != nil {
+		base = context.WithoutCancel(base)
 	}
 	if !allCancellable {
-		return ctx, cancel
+		return base, nil, func() {}
 	}
-	return ctx, cancelOnceAllLeave(batch, cancel)
-}
-
-// cancelOnceAllLeave calls cancel once the context of every caller in
-// batch has ended, and returns what stops watching them and cancels.
-func cancelOnceAllLeave[Req, Res any](batch []*combined[Req, Res], cancel context.CancelFunc) context.CancelFunc {
-	var left atomic.Int64
+	ctx, cancelStatement := context.WithCancel(base)
+	f := &flight{holdsPlace: holdsPlace}
 	stops := make([]func() bool, len(batch))
 	for i, p := range batch {
 		stops[i] = context.AfterFunc(p.ctx, func() {
-			if left.Add(1) == int64(len(batch)) {
-				cancel()
+			if f.left.Add(1) == int64(len(batch)) {
+				c.leave(f, cancelStatement)
 			}
 		})
 	}
-	return func() {
+	return ctx, f, func() {
 		for _, stop := range stops {
 			stop()
 		}
-		cancel()
+		cancelStatement()
+	}
+}
+
+// leave handles a batch whose callers have all left before its answer:
+// its statement is cancelled leftGrace from now if still unanswered, and
+// a batch that holds an in-flight place gives it to the queue, so that a
+// statement nobody waits for does not hold up the callers behind it. The
+// batch counts as releasing until it is answered and its grants handed to
+// abandoned: drain waits for it.
+func (c *combiner[Req, Res]) leave(f *flight, cancel context.CancelFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.answered {
+		return
+	}
+	time.AfterFunc(c.leftGrace, cancel)
+	if !f.holdsPlace {
+		return
+	}
+	f.detached = true
+	c.releasing++
+	c.inFlight--
+	if len(c.queue) > 0 && c.inFlight < c.maxInFlight {
+		c.inFlight++
+		go c.flushQueued()
 	}
 }
 

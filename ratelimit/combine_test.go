@@ -245,12 +245,16 @@ func TestCombinerCallersWhoLeave(t *testing.T) {
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued caller: %v, want context.Canceled", err)
 	}
-	// Request 1, alone, runs on its caller's goroutine: the caller waits for
-	// it (its statement is cancelled when it leaves, which this one ignores).
+	// Request 1, alone, runs on its caller's goroutine: the caller who
+	// leaves returns once its statement is answered, with its context's
+	// error, and what it was granted goes to abandoned.
 	leaveInFlight()
 	g.release <- struct{}{}
-	if err := <-errs; err != nil {
-		t.Fatalf("in-flight caller that ran its own batch: %v", err)
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("in-flight caller that ran its own batch, after leaving: %v, want context.Canceled", err)
+	}
+	if res := <-abandoned; res != 10 {
+		t.Fatalf("abandoned %d, want 10 (request 1's result)", res)
 	}
 
 	// Now leave while another goroutine runs the batch.
@@ -420,12 +424,15 @@ func TestCombinerSurvivesABatchThatPanics(t *testing.T) {
 	<-done
 }
 
-// A statement whose callers have all left is cancelled, a caller alone
-// included (who runs it on its own goroutine, and so returns when it ends);
-// one that a caller still waits for is not.
-func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
+// A statement whose callers have all left is not cancelled: the server
+// may have committed it, and only its answer names what it granted. It
+// runs to its answer, which goes to abandoned, while the queue behind it
+// goes on; Close (drain) waits for it. Only a statement still unanswered
+// leftGrace after its last caller left is cancelled.
+func TestCombinerStatementEveryCallerLeftRunsToItsAnswer(t *testing.T) {
 	started := make(chan context.Context, 4)
 	release := make(chan struct{})
+	abandoned := make(chan int, 4)
 	c := newCombiner(8, 1, func(ctx context.Context, reqs []int) ([]int, []error, error) {
 		started <- ctx
 		select {
@@ -434,57 +441,86 @@ func TestCombinerCancelsAStatementEveryCallerLeft(t *testing.T) {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
-	}, nil)
+	}, func(res int) { abandoned <- res })
+	c.leftGrace = time.Hour
 	errs := make(chan error, 3)
 
-	// A caller alone, stuck (behind a lock, say), leaves.
+	// A caller alone, stuck (behind a lock, say), leaves: its statement
+	// goes on, and the next caller is sent meanwhile.
 	first, firstLeaves := context.WithCancel(context.Background())
 	go func() { _, err := c.do(first, 1); errs <- err }()
 	statement := <-started
 	firstLeaves()
+	next := make(chan error, 1)
+	go func() { _, err := c.do(context.Background(), 2); next <- err }()
 	select {
-	case err := <-errs:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the caller, after leaving: %v, want context.Canceled", err)
-		}
+	case <-started:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the caller still waits for a statement nobody waits for")
+		t.Fatal("the next caller waits for a statement nobody waits for")
+	}
+	if statement.Err() != nil {
+		t.Fatal("the statement every caller left was cancelled")
+	}
+	drained := make(chan struct{})
+	go func() { c.drain(); close(drained) }()
+	release <- struct{}{}
+	release <- struct{}{}
+	if err := <-next; err != nil {
+		t.Fatalf("the next caller: %v", err)
+	}
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller who left: %v, want context.Canceled", err)
+	}
+	if res := <-abandoned; res != 1 {
+		t.Fatalf("abandoned %d, want 1 (the leaver's result)", res)
 	}
 	select {
-	case <-statement.Done():
+	case <-drained:
 	case <-time.After(5 * time.Second):
-		t.Fatal("its statement was not cancelled")
+		t.Fatal("drain still waits after every statement was answered")
 	}
 
-	// Two callers in one statement: the first to leave cancels nothing.
-	go func() { _, err := c.do(context.Background(), 2); errs <- err }()
-	<-started // [2]
+	// Two callers in one statement: it is cancelled leftGrace after the
+	// second left, not when the first did.
+	c.leftGrace = 50 * time.Millisecond
+	go func() { _, err := c.do(context.Background(), 3); errs <- err }()
+	<-started // [3]
 	one, oneLeaves := context.WithCancel(context.Background())
 	two, twoLeaves := context.WithCancel(context.Background())
-	go func() { _, err := c.do(one, 3); errs <- err }()
-	go func() { _, err := c.do(two, 4); errs <- err }()
+	go func() { _, err := c.do(one, 4); errs <- err }()
+	go func() { _, err := c.do(two, 5); errs <- err }()
 	waitQueued(t, c, 2)
-	release <- struct{}{} // [2] ends, [3 4] is sent
+	release <- struct{}{} // [3] ends, [4 5] is sent
 	if err := <-errs; err != nil {
-		t.Fatalf("request 2: %v", err)
+		t.Fatalf("request 3: %v", err)
 	}
 	statement = <-started
 	oneLeaves()
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first caller who left: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	if statement.Err() != nil {
 		t.Fatal("the statement was cancelled while a caller still waited for it")
 	}
 	twoLeaves()
+	left := time.Now()
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the second caller who left: %v", err)
 	}
 	select {
 	case <-statement.Done():
+		if waited := time.Since(left); waited < c.leftGrace {
+			t.Fatalf("the statement was cancelled %v after its callers left, before leftGrace (%v)", waited, c.leftGrace)
+		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the statement was not cancelled once every caller had left")
+		t.Fatal("the statement was not cancelled leftGrace after every caller had left")
+	}
+	c.drain()
+	select {
+	case res := <-abandoned:
+		t.Fatalf("abandoned %d from a statement that was cancelled", res)
+	default:
 	}
 }
 
@@ -528,13 +564,14 @@ func TestCombinerCallerWhoSendsABatchOfSeveralCanLeave(t *testing.T) {
 }
 
 // A caller whose deadline passes while its statement runs gets
-// context.DeadlineExceeded, its own reason, whichever ended the statement
-// first: its deadline, or the cancellation of a statement every caller left.
+// context.DeadlineExceeded, its own reason, and not the error of the
+// statement, cancelled leftGrace after every caller left.
 func TestCombinerAnswersALeaverWithItsOwnReason(t *testing.T) {
 	c := newCombiner(8, 1, func(ctx context.Context, reqs []int) ([]int, []error, error) {
 		<-ctx.Done()
 		return nil, nil, ctx.Err()
 	}, nil)
+	c.leftGrace = time.Millisecond
 	for range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		_, err := c.do(ctx, 1)

@@ -61,6 +61,13 @@ func WithoutHotBatches() Option {
 	return func(o *options) { o.coldBatches = true }
 }
 
+// WithLeftStatementGrace sets how long a statement whose callers have all
+// left may still run before it is cancelled (leftStatementGrace), so that
+// tests can hold a statement's answer back longer than that.
+func WithLeftStatementGrace(d time.Duration) Option {
+	return func(o *options) { o.leftGrace = d }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

@@ -50,6 +50,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 	if o.combineBatch > 0 {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
+		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
 	}
 	l.allot = newAllotments(l, o.allot)
 	return l
@@ -88,11 +89,12 @@ type options struct {
 	allot           AllotmentOptions
 	clock           clock
 	lockPrefix      int32
-	coldBatches     bool // test-only: no batch goes as a hot batch (WithoutHotBatches)
+	coldBatches     bool          // test-only: no batch goes as a hot batch (WithoutHotBatches)
+	leftGrace       time.Duration // test-only (WithLeftStatementGrace); leftStatementGrace
 }
 
 func defaultOptions() options {
-	return options{combineBatch: DefaultCombineBatch, combineInFlight: DefaultCombineInFlight}
+	return options{combineBatch: DefaultCombineBatch, combineInFlight: DefaultCombineInFlight, leftGrace: leftStatementGrace}
 }
 
 // Defaults of WithCombining.
@@ -106,8 +108,9 @@ const (
 // maxInFlight combined Reserve statements are running wait and go together,
 // at most maxBatch in one statement and one transaction; Commit and Release
 // calls likewise, in statements of their own. Each caller still gets its
-// own Grant, Settlement or error; a caller alone is sent at once. Values
-// below 1 mean 1.
+// own Grant, Settlement or error; a caller alone is sent at once. A
+// statement whose callers have all left stops counting against
+// maxInFlight (see Reserve on cancelling). Values below 1 mean 1.
 func WithCombining(maxBatch, maxInFlight int) Option {
 	return func(o *options) {
 		o.combineBatch = min(max(maxBatch, 1), math.MaxInt32)

@@ -29,6 +29,20 @@ import (
 // cheaper function for a common shape), in which counter rows are locked in
 // a global order (no deadlocks whatever order callers list limits in) and
 // held only while the server executes it.
+//
+// Cancelling: when ctx ends before the call returns, Reserve returns ctx's
+// error and the caller holds nothing. A request not yet sent is never
+// sent. A combined statement once sent is not cancelled for the caller:
+// the server may already have committed it, and only its answer names the
+// grants. It runs to its answer, and what it granted the caller who left
+// is released (reason "abandoned"; Limiter.Close waits for such
+// releases). A caller whose request is combined with others returns when
+// ctx ends; a caller alone in its statement returns once the statement is
+// answered. A statement still unanswered 100 ms after all its callers left
+// (stuck behind a row lock, say) is cancelled: pgx has the server cancel
+// it, and it is rolled back unless the server committed it in that
+// moment, when what it granted lapses as after a lost connection
+// (reservations with their window, leases at their TTL).
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
 	a, err := newAdmission(taskID, attemptID, limits)
 	if err != nil {
