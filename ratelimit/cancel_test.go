@@ -156,8 +156,8 @@ func assertNothingHeld(t *testing.T, pool *pgxpool.Pool, scopeType, key string) 
 	assertBooksBalance(t, pool, scopeType, key)
 }
 
-// A caller alone, combined (the default), who leaves after the server
-// committed its statement but before the answer came back gets its
+// A caller alone, combined (the default) or not, who leaves after the
+// server committed its statement but before the answer came back gets its
 // context's error, and what the statement granted is given back: it used
 // to stay held, a reservation until its window ended and a lease until its
 // TTL.
@@ -168,6 +168,7 @@ func TestReserveCallerWhoLeavesAfterTheCommitHoldsNothing(t *testing.T) {
 		opts []ratelimit.Option
 	}{
 		{"combined", nil},
+		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -275,6 +276,7 @@ func TestReserveCallerWhoLeavesAStatementStuckOnALock(t *testing.T) {
 		opts []ratelimit.Option
 	}{
 		{"combined", nil},
+		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

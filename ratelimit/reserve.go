@@ -32,17 +32,19 @@ import (
 //
 // Cancelling: when ctx ends before the call returns, Reserve returns ctx's
 // error and the caller holds nothing. A request not yet sent is never
-// sent. A combined statement once sent is not cancelled for the caller:
-// the server may already have committed it, and only its answer names the
-// grants. It runs to its answer, and what it granted the caller who left
-// is released (reason "abandoned"; Limiter.Close waits for such
-// releases). A caller whose request is combined with others returns when
-// ctx ends; a caller alone in its statement returns once the statement is
-// answered. A statement still unanswered 100 ms after all its callers left
-// (stuck behind a row lock, say) is cancelled: pgx has the server cancel
-// it, and it is rolled back unless the server committed it in that
-// moment, when what it granted lapses as after a lost connection
-// (reservations with their window, leases at their TTL).
+// sent. A statement once sent is not cancelled for the caller: the server
+// may already have committed it, and only its answer names the grants. It
+// runs to its answer, and what it granted the caller who left is released
+// (reason "abandoned"; Limiter.Close waits for such releases). A caller
+// whose request is combined with others returns when ctx ends; a caller
+// alone in its statement (and any caller WithoutCombining) returns once
+// the statement is answered. A statement still unanswered 100 ms after all
+// its callers left (stuck behind a row lock, say) is cancelled: pgx has
+// the server cancel it, and it is rolled back unless the server committed
+// it in that moment, when what it granted lapses as after a lost
+// connection (reservations with their window, leases at their TTL).
+// Inside a caller's transaction (WithTx), a cancelled statement ends the
+// transaction, and what it did is rolled back with it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
 	a, err := newAdmission(taskID, attemptID, limits)
 	if err != nil {
@@ -63,7 +65,8 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 }
 
 // reserveRemote decides the admission's limits in the database: combined
-// with concurrent calls, or alone inside a caller's transaction.
+// with concurrent calls, alone inside a caller's transaction, or alone
+// (WithoutCombining).
 func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error) {
 	if l.reserves != nil {
 		return l.reserves.do(ctx, a)
@@ -72,11 +75,52 @@ func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error
 	if err := l.enter("Reserve", first, last); err != nil {
 		return Grant{}, err
 	}
-	grants, errs, err := l.reserveBatch(ctx, []*admission{a})
+	if l.inTx {
+		// A statement cancelled in the caller's transaction ends it: what
+		// the statement did is rolled back with it.
+		grants, errs, err := l.reserveBatch(ctx, []*admission{a})
+		if err != nil {
+			return Grant{}, err
+		}
+		return grants[0], errs[0]
+	}
+	return l.reserveAlone(ctx, a)
+}
+
+// reserveAlone sends one admission as its own statement, which runs to its
+// answer once sent, as a combined one does (sendContext): when ctx ends
+// meanwhile, what it granted is released and the caller gets ctx's error.
+// It is cancelled leftStatementGrace after ctx ended if still unanswered.
+func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error) {
+	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
+	grants, errs, err := l.reserveBatch(sctx, []*admission{a})
+	cancel()
+	if ctx.Err() != nil {
+		if err == nil && errs[0] == nil {
+			l.releaseAbandoned(grants[0])
+		}
+		return Grant{}, ctx.Err()
+	}
 	if err != nil {
 		return Grant{}, err
 	}
 	return grants[0], errs[0]
+}
+
+// statementContext is the context a statement of a caller alone runs in:
+// ctx's values, without its cancellation or deadline, cancelled grace
+// after ctx ends. cancel ends it once the statement is answered. A ctx
+// that cannot end is used as it is.
+func statementContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	sctx, cancelStatement := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancelStatement) })
+	return sctx, func() {
+		stop()
+		cancelStatement()
+	}
 }
 
 // reserveBatch decides admissions in one statement, in order: a grant or an
@@ -170,8 +214,8 @@ func isDecision(err error) bool {
 		errors.Is(err, ErrUnknownTask) || errors.Is(err, ErrTaskFinished)
 }
 
-// releaseAbandoned gives back what a combined Reserve granted after its
-// caller had stopped waiting (its context ended): nobody holds the grant.
+// releaseAbandoned gives back what a Reserve granted after its caller had
+// stopped waiting (its context ended): nobody holds the grant.
 func (l *Limiter) releaseAbandoned(g Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
