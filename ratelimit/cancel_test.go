@@ -265,6 +265,57 @@ func TestReserveCallersWhoAllLeaveABatchHoldNothing(t *testing.T) {
 	assertNothingHeld(t, pool, "key", key)
 }
 
+// A Commit whose caller leaves after the server committed it, before the
+// answer came back, returns the context's error; the grant is settled all
+// the same, and calling again (what the error tells the caller to do) is a
+// no-op that says so: nothing is settled twice, and nothing stays held.
+func TestCommitCallerWhoLeavesAfterTheCommitCanRetry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{"combined", nil},
+		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t)
+			key := uniqueKey("k")
+			direct := ratelimit.New(pool)
+			defer direct.Close()
+			grant, err := direct.Reserve(context.Background(), "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 100), concurrent("api_key", key, 10)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, answers := holdAnswers(t, pool, key)
+			l := ratelimit.New(held, append(tc.opts, ratelimit.WithLeftStatementGrace(time.Minute))...)
+
+			ctx, leave := context.WithCancel(context.Background())
+			errs := make(chan error, 1)
+			go func() { _, err := l.Commit(ctx, grant, map[string]float64{"tokens": 70}); errs <- err }()
+			awaitOpen(t, pool, "api_key", key, 0) // the server committed; its answer is held
+			leave()
+			time.Sleep(20 * time.Millisecond)
+			answers.release()
+			if err := <-errs; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Commit after its caller left: %v, want context.Canceled", err)
+			}
+			l.Close()
+			again, err := direct.Commit(context.Background(), grant, map[string]float64{"tokens": 70})
+			if err != nil {
+				t.Fatalf("Commit again: %v", err)
+			}
+			if !again.AlreadySettled() || again.LeasesAlreadyReleased != 1 || again.Reservations[0].Status != ratelimit.StatusCommitted ||
+				again.Reservations[0].Actual != 70 {
+				t.Fatalf("Commit again = %+v, want a no-op reporting the first commit (70 committed)", again)
+			}
+			assertNothingHeld(t, pool, "api_key", key)
+			assertCounter(t, pool, key, "tokens", 70, 0)
+		})
+	}
+}
+
 // A caller alone whose statement waits for a row lock returns at most
 // leftStatementGrace after it left, and the statement, cancelled then on
 // the server (pgx sends it a cancel request), is rolled back: once the

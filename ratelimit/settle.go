@@ -114,6 +114,14 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 // ended. reason is recorded on each (at most MaxReasonBytes of valid UTF-8
 // without NUL bytes; a *ValidationError otherwise, and nothing is
 // written). Idempotent like Commit. One round trip.
+//
+// A Commit or Release whose ctx ends before it returns gets ctx's error,
+// and the grant may or may not be settled: a combined statement once sent
+// runs to its answer, as Reserve's does, and one sent alone may have been
+// committed by the server before it learned of the cancel. Calling again
+// with the same grant settles what is still open and reports the rest with
+// Settled false (the statuses a retry reads are those the first call
+// left).
 func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Settlement, error) {
 	if err := validateReason(reason); err != nil {
 		return Settlement{}, err
