@@ -359,18 +359,7 @@ func TestReserveCallerWhoLeavesAStatementStuckOnALock(t *testing.T) {
 			if took := time.Since(left); took < grace || took > grace+2*time.Second {
 				t.Errorf("the caller returned %s after it left, want about the grace (%s)", took, grace)
 			}
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				waiting, err := testq.OpsBackendsWaitingOnLock(context.Background(), pool)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(waiting) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the statement its caller left still waits for the lock: it was not cancelled on the server")
-				}
-			}
+			pgtest.AwaitNoLockWaiters(t, pool, "the statement its caller left")
 			if err := blocker.Rollback(context.Background()); err != nil {
 				t.Fatal(err)
 			}

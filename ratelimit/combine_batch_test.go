@@ -499,8 +499,9 @@ func forEachBatchPath(t *testing.T, test func(t *testing.T, l *ratelimit.Limiter
 
 // A caller whose statement is stuck behind a row lock that another
 // transaction holds, and who then leaves (its request's context ends), gets
-// its statement cancelled: it returns at once with its context's error,
-// admits nothing, and the calls queued behind it on other keys go on.
+// its statement cancelled: it returns with its context's error (once the
+// grace for a statement its callers left is over), admits nothing, and the
+// calls queued behind it on other keys go on.
 func TestCombinedCallerLeavesAStuckStatement(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
@@ -542,6 +543,7 @@ func TestCombinedCallerLeavesAStuckStatement(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call queued behind it, on another key, still waits")
 	}
+	pgtest.AwaitNoLockWaiters(t, pool, "the statement its caller left")
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -29,3 +29,23 @@ func AwaitLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) []int32 {
 		}
 	}
 }
+
+// AwaitNoLockWaiters waits until no backend of pool's database waits for a lock, and fails
+// the test after 5 s. A statement whose client gave up is cancelled on the server by a cancel
+// request that pgx sends after it closed the connection, on a connection of its own: until it
+// lands, the statement still waits for its lock, and releasing the lock would let it commit.
+func AwaitNoLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
+		if err != nil {
+			t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still waits for a lock: it was not cancelled on the server", what)
+		}
+	}
+}
