@@ -444,10 +444,12 @@ type flight struct {
 // Once every caller has left (each one's context ended; a batch with a
 // caller that cannot leave waits for its answer, however long), the batch
 // is detached (leave) and the statement cancelled if it is still
-// unanswered leftGrace later: pgx then has the server cancel it and closes
-// the connection. A statement so cancelled while it waits for a lock is
-// rolled back; one the server committed just before is as lost as a
-// commit whose acknowledgement a dropped connection lost. The returned
+// unanswered leftGrace later: pgx then closes the connection and sends the
+// server a cancel request on a connection of its own. A statement that
+// waits for a lock is rolled back once that request lands; one that the
+// server committed before it (its lock released first, or its commit under
+// way) is as lost as a commit whose acknowledgement a dropped connection
+// lost. The returned
 // cancel ends the context once the statement is answered; f is nil when
 // some caller cannot leave.
 func (c *combiner[Req, Res]) sendContext(batch []*combined[Req, Res], holdsPlace bool) (context.Context, *flight, context.CancelFunc) {

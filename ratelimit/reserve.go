@@ -39,10 +39,12 @@ import (
 // whose request is combined with others returns when ctx ends; a caller
 // alone in its statement (and any caller WithoutCombining) returns once
 // the statement is answered. A statement still unanswered 100 ms after all
-// its callers left (stuck behind a row lock, say) is cancelled: pgx has
-// the server cancel it, and it is rolled back unless the server committed
-// it in that moment, when what it granted lapses as after a lost
-// connection (reservations with their window, leases at their TTL).
+// its callers left (stuck behind a row lock, say) is cancelled: pgx closes
+// the connection, then sends the server a cancel request, and the
+// statement is rolled back unless the server committed it before that
+// request landed (its lock released in that moment, say), when what it
+// granted lapses as after a lost connection (reservations with their
+// window, leases at their TTL).
 // Inside a caller's transaction (WithTx), a cancelled statement ends the
 // transaction, and what it did is rolled back with it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
