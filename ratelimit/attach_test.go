@@ -93,7 +93,7 @@ func TestAttachLocksLeasesInIdOrder(t *testing.T) {
 					target = ids[len(ids)-1]
 				}
 
-				finishErr, attachErr := meetFinishTask(t, l, pool, task, target, "Attach", func() error {
+				finishErr, attachErr := meetFinishTask(t, l, pool, task, target, func() error {
 					_, err := l.Attach(ctx, task.AttemptID, grant)
 					return err
 				})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -57,7 +56,7 @@ func TestLeasesAreLockedInOneOrder(t *testing.T) {
 						slices.Reverse(grant.Leases)
 					}
 
-					finishErr, opErr := meetFinishTask(t, l, pool, task, grant.Leases[held].ID, name, func() error { return op(ctx, l, grant) })
+					finishErr, opErr := meetFinishTask(t, l, pool, task, grant.Leases[held].ID, func() error { return op(ctx, l, grant) })
 					if finishErr != nil {
 						t.Errorf("FinishTask: %v", finishErr)
 					}
@@ -77,32 +76,14 @@ func TestLeasesAreLockedInOneOrder(t *testing.T) {
 
 // meetFinishTask makes op meet FinishTask of task on the task's leases:
 // another transaction holds the lease heldID, FinishTask starts and waits
-// for it, then op (named name) starts and waits too, and the holder lets
+// for it, then op starts and waits too (meetOnLease), and the holder lets
 // go. It returns what FinishTask and op returned.
-func meetFinishTask(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool, task ratelimit.Task, heldID, name string, op func() error) (finishErr, opErr error) {
+func meetFinishTask(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool, task ratelimit.Task, heldID string, op func() error) (finishErr, opErr error) {
 	t.Helper()
-	ctx := context.Background()
-	blocker, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = blocker.Rollback(ctx) }()
-	if n, err := testq.OpsLeaseLock(ctx, blocker, mustUUID(t, heldID)); err != nil || n != 1 {
-		t.Fatalf("OpsLeaseLock = %d, %v", n, err)
-	}
-	finished := make(chan error, 1)
-	go func() {
-		_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
-		finished <- err
-	}()
-	pgtest.AwaitLockWaiters(t, pool, "FinishTask")
-	done := make(chan error, 1)
-	go func() { done <- op() }()
-	for deadline := time.Now().Add(20 * time.Second); len(pgtest.AwaitLockWaiters(t, pool, name)) < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never waited", name)
-		}
-	}
-	_ = blocker.Rollback(ctx)
-	return <-finished, <-done
+	meetOnLease(t, pool, heldID,
+		func() {
+			_, finishErr = l.FinishTask(context.Background(), task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+		},
+		func() { opErr = op() })
+	return finishErr, opErr
 }
