@@ -159,7 +159,10 @@ func (g *gateway) request(rng *mrand.Rand, zipf *mrand.Zipf) {
 	latency := model.minLatency + time.Duration(rng.Int64N(int64(model.maxLatency-model.minLatency)))
 
 	g.st.requests.Add(1)
-	task, err := g.lim.CreateTask(g.ctx, ratelimit.TaskSpec{Kind: "chat", Worker: g.name, LeaseTTL: d.taskLease})
+	// Not cut off by a kill: a kill that landed after the server created the task would leave a
+	// task that nobody tracks, and the crash report (which follows the tasks the instance knew
+	// of) would miss it. The next step sees the kill.
+	task, err := g.lim.CreateTask(context.WithoutCancel(g.ctx), ratelimit.TaskSpec{Kind: "chat", Worker: g.name, LeaseTTL: d.taskLease})
 	if g.dead(err) {
 		return
 	}
