@@ -309,7 +309,7 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 	res, errs, err := c.runGuarded(ctx, reqs)
 	detached = c.answered(f, len(batch), time.Since(sent))
 	if detached {
-		defer c.detachedDone()
+		defer c.releaseDone()
 	}
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
@@ -329,9 +329,10 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 	return detached
 }
 
-// detachedDone ends what leave started: a detached batch was answered, and
-// what it granted callers who left went to abandoned (counted apart).
-func (c *combiner[Req, Res]) detachedDone() {
+// releaseDone ends one of what releasing counts: an abandoned call, or a
+// detached batch (leave) now answered, whose grants to callers who left
+// went to abandoned (counted apart).
+func (c *combiner[Req, Res]) releaseDone() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.releasing--
@@ -359,10 +360,7 @@ func (c *combiner[Req, Res]) deliver(p *combined[Req, Res], res Res, err error) 
 	c.mu.Unlock()
 	go func() {
 		c.abandoned(res)
-		c.mu.Lock()
-		c.releasing--
-		c.settledLocked()
-		c.mu.Unlock()
+		c.releaseDone()
 	}()
 }
 
