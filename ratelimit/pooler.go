@@ -111,12 +111,12 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // max_prepared_statements): that passes.
 //
 // Behind a busy proxy another client may take the prober's session instead, and the prober may
-// land back on its own by chance, so the probe runs up to five times. When none of them saw
-// sessions shared or moved, the connection is direct if the backend process id it was given at
-// login is the session's (a proxy gives its own): that passes. Otherwise CheckPooler cannot tell
+// land back on its own by chance, so the probe runs up to five times. A connection whose backend
+// process id given at login is its session's is direct (a proxy gives its own): that passes at the
+// first probe. When no probe saw sessions shared or moved through a proxy, CheckPooler cannot tell
 // a pooler in session mode from a transaction pooler that gave the prober its session back every
-// time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes
-// above make the question moot. Run it at start-up or from a health check, not on a hot path.
+// time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes above
+// make the question moot. Run it at start-up or from a health check, not on a hot path.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
@@ -135,19 +135,14 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
 		return nil
 	}
-	direct := false
 	for range poolerProbes {
 		saw, err := probePooler(ctx, pool, holder, mode)
 		switch {
 		case err != nil:
 			return err
-		case saw == probeCarriedOver:
+		case saw == probeCarriedOver, saw == probeDirect:
 			return nil
 		}
-		direct = saw == probeDirect
-	}
-	if direct {
-		return nil
 	}
 	return fmt.Errorf("%w: pgx's %s exec mode needs one, and in %d probes through a proxy (the connection's "+
 		"backend process id is the proxy's, not its session's) the connection kept its server session and no "+
