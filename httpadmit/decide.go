@@ -129,8 +129,8 @@ func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
 		}
 		k := keyOf(l.Limit)
 		if j, dup := enforced[k]; dup {
-			return nil, nil, &ratelimit.ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: k.String(),
-				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}
+			return nil, nil, inLimit(i, &ratelimit.ValidationError{Value: k.String(),
+				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)})
 		}
 		enforced[k] = i
 		call = append(call, l)

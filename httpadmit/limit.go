@@ -94,8 +94,7 @@ func checkLimits(limits []Limit) error {
 
 // invalidLimit is the error of a limit checkLimits refuses.
 func invalidLimit(i int, field string, value any, reason string) error {
-	return fmt.Errorf("%w: %w", ErrInvalidLimit,
-		&ratelimit.ValidationError{Field: fmt.Sprintf("Limits[%d].%s", i, field), Value: value, Reason: reason})
+	return fmt.Errorf("%w: %w", ErrInvalidLimit, inLimit(i, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason}))
 }
 
 // key identifies a limit's counter (or concurrency scope) the way Reserve
