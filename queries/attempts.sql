@@ -122,20 +122,15 @@ attached_reservations AS (
     RETURNING r.id
 ),
 attached_leases AS (
-    -- The leases are locked in id order, as every statement that locks
-    -- several leases does (see TaskFinish): in the order of the ids given,
-    -- or of the plan's scan, this deadlocked with FinishTask, recovery or
-    -- a heartbeat of the same task's leases.
+    -- The leases are already locked, in id order, by AttemptAttachLock
+    -- earlier in the transaction: in the order of the ids given, or of the
+    -- plan's scan, this deadlocked with FinishTask, recovery or a heartbeat
+    -- of the same task's leases.
     UPDATE gateway_concurrency_leases AS l
     SET attempt_id = target.id,
         task_id = target.task_id
-    FROM target,
-         (SELECT x.id
-          FROM gateway_concurrency_leases AS x, target AS t
-          WHERE x.id = ANY(@lease_ids::uuid[])
-          ORDER BY x.id
-          FOR UPDATE OF x) AS locked
-    WHERE l.id = locked.id
+    FROM target
+    WHERE l.id = ANY(@lease_ids::uuid[])
     RETURNING l.id
 )
 SELECT coalesce((SELECT status FROM attempt), '')::text        AS attempt_status,
