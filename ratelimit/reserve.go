@@ -37,8 +37,8 @@ import (
 // runs to its answer, and what it granted the caller who left is released
 // (reason "abandoned"; Limiter.Close waits for such releases). A caller
 // whose request is combined with others returns when ctx ends; a caller
-// alone in its statement (and any caller WithoutCombining) returns once
-// the statement is answered. A statement still unanswered 100 ms after all
+// alone in its statement returns once the statement is answered, and a
+// caller WithoutCombining once what it was granted is released too. A statement still unanswered 100 ms after all
 // its callers left (stuck behind a row lock, say) is cancelled: pgx closes
 // the connection, then sends the server a cancel request, and the
 // statement is rolled back unless the server committed it before that
