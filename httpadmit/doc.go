@@ -120,9 +120,13 @@
 // statement already under way finish (see ratelimit.Limiter.Reserve). A
 // Reserve that timed out after the server applied it is released then;
 // only one answered later than that has no owner, and lapses like any
-// unsettled one. Bound connection attempts too (connect_timeout in the
-// pool's configuration), so that background dials to a hanging server
-// end.
+// unsettled one, unless the pool was set up with ratelimit.ConfigurePool:
+// the statement is then cancelled by a request whose answer pgx reads, and
+// what it granted is released too, for up to 350 ms more: the cancel's
+// round trip (pgx gives up on a server that has not answered in 250 ms),
+// then a 100 ms pause pgx makes before the connection is used again. Bound
+// connection attempts too (connect_timeout in the pool's configuration),
+// so that background dials to a hanging server end.
 //
 // # Metrics
 //

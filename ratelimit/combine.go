@@ -442,12 +442,13 @@ type flight struct {
 // Once every caller has left (each one's context ended; a batch with a
 // caller that cannot leave waits for its answer, however long), the batch
 // is detached (leave) and the statement cancelled if it is still
-// unanswered leftGrace later: pgx then closes the connection and sends the
-// server a cancel request on a connection of its own. A statement that
-// waits for a lock is rolled back once that request lands; one that the
-// server committed before it (its lock released first, or its commit under
-// way) is as lost as a commit whose acknowledgement a dropped connection
-// lost. The returned
+// unanswered leftGrace later. On a pool set up with ConfigurePool, pgx
+// sends the server a cancel request and reads the statement's answer: it
+// was rolled back, or it committed and its grants go to abandoned. With
+// pgx's default, pgx closes the connection first and then sends the
+// request, and a statement that the server committed before the request
+// landed (its lock released first, or its commit under way) is as lost as
+// a commit whose acknowledgement a dropped connection lost. The returned
 // cancel ends the context once the statement is answered; f is nil when
 // some caller cannot leave.
 func (c *combiner[Req, Res]) sendContext(batch []*combined[Req, Res], holdsPlace bool) (context.Context, *flight, context.CancelFunc) {

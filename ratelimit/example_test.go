@@ -22,7 +22,12 @@ import (
 // then settle with the tokens really used. Commit releases the slot.
 func ExampleLimiter_Reserve() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	cfg, err := pgxpool.ParseConfig(pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	ratelimit.ConfigurePool(cfg) // a statement cancelled mid-flight never strands what it granted
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

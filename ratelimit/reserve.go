@@ -39,12 +39,14 @@ import (
 // whose request is combined with others returns when ctx ends; a caller
 // alone in its statement returns once the statement is answered, and a
 // caller WithoutCombining once what it was granted is released too. A statement still unanswered 100 ms after all
-// its callers left (stuck behind a row lock, say) is cancelled: pgx closes
-// the connection, then sends the server a cancel request, and the
-// statement is rolled back unless the server committed it before that
-// request landed (its lock released in that moment, say), when what it
-// granted lapses as after a lost connection (reservations with their
-// window, leases at their TTL).
+// its callers left (stuck behind a row lock, say) is cancelled. On a pool
+// set up with ConfigurePool, pgx sends the server a cancel request and
+// reads the answer: the statement is rolled back, or it committed and what
+// it granted is released. With pgx's default, pgx closes the connection
+// first, and a statement the server committed before the request landed
+// (its lock released in that moment, say) leaves what it granted to lapse
+// as after a lost connection (reservations with their window, leases at
+// their TTL).
 // Inside a caller's transaction (WithTx), a cancelled statement ends the
 // transaction, and what it did is rolled back with it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {

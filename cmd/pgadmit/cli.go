@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // Exit codes, documented in the README's CLI reference.
@@ -302,7 +304,7 @@ func (a *app) connect(ctx context.Context, dsn string, maxConns int32) (*pgxpool
 }
 
 // poolConfig parses dsn into a pool configuration with pgadmit's connect timeout and
-// application name.
+// application name, set up for the Limiter (ratelimit.ConfigurePool).
 func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -320,6 +322,7 @@ func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	ratelimit.ConfigurePool(cfg)
 	return cfg, nil
 }
 
