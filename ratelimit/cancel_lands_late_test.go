@@ -69,17 +69,7 @@ func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 			slow, slowOn := slowDials(t, pool, late, ratelimit.ConfigurePool)
 			l := ratelimit.New(slow, append(tc.opts, ratelimit.WithLeftStatementGrace(grace))...)
 			key := uniqueKey("k")
-			limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 10)}
-			limits[0].Window = time.Hour
-			pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
-			blocker, err := pool.Begin(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = blocker.Rollback(context.Background()) }()
-			if _, err := ratelimit.New(pool).WithTx(blocker).Reserve(context.Background(), "", "", limits); err != nil {
-				t.Fatal(err)
-			}
+			limits, blocker := holdCounter(t, pool, key)
 			ctx, leave := context.WithCancel(context.Background())
 			errs := make(chan error, 1)
 			go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -154,6 +155,26 @@ func assertNothingHeld(t *testing.T, pool *pgxpool.Pool, scopeType, key string) 
 		t.Errorf("%s:%s: %d live leases held for callers who left", scopeType, key, live)
 	}
 	assertBooksBalance(t, pool, scopeType, key)
+}
+
+// holdCounter returns the limits of a caller who will wait for a lock, and
+// the open transaction that holds it: it reserved on the same counter row
+// (an hour's window, so that no window ends meanwhile). Roll it back to
+// release the lock; the test's end does.
+func holdCounter(t *testing.T, pool *pgxpool.Pool, key string) ([]ratelimit.Limit, pgx.Tx) {
+	t.Helper()
+	limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 10)}
+	limits[0].Window = time.Hour
+	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	blocker, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blocker.Rollback(context.Background()) })
+	if _, err := ratelimit.New(pool).WithTx(blocker).Reserve(context.Background(), "", "", limits); err != nil {
+		t.Fatal(err)
+	}
+	return limits, blocker
 }
 
 // A caller alone, combined (the default) or not, who leaves after the
@@ -335,17 +356,7 @@ func TestReserveCallerWhoLeavesAStatementStuckOnALock(t *testing.T) {
 			const grace = 200 * time.Millisecond
 			l := ratelimit.New(pool, append(tc.opts, ratelimit.WithLeftStatementGrace(grace))...)
 			key := uniqueKey("k")
-			limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 10)}
-			limits[0].Window = time.Hour // the blocker and the caller meet on one counter row
-			pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
-			blocker, err := pool.Begin(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = blocker.Rollback(context.Background()) }()
-			if _, err := l.WithTx(blocker).Reserve(context.Background(), "", "", limits); err != nil {
-				t.Fatal(err)
-			}
+			limits, blocker := holdCounter(t, pool, key)
 
 			ctx, leave := context.WithCancel(context.Background())
 			errs := make(chan error, 1)
