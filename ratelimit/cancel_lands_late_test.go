@@ -53,13 +53,7 @@ func slowDials(t *testing.T, pool *pgxpool.Pool, delay time.Duration, configure 
 // fails so without ConfigurePool.)
 func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		opts []ratelimit.Option
-	}{
-		{"combined", nil},
-		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
-	} {
+	for _, tc := range callerModes {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
@@ -70,10 +64,7 @@ func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 			l := ratelimit.New(slow, append(tc.opts, ratelimit.WithLeftStatementGrace(grace))...)
 			key := uniqueKey("k")
 			limits, blocker := holdCounter(t, pool, key)
-			ctx, leave := context.WithCancel(context.Background())
-			errs := make(chan error, 1)
-			go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
-			pgtest.AwaitLockWaiters(t, pool, "Reserve")
+			leave, errs := reserveBehindLock(t, pool, l, limits)
 			slowOn.Store(true)
 			leave()
 			time.Sleep(grace + 50*time.Millisecond) // the statement is being cancelled

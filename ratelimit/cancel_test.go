@@ -157,6 +157,16 @@ func assertNothingHeld(t *testing.T, pool *pgxpool.Pool, scopeType, key string) 
 	assertBooksBalance(t, pool, scopeType, key)
 }
 
+// callerModes are the two ways a caller alone sends its statement:
+// combined (the default) and WithoutCombining.
+var callerModes = []struct {
+	name string
+	opts []ratelimit.Option
+}{
+	{"combined", nil},
+	{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
+}
+
 // holdCounter returns the limits of a caller who will wait for a lock, and
 // the open transaction that holds it: it reserved on the same counter row
 // (an hour's window, so that no window ends meanwhile). Roll it back to
@@ -177,6 +187,19 @@ func holdCounter(t *testing.T, pool *pgxpool.Pool, key string) ([]ratelimit.Limi
 	return limits, blocker
 }
 
+// reserveBehindLock starts a Reserve of limits that waits for the lock
+// holdCounter holds, and returns once it waits: leave ends its caller's
+// context, and errs gets what Reserve returned.
+func reserveBehindLock(t *testing.T, pool *pgxpool.Pool, l *ratelimit.Limiter, limits []ratelimit.Limit) (leave context.CancelFunc, errs <-chan error) {
+	t.Helper()
+	ctx, leave := context.WithCancel(context.Background())
+	t.Cleanup(leave)
+	done := make(chan error, 1)
+	go func() { _, err := l.Reserve(ctx, "", "", limits); done <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "Reserve")
+	return leave, done
+}
+
 // A caller alone, combined (the default) or not, who leaves after the
 // server committed its statement but before the answer came back gets its
 // context's error, and what the statement granted is given back: it used
@@ -184,13 +207,7 @@ func holdCounter(t *testing.T, pool *pgxpool.Pool, key string) ([]ratelimit.Limi
 // TTL.
 func TestReserveCallerWhoLeavesAfterTheCommitHoldsNothing(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		opts []ratelimit.Option
-	}{
-		{"combined", nil},
-		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
-	} {
+	for _, tc := range callerModes {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
@@ -292,13 +309,7 @@ func TestReserveCallersWhoAllLeaveABatchHoldNothing(t *testing.T) {
 // no-op that says so: nothing is settled twice, and nothing stays held.
 func TestCommitCallerWhoLeavesAfterTheCommitCanRetry(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		opts []ratelimit.Option
-	}{
-		{"combined", nil},
-		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
-	} {
+	for _, tc := range callerModes {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
@@ -343,13 +354,7 @@ func TestCommitCallerWhoLeavesAfterTheCommitCanRetry(t *testing.T) {
 // lock goes nothing is held, and the Limiter's next call is answered.
 func TestReserveCallerWhoLeavesAStatementStuckOnALock(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		opts []ratelimit.Option
-	}{
-		{"combined", nil},
-		{"without combining", []ratelimit.Option{ratelimit.WithoutCombining()}},
-	} {
+	for _, tc := range callerModes {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
@@ -357,11 +362,7 @@ func TestReserveCallerWhoLeavesAStatementStuckOnALock(t *testing.T) {
 			l := ratelimit.New(pool, append(tc.opts, ratelimit.WithLeftStatementGrace(grace))...)
 			key := uniqueKey("k")
 			limits, blocker := holdCounter(t, pool, key)
-
-			ctx, leave := context.WithCancel(context.Background())
-			errs := make(chan error, 1)
-			go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
-			pgtest.AwaitLockWaiters(t, pool, "Reserve")
+			leave, errs := reserveBehindLock(t, pool, l, limits)
 			left := time.Now()
 			leave()
 			if err := <-errs; !errors.Is(err, context.Canceled) {
