@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
@@ -69,6 +73,57 @@ func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 		return 0, err
 	}
 	return v, nil
+}
+
+// migrationVersions lists the versions of pgadmit's embedded migrations, in ascending order.
+func migrationVersions() ([]int64, error) {
+	names, err := fs.Glob(schema.FS, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	versions := make([]int64, 0, len(names))
+	for _, name := range names {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return nil, err
+		}
+		versions = append(versions, v)
+	}
+	slices.Sort(versions)
+	return versions, nil
+}
+
+// schemaBehindError is a command's failure on a database whose pgadmit schema is older than
+// this binary's: it says what to run instead of the server's "relation ... does not exist".
+type schemaBehindError struct {
+	have, want int64
+	err        error // what the server said
+}
+
+func (e *schemaBehindError) Error() string {
+	return fmt.Sprintf("the database's pgadmit schema is at version %d, this pgadmit needs %d: run 'pgadmit migrate up'", e.have, e.want)
+}
+
+func (e *schemaBehindError) Unwrap() error { return e.err }
+
+// notMigrated returns err as a *schemaBehindError when it is the server's refusal of a table,
+// column or function that is missing (SQLSTATE 42P01, 42703, 42883) and pool's database has
+// not applied every migration this binary embeds. Other errors pass through unchanged. It
+// looks at the schema only after a failure, so that a command costs nothing more when it works.
+func notMigrated(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !slices.Contains([]string{"42P01", "42703", "42883"}, pgErr.Code) {
+		return err
+	}
+	versions, verr := migrationVersions()
+	if verr != nil || len(versions) == 0 {
+		return err
+	}
+	have, verr := schema.Version(ctx, pool)
+	if verr != nil || have >= versions[len(versions)-1] {
+		return err
+	}
+	return &schemaBehindError{have: have, want: versions[len(versions)-1], err: err}
 }
 
 // serverInfo is what bench says about the server it measures.

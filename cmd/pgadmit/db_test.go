@@ -463,3 +463,25 @@ func TestBenchOnThrowawayCluster(t *testing.T) {
 		}
 	}
 }
+
+// On a database that pgadmit has not migrated, or not fully, the commands that need its tables
+// say so and what to run, in one line, instead of passing on the server's "relation ... does
+// not exist".
+func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	latest := strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version"))
+	for _, to := range []string{"3", "0"} {
+		cliOK(t, "--database-url", url, "migrate", "down", "--to", to)
+		for _, args := range [][]string{{"doctor"}, {"inspect"}, {"recover"}, {"prune"}} {
+			out, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)
+			want := "pgadmit " + args[0] + ": the database's pgadmit schema is at version " + to + ", this pgadmit needs " + latest + ": run 'pgadmit migrate up'\n"
+			if code != exitFailure || errOut != want {
+				t.Errorf("pgadmit %s at schema version %s: exit %d, stderr %q; want exit %d, stderr %q", args[0], to, code, errOut, exitFailure, want)
+			}
+			if out != "" {
+				t.Errorf("pgadmit %s at schema version %s: stdout %q, want nothing", args[0], to, out)
+			}
+		}
+	}
+}

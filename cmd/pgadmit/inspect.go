@@ -69,19 +69,19 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 
 	windows, err := q.InspectWindows(ctx, pool, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
 	if err != nil {
-		return fmt.Errorf("read windows: %w", err)
+		return notMigrated(ctx, pool, fmt.Errorf("read windows: %w", err))
 	}
 	leases, err := q.InspectLeases(ctx, pool, db.InspectLeasesParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
 	if err != nil {
-		return fmt.Errorf("read leases: %w", err)
+		return notMigrated(ctx, pool, fmt.Errorf("read leases: %w", err))
 	}
 	admissions, err := q.InspectAdmissions(ctx, pool, db.InspectAdmissionsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
 	if err != nil {
-		return fmt.Errorf("read queue admissions: %w", err)
+		return notMigrated(ctx, pool, fmt.Errorf("read queue admissions: %w", err))
 	}
 	allotments, err := q.InspectAllotments(ctx, pool, db.InspectAllotmentsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
 	if err != nil {
-		return fmt.Errorf("read allotments: %w", err)
+		return notMigrated(ctx, pool, fmt.Errorf("read allotments: %w", err))
 	}
 	if err := printInspect(a.stdout, windows, leases, admissions); err != nil {
 		return err

@@ -74,7 +74,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if line, ok := passReport(res, err, start); ok {
 		fmt.Fprintln(a.stdout, line)
 	}
-	return err
+	return notMigrated(ctx, pool, err)
 }
 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
@@ -104,7 +104,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 			}
 		}
 		if pool != nil {
-			recoverPass(ctx, ratelimit.NewMaintenance(pool, opts...), passTimeout, logf, a.dsn)
+			recoverPass(ctx, pool, ratelimit.NewMaintenance(pool, opts...), passTimeout, logf, a.dsn)
 		}
 		select {
 		case <-ctx.Done():
@@ -118,7 +118,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 // recoverPass runs one pass of the sweeper and logs it. A pass that hangs (a server that
 // stopped answering, a lock held for ever) must not stop the sweeper: after passTimeout it is
 // cut off, and the next pass goes on where it stopped.
-func recoverPass(ctx context.Context, maint *ratelimit.Maintenance, passTimeout time.Duration, logf func(string, ...any), dsn string) {
+func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maintenance, passTimeout time.Duration, logf func(string, ...any), dsn string) {
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
@@ -130,7 +130,7 @@ func recoverPass(ctx context.Context, maint *ratelimit.Maintenance, passTimeout 
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(err.Error(), dsn))
+		logf("recover: pass failed: %s", scrub(notMigrated(ctx, pool, err).Error(), dsn))
 	}
 }
 
@@ -208,7 +208,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return err
+	return notMigrated(ctx, pool, err)
 }
 
 func doctorCommand() *command {
@@ -261,7 +261,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	}
 	rep, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
 	if err != nil {
-		return err
+		return notMigrated(ctx, pool, err)
 	}
 	return a.printDoctor(rep)
 }
