@@ -89,6 +89,8 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"migrate"}, "missing subcommand"},
 		{db, []string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
 		{db, []string{"migrate", "--to", "1", "status"}, "--to applies to up and down"},
+		{db, []string{"migrate", "up", "--to", "9999"}, "--to 9999: no such migration (versions 1 to "},
+		{db, []string{"migrate", "down", "--to", "42"}, "--to 42: no such migration"},
 		{nil, []string{"migrate", "up"}, "no database: set DATABASE_URL or pass --database-url"},
 		{nil, []string{"doctor"}, "no database"},
 		{db, []string{"inspect", "--scope", "api_key"}, `bad --scope "api_key": want TYPE:KEY`},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -64,6 +65,17 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 	if sub == "up" && *to == 0 {
 		return usagef("--to for up must be a version >= 1 (down --to 0 reverts everything)")
+	}
+	if *to > 0 {
+		// goose answers a version it does not know with "nothing to do" (or applies
+		// everything, for up from below it): a typo must not pass for success.
+		versions, err := migrationVersions()
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(versions, *to) {
+			return usagef("--to %d: no such migration (versions %d to %d; down --to 0 reverts them all)", *to, versions[0], versions[len(versions)-1])
+		}
 	}
 
 	pool, err := a.connect(ctx, a.dsn, 2)
