@@ -285,7 +285,9 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 			head += " " + typ
 		}
 		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		// A usage that says its default itself (migrate's --to, whose -1 means "none given")
+		// gets no second, raw one.
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && !strings.Contains(usage, "(default") {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s%s\n", head, usage, def)

@@ -62,6 +62,15 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+	// A flag whose usage says its default itself shows no second, raw one ("(default -1)").
+	for _, c := range commands() {
+		out := cliOK(t, c.name, "--help")
+		for line := range strings.Lines(out) {
+			if strings.Count(line, "(default") > 1 {
+				t.Errorf("pgadmit %s --help: two defaults in %q", c.name, line)
+			}
+		}
+	}
 	if out := cliOK(t, "help", "help"); !strings.Contains(out, "Usage:") {
 		t.Errorf("pgadmit help help:\n%s", out)
 	}
