@@ -67,8 +67,8 @@ func (r RecoveryResult) String() string {
 		r.FailedTasks, r.FailedPoisonTasks, r.CleanedTaskAdmissions, r.ReturnedAllotments)
 }
 
-// Recover gives back the capacity that dead processes still hold, as the
-// reference's RecoverInterruptedRuntimeState does, in bounded batches:
+// Recover gives back the capacity that dead processes still hold, in bounded
+// batches:
 //
 //  1. running tasks whose execution lease expired: their open reservations
 //     are released (execution_lease_expired), their running attempt fails,
