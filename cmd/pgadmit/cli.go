@@ -151,7 +151,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	}
 	name := rest[0]
 	if name == "help" { // pgadmit help <command>
-		if rest[1] == "help" {
+		if slices.Contains([]string{"help", "-h", "--help", "-help"}, rest[1]) {
 			a.printUsage(a.stdout, fs)
 			return errHelp
 		}

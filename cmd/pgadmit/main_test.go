@@ -74,6 +74,11 @@ func TestHelp(t *testing.T) {
 	if out := cliOK(t, "help", "help"); !strings.Contains(out, "Usage:") {
 		t.Errorf("pgadmit help help:\n%s", out)
 	}
+	for _, flag := range []string{"-h", "--help"} {
+		if out := cliOK(t, "help", flag); !strings.Contains(out, "Usage:") {
+			t.Errorf("pgadmit help %s:\n%s", flag, out)
+		}
+	}
 	if out := cliOK(t, "help", "migrate"); !strings.Contains(out, "Usage: pgadmit migrate") {
 		t.Errorf("pgadmit help migrate:\n%s", out)
 	}
