@@ -158,13 +158,15 @@ func pruneCommand() *command {
 		args:    "[flags]",
 		summary: "delete ended windows, settled reservations and old leases",
 		help: `
-Runs ratelimit's Prune: deletes what ended more than --older-than ago (on the database's clock),
-in bounded batches, each its own short statement: counter windows that ended (never one an open
-reservation still draws on), settled reservations of such windows, released or expired leases,
-and with --events the events of tasks that finished before the cutoff. Tasks that finished more
-than --task-retention ago are deleted with their attempts, events and queue admissions (their
-reservations and leases stay in the books, without a task). Live state is never touched, and the
-books still balance afterwards. Single-flight across processes, like recover.`,
+Runs ratelimit's Prune: releases the reservations still open in windows that ended more than
+--older-than ago (on the database's clock; nobody settled them), then deletes what ended before
+that cutoff, in bounded batches, each its own short statement: counter windows that ended (never
+one an open reservation still draws on), settled reservations and returned Local blocks of such
+windows, released or expired leases, and with --events the events of tasks that finished before
+the cutoff. Tasks that finished more than --task-retention ago are deleted with their attempts,
+events and queue admissions (their reservations and leases stay in the books, without a task).
+Live state is never touched, and the books still balance afterwards. Single-flight across
+processes, like recover.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
