@@ -341,6 +341,9 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if pctx.Err() != nil { // pgx says only "context deadline exceeded"
+			return nil, fmt.Errorf("cannot connect to %s: no answer within %s (--connect-timeout)", redactDSN(dsn), a.connectTimeout)
+		}
 		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
 	}
 	return pool, nil

@@ -260,6 +260,9 @@ func TestConnectTimeout(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "cannot connect to postgres://bob:xxxxx@") || strings.Contains(errOut, "s3cr3t") {
 		t.Errorf("doctor on a silent server: exit %d, stderr %q", code, errOut)
 	}
+	if !strings.Contains(errOut, "no answer within 300ms (--connect-timeout)") {
+		t.Errorf("doctor on a silent server: stderr %q does not say that it gave up after --connect-timeout", errOut)
+	}
 	oneLine(t, "connect timeout error", errOut)
 	if took > 3*time.Second {
 		t.Errorf("doctor on a silent server took %s with --connect-timeout 300ms", took)
