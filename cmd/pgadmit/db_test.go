@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
@@ -19,6 +22,7 @@ import (
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/internal/servertime"
 	"github.com/pgadmit/pgadmit/ratelimit"
+	"github.com/pgadmit/pgadmit/schema"
 )
 
 func TestMigrateDownStatusUp(t *testing.T) {
@@ -483,5 +487,46 @@ func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 				t.Errorf("pgadmit %s at schema version %s: stdout %q, want nothing", args[0], to, out)
 			}
 		}
+	}
+}
+
+// A database that a newer pgadmit migrated (its version table names a migration this binary
+// does not embed): migrate says so instead of goose's "version not found", and reverts nothing.
+func TestMigrateADatabaseAheadOfThisPgadmit(t *testing.T) {
+	t.Parallel()
+	url, pool := newDatabase(t)
+	latest, err := strconv.ParseInt(strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version")), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Record a migration latest+1 as a newer pgadmit would have, through goose's own store.
+	store, err := database.NewStore(goose.DialectPostgres, schema.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	if err := store.Insert(context.Background(), sqlDB, database.InsertRequest{Version: latest + 1}); err != nil {
+		t.Fatal(err)
+	}
+	ahead := strconv.FormatInt(latest+1, 10)
+	note := "schema version " + ahead + " is newer than this pgadmit's migrations, which end at " + strconv.FormatInt(latest, 10)
+
+	for _, to := range [][]string{nil, {"--to", "1"}} {
+		args := append([]string{"--database-url", url, "migrate", "down"}, to...)
+		out, errOut, code := cli(t, nil, args...)
+		want := "pgadmit migrate: " + note + ": revert it with the pgadmit that applied it\n"
+		if code != exitFailure || errOut != want || out != "" {
+			t.Errorf("pgadmit %s: exit %d, stdout %q, stderr %q; want exit %d and stderr %q", strings.Join(args, " "), code, out, errOut, exitFailure, want)
+		}
+	}
+	if v := strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version")); v != ahead {
+		t.Errorf("migrate version after a refused down = %s, want %s: something was reverted", v, ahead)
+	}
+	if out := cliOK(t, "--database-url", url, "migrate", "up"); !strings.Contains(out, "nothing to do") || !strings.Contains(out, note) {
+		t.Errorf("migrate up on a database ahead:\n%s", out)
+	}
+	if out := cliOK(t, "--database-url", url, "migrate", "status"); !strings.Contains(out, note) {
+		t.Errorf("migrate status on a database ahead:\n%s", out)
 	}
 }

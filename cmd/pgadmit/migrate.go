@@ -84,6 +84,19 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 
+	// A database that a newer pgadmit migrated: goose cannot revert a migration it does not
+	// embed ("version not found"), and lists only the ones it knows. (up says so after its
+	// step, in migrateUpDown.)
+	ahead := ""
+	if sub == "down" || sub == "status" {
+		if ahead, err = schemaAhead(ctx, pool); err != nil {
+			return err
+		}
+		if ahead != "" && sub == "down" {
+			return fmt.Errorf("%s: revert it with the pgadmit that applied it", ahead)
+		}
+	}
+
 	switch sub {
 	case "up":
 		return a.migrateUpDown(ctx, pool, func(p *goose.Provider) ([]*goose.MigrationResult, error) {
@@ -117,7 +130,13 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, at, s.Source.Path)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if ahead != "" {
+			fmt.Fprintln(a.stdout, ahead)
+		}
+		return nil
 	default: // version
 		v, err := schema.Version(ctx, pool)
 		if err != nil {
@@ -166,5 +185,25 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, step func(*
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	fmt.Fprintf(a.stdout, "schema version %d\n", v)
+	if ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
+		fmt.Fprintln(a.stdout, ahead)
+	}
 	return nil
+}
+
+// schemaAhead says, when pool's database is at a pgadmit schema version above every migration
+// this binary embeds (a newer pgadmit migrated it), that it is; "" otherwise.
+func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	versions, err := migrationVersions()
+	if err != nil || len(versions) == 0 {
+		return "", err
+	}
+	v, err := schema.Version(ctx, pool)
+	if err != nil {
+		return "", err
+	}
+	if latest := versions[len(versions)-1]; v > latest {
+		return fmt.Sprintf("schema version %d is newer than this pgadmit's migrations, which end at %d", v, latest), nil
+	}
+	return "", nil
 }
