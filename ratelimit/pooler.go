@@ -14,13 +14,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
-// ErrPoolerMismatch is matched (errors.Is) by every *PoolerError.
-var ErrPoolerMismatch = errors.New("ratelimit: the connection pooler does not keep what the pool's connections need")
+// ErrPoolerMismatch is matched (errors.Is) by every *PoolerError, and by the errors of
+// schema.Migrate, Down and Status that a statement-pooling proxy caused.
+var ErrPoolerMismatch = poolerr.ErrMismatch
 
-// ErrStatementPooling is matched (errors.Is) by a *PoolerError whose StatementPooling is set.
-var ErrStatementPooling = errors.New("ratelimit: the connection pooler pools by statement, and pgadmit needs transactions")
+// ErrStatementPooling is matched (errors.Is) by a *PoolerError whose StatementPooling is set, and
+// by the errors of schema.Migrate, Down and Status that a statement-pooling proxy caused: the
+// proxy refused a transaction block (PgBouncer in pool_mode = statement closes the client
+// connection with FATAL 08P01, transaction blocks not allowed in statement pooling mode).
+var ErrStatementPooling = poolerr.ErrStatementPooling
 
 // PoolerError reports a pool whose connections go through a transaction-pooling proxy (PgBouncer
 // with pool_mode = transaction) while its pgx exec mode needs one server session across
@@ -44,9 +49,13 @@ var ErrStatementPooling = errors.New("ratelimit: the connection pooler pools by 
 //
 // CheckPooler returns it when its probe sees the mismatch; every Limiter and Maintenance
 // operation returns it too (wrapped: use errors.As or errors.Is with ErrPoolerMismatch) when
-// it fails with the errors of cache_statement, so that the first failure says what to change.
+// it fails with the errors of cache_statement, or, with StatementPooling set, when a
+// statement-pooling proxy refuses its transaction (Recover reclaiming expired tasks), so that
+// the first failure says what to change. A caller's own transaction for Limiter.WithTx fails
+// at the caller's Begin, with PgBouncer's error, before pgadmit sees it.
 type PoolerError struct {
-	// Mode is the pool's exec mode, as pgx names it in connection strings.
+	// Mode is the pool's exec mode, as pgx names it in connection strings; empty when an
+	// operation (not CheckPooler) reports statement pooling, which every exec mode meets.
 	Mode string
 	// StatementPooling is set when the proxy pools by statement.
 	StatementPooling bool
@@ -58,9 +67,8 @@ type PoolerError struct {
 func (e *PoolerError) Error() string {
 	if e.StatementPooling {
 		return fmt.Sprintf("ratelimit: the connections go through a statement-pooling proxy, which runs no transaction "+
-			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): "+
-			"run the pooler with pool_mode = transaction (and default_query_exec_mode=exec in the connection string) "+
-			"or pool_mode = session", e.Cause)
+			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
+			e.Cause, poolerr.Advice)
 	}
 	return fmt.Sprintf("ratelimit: the connections go through a transaction-pooling proxy, which runs one "+
 		"connection's transactions on different server sessions, and pgx's %s exec mode needs one session (%v): "+

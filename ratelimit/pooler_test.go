@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -131,19 +133,14 @@ func TestCheckPoolerBehindAPgBouncerInStatementMode(t *testing.T) {
 	pooled, _ := pgtest.NewPoolerURLIn(t, "statement", pgtest.PoolerSize)
 	pool := poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0]
 
-	// What breaks: a caller's transaction, and Recover reclaiming an expired task.
+	// What breaks: a caller's transaction, at the caller's Begin, before pgadmit sees it (for
+	// pgadmit's own operations see TestOperationsBehindAPgBouncerInStatementMode).
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := ratelimit.New(pool).WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", uniqueKey("k"), "requests", 10, 1)})
 		return err
 	})
 	if err == nil {
 		t.Fatal("a Reserve in a caller's transaction ran behind PgBouncer in statement mode")
-	}
-	var clock testClock
-	l, m := clocked(pool, &clock)
-	clock.pass(startSync(t, l, time.Second).LeaseExpiresAt)
-	if _, err := m.Recover(ctx); err == nil {
-		t.Fatal("Recover reclaimed an expired task behind PgBouncer in statement mode")
 	}
 
 	for _, mode := range []pgx.QueryExecMode{
@@ -159,6 +156,131 @@ func TestCheckPoolerBehindAPgBouncerInStatementMode(t *testing.T) {
 		if !strings.Contains(err.Error(), "pool_mode = transaction") {
 			t.Errorf("the error does not say what to change: %v", err)
 		}
+	}
+}
+
+// Behind a PgBouncer in statement mode the operations that need a transaction of more than one
+// statement fail when they come to one: Recover reclaiming an expired task, schema.Migrate
+// applying a migration and schema.Down reverting one. Each says so with an error matching
+// ErrStatementPooling and ErrPoolerMismatch that says what to change and still wraps PgBouncer's
+// FATAL 08P01, where it used to return that error raw; and what failed wrote nothing. The other
+// operations, one statement or one pipelined implicit transaction each (the hot batches'
+// procedures commit inside one statement), keep working.
+func TestOperationsBehindAPgBouncerInStatementMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pooled, directURL := pgtest.NewPoolerURLIn(t, "statement", pgtest.PoolerSize)
+	pool := poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0]
+	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
+	var clock testClock
+	l, m := clocked(pool, &clock)
+	ld := ratelimit.New(direct)
+
+	key := uniqueKey("k")
+	limits := []ratelimit.Limit{window("api_key", key, "requests", 1e6, 1), concurrent("model", key, 1e6)}
+	works := map[string]func() error{
+		"Reserve and Commit": func() error {
+			g, err := l.Reserve(ctx, "", "", limits)
+			if err == nil {
+				_, err = l.Commit(ctx, g, nil)
+			}
+			return err
+		},
+		"a hot batch": func() error {
+			reqs := []ratelimit.BatchRequest{{Limits: limits[:1]}, {Limits: limits[:1]}}
+			grants, errs, err := l.ReserveCombined(ctx, reqs)
+			if err == nil {
+				err = errors.Join(errs...)
+			}
+			if err == nil {
+				_, err = l.CommitCombined(ctx, grants)
+			}
+			return err
+		},
+		"CreateTask, ClaimTask and FinishTask": func() error {
+			if _, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{queueLimit(key, 10)}}); err != nil {
+				return err
+			}
+			task, err := l.ClaimTask(ctx, "w", time.Minute)
+			if err == nil {
+				_, err = l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+			}
+			return err
+		},
+		"Recover with nothing expired": func() error { _, err := m.Recover(ctx); return err },
+		"Prune":                        func() error { _, err := m.Prune(ctx, time.Hour); return err },
+		"Doctor":                       func() error { _, err := m.Doctor(ctx); return err },
+		"schema.Status":                func() error { _, err := schema.Status(ctx, pool); return err },
+	}
+	for name, op := range works {
+		if err := op(); err != nil {
+			t.Errorf("%s behind PgBouncer in statement mode: %v", name, err)
+		}
+	}
+
+	expired := startSync(t, ld, time.Second)
+	clock.pass(expired.LeaseExpiresAt)
+	latest, err := schema.Version(ctx, direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails := []struct {
+		name string
+		run  func() error
+		// wrote reports what the failed operation wrote, if anything.
+		wrote func() string
+	}{
+		{"Recover reclaiming an expired task", func() error { _, err := m.Recover(ctx); return err }, func() string {
+			if task, err := ld.GetTask(ctx, expired.ID); err != nil || task.Status != ratelimit.TaskRunning || task.AttemptID != expired.AttemptID {
+				return fmt.Sprintf("the expired task is now %+v, %v", task, err)
+			}
+			return ""
+		}},
+		{"schema.Migrate from version 0", func() error {
+			if err := schema.Down(ctx, direct); err != nil {
+				t.Fatal(err)
+			}
+			return schema.Migrate(ctx, pool)
+		}, func() string {
+			if v, err := schema.Version(ctx, direct); err != nil || v != 0 {
+				return fmt.Sprintf("version %d, %v", v, err)
+			}
+			return ""
+		}},
+		// Down reverts the migrations that run outside a transaction (as 00010 does) until
+		// it comes to one that runs in one.
+		{"schema.Down", func() error {
+			if err := schema.Migrate(ctx, direct); err != nil {
+				t.Fatal(err)
+			}
+			return schema.Down(ctx, pool)
+		}, func() string {
+			if v, err := schema.Version(ctx, direct); err != nil || v == 0 || v > latest {
+				return fmt.Sprintf("version %d, %v", v, err)
+			}
+			return ""
+		}},
+	}
+	for _, f := range fails {
+		err := f.run()
+		var pe *ratelimit.PoolerError
+		var pgErr *pgconn.PgError
+		switch {
+		case !errors.Is(err, ratelimit.ErrStatementPooling) || !errors.Is(err, ratelimit.ErrPoolerMismatch):
+			t.Errorf("%s behind PgBouncer in statement mode = %v, want an error matching ErrStatementPooling", f.name, err)
+		case !errors.As(err, &pgErr) || pgErr.Code != "08P01":
+			t.Errorf("%s: %v does not wrap PgBouncer's error", f.name, err)
+		case !strings.Contains(err.Error(), "pool_mode = transaction"):
+			t.Errorf("%s: the error does not say what to change: %v", f.name, err)
+		case !strings.HasPrefix(f.name, "schema.") && (!errors.As(err, &pe) || !pe.StatementPooling):
+			t.Errorf("%s: %v is not a *PoolerError with StatementPooling set", f.name, err)
+		}
+		if wrote := f.wrote(); wrote != "" {
+			t.Errorf("%s failed behind PgBouncer in statement mode and wrote: %s", f.name, wrote)
+		}
+	}
+	if err := schema.Migrate(ctx, direct); err != nil {
+		t.Fatal(err)
 	}
 }
 

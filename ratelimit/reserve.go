@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
 // Reserve admits a request against every limit, all or nothing: window
@@ -480,7 +481,8 @@ func refusalError(refusal, taskID, attemptID string) error {
 
 // wrapDBError names the operation and maps foreign-key violations (a task or
 // attempt id that names no row) to ErrUnknownTask, and the errors of pgx's
-// statement cache behind a transaction pooler to a *PoolerError. The
+// statement cache behind a transaction pooler, and a statement-pooling
+// proxy refusing a transaction, to a *PoolerError. The
 // server's error stays in the chain: the combiner reads its code
 // (rejectedInput) to tell a batch that one request's input broke, run
 // again one request at a time, from one that failed for all of them.
@@ -495,6 +497,10 @@ func wrapDBError(op string, err error) error {
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 			if lostStatementCache(pgErr) {
 				return fmt.Errorf("ratelimit: %s: %w", op, &PoolerError{Mode: "cache_statement", Cause: err})
+			}
+		case "08P01": // protocol_violation: a statement-pooling proxy refusing a transaction block
+			if poolerr.StatementPooling(err) {
+				return fmt.Errorf("ratelimit: %s: %w", op, &PoolerError{StatementPooling: true, Cause: err})
 			}
 		}
 	}

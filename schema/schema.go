@@ -40,6 +40,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
 // FS holds the goose migrations (schema/NNNNN_description.sql), embedded at build time.
@@ -120,6 +122,12 @@ func retryLock(err error) bool {
 // Migrate applies every pending pgadmit migration to the database of pool. It is the one call a
 // service makes at start-up; it is safe to call from several processes at once, and a no-op when
 // the schema is current. pool stays open.
+//
+// Through a proxy that pools by statement (PgBouncer with pool_mode = statement), which runs no
+// transaction block, it stops at the first pending migration that runs in a transaction (most
+// do), with nothing of it applied, and returns an error matching ratelimit.ErrStatementPooling
+// (errors.Is) that says what to change; pending migrations before it that run outside a
+// transaction are applied. Down and Status report such a failure the same way.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return withProvider(pool, func(p *goose.Provider) error {
 		if _, err := p.Up(ctx); err != nil {
@@ -205,5 +213,5 @@ func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error
 			err = fmt.Errorf("schema: close: %w", cerr)
 		}
 	}()
-	return fn(p)
+	return poolerr.Wrap(fn(p), poolerr.MigrationsNeed)
 }

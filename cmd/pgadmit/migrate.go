@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/schema"
 )
 
@@ -173,9 +174,10 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, step func(*
 		}
 		var perr *goose.PartialError
 		if errors.As(err, &perr) && perr.Failed != nil {
-			return fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
+			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
 		}
-		return err
+		// A pooler in statement mode refuses the migration's transaction: say what to change.
+		return poolerr.Wrap(err, poolerr.MigrationsNeed)
 	}
 	if len(results) == 0 {
 		fmt.Fprintln(a.stdout, "nothing to do")

@@ -67,3 +67,14 @@ func TestDoctorBehindPgBouncerInStatementMode(t *testing.T) {
 		t.Fatalf("doctor behind PgBouncer in statement mode: exit %d, want 1 and advice\n%s", code, out)
 	}
 }
+
+// Behind a PgBouncer in statement mode, migrate fails at the first migration that runs in a
+// transaction and says what to change, where it used to print PgBouncer's error alone.
+func TestMigrateBehindPgBouncerInStatementMode(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "statement", pgtest.PoolerSize)
+	_, errOut, code := cli(t, nil, "--database-url", pooled+"&default_query_exec_mode=exec", "migrate", "down", "--to", "0")
+	if code == 0 || !strings.Contains(errOut, "transaction blocks not allowed in statement pooling mode") || !strings.Contains(errOut, "pool_mode = transaction") {
+		t.Fatalf("migrate down behind PgBouncer in statement mode: exit %d, want a failure and advice\n%s", code, errOut)
+	}
+}

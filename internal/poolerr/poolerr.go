@@ -1,0 +1,63 @@
+// Package poolerr recognises a connection pooler that pools by statement, so that package
+// ratelimit and package schema, which must not import ratelimit, report it alike: with errors
+// matching the same sentinels, ratelimit.ErrPoolerMismatch and ratelimit.ErrStatementPooling,
+// which are the values declared here.
+package poolerr
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var (
+	// ErrMismatch is ratelimit.ErrPoolerMismatch.
+	ErrMismatch = errors.New("ratelimit: the connection pooler does not keep what the pool's connections need")
+	// ErrStatementPooling is ratelimit.ErrStatementPooling.
+	ErrStatementPooling = errors.New("ratelimit: the connection pooler pools by statement, and pgadmit needs transactions")
+)
+
+// Advice says what to change about a pooler that pools by statement.
+const Advice = "run the pooler with pool_mode = transaction (and default_query_exec_mode=exec in the " +
+	"connection string) or pool_mode = session"
+
+// MigrationsNeed says, in the error of a migration that a statement-pooling proxy refused, why
+// migrating needs transactions (for Wrap).
+const MigrationsNeed = "goose applies each migration in a transaction, except those marked NO TRANSACTION"
+
+// StatementPooling reports whether err is a pooler refusing a transaction block because it pools
+// by statement: PgBouncer in pool_mode = statement closes the client connection that opens one
+// (a BEGIN, or a statement that leaves a transaction open) with FATAL 08P01 "transaction blocks
+// not allowed in statement pooling mode". PgBouncer raises 08P01 (protocol_violation) for other
+// failures too (a full pool's query_wait_timeout, a failed server login), hence the message.
+func StatementPooling(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "statement pooling mode")
+}
+
+// Wrap returns err itself, or, when StatementPooling(err), err followed by why the operation
+// needs a transaction (needs) and Advice, matching ErrStatementPooling and ErrMismatch
+// (errors.Is) and still wrapping err (errors.As finds the *pgconn.PgError).
+func Wrap(err error, needs string) error {
+	if err == nil || !StatementPooling(err) {
+		return err
+	}
+	return &statementPoolingError{err: err, needs: needs}
+}
+
+type statementPoolingError struct {
+	err   error
+	needs string
+}
+
+func (e *statementPoolingError) Error() string {
+	return e.err.Error() + ": the connections go through a pooler that pools by statement, which runs no " +
+		"transaction of more than one statement, and " + e.needs + ": " + Advice
+}
+
+func (e *statementPoolingError) Is(target error) bool {
+	return target == ErrStatementPooling || target == ErrMismatch
+}
+
+func (e *statementPoolingError) Unwrap() error { return e.err }
