@@ -95,7 +95,9 @@ func lostStatementCache(pgErr *pgconn.PgError) bool {
 
 // ErrPoolerUnknown is returned (wrapped) by CheckPooler when its probe could not tell whether a
 // proxy between the pool and the server keeps each client connection on one server session, so
-// it neither reports a mismatch nor passes. A pooler in session mode always looks so.
+// it neither reports a mismatch nor passes. A pooler in session mode always looks so: its
+// connections keep their sessions, or, when it has no server connection to spare, the probe's
+// gets none.
 var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connection pooler keeps one server session per connection")
 
 // CheckPooler tells whether pgadmit's statements can run on pool as it is configured: it returns
@@ -124,7 +126,10 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // first probe. When no probe saw sessions shared or moved through a proxy, CheckPooler cannot tell
 // a pooler in session mode from a transaction pooler that gave the prober its session back every
 // time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes above
-// make the question moot. Run it at start-up or from a health check, not on a hot path.
+// make the question moot. It returns one too, at once, when the prober gets no server session
+// within 5 s (the holder keeps the one it got behind a pooler in session mode, which may have
+// none to spare), rather than wait until ctx ends. Run it at start-up or from a health check,
+// not on a hot path.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
@@ -146,6 +151,9 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	for range poolerProbes {
 		saw, err := probePooler(ctx, pool, holder, mode)
 		switch {
+		case errors.Is(err, errNoSpareSession):
+			return fmt.Errorf("ratelimit: pooler check: pgx's %s exec mode needs one server session per "+
+				"connection, and %w; default_query_exec_mode=exec needs no session state", execModeName(mode), err)
 		case err != nil:
 			return err
 		case saw == probeCarriedOver, saw == probeDirect:
@@ -193,6 +201,16 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 // poolerProbes bounds the runs of CheckPooler's probe that see neither sessions shared nor moved.
 const poolerProbes = 5
 
+// sessionWait bounds how long the probe's connection of the pool waits for a server session.
+const sessionWait = 5 * time.Second
+
+// errNoSpareSession is CheckPooler's answer when the probe's connection of the pool got no server
+// session within sessionWait while the check's own connection held one.
+var errNoSpareSession = fmt.Errorf("%w: the check's connection of the pool got no server session within %s "+
+	"while its other connection held one: a pooler in session mode whose server connections are all taken "+
+	"(each client connection keeps one) does that, a transaction pooler only when its connections stay busy",
+	ErrPoolerUnknown, sessionWait)
+
 // probeSaw is what one run of CheckPooler's probe saw, when it saw no mismatch.
 type probeSaw int
 
@@ -234,6 +252,18 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		return wrapDBError("pooler check", err)
 	}
 
+	// The prober's first round trip waits for a server session. Behind a pooler in session
+	// mode with none to spare (the holder keeps the one it got) it would wait for ever, or
+	// for the pooler's query_wait_timeout: give up after sessionWait, and say so.
+	fctx, fcancel := context.WithTimeout(ctx, sessionWait)
+	defer fcancel()
+	first := func(err error) error {
+		if fctx.Err() != nil && ctx.Err() == nil {
+			return errNoSpareSession
+		}
+		return failed(err)
+	}
+
 	// What the prober runs: for cache_statement, a statement it prepared by name (a random
 	// one, so that probes never collide on a shared session); else the statement itself.
 	stmt := db.PoolerBackendPid
@@ -243,15 +273,16 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 			return 0, fmt.Errorf("ratelimit: pooler check: %w", err)
 		}
 		stmt = "pgadmit_pooler_probe_" + hex.EncodeToString(b[:])
-		if _, err := prober.Conn().Prepare(ctx, stmt, db.PoolerBackendPid); err != nil {
-			return 0, failed(err)
+		if _, err := prober.Conn().Prepare(fctx, stmt, db.PoolerBackendPid); err != nil {
+			return 0, first(err)
 		}
 		defer func() { _ = prober.Conn().Deallocate(context.WithoutCancel(ctx), stmt) }()
 	}
 	var before int32
-	if err := prober.QueryRow(ctx, stmt).Scan(&before); err != nil {
-		return 0, failed(err)
+	if err := prober.QueryRow(fctx, stmt).Scan(&before); err != nil {
+		return 0, first(err)
 	}
+	fcancel()
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		return 0, wrapDBError("pooler check", err)

@@ -122,6 +122,26 @@ func TestCheckPoolerBehindAPgBouncerInSessionMode(t *testing.T) {
 	}
 }
 
+// Behind a PgBouncer in session mode with no server connection to spare (one here; a gateway's
+// pools may hold all of them), the probe's pool connection waits for one for ever, since the
+// check's own connection keeps the one it got: CheckPooler used to wait until ctx ended (or
+// PgBouncer's query_wait_timeout, 120 s by default) and return the timeout. It now gives up
+// waiting after a few seconds and says it could not tell, and why.
+func TestCheckPoolerBehindAPgBouncerInSessionModeWithNoSpareServerConnection(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "session", 1)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
+		pool := poolsOn(t, pooled, 1, mode)[0]
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := ratelimit.CheckPooler(ctx, pool)
+		cancel()
+		if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) || !strings.Contains(err.Error(), "session mode") {
+			t.Errorf("CheckPooler(%s behind a PgBouncer in session mode of one server connection) = %v, want ErrPoolerUnknown", mode, err)
+		}
+		pool.Close() // gives the one server connection back for the next mode
+	}
+}
+
 // Behind a PgBouncer in statement mode no transaction of more than one statement runs (PgBouncer
 // closes the client connection that opens one), which a caller's transaction (WithTx),
 // Recover's reclaiming of expired tasks and schema.Migrate's migrations need, whatever the exec
