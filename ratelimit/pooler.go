@@ -126,10 +126,10 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // first probe. When no probe saw sessions shared or moved through a proxy, CheckPooler cannot tell
 // a pooler in session mode from a transaction pooler that gave the prober its session back every
 // time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes above
-// make the question moot. It returns one too, at once, when the prober gets no server session
-// within 5 s (the holder keeps the one it got behind a pooler in session mode, which may have
-// none to spare), rather than wait until ctx ends. Run it at start-up or from a health check,
-// not on a hot path.
+// make the question moot. It returns one too, whatever the exec mode, when the holder or the
+// prober gets no server session within 5 s, rather than wait until ctx ends: behind a pooler in
+// session mode every client connection keeps the one it got (the holder too), and the pooler
+// may have none to spare. Run it at start-up or from a health check, not on a hot path.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
@@ -181,8 +181,15 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 		}
 		return wrapDBError("pooler check", err)
 	}
-	tx, err := holder.Begin(ctx)
+	// Behind a pooler in session mode whose server connections are all kept by other client
+	// connections, the holder waits for one for ever (or the pooler's query_wait_timeout).
+	bctx, cancel := context.WithTimeout(ctx, sessionWait)
+	defer cancel()
+	tx, err := holder.Begin(bctx)
 	if err != nil {
+		if bctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("ratelimit: pooler check: %w", errNoSpareSession)
+		}
 		return failed(err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -201,15 +208,15 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 // poolerProbes bounds the runs of CheckPooler's probe that see neither sessions shared nor moved.
 const poolerProbes = 5
 
-// sessionWait bounds how long the probe's connection of the pool waits for a server session.
+// sessionWait bounds how long a connection of CheckPooler waits for a server session.
 const sessionWait = 5 * time.Second
 
-// errNoSpareSession is CheckPooler's answer when the probe's connection of the pool got no server
-// session within sessionWait while the check's own connection held one.
-var errNoSpareSession = fmt.Errorf("%w: the check's connection of the pool got no server session within %s "+
-	"while its other connection held one: a pooler in session mode whose server connections are all taken "+
-	"(each client connection keeps one) does that, a transaction pooler only when its connections stay busy",
-	ErrPoolerUnknown, sessionWait)
+// errNoSpareSession is CheckPooler's answer when one of its connections got no server session
+// within sessionWait.
+var errNoSpareSession = fmt.Errorf("%w: a connection of the check got no server session within %s: a pooler "+
+	"in session mode whose server connections are all taken does that (each client connection keeps one, and "+
+	"the check needs one more, two with cache_statement or describe_exec), a transaction pooler only when its "+
+	"connections stay busy", ErrPoolerUnknown, sessionWait)
 
 // probeSaw is what one run of CheckPooler's probe saw, when it saw no mismatch.
 type probeSaw int

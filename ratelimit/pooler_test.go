@@ -126,7 +126,8 @@ func TestCheckPoolerBehindAPgBouncerInSessionMode(t *testing.T) {
 // pools may hold all of them), the probe's pool connection waits for one for ever, since the
 // check's own connection keeps the one it got: CheckPooler used to wait until ctx ended (or
 // PgBouncer's query_wait_timeout, 120 s by default) and return the timeout. It now gives up
-// waiting after a few seconds and says it could not tell, and why.
+// waiting after a few seconds and says it could not tell, and why. So does the check's own
+// connection when a gateway's pool keeps every server connection.
 func TestCheckPoolerBehindAPgBouncerInSessionModeWithNoSpareServerConnection(t *testing.T) {
 	t.Parallel()
 	pooled, _ := pgtest.NewPoolerURLIn(t, "session", 1)
@@ -139,6 +140,23 @@ func TestCheckPoolerBehindAPgBouncerInSessionModeWithNoSpareServerConnection(t *
 			t.Errorf("CheckPooler(%s behind a PgBouncer in session mode of one server connection) = %v, want ErrPoolerUnknown", mode, err)
 		}
 		pool.Close() // gives the one server connection back for the next mode
+	}
+
+	// With the one server connection kept by a connection of a gateway's pool, the check's own
+	// transaction waits too, whatever the exec mode.
+	gateway, err := poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0].Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gateway.Release()
+	if _, err := queries.PoolerBackendPid(context.Background(), gateway); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = ratelimit.CheckPooler(ctx, poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0])
+	if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) || !strings.Contains(err.Error(), "session mode") {
+		t.Errorf("CheckPooler(exec behind a PgBouncer in session mode with no server connection to spare) = %v, want ErrPoolerUnknown", err)
 	}
 }
 
