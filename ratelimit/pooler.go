@@ -40,7 +40,9 @@ var ErrStatementPooling = poolerr.ErrStatementPooling
 //     prepared statement "" requires M), or one with the same parameters.
 //
 // A Commit that fails so leaves its leases live until their TTL. The exec, cache_describe and
-// simple_protocol modes keep no such state.
+// simple_protocol modes keep no such state. cache_statement meets 42P05 behind a pooler in
+// session mode too when the pooler does not reset a server connection before handing it to the
+// next client connection (PgBouncer with server_reset_query empty rather than DISCARD ALL).
 //
 // With StatementPooling set it reports, whatever the exec mode, a proxy that pools by statement
 // (PgBouncer with pool_mode = statement): it runs no transaction of more than one statement,
@@ -70,11 +72,18 @@ func (e *PoolerError) Error() string {
 			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
 			e.Cause, poolerr.Advice)
 	}
-	return fmt.Sprintf("ratelimit: the connections go through a transaction-pooling proxy, which runs one "+
+	msg := fmt.Sprintf("ratelimit: the connections go through a transaction-pooling proxy, which runs one "+
 		"connection's transactions on different server sessions, and pgx's %s exec mode needs one session (%v): "+
 		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
 		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later "+
 		"with max_prepared_statements > 0", e.Mode, e.Cause)
+	if e.Mode == "cache_statement" {
+		// A session pooler that does not reset a server connection hands the next client
+		// connection the statements of the last one: 42P05 too.
+		msg += "; behind a pooler in session mode, which hands a server connection to the next client connection " +
+			"with what the last one prepared, keep server_reset_query = DISCARD ALL (PgBouncer's default) instead"
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrPoolerMismatch) true, and errors.Is(err, ErrStatementPooling) when

@@ -122,6 +122,29 @@ func TestCheckPoolerBehindAPgBouncerInSessionMode(t *testing.T) {
 	}
 }
 
+// Behind a PgBouncer in session mode that does not reset a server connection between clients
+// (server_reset_query empty, as the tests' PgBouncer runs), a pool in cache_statement mode that
+// gets the server connection another pool left meets that pool's statements (42P05). The error
+// says so, and what to change there, where it used to speak only of a transaction pooler.
+func TestStatementCacheBehindAPgBouncerInSessionModeWithoutReset(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "session", 1)
+	limits := []ratelimit.Limit{window("api_key", uniqueKey("k"), "requests", 1e6, 1)}
+	var err error
+	for range 2 {
+		pool := poolsOn(t, pooled, 1, pgx.QueryExecModeCacheStatement)[0]
+		_, err = ratelimit.New(pool).Reserve(context.Background(), "", "", limits)
+		pool.Close() // its server connection goes to the next pool as it is
+		if err != nil {
+			break
+		}
+	}
+	var pe *ratelimit.PoolerError
+	if !errors.As(err, &pe) || pe.Mode != "cache_statement" || !strings.Contains(err.Error(), "server_reset_query = DISCARD ALL") {
+		t.Errorf("Reserve on a session left by another pool behind a session pooler without reset = %v, want a *PoolerError that names server_reset_query", err)
+	}
+}
+
 // Behind a PgBouncer in session mode with no server connection to spare (one here; a gateway's
 // pools may hold all of them), the probe's pool connection waits for one for ever, since the
 // check's own connection keeps the one it got: CheckPooler used to wait until ctx ended (or
