@@ -76,6 +76,26 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			p.RowID = r.ID
 			return p
 		}},
+		ratelimit.ProblemAllotmentOutlivedWindow: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool) ratelimit.Problem {
+			// A holder that stops reporting: its block of an hour's window
+			// stays open, and the doctor's clock passes the window's end and
+			// the grace (the holder is closed only when the test ends).
+			awaitLocalWindow(t, pool)
+			holder := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
+			t.Cleanup(holder.Close)
+			key := uniqueKey("lost")
+			reserveLocal(t, holder, key, 1000, 10)
+			open := openBlocks(t, pool, key)
+			if len(open) != 1 {
+				t.Fatalf("open blocks = %d, want 1", len(open))
+			}
+			b := open[0]
+			clock.pass(b.ExpiresAt.Add(ratelimit.DefaultLostAllotmentGrace + time.Minute))
+			return ratelimit.Problem{
+				Kind: ratelimit.ProblemAllotmentOutlivedWindow, ScopeType: "model", ScopeKey: key, Metric: ratelimit.MetricTokens,
+				Window: time.Hour, WindowStart: b.WindowStart, RowID: b.ID.String(), Expected: 0, Actual: b.Granted,
+			}
+		}, repaired: ratelimit.RecoveryResult{ReturnedAllotments: 1}},
 		ratelimit.ProblemReservationLifeCycle: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
 			g := reserve(t, l, "", window("api_key", "k", ratelimit.MetricTokens, 1000, 500))
 			r := g.Reservations[0]
