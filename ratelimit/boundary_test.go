@@ -131,3 +131,19 @@ func TestBoundaryValuesReachTheFunctions(t *testing.T) {
 		t.Fatalf("doctor: %s", report)
 	}
 }
+
+// A queue_size limit above what a queue counts (an int4) is refused for
+// being too large, not for being fractional: 3e9 is a whole number.
+func TestQueueLimitTooLargeSaysSo(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool)
+	_, err := l.CreateTask(context.Background(), ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{queueLimit("q", 3e9)}})
+	var v *ratelimit.ValidationError
+	if !errors.As(err, &v) || v.Field != "QueueLimits[0].Limit" || !strings.Contains(v.Reason, "at most 2147483647") {
+		t.Fatalf("CreateTask with a queue limit of 3e9: %v; want QueueLimits[0].Limit refused as above 2147483647", err)
+	}
+	if n := rowCounts(t, pool); n.Tasks != 0 {
+		t.Errorf("a refused task wrote %d task rows", n.Tasks)
+	}
+}

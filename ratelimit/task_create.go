@@ -160,8 +160,11 @@ func checkQueueLimit(ql Limit) error {
 	if err := validateAmount("Limit", ql.Limit); err != nil {
 		return err
 	}
-	if ql.Limit != math.Trunc(ql.Limit) || ql.Limit > math.MaxInt32 {
+	if ql.Limit != math.Trunc(ql.Limit) {
 		return &ValidationError{Field: "Limit", Value: ql.Limit, Reason: "must be a whole number of tasks"}
+	}
+	if ql.Limit > math.MaxInt32 {
+		return &ValidationError{Field: "Limit", Value: ql.Limit, Reason: fmt.Sprintf("must be at most %d tasks", math.MaxInt32)}
 	}
 	if ql.Amount != 0 && ql.Amount != 1 {
 		return &ValidationError{Field: "Amount", Value: ql.Amount, Reason: "must be 0 or 1: a task takes one queue place"}
