@@ -345,10 +345,11 @@ WITH page AS (
     LIMIT $5::integer
 ),
 gone AS (
+    -- An array, not a join with the page: the doomed rows are deleted by
+    -- primary-key probes (a join let the planner read the whole ledger, by
+    -- a sequential scan or its primary key, for a batch of thousands).
     DELETE FROM gateway_rate_limit_reservations AS r
-    USING page
-    WHERE r.id = page.id
-      AND page.doomed
+    WHERE r.id = ANY(ARRAY(SELECT page.id FROM page WHERE page.doomed))
     RETURNING r.id
 ),
 last AS (
@@ -390,7 +391,8 @@ type PruneReservationsRow struct {
 // Locks: row locks on the deleted reservations.
 // Index: gateway_rate_limit_reservations_length_window_idx (the length, the
 // keyset condition and the order come from the index, no sort);
-// gateway_rate_limit_counters_pkey (NOT EXISTS).
+// gateway_rate_limit_counters_pkey (NOT EXISTS);
+// gateway_rate_limit_reservations_pkey (the delete).
 func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReservationsParams) (PruneReservationsRow, error) {
 	row := db.QueryRow(ctx, PruneReservations,
 		arg.AfterWindowStart,

@@ -1,0 +1,71 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// A batch of PruneReservations reads the reservations it pages through and
+// deletes the doomed ones by primary key: the index entries it reads are a
+// few per row of the batch, however large the ledger. (With the page
+// joined to the table, the planner chose, for a batch of thousands of
+// rows, a merge join that read the whole primary key of the ledger in
+// every batch.)
+func TestPruneReservationsReadsOnlyItsBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const rows, batch = 40_000, 4_000
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	now, err := queries.PruneCutoff(ctx, tx, db.PruneCutoffParams{OlderThanSeconds: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The counters of every ended window go first, as Prune's step before:
+	// the reservations of those windows are then doomed.
+	if n, err := queries.PruneCounters(ctx, tx, db.PruneCountersParams{Cutoff: now, BatchSize: rows}); err != nil || n < rows/2 {
+		t.Fatalf("PruneCounters = %d, %v", n, err)
+	}
+	before, err := testq.TableScansInTransaction(ctx, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := queries.PruneReservations(ctx, tx, db.PruneReservationsParams{
+		WindowSeconds: 60, StartsBefore: now.Add(-60e9), AfterID: pgtype.UUID{Valid: true}, BatchSize: batch,
+	})
+	if err != nil {
+		t.Fatalf("PruneReservations: %v", err)
+	}
+	if row.Scanned != batch || row.Deleted != batch {
+		t.Fatalf("PruneReservations read %d and deleted %d, want %d and %d", row.Scanned, row.Deleted, batch, batch)
+	}
+	after, err := testq.TableScansInTransaction(ctx, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range after {
+		if a.TableName != "gateway_rate_limit_reservations" {
+			continue
+		}
+		read := a.IndexEntriesRead - before[i].IndexEntriesRead
+		if a.SeqScans > before[i].SeqScans || read > 3*batch {
+			t.Errorf("a batch of %d read %d index entries of the ledger's %d rows (and %d sequential scans): more than its batch",
+				batch, read, rows, a.SeqScans-before[i].SeqScans)
+		}
+	}
+}
