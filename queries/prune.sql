@@ -219,8 +219,9 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- gateway_task_attempts_task_id_attempt_no_key, gateway_task_events_task_seq_key,
 -- gateway_task_admissions_pkey, gateway_rate_limit_reservations_task_idx,
 -- gateway_concurrency_leases_task_idx, and the attempt_idx of both ledgers;
--- gateway_rate_limit_reservations_open_task_idx and
--- gateway_concurrency_leases_live_task_idx (what a task still holds).
+-- gateway_rate_limit_reservations_task_idx and
+-- gateway_concurrency_leases_task_idx also for what a task still holds (a
+-- probe of its few rows).
 DELETE FROM gateway_tasks AS t
 WHERE t.id = ANY(ARRAY(
     -- An array, not IN (subquery): the batch is deleted by primary-key
@@ -229,17 +230,22 @@ WHERE t.id = ANY(ARRAY(
     FROM gateway_tasks AS x
     WHERE x.status IN ('succeeded', 'failed', 'cancelled')
       AND x.finished_at < @cutoff::timestamptz
-      -- Scalar subqueries: one probe of each partial index per task (a NOT
-      -- EXISTS could be hashed over every open row instead).
+      -- Scalar subqueries: one probe by task id per task (a NOT EXISTS
+      -- could be hashed over every open row instead). The liveness tests
+      -- are written `(...) IS TRUE` so that the planner cannot match them
+      -- to the partial indexes of open reservations and live leases: a
+      -- VACUUM run while nothing was open records those as empty, and a
+      -- plan made then read every live lease, through
+      -- gateway_concurrency_leases_live_scope_idx, for every task.
       AND (SELECT r.id
            FROM gateway_rate_limit_reservations AS r
            WHERE r.task_id = x.id
-             AND r.status = 'reserved'
+             AND (r.status = 'reserved') IS TRUE
            LIMIT 1) IS NULL
       AND (SELECT l.id
            FROM gateway_concurrency_leases AS l
            WHERE l.task_id = x.id
-             AND l.released_at IS NULL
+             AND (l.released_at IS NULL) IS TRUE
            LIMIT 1) IS NULL
     ORDER BY x.finished_at, x.id
     LIMIT @batch_size::integer

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // A batch of PruneReservations reads the reservations it pages through and
@@ -66,6 +67,65 @@ func TestPruneReservationsReadsOnlyItsBatch(t *testing.T) {
 		if a.SeqScans > before[i].SeqScans || read > 3*batch {
 			t.Errorf("a batch of %d read %d index entries of the ledger's %d rows (and %d sequential scans): more than its batch",
 				batch, read, rows, a.SeqScans-before[i].SeqScans)
+		}
+	}
+}
+
+// After a VACUUM at a quiet moment (no lease live) records the partial
+// indexes of live leases as empty, a batch of PruneTasks still probes each
+// task's leases by its id: it read, for every task it looked at, every
+// live lease through gateway_concurrency_leases_live_scope_idx (which the
+// planner took for empty), so a batch cost tasks × live leases.
+func TestPruneTasksProbesLeasesAfterAQuietVacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	const batch = 500
+	if err := testq.FixtureFill(ctx, pool, fixtureRows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // every fixture lease is released
+		t.Fatalf("LedgersVacuumAnalyze: %v", err)
+	}
+	// Then traffic: live leases, as many as a call takes at once.
+	live := 0
+	for range 30 {
+		var limits []ratelimit.Limit
+		for range ratelimit.MaxLimitsPerCall {
+			limits = append(limits, concurrent("model", uniqueKey("busy"), 10))
+		}
+		if _, err := l.Reserve(ctx, "", "", limits); err != nil {
+			t.Fatal(err)
+		}
+		live += len(limits)
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	before, err := testq.TableScansInTransaction(ctx, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := queries.PruneTasks(ctx, tx, db.PruneTasksParams{Cutoff: dayAgo(t, tx), BatchSize: batch})
+	if err != nil || n == 0 {
+		t.Fatalf("PruneTasks = %d, %v; want some of the fixture's finished tasks deleted", n, err)
+	}
+	after, err := testq.TableScansInTransaction(ctx, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range after {
+		if a.TableName != "gateway_concurrency_leases" {
+			continue
+		}
+		if read := a.IndexEntriesRead - before[i].IndexEntriesRead; read > 4*batch {
+			t.Errorf("a batch of %d tasks read %d index entries of the leases (%d of them live): more than a probe per task", n, read, live)
 		}
 	}
 }
