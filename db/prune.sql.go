@@ -222,8 +222,9 @@ type PruneLeasesExpiredParams struct {
 // Deletes a batch of leases never released that expired before the cutoff
 // (a renewal needs an unexpired lease, so they can never count again).
 // Locks: row locks on the deleted leases (SKIP LOCKED).
-// Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
-// lease; live state, so reading it whole is cheap).
+// Index: a partial index of every unreleased lease, read whole (live state,
+// so cheap): gateway_concurrency_leases_live_scope_idx, whose expires_at
+// column serves the cutoff, is the one the planner takes.
 func (q *Queries) PruneLeasesExpired(ctx context.Context, db DBTX, arg PruneLeasesExpiredParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneLeasesExpired, arg.Cutoff, arg.BatchSize)
 	if err != nil {

@@ -39,8 +39,13 @@
 -- until @now (NULL: the database's now()).
 -- Locks: none (MVCC read).
 -- Index: sequential scans of counters, reservations and allotments (the
--- ledger sums); gateway_rate_limit_allotments_open_idx for lost allotments;
--- the partial live/open indexes for the finished-task checks; the partial
+-- ledger sums, sorted or hashed by counter: they may spill to disk past
+-- work_mem) and of reservations again (the life-cycle check);
+-- gateway_rate_limit_allotments_open_idx for lost allotments; the partial
+-- open/live indexes and gateway_tasks_pkey for the reservations and leases
+-- of finished tasks; for their queue admissions and running attempts the
+-- planner may hash-join a sequential scan of gateway_tasks instead of
+-- probing it (it did with 200,000 tasks and 8,000 admissions); the partial
 -- attempt_id indexes and gateway_task_attempts_pkey for the
 -- finished-attempt checks.
 WITH entries AS (

@@ -60,7 +60,9 @@ LIMIT @max_rows::integer;
 -- of their task, the limit of the latest admission and the age of the oldest.
 -- Locks: none (plain MVCC read).
 -- Index: gateway_task_admissions_scope_idx (scope prefix) when a scope is
--- given; gateway_tasks_pkey to read each admitted task's status.
+-- given; gateway_tasks_pkey to read each admitted task's status, unless
+-- the admissions are many: the planner may then hash-join a sequential scan
+-- of gateway_tasks (it did with 8,000 admissions of 200,000 tasks).
 SELECT a.scope_type,
        a.scope_key,
        count(*)::bigint                                                      AS admitted,

@@ -146,8 +146,9 @@ WHERE l.id = ANY(ARRAY(
 -- Deletes a batch of leases never released that expired before the cutoff
 -- (a renewal needs an unexpired lease, so they can never count again).
 -- Locks: row locks on the deleted leases (SKIP LOCKED).
--- Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
--- lease; live state, so reading it whole is cheap).
+-- Index: a partial index of every unreleased lease, read whole (live state,
+-- so cheap): gateway_concurrency_leases_live_scope_idx, whose expires_at
+-- column serves the cutoff, is the one the planner takes.
 DELETE FROM gateway_concurrency_leases AS l
 WHERE l.id IN (
     SELECT x.id
