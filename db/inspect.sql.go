@@ -401,6 +401,9 @@ SELECT c.scope_type,
        c.limit_value,
        c.used_value,
        c.reserved_value,
+       -- The room left, exact as the numeric columns are (in float64,
+       -- 1 - 0.9 would print as 0.09999999999999998).
+       greatest(c.limit_value - c.used_value - c.reserved_value, 0)::numeric AS free_value,
        extract(epoch FROM c.reset_at - now())::float8 AS reset_in_seconds,
        count(*) OVER ()                               AS total_rows
 FROM gateway_rate_limit_counters AS c
@@ -427,6 +430,7 @@ type InspectWindowsRow struct {
 	LimitValue     float64
 	UsedValue      float64
 	ReservedValue  float64
+	FreeValue      float64
 	ResetInSeconds float64
 	TotalRows      int64
 }
@@ -463,6 +467,7 @@ func (q *Queries) InspectWindows(ctx context.Context, db DBTX, arg InspectWindow
 			&i.LimitValue,
 			&i.UsedValue,
 			&i.ReservedValue,
+			&i.FreeValue,
 			&i.ResetInSeconds,
 			&i.TotalRows,
 		); err != nil {

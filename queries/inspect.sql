@@ -22,6 +22,9 @@ SELECT c.scope_type,
        c.limit_value,
        c.used_value,
        c.reserved_value,
+       -- The room left, exact as the numeric columns are (in float64,
+       -- 1 - 0.9 would print as 0.09999999999999998).
+       greatest(c.limit_value - c.used_value - c.reserved_value, 0)::numeric AS free_value,
        extract(epoch FROM c.reset_at - now())::float8 AS reset_in_seconds,
        count(*) OVER ()                               AS total_rows
 FROM gateway_rate_limit_counters AS c

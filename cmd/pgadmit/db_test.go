@@ -530,3 +530,22 @@ func TestMigrateADatabaseAheadOfThisPgadmit(t *testing.T) {
 		t.Errorf("migrate status on a database ahead:\n%s", out)
 	}
 }
+
+// The free room of a window is computed exactly, as the database holds it:
+// 1 - 0.9 is 0.1, not float64's 0.09999999999999998.
+func TestInspectFreeIsExact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	lim := ratelimit.New(pool)
+	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "cents"}, Metric: "cost", Limit: 1, Amount: 0.9},
+	}); err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	out := cliOK(t, "--database-url", url, "inspect", "--scope", "api_key:cents")
+	if !regexp.MustCompile(`(?m)^api_key:cents\s+cost\s+1m\s+0\s+0\.9\s+1\s+0\.1\s`).MatchString(out) {
+		t.Errorf("inspect of a window of 1 with 0.9 reserved:\n%s", out)
+	}
+}

@@ -117,10 +117,9 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 	} else {
 		fmt.Fprintln(tw, "SCOPE\tMETRIC\tWINDOW\tUSED\tRESERVED\tLIMIT\tFREE\tRESET IN")
 		for _, r := range windows {
-			free := max(r.LimitValue-r.UsedValue-r.ReservedValue, 0)
 			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ScopeType, r.ScopeKey, r.Metric,
 				windowString(int64(r.WindowSeconds)), num(r.UsedValue), num(r.ReservedValue), num(r.LimitValue),
-				num(free), seconds(r.ResetInSeconds))
+				num(r.FreeValue), seconds(r.ResetInSeconds))
 		}
 	}
 
