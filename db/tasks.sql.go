@@ -12,6 +12,86 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const TaskCancelAbandoned = `-- name: TaskCancelAbandoned :execrows
+WITH clock AS (
+    SELECT coalesce($1::timestamptz, now()) AS now
+),
+cancelled AS (
+    UPDATE gateway_tasks AS t
+    SET status = 'cancelled',
+        error_code = 'abandoned',
+        error_message = 'the caller of CreateTask left before its answer came back',
+        execution_token = NULL,
+        execution_lease_expires_at = NULL,
+        finished_at = clock.now,
+        last_event_seq = t.last_event_seq + 1,
+        updated_at = clock.now
+    FROM clock
+    WHERE t.id = $2::uuid
+      AND ((t.status = 'running' AND t.execution_token = $3::uuid)
+           OR (t.status = 'queued' AND t.attempt_count = 0))
+    RETURNING t.id, t.error_code, t.error_message, t.last_event_seq, t.finished_at
+),
+attempt AS (
+    UPDATE gateway_task_attempts AS a
+    SET status = 'cancelled',
+        error_code = cancelled.error_code,
+        error_message = cancelled.error_message,
+        finished_at = cancelled.finished_at
+    FROM cancelled
+    WHERE a.task_id = cancelled.id
+      AND a.status = 'running'
+    RETURNING a.id
+),
+dropped AS (
+    DELETE FROM gateway_task_admissions AS a
+    USING cancelled
+    WHERE a.task_id = cancelled.id
+    RETURNING a.task_id
+),
+event AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
+    SELECT cancelled.id,
+           cancelled.last_event_seq,
+           'task.cancelled',
+           'cancelled',
+           cancelled.error_message,
+           jsonb_build_object('error_code', cancelled.error_code),
+           cancelled.finished_at
+    FROM cancelled
+    RETURNING task_id
+)
+SELECT cancelled.id
+FROM cancelled
+`
+
+type TaskCancelAbandonedParams struct {
+	Now    *time.Time
+	TaskID pgtype.UUID
+	Token  pgtype.UUID
+}
+
+// Cancels a task whose creator left before TaskCreate's answer came back
+// (its context ended after the statement was sent): nobody knows the
+// task's id, so nobody would run, finish or claim it knowingly. Fenced: a
+// sync task only while it still runs the claim it was created with
+// (@token), an async task only while no worker has claimed it (queued, no
+// attempt yet); otherwise nothing changes (0 rows). Sets it cancelled
+// (error_code abandoned), cancels its running attempt, deletes its queue
+// admissions (their places count again) and appends a task.cancelled
+// event. It holds no reservation or lease: taking one needs its id.
+// Locks: FOR NO KEY UPDATE on the task row; row locks on its running
+// attempt and its admission rows.
+// Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
+// gateway_task_admissions_pkey.
+func (q *Queries) TaskCancelAbandoned(ctx context.Context, db DBTX, arg TaskCancelAbandonedParams) (int64, error) {
+	result, err := db.Exec(ctx, TaskCancelAbandoned, arg.Now, arg.TaskID, arg.Token)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const TaskClaimNext = `-- name: TaskClaimNext :one
 WITH clock AS (
     SELECT coalesce($1::timestamptz, now()) AS now

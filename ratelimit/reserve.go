@@ -97,19 +97,37 @@ func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error
 // meanwhile, what it granted is released and the caller gets ctx's error.
 // It is cancelled leftStatementGrace after ctx ended if still unanswered.
 func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error) {
-	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
-	grants, errs, err := l.reserveBatch(sctx, []*admission{a})
+	return runToAnswer(ctx, l.opts.leftGrace, func(sctx context.Context) (Grant, error) {
+		grants, errs, err := l.reserveBatch(sctx, []*admission{a})
+		if err != nil {
+			return Grant{}, err
+		}
+		return grants[0], errs[0]
+	}, l.releaseAbandoned)
+}
+
+// runToAnswer runs op, the statement of a caller alone (not in a
+// transaction of the caller's), in statementContext: once sent, it runs to
+// its answer when ctx ends meanwhile, since the server may have committed
+// it and only its answer names what it did. When ctx ended before that
+// answer was read, what op obtained goes to abandon (nobody holds it) and
+// the caller gets ctx's error. A ctx already over sends nothing. Reserve and
+// CreateTask share it.
+func runToAnswer[T any](ctx context.Context, grace time.Duration, op func(context.Context) (T, error), abandon func(T)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	sctx, cancel := statementContext(ctx, grace)
+	res, err := op(sctx)
 	cancel()
 	if ctx.Err() != nil {
-		if err == nil && errs[0] == nil {
-			l.releaseAbandoned(grants[0])
+		if err == nil {
+			abandon(res)
 		}
-		return Grant{}, ctx.Err()
+		return zero, ctx.Err()
 	}
-	if err != nil {
-		return Grant{}, err
-	}
-	return grants[0], errs[0]
+	return res, err
 }
 
 // statementContext is the context a statement of a caller alone runs in:

@@ -25,6 +25,21 @@ import (
 // lock per queue scope (in a global order), then counts and inserts in one
 // statement. One round trip. Inside a caller's transaction (WithTx) it may
 // follow a Reserve but not precede one (the lock order; see WithTx).
+//
+// Cancelling works as for Reserve: when ctx ends before the call returns,
+// CreateTask returns ctx's error, and the caller has no task. A request
+// not yet sent is never sent. A statement once sent runs to its answer
+// (the server may have created the task, and only the answer names it),
+// and a task it created for the caller who left is cancelled (error code
+// "abandoned", a task.cancelled event; its queue places free again) before
+// CreateTask returns: unless a worker claimed the async task meanwhile,
+// nothing runs it. A statement still unanswered 100 ms after ctx ended
+// (waiting for a queue scope's lock, say) is cancelled, and rolled back
+// unless the server committed it first; a task created so, or one whose
+// cancelling fails, lasts as one whose creator died: a sync task until
+// Recover fails it at the end of its execution lease, an async task until
+// a worker claims it. Inside a caller's transaction (WithTx), a cancelled
+// statement ends the transaction, and the task is rolled back with it.
 func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	p, queueLimits, err := taskCreateParams(spec)
 	if err != nil {
@@ -38,6 +53,18 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 	if err := l.enter("CreateTask", first, first); err != nil {
 		return Task{}, err
 	}
+	create := func(ctx context.Context) (Task, error) { return l.createTask(ctx, spec, p, queueLimits) }
+	if l.inTx {
+		// A statement cancelled in the caller's transaction ends it: the
+		// task is rolled back with it.
+		return create(ctx)
+	}
+	return runToAnswer(ctx, l.opts.leftGrace, create, l.cancelAbandonedTask)
+}
+
+// createTask sends TaskCreate, after the queue scopes' locks, in one round
+// trip.
+func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreateParams, queueLimits []Limit) (Task, error) {
 	b := &pgx.Batch{}
 	if len(queueLimits) > 0 {
 		queue(b, func(r db.DBTX) {
@@ -82,6 +109,24 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 		t.AttemptCount = 1
 	}
 	return t, nil
+}
+
+// cancelAbandonedTask cancels a task that CreateTask created after its
+// caller had stopped waiting (its context ended): nobody knows its id. A
+// sync task is cancelled while it still runs under the token it was
+// created with, an async one while no worker has claimed it.
+func (l *Limiter) cancelAbandonedTask(t Task) {
+	id, err := parseID("taskID", t.ID)
+	if err != nil {
+		return
+	}
+	token, err := parseOptionalID("token", t.ExecutionToken) // none for an async task
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+	defer cancel()
+	_, _ = l.queries.TaskCancelAbandoned(ctx, l.conn, db.TaskCancelAbandonedParams{TaskID: id, Token: token, Now: l.opts.clock.at()})
 }
 
 func taskCreateParams(spec TaskSpec) (db.TaskCreateParams, []Limit, error) {
