@@ -807,3 +807,76 @@ func (q *Queries) TaskHeartbeat(ctx context.Context, db DBTX, arg TaskHeartbeatP
 	err := row.Scan(&i.Status, &i.TokenMatches, &i.RenewedUntil)
 	return i, err
 }
+
+const TaskUnclaim = `-- name: TaskUnclaim :execrows
+WITH clock AS (
+    SELECT coalesce($1::timestamptz, now()) AS now
+),
+unclaimed AS (
+    UPDATE gateway_tasks AS t
+    SET status = 'queued',
+        locked_by = NULL,
+        locked_at = NULL,
+        heartbeat_at = NULL,
+        execution_token = NULL,
+        execution_lease_expires_at = NULL,
+        last_event_seq = t.last_event_seq + 1,
+        updated_at = clock.now
+    FROM clock
+    WHERE t.id = $2::uuid
+      AND (t.status = 'running') IS TRUE
+      AND t.execution_token = $3::uuid
+    RETURNING t.id, t.attempt_count, t.last_event_seq, t.updated_at
+),
+attempt AS (
+    UPDATE gateway_task_attempts AS a
+    SET status = 'cancelled',
+        retryable = true,
+        error_code = 'abandoned',
+        error_message = 'the caller of ClaimTask left before its answer came back',
+        finished_at = unclaimed.updated_at
+    FROM unclaimed
+    WHERE a.task_id = unclaimed.id
+      AND a.status = 'running'
+    RETURNING a.id
+),
+event AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
+    SELECT unclaimed.id,
+           unclaimed.last_event_seq,
+           'task.queued',
+           'queued',
+           'the caller of ClaimTask left before its answer came back',
+           jsonb_build_object('reason', 'claim_abandoned', 'attempt_no', unclaimed.attempt_count),
+           unclaimed.updated_at
+    FROM unclaimed
+    RETURNING task_id
+)
+SELECT unclaimed.id
+FROM unclaimed
+`
+
+type TaskUnclaimParams struct {
+	Now    *time.Time
+	TaskID pgtype.UUID
+	Token  pgtype.UUID
+}
+
+// Puts back a task whose claimer left before TaskClaimNext's answer came
+// back (its context ended after the statement was sent): no worker runs
+// it. Fenced by the claim's execution token: a task finished, reclaimed or
+// claimed again since is left alone (0 rows). The task is queued again,
+// due as before (next_run_at unchanged) and with its queue places; its
+// attempt is cancelled (error_code abandoned, retryable); a task.queued
+// event records why. Not a requeue: requeue_count, which caps the
+// requeues of tasks whose worker died, is unchanged. The attempt holds no
+// reservation or lease: taking one needs its id.
+// Locks: FOR NO KEY UPDATE on the task row; row lock on its running attempt.
+// Index: gateway_tasks_pkey; gateway_task_attempts_running_idx.
+func (q *Queries) TaskUnclaim(ctx context.Context, db DBTX, arg TaskUnclaimParams) (int64, error) {
+	result, err := db.Exec(ctx, TaskUnclaim, arg.Now, arg.TaskID, arg.Token)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -111,8 +111,8 @@ func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error)
 // its answer when ctx ends meanwhile, since the server may have committed
 // it and only its answer names what it did. When ctx ended before that
 // answer was read, what op obtained goes to abandon (nobody holds it) and
-// the caller gets ctx's error. A ctx already over sends nothing. Reserve and
-// CreateTask share it.
+// the caller gets ctx's error. A ctx already over sends nothing. Reserve,
+// CreateTask and ClaimTask share it.
 func runToAnswer[T any](ctx context.Context, grace time.Duration, op func(context.Context) (T, error), abandon func(T)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,10 +14,10 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// These tests make a caller of CreateTask leave in the moment
+// These tests make a caller of CreateTask or ClaimTask leave in the moment
 // between the server's commit of its statement and the client's reading of
-// the answer (heldAnswers, cancel_test.go): the server created a task that
-// its caller never learns of.
+// the answer (heldAnswers, cancel_test.go): the server created or claimed a
+// task that its caller never learns of.
 
 // awaitSummary polls the state summary until ok accepts it.
 func awaitSummary(t *testing.T, pool *pgxpool.Pool, what string, ok func(dbtest.OpsStateSummaryRow) bool) {
@@ -85,6 +86,50 @@ func TestCreateTaskCallerWhoLeavesAfterTheCommitLeavesNoTask(t *testing.T) {
 	}
 }
 
+// A caller of ClaimTask who leaves after the server claimed a task gets its
+// context's error, and the task is put back: queued, its attempt over, due
+// for the next worker at once. It used to stay running under a worker that
+// never learned of it until its lease expired and recovery requeued it
+// (counting a requeue towards the poison cap).
+func TestClaimTaskCallerWhoLeavesAfterTheCommitLeavesTheTaskQueued(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	worker := uniqueKey("w")
+	held, answers := holdAnswers(t, pool, worker) // the worker id is in the claim's statement
+	l := ratelimit.New(held, ratelimit.WithLeftStatementGrace(time.Minute))
+	direct := ratelimit.New(pool)
+	created := createAsync(t, direct, queueLimit(uniqueKey("q"), 1))
+
+	ctx, leave := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { _, err := l.ClaimTask(ctx, worker, time.Hour); errs <- err }()
+	awaitSummary(t, pool, "the task claimed", func(s dbtest.OpsStateSummaryRow) bool { return s.TasksRunning == 1 })
+	leave()
+	time.Sleep(20 * time.Millisecond)
+	answers.release()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("ClaimTask after its caller left: %v, want context.Canceled", err)
+	}
+
+	s := summary(t, pool)
+	if s.TasksQueued != 1 || s.TasksRunning != 0 || s.AttemptsRunning != 0 || s.Admissions != 1 {
+		t.Errorf("after the claimer left: %d queued, %d running, %d attempts running, %d queue admissions; want the task queued with its place",
+			s.TasksQueued, s.TasksRunning, s.AttemptsRunning, s.Admissions)
+	}
+	next, err := direct.ClaimTask(context.Background(), "w-next", time.Minute)
+	if err != nil {
+		t.Fatalf("the next ClaimTask: %v", err)
+	}
+	if next.ID != created.ID || next.AttemptCount != 2 || next.RequeueCount != 0 {
+		t.Errorf("the next claim got task %s attempt %d requeues %d; want %s, attempt 2, no requeue",
+			next.ID, next.AttemptCount, next.RequeueCount, created.ID)
+	}
+	want := []string{"task.queued", "task.running", "task.queued", "task.running"}
+	if got := eventTypes(t, direct, created.ID); !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+}
+
 // A caller of CreateTask whose context ends while its statement waits for
 // a queue scope's lock, held by another transaction that ends within the
 // grace, gets its context's error, and the task its statement then
@@ -137,6 +182,9 @@ func TestTaskCallsWithAContextOverSendNothing(t *testing.T) {
 	cancel()
 	if _, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true}); !errors.Is(err, context.Canceled) {
 		t.Errorf("CreateTask: %v, want context.Canceled", err)
+	}
+	if _, err := l.ClaimTask(ctx, "w", time.Minute); !errors.Is(err, context.Canceled) {
+		t.Errorf("ClaimTask: %v, want context.Canceled", err)
 	}
 	if s := summary(t, pool); s.TasksQueued != 1 || s.TasksCancelled != 0 || s.TasksRunning != 0 {
 		t.Errorf("%d queued, %d running, %d cancelled; want the one task queued, untouched", s.TasksQueued, s.TasksRunning, s.TasksCancelled)

@@ -17,6 +17,16 @@ import (
 // means DefaultTaskLeaseTTL), a new attempt row and a task.running event.
 // Workers never wait on each other (FOR UPDATE SKIP LOCKED). Returns
 // ErrNoTask when nothing is due. One round trip.
+//
+// Cancelling works as for Reserve and CreateTask: when ctx ends before the
+// call returns, ClaimTask returns ctx's error and the worker holds no task.
+// A statement once sent runs to its answer, and a task it claimed for the
+// worker who left is put back before ClaimTask returns: queued again, due
+// at once, its attempt cancelled (error code "abandoned"), a task.queued
+// event; this does not count as a requeue (WithMaxRequeues). A statement
+// still unanswered 100 ms after ctx ended is cancelled; a claim committed
+// all the same, or one whose putting back fails, lasts until Recover
+// reclaims the task at the end of its lease.
 func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.Duration) (Task, error) {
 	if err := validateText("workerID", workerID); err != nil {
 		return Task{}, err
@@ -28,14 +38,39 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 	if err := l.enter("ClaimTask", phaseRows, phaseRows); err != nil {
 		return Task{}, err
 	}
-	row, err := l.queries.TaskClaimNext(ctx, l.conn, db.TaskClaimNextParams{Worker: workerID, LeaseSeconds: seconds, Now: l.opts.clock.at()})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Task{}, ErrNoTask
+	claim := func(ctx context.Context) (Task, error) {
+		row, err := l.queries.TaskClaimNext(ctx, l.conn, db.TaskClaimNextParams{Worker: workerID, LeaseSeconds: seconds, Now: l.opts.clock.at()})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Task{}, ErrNoTask
+		}
+		if err != nil {
+			return Task{}, wrapDBError("claim task", err)
+		}
+		return taskFromRow(db.TaskGetRow(row)), nil
 	}
+	if l.inTx {
+		// A statement cancelled in the caller's transaction ends it: the
+		// claim is rolled back with it.
+		return claim(ctx)
+	}
+	return runToAnswer(ctx, l.opts.leftGrace, claim, l.unclaimAbandoned)
+}
+
+// unclaimAbandoned puts back a task that ClaimTask claimed after its caller
+// had stopped waiting (its context ended): no worker runs it. Fenced by
+// the claim's token.
+func (l *Limiter) unclaimAbandoned(t Task) {
+	id, err := parseID("taskID", t.ID)
 	if err != nil {
-		return Task{}, wrapDBError("claim task", err)
+		return
 	}
-	return taskFromRow(db.TaskGetRow(row)), nil
+	token, err := parseID("token", t.ExecutionToken)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+	defer cancel()
+	_, _ = l.queries.TaskUnclaim(ctx, l.conn, db.TaskUnclaimParams{TaskID: id, Token: token, Now: l.opts.clock.at()})
 }
 
 // HeartbeatTask extends a running task's execution lease to now() + ttl
