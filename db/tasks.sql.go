@@ -357,14 +357,18 @@ type TaskCreateRow struct {
 // whose lease expired (recovery.sql).
 //
 // Lock order (counters.sql): a transaction that also settles reservations
-// locks their counter rows before it touches a task row. Task rows are only
+// locks their counter rows before it touches a task row. Task rows are
 // locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
 // conflict with the FOR KEY SHARE that inserting a reservation, lease or
-// attempt takes on its task: admissions never wait for a lifecycle step.
+// attempt takes on its task: admissions do not wait for a heartbeat, a
+// claim or recovery. FinishTask alone locks the row FOR UPDATE
+// (TaskFinishLock), which does conflict: an admission for the task and
+// its finishing wait for each other, so that what the admission writes is
+// either settled by FinishTask or rolled back (pgadmit_task_recheck).
 // An attach takes FOR SHARE on the task row (AttemptAttachLock), which
-// does conflict: an attach and a lifecycle step of one task wait for each
-// other, so that what the attach links is either settled by the step or
-// refused.
+// conflicts with every lifecycle step: an attach and a lifecycle step of
+// one task wait for each other, so that what the attach links is either
+// settled by the step or refused.
 //
 // Each statement takes an optional @now (NULL: the database's now()) for
 // every time it records or compares, so tests drive time instead of
@@ -562,7 +566,7 @@ type TaskFinishRow struct {
 // back as late_reservation_ids, for the caller to settle after the commit
 // (their counters cannot be locked after this row).
 // Run after TaskFinishLock in the same transaction.
-// Locks: FOR NO KEY UPDATE on the task row; row locks on its running
+// Locks: the task row (held FOR UPDATE since TaskFinishLock); row locks on its running
 // attempt, its unreleased leases (in id order, as every statement that
 // locks several leases takes them: in the order the index returns them,
 // which each renewal changes, this could deadlock with a heartbeat) and its
@@ -618,7 +622,7 @@ const TaskFinishLock = `-- name: TaskFinishLock :exec
 SELECT t.id
 FROM gateway_tasks AS t
 WHERE t.id = $1::uuid
-FOR NO KEY UPDATE
+FOR UPDATE
 `
 
 // Second step of finishing a task, in the finishing batch after the
@@ -628,7 +632,14 @@ FOR NO KEY UPDATE
 // committed (an attach holds the task row FOR SHARE: AttemptAttachLock),
 // and releases the leases it linked. TaskFinish alone would wait for that
 // attach on this row with a snapshot taken before it, blind to its links.
-// Locks: FOR NO KEY UPDATE on the task row (as TaskFinish's UPDATE does).
+// FOR UPDATE, not NO KEY UPDATE: it also conflicts with the FOR KEY SHARE
+// that an admission's inserts take on their task. An admission for the
+// task that wrote its rows first is waited for, and TaskFinish settles
+// them (late_reservation_ids, its leases); one that comes later waits for
+// this transaction, then finds the task finished and is rolled back
+// (pgadmit_task_recheck). Only admissions for this task wait, only while
+// it finishes.
+// Locks: FOR UPDATE on the task row.
 // Index: gateway_tasks_pkey.
 func (q *Queries) TaskFinishLock(ctx context.Context, db DBTX, taskID pgtype.UUID) error {
 	_, err := db.Exec(ctx, TaskFinishLock, taskID)

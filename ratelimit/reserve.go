@@ -24,7 +24,12 @@ import (
 // them before it decides (Prune deletes them with their window).
 //
 // taskID and attemptID are optional UUIDs ("" for none). A task id lets
-// Recover give the capacity back when the task's process dies.
+// Recover give the capacity back when the task's process dies. A task that
+// is finished, or an attempt that no longer runs, gives ErrTaskFinished
+// and nothing is written, also when FinishTask finished the task while the
+// admission was decided (the task is checked again once the rows are
+// written, under a lock that FinishTask waits for; the statement is then
+// rolled back).
 //
 // Cost: one round trip, one statement (a call of pgadmit_reserve, or of a
 // cheaper function for a common shape), in which counter rows are locked in
@@ -497,8 +502,16 @@ func refusalError(refusal, taskID, attemptID string) error {
 	return fmt.Errorf("ratelimit: reserve: refused (%s)", refusal)
 }
 
+// sqlstateTaskFinished is raised by pgadmit_task_recheck: the task of an
+// admission finished while the admission was decided (a FinishTask that
+// it waited for), and the statement was rolled back. A combined batch
+// that meets it is run again one request at a time (rejectedInput), and
+// the request for the finished task is then refused by the task check.
+const sqlstateTaskFinished = "P0T01"
+
 // wrapDBError names the operation and maps foreign-key violations (a task or
-// attempt id that names no row) to ErrUnknownTask, and the errors of pgx's
+// attempt id that names no row) to ErrUnknownTask, an admission whose task
+// finished while it was decided to ErrTaskFinished, and the errors of pgx's
 // statement cache behind a transaction pooler, and a statement-pooling
 // proxy refusing a transaction, to a *PoolerError. The
 // server's error stays in the chain: the combiner reads its code
@@ -512,6 +525,8 @@ func wrapDBError(op string, err error) error {
 			return fmt.Errorf("ratelimit: %s: %w (%s): %w", op, ErrUnknownTask, pgErr.ConstraintName, err)
 		case "40001": // serialization_failure: only possible above READ COMMITTED
 			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrIsolation, err)
+		case sqlstateTaskFinished:
+			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrTaskFinished, err)
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 			if lostStatementCache(pgErr) {
 				return fmt.Errorf("ratelimit: %s: %w", op, &PoolerError{Mode: "cache_statement", Cause: err})

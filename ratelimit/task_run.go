@@ -150,15 +150,17 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // FinishResult says how many: commit grants before finishing).
 //
 // FinishTask waits for an Attach to the task in flight and settles what it
-// linked (an Attach that comes later finds the task finished). The
+// linked (an Attach that comes later finds the task finished). Likewise
+// with a Reserve for the task: one that has written its reservations and
+// leases is waited for, and they are settled; one that comes later (or
+// that checked the task before it finished and wrote after) waits for
+// FinishTask and is refused with ErrTaskFinished, writing nothing. The
 // reservations linked to the task after FinishTask's first read (by such
-// an Attach, or by a Reserve for the task) are released once the task has
-// finished, in one more round trip, only when there are any; an error
-// then comes with the FinishResult of the finished task. In a caller's
-// transaction (WithTx) they stay open until Recover releases them: their
-// counters cannot be locked after the task row. So does a reservation
-// that a Reserve for the task writes while FinishTask runs, after its
-// batch began.
+// an Attach or Reserve) are released once the task has finished, in one
+// more round trip, only when there are any; an error then comes with the
+// FinishResult of the finished task. In a caller's transaction (WithTx)
+// they stay open until Recover releases them: their counters cannot be
+// locked after the task row.
 //
 // A stale token gives a *StaleTokenError. When the first round trip finds
 // the token stale, nothing is written. When the token goes stale between
