@@ -65,7 +65,9 @@ func New(conn Executor, opts ...Option) *Limiter {
 // tx must be READ COMMITTED (ErrIsolation otherwise). Several operations may
 // share tx only in the global lock order — counters, then concurrency
 // scopes, then queue scopes, then rows — for example Reserve then
-// CreateTask, but not Reserve twice or CreateTask then Reserve; an operation
+// CreateTask, but not Reserve twice or CreateTask then Reserve, nor
+// FinishTask twice (each holds its task row FOR UPDATE, which a combined
+// admission naming both tasks waits for in its own order); an operation
 // out of order is refused with a *LockOrderError before it runs, since it
 // could deadlock with other transactions. Housekeeping (Recover, Prune,
 // Doctor) is not a Limiter's: it runs its own transactions, on a

@@ -57,6 +57,11 @@ type LockOrderError struct {
 }
 
 func (e *LockOrderError) Error() string {
+	if e.Op == opFinishTask && e.Previous == opFinishTask {
+		return "ratelimit: FinishTask after FinishTask in the same transaction could deadlock with other transactions " +
+			"(each holds its task row FOR UPDATE, which an admission naming both tasks waits for in its own order): " +
+			"finish each task in its own transaction"
+	}
 	return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
 		"(locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before %s",
 		e.Op, e.Previous, e.Previous)
@@ -71,7 +76,18 @@ type txOrder struct {
 	mu       sync.Mutex
 	reached  lockPhase
 	previous string
+	// finished: a FinishTask of this transaction holds its task row FOR
+	// UPDATE (TaskFinishLock). That lock waits for, and is waited for by,
+	// the FOR KEY SHARE that an admission's inserts take on their tasks,
+	// in the admissions' order (not a global one): a combined batch for
+	// two tasks, holding the second's row and waiting for the first's,
+	// deadlocks with a transaction that finished the first and then
+	// finishes the second. So a transaction finishes one task at most.
+	finished bool
 }
+
+// opFinishTask names FinishTask in the lock order's bookkeeping.
+const opFinishTask = "FinishTask"
 
 // enter admits an operation whose locks span first..last, or refuses it.
 // Outside a caller's transaction every operation is its own transaction and
@@ -86,6 +102,12 @@ func (l *Limiter) enter(op string, first, last lockPhase) error {
 	defer o.mu.Unlock()
 	if first <= o.reached && !(first == phaseRows && o.reached == phaseRows) {
 		return &LockOrderError{Op: op, Previous: o.previous}
+	}
+	if op == opFinishTask {
+		if o.finished {
+			return &LockOrderError{Op: op, Previous: opFinishTask}
+		}
+		o.finished = true
 	}
 	if last > o.reached {
 		o.reached = last

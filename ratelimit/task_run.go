@@ -205,7 +205,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if len(rids) == 0 {
 		first = phaseRows
 	}
-	if err := l.enter("FinishTask", first, phaseRows); err != nil {
+	if err := l.enter(opFinishTask, first, phaseRows); err != nil {
 		return FinishResult{}, err
 	}
 	b := &pgx.Batch{}
