@@ -21,6 +21,13 @@ import (
 // lock: unique and without gaps whatever the concurrency. e.Type is
 // required; Seq and CreatedAt are ignored. ErrUnknownTask when no task has
 // that id. One round trip.
+//
+// A retry is not idempotent: when AppendEvent fails after its statement
+// was sent (its context ended, the connection broke), the event may have
+// been appended all the same, and a retry appends it again, with the next
+// sequence number. Where a duplicate matters, read the task's last events
+// (TaskEvents) before retrying, or give the event an id of your own in its
+// payload.
 func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event) (Event, error) {
 	id, err := parseID("taskID", taskID)
 	if err != nil {

@@ -80,6 +80,10 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 // ErrStaleToken) and the worker must stop. A claim stays valid until someone
 // takes the task away, so a heartbeat after the lease expired still succeeds
 // if recovery has not reclaimed the task yet. One round trip.
+//
+// A retry is safe: when HeartbeatTask fails after its statement was sent
+// (its context ended, the connection broke), the lease may have been
+// extended all the same, and a retry with the same token extends it again.
 func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl time.Duration) (time.Time, error) {
 	id, err := parseID("taskID", taskID)
 	if err != nil {
@@ -169,6 +173,13 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // left as the new owner made them, but the reservations FinishTask read are
 // still released: the claim that held them is over, and recovery would
 // release them anyway. Either way, do not retry with the same token.
+//
+// When FinishTask fails otherwise after its second round trip was sent
+// (its context ended, the connection broke), the task may have finished
+// all the same. A retry with the same token is safe: it writes nothing
+// and, if the task finished, gets a *StaleTokenError whose Status is the
+// finished status; GetTask then shows the outcome that finished it (the
+// one sent, or recovery's execution_lease_expired).
 //
 // Two round trips: a read of the task's open reservations, then one batch
 // that locks their counters first (lock order), then the task row,
