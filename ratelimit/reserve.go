@@ -29,7 +29,12 @@ import (
 // and nothing is written, also when FinishTask finished the task while the
 // admission was decided (the task is checked again once the rows are
 // written, under a lock that FinishTask waits for; the statement is then
-// rolled back).
+// rolled back). Inside a caller's transaction (WithTx) the two differ: a
+// task already finished when Reserve starts is refused and the
+// transaction goes on, but one finished while the admission was decided
+// fails the statement (SQLSTATE P0T01, the server's *pgconn.PgError in the
+// error's chain), which ends the transaction, as any failed statement
+// does: roll it back.
 //
 // Cost: one round trip, one statement (a call of pgadmit_reserve, or of a
 // cheaper function for a common shape), in which counter rows are locked in
