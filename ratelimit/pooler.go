@@ -63,20 +63,28 @@ type PoolerError struct {
 	StatementPooling bool
 	// Cause is what the probe saw.
 	Cause error
+
+	// op is the operation that met the pooler ("recover: reclaim expired tasks"), empty
+	// for CheckPooler: the message names it after the package, once.
+	op string
 }
 
 // Error says what to change.
 func (e *PoolerError) Error() string {
-	if e.StatementPooling {
-		return fmt.Sprintf("ratelimit: the connections go through a statement-pooling proxy, which runs no transaction "+
-			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
-			e.Cause, poolerr.Advice)
+	prefix := "ratelimit: "
+	if e.op != "" {
+		prefix += e.op + ": "
 	}
-	msg := fmt.Sprintf("ratelimit: the connections go through a transaction-pooling proxy, which runs one "+
+	if e.StatementPooling {
+		return fmt.Sprintf("%sthe connections go through a statement-pooling proxy, which runs no transaction "+
+			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
+			prefix, e.Cause, poolerr.Advice)
+	}
+	msg := fmt.Sprintf("%sthe connections go through a transaction-pooling proxy, which runs one "+
 		"connection's transactions on different server sessions, and pgx's %s exec mode needs one session (%v): "+
 		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
 		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later "+
-		"with max_prepared_statements > 0", e.Mode, e.Cause)
+		"with max_prepared_statements > 0", prefix, e.Mode, e.Cause)
 	if e.Mode == "cache_statement" {
 		// A session pooler that does not reset a server connection hands the next client
 		// connection the statements of the last one: 42P05 too.

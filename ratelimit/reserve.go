@@ -534,11 +534,11 @@ func wrapDBError(op string, err error) error {
 			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrTaskFinished, err)
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 			if lostStatementCache(pgErr) {
-				return fmt.Errorf("ratelimit: %s: %w", op, &PoolerError{Mode: "cache_statement", Cause: err})
+				return &PoolerError{Mode: "cache_statement", Cause: err, op: op}
 			}
 		case "08P01": // protocol_violation: a statement-pooling proxy refusing a transaction block
 			if poolerr.StatementPooling(err) {
-				return fmt.Errorf("ratelimit: %s: %w", op, &PoolerError{StatementPooling: true, Cause: err})
+				return &PoolerError{StatementPooling: true, Cause: err, op: op}
 			}
 		}
 	}
