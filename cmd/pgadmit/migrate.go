@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"text/tabwriter"
@@ -52,16 +53,19 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	if len(args) > 1 {
 		return usagef("unexpected argument %q after %s", args[1], sub)
 	}
+	// -1 stands for "not given", which --to -1 must not pass for.
+	toGiven := false
+	fs.Visit(func(f *flag.Flag) { toGiven = toGiven || f.Name == "to" })
 	switch sub {
 	case "up", "down":
 	case "status", "version":
-		if *to != -1 {
+		if toGiven {
 			return usagef("--to applies to up and down, not %s", sub)
 		}
 	default:
 		return usagef("unknown subcommand %q: want up, down, status or version", sub)
 	}
-	if *to < -1 {
+	if toGiven && *to < 0 {
 		return usagef("--to must be a version >= 0, got %d", *to)
 	}
 	if sub == "up" && *to == 0 {
