@@ -123,8 +123,8 @@
 // unsettled one, unless the pool was set up with ratelimit.ConfigurePool:
 // the statement is then cancelled by a request whose answer pgx reads, and
 // what it granted is released too, for up to 350 ms more: the cancel's
-// round trip (pgx gives up on a server that has not answered in 250 ms),
-// then a 100 ms pause pgx makes before the connection is used again. Bound
+// round trip (given up on a server that has not answered in 250 ms), then
+// a 100 ms pause before the connection is used again. Bound
 // connection attempts too (connect_timeout in the pool's configuration),
 // so that background dials to a hanging server end.
 //

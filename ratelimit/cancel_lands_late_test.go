@@ -48,7 +48,7 @@ func slowDials(t *testing.T, pool *pgxpool.Pool, delay time.Duration, configure 
 // grace; when the lock is released after that but before pgx's cancel
 // request reaches the server, the statement commits. On a pool set up with
 // ConfigurePool, pgx reads that answer and what the statement granted is
-// released. (With pgx's default the connection is closed first, and the
+// released. (With pgx's default the connection is given up unread, and the
 // grant stays held until its window ends and its lease expires: this test
 // fails so without ConfigurePool.)
 func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {

@@ -445,8 +445,9 @@ type flight struct {
 // unanswered leftGrace later. On a pool set up with ConfigurePool, pgx
 // sends the server a cancel request and reads the statement's answer: it
 // was rolled back, or it committed and its grants go to abandoned. With
-// pgx's default, pgx closes the connection first and then sends the
-// request, and a statement that the server committed before the request
+// pgx's default, pgx gives the connection up at once (it sends the
+// request, then closes the connection, never reading the answer), and a
+// statement that the server committed before the request
 // landed (its lock released first, or its commit under way) is as lost as
 // a commit whose acknowledgement a dropped connection lost. The returned
 // cancel ends the context once the statement is answered; f is nil when

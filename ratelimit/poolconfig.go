@@ -13,9 +13,9 @@ import (
 // statement cancelled mid-flight never leaves a grant nobody knows of.
 //
 // A statement of the Limiter whose callers all left is cancelled once it
-// has run on for a grace (see Reserve). pgx's default then closes the
-// connection and sends the server a cancel request on a connection of its
-// own; a statement that the server commits before that request lands (the
+// has run on for a grace (see Reserve). pgx's default then gives the
+// connection up unread, sends the server a cancel request on a connection
+// of its own and closes it; a statement that the server commits before that request lands (the
 // row lock it waited for released in that moment) holds what it granted,
 // and nobody reads its answer: the reservation stays open until its window
 // ends, the lease until its TTL. With ConfigurePool, pgx sends the cancel

@@ -1,0 +1,160 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// freezer is a TCP proxy to a PostgreSQL server that, once frozen, stops
+// passing on the server's answers and answers no new connection: the
+// server's host froze mid-statement.
+type freezer struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln}
+	t.Cleanup(f.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.keep(c)
+			if f.frozen.Load() {
+				continue // accepted, never answered
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.keep(s)
+			go func() { _, _ = io.Copy(s, c) }()
+			go f.answers(c, s)
+		}
+	}()
+	return f
+}
+
+// close stops the proxy and drops its connections (the cancel requests
+// pgx sends on a frozen server's connections wait for them up to 15 s).
+func (f *freezer) close() {
+	f.frozen.Store(false)
+	f.ln.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+func (f *freezer) keep(c net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.conns = append(f.conns, c)
+}
+
+// answers passes on what server sends to client, holding it while frozen.
+func (f *freezer) answers(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		for f.frozen.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		if n > 0 {
+			if _, err := client.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			client.Close()
+			return
+		}
+	}
+}
+
+// What ConfigurePool's doc, Reserve's and httpadmit's say a cancelled
+// statement costs: a caller alone, whose statement is cancelled 100 ms after
+// its context ended, gets its answer at most 350 ms after that, from a
+// server that answers the cancel (the statement waits for a row lock) and
+// from one whose host froze (the cancel is given up on after 250 ms, then
+// the 100 ms pause).
+func TestReserveCancelledOnAConfiguredPoolCostsAtMost350msMore(t *testing.T) {
+	t.Parallel()
+	const grace, cost, slack = 100 * time.Millisecond, 350 * time.Millisecond, 150 * time.Millisecond
+	for _, stuck := range []string{"waiting for a lock", "server frozen"} {
+		t.Run(stuck, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t)
+			cfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(fr.ln.Addr().(*net.TCPAddr).Port)
+			cfg.ConnConfig.Fallbacks = nil
+			ratelimit.ConfigurePool(cfg)
+			p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			l := ratelimit.New(p)
+			t.Cleanup(l.Close)
+			key := uniqueKey("k")
+			limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 10)}
+			if err := p.Ping(context.Background()); err != nil { // a connection is open
+				t.Fatal(err)
+			}
+			ctx, leave := context.WithCancel(context.Background())
+			errs := make(chan error, 1)
+			if stuck == "waiting for a lock" {
+				limits, _ = holdCounter(t, pool, key)
+				go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
+				pgtest.AwaitLockWaiters(t, pool, "Reserve")
+			} else {
+				fr.frozen.Store(true)
+				go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
+				time.Sleep(50 * time.Millisecond) // the statement is sent
+			}
+			left := time.Now()
+			leave()
+			err = <-errs
+			took := time.Since(left)
+			t.Logf("Reserve returned %v after its caller left", took.Round(time.Millisecond))
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Reserve after its caller left: %v, want context.Canceled", err)
+			}
+			if took > grace+cost+slack {
+				t.Errorf("Reserve returned %v after its caller left, want at most %v (+%v slack)", took, grace+cost, slack)
+			}
+			if stuck == "server frozen" && took < grace+cost-slack {
+				t.Errorf("Reserve returned %v after its caller left from a frozen server, want about %v", took, grace+cost)
+			}
+			fr.close()
+		})
+	}
+}
