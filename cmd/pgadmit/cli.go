@@ -32,6 +32,9 @@ type app struct {
 
 	dsn            string        // --database-url, else $DATABASE_URL; "" when neither is set
 	connectTimeout time.Duration // --connect-timeout
+	// connectTimeoutGiven: --connect-timeout was on the command line; else a
+	// connect_timeout in the database URL wins over its default.
+	connectTimeoutGiven bool
 
 	// cmd is the command being run, for messages.
 	cmd *command
@@ -137,7 +140,9 @@ func (a *app) main(ctx context.Context, args []string) error {
 	if a.dsn == "" {
 		a.dsn = a.getenv("DATABASE_URL")
 	}
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	a.noteGiven(fs)
+	if err != nil {
 		return usagef("%v", err)
 	}
 	rest := fs.Args()
@@ -176,7 +181,12 @@ func (v dsnValue) Set(s string) error { *v.p = s; return nil }
 // globalFlags adds the flags every command accepts, before or after its name.
 func (a *app) globalFlags(fs *flag.FlagSet) {
 	fs.Var(dsnValue{&a.dsn}, "database-url", "PostgreSQL connection `URL` (default $DATABASE_URL)")
-	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "give up connecting to the database after this `duration`")
+	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "give up connecting to the database after this `duration` (when not given, the URL's connect_timeout, if any)")
+}
+
+// noteGiven records whether fs's command line set --connect-timeout.
+func (a *app) noteGiven(fs *flag.FlagSet) {
+	fs.Visit(func(f *flag.Flag) { a.connectTimeoutGiven = a.connectTimeoutGiven || f.Name == "connect-timeout" })
 }
 
 // flags returns the flag set of command c, with the global flags and --help.
@@ -196,7 +206,9 @@ func (a *app) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 	fs.BoolVar(help, "h", false, "show this help")
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		err := fs.Parse(args)
+		a.noteGiven(fs)
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				a.printCommandHelp(a.stdout, c, fs)
 				return nil, errHelp
@@ -313,7 +325,9 @@ func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 		// pgx's message redacts on a best-effort basis; scrub removes what it missed.
 		return nil, fmt.Errorf("invalid database URL: %s", scrub(err.Error(), dsn))
 	}
-	cfg.ConnConfig.ConnectTimeout = a.connectTimeout
+	if a.connectTimeoutGiven || cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = a.connectTimeout
+	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		name := "pgadmit"
 		if a.cmd != nil {
@@ -334,15 +348,21 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
 	}
-	pctx, cancel := context.WithTimeout(ctx, a.connectTimeout)
+	timeout, from := a.connectTimeout, "--connect-timeout"
+	if !a.connectTimeoutGiven && cfg.ConnConfig.ConnectTimeout != a.connectTimeout {
+		timeout, from = cfg.ConnConfig.ConnectTimeout, "connect_timeout in the database URL"
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if pctx.Err() != nil { // pgx says only "context deadline exceeded"
-			return nil, fmt.Errorf("cannot connect to %s: no answer within %s (--connect-timeout)", redactDSN(dsn), a.connectTimeout)
+		// pgx says only "context deadline exceeded"; its own connect timeout, as long as
+		// ours, may fire first.
+		if pctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("cannot connect to %s: no answer within %s (%s)", redactDSN(dsn), timeout, from)
 		}
 		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
 	}

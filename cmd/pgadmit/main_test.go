@@ -270,6 +270,23 @@ func TestConnectTimeout(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("doctor on a silent server took %s with --connect-timeout 300ms", took)
 	}
+
+	// A connect_timeout in the URL is kept when --connect-timeout is not given (it was
+	// overridden by the flag's default, 5s, while the message quoted the URL's value).
+	start = time.Now()
+	_, errOut, code = cli(t, nil, "--database-url", dsn+"&connect_timeout=1", "doctor")
+	took = time.Since(start)
+	if code != exitFailure || !strings.Contains(errOut, "no answer within 1s (connect_timeout in the database URL)") {
+		t.Errorf("doctor on a silent server with connect_timeout=1 in the URL: exit %d, stderr %q", code, errOut)
+	}
+	if took > 3*time.Second {
+		t.Errorf("doctor on a silent server took %s with connect_timeout=1 in the URL", took)
+	}
+	// --connect-timeout, when given, wins over the URL's.
+	_, errOut, _ = cli(t, nil, "--database-url", dsn+"&connect_timeout=10", "doctor", "--connect-timeout", "300ms")
+	if !strings.Contains(errOut, "no answer within 300ms (--connect-timeout)") {
+		t.Errorf("doctor with --connect-timeout 300ms and connect_timeout=10 in the URL: stderr %q", errOut)
+	}
 }
 
 // newDatabase returns the URL of a fresh migrated database and a pool on it,
