@@ -173,9 +173,7 @@ var callerModes = []struct {
 // release the lock; the test's end does.
 func holdCounter(t *testing.T, pool *pgxpool.Pool, key string) ([]ratelimit.Limit, pgx.Tx) {
 	t.Helper()
-	limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 10)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	limits := hourLimits(t, pool, window("key", key, "requests", 100, 1), concurrent("key", key, 10))
 	blocker, err := pool.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -660,28 +660,24 @@ func TestCloseWaitsForWhatACallerWhoLeftWasGranted(t *testing.T) {
 	l := ratelimit.New(pool, ratelimit.WithCombining(8, 1))
 	ctx := context.Background()
 	first, second := uniqueKey("first"), uniqueKey("second")
-	// An hour's window, so that the holders and the callers meet on one
-	// counter row however slowly the test runs.
-	limit := func(key string) []ratelimit.Limit {
-		w := window("api_key", key, "requests", 100, 1)
-		w.Window = time.Hour
-		return []ratelimit.Limit{w}
+	limitsOf := map[string][]ratelimit.Limit{
+		first:  hourLimits(t, pool, window("api_key", first, "requests", 100, 1)),
+		second: hourLimits(t, pool, window("api_key", second, "requests", 100, 1)),
 	}
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
 	hold := func(key string) pgx.Tx { // a transaction holding key's counter row
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = tx.Rollback(ctx) })
-		if _, err := l.WithTx(tx).Reserve(ctx, "", "", limit(key)); err != nil {
+		if _, err := l.WithTx(tx).Reserve(ctx, "", "", limitsOf[key]); err != nil {
 			t.Fatal(err)
 		}
 		return tx
 	}
 	holdFirst, holdSecond := hold(first), hold(second)
 	reserve := func(ctx context.Context, key string, errs chan<- error) {
-		_, err := l.Reserve(ctx, "", "", limit(key))
+		_, err := l.Reserve(ctx, "", "", limitsOf[key])
 		errs <- err
 	}
 

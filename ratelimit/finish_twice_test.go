@@ -27,9 +27,7 @@ func TestFinishTaskTwiceInATransactionDoesNotDeadlockWithABatch(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	l := ratelimit.New(pool)
 	key := uniqueKey("k")
-	limits := []ratelimit.Limit{window("key", key, "requests", 100, 1)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	limits := hourLimits(t, pool, window("key", key, "requests", 100, 1))
 	t1, t2 := startSync(t, l, time.Minute), startSync(t, l, time.Minute)
 
 	tx, err := pool.Begin(ctx)

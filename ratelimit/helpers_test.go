@@ -38,6 +38,16 @@ func window(scopeType, key, metric string, limit, amount float64) ratelimit.Limi
 	return ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: key}, Metric: metric, Limit: limit, Amount: amount}
 }
 
+// hourLimits makes the first of limits a window of an hour and waits until
+// the hour's window has a minute left: the calls of a test that must meet
+// on one counter row then do, however slowly the test runs.
+func hourLimits(t *testing.T, pool *pgxpool.Pool, limits ...ratelimit.Limit) []ratelimit.Limit {
+	t.Helper()
+	limits[0].Window = time.Hour
+	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	return limits
+}
+
 func concurrent(scopeType, key string, limit float64) ratelimit.Limit {
 	return ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: key}, Metric: ratelimit.MetricConcurrent, Limit: limit, Amount: 1}
 }

@@ -43,8 +43,7 @@ func TestReserveRacingFinishTaskLeavesNothingOpen(t *testing.T) {
 					{window("key", key, "requests", 100, 1)},
 					{window("key", key, "requests", 100, 1), concurrent("key", key, 10)},
 				} {
-					limits[0].Window = time.Hour
-					pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+					limits = hourLimits(t, pool, limits...)
 					task := startSync(t, l, time.Minute)
 					blocker, err := pool.Begin(ctx)
 					if err != nil {
@@ -75,9 +74,7 @@ func TestReserveRacingFinishTaskLeavesNothingOpen(t *testing.T) {
 			// each request again alone, as on any P0 error).
 			t.Run("batch", func(t *testing.T) {
 				key := uniqueKey("k")
-				limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 10)}
-				limits[0].Window = time.Hour
-				pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+				limits := hourLimits(t, pool, window("key", key, "requests", 100, 1), concurrent("key", key, 10))
 				task := startSync(t, l, time.Minute)
 				blocker, err := pool.Begin(ctx)
 				if err != nil {

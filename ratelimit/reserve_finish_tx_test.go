@@ -26,9 +26,7 @@ func TestReserveInATransactionRefusedByTheRecheckEndsTheTransaction(t *testing.T
 	pool := pgtest.NewPool(t)
 	l := ratelimit.New(pool)
 	key := uniqueKey("k")
-	limits := []ratelimit.Limit{window("key", key, "requests", 100, 1)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	limits := hourLimits(t, pool, window("key", key, "requests", 100, 1))
 	next := func(lt *ratelimit.Limiter) error {
 		_, err := lt.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{queueLimit(uniqueKey("q"), 10)}})
 		return err
