@@ -80,8 +80,8 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 }
 
 // reserveRemote decides the admission's limits in the database: combined
-// with concurrent calls, alone inside a caller's transaction, or alone
-// (WithoutCombining).
+// with concurrent calls, or alone (inside a caller's transaction, or
+// WithoutCombining).
 func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error) {
 	if l.reserves != nil {
 		return l.reserves.do(ctx, a)
@@ -90,15 +90,6 @@ func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error
 	if err := l.enter("Reserve", first, last); err != nil {
 		return Grant{}, err
 	}
-	if l.inTx {
-		// A statement cancelled in the caller's transaction ends it: what
-		// the statement did is rolled back with it.
-		grants, errs, err := l.reserveBatch(ctx, []*admission{a})
-		if err != nil {
-			return Grant{}, err
-		}
-		return grants[0], errs[0]
-	}
 	return l.reserveAlone(ctx, a)
 }
 
@@ -106,8 +97,9 @@ func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error
 // answer once sent, as a combined one does (sendContext): when ctx ends
 // meanwhile, what it granted is released and the caller gets ctx's error.
 // It is cancelled leftStatementGrace after ctx ended if still unanswered.
+// Inside a caller's transaction it runs in ctx (runToAnswer).
 func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error) {
-	return runToAnswer(ctx, l.opts.leftGrace, func(sctx context.Context) (Grant, error) {
+	return runToAnswer(l, ctx, func(sctx context.Context) (Grant, error) {
 		grants, errs, err := l.reserveBatch(sctx, []*admission{a})
 		if err != nil {
 			return Grant{}, err
@@ -116,19 +108,24 @@ func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error)
 	}, l.releaseAbandoned)
 }
 
-// runToAnswer runs op, the statement of a caller alone (not in a
-// transaction of the caller's), in statementContext: once sent, it runs to
-// its answer when ctx ends meanwhile, since the server may have committed
-// it and only its answer names what it did. When ctx ended before that
-// answer was read, what op obtained goes to abandon (nobody holds it) and
-// the caller gets ctx's error. A ctx already over sends nothing. Reserve,
-// CreateTask and ClaimTask share it.
-func runToAnswer[T any](ctx context.Context, grace time.Duration, op func(context.Context) (T, error), abandon func(T)) (T, error) {
+// runToAnswer runs op, the statement of a caller alone, in
+// statementContext: once sent, it runs to its answer when ctx ends
+// meanwhile, since the server may have committed it and only its answer
+// names what it did. When ctx ended before that answer was read, what op
+// obtained goes to abandon (nobody holds it) and the caller gets ctx's
+// error. A ctx already over sends nothing. Inside a caller's transaction
+// (WithTx) op runs in ctx as it is: a statement cancelled there ends the
+// transaction, and what it did is rolled back with it. Reserve, CreateTask
+// and ClaimTask share it.
+func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context) (T, error), abandon func(T)) (T, error) {
+	if l.inTx {
+		return op(ctx)
+	}
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	sctx, cancel := statementContext(ctx, grace)
+	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
 	res, err := op(sctx)
 	cancel()
 	if ctx.Err() != nil {

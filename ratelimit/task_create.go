@@ -54,12 +54,7 @@ func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
 		return Task{}, err
 	}
 	create := func(ctx context.Context) (Task, error) { return l.createTask(ctx, spec, p, queueLimits) }
-	if l.inTx {
-		// A statement cancelled in the caller's transaction ends it: the
-		// task is rolled back with it.
-		return create(ctx)
-	}
-	return runToAnswer(ctx, l.opts.leftGrace, create, l.cancelAbandonedTask)
+	return runToAnswer(l, ctx, create, l.cancelAbandonedTask)
 }
 
 // createTask sends TaskCreate, after the queue scopes' locks, in one round

@@ -48,12 +48,7 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 		}
 		return taskFromRow(db.TaskGetRow(row)), nil
 	}
-	if l.inTx {
-		// A statement cancelled in the caller's transaction ends it: the
-		// claim is rolled back with it.
-		return claim(ctx)
-	}
-	return runToAnswer(ctx, l.opts.leftGrace, claim, l.unclaimAbandoned)
+	return runToAnswer(l, ctx, claim, l.unclaimAbandoned)
 }
 
 // unclaimAbandoned puts back a task that ClaimTask claimed after its caller
