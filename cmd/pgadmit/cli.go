@@ -186,7 +186,14 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 
 // noteGiven records whether fs's command line set --connect-timeout.
 func (a *app) noteGiven(fs *flag.FlagSet) {
-	fs.Visit(func(f *flag.Flag) { a.connectTimeoutGiven = a.connectTimeoutGiven || f.Name == "connect-timeout" })
+	a.connectTimeoutGiven = a.connectTimeoutGiven || flagGiven(fs, "connect-timeout")
+}
+
+// flagGiven reports whether fs's command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // flags returns the flag set of command c, with the global flags and --help.

@@ -93,6 +93,20 @@ func migrationVersions() ([]int64, error) {
 	return versions, nil
 }
 
+// schemaVersions returns the pgadmit schema version of pool's database and the latest migration
+// this binary embeds.
+func schemaVersions(ctx context.Context, pool *pgxpool.Pool) (have, latest int64, err error) {
+	versions, err := migrationVersions()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(versions) == 0 {
+		return 0, 0, errors.New("this pgadmit embeds no migrations")
+	}
+	have, err = schema.Version(ctx, pool)
+	return have, versions[len(versions)-1], err
+}
+
 // schemaBehindError is a command's failure on a database whose pgadmit schema is older than
 // this binary's: it says what to run instead of the server's "relation ... does not exist".
 type schemaBehindError struct {
@@ -115,15 +129,11 @@ func notMigrated(ctx context.Context, pool *pgxpool.Pool, err error) error {
 	if !errors.As(err, &pgErr) || !slices.Contains([]string{"42P01", "42703", "42883"}, pgErr.Code) {
 		return err
 	}
-	versions, verr := migrationVersions()
-	if verr != nil || len(versions) == 0 {
+	have, latest, verr := schemaVersions(ctx, pool)
+	if verr != nil || have >= latest {
 		return err
 	}
-	have, verr := schema.Version(ctx, pool)
-	if verr != nil || have >= versions[len(versions)-1] {
-		return err
-	}
-	return &schemaBehindError{have: have, want: versions[len(versions)-1], err: err}
+	return &schemaBehindError{have: have, want: latest, err: err}
 }
 
 // serverInfo is what bench says about the server it measures.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
 	"text/tabwriter"
@@ -54,8 +53,7 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 		return usagef("unexpected argument %q after %s", args[1], sub)
 	}
 	// -1 stands for "not given", which --to -1 must not pass for.
-	toGiven := false
-	fs.Visit(func(f *flag.Flag) { toGiven = toGiven || f.Name == "to" })
+	toGiven := flagGiven(fs, "to")
 	switch sub {
 	case "up", "down":
 	case "status", "version":
@@ -200,15 +198,11 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, step func(*
 // schemaAhead says, when pool's database is at a pgadmit schema version above every migration
 // this binary embeds (a newer pgadmit migrated it), that it is; "" otherwise.
 func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	versions, err := migrationVersions()
-	if err != nil || len(versions) == 0 {
-		return "", err
-	}
-	v, err := schema.Version(ctx, pool)
+	v, latest, err := schemaVersions(ctx, pool)
 	if err != nil {
 		return "", err
 	}
-	if latest := versions[len(versions)-1]; v > latest {
+	if v > latest {
 		return fmt.Sprintf("schema version %d is newer than this pgadmit's migrations, which end at %d", v, latest), nil
 	}
 	return "", nil
