@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/peterldowns/pgtestdb"
 
 	"github.com/pgadmit/pgadmit/internal/pgbouncer"
+	"github.com/pgadmit/pgadmit/internal/pgcluster"
 )
 
 // PoolerSize is how many server connections the tests' PgBouncer opens per database: fewer than
@@ -130,7 +132,12 @@ func NewPoolerURLIn(t testing.TB, poolMode string, poolSize int) (pooled, direct
 		}
 		return b.Port()
 	})
-	t.Cleanup(func() { _ = b.Stop() }) // runs before the database's cleanup, registered earlier
+	t.Cleanup(func() { // runs before the database's cleanup, registered earlier
+		if t.Failed() { // say whether the pooler itself failed (it logs a FATAL before it exits)
+			t.Logf("pgbouncer.log:\n%s", pgcluster.Tail(filepath.Join(b.Dir(), "pgbouncer.log")))
+		}
+		_ = b.Stop()
+	})
 	return pooled, direct
 }
 
