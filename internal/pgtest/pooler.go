@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -57,6 +58,12 @@ func startBouncer(poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startBouncerTo(host, port, base, poolMode, poolSize)
+}
+
+// startBouncerTo is startBouncer with the server reached at host and port, which may be a proxy
+// in front of base's.
+func startBouncerTo(host string, port int, base pgtestdb.Config, poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
 	users := map[string]string{pgtestdb.DefaultRoleUsername: pgtestdb.DefaultRolePassword}
 	if u, err := url.Parse("postgres://" + base.User + ":" + base.Password + "@x/"); err == nil {
 		pw, _ := u.User.Password()
@@ -121,13 +128,43 @@ func NewPoolerURL(t testing.TB) (pooled, direct string) {
 // the database is dropped.
 func NewPoolerURLIn(t testing.TB, poolMode string, poolSize int) (pooled, direct string) {
 	t.Helper()
+	return newOwnPoolerURL(t, poolMode, poolSize, startBouncer)
+}
+
+// NewSlowPoolerURL is NewPoolerURLIn with PgBouncer reaching the server through a proxy that
+// opens each server connection connectDelay late: a busy pooler, which takes that long to
+// forward a cancel request (PgBouncer opens a server connection for each).
+func NewSlowPoolerURL(t testing.TB, poolMode string, poolSize int, connectDelay time.Duration) (pooled, direct string) {
+	t.Helper()
+	return newOwnPoolerURL(t, poolMode, poolSize, func(poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
+		base, err := server()
+		if err != nil {
+			return nil, err
+		}
+		host, port, err := serverAddress(base)
+		if err != nil {
+			return nil, err
+		}
+		proxy, err := startSlowDialProxy(host, port, connectDelay)
+		if err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+		t.Cleanup(proxy.Close) // runs after PgBouncer's Stop, registered later
+		return startBouncerTo(pgbouncer.Host, proxy.Port(), base, poolMode, poolSize)
+	})
+}
+
+// newOwnPoolerURL is NewPoolerURLIn with PgBouncer started by start.
+func newOwnPoolerURL(t testing.TB, poolMode string, poolSize int,
+	start func(poolMode string, poolSize int) (*pgbouncer.Bouncer, error)) (pooled, direct string) {
+	t.Helper()
 	if !mainCalled.Load() {
 		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
 	}
 	var b *pgbouncer.Bouncer
 	pooled, direct = poolerURL(t, func() int {
 		var err error
-		if b, err = startBouncer(poolMode, poolSize); err != nil {
+		if b, err = start(poolMode, poolSize); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 		return b.Port()
