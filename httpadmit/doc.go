@@ -122,9 +122,10 @@
 // only one answered later than that has no owner, and lapses like any
 // unsettled one, unless the pool was set up with ratelimit.ConfigurePool:
 // the statement is then cancelled by a request whose answer pgx reads, and
-// what it granted is released too, for up to 350 ms more: the cancel's
-// round trip (given up on a server that has not answered in 250 ms), then
-// a 100 ms pause before the connection is used again. Bound
+// what it granted is released too, for about 100 ms more: the cancel's
+// round trip, then a 100 ms pause before the connection is used again
+// (from a frozen server, the connection is given up after 1 s, at most
+// 1.25 s). Bound
 // connection attempts too (connect_timeout in the pool's configuration),
 // so that background dials to a hanging server end.
 //

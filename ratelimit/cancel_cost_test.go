@@ -98,13 +98,15 @@ func (f *freezer) answers(client, server net.Conn) {
 
 // What ConfigurePool's doc, Reserve's and httpadmit's say a cancelled
 // statement costs: a caller alone, whose statement is cancelled 100 ms after
-// its context ended, gets its answer at most 350 ms after that, from a
-// server that answers the cancel (the statement waits for a row lock) and
-// from one whose host froze (the cancel is given up on after 250 ms, then
-// the 100 ms pause).
-func TestReserveCancelledOnAConfiguredPoolCostsAtMost350msMore(t *testing.T) {
+// its context ended, gets its answer about 100 ms after that from a server
+// that answers the cancel (the statement waits for a row lock: the cancel
+// request's round trip, then the 100 ms pause), and 1 s after it from one
+// whose host froze (the cancel request is not acknowledged, and the
+// connection is given up on after 1 s).
+func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 	t.Parallel()
-	const grace, cost, slack = 100 * time.Millisecond, 350 * time.Millisecond, 150 * time.Millisecond
+	const grace, slack = 100 * time.Millisecond, 150 * time.Millisecond
+	cost := map[string]time.Duration{"waiting for a lock": 100 * time.Millisecond, "server frozen": time.Second}
 	for _, stuck := range []string{"waiting for a lock", "server frozen"} {
 		t.Run(stuck, func(t *testing.T) {
 			t.Parallel()
@@ -148,11 +150,8 @@ func TestReserveCancelledOnAConfiguredPoolCostsAtMost350msMore(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Reserve after its caller left: %v, want context.Canceled", err)
 			}
-			if took > grace+cost+slack {
-				t.Errorf("Reserve returned %v after its caller left, want at most %v (+%v slack)", took, grace+cost, slack)
-			}
-			if stuck == "server frozen" && took < grace+cost-slack {
-				t.Errorf("Reserve returned %v after its caller left from a frozen server, want about %v", took, grace+cost)
+			if want := grace + cost[stuck]; took > want+slack || took < want-slack {
+				t.Errorf("Reserve returned %v after its caller left, want %v (±%v)", took, want, slack)
 			}
 			fr.close()
 		})

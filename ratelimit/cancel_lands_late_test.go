@@ -48,9 +48,11 @@ func slowDials(t *testing.T, pool *pgxpool.Pool, delay time.Duration, configure 
 // grace; when the lock is released after that but before pgx's cancel
 // request reaches the server, the statement commits. On a pool set up with
 // ConfigurePool, pgx reads that answer and what the statement granted is
-// released. (With pgx's default the connection is given up unread, and the
-// grant stays held until its window ends and its lease expires: this test
-// fails so without ConfigurePool.)
+// released, however late the request lands within a second (a busy pooler
+// forwarding it). With pgx's default the connection is given up unread, and
+// the grant stays held until its window ends and its lease expires: this
+// test fails so without ConfigurePool. So it did with ConfigurePool when its
+// wait for the answer was counted from the cancel's start (250 ms).
 func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 	t.Parallel()
 	for _, tc := range callerModes {
@@ -58,8 +60,8 @@ func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
 			// The cancel request lands late, yet before ConfigurePool's
-			// connection stops waiting for the answer (250 ms).
-			const grace, late = 50 * time.Millisecond, 150 * time.Millisecond
+			// connection gives up waiting for its acknowledgement (1 s).
+			const grace, late = 50 * time.Millisecond, 600 * time.Millisecond
 			slow, slowOn := slowDials(t, pool, late, ratelimit.ConfigurePool)
 			l := ratelimit.New(slow, append(tc.opts, ratelimit.WithLeftStatementGrace(grace))...)
 			key := uniqueKey("k")
@@ -67,7 +69,7 @@ func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 			leave, errs := reserveBehindLock(t, pool, l, limits)
 			slowOn.Store(true)
 			leave()
-			time.Sleep(grace + 50*time.Millisecond) // the statement is being cancelled
+			time.Sleep(grace + 400*time.Millisecond) // the statement is being cancelled
 			if err := blocker.Rollback(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -80,4 +82,49 @@ func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 			assertNothingHeld(t, pool, "key", key)
 		})
 	}
+}
+
+// A cancel request the server has not acknowledged within a second may
+// still land, and would cancel whatever statement its connection runs by
+// then: on a pool set up with ConfigurePool, such a connection is closed,
+// never used again, even when its statement was answered meanwhile. Here
+// the pool has one connection, the request lands 1.5 s late, and the next
+// Reserve waits behind a lock until after it landed.
+func TestReserveAfterACancelNeverAcknowledgedIsNotCancelledByIt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	const grace, late = 50 * time.Millisecond, 1500 * time.Millisecond
+	slow, slowOn := slowDials(t, pool, late, func(cfg *pgxpool.Config) {
+		ratelimit.ConfigurePool(cfg)
+		cfg.MaxConns = 1
+	})
+	l := ratelimit.New(slow, ratelimit.WithLeftStatementGrace(grace))
+	t.Cleanup(l.Close)
+
+	first := uniqueKey("k")
+	limits, blocker := holdCounter(t, pool, first)
+	leave, errs := reserveBehindLock(t, pool, l, limits)
+	slowOn.Store(true)
+	leave()
+	time.Sleep(grace + 400*time.Millisecond) // the statement is being cancelled
+	if err := blocker.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, context.Canceled) { // answered, the request not acknowledged
+		t.Fatalf("Reserve after its caller left: %v, want context.Canceled", err)
+	}
+	slowOn.Store(false)
+
+	second := uniqueKey("k")
+	limits, blocker = holdCounter(t, pool, second)
+	_, errs = reserveBehindLock(t, pool, l, limits)
+	time.Sleep(late) // the first statement's cancel request lands meanwhile
+	if err := blocker.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("the next Reserve: %v, want it admitted", err)
+	}
+	l.Close()
+	assertNothingHeld(t, pool, "key", first)
 }
