@@ -40,6 +40,10 @@ func TestMigrateDownStatusUp(t *testing.T) {
 	if out := cliOK(t, "--database-url", url, "migrate", "up"); !strings.Contains(out, "nothing to do") || !strings.Contains(out, "schema version "+latest) {
 		t.Errorf("migrate up on a migrated database:\n%s", out)
 	}
+	if out := cliOK(t, "--database-url", url, "migrate", "up", "--to", "3"); !strings.Contains(out, "nothing to do") ||
+		!strings.Contains(out, "already past version 3 (to revert to it: migrate down --to 3)") {
+		t.Errorf("migrate up --to 3 on a migrated database:\n%s", out)
+	}
 
 	out = cliOK(t, "--database-url", url, "migrate", "down", "--to", "0")
 	if !strings.Contains(out, "down 00001_init.sql") || !strings.Contains(out, "schema version 0") {
@@ -53,6 +57,10 @@ func TestMigrateDownStatusUp(t *testing.T) {
 	}
 	if out := cliOK(t, "--database-url", url, "migrate", "down"); !strings.Contains(out, "nothing to do") {
 		t.Errorf("migrate down with nothing applied:\n%s", out)
+	}
+	if out := cliOK(t, "--database-url", url, "migrate", "down", "--to", "2"); !strings.Contains(out, "nothing to do") ||
+		!strings.Contains(out, "already below version 2 (to apply up to it: migrate up --to 2)") {
+		t.Errorf("migrate down --to 2 with nothing applied:\n%s", out)
 	}
 	if _, errOut, code := cli(t, nil, "--database-url", url, "migrate", "up", "--to", "0"); code != exitUsage || !strings.Contains(errOut, "--to") {
 		t.Errorf("migrate up --to 0: exit %d, %q: want a usage error", code, errOut)

@@ -102,14 +102,14 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 
 	switch sub {
 	case "up":
-		return a.migrateUpDown(ctx, pool, func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return a.migrateUpDown(ctx, pool, passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
 			if *to >= 0 {
 				return p.UpTo(ctx, *to)
 			}
 			return p.Up(ctx)
 		})
 	case "down":
-		return a.migrateUpDown(ctx, pool, func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return a.migrateUpDown(ctx, pool, passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
 			if *to >= 0 {
 				return p.DownTo(ctx, *to)
 			}
@@ -151,8 +151,9 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 }
 
 // migrateUpDown runs an up or down step with pgadmit's provider and prints each migration it
-// applied or reverted, then the resulting version.
-func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) ([]*goose.MigrationResult, error)) (err error) {
+// applied or reverted, then the resulting version, and what passed says of it.
+func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func(version int64) string,
+	step func(*goose.Provider) ([]*goose.MigrationResult, error)) (err error) {
 	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
 	if err != nil {
 		return err
@@ -189,6 +190,9 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, step func(*
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	fmt.Fprintf(a.stdout, "schema version %d\n", v)
+	if msg := passed(v); msg != "" {
+		fmt.Fprintln(a.stdout, msg)
+	}
 	if ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
 		fmt.Fprintln(a.stdout, ahead)
 	}
@@ -206,4 +210,21 @@ func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		return fmt.Sprintf("schema version %d is newer than this pgadmit's migrations, which end at %d", v, latest), nil
 	}
 	return "", nil
+}
+
+// passedTo says, for a step up or down to version to (-1: none given), when the database it
+// left at version is already on the far side of to: up --to 3 on a database at 7 does nothing,
+// and should not pass for having reached 3.
+func passedTo(sub string, to int64) func(version int64) string {
+	return func(version int64) string {
+		switch {
+		case to < 0 || version == to:
+			return ""
+		case sub == "up" && version > to:
+			return fmt.Sprintf("already past version %d (to revert to it: migrate down --to %d)", to, to)
+		case sub == "down" && version < to:
+			return fmt.Sprintf("already below version %d (to apply up to it: migrate up --to %d)", to, to)
+		}
+		return ""
+	}
 }
