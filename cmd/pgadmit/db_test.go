@@ -537,6 +537,14 @@ func TestMigrateADatabaseAheadOfThisPgadmit(t *testing.T) {
 	if out := cliOK(t, "--database-url", url, "migrate", "status"); !strings.Contains(out, note) {
 		t.Errorf("migrate status on a database ahead:\n%s", out)
 	}
+	// The operators' commands still run, and warn.
+	for _, cmd := range []string{"inspect", "doctor", "recover", "prune"} {
+		_, errOut, code := cli(t, nil, "--database-url", url, cmd)
+		want := "pgadmit " + cmd + ": warning: " + note + ": this pgadmit may misread it; upgrade pgadmit\n"
+		if code != 0 || errOut != want {
+			t.Errorf("pgadmit %s on a database ahead: exit %d, stderr %q; want exit 0 and stderr %q", cmd, code, errOut, want)
+		}
+	}
 }
 
 // The free room of a window is computed exactly, as the database holds it:

@@ -64,6 +64,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	a.warnSchemaAhead(ctx, pool)
 	q := db.New()
 	maxRows := int32(*limit)
 

@@ -199,6 +199,15 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func
 	return nil
 }
 
+// warnSchemaAhead warns on stderr when pool's database was migrated by a newer pgadmit, whose
+// tables and functions this one may misread. It costs one query; a failure to read the version
+// is left to the command's own statements to report.
+func (a *app) warnSchemaAhead(ctx context.Context, pool *pgxpool.Pool) {
+	if ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
+		fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s: this pgadmit may misread it; upgrade pgadmit\n", a.cmd.name, ahead)
+	}
+}
+
 // schemaAhead says, when pool's database is at a pgadmit schema version above every migration
 // this binary embeds (a newer pgadmit migrated it), that it is; "" otherwise.
 func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (string, error) {

@@ -68,6 +68,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	a.warnSchemaAhead(ctx, pool)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
 	start := time.Now()
 	res, err := maint.Recover(ctx)
@@ -101,6 +102,9 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 			var err error
 			if pool, err = a.open(ctx, a.dsn, cfg.Copy()); err != nil && ctx.Err() == nil {
 				logf("recover: %s; trying again in %s", err, every)
+			}
+			if pool != nil {
+				a.warnSchemaAhead(ctx, pool)
 			}
 		}
 		if pool != nil {
@@ -203,6 +207,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	a.warnSchemaAhead(ctx, pool)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
 		ratelimit.WithTaskRetention(retention))
 	start := time.Now()
@@ -246,6 +251,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	a.warnSchemaAhead(ctx, pool)
 	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
