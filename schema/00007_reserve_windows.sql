@@ -52,7 +52,7 @@ AS $$
 -- Locks: every distinct counter row of the batch, once, in primary-key order
 -- (the lock order), by the upsert; then the new reservation rows.
 -- Index: gateway_rate_limit_counters_pkey (conflict arbiter);
--- gateway_rate_limit_reservations_pkey and _window_idx (inserts).
+-- gateway_rate_limit_reservations_pkey and the table's other indexes (inserts).
 -- Statements: 2 when every counter takes its sum (the usual case with room
 -- left), whatever the batch size; otherwise those of pgadmit_reserve too.
 DECLARE
