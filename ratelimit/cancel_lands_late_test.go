@@ -65,17 +65,7 @@ func TestReserveStatementThatCommitsBeforeItsCancelLands(t *testing.T) {
 			slow, slowOn := slowDials(t, pool, late, ratelimit.ConfigurePool)
 			l := ratelimit.New(slow, append(tc.opts, ratelimit.WithLeftStatementGrace(grace))...)
 			key := uniqueKey("k")
-			limits, blocker := holdCounter(t, pool, key)
-			leave, errs := reserveBehindLock(t, pool, l, limits)
-			slowOn.Store(true)
-			leave()
-			time.Sleep(grace + 400*time.Millisecond) // the statement is being cancelled
-			if err := blocker.Rollback(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-errs; !errors.Is(err, context.Canceled) {
-				t.Fatalf("Reserve after its caller left: %v, want context.Canceled", err)
-			}
+			leaveThenUnblock(t, pool, l, key, slowOn, grace+400*time.Millisecond)
 			time.Sleep(late + 300*time.Millisecond) // the cancel request lands
 			slowOn.Store(false)
 			l.Close()
@@ -102,22 +92,12 @@ func TestReserveAfterACancelNeverAcknowledgedIsNotCancelledByIt(t *testing.T) {
 	t.Cleanup(l.Close)
 
 	first := uniqueKey("k")
-	limits, blocker := holdCounter(t, pool, first)
-	leave, errs := reserveBehindLock(t, pool, l, limits)
-	slowOn.Store(true)
-	leave()
-	time.Sleep(grace + 400*time.Millisecond) // the statement is being cancelled
-	if err := blocker.Rollback(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errs; !errors.Is(err, context.Canceled) { // answered, the request not acknowledged
-		t.Fatalf("Reserve after its caller left: %v, want context.Canceled", err)
-	}
+	leaveThenUnblock(t, pool, l, first, slowOn, grace+400*time.Millisecond) // answered, the request not acknowledged
 	slowOn.Store(false)
 
 	second := uniqueKey("k")
-	limits, blocker = holdCounter(t, pool, second)
-	_, errs = reserveBehindLock(t, pool, l, limits)
+	limits, blocker := holdCounter(t, pool, second)
+	_, errs := reserveBehindLock(t, pool, l, limits)
 	time.Sleep(late) // the first statement's cancel request lands meanwhile
 	if err := blocker.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
@@ -127,4 +107,23 @@ func TestReserveAfterACancelNeverAcknowledgedIsNotCancelledByIt(t *testing.T) {
 	}
 	l.Close()
 	assertNothingHeld(t, pool, "key", first)
+}
+
+// leaveThenUnblock has a Reserve of l on key wait for a lock, its caller
+// leave with slow set (the statement's cancel request will land late), and
+// the lock released after wait, while the statement is being cancelled; the
+// caller must get context.Canceled.
+func leaveThenUnblock(t *testing.T, pool *pgxpool.Pool, l *ratelimit.Limiter, key string, slow *atomic.Bool, wait time.Duration) {
+	t.Helper()
+	limits, blocker := holdCounter(t, pool, key)
+	leave, errs := reserveBehindLock(t, pool, l, limits)
+	slow.Store(true)
+	leave()
+	time.Sleep(wait)
+	if err := blocker.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Reserve after its caller left: %v, want context.Canceled", err)
+	}
 }

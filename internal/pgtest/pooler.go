@@ -50,15 +50,20 @@ func startPooler() (*pgbouncer.Bouncer, error) {
 // startBouncer starts a PgBouncer in poolMode with poolSize server connections per database in
 // front of the test server, which the test role and the server's own role may log in through.
 func startBouncer(poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
-	base, err := server()
-	if err != nil {
-		return nil, err
-	}
-	host, port, err := serverAddress(base)
+	base, host, port, err := serverForBouncer()
 	if err != nil {
 		return nil, err
 	}
 	return startBouncerTo(host, port, base, poolMode, poolSize)
+}
+
+// serverForBouncer returns the test server's configuration and where PgBouncer reaches it.
+func serverForBouncer() (base pgtestdb.Config, host string, port int, err error) {
+	if base, err = server(); err != nil {
+		return base, "", 0, err
+	}
+	host, port, err = serverAddress(base)
+	return base, host, port, err
 }
 
 // startBouncerTo is startBouncer with the server reached at host and port, which may be a proxy
@@ -137,11 +142,7 @@ func NewPoolerURLIn(t testing.TB, poolMode string, poolSize int) (pooled, direct
 func NewSlowPoolerURL(t testing.TB, poolMode string, poolSize int, connectDelay time.Duration) (pooled, direct string) {
 	t.Helper()
 	return newOwnPoolerURL(t, poolMode, poolSize, func(poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
-		base, err := server()
-		if err != nil {
-			return nil, err
-		}
-		host, port, err := serverAddress(base)
+		base, host, port, err := serverForBouncer()
 		if err != nil {
 			return nil, err
 		}
