@@ -25,12 +25,12 @@ import (
 //
 // The price is paid only when a statement is cancelled. The connection
 // waits for the server (or the pooler) to acknowledge the cancel request, a
-// round trip, then for the statement's answer, and then 100 ms more before
-// it is used again (so that the request cannot cancel the next statement):
-// about 100 ms in all from a server that answers. If the acknowledgement
-// has not come within cancelAckTimeout (1 s), or the answer within
-// cancelAnswerTimeout (250 ms) after it, the connection is closed instead,
-// as pgx's default does at once: a call waits at most 1.25 s for a
+// round trip, and for the statement's answer, and is not used again until
+// 100 ms after the acknowledgement (so that the request cannot cancel the
+// next statement): about 100 ms in all from a server that answers. If the
+// acknowledgement has not come within cancelAckTimeout (1 s), or the answer
+// within cancelAnswerTimeout (250 ms) after it, the connection is closed
+// instead, as pgx's default does at once: a call waits at most 1.25 s for a
 // cancelled statement.
 // It changes nothing else: exec mode, pool size and the rest of cfg are
 // left as they are.
@@ -62,12 +62,13 @@ const cancelRequestPause = 100 * time.Millisecond
 const cancelRequestTimeout = 15 * time.Second
 
 // cancelRequestHandler is pgx's CancelRequestContextWatcherHandler with two
-// changes. Its cancel request, once sent, is always left to finish (the
-// server closes its connection), in the background if need be: pgx's closes
-// the request's connection when the statement is answered first, or after
-// a fixed deadline, and PgBouncer (1.18 at least; its issue #801) exits with
-// "FATAL ... bad client state: 0" when a cancel request's client leaves
-// before PgBouncer has forwarded it, dropping every client of the pooler
+// changes. Its cancel request, once sent, is left to finish (the server
+// closes its connection), in the background if need be, for up to
+// cancelRequestTimeout (15 s): pgx's closes the request's connection when
+// the statement is answered first, or after a fixed deadline, and PgBouncer
+// (1.18 at least; its issue #801) exits with "FATAL ... bad client state: 0"
+// when a cancel request's client leaves before PgBouncer has forwarded it,
+// dropping every client of the pooler
 // (TestReserveCancelledBehindPgBouncerLeavesThePoolerRunning). And the wait
 // for the statement's answer is counted from the request's acknowledgement,
 // not from its start, so that a slow pooler does not make the connection
