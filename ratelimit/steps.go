@@ -42,6 +42,11 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) err
 			var err error
 			if more, err = s.run(); err != nil {
 				failed = append(failed, wrapDBError(op+": "+s.name, err))
+				if cerr := ctx.Err(); cerr != nil {
+					// Cut off by ctx. On a pool set up with ConfigurePool the server
+					// answers the cancel request with 57014, an error it raised: say why.
+					return errors.Join(append(failed, fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, cerr))...)
+				}
 				if !rejectedByServer(err) {
 					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be
 				}
