@@ -60,3 +60,34 @@ func TestRecoverCutOffInItsLastStepOnAConfiguredPoolReturnsTheContextsError(t *t
 		}
 	}
 }
+
+// A RenewLeases cut off by its context while it waits for a lease's row
+// lock ends with the context's error on a pool set up with ConfigurePool
+// too, where the server answers the cancel request with 57014: it used to
+// return that error alone, which no errors.Is of the context's matched.
+func TestRenewLeasesCutOffOnAConfiguredPoolReturnsTheContextsError(t *testing.T) {
+	t.Parallel()
+	base := pgtest.NewPool(t)
+	configured, _ := slowDials(t, base, 0, ratelimit.ConfigurePool)
+	key := uniqueKey("k")
+	g, err := ratelimit.New(base).Reserve(context.Background(), "", "", []ratelimit.Limit{concurrent("key", key, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := base.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blocker.Rollback(context.Background()) })
+	if _, err := ratelimit.New(base).WithTx(blocker).RenewLeases(context.Background(), g.Leases); err != nil {
+		t.Fatal(err)
+	}
+	for name, pool := range map[string]*pgxpool.Pool{"pgx's default": base, "ConfigurePool": configured} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := ratelimit.New(pool).RenewLeases(ctx, g.Leases)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: RenewLeases cut off behind a lock: %v; want context.DeadlineExceeded", name, err)
+		}
+	}
+}

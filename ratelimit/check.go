@@ -31,7 +31,7 @@ func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 	p.Now = l.opts.clock.at()
 	rows, err := l.queries.CounterCheckWindows(ctx, l.conn, p)
 	if err != nil {
-		return wrapDBError("check", err)
+		return wrapDBError(ctx, "check", err)
 	}
 	if len(rows) != len(windows) {
 		return fmt.Errorf("ratelimit: check: %d limits but %d windows read", len(windows), len(rows))

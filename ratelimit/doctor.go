@@ -163,12 +163,12 @@ func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 		MaxProblems: DoctorMaxProblems + 1, AllotmentGraceSeconds: m.opts.lostGrace.Seconds(), Now: now,
 	})
 	if err != nil {
-		return Report{}, wrapDBError("doctor", err)
+		return Report{}, wrapDBError(ctx, "doctor", err)
 	}
 	var r Report
 	if len(rows) == 0 {
 		if r.CheckedAt, err = m.queries.DoctorNow(ctx, m.pool, now); err != nil {
-			return Report{}, wrapDBError("doctor", err)
+			return Report{}, wrapDBError(ctx, "doctor", err)
 		}
 		return r, nil
 	}

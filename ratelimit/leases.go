@@ -49,7 +49,7 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 		_, _ = l.queries.LeaseRenew(ctx, r, db.LeaseRenewParams{LeaseIds: permuted(ids, order), TtlSeconds: permuted(ttls, order), Now: l.opts.clock.at()})
 	})
 	if err := runBatch(ctx, l.conn, b); err != nil {
-		return nil, wrapDBError("renew leases", err)
+		return nil, wrapDBError(ctx, "renew leases", err)
 	}
 	expiry := make(map[string]time.Time, len(rows))
 	for _, row := range rows {
@@ -93,7 +93,7 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	p.Now = l.opts.clock.at()
 	rows, err := l.queries.AdmissionSettle(ctx, l.conn, p)
 	if err != nil {
-		return 0, wrapDBError("release leases", err)
+		return 0, wrapDBError(ctx, "release leases", err)
 	}
 	released := 0
 	for _, row := range rows {
@@ -165,7 +165,7 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 		_, _ = l.queries.AttemptAttachGrant(ctx, r, db.AttemptAttachGrantParams{AttemptID: attempt, ReservationIds: rids, LeaseIds: lids})
 	})
 	if err := runBatch(ctx, l.conn, b); err != nil {
-		return grant, wrapDBError("attach", err)
+		return grant, wrapDBError(ctx, "attach", err)
 	}
 	if err := attachRefusal(row, attemptID, grant.TaskID); err != nil {
 		return grant, err

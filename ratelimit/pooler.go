@@ -156,7 +156,7 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	holder, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return wrapDBError("pooler check", err)
+		return wrapDBError(ctx, "pooler check", err)
 	}
 	defer func() { _ = holder.Close(context.WithoutCancel(ctx)) }()
 	if err := checkTransaction(ctx, holder, mode); err != nil {
@@ -196,7 +196,7 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 		if errors.As(err, &pgErr) && pgErr.Code == "08P01" && pgErr.Severity == "FATAL" {
 			return statementPooling(err)
 		}
-		return wrapDBError("pooler check", err)
+		return wrapDBError(ctx, "pooler check", err)
 	}
 	// Behind a pooler in session mode whose server connections are all kept by other client
 	// connections, the holder waits for one for ever (or the pooler's query_wait_timeout).
@@ -257,7 +257,7 @@ func execModeName(mode pgx.QueryExecMode) string {
 func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode) (probeSaw, error) {
 	prober, err := pool.Acquire(ctx)
 	if err != nil {
-		return 0, wrapDBError("pooler check", err)
+		return 0, wrapDBError(ctx, "pooler check", err)
 	}
 	defer prober.Release()
 	mismatch := func(cause error) error { return &PoolerError{Mode: execModeName(mode), Cause: cause} }
@@ -273,7 +273,7 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 				return mismatch(err)
 			}
 		}
-		return wrapDBError("pooler check", err)
+		return wrapDBError(ctx, "pooler check", err)
 	}
 
 	// The prober's first round trip waits for a server session. Behind a pooler in session
@@ -309,12 +309,12 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	fcancel()
 	tx, err := holder.Begin(ctx)
 	if err != nil {
-		return 0, wrapDBError("pooler check", err)
+		return 0, wrapDBError(ctx, "pooler check", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	held, err := db.New().PoolerBackendPid(ctx, tx)
 	if err != nil {
-		return 0, wrapDBError("pooler check", err)
+		return 0, wrapDBError(ctx, "pooler check", err)
 	}
 	if held == before {
 		// Another client connection got the prober's session between its transactions.
@@ -323,7 +323,7 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		}
 		prepared, err := db.New().PoolerStatementPrepared(ctx, tx, stmt)
 		if err != nil {
-			return 0, wrapDBError("pooler check", err)
+			return 0, wrapDBError(ctx, "pooler check", err)
 		}
 		if prepared {
 			return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which holds this connection's prepared statement %q", held, stmt))

@@ -104,23 +104,23 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 		return q.PruneCutoff(ctx, conn, db.PruneCutoffParams{OlderThanSeconds: d.Seconds(), Now: now})
 	}
 	if res.Cutoff, err = cutoffOf(olderThan); err != nil {
-		return PruneResult{}, wrapDBError("prune: cutoff", err)
+		return PruneResult{}, wrapDBError(ctx, "prune: cutoff", err)
 	}
 	if m.opts.taskRetention > 0 {
 		if res.TaskCutoff, err = cutoffOf(m.opts.taskRetention); err != nil {
-			return PruneResult{}, wrapDBError("prune: task cutoff", err)
+			return PruneResult{}, wrapDBError(ctx, "prune: task cutoff", err)
 		}
 	}
 	lease, err := m.takeLease(ctx, jobPrune)
 	if err != nil {
-		return PruneResult{}, wrapDBError("prune: take the prune lease", err)
+		return PruneResult{}, wrapDBError(ctx, "prune: take the prune lease", err)
 	}
 	if lease == nil {
 		return PruneResult{Skipped: true}, nil
 	}
 	defer func() {
 		if rerr := lease.release(ctx); rerr != nil && err == nil {
-			err = wrapDBError("prune", rerr)
+			err = wrapDBError(ctx, "prune", rerr)
 		}
 	}()
 
@@ -165,7 +165,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch int32, count *int64) (step, error) {
 	pos, err := m.queries.MaintenanceCursorGet(ctx, m.pool, cursorPruneEvents)
 	if err != nil {
-		return step{}, wrapDBError("prune: events position", err)
+		return step{}, wrapDBError(ctx, "prune: events position", err)
 	}
 	after := db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: pos.PositionAt, AfterID: pos.PositionID}
 	return step{"events", keysetStep(batch, func(n int32) (int32, error) {

@@ -118,14 +118,14 @@ func (r RecoveryResult) String() string {
 func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err error) {
 	lease, err := m.takeLease(ctx, jobRecover)
 	if err != nil {
-		return RecoveryResult{}, wrapDBError("recover: take the recover lease", err)
+		return RecoveryResult{}, wrapDBError(ctx, "recover: take the recover lease", err)
 	}
 	if lease == nil {
 		return RecoveryResult{Skipped: true}, nil
 	}
 	defer func() {
 		if rerr := lease.release(ctx); rerr != nil && err == nil {
-			err = wrapDBError("recover", rerr)
+			err = wrapDBError(ctx, "recover", rerr)
 		}
 	}()
 

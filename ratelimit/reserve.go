@@ -165,7 +165,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 	}
 	rows, err := l.reserveRows(ctx, batch)
 	if err != nil {
-		return nil, nil, wrapDBError("reserve", err)
+		return nil, nil, wrapDBError(ctx, "reserve", err)
 	}
 	byAdmission := make([][]db.AdmissionReserveRow, len(batch))
 	for _, row := range rows {
@@ -227,7 +227,7 @@ func (l *Limiter) reserveOne(ctx context.Context, a *admission) (Grant, error) {
 		WindowSeconds: w.windowSeconds, LimitValue: w.Limit.Limit, Amount: w.Limit.Amount,
 	})
 	if err != nil {
-		return Grant{}, wrapDBError("reserve", err)
+		return Grant{}, wrapDBError(ctx, "reserve", err)
 	}
 	a.sentAsWindow(0)
 	return a.decide([]db.AdmissionReserveRow{{
@@ -515,14 +515,21 @@ const sqlstateTaskFinished = "P0T01"
 // attempt id that names no row) to ErrUnknownTask, an admission whose task
 // finished while it was decided to ErrTaskFinished, and the errors of pgx's
 // statement cache behind a transaction pooler, and a statement-pooling
-// proxy refusing a transaction, to a *PoolerError. The
+// proxy refusing a transaction, to a *PoolerError. A statement the server
+// cancelled because ctx ended (57014, on a pool set up with ConfigurePool)
+// also matches ctx's error, as with pgx's default, which gives up the
+// connection instead. The
 // server's error stays in the chain: the combiner reads its code
 // (rejectedInput) to tell a batch that one request's input broke, run
 // again one request at a time, from one that failed for all of them.
-func wrapDBError(op string, err error) error {
+func wrapDBError(ctx context.Context, op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
+		case "57014": // query_canceled: by ctx's cancel request, or by a statement_timeout
+			if cerr := ctx.Err(); cerr != nil {
+				return fmt.Errorf("ratelimit: %s: %w: %w", op, cerr, err)
+			}
 		case "23503": // foreign_key_violation
 			return fmt.Errorf("ratelimit: %s: %w (%s): %w", op, ErrUnknownTask, pgErr.ConstraintName, err)
 		case "40001": // serialization_failure: only possible above READ COMMITTED

@@ -242,7 +242,7 @@ func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Se
 		rows, err = l.queries.AdmissionSettle(ctx, l.conn, call.params())
 	}
 	if err != nil {
-		return nil, nil, wrapDBError("settle", err)
+		return nil, nil, wrapDBError(ctx, "settle", err)
 	}
 	d := call.demux(rows)
 	out := make([]Settlement, len(batch))
@@ -451,7 +451,7 @@ func (l *Limiter) settleOne(ctx context.Context, r *settleRequest) (Settlement, 
 		Status: r.status, ActualAmount: r.amounts[0], Reason: r.reason,
 	})
 	if err != nil {
-		return Settlement{}, wrapDBError("settle", err)
+		return Settlement{}, wrapDBError(ctx, "settle", err)
 	}
 	r.sent, r.rFirst, r.lFirst = []int{0}, 0, 0
 	return r.outcome(settleRows{reservations: []db.AdmissionSettleRow{{

@@ -37,15 +37,15 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) err
 				return errors.Join(append(failed, fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err))...)
 			}
 			if err := lease.keep(ctx); err != nil {
-				return errors.Join(append(failed, wrapDBError(op+": "+s.name, err))...)
+				return errors.Join(append(failed, wrapDBError(ctx, op+": "+s.name, err))...)
 			}
 			var err error
 			if more, err = s.run(); err != nil {
-				failed = append(failed, wrapDBError(op+": "+s.name, err))
-				if cerr := ctx.Err(); cerr != nil {
-					// Cut off by ctx. On a pool set up with ConfigurePool the server
-					// answers the cancel request with 57014, an error it raised: say why.
-					return errors.Join(append(failed, fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, cerr))...)
+				failed = append(failed, wrapDBError(ctx, op+": "+s.name, err))
+				if ctx.Err() != nil {
+					// Cut off by ctx (on a pool set up with ConfigurePool, the server
+					// answered its cancel request with 57014, an error it raised).
+					return errors.Join(failed...)
 				}
 				if !rejectedByServer(err) {
 					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be

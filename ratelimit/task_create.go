@@ -69,7 +69,7 @@ func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreate
 	var row db.TaskCreateRow
 	queueRow(b, &row, func(r db.DBTX) { _, _ = l.queries.TaskCreate(ctx, r, p) })
 	if err := runBatch(ctx, l.conn, b); err != nil {
-		return Task{}, wrapDBError("create task", err)
+		return Task{}, wrapDBError(ctx, "create task", err)
 	}
 	if !row.ReadCommitted {
 		return Task{}, fmt.Errorf("ratelimit: create task: %w", ErrIsolation)

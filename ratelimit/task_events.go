@@ -69,7 +69,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 		return Event{}, fmt.Errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
-		return Event{}, wrapDBError("append event", err)
+		return Event{}, wrapDBError(ctx, "append event", err)
 	}
 	if !row.Seq.Valid {
 		if row.Status == TaskRunning && row.TokenMatches {
@@ -96,7 +96,7 @@ func (l *Limiter) TaskEvents(ctx context.Context, taskID string) ([]Event, error
 	for {
 		rows, err := l.queries.EventListByTask(ctx, l.conn, db.EventListByTaskParams{TaskID: id, AfterSeq: after, MaxRows: eventPage})
 		if err != nil {
-			return nil, wrapDBError("list events", err)
+			return nil, wrapDBError(ctx, "list events", err)
 		}
 		for _, r := range rows {
 			out = append(out, Event{

@@ -22,7 +22,7 @@ func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
 		return Task{}, fmt.Errorf("ratelimit: get task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
-		return Task{}, wrapDBError("get task", err)
+		return Task{}, wrapDBError(ctx, "get task", err)
 	}
 	return taskFromRow(row), nil
 }
@@ -35,7 +35,7 @@ func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, e
 	}
 	rows, err := l.queries.AttemptListByTask(ctx, l.conn, id)
 	if err != nil {
-		return nil, wrapDBError("list attempts", err)
+		return nil, wrapDBError(ctx, "list attempts", err)
 	}
 	out := make([]Attempt, len(rows))
 	for i, r := range rows {

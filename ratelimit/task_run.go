@@ -44,7 +44,7 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 			return Task{}, ErrNoTask
 		}
 		if err != nil {
-			return Task{}, wrapDBError("claim task", err)
+			return Task{}, wrapDBError(ctx, "claim task", err)
 		}
 		return taskFromRow(db.TaskGetRow(row)), nil
 	}
@@ -100,7 +100,7 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 		return time.Time{}, fmt.Errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
-		return time.Time{}, wrapDBError("heartbeat task", err)
+		return time.Time{}, wrapDBError(ctx, "heartbeat task", err)
 	}
 	if row.RenewedUntil == nil {
 		if row.Status == TaskRunning && row.TokenMatches {
@@ -200,7 +200,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		return FinishResult{}, fmt.Errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
-		return FinishResult{}, wrapDBError("finish task", err)
+		return FinishResult{}, wrapDBError(ctx, "finish task", err)
 	}
 	if plan.Status != TaskRunning || !plan.TokenMatches {
 		return FinishResult{}, staleToken(taskID, plan.Status, plan.TokenMatches)
@@ -237,7 +237,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		})
 	}
 	if err := runBatch(ctx, l.conn, b); err != nil {
-		return FinishResult{}, wrapDBError("finish task", err)
+		return FinishResult{}, wrapDBError(ctx, "finish task", err)
 	}
 	if len(finished) == 0 {
 		// The claim changed between the two round trips.
@@ -276,7 +276,7 @@ func (l *Limiter) releaseLate(ctx context.Context, ids []pgtype.UUID, now *time.
 	settled, err := l.queries.AdmissionSettle(ctx, l.conn, sp)
 	if err != nil {
 		// The task has finished: Recover releases them.
-		return 0, wrapDBError("finish task: release the reservations linked to the task since it was read", err)
+		return 0, wrapDBError(ctx, "finish task: release the reservations linked to the task since it was read", err)
 	}
 	return int(settledCount(settled)), nil
 }
