@@ -50,10 +50,13 @@ func (b *block) free() float64 { return b.granted - b.used - b.reserved }
 
 // localAdmission is one request admitted from a block.
 type localAdmission struct {
-	set     *blockSet
-	b       *block
-	amount  float64
-	settled bool // guarded by set.mu
+	set    *blockSet
+	b      *block
+	amount float64
+	// Guarded by set.mu: whether it was settled, how, and what was charged.
+	settled bool
+	status  string
+	charged float64
 }
 
 // take admits w from a block of this counter, or returns nil (decide it in
@@ -329,22 +332,35 @@ func (s *blockSet) requeueLocked(b *block) {
 
 // settle ends one local admission: committed with actual (its block's
 // used grows by it, which may exceed the block: the overage is charged
-// when the block is returned) or released. It reports whether this call
-// settled it (false when it was already settled).
-func (la *localAdmission) settle(commit bool, actual float64) bool {
+// when the block is returned) or released. It returns the admission's
+// status and the amount charged for it, and whether this call settled it:
+// false when it was settled before (the first settlement stands, as a
+// reservation row's does), and when its block was returned while it was in
+// flight (charged at its estimate: what this call says changes nothing).
+func (la *localAdmission) settle(commit bool, actual float64) (status string, charged float64, settled bool) {
 	s := la.set
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if la.settled {
-		return false
+		return la.status, la.charged, false
 	}
 	la.settled = true
 	la.b.reserved -= la.amount
 	if la.b.inflight--; la.b.inflight == 0 {
 		la.b.reserved = 0
 	}
-	if commit {
+	switch {
+	case la.b.gone:
+		// Charged at its estimate by the return, or by the next one if
+		// this return fails and the block is requeued (used counts it).
+		la.b.used += la.amount
+		la.status, la.charged = StatusCommitted, la.amount
+		return la.status, la.charged, false
+	case commit:
 		la.b.used += actual
+		la.status, la.charged = StatusCommitted, actual
+	default:
+		la.status = StatusReleased
 	}
-	return true
+	return la.status, la.charged, true
 }

@@ -67,10 +67,13 @@
 // admitted entering used_value (actual amounts of committed requests, an
 // actual above its estimate in full; estimates of requests still in
 // flight), when its window ends (it stops admitting Margin before that on
-// the database's clock), when it is idle, and on Close. A return that fails
-// is tried again on the next round (every 100 ms) and by Close. A request
-// no block can serve is decided in the database with the admission's other
-// limits. The holder reports what each open block admitted every second; a
+// the database's clock), when it is idle, and on Close. A request still in
+// flight then (on Close, or a minute after its window ended) stays charged
+// at its estimate: its later Commit or Release changes nothing, and its
+// Settlement says so (Settled false, committed at the estimate). A return
+// that fails is tried again on the next round (every 100 ms) and by Close.
+// A request no block can serve is decided in the database with the
+// admission's other limits. The holder reports what each open block admitted every second; a
 // process that dies strands its blocks until their window ends, and
 // Maintenance.Recover then returns them, charging its last report. Local
 // is ignored inside a caller's transaction (WithTx). The README's "Local

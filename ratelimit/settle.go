@@ -143,10 +143,10 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	outcomes := make([]ReservationOutcome, len(grant.Reservations))
 	for _, i := range local {
 		r := grant.Reservations[i]
-		settled := r.local.settle(status == StatusCommitted, amounts[i])
-		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: status, Reserved: r.Amount}
-		if status == StatusCommitted {
-			o.Actual = amounts[i]
+		st, charged, settled := r.local.settle(status == StatusCommitted, amounts[i])
+		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: st, Reserved: r.Amount}
+		if st == StatusCommitted {
+			o.Actual = charged
 		}
 		outcomes[i] = o
 	}
