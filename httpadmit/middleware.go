@@ -131,7 +131,9 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 		observer:        nopObserver{},
 	}
 	for _, opt := range opts {
-		opt(&c)
+		if opt != nil { // a nil Option (an unset one, conditionally chosen) sets nothing
+			opt(&c)
+		}
 	}
 	switch {
 	case c.decisionTimeout <= 0:

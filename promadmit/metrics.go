@@ -91,7 +91,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	m := &Metrics{nearLimit: DefaultNearLimit, maxSeries: DefaultMaxSeries, series: map[[2]string]bool{}}
 	for _, opt := range opts {
-		opt(m)
+		if opt != nil { // a nil Option sets nothing
+			opt(m)
+		}
 	}
 	if !(m.nearLimit > 0 && m.nearLimit <= 1) || m.maxSeries < 1 {
 		return nil, fmt.Errorf("promadmit: New: near-limit threshold must be in (0, 1] and max series at least 1, got %g and %d", m.nearLimit, m.maxSeries)

@@ -217,3 +217,13 @@ func TestOperationResults(t *testing.T) {
 		t.Errorf("a near-limit threshold of 150%%: no error")
 	}
 }
+
+// A nil Option sets nothing: New used to panic calling it.
+func TestNewTakesNilOptions(t *testing.T) {
+	t.Parallel()
+	var unset promadmit.Option
+	m, err := promadmit.New(prometheus.NewRegistry(), unset, promadmit.WithMaxSeries(1), nil)
+	if err != nil || m == nil {
+		t.Fatalf("New with nil options: %v, %v", m, err)
+	}
+}

@@ -40,7 +40,9 @@ type Limiter struct {
 func New(conn Executor, opts ...Option) *Limiter {
 	o := defaultOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // a nil Option (an unset one, conditionally chosen) sets nothing
+			opt(&o)
+		}
 	}
 	l := &Limiter{conn: conn, queries: db.New(), opts: o, hot: &hotCounts{}}
 	if _, ok := conn.(pgx.Tx); ok {

@@ -28,7 +28,9 @@ type Maintenance struct {
 func NewMaintenance(pool *pgxpool.Pool, opts ...MaintenanceOption) *Maintenance {
 	o := defaultMaintenanceOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // a nil option sets nothing
+			opt(&o)
+		}
 	}
 	return &Maintenance{pool: pool, queries: db.New(), opts: o}
 }
