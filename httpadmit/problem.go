@@ -45,8 +45,13 @@ type Problem struct {
 	RetryAfterSeconds int64 `json:"retry-after-seconds,omitempty"`
 }
 
-// WriteProblem writes p as the response, with p.Status as its status.
+// WriteProblem writes p as the response, with p.Status as its status; a
+// Status that is no HTTP status code (outside 100 to 999, as the zero
+// Problem's) is written as 500, in the body too.
 func WriteProblem(w http.ResponseWriter, p Problem) {
+	if p.Status < 100 || p.Status > 999 { // net/http panics on such a code
+		p.Status = http.StatusInternalServerError
+	}
 	body, err := json.Marshal(p)
 	if err != nil { // only non-finite numbers, which the handlers never set
 		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
@@ -59,9 +64,16 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 }
 
 // RefusalProblem is the problem body of a refusal: 429, quota-exceeded,
-// the policy that refused and its numbers.
+// the policy that refused and its numbers (zero for a Refusal without
+// them, as a nil one or a Refusal{}).
 func RefusalProblem(refusal *Refusal) Problem {
+	if refusal == nil {
+		refusal = &Refusal{}
+	}
 	e := refusal.Exceeded
+	if e == nil {
+		e = &ratelimit.ExceededError{}
+	}
 	remaining := math.Floor(max(e.Limit-e.Current, 0))
 	quota, requested, retryable := e.Limit, e.Amount, e.Retryable
 	p := Problem{

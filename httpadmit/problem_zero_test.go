@@ -1,0 +1,30 @@
+package httpadmit_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+)
+
+// The zero Problem, and a Refusal without an ExceededError (a custom
+// refusal handler's own, or nil), are written, not panicked on: net/http
+// panics on WriteHeader(0), and RefusalProblem dereferenced Exceeded.
+func TestProblemsOfZeroValues(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	httpadmit.WriteProblem(rec, httpadmit.Problem{})
+	var body httpadmit.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusInternalServerError || body.Status != rec.Code {
+		t.Errorf("WriteProblem(Problem{}): %d %q, %v; want 500 with status 500 in the body", rec.Code, rec.Body, err)
+	}
+	for name, refusal := range map[string]*httpadmit.Refusal{"nil": nil, "zero": {}} {
+		rec := httptest.NewRecorder()
+		httpadmit.DefaultRefusalHandler(rec, httptest.NewRequest(http.MethodGet, "/", nil), refusal)
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("DefaultRefusalHandler(%s refusal): %d %q", name, rec.Code, rec.Body)
+		}
+	}
+}
