@@ -36,7 +36,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
-// database must have been migrated (schema.Migrate).
+// database must have been migrated (schema.Migrate). A nil conn (a nil
+// *pgxpool.Pool too) makes every operation fail with a *ValidationError
+// naming "conn" (errors.Is ErrInvalidInput).
 func New(conn Executor, opts ...Option) *Limiter {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -44,6 +46,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 			opt(&o)
 		}
 	}
+	conn = orNoConn(conn, "conn")
 	l := &Limiter{conn: conn, queries: db.New(), opts: o, hot: &hotCounts{}}
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
@@ -76,7 +79,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 // Maintenance built from a pool.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c := *l
-	c.conn = tx
+	c.conn = orNoConn(tx, "tx")
 	c.inTx = true
 	c.order = &txOrder{}
 	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order

@@ -18,13 +18,15 @@ import (
 // transaction-pooling proxy such as PgBouncer. It is safe for concurrent
 // use; any number of processes may run maintenance on one database.
 type Maintenance struct {
-	pool    *pgxpool.Pool
+	pool    Executor // a pool, or noConn for a nil one
 	queries *db.Queries
 	opts    maintenanceOptions
 }
 
 // NewMaintenance returns the housekeeping of the database of pool, which
-// must have been migrated (schema.Migrate).
+// must have been migrated (schema.Migrate). A nil pool makes Recover,
+// Prune and Doctor fail with a *ValidationError naming "pool" (errors.Is
+// ErrInvalidInput).
 func NewMaintenance(pool *pgxpool.Pool, opts ...MaintenanceOption) *Maintenance {
 	o := defaultMaintenanceOptions()
 	for _, opt := range opts {
@@ -32,7 +34,7 @@ func NewMaintenance(pool *pgxpool.Pool, opts ...MaintenanceOption) *Maintenance 
 			opt(&o)
 		}
 	}
-	return &Maintenance{pool: pool, queries: db.New(), opts: o}
+	return &Maintenance{pool: orNoConn(pool, "pool"), queries: db.New(), opts: o}
 }
 
 // MaintenanceOption configures a Maintenance.

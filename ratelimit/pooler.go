@@ -148,6 +148,9 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // session mode every client connection keeps the one it got (the holder too), and the pooler
 // may have none to spare. Run it at start-up or from a health check, not on a hot path.
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
+	if pool == nil {
+		return &ValidationError{Field: "pool", Value: nil, Reason: "must be a pool, not nil"}
+	}
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
 	// connection (or one busy to its last) would wait for the prober, held, for ever. It runs
