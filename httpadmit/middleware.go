@@ -1,7 +1,6 @@
 package httpadmit
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -114,13 +113,16 @@ type middleware struct {
 // New returns the middleware: for each request, limits says what it must
 // fit; the limiter reserves it before next runs and settles it after. See
 // the package documentation for what happens to refused, failed, panicking
-// and cancelled requests.
+// and cancelled requests. A nil limiter or limits, a timeout that is not
+// positive, unknown header families or a nil handler or observer is a
+// *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput) whose
+// Field names the argument or option ("WithDecisionTimeout").
 func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
 	if limiter == nil {
-		return nil, errors.New("httpadmit: New: nil limiter")
+		return nil, invalidConfig("limiter", nil, "must not be nil")
 	}
 	if limits == nil {
-		return nil, errors.New("httpadmit: New: nil LimitsFunc")
+		return nil, invalidConfig("limits", nil, "must not be nil")
 	}
 	c := config{
 		decisionTimeout: DefaultDecisionTimeout,
@@ -137,13 +139,17 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	}
 	switch {
 	case c.decisionTimeout <= 0:
-		return nil, fmt.Errorf("httpadmit: New: decision timeout must be positive, got %s", c.decisionTimeout)
+		return nil, invalidConfig("WithDecisionTimeout", c.decisionTimeout, "must be positive")
 	case c.settleTimeout <= 0:
-		return nil, fmt.Errorf("httpadmit: New: settle timeout must be positive, got %s", c.settleTimeout)
+		return nil, invalidConfig("WithSettleTimeout", c.settleTimeout, "must be positive")
 	case c.headers&^allHeaders != 0:
-		return nil, fmt.Errorf("httpadmit: New: unknown header families %#x", uint8(c.headers&^allHeaders))
-	case c.onRefusal == nil || c.onError == nil || c.observer == nil:
-		return nil, errors.New("httpadmit: New: nil refusal handler, error handler or observer")
+		return nil, invalidConfig("WithHeaders", fmt.Sprintf("%#x", uint8(c.headers)), fmt.Sprintf("unknown header families %#x", uint8(c.headers&^allHeaders)))
+	case c.onRefusal == nil:
+		return nil, invalidConfig("WithRefusalHandler", nil, "must not be nil")
+	case c.onError == nil:
+		return nil, invalidConfig("WithErrorHandler", nil, "must not be nil")
+	case c.observer == nil:
+		return nil, invalidConfig("WithObserver", nil, "must not be nil")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -153,6 +159,13 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
+}
+
+// invalidConfig is New's error for an argument or option it cannot run
+// with: a *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput)
+// naming it.
+func invalidConfig(field string, value any, reason string) error {
+	return fmt.Errorf("httpadmit: New: %w", &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
 }
 
 // serve decides r, then refuses it or runs next and settles.

@@ -285,27 +285,40 @@ func TestBadRequestsAndNoLimits(t *testing.T) {
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	t.Parallel()
 	limiter := ratelimit.New(nil)
-	for name, build := range map[string]func() (func(http.Handler) http.Handler, error){
-		"nil limiter":    func() (func(http.Handler) http.Handler, error) { return httpadmit.New(nil, fixed()) },
-		"nil LimitsFunc": func() (func(http.Handler) http.Handler, error) { return httpadmit.New(limiter, nil) },
-		"zero timeout": func() (func(http.Handler) http.Handler, error) {
+	for name, tc := range map[string]struct {
+		field string
+		build func() (func(http.Handler) http.Handler, error)
+	}{
+		"nil limiter":    {"limiter", func() (func(http.Handler) http.Handler, error) { return httpadmit.New(nil, fixed()) }},
+		"nil LimitsFunc": {"limits", func() (func(http.Handler) http.Handler, error) { return httpadmit.New(limiter, nil) }},
+		"zero timeout": {"WithDecisionTimeout", func() (func(http.Handler) http.Handler, error) {
 			return httpadmit.New(limiter, fixed(), httpadmit.WithDecisionTimeout(0))
-		},
-		"negative settle": func() (func(http.Handler) http.Handler, error) {
+		}},
+		"negative timeout": {"WithDecisionTimeout", func() (func(http.Handler) http.Handler, error) {
+			return httpadmit.New(limiter, fixed(), httpadmit.WithDecisionTimeout(-time.Second))
+		}},
+		"negative settle": {"WithSettleTimeout", func() (func(http.Handler) http.Handler, error) {
 			return httpadmit.New(limiter, fixed(), httpadmit.WithSettleTimeout(-1))
-		},
-		"unknown headers": func() (func(http.Handler) http.Handler, error) {
+		}},
+		"unknown headers": {"WithHeaders", func() (func(http.Handler) http.Handler, error) {
 			return httpadmit.New(limiter, fixed(), httpadmit.WithHeaders(0x80))
-		},
-		"nil observer": func() (func(http.Handler) http.Handler, error) {
+		}},
+		"nil observer": {"WithObserver", func() (func(http.Handler) http.Handler, error) {
 			return httpadmit.New(limiter, fixed(), httpadmit.WithObserver(nil))
-		},
-		"nil error handler": func() (func(http.Handler) http.Handler, error) {
+		}},
+		"nil error handler": {"WithErrorHandler", func() (func(http.Handler) http.Handler, error) {
 			return httpadmit.New(limiter, fixed(), httpadmit.WithErrorHandler(nil))
-		},
+		}},
+		"nil refusal handler": {"WithRefusalHandler", func() (func(http.Handler) http.Handler, error) {
+			return httpadmit.New(limiter, fixed(), httpadmit.WithRefusalHandler(nil))
+		}},
 	} {
-		if mw, err := build(); err == nil || mw != nil {
-			t.Errorf("%s: New returned no error", name)
+		mw, err := tc.build()
+		// A typed error, as bad input is everywhere else: the caller can
+		// tell a configuration mistake from other failures.
+		var invalid *ratelimit.ValidationError
+		if mw != nil || !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != tc.field {
+			t.Errorf("%s: New = %v, want a *ratelimit.ValidationError on %s", name, err, tc.field)
 		}
 	}
 }
