@@ -1,8 +1,6 @@
 package promadmit
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -28,10 +26,11 @@ const (
 // statements in flight on average: with one in flight per kind (the
 // default), a kind near 1 has callers waiting for every statement, and
 // well under 1 leaves time to spare. A second Limiter needs its own labels:
-// register it through prometheus.WrapRegistererWith.
+// register it through prometheus.WrapRegistererWith. A nil limiter is a
+// *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput).
 func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, error) {
 	if limiter == nil {
-		return nil, errors.New("promadmit: NewCombiningCollector: nil Limiter")
+		return nil, invalidOption("NewCombiningCollector", "limiter", nil, "must not be nil")
 	}
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"kind"}, nil)

@@ -84,10 +84,13 @@ func WithMaxSeries(n int) Option {
 	return func(m *Metrics) { m.maxSeries = n }
 }
 
-// New creates the metrics and registers them with reg.
+// New creates the metrics and registers them with reg. A nil reg, or an
+// option out of its range, is a *ratelimit.ValidationError (errors.Is
+// ratelimit.ErrInvalidInput) whose Field names it ("reg",
+// "WithNearLimit", "WithMaxSeries").
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
-		return nil, errors.New("promadmit: New: nil registerer")
+		return nil, invalidOption("New", "reg", nil, "must not be nil")
 	}
 	m := &Metrics{nearLimit: DefaultNearLimit, maxSeries: DefaultMaxSeries, series: map[[2]string]bool{}}
 	for _, opt := range opts {
@@ -95,8 +98,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			opt(m)
 		}
 	}
-	if !(m.nearLimit > 0 && m.nearLimit <= 1) || m.maxSeries < 1 {
-		return nil, fmt.Errorf("promadmit: New: near-limit threshold must be in (0, 1] and max series at least 1, got %g and %d", m.nearLimit, m.maxSeries)
+	switch {
+	case !(m.nearLimit > 0 && m.nearLimit <= 1):
+		return nil, invalidOption("New", "WithNearLimit", m.nearLimit, "must be in (0, 1]")
+	case m.maxSeries < 1:
+		return nil, invalidOption("New", "WithMaxSeries", m.maxSeries, "must be at least 1")
 	}
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgadmit_http_admissions_total",
@@ -184,4 +190,10 @@ func result(err error) string {
 		return ResultTimeout
 	}
 	return ResultError
+}
+
+// invalidOption is a constructor's error for an argument or option it
+// cannot run with: a *ratelimit.ValidationError naming it.
+func invalidOption(fn, field string, value any, reason string) error {
+	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
 }

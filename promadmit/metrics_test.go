@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -225,5 +226,36 @@ func TestNewTakesNilOptions(t *testing.T) {
 	m, err := promadmit.New(prometheus.NewRegistry(), unset, promadmit.WithMaxSeries(1), nil)
 	if err != nil || m == nil {
 		t.Fatalf("New with nil options: %v, %v", m, err)
+	}
+}
+
+// Bad arguments and options are typed errors naming them, as bad input is
+// everywhere else in pgadmit; they were strings errors.As could not match.
+func TestNewRefusesBadOptionsWithValidationErrors(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		field string
+		build func() error
+	}{
+		"nil registerer": {"reg", func() error { _, err := promadmit.New(nil); return err }},
+		"threshold above 1": {"WithNearLimit", func() error {
+			_, err := promadmit.New(prometheus.NewRegistry(), promadmit.WithNearLimit(1.5))
+			return err
+		}},
+		"NaN threshold": {"WithNearLimit", func() error {
+			_, err := promadmit.New(prometheus.NewRegistry(), promadmit.WithNearLimit(math.NaN()))
+			return err
+		}},
+		"no series": {"WithMaxSeries", func() error {
+			_, err := promadmit.New(prometheus.NewRegistry(), promadmit.WithMaxSeries(0))
+			return err
+		}},
+		"nil limiter": {"limiter", func() error { _, err := promadmit.NewCombiningCollector(nil); return err }},
+	} {
+		err := tc.build()
+		var invalid *ratelimit.ValidationError
+		if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != tc.field {
+			t.Errorf("%s: %v, want a *ratelimit.ValidationError on %s", name, err, tc.field)
+		}
 	}
 }
