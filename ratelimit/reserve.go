@@ -25,8 +25,11 @@ import (
 //
 // taskID and attemptID are optional UUIDs ("" for none). A task id lets
 // Recover give the capacity back when the task's process dies. A task that
-// is finished, or an attempt that no longer runs, gives ErrTaskFinished
-// and nothing is written, also when FinishTask finished the task while the
+// is finished, or an attempt that no longer runs, gives ErrTaskFinished (a
+// task or attempt id that names no row, ErrUnknownTask) and, as for a
+// refusal, no counter value, reservation or lease is written (a call of
+// several limits may leave empty counter rows behind, as a refused one
+// may), also when FinishTask finished the task while the
 // admission was decided (the task is checked again once the rows are
 // written, under a lock that FinishTask waits for; the statement is then
 // rolled back). Inside a caller's transaction (WithTx) the two differ: a
