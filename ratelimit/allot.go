@@ -116,13 +116,35 @@ func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
 // elapsed since on this host's monotonic clock, so that a step of the
 // host's wall clock (NTP, a VM resumed) does not move it.
 func (a *allotments) dbNow() time.Time {
+	now, _ := a.dbClock()
+	return now
+}
+
+// dbClock is dbNow, and whether the database's clock was read yet (before
+// that, this host's clock stands in).
+func (a *allotments) dbClock() (time.Time, bool) {
 	a.mu.Lock()
 	dbAt, localAt := a.dbAt, a.localAt
 	a.mu.Unlock()
 	if localAt.IsZero() {
-		return time.Now()
+		return time.Now(), false
 	}
-	return dbAt.Add(time.Since(localAt))
+	return dbAt.Add(time.Since(localAt)), true
+}
+
+// windowEnding reports whether the current window of windowSeconds ends
+// within Margin on the database's clock: a block taken now would admit
+// nothing (and one is taken, and returned, per request). False before the
+// database's clock was read: the first block reads it.
+func (a *allotments) windowEnding(windowSeconds int32) bool {
+	now, known := a.dbClock()
+	if !known {
+		return false
+	}
+	w := int64(windowSeconds) * int64(time.Second) // windows are aligned to the Unix epoch
+	ns := now.UnixNano()
+	end := time.Unix(0, ns-ns%w+w)
+	return !now.Before(end.Add(-a.opts.Margin))
 }
 
 // set returns the blocks of a counter, starting the housekeeping loop with

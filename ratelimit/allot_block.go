@@ -74,6 +74,9 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 		if waits == maxRefillWaits {
 			return nil
 		}
+		if s.refill == nil && s.a.windowEnding(w.windowSeconds) {
+			return nil // the window's last moments are decided in the database
+		}
 		if s.refill == nil && !s.refillLocked(w, amount, true) {
 			return nil // closed
 		}

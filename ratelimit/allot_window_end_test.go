@@ -1,0 +1,46 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// In the last Margin of a window, Local limits are decided in the
+// database: a block taken then admits nothing. Requests used to take one
+// all the same (up to three each, every one written to the counter and
+// the allotments table, then returned) before falling back. A Margin as
+// long as the window makes every moment such a last moment.
+func TestLocalTakesNoBlockInTheLastMomentsOfAWindow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: 2 * time.Hour}))
+	defer l.Close()
+	key := uniqueKey("lastmoments")
+	for range 10 {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Reservations[0].Local {
+			t.Fatalf("admitted from a block within Margin of its window's end: %+v", g.Reservations[0])
+		}
+		if _, err := l.Commit(ctx, g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first request reads the database's clock with the block it takes.
+	if blocks := allotments(t, pool, "model", key); len(blocks) > 1 {
+		t.Errorf("%d blocks taken for 10 requests none of them could serve, want at most 1", len(blocks))
+	}
+	l.Close()
+	if rows := counterRows(t, pool, "model", key); rows[0].UsedValue != 10 || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used 10, reserved 0", rows[0])
+	}
+	assertDoctorOK(t, pool)
+}
