@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // from. Zero fields take their defaults.
 type AllotmentOptions struct {
 	// Holder names this process in gateway_rate_limit_allotments; the
-	// default is host/pid/random.
+	// default is host/pid/random. Text PostgreSQL cannot hold (NUL bytes,
+	// invalid UTF-8) is dropped or replaced by U+FFFD.
 	Holder string
 	// MaxShare caps a block at this fraction of its limit (default 1/16), so
 	// that no process sits on more than its share while others wait.
@@ -48,6 +50,10 @@ func WithAllotments(o AllotmentOptions) Option {
 }
 
 func (o AllotmentOptions) withDefaults() AllotmentOptions {
+	// A holder the database refuses would fail every block taken: Local
+	// limits would silently all be decided in the database, a failed
+	// statement more per request.
+	o.Holder = strings.ToValidUTF8(strings.ReplaceAll(o.Holder, "\x00", ""), "\uFFFD")
 	if o.Holder == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 3)

@@ -1,0 +1,33 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A Holder PostgreSQL cannot store (a NUL byte, invalid UTF-8) failed every
+// block taken: Local limits were all decided in the database, one failed
+// statement more per request, and nothing said why. It is recorded
+// cleaned instead.
+func TestLocalHolderIsRecordedAsText(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw\x00-1\xff"}))
+	defer l.Close()
+	key := uniqueKey("holder")
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Reservations[0].Local {
+		t.Fatalf("reservation %+v, want a Local one", g.Reservations[0])
+	}
+	if blocks := allotments(t, pool, "model", key); len(blocks) != 1 || blocks[0].Holder != "gw-1\uFFFD" {
+		t.Fatalf("blocks %+v, want one held by %q", blocks, "gw-1\uFFFD")
+	}
+}
