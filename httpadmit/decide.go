@@ -116,21 +116,29 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 // decides first, and their counters, having checked them as Reserve would.
 // A limit Reserve refuses is named by its index in limits, where the
 // caller wrote it; Reserve would name it by its index in the call, past
-// the limits left out of it (shadow ones, zero amounts).
+// the limits left out of it (shadow ones, zero amounts). An enforced limit
+// with a zero amount is checked too, as Reserve checks it before skipping
+// it: invalid, it would otherwise reach the headers (a negative quota, a
+// policy named twice).
 func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
 	var call []Limit
-	enforced := map[key]int{} // index in limits
+	enforced := map[key]int{} // index in limits, of the limits in call
+	seen := map[key]int{}     // of every enforced limit
 	for i, l := range limits {
-		if l.Mode != Enforce || l.Amount == 0 {
+		if l.Mode != Enforce {
 			continue
 		}
 		if err := l.Limit.Validate(); err != nil {
 			return nil, nil, inLimit(i, err)
 		}
 		k := keyOf(l.Limit)
-		if j, dup := enforced[k]; dup {
+		if j, dup := seen[k]; dup {
 			return nil, nil, inLimit(i, &ratelimit.ValidationError{Value: k.String(),
 				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)})
+		}
+		seen[k] = i
+		if l.Amount == 0 {
+			continue // Reserve skips it: nothing to reserve
 		}
 		enforced[k] = i
 		call = append(call, l)

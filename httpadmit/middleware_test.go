@@ -251,6 +251,13 @@ func TestBadRequestsAndNoLimits(t *testing.T) {
 		{"negative estimate", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, -5)), 400},
 		{"one limit twice", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
 			window("api_key", key, ratelimit.MetricTokens, 1000, 2)), 400},
+		// Invalid with a zero amount: Reserve would refuse it too (it checks
+		// every limit before skipping those that reserve nothing). It was
+		// served, with q=-5 or the policy twice in the headers.
+		{"negative quota, zero amount", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
+			window("api_key", key, "cost", -5, 0)), 400},
+		{"one limit twice, once with zero amount", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
+			window("api_key", key, ratelimit.MetricTokens, 1000, 0)), 400},
 		{"internal error", func(*http.Request) ([]httpadmit.Limit, error) { return nil, errors.New("plan lookup failed") }, 500},
 	} {
 		rec := httptest.NewRecorder()
