@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +149,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 	for _, o := range outcomes {
 		scopeType, metric := m.labels(o.Limit.Scope.Type, o.Limit.Metric)
-		m.admissions.WithLabelValues(string(o.Outcome), o.Limit.Mode.String(), scopeType, metric).Inc()
+		m.admissions.WithLabelValues(labelValue(string(o.Outcome)), o.Limit.Mode.String(), scopeType, metric).Inc()
 		if o.Outcome == httpadmit.OutcomeAdmitted && o.Limit.Mode == httpadmit.Enforce && o.Utilization > m.nearLimit {
 			m.near.WithLabelValues(scopeType, metric).Inc()
 		}
@@ -157,7 +158,7 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 
 // DatabaseCall observes one operation's duration.
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
-	m.latency.WithLabelValues(op, result(err)).Observe(took.Seconds())
+	m.latency.WithLabelValues(labelValue(op), result(err)).Observe(took.Seconds())
 }
 
 // LeasesHeld moves the gauge of leases held.
@@ -166,6 +167,7 @@ func (m *Metrics) LeasesHeld(delta int) { m.leases.Add(float64(delta)) }
 // labels bounds the label values: the first WithMaxSeries pairs keep
 // theirs.
 func (m *Metrics) labels(scopeType, metric string) (string, string) {
+	scopeType, metric = labelValue(scopeType), labelValue(metric)
 	k := [2]string{scopeType, metric}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -197,3 +199,9 @@ func result(err error) string {
 func invalidOption(fn, field string, value any, reason string) error {
 	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
 }
+
+// labelValue is s as Prometheus takes a label value: valid UTF-8
+// (WithLabelValues panics on anything else). The middleware reports only
+// limits ratelimit accepted, which are; another caller of the Observer
+// methods may pass anything.
+func labelValue(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }

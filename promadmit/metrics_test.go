@@ -259,3 +259,34 @@ func TestNewRefusesBadOptionsWithValidationErrors(t *testing.T) {
 		}
 	}
 }
+
+// The Observer methods and ObserveRecover/ObservePrune are public: a
+// caller other than the middleware may report a label that is not UTF-8,
+// or a count below zero. Prometheus panics on both (WithLabelValues, a
+// counter's Add); the metrics take them instead.
+func TestObserverMethodsTakeAnyInput(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := promadmit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Decided([]httpadmit.LimitOutcome{{Limit: limit("team\xff", "k", "tok\xfens", 10, 1, httpadmit.Enforce), Outcome: "admitted\xff"}})
+	m.DatabaseCall("reserve\xff", time.Millisecond, nil)
+	m.ObserveRecover(ratelimit.RecoveryResult{FailedTasks: -1, ReleasedConcurrencyLeases: 2}, nil, time.Millisecond)
+	m.ObservePrune(ratelimit.PruneResult{Tasks: -3}, nil, time.Millisecond)
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	page := rec.Body.String()
+	for _, want := range []string{
+		"pgadmit_http_admissions_total{metric=\"tok\ufffdns\",mode=\"enforce\",outcome=\"admitted\ufffd\",scope_type=\"team\ufffd\"} 1",
+		"pgadmit_db_operation_duration_seconds_count{operation=\"reserve\ufffd\",result=\"ok\"} 1",
+		`pgadmit_recovered_total{kind="failed_tasks"} 0`,
+		`pgadmit_recovered_total{kind="leases"} 2`,
+		`pgadmit_pruned_total{kind="tasks"} 0`,
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, page)
+		}
+	}
+}

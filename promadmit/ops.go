@@ -44,7 +44,7 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 		"task_admissions": res.CleanedTaskAdmissions,
 		"allotments":      res.ReturnedAllotments,
 	} {
-		m.recovered.WithLabelValues(kind).Add(float64(n))
+		m.recovered.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
 	}
 }
 
@@ -62,7 +62,7 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 		"events":             res.Events,
 		"tasks":              res.Tasks,
 	} {
-		m.pruned.WithLabelValues(kind).Add(float64(n))
+		m.pruned.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
 	}
 }
 
