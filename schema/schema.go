@@ -42,6 +42,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgadmit/pgadmit/internal/poolerr"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // FS holds the goose migrations (schema/NNNNN_description.sql), embedded at build time.
@@ -121,7 +122,8 @@ func retryLock(err error) bool {
 
 // Migrate applies every pending pgadmit migration to the database of pool. It is the one call a
 // service makes at start-up; it is safe to call from several processes at once, and a no-op when
-// the schema is current. pool stays open.
+// the schema is current. pool stays open. A nil pool is a *ratelimit.ValidationError (errors.Is
+// ratelimit.ErrInvalidInput), for Down, Status and Version too.
 //
 // Through a proxy that pools by statement (PgBouncer with pool_mode = statement), which runs no
 // transaction block, it stops at the first pending migration that runs in a transaction (most
@@ -168,6 +170,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 // none is (or the version table does not exist yet). It reads the version table without taking
 // the migration lock, so it answers at once while another process migrates. pool stays open.
 func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	if pool == nil {
+		return 0, errNilPool
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	conn, err := db.Conn(ctx)
@@ -198,9 +203,17 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return v, nil
 }
 
+// errNilPool is what Migrate, Down, Status and Version return for a nil
+// pool (pgxpool.New's result when its error went unchecked), which pgx
+// would dereference: bad input, as pgadmit reports it everywhere.
+var errNilPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Reason: "must be a pool, not nil"})
+
 // withProvider runs fn with a provider over a *sql.DB that borrows connections from pool, and
 // closes that *sql.DB (not the pool) afterwards.
 func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {
+	if pool == nil {
+		return errNilPool
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	p, err := NewProvider(db)
 	if err != nil {
