@@ -137,10 +137,9 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if err != nil {
 		return grant, err
 	}
-	if len(rids) == 0 && len(lids) == 0 {
-		grant.AttemptID = attemptID
-		return grant, nil
-	}
+	// A grant with nothing to link (empty, or Local reservations only) still
+	// goes to the database: the attempt must be checked (ErrUnknownTask,
+	// ErrTaskFinished) and its task read (TaskID), as for any other grant.
 	first := phaseCounters
 	if len(rids) == 0 {
 		first = phaseRows
