@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -102,6 +103,11 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 				return d
 			}
 		case errors.Is(err, ratelimit.ErrInvalidInput):
+			if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) && !strings.HasPrefix(invalid.Field, "Limits") {
+				// Not the request's limits but the Limiter's own input (a
+				// nil pool): the configuration is wrong, a 500.
+				return decision{err: err}
+			}
 			return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
 		default:
 			// Not limits: the failure policy reports every limit, and one

@@ -27,8 +27,9 @@ type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusa
 
 // ErrorHandler writes the response to a request that could not be decided:
 // err wraps ErrBadRequest, is an *UnavailableError (ErrUnavailable), wraps
-// ErrInvalidLimit (a limit no request can be decided on), or is whatever
-// the LimitsFunc returned.
+// ErrInvalidLimit (a limit no request can be decided on), wraps the
+// *ratelimit.ValidationError of a Limiter that cannot run (made from a nil
+// pool: Field "conn"), or is whatever the LimitsFunc returned.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 // Refusal explains a request that an enforced limit refused.
