@@ -53,6 +53,23 @@ func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount 
 	return g
 }
 
+// lostBlock has a holder that stops reporting take a block of
+// localWindow(key, 1000, ...) (an hour's window), and returns the block and
+// a time on clock past its window's end and the grace, when Recover returns
+// it and the doctor names it. The holder is closed when the test ends.
+func lostBlock(t *testing.T, pool *pgxpool.Pool, key string) (dbtest.AllotmentListByScopeRow, time.Time) {
+	t.Helper()
+	awaitLocalWindow(t, pool)
+	holder := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
+	t.Cleanup(holder.Close)
+	reserveLocal(t, holder, key, 1000, 10)
+	open := openBlocks(t, pool, key)
+	if len(open) != 1 {
+		t.Fatalf("open blocks = %d, want 1", len(open))
+	}
+	return open[0], open[0].ExpiresAt.Add(ratelimit.DefaultLostAllotmentGrace + time.Minute)
+}
+
 // openBlocks reads the blocks of localWindow(key, ...) not returned yet.
 func openBlocks(t *testing.T, conn db.DBTX, key string) []dbtest.AllotmentListByScopeRow {
 	t.Helper()

@@ -26,17 +26,10 @@ func TestRecoverCutOffInItsLastStepOnAConfiguredPoolReturnsTheContextsError(t *t
 
 	// A holder that stopped reporting: its block is lost once the
 	// maintenance clock passes its end and the grace.
-	awaitLocalWindow(t, base)
-	holder := ratelimit.New(base, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
-	t.Cleanup(holder.Close)
 	key := uniqueKey("lost")
-	reserveLocal(t, holder, key, 1000, 10)
-	open := openBlocks(t, base, key)
-	if len(open) != 1 {
-		t.Fatalf("open blocks = %d, want 1", len(open))
-	}
+	_, lost := lostBlock(t, base, key)
 	var clock testClock
-	clock.pass(open[0].ExpiresAt.Add(ratelimit.DefaultLostAllotmentGrace + time.Minute))
+	clock.pass(lost)
 
 	// Returning the block (the last step) waits for its counter's row lock.
 	blocker, err := base.Begin(context.Background())

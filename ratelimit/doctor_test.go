@@ -79,18 +79,10 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 		ratelimit.ProblemAllotmentOutlivedWindow: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool) ratelimit.Problem {
 			// A holder that stops reporting: its block of an hour's window
 			// stays open, and the doctor's clock passes the window's end and
-			// the grace (the holder is closed only when the test ends).
-			awaitLocalWindow(t, pool)
-			holder := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
-			t.Cleanup(holder.Close)
+			// the grace.
 			key := uniqueKey("lost")
-			reserveLocal(t, holder, key, 1000, 10)
-			open := openBlocks(t, pool, key)
-			if len(open) != 1 {
-				t.Fatalf("open blocks = %d, want 1", len(open))
-			}
-			b := open[0]
-			clock.pass(b.ExpiresAt.Add(ratelimit.DefaultLostAllotmentGrace + time.Minute))
+			b, lost := lostBlock(t, pool, key)
+			clock.pass(lost)
 			return ratelimit.Problem{
 				Kind: ratelimit.ProblemAllotmentOutlivedWindow, ScopeType: "model", ScopeKey: key, Metric: ratelimit.MetricTokens,
 				Window: time.Hour, WindowStart: b.WindowStart, RowID: b.ID.String(), Expected: 0, Actual: b.Granted,
