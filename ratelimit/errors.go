@@ -75,7 +75,12 @@ type ExceededError struct {
 	Retryable bool
 }
 
-func (e *ExceededError) Error() string { return e.Message }
+func (e *ExceededError) Error() string {
+	if e.Message == "" { // one made by hand, not by the Limiter
+		return ErrExceeded.Error()
+	}
+	return e.Message
+}
 
 // Is makes errors.Is(err, ErrExceeded) true.
 func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }

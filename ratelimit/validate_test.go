@@ -270,3 +270,12 @@ func TestCommitValidatesTheEstimateItCharges(t *testing.T) {
 	assertCounter(t, pool, key, "requests", 1, 0)
 	assertBooksBalance(t, pool, "api_key", key)
 }
+
+// An ExceededError made by hand (in a caller's test, say) still says what
+// it is.
+func TestExceededErrorOfZeroValueSaysLimitExceeded(t *testing.T) {
+	t.Parallel()
+	if got, want := (&ratelimit.ExceededError{}).Error(), ratelimit.ErrExceeded.Error(); got != want {
+		t.Errorf("(&ExceededError{}).Error() = %q, want %q", got, want)
+	}
+}
