@@ -444,7 +444,9 @@ type flight struct {
 // is detached (leave) and the statement cancelled if it is still
 // unanswered leftGrace later. On a pool set up with ConfigurePool, pgx
 // sends the server a cancel request and reads the statement's answer: it
-// was rolled back, or it committed and its grants go to abandoned. With
+// was rolled back, or it committed and its grants go to abandoned (but for
+// a hot batch cancelled in the moment of its first commit: see
+// ConfigurePool). With
 // pgx's default, pgx gives the connection up at once (it sends the
 // request, then closes the connection, never reading the answer), and a
 // statement that the server committed before the request

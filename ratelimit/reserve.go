@@ -56,7 +56,8 @@ import (
 // its callers left (stuck behind a row lock, say) is cancelled. On a pool
 // set up with ConfigurePool, pgx sends the server a cancel request and
 // reads the answer: the statement is rolled back, or it committed and what
-// it granted is released. With pgx's default, pgx gives the connection
+// it granted is released (but for a batch on a hot counter cancelled in the
+// moment of its first commit: see ConfigurePool). With pgx's default, pgx gives the connection
 // up at once and never reads the answer, and a statement the server committed before the request landed
 // (its lock released in that moment, say) leaves what it granted to lapse
 // as after a lost connection (reservations with their window, leases at
