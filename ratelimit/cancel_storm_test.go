@@ -33,7 +33,7 @@ func (h countedCancels) HandleCancel(ctx context.Context) {
 // Callers who leave at random moments, on four gateway instances whose
 // pools are set up with ConfigurePool and whose Limiters cancel a
 // statement 5-20 ms after its callers left (one instance sends each call
-// alone, WithoutCombining): some leave before their Reserve is sent, some
+// alone, WithoutCombining; none sends hot batches): some leave before their Reserve is sent, some
 // while it waits behind a row lock that a transaction holds now and then
 // (their statements are cancelled on the server, the case ConfigurePool is
 // for), some after the server decided. Every Reserve must be admitted,
@@ -55,7 +55,10 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 				return countedCancels{build(c), &cancels}
 			}
 		})
-		opts := []ratelimit.Option{ratelimit.WithLeftStatementGrace(time.Duration(5+5*i) * time.Millisecond)}
+		// Without hot batches: one cancelled in the moment of its first
+		// commit leaves its grants held, unknown (see ConfigurePool), and
+		// the books would not balance in the odd run.
+		opts := []ratelimit.Option{ratelimit.WithLeftStatementGrace(time.Duration(5+5*i) * time.Millisecond), ratelimit.WithoutHotBatches()}
 		if i == len(pools)-1 {
 			opts = append(opts, ratelimit.WithoutCombining())
 		}
