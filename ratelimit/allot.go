@@ -149,8 +149,13 @@ func (a *allotments) windowEnding(windowSeconds int32) bool {
 	}
 	w := int64(windowSeconds) * int64(time.Second) // windows are aligned to the Unix epoch
 	ns := now.UnixNano()
-	end := time.Unix(0, ns-ns%w+w)
-	return !now.Before(end.Add(-a.opts.Margin))
+	return a.pastMargin(now, time.Unix(0, ns-ns%w+w))
+}
+
+// pastMargin reports whether now is within Margin of resetAt, a window's
+// end: no block admits from that window any more.
+func (a *allotments) pastMargin(now, resetAt time.Time) bool {
+	return !now.Before(resetAt.Add(-a.opts.Margin))
 }
 
 // set returns the blocks of a counter, starting the housekeeping loop with

@@ -74,11 +74,13 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 		if waits == maxRefillWaits {
 			return nil
 		}
-		if s.refill == nil && s.a.windowEnding(w.windowSeconds) {
-			return nil // the window's last moments are decided in the database
-		}
-		if s.refill == nil && !s.refillLocked(w, amount, true) {
-			return nil // closed
+		if s.refill == nil {
+			if s.a.windowEnding(w.windowSeconds) {
+				return nil // the window's last moments are decided in the database
+			}
+			if !s.refillLocked(w, amount, true) {
+				return nil // closed
+			}
 		}
 		ch := s.refill
 		s.mu.Unlock()
@@ -133,7 +135,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 // retireLocked closes the blocks whose window is about to end.
 func (s *blockSet) retireLocked(now time.Time) {
 	for _, b := range []*block{s.cur, s.next} {
-		if b != nil && !now.Before(b.resetAt.Add(-s.a.opts.Margin)) {
+		if b != nil && s.a.pastMargin(now, b.resetAt) {
 			s.closeLocked(b, reasonWindowEnded)
 		}
 	}
