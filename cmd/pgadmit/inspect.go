@@ -59,12 +59,11 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		scopeKey = pgtype.Text{String: key, Valid: true}
 	}
 
-	pool, err := a.connect(ctx, a.dsn, 2)
+	pool, err := a.connectOperator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	a.warnSchemaAhead(ctx, pool)
 	q := db.New()
 	maxRows := int32(*limit)
 

@@ -199,6 +199,17 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func
 	return nil
 }
 
+// connectOperator connects inspect, doctor, recover and prune to the database (a pool of two)
+// and warns when a newer pgadmit migrated it. The caller closes the pool.
+func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := a.connect(ctx, a.dsn, 2)
+	if err != nil {
+		return nil, err
+	}
+	a.warnSchemaAhead(ctx, pool)
+	return pool, nil
+}
+
 // warnSchemaAhead warns on stderr when pool's database was migrated by a newer pgadmit, whose
 // tables and functions this one may misread. It costs one query; a failure to read the version
 // is left to the command's own statements to report.

@@ -63,12 +63,11 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if *every > 0 {
 		return sweep(ctx, a, *every, *passTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
 	}
-	pool, err := a.connect(ctx, a.dsn, 2)
+	pool, err := a.connectOperator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	a.warnSchemaAhead(ctx, pool)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
 	start := time.Now()
 	res, err := maint.Recover(ctx)
@@ -202,12 +201,11 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if retention == 0 {
 		retention = -1 // keep finished tasks
 	}
-	pool, err := a.connect(ctx, a.dsn, 2)
+	pool, err := a.connectOperator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	a.warnSchemaAhead(ctx, pool)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
 		ratelimit.WithTaskRetention(retention))
 	start := time.Now()
@@ -246,12 +244,11 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	pool, err := a.connect(ctx, a.dsn, 2)
+	pool, err := a.connectOperator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	a.warnSchemaAhead(ctx, pool)
 	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
