@@ -12,150 +12,20 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const AdmissionHotReserve = `-- name: AdmissionHotReserve :exec
-CALL pgadmit_hot_reserve(
-    $1::uuid[], $2::uuid[],
-    $3::integer[], $4::text[], $5::text[], $6::text[],
-    $7::integer[], $8::numeric[], $9::numeric[],
-    $10::integer[], $11::text[], $12::text[],
-    $13::numeric[], $14::numeric[], $15::integer[],
-    $16::timestamptz,
-    NULL::integer[], NULL::boolean[], NULL::integer[], NULL::boolean[], NULL::uuid[],
-    NULL::numeric[], NULL::numeric[], NULL::timestamptz[], NULL::timestamptz[],
-    NULL::timestamptz[], NULL::text[]
-)
+const AdmissionHotCommit = `-- name: AdmissionHotCommit :exec
+CALL pgadmit_hot_commit()
 `
 
-type AdmissionHotReserveParams struct {
-	TaskIds        []pgtype.UUID
-	AttemptIds     []pgtype.UUID
-	WAdmission     []int32
-	WScopeTypes    []string
-	WScopeKeys     []string
-	WMetrics       []string
-	WWindowSeconds []int32
-	WLimitValues   []float64
-	WAmounts       []float64
-	CAdmission     []int32
-	CScopeTypes    []string
-	CScopeKeys     []string
-	CLimitValues   []float64
-	CAmounts       []float64
-	CTtlSeconds    []int32
-	Now            *time.Time
-}
-
-// AdmissionReserve for a batch on a hot counter.
-// Locks: as AdmissionReserve, until the first commit is written.
-// Index: as AdmissionReserve.
-func (q *Queries) AdmissionHotReserve(ctx context.Context, db DBTX, arg AdmissionHotReserveParams) error {
-	_, err := db.Exec(ctx, AdmissionHotReserve,
-		arg.TaskIds,
-		arg.AttemptIds,
-		arg.WAdmission,
-		arg.WScopeTypes,
-		arg.WScopeKeys,
-		arg.WMetrics,
-		arg.WWindowSeconds,
-		arg.WLimitValues,
-		arg.WAmounts,
-		arg.CAdmission,
-		arg.CScopeTypes,
-		arg.CScopeKeys,
-		arg.CLimitValues,
-		arg.CAmounts,
-		arg.CTtlSeconds,
-		arg.Now,
-	)
-	return err
-}
-
-const AdmissionHotReserveWindows = `-- name: AdmissionHotReserveWindows :exec
-
-CALL pgadmit_hot_reserve_windows(
-    $1::text[], $2::text[], $3::text[],
-    $4::integer[], $5::numeric[], $6::numeric[],
-    NULL::integer[], NULL::boolean[], NULL::integer[], NULL::boolean[], NULL::uuid[],
-    NULL::numeric[], NULL::numeric[], NULL::timestamptz[], NULL::timestamptz[],
-    NULL::timestamptz[], NULL::text[]
-)
-`
-
-type AdmissionHotReserveWindowsParams struct {
-	ScopeTypes    []string
-	ScopeKeys     []string
-	Metrics       []string
-	WindowSeconds []int32
-	LimitValues   []float64
-	Amounts       []float64
-}
-
-// The same three batches for a hot counter (schema/00009_hot_batches.sql):
-// each procedure runs the function above in a transaction that releases
-// its locks without waiting for its commit's flush, then returns after a
-// second, durable commit has flushed it. Call them outside a transaction
-// block. Each returns one row of arrays, one per column of the function's
-// rows; sqlc (v1.31) gives a CALL no result columns, so they are :exec
-// here and ratelimit scans the row itself (hotbatch.go).
-// AdmissionReserveWindows for a batch on a hot counter.
-// Locks: as AdmissionReserveWindows, until the first commit is written.
-// Index: gateway_rate_limit_counters_pkey.
-func (q *Queries) AdmissionHotReserveWindows(ctx context.Context, db DBTX, arg AdmissionHotReserveWindowsParams) error {
-	_, err := db.Exec(ctx, AdmissionHotReserveWindows,
-		arg.ScopeTypes,
-		arg.ScopeKeys,
-		arg.Metrics,
-		arg.WindowSeconds,
-		arg.LimitValues,
-		arg.Amounts,
-	)
-	return err
-}
-
-const AdmissionHotSettle = `-- name: AdmissionHotSettle :exec
-CALL pgadmit_hot_settle(
-    $1::uuid[], $2::text[], $3::text[], $4::text[],
-    $5::integer[], $6::timestamptz[],
-    $7::text[], $8::numeric[], $9::text[],
-    $10::uuid[], $11::text[], $12::timestamptz,
-    NULL::boolean[], NULL::integer[], NULL::uuid[], NULL::boolean[], NULL::text[],
-    NULL::text[], NULL::numeric[], NULL::numeric[]
-)
-`
-
-type AdmissionHotSettleParams struct {
-	ReservationIds []pgtype.UUID
-	ScopeTypes     []string
-	ScopeKeys      []string
-	Metrics        []string
-	WindowSeconds  []int32
-	WindowStarts   []time.Time
-	Statuses       []string
-	ActualAmounts  []float64
-	Reasons        []string
-	LeaseIds       []pgtype.UUID
-	LeaseReasons   []string
-	Now            *time.Time
-}
-
-// AdmissionSettle for a batch on a hot counter.
-// Locks: as AdmissionSettle, until the first commit is written.
-// Index: as AdmissionSettle.
-func (q *Queries) AdmissionHotSettle(ctx context.Context, db DBTX, arg AdmissionHotSettleParams) error {
-	_, err := db.Exec(ctx, AdmissionHotSettle,
-		arg.ReservationIds,
-		arg.ScopeTypes,
-		arg.ScopeKeys,
-		arg.Metrics,
-		arg.WindowSeconds,
-		arg.WindowStarts,
-		arg.Statuses,
-		arg.ActualAmounts,
-		arg.Reasons,
-		arg.LeaseIds,
-		arg.LeaseReasons,
-		arg.Now,
-	)
+// Sent after the statement of a batch on a hot counter (AdmissionReserve,
+// AdmissionReserveWindows or AdmissionSettle), in the same pipeline and
+// implicit transaction, never in a transaction block: commits that
+// statement's transaction without waiting for its flush, then returns
+// after a second, durable commit has flushed it
+// (schema/00012_hot_commit.sql). The batch's rows reach the client first.
+// Locks: none of its own; its commit releases the batch's.
+// Index: none.
+func (q *Queries) AdmissionHotCommit(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, AdmissionHotCommit)
 	return err
 }
 

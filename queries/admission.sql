@@ -137,51 +137,13 @@ FROM pgadmit_settle(
          @lease_ids::uuid[], @lease_reasons::text[], sqlc.narg('now')::timestamptz
      ) AS s;
 
--- The same three batches for a hot counter (schema/00009_hot_batches.sql):
--- each procedure runs the function above in a transaction that releases
--- its locks without waiting for its commit's flush, then returns after a
--- second, durable commit has flushed it. Call them outside a transaction
--- block. Each returns one row of arrays, one per column of the function's
--- rows; sqlc (v1.31) gives a CALL no result columns, so they are :exec
--- here and ratelimit scans the row itself (hotbatch.go).
-
--- name: AdmissionHotReserveWindows :exec
--- AdmissionReserveWindows for a batch on a hot counter.
--- Locks: as AdmissionReserveWindows, until the first commit is written.
--- Index: gateway_rate_limit_counters_pkey.
-CALL pgadmit_hot_reserve_windows(
-    @scope_types::text[], @scope_keys::text[], @metrics::text[],
-    @window_seconds::integer[], @limit_values::numeric[], @amounts::numeric[],
-    NULL::integer[], NULL::boolean[], NULL::integer[], NULL::boolean[], NULL::uuid[],
-    NULL::numeric[], NULL::numeric[], NULL::timestamptz[], NULL::timestamptz[],
-    NULL::timestamptz[], NULL::text[]
-);
-
--- name: AdmissionHotReserve :exec
--- AdmissionReserve for a batch on a hot counter.
--- Locks: as AdmissionReserve, until the first commit is written.
--- Index: as AdmissionReserve.
-CALL pgadmit_hot_reserve(
-    @task_ids::uuid[], @attempt_ids::uuid[],
-    @w_admission::integer[], @w_scope_types::text[], @w_scope_keys::text[], @w_metrics::text[],
-    @w_window_seconds::integer[], @w_limit_values::numeric[], @w_amounts::numeric[],
-    @c_admission::integer[], @c_scope_types::text[], @c_scope_keys::text[],
-    @c_limit_values::numeric[], @c_amounts::numeric[], @c_ttl_seconds::integer[],
-    sqlc.narg('now')::timestamptz,
-    NULL::integer[], NULL::boolean[], NULL::integer[], NULL::boolean[], NULL::uuid[],
-    NULL::numeric[], NULL::numeric[], NULL::timestamptz[], NULL::timestamptz[],
-    NULL::timestamptz[], NULL::text[]
-);
-
--- name: AdmissionHotSettle :exec
--- AdmissionSettle for a batch on a hot counter.
--- Locks: as AdmissionSettle, until the first commit is written.
--- Index: as AdmissionSettle.
-CALL pgadmit_hot_settle(
-    @reservation_ids::uuid[], @scope_types::text[], @scope_keys::text[], @metrics::text[],
-    @window_seconds::integer[], @window_starts::timestamptz[],
-    @statuses::text[], @actual_amounts::numeric[], @reasons::text[],
-    @lease_ids::uuid[], @lease_reasons::text[], sqlc.narg('now')::timestamptz,
-    NULL::boolean[], NULL::integer[], NULL::uuid[], NULL::boolean[], NULL::text[],
-    NULL::text[], NULL::numeric[], NULL::numeric[]
-);
+-- name: AdmissionHotCommit :exec
+-- Sent after the statement of a batch on a hot counter (AdmissionReserve,
+-- AdmissionReserveWindows or AdmissionSettle), in the same pipeline and
+-- implicit transaction, never in a transaction block: commits that
+-- statement's transaction without waiting for its flush, then returns
+-- after a second, durable commit has flushed it
+-- (schema/00012_hot_commit.sql). The batch's rows reach the client first.
+-- Locks: none of its own; its commit releases the batch's.
+-- Index: none.
+CALL pgadmit_hot_commit();

@@ -55,10 +55,7 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 				return countedCancels{build(c), &cancels}
 			}
 		})
-		// Without hot batches: one cancelled in the moment of its first
-		// commit leaves its grants held, unknown (see ConfigurePool), and
-		// the books would not balance in the odd run.
-		opts := []ratelimit.Option{ratelimit.WithLeftStatementGrace(time.Duration(5+5*i) * time.Millisecond), ratelimit.WithoutHotBatches()}
+		opts := []ratelimit.Option{ratelimit.WithLeftStatementGrace(time.Duration(5+5*i) * time.Millisecond)}
 		if i == len(pools)-1 {
 			opts = append(opts, ratelimit.WithoutCombining())
 		}

@@ -397,8 +397,8 @@ func (c *combiner[Req, Res]) runGuarded(ctx context.Context, reqs []Req) (res []
 // was sent: a data exception (class 22), a constraint it broke (23), an
 // access rule (42) or a PL/pgSQL RAISE (P0). Such an error rolled the
 // statement back whole. Any other, such as a cancellation (57014), may
-// reach a hot batch after its first commit (hotbatch.go), when sending its
-// requests again would admit them twice.
+// have come after the statement committed (a hot batch's commit, a lost
+// connection), when sending its requests again would admit them twice.
 func rejectedInput(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
@@ -444,9 +444,9 @@ type flight struct {
 // is detached (leave) and the statement cancelled if it is still
 // unanswered leftGrace later. On a pool set up with ConfigurePool, pgx
 // sends the server a cancel request and reads the statement's answer: it
-// was rolled back, or it committed and its grants go to abandoned (but for
-// a hot batch cancelled in the moment of its first commit: see
-// ConfigurePool). With
+// was rolled back, or it committed and its grants go to abandoned (a hot
+// batch whose commit fails after its answer releases them itself:
+// hotbatch.go). With
 // pgx's default, pgx gives the connection up at once (it sends the
 // request, then closes the connection, never reading the answer), and a
 // statement that the server committed before the request

@@ -2,11 +2,9 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -17,19 +15,23 @@ import (
 // one concurrency scope has found a hot scope: its slots are decided under
 // a transaction advisory lock that the next batch on the scope waits for,
 // from another instance (settling releases leases without it). Such a
-// batch runs as a procedure of schema/00009_hot_batches.sql instead of a
-// function: its transaction releases the counter rows and scope locks
-// without waiting for its commit's flush, and the procedure returns only
-// after a second, durable commit has flushed it. The next batch on the
-// counter or scope then waits for this one's execution, not for its flush
-// too, and no caller is answered before its admission or settlement is on
-// disk. A procedure can commit only outside a transaction block, which a
-// combined batch always is.
+// batch is sent as any batch is, followed in the same round trip and the
+// same implicit transaction by CALL pgadmit_hot_commit()
+// (schema/00012_hot_commit.sql), which commits the transaction without
+// waiting for its flush, so that its counter rows and scope locks are
+// released at once, and returns only after a second, durable commit has
+// flushed it. The next batch on the counter or scope then waits for this
+// one's execution, not for its flush too, and no caller is answered before
+// its admission or settlement is on disk. A procedure can commit only
+// outside a transaction block, which a combined batch always is.
 //
-// A hot batch that fails after its first commit (a cancel in the moment
-// before its flush, a lost connection) has admitted what its callers are
-// told failed, as a lost commit acknowledgement has; the combiner therefore
-// does not send its requests again one by one (rejectedInput).
+// The batch's rows reach the client before the procedure runs. When they
+// have and the procedure fails (a cancel request landing in the moment of
+// its commit, a lost connection), the batch may or may not have committed:
+// hotRows returns the rows with the error, and Reserve releases every
+// grant they name before it tells its callers the batch failed
+// (releaseUnconfirmed). The combiner does not send the requests again one
+// by one (rejectedInput), which could admit them twice.
 
 // hotBatches reports whether this Limiter may send hot batches: not in a
 // caller's transaction, where a procedure cannot commit.
@@ -88,109 +90,71 @@ func hotSettles(batch []*settleRequest) bool {
 	})
 }
 
-// callHot runs the CALL of a hot-batch procedure that call sends through
-// its db.DBTX and scans its one row of arrays into dest. sqlc (v1.31)
-// gives a CALL no result columns, so the generated method is :exec and the
-// row is scanned here.
-func callHot(ctx context.Context, conn Executor, call func(db.DBTX), dest ...any) error {
-	var r recorder
-	call(&r)
-	return conn.QueryRow(ctx, r.sql, r.args...).Scan(dest...)
-}
-
-// reserveArrays is the row of pgadmit_hot_reserve and
-// pgadmit_hot_reserve_windows: the columns of db.AdmissionReserveRow, one
-// array each.
-type reserveArrays struct {
-	admission, ord              []int32
-	isLease, fits               []bool
-	grantID                     []pgtype.UUID
-	current, reserved           []float64
-	windowStart, resetAt, dbNow []time.Time
-	refusal                     []string
-}
-
-func (a *reserveArrays) dest() []any {
-	return []any{&a.admission, &a.isLease, &a.ord, &a.fits, &a.grantID, &a.current, &a.reserved,
-		&a.windowStart, &a.resetAt, &a.dbNow, &a.refusal}
-}
-
-func (a *reserveArrays) rows() ([]db.AdmissionReserveRow, error) {
-	n := len(a.admission)
-	if !sameLength(n, len(a.isLease), len(a.ord), len(a.fits), len(a.grantID), len(a.current), len(a.reserved),
-		len(a.windowStart), len(a.resetAt), len(a.dbNow), len(a.refusal)) {
-		return nil, fmt.Errorf("ratelimit: reserve: hot batch returned arrays of different lengths")
-	}
-	rows := make([]db.AdmissionReserveRow, n)
-	for i := range rows {
-		rows[i] = db.AdmissionReserveRow{
-			Admission: a.admission[i], IsLease: a.isLease[i], Ord: a.ord[i], Fits: a.fits[i],
-			GrantID: a.grantID[i], CurrentValue: a.current[i], ReservedValue: a.reserved[i],
-			WindowStart: a.windowStart[i], ResetAt: a.resetAt[i], DbNow: a.dbNow[i], Refusal: a.refusal[i],
-		}
-	}
-	return rows, nil
-}
-
-// settleArrays is the row of pgadmit_hot_settle: the columns of
-// db.AdmissionSettleRow, one array each.
-type settleArrays struct {
-	isLease, settled []bool
-	ord              []int32
-	id               []pgtype.UUID
-	status, metric   []string
-	reserved, actual []float64
-}
-
-func (a *settleArrays) dest() []any {
-	return []any{&a.isLease, &a.ord, &a.id, &a.settled, &a.status, &a.metric, &a.reserved, &a.actual}
-}
-
-func (a *settleArrays) rows() ([]db.AdmissionSettleRow, error) {
-	n := len(a.ord)
-	if !sameLength(n, len(a.isLease), len(a.settled), len(a.id), len(a.status), len(a.metric), len(a.reserved), len(a.actual)) {
-		return nil, fmt.Errorf("ratelimit: settle: hot batch returned arrays of different lengths")
-	}
-	rows := make([]db.AdmissionSettleRow, n)
-	for i := range rows {
-		rows[i] = db.AdmissionSettleRow{
-			IsLease: a.isLease[i], Ord: a.ord[i], ID: a.id[i], Settled: a.settled[i], Status: a.status[i],
-			Metric: a.metric[i], ReservedAmount: a.reserved[i], ActualAmount: a.actual[i],
-		}
-	}
-	return rows, nil
-}
-
-func sameLength(n int, lengths ...int) bool {
-	for _, l := range lengths {
-		if l != n {
-			return false
-		}
-	}
-	return true
-}
-
-// hotReserveRows decides a reserve batch on a hot counter, with the same
-// rows as reserveRows; call sends one of the hot reserve procedures.
-func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
-	defer l.hot.reserves.Add(1) // counted once answered, as the combiner counts statements
-	var out reserveArrays
-	if err := callHot(ctx, l.conn, call, out.dest()...); err != nil {
+// hotRows sends the statement that call sends and, after it in one
+// pgx.Batch (one round trip, one implicit transaction), AdmissionHotCommit,
+// and collects the statement's rows by position into T. It returns the
+// rows and nil once the commit is flushed; nil and the error when the
+// statement failed (rolled back, nothing written); the rows and the error
+// when the statement answered and the procedure did not, and the batch may
+// or may not have committed.
+func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, error) {
+	var b pgx.Batch
+	var rows []T
+	answered := false
+	queue(&b, call).Query(func(r pgx.Rows) error {
+		collected, err := pgx.CollectRows(r, pgx.RowToStructByPos[T])
+		rows, answered = collected, err == nil
+		return err
+	})
+	queue(&b, func(q db.DBTX) { _ = l.queries.AdmissionHotCommit(ctx, q) })
+	err := l.conn.SendBatch(ctx, &b).Close()
+	if err != nil && !answered {
 		return nil, err
 	}
-	return out.rows()
+	return rows, err
+}
+
+// hotReserveRows decides a reserve batch on a hot counter or scope, with
+// the same rows as reserveRows; call sends AdmissionReserve or
+// AdmissionReserveWindows. See hotRows for what it returns.
+func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
+	defer l.hot.reserves.Add(1) // counted once answered, as the combiner counts statements
+	return hotRows[db.AdmissionReserveRow](ctx, l, call)
 }
 
 // hotSettleRows settles a batch on a hot counter, with the same rows as
-// AdmissionSettle.
+// AdmissionSettle. A settlement whose commit is unconfirmed is a failure
+// like any other: a caller who tries again learns what it settled.
 func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams) ([]db.AdmissionSettleRow, error) {
 	defer l.hot.settles.Add(1) // counted once answered, as the combiner counts statements
-	var out settleArrays
-	err := callHot(ctx, l.conn, func(q db.DBTX) {
-		_ = l.queries.AdmissionHotSettle(ctx, q, db.AdmissionHotSettleParams(p))
-	}, out.dest()...)
+	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, func(q db.DBTX) {
+		_, _ = l.queries.AdmissionSettle(ctx, q, p)
+	})
 	if err != nil {
 		return nil, err
 	}
-	return out.rows()
+	return rows, nil
+}
+
+// releaseUnconfirmed releases every grant that rows name: the rows of a
+// hot batch whose commit could not be confirmed (hotRows), whose callers
+// are told it failed. Rows the batch never committed are not found, and
+// left alone.
+func (l *Limiter) releaseUnconfirmed(rows []db.AdmissionReserveRow) {
+	var g Grant
+	for _, row := range rows {
+		switch {
+		case !row.GrantID.Valid:
+		case row.IsLease:
+			g.Leases = append(g.Leases, Lease{ID: idString(row.GrantID)})
+		default:
+			g.Reservations = append(g.Reservations, Reservation{ID: idString(row.GrantID)})
+		}
+	}
+	if len(g.Reservations)+len(g.Leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+	defer cancel()
+	_, _ = l.Release(ctx, g, reasonUnconfirmed)
 }

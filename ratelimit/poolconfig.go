@@ -10,9 +10,7 @@ import (
 )
 
 // ConfigurePool sets up cfg, before the pool is made from it, so that a
-// statement cancelled mid-flight leaves no grant nobody knows of (but for
-// a batch on a hot counter cancelled in the moment of its first commit:
-// see below).
+// statement cancelled mid-flight leaves no grant nobody knows of.
 //
 // A statement of the Limiter whose callers all left is cancelled once it
 // has run on for a grace (see Reserve). pgx's default then gives the
@@ -23,14 +21,11 @@ import (
 // ends, the lease until its TTL. With ConfigurePool, pgx sends the cancel
 // request first and reads the statement's answer: the statement is rolled
 // back (SQLSTATE 57014), or it committed and its answer names the grants,
-// which the Limiter then releases. One case escapes it: a combined batch on
-// a hot counter runs as a procedure of two transactions (hotbatch.go), and
-// a cancel request that lands while the first one commits fails the second
-// (57014): the grants committed, the answer names none, and they stay held
-// (reservations with their window, leases to their TTL), as after a lost
-// commit acknowledgement. The window is the first commit's microseconds;
-// PostgreSQL defers a cancel that lands then to the procedure's next
-// statement.
+// which the Limiter then releases. A combined batch on a hot counter is
+// committed by a procedure sent after it (hotbatch.go): a request that
+// lands while it commits fails the procedure (57014) once the batch has
+// answered, and the Limiter releases what the answer names (reason
+// "unconfirmed") before it tells the callers the batch failed.
 //
 // The price is paid only when a statement is cancelled. The connection
 // waits for the server (or the pooler) to acknowledge the cancel request, a

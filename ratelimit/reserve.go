@@ -56,8 +56,7 @@ import (
 // its callers left (stuck behind a row lock, say) is cancelled. On a pool
 // set up with ConfigurePool, pgx sends the server a cancel request and
 // reads the answer: the statement is rolled back, or it committed and what
-// it granted is released (but for a batch on a hot counter cancelled in the
-// moment of its first commit: see ConfigurePool). With pgx's default, pgx gives the connection
+// it granted is released. With pgx's default, pgx gives the connection
 // up at once and never reads the answer, and a statement the server committed before the request landed
 // (its lock released in that moment, say) leaves what it granted to lapse
 // as after a lost connection (reservations with their window, leases at
@@ -169,6 +168,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 	}
 	rows, err := l.reserveRows(ctx, batch)
 	if err != nil {
+		l.releaseUnconfirmed(rows) // rows only from a hot batch whose commit is unconfirmed
 		return nil, nil, wrapDBError(ctx, "reserve", err)
 	}
 	byAdmission := make([][]db.AdmissionReserveRow, len(batch))
@@ -188,8 +188,9 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 // when every admission is one window limit without a task (it takes what a
 // batch asks of a counter in one statement where that fits whole), else to
 // pgadmit_reserve. The rows are the same either way. A batch on a hot
-// counter or concurrency scope goes to the procedure that wraps the
-// function (hotbatch.go).
+// counter or concurrency scope is committed by a procedure sent after it
+// (hotbatch.go); when that fails after the batch answered, the rows come
+// back with the error.
 func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.AdmissionReserveRow, error) {
 	hot := l.hotBatches() && hotAdmissions(batch)
 	if !slices.ContainsFunc(batch, (*admission).notOneWindow) {
@@ -199,7 +200,7 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 		}
 		if hot {
 			return l.hotReserveRows(ctx, func(q db.DBTX) {
-				_ = l.queries.AdmissionHotReserveWindows(ctx, q, db.AdmissionHotReserveWindowsParams(p))
+				_, _ = l.queries.AdmissionReserveWindows(ctx, q, p)
 			})
 		}
 		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
@@ -215,7 +216,7 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 	}
 	if hot {
 		return l.hotReserveRows(ctx, func(q db.DBTX) {
-			_ = l.queries.AdmissionHotReserve(ctx, q, db.AdmissionHotReserveParams(p))
+			_, _ = l.queries.AdmissionReserve(ctx, q, p)
 		})
 	}
 	return l.queries.AdmissionReserve(ctx, l.conn, p)
@@ -259,7 +260,11 @@ func (l *Limiter) releaseAbandoned(g Grant) {
 const (
 	// reasonAbandoned is recorded on a grant released because the caller
 	// of Reserve was gone when it was decided.
-	reasonAbandoned         = "abandoned"
+	reasonAbandoned = "abandoned"
+	// reasonUnconfirmed is recorded on a grant that a hot batch decided and
+	// whose commit could not be confirmed; its caller was told Reserve
+	// failed (releaseUnconfirmed).
+	reasonUnconfirmed       = "unconfirmed"
 	abandonedReleaseTimeout = 30 * time.Second
 )
 

@@ -220,8 +220,8 @@ func (l *Limiter) settleRemote(ctx context.Context, grant Grant, status, reason 
 	return out[0], nil
 }
 
-// settleBatch settles requests in one call of pgadmit_settle, or of the
-// procedure that wraps it when the batch is on a hot counter (hotbatch.go).
+// settleBatch settles requests in one call of pgadmit_settle, committed by a
+// procedure sent after it when the batch is on a hot counter (hotbatch.go).
 func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Settlement, []error, error) {
 	if len(batch) == 1 && len(batch[0].ids) == 1 && len(batch[0].leaseIDs) == 0 && batch[0].knowsCounters() {
 		out, err := l.settleOne(ctx, batch[0])

@@ -85,6 +85,22 @@ func (q *Queries) OpsBackendsWaitingOnLock(ctx context.Context, db DBTX) ([]int3
 	return items, nil
 }
 
+const OpsCancelBackend = `-- name: OpsCancelBackend :one
+SELECT pg_cancel_backend($1::integer)::boolean AS cancelled
+`
+
+// Sends another session's backend a cancel, as a client's cancel request
+// or statement_timeout would: its running statement, if any, fails with
+// query_canceled (57014); an idle session ignores it.
+// Locks: none (signals the backend).
+// Index: none.
+func (q *Queries) OpsCancelBackend(ctx context.Context, db DBTX, pid int32) (bool, error) {
+	row := db.QueryRow(ctx, OpsCancelBackend, pid)
+	var cancelled bool
+	err := row.Scan(&cancelled)
+	return cancelled, err
+}
+
 const OpsCounterCorruptAdd = `-- name: OpsCounterCorruptAdd :execrows
 UPDATE gateway_rate_limit_counters
 SET reserved_value = reserved_value + $1::numeric,

@@ -306,6 +306,49 @@ func (q *Queries) ReservationTotalsByScope(ctx context.Context, db DBTX, arg Res
 	return items, nil
 }
 
+const ReservationsByReason = `-- name: ReservationsByReason :many
+SELECT status, coalesce(reason, '')::text AS reason, count(*)::bigint AS reservations
+FROM gateway_rate_limit_reservations
+WHERE scope_type = $1
+  AND scope_key = $2
+GROUP BY status, reason
+ORDER BY status, reason
+`
+
+type ReservationsByReasonParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+type ReservationsByReasonRow struct {
+	Status       string
+	Reason       string
+	Reservations int64
+}
+
+// How many reservations of one scope have each status and release reason.
+// Locks: none (MVCC read).
+// Index: none specific (filters on scope; for tests and small scopes).
+func (q *Queries) ReservationsByReason(ctx context.Context, db DBTX, arg ReservationsByReasonParams) ([]ReservationsByReasonRow, error) {
+	rows, err := db.Query(ctx, ReservationsByReason, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReservationsByReasonRow{}
+	for rows.Next() {
+		var i ReservationsByReasonRow
+		if err := rows.Scan(&i.Status, &i.Reason, &i.Reservations); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const SchemaObjectsWithoutComment = `-- name: SchemaObjectsWithoutComment :many
 SELECT 'table'::text AS kind, c.relname::text AS name
 FROM pg_catalog.pg_class AS c

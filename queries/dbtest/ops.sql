@@ -10,6 +10,14 @@
 -- Index: none.
 SELECT pg_backend_pid()::integer AS pid;
 
+-- name: OpsCancelBackend :one
+-- Sends another session's backend a cancel, as a client's cancel request
+-- or statement_timeout would: its running statement, if any, fails with
+-- query_canceled (57014); an idle session ignores it.
+-- Locks: none (signals the backend).
+-- Index: none.
+SELECT pg_cancel_backend(@pid::integer)::boolean AS cancelled;
+
 -- name: OpsTerminateBackend :one
 -- Terminates another session's backend, as a crash of the network or of
 -- the server process would: its open transaction is rolled back and its

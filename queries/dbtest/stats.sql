@@ -55,6 +55,17 @@ WHERE scope_type = @scope_type
 GROUP BY metric, window_seconds, window_start
 ORDER BY window_start, metric, window_seconds;
 
+-- name: ReservationsByReason :many
+-- How many reservations of one scope have each status and release reason.
+-- Locks: none (MVCC read).
+-- Index: none specific (filters on scope; for tests and small scopes).
+SELECT status, coalesce(reason, '')::text AS reason, count(*)::bigint AS reservations
+FROM gateway_rate_limit_reservations
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+GROUP BY status, reason
+ORDER BY status, reason;
+
 -- name: ReservationStatuses :many
 -- The status of each reservation of @ids that exists (absent ones return no
 -- row).
