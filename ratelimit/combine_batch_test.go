@@ -475,23 +475,38 @@ func counterState(rows []db.CounterListByScopeRow) map[int32][3]float64 {
 }
 
 // forEachBatchPath runs test, whose batches put several requests on one
-// counter, on both paths such a batch can take: the hot batch (a procedure
-// that releases the counter before its commit's flush, the default) and
-// the plain function call (WithoutHotBatches). It checks which path each
-// Limiter took, by its counts of hot statements.
+// counter, on the paths such a batch can take: the hot batch (committed by
+// a procedure that releases the counter before the commit's flush, the
+// default), the plain statement (WithoutHotBatches), and the plain
+// statement again where pgx sends a batch as one multi-statement query
+// (the simple protocol), in which no procedure can commit. It checks which
+// path each Limiter took, by its counts of hot statements.
 func forEachBatchPath(t *testing.T, test func(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool)) {
 	pool := pgtest.NewPool(t)
-	for _, hot := range []bool{true, false} {
-		name, opts := "hot", []ratelimit.Option(nil)
-		if !hot {
-			name, opts = "cold", []ratelimit.Option{ratelimit.WithoutHotBatches()}
-		}
-		t.Run(name, func(t *testing.T) {
-			l := ratelimit.New(pool, opts...)
+	cfg := pool.Config()
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	simple, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("simple-protocol pool: %v", err)
+	}
+	t.Cleanup(simple.Close)
+	paths := []struct {
+		name string
+		conn ratelimit.Executor
+		opts []ratelimit.Option
+		hot  bool
+	}{
+		{"hot", pool, nil, true},
+		{"cold", pool, []ratelimit.Option{ratelimit.WithoutHotBatches()}, false},
+		{"simple protocol", simple, nil, false},
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			l := ratelimit.New(p.conn, p.opts...)
 			test(t, l, pool)
 			s := l.Stats()
-			if (s.Reserve.Hot > 0) != hot || (s.Settle.Hot > 0) != hot {
-				t.Errorf("%d reserve and %d settle statements went as hot batches; want some: %v", s.Reserve.Hot, s.Settle.Hot, hot)
+			if (s.Reserve.Hot > 0) != p.hot || (s.Settle.Hot > 0) != p.hot {
+				t.Errorf("%d reserve and %d settle statements went as hot batches; want some: %v", s.Reserve.Hot, s.Settle.Hot, p.hot)
 			}
 		})
 	}

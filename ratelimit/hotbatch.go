@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -34,8 +35,23 @@ import (
 // by one (rejectedInput), which could admit them twice.
 
 // hotBatches reports whether this Limiter may send hot batches: not in a
-// caller's transaction, where a procedure cannot commit.
-func (l *Limiter) hotBatches() bool { return !l.inTx && !l.opts.coldBatches }
+// caller's transaction, nor where pgx sends a batch as one multi-statement
+// query (an implicit transaction block); a procedure cannot commit in
+// either.
+func (l *Limiter) hotBatches() bool { return !l.inTx && !l.oneQueryBatches && !l.opts.coldBatches }
+
+// simpleProtocol reports whether conn, a pool or a connection, runs its
+// statements with the simple protocol (pgx.QueryExecModeSimpleProtocol).
+func simpleProtocol(conn Executor) bool {
+	var mode pgx.QueryExecMode
+	switch c := conn.(type) {
+	case interface{ Config() *pgxpool.Config }:
+		mode = c.Config().ConnConfig.DefaultQueryExecMode
+	case interface{ Config() *pgx.ConnConfig }:
+		mode = c.Config().DefaultQueryExecMode
+	}
+	return mode == pgx.QueryExecModeSimpleProtocol
+}
 
 // hotCounts counts the statements sent as hot batches.
 type hotCounts struct {
