@@ -2,9 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -38,10 +40,15 @@ import (
 // caller's transaction, nor where pgx sends a batch as one multi-statement
 // query (an implicit transaction block); a procedure cannot commit in
 // either.
-func (l *Limiter) hotBatches() bool { return !l.inTx && !l.oneQueryBatches && !l.opts.coldBatches }
+func (l *Limiter) hotBatches() bool {
+	return !l.inTx && !l.hot.oneQueryBatches.Load() && !l.opts.coldBatches
+}
 
-// simpleProtocol reports whether conn, a pool or a connection, runs its
-// statements with the simple protocol (pgx.QueryExecModeSimpleProtocol).
+// simpleProtocol reports whether conn, a pool or a connection (of a pool's
+// too), runs its statements with the simple protocol
+// (pgx.QueryExecModeSimpleProtocol). An Executor of another kind (a
+// wrapper of the caller's own) is found out by its first hot batch
+// (hotCommitRefused).
 func simpleProtocol(conn Executor) bool {
 	var mode pgx.QueryExecMode
 	switch c := conn.(type) {
@@ -49,13 +56,33 @@ func simpleProtocol(conn Executor) bool {
 		mode = c.Config().ConnConfig.DefaultQueryExecMode
 	case interface{ Config() *pgx.ConnConfig }:
 		mode = c.Config().DefaultQueryExecMode
+	case interface{ Conn() *pgx.Conn }: // *pgxpool.Conn
+		if pc := c.Conn(); pc != nil {
+			mode = pc.Config().DefaultQueryExecMode
+		}
 	}
 	return mode == pgx.QueryExecModeSimpleProtocol
+}
+
+// hotCommitRefused reports that a hot batch failed because
+// pgadmit_hot_commit could not commit (2D000, invalid transaction
+// termination): the Executor sent the batch as one multi-statement query,
+// an implicit transaction block, as the simple protocol does, and
+// simpleProtocol could not tell. The procedure raises it before it
+// commits, so the whole batch was rolled back and may be sent again as a
+// plain statement. hotRows then sends no hot batch on the Limiter again.
+func hotCommitRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "2D000"
 }
 
 // hotCounts counts the statements sent as hot batches.
 type hotCounts struct {
 	reserves, settles atomic.Int64
+	// oneQueryBatches is set when the Limiter's Executor sends a pgx.Batch
+	// as one multi-statement query (the simple protocol): no hot batches
+	// then. Shared with the Limiter's WithTx copies.
+	oneQueryBatches atomic.Bool
 }
 
 // sharesCounter reports whether two of the requests draw on one counter.
@@ -112,7 +139,8 @@ func hotSettles(batch []*settleRequest) bool {
 // rows and nil once the commit is flushed; nil and the error when the
 // statement failed (rolled back, nothing written); the rows and the error
 // when the statement answered and the procedure did not, and the batch may
-// or may not have committed.
+// or may not have committed; nil and the error when the procedure could not
+// commit at all (hotCommitRefused).
 func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, error) {
 	var b pgx.Batch
 	var rows []T
@@ -124,6 +152,10 @@ func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, e
 	})
 	queue(&b, func(q db.DBTX) { _ = l.queries.AdmissionHotCommit(ctx, q) })
 	err := l.conn.SendBatch(ctx, &b).Close()
+	if hotCommitRefused(err) {
+		l.hot.oneQueryBatches.Store(true) // rolled back whole: nothing to release
+		return nil, err
+	}
 	if err != nil && !answered {
 		return nil, err
 	}
@@ -133,19 +165,29 @@ func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, e
 // hotReserveRows decides a reserve batch on a hot counter or scope, with
 // the same rows as reserveRows; call sends AdmissionReserve or
 // AdmissionReserveWindows. See hotRows for what it returns.
+// A batch whose commit was refused (hotCommitRefused) returns the error
+// and is not counted.
 func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
-	defer l.hot.reserves.Add(1) // counted once answered, as the combiner counts statements
-	return hotRows[db.AdmissionReserveRow](ctx, l, call)
+	rows, err := hotRows[db.AdmissionReserveRow](ctx, l, call)
+	if !hotCommitRefused(err) {
+		l.hot.reserves.Add(1) // counted once answered, as the combiner counts statements
+	}
+	return rows, err
 }
 
 // hotSettleRows settles a batch on a hot counter, with the same rows as
 // AdmissionSettle. A settlement whose commit is unconfirmed is a failure
 // like any other: a caller who tries again learns what it settled.
+// A batch whose commit was refused (hotCommitRefused) returns the error
+// and is not counted.
 func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams) ([]db.AdmissionSettleRow, error) {
-	defer l.hot.settles.Add(1) // counted once answered, as the combiner counts statements
 	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, func(q db.DBTX) {
 		_, _ = l.queries.AdmissionSettle(ctx, q, p)
 	})
+	if hotCommitRefused(err) {
+		return nil, err
+	}
+	l.hot.settles.Add(1) // counted once answered, as the combiner counts statements
 	if err != nil {
 		return nil, err
 	}

@@ -31,9 +31,6 @@ type Limiter struct {
 	reserves *combiner[*admission, Grant]
 	settles  *combiner[*settleRequest, Settlement]
 	hot      *hotCounts // batches on a hot counter (hotbatch.go)
-	// oneQueryBatches is set when conn sends a pgx.Batch as one
-	// multi-statement query (the simple protocol): no hot batches then.
-	oneQueryBatches bool
 	// Blocks of Local limits; nil inside a caller's transaction.
 	allot *allotments
 }
@@ -50,7 +47,8 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, hot: &hotCounts{}, oneQueryBatches: simpleProtocol(conn)}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, hot: &hotCounts{}}
+	l.hot.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
 		return l

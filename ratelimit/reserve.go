@@ -199,9 +199,12 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 			a.appendWindowTo(&p)
 		}
 		if hot {
-			return l.hotReserveRows(ctx, func(q db.DBTX) {
+			rows, err := l.hotReserveRows(ctx, func(q db.DBTX) {
 				_, _ = l.queries.AdmissionReserveWindows(ctx, q, p)
 			})
+			if !hotCommitRefused(err) {
+				return rows, err
+			} // else rolled back whole: sent again as a plain statement
 		}
 		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
 		decisions := make([]db.AdmissionReserveRow, len(rows))
@@ -215,9 +218,12 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 		a.appendTo(&p)
 	}
 	if hot {
-		return l.hotReserveRows(ctx, func(q db.DBTX) {
+		rows, err := l.hotReserveRows(ctx, func(q db.DBTX) {
 			_, _ = l.queries.AdmissionReserve(ctx, q, p)
 		})
+		if !hotCommitRefused(err) {
+			return rows, err
+		} // else rolled back whole: sent again as a plain statement
 	}
 	return l.queries.AdmissionReserve(ctx, l.conn, p)
 }

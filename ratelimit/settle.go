@@ -236,9 +236,12 @@ func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Se
 	}
 	var rows []db.AdmissionSettleRow
 	var err error
-	if l.hotBatches() && hotSettles(batch) {
+	hot := l.hotBatches() && hotSettles(batch)
+	if hot {
 		rows, err = l.hotSettleRows(ctx, call.params())
-	} else {
+		hot = !hotCommitRefused(err) // else rolled back whole: sent again as a plain statement
+	}
+	if !hot {
 		rows, err = l.queries.AdmissionSettle(ctx, l.conn, call.params())
 	}
 	if err != nil {
