@@ -21,7 +21,8 @@ CALL pgadmit_hot_commit()
 // implicit transaction, never in a transaction block: commits that
 // statement's transaction without waiting for its flush, then returns
 // after a second, durable commit has flushed it
-// (schema/00012_hot_commit.sql). The batch's rows reach the client first.
+// (schema/00012_hot_commit.sql). The batch's rows reach the client with
+// its outcome (the server sends them at the Sync, or with its error).
 // Locks: none of its own; its commit releases the batch's.
 // Index: none.
 func (q *Queries) AdmissionHotCommit(ctx context.Context, db DBTX) error {

@@ -28,12 +28,16 @@ import (
 // its admission or settlement is on disk. A procedure can commit only
 // outside a transaction block, which a combined batch always is.
 //
-// The batch's rows reach the client before the procedure runs. When they
-// have and the procedure fails (a cancel request landing in the moment of
-// its commit, a lost connection), the batch may or may not have committed:
+// The batch's rows reach the client with the procedure's outcome: the
+// server keeps them in its output buffer until the round trip's Sync, or
+// until an error, which it sends at once (not before the procedure runs).
+// When they have come and the procedure failed (a cancel request landing
+// in the moment of its commit), the batch may or may not have committed:
 // hotRows returns the rows with the error, and Reserve releases every
 // grant they name before it tells its callers the batch failed
-// (releaseUnconfirmed). The combiner does not send the requests again one
+// (releaseUnconfirmed). A lost connection mostly loses the rows with the
+// rest of the answer; what the batch committed then lapses, as after any
+// lost commit acknowledgement. The combiner does not send the requests again one
 // by one (rejectedInput), which could admit them twice.
 
 // hotBatches reports whether this Limiter may send hot batches: not in a
