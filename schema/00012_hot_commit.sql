@@ -14,15 +14,16 @@
 --
 -- Now the client sends the batch's own statement (the function, as for any
 -- batch) and, in the same round trip and the same implicit transaction,
--- CALL pgadmit_hot_commit(). The function's rows reach the client before
--- the procedure runs; the procedure commits the transaction without
+-- CALL pgadmit_hot_commit(). The procedure commits the transaction without
 -- waiting for its flush (which releases the counter rows and scope locks
 -- at once), then writes one WAL record in a second transaction whose
 -- commit, with the session's synchronous_commit, flushes both. WAL is
--- written in order. A client that has the rows and no success from the
--- procedure cannot tell whether the batch committed; it knows the grants'
--- ids, releases them (a no-op on rows that were never committed) and tells
--- its callers the batch failed.
+-- written in order. The function's rows reach the client with the
+-- procedure's outcome (the server sends them at the round trip's Sync, or
+-- with an error). A client that has the rows and an error from the
+-- procedure (a cancel deferred past its commit) cannot tell whether the
+-- batch committed; it knows the grants' ids, releases them (a no-op on
+-- rows that were never committed) and tells its callers the batch failed.
 --
 -- The procedures of 00009 stay, so that instances still running an earlier
 -- pgadmit keep working during an upgrade; this version no longer calls
