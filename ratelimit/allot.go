@@ -366,6 +366,9 @@ func (a *allotments) close() {
 // pool, which it does not close: blocks of a process that does not close
 // stay reserved until their window ends.
 func (l *Limiter) Close() {
+	if l == nil { // a zero Limiter has nothing to close either
+		return
+	}
 	if l.allot != nil {
 		l.allot.close()
 	}

@@ -12,6 +12,9 @@ import (
 // Amount, and writes nothing. Concurrent limits are not checked (a slot is
 // only meaningful when taken; Reserve decides them). One round trip.
 func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
 	windows, _, err := splitLimits(limits)
 	if err != nil {
 		return err

@@ -580,8 +580,12 @@ type Stats struct {
 	Settle  CombinerStats
 }
 
-// Stats reports how concurrent calls were combined so far.
+// Stats reports how concurrent calls were combined so far (nothing, for a
+// Limiter not made with New).
 func (l *Limiter) Stats() Stats {
+	if l.usable() != nil {
+		return Stats{}
+	}
 	s := Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats()}
 	s.Reserve.Hot, s.Settle.Hot = l.hot.reserves.Load(), l.hot.settles.Load()
 	return s

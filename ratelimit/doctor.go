@@ -158,6 +158,9 @@ func (p Problem) String() string {
 // the counters and the reservation ledger: an operator's tool, not for a
 // hot path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
+	if err := m.usable(); err != nil {
+		return Report{}, err
+	}
 	now := m.opts.clock.at()
 	rows, err := m.queries.DoctorCheck(ctx, m.pool, db.DoctorCheckParams{
 		MaxProblems: DoctorMaxProblems + 1, AllotmentGraceSeconds: m.opts.lostGrace.Seconds(), Now: now,

@@ -16,6 +16,9 @@ import (
 // the error matches ErrLeaseLost; errors.As gives a *LeaseLostError naming
 // the lost ones. One round trip.
 func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
 	ids, err := parseIDs("Leases.ID", leaseIDStrings(leases))
 	if err != nil {
 		return nil, err
@@ -76,6 +79,9 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 // already released are skipped (idempotent). reason is recorded on each,
 // and validated as Release's is. One round trip.
 func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason string) (int, error) {
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
 	ids, err := parseIDs("Leases.ID", leaseIDStrings(leases))
 	if err != nil {
 		return 0, err
@@ -119,6 +125,9 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // attempt no longer running (ErrTaskFinished); a FinishTask that meets an
 // Attach in flight waits for it and settles what it linked.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
+	if err := l.usable(); err != nil {
+		return grant, err
+	}
 	attempt, err := parseID("AttemptID", attemptID)
 	if err != nil {
 		return grant, err

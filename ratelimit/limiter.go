@@ -20,6 +20,9 @@ type Executor interface {
 
 // Limiter admits requests against limits kept in PostgreSQL. It is safe for
 // concurrent use; many Limiters in many processes may share one database.
+// Make one with New: every operation of a zero Limiter, or of a nil
+// *Limiter, fails with a *ValidationError on "Limiter" (errors.Is
+// ErrInvalidInput) and writes nothing.
 type Limiter struct {
 	conn    Executor
 	inTx    bool
@@ -78,7 +81,13 @@ func New(conn Executor, opts ...Option) *Limiter {
 // could deadlock with other transactions. Housekeeping (Recover, Prune,
 // Doctor) is not a Limiter's: it runs its own transactions, on a
 // Maintenance built from a pool.
+//
+// WithTx of a Limiter not made with New (a zero or nil one) returns it
+// as it is: its operations fail as the Limiter's do.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
+	if l.usable() != nil { // its operations fail as l's do
+		return l
+	}
 	c := *l
 	c.conn = orNoConn(tx, "tx")
 	c.inTx = true

@@ -16,7 +16,10 @@ import (
 // from a pool, not from a pgx.Tx. It keeps no session state (single flight
 // is a lease row, see Recover), so the pool may go through a
 // transaction-pooling proxy such as PgBouncer. It is safe for concurrent
-// use; any number of processes may run maintenance on one database.
+// use; any number of processes may run maintenance on one database. Make
+// one with NewMaintenance: Recover, Prune and Doctor of a zero or nil
+// Maintenance fail with a *ValidationError on "Maintenance" (errors.Is
+// ErrInvalidInput) and write nothing.
 type Maintenance struct {
 	pool    Executor // a pool, or noConn for a nil one
 	queries *db.Queries

@@ -8,6 +8,42 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// Receivers that their constructor did not make, and nil connections: each
+// operation returns a *ValidationError (errors.Is ErrInvalidInput) naming
+// what is missing, writes nothing, and never panics. The receiver is
+// checked first, by usable at the top of every exported method that
+// returns an error (one nil check on the hot path); a nil connection, by
+// the statements themselves (noConn), after the arguments were validated.
+// A zero Limiter lacks more than its connection (its queries, hot
+// counters, options), so it is refused whole rather than given a noConn.
+
+// usable returns nil for a Limiter made by New (or WithTx on one), or the
+// *ValidationError of a zero or nil one. Close, Stats and WithTx, which
+// return no error, do nothing on those instead.
+func (l *Limiter) usable() error {
+	if l == nil || l.queries == nil { // New sets queries, and WithTx copies it
+		return notMade("Limiter", "New", l == nil)
+	}
+	return nil
+}
+
+// usable is Limiter.usable for a Maintenance.
+func (m *Maintenance) usable() error {
+	if m == nil || m.queries == nil {
+		return notMade("Maintenance", "NewMaintenance", m == nil)
+	}
+	return nil
+}
+
+// notMade is the error of a receiver of type typ not made with constructor.
+func notMade(typ, constructor string, isNil bool) error {
+	value := any(typ + "{}")
+	if isNil {
+		value = nil
+	}
+	return &ValidationError{Field: typ, Value: value, Reason: "not made with " + constructor}
+}
+
 // orNoConn returns conn, or, when conn is nil (a nil interface, or a nil
 // *pgxpool.Pool, *pgx.Conn or pgx.Tx in one: a pool whose creation failed,
 // unchecked), an Executor on which every statement fails with a

@@ -96,6 +96,9 @@ var epoch = time.Unix(0, 0).UTC()
 // rejects does not stop the steps after it; the errors come back with what
 // was done.
 func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res PruneResult, err error) {
+	if err := m.usable(); err != nil {
+		return PruneResult{}, err
+	}
 	if olderThan <= 0 {
 		return PruneResult{}, &ValidationError{Field: "olderThan", Value: olderThan, Reason: "must be positive"}
 	}

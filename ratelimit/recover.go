@@ -116,6 +116,9 @@ func (r RecoveryResult) String() string {
 // leases lapse at expiry, their reservations must be settled by the caller
 // (they stop mattering when their window ends, and Prune releases them).
 func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err error) {
+	if err := m.usable(); err != nil {
+		return RecoveryResult{}, err
+	}
 	lease, err := m.takeLease(ctx, jobRecover)
 	if err != nil {
 		return RecoveryResult{}, wrapDBError(ctx, "recover: take the recover lease", err)

@@ -64,6 +64,9 @@ import (
 // Inside a caller's transaction (WithTx), a cancelled statement ends the
 // transaction, and what it did is rolled back with it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
+	if err := l.usable(); err != nil {
+		return Grant{}, err
+	}
 	a, err := newAdmission(taskID, attemptID, limits)
 	if err != nil {
 		return Grant{}, err

@@ -90,6 +90,9 @@ func (s Settlement) Overages() []ReservationOutcome {
 // estimate charged in its place, that is not a valid amount is a
 // *ValidationError, and nothing is written. One round trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
+	if err := l.usable(); err != nil {
+		return Settlement{}, err
+	}
 	for metric, v := range actual {
 		if err := validateAmount("", v); err != nil {
 			return Settlement{}, within(fmt.Sprintf("actual[%q]", metric), err)
@@ -123,6 +126,9 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 // Settled false (the statuses a retry reads are those the first call
 // left).
 func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Settlement, error) {
+	if err := l.usable(); err != nil {
+		return Settlement{}, err
+	}
 	if err := validateReason(reason); err != nil {
 		return Settlement{}, err
 	}

@@ -29,6 +29,9 @@ import (
 // (TaskEvents) before retrying, or give the event an id of your own in its
 // payload.
 func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event) (Event, error) {
+	if err := l.usable(); err != nil {
+		return Event{}, err
+	}
 	id, err := parseID("taskID", taskID)
 	if err != nil {
 		return Event{}, err
@@ -87,6 +90,9 @@ const eventPage = 1000
 
 // TaskEvents returns the task's events in sequence order.
 func (l *Limiter) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
 	id, err := parseID("taskID", taskID)
 	if err != nil {
 		return nil, err

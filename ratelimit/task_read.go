@@ -13,6 +13,9 @@ import (
 
 // GetTask reads one task; ErrUnknownTask when no task has that id.
 func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
+	if err := l.usable(); err != nil {
+		return Task{}, err
+	}
 	id, err := parseID("taskID", taskID)
 	if err != nil {
 		return Task{}, err
@@ -29,6 +32,9 @@ func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
 
 // TaskAttempts lists the attempts of a task, in order.
 func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
 	id, err := parseID("taskID", taskID)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,167 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// testOnlyMethods are the Limiter's methods declared in export_test.go,
+// hooks into its internals for tests, not part of its API.
+var testOnlyMethods = map[string]bool{"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true}
+
+// callEveryMethod calls every exported method of recv (through
+// reflection, so that a method added later is called too) with the
+// argument of its type in args, or its type's zero value. It reports a panic as an error of the test, and checks with
+// wantErr every error a method returns; a method that returns no error
+// must simply not panic. It returns the names of the methods called.
+func callEveryMethod(t *testing.T, name string, recv reflect.Value, args map[reflect.Type]any, wantErr func(method string, err error)) []string {
+	t.Helper()
+	errType := reflect.TypeFor[error]()
+	var called []string
+	for i := range recv.NumMethod() {
+		m := recv.Type().Method(i)
+		if testOnlyMethods[m.Name] {
+			continue
+		}
+		called = append(called, m.Name)
+		in := make([]reflect.Value, m.Type.NumIn()-1) // without the receiver
+		for j := range in {
+			typ := m.Type.In(j + 1)
+			if a, ok := args[typ]; ok {
+				in[j] = reflect.ValueOf(a)
+			} else {
+				in[j] = reflect.Zero(typ)
+			}
+		}
+		out, panicked := func() (out []reflect.Value, panicked any) {
+			defer func() { panicked = recover() }()
+			return recv.Method(i).Call(in), nil
+		}()
+		if panicked != nil {
+			t.Errorf("%s.%s panicked: %v", name, m.Name, panicked)
+			continue
+		}
+		for _, o := range out {
+			if o.Type() == errType {
+				err, _ := o.Interface().(error)
+				wantErr(name+"."+m.Name, err)
+			}
+		}
+	}
+	return called
+}
+
+// A Limiter or a Maintenance that was not made with New or NewMaintenance
+// (a zero value, or a nil pointer) fails every operation with a
+// *ValidationError naming it, and writes nothing; Stats, Close and WithTx
+// do not panic, and a Limiter that WithTx returns from one fails likewise
+// (even on a live transaction). They used to panic on their nil fields
+// (the connection, the hot counters), and WithTx of a zero Limiter wrote
+// through the transaction.
+func TestZeroValuesFailWithValidationError(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	ctx := context.Background()
+	before := rowCounts(t, pool)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	wantField := func(field string) func(string, error) {
+		return func(method string, err error) {
+			t.Helper()
+			var invalid *ratelimit.ValidationError
+			if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != field {
+				t.Errorf("%s: err = %v, want a *ValidationError on %s", method, err, field)
+			}
+		}
+	}
+	// WithTx is called on the receiver itself, so that a panic in it is
+	// reported as one.
+	withTx := func(l *ratelimit.Limiter) (got *ratelimit.Limiter, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("WithTx panicked: %v", p)
+			}
+		}()
+		return l.WithTx(tx), nil
+	}
+	limiters := map[string]*ratelimit.Limiter{"Limiter{}": {}, "(*Limiter)(nil)": nil}
+	for _, name := range []string{"Limiter{}", "(*Limiter)(nil)"} {
+		inTx, err := withTx(limiters[name])
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		limiters[name+".WithTx(tx)"] = inTx
+	}
+	// Arguments that pass validation, so that an operation goes as far as
+	// it can, and zero values, which do not: the receiver is refused first.
+	const id = "123e4567-e89b-12d3-a456-426614174000"
+	key := uniqueKey("zerovalue")
+	local := window("model", key, ratelimit.MetricTokens, 1000, 1)
+	local.Local = true
+	leases := []ratelimit.Lease{{ID: id}}
+	argSets := map[string]map[reflect.Type]any{
+		"zero arguments": {
+			reflect.TypeFor[context.Context](): ctx,
+			reflect.TypeFor[pgx.Tx]():          tx,
+		},
+		"valid arguments": {
+			reflect.TypeFor[context.Context](): ctx,
+			reflect.TypeFor[pgx.Tx]():          tx,
+			reflect.TypeFor[string]():          id, // a task, attempt or worker id, a reason
+			reflect.TypeFor[time.Duration]():   time.Minute,
+			reflect.TypeFor[[]ratelimit.Limit](): []ratelimit.Limit{
+				window("api_key", key, "requests", 10, 1), concurrent("model", key, 2), local,
+			},
+			reflect.TypeFor[ratelimit.Grant](): ratelimit.Grant{
+				Reservations: []ratelimit.Reservation{{ID: id, Amount: 1}}, Leases: leases,
+			},
+			reflect.TypeFor[[]ratelimit.Lease]():  leases,
+			reflect.TypeFor[ratelimit.TaskSpec](): ratelimit.TaskSpec{Kind: "test", Worker: "w"},
+			reflect.TypeFor[ratelimit.Event]():    ratelimit.Event{Type: "x"},
+			reflect.TypeFor[ratelimit.Outcome]():  ratelimit.Outcome{Status: ratelimit.TaskSucceeded},
+		},
+	}
+	var methods []string
+	for argsName, args := range argSets {
+		for name, l := range limiters {
+			methods = callEveryMethod(t, name+" ("+argsName+")", reflect.ValueOf(l), args, wantField("Limiter"))
+		}
+		for name, m := range map[string]*ratelimit.Maintenance{"Maintenance{}": {}, "(*Maintenance)(nil)": nil} {
+			methods := callEveryMethod(t, name+" ("+argsName+")", reflect.ValueOf(m), args, wantField("Maintenance"))
+			if !cmp.Equal(methods, []string{"Doctor", "Prune", "Recover"}) {
+				t.Errorf("%s: called %v, want Doctor, Prune and Recover", name, methods)
+			}
+		}
+	}
+	// The API, as of this test: the method set is walked by reflection, this
+	// only shows that it was.
+	for _, m := range []string{"Attach", "Check", "ClaimTask", "Close", "Commit", "CreateTask", "FinishTask", "Reserve", "Stats", "WithTx"} {
+		if !slices.Contains(methods, m) {
+			t.Errorf("Limiter.%s not called (called %v)", m, methods)
+		}
+	}
+
+	// What the transaction did (nothing, if the Limiters of WithTx refused
+	// every operation) is committed, and counted with the rest.
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Errorf("rows written (-before +after):\n%s", diff)
+	}
+}
