@@ -37,8 +37,12 @@ import (
 // instead, as pgx's default does at once: a call waits at most 1.25 s for a
 // cancelled statement.
 // It changes nothing else: exec mode, pool size and the rest of cfg are
-// left as they are.
+// left as they are. A nil cfg, or one not made by pgxpool.ParseConfig (a
+// nil ConnConfig), is left as it is: there is nothing to set up.
 func ConfigurePool(cfg *pgxpool.Config) {
+	if cfg == nil || cfg.ConnConfig == nil {
+		return
+	}
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &cancelRequestHandler{conn: c}
 	}
