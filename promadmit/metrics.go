@@ -52,7 +52,9 @@ const (
 )
 
 // Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is
-// safe for concurrent use.
+// safe for concurrent use. Make it with New: a zero or nil *Metrics
+// observes nothing, and its Recover and Prune fail with a
+// *ratelimit.ValidationError on "Metrics" without running.
 type Metrics struct {
 	nearLimit float64
 	maxSeries int
@@ -147,6 +149,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // Decided counts each limit's outcome, and the admissions that left an
 // enforced limit near full.
 func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
+	if !m.made() {
+		return
+	}
 	for _, o := range outcomes {
 		scopeType, metric := m.labels(o.Limit.Scope.Type, o.Limit.Metric)
 		m.admissions.WithLabelValues(labelValue(string(o.Outcome)), o.Limit.Mode.String(), scopeType, metric).Inc()
@@ -158,11 +163,27 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 
 // DatabaseCall observes one operation's duration.
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
+	if !m.made() {
+		return
+	}
 	m.latency.WithLabelValues(labelValue(op), result(err)).Observe(took.Seconds())
 }
 
 // LeasesHeld moves the gauge of leases held.
-func (m *Metrics) LeasesHeld(delta int) { m.leases.Add(float64(delta)) }
+func (m *Metrics) LeasesHeld(delta int) {
+	if m.made() {
+		m.leases.Add(float64(delta))
+	}
+}
+
+// made reports whether m was made by New: a zero or nil *Metrics has no
+// metrics to observe into.
+func (m *Metrics) made() bool { return m != nil && m.latency != nil }
+
+// notMade is the error of Recover and Prune of Metrics not made by New.
+func notMade(fn string) error {
+	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: "Metrics", Value: nil, Reason: "not made with New"})
+}
 
 // labels bounds the label values: the first WithMaxSeries pairs keep
 // theirs.

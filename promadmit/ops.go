@@ -13,16 +13,26 @@ const (
 	OpPrune   = "prune"
 )
 
-// Recover runs mt.Recover and observes it (ObserveRecover).
+// Recover runs mt.Recover and observes it (ObserveRecover). On Metrics not
+// made with New it runs nothing and returns a *ratelimit.ValidationError
+// on "Metrics".
 func (m *Metrics) Recover(ctx context.Context, mt *ratelimit.Maintenance) (ratelimit.RecoveryResult, error) {
+	if !m.made() {
+		return ratelimit.RecoveryResult{}, notMade("Recover")
+	}
 	start := time.Now()
 	res, err := mt.Recover(ctx)
 	m.ObserveRecover(res, err, time.Since(start))
 	return res, err
 }
 
-// Prune runs mt.Prune and observes it (ObservePrune).
+// Prune runs mt.Prune and observes it (ObservePrune). On Metrics not made
+// with New it runs nothing and returns a *ratelimit.ValidationError on
+// "Metrics".
 func (m *Metrics) Prune(ctx context.Context, mt *ratelimit.Maintenance, olderThan time.Duration) (ratelimit.PruneResult, error) {
+	if !m.made() {
+		return ratelimit.PruneResult{}, notMade("Prune")
+	}
 	start := time.Now()
 	res, err := mt.Prune(ctx, olderThan)
 	m.ObservePrune(res, err, time.Since(start))
@@ -33,6 +43,9 @@ func (m *Metrics) Prune(ctx context.Context, mt *ratelimit.Maintenance, olderTha
 // result skipped when another process was recovering) and what it gave
 // back. For callers that run Recover themselves.
 func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took time.Duration) {
+	if !m.made() {
+		return
+	}
 	m.latency.WithLabelValues(OpRecover, maintenanceResult(err, res.Skipped)).Observe(took.Seconds())
 	for kind, n := range map[string]int64{
 		"leases":          res.ReleasedConcurrencyLeases,
@@ -52,6 +65,9 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 // result skipped when another process was pruning) and what it released
 // or deleted. For callers that run Prune themselves.
 func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.Duration) {
+	if !m.made() {
+		return
+	}
 	m.latency.WithLabelValues(OpPrune, maintenanceResult(err, res.Skipped)).Observe(took.Seconds())
 	for kind, n := range map[string]int64{
 		"stale_reservations": res.ReleasedStaleReservations,
