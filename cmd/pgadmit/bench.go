@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -357,12 +358,15 @@ func inRound(r bench.Result, rounds int, single string) string {
 // benchJSONFile is bench's --json file, or stdout for "-".
 type benchJSONFile struct {
 	file    *os.File // nil for stdout
+	created bool     // the file did not exist before this run: abandon removes it
 	written bool
 }
 
-// createBenchJSON creates --json's file before anything else runs, as --cpuprofile does, so
+// createBenchJSON opens --json's file before anything else runs, as --cpuprofile does, so
 // that a bad path fails the command at once, not after every workload has run; nil when path
-// is empty.
+// is empty. A file that exists already (an earlier run's report, or /dev/stdout) is opened
+// without being truncated: it is replaced only when the report is written, and left as it was
+// when the run fails.
 func createBenchJSON(path string) (*benchJSONFile, error) {
 	switch path {
 	case "":
@@ -370,7 +374,13 @@ func createBenchJSON(path string) (*benchJSONFile, error) {
 	case "-":
 		return &benchJSONFile{}, nil
 	}
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err == nil {
+		return &benchJSONFile{file: f, created: true}, nil
+	}
+	if errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
 	if err != nil {
 		return nil, usagef("--json: %v", err)
 	}
@@ -389,7 +399,13 @@ func (j *benchJSONFile) write(stdout io.Writer, v any) error {
 		return err
 	}
 	j.written = true
-	_, err = j.file.Write(b)
+	// An earlier report in the file: drop it (a device or pipe has nothing to drop).
+	if st, serr := j.file.Stat(); serr == nil && st.Mode().IsRegular() {
+		err = j.file.Truncate(0)
+	}
+	if err == nil {
+		_, err = j.file.Write(b)
+	}
 	if cerr := j.file.Close(); err == nil {
 		err = cerr
 	}
@@ -399,14 +415,17 @@ func (j *benchJSONFile) write(stdout io.Writer, v any) error {
 	return nil
 }
 
-// abandon removes the file when the run ended before its report was written: an empty file
-// is no JSON document.
+// abandon closes the file when the run ended before its report was written, and removes it
+// when this run created it (an empty file is no JSON document); a file that existed before is
+// left as it was.
 func (j *benchJSONFile) abandon() {
 	if j == nil || j.file == nil || j.written {
 		return
 	}
 	j.file.Close()
-	os.Remove(j.file.Name())
+	if j.created {
+		os.Remove(j.file.Name())
+	}
 }
 
 // wrap word-wraps text to lines of at most width columns, each indented by indent spaces.

@@ -204,6 +204,28 @@ func TestBenchJSONOfAFailedRun(t *testing.T) {
 	}
 }
 
+// A --json file that exists already (the report of an earlier run) is neither emptied nor
+// removed by a run that fails before its report is written: only a successful run replaces it.
+func TestBenchJSONOfAFailedRunKeepsAnExistingFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bench.json")
+	const earlier = `{"run_id": "earlier"}` + "\n"
+	if err := os.WriteFile(path, []byte(earlier), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := cli(t, nil, "bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--json", path)
+	if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
+		t.Errorf("bench on an unreachable database: exit %d, stderr %q", code, errOut)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("bench that failed removed the existing --json file: %v", err)
+	}
+	if string(b) != earlier {
+		t.Errorf("bench that failed changed the existing --json file to %q, want %q", b, earlier)
+	}
+}
+
 func TestRedactDSN(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
