@@ -136,6 +136,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"demo", "--http", "--instances", "4"}, "--instances does not apply to --http"},
 		{db, []string{"demo", "--http", "--decision-timeout", "0s"}, "--decision-timeout must be between 1ms and 1m, got 0s"},
 		{db, []string{"recover", "--every", "1ms"}, "--every must be at least 100ms"},
+		{db, []string{"recover", "--pass-timeout", "5s"}, "--pass-timeout needs --every"},
 		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
 		{db, []string{"doctor", "now"}, `unexpected argument "now"`},
 	} {

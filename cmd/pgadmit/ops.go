@@ -53,6 +53,10 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if *passTimeout <= 0 {
 		return usagef("--pass-timeout must be positive, got %s", *passTimeout)
 	}
+	if flagGiven(fs, "pass-timeout") && *every == 0 {
+		// A single pass has no timeout of its own: say so rather than ignore the flag.
+		return usagef("--pass-timeout needs --every")
+	}
 	if *batch < 1 || *batch > 1_000_000 {
 		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
 	}
