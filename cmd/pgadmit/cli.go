@@ -38,6 +38,10 @@ type app struct {
 
 	// cmd is the command being run, for messages.
 	cmd *command
+
+	// schemaBehind, when not "", says that the database lacks migrations of this pgadmit
+	// (connectOperator): run warns with it unless the command failed for that very reason.
+	schemaBehind string
 }
 
 // command is a subcommand of pgadmit.
@@ -97,13 +101,17 @@ var errHelp = errors.New("help requested")
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, connectTimeout: defaultConnectTimeout}
 	err := a.main(ctx, args)
-	switch {
-	case err == nil, errors.Is(err, errHelp):
-		return exitOK
-	}
 	prefix := "pgadmit"
 	if a.cmd != nil {
 		prefix += " " + a.cmd.name
+	}
+	var sbe *schemaBehindError
+	if a.schemaBehind != "" && !errors.As(err, &sbe) {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", prefix, a.schemaBehind)
+	}
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return exitOK
 	}
 	msg := scrub(err.Error(), a.dsn)
 	var ue *usageError

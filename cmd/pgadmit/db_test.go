@@ -498,6 +498,27 @@ func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 	}
 }
 
+// On a database a few migrations behind this pgadmit, whose tables and functions the operator
+// commands can still use, they run, but warn that the schema is behind and what to run: a
+// gateway built with this pgadmit would fail on it, and doctor must not pass for all clear.
+func TestCommandsOnADatabaseBehindWarn(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	latest := strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version"))
+	const to = "9"
+	cliOK(t, "--database-url", url, "migrate", "down", "--to", to)
+	for _, args := range [][]string{{"doctor"}, {"inspect"}, {"recover"}, {"prune"}} {
+		out, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)
+		want := "pgadmit " + args[0] + ": warning: schema version " + to + " is behind this pgadmit's migrations, which end at " + latest + ": run 'pgadmit migrate up'\n"
+		if code != exitOK || errOut != want {
+			t.Errorf("pgadmit %s at schema version %s: exit %d, stderr %q; want exit 0, stderr %q", args[0], to, code, errOut, want)
+		}
+		if out == "" {
+			t.Errorf("pgadmit %s at schema version %s: no output", args[0], to)
+		}
+	}
+}
+
 // A database that a newer pgadmit migrated (its version table names a migration this binary
 // does not embed): migrate says so instead of goose's "version not found", and reverts nothing.
 func TestMigrateADatabaseAheadOfThisPgadmit(t *testing.T) {

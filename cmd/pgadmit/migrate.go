@@ -200,13 +200,15 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func
 }
 
 // connectOperator connects inspect, doctor, recover and prune to the database (a pool of two)
-// and warns when a newer pgadmit migrated it. The caller closes the pool.
+// and warns when a newer pgadmit migrated it, or when it lacks migrations of this one. The
+// caller closes the pool.
 func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 	pool, err := a.connect(ctx, a.dsn, 2)
 	if err != nil {
 		return nil, err
 	}
 	a.warnSchemaAhead(ctx, pool)
+	a.schemaBehind = schemaBehind(ctx, pool)
 	return pool, nil
 }
 
@@ -217,6 +219,18 @@ func (a *app) warnSchemaAhead(ctx context.Context, pool *pgxpool.Pool) {
 	if ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
 		fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s: this pgadmit may misread it; upgrade pgadmit\n", a.cmd.name, ahead)
 	}
+}
+
+// schemaBehind says, when pool's database lacks some of the migrations this binary embeds, that
+// it does and what to run; "" otherwise, or when the version cannot be read. The operator
+// commands may still work there (the tables and functions they use can be older than the
+// latest migration), but a gateway built with this pgadmit would not.
+func schemaBehind(ctx context.Context, pool *pgxpool.Pool) string {
+	v, latest, err := schemaVersions(ctx, pool)
+	if err != nil || v >= latest {
+		return ""
+	}
+	return fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
 }
 
 // schemaAhead says, when pool's database is at a pgadmit schema version above every migration

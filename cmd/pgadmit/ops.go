@@ -108,6 +108,9 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 			}
 			if pool != nil {
 				a.warnSchemaAhead(ctx, pool)
+				if behind := schemaBehind(ctx, pool); behind != "" {
+					fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s\n", a.cmd.name, behind)
+				}
 			}
 		}
 		if pool != nil {
