@@ -180,9 +180,14 @@ func (m *Metrics) LeasesHeld(delta int) {
 // metrics to observe into.
 func (m *Metrics) made() bool { return m != nil && m.latency != nil }
 
-// notMade is the error of Recover and Prune of Metrics not made by New.
-func notMade(fn string) error {
-	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: "Metrics", Value: nil, Reason: "not made with New"})
+// notMade is the error of Recover and Prune of m, not made by New: its
+// Value says "Metrics{}" for a zero one, <nil> for a nil one.
+func (m *Metrics) notMade(fn string) error {
+	value := any("Metrics{}")
+	if m == nil {
+		value = nil
+	}
+	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: "Metrics", Value: value, Reason: "not made with New"})
 }
 
 // labels bounds the label values: the first WithMaxSeries pairs keep

@@ -18,7 +18,7 @@ const (
 // on "Metrics".
 func (m *Metrics) Recover(ctx context.Context, mt *ratelimit.Maintenance) (ratelimit.RecoveryResult, error) {
 	if !m.made() {
-		return ratelimit.RecoveryResult{}, notMade("Recover")
+		return ratelimit.RecoveryResult{}, m.notMade("Recover")
 	}
 	start := time.Now()
 	res, err := mt.Recover(ctx)
@@ -31,7 +31,7 @@ func (m *Metrics) Recover(ctx context.Context, mt *ratelimit.Maintenance) (ratel
 // "Metrics".
 func (m *Metrics) Prune(ctx context.Context, mt *ratelimit.Maintenance, olderThan time.Duration) (ratelimit.PruneResult, error) {
 	if !m.made() {
-		return ratelimit.PruneResult{}, notMade("Prune")
+		return ratelimit.PruneResult{}, m.notMade("Prune")
 	}
 	start := time.Now()
 	res, err := mt.Prune(ctx, olderThan)

@@ -64,6 +64,8 @@ func TestZeroMetricsDoNotPanic(t *testing.T) {
 				var invalid *ratelimit.ValidationError
 				if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != "Metrics" {
 					t.Errorf("%s.%s: err = %v, want a *ratelimit.ValidationError on Metrics", name, method.Name, err)
+				} else if want := map[string]any{"Metrics{}": "Metrics{}"}[name]; invalid.Value != want {
+					t.Errorf("%s.%s: err = %v, its Value %v, want %v", name, method.Name, err, invalid.Value, want)
 				}
 			}
 		}
