@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -131,7 +132,7 @@ func TestMigrationGivesUpBehindALongTransaction(t *testing.T) {
 }
 
 // A migrator waiting for another one's lock row gives up when its context ends, at once, with
-// the context's error; reading the version meanwhile does not wait at all; and the first
+// the context's error; reading the version or the status meanwhile does not wait at all; and the first
 // migrator finishes once what blocked it is gone, leaving the lock free.
 func TestMigrateHonoursItsContext(t *testing.T) {
 	t.Parallel()
@@ -175,6 +176,15 @@ func TestMigrateHonoursItsContext(t *testing.T) {
 	defer vcancel()
 	if v, err := schema.Version(vctx, pools[1]); err != nil || v != before {
 		t.Fatalf("Version while a migration runs = %d, %v; want %d at once", v, err, before)
+	}
+	st, err := schema.Status(vctx, pools[1])
+	if err != nil {
+		t.Fatalf("Status while a migration runs: %v; want it at once", err)
+	}
+	for _, s := range st {
+		if applied := s.State == goose.StateApplied; applied != (s.Source.Version <= before) || applied == s.AppliedAt.IsZero() {
+			t.Errorf("Status while a migration runs: %d %s (applied at %v); want versions up to %d applied, with their time", s.Source.Version, s.State, s.AppliedAt, before)
+		}
 	}
 
 	if err := tx.Rollback(ctx); err != nil {

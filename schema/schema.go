@@ -151,19 +151,38 @@ func Down(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // Status reports every known pgadmit migration, in ascending version order, as applied (with the
-// time it was) or pending. It creates the version table when it is missing, and waits for the
-// migration lock like Migrate (goose's Status takes it). pool stays open.
+// time it was) or pending. It only reads the version table, without the migration lock, so it
+// answers at once while another process migrates, and it creates nothing: on a database without
+// the table every migration is pending. pool stays open.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
-	var out []*goose.MigrationStatus
-	err := withProvider(pool, func(p *goose.Provider) error {
-		st, err := p.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("schema: migration status: %w", err)
+	var sources []*goose.Source
+	if err := withProvider(pool, func(p *goose.Provider) error {
+		sources = p.ListSources()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]*goose.MigrationStatus, len(sources))
+	for i, s := range sources {
+		out[i] = &goose.MigrationStatus{Source: s, State: goose.StatePending}
+	}
+	err := readVersionTable(ctx, pool, func(conn *sql.Conn, store database.Store) error {
+		for _, st := range out {
+			applied, err := store.GetMigration(ctx, conn, st.Source.Version)
+			if errors.Is(err, database.ErrVersionNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			st.State, st.AppliedAt = goose.StateApplied, applied.Timestamp
 		}
-		out = st
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, fmt.Errorf("schema: migration status: %w", err)
+	}
+	return out, nil
 }
 
 // Version returns the highest pgadmit migration version applied to the database of pool, 0 when
@@ -173,34 +192,43 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if pool == nil {
 		return 0, errNilPool
 	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("schema: database version: %w", err)
-	}
-	defer conn.Close()
-	store, err := database.NewStore(goose.DialectPostgres, VersionTable)
-	if err != nil {
-		return 0, fmt.Errorf("schema: database version: %w", err)
-	}
-	if ext, ok := store.(database.StoreExtender); ok {
-		exists, err := ext.TableExists(ctx, conn)
-		if err != nil {
-			return 0, fmt.Errorf("schema: database version: %w", err)
+	var v int64
+	err := readVersionTable(ctx, pool, func(conn *sql.Conn, store database.Store) error {
+		latest, err := store.GetLatestVersion(ctx, conn)
+		if errors.Is(err, database.ErrVersionNotFound) {
+			return nil
 		}
-		if !exists {
-			return 0, nil
-		}
-	}
-	v, err := store.GetLatestVersion(ctx, conn)
-	if errors.Is(err, database.ErrVersionNotFound) {
-		return 0, nil
-	}
+		v = latest
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("schema: database version: %w", err)
 	}
 	return v, nil
+}
+
+// readVersionTable runs fn with a connection of pool and goose's store of [VersionTable], when
+// the table exists (it does not call fn when it does not): reads that take no lock and create
+// nothing.
+func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn, database.Store) error) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	store, err := database.NewStore(goose.DialectPostgres, VersionTable)
+	if err != nil {
+		return err
+	}
+	if ext, ok := store.(database.StoreExtender); ok {
+		exists, err := ext.TableExists(ctx, conn)
+		if err != nil || !exists {
+			return err
+		}
+	}
+	return fn(conn, store)
 }
 
 // errNilPool is what Migrate, Down, Status and Version return for a nil

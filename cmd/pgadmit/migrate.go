@@ -32,7 +32,10 @@ mode), for as long as the command runs (Ctrl-C stops the wait).
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
            table and its data)
   status   list every migration, applied (with when) or pending
-  version  print the current schema version (0: nothing applied)`,
+  version  print the current schema version (0: nothing applied)
+
+status and version only read the version table: they take no lock, create nothing, and answer
+while another process migrates.`,
 		db:  dbRequired,
 		run: runMigrate,
 	}
