@@ -30,7 +30,7 @@ mode), for as long as the command runs (Ctrl-C stops the wait).
 
   up       apply every pending migration (or up to --to)
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
-           table and its data)
+           table and its data, all but the version and lock tables)
   status   list every migration, applied (with when) or pending
   version  print the current schema version (0: nothing applied)
 
