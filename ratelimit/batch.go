@@ -51,7 +51,9 @@ func queue(b *pgx.Batch, call func(db.DBTX)) *pgx.QueuedQuery {
 }
 
 // queueRows queues a generated :many query and collects its rows, by
-// position, into the generated row type when the batch runs.
+// position, into the generated row type when the batch runs. *out is nil
+// unless the rows were read whole (pgx.CollectRows gives nil on an error,
+// a non-nil slice, empty or not, otherwise).
 func queueRows[T any](b *pgx.Batch, out *[]T, call func(db.DBTX)) {
 	queue(b, call).Query(func(rows pgx.Rows) error {
 		collected, err := pgx.CollectRows(rows, pgx.RowToStructByPos[T])

@@ -143,24 +143,27 @@ func hotSettles(batch []*settleRequest) bool {
 // rows and nil once the commit is flushed; nil and the error when the
 // statement failed (rolled back, nothing written); the rows and the error
 // when the statement answered and the procedure did not, and the batch may
-// or may not have committed; nil and the error when the procedure could not
-// commit at all (hotCommitRefused).
-func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, error) {
+// or may not have committed. A batch whose commit the Executor refused
+// (hotCommitRefused) was rolled back whole: it is sent again alone, as a
+// plain statement, and the Limiter sends no hot batch after it. sent counts
+// the hot batches answered, as the combiner counts statements.
+func hotRows[T any](ctx context.Context, l *Limiter, sent *atomic.Int64, call func(db.DBTX)) ([]T, error) {
 	var b pgx.Batch
-	var rows []T
-	answered := false
-	queue(&b, call).Query(func(r pgx.Rows) error {
-		collected, err := pgx.CollectRows(r, pgx.RowToStructByPos[T])
-		rows, answered = collected, err == nil
-		return err
-	})
+	var rows []T // nil unless the statement's rows were read whole (pgx.CollectRows)
+	queueRows(&b, &rows, call)
 	queue(&b, func(q db.DBTX) { _ = l.queries.AdmissionHotCommit(ctx, q) })
 	err := l.conn.SendBatch(ctx, &b).Close()
 	if hotCommitRefused(err) {
-		l.hot.oneQueryBatches.Store(true) // rolled back whole: nothing to release
-		return nil, err
+		l.hot.oneQueryBatches.Store(true)
+		var plain pgx.Batch
+		queueRows(&plain, &rows, call)
+		if err := l.conn.SendBatch(ctx, &plain).Close(); err != nil {
+			return nil, err
+		}
+		return rows, nil
 	}
-	if err != nil && !answered {
+	sent.Add(1)
+	if err != nil && rows == nil {
 		return nil, err
 	}
 	return rows, err
@@ -169,29 +172,17 @@ func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, e
 // hotReserveRows decides a reserve batch on a hot counter or scope, with
 // the same rows as reserveRows; call sends AdmissionReserve or
 // AdmissionReserveWindows. See hotRows for what it returns.
-// A batch whose commit was refused (hotCommitRefused) returns the error
-// and is not counted.
 func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
-	rows, err := hotRows[db.AdmissionReserveRow](ctx, l, call)
-	if !hotCommitRefused(err) {
-		l.hot.reserves.Add(1) // counted once answered, as the combiner counts statements
-	}
-	return rows, err
+	return hotRows[db.AdmissionReserveRow](ctx, l, &l.hot.reserves, call)
 }
 
 // hotSettleRows settles a batch on a hot counter, with the same rows as
 // AdmissionSettle. A settlement whose commit is unconfirmed is a failure
 // like any other: a caller who tries again learns what it settled.
-// A batch whose commit was refused (hotCommitRefused) returns the error
-// and is not counted.
 func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams) ([]db.AdmissionSettleRow, error) {
-	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, func(q db.DBTX) {
+	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, &l.hot.settles, func(q db.DBTX) {
 		_, _ = l.queries.AdmissionSettle(ctx, q, p)
 	})
-	if hotCommitRefused(err) {
-		return nil, err
-	}
-	l.hot.settles.Add(1) // counted once answered, as the combiner counts statements
 	if err != nil {
 		return nil, err
 	}

@@ -202,12 +202,9 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 			a.appendWindowTo(&p)
 		}
 		if hot {
-			rows, err := l.hotReserveRows(ctx, func(q db.DBTX) {
+			return l.hotReserveRows(ctx, func(q db.DBTX) {
 				_, _ = l.queries.AdmissionReserveWindows(ctx, q, p)
 			})
-			if !hotCommitRefused(err) {
-				return rows, err
-			} // else rolled back whole: sent again as a plain statement
 		}
 		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
 		decisions := make([]db.AdmissionReserveRow, len(rows))
@@ -221,12 +218,9 @@ func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.Adm
 		a.appendTo(&p)
 	}
 	if hot {
-		rows, err := l.hotReserveRows(ctx, func(q db.DBTX) {
+		return l.hotReserveRows(ctx, func(q db.DBTX) {
 			_, _ = l.queries.AdmissionReserve(ctx, q, p)
 		})
-		if !hotCommitRefused(err) {
-			return rows, err
-		} // else rolled back whole: sent again as a plain statement
 	}
 	return l.queries.AdmissionReserve(ctx, l.conn, p)
 }

@@ -242,12 +242,9 @@ func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Se
 	}
 	var rows []db.AdmissionSettleRow
 	var err error
-	hot := l.hotBatches() && hotSettles(batch)
-	if hot {
+	if l.hotBatches() && hotSettles(batch) {
 		rows, err = l.hotSettleRows(ctx, call.params())
-		hot = !hotCommitRefused(err) // else rolled back whole: sent again as a plain statement
-	}
-	if !hot {
+	} else {
 		rows, err = l.queries.AdmissionSettle(ctx, l.conn, call.params())
 	}
 	if err != nil {
