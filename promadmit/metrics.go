@@ -187,7 +187,7 @@ func (m *Metrics) notMade(fn string) error {
 	if m == nil {
 		value = nil
 	}
-	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: "Metrics", Value: value, Reason: "not made with New"})
+	return invalidOption(fn, "Metrics", value, "not made with New")
 }
 
 // labels bounds the label values: the first WithMaxSeries pairs keep
@@ -220,7 +220,7 @@ func result(err error) string {
 	return ResultError
 }
 
-// invalidOption is a constructor's error for an argument or option it
+// invalidOption is fn's error for an argument, option or receiver it
 // cannot run with: a *ratelimit.ValidationError naming it.
 func invalidOption(fn, field string, value any, reason string) error {
 	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
