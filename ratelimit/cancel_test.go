@@ -42,6 +42,7 @@ type heldConn struct {
 	mu       sync.Mutex
 	held     bool // this connection sent a statement naming the key
 	deadline time.Time
+	pending  []byte // read while held by a Read begun before the statement was written
 }
 
 func (c *heldConn) Write(b []byte) (int, error) {
@@ -53,24 +54,49 @@ func (c *heldConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// Read holds back what comes once a statement naming the key was written,
+// also when the Read that receives it began before: pgx's background
+// reader (started when a write takes over 15 ms) reads so. That data waits
+// in pending until the answers are let go.
 func (c *heldConn) Read(b []byte) (int, error) {
 	for {
+		held, deadline := c.heldNow()
+		if held {
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return 0, os.ErrDeadlineExceeded
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		c.mu.Lock()
-		held, deadline := c.held, c.deadline
+		if len(c.pending) > 0 {
+			n := copy(b, c.pending)
+			c.pending = c.pending[n:]
+			c.mu.Unlock()
+			return n, nil
+		}
 		c.mu.Unlock()
-		select {
-		case <-c.h.let:
-			held = false
-		default:
+		n, err := c.Conn.Read(b)
+		if held, _ := c.heldNow(); !held || n == 0 || err != nil {
+			return n, err
 		}
-		if !held {
-			return c.Conn.Read(b)
-		}
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return 0, os.ErrDeadlineExceeded
-		}
-		time.Sleep(time.Millisecond)
+		c.mu.Lock()
+		c.pending = append(c.pending, b[:n]...)
+		c.mu.Unlock()
 	}
+}
+
+// heldNow reports whether reads are held now, and the read deadline.
+func (c *heldConn) heldNow() (bool, time.Time) {
+	c.mu.Lock()
+	held, deadline := c.held, c.deadline
+	c.mu.Unlock()
+	select {
+	case <-c.h.let:
+		held = false
+	default:
+	}
+	return held, deadline
 }
 
 func (c *heldConn) SetDeadline(t time.Time) error {
