@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -23,8 +22,11 @@ import (
 type freezer struct {
 	ln     net.Listener
 	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
+	// sentFrozen is told when a client sent something while frozen (a
+	// statement that will get no answer).
+	sentFrozen chan struct{}
+	mu         sync.Mutex
+	conns      []net.Conn
 }
 
 func newFreezer(t *testing.T, target string) *freezer {
@@ -33,7 +35,7 @@ func newFreezer(t *testing.T, target string) *freezer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &freezer{ln: ln}
+	f := &freezer{ln: ln, sentFrozen: make(chan struct{}, 1)}
 	t.Cleanup(f.close)
 	go func() {
 		for {
@@ -51,7 +53,7 @@ func newFreezer(t *testing.T, target string) *freezer {
 				continue
 			}
 			f.keep(s)
-			go func() { _, _ = io.Copy(s, c) }()
+			go f.statements(c, s)
 			go f.answers(c, s)
 		}
 	}()
@@ -74,6 +76,30 @@ func (f *freezer) keep(c net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.conns = append(f.conns, c)
+}
+
+// statements passes on what client sends to server, and tells sentFrozen
+// when it came while frozen.
+func (f *freezer) statements(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if _, err := server.Write(buf[:n]); err != nil {
+				return
+			}
+			if f.frozen.Load() {
+				select {
+				case f.sentFrozen <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if err != nil {
+			server.Close()
+			return
+		}
+	}
 }
 
 // answers passes on what server sends to client, holding it while frozen.
@@ -141,7 +167,11 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 			} else {
 				fr.frozen.Store(true)
 				go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
-				time.Sleep(50 * time.Millisecond) // the statement is sent
+				select { // the statement is sent
+				case <-fr.sentFrozen:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Reserve sent nothing to the frozen server in 10 s")
+				}
 			}
 			left := time.Now()
 			leave()
