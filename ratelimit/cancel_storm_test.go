@@ -19,15 +19,26 @@ import (
 )
 
 // countedCancels counts the statements whose context ended while the
-// server ran them: the cancel requests a pool sends.
+// server ran them (the cancel requests a pool sends) and, of them, those
+// whose answer the connection gave up on (ConfigurePool's handler closes it
+// when the cancel is not acknowledged within 1 s, or the answer does not
+// come within 250 ms after: a commit's flush on a very loaded machine).
 type countedCancels struct {
 	ctxwatch.Handler
-	n *atomic.Int64
+	conn          *pgconn.PgConn
+	n, answerLost *atomic.Int64
 }
 
 func (h countedCancels) HandleCancel(ctx context.Context) {
 	h.n.Add(1)
 	h.Handler.HandleCancel(ctx)
+}
+
+func (h countedCancels) HandleUnwatchAfterCancel() {
+	h.Handler.HandleUnwatchAfterCancel()
+	if h.conn.IsClosed() {
+		h.answerLost.Add(1)
+	}
 }
 
 // Callers who leave at random moments, on four gateway instances whose
@@ -44,7 +55,7 @@ func (h countedCancels) HandleCancel(ctx context.Context) {
 func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 	t.Parallel()
 	base := pgtest.NewPool(t)
-	var cancels atomic.Int64
+	var cancels, answersLost atomic.Int64
 	pools := make([]*pgxpool.Pool, gatewayInstances)
 	ls := make([]*ratelimit.Limiter, gatewayInstances)
 	for i := range pools {
@@ -52,7 +63,7 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 			ratelimit.ConfigurePool(cfg)
 			build := cfg.ConnConfig.BuildContextWatcherHandler
 			cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-				return countedCancels{build(c), &cancels}
+				return countedCancels{build(c), c, &cancels, &answersLost}
 			}
 		})
 		opts := []ratelimit.Option{ratelimit.WithLeftStatementGrace(time.Duration(5+5*i) * time.Millisecond)}
@@ -203,9 +214,9 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 	s := summary(t, base)
 	abandoned := s.ReservationsReleased - reservationsReleased // granted to callers who had left, and given back
 	t.Logf("%s: %d admitted, %d refused %v, %d left (%d reservations granted to them given back); "+
-		"%d statements cancelled on the server, the hot row locked %d times",
+		"%d statements cancelled on the server (%d answers given up), the hot row locked %d times",
 		time.Since(started).Round(time.Millisecond), admitted.Load(), refused.Load(), refusedBy, left.Load(), abandoned,
-		cancels.Load(), blocks.Load())
+		cancels.Load(), answersLost.Load(), blocks.Load())
 	if admitted.Load() == 0 || refused.Load() == 0 || left.Load() == 0 || cancels.Load() == 0 {
 		t.Errorf("the run should see admissions, refusals, callers who left and statements cancelled on the server")
 	}
@@ -220,12 +231,21 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 				t.Errorf("%s:%s %s: used %v, the callers committed %v", scope[0], scope[1], metric, used[metric], want)
 			}
 		}
-		assertNothingHeld(t, base, scope[0], scope[1])
+		if answersLost.Load() == 0 {
+			assertNothingHeld(t, base, scope[0], scope[1])
+		}
 	}
-	if s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0 ||
-		s.ReservationsCommitted != reservationsCommitted || abandoned < 0 {
-		t.Errorf("state left behind: %+v; want no open reservation or lease, nothing reserved, "+
-			"%d reservations committed and at least %d released", s, reservationsCommitted, reservationsReleased)
+	if s.ReservationsCommitted != reservationsCommitted || abandoned < 0 {
+		t.Errorf("state left behind: %+v; want %d reservations committed and at least %d released",
+			s, reservationsCommitted, reservationsReleased)
+	}
+	// A statement whose answer a connection gave up on may have committed:
+	// what it granted lapses with its window or lease TTL, as ConfigurePool
+	// documents. Only then may anything be held.
+	if held := s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0; held && answersLost.Load() == 0 {
+		t.Errorf("state left behind: %+v; want no open reservation or lease and nothing reserved", s)
+	} else if held {
+		t.Logf("held after %d answers given up (lapsing with their windows): %+v", answersLost.Load(), s)
 	}
 	assertDoctorOK(t, base)
 	for i, p := range pools {
