@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -41,16 +43,8 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 		t.Fatalf("HeartbeatTask in the worker's transaction: %v", err)
 	}
 
-	type outcome struct {
-		res ratelimit.RecoveryResult
-		err error
-	}
-	recovered := make(chan outcome, 1)
-	go func() {
-		res, err := m.Recover(ctx)
-		recovered <- outcome{res, err}
-	}()
-	time.Sleep(500 * time.Millisecond) // recovery has found the task and reached its row
+	recovered := recoverInBackground(ctx, m)
+	out, done := awaitRecoverDoneOrWaiting(t, pool, recovered) // recovery has passed the task's row over, or waits for it
 
 	// Another request on the hot counter: it must not wait for the worker.
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -64,7 +58,9 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("Reserve on the hot counter while recovery waited for a busy task row: %v (after %s)", rerr, waited.Round(time.Millisecond))
 	}
-	out := <-recovered
+	if !done {
+		out = <-recovered
+	}
 	if out.err != nil {
 		t.Fatalf("Recover: %v", out.err)
 	}
@@ -110,26 +106,19 @@ func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
 		t.Fatalf("RenewLeases in the worker's transaction = %v, %v", renewed, err)
 	}
 
-	type outcome struct {
-		res ratelimit.RecoveryResult
-		err error
-	}
-	recovered := make(chan outcome, 1)
-	go func() {
-		res, err := m.Recover(ctx)
-		recovered <- outcome{res, err}
-	}()
-	time.Sleep(500 * time.Millisecond) // recovery has reached the lease row
+	recovered := recoverInBackground(ctx, m)
+	out, done := awaitRecoverDoneOrWaiting(t, pool, recovered) // recovery has passed the lease row over, or waits for it
 
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	start := time.Now()
 	_, rerr := l.Reserve(rctx, "", "", []ratelimit.Limit{hot})
 	waited := time.Since(start)
-	var out outcome
-	select {
-	case out = <-recovered: // done without waiting for the worker
-	case <-time.After(5 * time.Second):
+	if !done {
+		select {
+		case out = <-recovered: // done without waiting for the worker
+		case <-time.After(5 * time.Second):
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit the worker's transaction: %v", err)
@@ -138,7 +127,7 @@ func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
 		<-recovered
 		t.Fatalf("Reserve on the hot counter while recovery waited for a busy lease row: %v (after %s)", rerr, waited.Round(time.Millisecond))
 	}
-	if out == (outcome{}) {
+	if out == (recoverOutcome{}) {
 		t.Fatalf("Recover waited for the worker's transaction: %+v", <-recovered)
 	}
 	if out.err != nil {
@@ -151,4 +140,43 @@ func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
 	// Free now: the next pass gives it back (its attempt is over).
 	recoverOnce(t, m, ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1})
 	assertDoctorOK(t, pool)
+}
+
+// recoverOutcome is what one Recover call returned.
+type recoverOutcome struct {
+	res ratelimit.RecoveryResult
+	err error
+}
+
+// recoverInBackground runs m.Recover and sends what it returned.
+func recoverInBackground(ctx context.Context, m *ratelimit.Maintenance) <-chan recoverOutcome {
+	recovered := make(chan recoverOutcome, 1)
+	go func() {
+		res, err := m.Recover(ctx)
+		recovered <- recoverOutcome{res, err}
+	}()
+	return recovered
+}
+
+// awaitRecoverDoneOrWaiting waits until the Recover sending on recovered
+// has returned (done, with what it returned) or some session of pool's
+// database waits for a lock (a Recover that waits for a busy row instead
+// of passing it over), and fails t after 20 s: at either moment, what it
+// locked first must not hold up an admission.
+func awaitRecoverDoneOrWaiting(t *testing.T, pool *pgxpool.Pool, recovered <-chan recoverOutcome) (out recoverOutcome, done bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		select {
+		case out = <-recovered:
+			return out, true
+		case <-time.After(5 * time.Millisecond):
+		}
+		if waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool); err != nil {
+			t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
+		} else if len(waiting) > 0 {
+			return recoverOutcome{}, false
+		}
+	}
+	t.Fatal("Recover neither returned nor waited for a lock in 20 s")
+	return recoverOutcome{}, false
 }
