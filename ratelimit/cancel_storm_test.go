@@ -19,26 +19,60 @@ import (
 )
 
 // countedCancels counts the statements whose context ended while the
-// server ran them (the cancel requests a pool sends) and, of them, those
-// whose answer the connection gave up on (ConfigurePool's handler closes it
-// when the cancel is not acknowledged within 1 s, or the answer does not
-// come within 250 ms after: a commit's flush on a very loaded machine).
+// server ran them (the cancel requests a pool sends) and, of their
+// connections, those that gave up a statement's answer (ConfigurePool's
+// handler makes pgx close a connection when the cancel is not acknowledged
+// within 1 s, or the answer does not come within 250 ms after: a commit
+// held up on a very loaded machine). pgx closes a connection whose answer
+// came too late only after HandleUnwatchAfterCancel returned, so a
+// connection counts as having given an answer up when it is closed by the
+// time answersGivenUp is read (before the pools close).
 type countedCancels struct {
-	ctxwatch.Handler
-	conn          *pgconn.PgConn
-	n, answerLost *atomic.Int64
+	n     atomic.Int64
+	mu    sync.Mutex
+	conns map[*pgconn.PgConn]bool // connections with a statement cancelled
 }
 
-func (h countedCancels) HandleCancel(ctx context.Context) {
-	h.n.Add(1)
-	h.Handler.HandleCancel(ctx)
-}
-
-func (h countedCancels) HandleUnwatchAfterCancel() {
-	h.Handler.HandleUnwatchAfterCancel()
-	if h.conn.IsClosed() {
-		h.answerLost.Add(1)
+// configure wraps the context watcher handler that ConfigurePool set on cfg.
+func (c *countedCancels) configure(cfg *pgxpool.Config) {
+	build := cfg.ConnConfig.BuildContextWatcherHandler
+	cfg.ConnConfig.BuildContextWatcherHandler = func(conn *pgconn.PgConn) ctxwatch.Handler {
+		return countedCancel{build(conn), conn, c}
 	}
+}
+
+func (c *countedCancels) cancelled() int64 { return c.n.Load() }
+
+// answersGivenUp is how many connections with a statement cancelled are
+// closed now.
+func (c *countedCancels) answersGivenUp() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for conn := range c.conns {
+		if conn.IsClosed() {
+			n++
+		}
+	}
+	return n
+}
+
+// countedCancel is one connection's handler, counting its cancels.
+type countedCancel struct {
+	ctxwatch.Handler
+	conn   *pgconn.PgConn
+	counts *countedCancels
+}
+
+func (h countedCancel) HandleCancel(ctx context.Context) {
+	h.counts.n.Add(1)
+	h.counts.mu.Lock()
+	if h.counts.conns == nil {
+		h.counts.conns = map[*pgconn.PgConn]bool{}
+	}
+	h.counts.conns[h.conn] = true
+	h.counts.mu.Unlock()
+	h.Handler.HandleCancel(ctx)
 }
 
 // Callers who leave at random moments, on four gateway instances whose
@@ -55,16 +89,13 @@ func (h countedCancels) HandleUnwatchAfterCancel() {
 func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 	t.Parallel()
 	base := pgtest.NewPool(t)
-	var cancels, answersLost atomic.Int64
+	var cancels countedCancels
 	pools := make([]*pgxpool.Pool, gatewayInstances)
 	ls := make([]*ratelimit.Limiter, gatewayInstances)
 	for i := range pools {
 		pools[i], _ = slowDials(t, base, 0, func(cfg *pgxpool.Config) {
 			ratelimit.ConfigurePool(cfg)
-			build := cfg.ConnConfig.BuildContextWatcherHandler
-			cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-				return countedCancels{build(c), c, &cancels, &answersLost}
-			}
+			cancels.configure(cfg)
 		})
 		opts := []ratelimit.Option{ratelimit.WithLeftStatementGrace(time.Duration(5+5*i) * time.Millisecond)}
 		if i == len(pools)-1 {
@@ -211,13 +242,14 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 	for _, l := range ls {
 		l.Close()
 	}
+	answersLost := cancels.answersGivenUp() // the pools are still open
 	s := summary(t, base)
 	abandoned := s.ReservationsReleased - reservationsReleased // granted to callers who had left, and given back
 	t.Logf("%s: %d admitted, %d refused %v, %d left (%d reservations granted to them given back); "+
 		"%d statements cancelled on the server (%d answers given up), the hot row locked %d times",
 		time.Since(started).Round(time.Millisecond), admitted.Load(), refused.Load(), refusedBy, left.Load(), abandoned,
-		cancels.Load(), answersLost.Load(), blocks.Load())
-	if admitted.Load() == 0 || refused.Load() == 0 || left.Load() == 0 || cancels.Load() == 0 {
+		cancels.cancelled(), answersLost, blocks.Load())
+	if admitted.Load() == 0 || refused.Load() == 0 || left.Load() == 0 || cancels.cancelled() == 0 {
 		t.Errorf("the run should see admissions, refusals, callers who left and statements cancelled on the server")
 	}
 
@@ -231,7 +263,7 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 				t.Errorf("%s:%s %s: used %v, the callers committed %v", scope[0], scope[1], metric, used[metric], want)
 			}
 		}
-		if answersLost.Load() == 0 {
+		if answersLost == 0 {
 			assertNothingHeld(t, base, scope[0], scope[1])
 		}
 	}
@@ -242,10 +274,10 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 	// A statement whose answer a connection gave up on may have committed:
 	// what it granted lapses with its window or lease TTL, as ConfigurePool
 	// documents. Only then may anything be held.
-	if held := s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0; held && answersLost.Load() == 0 {
+	if held := s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0; held && answersLost == 0 {
 		t.Errorf("state left behind: %+v; want no open reservation or lease and nothing reserved", s)
 	} else if held {
-		t.Logf("held after %d answers given up (lapsing with their windows): %+v", answersLost.Load(), s)
+		t.Logf("held after %d answers given up (lapsing with their windows): %+v", answersLost, s)
 	}
 	assertDoctorOK(t, base)
 	for i, p := range pools {
