@@ -78,7 +78,8 @@ func (h countedCancel) HandleCancel(ctx context.Context) {
 // Callers who leave at random moments, on four gateway instances whose
 // pools are set up with ConfigurePool and whose Limiters cancel a
 // statement 5-20 ms after its callers left (one instance sends each call
-// alone, WithoutCombining; none sends hot batches): some leave before their Reserve is sent, some
+// alone, WithoutCombining; the others send a batch on the hot counter as a
+// hot batch, committed by a procedure): some leave before their Reserve is sent, some
 // while it waits behind a row lock that a transaction holds now and then
 // (their statements are cancelled on the server, the case ConfigurePool is
 // for), some after the server decided. Every Reserve must be admitted,
