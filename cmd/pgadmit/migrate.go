@@ -210,30 +210,27 @@ func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.warnSchemaAhead(ctx, pool)
-	a.schemaBehind = schemaBehind(ctx, pool)
+	a.schemaBehind = a.checkOperatorSchema(ctx, pool)
 	return pool, nil
 }
 
-// warnSchemaAhead warns on stderr when pool's database was migrated by a newer pgadmit, whose
-// tables and functions this one may misread. It costs one query; a failure to read the version
-// is left to the command's own statements to report.
-func (a *app) warnSchemaAhead(ctx context.Context, pool *pgxpool.Pool) {
-	if ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
-		fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s: this pgadmit may misread it; upgrade pgadmit\n", a.cmd.name, ahead)
-	}
-}
-
-// schemaBehind says, when pool's database lacks some of the migrations this binary embeds, that
-// it does and what to run; "" otherwise, or when the version cannot be read. The operator
+// checkOperatorSchema reads the schema version of pool's database once, for inspect, doctor,
+// recover and prune. It warns on stderr when a newer pgadmit migrated the database, whose
+// tables and functions this one may misread, and returns, when the database lacks some of the
+// migrations this binary embeds, what to say of it and what to run ("" otherwise): the operator
 // commands may still work there (the tables and functions they use can be older than the
-// latest migration), but a gateway built with this pgadmit would not.
-func schemaBehind(ctx context.Context, pool *pgxpool.Pool) string {
+// latest migration), but a gateway built with this pgadmit would not. A failure to read the
+// version is left to the command's own statements to report.
+func (a *app) checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool) (behind string) {
 	v, latest, err := schemaVersions(ctx, pool)
-	if err != nil || v >= latest {
-		return ""
+	switch {
+	case err != nil:
+	case v > latest:
+		fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s: this pgadmit may misread it; upgrade pgadmit\n", a.cmd.name, aheadOf(v, latest))
+	case v < latest:
+		return fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
 	}
-	return fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
+	return ""
 }
 
 // schemaAhead says, when pool's database is at a pgadmit schema version above every migration
@@ -244,9 +241,14 @@ func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		return "", err
 	}
 	if v > latest {
-		return fmt.Sprintf("schema version %d is newer than this pgadmit's migrations, which end at %d", v, latest), nil
+		return aheadOf(v, latest), nil
 	}
 	return "", nil
+}
+
+// aheadOf says that schema version v is newer than latest, this binary's last migration.
+func aheadOf(v, latest int64) string {
+	return fmt.Sprintf("schema version %d is newer than this pgadmit's migrations, which end at %d", v, latest)
 }
 
 // passedTo says, for a step up or down to version to (-1: none given), when the database it

@@ -107,8 +107,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 				logf("recover: %s; trying again in %s", err, every)
 			}
 			if pool != nil {
-				a.warnSchemaAhead(ctx, pool)
-				if behind := schemaBehind(ctx, pool); behind != "" {
+				if behind := a.checkOperatorSchema(ctx, pool); behind != "" {
 					fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s\n", a.cmd.name, behind)
 				}
 			}
