@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -102,11 +103,7 @@ func awaitWaitersOrDone(t *testing.T, pool *pgxpool.Pool, n int, done <-chan str
 			return
 		default:
 		}
-		pids, err := testq.OpsBackendsWaitingOnLock(context.Background(), pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pids) >= n {
+		if len(pgtest.LockWaiters(t, pool)) >= n {
 			return
 		}
 		if time.Now().After(deadline) {

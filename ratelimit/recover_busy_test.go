@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -43,8 +41,8 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 		t.Fatalf("HeartbeatTask in the worker's transaction: %v", err)
 	}
 
-	recovered := recoverInBackground(ctx, m)
-	out, done := awaitRecoverDoneOrWaiting(t, pool, recovered) // recovery has passed the task's row over, or waits for it
+	recovered, done := recoverInBackground(ctx, m)
+	awaitWaitersOrDone(t, pool, 1, done) // recovery has passed the task's row over, or waits for it
 
 	// Another request on the hot counter: it must not wait for the worker.
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -58,9 +56,7 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("Reserve on the hot counter while recovery waited for a busy task row: %v (after %s)", rerr, waited.Round(time.Millisecond))
 	}
-	if !done {
-		out = <-recovered
-	}
+	out := <-recovered
 	if out.err != nil {
 		t.Fatalf("Recover: %v", out.err)
 	}
@@ -106,19 +102,18 @@ func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
 		t.Fatalf("RenewLeases in the worker's transaction = %v, %v", renewed, err)
 	}
 
-	recovered := recoverInBackground(ctx, m)
-	out, done := awaitRecoverDoneOrWaiting(t, pool, recovered) // recovery has passed the lease row over, or waits for it
+	recovered, done := recoverInBackground(ctx, m)
+	awaitWaitersOrDone(t, pool, 1, done) // recovery has passed the lease row over, or waits for it
 
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	start := time.Now()
 	_, rerr := l.Reserve(rctx, "", "", []ratelimit.Limit{hot})
 	waited := time.Since(start)
-	if !done {
-		select {
-		case out = <-recovered: // done without waiting for the worker
-		case <-time.After(5 * time.Second):
-		}
+	var out recoverOutcome
+	select {
+	case out = <-recovered: // done without waiting for the worker
+	case <-time.After(5 * time.Second):
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit the worker's transaction: %v", err)
@@ -148,35 +143,14 @@ type recoverOutcome struct {
 	err error
 }
 
-// recoverInBackground runs m.Recover and sends what it returned.
-func recoverInBackground(ctx context.Context, m *ratelimit.Maintenance) <-chan recoverOutcome {
-	recovered := make(chan recoverOutcome, 1)
+// recoverInBackground runs m.Recover, sends what it returned on recovered
+// and then closes done.
+func recoverInBackground(ctx context.Context, m *ratelimit.Maintenance) (recovered <-chan recoverOutcome, done <-chan struct{}) {
+	out, finished := make(chan recoverOutcome, 1), make(chan struct{})
 	go func() {
 		res, err := m.Recover(ctx)
-		recovered <- recoverOutcome{res, err}
+		out <- recoverOutcome{res, err}
+		close(finished)
 	}()
-	return recovered
-}
-
-// awaitRecoverDoneOrWaiting waits until the Recover sending on recovered
-// has returned (done, with what it returned) or some session of pool's
-// database waits for a lock (a Recover that waits for a busy row instead
-// of passing it over), and fails t after 20 s: at either moment, what it
-// locked first must not hold up an admission.
-func awaitRecoverDoneOrWaiting(t *testing.T, pool *pgxpool.Pool, recovered <-chan recoverOutcome) (out recoverOutcome, done bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		select {
-		case out = <-recovered:
-			return out, true
-		case <-time.After(5 * time.Millisecond):
-		}
-		if waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool); err != nil {
-			t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
-		} else if len(waiting) > 0 {
-			return recoverOutcome{}, false
-		}
-	}
-	t.Fatal("Recover neither returned nor waited for a lock in 20 s")
-	return recoverOutcome{}, false
+	return out, finished
 }

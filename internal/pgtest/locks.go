@@ -10,6 +10,17 @@ import (
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 )
 
+// LockWaiters returns the process ids of the sessions of pool's database that wait for a
+// heavyweight lock now, and fails t when it cannot read them.
+func LockWaiters(t testing.TB, pool *pgxpool.Pool) []int32 {
+	t.Helper()
+	waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
+	if err != nil {
+		t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
+	}
+	return waiting
+}
+
 // AwaitLockWaiters waits until some session of pool's database waits for a heavyweight lock
 // (a row, a transaction, an advisory lock), so that a test can act while a statement is blocked
 // mid-flight, and returns their process ids. It fails t, naming what, when none does within 20
@@ -17,10 +28,7 @@ import (
 func AwaitLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) []int32 {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
-		if err != nil {
-			t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
-		}
+		waiting := LockWaiters(t, pool)
 		if len(waiting) > 0 {
 			return waiting
 		}
@@ -37,10 +45,7 @@ func AwaitLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) []int32 {
 func AwaitNoLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
-		if err != nil {
-			t.Fatalf("OpsBackendsWaitingOnLock: %v", err)
-		}
+		waiting := LockWaiters(t, pool)
 		if len(waiting) == 0 {
 			return
 		}
