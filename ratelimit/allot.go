@@ -168,7 +168,7 @@ func (a *allotments) set(k counterKey) *blockSet {
 	}
 	s := a.sets[k]
 	if s == nil {
-		s = &blockSet{a: a, key: k}
+		s = &blockSet{a: a, key: k, lastTake: time.Now()} // not idle before its first request
 		a.sets[k] = s
 	}
 	if !a.started {
@@ -201,11 +201,15 @@ func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
 	if l.Amount > l.Limit*a.opts.MaxShare {
 		return nil
 	}
-	s := a.set(w.counter())
-	if s == nil {
-		return nil
+	for {
+		s := a.set(w.counter())
+		if s == nil {
+			return nil
+		}
+		if la, dropped := s.take(ctx, w); !dropped {
+			return la
+		}
 	}
-	return s.take(ctx, w)
 }
 
 // loop does the housekeeping until Close: blocks of ended windows, idle
@@ -255,6 +259,28 @@ func (a *allotments) housekeep(closing bool) {
 		a.trim(t)
 	}
 	a.giveBack(done)
+	a.dropIdle(sets)
+}
+
+// dropIdle forgets the counters of sets that hold nothing and had no
+// request for IdleAfter, so that a process that sees keys come and go for
+// months keeps only those in use. It runs after giveBack, which puts the
+// blocks it failed to return back in their sets. A request that got a set
+// before it was dropped finds it marked and asks for the counter's new
+// one (take). The set's lock is taken before a's, as take does.
+func (a *allotments) dropIdle(sets []*blockSet) {
+	for _, s := range sets {
+		s.mu.Lock()
+		if s.idleLocked() {
+			s.dropped = true
+			a.mu.Lock()
+			if a.sets[s.key] == s {
+				delete(a.sets, s.key)
+			}
+			a.mu.Unlock()
+		}
+		s.mu.Unlock()
+	}
 }
 
 // returning is a block on its way back, with what to charge and why.

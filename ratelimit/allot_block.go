@@ -27,6 +27,11 @@ type blockSet struct {
 	rate      float64
 	// lastRefillGranted: the last block taken from the database was granted.
 	lastRefillGranted bool
+	// lastTake is when a request last came for a block of this counter;
+	// dropped says the set left allotments.sets (dropIdle): a request that
+	// finds it so gets the counter's new set instead.
+	lastTake time.Time
+	dropped  bool
 }
 
 // block is one allotment: units of one window held for this process.
@@ -61,25 +66,30 @@ type localAdmission struct {
 
 // take admits w from a block of this counter, or returns nil (decide it in
 // the database). With no room, it waits for the block another request is
-// taking, or takes one itself, and tries again.
-func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
+// taking, or takes one itself, and tries again. dropped reports that the
+// set was dropped before it could (dropIdle): take nothing from it.
+func (s *blockSet) take(ctx context.Context, w windowLimit) (la *localAdmission, dropped bool) {
 	amount := w.Limit.Amount
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dropped {
+		return nil, true
+	}
+	s.lastTake = time.Now()
 	for waits := 0; ; waits++ {
 		if la := s.tryLocked(s.a.dbNow(), amount, w.Limit.Limit); la != nil {
 			s.prefetchLocked(w)
-			return la
+			return la, false
 		}
 		if waits == maxRefillWaits {
-			return nil
+			return nil, false
 		}
 		if s.refill == nil {
 			if s.a.windowEnding(w.windowSeconds) {
-				return nil // the window's last moments are decided in the database
+				return nil, false // the window's last moments are decided in the database
 			}
 			if !s.refillLocked(w, amount, true) {
-				return nil // closed
+				return nil, false // closed
 			}
 		}
 		ch := s.refill
@@ -89,8 +99,8 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) *localAdmission {
 		case <-ctx.Done():
 		}
 		s.mu.Lock()
-		if ctx.Err() != nil || !s.lastRefillGranted {
-			return nil
+		if ctx.Err() != nil || !s.lastRefillGranted || s.dropped {
+			return nil, false
 		}
 	}
 }
@@ -326,6 +336,14 @@ func (s *blockSet) collect(now time.Time, closing bool) (done []returning, trims
 	}
 	s.draining = keep
 	return done, trims
+}
+
+// idleLocked reports whether the set holds nothing (no block, none being
+// taken) and no request came for one for IdleAfter: it may be dropped,
+// and only its measured rate goes with it, which is stale by then.
+func (s *blockSet) idleLocked() bool {
+	return s.cur == nil && s.next == nil && len(s.draining) == 0 && s.refill == nil &&
+		time.Since(s.lastTake) >= s.a.opts.IdleAfter
 }
 
 // requeueLocked puts back a block whose return failed, to be returned on

@@ -80,3 +80,10 @@ func (l *Limiter) QueuedReserves() int {
 	defer l.reserves.mu.Unlock()
 	return len(l.reserves.queue)
 }
+
+// AllotmentSets is how many counters l keeps blocks, or their rate, of.
+func (l *Limiter) AllotmentSets() int {
+	l.allot.mu.Lock()
+	defer l.allot.mu.Unlock()
+	return len(l.allot.sets)
+}
