@@ -87,3 +87,11 @@ func (l *Limiter) AllotmentSets() int {
 	defer l.allot.mu.Unlock()
 	return len(l.allot.sets)
 }
+
+// QueuedSettles is how many Commit and Release calls wait in the
+// combiner's queue.
+func (l *Limiter) QueuedSettles() int {
+	l.settles.mu.Lock()
+	defer l.settles.mu.Unlock()
+	return len(l.settles.queue)
+}
