@@ -290,7 +290,9 @@ func (c *combiner[Req, Res]) awaitJoiners() {
 // runBatch runs one batch and delivers each result. A batch of several
 // that the server rejected as a whole for what it was sent (one request's
 // bad input, say) is run again one request at a time, so that only the
-// request at fault fails.
+// request at fault fails; a request whose caller has left by then is not
+// sent again (it was rolled back with the batch), and its caller gets its
+// context's error.
 //
 // holdsPlace says the batch runs on an in-flight place. It reports whether
 // the batch gave the place up because every caller in it had left before
@@ -313,6 +315,14 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 	}
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
 		for _, p := range batch {
+			if p.ctx.Err() != nil {
+				// Its caller left: the statement was rolled back, so the
+				// request is withdrawn, as one not yet sent is. Sent again,
+				// it would hold capacity that the requests after it may
+				// need until its grant is released as abandoned.
+				c.deliver(p, *new(Res), p.ctx.Err())
+				continue
+			}
 			if c.runBatch([]*combined[Req, Res]{p}, holdsPlace && !detached) {
 				detached = true
 			}

@@ -805,3 +805,87 @@ func TestCombinerQueueDropsCallersWhoLeftUnsent(t *testing.T) {
 		}
 	}
 }
+
+// A combined batch that the server rejects as a whole is run again one
+// request at a time, but not the requests whose callers left meanwhile:
+// those were withdrawn, as a request not yet sent is. On a counter with
+// room for one, a caller who left while the batch waited (for the row of
+// a task being deleted, which then breaks the batch's foreign key) used
+// to be admitted again on its own, its grant then released as abandoned,
+// and the caller behind it on the counter could be refused for it.
+func TestCombinedBatchRunAgainLeavesOutCallersWhoLeft(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	task := startSync(t, l, time.Minute)
+	blocker := []ratelimit.Limit{window("api_key", uniqueKey("blocker"), "requests", 100, 1)}
+	shared := hourLimits(t, pool, window("api_key", uniqueKey("shared"), "requests", 1, 1))
+
+	// A statement in flight, stuck behind a row lock, so that the next
+	// callers queue and go together.
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := l.WithTx(holder).Reserve(ctx, "", "", blocker); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() { _, err := l.Reserve(ctx, "", "", blocker); stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "the first statement")
+
+	// The task is deleted in a transaction that commits while the batch
+	// waits for the task row (its foreign key check).
+	pruner, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pruner.Rollback(ctx) }()
+	if _, err := testq.OpsTaskCorruptStatus(ctx, pruner, dbtest.OpsTaskCorruptStatusParams{Status: "succeeded", TaskID: mustUUID(t, task.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queries.PruneTasks(ctx, pruner, db.PruneTasksParams{Cutoff: time.Now().Add(time.Hour), BatchSize: 10}); err != nil || n != 1 {
+		t.Fatalf("PruneTasks: %d, %v", n, err)
+	}
+
+	leaver, stayer, ofTask := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	call, leave := context.WithCancel(ctx)
+	defer leave()
+	go func() { _, err := l.Reserve(call, "", "", shared); leaver <- err }()
+	awaitQueuedReserves(t, l, 1, "the caller who will leave")
+	go func() { _, err := l.Reserve(ctx, "", "", shared); stayer <- err }()
+	awaitQueuedReserves(t, l, 2, "the caller who stays")
+	go func() {
+		_, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
+		ofTask <- err
+	}()
+	awaitQueuedReserves(t, l, 3, "the task's Reserve")
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the first statement: %v", err)
+	}
+	pgtest.AwaitLockWaiters(t, pool, "the batch of three")
+	leave()
+	if err := <-leaver; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller who left: %v, want context.Canceled", err)
+	}
+	before := rowCounts(t, pool).Reservations
+	if err := pruner.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := <-ofTask; !errors.Is(err, ratelimit.ErrUnknownTask) {
+		t.Errorf("the admission of the deleted task: %v, want ErrUnknownTask", err)
+	}
+	if err := <-stayer; err != nil {
+		t.Errorf("the caller who stayed, on the counter's one unit: %v, want admitted", err)
+	}
+	l.Close() // any release of what the caller who left was granted has landed
+	if n := rowCounts(t, pool).Reservations - before; n != 1 {
+		t.Errorf("%d reservations written after the batch failed, want 1 (the caller who stayed)", n)
+	}
+	assertBooksBalance(t, pool, "api_key", shared[0].Scope.Key)
+}
