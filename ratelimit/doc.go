@@ -76,7 +76,9 @@
 // admission's other limits. The holder reports what each open block admitted every second; a
 // process that dies strands its blocks until their window ends, and
 // Maintenance.Recover then returns them, charging its last report. Local
-// is ignored inside a caller's transaction (WithTx). The README's "Local
+// is ignored inside a caller's transaction (WithTx) and on a Limiter made
+// from a single connection (a *pgx.Conn or *pgxpool.Conn), which cannot run
+// the blocks' own statements alongside the caller's. The README's "Local
 // allotments" says more, with measurements.
 //
 // # Errors

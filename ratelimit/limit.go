@@ -52,7 +52,9 @@ type Limit struct {
 	// round trip to the database. Blocks are recorded in
 	// gateway_rate_limit_allotments and reserved in the window's counter,
 	// so the limit stays exact across processes. See the package
-	// documentation, "Local allotments". Window limits only.
+	// documentation, "Local allotments". Window limits only; ignored
+	// inside a caller's transaction and on a Limiter made from a single
+	// connection (*pgx.Conn, *pgxpool.Conn).
 	Local bool
 }
 

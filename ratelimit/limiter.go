@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -34,7 +35,8 @@ type Limiter struct {
 	reserves *combiner[*admission, Grant]
 	settles  *combiner[*settleRequest, Settlement]
 	hot      *hotCounts // batches on a hot counter (hotbatch.go)
-	// Blocks of Local limits; nil inside a caller's transaction.
+	// Blocks of Local limits; nil inside a caller's transaction and on a
+	// single connection.
 	allot *allotments
 }
 
@@ -61,8 +63,24 @@ func New(conn Executor, opts ...Option) *Limiter {
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
 	}
-	l.allot = newAllotments(l, o.allot)
+	if !oneConnection(conn) {
+		l.allot = newAllotments(l, o.allot)
+	}
 	return l
+}
+
+// oneConnection reports whether conn is a single connection (a *pgx.Conn,
+// or a pool's *pgxpool.Conn), which runs one statement at a time. Blocks of
+// Local limits are taken ahead, reported and returned by statements sent
+// off the caller's path, which would run on it alongside the caller's own
+// ("conn busy", and pgx's state raced): there, Local limits are decided in
+// the database, as inside a caller's transaction.
+func oneConnection(conn Executor) bool {
+	switch conn.(type) {
+	case *pgx.Conn, *pgxpool.Conn:
+		return true
+	}
+	return false
 }
 
 // WithTx returns a Limiter that runs every operation inside tx, the caller's

@@ -1,0 +1,52 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A Limiter on one connection (*pgx.Conn), used by one goroutine at a
+// time as a connection must be, keeps working when its limits are Local:
+// blocks are taken ahead, reported and returned by statements sent off the
+// caller's path, which used to run on the same connection alongside the
+// caller's own statements ("conn busy", a data race inside pgx, and the
+// connection unusable from then on). On one connection Local limits are
+// decided in the database, as inside a caller's transaction.
+func TestLocalOnOneConnectionIsDecidedInTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	awaitLocalWindow(t, conn)
+	l := ratelimit.New(conn, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("oneconn")
+	limits := []ratelimit.Limit{localWindow(key, 1e6, 1), window("user", key, ratelimit.MetricRequests, 1e6, 1)}
+	// Blocks of 16, then sized by the rate: many are taken ahead, each
+	// while the next call's database part runs.
+	for i := range 300 {
+		g, err := l.Reserve(ctx, "", "", limits)
+		if err != nil {
+			t.Fatalf("call %d: Reserve: %v", i, err)
+		}
+		if g.Reservations[0].Local {
+			t.Fatalf("call %d: admitted from a block on a single connection (%+v), want decided in the database", i, g.Reservations[0])
+		}
+		if _, err := l.Commit(ctx, g, nil); err != nil {
+			t.Fatalf("call %d: Commit: %v", i, err)
+		}
+	}
+	l.Close()
+	if open := openBlocks(t, conn, key); len(open) > 0 {
+		t.Errorf("%d blocks open after Close", len(open))
+	}
+}
