@@ -108,6 +108,9 @@ type allotments struct {
 	refills sync.WaitGroup
 	stop    chan struct{}
 	stopped chan struct{}
+	// done is closed once close has returned every block: a second close
+	// waits for it.
+	done chan struct{}
 	// dbAt is the database's clock at localAt, this host's time (with its
 	// monotonic reading) as last measured; zero until the first block.
 	dbAt, localAt time.Time
@@ -115,7 +118,7 @@ type allotments struct {
 
 func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
 	return &allotments{l: l, opts: o.withDefaults(), sets: map[counterKey]*blockSet{},
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		stop: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{})}
 }
 
 // dbNow estimates the database's clock: its last reading plus the time
@@ -363,16 +366,19 @@ func (a *allotments) sync() {
 }
 
 // close returns every block (charging requests still in flight at their
-// estimates) and stops the housekeeping.
+// estimates) and stops the housekeeping. A close while another runs waits
+// for it, so that neither returns before the blocks are back.
 func (a *allotments) close() {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
+		<-a.done
 		return
 	}
 	a.closed = true
 	started := a.started
 	a.mu.Unlock()
+	defer close(a.done)
 	if started {
 		close(a.stop)
 		<-a.stopped
@@ -390,7 +396,8 @@ func (a *allotments) close() {
 // which would be lost if the pool closed first. Call it when the process stops, once it makes no
 // more calls (after http.Server.Shutdown, say), and before closing the
 // pool, which it does not close: blocks of a process that does not close
-// stay reserved until their window ends.
+// stay reserved until their window ends. A Close called while another
+// runs waits for it; one called after it returns at once.
 func (l *Limiter) Close() {
 	if l == nil { // a zero Limiter has nothing to close either
 		return

@@ -50,3 +50,35 @@ func TestLocalOnOneConnectionIsDecidedInTheDatabase(t *testing.T) {
 		t.Errorf("%d blocks open after Close", len(open))
 	}
 }
+
+// A second Close, while the first is still returning the blocks (here: the
+// counter row is locked, so the return waits), waits for it: it used to
+// return at once, and a caller that then closed the pool left the blocks
+// to fail their return and stay reserved until their window ended.
+func TestLocalSecondCloseWaitsForTheFirst(t *testing.T) {
+	t.Parallel()
+	l, pool := localLimiter(t)
+	key := uniqueKey("closetwice")
+	reserveLocal(t, l, key, 1000, 1)
+	unlock := lockCounter(t, pool, key)
+	defer unlock()
+	first, second := make(chan struct{}), make(chan struct{})
+	go func() { defer close(first); l.Close() }()
+	pgtest.AwaitLockWaiters(t, pool, "the first Close's return of the block")
+	go func() { defer close(second); l.Close() }()
+	parked := make(chan bool, 1)
+	go func() { parked <- awaitParkedIn(t.Name(), "(*allotments).close", 5*time.Second) }()
+	select {
+	case <-second:
+		if open := openBlocks(t, pool, key); len(open) > 0 {
+			t.Errorf("the second Close returned while the first was still returning %d block(s)", len(open))
+		}
+	case <-parked:
+	}
+	unlock()
+	<-first
+	<-second
+	if open := openBlocks(t, pool, key); len(open) > 0 {
+		t.Errorf("%d block(s) open after both Close calls", len(open))
+	}
+}
