@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -80,5 +81,22 @@ func TestLocalSecondCloseWaitsForTheFirst(t *testing.T) {
 	<-second
 	if open := openBlocks(t, pool, key); len(open) > 0 {
 		t.Errorf("%d block(s) open after both Close calls", len(open))
+	}
+}
+
+// A Reserve whose ctx has already ended returns ctx's error and holds
+// nothing, Local limits or not: a Local limit used to be admitted from the
+// block in memory regardless, so the same call was refused with ctx's error
+// when decided in the database and granted when Local.
+func TestLocalReserveWithAnEndedContextHoldsNothing(t *testing.T) {
+	t.Parallel()
+	l, _ := localLimiter(t)
+	key := uniqueKey("ended")
+	reserveLocal(t, l, key, 1000, 1) // a block with room is there
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if !errors.Is(err, context.Canceled) || len(g.Reservations) > 0 {
+		t.Fatalf("Reserve with an ended ctx: %+v, %v; want context.Canceled and nothing held", g, err)
 	}
 }
