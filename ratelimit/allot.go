@@ -122,8 +122,7 @@ func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
 }
 
 // dbNow estimates the database's clock: its last reading plus the time
-// elapsed since on this host's monotonic clock, so that a step of the
-// host's wall clock (NTP, a VM resumed) does not move it.
+// elapsed since on this host (sinceLocal).
 func (a *allotments) dbNow() time.Time {
 	now, _ := a.dbClock()
 	return now
@@ -138,7 +137,22 @@ func (a *allotments) dbClock() (time.Time, bool) {
 	if localAt.IsZero() {
 		return time.Now(), false
 	}
-	return dbAt.Add(time.Since(localAt)), true
+	return dbAt.Add(a.sinceLocal(localAt)), true
+}
+
+// sinceLocal is the time elapsed since localAt on this host: on its
+// monotonic clock, so that a step back of the wall clock (NTP) does not
+// take the estimate back, or on its wall clock when that moved further:
+// the monotonic clock stops while the host sleeps (a suspended machine, a
+// hibernated VM; see package time), and the database's clock does not. An
+// estimate behind the database's clock would admit from blocks past their
+// window; one ahead only ends them early.
+func (a *allotments) sinceLocal(localAt time.Time) time.Duration {
+	now := time.Now()
+	if a.l.opts.wallClock != nil {
+		now = a.l.opts.wallClock()
+	}
+	return max(time.Since(localAt), now.Round(0).Sub(localAt.Round(0)))
 }
 
 // windowEnding reports whether the current window of windowSeconds ends

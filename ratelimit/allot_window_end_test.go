@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,4 +44,29 @@ func TestLocalTakesNoBlockInTheLastMomentsOfAWindow(t *testing.T) {
 		t.Errorf("counter %+v, want used 10, reserved 0", rows[0])
 	}
 	assertDoctorOK(t, pool)
+}
+
+// A host that slept (suspended, its VM hibernated) past the window of a
+// block admits nothing more from that block: the monotonic clock stood
+// still while the host slept, and the estimate of the database's clock,
+// which followed only it, stayed in the block's window.
+func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	var slept atomic.Int64
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
+		ratelimit.WithWallClock(func() time.Time { return time.Now().Add(time.Duration(slept.Load())) }))
+	defer l.Close()
+	key := uniqueKey("slept")
+	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
+	slept.Store(int64(2 * time.Hour)) // the wall clock moved two hours on, the monotonic one did not
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := g.Reservations[0]; r.Local && r.Allotment == first.Allotment {
+		t.Fatalf("admitted from block %s (window ending %s) after the host slept two hours", r.Allotment, r.ResetAt)
+	}
 }

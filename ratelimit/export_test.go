@@ -68,6 +68,13 @@ func WithLeftStatementGrace(d time.Duration) Option {
 	return func(o *options) { o.leftGrace = d }
 }
 
+// WithWallClock makes the Limiter's blocks of Local limits read this host's
+// wall clock from now() (its monotonic clock stays the real one), so that
+// tests can make the host seem to have slept.
+func WithWallClock(now func() time.Time) Option {
+	return func(o *options) { o.wallClock = now }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

@@ -124,8 +124,9 @@ type options struct {
 	allot           AllotmentOptions
 	clock           clock
 	lockPrefix      int32
-	coldBatches     bool          // test-only: no batch goes as a hot batch (WithoutHotBatches)
-	leftGrace       time.Duration // test-only (WithLeftStatementGrace); leftStatementGrace
+	coldBatches     bool             // test-only: no batch goes as a hot batch (WithoutHotBatches)
+	wallClock       func() time.Time // test-only: this host's wall clock (WithWallClock); nil: time.Now
+	leftGrace       time.Duration    // test-only (WithLeftStatementGrace); leftStatementGrace
 }
 
 func defaultOptions() options {
