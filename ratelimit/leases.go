@@ -134,7 +134,7 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	}
 	var reservationIDs []string
 	for _, r := range grant.Reservations {
-		if r.local == nil { // a Local reservation has no row to link
+		if !r.Local { // a Local reservation has no row to link
 			reservationIDs = append(reservationIDs, r.ID)
 		}
 	}

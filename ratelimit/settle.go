@@ -19,7 +19,9 @@ const (
 	StatusCommitted = "committed"
 	StatusReleased  = "released"
 	// StatusUnknown is reported for a reservation id that names no row
-	// (pruned long ago, or never written).
+	// (pruned long ago, or never written), and for a Local reservation of a
+	// grant that lost its link to the Limiter that admitted it (decoded
+	// from JSON): its block charges the estimate when it is returned.
 	StatusUnknown = "unknown"
 )
 
@@ -149,6 +151,13 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	outcomes := make([]ReservationOutcome, len(grant.Reservations))
 	for _, i := range local {
 		r := grant.Reservations[i]
+		if r.local == nil {
+			// A copy of the grant (decoded from JSON) lost the handle:
+			// only the Limiter that admitted it knows its fate, and its
+			// block charges the estimate when returned.
+			outcomes[i] = ReservationOutcome{Metric: r.Metric, Status: StatusUnknown, Reserved: r.Amount}
+			continue
+		}
 		st, charged, settled := r.local.settle(status == StatusCommitted, amounts[i])
 		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: st, Reserved: r.Amount}
 		if st == StatusCommitted {
@@ -174,12 +183,13 @@ type remoteShare struct {
 }
 
 // splitLocal separates a grant's local reservations (their indexes) from
-// what the database settles.
+// what the database settles. A Local reservation has no row, whether or not
+// this grant still holds its handle (one decoded from JSON does not).
 func splitLocal(grant Grant, amounts []float64) (local []int, remote remoteShare) {
 	remote.grant = grant
 	remote.amounts = amounts
 	for i, r := range grant.Reservations {
-		if r.local != nil {
+		if r.Local {
 			local = append(local, i)
 		}
 	}
@@ -192,7 +202,7 @@ func splitLocal(grant Grant, amounts []float64) (local []int, remote remoteShare
 	}
 	remote.grant.Reservations, remote.amounts = nil, nil
 	for i, r := range grant.Reservations {
-		if r.local == nil {
+		if !r.Local {
 			remote.grant.Reservations = append(remote.grant.Reservations, r)
 			remote.amounts = append(remote.amounts, amounts[i])
 			remote.positions = append(remote.positions, i)
