@@ -132,10 +132,18 @@ func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maint
 	pctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
 	res, err := maint.Recover(pctx)
+	line, ok := passReport(res, err, start)
 	if ctx.Err() != nil {
-		return // stopping: the sweeper says so itself
+		// Stopping: the sweeper says so itself, and the pass did not fail. What it gave back
+		// before the signal is still given back, and said.
+		if ok && err != nil {
+			logf("recover: %s; stopped mid-pass", line)
+		} else if ok {
+			logf("recover: %s", line)
+		}
+		return
 	}
-	if line, ok := passReport(res, err, start); ok {
+	if ok {
 		logf("recover: %s", line)
 	}
 	if err != nil {

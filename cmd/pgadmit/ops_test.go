@@ -292,3 +292,74 @@ func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
 		t.Errorf("the password is printed:\n%s", out)
 	}
 }
+
+// A sweeper stopped in the middle of a pass says what that pass did before it stopped: the
+// capacity it gave back is real. It used to log only "stopped", and the work went unreported.
+func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	lim := ratelimit.New(pool)
+	// Two requests of dead processes, on two keys; the first one's lease expires first, so a
+	// pass with a batch of one reclaims it first.
+	for _, key := range []string{"first", "second"} {
+		task, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Kind: "chat", Worker: "gw-test", LeaseTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{
+			{Scope: ratelimit.Scope{Type: "api_key", Key: key}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The second key's counter is locked: the pass stalls there, after the first reclaim.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	q := dbtest.New()
+	if n, err := q.OpsLockScopeCounters(ctx, tx, dbtest.OpsLockScopeCountersParams{ScopeType: "api_key", ScopeKey: "second"}); err != nil || n != 1 {
+		t.Fatalf("lock the second counter: %d rows, %v", n, err)
+	}
+	time.Sleep(1100 * time.Millisecond) // both execution leases expire
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	exit := make(chan int)
+	go func() {
+		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "1m", "--batch-size", "1"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		waiting, err := q.OpsBackendsWaitingOnLock(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waiting) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pass never waited for the locked counter")
+		}
+	}
+	cancel() // SIGINT
+	code := <-exit
+	out := stdout.String()
+	if code != exitOK || stderr.Len() != 0 {
+		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
+	}
+	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
+	for _, re := range []string{
+		`(?m)^` + ts + `recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+ms\); stopped mid-pass$`,
+		`(?m)^` + ts + `recover: stopped$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("recover --every output does not match %s:\n%s", re, out)
+		}
+	}
+	if strings.Contains(out, "pass failed") {
+		t.Errorf("a pass stopped by the signal is logged as failed:\n%s", out)
+	}
+}
