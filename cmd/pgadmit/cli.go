@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -100,7 +101,7 @@ var errHelp = errors.New("help requested")
 // without the process: tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, connectTimeout: defaultConnectTimeout}
-	err := a.main(ctx, args)
+	err := statementCacheAdvice(a.main(ctx, args))
 	prefix := "pgadmit"
 	if a.cmd != nil {
 		prefix += " " + a.cmd.name
@@ -136,6 +137,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
 		return exitFailure
 	}
+}
+
+// statementCacheAdvice adds to err, when it is the server refusing one of pgx's cached
+// statements (a transaction pooler in front of a connection string in pgx's default exec mode),
+// what to change. The statements of migrate and inspect do not go through ratelimit, whose
+// errors (a *ratelimit.PoolerError) say it themselves.
+func statementCacheAdvice(err error) error {
+	var pe *ratelimit.PoolerError
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pe) || !errors.As(err, &pgErr) || (pgErr.Code != "26000" && pgErr.Code != "42P05") ||
+		!strings.Contains(pgErr.Message, `"stmtcache_`) {
+		return err
+	}
+	return fmt.Errorf("%w: the connection goes through a transaction-pooling proxy, and pgx's default exec mode "+
+		"(cache_statement) needs one server session: add default_query_exec_mode=exec to the connection string "+
+		"('pgadmit doctor' checks it)", err)
 }
 
 // main parses the global flags, picks the command and runs it.

@@ -78,3 +78,28 @@ func TestMigrateBehindPgBouncerInStatementMode(t *testing.T) {
 		t.Fatalf("migrate down behind PgBouncer in statement mode: exit %d, want a failure and advice\n%s", code, errOut)
 	}
 }
+
+// Behind PgBouncer in transaction mode with pgx's default exec mode, migrate and inspect, whose
+// statements do not go through ratelimit, fail now and then on one of pgx's cached statements,
+// and say what to add to the connection string, as recover and prune do; they used to print
+// the server's "prepared statement ... already exists" alone.
+func TestMigrateAndInspectBehindPgBouncerSayWhatToChange(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURL(t)
+	failed := 0
+	for i := range 8 {
+		args := [][]string{{"migrate", "version"}, {"migrate", "status"}, {"inspect"}, {"migrate", "up"}}[i%4]
+		_, errOut, code := cli(t, nil, append([]string{"--database-url", pooled}, args...)...)
+		if code == exitOK {
+			continue
+		}
+		failed++
+		if !strings.Contains(errOut, "stmtcache_") || !strings.Contains(errOut, "add default_query_exec_mode=exec to the connection string") {
+			t.Errorf("%v behind PgBouncer with pgx's default exec mode: exit %d, want advice:\n%s", args, code, errOut)
+		}
+		oneLine(t, "stderr", errOut)
+	}
+	if failed == 0 {
+		t.Skip("no command met a statement another connection had prepared")
+	}
+}
