@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime/pprof"
 )
@@ -11,6 +13,7 @@ import (
 // while the workloads run, for `go tool pprof`.
 type benchProfile struct {
 	file    *os.File
+	created bool // by this run: a run that fails before profiling removes it
 	started bool
 }
 
@@ -20,7 +23,15 @@ func createBenchProfile(path string) (*benchProfile, error) {
 	if path == "" {
 		return nil, nil
 	}
-	f, err := os.Create(path)
+	// An existing file (an earlier run's profile) is opened without truncating it: only a
+	// run that gets to profile replaces it.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err == nil {
+		return &benchProfile{file: f, created: true}, nil
+	}
+	if errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
 	if err != nil {
 		return nil, usagef("--cpuprofile: %v", err)
 	}
@@ -32,6 +43,9 @@ func (p *benchProfile) start() error {
 	if p == nil {
 		return nil
 	}
+	if err := p.file.Truncate(0); err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
 	if err := pprof.StartCPUProfile(p.file); err != nil {
 		return fmt.Errorf("--cpuprofile: %w", err)
 	}
@@ -40,7 +54,8 @@ func (p *benchProfile) start() error {
 }
 
 // stop ends the profile and closes its file; a profile that never started
-// (the run failed first) leaves no file behind. Later calls do nothing.
+// (the run failed first) leaves no new file behind, and an existing one as
+// it was. Later calls do nothing.
 func (p *benchProfile) stop() error {
 	if p == nil || p.file == nil {
 		return nil
@@ -49,6 +64,9 @@ func (p *benchProfile) stop() error {
 	p.file = nil
 	if !p.started {
 		f.Close()
+		if !p.created {
+			return nil
+		}
 		return os.Remove(f.Name())
 	}
 	pprof.StopCPUProfile()

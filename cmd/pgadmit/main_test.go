@@ -227,6 +227,49 @@ func TestBenchJSONOfAFailedRunKeepsAnExistingFile(t *testing.T) {
 	}
 }
 
+// A --cpuprofile file that exists already (the profile of an earlier run) is neither emptied
+// nor removed by a run that fails before profiling starts, as for --json; it used to be
+// truncated at start and then removed. (Not parallel: it profiles, which one test at a time may.)
+func TestBenchCPUProfileOfAFailedRunKeepsAnExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cpu.prof")
+	const earlier = "an earlier profile"
+	if err := os.WriteFile(path, []byte(earlier), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := cli(t, nil, "bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--cpuprofile", path)
+	if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
+		t.Errorf("bench on an unreachable database: exit %d, stderr %q", code, errOut)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("bench that failed removed the existing --cpuprofile file: %v", err)
+	}
+	if string(b) != earlier {
+		t.Errorf("bench that failed changed the existing --cpuprofile file to %q, want %q", b, earlier)
+	}
+	// A run that gets to profile replaces it, from its first byte.
+	p, err := createBenchProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("a profile written over an earlier one: %v, want a gzipped profile, got %q", err, b)
+	}
+	// A new file is still not left behind by a failed run.
+	fresh := filepath.Join(dir, "fresh.prof")
+	cli(t, nil, "bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--cpuprofile", fresh)
+	if _, err := os.Stat(fresh); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("bench that failed left its new --cpuprofile file behind: %v", err)
+	}
+}
+
 func TestRedactDSN(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
