@@ -581,36 +581,7 @@ func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
 	ctx := context.Background()
-	task := startSync(t, l, time.Minute)
-	blocker := []ratelimit.Limit{window("api_key", uniqueKey("blocker"), "requests", 100, 1)}
-
-	// A statement in flight, stuck behind a row lock, so that the next two
-	// callers queue and go together.
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }()
-	if _, err := l.WithTx(holder).Reserve(ctx, "", "", blocker); err != nil {
-		t.Fatal(err)
-	}
-	stuck := make(chan error, 1)
-	go func() { _, err := l.Reserve(ctx, "", "", blocker); stuck <- err }()
-	pgtest.AwaitLockWaiters(t, pool, "the first statement")
-
-	// The task finishes and is pruned in a transaction that commits while
-	// the batch waits for the task row (its foreign key check).
-	pruner, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pruner.Rollback(ctx) }()
-	if _, err := testq.OpsTaskCorruptStatus(ctx, pruner, dbtest.OpsTaskCorruptStatusParams{Status: "succeeded", TaskID: mustUUID(t, task.ID)}); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := queries.PruneTasks(ctx, pruner, db.PruneTasksParams{Cutoff: time.Now().Add(time.Hour), BatchSize: 10}); err != nil || n != 1 {
-		t.Fatalf("PruneTasks: %d, %v", n, err)
-	}
+	v := stageVanishingTask(t, l, pool)
 
 	type result struct {
 		g   ratelimit.Grant
@@ -618,7 +589,7 @@ func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
 	}
 	ofTask, other := make(chan result, 1), make(chan result, 1)
 	go func() {
-		g, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
+		g, err := l.Reserve(ctx, v.task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
 		ofTask <- result{g, err}
 	}()
 	awaitQueuedReserves(t, l, 1, "the task's Reserve")
@@ -628,16 +599,8 @@ func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
 		other <- result{g, err}
 	}()
 	awaitQueuedReserves(t, l, 2, "the other Reserve")
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-stuck; err != nil {
-		t.Fatalf("the first statement: %v", err)
-	}
-	pgtest.AwaitLockWaiters(t, pool, "the batch of two")
-	if err := pruner.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	v.unblock("the batch of two")
+	v.vanish()
 
 	if r := <-ofTask; !errors.Is(r.err, ratelimit.ErrUnknownTask) {
 		t.Errorf("the admission of the deleted task: %v, want ErrUnknownTask", r.err)
@@ -651,6 +614,69 @@ func TestCombinedBatchIsolatesAnAdmissionWhoseTaskVanished(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 	assertBooksBalance(t, pool, "api_key", otherKey)
+}
+
+// vanishingTask stages a combined batch whose task disappears while it
+// waits: a statement in flight, stuck behind a row lock that a transaction
+// holds, so that the callers queued next go together in one batch; and a
+// transaction that has finished and pruned task, not yet committed.
+type vanishingTask struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	task   ratelimit.Task
+	holder pgx.Tx
+	pruner pgx.Tx
+	stuck  chan error
+}
+
+func stageVanishingTask(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) *vanishingTask {
+	t.Helper()
+	ctx := context.Background()
+	v := &vanishingTask{t: t, pool: pool, task: startSync(t, l, time.Minute), stuck: make(chan error, 1)}
+	blocker := []ratelimit.Limit{window("api_key", uniqueKey("blocker"), "requests", 100, 1)}
+	var err error
+	if v.holder, err = pool.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.holder.Rollback(ctx) })
+	if _, err := l.WithTx(v.holder).Reserve(ctx, "", "", blocker); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, err := l.Reserve(ctx, "", "", blocker); v.stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "the first statement")
+
+	if v.pruner, err = pool.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.pruner.Rollback(ctx) })
+	if _, err := testq.OpsTaskCorruptStatus(ctx, v.pruner, dbtest.OpsTaskCorruptStatusParams{Status: "succeeded", TaskID: mustUUID(t, v.task.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queries.PruneTasks(ctx, v.pruner, db.PruneTasksParams{Cutoff: time.Now().Add(time.Hour), BatchSize: 10}); err != nil || n != 1 {
+		t.Fatalf("PruneTasks: %d, %v", n, err)
+	}
+	return v
+}
+
+// unblock lets the stuck statement go, and waits until the batch queued
+// behind it (batch names it) waits for the task row: its foreign key check.
+func (v *vanishingTask) unblock(batch string) {
+	v.t.Helper()
+	if err := v.holder.Rollback(context.Background()); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := <-v.stuck; err != nil {
+		v.t.Fatalf("the first statement: %v", err)
+	}
+	pgtest.AwaitLockWaiters(v.t, v.pool, batch)
+}
+
+// vanish commits the task's pruning, which breaks the waiting batch.
+func (v *vanishingTask) vanish() {
+	v.t.Helper()
+	if err := v.pruner.Commit(context.Background()); err != nil {
+		v.t.Fatal(err)
+	}
 }
 
 // awaitQueuedReserves waits until n Reserve calls wait in l's combiner
@@ -817,37 +843,8 @@ func TestCombinedBatchRunAgainLeavesOutCallersWhoLeft(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
 	ctx := context.Background()
-	task := startSync(t, l, time.Minute)
-	blocker := []ratelimit.Limit{window("api_key", uniqueKey("blocker"), "requests", 100, 1)}
 	shared := hourLimits(t, pool, window("api_key", uniqueKey("shared"), "requests", 1, 1))
-
-	// A statement in flight, stuck behind a row lock, so that the next
-	// callers queue and go together.
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }()
-	if _, err := l.WithTx(holder).Reserve(ctx, "", "", blocker); err != nil {
-		t.Fatal(err)
-	}
-	stuck := make(chan error, 1)
-	go func() { _, err := l.Reserve(ctx, "", "", blocker); stuck <- err }()
-	pgtest.AwaitLockWaiters(t, pool, "the first statement")
-
-	// The task is deleted in a transaction that commits while the batch
-	// waits for the task row (its foreign key check).
-	pruner, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = pruner.Rollback(ctx) }()
-	if _, err := testq.OpsTaskCorruptStatus(ctx, pruner, dbtest.OpsTaskCorruptStatusParams{Status: "succeeded", TaskID: mustUUID(t, task.ID)}); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := queries.PruneTasks(ctx, pruner, db.PruneTasksParams{Cutoff: time.Now().Add(time.Hour), BatchSize: 10}); err != nil || n != 1 {
-		t.Fatalf("PruneTasks: %d, %v", n, err)
-	}
+	v := stageVanishingTask(t, l, pool)
 
 	leaver, stayer, ofTask := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	call, leave := context.WithCancel(ctx)
@@ -857,25 +854,17 @@ func TestCombinedBatchRunAgainLeavesOutCallersWhoLeft(t *testing.T) {
 	go func() { _, err := l.Reserve(ctx, "", "", shared); stayer <- err }()
 	awaitQueuedReserves(t, l, 2, "the caller who stays")
 	go func() {
-		_, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
+		_, err := l.Reserve(ctx, v.task.ID, "", []ratelimit.Limit{window("api_key", uniqueKey("task"), "requests", 100, 1)})
 		ofTask <- err
 	}()
 	awaitQueuedReserves(t, l, 3, "the task's Reserve")
-	if err := holder.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-stuck; err != nil {
-		t.Fatalf("the first statement: %v", err)
-	}
-	pgtest.AwaitLockWaiters(t, pool, "the batch of three")
+	v.unblock("the batch of three")
 	leave()
 	if err := <-leaver; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the caller who left: %v, want context.Canceled", err)
 	}
 	before := rowCounts(t, pool).Reservations
-	if err := pruner.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	v.vanish()
 
 	if err := <-ofTask; !errors.Is(err, ratelimit.ErrUnknownTask) {
 		t.Errorf("the admission of the deleted task: %v, want ErrUnknownTask", err)
