@@ -22,7 +22,7 @@ const (
 // finding its client gone.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant) {
 	a := &admission{grant: grant}
-	rw := &responseWriter{ResponseWriter: w}
+	rw, hw := wrap(w)
 	m.observer.LeasesHeld(len(grant.Leases))
 	stopRenewing := m.renewLeases(r.Context(), grant)
 	panicked := true
@@ -45,7 +45,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.settle(r.Context(), grant, rep, reason)
 		m.observer.LeasesHeld(-len(grant.Leases))
 	}()
-	next.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
+	next.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
 	panicked = false
 }
 

@@ -1,7 +1,9 @@
 package httpadmit
 
 import (
+	"bufio"
 	"errors"
+	"net"
 	"net/http"
 )
 
@@ -12,6 +14,27 @@ import (
 type responseWriter struct {
 	http.ResponseWriter
 	err error
+}
+
+// hijackWriter is a responseWriter over a server's writer that can be
+// hijacked (HTTP/1): a handler that asserts http.Hijacker to take the
+// connection (gorilla/websocket's Upgrade does) finds it through the
+// middleware exactly when it would without it.
+type hijackWriter struct{ *responseWriter }
+
+// Hijack hands the connection to the handler; the request is settled when
+// the handler returns, as any other.
+func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return w.ResponseWriter.(http.Hijacker).Hijack()
+}
+
+// wrap is the writer the handler gets: rw, a Hijacker too when w is one.
+func wrap(w http.ResponseWriter) (rw *responseWriter, forHandler http.ResponseWriter) {
+	rw = &responseWriter{ResponseWriter: w}
+	if _, ok := w.(http.Hijacker); ok {
+		return rw, hijackWriter{rw}
+	}
+	return rw, rw
 }
 
 func (w *responseWriter) Write(b []byte) (int, error) {

@@ -1,0 +1,62 @@
+package httpadmit_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// A handler that takes the connection by asserting http.Hijacker, as
+// gorilla/websocket's Upgrade does, finds it through the middleware
+// whenever the server's writer has it, and the lease holds for the whole
+// hijacked session. The middleware's writer used to hide it: such a
+// handler answered 500 behind the middleware.
+func TestHandlerHijacksTheConnection(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("model")
+	mw := e.middleware(fixed(concurrent("model", key, 2)))
+	leasesMidSession := make(chan int64, 1)
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, ok := w.(http.Hijacker)
+		if !ok {
+			http.Error(w, "websocket: response does not implement http.Hijacker", http.StatusInternalServerError)
+			return
+		}
+		conn, brw, err := h.Hijack()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer conn.Close()
+		leasesMidSession <- e.liveLeases("model", key)
+		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+		_ = brw.Flush()
+	})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "hijacked" {
+		t.Fatalf("%d %q, want the hijacked connection's 200 \"hijacked\"", resp.StatusCode, body)
+	}
+	if got := <-leasesMidSession; got != 1 {
+		t.Errorf("live leases during the hijacked session = %d, want 1", got)
+	}
+	e.nothingHeld()
+
+	// A writer that cannot be hijacked does not seem to be one.
+	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := w.(http.Hijacker); ok {
+			t.Error("the writer of a response recorder is an http.Hijacker behind the middleware")
+		}
+		if _, ok := w.(http.Flusher); !ok {
+			t.Error("the writer is not an http.Flusher")
+		}
+	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	e.nothingHeld()
+}
