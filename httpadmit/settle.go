@@ -22,6 +22,7 @@ const (
 // finding its client gone.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant) {
 	a := &admission{grant: grant}
+	a.outer, _ = admissionFrom(r.Context())
 	rw, hw := wrap(w)
 	m.observer.LeasesHeld(len(grant.Leases))
 	stopRenewing := m.renewLeases(r.Context(), grant)

@@ -16,6 +16,7 @@ import (
 // middleware and its handler through the request's context.
 type admission struct {
 	grant ratelimit.Grant // empty when the request failed open
+	outer *admission      // of a middleware around this one, on the same request
 
 	mu      sync.Mutex
 	usage   map[string]float64
@@ -54,6 +55,10 @@ func admissionFrom(ctx context.Context) (*admission, bool) {
 // later call (from a goroutine the handler started) returns
 // ErrHandlerReturned and is not charged. A handler that streams from
 // another goroutine must wait for it to report before returning.
+//
+// Behind several middlewares (one for every route, another for a route's
+// own limits), the report, as Discard, reaches each of them: the request
+// of each is settled with it.
 func ReportUsage(ctx context.Context, usage map[string]float64) error {
 	a, ok := admissionFrom(ctx)
 	if !ok {
@@ -70,16 +75,12 @@ func ReportUsage(ctx context.Context, usage map[string]float64) error {
 			return err
 		}
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ended {
-		return ErrHandlerReturned
-	}
-	if a.usage == nil {
-		a.usage = make(map[string]float64, len(usage))
-	}
-	maps.Copy(a.usage, usage)
-	return nil
+	return a.report(func(a *admission) {
+		if a.usage == nil {
+			a.usage = make(map[string]float64, len(usage))
+		}
+		maps.Copy(a.usage, usage)
+	})
 }
 
 // Discard makes the middleware release the request's reservation instead
@@ -96,19 +97,38 @@ func Discard(ctx context.Context, reason string) error {
 		return ErrNoAdmission
 	}
 	reason = releaseReason(reason)
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	return a.report(func(a *admission) { a.discard = reason })
+}
+
+// report applies a report to a and to the admissions of the middlewares
+// around it (one for every route, another for a route's own limits): they
+// admitted the same request, whose handler reports to the innermost. It
+// returns ErrHandlerReturned, and changes nothing, once a's handler has
+// returned. The locks are held from the innermost out, so that a cannot
+// end meanwhile, nor the outer ones, which end after it.
+func (a *admission) report(apply func(*admission)) error {
+	var chain []*admission
+	for c := a; c != nil; c = c.outer {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		chain = append(chain, c)
+	}
 	if a.ended {
 		return ErrHandlerReturned
 	}
-	a.discard = reason
+	for _, c := range chain {
+		if !c.ended { // an outer handler that returned first (it ran this one on another goroutine)
+			apply(c)
+		}
+	}
 	return nil
 }
 
 // GrantFrom returns the grant the request in ctx was admitted with: its
 // reservations and leases, for example to Attach them to a task. ok is
 // false for a context that did not come through the middleware; the grant
-// is empty for a request admitted without a decision (fail open).
+// is empty for a request admitted without a decision (fail open). Behind
+// several middlewares, it is the grant of the innermost.
 func GrantFrom(ctx context.Context) (grant ratelimit.Grant, ok bool) {
 	a, ok := admissionFrom(ctx)
 	if !ok {
