@@ -17,7 +17,9 @@ import (
 
 // testOnlyMethods are the Limiter's methods declared in export_test.go,
 // hooks into its internals for tests, not part of its API.
-var testOnlyMethods = map[string]bool{"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true}
+var testOnlyMethods = map[string]bool{
+	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
+}
 
 // callEveryMethod calls every exported method of recv (through
 // reflection, so that a method added later is called too) with the
