@@ -52,6 +52,8 @@ type maintenanceOptions struct {
 	leaseTTL          time.Duration
 	lostGrace         time.Duration
 	clock             clock
+	progress          func(Progress) // WithProgress
+	progressEvery     time.Duration
 }
 
 func defaultMaintenanceOptions() maintenanceOptions {

@@ -166,7 +166,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 			return row.Scanned, nil
 		})},
 		{"return lost allotments", m.returnLostAllotments(ctx, batch, &res.ReturnedAllotments)},
-	})
+	}, m.progressOf("recover", func() string { return res.String() }))
 	return res, err
 }
 

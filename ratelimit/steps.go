@@ -28,8 +28,9 @@ type step struct {
 // findStep.) The failed steps' errors come back joined. It stops at once on
 // any other error (the connection lost), when ctx is done, or when the
 // run's lease is lost: before each batch it calls keep, which renews the
-// lease or says it was lost.
-func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) error {
+// lease or says it was lost. After each batch that succeeded it calls
+// progress (when not nil) with the step's name.
+func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, progress func(step string)) error {
 	var failed []error
 	for _, s := range steps {
 		for more := true; more; {
@@ -51,6 +52,9 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step) err
 					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be
 				}
 				break
+			}
+			if progress != nil {
+				progress(s.name)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -40,6 +41,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` is cut off and logged as failed")
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
+	progress := progressFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -63,6 +65,9 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if *maxRequeues < 0 {
 		return usagef("--max-requeues must be >= 0, got %d", *maxRequeues)
 	}
+	if err := checkProgress(fs, *progress, *every > 0); err != nil {
+		return err
+	}
 
 	if *every > 0 {
 		return sweep(ctx, a, *every, *passTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
@@ -72,7 +77,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
+	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
+		a.progressOption(*progress))
 	start := time.Now()
 	res, err := maint.Recover(ctx)
 	if line, ok := passReport(res, err, start); ok {
@@ -195,6 +201,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most")
+	progress := progressFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -211,6 +218,9 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if *taskRetention < 0 {
 		return usagef("--task-retention must be >= 0, got %s", *taskRetention)
 	}
+	if err := checkProgress(fs, *progress, false); err != nil {
+		return err
+	}
 	retention := *taskRetention
 	if retention == 0 {
 		retention = -1 // keep finished tasks
@@ -221,13 +231,42 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
-		ratelimit.WithTaskRetention(retention))
+		ratelimit.WithTaskRetention(retention), a.progressOption(*progress))
 	start := time.Now()
 	res, err := maint.Prune(ctx, *olderThan)
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
 	return notMigrated(ctx, pool, err)
+}
+
+// progressFlag adds --progress to a one-shot recover or prune.
+func progressFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("progress", 10*time.Second, "while the run lasts, print how far it has got on stderr every `interval` (0: never)")
+}
+
+// checkProgress refuses a negative --progress, and one given to a sweeper, whose passes are each
+// logged already.
+func checkProgress(fs *flag.FlagSet, every time.Duration, sweeper bool) error {
+	if every < 0 {
+		return usagef("--progress must be >= 0, got %s", every)
+	}
+	if sweeper && flagGiven(fs, "progress") {
+		return usagef("--progress is for a single run; with --every each pass is logged")
+	}
+	return nil
+}
+
+// progressOption prints a long run's progress on stderr every interval, so that an operator
+// watching a first prune after months of history sees it move; nil (no option) for 0.
+func (a *app) progressOption(every time.Duration) ratelimit.MaintenanceOption {
+	if every == 0 {
+		return nil
+	}
+	return ratelimit.WithProgress(every, func(p ratelimit.Progress) {
+		fmt.Fprintf(a.stderr, "pgadmit %s: so far (%s, %d batches, now at %q): %s\n",
+			p.Job, p.Elapsed.Round(time.Second), p.Batches, p.Step, p.Summary)
+	})
 }
 
 func doctorCommand() *command {

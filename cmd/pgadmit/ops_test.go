@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -361,5 +362,39 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 	}
 	if strings.Contains(out, "pass failed") {
 		t.Errorf("a pass stopped by the signal is logged as failed:\n%s", out)
+	}
+}
+
+// A long prune or recover says how far it has got, on stderr, while it runs (--progress; here
+// after every batch); the result still goes to stdout alone. A negative interval, or one given to
+// the sweeper, whose passes are each logged, is a usage error.
+func TestPruneAndRecoverPrintTheirProgress(t *testing.T) {
+	t.Parallel()
+	url, _ := newDatabase(t)
+	for _, c := range []struct{ cmd, result, summary string }{
+		{"prune", `^pruned before \S+: released 0 stale reservations; .* \(\d+ms\)\n$`, `pruned before \S+: released 0 stale reservations; `},
+		{"recover", `^nothing to recover \(\d+ms\)\n$`, `released 0 leases and 0 reservations; `},
+	} {
+		out, errOut, code := cli(t, nil, "--database-url", url, c.cmd, "--progress", "1ns")
+		if code != exitOK || !regexp.MustCompile(c.result).MatchString(out) {
+			t.Errorf("%s --progress 1ns: exit %d, stdout:\n%s", c.cmd, code, out)
+		}
+		line := regexp.MustCompile(`^pgadmit ` + c.cmd + `: so far \(\d+s, (\d+) batches, now at "[a-z ]+"\): ` + c.summary)
+		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+		if len(lines) < 6 {
+			t.Errorf("%s --progress 1ns: %d progress lines, want one per batch:\n%s", c.cmd, len(lines), errOut)
+		}
+		for i, l := range lines {
+			m := line.FindStringSubmatch(l)
+			if m == nil || m[1] != strconv.Itoa(i+1) {
+				t.Errorf("%s progress line %d does not match %s:\n%s", c.cmd, i+1, line, l)
+			}
+		}
+	}
+	for _, args := range [][]string{{"prune", "--progress", "-1s"}, {"recover", "--progress", "-1s"}, {"recover", "--every", "1s", "--progress", "5s"}} {
+		_, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "--progress") {
+			t.Errorf("%v: exit %d, %q; want a usage error naming --progress", args, code, errOut)
+		}
 	}
 }
