@@ -454,7 +454,10 @@ FOR UPDATE;
 -- gateway_task_attempts_running_idx;
 -- gateway_concurrency_leases_task_idx (all of the task's leases, a few;
 -- `IS TRUE` keeps the released_at test from matching a partial index of
--- live leases, as in CounterLockForReservations); gateway_task_admissions_pkey;
+-- live leases, as in CounterLockForReservations; the task id is a value,
+-- not a join, so that the index is probed for it even when a VACUUM run
+-- while no lease had a task recorded the index as empty, where a join
+-- read the whole index); gateway_task_admissions_pkey;
 -- gateway_rate_limit_reservations_task_idx (late reservations, as in
 -- TaskFinishPlan).
 WITH clock AS (
@@ -500,8 +503,8 @@ released AS (
     FROM finished,
          (SELECT x.id
           FROM gateway_concurrency_leases AS x
-          JOIN finished AS f ON x.task_id = f.id
-          WHERE (x.released_at IS NULL) IS TRUE
+          WHERE x.task_id = (SELECT f.id FROM finished AS f)
+            AND (x.released_at IS NULL) IS TRUE
           ORDER BY x.id
           FOR UPDATE OF x) AS locked
     WHERE l.id = locked.id

@@ -166,11 +166,16 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	for i := range inFlight {
 		reserve(request(fmt.Sprintf("held-%d", i)))
 	}
-	// And tasks running: a statement that reads the partial index of
-	// running tasks instead of probing its task by key reads them all.
+	// And tasks running, each holding a request: a statement that reads
+	// the partial index of running tasks instead of probing its task by key
+	// reads them all, and one that reads the indexes of every ledger row's
+	// task (empty at the quiet vacuum) reads all of their grants.
 	const running = 300
-	for range running {
-		startSync(t, l, time.Minute)
+	for i := range running {
+		task := startSync(t, l, time.Minute)
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, request(fmt.Sprintf("running-%d", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// measure runs one flow in a rolled-back transaction and fails the test
