@@ -95,7 +95,8 @@ func (q *Queries) FixtureFill(ctx context.Context, db DBTX, rows int32) error {
 }
 
 const LedgersVacuumAnalyze = `-- name: LedgersVacuumAnalyze :exec
-VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases
+VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases,
+    gateway_rate_limit_allotments
 `
 
 // Vacuums and analyzes the ledgers and their counters, as autovacuum does:

@@ -90,7 +90,8 @@ ANALYZE gateway_tasks, gateway_task_attempts, gateway_task_events, gateway_task_
 -- empty (reltuples 0), which the planner then believes until the next one.
 -- Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
 -- Index: every index of each table (vacuumed).
-VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases;
+VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases,
+    gateway_rate_limit_allotments;
 
 -- name: TableScansInTransaction :many
 -- How the statements run so far in the current transaction read each
