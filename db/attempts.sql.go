@@ -111,7 +111,7 @@ type AttemptAttachGrantRow struct {
 // IS NOT NULL) of the indexes of every row's task: a VACUUM run while no
 // ledger row had a task records those as empty, and a plan made on that
 // would read every row of a task through them instead of probing the
-// primary key (TestAttachReadsOnlyItsRowsAfterAQuietVacuum).
+// primary key (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
 func (q *Queries) AttemptAttachGrant(ctx context.Context, db DBTX, arg AttemptAttachGrantParams) (AttemptAttachGrantRow, error) {
 	row := db.QueryRow(ctx, AttemptAttachGrant, arg.AttemptID, arg.ReservationIds, arg.LeaseIds)
 	var i AttemptAttachGrantRow

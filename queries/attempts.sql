@@ -83,7 +83,7 @@ SELECT (SELECT count(*) FROM task)   AS tasks,
 -- IS NOT NULL) of the indexes of every row's task: a VACUUM run while no
 -- ledger row had a task records those as empty, and a plan made on that
 -- would read every row of a task through them instead of probing the
--- primary key (TestAttachReadsOnlyItsRowsAfterAQuietVacuum).
+-- primary key (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
 WITH attempt AS (
     SELECT a.id, a.task_id, a.status
     FROM gateway_task_attempts AS a
