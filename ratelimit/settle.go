@@ -90,7 +90,10 @@ func (s Settlement) Overages() []ReservationOutcome {
 // request is over. Idempotent: reservations already committed or released
 // are left alone and reported with Settled false. An actual amount, or an
 // estimate charged in its place, that is not a valid amount is a
-// *ValidationError, and nothing is written. One round trip.
+// *ValidationError, and nothing is written; so is a reservation whose
+// ScopeType, ScopeKey or Metric is not valid UTF-8, holds a NUL byte or
+// is longer than MaxScopeBytes (Commit and Release send them as the grant
+// has them). One round trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	if err := l.usable(); err != nil {
 		return Settlement{}, err
@@ -287,6 +290,9 @@ type settleRequest struct {
 func newSettleRequest(grant Grant, status, reason string, amounts []float64) (settleRequest, error) {
 	reservationIDs := make([]string, len(grant.Reservations))
 	for i, r := range grant.Reservations {
+		if err := inElement("Reservations", i, r.checkCounterNames()); err != nil {
+			return settleRequest{}, err
+		}
 		reservationIDs[i] = r.ID
 	}
 	ids, err := parseIDs("Reservations.ID", reservationIDs)
@@ -298,6 +304,21 @@ func newSettleRequest(grant Grant, status, reason string, amounts []float64) (se
 		return settleRequest{}, err
 	}
 	return settleRequest{reservations: grant.Reservations, ids: ids, amounts: amounts, status: status, reason: reason, leaseIDs: leaseIDs}, nil
+}
+
+// checkCounterNames refuses counter names that settling could not send:
+// they go to the server as the grant has them (knowsCounters), where text
+// that is not valid UTF-8 or holds a NUL byte fails the statement with a
+// raw "invalid byte sequence", and one longer than MaxScopeBytes names no
+// counter Reserve made. "" is fine: the counter is then read from the
+// reservation's row.
+func (r Reservation) checkCounterNames() error {
+	for _, f := range [...]struct{ field, value string }{{"ScopeType", r.ScopeType}, {"ScopeKey", r.ScopeKey}, {"Metric", r.Metric}} {
+		if err := validateOptionalText(f.field, f.value, MaxScopeBytes); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *settleRequest) empty() bool { return len(r.ids) == 0 && len(r.leaseIDs) == 0 }
