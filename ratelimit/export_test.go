@@ -34,7 +34,7 @@ func (l *Limiter) CommitCombined(ctx context.Context, grants []Grant) ([]Settlem
 		for j, r := range g.Reservations {
 			amounts[j] = r.Amount
 		}
-		req, err := newSettleRequest(g, StatusCommitted, "committed", amounts)
+		req, err := newSettleRequest(g, StatusCommitted, "committed", amounts, nil)
 		if err != nil {
 			return nil, err
 		}

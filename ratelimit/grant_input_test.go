@@ -69,3 +69,55 @@ func TestSettleRefusesAGrantWhoseCounterNamesAreNotValidText(t *testing.T) {
 	assertCounter(t, pool, key, "tokens", 7, 0)
 	assertBooksBalance(t, pool, "api_key", key)
 }
+
+// A field of a grant that Commit, Release or Attach refuse is named by its
+// place in the grant, also when Local reservations come before it (they
+// are settled in memory, and have no id to check).
+func TestGrantFieldsAreNamedByTheirPlaceInTheGrant(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	defer l.Close()
+	ctx := context.Background()
+	key := uniqueKey("k")
+	local := window("api_key", key, "requests", 1000, 1)
+	local.Local = true
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{local, window("api_key", key, "tokens", 100, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(grant.Reservations) != 2 || !grant.Reservations[0].Local || grant.Reservations[1].Local {
+		t.Fatalf("grant = %+v, want a Local reservation then one in the database", grant.Reservations)
+	}
+	defer func() {
+		if _, err := l.Release(ctx, grant, "test over"); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+	}()
+	tests := []struct {
+		name  string
+		edit  func(*ratelimit.Reservation)
+		field string
+	}{
+		{"a malformed id", func(r *ratelimit.Reservation) { r.ID = "not-a-uuid" }, "Reservations.ID[1]"},
+		{"NUL in the key", func(r *ratelimit.Reservation) { r.ScopeKey += "\x00" }, "Reservations[1].ScopeKey"},
+	}
+	const attempt = "123e4567-e89b-12d3-a456-426614174000"
+	for _, tc := range tests {
+		altered := grant
+		altered.Reservations = slices.Clone(grant.Reservations)
+		tc.edit(&altered.Reservations[1])
+		ops := map[string]func() error{
+			"Commit":  func() error { _, err := l.Commit(ctx, altered, nil); return err },
+			"Release": func() error { _, err := l.Release(ctx, altered, "altered"); return err },
+		}
+		if tc.field == "Reservations.ID[1]" { // Attach sends ids only
+			ops["Attach"] = func() error { _, err := l.Attach(ctx, attempt, altered); return err }
+		}
+		for op, call := range ops {
+			var invalid *ratelimit.ValidationError
+			if err := call(); !errors.As(err, &invalid) || invalid.Field != tc.field {
+				t.Errorf("%s of a grant with %s after a Local reservation: err = %v, want a *ValidationError on %s", op, tc.name, err, tc.field)
+			}
+		}
+	}
+}

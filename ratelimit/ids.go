@@ -29,15 +29,31 @@ func parseID(field, s string) (pgtype.UUID, error) {
 
 // parseIDs parses a list of UUIDs, naming the first bad one.
 func parseIDs(field string, ss []string) ([]pgtype.UUID, error) {
+	return parseIDsAt(field, ss, nil)
+}
+
+// parseIDsAt parses a list of UUIDs taken out of a longer list (a grant's
+// reservations less its Local ones), naming the first bad one, ss[k], by
+// its place in that list, at[k]; a nil at means ss is the whole list.
+func parseIDsAt(field string, ss []string, at []int) ([]pgtype.UUID, error) {
 	ids := make([]pgtype.UUID, len(ss))
-	for i, s := range ss {
+	for k, s := range ss {
 		id, err := parseID("", s)
 		if err != nil {
-			return nil, inElement(field, i, err)
+			return nil, inElement(field, place(at, k), err)
 		}
-		ids[i] = id
+		ids[k] = id
 	}
 	return ids, nil
+}
+
+// place is the position in the whole list of element k of a part of it
+// (see parseIDsAt).
+func place(at []int, k int) int {
+	if at == nil {
+		return k
+	}
+	return at[k]
 }
 
 // idString formats a UUID as text; a NULL UUID is "".

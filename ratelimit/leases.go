@@ -133,12 +133,14 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 		return grant, err
 	}
 	var reservationIDs []string
-	for _, r := range grant.Reservations {
+	var at []int // their places in the grant, to name a bad one
+	for i, r := range grant.Reservations {
 		if !r.Local { // a Local reservation has no row to link
 			reservationIDs = append(reservationIDs, r.ID)
+			at = append(at, i)
 		}
 	}
-	rids, err := parseIDs("Reservations.ID", reservationIDs)
+	rids, err := parseIDsAt("Reservations.ID", reservationIDs, at)
 	if err != nil {
 		return grant, err
 	}

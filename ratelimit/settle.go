@@ -142,7 +142,7 @@ func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Sett
 
 func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
 	local, remote := splitLocal(grant, amounts)
-	out, err := l.settleRemote(ctx, remote.grant, status, reason, remote.amounts)
+	out, err := l.settleRemote(ctx, remote, status, reason)
 	if len(local) == 0 || errors.Is(err, ErrInvalidInput) {
 		return out, err
 	}
@@ -214,8 +214,8 @@ func splitLocal(grant Grant, amounts []float64) (local []int, remote remoteShare
 	return local, remote
 }
 
-func (l *Limiter) settleRemote(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
-	req, err := newSettleRequest(grant, status, reason, amounts)
+func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, reason string) (Settlement, error) {
+	req, err := newSettleRequest(remote.grant, status, reason, remote.amounts, remote.positions)
 	if err != nil {
 		return Settlement{}, err
 	}
@@ -287,15 +287,18 @@ type settleRequest struct {
 	rFirst, lFirst int
 }
 
-func newSettleRequest(grant Grant, status, reason string, amounts []float64) (settleRequest, error) {
+// newSettleRequest checks what settling sends of grant, the part of a
+// grant that the database settles: a field it refuses is named by its
+// reservation's place in the whole grant, at (nil: grant is whole).
+func newSettleRequest(grant Grant, status, reason string, amounts []float64, at []int) (settleRequest, error) {
 	reservationIDs := make([]string, len(grant.Reservations))
-	for i, r := range grant.Reservations {
-		if err := inElement("Reservations", i, r.checkCounterNames()); err != nil {
+	for k, r := range grant.Reservations {
+		if err := inElement("Reservations", place(at, k), r.checkCounterNames()); err != nil {
 			return settleRequest{}, err
 		}
-		reservationIDs[i] = r.ID
+		reservationIDs[k] = r.ID
 	}
-	ids, err := parseIDs("Reservations.ID", reservationIDs)
+	ids, err := parseIDsAt("Reservations.ID", reservationIDs, at)
 	if err != nil {
 		return settleRequest{}, err
 	}
