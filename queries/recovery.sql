@@ -55,7 +55,13 @@ LIMIT @batch_size::integer;
 -- locks on their running attempts, their unreleased leases (SKIP LOCKED,
 -- in id order, the lease lock order: see TaskFinish) and admissions.
 -- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
--- gateway_concurrency_leases_live_task_idx; gateway_task_admissions_pkey.
+-- gateway_concurrency_leases_task_idx (all of the task's leases, a few);
+-- gateway_task_admissions_pkey. The tasks to update, and the reclaimed
+-- tasks whose leases to release, are arrays of ids (ANY(ARRAY(...))), not
+-- joins, and the status tests are written `IS TRUE`, which no partial index
+-- of running tasks or live leases matches: else a plan could read every
+-- running task, or every live lease, and filter them, while the caller
+-- holds counter rows (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
 WITH clock AS (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
 ),
@@ -87,17 +93,17 @@ reclaimed AS (
                            THEN NULL ELSE clock.now END,
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
-    FROM clock,
-         (SELECT x.id
-          FROM gateway_tasks AS x
-          WHERE x.id = ANY(@task_ids::uuid[])
-            AND x.status = 'running'
-            AND x.execution_lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
-          ORDER BY x.id
-          FOR NO KEY UPDATE SKIP LOCKED) AS free
-    WHERE t.id = free.id
-      AND t.status = 'running'
-      AND t.execution_lease_expires_at <= clock.now
+    FROM clock
+    WHERE t.id = ANY(ARRAY(
+              SELECT x.id
+              FROM gateway_tasks AS x
+              WHERE x.id = ANY(@task_ids::uuid[])
+                AND (x.status = 'running') IS TRUE
+                AND (x.execution_lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())) IS TRUE
+              ORDER BY x.id
+              FOR NO KEY UPDATE SKIP LOCKED))
+      AND (t.status = 'running') IS TRUE
+      AND (t.execution_lease_expires_at <= clock.now) IS TRUE
     RETURNING t.id, t.async_mode, t.status, t.error_code, t.error_message, t.requeue_count,
               t.attempt_count, t.last_event_seq
 ),
@@ -120,8 +126,8 @@ leases AS (
     FROM clock,
          (SELECT x.id
           FROM gateway_concurrency_leases AS x
-          JOIN reclaimed AS r ON x.task_id = r.id
-          WHERE x.released_at IS NULL
+          WHERE x.task_id = ANY(ARRAY(SELECT r.id FROM reclaimed AS r))
+            AND (x.released_at IS NULL) IS TRUE
           ORDER BY x.id
           FOR UPDATE OF x SKIP LOCKED) AS locked
     WHERE l.id = locked.id

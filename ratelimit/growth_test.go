@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -178,9 +181,9 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 		}
 	}
 
-	// measure runs one flow in a rolled-back transaction and fails the test
-	// when it read more than a few index entries of any table.
-	measure := func(name, shape string, run func(l *ratelimit.Limiter) error) {
+	// measureTx runs one flow in a rolled-back transaction and fails the
+	// test when it read more than a few index entries of any table.
+	measureTx := func(name, shape string, run func(tx pgx.Tx) error) {
 		t.Helper()
 		tx, err := pool.Begin(ctx)
 		if err != nil {
@@ -191,7 +194,7 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := run(l.WithTx(tx)); err != nil {
+		if err := run(tx); err != nil {
 			t.Fatalf("%s of a %s: %v", name, shape, err)
 		}
 		after, err := testq.TableScansInTransaction(ctx, tx)
@@ -205,6 +208,10 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 			}
 		}
 	}
+	measure := func(name, shape string, run func(l *ratelimit.Limiter) error) {
+		t.Helper()
+		measureTx(name, shape, func(tx pgx.Tx) error { return run(l.WithTx(tx)) })
+	}
 	for shape, limits := range shapes {
 		for name, flow := range flows {
 			ls := limits(uniqueKey("measured"))
@@ -213,4 +220,21 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 		}
 		taskFlows(limits, func(name string, run func(l *ratelimit.Limiter) error) { measure(name, shape, run) })
 	}
+	// Recovery reclaiming a task whose worker died, holding a request: it
+	// runs while it holds the counters of the task's reservations, so it
+	// must not read the other running tasks' leases either.
+	dead := startSync(t, l, time.Second)
+	if _, err := l.Reserve(ctx, dead.ID, dead.AttemptID, request(uniqueKey("dead"))); err != nil {
+		t.Fatal(err)
+	}
+	waitPast(t, pool, dead.LeaseExpiresAt)
+	measureTx("RecoveryTaskReclaim", "request", func(tx pgx.Tx) error {
+		rows, err := queries.RecoveryTaskReclaim(ctx, tx, db.RecoveryTaskReclaimParams{
+			MaxRequeues: 5, TaskIds: []pgtype.UUID{mustUUID(t, dead.ID)},
+		})
+		if err == nil && (len(rows) != 1 || rows[0].ReleasedLeases != 1) {
+			err = fmt.Errorf("reclaimed %+v, want the task and its lease", rows)
+		}
+		return err
+	})
 }
