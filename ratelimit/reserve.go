@@ -23,8 +23,10 @@ import (
 // was combined with concurrent calls: the statement creates them to lock
 // them before it decides (Prune deletes them with their window).
 //
-// taskID and attemptID are optional UUIDs ("" for none). A task id lets
-// Recover give the capacity back when the task's process dies. A task that
+// taskID and attemptID are optional UUIDs ("" for none); an attempt id
+// needs its task's id (a *ValidationError on TaskID otherwise). A task id
+// lets FinishTask settle the grant and Recover give the capacity back when
+// the task's process dies. A task that
 // is finished, or an attempt that no longer runs, gives ErrTaskFinished (a
 // task or attempt id that names no row, ErrUnknownTask) and, as for a
 // refusal, no counter value, reservation or lease is written (a call of
@@ -293,6 +295,11 @@ func newAdmission(taskID, attemptID string, limits []Limit) (admission, error) {
 	attempt, err := parseOptionalID("AttemptID", attemptID)
 	if err != nil {
 		return admission{}, err
+	}
+	if attempt.Valid && !task.Valid {
+		// FinishTask and recovery find a task's rows by its id: rows that
+		// named the attempt alone stayed open when the task finished.
+		return admission{}, &ValidationError{Field: "TaskID", Value: taskID, Reason: "must name the attempt's task when an attempt id is given"}
 	}
 	windows, leases, err := splitLimits(limits)
 	if err != nil {

@@ -387,7 +387,8 @@ func TestReserveRefusesTasksThatCannotHoldCapacity(t *testing.T) {
 	}{
 		{"unknown task", missing, "", ratelimit.ErrUnknownTask},
 		{"finished task", finished.ID, "", ratelimit.ErrTaskFinished},
-		{"finished attempt", "", finished.AttemptID, ratelimit.ErrTaskFinished},
+		{"finished attempt", finished.ID, finished.AttemptID, ratelimit.ErrTaskFinished},
+		{"attempt without its task", "", running.AttemptID, ratelimit.ErrInvalidInput},
 		{"unknown attempt", running.ID, missing, ratelimit.ErrUnknownTask},
 		{"attempt of another task", running.ID, finished.AttemptID, ratelimit.ErrUnknownTask},
 	} {
