@@ -652,6 +652,7 @@ func (q *Queries) TaskFinishLock(ctx context.Context, db DBTX, taskID pgtype.UUI
 const TaskFinishPlan = `-- name: TaskFinishPlan :one
 SELECT t.status,
        (t.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
+       (current_setting('transaction_isolation') = 'read committed')::boolean AS read_committed,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
@@ -668,12 +669,18 @@ type TaskFinishPlanParams struct {
 type TaskFinishPlanRow struct {
 	Status             string
 	TokenMatches       bool
+	ReadCommitted      bool
 	OpenReservationIds []pgtype.UUID
 }
 
 // First step of finishing a task: checks the fence without locking and
 // lists the task's open reservations, whose counters the finishing batch
 // must lock first (lock order). No row for an unknown task.
+// read_committed: finishing reads what was linked to the task (by an
+// admission or an attach) only in READ COMMITTED, where TaskFinish's
+// snapshot follows TaskFinishLock; in a REPEATABLE READ transaction it
+// would miss what committed after the transaction's snapshot and leave it
+// open on the finished task, so the caller refuses then.
 // Locks: none (MVCC read).
 // Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
 // of the task's reservations, a few; `IS TRUE` keeps the status test from
@@ -681,7 +688,12 @@ type TaskFinishPlanRow struct {
 func (q *Queries) TaskFinishPlan(ctx context.Context, db DBTX, arg TaskFinishPlanParams) (TaskFinishPlanRow, error) {
 	row := db.QueryRow(ctx, TaskFinishPlan, arg.Token, arg.TaskID)
 	var i TaskFinishPlanRow
-	err := row.Scan(&i.Status, &i.TokenMatches, &i.OpenReservationIds)
+	err := row.Scan(
+		&i.Status,
+		&i.TokenMatches,
+		&i.ReadCommitted,
+		&i.OpenReservationIds,
+	)
 	return i, err
 }
 

@@ -395,12 +395,18 @@ WHERE cur.id = @task_id::uuid;
 -- First step of finishing a task: checks the fence without locking and
 -- lists the task's open reservations, whose counters the finishing batch
 -- must lock first (lock order). No row for an unknown task.
+-- read_committed: finishing reads what was linked to the task (by an
+-- admission or an attach) only in READ COMMITTED, where TaskFinish's
+-- snapshot follows TaskFinishLock; in a REPEATABLE READ transaction it
+-- would miss what committed after the transaction's snapshot and leave it
+-- open on the finished task, so the caller refuses then.
 -- Locks: none (MVCC read).
 -- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
 -- of the task's reservations, a few; `IS TRUE` keeps the status test from
 -- matching a partial index of open rows, as in CounterLockForReservations).
 SELECT t.status,
        (t.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
+       (current_setting('transaction_isolation') = 'read committed')::boolean AS read_committed,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id

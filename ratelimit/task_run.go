@@ -167,6 +167,9 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // they stay open until Recover releases them: their counters cannot be
 // locked after the task row.
 //
+// Outside READ COMMITTED (a REPEATABLE READ transaction of yours, say) it
+// refuses with ErrIsolation and writes nothing.
+//
 // A stale token gives a *StaleTokenError. When the first round trip finds
 // the token stale, nothing is written. When the token goes stale between
 // the two round trips (recovery reclaimed the task, or another call
@@ -210,6 +213,11 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	}
 	if err != nil {
 		return FinishResult{}, wrapDBError(ctx, "finish task", err)
+	}
+	if !plan.ReadCommitted {
+		// TaskFinish would read the task's leases and reservations as of the
+		// transaction's snapshot, blind to those linked since.
+		return FinishResult{}, fmt.Errorf("ratelimit: finish task: %w", ErrIsolation)
 	}
 	if plan.Status != TaskRunning || !plan.TokenMatches {
 		return FinishResult{}, staleToken(taskID, plan.Status, plan.TokenMatches)
