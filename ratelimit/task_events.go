@@ -88,7 +88,8 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 // eventPage is how many events TaskEvents reads per round trip.
 const eventPage = 1000
 
-// TaskEvents returns the task's events in sequence order.
+// TaskEvents returns the task's events in sequence order; ErrUnknownTask
+// when no task has that id.
 func (l *Limiter) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
 	if err := l.usable(); err != nil {
 		return nil, err
@@ -113,6 +114,11 @@ func (l *Limiter) TaskEvents(ctx context.Context, taskID string) ([]Event, error
 			after = r.Seq
 		}
 		if len(rows) < eventPage {
+			if len(out) == 0 { // no task, or one whose events were pruned
+				if err := l.knownTask(ctx, "list events of task", taskID, id); err != nil {
+					return nil, err
+				}
+			}
 			return out, nil
 		}
 	}

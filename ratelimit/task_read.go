@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -30,7 +31,8 @@ func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
 	return taskFromRow(row), nil
 }
 
-// TaskAttempts lists the attempts of a task, in order.
+// TaskAttempts lists the attempts of a task, in order: none for a task
+// never claimed, ErrUnknownTask when no task has that id.
 func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, error) {
 	if err := l.usable(); err != nil {
 		return nil, err
@@ -43,6 +45,11 @@ func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, e
 	if err != nil {
 		return nil, wrapDBError(ctx, "list attempts", err)
 	}
+	if len(rows) == 0 {
+		if err := l.knownTask(ctx, "list attempts of task", taskID, id); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]Attempt, len(rows))
 	for i, r := range rows {
 		out[i] = Attempt{
@@ -52,6 +59,19 @@ func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, e
 		}
 	}
 	return out, nil
+}
+
+// knownTask returns nil when a task has id, else ErrUnknownTask: a list of
+// a task's rows that came back empty is of a task without any, or of none.
+func (l *Limiter) knownTask(ctx context.Context, op, taskID string, id pgtype.UUID) error {
+	_, err := l.queries.TaskGet(ctx, l.conn, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("ratelimit: %s %s: %w", op, taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return wrapDBError(ctx, op, err)
+	}
+	return nil
 }
 
 func taskFromRow(r db.TaskGetRow) Task {
