@@ -118,7 +118,8 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // grant (ErrUnknownTask: also when another Attach linked the grant to its
 // own task first, so that of two racing calls only one succeeds), no
 // longer runs (ErrTaskFinished), or a row of the grant no longer exists
-// (ErrUnknownGrant). One round trip.
+// (ErrUnknownGrant); a grant with no row to link is of the task its TaskID
+// names, if any. One round trip.
 //
 // Attach and FinishTask of the same task exclude each other: an Attach
 // that meets a FinishTask in flight waits for it and then finds the
@@ -145,6 +146,10 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 		return grant, err
 	}
 	lids, err := parseIDs("Leases.ID", leaseIDStrings(grant.Leases))
+	if err != nil {
+		return grant, err
+	}
+	task, err := parseOptionalID("TaskID", grant.TaskID)
 	if err != nil {
 		return grant, err
 	}
@@ -179,6 +184,10 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	}
 	if err := attachRefusal(row, attemptID, grant.TaskID); err != nil {
 		return grant, err
+	}
+	if len(rids) == 0 && len(lids) == 0 && task.Valid && task != row.TaskID {
+		// No row to refuse it: the grant's task is all that names it.
+		return grant, fmt.Errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, grant.TaskID, ErrUnknownTask)
 	}
 	// A row that no longer exists refuses the whole grant (nothing was
 	// linked); a count short of the ids sent (the same id twice) still
