@@ -74,7 +74,8 @@ func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 	}
 
 	// reads runs op in a transaction (rolled back) and fails the test when
-	// it read more than a few index entries of any table.
+	// it read more than a few index entries of any table (a probe of a key
+	// may read a few: the dead versions of a counter updated by every take).
 	reads := func(what string, op func(tx pgx.Tx)) {
 		t.Helper()
 		tx, err := pool.Begin(ctx)
@@ -92,7 +93,7 @@ func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, a := range after {
-			if read := a.IndexEntriesRead - before[i].IndexEntriesRead; read > 5 {
+			if read := a.IndexEntriesRead - before[i].IndexEntriesRead; read > 20 {
 				t.Errorf("%s read %d index entries of %s with %d blocks open, want a few", what, read, a.TableName, holders)
 			}
 		}
