@@ -75,8 +75,9 @@ type CounterCheckWindowsRow struct {
 //
 // Lock order, followed by every statement that locks counter rows, so that
 // no two transactions can deadlock on them: counter rows first, sorted by
-// their primary key; then (admission only) concurrency advisory locks, sorted
-// by lock key; rows of other tables after that.
+// their primary key's columns in byte order (COLLATE "C", whatever the
+// database's collation); then (admission only) concurrency advisory locks,
+// sorted by lock key; rows of other tables after that.
 // Non-consuming preflight: whether each amount fits the current window of its
 // limit (decided in numeric, exactly as pgadmit_reserve decides), with the
 // window's usage and bounds and the database's now() so the caller computes

@@ -49,8 +49,9 @@ type LimitOutcome struct {
 
 // Observer is told what the middleware decides and how long the database
 // takes; package promadmit implements it with Prometheus metrics. Its
-// methods are called on the request's goroutine and must be fast and safe
-// for concurrent use.
+// methods are called on the request's goroutine (DatabaseCall of
+// OpRenewLeases on the goroutine that renews the request's leases) and
+// must be fast and safe for concurrent use.
 type Observer interface {
 	// Decided reports the limits of one request and what each came to,
 	// once per request that had limits, before the handler or the refusal

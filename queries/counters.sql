@@ -7,8 +7,9 @@
 --
 -- Lock order, followed by every statement that locks counter rows, so that
 -- no two transactions can deadlock on them: counter rows first, sorted by
--- their primary key; then (admission only) concurrency advisory locks, sorted
--- by lock key; rows of other tables after that.
+-- their primary key's columns in byte order (COLLATE "C", whatever the
+-- database's collation); then (admission only) concurrency advisory locks,
+-- sorted by lock key; rows of other tables after that.
 
 -- name: CounterCheckWindows :many
 -- Non-consuming preflight: whether each amount fits the current window of its

@@ -26,7 +26,7 @@ Applies pgadmit's embedded migrations (schema/*.sql) with goose's Provider API, 
 the version table ` + schema.VersionTable + ` (never goose's default table, so a service's own
 goose history is left alone). Concurrent migrators wait for each other on a lock row in the table
 ` + schema.LockTable + ` (no session state: it works through PgBouncer in transaction pooling
-mode), for as long as the command runs (Ctrl-C stops the wait).
+mode), for up to 5 minutes (Ctrl-C stops the wait).
 
   up       apply every pending migration (or up to --to)
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
