@@ -7,10 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
 // The statements of a holder's blocks probe those blocks by key, even when
@@ -24,16 +22,7 @@ import (
 func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // one session: the plans built after the vacuum are the ones measured
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := oneSessionPool(t) // the plans built after the vacuum are the ones measured
 
 	take := func(q db.DBTX, holder string, trim pgtype.UUID) pgtype.UUID {
 		t.Helper()
@@ -73,28 +62,14 @@ func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 		mine = take(pool, fmt.Sprintf("holder-%d", i), pgtype.UUID{})
 	}
 
-	// reads runs op in a transaction (rolled back) and fails the test when
-	// it read more than a few index entries of any table (a probe of a key
-	// may read a few: the dead versions of a counter updated by every take).
+	// reads fails the test when op read more than a few index entries of
+	// any table (a probe of a key may read a few: the dead versions of a
+	// counter that every take updates).
 	reads := func(what string, op func(tx pgx.Tx)) {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		before, err := testq.TableScansInTransaction(ctx, tx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		op(tx)
-		after, err := testq.TableScansInTransaction(ctx, tx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, a := range after {
-			if read := a.IndexEntriesRead - before[i].IndexEntriesRead; read > 20 {
-				t.Errorf("%s read %d index entries of %s with %d blocks open, want a few", what, read, a.TableName, holders)
+		for table, read := range indexReads(t, pool, op) {
+			if read > 20 {
+				t.Errorf("%s read %d index entries of %s with %d blocks open, want a few", what, read, table, holders)
 			}
 		}
 	}

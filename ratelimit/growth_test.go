@@ -8,10 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -39,16 +37,7 @@ func TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum(t *testing.T) {
 
 func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // one session: the plans built on empty tables are the ones measured
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := oneSessionPool(t) // the plans built on empty tables are the ones measured
 	l := ratelimit.New(pool, ratelimit.WithoutCombining())
 
 	// The shape of a gateway request. Its model is its key's: counting the
@@ -185,26 +174,15 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	// test when it read more than a few index entries of any table.
 	measureTx := func(name, shape string, run func(tx pgx.Tx) error) {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		before, err := testq.TableScansInTransaction(ctx, tx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := run(tx); err != nil {
-			t.Fatalf("%s of a %s: %v", name, shape, err)
-		}
-		after, err := testq.TableScansInTransaction(ctx, tx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, a := range after {
-			if read := a.IndexEntriesRead - before[i].IndexEntriesRead; read > 20 {
+		reads := indexReads(t, pool, func(tx pgx.Tx) {
+			if err := run(tx); err != nil {
+				t.Fatalf("%s of a %s: %v", name, shape, err)
+			}
+		})
+		for table, read := range reads {
+			if read > 20 {
 				t.Errorf("%s of a %s read %d index entries of %s with %d requests in flight, want a few: a plan scans live rows instead of probing its own",
-					name, shape, read, a.TableName, inFlight)
+					name, shape, read, table, inFlight)
 			}
 		}
 	}
