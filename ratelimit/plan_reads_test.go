@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -31,24 +32,43 @@ func oneSessionPool(t *testing.T) *pgxpool.Pool {
 // many index entries op read of each table.
 func indexReads(t *testing.T, pool *pgxpool.Pool, op func(tx pgx.Tx)) map[string]int64 {
 	t.Helper()
+	reads := map[string]int64{}
+	for _, d := range tableReads(t, pool, func(tx pgx.Tx) error { op(tx); return nil }) {
+		reads[d.TableName] = d.IndexEntriesRead
+	}
+	return reads
+}
+
+// tableReads runs fn in a transaction that it rolls back, and returns how
+// fn read each table: its sequential scans, index scans and index entries.
+func tableReads(t *testing.T, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(pgx.Tx) error) []dbtest.TableScansInTransactionRow {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	// The counters also hold what earlier transactions of this connection
+	// have not flushed yet; none are flushed inside a transaction, so the
+	// difference is fn's own.
 	before, err := testq.TableScansInTransaction(ctx, tx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("TableScansInTransaction: %v", err)
 	}
-	op(tx)
+	if err := fn(tx); err != nil {
+		t.Fatalf("flow: %v", err)
+	}
 	after, err := testq.TableScansInTransaction(ctx, tx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("TableScansInTransaction: %v", err)
 	}
-	reads := make(map[string]int64, len(after))
-	for i, a := range after {
-		reads[a.TableName] = a.IndexEntriesRead - before[i].IndexEntriesRead
+	for i := range after {
+		after[i].SeqScans -= before[i].SeqScans
+		after[i].IndexScans -= before[i].IndexScans
+		after[i].IndexEntriesRead -= before[i].IndexEntriesRead
 	}
-	return reads
+	return after
 }

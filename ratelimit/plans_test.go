@@ -225,36 +225,15 @@ func dayAgo(t *testing.T, tx pgx.Tx) time.Time {
 }
 
 // scansOf runs fn in a transaction that it rolls back, and returns how fn
-// read each table.
+// read each table it read.
 func scansOf(t *testing.T, pool interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, fn func(pgx.Tx) error) []scanCount {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	// The counters also hold what earlier transactions of this connection
-	// have not flushed yet; none are flushed inside a transaction, so the
-	// difference is fn's own.
-	before, err := testq.TableScansInTransaction(ctx, tx)
-	if err != nil {
-		t.Fatalf("TableScansInTransaction: %v", err)
-	}
-	if err := fn(tx); err != nil {
-		t.Fatalf("flow: %v", err)
-	}
-	after, err := testq.TableScansInTransaction(ctx, tx)
-	if err != nil {
-		t.Fatalf("TableScansInTransaction: %v", err)
-	}
-	out := make([]scanCount, 0, len(after))
-	for i, r := range after {
-		c := scanCount{r.TableName, r.SeqScans - before[i].SeqScans, r.IndexScans - before[i].IndexScans}
-		if c.SeqScans > 0 || c.IndexScans > 0 {
-			out = append(out, c)
+	var out []scanCount
+	for _, r := range tableReads(t, pool, fn) {
+		if r.SeqScans > 0 || r.IndexScans > 0 {
+			out = append(out, scanCount{r.TableName, r.SeqScans, r.IndexScans})
 		}
 	}
 	return out

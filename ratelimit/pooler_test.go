@@ -57,16 +57,7 @@ func TestCheckPooler(t *testing.T) {
 // connection and then wait for a second one of the pool, for ever or until ctx ended.
 func TestCheckPoolerOnAPoolOfOneConnection(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := oneSessionPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
