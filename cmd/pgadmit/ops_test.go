@@ -108,17 +108,12 @@ func TestRecoverDeadProcess(t *testing.T) {
 	if code != exitOK || stderr.Len() != 0 {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 	}
-	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
-	for _, re := range []string{
-		`(?m)^` + ts + `recover: sweeping every 300ms`,
-		`(?m)^` + ts + `recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments \(\d+ms\)$`,
-		`(?m)^` + ts + `recover: nothing to recover \(\d+ms\)$`,
-		`(?m)^` + ts + `recover: stopped$`,
-	} {
-		if !regexp.MustCompile(re).MatchString(out) {
-			t.Errorf("recover --every output does not match %s:\n%s", re, out)
-		}
-	}
+	assertSweeperLog(t, out,
+		`recover: sweeping every 300ms`,
+		`recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments \(\d+ms\)$`,
+		`recover: nothing to recover \(\d+ms\)$`,
+		`recover: stopped$`,
+	)
 	cliOK(t, "--database-url", url, "doctor")
 	if out := cliOK(t, "--database-url", url, "inspect", "--scope", "model:m1"); !strings.Contains(out, "CONCURRENCY LEASES (unreleased)\n  none") {
 		t.Errorf("the dead process's lease is still there:\n%s", out)
@@ -255,16 +250,11 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 	if code != exitOK || stderr.Len() != 0 {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 	}
-	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
-	for _, re := range []string{
-		`(?m)^` + ts + `recover: pass failed: .*context deadline exceeded`,
-		`(?m)^` + ts + `recover: nothing to recover \(\d+ms\)$`,
-		`(?m)^` + ts + `recover: stopped$`,
-	} {
-		if !regexp.MustCompile(re).MatchString(out) {
-			t.Errorf("recover --every output does not match %s:\n%s", re, out)
-		}
-	}
+	assertSweeperLog(t, out,
+		`recover: pass failed: .*context deadline exceeded`,
+		`recover: nothing to recover \(\d+ms\)$`,
+		`recover: stopped$`,
+	)
 	_, errOut, code := cli(t, nil, "--database-url", url, "recover", "--every", "1s", "--pass-timeout", "0s")
 	if code != exitUsage || !strings.Contains(errOut, "--pass-timeout must be positive") {
 		t.Errorf("recover --pass-timeout 0s: exit %d, %q", code, errOut)
@@ -351,15 +341,10 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 	if code != exitOK || stderr.Len() != 0 {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 	}
-	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
-	for _, re := range []string{
-		`(?m)^` + ts + `recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+ms\); stopped mid-pass$`,
-		`(?m)^` + ts + `recover: stopped$`,
-	} {
-		if !regexp.MustCompile(re).MatchString(out) {
-			t.Errorf("recover --every output does not match %s:\n%s", re, out)
-		}
-	}
+	assertSweeperLog(t, out,
+		`recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+ms\); stopped mid-pass$`,
+		`recover: stopped$`,
+	)
 	if strings.Contains(out, "pass failed") {
 		t.Errorf("a pass stopped by the signal is logged as failed:\n%s", out)
 	}
@@ -395,6 +380,18 @@ func TestPruneAndRecoverPrintTheirProgress(t *testing.T) {
 		_, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)
 		if code != exitUsage || !strings.Contains(errOut, "--progress") {
 			t.Errorf("%v: exit %d, %q; want a usage error naming --progress", args, code, errOut)
+		}
+	}
+}
+
+// assertSweeperLog checks that the sweeper's output has a line for each pattern, after its UTC
+// timestamp.
+func assertSweeperLog(t *testing.T, out string, lines ...string) {
+	t.Helper()
+	for _, line := range lines {
+		re := `(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ` + line
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("recover --every output does not match %s:\n%s", re, out)
 		}
 	}
 }
