@@ -89,11 +89,12 @@ func oneConnection(conn Executor) bool {
 // short: the row and advisory locks its operations take are held until tx
 // ends.
 //
-// tx must be READ COMMITTED (ErrIsolation otherwise). Several operations may
-// share tx only in the global lock order — counters, then concurrency
-// scopes, then queue scopes, then rows — for example Reserve then
-// CreateTask, but not Reserve twice or CreateTask then Reserve, nor
-// FinishTask twice (each holds its task row FOR UPDATE, which a combined
+// tx must be READ COMMITTED: in another level Reserve, CreateTask and
+// FinishTask refuse with ErrIsolation (the others do not check it).
+// Several operations may share tx only in the global lock order —
+// counters, then concurrency scopes, then queue scopes, then rows — for
+// example Reserve then CreateTask, but not Reserve twice or CreateTask then
+// Reserve, nor FinishTask twice (each holds its task row FOR UPDATE, which a combined
 // admission naming both tasks waits for in its own order); an operation
 // out of order is refused with a *LockOrderError before it runs, since it
 // could deadlock with other transactions. Housekeeping (Recover, Prune,
