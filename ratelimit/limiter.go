@@ -58,7 +58,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		l.inTx, l.order = true, &txOrder{}
 		return l
 	}
-	if o.combineBatch > 0 {
+	if o.combineBatch > 0 && !oneConnection(conn) {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
@@ -70,11 +70,13 @@ func New(conn Executor, opts ...Option) *Limiter {
 }
 
 // oneConnection reports whether conn is a single connection (a *pgx.Conn,
-// or a pool's *pgxpool.Conn), which runs one statement at a time. Blocks of
-// Local limits are taken ahead, reported and returned by statements sent
-// off the caller's path, which would run on it alongside the caller's own
-// ("conn busy", and pgx's state raced): there, Local limits are decided in
-// the database, as inside a caller's transaction.
+// or a pool's *pgxpool.Conn), which runs one statement at a time. Statements
+// sent off the caller's path would run on it alongside the caller's own
+// ("conn busy", pgx's state raced, statements crossed): the blocks of Local
+// limits, taken ahead, reported and returned so, and combined statements,
+// which run on when their callers leave. There, nothing is combined (each
+// call returns once its statement is answered) and Local limits are decided
+// in the database, as inside a caller's transaction.
 func oneConnection(conn Executor) bool {
 	switch conn.(type) {
 	case *pgx.Conn, *pgxpool.Conn:
