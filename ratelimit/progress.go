@@ -6,8 +6,9 @@ import "time"
 type Progress struct {
 	// Job is "recover" or "prune".
 	Job string
-	// Step is the step under way, named as in the run's errors
-	// ("reclaim expired tasks", "reservations", ...).
+	// Step is the step whose batch the run has just done (it may have
+	// been the step's last), named as in the run's errors ("reclaim
+	// expired tasks", "reservations", ...).
 	Step string
 	// Batches counts the batches (statements or transactions) the run has
 	// done so far.
