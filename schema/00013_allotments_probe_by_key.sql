@@ -11,11 +11,16 @@
 -- `(returned_at IS NULL) IS TRUE`, which no partial index matches, as
 -- AllotmentSync's is (queries/allotments.sql). And the return's update,
 -- which joined the blocks with the ids it was given, and which a plan
--- could turn around into a read of every block, finds each by its key
--- alone (LATERAL ... LIMIT 1) and updates it by tuple id, as migration
--- 00008 did for the hot paths. TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum
--- counts the index entries each reads after such a VACUUM. Nothing else
--- changes; Down restores the bodies of 00006.
+-- could turn around into a read of every block, also tests the blocks' id
+-- against the array of ids, which bounds a scan of the blocks to those
+-- named. (Not by tuple id, as migration 00008 updates: a block that a
+-- holder's report changed while the return waited has a new tuple id, and
+-- an update by the old one would skip it and leave it open.)
+-- TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum counts the index
+-- entries each reads after such a VACUUM, and
+-- TestAllotmentReturnWaitingForAReportReturnsTheBlock returns a block
+-- while a report holds it. Nothing else changes; Down restores the bodies
+-- of 00006.
 
 -- +goose Up
 SET LOCAL lock_timeout = '5s';
@@ -155,8 +160,7 @@ AS $$
 -- Locks: the blocks' counters FOR UPDATE in primary-key order (the lock
 -- order), then the block rows.
 -- Index: gateway_rate_limit_allotments_pkey; gateway_rate_limit_counters_pkey
--- (one probe per block: each is found by its key alone, then tested, then
--- updated by tuple id; see the migration's header).
+-- (one probe per block named; see the migration's header).
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
 BEGIN
@@ -176,31 +180,23 @@ BEGIN
         SELECT u.id, u.used, u.reason, u.i
         FROM unnest(p_ids, p_used, p_reasons) WITH ORDINALITY AS u(id, used, reason, i)
     ),
-    -- Each block found by its key alone, then updated by tuple id: a join
-    -- on the id let a plan read every block to find those named. The open
-    -- test on the target is checked again on a version a concurrent report
-    -- (AllotmentSync) wrote meanwhile; a concurrent return waited for the
-    -- counter lock above.
-    found AS (
-        SELECT input.i, input.used, input.reason, x.tid
-        FROM input
-        CROSS JOIN LATERAL (
-            SELECT y.ctid AS tid
-            FROM gateway_rate_limit_allotments AS y
-            WHERE y.id = input.id
-            LIMIT 1
-        ) AS x
-    ),
+    -- The update joins the blocks with the input on their id, and also
+    -- tests the id against the ids given: a plan may scan either side
+    -- first, and on the blocks' side the index scan reads only those named
+    -- (the join alone let a plan read every block to find them). A block a
+    -- concurrent report (AllotmentSync) changed meanwhile is tested again,
+    -- id and open state, on its newest version; a concurrent return waited
+    -- for the counter lock above.
     done AS (
         UPDATE gateway_rate_limit_allotments AS a
         SET returned_at = v_now,
-            used = greatest(f.used, 0),
-            consumed = greatest(f.used, 0),
+            used = greatest(input.used, 0),
+            consumed = greatest(input.used, 0),
             synced_at = v_now,
-            reason = nullif(f.reason, '')
-        FROM found AS f
-        WHERE a.ctid = f.tid AND (a.returned_at IS NULL) IS TRUE
-        RETURNING f.i, a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start, a.granted, a.used
+            reason = nullif(input.reason, '')
+        FROM input
+        WHERE a.id = input.id AND a.id = ANY(p_ids) AND (a.returned_at IS NULL) IS TRUE
+        RETURNING input.i, a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start, a.granted, a.used
     ),
     totals AS (
         SELECT d.scope_type, d.scope_key, d.metric, d.window_seconds, d.window_start,
