@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -242,7 +245,7 @@ func (a *allotments) loop() {
 			return
 		case <-tick.C:
 		}
-		a.housekeep(false)
+		_ = a.housekeep(false) // a failed return is tried again next round
 		if time.Since(lastSync) >= allotSyncEvery {
 			lastSync = time.Now()
 			a.sync()
@@ -262,8 +265,9 @@ func (a *allotments) snapshot() []*blockSet {
 }
 
 // housekeep returns the blocks that are done (closing: every block) and
-// trims the ones set aside with requests still in flight.
-func (a *allotments) housekeep(closing bool) {
+// trims the ones set aside with requests still in flight. It returns why
+// the return failed, if it did (the blocks are then back in their sets).
+func (a *allotments) housekeep(closing bool) error {
 	sets := a.snapshot()
 	now := a.dbNow()
 	var done []returning
@@ -275,8 +279,9 @@ func (a *allotments) housekeep(closing bool) {
 	for _, t := range trims {
 		a.trim(t)
 	}
-	a.giveBack(done)
+	err := a.giveBack(done)
 	a.dropIdle(sets)
+	return err
 }
 
 // dropIdle forgets the counters of sets that hold nothing and had no
@@ -312,10 +317,11 @@ type returning struct {
 // fails (the database unreachable, a lock timeout), the blocks go back to
 // their sets and the next round, or Close, tries again; a process that
 // never manages leaves them to recovery once their window is over
-// (RecoveryAllotmentFindLost), and nothing over-admits meanwhile.
-func (a *allotments) giveBack(rs []returning) {
+// (RecoveryAllotmentFindLost), and nothing over-admits meanwhile. It
+// returns the statement's error.
+func (a *allotments) giveBack(rs []returning) error {
 	if len(rs) == 0 {
-		return
+		return nil
 	}
 	p := db.AllotmentReturnParams{}
 	for _, r := range rs {
@@ -325,13 +331,33 @@ func (a *allotments) giveBack(rs []returning) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 	defer cancel()
-	if _, err := a.l.queries.AllotmentReturn(ctx, a.l.conn, p); err != nil {
+	_, err := a.l.queries.AllotmentReturn(ctx, a.l.conn, p)
+	if err != nil {
 		for _, r := range rs {
 			r.set.mu.Lock()
 			r.set.requeueLocked(r.b)
 			r.set.mu.Unlock()
 		}
 	}
+	return err
+}
+
+// sessionLost reports an error that ended the session a statement was sent
+// on (the server restarted or ended it; the network dropped it), not an
+// answer of a live server nor a timeout: the same statement on a new
+// session may well go through. pgxpool hands out a session used in the
+// last second without pinging it, so the first statement after a restart
+// can meet such an error.
+func sessionLost(err error) bool {
+	if err == nil || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 57P: the server shut down or ended the session; 08: the connection failed.
+		return strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	return true
 }
 
 // trimming is a block closed for want of room, to be trimmed to what it
@@ -398,7 +424,13 @@ func (a *allotments) close() {
 		<-a.stopped
 	}
 	a.refills.Wait()
-	a.housekeep(true)
+	// Close has no next round: a return that failed on a session the server
+	// had ended is sent once more, on a new one (the pool dropped the dead
+	// one). A return is idempotent. A timeout is not tried again, so that a
+	// Close on a hanging database waits for one call's timeout, not two.
+	if err := a.housekeep(true); sessionLost(err) {
+		_ = a.housekeep(true)
+	}
 }
 
 // Close returns the blocks of Local limits this Limiter holds, charging

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -98,5 +99,70 @@ func TestLocalReserveWithAnEndedContextHoldsNothing(t *testing.T) {
 	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
 	if !errors.Is(err, context.Canceled) || len(g.Reservations) > 0 {
 		t.Fatalf("Reserve with an ended ctx: %+v, %v; want context.Canceled and nothing held", g, err)
+	}
+}
+
+// Close returns the blocks even when the server has just ended the pool's
+// sessions (a restart, a failover, pg_terminate_backend). pgxpool hands
+// out a connection used less than a second ago without pinging it, so the
+// return Close sends may fail on the dead session; Close tried once, and
+// left the blocks reserved until their window ended and Recover took them
+// (an hour here, a month for a monthly limit).
+func TestLocalCloseReturnsBlocksAfterTheServerEndedItsSessions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := "pgadmit-test-" + uniqueKey("closeended")
+	if len(app) > 63 {
+		app = app[:63]
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.MaxConns = 1 // one session: the one the server ends
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	awaitLocalWindow(t, admin)
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("closeended")
+	if _, err := l.Commit(ctx, reserveLocal(t, l, key, 1000, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	pid, err := testq.OpsBackendPid(ctx, pool) // the pool's session, used just now
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testq.OpsTerminateBackend(ctx, admin, pid); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n, err := testq.OpsBackendCountByApplication(ctx, admin, app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the terminated session is still there")
+		}
+	}
+	closing := time.Now()
+	l.Close()
+	t.Logf("Close took %s", time.Since(closing))
+	if open := openBlocks(t, admin, key); len(open) > 0 {
+		t.Errorf("%d block(s) still open after Close", len(open))
 	}
 }
