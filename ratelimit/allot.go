@@ -360,6 +360,13 @@ func sessionLost(err error) bool {
 	return true
 }
 
+// statementCacheMissed reports an error of pgx's statement cache meeting a
+// server session that is not the one it prepared on (lostStatementCache).
+func statementCacheMissed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && lostStatementCache(pgErr)
+}
+
 // trimming is a block closed for want of room, to be trimmed to what it
 // admitted while requests admitted from it are still in flight, so that
 // its unused units go back to the window now rather than when they end.
@@ -426,9 +433,12 @@ func (a *allotments) close() {
 	a.refills.Wait()
 	// Close has no next round: a return that failed on a session the server
 	// had ended is sent once more, on a new one (the pool dropped the dead
-	// one). A return is idempotent. A timeout is not tried again, so that a
-	// Close on a hanging database waits for one call's timeout, not two.
-	if err := a.housekeep(true); sessionLost(err) {
+	// one), and so is one that met pgx's statement cache on a session that
+	// does not hold the statement (behind a transaction pooler: pgx dropped
+	// it from its cache and prepares it anew). A return is idempotent. A
+	// timeout is not tried again, so that a Close on a hanging database
+	// waits for one call's timeout, not two.
+	if err := a.housekeep(true); sessionLost(err) || statementCacheMissed(err) {
 		_ = a.housekeep(true)
 	}
 }

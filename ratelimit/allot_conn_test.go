@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -163,6 +165,76 @@ func TestLocalCloseReturnsBlocksAfterTheServerEndedItsSessions(t *testing.T) {
 	l.Close()
 	t.Logf("Close took %s", time.Since(closing))
 	if open := openBlocks(t, admin, key); len(open) > 0 {
+		t.Errorf("%d block(s) still open after Close", len(open))
+	}
+}
+
+// Close returns the blocks even when its return meets pgx's statement
+// cache on a server session that does not hold the statement (pgx's
+// default cache_statement exec mode behind a transaction-pooling proxy,
+// which every other call reports as a *PoolerError; Close reports
+// nothing). pgx drops the statement from its cache on the failure, so the
+// same return sent again prepares it anew on the session it runs on; Close
+// tried once, and left the blocks reserved until their window ended.
+func TestLocalCloseReturnsBlocksAfterTheStatementCacheMissedBehindAPooler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pooled, directURL := pgtest.NewPoolerURLIn(t, "transaction", 2)
+	cfg, err := pgxpool.ParseConfig(pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	cfg.MaxConns = 1 // one client connection: the one whose cache Close uses
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
+	awaitLocalWindow(t, direct)
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("closecache")
+	if _, err := l.Commit(ctx, reserveLocal(t, l, key, 1000, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The client connection prepares the return (returning nothing) on one
+	// server session, in a transaction that names it.
+	var prepared int32
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := db.New().AllotmentReturn(ctx, tx, db.AllotmentReturnParams{Ids: []pgtype.UUID{}, Used: []float64{}, Reasons: []string{}}); err != nil {
+			return err
+		}
+		prepared, err = testq.OpsBackendPid(ctx, tx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Another client connection holds that session (PgBouncer hands out the
+	// server connection released last), so Close's return runs on the other.
+	holderCfg, err := pgx.ParseConfig(pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holderCfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	holder, err := pgx.ConnectConfig(ctx, holderCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Close(ctx) }()
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if held, err := testq.OpsBackendPid(ctx, tx); err != nil || held != prepared {
+		t.Fatalf("the holder's session = %d, %v; want %d, where the return was prepared", held, err, prepared)
+	}
+
+	l.Close()
+	if open := openBlocks(t, direct, key); len(open) > 0 {
 		t.Errorf("%d block(s) still open after Close", len(open))
 	}
 }
