@@ -251,9 +251,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 
 	// Let every live instance finish its requests in flight, then stop the sweeper.
 	fmt.Fprintf(d.out, "\nstopping: live instances finish their requests in flight...\n")
-	for _, g := range gws[:len(gws)-1] {
-		g.drain()
-	}
+	d.drainLive(ctx, gws[:len(gws)-1], crash)
 	stopBG()
 	bgWG.Wait()
 	if crash != nil {

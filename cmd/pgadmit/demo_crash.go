@@ -39,6 +39,33 @@ func (d *demo) awaitRecovery(ctx context.Context, crash *crashWatch) error {
 	return nil
 }
 
+// drainLive drains the live instances, following the crash meanwhile: with many clients a drain
+// takes seconds, and the dead instance's capacity often comes back during it; polled only
+// afterwards, it would be reported back when the drain ended. The sweeper's events are printed
+// as they come, with their time.
+func (d *demo) drainLive(ctx context.Context, live []*gateway, crash *crashWatch) {
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for _, g := range live {
+			g.drain()
+		}
+	}()
+	t := time.NewTicker(time.Second) // as often as the progress lines
+	defer t.Stop()
+	for {
+		select {
+		case <-drained:
+			return
+		case <-t.C:
+		}
+		if crash != nil {
+			crash.poll(ctx, d)
+		}
+		d.flushNotes()
+	}
+}
+
 // flushNotes prints the pending events on lines of their own.
 func (d *demo) flushNotes() {
 	d.mu.Lock()

@@ -5,8 +5,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -111,5 +114,55 @@ func TestDemoConnectionsFitTheServer(t *testing.T) {
 	}
 	if each, _ := demoConnections(ctx, pool, 3, 12); room >= 3*12+8 && each != 12 {
 		t.Errorf("3 instances of 12 clients: %d connections each, want one per client", each)
+	}
+}
+
+// syncWriter is an io.Writer that a test may read while the demo writes to it.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// The killed instance's capacity often comes back while the live instances drain (a large demo's
+// drain takes many seconds): the demo follows the crash during the drain, so that the time it
+// reports is when the capacity came back, not when the drain ended.
+func TestDemoFollowsTheCrashWhileDraining(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ops := pgtest.NewPool(t)
+	out := &syncWriter{}
+	d := &demo{out: out, ops: ops, start: time.Now()}
+	victim := &gateway{name: "gw-2"}
+	// A dead instance whose tasks hold nothing any more: recovery already gave it all back.
+	crash := &crashWatch{gw: victim, ids: []pgtype.UUID{}}
+
+	// A live instance whose last client finishes only once the demo has seen the capacity come
+	// back (or after 10s, when it never looks).
+	live := &gateway{d: d, name: "gw-1", pool: pgtest.NewPool(t)}
+	live.wg.Add(1)
+	var released time.Duration
+	go func() {
+		defer live.wg.Done()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(out.String(), "gw-2's capacity is back") && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		released = d.since()
+	}()
+	d.drainLive(ctx, []*gateway{live}, crash)
+	if crash.clearedAt == 0 || crash.clearedAt > released {
+		t.Errorf("capacity seen back at %s, the drain ended at %s: want it seen during the drain\n%s", crash.clearedAt, released, out.String())
 	}
 }
