@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
 // AllotmentOptions size and time the blocks that Local limits are admitted
@@ -360,13 +361,6 @@ func sessionLost(err error) bool {
 	return true
 }
 
-// statementCacheMissed reports an error of pgx's statement cache meeting a
-// server session that is not the one it prepared on (lostStatementCache).
-func statementCacheMissed(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && lostStatementCache(pgErr)
-}
-
 // trimming is a block closed for want of room, to be trimmed to what it
 // admitted while requests admitted from it are still in flight, so that
 // its unused units go back to the window now rather than when they end.
@@ -438,7 +432,7 @@ func (a *allotments) close() {
 	// it from its cache and prepares it anew). A return is idempotent. A
 	// timeout is not tried again, so that a Close on a hanging database
 	// waits for one call's timeout, not two.
-	if err := a.housekeep(true); sessionLost(err) || statementCacheMissed(err) {
+	if err := a.housekeep(true); sessionLost(err) || poolerr.StatementCacheLost(err) {
 		_ = a.housekeep(true)
 	}
 }

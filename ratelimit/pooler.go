@@ -103,13 +103,6 @@ func (e *PoolerError) Is(target error) bool {
 // Unwrap returns what the probe saw.
 func (e *PoolerError) Unwrap() error { return e.Cause }
 
-// lostStatementCache tells whether pgErr is pgx's statement cache meeting a session that is not
-// the one it prepared on: its statement missing (26000) or another client's there under the same
-// name (42P05). pgx names the statements it caches "stmtcache_" and a hash of the SQL.
-func lostStatementCache(pgErr *pgconn.PgError) bool {
-	return (pgErr.Code == "26000" || pgErr.Code == "42P05") && strings.Contains(pgErr.Message, `"stmtcache_`)
-}
-
 // ErrPoolerUnknown is returned (wrapped) by CheckPooler when its probe could not tell whether a
 // proxy between the pool and the server keeps each client connection on one server session, so
 // it neither reports a mismatch nor passes. A pooler in session mode always looks so: its

@@ -556,7 +556,7 @@ func wrapDBError(ctx context.Context, op string, err error) error {
 		case sqlstateTaskFinished:
 			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrTaskFinished, err)
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
-			if lostStatementCache(pgErr) {
+			if poolerr.StatementCacheLost(err) {
 				return &PoolerError{Mode: "cache_statement", Cause: err, op: op}
 			}
 		case "08P01": // protocol_violation: a statement-pooling proxy refusing a transaction block

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -145,9 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 // errors (a *ratelimit.PoolerError) say it themselves.
 func statementCacheAdvice(err error) error {
 	var pe *ratelimit.PoolerError
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pe) || !errors.As(err, &pgErr) || (pgErr.Code != "26000" && pgErr.Code != "42P05") ||
-		!strings.Contains(pgErr.Message, `"stmtcache_`) {
+	if errors.As(err, &pe) || !poolerr.StatementCacheLost(err) {
 		return err
 	}
 	return fmt.Errorf("%w: the connection goes through a transaction-pooling proxy, and pgx's default exec mode "+

@@ -1,7 +1,8 @@
 // Package poolerr recognises a connection pooler that pools by statement, so that package
 // ratelimit and package schema, which must not import ratelimit, report it alike: with errors
 // matching the same sentinels, ratelimit.ErrPoolerMismatch and ratelimit.ErrStatementPooling,
-// which are the values declared here.
+// which are the values declared here. It also recognises pgx's statement cache meeting the
+// wrong server session (StatementCacheLost), for ratelimit and the CLI.
 package poolerr
 
 import (
@@ -34,6 +35,16 @@ const MigrationsNeed = "goose applies each migration in a transaction, except th
 func StatementPooling(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "statement pooling mode")
+}
+
+// StatementCacheLost reports whether err is pgx's statement cache meeting a server session that
+// is not the one it prepared on (a transaction pooler in front of pgx's default exec mode): its
+// statement missing (26000) or another client's there under the same name (42P05). pgx names the
+// statements it caches "stmtcache_" and a hash of the SQL.
+func StatementCacheLost(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05") &&
+		strings.Contains(pgErr.Message, `"stmtcache_`)
 }
 
 // Wrap returns err itself, or, when StatementPooling(err), err followed by why the operation

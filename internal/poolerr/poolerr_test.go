@@ -32,3 +32,26 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+// Only pgx's own cached statements, missing (26000) or clashing (42P05), wrapped or not, are a
+// lost statement cache: a prepared statement of the caller's own is not.
+func TestStatementCacheLost(t *testing.T) {
+	for _, err := range []error{
+		&pgconn.PgError{Code: "26000", Message: `prepared statement "stmtcache_9071ab2d" does not exist`},
+		fmt.Errorf("inspect: %w", &pgconn.PgError{Code: "42P05", Message: `prepared statement "stmtcache_9071ab2d" already exists`}),
+	} {
+		if !StatementCacheLost(err) {
+			t.Errorf("StatementCacheLost(%v) = false, want true", err)
+		}
+	}
+	for _, err := range []error{
+		nil,
+		errors.New(`prepared statement "stmtcache_9071ab2d" does not exist`),
+		&pgconn.PgError{Code: "26000", Message: `prepared statement "mine" does not exist`},
+		&pgconn.PgError{Code: "08P01", Message: `"stmtcache_9071ab2d"`},
+	} {
+		if StatementCacheLost(err) {
+			t.Errorf("StatementCacheLost(%v) = true, want false", err)
+		}
+	}
+}
