@@ -58,14 +58,15 @@ func New(conn Executor, opts ...Option) *Limiter {
 		l.inTx, l.order = true, &txOrder{}
 		return l
 	}
-	if o.combineBatch > 0 && !oneConnection(conn) {
+	if oneConnection(conn) {
+		return l // nothing combined, Local limits decided in the database
+	}
+	if o.combineBatch > 0 {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
 	}
-	if !oneConnection(conn) {
-		l.allot = newAllotments(l, o.allot)
-	}
+	l.allot = newAllotments(l, o.allot)
 	return l
 }
 
