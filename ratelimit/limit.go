@@ -37,7 +37,9 @@ type Limit struct {
 	// Limit is the capacity of the window, or of concurrent slots.
 	Limit float64
 	// Amount is what this admission needs: 1 request, an estimate of
-	// tokens, 1 slot.
+	// tokens, 1 slot. On a concurrent limit it is the lease's weight: a
+	// request may hold 2.5 slots or half of one, and the live leases'
+	// weights never sum past Limit.
 	Amount float64
 	// Window is the fixed window of a counter metric, in whole seconds,
 	// aligned to the Unix epoch. Zero means DefaultWindow.
