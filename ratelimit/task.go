@@ -87,7 +87,8 @@ type TaskSpec struct {
 	Async bool
 	// Kind labels the work for operators ("chat", "image"...). Optional.
 	Kind string
-	// Payload is caller data, any JSON value; empty means {}.
+	// Payload is caller data, any JSON value of at most MaxPayloadBytes;
+	// empty means {}.
 	Payload json.RawMessage
 	// QueueLimits are queue_size limits: the task is admitted only while
 	// each scope holds fewer unfinished tasks than its Limit (a whole number;
@@ -219,7 +220,8 @@ func jsonOrEmptyObject(field string, b json.RawMessage) ([]byte, error) {
 	return b, nil
 }
 
-// validateJSON accepts valid JSON that a jsonb column can store. Go's
+// validateJSON accepts valid JSON of at most MaxPayloadBytes that a jsonb
+// column can store. Go's
 // json.Valid is not enough: jsonb refuses the \u0000 escape (it cannot hold
 // NUL in text), a \u escape of half a surrogate pair, bytes that are not
 // UTF-8, and numbers outside numeric's range, each with a raw SQLSTATE;
@@ -228,6 +230,9 @@ func jsonOrEmptyObject(field string, b json.RawMessage) ([]byte, error) {
 func validateJSON(field string, b []byte) error {
 	refuse := func(reason string) error {
 		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", b), Reason: reason}
+	}
+	if len(b) > MaxPayloadBytes {
+		return refuse(fmt.Sprintf("must be at most %d bytes, not %d", MaxPayloadBytes, len(b)))
 	}
 	if !json.Valid(b) {
 		return refuse("must be valid JSON")

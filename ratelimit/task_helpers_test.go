@@ -2,7 +2,9 @@ package ratelimit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,4 +181,9 @@ func mustUUID(t *testing.T, s string) pgtype.UUID {
 		t.Fatalf("parse uuid %q: %v", s, err)
 	}
 	return u
+}
+
+// jsonString is a JSON string of n bytes of text: n+2 bytes with its quotes.
+func jsonString(n int) json.RawMessage {
+	return json.RawMessage(`"` + strings.Repeat("x", n) + `"`)
 }

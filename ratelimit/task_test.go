@@ -349,6 +349,7 @@ func TestTaskInputValidation(t *testing.T) {
 		{"payload with a lone low surrogate", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`"\udc00"`)}, "Payload"},
 		{"payload with a high surrogate before another escape", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage(`"\ud83d\n"`)}, "Payload"},
 		{"payload not UTF-8", ratelimit.TaskSpec{Async: true, Payload: json.RawMessage("\"\xff\"")}, "Payload"},
+		{"payload over MaxPayloadBytes", ratelimit.TaskSpec{Async: true, Payload: jsonString(ratelimit.MaxPayloadBytes - 1)}, "Payload"},
 		{"kind with NUL", ratelimit.TaskSpec{Async: true, Kind: "a\x00b"}, "Kind"},
 		{"queue without scope type", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Scope.Type = "" })}, "QueueLimits[0].Scope.Type"},
 		{"queue without scope key", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Scope.Key = " " })}, "QueueLimits[0].Scope.Key"},
@@ -393,6 +394,10 @@ func TestTaskInputValidation(t *testing.T) {
 			_, err := l.FinishTask(ctx, existing.ID, token, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: json.RawMessage(`{"detail":"\u0000"}`)})
 			return err
 		}, "Outcome.Error"},
+		{"finish error over MaxPayloadBytes", func() error {
+			_, err := l.FinishTask(ctx, existing.ID, token, ratelimit.Outcome{Status: ratelimit.TaskFailed, Error: jsonString(ratelimit.MaxPayloadBytes - 1)})
+			return err
+		}, "Outcome.Error"},
 		{"event with a malformed token", func() error {
 			_, err := l.AppendEvent(ctx, existing.ID, "nope", ratelimit.Event{Type: "x"})
 			return err
@@ -411,6 +416,10 @@ func TestTaskInputValidation(t *testing.T) {
 		}, "Event.Payload"},
 		{"event payload with a NUL escape", func() error {
 			_, err := l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{Type: "x", Payload: json.RawMessage(`["\u0000"]`)})
+			return err
+		}, "Event.Payload"},
+		{"event payload over MaxPayloadBytes", func() error {
+			_, err := l.AppendEvent(ctx, existing.ID, existing.ExecutionToken, ratelimit.Event{Type: "x", Payload: jsonString(ratelimit.MaxPayloadBytes - 1)})
 			return err
 		}, "Event.Payload"},
 	}

@@ -32,6 +32,13 @@ const (
 	// MaxReasonBytes bounds the reason recorded on released reservations
 	// and leases.
 	MaxReasonBytes = 512
+	// MaxPayloadBytes bounds a JSON document a task stores: TaskSpec.Payload,
+	// Event.Payload and Outcome.Error. It keeps every accepted document
+	// within what jsonb can hold: the densest JSON (an array of 0s) grows
+	// about sixfold into jsonb, so 16 MiB becomes about 100 MB, while 80 MB
+	// of it fails on the server with a raw "invalid memory alloc request
+	// size".
+	MaxPayloadBytes = 16 << 20
 )
 
 // windowLimit is a validated window-counter limit with its position in the
