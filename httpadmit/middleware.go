@@ -22,14 +22,20 @@ const (
 
 // RefusalHandler writes the response to a request that a limit refused.
 // When it runs, the rate-limit headers and Retry-After (for a refusal that
-// retrying can cure) are already set on w.
+// retrying can cure) are already set on w. Behind another middleware that
+// admitted the request, a handler that answers without the upstream should
+// call Discard(r.Context(), reason), as the default handlers do, so that
+// the outer middleware releases its reservation; one that serves a
+// fallback leaves it to be committed.
 type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusal)
 
 // ErrorHandler writes the response to a request that could not be decided:
 // err wraps ErrBadRequest, is an *UnavailableError (ErrUnavailable), wraps
 // ErrInvalidLimit (a limit no request can be decided on), wraps the
 // *ratelimit.ValidationError of a Limiter that cannot run (made from a nil
-// pool: Field "conn"), or is whatever the LimitsFunc returned.
+// pool: Field "conn"), or is whatever the LimitsFunc returned. Behind
+// another middleware, the same holds as for a RefusalHandler: call Discard
+// when the request will not reach the upstream.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 // Refusal explains a request that an enforced limit refused.

@@ -99,8 +99,12 @@ func RefusalProblem(refusal *Refusal) Problem {
 	return p
 }
 
-// DefaultRefusalHandler answers 429 with RefusalProblem's body.
-func DefaultRefusalHandler(w http.ResponseWriter, _ *http.Request, refusal *Refusal) {
+// DefaultRefusalHandler answers 429 with RefusalProblem's body. The
+// request never reaches the upstream, so middlewares around this one that
+// admitted it release their reservations (ReasonRefusedInside) instead of
+// committing their estimates.
+func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refusal) {
+	discardOuter(r, ReasonRefusedInside)
 	WriteProblem(w, RefusalProblem(refusal))
 }
 
@@ -108,8 +112,10 @@ func DefaultRefusalHandler(w http.ResponseWriter, _ *http.Request, refusal *Refu
 // limit that ratelimit refused, the field and the reason, never the value,
 // which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable, and
 // 500 otherwise, ErrInvalidLimit included (without the error's text, which
-// may hold internals).
-func DefaultErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
+// may hold internals). Like DefaultRefusalHandler, it releases the request's
+// admissions by middlewares around this one (ReasonUndecidedInside).
+func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	discardOuter(r, ReasonUndecidedInside)
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		detail := err.Error()
@@ -123,5 +129,15 @@ func DefaultErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 			Detail: "admission control is unavailable; retry shortly"})
 	default:
 		WriteProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError})
+	}
+}
+
+// discardOuter releases what middlewares around the one answering r
+// admitted it with: a request answered by a middleware never reaches the
+// upstream. r may come through no other middleware (ErrNoAdmission), or
+// through one whose handler already returned, which it then leaves alone.
+func discardOuter(r *http.Request, reason string) {
+	if r != nil {
+		_ = Discard(r.Context(), reason)
 	}
 }

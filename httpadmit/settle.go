@@ -15,6 +15,11 @@ const (
 	ReasonHandlerPanic       = "handler_panic"
 	ReasonClientDisconnected = "client_disconnected"
 	ReasonStreamCut          = "stream_cut"
+	// ReasonRefusedInside and ReasonUndecidedInside release a request
+	// admitted by one middleware and then answered by the default handlers
+	// of another inside it: refused (429), or not decided (400, 500, 503).
+	ReasonRefusedInside   = "refused_inside"
+	ReasonUndecidedInside = "undecided_inside"
 )
 
 // run serves an admitted request and settles it, whatever way the handler
