@@ -147,6 +147,30 @@ func (q *Queries) AmountScales(ctx context.Context, db DBTX) (AmountScalesRow, e
 	return i, err
 }
 
+const ColumnComment = `-- name: ColumnComment :one
+SELECT coalesce(col_description(c.oid, a.attnum), '')::text AS comment
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text = $1::text
+  AND a.attname::text = $2::text
+`
+
+type ColumnCommentParams struct {
+	TableName  string
+	ColumnName string
+}
+
+// The COMMENT of one column of a table of the current schema (” when none).
+// Locks: none (catalog read).
+// Index: catalog indexes.
+func (q *Queries) ColumnComment(ctx context.Context, db DBTX, arg ColumnCommentParams) (string, error) {
+	row := db.QueryRow(ctx, ColumnComment, arg.TableName, arg.ColumnName)
+	var comment string
+	err := row.Scan(&comment)
+	return comment, err
+}
+
 const LeaseLiveByScope = `-- name: LeaseLiveByScope :one
 SELECT count(*)::bigint                            AS leases,
        coalesce(sum(lease_value), 0)::numeric      AS slots
@@ -396,6 +420,47 @@ func (q *Queries) SchemaObjectsWithoutComment(ctx context.Context, db DBTX) ([]S
 	for rows.Next() {
 		var i SchemaObjectsWithoutCommentRow
 		if err := rows.Scan(&i.Kind, &i.Name); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const SchemaRoutines = `-- name: SchemaRoutines :many
+SELECT p.oid::regprocedure::text                       AS signature,
+       pg_catalog.pg_get_functiondef(p.oid)::text      AS definition,
+       coalesce(obj_description(p.oid, 'pg_proc'), '')::text AS comment
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = current_schema()::regnamespace
+  AND p.proname::text LIKE 'pgadmit\_%'
+ORDER BY 1
+`
+
+type SchemaRoutinesRow struct {
+	Signature  string
+	Definition string
+	Comment    string
+}
+
+// Every pgadmit_* function and procedure: its signature, its whole
+// definition and its COMMENT, so that a migration's Down can be checked to
+// restore them exactly.
+// Locks: none (catalog read).
+// Index: catalog indexes (pg_proc by namespace).
+func (q *Queries) SchemaRoutines(ctx context.Context, db DBTX) ([]SchemaRoutinesRow, error) {
+	rows, err := db.Query(ctx, SchemaRoutines)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SchemaRoutinesRow{}
+	for rows.Next() {
+		var i SchemaRoutinesRow
+		if err := rows.Scan(&i.Signature, &i.Definition, &i.Comment); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

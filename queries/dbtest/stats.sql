@@ -142,3 +142,28 @@ SELECT coalesce((SELECT max(greatest(scale(c.used_value), scale(c.reserved_value
                  FROM gateway_rate_limit_counters AS c), 0)::integer AS counters,
        coalesce((SELECT max(greatest(scale(r.reserved_amount), coalesce(scale(r.actual_amount), 0), scale(r.limit_value)))
                  FROM gateway_rate_limit_reservations AS r), 0)::integer AS reservations;
+
+-- name: SchemaRoutines :many
+-- Every pgadmit_* function and procedure: its signature, its whole
+-- definition and its COMMENT, so that a migration's Down can be checked to
+-- restore them exactly.
+-- Locks: none (catalog read).
+-- Index: catalog indexes (pg_proc by namespace).
+SELECT p.oid::regprocedure::text                       AS signature,
+       pg_catalog.pg_get_functiondef(p.oid)::text      AS definition,
+       coalesce(obj_description(p.oid, 'pg_proc'), '')::text AS comment
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = current_schema()::regnamespace
+  AND p.proname::text LIKE 'pgadmit\_%'
+ORDER BY 1;
+
+-- name: ColumnComment :one
+-- The COMMENT of one column of a table of the current schema ('' when none).
+-- Locks: none (catalog read).
+-- Index: catalog indexes.
+SELECT coalesce(col_description(c.oid, a.attnum), '')::text AS comment
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relname::text = @table_name::text
+  AND a.attname::text = @column_name::text;
