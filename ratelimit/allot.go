@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -102,6 +103,10 @@ const (
 type allotments struct {
 	l    *Limiter
 	opts AllotmentOptions
+	// instance is random, unique to this Limiter: with seq, the last
+	// admission's sequence, it makes each Local admission's LocalID.
+	instance string
+	seq      atomic.Uint64
 
 	mu      sync.Mutex
 	sets    map[counterKey]*blockSet
@@ -121,7 +126,9 @@ type allotments struct {
 }
 
 func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
-	return &allotments{l: l, opts: o.withDefaults(), sets: map[counterKey]*blockSet{},
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return &allotments{l: l, opts: o.withDefaults(), sets: map[counterKey]*blockSet{}, instance: hex.EncodeToString(b),
 		stop: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -333,12 +340,14 @@ func (a *allotments) giveBack(rs []returning) error {
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 	defer cancel()
 	_, err := a.l.queries.AllotmentReturn(ctx, a.l.conn, p)
-	if err != nil {
-		for _, r := range rs {
-			r.set.mu.Lock()
+	for _, r := range rs {
+		r.set.mu.Lock()
+		if err != nil {
 			r.set.requeueLocked(r.b)
-			r.set.mu.Unlock()
+		} else {
+			r.b.admissions = nil // settling a copy of their grants is unknown from now on
 		}
+		r.set.mu.Unlock()
 	}
 	return err
 }

@@ -49,6 +49,10 @@ type block struct {
 	reason      string // why it closed
 	trimmed     bool   // closed, and trimmed in the database to what it admitted
 	gone        bool   // returned: later settlements change nothing in the database
+	// admissions are those admitted from the block by sequence, for
+	// settling a copy of a grant that names one by its LocalID; dropped
+	// when the block is returned.
+	admissions map[uint64]*localAdmission
 }
 
 func (b *block) free() float64 { return b.granted - b.used - b.reserved }
@@ -57,6 +61,7 @@ func (b *block) free() float64 { return b.granted - b.used - b.reserved }
 type localAdmission struct {
 	set    *blockSet
 	b      *block
+	seq    uint64 // its LocalID's sequence
 	amount float64
 	// Guarded by set.mu: whether it was settled, how, and what was charged.
 	settled bool
@@ -132,7 +137,12 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
-			return &localAdmission{set: s, b: b, amount: amount}
+			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), amount: amount}
+			if b.admissions == nil {
+				b.admissions = map[uint64]*localAdmission{}
+			}
+			b.admissions[la.seq] = la
+			return la
 		}
 		if s.next == nil {
 			return nil

@@ -51,7 +51,7 @@ func (t localTaken) reservation() Reservation {
 		ScopeType: w.Limit.Scope.Type, ScopeKey: w.Limit.Scope.Key, Metric: w.Limit.Metric,
 		Window: time.Duration(w.windowSeconds) * time.Second, WindowStart: b.windowStart, ResetAt: b.resetAt,
 		Limit: w.Limit.Limit, Amount: w.Limit.Amount, Remaining: t.remaining,
-		Local: true, Allotment: idString(b.id), local: t.admission,
+		Local: true, Allotment: idString(b.id), LocalID: t.admission.localID(), local: t.admission,
 	}
 }
 

@@ -102,3 +102,17 @@ func (l *Limiter) QueuedSettles() int {
 	defer l.settles.mu.Unlock()
 	return len(l.settles.queue)
 }
+
+// LocalAdmissionsKept is how many Local admissions l keeps for settling
+// copies of their grants (see Reservation.LocalID).
+func (l *Limiter) LocalAdmissionsKept() int {
+	n := 0
+	for _, s := range l.allot.snapshot() {
+		s.mu.Lock()
+		for _, b := range s.open() {
+			n += len(b.admissions)
+		}
+		s.mu.Unlock()
+	}
+	return n
+}

@@ -15,7 +15,9 @@ import (
 // Local reservation never has), so its database reservations stayed
 // reserved and its leases live: the grant could not be settled at all.
 // The database's part must settle, and the Local one be reported as not
-// settled here (its block charges its estimate when it is returned).
+// settled on another Limiter (its block charges its estimate when it is
+// returned); the Limiter that admitted it settles it by its LocalID (see
+// allot_json_test.go).
 func TestGrantThatWentThroughJSONSettlesItsDatabasePart(t *testing.T) {
 	t.Parallel()
 	l, pool := localLimiter(t)
@@ -57,9 +59,9 @@ func TestGrantThatWentThroughJSONSettlesItsDatabasePart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Release of a grant decoded from JSON: %v", err)
 	}
-	if len(released.Reservations) != 2 || released.Reservations[0].Settled || released.Reservations[0].Status != ratelimit.StatusUnknown ||
+	if len(released.Reservations) != 2 || !released.Reservations[0].Settled || released.Reservations[0].Status != ratelimit.StatusReleased ||
 		!released.Reservations[1].Settled || released.Reservations[1].Status != ratelimit.StatusReleased || released.LeasesReleased != 1 {
-		t.Fatalf("Release = %+v, want the Local reservation unknown, the database one released, one lease released", released)
+		t.Fatalf("Release = %+v, want the Local reservation released (on the Limiter that admitted it), the database one released, one lease released", released)
 	}
 
 	task, err := l.CreateTask(ctx, ratelimit.TaskSpec{Worker: "w"}) // sync: created running
@@ -79,7 +81,7 @@ func TestGrantThatWentThroughJSONSettlesItsDatabasePart(t *testing.T) {
 		t.Fatalf("%d live leases left", live)
 	}
 	assertBooksBalance(t, pool, "api_key", key)
-	l.Close() // returns the blocks, charging the Local admissions at their estimates
+	l.Close() // returns the blocks, charging the one settled elsewhere at its estimate
 	assertBooksBalance(t, pool, "model", key)
 	assertDoctorOK(t, pool)
 }

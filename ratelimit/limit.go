@@ -95,6 +95,11 @@ type Reservation struct {
 	// Local): it has no row and no ID; Allotment names its block.
 	Local     bool
 	Allotment string
+	// LocalID names a Local reservation to the Limiter that admitted it,
+	// which settles it by this name from a copy of the grant (one decoded
+	// from JSON) until its block is returned; any other Limiter reports it
+	// StatusUnknown. It is the Limiter's random instance id and a sequence.
+	LocalID string `json:",omitempty"`
 
 	local *localAdmission // set on Local reservations
 	index int             // the limit's position in the caller's slice

@@ -20,8 +20,10 @@ const (
 	StatusReleased  = "released"
 	// StatusUnknown is reported for a reservation id that names no row
 	// (pruned long ago, or never written), and for a Local reservation of a
-	// grant that lost its link to the Limiter that admitted it (decoded
-	// from JSON): its block charges the estimate when it is returned.
+	// copy of a grant (decoded from JSON) settled on another Limiter than
+	// the one that admitted it, or after its block was returned, or
+	// without a LocalID (encoded before there was one): its block charges
+	// the estimate when it is returned.
 	StatusUnknown = "unknown"
 )
 
@@ -154,14 +156,20 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 	outcomes := make([]ReservationOutcome, len(grant.Reservations))
 	for _, i := range local {
 		r := grant.Reservations[i]
-		if r.local == nil {
-			// A copy of the grant (decoded from JSON) lost the handle:
-			// only the Limiter that admitted it knows its fate, and its
-			// block charges the estimate when returned.
+		la := r.local
+		if la == nil {
+			// A copy of the grant (decoded from JSON) lost the handle;
+			// this Limiter finds it by its LocalID if it admitted it.
+			la = l.allot.admission(r)
+		}
+		if la == nil {
+			// Admitted by another Limiter, or its block is returned: only
+			// that Limiter knows its fate, and its block charges the
+			// estimate when returned.
 			outcomes[i] = ReservationOutcome{Metric: r.Metric, Status: StatusUnknown, Reserved: r.Amount}
 			continue
 		}
-		st, charged, settled := r.local.settle(status == StatusCommitted, amounts[i])
+		st, charged, settled := la.settle(status == StatusCommitted, amounts[i])
 		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: st, Reserved: r.Amount}
 		if st == StatusCommitted {
 			o.Actual = charged

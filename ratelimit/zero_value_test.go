@@ -19,6 +19,7 @@ import (
 // hooks into its internals for tests, not part of its API.
 var testOnlyMethods = map[string]bool{
 	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
+	"LocalAdmissionsKept": true,
 }
 
 // callEveryMethod calls every exported method of recv (through

@@ -1,0 +1,179 @@
+package ratelimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// throughJSON returns a copy of g encoded and decoded, as a grant handed
+// to another goroutine through a queue, or stored, comes back.
+func throughJSON(t *testing.T, g ratelimit.Grant) ratelimit.Grant {
+	t.Helper()
+	b, err := json.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded ratelimit.Grant
+	if err := json.Unmarshal(b, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	return decoded
+}
+
+// throughOldJSON is throughJSON as the code before LocalID encoded a grant:
+// without it.
+func throughOldJSON(t *testing.T, g ratelimit.Grant) ratelimit.Grant {
+	t.Helper()
+	b, err := json.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range fields["Reservations"].([]any) {
+		delete(r.(map[string]any), "LocalID")
+	}
+	if b, err = json.Marshal(fields); err != nil {
+		t.Fatal(err)
+	}
+	var decoded ratelimit.Grant
+	if err := json.Unmarshal(b, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	return decoded
+}
+
+// A Local grant that went through JSON and comes back to the Limiter that
+// admitted it settles as the grant itself would: its block charges the
+// actual amount committed (nothing for one released) and the admission is
+// no longer in flight. It used to report StatusUnknown, the block charging
+// the estimate when returned and staying in use until then. Any other
+// Limiter still reports StatusUnknown, a grant encoded without LocalID (by
+// the code before it) behaves as before, and an admission settles once,
+// whichever copy of its grant comes first.
+func TestLocalGrantThroughJSONSettlesOnTheLimiterThatAdmittedIt(t *testing.T) {
+	t.Parallel()
+	l, pool := localLimiter(t)
+	ctx := context.Background()
+	key := uniqueKey("jsonlocal")
+	elsewhere := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	t.Cleanup(elsewhere.Close)
+	reserveLocal(t, elsewhere, key, 1000, 1) // elsewhere holds a block of the same counter
+	unknown := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusUnknown, Reserved: 10}
+
+	committed := reserveLocal(t, l, key, 1000, 10)
+	released := reserveLocal(t, l, key, 1000, 10)
+	old := reserveLocal(t, l, key, 1000, 10)
+	raced := reserveLocal(t, l, key, 1000, 10)
+	if id := committed.Reservations[0].LocalID; id == "" || id == released.Reservations[0].LocalID {
+		t.Fatalf("LocalIDs %q and %q: want each admission its own", id, released.Reservations[0].LocalID)
+	}
+
+	s, err := elsewhere.Commit(ctx, throughJSON(t, committed), map[string]float64{ratelimit.MetricTokens: 3})
+	if err != nil || s.Reservations[0] != unknown {
+		t.Fatalf("Commit on another Limiter = %+v, %v; want %+v", s, err, unknown)
+	}
+	s, err = l.Commit(ctx, throughJSON(t, committed), map[string]float64{ratelimit.MetricTokens: 3})
+	want := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusCommitted, Settled: true, Reserved: 10, Actual: 3}
+	if err != nil || s.Reservations[0] != want {
+		t.Fatalf("Commit of the decoded grant = %+v, %v; want %+v", s, err, want)
+	}
+	want.Settled = false
+	for _, again := range []ratelimit.Grant{committed, throughJSON(t, committed)} {
+		s, err = l.Release(ctx, again, "again")
+		if err != nil || s.Reservations[0] != want || !s.AlreadySettled() {
+			t.Fatalf("Release after the Commit = %+v, %v; want %+v (already settled)", s, err, want)
+		}
+	}
+
+	s, err = l.Release(ctx, throughJSON(t, released), "upstream failed")
+	want = ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusReleased, Settled: true, Reserved: 10}
+	if err != nil || s.Reservations[0] != want {
+		t.Fatalf("Release of the decoded grant = %+v, %v; want %+v", s, err, want)
+	}
+	if s, err = l.Commit(ctx, released, nil); err != nil || s.Reservations[0].Settled || s.Reservations[0].Status != ratelimit.StatusReleased {
+		t.Fatalf("Commit of the original after the decoded one's Release = %+v, %v; want it released already", s, err)
+	}
+
+	if s, err = l.Commit(ctx, throughOldJSON(t, old), map[string]float64{ratelimit.MetricTokens: 1}); err != nil || s.Reservations[0] != unknown {
+		t.Fatalf("Commit of a grant encoded without LocalID = %+v, %v; want %+v", s, err, unknown)
+	}
+
+	// Copies settled at once, with the original: one settles, once.
+	var settledBy atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		g := raced
+		if i > 0 {
+			g = throughJSON(t, raced)
+		}
+		wg.Go(func() {
+			s, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 2})
+			if err != nil || s.Reservations[0].Status != ratelimit.StatusCommitted || s.Reservations[0].Actual != 2 {
+				t.Errorf("concurrent Commit = %+v, %v; want committed with 2", s, err)
+			}
+			if s.Reservations[0].Settled {
+				settledBy.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := settledBy.Load(); n != 1 {
+		t.Fatalf("%d concurrent Commits settled the admission, want 1", n)
+	}
+
+	l.Close()
+	elsewhere.Close()
+	// 3 committed, 0 released, 10 for the one whose copy lost its LocalID
+	// (in flight, charged at its estimate), 2 for the raced one, 1 for
+	// elsewhere's.
+	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 16 || rows[0].ReservedValue != 0 {
+		t.Fatalf("counter %+v, want used 16, reserved 0", rows)
+	}
+	assertBooksBalance(t, pool, "model", key)
+	assertDoctorOK(t, pool)
+}
+
+// What the Limiter keeps to settle decoded grants goes with the block:
+// a settled admission no longer holds its block, which goes back once
+// idle, and its counter is dropped (dropIdle) with nothing left of it; a
+// copy settled after that is unknown, as any grant decoded elsewhere.
+func TestLocalGrantThroughJSONIsForgottenWithItsBlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 20 * time.Millisecond}))
+	t.Cleanup(l.Close)
+	ctx := context.Background()
+	key := uniqueKey("jsonforgot")
+	g := reserveLocal(t, l, key, 1000, 10)
+	decoded := throughJSON(t, g)
+	if n := l.LocalAdmissionsKept(); n != 1 {
+		t.Fatalf("admissions kept = %d, want 1", n)
+	}
+	if s, err := l.Commit(ctx, decoded, map[string]float64{ratelimit.MetricTokens: 4}); err != nil || !s.Reservations[0].Settled {
+		t.Fatalf("Commit of the decoded grant = %+v, %v; want it settled", s, err)
+	}
+	awaitAllotmentSets(t, l, 0, 5*time.Second) // the block went back: nothing in flight
+	if n := l.LocalAdmissionsKept(); n != 0 {
+		t.Fatalf("admissions kept = %d once the block went back, want 0", n)
+	}
+	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 4 || rows[0].ReservedValue != 0 {
+		t.Fatalf("counter %+v, want used 4 (the actual), reserved 0", rows)
+	}
+	s, err := l.Commit(ctx, decoded, nil)
+	unknown := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusUnknown, Reserved: 10}
+	if err != nil || s.Reservations[0] != unknown {
+		t.Fatalf("Commit once the block went back = %+v, %v; want %+v", s, err, unknown)
+	}
+	assertBooksBalance(t, pool, "model", key)
+}
