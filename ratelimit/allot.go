@@ -89,6 +89,13 @@ const (
 	allotCallTimeout = 10 * time.Second
 )
 
+// maxBlockAdmissions bounds the requests one block admits: it keeps each
+// until it is returned (to settle copies of their grants by LocalID), and
+// requests of amount zero would never spend it, so a busy counter's block
+// would keep every request of its window (an hour's, a day's). A block
+// sized to a second's traffic (Horizon) admits far fewer.
+const maxBlockAdmissions = 1 << 16
+
 // Reasons recorded on returned blocks (and reasonWindowEnded).
 const (
 	reasonIdle       = "idle"
@@ -107,6 +114,8 @@ type allotments struct {
 	// admission's sequence, it makes each Local admission's LocalID.
 	instance string
 	seq      atomic.Uint64
+	// maxAdmissions is maxBlockAdmissions unless a test set it.
+	maxAdmissions int
 
 	mu      sync.Mutex
 	sets    map[counterKey]*blockSet
@@ -128,8 +137,12 @@ type allotments struct {
 func newAllotments(l *Limiter, o AllotmentOptions) *allotments {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
+	maxAdmissions := l.opts.blockAdmissions
+	if maxAdmissions <= 0 {
+		maxAdmissions = maxBlockAdmissions
+	}
 	return &allotments{l: l, opts: o.withDefaults(), sets: map[counterKey]*blockSet{}, instance: hex.EncodeToString(b),
-		stop: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{})}
+		maxAdmissions: maxAdmissions, stop: make(chan struct{}), stopped: make(chan struct{}), done: make(chan struct{})}
 }
 
 // dbNow estimates the database's clock: its last reading plus the time

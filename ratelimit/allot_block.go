@@ -116,7 +116,8 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) (la *localAdmission,
 const maxRefillWaits = 3
 
 // tryLocked admits amount from the current block, moving on to the next
-// one when the current one is spent. A block taken under a higher limit
+// one when the current one is spent: out of units, or of admissions (it
+// keeps each until it is returned, see maxBlockAdmissions). A block taken under a higher limit
 // than the request's (a limit lowered while it was open, say) has no room
 // for it either: its units fit under that limit when it was granted, not
 // under this one, which the database would decide the request against. A
@@ -132,7 +133,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			s.cur, s.next = s.next, nil
 			continue
 		}
-		if b.limit <= limit && b.used+b.reserved+amount <= b.granted {
+		if b.limit <= limit && b.used+b.reserved+amount <= b.granted && len(b.admissions) < s.a.maxAdmissions {
 			b.reserved += amount
 			b.inflight++
 			b.lastUse = time.Now()

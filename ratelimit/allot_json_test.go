@@ -177,3 +177,51 @@ func TestLocalGrantThroughJSONIsForgottenWithItsBlock(t *testing.T) {
 	}
 	assertBooksBalance(t, pool, "model", key)
 }
+
+// A block keeps each request it admitted until it is returned, so it
+// admits a bounded number of them: requests of amount zero never spend a
+// block, and a busy counter's block would otherwise keep every request of
+// its window. Past the bound, the next request goes to a new block (or to
+// the database), and every request still settles from a copy of its grant.
+func TestLocalBlockAdmitsABoundedNumberOfRequests(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	const most = 3
+	l := ratelimit.New(pool, ratelimit.WithBlockAdmissions(most),
+		ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	t.Cleanup(l.Close)
+	ctx := context.Background()
+	key := uniqueKey("jsonbound")
+	perBlock := map[string]int{}
+	var grants []ratelimit.Grant
+	for range 2*most + 1 {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := g.Reservations[0]; r.Local {
+			perBlock[r.Allotment]++
+		}
+		grants = append(grants, g)
+	}
+	for block, n := range perBlock {
+		if n > most {
+			t.Errorf("block %s admitted %d requests, want at most %d", block, n, most)
+		}
+	}
+	if n := l.LocalAdmissionsKept(); n > 3*most {
+		t.Errorf("admissions kept = %d, want at most %d (three blocks' worth)", n, 3*most)
+	}
+	for _, g := range grants {
+		s, err := l.Commit(ctx, throughJSON(t, g), nil)
+		if err != nil || !s.Reservations[0].Settled {
+			t.Fatalf("Commit of a decoded grant = %+v, %v; want it settled", s, err)
+		}
+	}
+	l.Close()
+	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 2*most+1 || rows[0].ReservedValue != 0 {
+		t.Fatalf("counter %+v, want used %d, reserved 0", rows, 2*most+1)
+	}
+	assertBooksBalance(t, pool, "model", key)
+}

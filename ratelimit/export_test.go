@@ -68,6 +68,12 @@ func WithLeftStatementGrace(d time.Duration) Option {
 	return func(o *options) { o.leftGrace = d }
 }
 
+// WithBlockAdmissions sets how many requests a block of a Local limit
+// admits at most (maxBlockAdmissions), so that tests can reach it.
+func WithBlockAdmissions(n int) Option {
+	return func(o *options) { o.blockAdmissions = n }
+}
+
 // WithWallClock makes the Limiter's blocks of Local limits read this host's
 // wall clock from now() (its monotonic clock stays the real one), so that
 // tests can make the host seem to have slept.

@@ -131,6 +131,7 @@ type options struct {
 	coldBatches     bool             // test-only: no batch goes as a hot batch (WithoutHotBatches)
 	wallClock       func() time.Time // test-only: this host's wall clock (WithWallClock); nil: time.Now
 	leftGrace       time.Duration    // test-only (WithLeftStatementGrace); leftStatementGrace
+	blockAdmissions int              // test-only (WithBlockAdmissions); 0: maxBlockAdmissions
 }
 
 func defaultOptions() options {
