@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,7 +23,13 @@ func (l *Limiter) ReserveCombined(ctx context.Context, reqs []BatchRequest) ([]G
 		}
 		batch[i] = &a
 	}
-	return l.reserveBatch(ctx, batch)
+	var grants []Grant
+	var errs []error
+	err := runCounted(ctx, l.reserves, len(batch), func(ctx context.Context) (err error) {
+		grants, errs, err = l.reserveBatch(ctx, batch)
+		return err
+	})
+	return grants, errs, err
 }
 
 // CommitCombined commits grants in one call, as the combiner sends
@@ -40,8 +47,24 @@ func (l *Limiter) CommitCombined(ctx context.Context, grants []Grant) ([]Settlem
 		}
 		batch[i] = &req
 	}
-	out, _, err := l.settleBatch(ctx, batch)
+	var out []Settlement
+	err := runCounted(ctx, l.settles, len(batch), func(ctx context.Context) (err error) {
+		out, _, err = l.settleBatch(ctx, batch)
+		return err
+	})
 	return out, err
+}
+
+// runCounted runs a batch of n requests as c's runBatch does, so that c
+// counts its statement (and whether it went hot) in Stats; c may be nil.
+func runCounted[Req, Res any](ctx context.Context, c *combiner[Req, Res], n int, run func(context.Context) error) error {
+	var hot atomic.Bool
+	start := time.Now()
+	err := run(context.WithValue(ctx, hotMarkKey{}, &hot))
+	if c != nil {
+		c.answered(nil, n, time.Since(start), hot.Load())
+	}
+	return err
 }
 
 // Test-only hooks. Statements that take an optional now (NULL: the

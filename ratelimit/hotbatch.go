@@ -80,9 +80,8 @@ func hotCommitRefused(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "2D000"
 }
 
-// hotCounts counts the statements sent as hot batches.
+// hotCounts says whether the Limiter may send hot batches.
 type hotCounts struct {
-	reserves, settles atomic.Int64
 	// oneQueryBatches is set when the Limiter's Executor sends a pgx.Batch
 	// as one multi-statement query (the simple protocol): no hot batches
 	// then. Shared with the Limiter's WithTx copies.
@@ -145,9 +144,9 @@ func hotSettles(batch []*settleRequest) bool {
 // when the statement answered and the procedure did not, and the batch may
 // or may not have committed. A batch whose commit the Executor refused
 // (hotCommitRefused) was rolled back whole: it is sent again alone, as a
-// plain statement, and the Limiter sends no hot batch after it. sent counts
-// the hot batches answered, as the combiner counts statements.
-func hotRows[T any](ctx context.Context, l *Limiter, sent *atomic.Int64, call func(db.DBTX)) ([]T, error) {
+// plain statement, and the Limiter sends no hot batch after it. A hot batch
+// answered is marked on ctx (markHot), for the combiner to count.
+func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, error) {
 	var b pgx.Batch
 	var rows []T // nil unless the statement's rows were read whole (pgx.CollectRows)
 	queueRows(&b, &rows, call)
@@ -162,7 +161,7 @@ func hotRows[T any](ctx context.Context, l *Limiter, sent *atomic.Int64, call fu
 		}
 		return rows, nil
 	}
-	sent.Add(1)
+	markHot(ctx)
 	if err != nil && rows == nil {
 		return nil, err
 	}
@@ -173,14 +172,14 @@ func hotRows[T any](ctx context.Context, l *Limiter, sent *atomic.Int64, call fu
 // the same rows as reserveRows; call sends AdmissionReserve or
 // AdmissionReserveWindows. See hotRows for what it returns.
 func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
-	return hotRows[db.AdmissionReserveRow](ctx, l, &l.hot.reserves, call)
+	return hotRows[db.AdmissionReserveRow](ctx, l, call)
 }
 
 // hotSettleRows settles a batch on a hot counter, with the same rows as
 // AdmissionSettle. A settlement whose commit is unconfirmed is a failure
 // like any other: a caller who tries again learns what it settled.
 func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams) ([]db.AdmissionSettleRow, error) {
-	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, &l.hot.settles, func(q db.DBTX) {
+	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, func(q db.DBTX) {
 		_, _ = l.queries.AdmissionSettle(ctx, q, p)
 	})
 	if err != nil {

@@ -1,0 +1,112 @@
+package promadmit_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Scrapes while traffic runs see consistent counters: none goes down between scrapes, hot
+// statements never outnumber statements, and calls never fall short of statements.
+func TestScrapesWhileTrafficRuns(t *testing.T) {
+	t.Parallel()
+	limiter := ratelimit.New(pgtest.NewPool(t))
+	reg := prometheus.NewRegistry()
+	metrics, err := promadmit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collector, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(collector)
+
+	key := fmt.Sprintf("scrape-%d", time.Now().UnixNano())
+	hot := limit("api_key", key, ratelimit.MetricRequests, 1e9, 1, httpadmit.Enforce)
+	var traffic sync.WaitGroup
+	var stop atomic.Bool
+	for range 12 {
+		traffic.Go(func() {
+			for !stop.Load() {
+				start := time.Now()
+				g, err := limiter.Reserve(context.Background(), "", "", []ratelimit.Limit{hot.Limit})
+				metrics.DatabaseCall(httpadmit.OpReserve, time.Since(start), err)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				metrics.Decided([]httpadmit.LimitOutcome{{Limit: hot, Outcome: httpadmit.OutcomeAdmitted, Utilization: 0.9}})
+				metrics.LeasesHeld(1)
+				if _, err := limiter.Commit(context.Background(), g, nil); err != nil {
+					t.Error(err)
+					return
+				}
+				metrics.LeasesHeld(-1)
+			}
+		})
+	}
+
+	last := map[string]float64{}
+	deadline := time.Now().Add(3 * time.Second)
+	scrapes := 0
+	for ; time.Now().Before(deadline) && !t.Failed(); scrapes++ {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("Gather during traffic: %v", err)
+		}
+		now := counterValues(families)
+		for series, v := range now {
+			if v < last[series] {
+				t.Errorf("scrape %d: %s went down from %g to %g", scrapes, series, last[series], v)
+			}
+		}
+		for _, kind := range []string{promadmit.KindReserve, promadmit.KindSettle} {
+			statements := now["pgadmit_combined_statements_total/"+kind]
+			if h := now["pgadmit_combined_hot_statements_total/"+kind]; h > statements {
+				t.Errorf("scrape %d: %s: %g hot statements of %g statements", scrapes, kind, h, statements)
+			}
+			if c := now["pgadmit_combined_calls_total/"+kind]; c < statements {
+				t.Errorf("scrape %d: %s: %g calls in %g statements", scrapes, kind, c, statements)
+			}
+		}
+		last = now
+	}
+	stop.Store(true)
+	traffic.Wait()
+	if scrapes < 10 || last["pgadmit_combined_statements_total/"+promadmit.KindReserve] == 0 {
+		t.Fatalf("%d scrapes, last %v: the test did not scrape traffic", scrapes, last)
+	}
+}
+
+// counterValues flattens the counters and histogram counts of families by name and label
+// values.
+func counterValues(families []*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			series := f.GetName()
+			for _, l := range m.GetLabel() {
+				series += "/" + l.GetValue()
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[series] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[series] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
