@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -62,6 +63,7 @@ type localAdmission struct {
 	set    *blockSet
 	b      *block
 	seq    uint64 // its LocalID's sequence
+	tag    uint64 // and random tag (see localID)
 	amount float64
 	// Guarded by set.mu: whether it was settled, how, and what was charged.
 	settled bool
@@ -138,7 +140,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
-			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), amount: amount}
+			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: rand.Uint64(), amount: amount}
 			if b.admissions == nil {
 				b.admissions = map[uint64]*localAdmission{}
 			}

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,4 +225,33 @@ func TestLocalBlockAdmitsABoundedNumberOfRequests(t *testing.T) {
 		t.Fatalf("counter %+v, want used %d, reserved 0", rows, 2*most+1)
 	}
 	assertBooksBalance(t, pool, "model", key)
+}
+
+// A LocalID's sequence can be guessed from another grant of the same
+// Limiter; its random tag cannot. A copy that names an admission by the
+// right instance and sequence with another tag settles nothing.
+func TestLocalIDWithAGuessedTagSettlesNothing(t *testing.T) {
+	t.Parallel()
+	l, _ := localLimiter(t)
+	key := uniqueKey("jsonguess")
+	held := reserveLocal(t, l, key, 1000, 10)
+	forged := throughJSON(t, held)
+	id := forged.Reservations[0].LocalID
+	cut := strings.LastIndex(id, "-")
+	if cut < 0 {
+		t.Fatalf("LocalID %q has no tag", id)
+	}
+	tag := "0"
+	if id[cut+1:] == tag {
+		tag = "1"
+	}
+	forged.Reservations[0].LocalID = id[:cut+1] + tag
+	unknown := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusUnknown, Reserved: 10}
+	if s, err := l.Release(context.Background(), forged, "forged"); err != nil || s.Reservations[0] != unknown {
+		t.Fatalf("Release of a copy with a guessed tag = %+v, %v; want %+v", s, err, unknown)
+	}
+	want := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusCommitted, Settled: true, Reserved: 10, Actual: 4}
+	if s, err := l.Commit(context.Background(), held, map[string]float64{ratelimit.MetricTokens: 4}); err != nil || s.Reservations[0] != want {
+		t.Fatalf("Commit of the grant itself = %+v, %v; want %+v", s, err, want)
+	}
 }

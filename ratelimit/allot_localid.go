@@ -5,11 +5,13 @@ import (
 	"strings"
 )
 
-// localID is the admission's LocalID: its Limiter's instance id and its
-// sequence. The instance id is random, so another Limiter finds none of
-// its own admissions under it, nor can one be made up for it.
+// localID is the admission's LocalID: its Limiter's instance id, its
+// sequence and its tag. The instance id and the tag are random, so another
+// Limiter finds none of its own admissions under it, and a holder of one
+// grant cannot name another admission of the same Limiter by guessing the
+// next sequence.
 func (la *localAdmission) localID() string {
-	return la.set.a.instance + "-" + strconv.FormatUint(la.seq, 10)
+	return la.set.a.instance + "-" + strconv.FormatUint(la.seq, 10) + "-" + strconv.FormatUint(la.tag, 16)
 }
 
 // admission finds the Local admission r names by its LocalID, that this
@@ -21,11 +23,15 @@ func (a *allotments) admission(r Reservation) *localAdmission {
 	if a == nil {
 		return nil
 	}
-	instance, seqText, ok := strings.Cut(r.LocalID, "-")
-	if !ok || instance != a.instance {
+	parts := strings.Split(r.LocalID, "-")
+	if len(parts) != 3 || parts[0] != a.instance {
 		return nil
 	}
-	seq, err := strconv.ParseUint(seqText, 10, 64)
+	seq, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return nil
+	}
+	tag, err := strconv.ParseUint(parts[2], 16, 64)
 	if err != nil {
 		return nil
 	}
@@ -38,8 +44,8 @@ func (a *allotments) admission(r Reservation) *localAdmission {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, b := range s.open() {
-		if idString(b.id) == r.Allotment {
-			return b.admissions[seq]
+		if la := b.admissions[seq]; la != nil && la.tag == tag && idString(b.id) == r.Allotment {
+			return la
 		}
 	}
 	return nil
