@@ -206,7 +206,5 @@ func (l *Limiter) releaseUnconfirmed(rows []db.AdmissionReserveRow) {
 	if len(g.Reservations)+len(g.Leases) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
-	defer cancel()
-	_, _ = l.Release(ctx, g, reasonUnconfirmed)
+	l.releaseUnheld(g, reasonUnconfirmed)
 }

@@ -256,11 +256,7 @@ func isDecision(err error) bool {
 
 // releaseAbandoned gives back what a Reserve granted after its caller had
 // stopped waiting (its context ended): nobody holds the grant.
-func (l *Limiter) releaseAbandoned(g Grant) {
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
-	defer cancel()
-	_, _ = l.Release(ctx, g, reasonAbandoned)
-}
+func (l *Limiter) releaseAbandoned(g Grant) { l.releaseUnheld(g, reasonAbandoned) }
 
 const (
 	// reasonAbandoned is recorded on a grant released because the caller
