@@ -94,8 +94,9 @@ func (s Settlement) Overages() []ReservationOutcome {
 // estimate charged in its place, that is not a valid amount is a
 // *ValidationError, and nothing is written; so is a reservation whose
 // ScopeType, ScopeKey or Metric is not valid UTF-8, holds a NUL byte or
-// is longer than MaxScopeBytes (Commit and Release send them as the grant
-// has them). One round trip.
+// is longer than MaxScopeBytes, or whose WindowStart PostgreSQL cannot
+// hold (Commit and Release send them as the grant has them). One round
+// trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	if err := l.usable(); err != nil {
 		return Settlement{}, err
@@ -321,15 +322,16 @@ func newSettleRequest(grant Grant, status, reason string, amounts []float64, at 
 // they go to the server as the grant has them (knowsCounters), where text
 // that is not valid UTF-8 or holds a NUL byte fails the statement with a
 // raw "invalid byte sequence", and one longer than MaxScopeBytes names no
-// counter Reserve made. "" is fine: the counter is then read from the
-// reservation's row.
+// counter Reserve made; so does a WindowStart out of timestamptz's range
+// ("timestamp out of range"). "" and a zero WindowStart are fine: the
+// counter is then read from the reservation's row.
 func (r Reservation) checkCounterNames() error {
 	for _, f := range [...]struct{ field, value string }{{"ScopeType", r.ScopeType}, {"ScopeKey", r.ScopeKey}, {"Metric", r.Metric}} {
 		if err := validateOptionalText(f.field, f.value, MaxScopeBytes); err != nil {
 			return err
 		}
 	}
-	return nil
+	return validateTimestamp("WindowStart", r.WindowStart)
 }
 
 func (r *settleRequest) empty() bool { return len(r.ids) == 0 && len(r.leaseIDs) == 0 }

@@ -226,6 +226,20 @@ func validateAmount(field string, v float64) error {
 	return nil
 }
 
+// validateTimestamp accepts a time that PostgreSQL's timestamptz holds
+// (4713 BC to 294276 AD; the bounds here are whole years inside them).
+func validateTimestamp(field string, t time.Time) error {
+	if t.Before(minTimestamp) || !t.Before(endTimestamp) {
+		return &ValidationError{Field: field, Value: t, Reason: "must be a time PostgreSQL can hold (4713 BC to 294276 AD)"}
+	}
+	return nil
+}
+
+var (
+	minTimestamp = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC) // 4713 BC
+	endTimestamp = time.Date(294277, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // validateSeconds accepts zero (the default) or a whole number of seconds up
 // to max.
 func validateSeconds(field string, d, max time.Duration) error {
