@@ -30,7 +30,10 @@ mode), for up to 5 minutes (Ctrl-C stops the wait).
 
   up       apply every pending migration (or up to --to)
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
-           table and its data, all but the version and lock tables)
+           table and its data, all but the version and lock tables). At version 0, or on a
+           database pgadmit never migrated, it reverts and creates nothing, prints "nothing to
+           do" and "schema version 0", and exits 0, as goose's down-to does (goose's one-step
+           down fails there): a schema already at the bottom is done, not an error.
   status   list every migration, applied (with when) or pending
   version  print the current schema version (0: nothing applied)
 
@@ -95,11 +98,18 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	// step, in migrateUpDown.)
 	ahead := ""
 	if sub == "down" || sub == "status" {
-		if ahead, err = schemaAhead(ctx, pool); err != nil {
+		have, latest, err := schemaVersions(ctx, pool)
+		if err != nil {
 			return err
+		}
+		if have > latest {
+			ahead = aheadOf(have, latest)
 		}
 		if ahead != "" && sub == "down" {
 			return fmt.Errorf("%s: revert it with the pgadmit that applied it", ahead)
+		}
+		if have == 0 && sub == "down" {
+			return a.nothingToRevert(passedTo(sub, *to))
 		}
 	}
 
@@ -153,6 +163,18 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 }
 
+// nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says
+// so and the version, and exits 0, without opening goose's provider, which would create the
+// version and lock tables there.
+func (a *app) nothingToRevert(passed func(version int64) string) error {
+	fmt.Fprintln(a.stdout, "nothing to do: no pgadmit migration is applied")
+	fmt.Fprintln(a.stdout, "schema version 0")
+	if msg := passed(0); msg != "" {
+		fmt.Fprintln(a.stdout, msg)
+	}
+	return nil
+}
+
 // migrateUpDown runs an up or down step with pgadmit's provider and prints each migration it
 // applied or reverted, then the resulting version, and what passed says of it.
 func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func(version int64) string,
@@ -173,11 +195,11 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func
 		}
 		fmt.Fprintf(a.stdout, "%-4s %s (%s)\n", r.Direction, r.Source.Path, r.Duration.Round(time.Millisecond))
 	}
+	// Nothing left to step over (another migrator got there first): say so, and the version.
+	if errors.Is(err, goose.ErrNoNextVersion) || errors.Is(err, goose.ErrNoCurrentVersion) {
+		results, err = nil, nil
+	}
 	if err != nil {
-		if errors.Is(err, goose.ErrNoNextVersion) || errors.Is(err, goose.ErrNoCurrentVersion) {
-			fmt.Fprintln(a.stdout, "nothing to do")
-			return nil
-		}
 		var perr *goose.PartialError
 		if errors.As(err, &perr) && perr.Failed != nil {
 			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)

@@ -239,3 +239,17 @@ func configFromURL(dsn string) (pgtestdb.Config, error) {
 		Options:    opts.Encode(),
 	}, nil
 }
+
+// NewEmptyURL creates a fresh database that pgadmit never migrated (no pgadmit table, not even
+// the version table) and returns its connection string. It is dropped as [NewURL]'s are.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	if !mainCalled.Load() {
+		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
+	}
+	base, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return pgtestdb.Custom(t, base, pgtestdb.NoopMigrator{}).URL()
+}
