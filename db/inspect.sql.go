@@ -438,7 +438,9 @@ type InspectWindowsRow struct {
 // Read-only views for `pgadmit inspect`: what the limits hold right now.
 //
 // None of these statements writes or locks anything; they are plain MVCC
-// reads, safe to run against a busy production database. Each returns at
+// reads, safe to run against a busy production database. inspect runs its
+// four (windows, leases, admissions, allotments) in one READ ONLY REPEATABLE
+// READ transaction, so that they share one snapshot and one now(). Each returns at
 // most @max_rows rows, plus the total number of matching rows (total_rows,
 // the same on every row) so the operator knows what was cut. An optional
 // scope (both scope_type and scope_key, or neither) narrows each view to

@@ -8,7 +8,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -19,7 +21,9 @@ func inspectCommand() *command {
 		args:    "[flags]",
 		summary: "show current windows, live leases, queue admissions and allotments",
 		help: `
-Prints four tables, read with plain MVCC reads (no locks, safe on a busy database):
+Prints four tables, read in one snapshot (a READ ONLY REPEATABLE READ transaction: their
+totals agree with each other under traffic; no locks, safe on a busy database, works behind a
+transaction pooler):
 
   WINDOWS             counters of windows that have not ended: used, reserved, limit, free
                       and the time until the window resets (on the database's clock)
@@ -32,6 +36,16 @@ Prints four tables, read with plain MVCC reads (no locks, safe on a busy databas
 --scope narrows every table to one scope.`,
 		db:  dbRequired,
 		run: runInspect,
+	}
+}
+
+// afterInspectRead, when not nil, is called after each of inspect's reads with the table it read
+// ("windows", "leases", "admissions", "allotments"): a test writes between them.
+var afterInspectRead func(table string)
+
+func inspectRead(table string) {
+	if afterInspectRead != nil {
+		afterInspectRead(table)
 	}
 }
 
@@ -64,29 +78,53 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	q := db.New()
-	maxRows := int32(*limit)
-
-	windows, err := q.InspectWindows(ctx, pool, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
+	in, err := readInspect(ctx, pool, scopeType, scopeKey, int32(*limit))
 	if err != nil {
-		return notMigrated(ctx, pool, fmt.Errorf("read windows: %w", err))
+		return notMigrated(ctx, pool, err)
 	}
-	leases, err := q.InspectLeases(ctx, pool, db.InspectLeasesParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
-	if err != nil {
-		return notMigrated(ctx, pool, fmt.Errorf("read leases: %w", err))
-	}
-	admissions, err := q.InspectAdmissions(ctx, pool, db.InspectAdmissionsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
-	if err != nil {
-		return notMigrated(ctx, pool, fmt.Errorf("read queue admissions: %w", err))
-	}
-	allotments, err := q.InspectAllotments(ctx, pool, db.InspectAllotmentsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows})
-	if err != nil {
-		return notMigrated(ctx, pool, fmt.Errorf("read allotments: %w", err))
-	}
-	if err := printInspect(a.stdout, windows, leases, admissions); err != nil {
+	if err := printInspect(a.stdout, in.windows, in.leases, in.admissions); err != nil {
 		return err
 	}
-	return printAllotments(a.stdout, allotments)
+	return printAllotments(a.stdout, in.allotments)
+}
+
+// inspection is what inspect shows, read in one snapshot.
+type inspection struct {
+	windows    []db.InspectWindowsRow
+	leases     []db.InspectLeasesRow
+	admissions []db.InspectAdmissionsRow
+	allotments []db.InspectAllotmentsRow
+}
+
+// readInspect reads inspect's four tables in one READ ONLY REPEATABLE READ transaction: one
+// snapshot (and one now()), so that their totals agree with each other under traffic, where
+// separate statements would each see a later state. It is one transaction and sets nothing on
+// the session, so it works behind a transaction pooler; it takes no row lock.
+func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pgtype.Text, maxRows int32) (in inspection, err error) {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return in, fmt.Errorf("begin a read-only transaction: %w", err)
+	}
+	// Nothing to commit: the transaction only read.
+	defer func() { _ = tx.Rollback(ctx) }()
+	q := db.New()
+	if in.windows, err = q.InspectWindows(ctx, tx, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
+		return in, fmt.Errorf("read windows: %w", err)
+	}
+	inspectRead("windows")
+	if in.leases, err = q.InspectLeases(ctx, tx, db.InspectLeasesParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
+		return in, fmt.Errorf("read leases: %w", err)
+	}
+	inspectRead("leases")
+	if in.admissions, err = q.InspectAdmissions(ctx, tx, db.InspectAdmissionsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
+		return in, fmt.Errorf("read queue admissions: %w", err)
+	}
+	inspectRead("admissions")
+	if in.allotments, err = q.InspectAllotments(ctx, tx, db.InspectAllotmentsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
+		return in, fmt.Errorf("read allotments: %w", err)
+	}
+	inspectRead("allotments")
+	return in, nil
 }
 
 // printAllotments writes the ALLOTMENTS table: the blocks Local limits are
