@@ -64,7 +64,8 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		return usagef("--limit must be between 1 and 1000000, got %d", *limit)
 	}
 	var scopeType, scopeKey pgtype.Text
-	if *scope != "" {
+	// A --scope given empty (an unset shell variable) is refused, not read as "every scope".
+	if flagGiven(fs, "scope") {
 		typ, key, err := parseScope(*scope)
 		if err != nil {
 			return err

@@ -112,6 +112,9 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"doctor"}, "no database"},
 		{db, []string{"inspect", "--scope", "api_key"}, `bad --scope "api_key": want TYPE:KEY`},
 		{db, []string{"inspect", "--scope", ":k1"}, "bad --scope"},
+		// An empty --scope (an unset shell variable) is not "every scope".
+		{db, []string{"inspect", "--scope", ""}, `bad --scope "": want TYPE:KEY`},
+		{db, []string{"inspect", "--scope="}, `bad --scope "": want TYPE:KEY`},
 		{db, []string{"inspect", "--limit", "0"}, "--limit must be"},
 		{db, []string{"inspect", "extra"}, `unexpected argument "extra"`},
 		{db, []string{"--connect-timeout", "0s", "inspect"}, "--connect-timeout must be positive"},
