@@ -179,6 +179,9 @@ func (a *app) main(ctx context.Context, args []string) error {
 	}
 	name := rest[0]
 	if name == "help" { // pgadmit help <command>
+		if len(rest) > 2 {
+			return usagef("unexpected argument %q after help %s", rest[2], rest[1])
+		}
 		if slices.Contains([]string{"help", "-h", "--help", "-help"}, rest[1]) {
 			a.printUsage(a.stdout, fs)
 			return errHelp

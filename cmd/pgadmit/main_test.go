@@ -99,6 +99,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{nil, []string{"--nope", "migrate"}, "flag provided but not defined: -nope"},
+		{nil, []string{"help", "migrate", "up"}, `unexpected argument "up" after help migrate`},
+		{nil, []string{"help", "nosuch"}, `unknown command "nosuch"`},
 		{db, []string{"migrate", "--nope", "up"}, "flag provided but not defined: -nope"},
 		{db, []string{"migrate"}, "missing subcommand"},
 		{db, []string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
