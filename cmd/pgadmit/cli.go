@@ -332,7 +332,8 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		def := ""
 		// A usage that says its default itself (migrate's --to, whose -1 means "none given")
 		// gets no second, raw one.
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && !strings.Contains(usage, "(default") {
+		// A zero value (false, 0, 0s) means off, and says nothing as a default.
+		if !slices.Contains([]string{"", "false", "0", "0s"}, f.DefValue) && !strings.Contains(usage, "(default") {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s%s\n", head, usage, def)

@@ -28,3 +28,14 @@ func TestDemoHelpSaysTheDefaultsOfHTTP(t *testing.T) {
 		}
 	}
 }
+
+// A flag whose zero value means "off" (recover --every, bench --think) shows no default, as
+// a zero count does; it used to show "(default 0s)".
+func TestHelpShowsNoZeroDurationDefault(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands() {
+		if out := cliOK(t, c.name, "--help"); strings.Contains(out, "(default 0s)") {
+			t.Errorf("pgadmit %s --help shows a zero duration as a default:\n%s", c.name, out)
+		}
+	}
+}
