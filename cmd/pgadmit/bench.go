@@ -148,6 +148,13 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if *statements < 0 || *statements > maxBenchStatements {
 		return usagef("--statements must be between 0 and %d, got %d", maxBenchStatements, *statements)
 	}
+	// Given empty (a script's unset variable), these are refused rather than read as not
+	// given: the whole bench would run, or no file be written.
+	for _, name := range []string{"only", "json", "cpuprofile"} {
+		if flagSet(fs, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
+			return usagef("--%s is empty", name)
+		}
+	}
 	codes, err := bench.ParseOnly(*only)
 	if err != nil {
 		return usagef("--only: %v", err)

@@ -127,6 +127,10 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--think", "-1ms"}, "--think must be between 0 and 1m, got -1ms"},
 		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m"},
 		{db, []string{"bench", "--only", "W1,W9"}, `unknown workload "W9"`},
+		// Given empty (a script's unset variable), they are refused, not read as not given.
+		{db, []string{"bench", "--only", ""}, "--only is empty"},
+		{db, []string{"bench", "--json="}, "--json is empty"},
+		{db, []string{"bench", "--cpuprofile", ""}, "--cpuprofile is empty"},
 		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for flag -workers`},
 		{db, []string{"bench", "--combining=false", "--in-flight", "4"}, "--in-flight needs --combining"},
 		{db, []string{"bench", "--rounds", "0"}, "--rounds must be between 1 and 1000, got 0"},
