@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -21,10 +20,7 @@ import (
 // blocks again.
 func TestAllotDropsIdleCounters(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 20 * time.Millisecond}))
-	t.Cleanup(l.Close)
+	l, pool := localLimiterIdleAfter(t, 20*time.Millisecond)
 	ctx := context.Background()
 	const n = 40
 	keys := make([]string, n)

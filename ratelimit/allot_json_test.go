@@ -150,10 +150,7 @@ func TestLocalGrantThroughJSONSettlesOnTheLimiterThatAdmittedIt(t *testing.T) {
 // copy settled after that is unknown, as any grant decoded elsewhere.
 func TestLocalGrantThroughJSONIsForgottenWithItsBlock(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 20 * time.Millisecond}))
-	t.Cleanup(l.Close)
+	l, pool := localLimiterIdleAfter(t, 20*time.Millisecond)
 	ctx := context.Background()
 	key := uniqueKey("jsonforgot")
 	g := reserveLocal(t, l, key, 1000, 10)

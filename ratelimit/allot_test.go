@@ -35,9 +35,16 @@ func awaitLocalWindow(t *testing.T, conn db.DBTX) {
 // minute left; it is closed when the test ends.
 func localLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool) {
 	t.Helper()
+	return localLimiterIdleAfter(t, time.Minute)
+}
+
+// localLimiterIdleAfter is localLimiter with blocks returned once idle
+// for idle.
+func localLimiterIdleAfter(t *testing.T, idle time.Duration) (*ratelimit.Limiter, *pgxpool.Pool) {
+	t.Helper()
 	pool := pgtest.NewPool(t)
 	awaitLocalWindow(t, pool)
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: idle}))
 	t.Cleanup(l.Close)
 	return l, pool
 }

@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -31,15 +30,7 @@ func TestGrantThatWentThroughJSONSettlesItsDatabasePart(t *testing.T) {
 		if err != nil || !g.Reservations[0].Local || g.Reservations[1].Local {
 			t.Fatalf("Reserve: %+v, %v; want a Local reservation then a database one", g, err)
 		}
-		b, err := json.Marshal(g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var decoded ratelimit.Grant
-		if err := json.Unmarshal(b, &decoded); err != nil {
-			t.Fatal(err)
-		}
-		return decoded
+		return throughJSON(t, g)
 	}
 	elsewhere := ratelimit.New(pool)
 

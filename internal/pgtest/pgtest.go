@@ -79,6 +79,12 @@ func Main(m *testing.M) int {
 // then) and kept for inspection when t fails.
 func NewURL(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, migrator{})
+}
+
+// newDatabase creates a fresh database that m prepared and returns its connection string.
+func newDatabase(t testing.TB, m pgtestdb.Migrator) string {
+	t.Helper()
 	if !mainCalled.Load() {
 		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
 	}
@@ -86,8 +92,7 @@ func NewURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	conf := pgtestdb.Custom(t, base, migrator{})
-	return conf.URL()
+	return pgtestdb.Custom(t, base, m).URL()
 }
 
 // NewPool returns a pgx pool on a fresh database, migrated to pgadmit's latest schema. The pool
@@ -244,12 +249,5 @@ func configFromURL(dsn string) (pgtestdb.Config, error) {
 // the version table) and returns its connection string. It is dropped as [NewURL]'s are.
 func NewEmptyURL(t testing.TB) string {
 	t.Helper()
-	if !mainCalled.Load() {
-		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
-	}
-	base, err := server()
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	return pgtestdb.Custom(t, base, pgtestdb.NoopMigrator{}).URL()
+	return newDatabase(t, pgtestdb.NoopMigrator{})
 }
