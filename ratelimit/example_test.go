@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"time"
 
@@ -15,7 +16,96 @@ import (
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
+	"github.com/pgadmit/pgadmit/schema"
 )
+
+// The README's quickstart: from DATABASE_URL to a request admitted and
+// settled, and the housekeeping. From ctx on, this body is the README's
+// block, line for line (TestReadmeShowsTheRunnableQuickstart): keep them
+// the same.
+func Example_quickstart() {
+	defer setEnv("DATABASE_URL", pgtest.ExampleURL())() // the examples' database stands in for yours
+
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ratelimit.ConfigurePool(cfg) // a statement cancelled mid-flight then never strands what it granted
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := schema.Migrate(ctx, pool); err != nil { // idempotent; safe from many instances at once
+		log.Fatal(err)
+	}
+	limiter := ratelimit.New(pool)
+
+	apiKey := ratelimit.Scope{Type: "api_key", Key: "key_123"}
+	model := ratelimit.Scope{Type: "model", Key: "gpt-4o"}
+	grant, err := limiter.Reserve(ctx, "", "", []ratelimit.Limit{ // no task: task and attempt ids ""
+		{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: 600, Amount: 1},
+		{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: 100_000, Amount: 500}, // estimate
+		{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 50, Amount: 1},
+	})
+	var exceeded *ratelimit.ExceededError
+	if errors.As(err, &exceeded) {
+		// A gateway answers 429 with Retry-After: exceeded.RetryAfter (the database's clock);
+		// exceeded.Retryable is false when the amount can never fit.
+		fmt.Println("refused:", exceeded.Message, exceeded.RetryAfter)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// ... call the upstream ...
+
+	settlement, err := limiter.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 420})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("settled, slots released:", settlement.LeasesReleased)
+
+	// Housekeeping runs on a pool, never inside a transaction of yours: from one service on a
+	// schedule (or `pgadmit recover --every 30s` and a daily `pgadmit prune`).
+	maint := ratelimit.NewMaintenance(pool)
+	recovered, err := maint.Recover(ctx) // single flight across processes
+	if err != nil {
+		log.Fatal(err)
+	}
+	pruned, err := maint.Prune(ctx, 24*time.Hour) // and finished tasks older than the task retention
+	if err != nil {
+		log.Fatal(err)
+	}
+	report, err := maint.Doctor(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("recovered anything:", !recovered.Zero(), "| finished tasks deleted:", pruned.Tasks)
+	fmt.Println(report)
+	// Output:
+	// settled, slots released: 1
+	// recovered anything: false | finished tasks deleted: 0
+	// doctor: the books balance
+}
+
+// setEnv sets an environment variable until the function it returns is
+// called. Examples run one at a time, after the tests.
+func setEnv(name, value string) (restore func()) {
+	old, had := os.LookupEnv(name)
+	if err := os.Setenv(name, value); err != nil {
+		log.Fatal(err)
+	}
+	return func() {
+		if had {
+			os.Setenv(name, old)
+		} else {
+			os.Unsetenv(name)
+		}
+	}
+}
 
 // A gateway request end to end: admit it against the API key's requests and
 // tokens per minute and a concurrency slot on the model, call the upstream,

@@ -1,0 +1,100 @@
+package ratelimit_test
+
+import (
+	"fmt"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The README's first Go block is code to paste: its imports, then what
+// main's body would hold. The body must stay the body of Example_quickstart,
+// line for line (one tab less), which runs in the tests, so that what is
+// pasted is what was run; and the imports must be exactly the packages the
+// body names, so that pasted under them it compiles.
+func TestReadmeShowsTheRunnableQuickstart(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start = "## Use it from Go\n\n```go\nimport (\n"
+	at := strings.Index(string(readme), start)
+	if at < 0 {
+		t.Fatalf("README.md has no Go block starting %q", start)
+	}
+	block := string(readme[at+len("## Use it from Go\n\n```go\n"):])
+	block = block[:strings.Index(block, "```")]
+	imports, body, ok := strings.Cut(block, "\n)\n\n")
+	if !ok {
+		t.Fatalf("the README's quickstart does not start with an import block followed by a blank line:\n%s", block)
+	}
+	imports += "\n)\n"
+
+	var indented strings.Builder
+	for _, line := range strings.SplitAfter(body, "\n") {
+		if strings.TrimSpace(line) != "" {
+			indented.WriteString("\t")
+		}
+		indented.WriteString(line)
+	}
+	if !strings.Contains(string(example), indented.String()) {
+		t.Fatalf("the README's quickstart is not the body of Example_quickstart in ratelimit/example_test.go:\n%s", body)
+	}
+
+	for _, problem := range pasteProblems(imports, body) {
+		t.Errorf("the README's quickstart, pasted as a main function under its imports: %s", problem)
+	}
+}
+
+// pasteProblems parses imports and body as a program whose main holds body,
+// and says what would keep it from compiling that the body's being an
+// Example's body does not already rule out: a name the body uses that it
+// neither declares nor imports, and an import it does not use.
+func pasteProblems(imports, body string) []string {
+	src := "package main\n\n" + imports + "\nfunc main() {\n" + body + "}\n"
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, "main.go", src, parser.AllErrors)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	imported := map[string]string{} // name -> path
+	for _, spec := range file.Imports {
+		p, err := strconv.Unquote(spec.Path.Value)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		name := path.Base(p)
+		if spec.Name != nil {
+			name = spec.Name.Name
+		}
+		imported[name] = p
+	}
+	var problems []string
+	used := map[string]bool{}
+	for _, ident := range file.Unresolved {
+		switch {
+		case imported[ident.Name] != "":
+			used[ident.Name] = true
+		case types.Universe.Lookup(ident.Name) == nil:
+			problems = append(problems, fmt.Sprintf("%s: %s is neither declared nor imported", fset.Position(ident.Pos()), ident.Name))
+		}
+	}
+	for name, p := range imported {
+		if !used[name] {
+			problems = append(problems, fmt.Sprintf("%q is imported and not used", p))
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}
