@@ -41,6 +41,7 @@ func Example_quickstart() {
 		log.Fatal(err)
 	}
 	limiter := ratelimit.New(pool)
+	defer limiter.Close() // runs before pool.Close: gives back what the Limiter holds
 
 	apiKey := ratelimit.Scope{Type: "api_key", Key: "key_123"}
 	model := ratelimit.Scope{Type: "model", Key: "gpt-4o"}
