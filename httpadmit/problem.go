@@ -102,7 +102,8 @@ func RefusalProblem(refusal *Refusal) Problem {
 // DefaultRefusalHandler answers 429 with RefusalProblem's body. The
 // request never reaches the upstream, so middlewares around this one that
 // admitted it release their reservations (ReasonRefusedInside) instead of
-// committing their estimates.
+// committing their estimates, unless their handler reports usage (it
+// served the request another way).
 func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refusal) {
 	discardOuter(r, ReasonRefusedInside)
 	WriteProblem(w, RefusalProblem(refusal))
@@ -134,10 +135,13 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 
 // discardOuter releases what middlewares around the one answering r
 // admitted it with: a request answered by a middleware never reaches the
-// upstream. r may come through no other middleware (ErrNoAdmission), or
-// through one whose handler already returned, which it then leaves alone.
+// upstream through it. Unlike Discard, it gives way to usage the handler
+// reports: a handler that tried this middleware's route in-process and
+// served the request another way did reach an upstream (settle). r may
+// come through no other middleware, or through one whose handler already
+// returned, which it then leaves alone.
 func discardOuter(r *http.Request, reason string) {
 	if r != nil {
-		_ = Discard(r.Context(), reason)
+		answeredInside(r.Context(), reason)
 	}
 }

@@ -57,6 +57,11 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 
 // settle commits or releases grant with what its handler reported:
 //   - Discard was called: released with its reason;
+//   - a middleware inside answered the request itself (its default
+//     handlers refused it or could not decide it) and the handler reported
+//     no usage: released with that middleware's reason. Usage reported
+//     says an upstream did run (the handler served the request another
+//     way, before or after), so it is committed;
 //   - the handler ended normally: committed with the usage it reported
 //     (the estimate for metrics it did not report);
 //   - it ended abnormally (abnormal is the reason): committed with the usage
@@ -76,6 +81,9 @@ func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, rep repo
 	usage, release := rep.usage, rep.discard
 	if release == "" && abnormal != "" && len(usage) == 0 {
 		release = abnormal
+	}
+	if release == "" && rep.answeredInside != "" && len(usage) == 0 {
+		release = rep.answeredInside
 	}
 	if release == "" {
 		start := time.Now()

@@ -21,13 +21,18 @@ type admission struct {
 	mu      sync.Mutex
 	usage   map[string]float64
 	discard string // reason given to Discard, if it was called
-	ended   bool   // the handler returned: reports are refused
+	// answeredInside is the reason of a middleware inside this one that
+	// answered the request itself (its default handlers): see settle.
+	answeredInside string
+	ended          bool // the handler returned: reports are refused
 }
 
-// report is what the handler reported: its usage, and Discard's reason.
+// report is what the handler reported: its usage, Discard's reason, and
+// why a middleware inside answered the request, if one did.
 type report struct {
-	usage   map[string]float64
-	discard string
+	usage          map[string]float64
+	discard        string
+	answeredInside string
 }
 
 type contextKey struct{}
@@ -100,6 +105,16 @@ func Discard(ctx context.Context, reason string) error {
 	return a.report(func(a *admission) { a.discard = reason })
 }
 
+// answeredInside records on the admissions of the middlewares around the
+// one answering ctx's request (its default handlers) that it answered it,
+// with reason: they release it unless the handler reports usage (settle).
+// A request that came through no other middleware has nothing to record.
+func answeredInside(ctx context.Context, reason string) {
+	if a, ok := admissionFrom(ctx); ok {
+		_ = a.report(func(a *admission) { a.answeredInside = reason })
+	}
+}
+
 // report applies a report to a and to the admissions of the middlewares
 // around it (one for every route, another for a route's own limits): they
 // admitted the same request, whose handler reports to the innermost. It
@@ -143,7 +158,7 @@ func (a *admission) end() report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ended = true
-	return report{usage: a.usage, discard: a.discard}
+	return report{usage: a.usage, discard: a.discard, answeredInside: a.answeredInside}
 }
 
 // releaseReason makes reason one that Release accepts (valid UTF-8, no NUL
