@@ -52,7 +52,9 @@ type block struct {
 	gone        bool   // returned: later settlements change nothing in the database
 	// admissions are those admitted from the block by sequence, for
 	// settling a copy of a grant that names one by its LocalID; dropped
-	// when the block is returned.
+	// when the block is returned. Once the block is closed it keeps only
+	// those in flight (forgetSettledLocked): it may wait for one until its
+	// window is over, and would keep every settled one meanwhile.
 	admissions map[uint64]*localAdmission
 }
 
@@ -182,7 +184,19 @@ func (s *blockSet) closeLocked(b *block, reason string) {
 		return
 	}
 	b.closed, b.reason = true, reason
+	b.forgetSettledLocked()
 	s.draining = append(s.draining, b)
+}
+
+// forgetSettledLocked lets go of the settled admissions of a closed block:
+// a copy of one of their grants then reports StatusUnknown, as after the
+// block is returned. Those in flight are kept, to be settled by a copy.
+func (b *block) forgetSettledLocked() {
+	for seq, la := range b.admissions {
+		if la.settled {
+			delete(b.admissions, seq)
+		}
+	}
 }
 
 // installLocked makes a new block current, or next when the current one
@@ -381,6 +395,9 @@ func (la *localAdmission) settle(commit bool, actual float64) (status string, ch
 		return la.status, la.charged, false
 	}
 	la.settled = true
+	if la.b.closed {
+		delete(la.b.admissions, la.seq) // see forgetSettledLocked
+	}
 	la.b.reserved -= la.amount
 	if la.b.inflight--; la.b.inflight == 0 {
 		la.b.reserved = 0

@@ -98,7 +98,9 @@ type Reservation struct {
 	// LocalID names a Local reservation to the Limiter that admitted it,
 	// which settles it by this name from a copy of the grant (one decoded
 	// from JSON) until its block is returned; any other Limiter reports it
-	// StatusUnknown. It is the Limiter's random instance id, a sequence
+	// StatusUnknown, and so does this one for a copy of an admission
+	// already settled once its block admits no more (spent, or its window
+	// ended). It is the Limiter's random instance id, a sequence
 	// and a random tag (the holder of one grant cannot name another).
 	LocalID string `json:",omitempty"`
 

@@ -23,7 +23,8 @@ const (
 	// copy of a grant (decoded from JSON) settled on another Limiter than
 	// the one that admitted it, or after its block was returned, or
 	// without a LocalID (encoded before there was one): its block charges
-	// the estimate when it is returned.
+	// the estimate when it is returned, unless it was settled (a copy of an
+	// admission already settled, once its block admits no more).
 	StatusUnknown = "unknown"
 )
 
