@@ -76,3 +76,59 @@ func TestNestedRefusalInsideAServedRequestKeepsItsReportedUsage(t *testing.T) {
 	}
 	e.nothingHeld()
 }
+
+// The same fallback through a route guarded by another inner middleware
+// that admits the request: the upstream behind it ran, so the outer
+// admission is committed, at its estimate when nothing reports usage,
+// whichever route was tried first. An inner middleware that itself
+// answered nothing but released its own admission (a refusal further in)
+// does not count as served.
+func TestNestedRefusalThenAnotherInnerRouteCommitsTheOuterAdmission(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	org, key, other := uniqueKey("org"), uniqueKey("key"), uniqueKey("other")
+	outer := e.middleware(fixed(window("org", org, ratelimit.MetricTokens, 100_000, 1000)))
+	never := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Errorf("the upstream behind a full limit ran") })
+	refused := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 0, 1000)))(never)
+	served := e.middleware(fixed(window("api_key", other, ratelimit.MetricTokens, 100_000, 1000)))(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	// A middleware that admits, in front of a refusing one: nothing served.
+	admitsThenRefused := e.middleware(fixed(window("api_key", other, ratelimit.MetricTokens, 100_000, 1000)))(refused)
+	try := func(h http.Handler, r *http.Request, want int) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != want {
+			t.Errorf("inner route: status %d; want %d", rec.Code, want)
+		}
+	}
+	serve := func(h http.HandlerFunc) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		outer(h).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	}
+	used := func() float64 { t.Helper(); return e.books("org", org, ratelimit.MetricTokens).Used }
+
+	serve(func(w http.ResponseWriter, r *http.Request) {
+		try(refused, r, http.StatusTooManyRequests)
+		try(served, r, http.StatusOK)
+	})
+	if got := used(); got != 1000 {
+		t.Fatalf("org tokens used after a fallback through another inner route = %g, want 1000 (the estimate)", got)
+	}
+	serve(func(w http.ResponseWriter, r *http.Request) {
+		try(served, r, http.StatusOK)
+		try(refused, r, http.StatusTooManyRequests)
+	})
+	if got := used(); got != 2000 {
+		t.Fatalf("org tokens used after a served route then a refused one = %g, want 2000", got)
+	}
+	serve(func(w http.ResponseWriter, r *http.Request) { try(admitsThenRefused, r, http.StatusTooManyRequests) })
+	if got := used(); got != 2000 {
+		t.Fatalf("org tokens used after a refusal two middlewares in = %g, want still 2000 (released)", got)
+	}
+	if got := e.books("api_key", other, ratelimit.MetricTokens).Used; got != 2000 {
+		t.Fatalf("other key's tokens used = %g, want 2000 (its refused-inside request released)", got)
+	}
+	e.nothingHeld()
+}

@@ -102,8 +102,9 @@ func RefusalProblem(refusal *Refusal) Problem {
 // DefaultRefusalHandler answers 429 with RefusalProblem's body. The
 // request never reaches the upstream, so middlewares around this one that
 // admitted it release their reservations (ReasonRefusedInside) instead of
-// committing their estimates, unless their handler reports usage (it
-// served the request another way).
+// committing their estimates, unless their handler reports usage or
+// another middleware inside them admits and commits the request (it was
+// served another way).
 func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refusal) {
 	discardOuter(r, ReasonRefusedInside)
 	WriteProblem(w, RefusalProblem(refusal))
@@ -136,8 +137,9 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 // discardOuter releases what middlewares around the one answering r
 // admitted it with: a request answered by a middleware never reaches the
 // upstream through it. Unlike Discard, it gives way to usage the handler
-// reports: a handler that tried this middleware's route in-process and
-// served the request another way did reach an upstream (settle). r may
+// reports, and to another middleware inside that commits the request: a
+// handler that tried this middleware's route in-process and served the
+// request another way did reach an upstream (releaseFor). r may
 // come through no other middleware, or through one whose handler already
 // returned, which it then leaves alone.
 func discardOuter(r *http.Request, reason string) {

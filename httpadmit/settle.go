@@ -48,43 +48,59 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		case rw.err != nil:
 			reason = ReasonStreamCut
 		}
-		m.settle(r.Context(), grant, rep, reason)
+		release := releaseFor(rep, reason)
+		if release == "" && a.outer != nil {
+			// Its upstream ran: the middlewares around this one commit too,
+			// though another inside them answered the request before or
+			// after (a handler that tried routes in turn).
+			_ = a.outer.report(func(o *admission) { o.servedInside = true })
+		}
+		m.settle(r.Context(), grant, rep.usage, release)
 		m.observer.LeasesHeld(-len(grant.Leases))
 	}()
 	next.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
 	panicked = false
 }
 
-// settle commits or releases grant with what its handler reported:
+// releaseFor says how a request is settled after its handler ended (""
+// when it is committed, else the reason it is released):
 //   - Discard was called: released with its reason;
 //   - a middleware inside answered the request itself (its default
-//     handlers refused it or could not decide it) and the handler reported
-//     no usage: released with that middleware's reason. Usage reported
-//     says an upstream did run (the handler served the request another
-//     way, before or after), so it is committed;
+//     handlers refused it or could not decide it), and the handler neither
+//     reported usage nor had another middleware inside serve it: released
+//     with that middleware's reason. Usage reported, or a middleware
+//     inside that admitted and committed it, says an upstream did run (the
+//     handler served the request another way, before or after);
 //   - the handler ended normally: committed with the usage it reported
 //     (the estimate for metrics it did not report);
 //   - it ended abnormally (abnormal is the reason): committed with the usage
 //     it reported when it reported some, since the upstream spent it, else
 //     released with that reason.
-//
-// A Commit that ratelimit refuses as invalid falls back to Release, so the
-// grant never stays held. Errors are logged; what a failed settle leaves
-// held lapses by itself (leases at their TTL, reservations when their
-// window ends).
-func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, rep report, abnormal string) {
+func releaseFor(rep report, abnormal string) string {
+	switch {
+	case rep.discard != "":
+		return rep.discard
+	case len(rep.usage) > 0:
+		return ""
+	case abnormal != "":
+		return abnormal
+	case rep.answeredInside != "" && !rep.servedInside:
+		return rep.answeredInside
+	}
+	return ""
+}
+
+// settle commits grant with usage, or releases it when release is not ""
+// (releaseFor). A Commit that ratelimit refuses as invalid falls back to
+// Release, so the grant never stays held. Errors are logged; what a failed
+// settle leaves held lapses by itself (leases at their TTL, reservations
+// when their window ends).
+func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage map[string]float64, release string) {
 	if grant.Empty() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.settleTimeout)
 	defer cancel()
-	usage, release := rep.usage, rep.discard
-	if release == "" && abnormal != "" && len(usage) == 0 {
-		release = abnormal
-	}
-	if release == "" && rep.answeredInside != "" && len(usage) == 0 {
-		release = rep.answeredInside
-	}
 	if release == "" {
 		start := time.Now()
 		_, err := m.limiter.Commit(ctx, grant, usage)

@@ -22,17 +22,21 @@ type admission struct {
 	usage   map[string]float64
 	discard string // reason given to Discard, if it was called
 	// answeredInside is the reason of a middleware inside this one that
-	// answered the request itself (its default handlers): see settle.
+	// answered the request itself (its default handlers); servedInside
+	// says one inside admitted it and committed it: see releaseFor.
 	answeredInside string
+	servedInside   bool
 	ended          bool // the handler returned: reports are refused
 }
 
-// report is what the handler reported: its usage, Discard's reason, and
-// why a middleware inside answered the request, if one did.
+// report is what the handler reported: its usage, Discard's reason, why
+// a middleware inside answered the request, if one did, and whether one
+// inside served it.
 type report struct {
 	usage          map[string]float64
 	discard        string
 	answeredInside string
+	servedInside   bool
 }
 
 type contextKey struct{}
@@ -107,7 +111,8 @@ func Discard(ctx context.Context, reason string) error {
 
 // answeredInside records on the admissions of the middlewares around the
 // one answering ctx's request (its default handlers) that it answered it,
-// with reason: they release it unless the handler reports usage (settle).
+// with reason: they release it unless an upstream ran after all
+// (releaseFor).
 // A request that came through no other middleware has nothing to record.
 func answeredInside(ctx context.Context, reason string) {
 	if a, ok := admissionFrom(ctx); ok {
@@ -158,7 +163,7 @@ func (a *admission) end() report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ended = true
-	return report{usage: a.usage, discard: a.discard, answeredInside: a.answeredInside}
+	return report{usage: a.usage, discard: a.discard, answeredInside: a.answeredInside, servedInside: a.servedInside}
 }
 
 // releaseReason makes reason one that Release accepts (valid UTF-8, no NUL
