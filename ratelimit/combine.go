@@ -41,7 +41,7 @@ type combiner[Req, Res any] struct {
 	queue     []*combined[Req, Res]
 	inFlight  int
 	left      int           // callers who left unsent since the queue was last compacted or emptied
-	releasing int           // abandoned calls, and statements that every caller left (detached), running
+	releasing int           // abandoned calls, statements that every caller left (detached) and runs again of rejected batches, running
 	idle      *sync.Cond    // on mu: inFlight and releasing both fell to 0
 	batches   int64         // statements answered
 	requests  int64         // requests they carried
@@ -317,6 +317,14 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 		defer c.releaseDone()
 	}
 	if err != nil && len(batch) > 1 && rejectedInput(err) {
+		// The run again counts as releasing until its last request is
+		// answered: once one of them gives the batch's place up (leave),
+		// the others run on none, and drain must still wait for them and
+		// for what they grant callers who leave meanwhile.
+		c.mu.Lock()
+		c.releasing++
+		c.mu.Unlock()
+		defer c.releaseDone()
 		for _, p := range batch {
 			if p.ctx.Err() != nil {
 				// Its caller left: the statement was rolled back, so the
@@ -342,9 +350,9 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 	return detached
 }
 
-// releaseDone ends one of what releasing counts: an abandoned call, or a
+// releaseDone ends one of what releasing counts: an abandoned call, a
 // detached batch (leave) now answered, whose grants to callers who left
-// went to abandoned (counted apart).
+// went to abandoned (counted apart), or the run again of a rejected batch.
 func (c *combiner[Req, Res]) releaseDone() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

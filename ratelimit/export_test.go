@@ -117,6 +117,14 @@ func (l *Limiter) QueuedReserves() int {
 	return len(l.reserves.queue)
 }
 
+// ReservesInFlight is how many in-flight places of the Reserve combiner
+// are taken (see combiner.inFlight).
+func (l *Limiter) ReservesInFlight() int {
+	l.reserves.mu.Lock()
+	defer l.reserves.mu.Unlock()
+	return l.reserves.inFlight
+}
+
 // AllotmentSets is how many counters l keeps blocks, or their rate, of.
 func (l *Limiter) AllotmentSets() int {
 	l.allot.mu.Lock()
@@ -144,4 +152,17 @@ func (l *Limiter) LocalAdmissionsKept() int {
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// AfterReserveStatements makes each statement of l's Reserve combiner call
+// hook, with how many requests it carried, once it is answered and before
+// its callers are, so that a test can hold an answer back there as long as
+// it needs. Call it before l's first Reserve.
+func (l *Limiter) AfterReserveStatements(hook func(requests int)) {
+	run := l.reserves.run
+	l.reserves.run = func(ctx context.Context, reqs []*admission) ([]Grant, []error, error) {
+		grants, errs, err := run(ctx, reqs)
+		hook(len(reqs))
+		return grants, errs, err
+	}
 }

@@ -19,7 +19,8 @@ import (
 // hooks into its internals for tests, not part of its API.
 var testOnlyMethods = map[string]bool{
 	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
-	"LocalAdmissionsKept": true,
+	"LocalAdmissionsKept": true, "AfterReserveStatements": true,
+	"ReservesInFlight": true,
 }
 
 // callEveryMethod calls every exported method of recv (through
