@@ -8,22 +8,32 @@ import (
 
 // releaseUnheld gives back a grant that nobody holds: one decided after
 // its caller left (reasonAbandoned), or one a hot batch decided whose
-// commit could not be confirmed (reasonUnconfirmed). Only this process
-// knows its ids, so a release that fails is tried again: Release is
-// idempotent, and a grant not released stays held until its window or
-// lease TTL ends. After a restart or a failover every idle connection of
-// the pool fails its first statement (pgxpool pings only those idle for
-// over a second), each failure taking one of them out, so the tries go on
-// for unheldReleaseSpan, not for a number of tries; the span is short, so
-// that Limiter.Close, which waits for them, is not held up long by a
-// database that is down.
+// commit could not be confirmed (reasonUnconfirmed). Release is
+// idempotent, so it is tried again (retryUnheld).
 func (l *Limiter) releaseUnheld(g Grant, reason string) {
+	retryUnheld(func(ctx context.Context) error {
+		_, err := l.Release(ctx, g, reason)
+		return err
+	})
+}
+
+// retryUnheld runs giveBack, an idempotent statement that gives back what
+// nobody holds (a grant, a task created or claimed for a caller who left),
+// until it succeeds or fails on its input (ErrInvalidInput). Only this
+// process knows what it names, and what it does not give back stays held
+// until a window, a lease's TTL or Recover ends it. After a restart or a
+// failover every idle connection of the pool fails its first statement
+// (pgxpool pings only those idle for over a second), each failure taking
+// one of them out, so the tries go on for unheldReleaseSpan, not for a
+// number of tries; the span is short, so that Limiter.Close and the calls
+// that wait for them are not held up long by a database that is down.
+func retryUnheld(giveBack func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
 	giveUp := time.Now().Add(unheldReleaseSpan)
 	pause := unheldReleasePause
 	for {
-		_, err := l.Release(ctx, g, reason)
+		err := giveBack(ctx)
 		if err == nil || errors.Is(err, ErrInvalidInput) || time.Now().After(giveUp) {
 			return
 		}
@@ -37,7 +47,7 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 }
 
 const (
-	// unheldReleaseSpan is how long releaseUnheld tries; the pauses between
+	// unheldReleaseSpan is how long retryUnheld tries; the pauses between
 	// tries double from unheldReleasePause.
 	unheldReleaseSpan  = 2 * time.Second
 	unheldReleasePause = 5 * time.Millisecond

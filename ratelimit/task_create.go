@@ -36,7 +36,9 @@ import (
 // nothing runs it. A statement still unanswered 100 ms after ctx ended
 // (waiting for a queue scope's lock, say) is cancelled, and rolled back
 // unless the server committed it first; a task created so, or one whose
-// cancelling fails, lasts as one whose creator died: a sync task until
+// cancelling still fails after 2 s of tries (a failed try, on a
+// connection a restart ended, say, is tried again), lasts as one whose
+// creator died: a sync task until
 // Recover fails it at the end of its execution lease, an async task until
 // a worker claims it. Inside a caller's transaction (WithTx), a cancelled
 // statement ends the transaction, and the task is rolled back with it.
@@ -112,7 +114,9 @@ func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreate
 // cancelAbandonedTask cancels a task that CreateTask created after its
 // caller had stopped waiting (its context ended): nobody knows its id. A
 // sync task is cancelled while it still runs under the token it was
-// created with, an async one while no worker has claimed it.
+// created with, an async one while no worker has claimed it: states that
+// cancelling ends for good, so it is idempotent and tried again as a
+// release is (retryUnheld).
 func (l *Limiter) cancelAbandonedTask(t Task) {
 	id, err := parseID("taskID", t.ID)
 	if err != nil {
@@ -122,9 +126,11 @@ func (l *Limiter) cancelAbandonedTask(t Task) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
-	defer cancel()
-	_, _ = l.queries.TaskCancelAbandoned(ctx, l.conn, db.TaskCancelAbandonedParams{TaskID: id, Token: token, Now: l.opts.clock.at()})
+	p := db.TaskCancelAbandonedParams{TaskID: id, Token: token, Now: l.opts.clock.at()}
+	retryUnheld(func(ctx context.Context) error {
+		_, err := l.queries.TaskCancelAbandoned(ctx, l.conn, p)
+		return err
+	})
 }
 
 func taskCreateParams(spec TaskSpec) (db.TaskCreateParams, []Limit, error) {

@@ -25,8 +25,9 @@ import (
 // at once, its attempt cancelled (error code "abandoned"), a task.queued
 // event; this does not count as a requeue (WithMaxRequeues). A statement
 // still unanswered 100 ms after ctx ended is cancelled; a claim committed
-// all the same, or one whose putting back fails, lasts until Recover
-// reclaims the task at the end of its lease.
+// all the same, or one whose putting back still fails after 2 s of tries
+// (a failed try, on a connection a restart ended, say, is tried again),
+// lasts until Recover reclaims the task at the end of its lease.
 func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.Duration) (Task, error) {
 	if err := l.usable(); err != nil {
 		return Task{}, err
@@ -56,7 +57,8 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 
 // unclaimAbandoned puts back a task that ClaimTask claimed after its caller
 // had stopped waiting (its context ended): no worker runs it. Fenced by
-// the claim's token.
+// the claim's token, which putting it back clears, so idempotent: it is
+// tried again as a release is (retryUnheld).
 func (l *Limiter) unclaimAbandoned(t Task) {
 	id, err := parseID("taskID", t.ID)
 	if err != nil {
@@ -66,9 +68,11 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
-	defer cancel()
-	_, _ = l.queries.TaskUnclaim(ctx, l.conn, db.TaskUnclaimParams{TaskID: id, Token: token, Now: l.opts.clock.at()})
+	p := db.TaskUnclaimParams{TaskID: id, Token: token, Now: l.opts.clock.at()}
+	retryUnheld(func(ctx context.Context) error {
+		_, err := l.queries.TaskUnclaim(ctx, l.conn, p)
+		return err
+	})
 }
 
 // HeartbeatTask extends a running task's execution lease to now() + ttl
