@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/readme"
 )
 
 // The README's first Go block is code to paste: its imports, then what
@@ -20,35 +22,17 @@ import (
 // body names, so that pasted under them it compiles.
 func TestReadmeShowsTheRunnableQuickstart(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	block := readme.Block(t, "../README.md", "## Use it from Go\n\n", "import (\n")
 	example, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const start = "## Use it from Go\n\n```go\nimport (\n"
-	at := strings.Index(string(readme), start)
-	if at < 0 {
-		t.Fatalf("README.md has no Go block starting %q", start)
-	}
-	block := string(readme[at+len("## Use it from Go\n\n```go\n"):])
-	block = block[:strings.Index(block, "```")]
 	imports, body, ok := strings.Cut(block, "\n)\n\n")
 	if !ok {
 		t.Fatalf("the README's quickstart does not start with an import block followed by a blank line:\n%s", block)
 	}
 	imports += "\n)\n"
-
-	var indented strings.Builder
-	for _, line := range strings.SplitAfter(body, "\n") {
-		if strings.TrimSpace(line) != "" {
-			indented.WriteString("\t")
-		}
-		indented.WriteString(line)
-	}
-	if !strings.Contains(string(example), indented.String()) {
+	if !strings.Contains(string(example), readme.Indent(body)) {
 		t.Fatalf("the README's quickstart is not the body of Example_quickstart in ratelimit/example_test.go:\n%s", body)
 	}
 
