@@ -16,7 +16,7 @@ SQLC := cd tools && $(GO) tool sqlc -f ../sqlc.yaml
 GENERATED := db internal/dbtest
 
 .DEFAULT_GOAL := help
-.PHONY: help generate check-generated vet lint-sql sqlc-vet test query-coverage fuzz bench demo demo-http build ci
+.PHONY: help generate check-generated vet lint-sql sqlc-vet test query-coverage fuzz bench demo demo-http build goose ci
 
 help: ## list the targets
 	@echo "usage: make TARGET"
@@ -70,6 +70,14 @@ demo-http: ## run the HTTP gateway demo (pgadmit demo --http)
 
 build: ## build bin/pgadmit
 	$(GO) build -o bin/pgadmit ./cmd/pgadmit
+
+# goose's own CLI at go.mod's goose version, with its PostgreSQL driver only (README, "Migrations").
+GOOSE_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/pressly/goose/v3)
+GOOSE_TAGS := no_clickhouse no_libsql no_mssql no_mysql no_sqlite3 no_vertica no_ydb
+goose: ## goose's own CLI (go.mod's version) on schema/ and DATABASE_URL: make goose ARGS=status
+	@[ -n "$${DATABASE_URL:-}" ] || { echo "make goose: set DATABASE_URL"; exit 2; }
+	GOBIN=$(CURDIR)/bin CGO_ENABLED=0 GOFLAGS= $(GO) install -tags '$(GOOSE_TAGS)' github.com/pressly/goose/v3/cmd/goose@$(GOOSE_VERSION)
+	bin/goose -dir schema -table pgadmit_goose_version postgres "$$DATABASE_URL" $(ARGS)
 
 ci: ## what CI runs (.ci/run)
 	bash .ci/run
