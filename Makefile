@@ -34,11 +34,12 @@ check-generated: generate ## fail when the committed db/ or internal/dbtest/ is 
 	if [ -n "$$untracked" ]; then echo "generated files not in git:"; echo "$$untracked"; exit 1; fi
 	@echo "check-generated: $(GENERATED) up to date"
 
-vet: ## go vet, gofmt and go mod tidy must find nothing
+vet: ## go vet, gofmt and go mod tidy (of both modules) must find nothing
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
 	$(GO) mod tidy -diff
+	cd tools && $(GO) mod tidy -diff
 	@echo "vet: ok"
 
 lint-sql: ## fail when hand-written Go (outside db/) holds SQL text
