@@ -15,14 +15,14 @@
 // the scope types and metric names of the limits, which are configuration.
 // As a guard against a LimitsFunc that builds scope types from request
 // input, pairs of scope type and metric beyond WithMaxSeries are reported
-// as "other".
+// as "other"; so are operations, outcomes and modes outside the values
+// documented for them, whoever calls the Observer methods.
 package promadmit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +38,8 @@ const (
 	DefaultMaxSeries = 200
 )
 
-// Other replaces the scope type and metric of limits beyond WithMaxSeries.
+// Other replaces the scope type and metric of limits beyond WithMaxSeries,
+// and operations, outcomes and modes outside their documented values.
 const Other = "other"
 
 // Results of a database operation, the result label of
@@ -147,26 +148,32 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 }
 
 // Decided counts each limit's outcome, and the admissions that left an
-// enforced limit near full.
+// enforced limit near full. An outcome other than httpadmit's Outcome*
+// constants, or a mode other than Enforce and Shadow, is counted as Other;
+// scope type and metric pairs beyond WithMaxSeries are Other too. Invalid
+// UTF-8 in a scope type or metric is replaced by U+FFFD. Nothing a caller
+// passes makes more series than these bounds, or panics.
 func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 	if !m.made() {
 		return
 	}
 	for _, o := range outcomes {
 		scopeType, metric := m.labels(o.Limit.Scope.Type, o.Limit.Metric)
-		m.admissions.WithLabelValues(labelValue(string(o.Outcome)), o.Limit.Mode.String(), scopeType, metric).Inc()
+		m.admissions.WithLabelValues(outcomeLabel(o.Outcome), modeLabel(o.Limit.Mode), scopeType, metric).Inc()
 		if o.Outcome == httpadmit.OutcomeAdmitted && o.Limit.Mode == httpadmit.Enforce && o.Utilization > m.nearLimit {
 			m.near.WithLabelValues(scopeType, metric).Inc()
 		}
 	}
 }
 
-// DatabaseCall observes one operation's duration.
+// DatabaseCall observes one operation's duration. An op other than
+// httpadmit's Op* constants, OpRecover and OpPrune is counted as Other,
+// so that no string a caller passes makes a series of its own.
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
 	}
-	m.latency.WithLabelValues(labelValue(op), result(err)).Observe(took.Seconds())
+	m.latency.WithLabelValues(operationLabel(op), result(err)).Observe(took.Seconds())
 }
 
 // LeasesHeld moves the gauge of leases held.
@@ -225,9 +232,3 @@ func result(err error) string {
 func invalidOption(fn, field string, value any, reason string) error {
 	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
 }
-
-// labelValue is s as Prometheus takes a label value: valid UTF-8
-// (WithLabelValues panics on anything else). The middleware reports only
-// limits ratelimit accepted, which are; another caller of the Observer
-// methods may pass anything.
-func labelValue(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }

@@ -279,8 +279,10 @@ func TestObserverMethodsTakeAnyInput(t *testing.T) {
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	page := rec.Body.String()
 	for _, want := range []string{
-		"pgadmit_http_admissions_total{metric=\"tok\ufffdns\",mode=\"enforce\",outcome=\"admitted\ufffd\",scope_type=\"team\ufffd\"} 1",
-		"pgadmit_db_operation_duration_seconds_count{operation=\"reserve\ufffd\",result=\"ok\"} 1",
+		// The scope type and metric keep what is UTF-8 of them; an outcome
+		// or an operation that is none of the documented ones is "other".
+		"pgadmit_http_admissions_total{metric=\"tok\ufffdns\",mode=\"enforce\",outcome=\"other\",scope_type=\"team\ufffd\"} 1",
+		"pgadmit_db_operation_duration_seconds_count{operation=\"other\",result=\"ok\"} 1",
 		`pgadmit_recovered_total{kind="failed_tasks"} 0`,
 		`pgadmit_recovered_total{kind="leases"} 2`,
 		`pgadmit_pruned_total{kind="tasks"} 0`,
