@@ -3,12 +3,9 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -17,8 +14,8 @@ import (
 
 // A caller leaves while its Reserve waits for a counter row; the statement
 // is answered (granted), and every session under the pool is terminated (a
-// restart, a failover) before the grant is released as abandoned: each
-// idle connection fails its first statement. The release is idempotent
+// restart, a failover) as the abandoned grant's release takes its
+// connection: each connection the pool holds fails its first statement. The release is idempotent
 // and nobody else knows the grant: it is tried again until a fresh
 // connection answers, and nothing stays held until the window ends.
 func TestAbandonedGrantIsReleasedAfterTheSessionIsTerminated(t *testing.T) {
@@ -35,27 +32,7 @@ func TestAbandonedGrantIsReleasedAfterTheSessionIsTerminated(t *testing.T) {
 	}
 	const conns = 6
 	cfg.MaxConns = conns
-	var pids sync.Map
-	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
-		pids.Store(c.PgConn().PID(), true)
-		return nil
-	}
-	var armed atomic.Bool
-	terminated := make(chan error, 1)
-	cfg.AfterRelease = func(*pgx.Conn) bool {
-		if armed.CompareAndSwap(true, false) {
-			// Every connection goes back to the pool, or stays in it, with
-			// its session gone, as when the server restarts.
-			var err error
-			pids.Range(func(pid, _ any) bool {
-				_, err = testq.OpsTerminateBackend(context.Background(), admin, int32(pid.(uint32)))
-				return err == nil
-			})
-			time.Sleep(100 * time.Millisecond)
-			terminated <- err
-		}
-		return true
-	}
+	restart := restartOnNextAcquire(t, admin, cfg) // armed once the Reserve waits: the next connection taken is the release's
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +69,7 @@ func TestAbandonedGrantIsReleasedAfterTheSessionIsTerminated(t *testing.T) {
 		done <- err
 	}()
 	pgtest.AwaitLockWaiters(t, admin, "Reserve")
-	armed.Store(true)
+	restart.Store(true)
 	cancel()
 	if err := tx.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
@@ -100,10 +77,10 @@ func TestAbandonedGrantIsReleasedAfterTheSessionIsTerminated(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Reserve of a caller who left = %v, want context.Canceled", err)
 	}
-	if err := <-terminated; err != nil {
-		t.Fatalf("terminating the session: %v", err)
-	}
 	l.Close() // waits for the abandoned grant's release
+	if restart.Load() {
+		t.Fatal("the sessions were not terminated before the grant was released")
+	}
 
 	for _, row := range counterRows(t, admin, "provider", limit.Scope.Key) {
 		if row.ReservedValue != 0 || row.UsedValue != 0 {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -48,24 +46,7 @@ func restartingPool(t *testing.T, admin *pgxpool.Pool, key string) (*pgxpool.Poo
 		}
 		return &heldConn{Conn: conn, h: h}, nil
 	}
-	var pids sync.Map
-	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
-		pids.Store(c.PgConn().PID(), true)
-		return nil
-	}
-	var restart atomic.Bool
-	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
-		if restart.CompareAndSwap(true, false) {
-			pids.Range(func(pid, _ any) bool {
-				if _, err := testq.OpsTerminateBackend(context.Background(), admin, int32(pid.(uint32))); err != nil {
-					t.Errorf("terminating session %v: %v", pid, err)
-				}
-				return true
-			})
-			time.Sleep(100 * time.Millisecond) // the sessions end
-		}
-		return true, nil
-	}
+	restart := restartOnNextAcquire(t, admin, cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +61,7 @@ func restartingPool(t *testing.T, admin *pgxpool.Pool, key string) (*pgxpool.Poo
 	for _, c := range held {
 		c.Release()
 	}
-	return pool, h, &restart
+	return pool, h, restart
 }
 
 func TestAbandonedClaimIsPutBackAfterTheSessionIsTerminated(t *testing.T) {
