@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,7 +44,7 @@ import (
 // query (an implicit transaction block); a procedure cannot commit in
 // either.
 func (l *Limiter) hotBatches() bool {
-	return !l.inTx && !l.hot.oneQueryBatches.Load() && !l.opts.coldBatches
+	return !l.inTx && !l.oneQueryBatches.Load() && !l.opts.coldBatches
 }
 
 // simpleProtocol reports whether conn, a pool or a connection (of a pool's
@@ -78,14 +77,6 @@ func simpleProtocol(conn Executor) bool {
 func hotCommitRefused(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "2D000"
-}
-
-// hotCounts says whether the Limiter may send hot batches.
-type hotCounts struct {
-	// oneQueryBatches is set when the Limiter's Executor sends a pgx.Batch
-	// as one multi-statement query (the simple protocol): no hot batches
-	// then. Shared with the Limiter's WithTx copies.
-	oneQueryBatches atomic.Bool
 }
 
 // sharesCounter reports whether two of the requests draw on one counter.
@@ -153,7 +144,7 @@ func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, e
 	queue(&b, func(q db.DBTX) { _ = l.queries.AdmissionHotCommit(ctx, q) })
 	err := l.conn.SendBatch(ctx, &b).Close()
 	if hotCommitRefused(err) {
-		l.hot.oneQueryBatches.Store(true)
+		l.oneQueryBatches.Store(true)
 		var plain pgx.Batch
 		queueRows(&plain, &rows, call)
 		if err := l.conn.SendBatch(ctx, &plain).Close(); err != nil {

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +35,10 @@ type Limiter struct {
 	// a caller's transaction or WithoutCombining.
 	reserves *combiner[*admission, Grant]
 	settles  *combiner[*settleRequest, Settlement]
-	hot      *hotCounts // batches on a hot counter (hotbatch.go)
+	// oneQueryBatches is set when the Executor sends a pgx.Batch as one
+	// multi-statement query (the simple protocol): no hot batches then
+	// (hotbatch.go). Shared with the Limiter's WithTx copies.
+	oneQueryBatches *atomic.Bool
 	// Blocks of Local limits; nil inside a caller's transaction and on a
 	// single connection.
 	allot *allotments
@@ -52,8 +56,8 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, hot: &hotCounts{}}
-	l.hot.oneQueryBatches.Store(simpleProtocol(conn))
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}}
+	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
 		return l
