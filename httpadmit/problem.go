@@ -106,7 +106,7 @@ func RefusalProblem(refusal *Refusal) Problem {
 // another middleware inside them admits and commits the request (it was
 // served another way).
 func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refusal) {
-	discardOuter(r, ReasonRefusedInside)
+	answeredInside(r, ReasonRefusedInside)
 	WriteProblem(w, RefusalProblem(refusal))
 }
 
@@ -117,7 +117,7 @@ func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refu
 // may hold internals). Like DefaultRefusalHandler, it releases the request's
 // admissions by middlewares around this one (ReasonUndecidedInside).
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	discardOuter(r, ReasonUndecidedInside)
+	answeredInside(r, ReasonUndecidedInside)
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		detail := err.Error()
@@ -131,19 +131,5 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 			Detail: "admission control is unavailable; retry shortly"})
 	default:
 		WriteProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError})
-	}
-}
-
-// discardOuter releases what middlewares around the one answering r
-// admitted it with: a request answered by a middleware never reaches the
-// upstream through it. Unlike Discard, it gives way to usage the handler
-// reports, and to another middleware inside that commits the request: a
-// handler that tried this middleware's route in-process and served the
-// request another way did reach an upstream (releaseFor). r may
-// come through no other middleware, or through one whose handler already
-// returned, which it then leaves alone.
-func discardOuter(r *http.Request, reason string) {
-	if r != nil {
-		answeredInside(r.Context(), reason)
 	}
 }

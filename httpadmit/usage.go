@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -110,12 +111,19 @@ func Discard(ctx context.Context, reason string) error {
 }
 
 // answeredInside records on the admissions of the middlewares around the
-// one answering ctx's request (its default handlers) that it answered it,
-// with reason: they release it unless an upstream ran after all
-// (releaseFor).
-// A request that came through no other middleware has nothing to record.
-func answeredInside(ctx context.Context, reason string) {
-	if a, ok := admissionFrom(ctx); ok {
+// one answering r (its default handlers) that it answered r itself, with
+// reason: a request answered by a middleware never reaches the upstream
+// through it. Unlike Discard, it gives way to usage the handler reports,
+// and to another middleware inside that commits the request: a handler
+// that tried this middleware's route in-process and served the request
+// another way did reach an upstream (releaseFor). A nil r, or one that came
+// through no other middleware, has nothing to record; one whose outer
+// handler already returned is left alone.
+func answeredInside(r *http.Request, reason string) {
+	if r == nil {
+		return
+	}
+	if a, ok := admissionFrom(r.Context()); ok {
 		_ = a.report(func(a *admission) { a.answeredInside = reason })
 	}
 }
