@@ -98,12 +98,9 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	// step, in migrateUpDown.)
 	ahead := ""
 	if sub == "down" || sub == "status" {
-		have, latest, err := schemaVersions(ctx, pool)
-		if err != nil {
+		var have int64
+		if have, ahead, err = schemaAhead(ctx, pool); err != nil {
 			return err
-		}
-		if have > latest {
-			ahead = aheadOf(have, latest)
 		}
 		if ahead != "" && sub == "down" {
 			return fmt.Errorf("%s: revert it with the pgadmit that applied it", ahead)
@@ -218,7 +215,7 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func
 	if msg := passed(v); msg != "" {
 		fmt.Fprintln(a.stdout, msg)
 	}
-	if ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
+	if _, ahead, err := schemaAhead(ctx, pool); err == nil && ahead != "" {
 		fmt.Fprintln(a.stdout, ahead)
 	}
 	return nil
@@ -255,17 +252,17 @@ func (a *app) checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool) (behi
 	return ""
 }
 
-// schemaAhead says, when pool's database is at a pgadmit schema version above every migration
-// this binary embeds (a newer pgadmit migrated it), that it is; "" otherwise.
-func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	v, latest, err := schemaVersions(ctx, pool)
+// schemaAhead reads pool's database's pgadmit schema version and says, when it is above every
+// migration this binary embeds (a newer pgadmit migrated it), that it is; "" otherwise.
+func schemaAhead(ctx context.Context, pool *pgxpool.Pool) (have int64, ahead string, err error) {
+	have, latest, err := schemaVersions(ctx, pool)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
-	if v > latest {
-		return aheadOf(v, latest), nil
+	if have > latest {
+		ahead = aheadOf(have, latest)
 	}
-	return "", nil
+	return have, ahead, nil
 }
 
 // aheadOf says that schema version v is newer than latest, this binary's last migration.
