@@ -137,7 +137,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if *inFlight < 1 || *inFlight > 64 {
 		return usagef("--in-flight must be between 1 and 64, got %d", *inFlight)
 	}
-	if flagSet(fs, "in-flight") && !*combining {
+	if flagGiven(fs, "in-flight") && !*combining {
 		// Without combining there are no combined statements to bound: say so rather than
 		// ignore the flag.
 		return usagef("--in-flight needs --combining")
@@ -151,7 +151,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	// Given empty (a script's unset variable), these are refused rather than read as not
 	// given: the whole bench would run, or no file be written.
 	for _, name := range []string{"only", "json", "cpuprofile"} {
-		if flagSet(fs, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
+		if flagGiven(fs, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
 			return usagef("--%s is empty", name)
 		}
 	}

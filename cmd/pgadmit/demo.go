@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -120,16 +119,16 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	if *httpMode && !flagSet(fs, "duration") {
+	if *httpMode && !flagGiven(fs, "duration") {
 		*duration = 10 * time.Second
 	}
-	if *httpMode && !flagSet(fs, "keys") {
+	if *httpMode && !flagGiven(fs, "keys") {
 		*keys = 20
 	}
 	switch {
 	case *duration < 5*time.Second || *duration > 10*time.Minute:
 		return usagef("--duration must be between 5s and 10m, got %s", *duration)
-	case flagSet(fs, "instances") && *httpMode:
+	case flagGiven(fs, "instances") && *httpMode:
 		// The HTTP demo runs one gateway: say so rather than ignore the flag.
 		return usagef("--instances does not apply to --http, which runs one gateway")
 	case *instances < 2 || *instances > 16:
@@ -138,7 +137,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		return usagef("--clients must be between 1 and 64, got %d", *clients)
 	case *keys < 2 || *keys > 1_000_000:
 		return usagef("--keys must be between 2 and 1000000, got %d", *keys)
-	case flagSet(fs, "decision-timeout") && !*httpMode:
+	case flagGiven(fs, "decision-timeout") && !*httpMode:
 		return usagef("--decision-timeout needs --http")
 	case *decisionTimeout < time.Millisecond || *decisionTimeout > time.Minute:
 		return usagef("--decision-timeout must be between 1ms and 1m, got %s", *decisionTimeout)
@@ -304,10 +303,3 @@ type requestedKeys []atomic.Bool
 
 func (r requestedKeys) mark(i int)     { r[i].Store(true) }
 func (r requestedKeys) has(i int) bool { return r[i].Load() }
-
-// flagSet reports whether name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
