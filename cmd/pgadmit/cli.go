@@ -403,11 +403,21 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 	return pool, nil
 }
 
-// parseScope parses a --scope value, TYPE:KEY.
+// parseScope parses a --scope value, TYPE:KEY. A TYPE or KEY that no scope can have (one
+// Reserve refuses: not valid UTF-8, a NUL byte, blank, over ratelimit.MaxScopeBytes) is a usage
+// error too: sent to the server, text that is not UTF-8 failed with its raw SQLSTATE 22021.
 func parseScope(s string) (typ, key string, err error) {
 	typ, key, ok := strings.Cut(s, ":")
 	if !ok || typ == "" || key == "" {
 		return "", "", usagef("bad --scope %q: want TYPE:KEY, such as api_key:team-42", s)
+	}
+	probe := ratelimit.Limit{Scope: ratelimit.Scope{Type: typ, Key: key}, Metric: ratelimit.MetricRequests}
+	if invalid := (*ratelimit.ValidationError)(nil); errors.As(probe.Validate(), &invalid) {
+		part, named := map[string]string{"Scope.Type": "TYPE", "Scope.Key": "KEY"}[invalid.Field]
+		if !named {
+			part = invalid.Field
+		}
+		return "", "", usagef("bad --scope %q: its %s %s", s, part, invalid.Reason)
 	}
 	return typ, key, nil
 }

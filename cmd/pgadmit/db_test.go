@@ -586,3 +586,22 @@ func TestInspectFreeIsExact(t *testing.T) {
 		t.Errorf("inspect of a window of 1 with 0.9 reserved:\n%s", out)
 	}
 }
+
+// A --scope the database cannot hold as text (bytes that are not UTF-8, a
+// NUL byte) is a usage error, refused before connecting, not the server's
+// raw "invalid byte sequence for encoding UTF8" (SQLSTATE 22021).
+func TestInspectRefusesScopeTextTheDatabaseCannotHold(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	for _, scope := range []string{"api_key:\xff\xfe", "api\xc3:k", "api_key:a\x00b"} {
+		out, errOut, code := cli(t, nil, "--database-url", url, "inspect", "--scope", scope)
+		if code != exitUsage || out != "" {
+			t.Errorf("inspect --scope %q: exit %d, want %d (stdout %q, stderr %q)", scope, code, exitUsage, out, errOut)
+			continue
+		}
+		if !strings.Contains(errOut, "bad --scope") || strings.Contains(errOut, "SQLSTATE") {
+			t.Errorf("inspect --scope %q: stderr %q, want a bad --scope usage error", scope, errOut)
+		}
+		oneLine(t, "usage error of inspect --scope "+strconv.Quote(scope), errOut)
+	}
+}

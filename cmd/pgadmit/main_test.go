@@ -114,6 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"doctor"}, "no database"},
 		{db, []string{"inspect", "--scope", "api_key"}, `bad --scope "api_key": want TYPE:KEY`},
 		{db, []string{"inspect", "--scope", ":k1"}, "bad --scope"},
+		{db, []string{"inspect", "--scope", "api_key:\xff"}, `bad --scope "api_key:\xff": its KEY must be valid UTF-8`},
+		{db, []string{"inspect", "--scope", "api_key: "}, `bad --scope "api_key: ": its KEY must not be empty`},
 		// An empty --scope (an unset shell variable) is not "every scope".
 		{db, []string{"inspect", "--scope", ""}, `bad --scope "": want TYPE:KEY`},
 		{db, []string{"inspect", "--scope="}, `bad --scope "": want TYPE:KEY`},
