@@ -27,3 +27,15 @@ func TestNilPoolIsAValidationError(t *testing.T) {
 		}
 	}
 }
+
+// NewProvider of a nil *sql.DB (sql.Open's result when its error went
+// unchecked) is bad input too: it was goose's plain "db must not be nil",
+// which errors.Is(err, ratelimit.ErrInvalidInput) did not match.
+func TestNewProviderOfNilDBIsAValidationError(t *testing.T) {
+	t.Parallel()
+	p, err := schema.NewProvider(nil)
+	var invalid *ratelimit.ValidationError
+	if p != nil || !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != "db" {
+		t.Errorf("NewProvider(nil) = %v, %v; want a *ratelimit.ValidationError on db", p, err)
+	}
+}

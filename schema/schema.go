@@ -82,8 +82,12 @@ const (
 // for a CLI; options that set the table name, store or locker conflict with pgadmit's and make
 // NewProvider fail.
 //
-// Closing the provider closes db.
+// Closing the provider closes db. A nil db is a *ratelimit.ValidationError (errors.Is
+// ratelimit.ErrInvalidInput) on "db", as a nil pool is for Migrate.
 func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	if db == nil {
+		return nil, errNilDB
+	}
 	locker, err := lock.NewPostgresTableLocker(
 		lock.WithTableName(LockTable),
 		lock.WithTableLockID(LockID),
@@ -235,6 +239,8 @@ func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn
 // pool (pgxpool.New's result when its error went unchecked), which pgx
 // would dereference: bad input, as pgadmit reports it everywhere.
 var errNilPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Reason: "must be a pool, not nil"})
+
+var errNilDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Reason: "must be a *sql.DB, not nil"})
 
 // withProvider runs fn with a provider over a *sql.DB that borrows connections from pool, and
 // closes that *sql.DB (not the pool) afterwards.
