@@ -116,3 +116,58 @@ func TestValidateJSONDoesNotAllocateForNumbers(t *testing.T) {
 		t.Fatalf("jsonbNumberProblem allocated %v times per call", allocs)
 	}
 }
+
+// TestNumericTextLen: how long jsonb gives each number back, as the server
+// wrote it (length('...'::jsonb::text), checked against PostgreSQL 15).
+func TestNumericTextLen(t *testing.T) {
+	for _, tc := range []struct {
+		n    string
+		want int
+	}{
+		{"0", 1},
+		{"-0", 1},
+		{"12.5", 4},
+		{"-3.25e+2", 4},
+		{"1E2", 3},
+		{"1e3", 4},
+		{"-0.5", 4},
+		{"1.50", 4},
+		{"0.00e1", 3},
+		{"-0.0001e2", 5},
+		{"123.456e1", 7},
+		{"5e-1", 3},
+		{"1e131071", 131072},
+		{"-1e131071", 131073},
+		{"9.9e131071", 131072},
+		{"0.1e131072", 131072},
+		{"0.0001e131075", 131072},
+		{"1e-16383", 16385},
+		{"0.1e-16382", 16385},
+		{"100e-16383", 16385},
+		{"0e-16383", 16385},
+		{"-0e-16383", 16385},
+		{"0.0e-16382", 16385},
+		{"0e1073741822", 1},
+	} {
+		if got := numericTextLen([]byte(tc.n)); got != tc.want {
+			t.Errorf("numericTextLen(%s) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestJSONBNumberProblemBoundsTheDocumentAsWrittenBack: a document is
+// refused once jsonb would give it back longer than MaxPayloadBytes, its
+// numbers written out in full, however short it is as sent.
+func TestJSONBNumberProblemBoundsTheDocumentAsWrittenBack(t *testing.T) {
+	doc := func(n int) []byte { return []byte("[" + strings.Repeat("1e131071,", n) + "0]") } // 131072 bytes each
+	fits := MaxPayloadBytes / 131072                                                         // 128: just over, with the brackets
+	if got := jsonbNumberProblem(doc(fits - 1)); got != "" {
+		t.Errorf("%d numbers of 131072 digits: refused (%s), want accepted", fits-1, got)
+	}
+	if got := jsonbNumberProblem(doc(fits)); got == "" {
+		t.Errorf("%d numbers of 131072 digits: accepted, want refused", fits)
+	}
+	if got := jsonbNumberProblem([]byte("[" + strings.Repeat("1e-16383,", 1100) + "0]")); got == "" {
+		t.Errorf("1100 numbers of 16385 characters: accepted, want refused")
+	}
+}

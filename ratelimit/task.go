@@ -254,7 +254,15 @@ func validateJSON(field string, b []byte) error {
 // says which, or returns "". It skips strings, which in valid JSON end at
 // the first '"' not escaped (an escape is a backslash and the byte after
 // it), so that every other '-' or digit starts a number literal.
+//
+// It also refuses a document longer than MaxPayloadBytes as jsonb gives it
+// back: jsonb writes every digit of a number out ("1e131071" comes back as
+// 131072 digits, "1e-16383" as 16385 characters), so 90 kB of such numbers
+// came back as over a gigabyte, and every statement returning the document
+// (creating the task, reading it, its events) failed with a raw "out of
+// memory" (SQLSTATE 54000).
 func jsonbNumberProblem(b []byte) string {
+	grown := 0 // how much longer jsonb writes the numbers seen than they are
 	for i := 0; i < len(b); i++ {
 		switch c := b[i]; {
 		case c == '"':
@@ -268,12 +276,74 @@ func jsonbNumberProblem(b []byte) string {
 			for i+1 < len(b) && isNumberByte(b[i+1]) {
 				i++
 			}
-			if n := b[start : i+1]; !numericFits(n) {
+			n := b[start : i+1]
+			if !numericFits(n) {
 				return fmt.Sprintf("must not contain the number %.40s: it is outside what jsonb (numeric) can store", n)
+			}
+			grown += max(numericTextLen(n)-len(n), 0)
+			if len(b)+grown > MaxPayloadBytes {
+				return fmt.Sprintf("must be at most %d bytes as jsonb gives it back, where every digit of a number is written out (the number %.40s has %d)",
+					MaxPayloadBytes, n, numericTextLen(n))
 			}
 		}
 	}
 	return ""
+}
+
+// numericTextLen is how long PostgreSQL writes a JSON number literal that
+// numericFits accepts, as numeric_out does: its sign, every digit before
+// the point ("0" when there is none), and as many after it as the literal
+// has fraction digits minus its exponent ("1.50e-2" is "0.0150").
+func numericTextLen(n []byte) int {
+	whole, frac, zeros := 0, 0, 0 // as in numericFits
+	nonzero, point, negative := false, false, n[0] == '-'
+	i := 0
+	if negative {
+		i++
+	}
+	for ; i < len(n) && n[i] != 'e' && n[i] != 'E'; i++ {
+		switch {
+		case n[i] == '.':
+			point = true
+			continue
+		case n[i] != '0':
+			nonzero = true
+		case !nonzero:
+			zeros++
+		}
+		if point {
+			frac++
+		} else {
+			whole++
+		}
+	}
+	exp := 0
+	if i < len(n) {
+		i++
+		neg := n[i] == '-'
+		if n[i] == '-' || n[i] == '+' {
+			i++
+		}
+		for ; i < len(n); i++ {
+			if exp = exp*10 + int(n[i]-'0'); exp > math.MaxInt32 {
+				break // only zero gets here (numericFits): its digits do not depend on it
+			}
+		}
+		if neg {
+			exp = -exp
+		}
+	}
+	size := 1 // the digit before the point of a number below one
+	if nonzero {
+		size = max(whole-zeros+exp, 1)
+		if negative {
+			size++
+		}
+	}
+	if scale := frac - exp; scale > 0 {
+		size += 1 + scale
+	}
+	return size
 }
 
 // isNumberByte reports whether c can occur in a JSON number literal.
