@@ -42,6 +42,11 @@ type Limiter struct {
 	// Blocks of Local limits; nil inside a caller's transaction and on a
 	// single connection.
 	allot *allotments
+	// admitted is allot, kept by the Limiter's WithTx copies, which take
+	// no blocks but settle what allot admitted: a grant's own handle does
+	// so there, and so does a copy of it decoded from JSON, by its
+	// LocalID.
+	admitted *allotments
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -71,6 +76,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
 	}
 	l.allot = newAllotments(l, o.allot)
+	l.admitted = l.allot
 	return l
 }
 
@@ -119,7 +125,7 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.inTx = true
 	c.order = &txOrder{}
 	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order
-	c.allot = nil                    // and Local limits are decided in it, like any other
+	c.allot = nil                    // and Local limits are decided in it, like any other (admitted stays: see settle)
 	return &c
 }
 

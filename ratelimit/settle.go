@@ -161,8 +161,9 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 		la := r.local
 		if la == nil {
 			// A copy of the grant (decoded from JSON) lost the handle;
-			// this Limiter finds it by its LocalID if it admitted it.
-			la = l.allot.admission(r)
+			// this Limiter finds it by its LocalID if it admitted it
+			// (a WithTx copy of it too, as the handle settles there).
+			la = l.admitted.admission(r)
 		}
 		if la == nil {
 			// Admitted by another Limiter, or its block is returned: only
