@@ -183,6 +183,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if len(limits) == 0 {
+		if outer, behind := admissionFrom(r.Context()); behind {
+			// Behind another middleware, the request goes through as one
+			// admitted with nothing to settle, so that the middlewares
+			// around learn whether its upstream ran (servedInside) or one
+			// further in answered it (answeredInside). GrantFrom still
+			// finds theirs.
+			m.runAs(w, r, next, ratelimit.Grant{}, outer.grant)
+			return
+		}
 		next.ServeHTTP(w, r)
 		return
 	}

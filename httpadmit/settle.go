@@ -26,7 +26,14 @@ const (
 // ends: returning, panicking (the panic goes on after settling), or
 // finding its client gone.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant) {
-	a := &admission{grant: grant}
+	m.runAs(w, r, next, grant, grant)
+}
+
+// runAs is run, with shown the grant that GrantFrom returns to the
+// handler: grant, or, for a request this middleware has no limits for
+// behind another one (an empty grant), the outer one's.
+func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant) {
+	a := &admission{grant: shown}
 	a.outer, _ = admissionFrom(r.Context())
 	rw, hw := wrap(w)
 	m.observer.LeasesHeld(len(grant.Leases))
