@@ -255,9 +255,11 @@ func validateJSON(field string, b []byte) error {
 // the first '"' not escaped (an escape is a backslash and the byte after
 // it), so that every other '-' or digit starts a number literal.
 //
-// It also refuses a document longer than MaxPayloadBytes as jsonb gives it
-// back: jsonb writes every digit of a number out ("1e131071" comes back as
-// 131072 digits, "1e-16383" as 16385 characters), so 90 kB of such numbers
+// It also refuses a document longer than MaxPayloadBytes once every digit
+// of its numbers is counted as jsonb writes them out when it gives the
+// document back (the spaces it adds after separators are not counted):
+// "1e131071" comes back as 131072 digits, "1e-16383" as 16385
+// characters, so 90 kB of such numbers
 // came back as over a gigabyte, and every statement returning the document
 // (creating the task, reading it, its events) failed with a raw "out of
 // memory" (SQLSTATE 54000).
@@ -282,7 +284,7 @@ func jsonbNumberProblem(b []byte) string {
 			}
 			grown += max(numericTextLen(n)-len(n), 0)
 			if len(b)+grown > MaxPayloadBytes {
-				return fmt.Sprintf("must be at most %d bytes as jsonb gives it back, where every digit of a number is written out (the number %.40s has %d)",
+				return fmt.Sprintf("must be at most %d bytes counting every digit of its numbers as jsonb writes them out (the number %.40s has %d)",
 					MaxPayloadBytes, n, numericTextLen(n))
 			}
 		}

@@ -37,8 +37,8 @@ const (
 	// within what jsonb can hold: the densest JSON (an array of 0s) grows
 	// about sixfold into jsonb, so 16 MiB becomes about 100 MB, while 80 MB
 	// of it fails on the server with a raw "invalid memory alloc request
-	// size". The bound holds for the document as jsonb gives it back too,
-	// where every digit of a number is written out (1e131071 is 131072
+	// size". The bound also counts every digit of a number as jsonb writes
+	// it out when it gives the document back (1e131071 is 131072
 	// digits): 90 kB of such numbers came back as over a gigabyte, a raw
 	// "out of memory" for every statement that returned them.
 	MaxPayloadBytes = 16 << 20
