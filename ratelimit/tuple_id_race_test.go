@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,24 +48,34 @@ func TestSettleOneAndRenewRaceRecoverRelease(t *testing.T) {
 	var recovered struct {
 		sync.Mutex
 		ratelimit.RecoveryResult
+		took time.Duration // the longest pass of this round
 	}
+	// spread is how long the racing Recover passes of the last round took,
+	// at most: in a round where Recover goes first, each Commit waits a
+	// random part of it, so that Commits land all along Recover's pass.
+	// Without it, on a loaded machine Commit won every row of 40 rounds.
+	var spread atomic.Int64
 	recoverOn := func(m *ratelimit.Maintenance) {
+		start := time.Now()
 		res, err := m.Recover(ctx)
+		recovered.Lock()
+		defer recovered.Unlock()
+		recovered.took = max(recovered.took, time.Since(start))
 		if err != nil {
 			t.Errorf("Recover: %v", err)
 			return
 		}
-		recovered.Lock()
 		recovered.ReleasedRateReservations += res.ReleasedRateReservations
 		recovered.ReleasedConcurrencyLeases += res.ReleasedConcurrencyLeases
-		recovered.Unlock()
 	}
 	raced := func() bool {
 		recovered.Lock()
 		defer recovered.Unlock()
 		return commitsWon.Load() > 0 && recovered.ReleasedRateReservations > 0
 	}
-	for round := 0; round < minRounds || (round < maxRounds && !raced()); round++ {
+	rounds := 0
+	for ; rounds < minRounds || (rounds < maxRounds && !raced()); rounds++ {
+		round := rounds
 		type held struct{ win, conc ratelimit.Grant }
 		grants := make([]held, perRound)
 		var expiry time.Time
@@ -84,13 +95,20 @@ func TestSettleOneAndRenewRaceRecoverRelease(t *testing.T) {
 		clock.pass(expiry) // every task's execution lease has expired: Recover reclaims them
 
 		var wg sync.WaitGroup
-		if round%2 == 1 { // Recover first, this round
+		recoverFirst := round%2 == 1
+		recovered.Lock()
+		recovered.took = 0
+		recovered.Unlock()
+		if recoverFirst {
 			for _, m := range ms {
 				wg.Go(func() { recoverOn(m) })
 			}
 		}
 		for i, g := range grants {
 			wg.Go(func() {
+				if d := spread.Load(); recoverFirst && d > 0 {
+					time.Sleep(time.Duration(rand.Int64N(d)))
+				}
 				s, err := ls[(i+1)%len(ls)].Commit(ctx, g.win, map[string]float64{"tokens": actual})
 				if err != nil {
 					t.Errorf("Commit: %v", err)
@@ -129,12 +147,15 @@ func TestSettleOneAndRenewRaceRecoverRelease(t *testing.T) {
 				})
 			}
 		}
-		if round%2 == 0 {
+		if !recoverFirst {
 			for _, m := range ms {
 				wg.Go(func() { recoverOn(m) })
 			}
 		}
 		wg.Wait()
+		recovered.Lock()
+		spread.Store(int64(recovered.took))
+		recovered.Unlock()
 		recoverOn(ms[round%len(ms)]) // what the racing runs left (one runs at a time)
 	}
 
@@ -152,6 +173,7 @@ func TestSettleOneAndRenewRaceRecoverRelease(t *testing.T) {
 	if s.CountersReserved != 0 || s.CountersUsed != float64(actual*commitsWon.Load()) {
 		t.Errorf("counters: reserved %v, used %v; want 0 and %v", s.CountersReserved, s.CountersUsed, actual*commitsWon.Load())
 	}
+	t.Logf("%d rounds: Commit won %d, Recover released %d", rounds, commitsWon.Load(), recovered.ReleasedRateReservations)
 	if !raced() {
 		t.Errorf("no race: Commit won %d, Recover released %d", commitsWon.Load(), recovered.ReleasedRateReservations)
 	}
