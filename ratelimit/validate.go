@@ -230,17 +230,20 @@ func validateAmount(field string, v float64) error {
 }
 
 // validateTimestamp accepts a time that PostgreSQL's timestamptz holds
-// (4713 BC to 294276 AD; the bounds here are whole years inside them).
+// (4713 BC to 294276 AD) and pgx can send: pgx writes a time as
+// microseconds since 1970 in an int64, which overflows from 10 January
+// 294247 on, and the time then sent is another one. The bounds here are
+// whole years inside both.
 func validateTimestamp(field string, t time.Time) error {
 	if t.Before(minTimestamp) || !t.Before(endTimestamp) {
-		return &ValidationError{Field: field, Value: t, Reason: "must be a time PostgreSQL can hold (4713 BC to 294276 AD)"}
+		return &ValidationError{Field: field, Value: t, Reason: "must be a time PostgreSQL can hold and pgx can send (4713 BC to 294246 AD)"}
 	}
 	return nil
 }
 
 var (
 	minTimestamp = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC) // 4713 BC
-	endTimestamp = time.Date(294277, time.January, 1, 0, 0, 0, 0, time.UTC)
+	endTimestamp = time.Date(294247, time.January, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // validateSeconds accepts zero (the default) or a whole number of seconds up
