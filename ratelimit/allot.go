@@ -91,7 +91,7 @@ const (
 
 // maxBlockAdmissions bounds the requests one block admits: it keeps each
 // until it is returned (to settle copies of their grants by LocalID), and
-// requests of amount zero would never spend it, so a busy counter's block
+// requests of tiny amounts would hardly spend it, so a busy counter's block
 // would keep every request of its window (an hour's, a day's). A block
 // sized to a second's traffic (Horizon) admits far fewer.
 const maxBlockAdmissions = 1 << 16

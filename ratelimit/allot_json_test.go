@@ -177,8 +177,8 @@ func TestLocalGrantThroughJSONIsForgottenWithItsBlock(t *testing.T) {
 }
 
 // A block keeps each request it admitted until it is returned, so it
-// admits a bounded number of them: requests of amount zero never spend a
-// block, and a busy counter's block would otherwise keep every request of
+// admits a bounded number of them: requests of tiny amounts would hardly
+// spend a block, and a busy counter's block would otherwise keep every request of
 // its window. Past the bound, the next request goes to a new block (or to
 // the database), and every request still settles from a copy of its grant.
 func TestLocalBlockAdmitsABoundedNumberOfRequests(t *testing.T) {
