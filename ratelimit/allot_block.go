@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -142,7 +141,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
-			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: rand.Uint64(), amount: amount}
+			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: randomTag(), amount: amount}
 			if b.admissions == nil {
 				b.admissions = map[uint64]*localAdmission{}
 			}

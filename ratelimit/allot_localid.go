@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"strconv"
 	"strings"
 )
@@ -12,6 +14,14 @@ import (
 // next sequence.
 func (la *localAdmission) localID() string {
 	return la.set.a.instance + "-" + strconv.FormatUint(la.seq, 10) + "-" + strconv.FormatUint(la.tag, 16)
+}
+
+// randomTag is a LocalID's tag, from crypto/rand (about 40 ns here): math/rand
+// promises nothing about how predictable it is.
+func randomTag() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // admission finds the Local admission r names by its LocalID, that this
