@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -290,123 +289,6 @@ func jsonbNumberProblem(b []byte) string {
 		}
 	}
 	return ""
-}
-
-// numericTextLen is how long PostgreSQL writes a JSON number literal that
-// numericFits accepts, as numeric_out does: its sign, every digit before
-// the point ("0" when there is none), and as many after it as the literal
-// has fraction digits minus its exponent ("1.50e-2" is "0.0150").
-func numericTextLen(n []byte) int {
-	whole, frac, zeros := 0, 0, 0 // as in numericFits
-	nonzero, point, negative := false, false, n[0] == '-'
-	i := 0
-	if negative {
-		i++
-	}
-	for ; i < len(n) && n[i] != 'e' && n[i] != 'E'; i++ {
-		switch {
-		case n[i] == '.':
-			point = true
-			continue
-		case n[i] != '0':
-			nonzero = true
-		case !nonzero:
-			zeros++
-		}
-		if point {
-			frac++
-		} else {
-			whole++
-		}
-	}
-	exp := 0
-	if i < len(n) {
-		i++
-		neg := n[i] == '-'
-		if n[i] == '-' || n[i] == '+' {
-			i++
-		}
-		for ; i < len(n); i++ {
-			if exp = exp*10 + int(n[i]-'0'); exp > math.MaxInt32 {
-				break // only zero gets here (numericFits): its digits do not depend on it
-			}
-		}
-		if neg {
-			exp = -exp
-		}
-	}
-	size := 1 // the digit before the point of a number below one
-	if nonzero {
-		size = max(whole-zeros+exp, 1)
-		if negative {
-			size++
-		}
-	}
-	if scale := frac - exp; scale > 0 {
-		size += 1 + scale
-	}
-	return size
-}
-
-// isNumberByte reports whether c can occur in a JSON number literal.
-func isNumberByte(c byte) bool {
-	return '0' <= c && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
-}
-
-// numericFits reports whether a valid JSON number literal fits PostgreSQL's
-// numeric: at most 131072 digits before the decimal point, counting those
-// the exponent adds but not leading zeros, at most 16383 after it (the
-// literal's fraction digits, trailing zeros included, minus its exponent),
-// and an exponent below math.MaxInt32/2 in magnitude, which numeric_in
-// refuses even for zero.
-func numericFits(n []byte) bool {
-	const (
-		maxWhole    = 131072
-		maxScale    = 16383
-		maxExponent = math.MaxInt32 / 2
-	)
-	whole, frac, zeros := 0, 0, 0 // digits before and after the point; leading zeros among them
-	nonzero, point := false, false
-	i := 0
-	if n[0] == '-' {
-		i++
-	}
-	for ; i < len(n) && n[i] != 'e' && n[i] != 'E'; i++ {
-		switch {
-		case n[i] == '.':
-			point = true
-			continue
-		case n[i] != '0':
-			nonzero = true
-		case !nonzero:
-			zeros++
-		}
-		if point {
-			frac++
-		} else {
-			whole++
-		}
-	}
-	exp := 0
-	if i < len(n) { // n[i] is the e: a sign may follow, then at least one digit
-		i++
-		neg := n[i] == '-'
-		if n[i] == '-' || n[i] == '+' {
-			i++
-		}
-		for ; i < len(n); i++ {
-			if exp = exp*10 + int(n[i]-'0'); exp >= maxExponent {
-				return false
-			}
-		}
-		if neg {
-			exp = -exp
-		}
-	}
-	if frac-exp > maxScale {
-		return false
-	}
-	return !nonzero || whole-zeros+exp <= maxWhole
 }
 
 // jsonbEscapeProblem scans valid JSON for string escapes that jsonb
