@@ -94,6 +94,20 @@ func TestNestedRefusalThenAnotherInnerRouteCommitsTheOuterAdmission(t *testing.T
 		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
 	// A middleware that admits, in front of a refusing one: nothing served.
 	admitsThenRefused := e.middleware(fixed(window("api_key", other, ratelimit.MetricTokens, 100_000, 1000)))(refused)
+	triesRoutes(t, e, outer, org, "another inner route", refused, served, admitsThenRefused)
+	if got := e.books("api_key", other, ratelimit.MetricTokens).Used; got != 2000 {
+		t.Fatalf("other key's tokens used = %g, want 2000 (its refused-inside request released)", got)
+	}
+	e.nothingHeld()
+}
+
+// triesRoutes stages a handler behind outer that tries two routes in
+// turn, in each order, then one route where a middleware stands in front
+// of a refusing one (refusedFurtherIn): the first two commit outer's
+// estimate of 1000 org tokens, whichever route was tried first, and the
+// last releases it.
+func triesRoutes(t *testing.T, e *env, outer func(http.Handler) http.Handler, org, what string, refused, served, refusedFurtherIn http.Handler) {
+	t.Helper()
 	try := func(h http.Handler, r *http.Request, want int) {
 		t.Helper()
 		rec := httptest.NewRecorder()
@@ -104,8 +118,7 @@ func TestNestedRefusalThenAnotherInnerRouteCommitsTheOuterAdmission(t *testing.T
 	}
 	serve := func(h http.HandlerFunc) {
 		t.Helper()
-		rec := httptest.NewRecorder()
-		outer(h).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		outer(h).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
 	}
 	used := func() float64 { t.Helper(); return e.books("org", org, ratelimit.MetricTokens).Used }
 
@@ -114,21 +127,17 @@ func TestNestedRefusalThenAnotherInnerRouteCommitsTheOuterAdmission(t *testing.T
 		try(served, r, http.StatusOK)
 	})
 	if got := used(); got != 1000 {
-		t.Fatalf("org tokens used after a fallback through another inner route = %g, want 1000 (the estimate)", got)
+		t.Fatalf("org tokens used after a fallback through %s = %g, want 1000 (the estimate)", what, got)
 	}
 	serve(func(w http.ResponseWriter, r *http.Request) {
 		try(served, r, http.StatusOK)
 		try(refused, r, http.StatusTooManyRequests)
 	})
 	if got := used(); got != 2000 {
-		t.Fatalf("org tokens used after a served route then a refused one = %g, want 2000", got)
+		t.Fatalf("org tokens used after %s then a refused one = %g, want 2000", what, got)
 	}
-	serve(func(w http.ResponseWriter, r *http.Request) { try(admitsThenRefused, r, http.StatusTooManyRequests) })
+	serve(func(w http.ResponseWriter, r *http.Request) { try(refusedFurtherIn, r, http.StatusTooManyRequests) })
 	if got := used(); got != 2000 {
-		t.Fatalf("org tokens used after a refusal two middlewares in = %g, want still 2000 (released)", got)
+		t.Fatalf("org tokens used after a refusal behind %s = %g, want still 2000 (released)", what, got)
 	}
-	if got := e.books("api_key", other, ratelimit.MetricTokens).Used; got != 2000 {
-		t.Fatalf("other key's tokens used = %g, want 2000 (its refused-inside request released)", got)
-	}
-	e.nothingHeld()
 }

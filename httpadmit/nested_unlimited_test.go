@@ -2,7 +2,6 @@ package httpadmit_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -31,38 +30,6 @@ func TestNestedRefusalThenARouteWithoutLimitsCommitsTheOuterAdmission(t *testing
 		w.WriteHeader(http.StatusOK)
 	}))
 	unlimitedThenRefused := unlimited(refused)
-	try := func(h http.Handler, r *http.Request, want int) {
-		t.Helper()
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		if rec.Code != want {
-			t.Errorf("inner route: status %d; want %d", rec.Code, want)
-		}
-	}
-	serve := func(h http.HandlerFunc) {
-		t.Helper()
-		rec := httptest.NewRecorder()
-		outer(h).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
-	}
-	used := func() float64 { t.Helper(); return e.books("org", org, ratelimit.MetricTokens).Used }
-
-	serve(func(w http.ResponseWriter, r *http.Request) {
-		try(refused, r, http.StatusTooManyRequests)
-		try(served, r, http.StatusOK)
-	})
-	if got := used(); got != 1000 {
-		t.Fatalf("org tokens used after a fallback through a route without limits = %g, want 1000 (the estimate)", got)
-	}
-	serve(func(w http.ResponseWriter, r *http.Request) {
-		try(served, r, http.StatusOK)
-		try(refused, r, http.StatusTooManyRequests)
-	})
-	if got := used(); got != 2000 {
-		t.Fatalf("org tokens used after a route without limits then a refused one = %g, want 2000", got)
-	}
-	serve(func(w http.ResponseWriter, r *http.Request) { try(unlimitedThenRefused, r, http.StatusTooManyRequests) })
-	if got := used(); got != 2000 {
-		t.Fatalf("org tokens used after a refusal behind a middleware without limits = %g, want still 2000 (released)", got)
-	}
+	triesRoutes(t, e, outer, org, "a route without limits", refused, served, unlimitedThenRefused)
 	e.nothingHeld()
 }
