@@ -103,12 +103,20 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	if err != nil {
 		return nil, fmt.Errorf("schema: table locker: %w", err)
 	}
+	// The version table is given as a store, not with goose.WithTableName: goose lets a later
+	// WithTableName silently replace an earlier one (pgadmit's history would then go into the
+	// service's own table), but refuses a WithTableName or a second WithStore next to a store.
+	// The store is goose's own PostgreSQL store; DialectCustom only says it is supplied.
+	store, err := database.NewStore(goose.DialectPostgres, VersionTable)
+	if err != nil {
+		return nil, fmt.Errorf("schema: version table store: %w", err)
+	}
 	all := append([]goose.ProviderOption{
-		goose.WithTableName(VersionTable),
+		goose.WithStore(store),
 		goose.WithLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	}, opts...)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, FS, all...)
+	p, err := goose.NewProvider(goose.DialectCustom, db, FS, all...)
 	if err != nil {
 		return nil, fmt.Errorf("schema: goose provider: %w", err)
 	}
