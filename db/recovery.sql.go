@@ -479,8 +479,12 @@ reclaimed AS (
                                   || ' times, the limit' END,
         remote_task_payload = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                                    THEN t.remote_task_payload ELSE '{}'::jsonb END,
-        locked_by = NULL,
-        locked_at = NULL,
+        -- A failed task keeps who ran it (Task.Worker), as a finished one
+        -- does: its attempts do not record it. A requeued one is unclaimed.
+        locked_by = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
+                         THEN NULL ELSE t.locked_by END,
+        locked_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
+                         THEN NULL ELSE t.locked_at END,
         heartbeat_at = NULL,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
