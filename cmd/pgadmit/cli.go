@@ -114,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case err == nil, errors.Is(err, errHelp):
 		return exitOK
 	}
-	msg := scrub(err.Error(), a.dsn)
+	msg := scrubArgs(scrub(err.Error(), a.dsn), args)
 	var ue *usageError
 	var ee *exitError
 	switch {

@@ -202,6 +202,41 @@ func TestUnreachableDatabaseHidesPassword(t *testing.T) {
 	}
 }
 
+// A connection string given where pgadmit expects something else (as a positional argument, as
+// a command, as the value of another flag) is never echoed with its password in the usage error.
+func TestMisplacedDatabaseURLHidesPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pw"
+	for _, dsn := range []string{
+		"postgres://bob:" + secret + "@127.0.0.1:1/app",
+		"postgres://bob@127.0.0.1:1/app?password=" + secret,
+		"host=127.0.0.1 port=1 user=bob password=" + secret,
+		`postgres://bob:"` + secret + `"@127.0.0.1:1/app`, // %q escapes its quotes
+	} {
+		for _, args := range [][]string{
+			{"bench", dsn},
+			{"demo", dsn},
+			{dsn},
+			{"--database-url=", dsn, "inspect"},
+			{"help", "inspect", dsn},
+			{"--connect-timeout", dsn, "inspect"},
+			{"--connect-timeout=" + dsn, "inspect"},
+			{"--database-url", dsn, "migrate", "status", dsn},
+			{"migrate", "status", dsn},
+		} {
+			for _, env := range []map[string]string{nil, {"DATABASE_URL": "postgres://127.0.0.1:1/other"}} {
+				out, errOut, code := cli(t, env, args...)
+				if code != exitUsage {
+					t.Errorf("pgadmit %q: exit %d, want %d (stderr %q)", args, code, exitUsage, errOut)
+				}
+				if strings.Contains(out+errOut, secret) {
+					t.Errorf("pgadmit %q printed the password: stdout %q, stderr %q", args, out, errOut)
+				}
+			}
+		}
+	}
+}
+
 // A --json file is created before bench connects, so that a bad path fails at once; a run that
 // fails before its report is written leaves no empty file behind.
 func TestBenchJSONOfAFailedRun(t *testing.T) {

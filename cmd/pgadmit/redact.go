@@ -3,6 +3,7 @@ package main
 import (
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -115,11 +116,31 @@ func scrub(msg, dsn string) string {
 		msg = strings.ReplaceAll(msg, dsn, redactDSN(dsn))
 		for _, s := range secretsOf(dsn) {
 			msg = strings.ReplaceAll(msg, s, mask)
+			// As a %q verb quotes it (usage errors quote arguments): a password with a quote, a
+			// backslash or a non-printable character reads differently there.
+			if q := strconv.Quote(s); q[1:len(q)-1] != s {
+				msg = strings.ReplaceAll(msg, q[1:len(q)-1], mask)
+			}
 		}
 	}
 	msg = strings.ReplaceAll(msg, "\r", "")
 	msg = strings.ReplaceAll(msg, ":\n\t", ": ")
 	msg = strings.ReplaceAll(msg, "\n\t", "; ")
 	msg = strings.ReplaceAll(msg, "\n", "; ")
+	return msg
+}
+
+// scrubArgs is scrub for each argument of a command line, and for the value of each -flag=value
+// one: a connection string given where pgadmit expects something else (a positional argument, a
+// command name, the value of another flag) is quoted back by the usage error that refuses it.
+func scrubArgs(msg string, args []string) string {
+	for _, arg := range args {
+		if strings.HasPrefix(arg, "-") {
+			if _, v, ok := strings.Cut(arg, "="); ok {
+				arg = v
+			}
+		}
+		msg = scrub(msg, arg)
+	}
 	return msg
 }
