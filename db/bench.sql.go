@@ -243,8 +243,8 @@ func (q *Queries) BenchStatementStatsProbe(ctx context.Context, db DBTX) (BenchS
 }
 
 const BenchStatementTrackingSet = `-- name: BenchStatementTrackingSet :exec
-SELECT set_config('pg_stat_statements.track', $1::text, false),
-       set_config('pg_stat_statements.track_planning', $2::text, false)
+SELECT set_config('pg_stat_statements.track', $1::text, true),
+       set_config('pg_stat_statements.track_planning', $2::text, true)
 `
 
 type BenchStatementTrackingSetParams struct {
@@ -252,10 +252,13 @@ type BenchStatementTrackingSetParams struct {
 	TrackPlanning string
 }
 
-// Sets, for this session only, which statements pg_stat_statements tracks
-// ('top', 'all': also those nested in functions, 'none') and whether it
-// times planning ('on', 'off'). Both are superuser-settable: a role without
-// the privilege gets SQLSTATE 42501 and nothing changes.
+// Sets, for the current transaction only, which statements pg_stat_statements
+// tracks ('top', 'all': also those nested in functions, 'none') and whether
+// it times planning ('on', 'off'); run on its own, it only checks that the
+// role may. Both are superuser-settable: a role without the privilege gets
+// SQLSTATE 42501 and nothing changes. Never session-level: behind a
+// transaction-pooling proxy the setting would stay on a server session that
+// other clients get next.
 // Locks: none.
 // Index: none (no table).
 func (q *Queries) BenchStatementTrackingSet(ctx context.Context, db DBTX, arg BenchStatementTrackingSetParams) error {

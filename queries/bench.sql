@@ -50,14 +50,17 @@ SELECT (current_setting('pg_stat_statements.max', true) IS NOT NULL)::boolean AS
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 
 -- name: BenchStatementTrackingSet :exec
--- Sets, for this session only, which statements pg_stat_statements tracks
--- ('top', 'all': also those nested in functions, 'none') and whether it
--- times planning ('on', 'off'). Both are superuser-settable: a role without
--- the privilege gets SQLSTATE 42501 and nothing changes.
+-- Sets, for the current transaction only, which statements pg_stat_statements
+-- tracks ('top', 'all': also those nested in functions, 'none') and whether
+-- it times planning ('on', 'off'); run on its own, it only checks that the
+-- role may. Both are superuser-settable: a role without the privilege gets
+-- SQLSTATE 42501 and nothing changes. Never session-level: behind a
+-- transaction-pooling proxy the setting would stay on a server session that
+-- other clients get next.
 -- Locks: none.
 -- Index: none (no table).
-SELECT set_config('pg_stat_statements.track', @track::text, false),
-       set_config('pg_stat_statements.track_planning', @track_planning::text, false);
+SELECT set_config('pg_stat_statements.track', @track::text, true),
+       set_config('pg_stat_statements.track_planning', @track_planning::text, true);
 
 -- name: BenchStatementStats :many
 -- The cumulative statistics of every statement the current role ran in the

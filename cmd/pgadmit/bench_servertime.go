@@ -17,7 +17,7 @@ import (
 // its own. A nil *benchServerTime (--statements 0) does nothing.
 type benchServerTime struct {
 	top    int                 // statements per workload in the report
-	conn   *pgxpool.Conn       // holds the snapshots' session (tracking off when the role may)
+	conn   *pgxpool.Conn       // the snapshots' connection
 	status servertime.Status   // what Prepare found
 	before servertime.Snapshot // taken before the running workload
 	// Per workload name, in the order they ran: the statements of all its rounds so far.

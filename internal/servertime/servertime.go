@@ -77,8 +77,10 @@ func (s Status) Tracking() (track, planning string) {
 
 // Prepare readies pg_stat_statements in conn's database and reports whether it can report.
 // When the library is loaded but the extension is not created in the database, it creates it
-// (which needs a superuser). When the role may, it switches tracking off for conn's own
-// session, so that the snapshots it reads there do not count, and reports CanTrack. conn
+// (which needs a superuser). It reports CanTrack when the role may set the tracking settings,
+// which it checks with a transaction-local set_config: it changes no session state, which
+// behind a transaction-pooling proxy would stay on a server session other clients get next.
+// (The snapshots' own statements are tracked like any other; Since leaves them out.) conn
 // should be a single connection that the caller then uses for Take. Unavailability is a
 // Status, not an error; the error is for a database that fails otherwise.
 func Prepare(ctx context.Context, conn db.DBTX) (Status, error) {

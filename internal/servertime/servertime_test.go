@@ -3,6 +3,7 @@ package servertime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/peterldowns/pgtestdb"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgbouncer"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/internal/servertime"
@@ -66,6 +68,71 @@ func TestPreloaded(t *testing.T) {
 	}
 	t.Run("superuser", func(t *testing.T) { testWhereServerTimeGoes(t, c) })
 	t.Run("role", func(t *testing.T) { testRole(t, c) })
+	t.Run("behind PgBouncer", func(t *testing.T) { testBehindPgBouncer(t, c) })
+}
+
+// testBehindPgBouncer runs Prepare through a PgBouncer in transaction pooling mode with one
+// server connection: another client, which gets that same server session, must still see the
+// server's tracking settings. (Prepare used to switch tracking off with a session-level
+// set_config, which stayed on the pooler's server connection for whichever client came next.)
+func testBehindPgBouncer(t *testing.T, c *pgcluster.Cluster) {
+	ctx := context.Background()
+	b, err := pgbouncer.Start(ctx, pgbouncer.Config{ServerHost: pgcluster.Host, ServerPort: c.Port(),
+		Users: map[string]string{pgcluster.User: ""}, PoolMode: "transaction", PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&default_query_exec_mode=exec",
+		pgcluster.User, pgbouncer.Host, b.Port(), pgcluster.Database)
+	measurer, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer measurer.Close(ctx)
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+
+	q := db.New()
+	var want [2]string
+	for i, name := range []string{"pg_stat_statements.track", "pg_stat_statements.track_planning"} {
+		if want[i], err = q.BenchServerSetting(ctx, other, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := servertime.Prepare(ctx, measurer)
+	if err != nil || !st.Available || !st.CanTrack {
+		t.Fatalf("Prepare through PgBouncer: %+v, %v", st, err)
+	}
+	for i, name := range []string{"pg_stat_statements.track", "pg_stat_statements.track_planning"} {
+		got, err := q.BenchServerSetting(ctx, other, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want[i] {
+			t.Errorf("after Prepare on another client of the pooler, %s = %q on this client's session, want the server's %q", name, got, want[i])
+		}
+	}
+	// The snapshots still work, and still leave themselves out.
+	before, err := servertime.Take(ctx, measurer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.BenchServerSetting(ctx, other, "server_version"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := servertime.Take(ctx, measurer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range after.Since(before) {
+		if strings.HasPrefix(st.Name, "BenchStatement") {
+			t.Errorf("Since counts a statement of the measurement itself: %+v", st)
+		}
+	}
 }
 
 // testWhereServerTimeGoes runs admissions as a superuser and finds them, and the statements
