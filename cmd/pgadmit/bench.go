@@ -56,7 +56,8 @@ bench creates the extension if it is missing and, after the workloads, prints pe
 functions too: calls, mean planning and execution µs per call, and times planned. It subtracts
 snapshots taken around each workload (nothing is reset) and, when the role may (a superuser),
 sets pg_stat_statements.track=all and track_planning=on for its own sessions (a small cost per
-statement; --statements 0 measures without it). Otherwise it says why the report is
+statement; --statements 0 measures without it; a connection pooler that refuses them as startup
+parameters leaves the server's, top-level only). Otherwise it says why the report is
 unavailable. The throwaway cluster preloads pg_stat_statements.
 
 --waits samples, every 10 ms while a workload runs, what the workers' sessions are doing
@@ -208,6 +209,16 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	runtimeParams(poolCfg, spent.sessionSettings())
 	pool, err := a.open(ctx, dsn, poolCfg)
+	if settings := spent.sessionSettings(); settings != nil && refusedStartupParameter(err) {
+		// A connection pooler (PgBouncer) refuses startup parameters it does not know; in
+		// transaction pooling it could not keep them on one server session anyway. The workers
+		// run with the server's tracking instead, and the report says so.
+		spent.refused = "the connection refused it as a startup parameter (a connection pooler?)"
+		for k := range settings {
+			delete(poolCfg.ConnConfig.RuntimeParams, k)
+		}
+		pool, err = a.open(ctx, dsn, poolCfg)
+	}
 	if err != nil {
 		return err
 	}

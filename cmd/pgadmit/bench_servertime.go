@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/bench"
@@ -16,10 +19,13 @@ import (
 // workload, from pg_stat_statements snapshots taken around each workload on a connection of
 // its own. A nil *benchServerTime (--statements 0) does nothing.
 type benchServerTime struct {
-	top    int                 // statements per workload in the report
-	conn   *pgxpool.Conn       // the snapshots' connection
-	status servertime.Status   // what Prepare found
-	before servertime.Snapshot // taken before the running workload
+	top    int               // statements per workload in the report
+	conn   *pgxpool.Conn     // the snapshots' connection
+	status servertime.Status // what Prepare found
+	// refused, when not "", says why the workers' sessions run with the server's tracking
+	// although the role may set it.
+	refused string
+	before  servertime.Snapshot // taken before the running workload
 	// Per workload name, in the order they ran: the statements of all its rounds so far.
 	order []string
 	spent map[string][]servertime.Statement
@@ -29,9 +35,12 @@ type benchServerTime struct {
 type serverTimeReport struct {
 	servertime.Status
 	// SessionTrack and SessionTrackPlanning are the settings the workloads' sessions ran with.
-	SessionTrack         string                   `json:"session_track,omitempty"`
-	SessionTrackPlanning string                   `json:"session_track_planning,omitempty"`
-	Workloads            []workloadServerTimeJSON `json:"workloads,omitempty"`
+	SessionTrack         string `json:"session_track,omitempty"`
+	SessionTrackPlanning string `json:"session_track_planning,omitempty"`
+	// SessionSettingsRefused says why the sessions run with the server's settings although
+	// the role may set them (a connection pooler refused them).
+	SessionSettingsRefused string                   `json:"session_settings_refused,omitempty"`
+	Workloads              []workloadServerTimeJSON `json:"workloads,omitempty"`
 }
 
 // workloadServerTimeJSON is the server time of one workload over all its rounds.
@@ -72,7 +81,7 @@ func (s *benchServerTime) close() {
 // sessionSettings returns the run-time parameters for the workloads' sessions: full tracking
 // when the role may set it, else none.
 func (s *benchServerTime) sessionSettings() map[string]string {
-	if s == nil {
+	if s == nil || s.refused != "" {
 		return nil
 	}
 	return s.status.SessionSettings()
@@ -112,6 +121,10 @@ func (s *benchServerTime) report(ctx context.Context, results []bench.Result) (*
 	}
 	rep := &serverTimeReport{Status: s.status}
 	rep.SessionTrack, rep.SessionTrackPlanning = s.status.Tracking()
+	if s.refused != "" {
+		rep.SessionTrack, rep.SessionTrackPlanning = s.status.Track, s.status.TrackPlanning
+		rep.SessionSettingsRefused = s.refused
+	}
 	if !s.status.Available {
 		return rep, nil
 	}
@@ -159,7 +172,11 @@ func printServerTime(w io.Writer, rep *serverTimeReport) {
 		return
 	}
 	tracked := "top-level and nested statements"
-	if rep.SessionTrack != "all" {
+	switch {
+	case rep.SessionTrack == "all":
+	case rep.SessionSettingsRefused != "":
+		tracked = fmt.Sprintf("pg_stat_statements.track is %q: %s; top-level statements only", rep.SessionTrack, rep.SessionSettingsRefused)
+	default:
 		tracked = fmt.Sprintf("pg_stat_statements.track is %q and this role may not set it: top-level statements only", rep.SessionTrack)
 	}
 	if rep.SessionTrackPlanning != "on" {
@@ -203,4 +220,11 @@ func statementLabel(st servertime.Statement) string {
 // runtimeParams adds params to a connection configuration's run-time parameters.
 func runtimeParams(cfg *pgxpool.Config, params map[string]string) {
 	maps.Copy(cfg.ConnConfig.RuntimeParams, params)
+}
+
+// refusedStartupParameter reports whether err is a connection refused for a startup parameter
+// the other end does not know: PgBouncer's "unsupported startup parameter" (SQLSTATE 08P01).
+func refusedStartupParameter(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "startup parameter")
 }

@@ -380,7 +380,7 @@ func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
+		return nil, &connectError{msg: fmt.Sprintf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn)), err: err}
 	}
 	timeout, from := a.connectTimeout, "--connect-timeout"
 	if !a.connectTimeoutGiven && cfg.ConnConfig.ConnectTimeout != a.connectTimeout {
@@ -398,10 +398,20 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 		if pctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("cannot connect to %s: no answer within %s (%s)", redactDSN(dsn), timeout, from)
 		}
-		return nil, fmt.Errorf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
+		return nil, &connectError{msg: fmt.Sprintf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn)), err: err}
 	}
 	return pool, nil
 }
+
+// connectError is open's failure to connect. Its message is scrubbed, safe to print; Unwrap
+// gives pgx's error (which may hold the connection string), for errors.As only.
+type connectError struct {
+	msg string
+	err error
+}
+
+func (e *connectError) Error() string { return e.msg }
+func (e *connectError) Unwrap() error { return e.err }
 
 // parseScope parses a --scope value, TYPE:KEY. A TYPE or KEY that no scope can have (one
 // Reserve refuses: not valid UTF-8, a NUL byte, blank, over ratelimit.MaxScopeBytes) is a usage

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pgadmit/pgadmit/internal/pgbouncer"
+	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -101,5 +108,42 @@ func TestMigrateAndInspectBehindPgBouncerSayWhatToChange(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Skip("no command met a statement another connection had prepared")
+	}
+}
+
+// bench behind PgBouncer in transaction pooling mode, on a server that preloads
+// pg_stat_statements, as a superuser: the workers' sessions cannot get tracking settings of
+// their own (PgBouncer refuses unknown startup parameters, and a transaction pooler could not keep
+// a setting on one server session anyway), so bench runs them with the server's tracking and
+// says so, instead of failing to connect.
+func TestBenchBehindPgBouncerWithPgStatStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Preload("pg_stat_statements"))
+	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	if !slices.Contains(c.Preloaded(), "pg_stat_statements") {
+		t.Skip("this PostgreSQL installation has no pg_stat_statements")
+	}
+	b, err := pgbouncer.Start(ctx, pgbouncer.Config{ServerHost: pgcluster.Host, ServerPort: c.Port(),
+		Users: map[string]string{pgcluster.User: ""}, PoolMode: "transaction", PoolSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&default_query_exec_mode=exec",
+		pgcluster.User, pgbouncer.Host, b.Port(), pgcluster.Database)
+	out, errOut, code := cli(t, nil, "bench", "--database-url", url, "--workers", "2", "--duration", "300ms", "--only", "W1", "--statements", "3")
+	if code != exitOK {
+		t.Fatalf("bench behind PgBouncer: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, `server time per statement, from pg_stat_statements `) ||
+		!strings.Contains(out, `pg_stat_statements.track is "top": the connection refused it as a startup parameter`) {
+		t.Errorf("bench behind PgBouncer does not say that its sessions run with the server's tracking:\n%s", out)
 	}
 }
