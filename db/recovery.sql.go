@@ -479,13 +479,16 @@ reclaimed AS (
                                   || ' times, the limit' END,
         remote_task_payload = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                                    THEN t.remote_task_payload ELSE '{}'::jsonb END,
-        -- A failed task keeps who ran it (Task.Worker), as a finished one
-        -- does: its attempts do not record it. A requeued one is unclaimed.
+        -- A failed task keeps who ran it (Task.Worker) and when that worker
+        -- was last heard from (heartbeat_at), as a finished one does and as
+        -- the reference's recovery keeps them: its attempts record neither.
+        -- A requeued one is unclaimed.
         locked_by = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                          THEN NULL ELSE t.locked_by END,
         locked_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
                          THEN NULL ELSE t.locked_at END,
-        heartbeat_at = NULL,
+        heartbeat_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
+                            THEN NULL ELSE t.heartbeat_at END,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
         next_run_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer

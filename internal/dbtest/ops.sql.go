@@ -455,6 +455,23 @@ func (q *Queries) OpsTaskCorruptStatus(ctx context.Context, db DBTX, arg OpsTask
 	return result.RowsAffected(), nil
 }
 
+const OpsTaskHeartbeatAt = `-- name: OpsTaskHeartbeatAt :one
+SELECT t.heartbeat_at
+FROM gateway_tasks AS t
+WHERE t.id = $1::uuid
+`
+
+// A task's heartbeat_at, which no public read returns: a test checks what
+// each lifecycle step leaves in it.
+// Locks: none (MVCC read).
+// Index: gateway_tasks_pkey.
+func (q *Queries) OpsTaskHeartbeatAt(ctx context.Context, db DBTX, taskID pgtype.UUID) (*time.Time, error) {
+	row := db.QueryRow(ctx, OpsTaskHeartbeatAt, taskID)
+	var heartbeat_at *time.Time
+	err := row.Scan(&heartbeat_at)
+	return heartbeat_at, err
+}
+
 const OpsTerminateBackend = `-- name: OpsTerminateBackend :one
 SELECT pg_terminate_backend($1::integer)::boolean AS terminated
 `

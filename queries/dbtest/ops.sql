@@ -208,3 +208,12 @@ FOR UPDATE;
 -- Locks: ACCESS EXCLUSIVE on gateway_maintenance_leases.
 -- Index: none.
 LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE;
+
+-- name: OpsTaskHeartbeatAt :one
+-- A task's heartbeat_at, which no public read returns: a test checks what
+-- each lifecycle step leaves in it.
+-- Locks: none (MVCC read).
+-- Index: gateway_tasks_pkey.
+SELECT t.heartbeat_at
+FROM gateway_tasks AS t
+WHERE t.id = @task_id::uuid;
