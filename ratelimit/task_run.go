@@ -187,7 +187,9 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // all the same. A retry with the same token is safe: it writes nothing
 // and, if the task finished, gets a *StaleTokenError whose Status is the
 // finished status; GetTask then shows the outcome that finished it (the
-// one sent, or recovery's execution_lease_expired).
+// one sent, or recovery's: server_restarted for a sync task,
+// requeue_limit_exceeded for an async one past its requeues; its attempt
+// says execution_lease_expired).
 //
 // Two round trips: a read of the task's open reservations, then one batch
 // that locks their counters first (lock order), then the task row,
