@@ -416,3 +416,36 @@ func (la *localAdmission) settle(commit bool, actual float64) (status string, ch
 	}
 	return la.status, la.charged, true
 }
+
+// canTake reports whether take would admit w from a block this process
+// already holds, without admitting it: Check's view of a Local limit. It
+// takes no block and changes nothing. False when the limit would be decided
+// in the database, or would wait for a block to be taken (which the
+// database grants only from what its window has free, as it would decide
+// the limit itself).
+func (a *allotments) canTake(w windowLimit) bool {
+	l := w.Limit
+	if l.Amount > l.Limit*a.opts.MaxShare {
+		return false
+	}
+	a.mu.Lock()
+	s := a.sets[w.counter()]
+	closed := a.closed
+	a.mu.Unlock()
+	if s == nil || closed {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropped {
+		return false
+	}
+	now := a.dbNow()
+	for _, b := range []*block{s.cur, s.next} { // tryLocked moves on to next when cur has no room
+		if b != nil && !b.closed && !a.pastMargin(now, b.resetAt) &&
+			b.limit <= l.Limit && b.used+b.reserved+l.Amount <= b.granted && len(b.admissions) < a.maxAdmissions {
+			return true
+		}
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -10,7 +11,11 @@ import (
 // Check is a non-consuming preflight of the window limits: it returns an
 // *ExceededError for the first one whose current window could not take its
 // Amount, and writes nothing. Concurrent limits are not checked (a slot is
-// only meaningful when taken; Reserve decides them). One round trip.
+// only meaningful when taken; Reserve decides them). A Local limit that a
+// block this Limiter holds has room for passes without a look at its
+// window, as Reserve would admit it from the block (whose units the window
+// counts as reserved); any other is checked against its window. One round
+// trip (none when every limit passes from a block).
 func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 	if err := l.usable(); err != nil {
 		return err
@@ -18,6 +23,9 @@ func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 	windows, _, err := splitLimits(limits)
 	if err != nil {
 		return err
+	}
+	if l.allot != nil {
+		windows = slices.DeleteFunc(windows, func(w windowLimit) bool { return w.Limit.Local && l.allot.canTake(w) })
 	}
 	if len(windows) == 0 {
 		return nil
