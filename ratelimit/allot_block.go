@@ -136,7 +136,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			s.cur, s.next = s.next, nil
 			continue
 		}
-		if b.limit <= limit && b.used+b.reserved+amount <= b.granted && len(b.admissions) < s.a.maxAdmissions {
+		if s.hasRoom(b, amount, limit) {
 			b.reserved += amount
 			b.inflight++
 			b.lastUse = time.Now()
@@ -154,6 +154,11 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 		s.closeLocked(b, reasonTrimmed) // spent: what is left is less than this request, or is of a higher limit
 		s.cur, s.next = s.next, nil
 	}
+}
+
+// hasRoom reports whether b can admit amount under limit (see tryLocked).
+func (s *blockSet) hasRoom(b *block, amount, limit float64) bool {
+	return b.limit <= limit && b.used+b.reserved+amount <= b.granted && len(b.admissions) < s.a.maxAdmissions
 }
 
 // retireLocked closes the blocks whose window is about to end.
@@ -442,8 +447,7 @@ func (a *allotments) canTake(w windowLimit) bool {
 	}
 	now := a.dbNow()
 	for _, b := range []*block{s.cur, s.next} { // tryLocked moves on to next when cur has no room
-		if b != nil && !b.closed && !a.pastMargin(now, b.resetAt) &&
-			b.limit <= l.Limit && b.used+b.reserved+l.Amount <= b.granted && len(b.admissions) < a.maxAdmissions {
+		if b != nil && !b.closed && !a.pastMargin(now, b.resetAt) && s.hasRoom(b, l.Amount, l.Limit) {
 			return true
 		}
 	}
