@@ -2,8 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 	"github.com/pgadmit/pgadmit/schema"
 )
@@ -28,14 +27,7 @@ import (
 func TestAcknowledgedWorkSurvivesAServerCrash(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.OnDisk())
-	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
-		t.Skipf("crashing a server needs a cluster of the test's own: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Stop() })
+	cluster := pgtest.OwnCluster(t, pgcluster.OnDisk()) // crashing a server needs a cluster of the test's own
 	pools := poolsOn(t, cluster.URL(), 2, pgx.QueryExecModeCacheStatement)
 	if err := schema.Migrate(ctx, pools[0]); err != nil {
 		t.Fatal(err)

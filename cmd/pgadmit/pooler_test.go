@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -119,14 +117,7 @@ func TestMigrateAndInspectBehindPgBouncerSayWhatToChange(t *testing.T) {
 func TestBenchBehindPgBouncerWithPgStatStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgcluster.Start(ctx, pgcluster.Preload("pg_stat_statements"))
-	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c := pgtest.OwnCluster(t, pgcluster.Preload("pg_stat_statements"))
 	if !slices.Contains(c.Preloaded(), "pg_stat_statements") {
 		t.Skip("this PostgreSQL installation has no pg_stat_statements")
 	}

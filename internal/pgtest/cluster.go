@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/peterldowns/pgtestdb"
@@ -79,4 +80,21 @@ func stopOnSignal() {
 		time.Sleep(time.Second) // the default action normally ends the process before this
 		os.Exit(1)
 	}()
+}
+
+// OwnCluster starts a throwaway cluster for t alone (a test that needs its own server settings,
+// or to crash it) and stops it when t ends. Where this machine has no PostgreSQL binaries, t is
+// skipped when DATABASE_URL names a server (the rest of the suite runs there), and fails
+// otherwise.
+func OwnCluster(t testing.TB, opts ...pgcluster.Option) *pgcluster.Cluster {
+	t.Helper()
+	c, err := pgcluster.Start(context.Background(), opts...)
+	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
+		t.Skipf("this test needs a cluster of its own: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
 }

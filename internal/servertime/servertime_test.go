@@ -2,7 +2,6 @@ package servertime_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -55,14 +54,7 @@ func TestNotLoaded(t *testing.T) {
 // creates the extension and tracks everything, and as a role that may do neither.
 func TestPreloaded(t *testing.T) {
 	t.Parallel()
-	c, err := pgcluster.Start(context.Background(), pgcluster.Preload("pg_stat_statements"))
-	if errors.Is(err, pgcluster.ErrNoPostgres) && os.Getenv("DATABASE_URL") != "" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c := pgtest.OwnCluster(t, pgcluster.Preload("pg_stat_statements"))
 	if !slices.Contains(c.Preloaded(), "pg_stat_statements") {
 		t.Skip("this PostgreSQL installation has no pg_stat_statements")
 	}
