@@ -58,7 +58,8 @@ type Observer interface {
 	// runs. Limits the decision did not reach are not listed: the other
 	// limits of a refused request (a refusal names only the limit that
 	// refused), limits with a zero Amount, shadow limits set aside as
-	// invalid, and shadow limits of a request that failed closed.
+	// invalid, and, of a request that failed closed, its shadow limits and
+	// its enforced limits that would have failed open.
 	Decided(outcomes []LimitOutcome)
 	// DatabaseCall reports one call to the database: its operation
 	// (OpReserve, OpCommit, OpRelease, OpRenewLeases), how long it took, and

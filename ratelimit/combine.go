@@ -558,7 +558,8 @@ func (c *combiner[Req, Res]) leave(f *flight, cancel context.CancelFunc) {
 // summed: encoding, the round trip, the server's work and the commit's
 // flush, and decoding the answer. With one statement in flight, Busy over
 // the time elapsed is the share of it the stream was busy; the rest it
-// waited for callers. A statement counts once it is answered.
+// waited for callers. A statement counts once it returns, answered or
+// failed (cancelled on a database that does not answer, say).
 type CombinerStats struct {
 	Batches  int64
 	Requests int64
