@@ -217,7 +217,8 @@ func (s *blockSet) installLocked(b *block) {
 }
 
 // prefetchLocked takes the next block ahead, off the request's path, when
-// the current one is more than half spent.
+// the current one is more than half spent. The same statement trims a
+// block set aside since (see refillLocked).
 func (s *blockSet) prefetchLocked(w windowLimit) {
 	b := s.cur
 	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 {
@@ -230,7 +231,14 @@ func (s *blockSet) prefetchLocked(w windowLimit) {
 // database, in the background: the requests that wait for it wait on
 // s.refill, and Close waits for it too. With trimCurrent, the current block
 // (which has no room for need) closes, and the same statement trims it to
-// what it admitted, giving its unused units back to the window. The call
+// what it admitted, giving its unused units back to the window. Otherwise
+// (or with no current block) the statement trims a block set aside for
+// want of room and not trimmed yet (setAsideLocked): a block is set aside
+// when the next one was taken ahead, and each such next block, once spent
+// in turn, is set aside for the one taken after it, so that without this
+// every block set aside within a round of the housekeeping (which trims
+// them too) held its free units until then: more than the current and the
+// next block, which is what a process that dies strands at most. The call
 // does not use a caller's context: one that ended after the database
 // granted the block would leave a block this process never learns of.
 // It returns false, starting nothing, once the Limiter is closed.
@@ -245,6 +253,8 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 		trim, trimTo = b, b.used+b.reserved
 		s.closeLocked(b, reasonTrimmed)
 		s.cur = nil
+	} else if b := s.setAsideLocked(); b != nil {
+		trim, trimTo = b, b.used+b.reserved
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
@@ -258,6 +268,17 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 		s.endRefillLocked(nb)
 	}()
 	return true
+}
+
+// setAsideLocked returns a block closed for want of room whose free units
+// are still held in the database (not trimmed, not returned), if any.
+func (s *blockSet) setAsideLocked() *block {
+	for _, b := range s.draining {
+		if b.reason == reasonTrimmed && !b.trimmed && !b.gone && b.free() > 0 {
+			return b
+		}
+	}
+	return nil
 }
 
 // endRefillLocked installs the block taken (nil: none), and wakes the

@@ -407,3 +407,56 @@ func TestAllotBlockOfAHigherLimitAdmitsNothingUnderALowerOne(t *testing.T) {
 	l.Close()
 	assertBooksBalance(t, pool, "model", key)
 }
+
+// A block set aside for a request it had no room for, when the next block
+// was taken ahead, is trimmed to what it admitted by the statement that
+// takes the block after that, not only by the housekeeping's next round:
+// a process that sets several blocks aside within one round (requests of
+// 60 from blocks of 100) held all their free units meanwhile, more than
+// the current and the next block, which is what a process that dies
+// strands at most (README, Crashes) and what the stranding bound counts.
+func TestAllotSetAsideBlocksHoldNoMoreThanTwoBlocks(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	// Blocks of 100 (1/16 of 1600), sized at the cap by a horizon of an hour.
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Horizon: time.Hour, IdleAfter: time.Minute}))
+	defer l.Close()
+	key := uniqueKey("setaside2")
+	const blockCap = 1600 * ratelimit.DefaultAllotmentMaxShare
+	inFlight := 0.0
+	named := map[string]bool{} // the blocks requests were admitted from
+	for range 51 {
+		named[reserveLocal(t, l, key, 1600, 1).Reservations[0].Allotment] = true
+		inFlight++
+	}
+	// Each request of 60 sets the current block aside (it has 49, then 40,
+	// left), is admitted from the next and takes one more ahead.
+	const sixties = 6
+	for range sixties {
+		named[reserveLocal(t, l, key, 1600, 60).Reservations[0].Allotment] = true
+		inFlight += 60
+	}
+	// The last request of 60 took the next block ahead: wait for it.
+	var open []dbtest.AllotmentListByScopeRow
+	ahead := false
+	for deadline := time.Now().Add(5 * time.Second); !ahead; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no block taken ahead of the last request: %+v", open)
+		}
+		open = openBlocks(t, pool, key)
+		for _, b := range open {
+			ahead = ahead || !named[b.ID.String()]
+		}
+	}
+	granted := 0.0
+	for _, b := range open {
+		granted += b.Granted
+	}
+	if free := granted - inFlight; free > 2*blockCap {
+		for _, b := range open {
+			t.Logf("block %s granted %g", b.ID, b.Granted)
+		}
+		t.Errorf("open blocks hold %g units beyond the %g admitted from them, want at most two blocks (%g)", free, inFlight, 2*blockCap)
+	}
+}
