@@ -1,10 +1,13 @@
 package httpadmit_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // A handler that takes the connection by asserting http.Hijacker, as
@@ -59,4 +62,45 @@ func TestHandlerHijacksTheConnection(t *testing.T) {
 		}
 	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	e.nothingHeld()
+}
+
+// A write to the writer after the handler took the connection is refused
+// by the server (http.ErrHijacked) before it reaches anything: the session
+// the handler served on the connection was not cut, and the request is
+// committed, not released as a cut stream.
+func TestWriteAfterHijackIsNoCutStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+			if err := brw.Flush(); err != nil {
+				t.Errorf("flushing the hijacked connection: %v", err)
+			}
+			// An error path that still answers on the writer.
+			if _, err := io.WriteString(w, "too late"); !errors.Is(err, http.ErrHijacked) {
+				t.Errorf("write after Hijack: %v, want http.ErrHijacked", err)
+			}
+		})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "hijacked" {
+		t.Fatalf("%d %q, want the hijacked connection's 200 \"hijacked\"", resp.StatusCode, body)
+	}
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
+		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)
+	}
 }

@@ -60,8 +60,10 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 
 func (w *responseWriter) note(err error) {
 	// A body written after a status that has none (204, 304) is refused
-	// by the server before the client: the response went out whole.
-	if errors.Is(err, http.ErrBodyNotAllowed) {
+	// by the server before the client: the response went out whole. So is
+	// a write after the handler took the connection (Hijack): what it
+	// served there is its own, and nothing was cut on the way.
+	if errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrHijacked) {
 		return
 	}
 	if err != nil && w.err == nil {
