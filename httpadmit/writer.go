@@ -28,11 +28,40 @@ func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return w.ResponseWriter.(http.Hijacker).Hijack()
 }
 
-// wrap is the writer the handler gets: rw, a Hijacker too when w is one.
+// pushWriter is a responseWriter over a server's writer that can push
+// (HTTP/2): a handler that asserts http.Pusher finds it through the
+// middleware exactly when it would without it.
+type pushWriter struct{ *responseWriter }
+
+// Push initiates an HTTP/2 server push, as the server's writer does.
+func (w pushWriter) Push(target string, opts *http.PushOptions) error {
+	return w.ResponseWriter.(http.Pusher).Push(target, opts)
+}
+
+// hijackPushWriter is both, for a server's writer that is both.
+type hijackPushWriter struct{ *responseWriter }
+
+func (w hijackPushWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return hijackWriter(w).Hijack()
+}
+
+func (w hijackPushWriter) Push(target string, opts *http.PushOptions) error {
+	return pushWriter(w).Push(target, opts)
+}
+
+// wrap is the writer the handler gets: rw, a Hijacker and a Pusher too
+// when w is one.
 func wrap(w http.ResponseWriter) (rw *responseWriter, forHandler http.ResponseWriter) {
 	rw = &responseWriter{ResponseWriter: w}
-	if _, ok := w.(http.Hijacker); ok {
+	_, hijacker := w.(http.Hijacker)
+	_, pusher := w.(http.Pusher)
+	switch {
+	case hijacker && pusher:
+		return rw, hijackPushWriter{rw}
+	case hijacker:
 		return rw, hijackWriter{rw}
+	case pusher:
+		return rw, pushWriter{rw}
 	}
 	return rw, rw
 }
