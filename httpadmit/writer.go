@@ -3,8 +3,10 @@ package httpadmit
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"syscall"
 )
 
 // responseWriter passes everything through to the server's writer and
@@ -71,6 +73,36 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	w.note(err)
 	return n, err
 }
+
+// ReadFrom copies src to the client, for io.Copy and http.ServeFile. A
+// file or a socket goes to the server's io.ReaderFrom, which has the
+// kernel copy it (sendfile, splice) as without the middleware; since the
+// kernel reads and writes in one call, its failure counts as a cut
+// stream, whichever side failed. Any other source is copied through
+// Write, so that its own failure (an upstream's body that breaks off) is
+// no cut stream: nothing failed on the way to the client.
+func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
+	rf, ok := w.ResponseWriter.(io.ReaderFrom)
+	if !ok || !kernelCopies(src) {
+		return io.Copy(writerOnly{w}, src)
+	}
+	n, err := rf.ReadFrom(src)
+	w.note(err)
+	return n, err
+}
+
+// kernelCopies says whether the server's io.ReaderFrom may hand src to the
+// kernel: a file or a connection (syscall.Conn), alone or limited.
+func kernelCopies(src io.Reader) bool {
+	if lr, ok := src.(*io.LimitedReader); ok {
+		src = lr.R
+	}
+	_, ok := src.(syscall.Conn)
+	return ok
+}
+
+// writerOnly hides ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
 
 // Flush sends what was written so far, as http.Flusher does.
 func (w *responseWriter) Flush() { _ = w.FlushError() }

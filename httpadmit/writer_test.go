@@ -5,6 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -73,4 +76,83 @@ func TestHandlerPushesOverHTTP2(t *testing.T) {
 		}
 	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	e.nothingHeld()
+}
+
+// errAfter is a source that yields data and then fails, as an upstream's
+// body that breaks off.
+type errAfter struct {
+	data string
+	err  error
+}
+
+func (r *errAfter) Read(p []byte) (int, error) {
+	if r.data == "" {
+		return 0, r.err
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// On HTTP/1, io.Copy and http.ServeFile reach the server's io.ReaderFrom
+// through the middleware, which sends a file with sendfile(2) as without
+// it; the middleware's writer used to hide it, and every file went through
+// user space. A source that fails (an upstream's body that breaks off) is
+// no cut stream: nothing failed on the way to the client.
+func TestCopyReachesTheServersReaderFrom(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	name := filepath.Join(t.TempDir(), "file.txt")
+	content := strings.Repeat("0123456789abcdef", 4096)
+	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	readerFrom := make(chan bool, 2)
+	mw := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, bare := w.(io.ReaderFrom)
+		mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, behind := w.(io.ReaderFrom)
+			readerFrom <- bare && !behind
+			switch r.URL.Path {
+			case "/servefile":
+				http.ServeFile(w, r, name)
+			case "/copy":
+				f, err := os.Open(name)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer f.Close()
+				if n, err := io.Copy(w, f); n != int64(len(content)) || err != nil {
+					t.Errorf("io.Copy from the file: %d, %v", n, err)
+				}
+			case "/upstream-breaks":
+				broken := errors.New("upstream: unexpected EOF")
+				if _, err := io.Copy(w, &errAfter{data: content, err: broken}); !errors.Is(err, broken) {
+					t.Errorf("io.Copy from a broken upstream: %v, want its error", err)
+				}
+			}
+		})).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	for _, path := range []string{"/servefile", "/copy", "/upstream-breaks"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != content {
+			t.Errorf("%s: %d, %d bytes, %v; want 200 and the %d bytes", path, resp.StatusCode, len(body), err, len(content))
+		}
+		if <-readerFrom {
+			t.Errorf("%s: the server's writer is an io.ReaderFrom, the middleware's is not", path)
+		}
+	}
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 3}); got != want {
+		t.Errorf("requests = %+v, want %+v: all were served", got, want)
+	}
 }
