@@ -113,11 +113,11 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	c := &Cluster{root: root, data: filepath.Join(root, "data"), pgCtl: pgCtl, cred: cred,
 		durable: set.onDisk, inMemory: inMemory(root), preloaded: availableLibraries(bin, set.preload)}
 	fail := func(err error) (*Cluster, error) {
-		_ = c.Stop()
+		stopErr := c.Stop() // said, not dropped: a directory left behind must be known
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("throwaway cluster: %w", ctx.Err())
+			return nil, errors.Join(fmt.Errorf("throwaway cluster: %w", ctx.Err()), stopErr)
 		}
-		return nil, fmt.Errorf("throwaway cluster in %s: %w", root, err)
+		return nil, errors.Join(fmt.Errorf("throwaway cluster in %s: %w", root, err), stopErr)
 	}
 	// The postgres user must be able to reach and write the directory.
 	if err := os.Chmod(root, 0o755); err != nil {
@@ -261,7 +261,7 @@ func sweepStale(pgCtl string, cred *syscall.Credential) {
 // group (a terminal's Ctrl-C reaches the owning process, which then stops the cluster), with PG*
 // variables of the environment removed. Output goes to a file, never a pipe: a server started by
 // pg_ctl could otherwise hold the pipe open and hang the wait. On failure the output is part of
-// the error. When ctx ends, the binary is killed.
+// the error. When ctx ends, the binary and every process it started in its group are killed.
 func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	outPath := filepath.Join(c.root, filepath.Base(name)+".out")
 	out, err := os.Create(outPath)
@@ -275,6 +275,10 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	cmd.Stderr = out
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	// When ctx ends, kill the whole process group, not the binary alone: initdb runs its backends
+	// through a shell and feeds them through a pipe, and a backend whose initdb died goes on
+	// writing into the directory that Stop is removing (and then keeps it there).
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, Tail(outPath))
 	}

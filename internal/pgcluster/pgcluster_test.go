@@ -232,3 +232,103 @@ func TestCrashAndRestart(t *testing.T) {
 		t.Errorf("schema version after Restart = %d, %v; want %d", got, err, want)
 	}
 }
+
+// A Start cancelled while initdb runs (a Ctrl-C of `pgadmit demo` in its first second) leaves
+// nothing behind: initdb's children (the backend it feeds through a pipe, and the shell that
+// runs it) die with it, so that no process goes on writing in the directory Stop removes, which
+// could then not be removed. An orphan that happens to end before Start returns goes unseen, so
+// the test cancels several Starts. Not parallel: it points TMPDIR at a directory of its own.
+func TestStartCancelledDuringInitdbLeavesNothing(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Skip(err)
+	}
+	if _, err := os.Stat("/proc/self/wchan"); err != nil {
+		t.Skip("needs /proc:", err)
+	}
+	tmp, err := os.MkdirTemp("/var/tmp", "pgcluster-cancel-test-") // reachable by the postgres user
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	for round := 1; round <= 8 && !t.Failed(); round++ {
+		cancelDuringInitdb(t, tmp)
+	}
+}
+
+// cancelDuringInitdb starts a cluster in tmp, cancels the Start while initdb's bootstrap backend
+// has a full pipe of input still to read, and checks that nothing of it remains.
+func cancelDuringInitdb(t *testing.T, tmp string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rootc := make(chan string, 1)
+	go func() {
+		defer close(rootc)
+		for ctx.Err() == nil {
+			if len(processesIn(tmp, "--boot")) > 0 && blockedOnPipe(processesIn(tmp, "initdb")) {
+				found, _ := filepath.Glob(filepath.Join(tmp, dirPrefix+"*"))
+				rootc <- found[0]
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond) // polling /proc; there is nothing to wait on
+		}
+	}()
+	c, err := Start(ctx, OnDisk())
+	cancel() // ends the watch when Start ended on its own
+	if err == nil {
+		_ = c.Stop()
+		t.Skip("initdb finished before the test saw it wait to write to its backend: nothing to cancel")
+	}
+	root, ok := <-rootc
+	if !ok {
+		t.Fatalf("Start failed before initdb wrote to its backend: %v", err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start cancelled during initdb: %v, want context.Canceled", err)
+	}
+	for pid, cmdline := range processesIn(root, "") {
+		t.Errorf("process %d still runs in the cancelled cluster's directory: %q", pid, cmdline)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		left, _ := filepath.Glob(filepath.Join(root, "*", "*"))
+		t.Errorf("cancelled cluster's directory %s left behind (stat: %v), holding %v", root, err, left)
+	}
+}
+
+// processesIn returns the live processes whose working directory is under dir and whose command
+// line contains arg, by pid.
+func processesIn(dir, arg string) map[int]string {
+	out := map[int]string{}
+	cwds, _ := filepath.Glob("/proc/[0-9]*/cwd")
+	for _, p := range cwds {
+		cwd, err := os.Readlink(p)
+		if err != nil || !strings.HasPrefix(cwd, dir) {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+		stat, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+		if len(b) == 0 || strings.Contains(string(stat), ") Z ") { // a zombie: it runs no more
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmdline, arg) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out[pid] = cmdline
+		}
+	}
+	return out
+}
+
+// blockedOnPipe reports whether one of pids waits to write into a full pipe (its wchan).
+func blockedOnPipe(pids map[int]string) bool {
+	for pid := range pids {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/wchan"); strings.Contains(string(b), "pipe_write") {
+			return true
+		}
+	}
+	return false
+}
