@@ -19,7 +19,7 @@ import (
 
 var (
 	clusterMu sync.Mutex
-	running   *pgcluster.Cluster // the started cluster, until stopCluster
+	running   *pgcluster.Cluster // the started cluster (stopCluster stops it)
 
 	// clusterStartup is how long startCluster took; pgtest's own tests report it.
 	clusterStartup time.Duration
@@ -53,14 +53,15 @@ func startCluster() (pgtestdb.Config, error) {
 }
 
 // stopCluster stops the throwaway cluster, if one runs, and removes its directory. It is safe
-// to call more than once and from several goroutines.
+// to call more than once and from several goroutines, and returns only once that is done, even
+// when another call does it (the signal handler's and Main's, when an interrupt also ends m.Run):
+// a call that returned at once would let the process exit halfway through the removal.
 func stopCluster() {
 	clusterMu.Lock()
 	c := running
-	running = nil
 	clusterMu.Unlock()
 	if c != nil {
-		_ = c.Stop()
+		_ = c.Stop() // Stop runs once; a concurrent call waits for it
 	}
 }
 

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/schema"
 )
 
@@ -159,5 +161,42 @@ func TestConfigFromURL(t *testing.T) {
 		if got := conf.URL(); got != tc.want {
 			t.Errorf("configFromURL(%q).URL() = %q, want %q", tc.dsn, got, tc.want)
 		}
+	}
+}
+
+// Two stopCluster calls at once (the signal handler's and Main's, when an interrupt also ends
+// m.Run: go test -fuzz stopping its workers does that) both return only once the cluster is
+// stopped and its directory removed: the one that comes second must not return, and let the
+// process exit, while the first is still removing it. Not parallel: it stands in its own cluster
+// for the package's.
+func TestStopClusterTwiceWaitsForTheStop(t *testing.T) {
+	for round := 1; round <= 3 && !t.Failed(); round++ {
+		c, err := pgcluster.Start(context.Background())
+		if err != nil {
+			t.Skipf("no throwaway cluster: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Stop() })
+		clusterMu.Lock()
+		saved := running
+		running = c
+		clusterMu.Unlock()
+
+		first := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			close(first)
+			stopCluster()
+		}()
+		<-first
+		stopCluster()
+		if _, err := os.Stat(c.Dir()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("round %d: stopCluster returned while the cluster's directory %s still exists (stat: %v)", round, c.Dir(), err)
+		}
+		<-done
+
+		clusterMu.Lock()
+		running = saved
+		clusterMu.Unlock()
 	}
 }

@@ -26,7 +26,7 @@ const PoolerSize = 4
 var (
 	poolerMu   sync.Mutex
 	poolerOnce sync.Once
-	pooler     *pgbouncer.Bouncer // the started PgBouncer, until stopPooler
+	pooler     *pgbouncer.Bouncer // the started PgBouncer (stopPooler stops it)
 	poolerErr  error
 )
 
@@ -87,10 +87,9 @@ func startBouncerTo(host string, port int, base pgtestdb.Config, poolMode string
 func stopPooler() {
 	poolerMu.Lock()
 	b := pooler
-	pooler = nil
 	poolerMu.Unlock()
 	if b != nil {
-		_ = b.Stop()
+		_ = b.Stop() // Stop runs once; a concurrent call waits for it, as stopCluster's
 	}
 }
 
