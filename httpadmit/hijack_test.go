@@ -38,15 +38,7 @@ func TestHandlerHijacksTheConnection(t *testing.T) {
 		_ = brw.Flush()
 	})))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(body) != "hijacked" {
-		t.Fatalf("%d %q, want the hijacked connection's 200 \"hijacked\"", resp.StatusCode, body)
-	}
+	getHijacked(t, srv.URL)
 	if got := <-leasesMidSession; got != 1 {
 		t.Errorf("live leases during the hijacked session = %d, want 1", got)
 	}
@@ -90,7 +82,18 @@ func TestWriteAfterHijackIsNoCutStream(t *testing.T) {
 			}
 		})))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
+	getHijacked(t, srv.URL)
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
+		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)
+	}
+}
+
+// getHijacked GETs url and checks that the hijacked connection answered it:
+// a 200 with the body "hijacked".
+func getHijacked(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +101,5 @@ func TestWriteAfterHijackIsNoCutStream(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || string(body) != "hijacked" {
 		t.Fatalf("%d %q, want the hijacked connection's 200 \"hijacked\"", resp.StatusCode, body)
-	}
-	e.nothingHeld()
-	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
-		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)
 	}
 }
