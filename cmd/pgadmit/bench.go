@@ -207,9 +207,10 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	runtimeParams(poolCfg, spent.sessionSettings())
+	settings := spent.sessionSettings()
+	runtimeParams(poolCfg, settings)
 	pool, err := a.open(ctx, dsn, poolCfg)
-	if settings := spent.sessionSettings(); settings != nil && refusedStartupParameter(err) {
+	if settings != nil && refusedStartupParameter(err) {
 		// A connection pooler (PgBouncer) refuses startup parameters it does not know; in
 		// transaction pooling it could not keep them on one server session anyway. The workers
 		// run with the server's tracking instead, and the report says so.

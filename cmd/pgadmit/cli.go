@@ -380,7 +380,7 @@ func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, &connectError{msg: fmt.Sprintf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn)), err: err}
+		return nil, connectFailed(dsn, err)
 	}
 	timeout, from := a.connectTimeout, "--connect-timeout"
 	if !a.connectTimeoutGiven && cfg.ConnConfig.ConnectTimeout != a.connectTimeout {
@@ -398,7 +398,7 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 		if pctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("cannot connect to %s: no answer within %s (%s)", redactDSN(dsn), timeout, from)
 		}
-		return nil, &connectError{msg: fmt.Sprintf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn)), err: err}
+		return nil, connectFailed(dsn, err)
 	}
 	return pool, nil
 }
@@ -408,6 +408,11 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 type connectError struct {
 	msg string
 	err error
+}
+
+// connectFailed is open's error for err, pgx's failure to connect to dsn.
+func connectFailed(dsn string, err error) *connectError {
+	return &connectError{msg: fmt.Sprintf("cannot connect to %s: %s", redactDSN(dsn), scrub(err.Error(), dsn)), err: err}
 }
 
 func (e *connectError) Error() string { return e.msg }
