@@ -28,11 +28,13 @@
 // the admission of each; when an inner one refuses it or cannot decide it,
 // its default handlers release the outer ones' admissions unless the
 // handler reports usage, or another middleware inside admits the request
-// and commits it (or has no limits for it and lets it through), which say an upstream ran after all (a custom handler
-// calls Discard to release them whatever is reported). Concurrency leases are renewed while a request runs longer
-// than a third of their TTL, so long streams keep their slots. Nothing
-// stays held: a settle that fails is logged, and what it left lapses by
-// itself (a lease at its TTL, a reservation when its window ends).
+// and commits it (or has no limits for it and lets it through), which say
+// an upstream ran after all (a custom handler calls Discard to release them
+// whatever is reported). Concurrency leases are renewed while a request
+// runs longer than a third of their TTL, so long streams keep their slots.
+// Nothing stays held: a settle that fails is logged, and what it left
+// lapses by itself (a lease at its TTL, a reservation when its window
+// ends).
 //
 // # Responses
 //

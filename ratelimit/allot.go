@@ -238,8 +238,7 @@ func (a *allotments) beginRefill() bool {
 // (the window is nearly full, or the amount is more than a block may be),
 // the window is about to end, or the Limiter is closed.
 func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
-	l := w.Limit
-	if l.Amount > l.Limit*a.opts.MaxShare {
+	if !a.blockSized(w.Limit) {
 		return nil
 	}
 	for {
@@ -251,6 +250,13 @@ func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
 			return la
 		}
 	}
+}
+
+// blockSized reports whether l's amount is one a block may admit: at most
+// MaxShare of its limit, the most a block may be. A larger one is decided
+// in the database.
+func (a *allotments) blockSized(l Limit) bool {
+	return l.Amount <= l.Limit*a.opts.MaxShare
 }
 
 // loop does the housekeeping until Close: blocks of ended windows, idle

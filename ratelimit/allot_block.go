@@ -451,7 +451,7 @@ func (la *localAdmission) settle(commit bool, actual float64) (status string, ch
 // the limit itself).
 func (a *allotments) canTake(w windowLimit) bool {
 	l := w.Limit
-	if l.Amount > l.Limit*a.opts.MaxShare {
+	if !a.blockSized(l) {
 		return false
 	}
 	a.mu.Lock()

@@ -257,11 +257,10 @@ func validateJSON(field string, b []byte) error {
 // It also refuses a document longer than MaxPayloadBytes once every digit
 // of its numbers is counted as jsonb writes them out when it gives the
 // document back (the spaces it adds after separators are not counted):
-// "1e131071" comes back as 131072 digits, "1e-16383" as 16385
-// characters, so 90 kB of such numbers
-// came back as over a gigabyte, and every statement returning the document
-// (creating the task, reading it, its events) failed with a raw "out of
-// memory" (SQLSTATE 54000).
+// "1e131071" comes back as 131072 digits, "1e-16383" as 16385 characters,
+// so 90 kB of such numbers came back as over a gigabyte, and every
+// statement returning the document (creating the task, reading it, its
+// events) failed with a raw "out of memory" (SQLSTATE 54000).
 func jsonbNumberProblem(b []byte) string {
 	grown := 0 // how much longer jsonb writes the numbers seen than they are
 	for i := 0; i < len(b); i++ {
