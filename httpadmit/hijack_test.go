@@ -103,3 +103,37 @@ func getHijacked(t *testing.T, url string) {
 		t.Fatalf("%d %q, want the hijacked connection's 200 \"hijacked\"", resp.StatusCode, body)
 	}
 }
+
+// A flush of the writer after the handler took the connection is refused
+// with http.ErrHijacked, as a write is, and the hijacked session is
+// committed. net/http's own HTTP/1 writer panics there (nil pointer in
+// response.FlushError, its buffer given back at Hijack); the middleware's
+// writer used to pass the flush on, so the panic released the request as
+// a handler panic although the session ran.
+func TestFlushAfterHijackIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+			_ = brw.Flush()
+			// A streaming helper that flushes at the end, whatever happened.
+			if err := http.NewResponseController(w).Flush(); !errors.Is(err, http.ErrHijacked) {
+				t.Errorf("ResponseController.Flush after Hijack: %v, want http.ErrHijacked", err)
+			}
+			w.(http.Flusher).Flush()
+		})))
+	defer srv.Close()
+	getHijacked(t, srv.URL)
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
+		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)
+	}
+}

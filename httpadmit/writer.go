@@ -11,11 +11,15 @@ import (
 
 // responseWriter passes everything through to the server's writer and
 // remembers the first error a write or a flush returned: a stream that was
-// cut. Flush passes through, and Unwrap lets http.ResponseController reach
-// the server's writer (deadlines, hijacking, full duplex).
+// cut. Flush passes through (until a hijack), and Unwrap lets
+// http.ResponseController reach the server's writer (deadlines, hijacking,
+// full duplex).
 type responseWriter struct {
 	http.ResponseWriter
 	err error
+	// hijacked is set once the handler took the connection through this
+	// writer; like the server's writer, it is not safe for concurrent use.
+	hijacked bool
 }
 
 // hijackWriter is a responseWriter over a server's writer that can be
@@ -27,7 +31,11 @@ type hijackWriter struct{ *responseWriter }
 // Hijack hands the connection to the handler; the request is settled when
 // the handler returns, as any other.
 func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return w.ResponseWriter.(http.Hijacker).Hijack()
+	conn, brw, err := w.ResponseWriter.(http.Hijacker).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return conn, brw, err
 }
 
 // pushWriter is a responseWriter over a server's writer that can push
@@ -108,7 +116,14 @@ type writerOnly struct{ io.Writer }
 func (w *responseWriter) Flush() { _ = w.FlushError() }
 
 // FlushError is Flush with its error; http.ResponseController calls it.
+// After a hijack it is refused with http.ErrHijacked, as a write is:
+// net/http's HTTP/1 writer panics there (its buffer went back to a pool at
+// Hijack), and a flush at the end of a handler, whatever happened, is a
+// common pattern.
 func (w *responseWriter) FlushError() error {
+	if w.hijacked {
+		return http.ErrHijacked
+	}
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	if !errors.Is(err, http.ErrNotSupported) {
 		w.note(err)
