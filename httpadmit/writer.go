@@ -82,6 +82,20 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// WriteString writes s as Write does, through the server's
+// io.StringWriter when it has one (net/http's writers do), so that
+// io.WriteString does not copy s into a []byte on the way; a server's
+// writer without one gets the copy, as it would without the middleware.
+func (w *responseWriter) WriteString(s string) (int, error) {
+	sw, ok := w.ResponseWriter.(io.StringWriter)
+	if !ok {
+		return w.Write([]byte(s))
+	}
+	n, err := sw.WriteString(s)
+	w.note(err)
+	return n, err
+}
+
 // ReadFrom copies src to the client, for io.Copy and http.ServeFile. A
 // file or a socket goes to the server's io.ReaderFrom, which has the
 // kernel copy it (sendfile, splice) as without the middleware; since the

@@ -156,3 +156,58 @@ func TestCopyReachesTheServersReaderFrom(t *testing.T) {
 		t.Errorf("requests = %+v, want %+v: all were served", got, want)
 	}
 }
+
+// stringRecorder is a server's writer with its own WriteString, as
+// net/http's are, that counts its calls and, when failWith is set, fails
+// them (and them only: Write still succeeds).
+type stringRecorder struct {
+	*httptest.ResponseRecorder
+	writeStrings int
+	failWith     error
+}
+
+func (w *stringRecorder) WriteString(s string) (int, error) {
+	w.writeStrings++
+	if w.failWith != nil {
+		return 0, w.failWith
+	}
+	return w.ResponseRecorder.WriteString(s)
+}
+
+// io.WriteString through the middleware reaches the server's WriteString,
+// without copying the string into a []byte first; the middleware's writer
+// used to hide it. Its failure is a cut stream, as a Write's is, and the
+// refusal of a body after 204 or 304 is not.
+func TestWriteStringReachesTheServersStringWriter(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	mw := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))
+	for _, tc := range []struct {
+		name     string
+		failWith error
+		want     book // requests used after this request
+	}{
+		{"written", nil, book{Used: 1}},
+		{"cut", errors.New("write: broken pipe"), book{Used: 1}},
+		{"body not allowed", http.ErrBodyNotAllowed, book{Used: 2}},
+	} {
+		w := &stringRecorder{ResponseRecorder: httptest.NewRecorder(), failWith: tc.failWith}
+		mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, err := io.WriteString(w, "data: x\n\n")
+			if !errors.Is(err, tc.failWith) || (err == nil && n != 9) {
+				t.Errorf("%s: io.WriteString = %d, %v; want 9, %v", tc.name, n, err, tc.failWith)
+			}
+		})).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", nil))
+		if w.writeStrings != 1 {
+			t.Errorf("%s: the server's WriteString was called %d times, want 1", tc.name, w.writeStrings)
+		}
+		if tc.failWith == nil && (w.Code != http.StatusOK || w.Body.String() != "data: x\n\n") {
+			t.Errorf("%s: %d %q, want 200 and the string", tc.name, w.Code, w.Body)
+		}
+		if got := e.books("api_key", key, ratelimit.MetricRequests); got != tc.want {
+			t.Errorf("%s: requests = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	e.nothingHeld()
+}
