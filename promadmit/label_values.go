@@ -52,3 +52,16 @@ func modeLabel(mode httpadmit.Mode) string {
 // limits ratelimit accepted, which are; another caller of the Observer
 // methods may pass anything.
 func labelValue(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
+// scopeLabel is a scope type or metric as a label value: labelValue, and
+// never Other, which stands for the pairs beyond WithMaxSeries. A real
+// "other" is reported as "other_"; so that no two names meet, every name
+// that is "other" and underscores gains one more ("other_" is
+// "other__").
+func scopeLabel(s string) string {
+	s = labelValue(s)
+	if strings.TrimRight(s, "_") == Other {
+		return s + "_"
+	}
+	return s
+}

@@ -94,3 +94,43 @@ func TestUnknownLabelValuesAreOther(t *testing.T) {
 		t.Errorf("/metrics shows a value outside the documented sets")
 	}
 }
+
+// A scope type or metric literally named "other" is a series of its own,
+// apart from the pairs beyond WithMaxSeries that Other stands for: it is
+// reported as "other_" (and "other_" as "other__", so no two names meet).
+// It used to be counted with the overflow: a pair ("other", "other") and
+// the pairs beyond the cap were one series.
+func TestRealOtherIsNotTheOverflow(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := promadmit.New(reg, promadmit.WithMaxSeries(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit := func(scopeType, metric string) {
+		m.Decided([]httpadmit.LimitOutcome{{Limit: limit(scopeType, "k", metric, 10, 1, httpadmit.Enforce), Outcome: httpadmit.OutcomeAdmitted}})
+	}
+	admit(promadmit.Other, promadmit.Other) // a real scope type and metric named "other"
+	admit(promadmit.Other, "requests")
+	admit("team", promadmit.Other)
+	admit(promadmit.Other+"_", "tokens") // one named as "other" is reported
+	admit("beyond-0", "requests")        // past the cap: the overflow
+	admit("beyond-1", "requests")
+	admit(promadmit.Other, promadmit.Other)
+
+	if got := testutil.CollectAndCount(reg, "pgadmit_http_admissions_total"); got != 5 {
+		t.Errorf("%d admission series, want 5 (four real pairs and the overflow)", got)
+	}
+	page := scrape(t, reg)
+	for _, want := range []string{
+		`pgadmit_http_admissions_total{metric="other_",mode="enforce",outcome="admitted",scope_type="other_"} 2`,
+		`pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="admitted",scope_type="other_"} 1`,
+		`pgadmit_http_admissions_total{metric="other_",mode="enforce",outcome="admitted",scope_type="team"} 1`,
+		`pgadmit_http_admissions_total{metric="tokens",mode="enforce",outcome="admitted",scope_type="other__"} 1`,
+		`pgadmit_http_admissions_total{metric="other",mode="enforce",outcome="admitted",scope_type="other"} 2`,
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

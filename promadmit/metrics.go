@@ -15,8 +15,10 @@
 // the scope types and metric names of the limits, which are configuration.
 // As a guard against a LimitsFunc that builds scope types from request
 // input, pairs of scope type and metric beyond WithMaxSeries are reported
-// as "other"; so are operations, outcomes and modes outside the values
-// documented for them, whoever calls the Observer methods.
+// as "other" (Other); so are operations, outcomes and modes outside the
+// values documented for them, whoever calls the Observer methods. A scope
+// type or metric really named "other" is reported as "other_", apart from
+// them ("other_" as "other__", and so on).
 package promadmit
 
 import (
@@ -39,7 +41,9 @@ const (
 )
 
 // Other replaces the scope type and metric of limits beyond WithMaxSeries,
-// and operations, outcomes and modes outside their documented values.
+// and operations, outcomes and modes outside their documented values. No
+// real scope type or metric is reported as Other: one named "other" is
+// "other_" (and one named "other" and n underscores has n+1).
 const Other = "other"
 
 // Results of a database operation, the result label of
@@ -150,8 +154,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // Decided counts each limit's outcome, and the admissions that left an
 // enforced limit near full. An outcome other than httpadmit's Outcome*
 // constants, or a mode other than Enforce and Shadow, is counted as Other;
-// scope type and metric pairs beyond WithMaxSeries are Other too. Invalid
-// UTF-8 in a scope type or metric is replaced by U+FFFD. Nothing a caller
+// scope type and metric pairs beyond WithMaxSeries are Other too, and a
+// scope type or metric named "other" is "other_". Invalid UTF-8 in a scope
+// type or metric is replaced by U+FFFD. Nothing a caller
 // passes makes more series than these bounds, or panics.
 func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 	if !m.made() {
@@ -198,9 +203,9 @@ func (m *Metrics) notMade(fn string) error {
 }
 
 // labels bounds the label values: the first WithMaxSeries pairs keep
-// theirs.
+// theirs (scopeLabel), the rest are Other.
 func (m *Metrics) labels(scopeType, metric string) (string, string) {
-	scopeType, metric = labelValue(scopeType), labelValue(metric)
+	scopeType, metric = scopeLabel(scopeType), scopeLabel(metric)
 	k := [2]string{scopeType, metric}
 	m.mu.Lock()
 	defer m.mu.Unlock()
