@@ -166,3 +166,13 @@ func (l *Limiter) AfterReserveStatements(hook func(requests int)) {
 		return grants, errs, err
 	}
 }
+
+// ReleaseUnheld gives back g as a grant nobody holds (releaseUnheld),
+// retrying as that does, and returns once it gave up or succeeded.
+func (l *Limiter) ReleaseUnheld(g Grant) { l.releaseUnheld(g, reasonAbandoned) }
+
+// RetryUnheld is retryUnheld, for tests.
+func (l *Limiter) RetryUnheld(giveBack func(context.Context) error) { l.retryUnheld(giveBack) }
+
+// UnheldReleaseSpan is how long retryUnheld tries.
+const UnheldReleaseSpan = unheldReleaseSpan

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 // releaseUnheld gives back a grant that nobody holds: one decided after
@@ -11,7 +14,7 @@ import (
 // commit could not be confirmed (reasonUnconfirmed). Release is
 // idempotent, so it is tried again (retryUnheld).
 func (l *Limiter) releaseUnheld(g Grant, reason string) {
-	retryUnheld(func(ctx context.Context) error {
+	l.retryUnheld(func(ctx context.Context) error {
 		_, err := l.Release(ctx, g, reason)
 		return err
 	})
@@ -19,7 +22,9 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 
 // retryUnheld runs giveBack, an idempotent statement that gives back what
 // nobody holds (a grant, a task created or claimed for a caller who left),
-// until it succeeds or fails on its input (ErrInvalidInput). Only this
+// until it succeeds or fails in a way no later try can mend (hopeless):
+// some give-backs run on their caller's goroutine, which must not be held
+// for nothing. Only this
 // process knows what it names, and what it does not give back stays held
 // until a window, a lease's TTL or Recover ends it. After a restart or a
 // failover every idle connection of the pool fails its first statement
@@ -27,14 +32,14 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 // one of them out, so the tries go on for unheldReleaseSpan, not for a
 // number of tries; the span is short, so that Limiter.Close and the calls
 // that wait for them are not held up long by a database that is down.
-func retryUnheld(giveBack func(context.Context) error) {
+func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
 	giveUp := time.Now().Add(unheldReleaseSpan)
 	pause := unheldReleasePause
 	for {
 		err := giveBack(ctx)
-		if err == nil || errors.Is(err, ErrInvalidInput) || time.Now().After(giveUp) {
+		if err == nil || l.hopeless(err) || time.Now().After(giveUp) {
 			return
 		}
 		select {
@@ -44,6 +49,20 @@ func retryUnheld(giveBack func(context.Context) error) {
 		}
 		pause = min(2*pause, unheldReleaseSpan/4)
 	}
+}
+
+// hopeless reports whether err of a give-back would come again on every
+// try: a failure on its input (ErrInvalidInput), a closed pool (pgxpool
+// returns puddle.ErrClosedPool from every statement once Close was
+// called), or a single connection that is closed (pgconn.ErrConnClosed: a
+// pool replaces a closed connection, a single one stays closed). Closing
+// the Limiter is none of them: Close waits for these give-backs, and its
+// pool stays open.
+func (l *Limiter) hopeless(err error) bool {
+	if errors.Is(err, ErrInvalidInput) || errors.Is(err, puddle.ErrClosedPool) {
+		return true
+	}
+	return oneConnection(l.conn) && errors.Is(err, pgconn.ErrConnClosed)
 }
 
 const (

@@ -127,7 +127,7 @@ func (l *Limiter) cancelAbandonedTask(t Task) {
 		return
 	}
 	p := db.TaskCancelAbandonedParams{TaskID: id, Token: token, Now: l.opts.clock.at()}
-	retryUnheld(func(ctx context.Context) error {
+	l.retryUnheld(func(ctx context.Context) error {
 		_, err := l.queries.TaskCancelAbandoned(ctx, l.conn, p)
 		return err
 	})

@@ -69,7 +69,7 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 		return
 	}
 	p := db.TaskUnclaimParams{TaskID: id, Token: token, Now: l.opts.clock.at()}
-	retryUnheld(func(ctx context.Context) error {
+	l.retryUnheld(func(ctx context.Context) error {
 		_, err := l.queries.TaskUnclaim(ctx, l.conn, p)
 		return err
 	})
