@@ -108,8 +108,8 @@ problems AS (
            a.window_seconds, a.window_start, NULL, NULL, a.id, NULL, 0, a.granted
     FROM gateway_rate_limit_allotments AS a
     WHERE a.returned_at IS NULL
-      AND a.expires_at < coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8)
-      AND a.synced_at < coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8)
+      AND a.expires_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+      AND a.synced_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
     UNION ALL
     SELECT 'reservation_life_cycle_broken', r.scope_type, r.scope_key, r.metric,
            r.window_seconds, r.window_start, r.task_id, NULL, r.id, NULL, 0, coalesce(r.actual_amount, 0)
@@ -169,8 +169,19 @@ problems AS (
       AND l.attempt_id IS NOT NULL
       AND a.status <> 'running'
       AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
+),
+listed AS (
+    SELECT p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start, p.task_id, p.task_status, p.row_id, p.attempt_id, p.expected, p.actual
+    FROM problems AS p
+    ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
+             p.task_id, p.row_id
+    LIMIT $3::integer
+),
+checked AS (
+    -- One row, kept by the LEFT JOIN when nothing is listed.
+    SELECT coalesce($1::timestamptz, now())::timestamptz AS checked_at
 )
-SELECT p.kind,
+SELECT coalesce(p.kind, '')::text                               AS kind,
        coalesce(p.scope_type, '')::text                         AS scope_type,
        coalesce(p.scope_key, '')::text                          AS scope_key,
        coalesce(p.metric, '')::text                             AS metric,
@@ -180,19 +191,19 @@ SELECT p.kind,
        p.task_status,
        p.row_id,
        p.attempt_id,
-       p.expected,
-       p.actual,
-       coalesce($1::timestamptz, now())::timestamptz AS checked_at
-FROM problems AS p
+       coalesce(p.expected, 0)::numeric                         AS expected,
+       coalesce(p.actual, 0)::numeric                           AS actual,
+       c.checked_at
+FROM checked AS c
+LEFT JOIN listed AS p ON true
 ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
          p.task_id, p.row_id
-LIMIT $2::integer
 `
 
 type DoctorCheckParams struct {
 	Now                   *time.Time
-	MaxProblems           int32
 	AllotmentGraceSeconds float64
+	MaxProblems           int32
 }
 
 type DoctorCheckRow struct {
@@ -217,7 +228,11 @@ type DoctorCheckRow struct {
 // admission or a settlement in flight is either wholly visible or not at
 // all. Full scans of the counters and the reservation ledger: an operator
 // tool, not a hot path.
-// Lists every problem found, at most @max_problems of them, ordered by kind:
+// Lists every problem found, at most @max_problems of them, ordered by kind,
+// or, when there is none, one row whose kind is ” (and every other column
+// as for a kind it does not apply to, expected and actual 0); every row
+// carries checked_at, @now or the statement's now(), the time of the
+// snapshot it read. The kinds:
 //
 //	counter_reserved_mismatch: a counter's reserved_value is not the sum of
 //	  its open reservations' amounts and its open allotments' granted units
@@ -262,7 +277,7 @@ type DoctorCheckRow struct {
 // attempt_id indexes and gateway_task_attempts_pkey for the
 // finished-attempt checks.
 func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, arg DoctorCheckParams) ([]DoctorCheckRow, error) {
-	rows, err := db.Query(ctx, DoctorCheck, arg.Now, arg.MaxProblems, arg.AllotmentGraceSeconds)
+	rows, err := db.Query(ctx, DoctorCheck, arg.Now, arg.AllotmentGraceSeconds, arg.MaxProblems)
 	if err != nil {
 		return nil, err
 	}
@@ -293,18 +308,4 @@ func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, arg DoctorCheckParam
 		return nil, err
 	}
 	return items, nil
-}
-
-const DoctorNow = `-- name: DoctorNow :one
-SELECT coalesce($1::timestamptz, now())::timestamptz AS checked_at
-`
-
-// @now, else the database's clock, stamped on a report that found nothing.
-// Locks: none.
-// Index: none.
-func (q *Queries) DoctorNow(ctx context.Context, db DBTX, now *time.Time) (time.Time, error) {
-	row := db.QueryRow(ctx, DoctorNow, now)
-	var checked_at time.Time
-	err := row.Scan(&checked_at)
-	return checked_at, err
 }

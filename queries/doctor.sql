@@ -6,7 +6,11 @@
 -- tool, not a hot path.
 
 -- name: DoctorCheck :many
--- Lists every problem found, at most @max_problems of them, ordered by kind:
+-- Lists every problem found, at most @max_problems of them, ordered by kind,
+-- or, when there is none, one row whose kind is '' (and every other column
+-- as for a kind it does not apply to, expected and actual 0); every row
+-- carries checked_at, @now or the statement's now(), the time of the
+-- snapshot it read. The kinds:
 --   counter_reserved_mismatch: a counter's reserved_value is not the sum of
 --     its open reservations' amounts and its open allotments' granted units
 --     (expected = that sum);
@@ -203,8 +207,19 @@ problems AS (
       AND l.attempt_id IS NOT NULL
       AND a.status <> 'running'
       AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
+),
+listed AS (
+    SELECT p.*
+    FROM problems AS p
+    ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
+             p.task_id, p.row_id
+    LIMIT @max_problems::integer
+),
+checked AS (
+    -- One row, kept by the LEFT JOIN when nothing is listed.
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS checked_at
 )
-SELECT p.kind,
+SELECT coalesce(p.kind, '')::text                               AS kind,
        coalesce(p.scope_type, '')::text                         AS scope_type,
        coalesce(p.scope_key, '')::text                          AS scope_key,
        coalesce(p.metric, '')::text                             AS metric,
@@ -214,16 +229,10 @@ SELECT p.kind,
        p.task_status,
        p.row_id,
        p.attempt_id,
-       p.expected,
-       p.actual,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS checked_at
-FROM problems AS p
+       coalesce(p.expected, 0)::numeric                         AS expected,
+       coalesce(p.actual, 0)::numeric                           AS actual,
+       c.checked_at
+FROM checked AS c
+LEFT JOIN listed AS p ON true
 ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
-         p.task_id, p.row_id
-LIMIT @max_problems::integer;
-
--- name: DoctorNow :one
--- @now, else the database's clock, stamped on a report that found nothing.
--- Locks: none.
--- Index: none.
-SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS checked_at;
+         p.task_id, p.row_id;

@@ -84,6 +84,14 @@ func (m meter) count(fn func()) cost {
 // are counted.
 func tracedLimiter(t *testing.T) (*ratelimit.Limiter, meter) {
 	t.Helper()
+	pool, m := tracedPool(t)
+	return ratelimit.New(pool), m
+}
+
+// tracedPool returns a one-connection pool whose round trips are counted,
+// its connection open.
+func tracedPool(t *testing.T) (*pgxpool.Pool, meter) {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +115,7 @@ func tracedLimiter(t *testing.T) (*ratelimit.Limiter, meter) {
 	if err := pool.Ping(context.Background()); err != nil { // connect now, outside any count
 		t.Fatal(err)
 	}
-	return ratelimit.New(pool), m
+	return pool, m
 }
 
 // mixedLimits returns n limits, alternating window and concurrent ones over
