@@ -10,8 +10,13 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// RenewLeases extends each live lease to now() + its TTL (a heartbeat for a
-// long call) and returns the leases with their new expiry. When some lease
+// RenewLeases extends each live lease to now() + lease.TTL (a heartbeat for
+// a long call) and returns the leases with their new expiry. The database
+// does not keep a lease's TTL: the one renewed by is the TTL of the Lease
+// given here, which Reserve sets to the TTL the lease was taken with
+// (DefaultLeaseTTL when the Limit's LeaseTTL was zero) and which a Grant
+// keeps through JSON. Renew the Leases Reserve returned; a Lease built by
+// hand with a zero TTL is renewed by DefaultLeaseTTL. When some lease
 // had already expired or been released, the others are still renewed and
 // the error matches ErrLeaseLost; errors.As gives a *LeaseLostError naming
 // the lost ones. One round trip.

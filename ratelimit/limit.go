@@ -115,6 +115,8 @@ type Lease struct {
 	ScopeKey  string
 	Amount    float64
 	Limit     float64
+	// TTL is the lease's time to live, as taken (DefaultLeaseTTL when the
+	// Limit's LeaseTTL was zero); RenewLeases extends the lease by it.
 	TTL       time.Duration
 	ExpiresAt time.Time
 	// Remaining is how many slots the scope had free right after this
