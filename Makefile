@@ -42,7 +42,7 @@ vet: ## go vet, gofmt and go mod tidy (of both modules) must find nothing
 	cd tools && $(GO) mod tidy -diff
 	@echo "vet: ok"
 
-lint-sql: ## fail when hand-written Go (outside db/) holds SQL text
+lint-sql: ## fail when hand-written Go (outside db/) holds SQL text, or a query selects *
 	bash .ci/lint-sql
 
 sqlc-vet: ## sqlc vet (rule sqlc/db-prepare) against a freshly migrated database

@@ -209,7 +209,8 @@ problems AS (
       AND (t.status IS NULL OR t.status NOT IN ('succeeded', 'failed', 'cancelled'))
 ),
 listed AS (
-    SELECT p.*
+    SELECT p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
+           p.task_id, p.task_status, p.row_id, p.attempt_id, p.expected, p.actual
     FROM problems AS p
     ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
              p.task_id, p.row_id
