@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/poolerr"
@@ -130,13 +131,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
 		}
 		return ee.code
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+	case interrupted(ctx, err):
 		fmt.Fprintf(stderr, "%s: interrupted\n", prefix)
 		return exitFailure
 	default:
 		fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
 		return exitFailure
 	}
+}
+
+// interrupted says whether err is how a command ended because ctx was cancelled (Ctrl-C,
+// SIGTERM): ctx's own error, or the server's cancellation of the statement in flight (SQLSTATE
+// 57014, query_canceled), which is what the pool's cancel-request handler (ratelimit.ConfigurePool)
+// makes of an interrupt mid-statement, and what goose reports, wrapped in its partial migration
+// error, when a migration is interrupted.
+func interrupted(ctx context.Context, err error) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return errors.Is(err, context.Canceled) || (errors.As(err, &pgErr) && pgErr.Code == "57014")
 }
 
 // statementCacheAdvice adds to err, when it is the server refusing one of pgx's cached

@@ -297,6 +297,20 @@ func (q *Queries) OpsLeaseLock(ctx context.Context, db DBTX, id pgtype.UUID) (in
 	return result.RowsAffected(), nil
 }
 
+const OpsLockCounters = `-- name: OpsLockCounters :exec
+LOCK TABLE gateway_rate_limit_counters IN ACCESS EXCLUSIVE MODE
+`
+
+// Locks the table of counters until the transaction ends, as a long
+// migration's ALTER TABLE would, so that a test can make whatever reads or
+// alters it wait (inspect, doctor, a migration).
+// Locks: ACCESS EXCLUSIVE on gateway_rate_limit_counters.
+// Index: none.
+func (q *Queries) OpsLockCounters(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsLockCounters)
+	return err
+}
+
 const OpsLockMaintenanceLeases = `-- name: OpsLockMaintenanceLeases :exec
 LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE
 `

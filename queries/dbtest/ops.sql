@@ -217,3 +217,11 @@ LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE;
 SELECT t.heartbeat_at
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
+
+-- name: OpsLockCounters :exec
+-- Locks the table of counters until the transaction ends, as a long
+-- migration's ALTER TABLE would, so that a test can make whatever reads or
+-- alters it wait (inspect, doctor, a migration).
+-- Locks: ACCESS EXCLUSIVE on gateway_rate_limit_counters.
+-- Index: none.
+LOCK TABLE gateway_rate_limit_counters IN ACCESS EXCLUSIVE MODE;

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// lockCounters holds an ACCESS EXCLUSIVE lock on the counters table of pool's database, as a
+// long migration's ALTER TABLE would, until the returned release is called (or the test ends).
+func lockCounters(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dbtest.New().OpsLockCounters(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	release = func() { _ = tx.Rollback(ctx) }
+	t.Cleanup(release)
+	return release
+}
+
+// A Ctrl-C while a migration runs is reported as an interrupt, as it is everywhere else in the
+// CLI, not as goose's "partial migration error" with the server's cancellation in it.
+func TestInterruptDuringMigration(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t)
+	cliOK(t, "--database-url", url, "migrate", "up", "--to", "1")
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Migration 2 alters the counters table: it waits behind this lock until the interrupt.
+	lockCounters(t, pool)
+	for _, args := range [][]string{{"migrate", "up"}, {"demo", "--duration", "5s"}} {
+		t.Run(args[0], func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var out, errOut bytes.Buffer
+			exited := make(chan int, 1)
+			go func() {
+				exited <- run(ctx, append([]string{"--database-url", url}, args...), &out, &errOut, func(string) string { return "" })
+			}()
+			pgtest.AwaitLockWaiters(t, pool, "the migration")
+			cancel()
+			code := <-exited
+			if code != exitFailure || errOut.String() != "pgadmit "+args[0]+": interrupted\n" {
+				t.Errorf("pgadmit %s interrupted mid-migration: exit %d, stderr %q; want exit 1, \"interrupted\"",
+					strings.Join(args, " "), code, errOut.String())
+			}
+			pgtest.AwaitNoLockWaiters(t, pool, "the migration")
+		})
+	}
+}
