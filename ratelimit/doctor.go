@@ -155,15 +155,33 @@ func (p Problem) String() string {
 // attempt that is over still holds an open reservation or a live lease
 // (after Recover has run, there should be none of these last kinds:
 // ProblemKind.Recoverable). It writes nothing, and costs one round trip
-// whatever it finds: Report.CheckedAt is that statement's time. Full scans of
+// whatever it finds (with WithDoctorLockTimeout, four: its transaction's
+// begin, setting and end): Report.CheckedAt is that statement's time. Full scans of
 // the counters and the reservation ledger: an operator's tool, not for a
 // hot path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	if err := m.usable(); err != nil {
 		return Report{}, err
 	}
+	if m.opts.doctorLockTimeout <= 0 {
+		return m.doctor(ctx, m.pool)
+	}
+	tx, err := m.pool.Begin(ctx)
+	if err != nil {
+		return Report{}, wrapDBError(ctx, "doctor", err)
+	}
+	// Nothing to commit: Doctor only reads.
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := m.queries.SetLockTimeout(ctx, tx, m.opts.doctorLockTimeout.Seconds()); err != nil {
+		return Report{}, wrapDBError(ctx, "doctor", err)
+	}
+	return m.doctor(ctx, tx)
+}
+
+// doctor is Doctor's statements, run on conn: m's pool, or a transaction of its own.
+func (m *Maintenance) doctor(ctx context.Context, conn db.DBTX) (Report, error) {
 	now := m.opts.clock.at()
-	rows, err := m.queries.DoctorCheck(ctx, m.pool, db.DoctorCheckParams{
+	rows, err := m.queries.DoctorCheck(ctx, conn, db.DoctorCheckParams{
 		MaxProblems: DoctorMaxProblems + 1, AllotmentGraceSeconds: m.opts.lostGrace.Seconds(), Now: now,
 	})
 	if err != nil {

@@ -51,6 +51,7 @@ type maintenanceOptions struct {
 	taskRetention     time.Duration // < 0: finished tasks are kept
 	leaseTTL          time.Duration
 	lostGrace         time.Duration
+	doctorLockTimeout time.Duration // WithDoctorLockTimeout; 0: none
 	clock             clock
 	progress          func(Progress) // WithProgress
 	progressEvery     time.Duration
@@ -156,6 +157,22 @@ func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
 			o.lostGrace = d
+		}
+	}
+}
+
+// WithDoctorLockTimeout bounds how long Doctor waits for a lock on a table it
+// reads (one that a migration's ALTER TABLE holds, for instance): past d it
+// fails with the server's lock_not_available (SQLSTATE 55P03) instead of
+// waiting on. Doctor then runs in a transaction of its own, with lock_timeout
+// set for that transaction only (safe behind a transaction-pooling proxy; a
+// proxy that pools by statement refuses the transaction block). Default 0:
+// no transaction, no bound but the context's. d is rounded up to a
+// millisecond, lock_timeout's unit.
+func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if d > 0 {
+			o.doctorLockTimeout = d
 		}
 	}
 }

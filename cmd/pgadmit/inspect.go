@@ -33,7 +33,9 @@ transaction pooler):
   ALLOTMENTS          open blocks of Local limits per holder: units granted, units admitted
                       as the holder last reported and when, and the time until they end
 
---scope narrows every table to one scope.`,
+--scope narrows every table to one scope. A table that another session holds locked (a
+migration that alters it) is waited for at most 5s (lock_timeout, for inspect's transaction
+only); then inspect fails, exit 1, and says so.`,
 		db:  dbRequired,
 		run: runInspect,
 	}
@@ -81,7 +83,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	defer pool.Close()
 	in, err := readInspect(ctx, pool, scopeType, scopeKey, int32(*limit))
 	if err != nil {
-		return notMigrated(ctx, pool, err)
+		return lockTimedOut(notMigrated(ctx, pool, err))
 	}
 	if err := printInspect(a.stdout, in.windows, in.leases, in.admissions); err != nil {
 		return err
@@ -100,7 +102,8 @@ type inspection struct {
 // readInspect reads inspect's four tables in one READ ONLY REPEATABLE READ transaction: one
 // snapshot (and one now()), so that their totals agree with each other under traffic, where
 // separate statements would each see a later state. It is one transaction and sets nothing on
-// the session, so it works behind a transaction pooler; it takes no row lock.
+// the session, so it works behind a transaction pooler; it takes no row lock. It waits at most
+// operatorLockTimeout for a table another session holds locked.
 func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pgtype.Text, maxRows int32) (in inspection, err error) {
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -109,6 +112,9 @@ func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pg
 	// Nothing to commit: the transaction only read.
 	defer func() { _ = tx.Rollback(ctx) }()
 	q := db.New()
+	if err := q.SetLockTimeout(ctx, tx, operatorLockTimeout.Seconds()); err != nil {
+		return in, fmt.Errorf("set lock_timeout: %w", err)
+	}
 	if in.windows, err = q.InspectWindows(ctx, tx, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
 		return in, fmt.Errorf("read windows: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -59,6 +60,33 @@ func TestInterruptDuringMigration(t *testing.T) {
 					strings.Join(args, " "), code, errOut.String())
 			}
 			pgtest.AwaitNoLockWaiters(t, pool, "the migration")
+		})
+	}
+}
+
+// inspect and doctor read tables that a long migration (or another session) may hold locked:
+// they give up after a bounded wait with an error that says so, instead of hanging.
+func TestOperatorReadsGiveUpOnALockedTable(t *testing.T) {
+	t.Parallel()
+	url, pool := newDatabase(t)
+	lockCounters(t, pool)
+	for _, cmd := range []string{"inspect", "doctor"} {
+		t.Run(cmd, func(t *testing.T) {
+			// Past operatorLockTimeout, but short of a hang: ctx ends the test if the command waits on.
+			ctx, cancel := context.WithTimeout(context.Background(), operatorLockTimeout+10*time.Second)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			start := time.Now()
+			code := run(ctx, []string{"--database-url", url, cmd}, &out, &errOut, func(string) string { return "" })
+			took := time.Since(start)
+			if code != exitFailure || !strings.Contains(errOut.String(), "locked by another session") {
+				t.Errorf("pgadmit %s on a locked table: exit %d after %s, stderr %q; want exit 1, \"locked by another session\"",
+					cmd, code, took.Round(time.Millisecond), errOut.String())
+			}
+			if took > operatorLockTimeout+5*time.Second {
+				t.Errorf("pgadmit %s on a locked table gave up after %s, want about %s", cmd, took, operatorLockTimeout)
+			}
+			pgtest.AwaitNoLockWaiters(t, pool, cmd)
 		})
 	}
 }

@@ -282,7 +282,9 @@ reservation, a live lease, a queue admission or a running attempt. It also check
 connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mode =
 transaction) while pgx's exec mode needs session state (cache_statement, the default, or
 describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
-when anything is. Full scans of the counters and reservations: an operator's tool.`,
+when anything is. Full scans of the counters and reservations: an operator's tool. A table that
+another session holds locked (a migration that alters it) is waited for at most 5s (lock_timeout,
+for doctor's transaction only); then doctor fails, exit 1, and says so.`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -317,9 +319,9 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
-	rep, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
+	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(operatorLockTimeout)).Doctor(ctx)
 	if err != nil {
-		return notMigrated(ctx, pool, err)
+		return lockTimedOut(notMigrated(ctx, pool, err))
 	}
 	return a.printDoctor(rep)
 }

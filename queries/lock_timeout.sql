@@ -1,0 +1,13 @@
+-- name: SetLockTimeout :exec
+-- Sets lock_timeout to @timeout_seconds, rounded up to a whole millisecond
+-- (its unit: a positive bound never becomes 0, which is none), for the
+-- current transaction only, so that a statement after it that waits longer
+-- than that for a lock (a table a migration holds ACCESS EXCLUSIVE) fails
+-- with SQLSTATE 55P03, lock_not_available, instead of waiting on.
+-- Transaction-local (set_config(..., true)): behind a transaction-pooling
+-- proxy a session-level setting would stay on a server session that other
+-- clients get next, and PgBouncer refuses it as a startup parameter. Run it
+-- first in a transaction.
+-- Locks: none.
+-- Index: none (no table).
+SELECT set_config('lock_timeout', ceil(1000 * @timeout_seconds::float8)::bigint::text || 'ms', true);
