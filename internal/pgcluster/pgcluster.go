@@ -18,13 +18,16 @@
 // --bindir`, PATH, or Debian's /usr/lib/postgresql/*/bin. Running as root, which initdb and
 // postgres refuse, it runs them as the "postgres" system user. The server runs in its own
 // process group, so a terminal's Ctrl-C reaches only the program, which then calls Stop. A
-// cluster whose owning process died without stopping it is removed by the next Start.
+// cluster whose owning process died without stopping it is removed by the next Start; so is a
+// directory without an owner file (an older pgadmit's) that no live server uses and that has not
+// changed for a day.
 package pgcluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -234,7 +237,8 @@ func (c *Cluster) stop() error {
 }
 
 // sweepStale removes throwaway clusters whose owning process is gone (it panicked, hit a test
-// -timeout or was killed): it stops their server and deletes their directory.
+// -timeout or was killed): it stops their server and deletes their directory. A directory
+// without an owner file is removed only when ownerlessStale says so.
 func sweepStale(pgCtl string, cred *syscall.Credential) {
 	var dirs []string
 	for _, tmp := range tempDirs() {
@@ -243,8 +247,15 @@ func sweepStale(pgCtl string, cred *syscall.Credential) {
 	}
 	for _, dir := range dirs {
 		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			if ownerlessStale(dir, time.Now()) {
+				// No server runs in it: nothing to stop, and no signal sent to a reused pid.
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
 		if err != nil {
-			continue // being set up right now, or not ours
+			continue // not ours
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil || pid <= 0 {
@@ -370,4 +381,42 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ownerlessAge is how long a cluster directory without an owner file must have been left
+// unchanged before sweepStale removes it.
+const ownerlessAge = 24 * time.Hour
+
+// ownerlessStale says whether dir, a cluster directory without an owner file, may be removed:
+// an older pgadmit wrote none, and a process that dies between creating the directory and
+// writing the file leaves none. It may when no server runs in it (data/postmaster.pid is absent,
+// or its first line, the postmaster's pid, is no live process) and neither dir, its data
+// directory nor the pid file changed within ownerlessAge (initdb or a server starting would
+// change them). A server that still runs is left alone: without an owner file nothing tells an
+// orphaned one from one in use. Whatever it cannot read or parse makes it keep the directory.
+func ownerlessStale(dir string, now time.Time) bool {
+	data := filepath.Join(dir, "data")
+	pidFile := filepath.Join(data, "postmaster.pid")
+	for _, p := range []string{dir, data, pidFile} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && p != dir {
+			continue
+		}
+		if err != nil || now.Sub(fi.ModTime()) < ownerlessAge {
+			return false
+		}
+	}
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
