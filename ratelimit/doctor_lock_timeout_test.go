@@ -1,0 +1,51 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// With WithDoctorLockTimeout, a Doctor that meets a table another session
+// holds locked (a migration altering it) gives up after about that long
+// with the server's lock_not_available; without it, it waits for as long
+// as its context lets it.
+func TestDoctorLockTimeoutGivesUpOnALockedTable(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := testq.OpsLockCounters(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	const bound = 300 * time.Millisecond
+	hang, stop := context.WithTimeout(ctx, bound+5*time.Second) // a Doctor that waits on fails, not hangs
+	defer stop()
+	start := time.Now()
+	_, err = ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(bound)).Doctor(hang)
+	took := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("Doctor on a locked table: %v, want lock_not_available (55P03)", err)
+	}
+	if took < bound || took > bound+5*time.Second {
+		t.Errorf("Doctor gave up after %v, want about %v", took, bound)
+	}
+
+	wait, cancel := context.WithTimeout(ctx, 2*bound)
+	defer cancel()
+	if _, err := ratelimit.NewMaintenance(pool).Doctor(wait); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Doctor without a lock timeout on a locked table: %v, want it to wait until its context ends", err)
+	}
+}
