@@ -328,16 +328,17 @@ const PruneReservations = `-- name: PruneReservations :one
 WITH page AS (
     SELECT r.id,
            r.window_start,
+           -- A scalar subquery, not NOT EXISTS: one primary-key probe per
+           -- row. A NOT EXISTS was hashed over every counter kept (those of
+           -- the retention, a day of windows and scopes) once per batch.
            (r.status <> 'reserved'
-            AND NOT EXISTS (
-                SELECT 1
-                FROM gateway_rate_limit_counters AS c
-                WHERE c.scope_type = r.scope_type
-                  AND c.scope_key = r.scope_key
-                  AND c.metric = r.metric
-                  AND c.window_seconds = r.window_seconds
-                  AND c.window_start = r.window_start
-            )) AS doomed
+            AND (SELECT 1
+                 FROM gateway_rate_limit_counters AS c
+                 WHERE c.scope_type = r.scope_type
+                   AND c.scope_key = r.scope_key
+                   AND c.metric = r.metric
+                   AND c.window_seconds = r.window_seconds
+                   AND c.window_start = r.window_start) IS NULL) AS doomed
     FROM gateway_rate_limit_reservations AS r
     WHERE r.window_seconds = $3::integer
       AND r.window_start < $4::timestamptz
@@ -392,7 +393,7 @@ type PruneReservationsRow struct {
 // Locks: row locks on the deleted reservations.
 // Index: gateway_rate_limit_reservations_length_window_idx (the length, the
 // keyset condition and the order come from the index, no sort);
-// gateway_rate_limit_counters_pkey (NOT EXISTS);
+// gateway_rate_limit_counters_pkey (one probe per row of the page);
 // gateway_rate_limit_reservations_pkey (the delete).
 func (q *Queries) PruneReservations(ctx context.Context, db DBTX, arg PruneReservationsParams) (PruneReservationsRow, error) {
 	row := db.QueryRow(ctx, PruneReservations,

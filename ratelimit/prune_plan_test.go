@@ -116,3 +116,47 @@ func TestPruneTasksProbesLeasesAfterAQuietVacuum(t *testing.T) {
 		t.Errorf("a batch of %d tasks read %d index entries of the leases (%d of them live): more than a probe per task", n, read, live)
 	}
 }
+
+// A batch of PruneReservations asks whether each row's counter is gone by
+// a probe of the counters' primary key, not by reading every counter kept:
+// the counters of the windows within the retention stay, as many as the
+// windows and scopes of a day, and a NOT EXISTS was hashed over all of
+// them, once per batch.
+func TestPruneReservationsProbesCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const rows, batch = 40_000, 4_000
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	// A cutoff halfway through the fixture's windows (one a minute per
+	// hundred rows): the counters of the older half go, as Prune's step
+	// before; the newer half stays.
+	cutoff, err := queries.PruneCutoff(ctx, pool, db.PruneCutoffParams{OlderThanSeconds: rows / 100 / 2 * 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queries.PruneCounters(ctx, pool, db.PruneCountersParams{Cutoff: cutoff, BatchSize: rows}); err != nil || n < rows/4 {
+		t.Fatalf("PruneCounters = %d, %v", n, err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	var row db.PruneReservationsRow
+	reads := tableReads(t, pool, func(tx pgx.Tx) error {
+		var err error
+		row, err = queries.PruneReservations(ctx, tx, db.PruneReservationsParams{
+			WindowSeconds: 60, StartsBefore: cutoff.Add(-60e9), AfterID: pgtype.UUID{Valid: true}, BatchSize: batch,
+		})
+		return err
+	})
+	if row.Scanned != batch || row.Deleted != batch {
+		t.Fatalf("PruneReservations read %d and deleted %d, want %d and %d", row.Scanned, row.Deleted, batch, batch)
+	}
+	for _, r := range reads {
+		if r.TableName == "gateway_rate_limit_counters" && r.SeqScans > 0 {
+			t.Errorf("a batch of %d read the counters kept (%d sequential scans) instead of probing each row's counter", batch, r.SeqScans)
+		}
+	}
+}
