@@ -280,7 +280,7 @@ WHERE l.id IN (
     JOIN gateway_tasks AS t ON t.id = x.task_id
     WHERE x.released_at IS NULL
       AND t.status IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY x.id
+    ORDER BY x.task_id, x.id
     LIMIT $2::integer
     FOR UPDATE OF x SKIP LOCKED
 )
@@ -295,8 +295,11 @@ type RecoveryLeaseReleaseForFinishedTasksParams struct {
 // Releases a batch of unreleased leases whose task is finished (reason
 // task_finished): a finished task holds no slot.
 // Locks: row locks on the released leases (SKIP LOCKED); tasks only read.
-// Index: gateway_concurrency_leases_live_task_idx (partial: unreleased);
-// gateway_tasks_pkey.
+// Index: gateway_concurrency_leases_live_task_idx (partial: unreleased;
+// read in its order, task id first); gateway_tasks_pkey (one probe per
+// live lease); gateway_concurrency_leases_pkey (the update). Ordered by
+// id, the generic plan walked the primary key of every lease instead
+// (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 func (q *Queries) RecoveryLeaseReleaseForFinishedTasks(ctx context.Context, db DBTX, arg RecoveryLeaseReleaseForFinishedTasksParams) (int64, error) {
 	result, err := db.Exec(ctx, RecoveryLeaseReleaseForFinishedTasks, arg.Now, arg.BatchSize)
 	if err != nil {
@@ -364,7 +367,7 @@ FROM gateway_rate_limit_reservations AS r
 JOIN gateway_tasks AS t ON t.id = r.task_id
 WHERE r.status = 'reserved'
   AND t.status IN ('succeeded', 'failed', 'cancelled')
-ORDER BY r.id
+ORDER BY r.task_id, r.id
 LIMIT $1::integer
 `
 
@@ -372,8 +375,11 @@ LIMIT $1::integer
 // without settling, or reserved after finishing). The batch then locks
 // their counters and releases them with AdmissionSettle.
 // Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
-// Index: gateway_rate_limit_reservations_open_task_idx (partial: open);
-// gateway_tasks_pkey.
+// Index: gateway_rate_limit_reservations_open_task_idx (partial: open; read
+// in its order, task id first); gateway_tasks_pkey (one probe per open
+// row). Ordered by id, the generic plan walked the ledger's primary key in
+// id order instead, reading every settled row
+// (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 func (q *Queries) RecoveryReservationFindForFinishedTasks(ctx context.Context, db DBTX, batchSize int32) ([]pgtype.UUID, error) {
 	rows, err := db.Query(ctx, RecoveryReservationFindForFinishedTasks, batchSize)
 	if err != nil {

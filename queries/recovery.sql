@@ -178,14 +178,17 @@ ORDER BY reclaimed.id;
 -- without settling, or reserved after finishing). The batch then locks
 -- their counters and releases them with AdmissionSettle.
 -- Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
--- Index: gateway_rate_limit_reservations_open_task_idx (partial: open);
--- gateway_tasks_pkey.
+-- Index: gateway_rate_limit_reservations_open_task_idx (partial: open; read
+-- in its order, task id first); gateway_tasks_pkey (one probe per open
+-- row). Ordered by id, the generic plan walked the ledger's primary key in
+-- id order instead, reading every settled row
+-- (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 SELECT r.id
 FROM gateway_rate_limit_reservations AS r
 JOIN gateway_tasks AS t ON t.id = r.task_id
 WHERE r.status = 'reserved'
   AND t.status IN ('succeeded', 'failed', 'cancelled')
-ORDER BY r.id
+ORDER BY r.task_id, r.id
 LIMIT @batch_size::integer;
 
 -- name: RecoveryLeaseReleaseExpired :execrows
@@ -213,8 +216,11 @@ WHERE l.id IN (
 -- Releases a batch of unreleased leases whose task is finished (reason
 -- task_finished): a finished task holds no slot.
 -- Locks: row locks on the released leases (SKIP LOCKED); tasks only read.
--- Index: gateway_concurrency_leases_live_task_idx (partial: unreleased);
--- gateway_tasks_pkey.
+-- Index: gateway_concurrency_leases_live_task_idx (partial: unreleased;
+-- read in its order, task id first); gateway_tasks_pkey (one probe per
+-- live lease); gateway_concurrency_leases_pkey (the update). Ordered by
+-- id, the generic plan walked the primary key of every lease instead
+-- (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 UPDATE gateway_concurrency_leases AS l
 SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'task_finished'
@@ -224,7 +230,7 @@ WHERE l.id IN (
     JOIN gateway_tasks AS t ON t.id = x.task_id
     WHERE x.released_at IS NULL
       AND t.status IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY x.id
+    ORDER BY x.task_id, x.id
     LIMIT @batch_size::integer
     FOR UPDATE OF x SKIP LOCKED
 )

@@ -109,6 +109,21 @@ func (q *Queries) LedgersVacuumAnalyze(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const PlanCacheForceGeneric = `-- name: PlanCacheForceGeneric :exec
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+`
+
+// Makes the rest of the current transaction run every prepared statement
+// on its generic plan, as PostgreSQL does on its own after five executions
+// when it reckons the generic plan no costlier (pgx prepares each
+// statement once per connection and runs it for the connection's life).
+// Locks: none.
+// Index: none.
+func (q *Queries) PlanCacheForceGeneric(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, PlanCacheForceGeneric)
+	return err
+}
+
 const TableScansInTransaction = `-- name: TableScansInTransaction :many
 SELECT t.relname::text                                                AS table_name,
        pg_stat_get_xact_numscans(t.oid)::bigint                       AS seq_scans,

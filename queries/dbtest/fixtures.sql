@@ -93,6 +93,15 @@ ANALYZE gateway_tasks, gateway_task_attempts, gateway_task_events, gateway_task_
 VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases,
     gateway_rate_limit_allotments;
 
+-- name: PlanCacheForceGeneric :exec
+-- Makes the rest of the current transaction run every prepared statement
+-- on its generic plan, as PostgreSQL does on its own after five executions
+-- when it reckons the generic plan no costlier (pgx prepares each
+-- statement once per connection and runs it for the connection's life).
+-- Locks: none.
+-- Index: none.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
+
 -- name: TableScansInTransaction :many
 -- How the statements run so far in the current transaction read each
 -- pgadmit table: sequential scans of the table, scans of its indexes, and
