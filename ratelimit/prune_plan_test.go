@@ -160,3 +160,57 @@ func TestPruneReservationsProbesCounters(t *testing.T) {
 		}
 	}
 }
+
+// A batch of PruneAllotments walks the ended blocks in expiry order and
+// probes each one's counter by primary key, also on a generic plan: with a
+// NOT EXISTS, the planner anti-joined every block and every counter kept,
+// sorting both, once per batch.
+func TestPruneAllotmentsProbesCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const rows, batch = 40_000, 4_000
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.FixtureFillAllotments(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFillAllotments: %v", err)
+	}
+	// As in TestPruneReservationsProbesCounters: the older half of the
+	// counters goes, the newer half stays.
+	cutoff, err := queries.PruneCutoff(ctx, pool, db.PruneCutoffParams{OlderThanSeconds: rows / 100 / 2 * 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queries.PruneCounters(ctx, pool, db.PruneCountersParams{Cutoff: cutoff, BatchSize: rows}); err != nil || n < rows/4 {
+		t.Fatalf("PruneCounters = %d, %v", n, err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
+		t.Fatalf("LedgersVacuumAnalyze: %v", err)
+	}
+	for _, generic := range []bool{false, true} {
+		var n int64
+		reads := tableReads(t, pool, func(tx pgx.Tx) error {
+			if generic {
+				if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
+					return err
+				}
+			}
+			var err error
+			n, err = queries.PruneAllotments(ctx, tx, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
+			return err
+		})
+		if n != batch {
+			t.Fatalf("PruneAllotments (generic plan: %t) deleted %d, want %d", generic, n, batch)
+		}
+		for _, r := range reads {
+			if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
+				t.Errorf("a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
+					batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
+			}
+		}
+	}
+}

@@ -94,6 +94,30 @@ func (q *Queries) FixtureFill(ctx context.Context, db DBTX, rows int32) error {
 	return err
 }
 
+const FixtureFillAllotments = `-- name: FixtureFillAllotments :exec
+INSERT INTO gateway_rate_limit_allotments (
+    holder, scope_type, scope_key, metric, window_seconds, window_start, expires_at, limit_value,
+    granted, consumed, returned_at, used, reason
+)
+SELECT 'fixture', 'fixture_key', 'k' || (g % 100)::text, 'tokens', 60, w.window_start,
+       w.window_start + interval '60 seconds', 1000000, 100, 100, w.window_start + interval '60 seconds', 100,
+       'fixture'
+FROM generate_series(1, $1::integer) AS g
+CROSS JOIN LATERAL (
+    SELECT date_bin(interval '60 seconds', now(), timestamptz 'epoch') - (g / 100) * interval '60 seconds' AS window_start
+) AS w
+`
+
+// Adds @rows returned blocks (allotments) in FixtureFill's windows: a
+// hundred keys, one 60-second window a minute back in time per hundred
+// rows, each block returned with all it was granted used.
+// Locks: row locks on the inserted rows only.
+// Index: the inserts maintain every index; no reads.
+func (q *Queries) FixtureFillAllotments(ctx context.Context, db DBTX, rows int32) error {
+	_, err := db.Exec(ctx, FixtureFillAllotments, rows)
+	return err
+}
+
 const LedgersVacuumAnalyze = `-- name: LedgersVacuumAnalyze :exec
 VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases,
     gateway_rate_limit_allotments

@@ -77,6 +77,24 @@ SELECT 'fixture_model', 'm' || (g % 10)::text, 1, 1000000,
        now() - (g % 27) * interval '1 hour'
 FROM generate_series(1, @rows::integer) AS g;
 
+-- name: FixtureFillAllotments :exec
+-- Adds @rows returned blocks (allotments) in FixtureFill's windows: a
+-- hundred keys, one 60-second window a minute back in time per hundred
+-- rows, each block returned with all it was granted used.
+-- Locks: row locks on the inserted rows only.
+-- Index: the inserts maintain every index; no reads.
+INSERT INTO gateway_rate_limit_allotments (
+    holder, scope_type, scope_key, metric, window_seconds, window_start, expires_at, limit_value,
+    granted, consumed, returned_at, used, reason
+)
+SELECT 'fixture', 'fixture_key', 'k' || (g % 100)::text, 'tokens', 60, w.window_start,
+       w.window_start + interval '60 seconds', 1000000, 100, 100, w.window_start + interval '60 seconds', 100,
+       'fixture'
+FROM generate_series(1, @rows::integer) AS g
+CROSS JOIN LATERAL (
+    SELECT date_bin(interval '60 seconds', now(), timestamptz 'epoch') - (g / 100) * interval '60 seconds' AS window_start
+) AS w;
+
 -- name: TablesAnalyze :exec
 -- Refreshes planner statistics of every pgadmit table (after a bulk fill).
 -- Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
