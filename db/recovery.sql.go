@@ -163,7 +163,7 @@ WHERE a.id IN (
         LIMIT 1
     ) AS finished
     WHERE x.status = 'running'
-    ORDER BY x.id
+    ORDER BY x.task_id, x.id
     LIMIT $2::integer
     FOR UPDATE OF x SKIP LOCKED
 )
@@ -178,8 +178,11 @@ type RecoveryAttemptFailForFinishedTasksParams struct {
 // Fails a batch of attempts still marked running although their task is
 // finished (task_finished).
 // Locks: row locks on the updated attempts (SKIP LOCKED); tasks only read.
-// Index: gateway_task_attempts_running_idx (partial: running);
-// gateway_tasks_pkey.
+// Index: gateway_task_attempts_running_idx (partial: running; read in its
+// order, task id first); gateway_tasks_pkey (one probe per running
+// attempt); gateway_task_attempts_pkey (the update). Ordered by id, the
+// generic plan walked the primary key of every attempt instead
+// (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 func (q *Queries) RecoveryAttemptFailForFinishedTasks(ctx context.Context, db DBTX, arg RecoveryAttemptFailForFinishedTasksParams) (int64, error) {
 	result, err := db.Exec(ctx, RecoveryAttemptFailForFinishedTasks, arg.Now, arg.BatchSize)
 	if err != nil {

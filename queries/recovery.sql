@@ -240,8 +240,11 @@ WHERE l.id IN (
 -- Fails a batch of attempts still marked running although their task is
 -- finished (task_finished).
 -- Locks: row locks on the updated attempts (SKIP LOCKED); tasks only read.
--- Index: gateway_task_attempts_running_idx (partial: running);
--- gateway_tasks_pkey.
+-- Index: gateway_task_attempts_running_idx (partial: running; read in its
+-- order, task id first); gateway_tasks_pkey (one probe per running
+-- attempt); gateway_task_attempts_pkey (the update). Ordered by id, the
+-- generic plan walked the primary key of every attempt instead
+-- (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 UPDATE gateway_task_attempts AS a
 SET status = 'failed',
     retryable = false,
@@ -261,7 +264,7 @@ WHERE a.id IN (
         LIMIT 1
     ) AS finished
     WHERE x.status = 'running'
-    ORDER BY x.id
+    ORDER BY x.task_id, x.id
     LIMIT @batch_size::integer
     FOR UPDATE OF x SKIP LOCKED
 )
