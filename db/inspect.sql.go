@@ -265,8 +265,10 @@ type InspectLeasesRow struct {
 // leases expired without being released (recovery's work), the limit of the
 // latest lease and the time until the next live lease expires.
 // Locks: none (plain MVCC read).
-// Index: gateway_concurrency_leases_live_scope_idx (partial, released_at IS
-// NULL); its (scope_type, scope_key) prefix when a scope is given.
+// Index: a partial index of unreleased leases (live state), read whole
+// and filtered on the scope: gateway_concurrency_leases_live_scope_idx or
+// gateway_concurrency_leases_live_task_idx, as their sizes go; live_scope_idx's
+// (scope_type, scope_key) prefix only when live leases are many.
 func (q *Queries) InspectLeases(ctx context.Context, db DBTX, arg InspectLeasesParams) ([]InspectLeasesRow, error) {
 	rows, err := db.Query(ctx, InspectLeases, arg.ScopeType, arg.ScopeKey, arg.MaxRows)
 	if err != nil {
@@ -448,8 +450,10 @@ type InspectWindowsRow struct {
 // Counters of the windows that have not ended yet (reset_at > now()), with
 // the time left until each resets on the database's clock.
 // Locks: none (plain MVCC read).
-// Index: gateway_rate_limit_counters_pkey (scope prefix) when a scope is
-// given, gateway_rate_limit_counters_reset_idx (reset_at > now()) otherwise.
+// Index: gateway_rate_limit_counters_reset_idx (reset_at > now()) without a
+// scope; with one, gateway_rate_limit_counters_pkey (scope prefix) when
+// many windows are running, else still reset_idx, filtered on the scope
+// (few windows running: as cheap).
 func (q *Queries) InspectWindows(ctx context.Context, db DBTX, arg InspectWindowsParams) ([]InspectWindowsRow, error) {
 	rows, err := db.Query(ctx, InspectWindows, arg.ScopeType, arg.ScopeKey, arg.MaxRows)
 	if err != nil {

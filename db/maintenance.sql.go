@@ -167,6 +167,11 @@ type MaintenanceLeaseTakeRow struct {
 // lapses at expires_at and the next process takes the job over. Each
 // statement takes an optional @now (NULL: the database's now()), so tests
 // drive time instead of sleeping.
+//
+// Each table holds a row per job or walk, a handful: the primary keys named
+// below are what a statement probes, but once the tables are analyzed the
+// planner reads those few rows whole instead (a sequential scan of one
+// page), which is as cheap; neither table grows.
 // Takes the lease of job @name for @holder until now + @ttl_seconds, when
 // nobody holds it or its holder's lease expired (or @holder holds it
 // already: then it is extended). acquired tells whether it was taken;

@@ -223,8 +223,10 @@ type PruneLeasesExpiredParams struct {
 // (a renewal needs an unexpired lease, so they can never count again).
 // Locks: row locks on the deleted leases (SKIP LOCKED).
 // Index: a partial index of every unreleased lease, read whole (live state,
-// so cheap): gateway_concurrency_leases_live_scope_idx, whose expires_at
-// column serves the cutoff, is the one the planner takes.
+// so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
+// column serves the cutoff) or gateway_concurrency_leases_live_task_idx;
+// the planner takes either, as their sizes go; then
+// gateway_concurrency_leases_pkey (the delete).
 func (q *Queries) PruneLeasesExpired(ctx context.Context, db DBTX, arg PruneLeasesExpiredParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneLeasesExpired, arg.Cutoff, arg.BatchSize)
 	if err != nil {

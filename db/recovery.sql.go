@@ -75,7 +75,10 @@ type RecoveryAdmissionDeleteForFinishedTasksRow struct {
 // per unfinished task and queue scope, bounded by the queue limits).
 // Locks: row locks on the deleted admissions; tasks only read.
 // Index: gateway_task_admissions_pkey (keyset range scan in its order);
-// gateway_tasks_pkey (one probe per admission of the page).
+// gateway_tasks_pkey (one probe per admission of the page). The delete is
+// a hash join of the page's doomed rows with the whole admission table (a
+// sequential scan), made only when the page holds a doomed row: rare, since
+// TaskFinish deletes a task's admissions itself.
 func (q *Queries) RecoveryAdmissionDeleteForFinishedTasks(ctx context.Context, db DBTX, arg RecoveryAdmissionDeleteForFinishedTasksParams) (RecoveryAdmissionDeleteForFinishedTasksRow, error) {
 	row := db.QueryRow(ctx, RecoveryAdmissionDeleteForFinishedTasks,
 		arg.AfterTaskID,
@@ -216,8 +219,10 @@ type RecoveryLeaseReleaseExpiredParams struct {
 // They no longer counted; this closes them in the books. Leases another
 // transaction holds right now are skipped.
 // Locks: row locks on the released leases (SKIP LOCKED).
-// Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
-// lease; live state, so reading it whole is cheap).
+// Index: a partial index of every unreleased lease, read whole (live state,
+// so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
+// column serves the test) or gateway_concurrency_leases_live_task_idx; the
+// planner takes either, as their sizes go.
 func (q *Queries) RecoveryLeaseReleaseExpired(ctx context.Context, db DBTX, arg RecoveryLeaseReleaseExpiredParams) (int64, error) {
 	result, err := db.Exec(ctx, RecoveryLeaseReleaseExpired, arg.Now, arg.BatchSize)
 	if err != nil {

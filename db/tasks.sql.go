@@ -749,7 +749,10 @@ type TaskGetRow struct {
 
 // One task, with the id of its running attempt (NULL when none runs).
 // Locks: none (MVCC read).
-// Index: gateway_tasks_pkey; gateway_task_attempts_task_id_attempt_no_key.
+// Index: gateway_tasks_pkey; gateway_task_attempts_running_idx (the
+// planner probes the task's running attempt through it, filtering on
+// attempt_no; gateway_task_attempts_task_id_attempt_no_key would serve as
+// well).
 func (q *Queries) TaskGet(ctx context.Context, db DBTX, taskID pgtype.UUID) (TaskGetRow, error) {
 	row := db.QueryRow(ctx, TaskGet, taskID)
 	var i TaskGetRow

@@ -13,8 +13,10 @@
 -- Counters of the windows that have not ended yet (reset_at > now()), with
 -- the time left until each resets on the database's clock.
 -- Locks: none (plain MVCC read).
--- Index: gateway_rate_limit_counters_pkey (scope prefix) when a scope is
--- given, gateway_rate_limit_counters_reset_idx (reset_at > now()) otherwise.
+-- Index: gateway_rate_limit_counters_reset_idx (reset_at > now()) without a
+-- scope; with one, gateway_rate_limit_counters_pkey (scope prefix) when
+-- many windows are running, else still reset_idx, filtered on the scope
+-- (few windows running: as cheap).
 SELECT c.scope_type,
        c.scope_key,
        c.metric,
@@ -41,8 +43,10 @@ LIMIT @max_rows::integer;
 -- leases expired without being released (recovery's work), the limit of the
 -- latest lease and the time until the next live lease expires.
 -- Locks: none (plain MVCC read).
--- Index: gateway_concurrency_leases_live_scope_idx (partial, released_at IS
--- NULL); its (scope_type, scope_key) prefix when a scope is given.
+-- Index: a partial index of unreleased leases (live state), read whole
+-- and filtered on the scope: gateway_concurrency_leases_live_scope_idx or
+-- gateway_concurrency_leases_live_task_idx, as their sizes go; live_scope_idx's
+-- (scope_type, scope_key) prefix only when live leases are many.
 SELECT l.scope_type,
        l.scope_key,
        (count(*) FILTER (WHERE l.expires_at > now()))::bigint                 AS live_leases,

@@ -148,8 +148,10 @@ WHERE l.id = ANY(ARRAY(
 -- (a renewal needs an unexpired lease, so they can never count again).
 -- Locks: row locks on the deleted leases (SKIP LOCKED).
 -- Index: a partial index of every unreleased lease, read whole (live state,
--- so cheap): gateway_concurrency_leases_live_scope_idx, whose expires_at
--- column serves the cutoff, is the one the planner takes.
+-- so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
+-- column serves the cutoff) or gateway_concurrency_leases_live_task_idx;
+-- the planner takes either, as their sizes go; then
+-- gateway_concurrency_leases_pkey (the delete).
 DELETE FROM gateway_concurrency_leases AS l
 WHERE l.id IN (
     SELECT x.id

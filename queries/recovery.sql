@@ -196,8 +196,10 @@ LIMIT @batch_size::integer;
 -- They no longer counted; this closes them in the books. Leases another
 -- transaction holds right now are skipped.
 -- Locks: row locks on the released leases (SKIP LOCKED).
--- Index: gateway_concurrency_leases_live_task_idx (partial: every unreleased
--- lease; live state, so reading it whole is cheap).
+-- Index: a partial index of every unreleased lease, read whole (live state,
+-- so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
+-- column serves the test) or gateway_concurrency_leases_live_task_idx; the
+-- planner takes either, as their sizes go.
 UPDATE gateway_concurrency_leases AS l
 SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'expired'
@@ -346,7 +348,10 @@ WHERE l.id IN (
 -- per unfinished task and queue scope, bounded by the queue limits).
 -- Locks: row locks on the deleted admissions; tasks only read.
 -- Index: gateway_task_admissions_pkey (keyset range scan in its order);
--- gateway_tasks_pkey (one probe per admission of the page).
+-- gateway_tasks_pkey (one probe per admission of the page). The delete is
+-- a hash join of the page's doomed rows with the whole admission table (a
+-- sequential scan), made only when the page holds a doomed row: rare, since
+-- TaskFinish deletes a task's admissions itself.
 WITH page AS (
     SELECT x.task_id,
            x.scope_type,

@@ -333,7 +333,10 @@ FROM unclaimed;
 -- name: TaskGet :one
 -- One task, with the id of its running attempt (NULL when none runs).
 -- Locks: none (MVCC read).
--- Index: gateway_tasks_pkey; gateway_task_attempts_task_id_attempt_no_key.
+-- Index: gateway_tasks_pkey; gateway_task_attempts_running_idx (the
+-- planner probes the task's running attempt through it, filtering on
+-- attempt_no; gateway_task_attempts_task_id_attempt_no_key would serve as
+-- well).
 SELECT t.id,
        t.status,
        t.async_mode,
