@@ -28,7 +28,9 @@ func benchCommand() *command {
 		help: `
 Runs the workloads through the ratelimit API, one after the other, each with --workers
 concurrent workers (one connection each), and prints for each: operations per second, p50 and
-p99 latency of one operation in microseconds, admitted, refused and errors.
+p99 latency of one operation in microseconds, admitted, refused and errors (ops/s and the
+latencies count the operations decided, admitted or refused; one that failed counts under
+errors only).
 
 ` + list.String() + `
 W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one

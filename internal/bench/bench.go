@@ -128,7 +128,7 @@ type Result struct {
 	Name    string  `json:"name"`
 	Workers int     `json:"workers"`
 	Seconds float64 `json:"seconds"`
-	Ops     int64   `json:"ops"`
+	Ops     int64   `json:"ops"` // admitted or refused; failed ones count in Errors only
 	OpsPerS float64 `json:"ops_per_s"`
 	P50us   int64   `json:"p50_us"`
 	P99us   int64   `json:"p99_us"`
@@ -429,7 +429,8 @@ func microseconds(d time.Duration) float64 {
 
 // drive runs op in a loop on every worker for d and measures it. An op returning nil is
 // admitted; an *ExceededError is a refusal; anything else an error (and, with SQLSTATE 40P01,
-// a deadlock). Ops cut short because ctx ended are not counted.
+// a deadlock), counted under Errors only: ops and latencies are those of admissions and
+// refusals. Ops cut short because ctx ended are not counted.
 func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (sample, error) {
 	type tally struct {
 		ops, admitted, rejected, errors, deadlocks int64
@@ -454,15 +455,19 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 				if ctx.Err() != nil {
 					return
 				}
-				t.ops++
-				t.lat = append(t.lat, el)
 				var commitErr errCommit
 				switch {
 				case err == nil:
+					t.ops++
+					t.lat = append(t.lat, el)
 					t.admitted++
 				case errors.Is(err, ratelimit.ErrExceeded):
+					t.ops++
+					t.lat = append(t.lat, el)
 					t.rejected++
 				default:
+					// Not an operation of the measure: one that failed (the database
+					// down, say) may take microseconds, and would count as the fastest.
 					if errors.As(err, &commitErr) {
 						t.admitted++
 					}

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -95,5 +98,42 @@ func TestRunRefusesMoreInstancesThanWorkers(t *testing.T) {
 	_, err := Run(context.Background(), nil, Config{Workers: 2, Instances: 3, Duration: time.Second}, nil)
 	if err == nil || !strings.Contains(err.Error(), "3 instances need at least as many workers, got 2") {
 		t.Errorf("Run with 3 instances and 2 workers: %v", err)
+	}
+}
+
+// An operation that failed (the database down, say: refused in microseconds) is no admission
+// decision: it counts under Errors only, not in ops/s or the latencies, which would otherwise
+// report a run against a stopped server as its fastest.
+func TestFailedOperationsCountNeitherInOpsNorInLatency(t *testing.T) {
+	t.Parallel()
+	r := &runner{cfg: Config{Workers: 3}, paused: make([]time.Duration, 3)}
+	down := errors.New("dial tcp: connection refused")
+	var succeeded atomic.Int64
+	s, err := r.drive(context.Background(), 200*time.Millisecond, func(ctx context.Context, worker int, _ *mrand.Rand) error {
+		switch worker {
+		case 0:
+			time.Sleep(20 * time.Millisecond)
+			succeeded.Add(1)
+			return nil
+		case 1:
+			time.Sleep(time.Millisecond)
+			return errCommit{down} // admitted, then its Commit failed
+		default:
+			time.Sleep(time.Millisecond)
+			return down
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := summarize(s)
+	if res.Errors == 0 {
+		t.Fatal("no errors counted")
+	}
+	if res.Ops != succeeded.Load() {
+		t.Errorf("ops %d, want the %d that succeeded: failed operations counted as operations", res.Ops, succeeded.Load())
+	}
+	if res.P50ns < int64(20*time.Millisecond) {
+		t.Errorf("p50 %s below the successful operations' 20ms: failed operations counted in the latency", time.Duration(res.P50ns))
 	}
 }
