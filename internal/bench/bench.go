@@ -218,12 +218,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 			}
 			if cfg.BeforeEach != nil {
 				if err := cfg.BeforeEach(ctx, w, round); err != nil {
-					return out, fmt.Errorf("bench: before %s: %w", w.Name, err)
+					return out, fmt.Errorf("before %s: %w", w.Name, err)
 				}
 			}
 			res, err := runs[w.Code](ctx)
 			if err != nil {
-				return out, fmt.Errorf("bench: %s: %w", w.Name, err)
+				return out, fmt.Errorf("%s: %w", w.Name, err)
 			}
 			res.Name = w.Name
 			res.Round = round
@@ -234,7 +234,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 			out = append(out, res)
 			if cfg.AfterEach != nil {
 				if err := cfg.AfterEach(ctx, res); err != nil {
-					return out, fmt.Errorf("bench: after %s: %w", w.Name, err)
+					return out, fmt.Errorf("after %s: %w", w.Name, err)
 				}
 			}
 			if done != nil {

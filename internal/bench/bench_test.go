@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
 func TestPercentile(t *testing.T) {
@@ -135,5 +137,18 @@ func TestFailedOperationsCountNeitherInOpsNorInLatency(t *testing.T) {
 	}
 	if res.P50ns < int64(20*time.Millisecond) {
 		t.Errorf("p50 %s below the successful operations' 20ms: failed operations counted in the latency", time.Duration(res.P50ns))
+	}
+}
+
+// Run's errors name the workload, not the package: the command prints them after its own
+// "pgadmit bench:", which read "pgadmit bench: bench: W4 exactness: ..." with the database down.
+func TestRunErrorsNameTheWorkloadOnly(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	cfg := Config{Workers: 1, Duration: time.Second, Only: []string{"W3"},
+		BeforeEach: func(context.Context, Workload, int) error { return boom }}
+	_, err := Run(context.Background(), pgtest.NewPool(t), cfg, nil)
+	if !errors.Is(err, boom) || err.Error() != "before W3 hot key: boom" {
+		t.Errorf("Run with a failing BeforeEach: %v, want \"before W3 hot key: boom\"", err)
 	}
 }
