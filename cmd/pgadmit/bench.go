@@ -35,7 +35,9 @@ errors only).
 ` + list.String() + `
 W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one
 Reserve and, where the workload says so, its Commit. Every run uses fresh scope keys (a random
-run id), so runs never disturb each other or other data. The database is migrated first.
+run id), so runs never disturb each other's counts or other data. The database is migrated
+first. Nothing is deleted: the rows of its scopes (bench-<run id>-...) stay until
+'pgadmit prune' removes them once their windows ended before its cutoff.
 
 --think D pauses each operation between its Reserve and its Commit, for D on average (drawn
 from 0 to 2D), as a gateway waits for its upstream call: combining then batches the calls of
@@ -108,12 +110,12 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "`N` concurrent workers, each with its own connection, 1 to 256")
 	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
-	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run")
-	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
+	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run, at most 1h")
+	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call, at most 1m (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
 	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")
-	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "combined statements of one kind in flight at once, 1 to 64")
+	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "`N` combined statements of one kind in flight at once, 1 to 64")
 	rounds := fs.Int("rounds", 1, "run the selected workloads `N` times in the same database, 1 to 1000, and compare the last round with the first")
 	statements := fs.Int("statements", defaultBenchStatements, "show the `N` statements per workload that took the most server time (pg_stat_statements), 0 to 100; 0: no report")
 	waits := fs.Bool("waits", false, "sample the workers' sessions (pg_stat_activity) every 10 ms and show what their statements waited for")
