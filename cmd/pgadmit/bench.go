@@ -211,6 +211,12 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	runID := bench.NewRunID()
+	if app := poolCfg.ConnConfig.RuntimeParams["application_name"]; app == "pgadmit "+a.cmd.name {
+		// pgadmit's default name, not the URL's: name the workers' sessions after the run, so
+		// that --waits samples them, not another run's nor this one's other sessions.
+		poolCfg.ConnConfig.RuntimeParams["application_name"] = app + " " + runID
+	}
 	settings := spent.sessionSettings()
 	runtimeParams(poolCfg, settings)
 	pool, err := a.open(ctx, dsn, poolCfg)
@@ -241,7 +247,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		after:  []func(context.Context, bench.Result) error{sampled.afterWorkload, spent.afterWorkload},
 	}
 
-	cfg := bench.Config{Workers: *workers, Instances: *instances, Duration: *duration, Think: *think, Only: codes, RunID: bench.NewRunID(), Rounds: *rounds,
+	cfg := bench.Config{Workers: *workers, Instances: *instances, Duration: *duration, Think: *think, Only: codes, RunID: runID, Rounds: *rounds,
 		Options:    []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)},
 		BeforeEach: each.beforeEach, AfterEach: each.afterEach}
 	if !*combining {

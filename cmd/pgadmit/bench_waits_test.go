@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	neturl "net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -233,5 +235,59 @@ func TestMicros(t *testing.T) {
 		if got := micros(ns); got != want {
 			t.Errorf("micros(%d) = %q, want %q", ns, got, want)
 		}
+	}
+}
+
+// --waits samples this run's workers only: another session named "pgadmit bench" (another
+// bench run on the same database, or its admin connections) executing a statement, here one
+// blocked on a lock, counts for nothing in this run's report.
+func TestBenchWaitsSampleThisRunsWorkersOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if err := dbtest.New().OpsLockMaintenanceLeases(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgxpool.New(ctx, url+"&application_name="+neturl.PathEscape("pgadmit bench"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	blocked := make(chan error, 1)
+	go func() {
+		tx, err := other.Begin(ctx)
+		if err == nil {
+			err = dbtest.New().OpsLockMaintenanceLeases(ctx, tx)
+			tx.Rollback(ctx)
+		}
+		blocked <- err
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "the other session")
+
+	out, errOut, code := cli(t, nil, "bench", "--database-url", url, "--waits", "--only", "W1", "--workers", "1",
+		"--duration", "300ms", "--statements", "0", "--json", "-")
+	holder.Rollback(ctx)
+	if err := <-blocked; err != nil {
+		t.Errorf("the other session: %v", err)
+	}
+	if code != exitOK {
+		t.Fatalf("bench --waits: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Waits) != 1 || rep.Waits[0].LockPct != 0 {
+		t.Errorf("one worker on many keys waited for a lock: the other session was sampled: %+v\n%s", rep.Waits, errOut)
 	}
 }
