@@ -151,7 +151,9 @@ type BenchStatementStatsRow struct {
 // roles' statements, which the filter leaves out anyway.
 // Locks: none; pg_stat_statements holds its shared-memory lock in shared
 // mode while it copies the entries and reads the query-text file.
-// Index: none (a function scan of at most pg_stat_statements.max entries).
+// Index: none for the entries (a function scan of at most
+// pg_stat_statements.max of them); the filter's two lookups use
+// pg_database_datname_index and pg_authid_rolname_index.
 // @sqlc-vet-disable sqlc/db-prepare
 func (q *Queries) BenchStatementStats(ctx context.Context, db DBTX) ([]BenchStatementStatsRow, error) {
 	rows, err := db.Query(ctx, BenchStatementStats)

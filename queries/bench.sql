@@ -71,7 +71,9 @@ SELECT set_config('pg_stat_statements.track', @track::text, true),
 -- roles' statements, which the filter leaves out anyway.
 -- Locks: none; pg_stat_statements holds its shared-memory lock in shared
 -- mode while it copies the entries and reads the query-text file.
--- Index: none (a function scan of at most pg_stat_statements.max entries).
+-- Index: none for the entries (a function scan of at most
+-- pg_stat_statements.max of them); the filter's two lookups use
+-- pg_database_datname_index and pg_authid_rolname_index.
 -- @sqlc-vet-disable sqlc/db-prepare
 SELECT s.queryid::bigint          AS queryid,
        s.toplevel::boolean        AS toplevel,
