@@ -18,8 +18,14 @@ type responseWriter struct {
 	http.ResponseWriter
 	err error
 	// hijacked is set once the handler took the connection through this
-	// writer; like the server's writer, it is not safe for concurrent use.
+	// writer, or a flush found it taken around it (probe); like the
+	// server's writer, it is not safe for concurrent use.
 	hijacked bool
+	// probe is set when the connection can be taken around this writer:
+	// the writer under it is another middleware's, with Unwrap but no
+	// Hijack, so http.ResponseController hijacks the server's writer
+	// through it and this one never knows.
+	probe bool
 }
 
 // hijackWriter is a responseWriter over a server's writer that can be
@@ -62,9 +68,10 @@ func (w hijackPushWriter) Push(target string, opts *http.PushOptions) error {
 // wrap is the writer the handler gets: rw, a Hijacker and a Pusher too
 // when w is one.
 func wrap(w http.ResponseWriter) (rw *responseWriter, forHandler http.ResponseWriter) {
-	rw = &responseWriter{ResponseWriter: w}
 	_, hijacker := w.(http.Hijacker)
 	_, pusher := w.(http.Pusher)
+	_, unwraps := w.(interface{ Unwrap() http.ResponseWriter })
+	rw = &responseWriter{ResponseWriter: w, probe: unwraps && !hijacker}
 	switch {
 	case hijacker && pusher:
 		return rw, hijackPushWriter{rw}
@@ -133,8 +140,15 @@ func (w *responseWriter) Flush() { _ = w.FlushError() }
 // After a hijack it is refused with http.ErrHijacked, as a write is:
 // net/http's HTTP/1 writer panics there (its buffer went back to a pool at
 // Hijack), and a flush at the end of a handler, whatever happened, is a
-// common pattern.
+// common pattern. A hijack made around this writer (probe) is found by a
+// write of no bytes, which net/http's writer refuses with http.ErrHijacked
+// after a hijack, silently; before one, it only sends the header (200 if
+// none was set), as the flush itself does.
 func (w *responseWriter) FlushError() error {
+	if !w.hijacked && w.probe {
+		_, err := w.ResponseWriter.Write(nil)
+		w.hijacked = errors.Is(err, http.ErrHijacked)
+	}
 	if w.hijacked {
 		return http.ErrHijacked
 	}
