@@ -19,11 +19,20 @@
 // ErrHandlerReturned and are not charged, so a handler that streams from
 // another goroutine waits for it. The request's reservation is released
 // instead when the handler calls Discard, or when it ends abnormally
-// without having reported usage: it panics (the panic goes on after the
-// release), its client disconnects, or a write to the client fails (a cut
-// stream). When
-// it had reported usage, that usage is committed even then: the upstream
-// spent it. A request behind several middlewares (one for every route,
+// without having reported usage: it panics (any panic, http.ErrAbortHandler
+// included; the panic goes on after the release), its client disconnects,
+// or a write to the client fails (a cut stream). When it had reported
+// usage, that usage is committed even then: the upstream spent it. A
+// handler that takes the connection (Hijack, a WebSocket upgrade) is
+// settled the same way when it returns, but what happens on the connection
+// is its own: a write or flush of the writer afterwards is refused with
+// http.ErrHijacked and cuts nothing, and the server no longer cancels the
+// request's context when the client leaves. Such a session is thus
+// committed unless the handler calls Discard, or panics (before or after
+// the hijack) without having reported usage; one that spends as it goes
+// reports its running total. A hijack through http.ResponseController
+// that goes around the middleware's writer (another middleware's writer
+// outside it, with Unwrap but no Hijack) is settled alike. A request behind several middlewares (one for every route,
 // another for a route's own limits) has what its handler reports settle
 // the admission of each; when an inner one refuses it or cannot decide it,
 // its default handlers release the outer ones' admissions unless the
