@@ -25,15 +25,16 @@
 // usage, that usage is committed even then: the upstream spent it. A
 // handler that takes the connection (Hijack, a WebSocket upgrade) is
 // settled the same way when it returns, but what happens on the connection
-// is its own: a write or flush of the writer afterwards is refused with
+// is its own: a write, copy or flush of the writer afterwards is refused with
 // http.ErrHijacked and cuts nothing, and the server no longer cancels the
 // request's context when the client leaves. Such a session is thus
 // committed unless the handler calls Discard, or panics (before or after
 // the hijack) without having reported usage; one that spends as it goes
 // reports its running total. A hijack through http.ResponseController
 // that goes around the middleware's writer (another middleware's writer
-// outside it, with Unwrap but no Hijack) is settled alike. A request behind several middlewares (one for every route,
-// another for a route's own limits) has what its handler reports settle
+// outside it, with Unwrap but no Hijack) is settled alike. A request
+// behind several middlewares (one for every route, another for a route's
+// own limits) has what its handler reports settle
 // the admission of each; when an inner one refuses it or cannot decide it,
 // its default handlers release the outer ones' admissions unless the
 // handler reports usage, or another middleware inside admits the request

@@ -5,6 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -132,6 +135,57 @@ func TestFlushAfterHijackIsRefused(t *testing.T) {
 		})))
 	defer srv.Close()
 	getHijacked(t, srv.URL)
+	e.nothingHeld()
+	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
+		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)
+	}
+}
+
+// io.Copy of a file to the writer after the handler took the connection
+// is refused with http.ErrHijacked, as a write is, and the session is
+// committed. A handler that sent its 101 through WriteHeader before
+// hijacking (coder/websocket's Accept does) has net/http's HTTP/1 writer
+// panic there (its ReadFrom flushes the buffer given back at Hijack); the
+// middleware passed the copy on, so the panic released the request as a
+// handler panic although the session ran.
+func TestCopyAfterHijackIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("key")
+	name := filepath.Join(t.TempDir(), "file.txt")
+	if err := os.WriteFile(name, []byte(strings.Repeat("x", 4096)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Upgrade", "test")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			f, err := os.Open(name)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			if _, err := io.Copy(w, f); !errors.Is(err, http.ErrHijacked) {
+				t.Errorf("io.Copy after Hijack: %v, want http.ErrHijacked", err)
+			}
+		})))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Errorf("status %d, want 101", resp.StatusCode)
+	}
 	e.nothingHeld()
 	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
 		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)

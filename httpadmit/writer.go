@@ -109,8 +109,15 @@ func (w *responseWriter) WriteString(s string) (int, error) {
 // kernel reads and writes in one call, its failure counts as a cut
 // stream, whichever side failed. Any other source is copied through
 // Write, so that its own failure (an upstream's body that breaks off) is
-// no cut stream: nothing failed on the way to the client.
+// no cut stream: nothing failed on the way to the client. After a hijack
+// the copy is refused with http.ErrHijacked, as a write is: net/http's
+// HTTP/1 ReadFrom flushes the buffer it gave back at Hijack (a nil
+// pointer) when the header went out before it, as a 101 written with
+// WriteHeader does.
 func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.hijacked {
+		return 0, http.ErrHijacked
+	}
 	rf, ok := w.ResponseWriter.(io.ReaderFrom)
 	if !ok || !kernelCopies(src) {
 		return io.Copy(writerOnly{w}, src)
