@@ -253,10 +253,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
 	}
-	who := fmt.Sprintf("%d workers", cfg.Workers)
-	if cfg.Instances > 1 {
-		who += fmt.Sprintf(" in %d instances", cfg.Instances)
-	}
+	who := benchWho(cfg.Workers, cfg.Instances)
 	shape := "" // what else the run does: a think time, rounds
 	if cfg.Think > 0 {
 		shape = fmt.Sprintf(", think %s", cfg.Think)
@@ -309,6 +306,19 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: exitFailure, msg: "some checks failed (see above)"}
 	}
 	return nil
+}
+
+// benchWho says in the header who runs the workloads: "1 worker", "16 workers", "16 workers in
+// 4 instances" (instances only when more than one).
+func benchWho(workers, instances int) string {
+	who := fmt.Sprintf("%d workers", workers)
+	if workers == 1 {
+		who = "1 worker"
+	}
+	if instances > 1 {
+		who += fmt.Sprintf(" in %d instances", instances)
+	}
+	return who
 }
 
 // hooks runs several BeforeEach hooks in order, stopping at the first error, and several

@@ -36,3 +36,20 @@ func TestPrintBenchChecksNamesTheRound(t *testing.T) {
 		t.Errorf("printBenchChecks of one round:\n%s", out.String())
 	}
 }
+
+// The header counts workers and instances in the singular when there is one.
+func TestBenchWhoPlural(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		workers, instances int
+		want               string
+	}{
+		{1, 1, "1 worker"},
+		{2, 1, "2 workers"},
+		{4, 2, "4 workers in 2 instances"},
+	} {
+		if got := benchWho(c.workers, c.instances); got != c.want {
+			t.Errorf("benchWho(%d, %d) = %q, want %q", c.workers, c.instances, got, c.want)
+		}
+	}
+}
