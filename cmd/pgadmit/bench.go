@@ -71,6 +71,10 @@ write or flush, or waited for a lock: whether this server's admissions are bound
 processors, its disk's flushes, commits queuing behind each other's flushes or a hot row. The
 sampling costs about 100 small statements a second on a connection of its own.
 
+--progress D prints on stderr, every D while a workload runs (10s by default; 0: never), how far
+it has got: elapsed and total time, operations so far and ops/s over the last D. A workload
+shorter than D prints nothing more; stdout and --json are the same with it as without.
+
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed.`,
 		db:  dbOptional,
 		run: runBench,
@@ -119,6 +123,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	rounds := fs.Int("rounds", 1, "run the selected workloads `N` times in the same database, 1 to 1000, and compare the last round with the first")
 	statements := fs.Int("statements", defaultBenchStatements, "show the `N` statements per workload that took the most server time (pg_stat_statements), 0 to 100; 0: no report")
 	waits := fs.Bool("waits", false, "sample the workers' sessions (pg_stat_activity) every 10 ms and show what their statements waited for")
+	progress := progressFlag(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile while the workloads run to this `file`, for go tool pprof")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
@@ -146,6 +151,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		// Without combining there are no combined statements to bound: say so rather than
 		// ignore the flag.
 		return usagef("--in-flight needs --combining")
+	}
+	if err := checkProgress(fs, *progress, false); err != nil {
+		return err
 	}
 	if *rounds < 1 || *rounds > maxBenchRounds {
 		return usagef("--rounds must be between 1 and %d, got %d", maxBenchRounds, *rounds)
@@ -250,6 +258,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	cfg := bench.Config{Workers: *workers, Instances: *instances, Duration: *duration, Think: *think, Only: codes, RunID: runID, Rounds: *rounds,
 		Options:    []ratelimit.Option{ratelimit.WithCombining(ratelimit.DefaultCombineBatch, *inFlight)},
 		BeforeEach: each.beforeEach, AfterEach: each.afterEach}
+	if *progress > 0 {
+		cfg.ProgressEvery, cfg.Progress = *progress, benchProgress(a.stderr, *progress, cfg.Rounds)
+	}
 	if !*combining {
 		cfg.Options = []ratelimit.Option{ratelimit.WithoutCombining()}
 	}
@@ -306,6 +317,20 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: exitFailure, msg: "some checks failed (see above)"}
 	}
 	return nil
+}
+
+// benchProgress prints a running workload's progress on stderr, as recover and prune print
+// theirs: never on stdout, whose table and JSON scripts read.
+func benchProgress(w io.Writer, every time.Duration, rounds int) func(bench.Progress) {
+	unit := time.Second
+	if every < time.Second {
+		unit = time.Millisecond
+	}
+	return func(p bench.Progress) {
+		name := inRound(bench.Result{Name: p.Workload, Round: p.Round}, rounds, p.Workload)
+		fmt.Fprintf(w, "pgadmit bench: %s: %s of %s, %d ops so far, %.0f ops/s over the last %s\n",
+			name, p.Elapsed.Round(unit), p.Total, p.Ops, p.OpsPerS, every)
+	}
 }
 
 // benchWho says in the header who runs the workloads: "1 worker", "16 workers", "16 workers in

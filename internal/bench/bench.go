@@ -65,6 +65,12 @@ type Config struct {
 	// round (round counts from 1), outside the measurement; an error stops the run.
 	BeforeEach func(ctx context.Context, w Workload, round int) error
 	AfterEach  func(ctx context.Context, r Result) error
+	// Progress, when set, is called every ProgressEvery while a workload runs, from a
+	// goroutine of its own (never once the workload has ended, nor at the same time as
+	// another call), with how far the workload has got. A workload shorter than ProgressEvery
+	// is not reported.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
 }
 
 // Workload describes one workload.
@@ -204,7 +210,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.Instances > cfg.Workers {
 		return nil, fmt.Errorf("bench: %d instances need at least as many workers, got %d", cfg.Instances, cfg.Workers)
 	}
-	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers)}
+	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers),
+		counts: make([]opsCounter, cfg.Workers)}
 	r.lims = r.limiters()
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
@@ -221,7 +228,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 					return out, fmt.Errorf("before %s: %w", w.Name, err)
 				}
 			}
+			stop := r.watch(w, round)
 			res, err := runs[w.Code](ctx)
+			stop()
 			if err != nil {
 				return out, fmt.Errorf("%s: %w", w.Name, err)
 			}
@@ -253,6 +262,8 @@ type runner struct {
 	// paused is how long each worker's current operation paused (Config.Think); only the
 	// worker itself touches its element.
 	paused []time.Duration
+	// counts are the workers' decided operations in the running workload, for Config.Progress.
+	counts []opsCounter
 }
 
 // Never-reached limits: far above what any benchmark can admit in a window.
@@ -459,10 +470,12 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 				switch {
 				case err == nil:
 					t.ops++
+					r.counts[w].Add(1)
 					t.lat = append(t.lat, el)
 					t.admitted++
 				case errors.Is(err, ratelimit.ErrExceeded):
 					t.ops++
+					r.counts[w].Add(1)
 					t.lat = append(t.lat, el)
 					t.rejected++
 				default:

@@ -108,7 +108,7 @@ func TestRunRefusesMoreInstancesThanWorkers(t *testing.T) {
 // report a run against a stopped server as its fastest.
 func TestFailedOperationsCountNeitherInOpsNorInLatency(t *testing.T) {
 	t.Parallel()
-	r := &runner{cfg: Config{Workers: 3}, paused: make([]time.Duration, 3)}
+	r := &runner{cfg: Config{Workers: 3}, paused: make([]time.Duration, 3), counts: make([]opsCounter, 3)}
 	down := errors.New("dial tcp: connection refused")
 	var succeeded atomic.Int64
 	s, err := r.drive(context.Background(), 200*time.Millisecond, func(ctx context.Context, worker int, _ *mrand.Rand) error {
