@@ -75,7 +75,9 @@ sampling costs about 100 small statements a second on a connection of its own.
 it has got: elapsed and total time, operations so far and ops/s over the last D. A workload
 shorter than D prints nothing more; stdout and --json are the same with it as without.
 
-Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed.`,
+Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed. When every
+operation of a workload failed to reach the database (the server is down), bench stops there,
+after its row, rather than run the others to the same end.`,
 		db:  dbOptional,
 		run: runBench,
 	}

@@ -166,6 +166,8 @@ type Result struct {
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
 	Checks     []Check `json:"checks,omitempty"`
+	// unreachable counts the Errors that did not reach the database (see Run's ErrUnreachable).
+	unreachable int64
 	// OK is false when an error occurred or a check failed.
 	OK bool `json:"ok"`
 	// Round is the round the result is of, from 1 (see Config.Rounds).
@@ -185,7 +187,9 @@ func NewRunID() string {
 // Run runs the selected workloads one after the other on pool, cfg.Rounds times, calling
 // cfg.BeforeEach before each, cfg.AfterEach and done after each, and returns their results, round by round.
 // pool must allow at least cfg.Workers connections. It stops early, returning ctx's error, when
-// ctx ends; an error of a single operation is counted, not returned.
+// ctx ends; an error of a single operation is counted, not returned. It stops too, returning an
+// error matching ErrUnreachable, after the first workload (reported to done) whose every
+// operation failed to reach the database.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result)) ([]Result, error) {
 	if cfg.Workers < 1 {
 		return nil, fmt.Errorf("bench: need at least one worker, got %d", cfg.Workers)
@@ -248,6 +252,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 			}
 			if done != nil {
 				done(res)
+			}
+			if allUnreachable(res) {
+				// The server is gone: the workloads left would fail alike, each for its
+				// full duration (W4 and W5 too), before the run could say so.
+				return out, fmt.Errorf("%s: %w, first: %s", w.Name, ErrUnreachable, res.FirstError)
 			}
 		}
 	}
@@ -444,9 +453,9 @@ func microseconds(d time.Duration) float64 {
 // refusals. Ops cut short because ctx ended are not counted.
 func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (sample, error) {
 	type tally struct {
-		ops, admitted, rejected, errors, deadlocks int64
-		firstErr                                   error
-		lat                                        []time.Duration
+		ops, admitted, rejected, errors, deadlocks, unreachable int64
+		firstErr                                                error
+		lat                                                     []time.Duration
 	}
 	tallies := make([]tally, r.cfg.Workers)
 	var wg sync.WaitGroup
@@ -488,6 +497,9 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 					if isDeadlock(err) {
 						t.deadlocks++
 					}
+					if unreachable(err) {
+						t.unreachable++
+					}
 					if t.firstErr == nil {
 						t.firstErr = err
 					}
@@ -506,6 +518,7 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 		s.res.Rejected += t.rejected
 		s.res.Errors += t.errors
 		s.res.Deadlocks += t.deadlocks
+		s.res.unreachable += t.unreachable
 		if t.firstErr != nil && s.res.FirstError == "" {
 			s.res.FirstError = t.firstErr.Error()
 		}
@@ -527,6 +540,7 @@ func summarize(parts ...sample) Result {
 		out.Rejected += p.res.Rejected
 		out.Errors += p.res.Errors
 		out.Deadlocks += p.res.Deadlocks
+		out.unreachable += p.res.unreachable
 		if out.FirstError == "" {
 			out.FirstError = p.res.FirstError
 		}
