@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -136,5 +137,30 @@ func TestBenchBehindPgBouncerWithPgStatStatements(t *testing.T) {
 	if !strings.Contains(out, `server time per statement, from pg_stat_statements `) ||
 		!strings.Contains(out, `pg_stat_statements.track is "top": the connection refused it as a startup parameter`) {
 		t.Errorf("bench behind PgBouncer does not say that its sessions run with the server's tracking:\n%s", out)
+	}
+}
+
+// bench behind PgBouncer in transaction mode with pgx's default exec mode: its operations fail
+// now and then on one of pgx's cached statements, and each workload's error line says what to
+// add to the connection string, as doctor does (ratelimit's PoolerError says it for both).
+func TestBenchBehindPgBouncerSaysWhatToChange(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURL(t)
+	out, errOut, code := cli(t, nil, "--database-url", pooled, "bench", "--workers", "4", "--duration", "300ms",
+		"--only", "W1,W3", "--statements", "0")
+	if code == exitOK {
+		t.Skip("no operation met a statement another connection had prepared")
+	}
+	if code != exitFailure || errOut != "pgadmit bench: some checks failed (see above)\n" {
+		t.Fatalf("bench behind PgBouncer with pgx's default exec mode: exit %d, stderr:\n%s", code, errOut)
+	}
+	lines := regexp.MustCompile(`(?m)^W\d: \d+ errors, first: .*$`).FindAllString(out, -1)
+	if len(lines) == 0 {
+		t.Fatalf("bench failed with no error line:\n%s", out)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "stmtcache_") || !strings.Contains(l, "add default_query_exec_mode=exec to the connection string") {
+			t.Errorf("bench's error line does not say what to change:\n%s", l)
+		}
 	}
 }
