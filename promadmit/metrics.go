@@ -92,7 +92,8 @@ func WithMaxSeries(n int) Option {
 	return func(m *Metrics) { m.maxSeries = n }
 }
 
-// New creates the metrics and registers them with reg. A nil reg, or an
+// New creates the metrics and registers them with reg, as one collector
+// (reg.Unregister(metrics) removes them all). A nil reg, or an
 // option out of its range, is a *ratelimit.ValidationError (errors.Is
 // ratelimit.ErrInvalidInput) whose Field names it ("reg",
 // "WithNearLimit", "WithMaxSeries").
@@ -137,16 +138,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: "pgadmit_pruned_total",
 		Help: "What Prune released or deleted, by kind (stale_reservations, counters, reservations, leases, allotments, events, tasks).",
 	}, []string{"kind"})
-	collectors := []prometheus.Collector{m.admissions, m.near, m.latency, m.leases, m.recovered, m.pruned}
-	for i, c := range collectors {
-		if err := reg.Register(c); err != nil {
-			// All or nothing: the ones registered so far would make a
-			// second New on reg fail too, on a name this one holds.
-			for _, done := range collectors[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("promadmit: New: %w", err)
-		}
+	// One Register: the registry checks every metric before it takes any,
+	// so that a failure leaves nothing behind on reg.
+	if err := reg.Register(m); err != nil {
+		return nil, fmt.Errorf("promadmit: New: %w", err)
 	}
 	return m, nil
 }

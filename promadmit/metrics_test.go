@@ -159,31 +159,42 @@ pgadmit_http_leases_held 2
 	}
 }
 
-// New registers all its metrics or none: one that fails to register
-// leaves nothing behind, so that New can be called again on the registry.
+// New registers all its metrics or none: one that fails to register (its
+// name is taken) leaves nothing behind, so that New can be called again on
+// the registry.
 func TestNewRegistersAllOrNothing(t *testing.T) {
 	t.Parallel()
-	reg := &failingRegisterer{Registerer: prometheus.NewRegistry(), failAt: 6}
+	reg := prometheus.NewRegistry()
+	// The squatter holds the last of New's metrics, as another Metrics
+	// would (a registry never forgets a name's help and labels).
+	other, err := promadmit.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	descs := make(chan *prometheus.Desc, 16)
+	other.Describe(descs)
+	close(descs)
+	squatter := descOnly{}
+	for d := range descs {
+		if strings.Contains(d.String(), `"pgadmit_pruned_total"`) {
+			squatter.desc = d
+		}
+	}
+	reg.MustRegister(squatter)
 	if _, err := promadmit.New(reg); err == nil {
 		t.Fatal("New succeeded although a registration failed")
 	}
+	reg.Unregister(squatter)
 	if _, err := promadmit.New(reg); err != nil {
 		t.Fatalf("New again: %v", err)
 	}
 }
 
-// failingRegisterer fails its failAt-th Register call (counting from 1).
-type failingRegisterer struct {
-	prometheus.Registerer
-	calls, failAt int
-}
+// descOnly is a collector of one descriptor and no metrics.
+type descOnly struct{ desc *prometheus.Desc }
 
-func (r *failingRegisterer) Register(c prometheus.Collector) error {
-	if r.calls++; r.calls == r.failAt {
-		return errors.New("registration refused")
-	}
-	return r.Registerer.Register(c)
-}
+func (c descOnly) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c descOnly) Collect(chan<- prometheus.Metric)    {}
 
 // Results of operations: timeouts, errors, skipped recoveries.
 func TestOperationResults(t *testing.T) {
