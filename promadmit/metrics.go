@@ -119,7 +119,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}, []string{"outcome", "mode", "scope_type", "metric"})
 	m.near = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgadmit_http_near_limit_total",
-		Help: fmt.Sprintf("Admissions by an enforced limit that left it more than %g%% used, by scope type and metric.", m.nearLimit*100),
+		// One help whatever the threshold: a registry refuses two helps for
+		// one name, as two Metrics told apart by labels would have.
+		Help: "Admissions by an enforced limit that left it more used than the WithNearLimit threshold (default 0.8), by scope type and metric.",
 	}, []string{"scope_type", "metric"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
