@@ -54,6 +54,10 @@ const (
 	ResultTimeout  = "timeout"
 	ResultError    = "error"
 	ResultSkipped  = "skipped" // Recover or Prune found another process doing it
+	// ResultLeaseLost: RenewLeases found a lease expired or released (its
+	// slot may be someone else's now). The database answered: it is no
+	// ResultError, which an alert on the database's health would page for.
+	ResultLeaseLost = "lease_lost"
 )
 
 // Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is
@@ -125,7 +129,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}, []string{"scope_type", "metric"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
-		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped).",
+		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost).",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10, 30},
 	}, []string{"operation", "result"})
 	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -223,6 +227,8 @@ func result(err error) string {
 		return ResultOK
 	case errors.Is(err, ratelimit.ErrExceeded):
 		return ResultExceeded
+	case errors.Is(err, ratelimit.ErrLeaseLost):
+		return ResultLeaseLost
 	case errors.Is(err, context.DeadlineExceeded):
 		return ResultTimeout
 	}
