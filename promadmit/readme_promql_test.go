@@ -1,0 +1,195 @@
+package promadmit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+var (
+	promqlSelector = regexp.MustCompile(`(pgadmit_[a-z_]+)(\{[^}]*\})?(\[[0-9a-z]+\])?`)
+	promqlMatcher  = regexp.MustCompile(`([a-z_]+)(=~|!~|!=|=)"([^"]*)"`)
+	promqlBy       = regexp.MustCompile(`by \(([^)]*)\)`)
+	inlinePromQL   = regexp.MustCompile("`([^`]*(?:rate|histogram_quantile)\\([^`]*)`")
+)
+
+// Every PromQL query of the README (its promql blocks and the inline ones)
+// names metrics, labels and label values a real scrape has, takes the rate
+// of counters only, and the quantile of a histogram's _bucket by le. There
+// is no PromQL parser among the module's dependencies: this checks names
+// and shapes, not the grammar.
+func TestReadmePromQL(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := readmeQueries(string(readme))
+	if len(queries) < 5 {
+		t.Fatalf("found %d queries in README.md", len(queries))
+	}
+	families := scrapedFamilies(t)
+	for _, q := range queries {
+		t.Run(q, func(t *testing.T) {
+			labelsUsed := map[string]bool{}
+			for _, sel := range promqlSelector.FindAllStringSubmatchIndex(q, -1) {
+				name, matchers, hasRange := q[sel[2]:sel[3]], "", sel[6] >= 0
+				if sel[4] >= 0 {
+					matchers = q[sel[4]:sel[5]]
+				}
+				family, suffix := name, ""
+				for _, s := range []string{"_bucket", "_count", "_sum"} {
+					if base, ok := strings.CutSuffix(name, s); ok && families[base] != nil {
+						family, suffix = base, s
+					}
+				}
+				f := families[family]
+				if f == nil {
+					t.Errorf("%s: no such metric", name)
+					continue
+				}
+				kind := f.GetType()
+				switch {
+				case suffix != "" && kind != dto.MetricType_HISTOGRAM:
+					t.Errorf("%s: %s is a %v, not a histogram", name, family, kind)
+				case hasRange && suffix == "" && kind != dto.MetricType_COUNTER:
+					t.Errorf("%s: a range over a %v", name, kind)
+				case !hasRange && (suffix != "" || kind == dto.MetricType_COUNTER):
+					t.Errorf("%s: a counter without rate or increase", name)
+				}
+				if hasRange && !regexp.MustCompile(`(rate|increase)\($`).MatchString(q[:sel[0]]) {
+					t.Errorf("%s: a range vector not under rate or increase", name)
+				}
+				values := labelValues(f)
+				if suffix == "_bucket" {
+					values["le"] = map[string]bool{}
+				}
+				for l := range values {
+					labelsUsed[l] = true
+				}
+				for _, m := range promqlMatcher.FindAllStringSubmatch(matchers, -1) {
+					label, op, value := m[1], m[2], m[3]
+					seen, ok := values[label]
+					if !ok {
+						t.Errorf("%s: no label %s", name, label)
+						continue
+					}
+					if op == "=" || op == "=~" {
+						for _, v := range strings.Split(value, "|") {
+							if !seen[v] {
+								t.Errorf("%s: %s never takes the value %q", name, label, v)
+							}
+						}
+					}
+				}
+			}
+			for _, by := range promqlBy.FindAllStringSubmatch(q, -1) {
+				for _, l := range strings.Split(by[1], ",") {
+					if l = strings.TrimSpace(l); !labelsUsed[l] {
+						t.Errorf("by (%s): no metric of the query has %s", by[1], l)
+					}
+				}
+			}
+			if strings.Contains(q, "histogram_quantile(") &&
+				(!strings.Contains(q, "_bucket") || !regexp.MustCompile(`by \([^)]*\ble\b`).MatchString(q)) {
+				t.Errorf("histogram_quantile not over a _bucket aggregated by le")
+			}
+		})
+	}
+}
+
+// readmeQueries are the lines of readme's promql blocks that are not
+// comments, and its inline queries.
+func readmeQueries(readme string) []string {
+	var queries []string
+	in := false
+	for _, line := range strings.Split(readme, "\n") {
+		switch {
+		case line == "```promql":
+			in = true
+		case in && line == "```":
+			in = false
+		case in && line != "" && !strings.HasPrefix(line, "#"):
+			queries = append(queries, line)
+		case !in:
+			for _, m := range inlinePromQL.FindAllStringSubmatch(line, -1) {
+				if strings.Contains(m[1], "pgadmit_") {
+					queries = append(queries, m[1])
+				}
+			}
+		}
+	}
+	return queries
+}
+
+// scrapedFamilies is a scrape of Metrics and a combining collector that
+// saw every outcome, mode, operation and result.
+func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/postgres") // never connects: Stats reads memory
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	reg := prometheus.NewRegistry()
+	m, err := promadmit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	combining, err := promadmit.NewCombiningCollector(ratelimit.New(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(combining)
+	for _, o := range []httpadmit.Outcome{httpadmit.OutcomeAdmitted, httpadmit.OutcomeRefused, httpadmit.OutcomeShadowRefused, httpadmit.OutcomeFailedOpen, httpadmit.OutcomeFailedClosed} {
+		for _, mode := range []httpadmit.Mode{httpadmit.Enforce, httpadmit.Shadow} {
+			m.Decided([]httpadmit.LimitOutcome{{Limit: limit("api_key", "k", ratelimit.MetricRequests, 10, 1, mode), Outcome: o, Utilization: 0.9}})
+		}
+	}
+	results := []error{nil, &ratelimit.ExceededError{}, fmt.Errorf("x: %w", context.DeadlineExceeded),
+		errors.New("connection refused"), &ratelimit.LeaseLostError{}}
+	for _, op := range []string{httpadmit.OpReserve, httpadmit.OpCommit, httpadmit.OpRelease, httpadmit.OpRenewLeases} {
+		for _, err := range results {
+			m.DatabaseCall(op, time.Millisecond, err)
+		}
+	}
+	m.ObserveRecover(ratelimit.RecoveryResult{Skipped: true}, nil, time.Millisecond)
+	m.ObservePrune(ratelimit.PruneResult{}, nil, time.Millisecond)
+	m.LeasesHeld(1)
+	gathered, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]*dto.MetricFamily{}
+	for _, f := range gathered {
+		families[f.GetName()] = f
+	}
+	return families
+}
+
+// labelValues are the values each label of f takes.
+func labelValues(f *dto.MetricFamily) map[string]map[string]bool {
+	values := map[string]map[string]bool{}
+	for _, s := range f.GetMetric() {
+		for _, l := range s.GetLabel() {
+			if values[l.GetName()] == nil {
+				values[l.GetName()] = map[string]bool{}
+			}
+			values[l.GetName()][l.GetValue()] = true
+		}
+	}
+	return values
+}
