@@ -179,7 +179,7 @@ func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
 	}
-	m.latency.WithLabelValues(operationLabel(op), result(err)).Observe(took.Seconds())
+	m.latency.WithLabelValues(operationLabel(op), result(err)).Observe(seconds(took))
 }
 
 // LeasesHeld moves the gauge of leases held.
@@ -219,6 +219,11 @@ func (m *Metrics) labels(scopeType, metric string) (string, string) {
 	m.series[k] = true
 	return scopeType, metric
 }
+
+// seconds is took as observed: a negative duration (a caller's wall clock
+// stepped back) is 0, as the histogram's _sum must never decrease: PromQL
+// would read a reset, a spike in rate(_sum).
+func seconds(took time.Duration) float64 { return max(took, 0).Seconds() }
 
 // result is the result label of an operation's error.
 func result(err error) string {
