@@ -1,0 +1,87 @@
+package promadmit_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A database that holds Reserve past the decision timeout (its counters
+// locked, as a migration would) is result timeout, with pgx's default
+// cancel and with ConfigurePool's (where the server answers 57014).
+func TestSlowDatabaseIsTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	for name, configure := range map[string]bool{"pgx default": false, "ConfigurePool": true} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if configure {
+				ratelimit.ConfigurePool(cfg)
+			}
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			reg := prometheus.NewRegistry()
+			metrics, err := promadmit.New(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, err := httpadmit.New(ratelimit.New(pool), func(*http.Request) ([]httpadmit.Limit, error) {
+				return []httpadmit.Limit{limit("api_key", "k-"+name, ratelimit.MetricRequests, 100, 1, httpadmit.Enforce)}, nil
+			}, httpadmit.WithObserver(metrics), httpadmit.WithDecisionTimeout(100*time.Millisecond),
+				httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			serve := func() int {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+				return rec.Code
+			}
+			for range 3 { // warm: connections made, statements prepared
+				if code := serve(); code != http.StatusOK {
+					t.Fatalf("warm-up: %d", code)
+				}
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dbtest.New().OpsLockCounters(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			code := serve()
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("with the counters locked: %d, want 503", code)
+			}
+			page := scrape(t, reg)
+			if want := `pgadmit_db_operation_duration_seconds_count{operation="reserve",result="timeout"} 1`; !strings.Contains(page, want+"\n") {
+				t.Errorf("/metrics lacks %s:\n%s", want, page)
+			}
+		})
+	}
+}
