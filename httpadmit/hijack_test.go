@@ -182,6 +182,11 @@ func TestCopyAfterHijackIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The 101 went out before the hijack: read the connection until the
+	// handler closes it, after its hijack. Closed at once, the client
+	// could leave first, and the server cancel the request's context
+	// before the hijack (a client gone: released, client_disconnected).
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Errorf("status %d, want 101", resp.StatusCode)
