@@ -203,8 +203,26 @@ func uuidBytes(id pgtype.UUID) [16]byte { return id.Bytes }
 
 // rejectedByServer reports an error the server raised about a statement
 // (which rolled back alone), as opposed to one of the connection or the
-// client.
+// client. A server's refusal of a session (a connect error: "the database
+// system is starting up", too many connections) and the errors of a server
+// in trouble (classes 08 connection, 53 resources, 57 operator
+// intervention such as admin_shutdown, 58 system) are the server's words
+// but not about the statement: every next step would meet them too.
 func rejectedByServer(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr)
+	var connectErr *pgconn.ConnectError
+	if !errors.As(err, &pgErr) || errors.As(err, &connectErr) {
+		return false
+	}
+	switch {
+	case pgErr.Code == "57014": // query_canceled: statement_timeout, a cancel request
+		return true
+	case len(pgErr.Code) != 5:
+		return true
+	}
+	switch pgErr.Code[:2] {
+	case "08", "53", "57", "58":
+		return false
+	}
+	return true
 }

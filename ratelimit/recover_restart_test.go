@@ -1,0 +1,74 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A database restarting under a Recover or Prune run refuses new sessions
+// with an error of its own ("the database system is starting up", 57P03):
+// a server's error, but about the connection, not about the step's rows.
+// The run stops at the first such failure, and returns that one error. It
+// used to take it for a step the server rejected and go on with every next
+// step, each failing the same way, so that a sweeper logged one failure per
+// step for one restart. Here the pool's sessions go after the first batch,
+// and every new one is refused by the server (a database that is not there,
+// 3D000, stands in for one that is starting up).
+func TestMaintenanceStopsWhenTheServerRefusesSessions(t *testing.T) {
+	t.Parallel()
+	for _, job := range []string{"recover", "prune"} {
+		t.Run(job, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var refuse atomic.Bool
+			cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+				if refuse.Load() {
+					cc.Database = "pgadmit_no_such_database"
+				}
+				return nil
+			}
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			batches := 0
+			m := ratelimit.NewMaintenance(pool, ratelimit.WithProgress(0, func(ratelimit.Progress) {
+				batches++
+				if batches == 1 { // the server restarts
+					refuse.Store(true)
+					pool.Reset()
+				}
+			}))
+			if job == "recover" {
+				_, err = m.Recover(ctx)
+			} else {
+				_, err = m.Prune(ctx, 1)
+			}
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+				t.Fatalf("%s = %v, want the server's refusal (3D000)", job, err)
+			}
+			if n := strings.Count(err.Error(), "failed to connect"); n != 1 {
+				t.Errorf("%s failed %d times, want once and a stop:\n%v", job, n, err)
+			}
+			if batches != 1 {
+				t.Errorf("%s did %d batches, want 1", job, batches)
+			}
+		})
+	}
+}
