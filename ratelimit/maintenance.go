@@ -19,11 +19,15 @@ import (
 // use; any number of processes may run maintenance on one database. Make
 // one with NewMaintenance: Recover, Prune and Doctor of a zero or nil
 // Maintenance fail with a *ValidationError on "Maintenance" (errors.Is
-// ErrInvalidInput) and write nothing.
+// ErrInvalidInput) and write nothing. A run that could not give its lease
+// up (the database restarted under it) leaves it to the next run of the
+// same Maintenance, which takes it back at once instead of waiting for it
+// to expire: keep one Maintenance for a process's runs.
 type Maintenance struct {
 	pool    Executor // a pool, or noConn for a nil one
 	queries *db.Queries
 	opts    maintenanceOptions
+	left    *leftLeases // leases its runs could not give up
 }
 
 // NewMaintenance returns the housekeeping of the database of pool, which
@@ -37,7 +41,7 @@ func NewMaintenance(pool *pgxpool.Pool, opts ...MaintenanceOption) *Maintenance 
 			opt(&o)
 		}
 	}
-	return &Maintenance{pool: orNoConn(pool, "pool"), queries: db.New(), opts: o}
+	return &Maintenance{pool: orNoConn(pool, "pool"), queries: db.New(), opts: o, left: &leftLeases{}}
 }
 
 // MaintenanceOption configures a Maintenance.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,9 +48,16 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	holder, err := newHolder()
-	if err != nil {
-		return nil, err
+	// A lease an earlier run of this Maintenance could not give up (the
+	// database went away mid-run) is taken back under its holder's name,
+	// which the take extends, instead of being waited out as another
+	// process's.
+	holder := m.left.pop(name)
+	if holder == "" {
+		var err error
+		if holder, err = newHolder(); err != nil {
+			return nil, err
+		}
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
@@ -57,6 +65,7 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 		Name: name, Holder: holder, TtlSeconds: m.opts.leaseTTL.Seconds(), Now: m.opts.clock.at(),
 	})
 	if err != nil {
+		m.left.put(name, holder) // it may still hold the lease
 		return nil, err
 	}
 	if !row.Acquired {
@@ -101,9 +110,42 @@ func (j *jobLease) release(ctx context.Context) error {
 	defer cancel()
 	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.pool, db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {
+		j.m.left.put(j.name, j.holder) // for the next run to take back
 		return fmt.Errorf("release the %s lease: %w", j.name, err)
 	}
 	return nil
+}
+
+// leftLeases remembers, per job, the holder of a run of one Maintenance
+// that may have left its lease behind: its release (or its take) failed.
+// The next run pops it and takes the lease under that name. A holder is
+// popped by one run only, so two runs never share one.
+type leftLeases struct {
+	mu      sync.Mutex
+	holders map[string]string // job -> holder
+}
+
+func (l *leftLeases) put(job, holder string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holders == nil {
+		l.holders = map[string]string{}
+	}
+	l.holders[job] = holder
+}
+
+func (l *leftLeases) pop(job string) string {
+	if l == nil {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	holder := l.holders[job]
+	delete(l.holders, job)
+	return holder
 }
 
 // newHolder names one run: host, process id and a random suffix.

@@ -101,6 +101,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	var pool *pgxpool.Pool
+	var maint *ratelimit.Maintenance // one for every pass: it takes back a lease a failed pass left
 	defer func() {
 		if pool != nil {
 			pool.Close()
@@ -113,13 +114,14 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 				logf("recover: %s; trying again in %s", err, every)
 			}
 			if pool != nil {
+				maint = ratelimit.NewMaintenance(pool, opts...)
 				if behind := a.checkOperatorSchema(ctx, pool); behind != "" {
 					fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s\n", a.cmd.name, behind)
 				}
 			}
 		}
 		if pool != nil {
-			recoverPass(ctx, pool, ratelimit.NewMaintenance(pool, opts...), passTimeout, logf, a.dsn)
+			recoverPass(ctx, pool, maint, passTimeout, logf, a.dsn)
 		}
 		select {
 		case <-ctx.Done():
