@@ -348,6 +348,10 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 	if strings.Contains(out, "pass failed") {
 		t.Errorf("a pass stopped by the signal is logged as failed:\n%s", out)
 	}
+	// The pass gave its lease up on its way out: the next sweeper need not wait for it.
+	if leases, err := q.MaintenanceLeaseList(ctx, pool); err != nil || len(leases) != 0 {
+		t.Errorf("maintenance leases after the stop: %+v, %v; want none", leases, err)
+	}
 }
 
 // A long prune or recover says how far it has got, on stderr, while it runs (--progress; here
