@@ -72,3 +72,52 @@ func TestMaintenanceStopsWhenTheServerRefusesSessions(t *testing.T) {
 		})
 	}
 }
+
+// A run whose database went away mid-run cannot give its lease up; the next
+// run of the same Maintenance takes it back at once rather than skipping,
+// as if another process held it, until it expires. Another Maintenance
+// (another process) still skips.
+func TestMaintenanceTakesBackTheLeaseItsRunLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		if refuse.Load() {
+			cc.Database = "pgadmit_no_such_database"
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	once := false
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithProgress(0, func(ratelimit.Progress) {
+		if !once { // the database goes away after the first batch
+			once = true
+			refuse.Store(true)
+			pool.Reset()
+		}
+	}))
+	if _, err := m.Recover(ctx); err == nil {
+		t.Fatal("Recover with its database gone succeeded")
+	}
+	refuse.Store(false) // the database is back
+	if leases := maintenanceLeases(t, pool); len(leases) != 1 {
+		t.Fatalf("leases after the failed run: %v, want the one it left", leases)
+	}
+	if res, err := ratelimit.NewMaintenance(pool).Recover(ctx); err != nil || !res.Skipped {
+		t.Fatalf("another Maintenance's Recover = %+v, %v; want skipped", res, err)
+	}
+	if res, err := m.Recover(ctx); err != nil || res.Skipped {
+		t.Fatalf("the next run = %+v, %v; want it done, not skipped", res, err)
+	}
+	if leases := maintenanceLeases(t, pool); len(leases) != 0 {
+		t.Fatalf("leases after the next run: %v, want none", leases)
+	}
+}
