@@ -29,7 +29,9 @@ mode): when another process is recovering, a pass is skipped.
 
 Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
 that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
-is logged and retried at the next interval.`,
+is logged and retried at the next interval. At start-up it checks the connection as doctor does,
+and warns when it goes through a transaction-pooling proxy in an exec mode that needs session
+state (it says what to add to the connection string).`,
 		db:  dbRequired,
 		run: runRecover,
 	}
