@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
 // Recover and Prune work as a list of steps, each repeated in bounded
@@ -207,7 +209,9 @@ func uuidBytes(id pgtype.UUID) [16]byte { return id.Bytes }
 // system is starting up", too many connections) and the errors of a server
 // in trouble (classes 08 connection, 53 resources, 57 operator
 // intervention such as admin_shutdown, 58 system) are the server's words
-// but not about the statement: every next step would meet them too.
+// but not about the statement: every next step would meet them too. A
+// statement-pooling proxy's refusal of a transaction block (FATAL 08P01) is
+// about the step: the steps of single statements still run (README).
 func rejectedByServer(err error) bool {
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
@@ -216,6 +220,8 @@ func rejectedByServer(err error) bool {
 	}
 	switch {
 	case pgErr.Code == "57014": // query_canceled: statement_timeout, a cancel request
+		return true
+	case poolerr.StatementPooling(err):
 		return true
 	case len(pgErr.Code) != 5:
 		return true
