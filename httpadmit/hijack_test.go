@@ -147,16 +147,43 @@ func TestFlushAfterHijackIsRefused(t *testing.T) {
 // hijacking (coder/websocket's Accept does) has net/http's HTTP/1 writer
 // panic there (its ReadFrom flushes the buffer given back at Hijack); the
 // middleware passed the copy on, so the panic released the request as a
-// handler panic although the session ran.
+// handler panic although the session ran. So when the hijack goes around
+// the middleware's writer (an outer writer with Unwrap and ReadFrom but no
+// Hijack): the copy used to reach net/http's ReadFrom through it.
 func TestCopyAfterHijackIsRefused(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	key := uniqueKey("key")
 	name := filepath.Join(t.TempDir(), "file.txt")
 	if err := os.WriteFile(name, []byte(strings.Repeat("x", 4096)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
+	for _, tc := range []struct {
+		name  string
+		outer func(http.ResponseWriter) http.ResponseWriter
+	}{
+		{"through the middleware", func(w http.ResponseWriter) http.ResponseWriter { return w }},
+		{"around the middleware", func(w http.ResponseWriter) http.ResponseWriter { return unwrapReadFrom{unwrapOnly{w}} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			copyAfterHijack(t, name, tc.outer)
+		})
+	}
+}
+
+// unwrapReadFrom is an outer writer with Unwrap and the server's ReadFrom
+// but no Hijack.
+type unwrapReadFrom struct{ unwrapOnly }
+
+func (w unwrapReadFrom) ReadFrom(src io.Reader) (int64, error) {
+	return w.ResponseWriter.(io.ReaderFrom).ReadFrom(src)
+}
+
+// copyAfterHijack serves a 101, a hijack and a copy of the file name to
+// the writer, behind outer around the middleware.
+func copyAfterHijack(t *testing.T, name string, outer func(http.ResponseWriter) http.ResponseWriter) {
+	e := setup(t)
+	key := uniqueKey("key")
+	inner := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Connection", "Upgrade")
 			w.Header().Set("Upgrade", "test")
@@ -176,7 +203,10 @@ func TestCopyAfterHijackIsRefused(t *testing.T) {
 			if _, err := io.Copy(w, f); !errors.Is(err, http.ErrHijacked) {
 				t.Errorf("io.Copy after Hijack: %v, want http.ErrHijacked", err)
 			}
-		})))
+		}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inner.ServeHTTP(outer(w), r)
+	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	if err != nil {

@@ -113,7 +113,9 @@ func (w *responseWriter) WriteString(s string) (int, error) {
 // the copy is refused with http.ErrHijacked, as a write is: net/http's
 // HTTP/1 ReadFrom flushes the buffer it gave back at Hijack (a nil
 // pointer) when the header went out before it, as a 101 written with
-// WriteHeader does.
+// WriteHeader does. Before the server's ReadFrom, which sends the header
+// whatever it copies, a hijack made around this writer is looked for too
+// (taken); a copy through Write needs no look: the server refuses it.
 func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.hijacked {
 		return 0, http.ErrHijacked
@@ -121,6 +123,9 @@ func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
 	rf, ok := w.ResponseWriter.(io.ReaderFrom)
 	if !ok || !kernelCopies(src) {
 		return io.Copy(writerOnly{w}, src)
+	}
+	if w.taken() {
+		return 0, http.ErrHijacked
 	}
 	n, err := rf.ReadFrom(src)
 	w.note(err)
@@ -147,16 +152,9 @@ func (w *responseWriter) Flush() { _ = w.FlushError() }
 // After a hijack it is refused with http.ErrHijacked, as a write is:
 // net/http's HTTP/1 writer panics there (its buffer went back to a pool at
 // Hijack), and a flush at the end of a handler, whatever happened, is a
-// common pattern. A hijack made around this writer (probe) is found by a
-// write of no bytes, which net/http's writer refuses with http.ErrHijacked
-// after a hijack, silently; before one, it only sends the header (200 if
-// none was set), as the flush itself does.
+// common pattern. A hijack made around this writer is found too (taken).
 func (w *responseWriter) FlushError() error {
-	if !w.hijacked && w.probe {
-		_, err := w.ResponseWriter.Write(nil)
-		w.hijacked = errors.Is(err, http.ErrHijacked)
-	}
-	if w.hijacked {
+	if w.taken() {
 		return http.ErrHijacked
 	}
 	err := http.NewResponseController(w.ResponseWriter).Flush()
@@ -164,6 +162,19 @@ func (w *responseWriter) FlushError() error {
 		w.note(err)
 	}
 	return err
+}
+
+// taken reports whether the connection was hijacked: through this writer,
+// or around it (probe), which a write of no bytes finds: net/http's writer
+// refuses it with http.ErrHijacked after a hijack, silently; before one,
+// it only sends the header (200 if none was set), as a flush or a copy
+// would.
+func (w *responseWriter) taken() bool {
+	if !w.hijacked && w.probe {
+		_, err := w.ResponseWriter.Write(nil)
+		w.hijacked = errors.Is(err, http.ErrHijacked)
+	}
+	return w.hijacked
 }
 
 // Unwrap returns the server's writer, for http.ResponseController.
