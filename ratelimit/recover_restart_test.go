@@ -30,22 +30,8 @@ func TestMaintenanceStopsWhenTheServerRefusesSessions(t *testing.T) {
 		t.Run(job, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var refuse atomic.Bool
-			cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-				if refuse.Load() {
-					cc.Database = "pgadmit_no_such_database"
-				}
-				return nil
-			}
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
+			pool, refuse := refusingPool(t)
+			var err error
 			batches := 0
 			m := ratelimit.NewMaintenance(pool, ratelimit.WithProgress(0, func(ratelimit.Progress) {
 				batches++
@@ -80,22 +66,7 @@ func TestMaintenanceStopsWhenTheServerRefusesSessions(t *testing.T) {
 func TestMaintenanceTakesBackTheLeaseItsRunLeft(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refuse atomic.Bool
-	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
-		if refuse.Load() {
-			cc.Database = "pgadmit_no_such_database"
-		}
-		return nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, refuse := refusingPool(t)
 	once := false
 	m := ratelimit.NewMaintenance(pool, ratelimit.WithProgress(0, func(ratelimit.Progress) {
 		if !once { // the database goes away after the first batch
@@ -120,4 +91,29 @@ func TestMaintenanceTakesBackTheLeaseItsRunLeft(t *testing.T) {
 	if leases := maintenanceLeases(t, pool); len(leases) != 0 {
 		t.Fatalf("leases after the next run: %v, want none", leases)
 	}
+}
+
+// refusingPool is a pool on a test database whose new sessions the server
+// refuses (a database that is not there, 3D000) while the returned flag is
+// set, as a server that is starting up refuses them; pool.Reset drops the
+// sessions it has.
+func refusingPool(t *testing.T) (*pgxpool.Pool, *atomic.Bool) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := new(atomic.Bool)
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		if refuse.Load() {
+			cc.Database = "pgadmit_no_such_database"
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, refuse
 }
