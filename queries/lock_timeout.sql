@@ -7,7 +7,8 @@
 -- Transaction-local (set_config(..., true)): behind a transaction-pooling
 -- proxy a session-level setting would stay on a server session that other
 -- clients get next, and PgBouncer refuses it as a startup parameter. Run it
--- first in a transaction.
+-- first in a transaction. A bound past lock_timeout's range (an int of
+-- milliseconds, about 24.8 days) is its largest value, not an error.
 -- Locks: none.
 -- Index: none (no table).
-SELECT set_config('lock_timeout', ceil(1000 * @timeout_seconds::float8)::bigint::text || 'ms', true);
+SELECT set_config('lock_timeout', least(ceil(1000 * @timeout_seconds::float8), 2147483647)::bigint::text || 'ms', true);

@@ -49,3 +49,14 @@ func TestDoctorLockTimeoutGivesUpOnALockedTable(t *testing.T) {
 		t.Errorf("Doctor without a lock timeout on a locked table: %v, want it to wait until its context ends", err)
 	}
 }
+
+// A bound past lock_timeout's range (about 24.8 days in milliseconds) is
+// as long as the server allows, not an invalid setting that fails every
+// Doctor.
+func TestDoctorLockTimeoutPastItsRange(t *testing.T) {
+	t.Parallel()
+	m := ratelimit.NewMaintenance(pgtest.NewPool(t), ratelimit.WithDoctorLockTimeout(1000*time.Hour))
+	if rep, err := m.Doctor(context.Background()); err != nil || !rep.OK() {
+		t.Fatalf("Doctor with a lock timeout of 1000h = %v, %v; want a clean report", rep, err)
+	}
+}

@@ -172,7 +172,8 @@ func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 // set for that transaction only (safe behind a transaction-pooling proxy; a
 // proxy that pools by statement refuses the transaction block). Default 0:
 // no transaction, no bound but the context's. d is rounded up to a
-// millisecond, lock_timeout's unit.
+// millisecond, lock_timeout's unit, and past lock_timeout's range (about
+// 24.8 days) is that range's end.
 func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
