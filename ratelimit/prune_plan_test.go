@@ -3,9 +3,11 @@ package ratelimit_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -130,19 +132,7 @@ func TestPruneReservationsProbesCounters(t *testing.T) {
 	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
 		t.Fatalf("FixtureFill: %v", err)
 	}
-	// A cutoff halfway through the fixture's windows (one a minute per
-	// hundred rows): the counters of the older half go, as Prune's step
-	// before; the newer half stays.
-	cutoff, err := queries.PruneCutoff(ctx, pool, db.PruneCutoffParams{OlderThanSeconds: rows / 100 / 2 * 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := queries.PruneCounters(ctx, pool, db.PruneCountersParams{Cutoff: cutoff, BatchSize: rows}); err != nil || n < rows/4 {
-		t.Fatalf("PruneCounters = %d, %v", n, err)
-	}
-	if err := testq.TablesAnalyze(ctx, pool); err != nil {
-		t.Fatalf("TablesAnalyze: %v", err)
-	}
+	cutoff := pruneOlderHalfOfCounters(t, pool, rows)
 	var row db.PruneReservationsRow
 	reads := tableReads(t, pool, func(tx pgx.Tx) error {
 		var err error
@@ -176,18 +166,7 @@ func TestPruneAllotmentsProbesCounters(t *testing.T) {
 	if err := testq.FixtureFillAllotments(ctx, pool, rows); err != nil {
 		t.Fatalf("FixtureFillAllotments: %v", err)
 	}
-	// As in TestPruneReservationsProbesCounters: the older half of the
-	// counters goes, the newer half stays.
-	cutoff, err := queries.PruneCutoff(ctx, pool, db.PruneCutoffParams{OlderThanSeconds: rows / 100 / 2 * 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := queries.PruneCounters(ctx, pool, db.PruneCountersParams{Cutoff: cutoff, BatchSize: rows}); err != nil || n < rows/4 {
-		t.Fatalf("PruneCounters = %d, %v", n, err)
-	}
-	if err := testq.TablesAnalyze(ctx, pool); err != nil {
-		t.Fatalf("TablesAnalyze: %v", err)
-	}
+	cutoff := pruneOlderHalfOfCounters(t, pool, rows)
 	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
 	}
@@ -213,4 +192,24 @@ func TestPruneAllotmentsProbesCounters(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pruneOlderHalfOfCounters prunes the counters of the older half of the
+// windows of a fixture of rows rows (one window a minute per hundred rows),
+// as Prune's step before the ledgers', analyzes the tables and returns the
+// cutoff: the newer half stays.
+func pruneOlderHalfOfCounters(t *testing.T, pool *pgxpool.Pool, rows int32) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	cutoff, err := queries.PruneCutoff(ctx, pool, db.PruneCutoffParams{OlderThanSeconds: float64(rows / 100 / 2 * 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := queries.PruneCounters(ctx, pool, db.PruneCountersParams{Cutoff: cutoff, BatchSize: rows}); err != nil || n < int64(rows/4) {
+		t.Fatalf("PruneCounters = %d, %v", n, err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	return cutoff
 }
