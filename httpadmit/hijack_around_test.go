@@ -43,14 +43,11 @@ func TestFlushAfterHijackAroundTheMiddleware(t *testing.T) {
 		if _, ok := w.(http.Hijacker); ok {
 			t.Error("the middleware's writer is an http.Hijacker over a writer that is not one")
 		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("Hijack through the outer writer: %v", err)
+		conn := answerHijacked(t, w)
+		if conn == nil {
 			return
 		}
 		defer conn.Close()
-		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
-		_ = brw.Flush()
 		if err := http.NewResponseController(w).Flush(); !errors.Is(err, http.ErrHijacked) {
 			t.Errorf("ResponseController.Flush after Hijack: %v, want http.ErrHijacked", err)
 		}

@@ -24,14 +24,11 @@ func TestHandlerPanicsAfterHijack(t *testing.T) {
 	key := uniqueKey("key")
 	mw := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 10_000, 1000)))
 	srv := httptest.NewUnstartedServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("Hijack: %v", err)
+		conn := answerHijacked(t, w)
+		if conn == nil {
 			return
 		}
 		defer conn.Close()
-		_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
-		_ = brw.Flush()
 		switch r.URL.Path {
 		case "/panic":
 			panic(errors.New("boom"))

@@ -3,6 +3,7 @@ package httpadmit_test
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -69,16 +70,11 @@ func TestWriteAfterHijackIsNoCutStream(t *testing.T) {
 	key := uniqueKey("key")
 	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Errorf("Hijack: %v", err)
+			conn := answerHijacked(t, w)
+			if conn == nil {
 				return
 			}
 			defer conn.Close()
-			_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
-			if err := brw.Flush(); err != nil {
-				t.Errorf("flushing the hijacked connection: %v", err)
-			}
 			// An error path that still answers on the writer.
 			if _, err := io.WriteString(w, "too late"); !errors.Is(err, http.ErrHijacked) {
 				t.Errorf("write after Hijack: %v, want http.ErrHijacked", err)
@@ -90,6 +86,23 @@ func TestWriteAfterHijackIsNoCutStream(t *testing.T) {
 	if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
 		t.Errorf("requests = %+v, want %+v: the hijacked session was served", got, want)
 	}
+}
+
+// answerHijacked takes the connection through http.ResponseController
+// and answers on it what getHijacked expects: a 200 "hijacked". It returns
+// the connection, for the caller to close, or nil when the hijack failed
+// (reported).
+func answerHijacked(t *testing.T, w http.ResponseWriter) net.Conn {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Errorf("Hijack: %v", err)
+		return nil
+	}
+	_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+	if err := brw.Flush(); err != nil {
+		t.Errorf("flushing the hijacked connection: %v", err)
+	}
+	return conn
 }
 
 // getHijacked GETs url and checks that the hijacked connection answered it:
@@ -119,14 +132,11 @@ func TestFlushAfterHijackIsRefused(t *testing.T) {
 	key := uniqueKey("key")
 	srv := httptest.NewServer(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Errorf("Hijack: %v", err)
+			conn := answerHijacked(t, w)
+			if conn == nil {
 				return
 			}
 			defer conn.Close()
-			_, _ = brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
-			_ = brw.Flush()
 			// A streaming helper that flushes at the end, whatever happened.
 			if err := http.NewResponseController(w).Flush(); !errors.Is(err, http.ErrHijacked) {
 				t.Errorf("ResponseController.Flush after Hijack: %v, want http.ErrHijacked", err)
