@@ -39,7 +39,7 @@ func (r *runner) length(code string) time.Duration {
 // watch resets the workers' counts and, with Config.Progress set, reports w's progress every
 // Config.ProgressEvery until the returned stop is called; stop returns once the reporter has
 // returned, so that nothing is reported after it. A workload shorter than the interval is
-// not reported.
+// not reported, nor is one whose time is up while its last operations end.
 func (r *runner) watch(w Workload, round int) (stop func()) {
 	for i := range r.counts {
 		r.counts[i].Store(0)
@@ -66,6 +66,11 @@ func (r *runner) watch(w Workload, round int) (stop func()) {
 					ops += r.counts[i].Load()
 				}
 				p := Progress{Workload: w.Name, Round: round, Elapsed: now.Sub(start), Total: r.length(w.Code), Ops: ops}
+				if p.Elapsed >= p.Total {
+					// Its time is up: the workers finish their last operations, and its row
+					// comes next ("800ms of 700ms" would only say the machine is slow).
+					continue
+				}
 				if d := now.Sub(last); d > 0 {
 					p.OpsPerS = float64(ops-lastOps) / d.Seconds()
 				}
