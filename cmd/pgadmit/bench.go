@@ -30,7 +30,7 @@ Runs the workloads through the ratelimit API, one after the other, each with --w
 concurrent workers (one connection each), and prints for each: operations per second, p50 and
 p99 latency of one operation in microseconds, admitted, refused and errors (ops/s and the
 latencies count the operations decided, admitted or refused; one that failed counts under
-errors only).
+errors only, and an admission whose Commit failed counts as admitted and as an error).
 
 ` + list.String() + `
 W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one
