@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -22,11 +21,7 @@ import (
 func TestObserverUnderManyGoroutines(t *testing.T) {
 	t.Parallel()
 	const maxSeries, goroutines, rounds = 8, 32, 200
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg, promadmit.WithMaxSeries(maxSeries))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t, promadmit.WithMaxSeries(maxSeries))
 	stop := make(chan struct{})
 	scraped := make(chan struct{})
 	go func() {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -22,11 +21,7 @@ import (
 // leave the documented series and one "other" per label.
 func TestUnknownLabelValuesAreOther(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t)
 	team := limit("team", "k", "requests", 10, 1, httpadmit.Enforce)
 	oddMode := team
 	oddMode.Mode = httpadmit.Mode(7)
@@ -102,11 +97,7 @@ func TestUnknownLabelValuesAreOther(t *testing.T) {
 // the pairs beyond the cap were one series.
 func TestRealOtherIsNotTheOverflow(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg, promadmit.WithMaxSeries(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t, promadmit.WithMaxSeries(4))
 	admit := func(scopeType, metric string) {
 		m.Decided([]httpadmit.LimitOutcome{{Limit: limit(scopeType, "k", metric, 10, 1, httpadmit.Enforce), Outcome: httpadmit.OutcomeAdmitted}})
 	}

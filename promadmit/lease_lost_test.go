@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -19,11 +17,7 @@ import (
 // apart from the errors of a database that failed.
 func TestLeaseLostIsNotADatabaseError(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t)
 	lost := fmt.Errorf("renew: %w", &ratelimit.LeaseLostError{LeaseIDs: []string{"l1"}})
 	m.DatabaseCall(httpadmit.OpRenewLeases, time.Millisecond, lost)
 	m.DatabaseCall(httpadmit.OpRenewLeases, time.Millisecond, errors.New("connection refused"))

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -37,11 +36,7 @@ func TestStoppedDatabaseSeriesAndLint(t *testing.T) {
 	}
 	defer pool.Close()
 	limiter := ratelimit.New(pool)
-	reg := prometheus.NewRegistry()
-	metrics, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, metrics := newRegistered(t)
 	combining, err := promadmit.NewCombiningCollector(limiter)
 	if err != nil {
 		t.Fatal(err)

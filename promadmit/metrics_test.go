@@ -35,11 +35,7 @@ func TestMetricsScrapedAfterTraffic(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	limiter := ratelimit.New(pool)
-	reg := prometheus.NewRegistry()
-	metrics, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, metrics := newRegistered(t)
 	mw, err := httpadmit.New(limiter, func(r *http.Request) ([]httpadmit.Limit, error) {
 		key := r.Header.Get("Authorization")
 		return []httpadmit.Limit{
@@ -125,6 +121,18 @@ func TestMetricsScrapedAfterTraffic(t *testing.T) {
 	}
 }
 
+// newRegistered is a Metrics made with opts and registered on a registry
+// of its own.
+func newRegistered(t *testing.T, opts ...promadmit.Option) (*prometheus.Registry, *promadmit.Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := promadmit.New(reg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, m
+}
+
 // scrape renders reg's metrics as /metrics would.
 func scrape(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()
@@ -136,11 +144,7 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 // Pairs of scope type and metric beyond the cap share the label "other".
 func TestLabelsAreBounded(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg, promadmit.WithMaxSeries(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t, promadmit.WithMaxSeries(2))
 	for i := range 5 {
 		m.Decided([]httpadmit.LimitOutcome{{Limit: limit(fmt.Sprintf("type-%d", i), "k", "requests", 1, 1, httpadmit.Enforce), Outcome: httpadmit.OutcomeAdmitted}})
 	}
@@ -199,11 +203,7 @@ func (c descOnly) Collect(chan<- prometheus.Metric)    {}
 // Results of operations: timeouts, errors, skipped recoveries.
 func TestOperationResults(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t)
 	m.DatabaseCall(httpadmit.OpReserve, time.Millisecond, fmt.Errorf("ratelimit: reserve: %w", context.DeadlineExceeded))
 	m.DatabaseCall(httpadmit.OpReserve, time.Millisecond, errors.New("connection refused"))
 	m.ObserveRecover(ratelimit.RecoveryResult{Skipped: true}, nil, time.Millisecond)
@@ -277,11 +277,7 @@ func TestNewRefusesBadOptionsWithValidationErrors(t *testing.T) {
 // counter's Add); the metrics take them instead.
 func TestObserverMethodsTakeAnyInput(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t)
 	m.Decided([]httpadmit.LimitOutcome{{Limit: limit("team\xff", "k", "tok\xfens", 10, 1, httpadmit.Enforce), Outcome: "admitted\xff"}})
 	m.DatabaseCall("reserve\xff", time.Millisecond, nil)
 	m.ObserveRecover(ratelimit.RecoveryResult{FailedTasks: -1, ReleasedConcurrencyLeases: 2}, nil, time.Millisecond)

@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/pgadmit/pgadmit/httpadmit"
-	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -17,11 +14,7 @@ import (
 // PromQL, and a decrease would read as a reset, a spike in rate(_sum).
 func TestNegativeDurationDoesNotLowerTheSum(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t)
 	m.DatabaseCall(httpadmit.OpReserve, -time.Second, nil)
 	m.ObserveRecover(ratelimit.RecoveryResult{}, nil, -time.Second)
 	m.ObservePrune(ratelimit.PruneResult{}, nil, -time.Second)

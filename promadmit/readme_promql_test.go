@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -144,11 +143,7 @@ func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	reg := prometheus.NewRegistry()
-	m, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newRegistered(t)
 	combining, err := promadmit.NewCombiningCollector(ratelimit.New(pool))
 	if err != nil {
 		t.Fatal(err)

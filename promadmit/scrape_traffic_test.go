@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -22,11 +21,7 @@ import (
 func TestScrapesWhileTrafficRuns(t *testing.T) {
 	t.Parallel()
 	limiter := ratelimit.New(pgtest.NewPool(t))
-	reg := prometheus.NewRegistry()
-	metrics, err := promadmit.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, metrics := newRegistered(t)
 	collector, err := promadmit.NewCombiningCollector(limiter)
 	if err != nil {
 		t.Fatal(err)

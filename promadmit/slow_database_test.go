@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
-	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -41,11 +39,7 @@ func TestSlowDatabaseIsTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			reg := prometheus.NewRegistry()
-			metrics, err := promadmit.New(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg, metrics := newRegistered(t)
 			limiter := ratelimit.New(pool)
 			limits := func(*http.Request) ([]httpadmit.Limit, error) {
 				return []httpadmit.Limit{limit("api_key", "k-"+name, ratelimit.MetricRequests, 100, 1, httpadmit.Enforce)}, nil
