@@ -82,3 +82,20 @@ func pasteProblems(imports, body string) []string {
 	sort.Strings(problems)
 	return problems
 }
+
+// The README's Tasks section shows the task flow: a run of lines of
+// ExampleLimiter_CreateTask, from the gateway creating a task to its
+// output, line for line (one tab less), so that what is shown is what was
+// run. It reuses the quickstart's ctx and limiter, so it is not checked as
+// a program of its own.
+func TestReadmeShowsTheRunnableTaskFlow(t *testing.T) {
+	t.Parallel()
+	block := readme.Block(t, "../README.md", "", "// The gateway: one unfinished task at a time for this key.\n")
+	example, err := os.ReadFile("example_task_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(example), readme.Indent(block)) {
+		t.Fatalf("the README's task flow is not a run of lines of ExampleLimiter_CreateTask in ratelimit/example_task_test.go:\n%s", block)
+	}
+}
