@@ -2,6 +2,8 @@ package schema_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -10,6 +12,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
 	"github.com/pgadmit/pgadmit/schema"
 )
 
@@ -33,25 +36,39 @@ func TestNewProviderRefusesConflictingOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each refusal is a *ratelimit.ValidationError naming the option by its
+	// place in opts, as a nil db is one on "db", and wraps goose's own reason.
 	for _, tc := range []struct {
-		name string
-		opt  goose.ProviderOption
+		name  string
+		opts  []goose.ProviderOption
+		field string
+		goose string // a part of goose's message
 	}{
-		{"WithTableName(goose default)", goose.WithTableName(goose.DefaultTablename)},
-		{"WithTableName(VersionTable)", goose.WithTableName(schema.VersionTable)},
-		{"WithStore", goose.WithStore(store)},
-		{"WithLocker", goose.WithLocker(locker)},
-		{"WithSessionLocker", goose.WithSessionLocker(sessionLocker)},
+		{"WithTableName(goose default)", []goose.ProviderOption{goose.WithTableName(goose.DefaultTablename)}, "opts[0]", "WithTableName cannot be used with WithStore"},
+		{"WithTableName(VersionTable)", []goose.ProviderOption{goose.WithTableName(schema.VersionTable)}, "opts[0]", "WithTableName cannot be used with WithStore"},
+		{"WithStore", []goose.ProviderOption{goose.WithStore(store)}, "opts[0]", "store already set"},
+		{"WithLocker", []goose.ProviderOption{goose.WithLocker(locker)}, "opts[0]", "lock already enabled"},
+		{"WithSessionLocker", []goose.ProviderOption{goose.WithSessionLocker(sessionLocker)}, "opts[0]", "lock already enabled"},
+		{"WithSlog(nil)", []goose.ProviderOption{goose.WithSlog(nil)}, "opts[0]", "slog logger must not be nil"},
+		{"WithVerbose, WithTableName", []goose.ProviderOption{goose.WithVerbose(false), goose.WithTableName("t")}, "opts[1]", "WithTableName cannot be used with WithStore"},
+		{"WithVerbose, WithLocker", []goose.ProviderOption{goose.WithVerbose(false), goose.WithLocker(locker)}, "opts[1]", "lock already enabled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := stdlib.OpenDBFromPool(pool)
-			p, err := schema.NewProvider(db, tc.opt)
+			p, err := schema.NewProvider(db, tc.opts...)
 			if err == nil {
 				defer p.Close()
 				v, verr := p.GetDBVersion(context.Background())
 				t.Fatalf("NewProvider with %s succeeded (its provider reads version %d, %v); want an error", tc.name, v, verr)
 			}
 			_ = db.Close()
+			var invalid *ratelimit.ValidationError
+			if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != tc.field {
+				t.Errorf("NewProvider with %s: %v; want a *ratelimit.ValidationError on %s", tc.name, err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.goose) {
+				t.Errorf("NewProvider with %s: %v; want goose's reason %q in it", tc.name, err, tc.goose)
+			}
 		})
 	}
 

@@ -32,6 +32,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,10 +81,12 @@ const (
 //
 // opts are appended to pgadmit's own options, for instance goose.WithVerbose or goose.WithSlog
 // for a CLI; options that set the table name, store or locker conflict with pgadmit's and make
-// NewProvider fail.
+// NewProvider fail. An option that goose refuses, for such a conflict or any other reason (a nil
+// logger), is a *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput) on its place in
+// opts ("opts[0]"), which wraps goose's error.
 //
-// Closing the provider closes db. A nil db is a *ratelimit.ValidationError (errors.Is
-// ratelimit.ErrInvalidInput) on "db", as a nil pool is for Migrate.
+// Closing the provider closes db. A nil db is a *ratelimit.ValidationError on "db", as a nil
+// pool is for Migrate.
 func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	if db == nil {
 		return nil, errNilDB
@@ -111,14 +114,14 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	if err != nil {
 		return nil, fmt.Errorf("schema: version table store: %w", err)
 	}
-	all := append([]goose.ProviderOption{
+	own := []goose.ProviderOption{
 		goose.WithStore(store),
 		goose.WithLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
-	}, opts...)
-	p, err := goose.NewProvider(goose.DialectCustom, db, FS, all...)
+	}
+	p, err := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, opts)...)
 	if err != nil {
-		return nil, fmt.Errorf("schema: goose provider: %w", err)
+		return nil, refusal(db, own, opts, err)
 	}
 	return p, nil
 }
