@@ -28,9 +28,14 @@ type Scope struct {
 
 // Limit is one limit an admission must fit in.
 //
-// Zero values: an Amount of 0 reserves nothing, so the limit is skipped
-// (no row is read or written). A Limit of 0 admits nothing: any positive
-// Amount is refused with an *ExceededError that is not Retryable.
+// Zero values, for Check and Reserve: an Amount of 0 reserves nothing, so
+// the limit is skipped (it is validated, but no row is read or written,
+// and the grant holds nothing for it). A Limit of 0 admits nothing: any
+// positive Amount is refused with an *ExceededError that is not Retryable.
+//
+// A queue_size limit, in TaskSpec.QueueLimits, is not skipped at Amount 0:
+// there Amount is ignored (0 or 1), every task takes one place and the
+// limit is enforced.
 type Limit struct {
 	Scope  Scope
 	Metric string
@@ -39,7 +44,10 @@ type Limit struct {
 	// Amount is what this admission needs: 1 request, an estimate of
 	// tokens, 1 slot. On a concurrent limit it is the lease's weight: a
 	// request may hold 2.5 slots or half of one, and the live leases'
-	// weights never sum past Limit.
+	// weights never sum past Limit. 0 skips the limit in Check and
+	// Reserve (nothing is checked or held). In TaskSpec.QueueLimits it
+	// must be 0 or 1 and changes nothing: the task takes one place and
+	// the limit is enforced either way.
 	Amount float64
 	// Window is the fixed window of a counter metric, in whole seconds,
 	// aligned to the Unix epoch. Zero means DefaultWindow.

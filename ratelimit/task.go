@@ -91,9 +91,11 @@ type TaskSpec struct {
 	Payload json.RawMessage
 	// QueueLimits are queue_size limits: the task is admitted only while
 	// each scope holds fewer unfinished tasks than its Limit (a whole number;
-	// 0 admits nothing). Metric must be queue_size (or empty); Amount must be
-	// 0 or 1 (a task takes one place either way); Window and LeaseTTL must
-	// be zero.
+	// 0 admits nothing). Metric must be queue_size (or empty); Window and
+	// LeaseTTL must be zero. Amount must be 0 or 1 and is otherwise ignored:
+	// unlike a limit of Reserve, which an Amount of 0 skips, a queue limit
+	// with Amount 0 still counts the task (one place) and still refuses it
+	// when the scope is full.
 	QueueLimits []Limit
 	// Worker names the process running a sync task (required for sync
 	// tasks, must be empty for async ones: the claiming worker names itself).
