@@ -66,7 +66,11 @@ type config struct {
 // decision (default DefaultDecisionTimeout): past it, the failure policy of
 // its limits applies, as when the database errors. Keep it to a few
 // milliseconds above the database's usual latency, so that a database that
-// hangs costs each request no more than this.
+// hangs costs each request no more than this. The timeout includes what a
+// cold pool does first (connect, then prepare and plan pgadmit's statements
+// on each new connection, tens of milliseconds and at times more): Ping the
+// pool at start-up and set its MinConns, which save the connecting, or allow
+// more, lest the first requests of a gateway that fails closed get 503s.
 func WithDecisionTimeout(d time.Duration) Option {
 	return func(c *config) { c.decisionTimeout = d }
 }
