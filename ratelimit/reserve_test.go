@@ -162,7 +162,7 @@ func TestRenewLeases(t *testing.T) {
 	l, _ := clocked(pgtest.NewPool(t), &clock)
 	ctx := context.Background()
 	short := concurrent("model", uniqueKey("model"), 5)
-	short.LeaseTTL = time.Second
+	short.LeaseTTL = time.Minute // long enough that no load lets it lapse before the first renewal
 	long := concurrent("model", uniqueKey("model"), 5)
 	long.LeaseTTL = time.Hour
 	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{short, long})
@@ -173,7 +173,7 @@ func TestRenewLeases(t *testing.T) {
 	if err != nil || len(renewed) != 2 || !renewed[1].ExpiresAt.After(grant.Leases[1].ExpiresAt) {
 		t.Fatalf("RenewLeases of live leases = %+v, %v; want both renewed with a later expiry", renewed, err)
 	}
-	clock.pass(renewed[0].ExpiresAt) // the 1 s lease lapses
+	clock.pass(renewed[0].ExpiresAt) // the short lease lapses, the hour-long one lives
 	renewed, err = l.RenewLeases(ctx, grant.Leases)
 	var lost *ratelimit.LeaseLostError
 	if !errors.Is(err, ratelimit.ErrLeaseLost) || !errors.As(err, &lost) {
