@@ -118,8 +118,8 @@ func TestRecoverDeadProcess(t *testing.T) {
 	}
 	assertSweeperLog(t, out,
 		`recover: sweeping every 300ms`,
-		`recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments \(\d+ms\)$`,
-		`recover: nothing to recover \(\d+ms\)$`,
+		`recover: released 1 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments \(\d+(\.\d+)?m?s\)$`,
+		`recover: nothing to recover \(\d+(\.\d+)?m?s\)$`,
 		`recover: stopped$`,
 	)
 	cliOK(t, "--database-url", url, "doctor")
@@ -144,7 +144,7 @@ func TestPrune(t *testing.T) {
 	// goes, the current window and its reservation stay (the window has not ended); the finished
 	// task's two events go, and then, with a 1 s task retention, the task itself.
 	out := cliOK(t, "--database-url", url, "prune")
-	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 0 leases, 0 events, 0 tasks finished before \S+ \(\d+ms\)\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^pruned before \S+: released 0 stale reservations; deleted 0 counter windows, 0 reservations, 0 allotments, 0 leases, 0 events, 0 tasks finished before \S+ \(\d+(\.\d+)?m?s\)\n$`).MatchString(out) {
 		t.Errorf("prune:\n%s", out)
 	}
 	time.Sleep(1100 * time.Millisecond)
@@ -260,7 +260,7 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 	}
 	assertSweeperLog(t, out,
 		`recover: pass failed: .*context deadline exceeded`,
-		`recover: nothing to recover \(\d+ms\)$`,
+		`recover: nothing to recover \(\d+(\.\d+)?m?s\)$`,
 		`recover: stopped$`,
 	)
 	_, errOut, code := cli(t, nil, "--database-url", url, "recover", "--every", "1s", "--pass-timeout", "0s")
@@ -350,7 +350,7 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 	}
 	assertSweeperLog(t, out,
-		`recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+ms\); stopped mid-pass$`,
+		`recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+(\.\d+)?m?s\); stopped mid-pass$`,
 		`recover: stopped$`,
 	)
 	if strings.Contains(out, "pass failed") {
@@ -369,8 +369,8 @@ func TestPruneAndRecoverPrintTheirProgress(t *testing.T) {
 	t.Parallel()
 	url, _ := newDatabase(t)
 	for _, c := range []struct{ cmd, result, summary string }{
-		{"prune", `^pruned before \S+: released 0 stale reservations; .* \(\d+ms\)\n$`, `pruned before \S+: released 0 stale reservations; `},
-		{"recover", `^nothing to recover \(\d+ms\)\n$`, `released 0 leases and 0 reservations; `},
+		{"prune", `^pruned before \S+: released 0 stale reservations; .* \(\d+(\.\d+)?m?s\)\n$`, `pruned before \S+: released 0 stale reservations; `},
+		{"recover", `^nothing to recover \(\d+(\.\d+)?m?s\)\n$`, `released 0 leases and 0 reservations; `},
 	} {
 		out, errOut, code := cli(t, nil, "--database-url", url, c.cmd, "--progress", "1ns")
 		if code != exitOK || !regexp.MustCompile(c.result).MatchString(out) {

@@ -33,7 +33,7 @@ func TestRecoverSweeperBehindPgBouncerChecksTheExecMode(t *testing.T) {
 			t.Errorf("recover --every on %s: stderr %q, want a warning: %v", c.url, stderr.String(), c.warn)
 		}
 		if !c.warn {
-			assertSweeperLog(t, stdout.String(), `recover: nothing to recover \(\d+ms\)$`)
+			assertSweeperLog(t, stdout.String(), `recover: nothing to recover \(\d+(\.\d+)?m?s\)$`)
 		}
 	}
 }
