@@ -475,17 +475,17 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 				if ctx.Err() != nil {
 					return
 				}
+				refused := errors.Is(err, ratelimit.ErrExceeded)
+				if err == nil || refused { // decided: an operation of the measure
+					t.ops++
+					r.counts[w].Add(1)
+					t.lat = append(t.lat, el)
+				}
 				var commitErr errCommit
 				switch {
 				case err == nil:
-					t.ops++
-					r.counts[w].Add(1)
-					t.lat = append(t.lat, el)
 					t.admitted++
-				case errors.Is(err, ratelimit.ErrExceeded):
-					t.ops++
-					r.counts[w].Add(1)
-					t.lat = append(t.lat, el)
+				case refused:
 					t.rejected++
 				default:
 					// Not an operation of the measure: one that failed (the database
