@@ -179,7 +179,7 @@ func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
 	}
-	m.latency.WithLabelValues(operationLabel(op), result(err)).Observe(seconds(took))
+	m.observeLatency(operationLabel(op), result(err), took)
 }
 
 // LeasesHeld moves the gauge of leases held.
@@ -220,10 +220,13 @@ func (m *Metrics) labels(scopeType, metric string) (string, string) {
 	return scopeType, metric
 }
 
-// seconds is took as observed: a negative duration (a caller's wall clock
-// stepped back) is 0, as the histogram's _sum must never decrease: PromQL
-// would read a reset, a spike in rate(_sum).
-func seconds(took time.Duration) float64 { return max(took, 0).Seconds() }
+// observeLatency records how long an operation took, by operation and
+// result: a negative duration (a caller's wall clock stepped back) is 0, as
+// the histogram's _sum must never decrease: PromQL would read a reset, a
+// spike in rate(_sum).
+func (m *Metrics) observeLatency(op, result string, took time.Duration) {
+	m.latency.WithLabelValues(op, result).Observe(max(took, 0).Seconds())
+}
 
 // result is the result label of an operation's error.
 func result(err error) string {

@@ -46,7 +46,7 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 	if !m.made() {
 		return
 	}
-	m.latency.WithLabelValues(OpRecover, maintenanceResult(err, res.Skipped)).Observe(seconds(took))
+	m.observeLatency(OpRecover, maintenanceResult(err, res.Skipped), took)
 	for kind, n := range map[string]int64{
 		"leases":          res.ReleasedConcurrencyLeases,
 		"reservations":    res.ReleasedRateReservations,
@@ -68,7 +68,7 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 	if !m.made() {
 		return
 	}
-	m.latency.WithLabelValues(OpPrune, maintenanceResult(err, res.Skipped)).Observe(seconds(took))
+	m.observeLatency(OpPrune, maintenanceResult(err, res.Skipped), took)
 	for kind, n := range map[string]int64{
 		"stale_reservations": res.ReleasedStaleReservations,
 		"counters":           res.Counters,
