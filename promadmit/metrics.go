@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -58,6 +59,16 @@ const (
 	// slot may be someone else's now). The database answered: it is no
 	// ResultError, which an alert on the database's health would page for.
 	ResultLeaseLost = "lease_lost"
+	// ResultUnknownGrant: the database knows no reservation or lease of the
+	// grant (ratelimit.ErrUnknownGrant: pruned, or never written). It
+	// answered: the caller holds a grant it lost, or has a bug.
+	ResultUnknownGrant = "unknown_grant"
+	// ResultRejected: the call was refused for the caller's input or state,
+	// by ratelimit or by a database that answered: invalid input, an
+	// unknown or finished task or attempt, a stale execution token, an
+	// operation out of lock order, no task to claim. A caller's bug, not
+	// the database's health.
+	ResultRejected = "rejected"
 )
 
 // Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is
@@ -129,7 +140,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}, []string{"scope_type", "metric"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
-		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost).",
+		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected).",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10, 30},
 	}, []string{"operation", "result"})
 	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -174,7 +185,15 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 
 // DatabaseCall observes one operation's duration. An op other than
 // httpadmit's Op* constants, OpRecover and OpPrune is counted as Other,
-// so that no string a caller passes makes a series of its own.
+// so that no string a caller passes makes a series of its own. err gives
+// the result label: ResultOK, ResultExceeded, ResultLeaseLost (a lost
+// concurrency or maintenance lease), ResultUnknownGrant, ResultRejected
+// (the caller's input or state: ratelimit.ErrInvalidInput, ErrUnknownTask,
+// ErrTaskFinished, ErrNoTask, ErrStaleToken, ErrLockOrder), ResultTimeout
+// (a context deadline, or a net.Error that timed out, a dial's included)
+// or ResultError (the rest: the database failed, refused the connection,
+// or the deployment fails every call, as ErrIsolation and the pooler
+// errors do).
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
@@ -228,19 +247,40 @@ func (m *Metrics) observeLatency(op, result string, took time.Duration) {
 	m.latency.WithLabelValues(op, result).Observe(max(took, 0).Seconds())
 }
 
-// result is the result label of an operation's error.
+// result is the result label of an operation's error. Each exported error
+// of ratelimit has a class chosen for it (result_classes_test.go fails for
+// one that has none): error and timeout are left for what an alert on the
+// database's health should page for, a database or deployment that fails
+// every call; the answers a healthy database gives a caller's call have
+// classes of their own.
 func result(err error) string {
 	switch {
 	case err == nil:
 		return ResultOK
 	case errors.Is(err, ratelimit.ErrExceeded):
 		return ResultExceeded
-	case errors.Is(err, ratelimit.ErrLeaseLost):
+	case errors.Is(err, ratelimit.ErrLeaseLost), errors.Is(err, ratelimit.ErrMaintenanceLeaseLost):
 		return ResultLeaseLost
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ratelimit.ErrUnknownGrant):
+		return ResultUnknownGrant
+	case errors.Is(err, ratelimit.ErrInvalidInput), errors.Is(err, ratelimit.ErrUnknownTask),
+		errors.Is(err, ratelimit.ErrTaskFinished), errors.Is(err, ratelimit.ErrNoTask),
+		errors.Is(err, ratelimit.ErrStaleToken), errors.Is(err, ratelimit.ErrLockOrder):
+		return ResultRejected
+	case timedOut(err):
 		return ResultTimeout
 	}
+	// ErrIsolation and the pooler errors too: a deployment that fails every
+	// call is admission control down, as a database down is.
 	return ResultError
+}
+
+// timedOut reports whether err is a database that did not answer in time:
+// a context deadline, or a net.Error that timed out (a dial or read past
+// its deadline, which need not carry context.DeadlineExceeded).
+func timedOut(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
 }
 
 // invalidOption is fn's error for an argument, option or receiver it

@@ -155,7 +155,7 @@ func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 		}
 	}
 	results := []error{nil, &ratelimit.ExceededError{}, fmt.Errorf("x: %w", context.DeadlineExceeded),
-		errors.New("connection refused"), &ratelimit.LeaseLostError{}}
+		errors.New("connection refused"), &ratelimit.LeaseLostError{}, ratelimit.ErrUnknownGrant, ratelimit.ErrUnknownTask}
 	for _, op := range []string{httpadmit.OpReserve, httpadmit.OpCommit, httpadmit.OpRelease, httpadmit.OpRenewLeases} {
 		for _, err := range results {
 			m.DatabaseCall(op, time.Millisecond, err)

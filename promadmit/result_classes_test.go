@@ -1,0 +1,165 @@
+package promadmit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// resultClasses is the result label of every exported sentinel error and
+// error type of ratelimit, by its name there. TestEveryRatelimitErrorHasAClass
+// fails when ratelimit exports an error this table does not name, so that
+// a new one gets a class chosen for it, not "error" by default.
+var resultClasses = map[string]struct {
+	err  error
+	want string
+}{
+	"ErrExceeded":             {ratelimit.ErrExceeded, ResultExceeded},
+	"ExceededError":           {&ratelimit.ExceededError{}, ResultExceeded},
+	"ErrLeaseLost":            {ratelimit.ErrLeaseLost, ResultLeaseLost},
+	"LeaseLostError":          {&ratelimit.LeaseLostError{}, ResultLeaseLost},
+	"ErrMaintenanceLeaseLost": {ratelimit.ErrMaintenanceLeaseLost, ResultLeaseLost},
+	"ErrUnknownGrant":         {ratelimit.ErrUnknownGrant, ResultUnknownGrant},
+	"ErrInvalidInput":         {ratelimit.ErrInvalidInput, ResultRejected},
+	"ValidationError":         {&ratelimit.ValidationError{}, ResultRejected},
+	"ErrUnknownTask":          {ratelimit.ErrUnknownTask, ResultRejected},
+	"ErrTaskFinished":         {ratelimit.ErrTaskFinished, ResultRejected},
+	"ErrNoTask":               {ratelimit.ErrNoTask, ResultRejected},
+	"ErrStaleToken":           {ratelimit.ErrStaleToken, ResultRejected},
+	"StaleTokenError":         {&ratelimit.StaleTokenError{}, ResultRejected},
+	"ErrLockOrder":            {ratelimit.ErrLockOrder, ResultRejected},
+	"LockOrderError":          {&ratelimit.LockOrderError{}, ResultRejected},
+	// Deployment faults that fail every call until the connections are
+	// fixed: admission control is down, as when the database is.
+	"ErrIsolation":        {ratelimit.ErrIsolation, ResultError},
+	"ErrPoolerMismatch":   {ratelimit.ErrPoolerMismatch, ResultError},
+	"ErrStatementPooling": {ratelimit.ErrStatementPooling, ResultError},
+	"ErrPoolerUnknown":    {ratelimit.ErrPoolerUnknown, ResultError},
+	"PoolerError":         {&ratelimit.PoolerError{Cause: errors.New("42P05")}, ResultError},
+}
+
+func TestResultOfEveryRatelimitError(t *testing.T) {
+	t.Parallel()
+	for name, c := range resultClasses {
+		for _, err := range []error{c.err, fmt.Errorf("ratelimit: op: %w", c.err)} {
+			if got := result(err); got != c.want {
+				t.Errorf("%s (%v): result %q, want %q", name, err, got, c.want)
+			}
+		}
+	}
+}
+
+// Every exported Err* variable and *Error type of ratelimit is in
+// resultClasses.
+func TestEveryRatelimitErrorHasAClass(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../ratelimit/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := parser.ParseFile(fset, f, src, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				var names []string
+				switch s := spec.(type) {
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if gen.Tok == token.VAR && n.IsExported() && strings.HasPrefix(n.Name, "Err") {
+							names = append(names, n.Name)
+						}
+					}
+				case *ast.TypeSpec:
+					if s.Name.IsExported() && strings.HasSuffix(s.Name.Name, "Error") {
+						names = append(names, s.Name.Name)
+					}
+				}
+				for _, n := range names {
+					found++
+					if _, ok := resultClasses[n]; !ok {
+						t.Errorf("ratelimit.%s has no result class: add it to resultClasses (and to the README)", n)
+					}
+				}
+			}
+		}
+	}
+	if found != len(resultClasses) {
+		t.Errorf("ratelimit exports %d errors, resultClasses names %d", found, len(resultClasses))
+	}
+}
+
+// timeoutErr is a net.Error that timed out, as a dial or read past its
+// deadline gives, with no context.DeadlineExceeded in its chain.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+var _ net.Error = timeoutErr{}
+
+// A database that does not answer in time is timeout however the timeout
+// is wrapped; one that refuses or fails at once is error.
+func TestResultOfTimeoutsAndFailures(t *testing.T) {
+	t.Parallel()
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: timeoutErr{}}
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ResultOK},
+		{"context deadline", fmt.Errorf("ratelimit: reserve: %w", context.DeadlineExceeded), ResultTimeout},
+		{"dial timeout", fmt.Errorf("failed to connect to host=db: %w", dial), ResultTimeout},
+		{"read timeout", fmt.Errorf("ratelimit: commit: %w", timeoutErr{}), ResultTimeout},
+		{"pgconn timeout", pgconnTimeout(t), ResultTimeout},
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, ResultError},
+		{"server error", &pgconn.PgError{Code: "57P01"}, ResultError},
+		{"plain", errors.New("boom"), ResultError},
+	} {
+		if got := result(c.err); got != c.want {
+			t.Errorf("%s (%v): result %q, want %q", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// pgconnTimeout is the error pgconn gives a connect whose context expired:
+// what pgconn.Timeout reports as a timeout.
+func pgconnTimeout(t *testing.T) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	_, err := pgconn.Connect(ctx, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
+	if err == nil || !pgconn.Timeout(err) {
+		t.Fatalf("connect with an expired context: %v, not a pgconn timeout", err)
+	}
+	return err
+}
