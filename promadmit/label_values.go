@@ -2,8 +2,10 @@ package promadmit
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // The operation, outcome and mode labels take only the values documented
@@ -53,13 +55,24 @@ func modeLabel(mode httpadmit.Mode) string {
 // methods may pass anything.
 func labelValue(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
-// scopeLabel is a scope type or metric as a label value: labelValue, and
-// never Other, which stands for the pairs beyond WithMaxSeries. A real
-// "other" is reported as "other_"; so that no two names meet, every name
-// that is "other" and underscores gains one more ("other_" is
-// "other__").
+// scopeLabel is a scope type or metric as a label value: labelValue, cut
+// to ratelimit.MaxScopeBytes (never inside a rune), and never Other, which
+// stands for the pairs beyond WithMaxSeries. A real "other" is reported as
+// "other_"; so that no two names meet, every name that is "other" and
+// underscores gains one more ("other_" is "other__"), after the cut, so a
+// label is at most MaxScopeBytes+1 bytes. The middleware reports only
+// limits ratelimit accepted, whose names are never longer and keep their
+// whole value; the cut bounds what another caller of Decided passes, as
+// each value is kept for the life of the process.
 func scopeLabel(s string) string {
 	s = labelValue(s)
+	if len(s) > ratelimit.MaxScopeBytes {
+		cut := ratelimit.MaxScopeBytes
+		for !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
 	if strings.TrimRight(s, "_") == Other {
 		return s + "_"
 	}

@@ -18,7 +18,8 @@
 // as "other" (Other); so are operations, outcomes and modes outside the
 // values documented for them, whoever calls the Observer methods. A scope
 // type or metric really named "other" is reported as "other_", apart from
-// them ("other_" as "other__", and so on).
+// them ("other_" as "other__", and so on). A scope type or metric longer
+// than ratelimit.MaxScopeBytes is cut to it.
 package promadmit
 
 import (
@@ -172,7 +173,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // constants, or a mode other than Enforce and Shadow, is counted as Other;
 // scope type and metric pairs beyond WithMaxSeries are Other too, and a
 // scope type or metric named "other" is "other_". Invalid UTF-8 in a scope
-// type or metric is replaced by U+FFFD. Nothing a caller
+// type or metric is replaced by U+FFFD, and one longer than
+// ratelimit.MaxScopeBytes (which ratelimit refuses as a limit) is cut to
+// it. Nothing a caller
 // passes makes more series than these bounds, or panics.
 func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 	if !m.made() {
