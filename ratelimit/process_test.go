@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,118 +19,18 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// procChildEnv carries the child's orders (JSON) to the re-executed test
-// binary; its presence makes TestProcessChild act as one gateway process.
-const procChildEnv = "PGADMIT_PROCESS_CHILD"
-
-// procOrders is what a child gateway process runs.
-type procOrders struct {
-	URL     string
-	Key     string
-	Local   bool          // the window limit is Local (allotments); else combining only
-	Window  time.Duration // of the window limit
-	Limit   float64       // of the window limit
-	Slots   float64       // the concurrent limit
-	Workers int
-	RunFor  time.Duration
-	// Victim: SIGKILL itself at its victimAdmissions-th admission from a
-	// local block, running past RunFor until then.
-	Victim bool
-}
-
-// victimAdmissions is how many admissions the victim makes from its blocks
-// before it dies. It kills itself the instant it admits from a block, so
-// that block certainly has not gone back: a block with a request in flight
-// goes back only on Close or long after its window. Killed from outside a
-// moment later, it could have spent and returned its blocks in a window
-// already full.
-const victimAdmissions = 100
-
-// procReport is what a child that finished reports: admissions per window.
-type procReport struct {
-	Admitted map[string]int // window start (RFC 3339) -> admitted
-	Refused  int
-}
-
-func (o procOrders) limits() []ratelimit.Limit {
-	w := window("api_key", o.Key, ratelimit.MetricRequests, o.Limit, 1)
-	w.Window, w.Local = o.Window, o.Local
-	return []ratelimit.Limit{w, concurrent("model", o.Key, o.Slots)}
-}
-
-// TestProcessChild is a gateway process of TestExactAcrossProcesses. It
-// does nothing unless re-executed with procChildEnv set (the helper-process
-// pattern): then it admits requests with Workers goroutines for RunFor,
-// holding each slot a moment, and reports on stdout.
-func TestProcessChild(t *testing.T) {
-	raw := os.Getenv(procChildEnv)
-	if raw == "" {
-		return
-	}
-	var o procOrders
-	if err := json.Unmarshal([]byte(raw), &o); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, o.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := ratelimit.New(pool)
-	var mu sync.Mutex
-	rep := procReport{Admitted: map[string]int{}}
-	var fromBlocks atomic.Int64
-	deadline := time.Now().Add(o.RunFor)
-	if o.Victim {
-		deadline = deadline.Add(3 * o.Window) // dies before: every window has room
-	}
-	var wg sync.WaitGroup
-	for range o.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				g, err := l.Reserve(ctx, "", "", o.limits())
-				if errors.Is(err, ratelimit.ErrExceeded) {
-					mu.Lock()
-					rep.Refused++
-					mu.Unlock()
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				if err != nil {
-					fmt.Printf("error %v\n", err)
-					return
-				}
-				if o.Victim && g.Reservations[0].Local && fromBlocks.Add(1) == victimAdmissions {
-					self, _ := os.FindProcess(os.Getpid())
-					_ = self.Kill() // SIGKILL: no deferred call, no Close
-				}
-				time.Sleep(500 * time.Microsecond) // the upstream call, holding its slot
-				if _, err := l.Commit(ctx, g, nil); err != nil {
-					fmt.Printf("error %v\n", err)
-					return
-				}
-				mu.Lock()
-				rep.Admitted[g.Reservations[0].WindowStart.UTC().Format(time.RFC3339)]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	l.Close()
-	pool.Close()
-	b, _ := json.Marshal(rep)
-	fmt.Printf("report %s\n", b)
-}
-
 // Four gateway processes (separate OS processes) of 16 goroutines share a
 // window limit of 1,000 and a concurrency limit of 10, first combining
 // their calls, then admitting the window limit from local allotments while
-// one of them is SIGKILLed holding blocks: no window admits more than
-// 1,000, never more than 10 slots are live, and once Recover has given the
-// dead process's blocks back, every counter equals its ledger and the
-// doctor finds nothing.
+// one of them is SIGKILLed holding blocks. They run until the window limit
+// has refused requests in stressedWindows windows (so that the limit binds,
+// and a window ends under that pressure). No window admits more than
+// 1,000 (counting every admission of every process, the victim's up to its
+// death), never more than 10 slots are live, a window that refused admitted
+// exactly 1,000 when combining and stranded no more than the documented
+// bound with allotments, no block is above its share of the limit, and once
+// Recover has given the dead process's blocks back, every counter equals its
+// ledger (when combining: the admissions too) and the doctor finds nothing.
 func TestExactAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four processes")
@@ -149,6 +48,52 @@ func TestExactAcrossProcesses(t *testing.T) {
 	}
 }
 
+// stressedWindows is how many windows the window limit must refuse in
+// before the processes stop; maxStress bounds the wait for it (a window of
+// 6s fills its 1,000 at 10 slots in a few seconds, even on a busy machine).
+const (
+	stressedWindows = 2
+	maxStress       = 2 * time.Minute
+)
+
+// procTally gathers what the processes report: admissions per window
+// (the victim's apart) and the windows the limit refused in. It closes
+// stop once the limit refused in stressedWindows windows.
+type procTally struct {
+	mu       sync.Mutex
+	admitted map[string]int // window -> admissions of the survivors
+	victim   map[string]int // window -> admissions of the victim before it died
+	refused  map[string]bool
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+func newProcTally() *procTally {
+	return &procTally{admitted: map[string]int{}, victim: map[string]int{}, refused: map[string]bool{}, stop: make(chan struct{})}
+}
+
+func (p *procTally) halt() { p.stopOnce.Do(func() { close(p.stop) }) }
+
+func (p *procTally) admit(w string, victim bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if victim {
+		p.victim[w]++
+	} else {
+		p.admitted[w]++
+	}
+}
+
+func (p *procTally) refuse(w string) {
+	p.mu.Lock()
+	p.refused[w] = true
+	n := len(p.refused)
+	p.mu.Unlock()
+	if n >= stressedWindows {
+		p.halt()
+	}
+}
+
 func runProcesses(t *testing.T, local bool) {
 	const processes, workers, limit, slots = 4, 16, 1000, 10
 	url := pgtest.NewURL(t)
@@ -158,8 +103,8 @@ func runProcesses(t *testing.T, local bool) {
 	}
 	t.Cleanup(pool.Close)
 	key := uniqueKey("procs")
-	orders := procOrders{URL: url, Key: key, Local: local, Window: 4 * time.Second, Limit: limit, Slots: slots,
-		Workers: workers, RunFor: 3 * time.Second}
+	orders := procOrders{URL: url, Key: key, Local: local, Window: 6 * time.Second, Limit: limit, Slots: slots,
+		Workers: workers, MaxRun: maxStress + time.Minute}
 
 	// Watch the live slots while the processes run.
 	stopWatch := make(chan struct{})
@@ -180,116 +125,182 @@ func runProcesses(t *testing.T, local bool) {
 		}
 	}()
 
+	tally := newProcTally()
+	stressed := time.AfterFunc(maxStress, tally.halt)
 	var wg sync.WaitGroup
-	reports := make([]procReport, processes)
 	for i := range processes {
 		o := orders
 		o.Victim = local && i == 0
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reports[i] = runChild(t, o)
+			runChild(t, o, tally)
 		}()
 	}
 	wg.Wait()
+	stressed.Stop()
+	tally.halt() // lets go of the children's stdin, had they all ended before
 	close(stopWatch)
 	<-watched
 
+	if len(tally.refused) < stressedWindows {
+		t.Errorf("the window limit refused in %d window(s) in %v, want %d: it never bound", len(tally.refused), maxStress, stressedWindows)
+	}
 	if p := peak.Load(); p > slots {
 		t.Errorf("%d live slots seen, limit %d", p, slots)
+	}
+	admitted := map[string]int{} // every process's, the victim's included
+	for w, n := range tally.admitted {
+		admitted[w] += n
+	}
+	for w, n := range tally.victim {
+		admitted[w] += n
+	}
+	for w, n := range admitted {
+		if n > limit {
+			t.Errorf("window %s: %d admitted, limit %d", w, n, limit)
+		}
 	}
 	for _, c := range counterRows(t, pool, "api_key", key) {
 		if c.UsedValue+c.ReservedValue > limit {
 			t.Errorf("window %s: used %g + reserved %g over the limit %d", c.WindowStart, c.UsedValue, c.ReservedValue, limit)
 		}
 	}
-	perWindow := map[string]int{}
-	for _, r := range reports {
-		for w, n := range r.Admitted {
-			perWindow[w] += n
-		}
+
+	// What sat unused while requests were refused: at the end of each
+	// window the limit refused in (or of the run, for the last), the
+	// units of the window not admitted. Combining holds none; blocks hold
+	// at most two per process (README, Stranding).
+	bound := processes * 2 * limit * ratelimit.DefaultAllotmentMaxShare
+	if !local {
+		bound = 0
 	}
-	for w, n := range perWindow {
-		if n > limit {
-			t.Errorf("window %s: the survivors alone admitted %d, limit %d", w, n, limit)
+	stranded := map[string]int{}
+	for w := range tally.refused {
+		stranded[w] = limit - admitted[w]
+		if float64(stranded[w]) > bound {
+			t.Errorf("window %s: %d of %d admitted while requests were refused: %d units stranded, bound %g", w, admitted[w], limit, stranded[w], bound)
 		}
 	}
 
-	// The dead process's blocks come back once their window is over.
 	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(500*time.Millisecond))
 	var recovered ratelimit.RecoveryResult
 	if local {
-		blocks := allotments(t, pool, "api_key", key)
-		var lastEnd time.Time
-		for _, b := range blocks {
-			if b.ReturnedAt == nil && b.ExpiresAt.After(lastEnd) {
-				lastEnd = b.ExpiresAt
+		recovered = recoverVictim(t, pool, m, key, limit)
+		for _, c := range counterRows(t, pool, "api_key", key) {
+			// The victim's blocks charge its last report: at most what it
+			// admitted, which the count above may miss the last few of.
+			if survivors := tally.admitted[windowName(c.WindowStart)]; c.UsedValue < float64(survivors) || c.UsedValue > limit || c.ReservedValue != 0 {
+				t.Errorf("window %s after Recover: used %g, reserved %g; want at least the survivors' %d admissions, at most %d, nothing reserved",
+					c.WindowStart, c.UsedValue, c.ReservedValue, survivors, limit)
 			}
 		}
-		if lastEnd.IsZero() {
-			t.Fatalf("the killed process held no open block (%d blocks in all)", len(blocks))
-		}
-		waitPast(t, pool, lastEnd.Add(time.Second+100*time.Millisecond)) // its window's end, plus the grace and a report period
-		recovered, err = m.Recover(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if recovered.ReturnedAllotments == 0 {
-			t.Errorf("Recover returned no allotment of the killed process: %+v", recovered)
-		}
-		stranded := 0.0
-		for _, b := range allotments(t, pool, "api_key", key) {
-			if b.ReturnedAt == nil {
-				t.Errorf("block %+v still open after Recover", b)
+	} else {
+		for _, c := range counterRows(t, pool, "api_key", key) {
+			if n := admitted[windowName(c.WindowStart)]; c.UsedValue != float64(n) || c.ReservedValue != 0 {
+				t.Errorf("window %s: used %g, reserved %g; want the %d admitted, nothing reserved", c.WindowStart, c.UsedValue, c.ReservedValue, n)
 			}
-			stranded += max(b.Granted-b.Used, 0)
 		}
-		t.Logf("blocks: %d; units granted but unused (the killed process's included): %g", len(blocks), stranded)
 	}
-	t.Logf("per window (survivors): %v; peak live slots %d; recovered %s", perWindow, peak.Load(), recovered)
+	t.Logf("admitted per window: %v (the victim's: %v); refused in %d window(s), stranded there: %v (bound %g); peak live slots %d; recovered %s",
+		admitted, tally.victim, len(tally.refused), stranded, bound, peak.Load(), recovered)
 	assertBooksBalance(t, pool, "api_key", key)
 	assertDoctorOK(t, pool)
 }
 
-// runChild runs one gateway process and returns its report (none from a
-// victim, which must die by SIGKILL).
-func runChild(t *testing.T, o procOrders) procReport {
+// recoverVictim checks the blocks of a run with allotments, no block above
+// its share of the limit, and that Recover returns the killed process's
+// blocks (the only ones open: the others closed) once their window is over.
+func recoverVictim(t *testing.T, pool *pgxpool.Pool, m *ratelimit.Maintenance, key string, limit float64) ratelimit.RecoveryResult {
+	t.Helper()
+	blocks := allotments(t, pool, "api_key", key)
+	var lastEnd time.Time
+	open, holders := 0, map[string]bool{}
+	for _, b := range blocks {
+		if share := limit * ratelimit.DefaultAllotmentMaxShare; b.Granted > share {
+			t.Errorf("block %s granted %g, above its share of the limit (%g)", b.ID, b.Granted, share)
+		}
+		if b.ReturnedAt == nil {
+			open++
+			holders[b.Holder] = true
+			lastEnd = maxTime(lastEnd, b.ExpiresAt)
+		}
+	}
+	if open == 0 || len(holders) != 1 {
+		t.Fatalf("%d open block(s) of %d holder(s) once the survivors closed (%d blocks in all), want the killed process's", open, len(holders), len(blocks))
+	}
+	waitPast(t, pool, lastEnd.Add(time.Second+100*time.Millisecond)) // its window's end, plus the grace and a report period
+	recovered, err := m.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recovered.ReturnedAllotments != int64(open) {
+		t.Errorf("Recover returned %d allotments, want the killed process's %d: %+v", recovered.ReturnedAllotments, open, recovered)
+	}
+	for _, b := range allotments(t, pool, "api_key", key) {
+		if b.ReturnedAt == nil {
+			t.Errorf("block %+v still open after Recover", b)
+		}
+	}
+	return recovered
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// runChild runs one gateway process, adding what it reports to tally, and
+// closes its stdin (stop) once tally says so; the victim must die by SIGKILL.
+func runChild(t *testing.T, o procOrders, tally *procTally) {
 	t.Helper()
 	raw, _ := json.Marshal(o)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProcessChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), procChildEnv+"="+string(raw))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Error(err)
+		return
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Error(err)
-		return procReport{}
+		return
 	}
 	if err := cmd.Start(); err != nil {
 		t.Error(err)
-		return procReport{}
+		return
 	}
-	var rep procReport
+	go func() {
+		<-tally.stop
+		_ = stdin.Close()
+	}()
+	done := false
 	scan := bufio.NewScanner(out)
 	for scan.Scan() {
 		line := scan.Text()
 		switch {
-		case strings.HasPrefix(line, "report "):
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "report ")), &rep); err != nil {
-				t.Error(err)
-			}
-		case strings.HasPrefix(line, "error "):
+		case strings.HasPrefix(line, procAdmit):
+			tally.admit(strings.TrimPrefix(line, procAdmit), o.Victim)
+		case strings.HasPrefix(line, procRefuse):
+			tally.refuse(strings.TrimPrefix(line, procRefuse))
+		case strings.HasPrefix(line, procError):
 			t.Errorf("child: %s", line)
+		case line == procDone:
+			done = true
 		}
 	}
 	err = cmd.Wait()
 	if o.Victim {
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.String() != "signal: killed" {
-			t.Errorf("the victim did not die by SIGKILL: %v (reported %+v)", err, rep)
+			t.Errorf("the victim did not die by SIGKILL: %v", err)
 		}
-		return procReport{}
+		return
 	}
-	if err != nil {
-		t.Errorf("child: %v", err)
+	if err != nil || !done {
+		t.Errorf("child: %v (done %v)", err, done)
 	}
-	return rep
 }

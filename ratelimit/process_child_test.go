@@ -1,0 +1,157 @@
+package ratelimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// procChildEnv carries the child's orders (JSON) to the re-executed test
+// binary; its presence makes TestProcessChild act as one gateway process.
+const procChildEnv = "PGADMIT_PROCESS_CHILD"
+
+// procOrders is what a child gateway process runs.
+type procOrders struct {
+	URL     string
+	Key     string
+	Local   bool          // the window limit is Local (allotments); else combining only
+	Window  time.Duration // of the window limit
+	Limit   float64       // of the window limit
+	Slots   float64       // the concurrent limit
+	Workers int
+	// MaxRun bounds the run should the parent never say stop (it closes
+	// the child's stdin once the window limit refused in enough windows).
+	MaxRun time.Duration
+	// Victim: SIGKILL itself at its victimAdmissions-th admission from a
+	// local block; it ignores stdin.
+	Victim bool
+}
+
+// victimAdmissions is how many admissions the victim makes from its blocks
+// before it dies. It kills itself the instant it admits from a block, so
+// that block certainly has not gone back: a block with a request in flight
+// goes back only on Close or long after its window. Killed from outside a
+// moment later, it could have spent and returned its blocks in a window
+// already full.
+const victimAdmissions = 100
+
+// The child's stdout, one event a line: "admit W" for each admission
+// (written as it is made, so that the victim's count up to its death
+// reaches the parent), "refuse W" for the first refusal by the window
+// limit in window W, "error ..." and "done". W is the window's start,
+// RFC 3339 in UTC.
+const (
+	procAdmit  = "admit "
+	procRefuse = "refuse "
+	procError  = "error "
+	procDone   = "done"
+)
+
+func (o procOrders) limits() []ratelimit.Limit {
+	w := window("api_key", o.Key, ratelimit.MetricRequests, o.Limit, 1)
+	w.Window, w.Local = o.Window, o.Local
+	return []ratelimit.Limit{w, concurrent("model", o.Key, o.Slots)}
+}
+
+// refusedWindow returns the start of the window whose limit refused err, if
+// it was the window limit of o (not the concurrency limit).
+func (o procOrders) refusedWindow(err error) (string, bool) {
+	var ex *ratelimit.ExceededError
+	if !errors.As(err, &ex) || ex.ScopeType != "api_key" || ex.Metric != ratelimit.MetricRequests {
+		return "", false
+	}
+	return windowName(ex.ResetAt.Add(-o.Window)), true
+}
+
+func windowName(start time.Time) string { return start.UTC().Format(time.RFC3339) }
+
+// TestProcessChild is a gateway process of TestExactAcrossProcesses. It
+// does nothing unless re-executed with procChildEnv set (the helper-process
+// pattern): then it admits requests with Workers goroutines until its stdin
+// closes, holding each slot a moment, and reports each event on stdout.
+func TestProcessChild(t *testing.T) {
+	raw := os.Getenv(procChildEnv)
+	if raw == "" {
+		return
+	}
+	var o procOrders
+	if err := json.Unmarshal([]byte(raw), &o); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, o.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ratelimit.New(pool)
+	stop := make(chan struct{})
+	if !o.Victim {
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			close(stop)
+		}()
+	}
+	deadline := time.Now().Add(o.MaxRun)
+	running := func() bool {
+		select {
+		case <-stop:
+			return false
+		default:
+			return time.Now().Before(deadline)
+		}
+	}
+	var mu sync.Mutex
+	refused := map[string]bool{}
+	var fromBlocks atomic.Int64
+	var wg sync.WaitGroup
+	for range o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for running() {
+				g, err := l.Reserve(ctx, "", "", o.limits())
+				if errors.Is(err, ratelimit.ErrExceeded) {
+					if w, ok := o.refusedWindow(err); ok {
+						mu.Lock()
+						if !refused[w] {
+							refused[w] = true
+							fmt.Printf("%s%s\n", procRefuse, w)
+						}
+						mu.Unlock()
+					}
+					time.Sleep(5 * time.Millisecond) // a refused client waits (its retries would crowd the slots' own calls)
+					continue
+				}
+				if err != nil {
+					fmt.Printf("%s%v\n", procError, err)
+					return
+				}
+				fmt.Printf("%s%s\n", procAdmit, windowName(g.Reservations[0].WindowStart)) // one write: lines do not interleave
+				if o.Victim && g.Reservations[0].Local && fromBlocks.Add(1) == victimAdmissions {
+					self, _ := os.FindProcess(os.Getpid())
+					_ = self.Kill() // SIGKILL: no deferred call, no Close
+				}
+				time.Sleep(500 * time.Microsecond) // the upstream call, holding its slot
+				if _, err := l.Commit(ctx, g, nil); err != nil {
+					fmt.Printf("%s%v\n", procError, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	l.Close()
+	pool.Close()
+	fmt.Println(procDone)
+}
