@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -94,6 +95,10 @@ func TestProcessChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The database's clock is at least this host's plus ahead: its now()
+	// was read before this host's second reading.
+	dbNow := pgtest.DBNow(t, pool)
+	ahead := dbNow.Sub(time.Now())
 	l := ratelimit.New(pool)
 	stop := make(chan struct{})
 	if !o.Victim {
@@ -120,6 +125,7 @@ func TestProcessChild(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for running() {
+				asked := time.Now()
 				g, err := l.Reserve(ctx, "", "", o.limits())
 				if errors.Is(err, ratelimit.ErrExceeded) {
 					if w, ok := o.refusedWindow(err); ok {
@@ -138,6 +144,14 @@ func TestProcessChild(t *testing.T) {
 					return
 				}
 				fmt.Printf("%s%s\n", procAdmit, windowName(g.Reservations[0].WindowStart)) // one write: lines do not interleave
+				if end := g.Reservations[0].WindowStart.Add(o.Window); !asked.Add(ahead).Before(end) {
+					// Charged to a window that had ended, on the database's
+					// clock, before the request was made: that window's
+					// limit does not bound the requests of its time.
+					fmt.Printf("%sadmitted (Local %v) in window %s, which ended at %s, before the request came at %s\n", procError,
+						g.Reservations[0].Local, windowName(g.Reservations[0].WindowStart), end.UTC().Format(time.RFC3339Nano),
+						asked.Add(ahead).UTC().Format(time.RFC3339Nano))
+				}
 				if o.Victim && g.Reservations[0].Local && fromBlocks.Add(1) == victimAdmissions {
 					self, _ := os.FindProcess(os.Getpid())
 					_ = self.Kill() // SIGKILL: no deferred call, no Close

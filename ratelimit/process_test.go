@@ -26,7 +26,8 @@ import (
 // has refused requests in stressedWindows windows (so that the limit binds,
 // and a window ends under that pressure). No window admits more than
 // 1,000 (counting every admission of every process, the victim's up to its
-// death), never more than 10 slots are live, a window that refused admitted
+// death), no request is charged to a window that had ended before it was
+// made (on the database's clock), never more than 10 slots are live, a window that refused admitted
 // exactly 1,000 when combining and stranded no more than the documented
 // bound with allotments, no block is above its share of the limit, and once
 // Recover has given the dead process's blocks back, every counter equals its
