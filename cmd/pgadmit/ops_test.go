@@ -244,18 +244,23 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 	if err := dbtest.New().OpsLockMaintenanceLeases(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// The lock goes once a pass was cut off, and the sweeper stops once a pass ran: on what it
+	// logs, not at fixed times (under load its first pass could start after the 1.5 s this test
+	// used to hold the lock, or the next one end after the 3 s it gave the whole run).
+	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	exit := make(chan int)
+	var stdout, stderr syncBuffer
+	exit := make(chan int, 1)
 	go func() {
 		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "200ms", "--pass-timeout", "500ms"}, &stdout, &stderr, func(string) string { return "" })
 	}()
-	time.Sleep(1500 * time.Millisecond)
+	awaitLog(t, &stdout, `recover: pass failed: .*context deadline exceeded`)
 	_ = tx.Rollback(ctx) // the lock goes
+	awaitLog(t, &stdout, `recover: nothing to recover`)
+	cancel()
 	code := <-exit
 	out := stdout.String()
-	if code != exitOK || stderr.Len() != 0 {
+	if code != exitOK || stderr.String() != "" {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 	}
 	assertSweeperLog(t, out,
@@ -273,13 +278,21 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 // tries again at each interval until stopped; it used to exit 1 at once.
 func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
 	t.Parallel()
-	sctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	// Stopped once it tried twice, not after a fixed time: under load two tries could take
+	// longer than the 1.2 s this test used to give the whole run.
+	sctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(sctx, []string{"--database-url", "postgres://u:hunter2@127.0.0.1:1/db", "--connect-timeout", "200ms",
-		"recover", "--every", "300ms"}, &stdout, &stderr, func(string) string { return "" })
+	var stdout, stderr syncBuffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(sctx, []string{"--database-url", "postgres://u:hunter2@127.0.0.1:1/db", "--connect-timeout", "200ms",
+			"recover", "--every", "300ms"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	awaitLog(t, &stdout, `(?s)trying again in 300ms.*trying again in 300ms`)
+	cancel()
+	code := <-exit
 	out := stdout.String()
-	if code != exitOK || stderr.Len() != 0 {
+	if code != exitOK || stderr.String() != "" {
 		t.Fatalf("recover --every on an unreachable database: exit %d, stderr %q", code, stderr.String())
 	}
 	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
