@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
@@ -21,10 +20,17 @@ func TestRecoverSweeperBehindPgBouncerChecksTheExecMode(t *testing.T) {
 		url  string
 		warn bool
 	}{{pooled, true}, {pooled + "&default_query_exec_mode=exec", false}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		// Stopped once a pass ended (any warning comes before the first pass), not after a
+		// fixed time: under load the first pass could end after the 800ms this test used to give.
+		ctx, cancel := context.WithCancel(context.Background())
 		var stdout, stderr syncBuffer
-		code := run(ctx, []string{"--database-url", c.url, "recover", "--every", "100ms"}, &stdout, &stderr, func(string) string { return "" })
+		exit := make(chan int, 1)
+		go func() {
+			exit <- run(ctx, []string{"--database-url", c.url, "recover", "--every", "100ms"}, &stdout, &stderr, func(string) string { return "" })
+		}()
+		awaitLog(t, &stdout, `recover: (nothing to recover|released|pass failed)`)
 		cancel()
+		code := <-exit
 		if code != exitOK {
 			t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 		}
