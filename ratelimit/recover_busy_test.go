@@ -45,7 +45,9 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 	awaitWaitersOrDone(t, pool, 1, done) // recovery has passed the task's row over, or waits for it
 
 	// Another request on the hot counter: it must not wait for the worker.
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// A Reserve that waits for the worker waits until its transaction commits, after this
+	// call: a generous bound still tells the two apart, where 3 s could run out under load.
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	start := time.Now()
 	_, rerr := l.Reserve(rctx, "", "", []ratelimit.Limit{hot})
@@ -105,7 +107,9 @@ func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
 	recovered, done := recoverInBackground(ctx, m)
 	awaitWaitersOrDone(t, pool, 1, done) // recovery has passed the lease row over, or waits for it
 
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// A Reserve that waits for the worker waits until its transaction commits, after this
+	// call: a generous bound still tells the two apart, where 3 s could run out under load.
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	start := time.Now()
 	_, rerr := l.Reserve(rctx, "", "", []ratelimit.Limit{hot})
@@ -113,7 +117,7 @@ func TestRecoverPassesOverALeaseRowHeldByItsWorker(t *testing.T) {
 	var out recoverOutcome
 	select {
 	case out = <-recovered: // done without waiting for the worker
-	case <-time.After(5 * time.Second):
+	case <-time.After(20 * time.Second): // as generous: a Recover that waits does so until the commit below
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit the worker's transaction: %v", err)
