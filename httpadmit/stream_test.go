@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -228,17 +229,32 @@ func TestStreamCutAndDiscard(t *testing.T) {
 
 // A request that runs longer than its lease's TTL keeps its slot: the
 // middleware renews the lease while the handler runs.
+//
+// The TTL is 5 s, renewed every 1.7 s: a renewal stalled by load for up to
+// 3 s still lands in time (with the 1 s TTL this test used, 0.7 s was
+// enough to lose the lease). The handler runs until the database's clock
+// is past the lease's first expiry and two renewals went through, not for
+// a fixed time.
 func TestLongRequestKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	key := uniqueKey("key")
 	slot := concurrent("model", key, 1)
-	slot.LeaseTTL = time.Second
+	slot.LeaseTTL = 5 * time.Second
 	mw := e.middleware(fixed(slot))
 	mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(1800 * time.Millisecond) // almost two TTLs
+		g, ok := httpadmit.GrantFrom(r.Context())
+		if !ok || len(g.Leases) != 1 {
+			t.Fatalf("GrantFrom = %+v, %v; want one lease", g, ok)
+		}
+		firstExpiry := g.Leases[0].ExpiresAt
+		for deadline := time.Now().Add(30 * time.Second); !pgtest.DBNow(t, e.pool).After(firstExpiry) || e.obs.callCounts()["renew_leases ok"] < 2; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the lease's first expiry (%s) never passed with two renewals: %v", firstExpiry, e.obs.callCounts())
+			}
+		}
 		if got := e.liveLeases("model", key); got != 1 {
-			t.Errorf("live leases after 1.8 s with a TTL of 1 s = %d, want 1 (renewed)", got)
+			t.Errorf("live leases past the first expiry of a %s lease = %d, want 1 (renewed)", slot.LeaseTTL, got)
 		}
 	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
 	if got := e.obs.callCounts()["renew_leases ok"]; got < 2 {
