@@ -54,9 +54,11 @@ func TestScrapesWhileTrafficRuns(t *testing.T) {
 	}
 
 	last := map[string]float64{}
-	deadline := time.Now().Add(3 * time.Second)
+	// Scrape for 3 s and at least 10 times: under load 3 s could pass with fewer scrapes, which
+	// the check below would take for a test that scraped no traffic. At most 30 s.
+	minimum, deadline := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second)
 	scrapes := 0
-	for ; time.Now().Before(deadline) && !t.Failed(); scrapes++ {
+	for ; (time.Now().Before(minimum) || scrapes < 10) && time.Now().Before(deadline) && !t.Failed(); scrapes++ {
 		families, err := reg.Gather()
 		if err != nil {
 			t.Fatalf("Gather during traffic: %v", err)
