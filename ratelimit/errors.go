@@ -98,3 +98,34 @@ func (e *LeaseLostError) Error() string {
 
 // Is makes errors.Is(err, ErrLeaseLost) true.
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// LockWaitError is what a Recover or Prune step left because another
+// transaction held a lock it needed for longer than
+// WithMaintenanceLockTimeout: the server gave up waiting (SQLSTATE 55P03,
+// lock_not_available, in Err) and the batch rolled back whole. The rest of
+// the run still ran; a later run takes what was left once the lock is
+// gone. Recover and Prune return it joined with their other errors:
+// find it with errors.As.
+type LockWaitError struct {
+	// Job is "recover" or "prune".
+	Job string
+	// Step names the step, as in the run's errors and Progress.Step
+	// ("reclaim expired tasks", "release stale reservations", ...).
+	Step string
+	// Rows counts the rows the step left for a later run; 0 when the
+	// step's statement works on many rows at once, and the rest of the step
+	// was left.
+	Rows int
+	// Err is the server's error.
+	Err error
+}
+
+func (e *LockWaitError) Error() string {
+	left := "left the rest of the step"
+	if e.Rows > 0 {
+		left = fmt.Sprintf("left %d row(s)", e.Rows)
+	}
+	return fmt.Sprintf("%s: another transaction held a lock past the lock timeout: %v", left, e.Err)
+}
+
+func (e *LockWaitError) Unwrap() error { return e.Err }

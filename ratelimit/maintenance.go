@@ -56,6 +56,7 @@ type maintenanceOptions struct {
 	leaseTTL          time.Duration
 	lostGrace         time.Duration
 	doctorLockTimeout time.Duration // WithDoctorLockTimeout; 0: none
+	lockTimeout       time.Duration // WithMaintenanceLockTimeout; 0: none
 	clock             clock
 	progress          func(Progress) // WithProgress
 	progressEvery     time.Duration
@@ -178,6 +179,25 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
 			o.doctorLockTimeout = d
+		}
+	}
+}
+
+// WithMaintenanceLockTimeout bounds how long each batch of Recover and Prune
+// waits for a lock another transaction holds (a counter row that a
+// gateway's transaction left idle keeps locked, say): past d the server
+// gives up with lock_not_available (SQLSTATE 55P03) and the batch rolls
+// back whole. Recover and Prune then leave that batch's rows to a later run
+// and go on with the rest, reporting what they left with a
+// *LockWaitError. lock_timeout is set for each batch's transaction only,
+// in the same round trip as the batch (safe behind a transaction-pooling
+// proxy). Default 0: no bound but the context's. d is rounded up to a
+// millisecond, lock_timeout's unit, and past lock_timeout's range (about
+// 24.8 days) is that range's end.
+func WithMaintenanceLockTimeout(d time.Duration) MaintenanceOption {
+	return func(o *maintenanceOptions) {
+		if d > 0 {
+			o.lockTimeout = d
 		}
 	}
 }

@@ -94,7 +94,9 @@ var epoch = time.Unix(0, 0).UTC()
 // once with Skipped set. Like Recover, a stale reservation whose release
 // the server rejects is left, and the rest are released; a step the server
 // rejects does not stop the steps after it; the errors come back with what
-// was done.
+// was done. Releasing a stale reservation locks its counter, and waits for
+// a transaction that holds it: bound that with WithMaintenanceLockTimeout,
+// as for Recover.
 func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res PruneResult, err error) {
 	if err := m.usable(); err != nil {
 		return PruneResult{}, err
@@ -128,6 +130,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	}()
 
 	cutoff, batch := res.Cutoff, int32(m.opts.pruneBatchSize) // clamped to int4 by its option
+	conn = m.stepConn()
 	steps := []step{
 		{"release stale reservations", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
 			return q.PruneReservationFindStale(ctx, conn, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: n})
@@ -173,7 +176,7 @@ func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch in
 	after := db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: pos.PositionAt, AfterID: pos.PositionID}
 	return step{"events", keysetStep(batch, func(n int32) (int32, error) {
 		after.BatchSize = n
-		row, err := m.queries.PruneEvents(ctx, m.pool, after)
+		row, err := m.queries.PruneEvents(ctx, m.stepConn(), after)
 		if err != nil {
 			return 0, err
 		}
@@ -182,7 +185,7 @@ func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch in
 			return 0, nil
 		}
 		after.AfterFinishedAt, after.AfterID = row.LastFinishedAt, row.LastID
-		err = m.queries.MaintenanceCursorSet(ctx, m.pool, db.MaintenanceCursorSetParams{
+		err = m.queries.MaintenanceCursorSet(ctx, m.stepConn(), db.MaintenanceCursorSetParams{
 			Name: cursorPruneEvents, PositionAt: row.LastFinishedAt, PositionID: row.LastID, Now: m.opts.clock.at(),
 		})
 		if err != nil {
@@ -204,14 +207,14 @@ func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, b
 	)
 	return func() (bool, error) {
 		if page.WindowSeconds == 0 {
-			next, err := m.queries.PruneReservationNextWindowLength(ctx, m.pool, walked)
+			next, err := m.queries.PruneReservationNextWindowLength(ctx, m.stepConn(), walked)
 			if err != nil || next == 0 {
 				return false, err
 			}
 			page = db.PruneReservationsParams{WindowSeconds: next, StartsBefore: cutoff.Add(-time.Duration(next) * time.Second),
 				AfterWindowStart: epoch, AfterID: pgtype.UUID{Valid: true}, BatchSize: batch}
 		}
-		row, err := m.queries.PruneReservations(ctx, m.pool, page)
+		row, err := m.queries.PruneReservations(ctx, m.stepConn(), page)
 		if err != nil {
 			return false, err
 		}

@@ -102,7 +102,13 @@ func (r RecoveryResult) String() string {
 // down to the rows rejected on their own. The run returns what it did with
 // the server's reasons, one per step that left rows, joined; a step that
 // the server rejects whole stops there and the next step runs. Any other
-// error (the connection lost) ends the run.
+// error (the connection lost) ends the run. Recovery waits for counter rows
+// that other transactions hold (the lock order): with
+// WithMaintenanceLockTimeout a batch that waited longer rolls back whole,
+// its rows are left to a later run and the step goes on (a *LockWaitError
+// in the run's error names the step and the rows); without it, a
+// transaction left idle with a counter row locked holds the run up until
+// ctx ends.
 //
 // Single flight across processes: a run holds the recover lease (a row of
 // gateway_maintenance_leases, renewed as the run goes, see
@@ -132,7 +138,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 		}
 	}()
 
-	q, conn, batch, now := m.queries, m.pool, int32(m.opts.recoveryBatchSize), m.opts.clock.at
+	q, conn, batch, now := m.queries, m.stepConn(), int32(m.opts.recoveryBatchSize), m.opts.clock.at
 	var admissionsAfter db.RecoveryAdmissionDeleteForFinishedTasksParams
 	admissionsAfter.AfterTaskID = pgtype.UUID{Valid: true} // the nil UUID: before every task
 	err = runSteps(ctx, "recover", lease, []step{
@@ -174,7 +180,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 // charging each holder's last report of what it admitted.
 func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, count *int64) func() (bool, error) {
 	find := func(n int32) ([]db.RecoveryAllotmentFindLostRow, error) {
-		return m.queries.RecoveryAllotmentFindLost(ctx, m.pool, db.RecoveryAllotmentFindLostParams{
+		return m.queries.RecoveryAllotmentFindLost(ctx, m.stepConn(), db.RecoveryAllotmentFindLostParams{
 			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: n, Now: m.opts.clock.at(),
 		})
 	}
@@ -185,7 +191,7 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 			p.Used = append(p.Used, a.Consumed)
 			p.Reasons = append(p.Reasons, reasonHolderLost)
 		}
-		rows, err := m.queries.AllotmentReturn(ctx, m.pool, p)
+		rows, err := m.queries.AllotmentReturn(ctx, m.stepConn(), p)
 		if err != nil {
 			return 0, err
 		}
@@ -205,7 +211,7 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 // batch is one transaction, see reclaimTasks).
 func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res *RecoveryResult) func() (bool, error) {
 	find := func(n int32) ([]db.RecoveryTaskFindExpiredRow, error) {
-		return m.queries.RecoveryTaskFindExpired(ctx, m.pool, db.RecoveryTaskFindExpiredParams{BatchSize: n, Now: m.opts.clock.at()})
+		return m.queries.RecoveryTaskFindExpired(ctx, m.stepConn(), db.RecoveryTaskFindExpiredParams{BatchSize: n, Now: m.opts.clock.at()})
 	}
 	return findStep(batch, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
 		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) { return m.reclaimTasks(ctx, found, res) })
@@ -215,8 +221,9 @@ func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res 
 // counters of their open reservations (the lock order), reclaim the tasks
 // whose lease is still expired (requeue or fail, with attempts, leases,
 // admissions and events), then release the reservations of the tasks it
-// reclaimed. It counts what it did in res once committed, and returns how
-// many tasks it reclaimed.
+// reclaimed. With WithMaintenanceLockTimeout the transaction waits at most
+// that long for each lock. It counts what it did in res once committed, and
+// returns how many tasks it reclaimed.
 func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskFindExpiredRow, res *RecoveryResult) (int64, error) {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
@@ -237,6 +244,7 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 	}
 
 	b := &pgx.Batch{}
+	m.boundLocks(ctx, b) // the transaction's first statement, in the batch's round trip
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = m.queries.CounterLockForReservations(ctx, r, rids) })
 	}

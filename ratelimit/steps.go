@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,7 +45,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 			}
 			var err error
 			if more, err = s.run(); err != nil {
-				failed = append(failed, wrapDBError(ctx, op+": "+s.name, err))
+				failed = append(failed, wrapDBError(ctx, op+": "+s.name, lockWait(op, s.name, err)))
 				if ctx.Err() != nil {
 					// Cut off by ctx (on a pool set up with ConfigurePool, the server
 					// answered its cancel request with 57014, an error it raised).
@@ -62,6 +63,27 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 	}
 	return errors.Join(failed...)
 }
+
+// lockWait names op and step in the *LockWaitError that err holds, or makes
+// err one when the server gave up waiting for a lock on the step's single
+// statement (the rest of the step is left); other errors pass unchanged.
+func lockWait(op, step string, err error) error {
+	var lw *LockWaitError
+	if errors.As(err, &lw) {
+		lw.Job, lw.Step = op, step
+		return err
+	}
+	if lockNotAvailable(err) {
+		return &LockWaitError{Job: op, Step: step, Err: err}
+	}
+	return err
+}
+
+// maxLockWaits is how many batches a step lets time out on a lock (each
+// after WithMaintenanceLockTimeout) before it leaves the rest to a later
+// run: a transaction that holds one counter may hold the rows of many
+// batches, and every wait costs the whole bound.
+const maxLockWaits = 2
 
 // rowsStep runs one bounded single-statement batch and adds the rows it
 // changed to *count; there is more to do while batches come back full.
@@ -82,25 +104,35 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // how many rows it changed. A row the server rejects on its own (one whose
 // counter was damaged by hand, say) is set aside for the rest of the step,
 // so the rows around it are still done; the step then ends with the
-// server's reason. id names a row across batches.
+// server's reason. So are the rows of a batch that timed out waiting for a
+// lock (WithMaintenanceLockTimeout), up to maxLockWaits such batches; the
+// step then ends with a *LockWaitError counting them. id names a row
+// across batches.
 func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) func() (bool, error) {
-	aside := map[[16]byte]bool{} // rows the server rejected on their own
-	var reason error             // and its first reason
+	aside := map[[16]byte]bool{}  // rows the server rejected on their own
+	var reason error              // and its first reason
+	waited := map[[16]byte]bool{} // rows of batches that timed out on a lock
+	var waitErr error             // and the first such error
+	waits := 0
 	end := func() (bool, error) {
-		if reason == nil {
-			return false, nil
+		var errs []error
+		if reason != nil {
+			errs = append(errs, fmt.Errorf("left %d row(s) the server rejected: %w", len(aside), reason))
 		}
-		return false, fmt.Errorf("left %d row(s) the server rejected: %w", len(aside), reason)
+		if waitErr != nil {
+			errs = append(errs, &LockWaitError{Rows: len(waited), Err: waitErr})
+		}
+		return false, errors.Join(errs...)
 	}
 	return func() (bool, error) {
 		// Ask for the rows set aside too: find returns them again.
-		asked := int(batch) + len(aside)
-		found, err := find(int32(asked))
+		asked := int(batch) + len(aside) + len(waited)
+		found, err := find(int32(min(asked, math.MaxInt32)))
 		if err != nil {
 			return false, err
 		}
 		full := len(found) == asked
-		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] })
+		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] || waited[id(row)] })
 		if len(todo) == 0 {
 			return end()
 		}
@@ -114,12 +146,23 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		if reason == nil {
 			reason = done.reason
 		}
+		for _, row := range done.locked {
+			waited[id(row)] = true
+		}
+		if done.lockErr != nil {
+			waits++
+			if waitErr == nil {
+				waitErr = done.lockErr
+			}
+		}
 		switch {
 		case done.changed == 0 && len(done.rejected) == len(todo):
 			return end() // the server rejects every row: not one bad row, so stop here
 		case len(aside) >= int(batch):
 			return end() // a batch's worth set aside: leave the rest to a later run
-		case !full || done.changed == 0 && len(done.rejected) == 0:
+		case waits >= maxLockWaits:
+			return end() // the rest may wait on the same lock: leave it to a later run
+		case !full || done.changed == 0 && len(done.rejected) == 0 && len(done.locked) == 0:
 			// The last batch; or a full one of which nothing changed: others
 			// got to those rows meanwhile, so stop rather than spin.
 			return end()
@@ -128,12 +171,15 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 	}
 }
 
-// isolated is what isolate did: the rows changed, and the rows the server
-// rejected on their own with its first reason.
+// isolated is what isolate did: the rows changed, the rows the server
+// rejected on their own with its first reason, and the rows of a part that
+// timed out waiting for a lock, with the server's error.
 type isolated[T any] struct {
 	changed  int64
 	rejected []T
 	reason   error
+	locked   []T
+	lockErr  error
 }
 
 // isolate acts on items as one group. When the server rejects the group for
@@ -141,8 +187,10 @@ type isolated[T any] struct {
 // each half in turn, down to single rows, so that only the rows the server
 // rejects on their own are left out: one bad row costs about two statements
 // per halving, and the normal case one. Any other error ends it at once:
-// the connection lost, ctx done, or one that no row causes (a deadlock, a
-// lock timeout), which halving would only meet again, up to twice per row.
+// the connection lost, ctx done, or one that no row causes (a deadlock),
+// which halving would only meet again, up to twice per row. A part that
+// timed out waiting for a lock (55P03) is left whole, not halved: each
+// half would wait out the bound again.
 func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error) {
 	var out isolated[T]
 	var try func([]T) error
@@ -151,6 +199,12 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 		switch {
 		case err == nil:
 			out.changed += n
+			return nil
+		case lockNotAvailable(err):
+			out.locked = append(out.locked, part...)
+			if out.lockErr == nil {
+				out.lockErr = err
+			}
 			return nil
 		case !rejectedInput(err):
 			return err
@@ -177,7 +231,7 @@ func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(ba
 	return findStep(batch, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
-		settled, err := m.queries.AdmissionSettle(ctx, m.pool, p)
+		settled, err := m.queries.AdmissionSettle(ctx, m.stepConn(), p)
 		if err != nil {
 			return 0, err
 		}

@@ -1,0 +1,200 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// lockBound is the WithMaintenanceLockTimeout of these tests; a run that
+// waits on past lockBound+lockSlack is taken for hung (the machine is
+// shared: keep it generous).
+const (
+	lockBound = 300 * time.Millisecond
+	lockSlack = 10 * time.Second
+)
+
+// holdCounters locks the counter rows of a scope in a transaction of its
+// own, as a gateway's transaction left idle would, until the test ends or
+// it calls the release it returns.
+func holdCounters(t *testing.T, pool *pgxpool.Pool, scopeType, key string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if n, err := testq.OpsLockScopeCounters(ctx, tx, dbtest.OpsLockScopeCountersParams{ScopeType: scopeType, ScopeKey: key}); err != nil || n == 0 {
+		t.Fatalf("OpsLockScopeCounters = %d, %v; want its counters locked", n, err)
+	}
+	return func() { _ = tx.Rollback(ctx) }
+}
+
+// assertLockWait checks that err reports the rows a step of job left
+// because their lock stayed held past the bound.
+func assertLockWait(t *testing.T, err error, job, step string, rows int) {
+	t.Helper()
+	var lw *ratelimit.LockWaitError
+	if !errors.As(err, &lw) {
+		t.Fatalf("%s: %v, want a *LockWaitError", job, err)
+	}
+	if lw.Job != job || lw.Step != step || lw.Rows != rows {
+		t.Errorf("%s: LockWaitError{Job: %q, Step: %q, Rows: %d}, want {%q, %q, %d}", job, lw.Job, lw.Step, lw.Rows, job, step, rows)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Errorf("%s: %v, want the server's lock_not_available (55P03) in the chain", job, err)
+	}
+}
+
+// A transaction that holds a counter row (a gateway's WithTx left idle)
+// used to hang Recover for as long as it stayed open: reclaiming a task
+// locks its reservations' counters first (the lock order), and waited.
+// With WithMaintenanceLockTimeout the batch that waits gives up after the
+// bound, whole (nothing of it half done), and the run goes on with the
+// other tasks; the error names the step and the rows left, which a later
+// run takes once the lock is gone.
+func TestRecoverLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, bounded := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
+	_, unbounded := clocked(pool, &clock)
+	locked := uniqueKey("locked")
+
+	// 5 async tasks whose workers die, each holding one reservation; the
+	// third on the counter another transaction holds.
+	var expiry time.Time
+	for i := range 5 {
+		createAsync(t, l)
+		task := claim(t, l, "w", time.Duration(i+1)*time.Second)
+		key := uniqueKey("free")
+		if i == 2 {
+			key = locked
+		}
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		expiry = latest(expiry, task.LeaseExpiresAt)
+	}
+	clock.pass(expiry)
+	release := holdCounters(t, pool, "api_key", locked)
+
+	// Without a bound, Recover waits for as long as its context lets it.
+	wait, cancel := context.WithTimeout(ctx, 2*lockBound)
+	defer cancel()
+	if _, err := unbounded.Recover(wait); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Recover without a lock timeout: %v, want it to wait until its context ends", err)
+	}
+
+	hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
+	defer stop()
+	start := time.Now()
+	got, err := bounded.Recover(hang)
+	took := time.Since(start)
+	if took < lockBound || took >= lockBound+lockSlack {
+		t.Errorf("Recover took %v, want about %v", took, lockBound)
+	}
+	assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
+	want := ratelimit.RecoveryResult{RequeuedAsyncTasks: 4, FailedAttempts: 4, ReleasedRateReservations: 4}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Recover result (-want +got):\n%s", diff)
+	}
+	if s := summary(t, pool); s.TasksRunning != 1 || s.ReservationsOpen != 1 || s.AttemptsRunning != 1 {
+		t.Fatalf("state with the counter held = %+v, want the one task on it left whole", s)
+	}
+
+	release()
+	recoverOnce(t, bounded, ratelimit.RecoveryResult{RequeuedAsyncTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 1})
+	assertDoctorOK(t, pool)
+}
+
+// Prune releases stale reservations through their counters: one held by
+// another transaction used to hang it. With WithMaintenanceLockTimeout it
+// leaves that reservation (and so its window) after the bound and prunes
+// everything else.
+func TestPruneLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, bounded := clocked(pool, &clock, ratelimit.WithPruneBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
+	_, unbounded := clocked(pool, &clock)
+	second := func(key string) ratelimit.Limit {
+		w := window("api_key", key, ratelimit.MetricRequests, 100, 1)
+		w.Window = time.Second
+		return w
+	}
+	// 5 reservations never settled, each on its own counter, one of them
+	// held by another transaction.
+	locked := uniqueKey("locked")
+	for i := range 5 {
+		key := uniqueKey("stale")
+		if i == 2 {
+			key = locked
+		}
+		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(key)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.advance(time.Minute)
+	release := holdCounters(t, pool, "api_key", locked)
+
+	wait, cancel := context.WithTimeout(ctx, 2*lockBound)
+	defer cancel()
+	if _, err := unbounded.Prune(wait, time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Prune without a lock timeout: %v, want it to wait until its context ends", err)
+	}
+
+	hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
+	defer stop()
+	start := time.Now()
+	res, err := bounded.Prune(hang, time.Second)
+	took := time.Since(start)
+	if took < lockBound || took >= lockBound+lockSlack {
+		t.Errorf("Prune took %v, want about %v", took, lockBound)
+	}
+	assertLockWait(t, err, "prune", "release stale reservations", 1)
+	if res.ReleasedStaleReservations != 4 || res.Counters != 4 || res.Reservations != 4 {
+		t.Errorf("released %d stale reservations, pruned %d counter windows and %d reservations, want 4 of each: %+v",
+			res.ReleasedStaleReservations, res.Counters, res.Reservations, res)
+	}
+	if rows := counterRows(t, pool, "api_key", locked); len(rows) != 1 || rows[0].ReservedValue != 1 {
+		t.Errorf("the held counter: %+v, want it kept with its reservation", rows)
+	}
+
+	release()
+	res, err = bounded.Prune(ctx, time.Second)
+	if err != nil || res.ReleasedStaleReservations != 1 || res.Counters != 1 || res.Reservations != 1 {
+		t.Errorf("Prune once the lock is gone = %+v, %v; want the one left released and pruned", res, err)
+	}
+	assertDoctorOK(t, pool)
+}
+
+// Zero and negative bounds mean none, as for WithDoctorLockTimeout; a
+// bound past lock_timeout's range is that range's end, not an error.
+func TestMaintenanceLockTimeoutEdges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	for _, d := range []time.Duration{-time.Second, 0, time.Nanosecond, 1000 * time.Hour} {
+		m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(d))
+		if res, err := m.Recover(ctx); err != nil || !res.Zero() {
+			t.Errorf("WithMaintenanceLockTimeout(%v): Recover = %+v, %v; want nothing done, no error", d, res, err)
+		}
+		if _, err := m.Prune(ctx, time.Hour); err != nil {
+			t.Errorf("WithMaintenanceLockTimeout(%v): Prune: %v", d, err)
+		}
+	}
+}
