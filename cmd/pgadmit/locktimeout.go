@@ -6,12 +6,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // operatorLockTimeout bounds how long inspect and doctor wait for a lock on a table they read
 // (PostgreSQL's lock_timeout, set for their own transaction only, so that it is safe behind
 // PgBouncer in transaction mode): a long migration holds the tables it alters ACCESS EXCLUSIVE,
 // and a reader that waits behind it would hang, and hold up every statement queued after it.
+// It also bounds each batch of recover and prune (WithMaintenanceLockTimeout): a transaction
+// left idle with a counter row locked would hang them, and every later pass of a sweeper.
 const operatorLockTimeout = 5 * time.Second
 
 // lockTimeoutError is a command's failure when a table it reads stayed locked by another session
@@ -30,6 +34,27 @@ func lockTimedOut(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return &lockTimeoutError{err: err}
+	}
+	return err
+}
+
+// lockWaitError is a recover or prune run's failure when rows (or a table) it had to lock stayed
+// locked by another session for longer than operatorLockTimeout: it left them, did the rest (its
+// counts are printed), and a later run takes them once that session lets go.
+type lockWaitError struct{ err error }
+
+func (e *lockWaitError) Error() string {
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s, left them and did the rest; run it again once that session lets go (%v)", operatorLockTimeout, e.err)
+}
+
+func (e *lockWaitError) Unwrap() error { return e.err }
+
+// lockWaited returns err as a *lockWaitError when a step of the run gave up waiting for a lock
+// (a *ratelimit.LockWaitError in it); other errors pass through unchanged.
+func lockWaited(err error) error {
+	var lw *ratelimit.LockWaitError
+	if errors.As(err, &lw) {
+		return &lockWaitError{err: err}
 	}
 	return err
 }

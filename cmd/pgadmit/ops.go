@@ -25,7 +25,10 @@ requeue_limit_exceeded once requeued --max-requeues times); open reservations, l
 running attempts and queue admissions of finished tasks are released; expired leases are marked
 released. It works in bounded batches of short transactions and is single-flight across
 processes (a lease row, no session state: it works through PgBouncer in transaction pooling
-mode): when another process is recovering, a pass is skipped.
+mode): when another process is recovering, a pass is skipped. A batch waits at most 5s for a
+lock another session holds (a counter row that a transaction left idle in transaction keeps
+locked, say; lock_timeout is set in the batch's own transaction): past it, that batch is left
+whole to a later pass, the rest is done and printed, and the command says what it left, exit 1.
 
 Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
 that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
@@ -72,7 +75,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	}
 
 	if *every > 0 {
-		return sweep(ctx, a, *every, *passTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues))
+		return sweep(ctx, a, *every, *passTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
+			ratelimit.WithMaintenanceLockTimeout(operatorLockTimeout))
 	}
 	pool, err := a.connectOperator(ctx)
 	if err != nil {
@@ -80,13 +84,13 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
-		a.progressOption(*progress))
+		ratelimit.WithMaintenanceLockTimeout(operatorLockTimeout), a.progressOption(*progress))
 	start := time.Now()
 	res, err := maint.Recover(ctx)
 	if line, ok := passReport(res, err, start); ok {
 		fmt.Fprintln(a.stdout, line)
 	}
-	return notMigrated(ctx, pool, err)
+	return lockWaited(notMigrated(ctx, pool, err))
 }
 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
@@ -163,7 +167,7 @@ func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maint
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(notMigrated(ctx, pool, err).Error(), dsn))
+		logf("recover: pass failed: %s", scrub(lockWaited(notMigrated(ctx, pool, err)).Error(), dsn))
 	}
 }
 
@@ -199,7 +203,8 @@ windows, released or expired leases, and with --events the events of tasks that 
 the cutoff. Tasks that finished more than --task-retention ago are deleted with their attempts,
 events and queue admissions (their reservations and leases stay in the books, without a task).
 Live state is never touched, and the books still balance afterwards. Single-flight across
-processes, like recover.`,
+processes, like recover, and like it a batch waits at most 5s for a lock another session holds:
+that batch is left to a later run, the rest is done and printed, and it exits 1 saying so.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -241,13 +246,13 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
-		ratelimit.WithTaskRetention(retention), a.progressOption(*progress))
+		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(operatorLockTimeout), a.progressOption(*progress))
 	start := time.Now()
 	res, err := maint.Prune(ctx, *olderThan)
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return notMigrated(ctx, pool, err)
+	return lockWaited(notMigrated(ctx, pool, err))
 }
 
 // progressFlag adds --progress to a one-shot recover or prune.
