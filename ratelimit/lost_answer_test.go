@@ -23,8 +23,15 @@ func TestTaskCallsWhoseAnswerIsLostAndRetried(t *testing.T) {
 	bg := context.Background()
 
 	// lose runs call on a pool whose answers to statements naming key are
-	// held back, leaves once committed() is true, then lets the answer go.
-	lose := func(key string, call func(context.Context, *ratelimit.Limiter) error, committed func() bool) error {
+	// held back, leaves once committed() is true, and lets the answer go
+	// once call has returned. These calls run their statement in ctx
+	// itself: leaving ends it through pgx's context watcher, on a goroutine
+	// of its own, which sets the connection's deadline, and the held read
+	// then fails. Letting the answer go before that (after a fixed sleep,
+	// as this used to) let a late watcher find it read, and the call
+	// succeed.
+	lose := func(t *testing.T, key string, call func(context.Context, *ratelimit.Limiter) error, committed func() bool) error {
+		t.Helper()
 		held, answers := holdAnswers(t, pool, key)
 		l := ratelimit.New(held, ratelimit.WithoutCombining())
 		ctx, leave := context.WithCancel(bg)
@@ -36,16 +43,21 @@ func TestTaskCallsWhoseAnswerIsLostAndRetried(t *testing.T) {
 			}
 		}
 		leave()
-		time.Sleep(20 * time.Millisecond)
-		answers.release()
-		return <-errs
+		defer answers.release()
+		select {
+		case err := <-errs:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the call did not return within 10 s of its caller leaving", key)
+			return nil
+		}
 	}
 
 	t.Run("heartbeat", func(t *testing.T) {
 		task := startSync(t, direct, time.Minute)
 		before := getTask(t, direct, task.ID).LeaseExpiresAt
 		tok := mustUUID(t, task.ExecutionToken)
-		err := lose(string(tok.Bytes[:]), func(ctx context.Context, l *ratelimit.Limiter) error {
+		err := lose(t, string(tok.Bytes[:]), func(ctx context.Context, l *ratelimit.Limiter) error {
 			_, err := l.HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Hour)
 			return err
 		}, func() bool { return getTask(t, direct, task.ID).LeaseExpiresAt.After(before.Add(time.Minute)) })
@@ -69,7 +81,7 @@ func TestTaskCallsWhoseAnswerIsLostAndRetried(t *testing.T) {
 			}
 			return n
 		}
-		err := lose(key, func(ctx context.Context, l *ratelimit.Limiter) error {
+		err := lose(t, key, func(ctx context.Context, l *ratelimit.Limiter) error {
 			_, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: key})
 			return err
 		}, func() bool { return count() == 1 })
@@ -88,7 +100,7 @@ func TestTaskCallsWhoseAnswerIsLostAndRetried(t *testing.T) {
 		task := startSync(t, direct, time.Minute)
 		key := uniqueKey("finish")
 		out := ratelimit.Outcome{Status: ratelimit.TaskFailed, ErrorCode: "upstream", ErrorMessage: key}
-		err := lose(key, func(ctx context.Context, l *ratelimit.Limiter) error {
+		err := lose(t, key, func(ctx context.Context, l *ratelimit.Limiter) error {
 			_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, out)
 			return err
 		}, func() bool { return getTask(t, direct, task.ID).Status == ratelimit.TaskFailed })

@@ -40,9 +40,7 @@ func TestAbandonUndoSparesATaskAWorkerClaimedMeanwhile(t *testing.T) {
 		}()
 		awaitSummary(t, pool, "the task created", func(s dbtest.OpsStateSummaryRow) bool { return s.TasksQueued == 1 })
 		task := claim(t, direct, "w-real", time.Hour)
-		leave()
-		time.Sleep(20 * time.Millisecond)
-		answers.release()
+		leaveThenAnswer(leave, answers.release)
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 		}
@@ -86,9 +84,7 @@ func TestAbandonUndoSparesATaskAWorkerClaimedMeanwhile(t *testing.T) {
 		if task.ID != created.ID {
 			t.Fatalf("claimed %s, want %s", task.ID, created.ID)
 		}
-		leave()
-		time.Sleep(20 * time.Millisecond)
-		answers.release()
+		leaveThenAnswer(leave, answers.release)
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("ClaimTask after its caller left: %v, want context.Canceled", err)
 		}

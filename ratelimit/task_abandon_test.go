@@ -33,6 +33,18 @@ func awaitSummary(t *testing.T, pool *pgxpool.Pool, what string, ok func(dbtest.
 	}
 }
 
+// leaveThenAnswer makes a caller of CreateTask or ClaimTask leave, then lets
+// its statement's answer come (answer). The caller has left once leave
+// returns, on every run, however late its goroutine runs: these calls do
+// not go through a combiner but run their statement on the caller's
+// goroutine (runToAnswer), which reads ctx's error only once the statement
+// is answered, and the answer cannot come before answer is called. So no
+// wait goes between the two (there used to be a sleep).
+func leaveThenAnswer(leave context.CancelFunc, answer func()) {
+	leave()
+	answer()
+}
+
 // A caller of CreateTask who leaves after the server created the task gets
 // its context's error, and the task is cancelled: it holds no queue place,
 // no worker claims it, and a sync task does not run on (its attempt and
@@ -62,9 +74,7 @@ func TestCreateTaskCallerWhoLeavesAfterTheCommitLeavesNoTask(t *testing.T) {
 			awaitSummary(t, pool, "a task created", func(s dbtest.OpsStateSummaryRow) bool {
 				return s.TasksQueued+s.TasksRunning == 1
 			}) // the server committed; its answer is held
-			leave()
-			time.Sleep(20 * time.Millisecond)
-			answers.release()
+			leaveThenAnswer(leave, answers.release)
 			if err := <-errs; !errors.Is(err, context.Canceled) {
 				t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 			}
@@ -104,9 +114,7 @@ func TestClaimTaskCallerWhoLeavesAfterTheCommitLeavesTheTaskQueued(t *testing.T)
 	errs := make(chan error, 1)
 	go func() { _, err := l.ClaimTask(ctx, worker, time.Hour); errs <- err }()
 	awaitSummary(t, pool, "the task claimed", func(s dbtest.OpsStateSummaryRow) bool { return s.TasksRunning == 1 })
-	leave()
-	time.Sleep(20 * time.Millisecond)
-	answers.release()
+	leaveThenAnswer(leave, answers.release)
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimTask after its caller left: %v, want context.Canceled", err)
 	}
@@ -158,11 +166,11 @@ func TestCreateTaskCallerWhoLeavesWhileItWaitsForTheQueueLock(t *testing.T) {
 		errs <- err
 	}()
 	pgtest.AwaitLockWaiters(t, pool, "CreateTask")
-	leave()
-	time.Sleep(20 * time.Millisecond)
-	if err := blocker.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	leaveThenAnswer(leave, func() {
+		if err := blocker.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 	}
