@@ -46,7 +46,13 @@ func TestRunStopsWhenTheServerIsGone(t *testing.T) {
 			}
 			return nil
 		}}
+	start := time.Now()
 	results, err := Run(ctx, pool, cfg, func(r Result) { reported = append(reported, r) })
+	// Loose, so that load cannot reach it: it catches operations that hang on the stopped
+	// server instead of failing (a run of 300ms workloads that stops after W2).
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("Run with the server stopped before W2 took %s, want it to stop within 30s", took)
+	}
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Run with the server stopped before W2: %v, want ErrUnreachable", err)
 	}
