@@ -70,6 +70,12 @@ const (
 	// operation out of lock order, no task to claim. A caller's bug, not
 	// the database's health.
 	ResultRejected = "rejected"
+	// ResultLockWait: a Recover or Prune run left batches because another
+	// session held locks they needed past WithMaintenanceLockTimeout
+	// (every error of the run a *ratelimit.LockWaitError) and did the
+	// rest. The database answered: a transaction left idle in transaction,
+	// or a migration, holds the rows; not the database's health.
+	ResultLockWait = "lock_wait"
 )
 
 // Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is
@@ -145,7 +151,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	// Prune runs from 5 on.
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
-		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected).",
+		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait).",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"operation", "result"})
 	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -197,10 +203,11 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // concurrency or maintenance lease), ResultUnknownGrant, ResultRejected
 // (the caller's input or state: ratelimit.ErrInvalidInput, ErrUnknownTask,
 // ErrTaskFinished, ErrNoTask, ErrStaleToken, ErrLockOrder), ResultTimeout
-// (a context deadline, or a net.Error that timed out, a dial's included)
-// or ResultError (the rest: the database failed, refused the connection,
-// or the deployment fails every call, as ErrIsolation and the pooler
-// errors do).
+// (a context deadline, or a net.Error that timed out, a dial's included),
+// ResultLockWait (a Recover or Prune whose every error is a
+// *ratelimit.LockWaitError) or ResultError (the rest: the database
+// failed, refused the connection, or the deployment fails every call, as
+// ErrIsolation and the pooler errors do).
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
@@ -276,6 +283,8 @@ func result(err error) string {
 		return ResultRejected
 	case timedOut(err):
 		return ResultTimeout
+	case lockWaitsOnly(err):
+		return ResultLockWait
 	}
 	// ErrIsolation and the pooler errors too: a deployment that fails every
 	// call is admission control down, as a database down is.
@@ -288,6 +297,28 @@ func result(err error) string {
 func timedOut(err error) bool {
 	var netErr net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
+}
+
+// lockWaitsOnly reports whether every error in err's tree ends in a
+// *ratelimit.LockWaitError: a run whose other steps failed otherwise (a
+// row the server rejected, the connection lost) is not just waiting.
+func lockWaitsOnly(err error) bool {
+	if _, ok := err.(*ratelimit.LockWaitError); ok {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		for _, e := range errs {
+			if !lockWaitsOnly(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case interface{ Unwrap() error }:
+		return lockWaitsOnly(u.Unwrap())
+	}
+	return false
 }
 
 // invalidOption is fn's error for an argument, option or receiver it

@@ -41,6 +41,11 @@ var resultClasses = map[string]struct {
 	"StaleTokenError":         {&ratelimit.StaleTokenError{}, ResultRejected},
 	"ErrLockOrder":            {ratelimit.ErrLockOrder, ResultRejected},
 	"LockOrderError":          {&ratelimit.LockOrderError{}, ResultRejected},
+	// A Recover or Prune batch that another session's lock held past
+	// WithMaintenanceLockTimeout: the database answered, and the run did
+	// the rest.
+	"LockWaitError": {&ratelimit.LockWaitError{Job: "recover", Step: "reclaim expired tasks", Rows: 1,
+		Err: &pgconn.PgError{Code: "55P03"}}, ResultLockWait},
 	// Deployment faults that fail every call until the connections are
 	// fixed: admission control is down, as when the database is.
 	"ErrIsolation":        {ratelimit.ErrIsolation, ResultError},
@@ -144,11 +149,22 @@ func TestResultOfTimeoutsAndFailures(t *testing.T) {
 		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, ResultError},
 		{"server error", &pgconn.PgError{Code: "57P01"}, ResultError},
 		{"plain", errors.New("boom"), ResultError},
+		// A run's errors joined: lock_wait only when every one is a lock
+		// wait; a step the server rejected, or a run cut off, says more.
+		{"lock waits", errors.Join(fmt.Errorf("ratelimit: recover: a: %w", lockWait()), fmt.Errorf("ratelimit: recover: b: %w", lockWait())), ResultLockWait},
+		{"lock wait and a rejected row", errors.Join(fmt.Errorf("left 1 row(s) the server rejected: %w", &pgconn.PgError{Code: "23514"}), lockWait()), ResultError},
+		{"lock wait and a lost connection", errors.Join(fmt.Errorf("ratelimit: recover: a: %w", lockWait()), &pgconn.PgError{Code: "57P01"}), ResultError},
+		{"lock wait, then cut off", errors.Join(lockWait(), fmt.Errorf("ratelimit: prune: b: %w", context.DeadlineExceeded)), ResultTimeout},
 	} {
 		if got := result(c.err); got != c.want {
 			t.Errorf("%s (%v): result %q, want %q", c.name, c.err, got, c.want)
 		}
 	}
+}
+
+// lockWait is a step's *ratelimit.LockWaitError, as Recover and Prune return it.
+func lockWait() error {
+	return &ratelimit.LockWaitError{Job: "prune", Step: "counters", Err: &pgconn.PgError{Code: "55P03"}}
 }
 
 // pgconnTimeout is the error pgconn gives a connect whose context expired:
