@@ -112,17 +112,26 @@ type LockWaitError struct {
 	// Step names the step, as in the run's errors and Progress.Step
 	// ("reclaim expired tasks", "release stale reservations", ...).
 	Step string
-	// Rows counts the rows the step left for a later run; 0 when the
-	// step's statement works on many rows at once, and the rest of the step
-	// was left.
+	// Rows counts the rows of the batches that timed out, which the step
+	// left for a later run; 0 when the step's statement works on many rows
+	// at once.
 	Rows int
+	// Rest is set when the step also left the rows it had not reached:
+	// it stopped there (its single statement timed out, or a step that
+	// finds its rows met too many batches that timed out).
+	Rest bool
 	// Err is the server's error.
 	Err error
 }
 
 func (e *LockWaitError) Error() string {
-	left := "left the rest of the step"
-	if e.Rows > 0 {
+	var left string
+	switch {
+	case e.Rows == 0:
+		left = "left the rest of the step"
+	case e.Rest:
+		left = fmt.Sprintf("left %d row(s) and the rest of the step", e.Rows)
+	default:
 		left = fmt.Sprintf("left %d row(s)", e.Rows)
 	}
 	return fmt.Sprintf("%s: another transaction held a lock past the lock timeout: %v", left, e.Err)

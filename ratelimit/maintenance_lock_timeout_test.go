@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +198,55 @@ func TestMaintenanceLockTimeoutEdges(t *testing.T) {
 			t.Errorf("WithMaintenanceLockTimeout(%v): Prune: %v", d, err)
 		}
 	}
+}
+
+// After maxLockWaits batches that timed out, a step leaves the rest of its
+// rows to a later run, unread: the error says so, beside the rows it
+// tried, rather than count only those.
+func TestLockWaitErrorSaysTheStepLeftTheRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var clock testClock
+	l, bounded := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
+	locked := uniqueKey("locked")
+
+	// 4 async tasks whose workers die, the first two (by lease expiry, the
+	// order recovery finds them in) on the counter another transaction holds.
+	var expiry time.Time
+	for i := range 4 {
+		createAsync(t, l)
+		task := claim(t, l, "w", time.Duration(i+1)*time.Second)
+		key := uniqueKey("free")
+		if i < 2 {
+			key = locked
+		}
+		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		expiry = latest(expiry, task.LeaseExpiresAt)
+	}
+	clock.pass(expiry)
+	release := holdCounters(t, pool, "api_key", locked)
+
+	hang, stop := context.WithTimeout(ctx, 2*lockBound+lockSlack)
+	defer stop()
+	got, err := bounded.Recover(hang)
+	assertLockWait(t, err, "recover", "reclaim expired tasks", 2)
+	var lw *ratelimit.LockWaitError
+	if errors.As(err, &lw) && !lw.Rest {
+		t.Errorf("LockWaitError%+v: Rest false, want true: the step left its rows not reached yet too", *lw)
+	}
+	if !got.Zero() {
+		t.Errorf("Recover = %+v, want nothing done: the step stopped after two waits", got)
+	}
+	if want := "left 2 row(s) and the rest of the step"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Recover: %v, want it to say %q", err, want)
+	}
+	if s := summary(t, pool); s.TasksRunning != 4 {
+		t.Fatalf("state = %+v, want the 4 tasks left running", s)
+	}
+
+	release()
+	recoverOnce(t, bounded, ratelimit.RecoveryResult{RequeuedAsyncTasks: 4, FailedAttempts: 4, ReleasedRateReservations: 4})
 }

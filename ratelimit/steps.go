@@ -74,7 +74,7 @@ func lockWait(op, step string, err error) error {
 		return err
 	}
 	if lockNotAvailable(err) {
-		return &LockWaitError{Job: op, Step: step, Err: err}
+		return &LockWaitError{Job: op, Step: step, Rest: true, Err: err}
 	}
 	return err
 }
@@ -105,8 +105,9 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // counter was damaged by hand, say) is set aside for the rest of the step,
 // so the rows around it are still done; the step then ends with the
 // server's reason. So are the rows of a batch that timed out waiting for a
-// lock (WithMaintenanceLockTimeout), up to maxLockWaits such batches; the
-// step then ends with a *LockWaitError counting them. id names a row
+// lock (WithMaintenanceLockTimeout), up to maxLockWaits such batches,
+// after which the step leaves the rest too; it then ends with a
+// *LockWaitError counting them (and Rest when it left more). id names a row
 // across batches.
 func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) func() (bool, error) {
 	aside := map[[16]byte]bool{}  // rows the server rejected on their own
@@ -114,13 +115,14 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 	waited := map[[16]byte]bool{} // rows of batches that timed out on a lock
 	var waitErr error             // and the first such error
 	waits := 0
+	rest := false // the step stopped with rows it did not reach
 	end := func() (bool, error) {
 		var errs []error
 		if reason != nil {
 			errs = append(errs, fmt.Errorf("left %d row(s) the server rejected: %w", len(aside), reason))
 		}
 		if waitErr != nil {
-			errs = append(errs, &LockWaitError{Rows: len(waited), Err: waitErr})
+			errs = append(errs, &LockWaitError{Rows: len(waited), Rest: rest, Err: waitErr})
 		}
 		return false, errors.Join(errs...)
 	}
@@ -161,6 +163,7 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		case len(aside) >= int(batch):
 			return end() // a batch's worth set aside: leave the rest to a later run
 		case waits >= maxLockWaits:
+			rest = full  // a full batch: there may be more
 			return end() // the rest may wait on the same lock: leave it to a later run
 		case !full || done.changed == 0 && len(done.rejected) == 0 && len(done.locked) == 0:
 			// The last batch; or a full one of which nothing changed: others
