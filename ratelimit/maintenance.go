@@ -188,8 +188,9 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // gateway's transaction left idle keeps locked, say): past d the server
 // gives up with lock_not_available (SQLSTATE 55P03) and the batch rolls
 // back whole. Recover and Prune then leave that batch's rows to a later run
-// and go on with the rest, reporting what they left with a
-// *LockWaitError. lock_timeout is set for each batch's transaction only,
+// (and the rest of its step, after a second such batch in the step or when
+// the step is one statement) and go on with the rest, reporting what they
+// left with a *LockWaitError. lock_timeout is set for each batch's transaction only,
 // in the same round trip as the batch (safe behind a transaction-pooling
 // proxy). Default 0: no bound but the context's. d is rounded up to a
 // millisecond, lock_timeout's unit, and past lock_timeout's range (about

@@ -28,7 +28,9 @@ processes (a lease row, no session state: it works through PgBouncer in transact
 mode): when another process is recovering, a pass is skipped. A batch waits at most 5s for a
 lock another session holds (a counter row that a transaction left idle in transaction keeps
 locked, say; lock_timeout is set in the batch's own transaction): past it, that batch is left
-whole to a later pass, the rest is done and printed, and the command says what it left, exit 1.
+whole to a later pass (and the rest of its step, after a second such batch in the step or when
+the step is one statement), the other steps run, what was done is printed, and the command says
+what it left, exit 1.
 
 Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
 that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
@@ -204,7 +206,8 @@ the cutoff. Tasks that finished more than --task-retention ago are deleted with 
 events and queue admissions (their reservations and leases stay in the books, without a task).
 Live state is never touched, and the books still balance afterwards. Single-flight across
 processes, like recover, and like it a batch waits at most 5s for a lock another session holds:
-that batch is left to a later run, the rest is done and printed, and it exits 1 saying so.`,
+that batch is left to a later run (and the rest of its step, as for recover), the other steps
+run, what was done is printed, and it exits 1 saying so.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
