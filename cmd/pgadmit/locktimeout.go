@@ -39,12 +39,13 @@ func lockTimedOut(err error) error {
 }
 
 // lockWaitError is a recover or prune run's failure when rows (or a table) it had to lock stayed
-// locked by another session for longer than operatorLockTimeout: it left them, did the rest (its
-// counts are printed), and a later run takes them once that session lets go.
+// locked by another session for longer than operatorLockTimeout: it left them (and, after a
+// second such wait in a step, the rest of that step; the wrapped error says which), its counts
+// say what it did, and a later run takes what it left once that session lets go.
 type lockWaitError struct{ err error }
 
 func (e *lockWaitError) Error() string {
-	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s, left them and did the rest; run it again once that session lets go (%v)", operatorLockTimeout, e.err)
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", operatorLockTimeout, e.err)
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }
