@@ -70,12 +70,19 @@ const (
 	// operation out of lock order, no task to claim. A caller's bug, not
 	// the database's health.
 	ResultRejected = "rejected"
-	// ResultLockWait: a Recover or Prune run left batches because another
+	// ResultLockWait: a Recover or Prune run left batches (and, after a
+	// second wait in a step, the rest of that step) because another
 	// session held locks they needed past WithMaintenanceLockTimeout
-	// (every error of the run a *ratelimit.LockWaitError) and did the
-	// rest. The database answered: a transaction left idle in transaction,
-	// or a migration, holds the rows; not the database's health.
+	// (every error of the run a *ratelimit.LockWaitError). The database
+	// answered: a transaction left idle in transaction, or a migration,
+	// holds the rows; not the database's health.
 	ResultLockWait = "lock_wait"
+	// ResultCanceled: the caller's context was cancelled (its client left,
+	// or the process is shutting down) before the operation ended; not the
+	// database's health. httpadmit detaches its statements from the
+	// request's context, so through the middleware only a direct caller of
+	// DatabaseCall, ObserveRecover or ObservePrune reports it.
+	ResultCanceled = "canceled"
 )
 
 // Metrics is an httpadmit.Observer that keeps Prometheus metrics. It is
@@ -151,7 +158,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	// Prune runs from 5 on.
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
-		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait).",
+		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait, canceled).",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"operation", "result"})
 	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -204,8 +211,9 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // (the caller's input or state: ratelimit.ErrInvalidInput, ErrUnknownTask,
 // ErrTaskFinished, ErrNoTask, ErrStaleToken, ErrLockOrder), ResultTimeout
 // (a context deadline, or a net.Error that timed out, a dial's included),
-// ResultLockWait (a Recover or Prune whose every error is a
-// *ratelimit.LockWaitError) or ResultError (the rest: the database
+// ResultCanceled (a context.Canceled: the caller left), ResultLockWait
+// (a Recover or Prune whose every error is a *ratelimit.LockWaitError) or
+// ResultError (the rest: the database
 // failed, refused the connection, or the deployment fails every call, as
 // ErrIsolation and the pooler errors do).
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
@@ -283,6 +291,8 @@ func result(err error) string {
 		return ResultRejected
 	case timedOut(err):
 		return ResultTimeout
+	case errors.Is(err, context.Canceled):
+		return ResultCanceled
 	case lockWaitsOnly(err):
 		return ResultLockWait
 	}

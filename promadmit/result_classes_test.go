@@ -155,6 +155,9 @@ func TestResultOfTimeoutsAndFailures(t *testing.T) {
 		{"lock wait and a rejected row", errors.Join(fmt.Errorf("left 1 row(s) the server rejected: %w", &pgconn.PgError{Code: "23514"}), lockWait()), ResultError},
 		{"lock wait and a lost connection", errors.Join(fmt.Errorf("ratelimit: recover: a: %w", lockWait()), &pgconn.PgError{Code: "57P01"}), ResultError},
 		{"lock wait, then cut off", errors.Join(lockWait(), fmt.Errorf("ratelimit: prune: b: %w", context.DeadlineExceeded)), ResultTimeout},
+		// A caller who left (or a shutdown) cancelled it: not the database's health.
+		{"caller left", fmt.Errorf("ratelimit: reserve: %w", context.Canceled), ResultCanceled},
+		{"lock wait, then cancelled", errors.Join(lockWait(), fmt.Errorf("ratelimit: prune: b: %w", context.Canceled)), ResultCanceled},
 	} {
 		if got := result(c.err); got != c.want {
 			t.Errorf("%s (%v): result %q, want %q", c.name, c.err, got, c.want)
