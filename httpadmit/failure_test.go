@@ -162,7 +162,11 @@ func TestHangingDatabaseUnderLoad(t *testing.T) {
 		}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("served") }))
 
 	rec := httptest.NewRecorder()
+	t0 := time.Now()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if took := time.Since(t0); took > brokenRequestBound {
+		t.Errorf("first request took %s with a decision timeout of 20ms and a connect timeout of %s", took, brokenConnectTimeout)
+	}
 	var unavailable *httpadmit.UnavailableError
 	gotMu.Lock()
 	first := got
