@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/pgadmit/pgadmit/internal/dbtest"
-	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // A transaction left idle with counter rows locked (a gateway's WithTx, a long manual session)
@@ -20,32 +17,8 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	lim := ratelimit.New(pool)
 	q := dbtest.New()
-	second := func(key string) []ratelimit.Limit {
-		return []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: key}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 2, Window: time.Second}}
-	}
-	for _, key := range []string{"free", "held"} {
-		// A finished task that still holds a reservation, for recover.
-		task, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Kind: "chat", Worker: "gw-test", LeaseTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := lim.Reserve(ctx, task.ID, task.AttemptID, second(key+"-task")); err != nil {
-			t.Fatal(err)
-		}
-		var id pgtype.UUID
-		if err := id.Scan(task.ID); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := q.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil {
-			t.Fatal(err)
-		}
-		// A reservation nobody settles, for prune.
-		if _, err := lim.Reserve(ctx, "", "", second(key+"-stale")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedMaintenanceWork(t, pool, "free", "held")
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

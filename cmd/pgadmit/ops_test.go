@@ -169,20 +169,18 @@ func TestPrune(t *testing.T) {
 	}
 }
 
-// A reservation on a counter damaged by hand (the server rejects its release) leaves recover
-// and prune exiting 1 with the server's reason, but they still did the rest of their work and
-// say what: they used to print the error alone.
-func TestRecoverAndPruneSayWhatTheyDidPastARejectedRow(t *testing.T) {
-	t.Parallel()
+// seedMaintenanceWork leaves, for each key, work for recover and prune: a finished task that still
+// holds a reservation (on key-task) and a reservation nobody settles (on key-stale), each of a
+// 1 s window limit of 10 taking 2.
+func seedMaintenanceWork(t *testing.T, pool *pgxpool.Pool, keys ...string) {
+	t.Helper()
 	ctx := context.Background()
-	url, pool := newDatabase(t)
 	lim := ratelimit.New(pool)
-	q := dbtest.New()
+	defer lim.Close()
 	second := func(key string) []ratelimit.Limit {
 		return []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: key}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 2, Window: time.Second}}
 	}
-	for _, key := range []string{"good", "bad"} {
-		// A finished task that still holds a reservation, for recover.
+	for _, key := range keys {
 		task, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Kind: "chat", Worker: "gw-test", LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -194,14 +192,24 @@ func TestRecoverAndPruneSayWhatTheyDidPastARejectedRow(t *testing.T) {
 		if err := id.Scan(task.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := q.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil {
+		if _, err := dbtest.New().OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil {
 			t.Fatal(err)
 		}
-		// A reservation nobody settles, for prune.
 		if _, err := lim.Reserve(ctx, "", "", second(key+"-stale")); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A reservation on a counter damaged by hand (the server rejects its release) leaves recover
+// and prune exiting 1 with the server's reason, but they still did the rest of their work and
+// say what: they used to print the error alone.
+func TestRecoverAndPruneSayWhatTheyDidPastARejectedRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	q := dbtest.New()
+	seedMaintenanceWork(t, pool, "good", "bad")
 	// The bad counters hold less than their reservations: releasing one would go negative.
 	for _, key := range []string{"bad-task", "bad-stale"} {
 		if _, err := q.OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
