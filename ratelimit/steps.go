@@ -45,13 +45,13 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 			}
 			var err error
 			if more, err = s.run(); err != nil {
-				failed = append(failed, wrapDBError(ctx, op+": "+s.name, lockWait(op, s.name, err)))
+				failed = append(failed, stepError(ctx, op, s.name, err))
 				if ctx.Err() != nil {
 					// Cut off by ctx (on a pool set up with ConfigurePool, the server
 					// answered its cancel request with 57014, an error it raised).
 					return errors.Join(failed...)
 				}
-				if !rejectedByServer(err) {
+				if !rejectedByServer(batchErr(err)) {
 					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be
 				}
 				break
@@ -62,6 +62,19 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 		}
 	}
 	return errors.Join(failed...)
+}
+
+// stepError is the error of step s of op, which ended with err: the
+// server's error made what wrapDBError makes of it, and named. Of a step
+// cut short each part is made so on its own, so that what the step left
+// before (a row rejected for a missing task, say) does not make the error
+// that cut it off read as that.
+func stepError(ctx context.Context, op, s string, err error) error {
+	var c *cutShort
+	if errors.As(err, &c) {
+		return &cutShort{err: stepError(ctx, op, s, c.err), left: stepError(ctx, op, s, c.left)}
+	}
+	return wrapDBError(ctx, op+": "+s, lockWait(op, s, err))
 }
 
 // lockWait names op and step in the *LockWaitError that err holds, or makes
@@ -107,8 +120,10 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // server's reason. So are the rows of a batch that timed out waiting for a
 // lock (WithMaintenanceLockTimeout), up to maxLockWaits such batches,
 // after which the step leaves the rest too; it then ends with a
-// *LockWaitError counting them (and Rest when it left more). id names a row
-// across batches.
+// *LockWaitError counting them (and Rest when it left more). A batch that
+// fails otherwise (the connection lost, ctx done) ends the step with its
+// error and, beside it, what the step had left so far (cutShort). id names
+// a row across batches.
 func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) func() (bool, error) {
 	aside := map[[16]byte]bool{}  // rows the server rejected on their own
 	var reason error              // and its first reason
@@ -116,7 +131,7 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 	var waitErr error             // and the first such error
 	waits := 0
 	rest := false // the step stopped with rows it did not reach
-	end := func() (bool, error) {
+	left := func() error {
 		var errs []error
 		if reason != nil {
 			errs = append(errs, fmt.Errorf("left %d row(s) the server rejected: %w", len(aside), reason))
@@ -124,14 +139,23 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		if waitErr != nil {
 			errs = append(errs, &LockWaitError{Rows: len(waited), Rest: rest, Err: waitErr})
 		}
-		return false, errors.Join(errs...)
+		return errors.Join(errs...)
+	}
+	end := func() (bool, error) { return false, left() }
+	// cut ends the step at err, which a batch met, keeping what the
+	// batches before it left.
+	cut := func(err error) (bool, error) {
+		if l := left(); l != nil {
+			return false, &cutShort{err: err, left: l}
+		}
+		return false, err
 	}
 	return func() (bool, error) {
 		// Ask for the rows set aside too: find returns them again.
 		asked := int(batch) + len(aside) + len(waited)
 		found, err := find(int32(min(asked, math.MaxInt32)))
 		if err != nil {
-			return false, err
+			return cut(err)
 		}
 		full := len(found) == asked
 		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] || waited[id(row)] })
@@ -139,9 +163,6 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 			return end()
 		}
 		done, err := isolate(todo, act)
-		if err != nil {
-			return false, err
-		}
 		for _, row := range done.rejected {
 			aside[id(row)] = true
 		}
@@ -156,6 +177,9 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 			if waitErr == nil {
 				waitErr = done.lockErr
 			}
+		}
+		if err != nil {
+			return cut(err) // with what the parts of this batch before it left
 		}
 		switch {
 		case done.changed == 0 && len(done.rejected) == len(todo):
@@ -172,6 +196,27 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		}
 		return true, nil
 	}
+}
+
+// cutShort is the error of a step that findStep ended at err, met by a
+// batch, after its batches had left rows (left: what end would have
+// reported). err alone decides what the run does next (runSteps); both are
+// in its chain, err first.
+type cutShort struct {
+	err, left error
+}
+
+func (e *cutShort) Error() string   { return e.err.Error() + "\n" + e.left.Error() }
+func (e *cutShort) Unwrap() []error { return []error{e.err, e.left} }
+
+// batchErr is the error that ended a step's batch: err, or the one that
+// cut a findStep short.
+func batchErr(err error) error {
+	var c *cutShort
+	if errors.As(err, &c) {
+		return c.err
+	}
+	return err
 }
 
 // isolated is what isolate did: the rows changed, the rows the server
