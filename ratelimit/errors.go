@@ -118,7 +118,8 @@ type LockWaitError struct {
 	Rows int
 	// Rest is set when the step also left the rows it had not reached:
 	// it stopped there (its single statement timed out, or a step that
-	// finds its rows met too many batches that timed out).
+	// finds its rows met too many batches that timed out, or too many rows
+	// the server rejected).
 	Rest bool
 	// Err is the server's error.
 	Err error

@@ -117,7 +117,8 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // how many rows it changed. A row the server rejects on its own (one whose
 // counter was damaged by hand, say) is set aside for the rest of the step,
 // so the rows around it are still done; the step then ends with the
-// server's reason. So are the rows of a batch that timed out waiting for a
+// server's reason (after a batch's worth of such rows, or a batch of which
+// it rejects every row, it stops, and says when it left the rest). So are the rows of a batch that timed out waiting for a
 // lock (WithMaintenanceLockTimeout), up to maxLockWaits such batches,
 // after which the step leaves the rest too; it then ends with a
 // *LockWaitError counting them (and Rest when it left more). A batch that
@@ -130,11 +131,15 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 	waited := map[[16]byte]bool{} // rows of batches that timed out on a lock
 	var waitErr error             // and the first such error
 	waits := 0
-	rest := false // the step stopped with rows it did not reach
+	rest := false // the step stopped with rows it did not reach (both errors say so)
 	left := func() error {
 		var errs []error
 		if reason != nil {
-			errs = append(errs, fmt.Errorf("left %d row(s) the server rejected: %w", len(aside), reason))
+			what := fmt.Sprintf("%d row(s) the server rejected", len(aside))
+			if rest {
+				what += " and the rest of the step"
+			}
+			errs = append(errs, fmt.Errorf("left %s: %w", what, reason))
 		}
 		if waitErr != nil {
 			errs = append(errs, &LockWaitError{Rows: len(waited), Rest: rest, Err: waitErr})
@@ -183,11 +188,13 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		}
 		switch {
 		case done.changed == 0 && len(done.rejected) == len(todo):
+			rest = full  // a full batch: there may be more
 			return end() // the server rejects every row: not one bad row, so stop here
 		case len(aside) >= int(batch):
+			rest = full
 			return end() // a batch's worth set aside: leave the rest to a later run
 		case waits >= maxLockWaits:
-			rest = full  // a full batch: there may be more
+			rest = full
 			return end() // the rest may wait on the same lock: leave it to a later run
 		case !full || done.changed == 0 && len(done.rejected) == 0 && len(done.locked) == 0:
 			// The last batch; or a full one of which nothing changed: others

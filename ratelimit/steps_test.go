@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -130,5 +131,28 @@ func TestFindStepStopsAtAnErrorNotTheServers(t *testing.T) {
 		if !errors.Is(err, failure) || acts != 1 {
 			t.Errorf("error %v after %d acts, want %v after 1", err, acts, failure)
 		}
+	}
+}
+
+// A step that stops early on rows the server rejects, with a full batch
+// unread, says it left the rest of the step too, as a LockWaitError does;
+// one that reached its last row does not.
+func TestFindStepSaysWhenRejectionsLeftTheRest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bad  []int
+		want string
+	}{
+		{"every row rejected", []int{0, 1, 2, 3, 4, 5}, "left 4 row(s) the server rejected and the rest of the step:"},
+		{"a batch's worth set aside", []int{0, 5, 10, 15}, "left 4 row(s) the server rejected and the rest of the step:"},
+		{"the last row reached", []int{3, 18}, "left 2 row(s) the server rejected:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := newRowTable(20, tc.bad...)
+			err := runStep(t, findStep(4, rowID, table.find, table.act))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("step error %v, want it to say %q", err, tc.want)
+			}
+		})
 	}
 }
