@@ -11,7 +11,9 @@ type Progress struct {
 	// expired tasks", "reservations", ...).
 	Step string
 	// Batches counts the batches (statements or transactions) the run has
-	// done so far.
+	// done so far: those that committed, or read that there was nothing
+	// more to do; not one that rolled back whole (it waited on a lock past
+	// WithMaintenanceLockTimeout).
 	Batches int64
 	// Elapsed is the time since the run took its lease.
 	Elapsed time.Duration
@@ -31,7 +33,7 @@ func WithProgress(every time.Duration, report func(Progress)) MaintenanceOption 
 	}
 }
 
-// progressOf is the report a run of job makes after each batch (runSteps),
+// progressOf is the report a run of job makes after each batch done (runSteps),
 // summary saying what it did so far; nil without WithProgress.
 func (m *Maintenance) progressOf(job string, summary func() string) func(step string) {
 	report, every := m.opts.progress, m.opts.progressEvery

@@ -200,29 +200,29 @@ func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch in
 // length, each reading only the windows of that length that have ended, so
 // the ledger of a long window still running is never read. Finished rows
 // whose counter remains are passed over.
-func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, batch int32, deleted *int64) func() (bool, error) {
+func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, batch int32, deleted *int64) batchFunc {
 	var (
 		page   db.PruneReservationsParams // of the window length being walked (WindowSeconds 0: none)
 		walked int32                      // the last window length done
 	)
-	return func() (bool, error) {
+	return func() (bool, bool, error) {
 		if page.WindowSeconds == 0 {
 			next, err := m.queries.PruneReservationNextWindowLength(ctx, m.stepConn(), walked)
 			if err != nil || next == 0 {
-				return false, err
+				return false, err == nil, err
 			}
 			page = db.PruneReservationsParams{WindowSeconds: next, StartsBefore: cutoff.Add(-time.Duration(next) * time.Second),
 				AfterWindowStart: epoch, AfterID: pgtype.UUID{Valid: true}, BatchSize: batch}
 		}
 		row, err := m.queries.PruneReservations(ctx, m.stepConn(), page)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		*deleted += int64(row.Deleted)
 		page.AfterWindowStart, page.AfterID = row.LastWindowStart, row.LastID
 		if row.Scanned < batch { // this length is done; the next batch starts on the next one
 			walked, page = page.WindowSeconds, db.PruneReservationsParams{}
 		}
-		return true, nil
+		return true, true, nil
 	}
 }

@@ -178,7 +178,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 
 // returnLostAllotments returns, per batch, the blocks of holders that died,
 // charging each holder's last report of what it admitted.
-func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, count *int64) func() (bool, error) {
+func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, count *int64) batchFunc {
 	find := func(n int32) ([]db.RecoveryAllotmentFindLostRow, error) {
 		return m.queries.RecoveryAllotmentFindLost(ctx, m.stepConn(), db.RecoveryAllotmentFindLostParams{
 			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: n, Now: m.opts.clock.at(),
@@ -209,7 +209,7 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 // reclaimExpiredTasks reclaims, per batch, running tasks whose execution
 // lease expired (RecoveryTaskFindExpired reads them without locking; each
 // batch is one transaction, see reclaimTasks).
-func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res *RecoveryResult) func() (bool, error) {
+func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res *RecoveryResult) batchFunc {
 	find := func(n int32) ([]db.RecoveryTaskFindExpiredRow, error) {
 		return m.queries.RecoveryTaskFindExpired(ctx, m.stepConn(), db.RecoveryTaskFindExpiredParams{BatchSize: n, Now: m.opts.clock.at()})
 	}

@@ -16,12 +16,17 @@ import (
 // Recover and Prune work as a list of steps, each repeated in bounded
 // batches (one short transaction each) until a batch finds nothing more.
 
-// step is one kind of work; run does one batch and reports whether there may
-// be more.
+// step is one kind of work; run does one batch.
 type step struct {
 	name string
-	run  func() (more bool, err error)
+	run  batchFunc
 }
+
+// batchFunc does one batch of a step and reports whether there may be more,
+// and whether the batch was done: it committed, or it read that there was
+// nothing to do. A batch that rolled back whole (it timed out on a lock,
+// say) was not, though its step goes on.
+type batchFunc func() (more, done bool, err error)
 
 // runSteps runs every step to completion, in order. A step that ends with
 // an error the server raised is left there and the next one runs: the
@@ -31,8 +36,9 @@ type step struct {
 // findStep.) The failed steps' errors come back joined. It stops at once on
 // any other error (the connection lost), when ctx is done, or when the
 // run's lease is lost: before each batch it calls keep, which renews the
-// lease or says it was lost. After each batch that succeeded it calls
-// progress (when not nil) with the step's name.
+// lease or says it was lost. After each batch that was done (batchFunc),
+// even one whose step ends with an error, it calls progress (when not nil)
+// with the step's name.
 func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, progress func(step string)) error {
 	var failed []error
 	for _, s := range steps {
@@ -43,8 +49,13 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 			if err := lease.keep(ctx); err != nil {
 				return errors.Join(append(failed, wrapDBError(ctx, op+": "+s.name, err))...)
 			}
+			var done bool
 			var err error
-			if more, err = s.run(); err != nil {
+			more, done, err = s.run()
+			if done && progress != nil {
+				progress(s.name)
+			}
+			if err != nil {
 				failed = append(failed, stepError(ctx, op, s.name, err))
 				if ctx.Err() != nil {
 					// Cut off by ctx (on a pool set up with ConfigurePool, the server
@@ -55,9 +66,6 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be
 				}
 				break
-			}
-			if progress != nil {
-				progress(s.name)
 			}
 		}
 	}
@@ -100,14 +108,14 @@ const maxLockWaits = 2
 
 // rowsStep runs one bounded single-statement batch and adds the rows it
 // changed to *count; there is more to do while batches come back full.
-func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) func() (bool, error) {
-	return func() (bool, error) {
+func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) batchFunc {
+	return func() (bool, bool, error) {
 		n, err := stmt(batch)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		*count += n
-		return n == int64(batch), nil
+		return n == int64(batch), true, nil
 	}
 }
 
@@ -125,7 +133,7 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // fails otherwise (the connection lost, ctx done) ends the step with its
 // error and, beside it, what the step had left so far (cutShort). id names
 // a row across batches.
-func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) func() (bool, error) {
+func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) batchFunc {
 	aside := map[[16]byte]bool{}  // rows the server rejected on their own
 	var reason error              // and its first reason
 	waited := map[[16]byte]bool{} // rows of batches that timed out on a lock
@@ -146,26 +154,27 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		}
 		return errors.Join(errs...)
 	}
-	end := func() (bool, error) { return false, left() }
+	// done: whether the batch committed (or found nothing to do).
+	end := func(done bool) (bool, bool, error) { return false, done, left() }
 	// cut ends the step at err, which a batch met, keeping what the
 	// batches before it left.
-	cut := func(err error) (bool, error) {
+	cut := func(done bool, err error) (bool, bool, error) {
 		if l := left(); l != nil {
-			return false, &cutShort{err: err, left: l}
+			return false, done, &cutShort{err: err, left: l}
 		}
-		return false, err
+		return false, done, err
 	}
-	return func() (bool, error) {
+	return func() (bool, bool, error) {
 		// Ask for the rows set aside too: find returns them again.
 		asked := int(batch) + len(aside) + len(waited)
 		found, err := find(int32(min(asked, math.MaxInt32)))
 		if err != nil {
-			return cut(err)
+			return cut(false, err)
 		}
 		full := len(found) == asked
 		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] || waited[id(row)] })
 		if len(todo) == 0 {
-			return end()
+			return end(true)
 		}
 		done, err := isolate(todo, act)
 		for _, row := range done.rejected {
@@ -184,24 +193,24 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 			}
 		}
 		if err != nil {
-			return cut(err) // with what the parts of this batch before it left
+			return cut(done.committed, err) // with what the parts of this batch before it left
 		}
 		switch {
 		case done.changed == 0 && len(done.rejected) == len(todo):
-			rest = full  // a full batch: there may be more
-			return end() // the server rejects every row: not one bad row, so stop here
+			rest = full                // a full batch: there may be more
+			return end(done.committed) // the server rejects every row: not one bad row, so stop here
 		case len(aside) >= int(batch):
 			rest = full
-			return end() // a batch's worth set aside: leave the rest to a later run
+			return end(done.committed) // a batch's worth set aside: leave the rest to a later run
 		case waits >= maxLockWaits:
 			rest = full
-			return end() // the rest may wait on the same lock: leave it to a later run
+			return end(done.committed) // the rest may wait on the same lock: leave it to a later run
 		case !full || done.changed == 0 && len(done.rejected) == 0 && len(done.locked) == 0:
 			// The last batch; or a full one of which nothing changed: others
 			// got to those rows meanwhile, so stop rather than spin.
-			return end()
+			return end(done.committed)
 		}
-		return true, nil
+		return true, done.committed, nil
 	}
 }
 
@@ -230,11 +239,12 @@ func batchErr(err error) error {
 // rejected on their own with its first reason, and the rows of a part that
 // timed out waiting for a lock, with the server's error.
 type isolated[T any] struct {
-	changed  int64
-	rejected []T
-	reason   error
-	locked   []T
-	lockErr  error
+	changed   int64
+	committed bool // some part committed
+	rejected  []T
+	reason    error
+	locked    []T
+	lockErr   error
 }
 
 // isolate acts on items as one group. When the server rejects the group for
@@ -254,6 +264,7 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 		switch {
 		case err == nil:
 			out.changed += n
+			out.committed = true
 			return nil
 		case lockNotAvailable(err):
 			out.locked = append(out.locked, part...)
@@ -282,7 +293,7 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 // releaseStep releases, per batch, the open reservations that find selects
 // (reason on each), in one call of pgadmit_settle (which locks their
 // counters first, the lock order), and adds how many it released to *count.
-func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) func() (bool, error) {
+func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) batchFunc {
 	return findStep(batch, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
@@ -299,13 +310,13 @@ func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(ba
 // keysetStep walks a table in bounded pages from the start of its key
 // order: page reads the next page after its own last position and reports
 // how many rows it read; there is more while pages come back full.
-func keysetStep(batch int32, page func(batch int32) (scanned int32, err error)) func() (bool, error) {
-	return func() (bool, error) {
+func keysetStep(batch int32, page func(batch int32) (scanned int32, err error)) batchFunc {
+	return func() (bool, bool, error) {
 		n, err := page(batch)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
-		return n == batch, nil
+		return n == batch, true, nil
 	}
 }
 

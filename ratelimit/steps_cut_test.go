@@ -87,7 +87,7 @@ func TestRunStepsStopsAtALostConnectionAfterALockWait(t *testing.T) {
 	lease := &jobLease{m: &Maintenance{opts: maintenanceOptions{leaseTTL: time.Hour}}, renewed: time.Now()}
 	err := runSteps(context.Background(), "recover", lease, []step{
 		{"first", first},
-		{"next", func() (bool, error) { nextRan = true; return false, nil }},
+		{"next", func() (bool, bool, error) { nextRan = true; return false, true, nil }},
 	}, nil)
 	if nextRan {
 		t.Errorf("the next step ran after %v, want the run stopped at the lost connection", err)

@@ -51,10 +51,10 @@ func (t *rowTable) act(rows []int) (int64, error) {
 func rowID(r int) [16]byte { return [16]byte{byte(r >> 8), byte(r)} }
 
 // runStep runs a step as runSteps does, to its end.
-func runStep(t *testing.T, run func() (bool, error)) error {
+func runStep(t *testing.T, run batchFunc) error {
 	t.Helper()
 	for range 1000 {
-		more, err := run()
+		more, _, err := run()
 		if err != nil || !more {
 			return err
 		}
