@@ -183,10 +183,11 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 	}
 }
 
-// WithMaintenanceLockTimeout bounds how long each batch of Recover and Prune
-// waits for a lock another transaction holds (a counter row that a
-// gateway's transaction left idle keeps locked, say): past d the server
-// gives up with lock_not_available (SQLSTATE 55P03) and the batch rolls
+// WithMaintenanceLockTimeout bounds how long a batch of Recover and Prune
+// waits for each lock another transaction holds (a counter row that a
+// gateway's transaction left idle keeps locked, say): lock_timeout bounds
+// each wait for a lock, not the batch, so a batch that waits for several
+// locks in turn can take several times d. Past d the server gives up with lock_not_available (SQLSTATE 55P03) and the batch rolls
 // back whole. Recover and Prune then leave that batch's rows to a later run
 // (and the rest of its step, after a second such batch in the step or when
 // the step is one statement) and go on with the rest, reporting what they

@@ -14,8 +14,10 @@ import (
 // (PostgreSQL's lock_timeout, set for their own transaction only, so that it is safe behind
 // PgBouncer in transaction mode): a long migration holds the tables it alters ACCESS EXCLUSIVE,
 // and a reader that waits behind it would hang, and hold up every statement queued after it.
-// It also bounds each batch of recover and prune (WithMaintenanceLockTimeout): a transaction
-// left idle with a counter row locked would hang them, and every later pass of a sweeper.
+// It also bounds each wait for a lock of a batch of recover and prune (WithMaintenanceLockTimeout;
+// lock_timeout applies to each lock waited for, so a batch that waits for several in turn can take
+// several times this): a transaction left idle with a counter row locked would hang them, and
+// every later pass of a sweeper.
 const operatorLockTimeout = 5 * time.Second
 
 // lockTimeoutError is a command's failure when a table it reads stayed locked by another session

@@ -25,9 +25,10 @@ requeue_limit_exceeded once requeued --max-requeues times); open reservations, l
 running attempts and queue admissions of finished tasks are released; expired leases are marked
 released. It works in bounded batches of short transactions and is single-flight across
 processes (a lease row, no session state: it works through PgBouncer in transaction pooling
-mode): when another process is recovering, a pass is skipped. A batch waits at most 5s for a
+mode): when another process is recovering, a pass is skipped. A batch waits at most 5s for each
 lock another session holds (a counter row that a transaction left idle in transaction keeps
-locked, say; lock_timeout is set in the batch's own transaction): past it, that batch is left
+locked, say; lock_timeout is set in the batch's own transaction and bounds each wait for a lock,
+so a batch that waits for several in turn can take several times 5s): past it, that batch is left
 whole to a later pass (and the rest of its step, after a second such batch in the step or when
 the step is one statement), the other steps run, what was done is printed, and the command says
 what it left, exit 1.
@@ -205,7 +206,7 @@ windows, released or expired leases, and with --events the events of tasks that 
 the cutoff. Tasks that finished more than --task-retention ago are deleted with their attempts,
 events and queue admissions (their reservations and leases stay in the books, without a task).
 Live state is never touched, and the books still balance afterwards. Single-flight across
-processes, like recover, and like it a batch waits at most 5s for a lock another session holds:
+processes, like recover, and like it a batch waits at most 5s for each lock another session holds:
 that batch is left to a later run (and the rest of its step, as for recover), the other steps
 run, what was done is printed, and it exits 1 saying so.`,
 		db:  dbRequired,
