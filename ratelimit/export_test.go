@@ -171,6 +171,13 @@ func (l *Limiter) AfterReserveStatements(hook func(requests int)) {
 // retrying as that does, and returns once it gave up or succeeded.
 func (l *Limiter) ReleaseUnheld(g Grant) { l.releaseUnheld(g, reasonAbandoned) }
 
+// WithUnheldTryHook makes retryUnheld call hook before each of its tries
+// (of releaseUnheld, ReleaseUnheld, ...), on the goroutine that gives back,
+// so that a test can count the tries of the real give-back.
+func WithUnheldTryHook(hook func()) Option {
+	return func(o *options) { o.unheldTry = hook }
+}
+
 // RetryUnheld is retryUnheld, for tests.
 func (l *Limiter) RetryUnheld(giveBack func(context.Context) error) { l.retryUnheld(giveBack) }
 

@@ -142,6 +142,7 @@ type options struct {
 	wallClock       func() time.Time // test-only: this host's wall clock (WithWallClock); nil: time.Now
 	leftGrace       time.Duration    // test-only (WithLeftStatementGrace); leftStatementGrace
 	blockAdmissions int              // test-only (WithBlockAdmissions); 0: maxBlockAdmissions
+	unheldTry       func()           // test-only (WithUnheldTryHook): called before each try of retryUnheld
 }
 
 func defaultOptions() options {

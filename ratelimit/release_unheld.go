@@ -38,6 +38,9 @@ func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
 	giveUp := time.Now().Add(unheldReleaseSpan)
 	pause := unheldReleasePause
 	for {
+		if l.opts.unheldTry != nil {
+			l.opts.unheldTry()
+		}
 		err := giveBack(ctx)
 		if err == nil || l.hopeless(err) || time.Now().After(giveUp) {
 			return
