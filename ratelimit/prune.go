@@ -205,7 +205,10 @@ func (m *Maintenance) pruneReservations(ctx context.Context, cutoff time.Time, b
 		page   db.PruneReservationsParams // of the window length being walked (WindowSeconds 0: none)
 		walked int32                      // the last window length done
 	)
-	return func() (bool, bool, error) {
+	return func(stop error) (bool, bool, error) {
+		if stop != nil {
+			return false, false, stop
+		}
 		if page.WindowSeconds == 0 {
 			next, err := m.queries.PruneReservationNextWindowLength(ctx, m.stepConn(), walked)
 			if err != nil || next == 0 {

@@ -25,8 +25,10 @@ type step struct {
 // batchFunc does one batch of a step and reports whether there may be more,
 // and whether the batch was done: it committed, or it read that there was
 // nothing to do. A batch that rolled back whole (it timed out on a lock,
-// say) was not, though its step goes on.
-type batchFunc func() (more, done bool, err error)
+// say) was not, though its step goes on. Called with a stop error (ctx
+// done, the run's lease lost), it does no batch and ends the step with stop
+// and what the step had left so far (findStep).
+type batchFunc func(stop error) (more, done bool, err error)
 
 // runSteps runs every step to completion, in order. A step that ends with
 // an error the server raised is left there and the next one runs: the
@@ -36,22 +38,24 @@ type batchFunc func() (more, done bool, err error)
 // findStep.) The failed steps' errors come back joined. It stops at once on
 // any other error (the connection lost), when ctx is done, or when the
 // run's lease is lost: before each batch it calls keep, which renews the
-// lease or says it was lost. After each batch that was done (batchFunc),
-// even one whose step ends with an error, it calls progress (when not nil)
-// with the step's name.
+// lease or says it was lost; the step it stops in still reports what it had
+// left. After each batch that was done (batchFunc), even one whose step
+// ends with an error, it calls progress (when not nil) with the step's name.
 func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, progress func(step string)) error {
 	var failed []error
 	for _, s := range steps {
 		for more := true; more; {
-			if err := ctx.Err(); err != nil {
-				return errors.Join(append(failed, fmt.Errorf("ratelimit: %s: %s: %w", op, s.name, err))...)
+			stop := ctx.Err()
+			if stop == nil {
+				stop = lease.keep(ctx)
 			}
-			if err := lease.keep(ctx); err != nil {
-				return errors.Join(append(failed, wrapDBError(ctx, op+": "+s.name, err))...)
+			if stop != nil {
+				_, _, err := s.run(stop) // with what the step left so far
+				return errors.Join(append(failed, stepError(ctx, op, s.name, err))...)
 			}
 			var done bool
 			var err error
-			more, done, err = s.run()
+			more, done, err = s.run(nil)
 			if done && progress != nil {
 				progress(s.name)
 			}
@@ -109,7 +113,10 @@ const maxLockWaits = 2
 // rowsStep runs one bounded single-statement batch and adds the rows it
 // changed to *count; there is more to do while batches come back full.
 func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) batchFunc {
-	return func() (bool, bool, error) {
+	return func(stop error) (bool, bool, error) {
+		if stop != nil {
+			return false, false, stop
+		}
 		n, err := stmt(batch)
 		if err != nil {
 			return false, false, err
@@ -131,8 +138,9 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // after which the step leaves the rest too; it then ends with a
 // *LockWaitError counting them (and Rest when it left more). A batch that
 // fails otherwise (the connection lost, ctx done) ends the step with its
-// error and, beside it, what the step had left so far (cutShort). id names
-// a row across batches.
+// error and, beside it, what the step had left so far (cutShort); so does
+// a run that stops between its batches (batchFunc's stop). id names a row
+// across batches.
 func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) batchFunc {
 	aside := map[[16]byte]bool{}  // rows the server rejected on their own
 	var reason error              // and its first reason
@@ -164,7 +172,10 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		}
 		return false, done, err
 	}
-	return func() (bool, bool, error) {
+	return func(stop error) (bool, bool, error) {
+		if stop != nil {
+			return cut(false, stop)
+		}
 		// Ask for the rows set aside too: find returns them again.
 		asked := int(batch) + len(aside) + len(waited)
 		found, err := find(int32(min(asked, math.MaxInt32)))
@@ -311,7 +322,10 @@ func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(ba
 // order: page reads the next page after its own last position and reports
 // how many rows it read; there is more while pages come back full.
 func keysetStep(batch int32, page func(batch int32) (scanned int32, err error)) batchFunc {
-	return func() (bool, bool, error) {
+	return func(stop error) (bool, bool, error) {
+		if stop != nil {
+			return false, false, stop
+		}
 		n, err := page(batch)
 		if err != nil {
 			return false, false, err

@@ -87,7 +87,7 @@ func TestRunStepsStopsAtALostConnectionAfterALockWait(t *testing.T) {
 	lease := &jobLease{m: &Maintenance{opts: maintenanceOptions{leaseTTL: time.Hour}}, renewed: time.Now()}
 	err := runSteps(context.Background(), "recover", lease, []step{
 		{"first", first},
-		{"next", func() (bool, bool, error) { nextRan = true; return false, true, nil }},
+		{"next", func(error) (bool, bool, error) { nextRan = true; return false, true, nil }},
 	}, nil)
 	if nextRan {
 		t.Errorf("the next step ran after %v, want the run stopped at the lost connection", err)
@@ -95,5 +95,29 @@ func TestRunStepsStopsAtALostConnectionAfterALockWait(t *testing.T) {
 	var lw *LockWaitError
 	if !errors.Is(err, lost) || !errors.As(err, &lw) || lw.Job != "recover" || lw.Step != "first" {
 		t.Errorf("run error %v, want the lost connection and the step's LockWaitError (recover, first)", err)
+	}
+}
+
+// So when ctx ends between two batches of a step: runSteps stops before
+// the next batch, and the step's error still holds what it had left.
+func TestRunStepsKeepsWhatAStepLeftWhenCtxEndsBetweenBatches(t *testing.T) {
+	table := newRowTable(20)
+	acts := 0
+	first := findStep(4, rowID, table.find, func(rows []int) (int64, error) {
+		if acts++; acts == 1 {
+			return 0, lockTimedOutErr
+		}
+		return table.act(rows)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lease := &jobLease{m: &Maintenance{opts: maintenanceOptions{leaseTTL: time.Hour}}, renewed: time.Now()}
+	err := runSteps(ctx, "prune", lease, []step{{"first", first}}, func(string) { cancel() }) // after the second batch
+	var lw *LockWaitError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &lw) || lw.Rows != 4 || lw.Job != "prune" || lw.Step != "first" {
+		t.Errorf("run error %v, want ctx's and a LockWaitError (prune, first) for the 4 rows of the first batch", err)
+	}
+	if acts != 2 {
+		t.Errorf("%d acts, want 2: no batch after ctx ended", acts)
 	}
 }

@@ -54,7 +54,7 @@ func rowID(r int) [16]byte { return [16]byte{byte(r >> 8), byte(r)} }
 func runStep(t *testing.T, run batchFunc) error {
 	t.Helper()
 	for range 1000 {
-		more, _, err := run()
+		more, _, err := run(nil)
 		if err != nil || !more {
 			return err
 		}
