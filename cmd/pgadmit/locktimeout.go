@@ -52,12 +52,34 @@ func (e *lockWaitError) Error() string {
 
 func (e *lockWaitError) Unwrap() error { return e.err }
 
-// lockWaited returns err as a *lockWaitError when a step of the run gave up waiting for a lock
-// (a *ratelimit.LockWaitError in it); other errors pass through unchanged.
+// lockWaited returns err as a *lockWaitError when the run's every error is a step that gave up
+// waiting for a lock (a *ratelimit.LockWaitError); other errors pass through unchanged: a run
+// also cut off (its deadline, the connection lost) or rejected is told by its own errors, which
+// name the lock waits too.
 func lockWaited(err error) error {
-	var lw *ratelimit.LockWaitError
-	if errors.As(err, &lw) {
+	if err != nil && lockWaitsOnly(err) {
 		return &lockWaitError{err: err}
 	}
 	return err
+}
+
+// lockWaitsOnly reports whether every error in err's tree ends in a *ratelimit.LockWaitError
+// (as promadmit's lock_wait result).
+func lockWaitsOnly(err error) bool {
+	if _, ok := err.(*ratelimit.LockWaitError); ok {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		for _, e := range errs {
+			if !lockWaitsOnly(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case interface{ Unwrap() error }:
+		return lockWaitsOnly(u.Unwrap())
+	}
+	return false
 }
