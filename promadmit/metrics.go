@@ -293,7 +293,7 @@ func result(err error) string {
 		return ResultTimeout
 	case errors.Is(err, context.Canceled):
 		return ResultCanceled
-	case lockWaitsOnly(err):
+	case ratelimit.OnlyLockWaits(err):
 		return ResultLockWait
 	}
 	// ErrIsolation and the pooler errors too: a deployment that fails every
@@ -307,28 +307,6 @@ func result(err error) string {
 func timedOut(err error) bool {
 	var netErr net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
-}
-
-// lockWaitsOnly reports whether every error in err's tree ends in a
-// *ratelimit.LockWaitError: a run whose other steps failed otherwise (a
-// row the server rejected, the connection lost) is not just waiting.
-func lockWaitsOnly(err error) bool {
-	if _, ok := err.(*ratelimit.LockWaitError); ok {
-		return true
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() []error }:
-		errs := u.Unwrap()
-		for _, e := range errs {
-			if !lockWaitsOnly(e) {
-				return false
-			}
-		}
-		return len(errs) > 0
-	case interface{ Unwrap() error }:
-		return lockWaitsOnly(u.Unwrap())
-	}
-	return false
 }
 
 // invalidOption is fn's error for an argument, option or receiver it

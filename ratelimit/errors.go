@@ -139,3 +139,26 @@ func (e *LockWaitError) Error() string {
 }
 
 func (e *LockWaitError) Unwrap() error { return e.Err }
+
+// OnlyLockWaits reports whether err is made of *LockWaitError alone, however
+// joined and wrapped: a Recover or Prune run whose only trouble was rows it
+// left behind other sessions' locks. A run that also failed otherwise (cut
+// off, a connection lost, a row the server rejected) is not.
+func OnlyLockWaits(err error) bool {
+	if _, ok := err.(*LockWaitError); ok {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		for _, e := range errs {
+			if !OnlyLockWaits(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case interface{ Unwrap() error }:
+		return OnlyLockWaits(u.Unwrap())
+	}
+	return false
+}

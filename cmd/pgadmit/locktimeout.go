@@ -57,29 +57,9 @@ func (e *lockWaitError) Unwrap() error { return e.err }
 // also cut off (its deadline, the connection lost) or rejected is told by its own errors, which
 // name the lock waits too.
 func lockWaited(err error) error {
-	if err != nil && lockWaitsOnly(err) {
+	if err != nil && ratelimit.OnlyLockWaits(err) {
 		return &lockWaitError{err: err}
 	}
 	return err
 }
 
-// lockWaitsOnly reports whether every error in err's tree ends in a *ratelimit.LockWaitError
-// (as promadmit's lock_wait result).
-func lockWaitsOnly(err error) bool {
-	if _, ok := err.(*ratelimit.LockWaitError); ok {
-		return true
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() []error }:
-		errs := u.Unwrap()
-		for _, e := range errs {
-			if !lockWaitsOnly(e) {
-				return false
-			}
-		}
-		return len(errs) > 0
-	case interface{ Unwrap() error }:
-		return lockWaitsOnly(u.Unwrap())
-	}
-	return false
-}
