@@ -155,15 +155,19 @@ func (p Problem) String() string {
 // attempt that is over still holds an open reservation or a live lease
 // (after Recover has run, there should be none of these last kinds:
 // ProblemKind.Recoverable). It writes nothing, and costs one round trip
-// whatever it finds (with WithDoctorLockTimeout, four: its transaction's
-// begin, setting and end): Report.CheckedAt is that statement's time. Full scans of
+// whatever it finds (with WithDoctorLockTimeout or
+// WithMaintenanceLockTimeout, four: its transaction's begin, setting and end): Report.CheckedAt is that statement's time. Full scans of
 // the counters and the reservation ledger: an operator's tool, not for a
 // hot path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	if err := m.usable(); err != nil {
 		return Report{}, err
 	}
-	if m.opts.doctorLockTimeout <= 0 {
+	bound := m.opts.doctorLockTimeout
+	if bound <= 0 { // WithMaintenanceLockTimeout bounds Doctor too, unless it has its own
+		bound = m.opts.lockTimeout
+	}
+	if bound <= 0 {
 		return m.doctor(ctx, m.pool)
 	}
 	tx, err := m.pool.Begin(ctx)
@@ -172,7 +176,7 @@ func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	}
 	// Nothing to commit: Doctor only reads.
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := m.queries.SetLockTimeout(ctx, tx, m.opts.doctorLockTimeout.Seconds()); err != nil {
+	if err := m.queries.SetLockTimeout(ctx, tx, bound.Seconds()); err != nil {
 		return Report{}, wrapDBError(ctx, "doctor", err)
 	}
 	return m.doctor(ctx, tx)

@@ -60,3 +60,47 @@ func TestDoctorLockTimeoutPastItsRange(t *testing.T) {
 		t.Fatalf("Doctor with a lock timeout of 1000h = %v, %v; want a clean report", rep, err)
 	}
 }
+
+// WithMaintenanceLockTimeout bounds Doctor too when WithDoctorLockTimeout
+// is not given: a Maintenance made for a sweeper with one bound does not
+// leave its Doctor hanging behind a migration. WithDoctorLockTimeout, in
+// either order, is Doctor's own bound and wins.
+func TestMaintenanceLockTimeoutBoundsDoctor(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := testq.OpsLockCounters(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	const bound = 300 * time.Millisecond
+	hang, stop := context.WithTimeout(ctx, bound+10*time.Second) // a Doctor that waits on fails, not hangs
+	defer stop()
+	start := time.Now()
+	_, err = ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(bound)).Doctor(hang)
+	took := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("Doctor with WithMaintenanceLockTimeout on a locked table: %v, want lock_not_available (55P03)", err)
+	}
+	if took < bound || took > bound+10*time.Second {
+		t.Errorf("Doctor gave up after %v, want about %v", took, bound)
+	}
+
+	for name, opts := range map[string][]ratelimit.MaintenanceOption{
+		"doctor's first":      {ratelimit.WithDoctorLockTimeout(time.Hour), ratelimit.WithMaintenanceLockTimeout(bound)},
+		"maintenance's first": {ratelimit.WithMaintenanceLockTimeout(bound), ratelimit.WithDoctorLockTimeout(time.Hour)},
+	} {
+		wait, cancel := context.WithTimeout(ctx, 4*bound)
+		_, err := ratelimit.NewMaintenance(pool, opts...).Doctor(wait)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: Doctor with WithDoctorLockTimeout(1h) on a locked table: %v, want it to wait for its own bound (until its context ends)", name, err)
+		}
+	}
+}

@@ -172,9 +172,11 @@ func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 // waiting on. Doctor then runs in a transaction of its own, with lock_timeout
 // set for that transaction only (safe behind a transaction-pooling proxy; a
 // proxy that pools by statement refuses the transaction block). Default 0:
-// no transaction, no bound but the context's. d is rounded up to a
-// millisecond, lock_timeout's unit, and past lock_timeout's range (about
-// 24.8 days) is that range's end.
+// no transaction, no bound but the context's (or WithMaintenanceLockTimeout's
+// when that is given: WithDoctorLockTimeout overrides it for Doctor alone,
+// whatever the order of the options). d is rounded up to a millisecond,
+// lock_timeout's unit, and past lock_timeout's range (about 24.8 days) is
+// that range's end; zero or negative sets nothing.
 func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
@@ -193,9 +195,11 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // the step is one statement) and go on with the rest, reporting what they
 // left with a *LockWaitError. lock_timeout is set for each batch's transaction only,
 // in the same round trip as the batch (safe behind a transaction-pooling
-// proxy). Default 0: no bound but the context's. d is rounded up to a
+// proxy). It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
+// WithDoctorLockTimeout gives Doctor a bound of its own: one option bounds
+// every lock wait of the Maintenance. Default 0: no bound but the context's. d is rounded up to a
 // millisecond, lock_timeout's unit, and past lock_timeout's range (about
-// 24.8 days) is that range's end.
+// 24.8 days) is that range's end; zero or negative sets nothing.
 func WithMaintenanceLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
