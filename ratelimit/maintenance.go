@@ -143,12 +143,14 @@ func WithTaskRetention(d time.Duration) MaintenanceOption {
 }
 
 // WithMaintenanceLeaseTTL sets how long a Recover or Prune run holds its
-// job without renewing its lease (default DefaultMaintenanceLeaseTTL, at
-// least one second). A run renews it whenever a third of it has passed.
+// job without renewing its lease (default DefaultMaintenanceLeaseTTL). A
+// run renews it whenever a third of it has passed. A d under one second is
+// one second, the shortest lease a run keeps renewed between its batches;
+// zero or negative leaves the default.
 func WithMaintenanceLeaseTTL(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
-		if d >= time.Second {
-			o.leaseTTL = d
+		if d > 0 {
+			o.leaseTTL = max(d, time.Second)
 		}
 	}
 }
