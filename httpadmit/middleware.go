@@ -71,12 +71,16 @@ type config struct {
 // on each new connection, tens of milliseconds and at times more): Ping the
 // pool at start-up and set its MinConns, which save the connecting, or allow
 // more, lest the first requests of a gateway that fails closed get 503s.
+// A d that is not positive makes New fail with a *ratelimit.ValidationError
+// on "WithDecisionTimeout".
 func WithDecisionTimeout(d time.Duration) Option {
 	return func(c *config) { c.decisionTimeout = d }
 }
 
 // WithSettleTimeout sets how long settling a request after its handler may
-// take (default DefaultSettleTimeout).
+// take, and each renewal of its leases (default DefaultSettleTimeout). A d
+// that is not positive makes New fail with a *ratelimit.ValidationError on
+// "WithSettleTimeout".
 func WithSettleTimeout(d time.Duration) Option {
 	return func(c *config) { c.settleTimeout = d }
 }
@@ -106,7 +110,7 @@ func WithObserver(o Observer) Option {
 }
 
 // WithLogger sets where shadow refusals, database failures and settling
-// errors are logged (default slog.Default()).
+// errors are logged (default slog.Default(), which a nil l also means).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

@@ -110,13 +110,17 @@ var _ httpadmit.Observer = (*Metrics)(nil)
 type Option func(*Metrics)
 
 // WithNearLimit sets the utilization above which an admission counts in
-// pgadmit_http_near_limit_total (default DefaultNearLimit, 80%).
+// pgadmit_http_near_limit_total (default DefaultNearLimit, 80%). A
+// threshold outside (0, 1], NaN included, makes New fail with a
+// *ratelimit.ValidationError on "WithNearLimit".
 func WithNearLimit(threshold float64) Option {
 	return func(m *Metrics) { m.nearLimit = threshold }
 }
 
 // WithMaxSeries bounds the distinct pairs of scope type and metric that get
 // labels of their own (default DefaultMaxSeries); later ones are "other".
+// An n below 1 makes New fail with a *ratelimit.ValidationError on
+// "WithMaxSeries".
 func WithMaxSeries(n int) Option {
 	return func(m *Metrics) { m.maxSeries = n }
 }

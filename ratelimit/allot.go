@@ -19,7 +19,8 @@ import (
 )
 
 // AllotmentOptions size and time the blocks that Local limits are admitted
-// from. Zero fields take their defaults.
+// from. Zero fields take their defaults, and so do a negative Horizon,
+// IdleAfter or Margin and a MaxShare outside (0, 1] (NaN included).
 type AllotmentOptions struct {
 	// Holder names this process in gateway_rate_limit_allotments; the
 	// default is host/pid/random. Text PostgreSQL cannot hold (NUL bytes,

@@ -89,7 +89,8 @@ const (
 )
 
 // WithRecoveryBatchSize sets how many rows one recovery transaction handles
-// at most (default 500); Recover loops until nothing is left.
+// at most (default 500); Recover loops until nothing is left. An n below 1
+// leaves the default; one above math.MaxInt32 is math.MaxInt32.
 func WithRecoveryBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if n > 0 {
@@ -100,6 +101,8 @@ func WithRecoveryBatchSize(n int) MaintenanceOption {
 
 // WithMaxRequeues sets how many times recovery requeues an async task whose
 // execution lease expired before it fails the task for good (default 5).
+// Zero fails it at its first expiry; a negative n leaves the default, and
+// one above math.MaxInt32 is math.MaxInt32.
 func WithMaxRequeues(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if n >= 0 {
@@ -110,7 +113,8 @@ func WithMaxRequeues(n int) MaintenanceOption {
 
 // WithPruneBatchSize sets how many rows one prune statement deletes at most
 // (default 5000; for tasks, how many tasks, each with its attempts and
-// events); Prune loops until nothing is left.
+// events); Prune loops until nothing is left. An n below 1 leaves the
+// default; one above math.MaxInt32 is math.MaxInt32.
 func WithPruneBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if n > 0 {
@@ -159,7 +163,7 @@ func WithMaintenanceLeaseTTL(d time.Duration) MaintenanceOption {
 // for lost: once its window ended, and its holder last reported, this long
 // ago (default DefaultLostAllotmentGrace; a live holder returns its blocks
 // at their window's end and reports every second while requests admitted
-// from them are in flight).
+// from them are in flight). Zero or negative leaves the default.
 func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
