@@ -100,8 +100,9 @@ type TaskSpec struct {
 	// Worker names the process running a sync task (required for sync
 	// tasks, must be empty for async ones: the claiming worker names itself).
 	Worker string
-	// LeaseTTL is the execution lease of a sync task, in whole seconds;
-	// zero means DefaultTaskLeaseTTL. Must be zero for async tasks.
+	// LeaseTTL is the execution lease of a sync task, in whole seconds up
+	// to MaxLeaseTTL; zero means DefaultTaskLeaseTTL. Must be zero for
+	// async tasks.
 	LeaseTTL time.Duration
 }
 

@@ -14,7 +14,8 @@ import (
 
 // ClaimTask claims the next due queued async task for workerID: the task
 // becomes running with a new execution token and a lease of leaseTTL (zero
-// means DefaultTaskLeaseTTL), a new attempt row and a task.running event.
+// means DefaultTaskLeaseTTL; otherwise whole seconds up to MaxLeaseTTL, or a
+// *ValidationError on "leaseTTL"), a new attempt row and a task.running event.
 // Workers never wait on each other (FOR UPDATE SKIP LOCKED). Returns
 // ErrNoTask when nothing is due. One round trip.
 //
@@ -76,8 +77,9 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 }
 
 // HeartbeatTask extends a running task's execution lease to now() + ttl
-// (zero means DefaultTaskLeaseTTL) and returns the new expiry, on the
-// database's clock. It is fenced by the execution token: when the token no
+// (zero means DefaultTaskLeaseTTL; otherwise whole seconds up to
+// MaxLeaseTTL, or a *ValidationError on "ttl") and returns the new expiry,
+// on the database's clock. It is fenced by the execution token: when the token no
 // longer owns the task the error is a *StaleTokenError (errors.Is
 // ErrStaleToken) and the worker must stop. A claim stays valid until someone
 // takes the task away, so a heartbeat after the lease expired still succeeds

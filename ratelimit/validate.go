@@ -12,8 +12,13 @@ import (
 
 // Bounds of what validation accepts.
 const (
-	MaxWindow        = 366 * 24 * time.Hour
-	MaxLeaseTTL      = 24 * time.Hour
+	// MaxWindow bounds Limit.Window.
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxLeaseTTL bounds Limit.LeaseTTL and the execution lease of a task
+	// (TaskSpec.LeaseTTL, ClaimTask, HeartbeatTask).
+	MaxLeaseTTL = 24 * time.Hour
+	// MaxLimitsPerCall bounds the limits of one Check or Reserve and the
+	// QueueLimits of one CreateTask.
 	MaxLimitsPerCall = 64
 	// MaxAmount bounds every limit, amount and actual amount: far above any
 	// real token or request count, and low enough that the sums a window
