@@ -71,8 +71,9 @@ const cursorPruneEvents = "prune/events"
 // the tables is older.
 var epoch = time.Unix(0, 0).UTC()
 
-// Prune deletes history that ended more than olderThan ago (olderThan > 0),
-// on the database's clock, in batches of WithPruneBatchSize rows, each its
+// Prune deletes history that ended more than olderThan ago (olderThan > 0:
+// otherwise a *ValidationError on "olderThan", and nothing runs), on the
+// database's clock, in batches of WithPruneBatchSize rows, each its
 // own short statement: first it releases reservations still open in
 // windows that ended before the cutoff (nobody settled them; their window
 // no longer admits anything), then deletes counter windows, finished
