@@ -62,4 +62,3 @@ func lockWaited(err error) error {
 	}
 	return err
 }
-
