@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -20,28 +21,10 @@ func TestDoctorLockTimeoutGivesUpOnALockedTable(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := testq.OpsLockCounters(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
+	lockCountersTable(t, pool)
 
 	const bound = 300 * time.Millisecond
-	hang, stop := context.WithTimeout(ctx, bound+5*time.Second) // a Doctor that waits on fails, not hangs
-	defer stop()
-	start := time.Now()
-	_, err = ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(bound)).Doctor(hang)
-	took := time.Since(start)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-		t.Fatalf("Doctor on a locked table: %v, want lock_not_available (55P03)", err)
-	}
-	if took < bound || took > bound+5*time.Second {
-		t.Errorf("Doctor gave up after %v, want about %v", took, bound)
-	}
+	assertDoctorGivesUp(t, pool, bound, 5*time.Second, "Doctor on a locked table", ratelimit.WithDoctorLockTimeout(bound))
 
 	wait, cancel := context.WithTimeout(ctx, 2*bound)
 	defer cancel()
@@ -69,28 +52,10 @@ func TestMaintenanceLockTimeoutBoundsDoctor(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := testq.OpsLockCounters(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
+	lockCountersTable(t, pool)
 
 	const bound = 300 * time.Millisecond
-	hang, stop := context.WithTimeout(ctx, bound+10*time.Second) // a Doctor that waits on fails, not hangs
-	defer stop()
-	start := time.Now()
-	_, err = ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(bound)).Doctor(hang)
-	took := time.Since(start)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-		t.Fatalf("Doctor with WithMaintenanceLockTimeout on a locked table: %v, want lock_not_available (55P03)", err)
-	}
-	if took < bound || took > bound+10*time.Second {
-		t.Errorf("Doctor gave up after %v, want about %v", took, bound)
-	}
+	assertDoctorGivesUp(t, pool, bound, 10*time.Second, "Doctor with WithMaintenanceLockTimeout on a locked table", ratelimit.WithMaintenanceLockTimeout(bound))
 
 	for name, opts := range map[string][]ratelimit.MaintenanceOption{
 		"doctor's first":      {ratelimit.WithDoctorLockTimeout(time.Hour), ratelimit.WithMaintenanceLockTimeout(bound)},
@@ -103,4 +68,45 @@ func TestMaintenanceLockTimeoutBoundsDoctor(t *testing.T) {
 			t.Errorf("%s: Doctor with WithDoctorLockTimeout(1h) on a locked table: %v, want it to wait for its own bound (until its context ends)", name, err)
 		}
 	}
+}
+
+// lockCountersTable locks the whole counters table in a transaction of its
+// own, as a migration altering it would, until the test ends.
+func lockCountersTable(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if err := testq.OpsLockCounters(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertDoctorGivesUp runs the Doctor of a Maintenance made with opts on a
+// locked table and checks that it fails with the server's
+// lock_not_available after about bound: no sooner, and not so late (slack
+// past it, when its context ends) that it only waited on.
+func assertDoctorGivesUp(t *testing.T, pool *pgxpool.Pool, bound, slack time.Duration, what string, opts ...ratelimit.MaintenanceOption) {
+	t.Helper()
+	hang, stop := context.WithTimeout(context.Background(), bound+slack) // a Doctor that waits on fails, not hangs
+	defer stop()
+	start := time.Now()
+	_, err := ratelimit.NewMaintenance(pool, opts...).Doctor(hang)
+	took := time.Since(start)
+	if !isLockNotAvailable(err) {
+		t.Fatalf("%s: %v, want lock_not_available (55P03)", what, err)
+	}
+	if took < bound || took > bound+slack {
+		t.Errorf("Doctor gave up after %v, want about %v", took, bound)
+	}
+}
+
+// isLockNotAvailable says whether err holds the server's lock_not_available
+// (55P03), what a statement that hit its lock_timeout fails with.
+func isLockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
