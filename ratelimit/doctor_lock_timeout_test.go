@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -102,11 +101,4 @@ func assertDoctorGivesUp(t *testing.T, pool *pgxpool.Pool, bound, slack time.Dur
 	if took < bound || took > bound+slack {
 		t.Errorf("Doctor gave up after %v, want about %v", took, bound)
 	}
-}
-
-// isLockNotAvailable says whether err holds the server's lock_not_available
-// (55P03), what a statement that hit its lock_timeout fails with.
-func isLockNotAvailable(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }

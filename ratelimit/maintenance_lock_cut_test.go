@@ -30,20 +30,7 @@ func TestRecoverCutOffAfterALockWaitStillReportsIt(t *testing.T) {
 
 	// 3 async tasks whose workers die, in the order recovery finds them:
 	// the first and the third on the counter another transaction holds.
-	var expiry time.Time
-	for i := range 3 {
-		createAsync(t, l)
-		task := claim(t, l, "w", time.Duration(i+1)*time.Second)
-		key := uniqueKey("free")
-		if i != 1 {
-			key = locked
-		}
-		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
-			t.Fatalf("Reserve: %v", err)
-		}
-		expiry = latest(expiry, task.LeaseExpiresAt)
-	}
-	clock.pass(expiry)
+	deadTasksOn(t, l, &clock, claimedAsync(t, l), locked, uniqueKey("free"), locked)
 	holdCounters(t, pool, "api_key", locked)
 
 	run, cancel := context.WithCancel(ctx)

@@ -52,9 +52,65 @@ func assertLockWait(t *testing.T, err error, job, step string, rows int) {
 	if lw.Job != job || lw.Step != step || lw.Rows != rows {
 		t.Errorf("%s: LockWaitError{Job: %q, Step: %q, Rows: %d}, want {%q, %q, %d}", job, lw.Job, lw.Step, lw.Rows, job, step, rows)
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+	if !isLockNotAvailable(err) {
 		t.Errorf("%s: %v, want the server's lock_not_available (55P03) in the chain", job, err)
+	}
+}
+
+// isLockNotAvailable says whether err holds the server's lock_not_available
+// (55P03), what a statement that hit its lock_timeout fails with.
+func isLockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// claimedAsync makes the i-th task of deadTasksOn: an async task a worker
+// claimed, its lease i+1 seconds long so that recovery finds them in order.
+func claimedAsync(t *testing.T, l *ratelimit.Limiter) func(i int) ratelimit.Task {
+	return func(i int) ratelimit.Task {
+		createAsync(t, l)
+		return claim(t, l, "w", time.Duration(i+1)*time.Second)
+	}
+}
+
+// deadTasksOn makes a task a key with start, each holding one reservation
+// on its key's api_key counter, and passes the clock beyond all their
+// leases: their workers died, and recovery has them to reclaim.
+func deadTasksOn(t *testing.T, l *ratelimit.Limiter, clock *testClock, start func(i int) ratelimit.Task, keys ...string) {
+	t.Helper()
+	var expiry time.Time
+	for i, key := range keys {
+		task := start(i)
+		if _, err := l.Reserve(context.Background(), task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		expiry = latest(expiry, task.LeaseExpiresAt)
+	}
+	clock.pass(expiry)
+}
+
+// assertWaitsOnLock checks that run, made without a lock timeout, waits
+// on a held lock for as long as its context lets it.
+func assertWaitsOnLock(t *testing.T, what string, run func(context.Context) error) {
+	t.Helper()
+	wait, cancel := context.WithTimeout(context.Background(), 2*lockBound)
+	defer cancel()
+	if err := run(wait); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s without a lock timeout: %v, want it to wait until its context ends", what, err)
+	}
+}
+
+// runBounded runs run, made with a lock timeout of lockBound, on a held
+// lock and checks that it returns after about lockBound: no sooner, and
+// not only when its context ends lockSlack past it.
+func runBounded(t *testing.T, what string, run func(context.Context)) {
+	t.Helper()
+	hang, stop := context.WithTimeout(context.Background(), lockBound+lockSlack)
+	defer stop()
+	start := time.Now()
+	run(hang)
+	if took := time.Since(start); took < lockBound || took >= lockBound+lockSlack {
+		t.Errorf("%s took %v, want about %v", what, took, lockBound)
 	}
 }
 
@@ -67,7 +123,6 @@ func assertLockWait(t *testing.T, err error, job, step string, rows int) {
 // run takes once the lock is gone.
 func TestRecoverLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	var clock testClock
 	l, bounded := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
@@ -76,37 +131,18 @@ func TestRecoverLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
 
 	// 5 async tasks whose workers die, each holding one reservation; the
 	// third on the counter another transaction holds.
-	var expiry time.Time
-	for i := range 5 {
-		createAsync(t, l)
-		task := claim(t, l, "w", time.Duration(i+1)*time.Second)
-		key := uniqueKey("free")
-		if i == 2 {
-			key = locked
-		}
-		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
-			t.Fatalf("Reserve: %v", err)
-		}
-		expiry = latest(expiry, task.LeaseExpiresAt)
-	}
-	clock.pass(expiry)
+	deadTasksOn(t, l, &clock, claimedAsync(t, l), uniqueKey("free"), uniqueKey("free"), locked, uniqueKey("free"), uniqueKey("free"))
 	release := holdCounters(t, pool, "api_key", locked)
 
 	// Without a bound, Recover waits for as long as its context lets it.
-	wait, cancel := context.WithTimeout(ctx, 2*lockBound)
-	defer cancel()
-	if _, err := unbounded.Recover(wait); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Recover without a lock timeout: %v, want it to wait until its context ends", err)
-	}
+	assertWaitsOnLock(t, "Recover", func(ctx context.Context) error {
+		_, err := unbounded.Recover(ctx)
+		return err
+	})
 
-	hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
-	defer stop()
-	start := time.Now()
-	got, err := bounded.Recover(hang)
-	took := time.Since(start)
-	if took < lockBound || took >= lockBound+lockSlack {
-		t.Errorf("Recover took %v, want about %v", took, lockBound)
-	}
+	var got ratelimit.RecoveryResult
+	var err error
+	runBounded(t, "Recover", func(ctx context.Context) { got, err = bounded.Recover(ctx) })
 	assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
 	want := ratelimit.RecoveryResult{RequeuedAsyncTasks: 4, FailedAttempts: 4, ReleasedRateReservations: 4}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -132,11 +168,6 @@ func TestPruneLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
 	var clock testClock
 	l, bounded := clocked(pool, &clock, ratelimit.WithPruneBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
 	_, unbounded := clocked(pool, &clock)
-	second := func(key string) ratelimit.Limit {
-		w := window("api_key", key, ratelimit.MetricRequests, 100, 1)
-		w.Window = time.Second
-		return w
-	}
 	// 5 reservations never settled, each on its own counter, one of them
 	// held by another transaction.
 	locked := uniqueKey("locked")
@@ -145,27 +176,21 @@ func TestPruneLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
 		if i == 2 {
 			key = locked
 		}
-		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(key)}); err != nil {
+		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{secondWindow(key, 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.advance(time.Minute)
 	release := holdCounters(t, pool, "api_key", locked)
 
-	wait, cancel := context.WithTimeout(ctx, 2*lockBound)
-	defer cancel()
-	if _, err := unbounded.Prune(wait, time.Second); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Prune without a lock timeout: %v, want it to wait until its context ends", err)
-	}
+	assertWaitsOnLock(t, "Prune", func(ctx context.Context) error {
+		_, err := unbounded.Prune(ctx, time.Second)
+		return err
+	})
 
-	hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
-	defer stop()
-	start := time.Now()
-	res, err := bounded.Prune(hang, time.Second)
-	took := time.Since(start)
-	if took < lockBound || took >= lockBound+lockSlack {
-		t.Errorf("Prune took %v, want about %v", took, lockBound)
-	}
+	var res ratelimit.PruneResult
+	var err error
+	runBounded(t, "Prune", func(ctx context.Context) { res, err = bounded.Prune(ctx, time.Second) })
 	assertLockWait(t, err, "prune", "release stale reservations", 1)
 	if res.ReleasedStaleReservations != 4 || res.Counters != 4 || res.Reservations != 4 {
 		t.Errorf("released %d stale reservations, pruned %d counter windows and %d reservations, want 4 of each: %+v",
@@ -213,20 +238,7 @@ func TestLockWaitErrorSaysTheStepLeftTheRest(t *testing.T) {
 
 	// 4 async tasks whose workers die, the first two (by lease expiry, the
 	// order recovery finds them in) on the counter another transaction holds.
-	var expiry time.Time
-	for i := range 4 {
-		createAsync(t, l)
-		task := claim(t, l, "w", time.Duration(i+1)*time.Second)
-		key := uniqueKey("free")
-		if i < 2 {
-			key = locked
-		}
-		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
-			t.Fatalf("Reserve: %v", err)
-		}
-		expiry = latest(expiry, task.LeaseExpiresAt)
-	}
-	clock.pass(expiry)
+	deadTasksOn(t, l, &clock, claimedAsync(t, l), locked, locked, uniqueKey("free"), uniqueKey("free"))
 	release := holdCounters(t, pool, "api_key", locked)
 
 	hang, stop := context.WithTimeout(ctx, 2*lockBound+lockSlack)

@@ -30,19 +30,8 @@ func TestMaintenanceLockTimeoutBehindTransactionPooling(t *testing.T) {
 			ld, _ := clocked(direct, &clock)
 			_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
 			locked := uniqueKey("locked")
-			var expiry time.Time
-			for i := range 3 {
-				task := startSync(t, ld, time.Second)
-				key := uniqueKey("free")
-				if i == 1 {
-					key = locked
-				}
-				if _, err := ld.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e6, 7)}); err != nil {
-					t.Fatalf("Reserve: %v", err)
-				}
-				expiry = latest(expiry, task.LeaseExpiresAt)
-			}
-			clock.pass(expiry)
+			syncTask := func(int) ratelimit.Task { return startSync(t, ld, time.Second) }
+			deadTasksOn(t, ld, &clock, syncTask, uniqueKey("free"), locked, uniqueKey("free"))
 			release := holdCounters(t, direct, "api_key", locked)
 
 			hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)

@@ -16,6 +16,14 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
+// secondWindow is a requests window of a second (history that ends
+// quickly, for Prune to find) of 100 on the api_key counter of key.
+func secondWindow(key string, amount float64) ratelimit.Limit {
+	w := window("api_key", key, ratelimit.MetricRequests, 100, amount)
+	w.Window = time.Second
+	return w
+}
+
 // TestPruneDeletesHistoryNeverLiveState builds, within a second, history
 // that ends quickly (1 s windows, 1 s leases, a finished task, a reservation
 // nobody settles in a 1 s window) next to live state (a window that lasts a
@@ -36,11 +44,6 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 		}
 		return g
 	}
-	short := func(key string, amount float64) ratelimit.Limit {
-		w := window("api_key", key, ratelimit.MetricRequests, 100, amount)
-		w.Window = time.Second
-		return w
-	}
 	lease := func(key string, ttl time.Duration) ratelimit.Limit {
 		c := concurrent("model", key, 10)
 		c.LeaseTTL = ttl
@@ -52,7 +55,7 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	running := startSync(t, l, time.Hour)
 	// A: a committed 1 s window (history), a yearly window committed but still
 	// live, and a lease released by the commit (history).
-	a := reserve(running.ID, short("A", 1), yearly, lease("M", time.Second))
+	a := reserve(running.ID, secondWindow("A", 1), yearly, lease("M", time.Second))
 	if _, err := l.Commit(ctx, a, map[string]float64{ratelimit.MetricTokens: 7}); err != nil {
 		t.Fatalf("Commit(A): %v", err)
 	}
@@ -63,8 +66,8 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 	retries := int64(0)
 	for ; ; retries++ {
 		key := uniqueKey("B")
-		b1 = reserve(running.ID, short(key, 1), lease("M", time.Second))
-		b2 := reserve(running.ID, short(key, 2))
+		b1 = reserve(running.ID, secondWindow(key, 1), lease("M", time.Second))
+		b2 := reserve(running.ID, secondWindow(key, 2))
 		if b1.Reservations[0].WindowStart.Equal(b2.Reservations[0].WindowStart) {
 			if _, err := l.Commit(ctx, b2, nil); err != nil {
 				t.Fatalf("Commit(B2): %v", err)
@@ -82,7 +85,7 @@ func TestPruneDeletesHistoryNeverLiveState(t *testing.T) {
 		}
 	}
 	// C: a released 1 s window (history).
-	c := reserve(running.ID, short("C", 1))
+	c := reserve(running.ID, secondWindow("C", 1))
 	if _, err := l.Release(ctx, c, "client_gone"); err != nil {
 		t.Fatalf("Release(C): %v", err)
 	}
@@ -158,13 +161,8 @@ func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	var clock testClock
 	l, m := clocked(pool, &clock)
-	second := func(key string, amount float64) ratelimit.Limit {
-		w := window("api_key", key, ratelimit.MetricRequests, 100, amount)
-		w.Window = time.Second
-		return w
-	}
 	for range 5 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(uniqueKey("healthy"), 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{secondWindow(uniqueKey("healthy"), 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,15 +173,15 @@ func TestPruneGoesOnPastADamagedCounter(t *testing.T) {
 	// Never settled, all in one batch of the release: three on healthy
 	// counters, one on the counter about to be damaged.
 	for range 2 {
-		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(uniqueKey("stale"), 1)}); err != nil {
+		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{secondWindow(uniqueKey("stale"), 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	damaged := uniqueKey("damaged")
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(damaged, 5)}); err != nil {
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{secondWindow(damaged, 5)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{second(uniqueKey("stale"), 1)}); err != nil {
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{secondWindow(uniqueKey("stale"), 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := testq.OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
