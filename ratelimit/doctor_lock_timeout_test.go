@@ -73,13 +73,7 @@ func TestMaintenanceLockTimeoutBoundsDoctor(t *testing.T) {
 // own, as a migration altering it would, until the test ends.
 func lockCountersTable(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	if err := testq.OpsLockCounters(ctx, tx); err != nil {
+	if err := testq.OpsLockCounters(context.Background(), heldTx(t, pool)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
@@ -131,4 +132,16 @@ func assertSettled(t *testing.T, conn db.DBTX, keys, models []string, committed 
 			t.Errorf("model %s: %d live leases left", model, live)
 		}
 	}
+}
+
+// heldTx begins a transaction of the test's own, to take locks in as
+// another session would, and rolls it back when the test ends.
+func heldTx(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }

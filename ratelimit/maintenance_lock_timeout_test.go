@@ -30,11 +30,7 @@ const (
 func holdCounters(t *testing.T, pool *pgxpool.Pool, scopeType, key string) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	tx := heldTx(t, pool)
 	if n, err := testq.OpsLockScopeCounters(ctx, tx, dbtest.OpsLockScopeCountersParams{ScopeType: scopeType, ScopeKey: key}); err != nil || n == 0 {
 		t.Fatalf("OpsLockScopeCounters = %d, %v; want its counters locked", n, err)
 	}
