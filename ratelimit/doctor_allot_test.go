@@ -18,16 +18,9 @@ func TestDoctorBalancesCountersAgainstTheirBlocks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
-	t.Cleanup(l.Close)
-	awaitLocalWindow(t, pool)
 	key := uniqueKey("doc")
-	g := reserveLocal(t, l, key, 1000, 10)
+	l, g, block := oneOpenBlock(t, pool, key)
 	r := g.Reservations[0]
-	open := openBlocks(t, pool, key)
-	if len(open) != 1 {
-		t.Fatalf("open blocks = %d, want 1", len(open))
-	}
 	doctorSays := func(kind ratelimit.ProblemKind, expected, actual float64) {
 		t.Helper()
 		report, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
@@ -42,7 +35,7 @@ func TestDoctorBalancesCountersAgainstTheirBlocks(t *testing.T) {
 		}
 	}
 	corruptCounter(t, pool, r, 5, 0)
-	doctorSays(ratelimit.ProblemCounterReserved, open[0].Granted, open[0].Granted+5)
+	doctorSays(ratelimit.ProblemCounterReserved, block.Granted, block.Granted+5)
 	corruptCounter(t, pool, r, -5, 0)
 
 	if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 7}); err != nil {

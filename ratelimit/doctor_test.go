@@ -206,15 +206,8 @@ func TestDoctorSeesAnOpenBlockWithoutItsCounter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
-	t.Cleanup(l.Close)
-	awaitLocalWindow(t, pool)
 	key := uniqueKey("blk")
-	reserveLocal(t, l, key, 1000, 10)
-	open := openBlocks(t, pool, key)
-	if len(open) != 1 {
-		t.Fatalf("open blocks = %d, want 1", len(open))
-	}
+	_, _, block := oneOpenBlock(t, pool, key)
 	n, err := testq.OpsCounterCorruptDelete(ctx, pool, dbtest.OpsCounterCorruptDeleteParams{ScopeType: "model", ScopeKey: key, Metric: ratelimit.MetricTokens})
 	if err != nil || n != 1 {
 		t.Fatalf("OpsCounterCorruptDelete = %d, %v", n, err)
@@ -227,7 +220,24 @@ func TestDoctorSeesAnOpenBlockWithoutItsCounter(t *testing.T) {
 		t.Fatalf("Doctor: %s; want one problem: the open block whose counter row is gone", report)
 	}
 	p := report.Problems[0]
-	if p.Kind != ratelimit.ProblemAllotmentWithoutCounter || p.ScopeKey != key || p.Actual != open[0].Granted || p.Kind.Recoverable() {
-		t.Errorf("problem %+v, want %s of the block's %g granted units, not recoverable", p, ratelimit.ProblemAllotmentWithoutCounter, open[0].Granted)
+	if p.Kind != ratelimit.ProblemAllotmentWithoutCounter || p.ScopeKey != key || p.Actual != block.Granted || p.Kind.Recoverable() {
+		t.Errorf("problem %+v, want %s of the block's %g granted units, not recoverable", p, ratelimit.ProblemAllotmentWithoutCounter, block.Granted)
 	}
+}
+
+// oneOpenBlock makes a Limiter with allotments (closed when the test ends)
+// and reserves 10 of a Local limit of 1000 on key, which opens one block:
+// it returns the Limiter, the grant and that block, for a test to damage
+// the books around.
+func oneOpenBlock(t *testing.T, pool *pgxpool.Pool, key string) (*ratelimit.Limiter, ratelimit.Grant, dbtest.AllotmentListByScopeRow) {
+	t.Helper()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
+	t.Cleanup(l.Close)
+	awaitLocalWindow(t, pool)
+	g := reserveLocal(t, l, key, 1000, 10)
+	open := openBlocks(t, pool, key)
+	if len(open) != 1 {
+		t.Fatalf("open blocks = %d, want 1", len(open))
+	}
+	return l, g, open[0]
 }
