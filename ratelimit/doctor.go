@@ -156,9 +156,10 @@ func (p Problem) String() string {
 // (after Recover has run, there should be none of these last kinds:
 // ProblemKind.Recoverable). It writes nothing, and costs one round trip
 // whatever it finds (with WithDoctorLockTimeout or
-// WithMaintenanceLockTimeout, four: its transaction's begin, setting and end): Report.CheckedAt is that statement's time. Full scans of
-// the counters and the reservation ledger: an operator's tool, not for a
-// hot path.
+// WithMaintenanceLockTimeout, four: its transaction's begin, setting and
+// end): Report.CheckedAt is that statement's time. Full scans of the
+// counters and the reservation ledger: an operator's tool, not for a hot
+// path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	if err := m.usable(); err != nil {
 		return Report{}, err

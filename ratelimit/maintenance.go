@@ -193,19 +193,21 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 
 // WithMaintenanceLockTimeout bounds how long a batch of Recover and Prune
 // waits for each lock another transaction holds (a counter row that a
-// gateway's transaction left idle keeps locked, say): lock_timeout bounds
-// each wait for a lock, not the batch, so a batch that waits for several
-// locks in turn can take several times d. Past d the server gives up with lock_not_available (SQLSTATE 55P03) and the batch rolls
-// back whole. Recover and Prune then leave that batch's rows to a later run
-// (and the rest of its step, after a second such batch in the step or when
-// the step is one statement) and go on with the rest, reporting what they
-// left with a *LockWaitError. lock_timeout is set for each batch's transaction only,
-// in the same round trip as the batch (safe behind a transaction-pooling
+// gateway's transaction left idle keeps locked, say). lock_timeout bounds
+// each wait for a lock, not the batch: a batch that waits for several locks
+// in turn can take several times d. Past d the server gives up with
+// lock_not_available (SQLSTATE 55P03) and the batch rolls back whole.
+// Recover and Prune then leave that batch's rows to a later run (and the
+// rest of its step, after a second such batch in the step or when the step
+// is one statement), go on with the rest, and report what they left with a
+// *LockWaitError. lock_timeout is set for each batch's transaction only, in
+// the same round trip as the batch (safe behind a transaction-pooling
 // proxy). It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
 // WithDoctorLockTimeout gives Doctor a bound of its own: one option bounds
-// every lock wait of the Maintenance. Default 0: no bound but the context's. d is rounded up to a
-// millisecond, lock_timeout's unit, and past lock_timeout's range (about
-// 24.8 days) is that range's end; zero or negative sets nothing.
+// every lock wait of the Maintenance. Default 0: no bound but the
+// context's. d is rounded up to a millisecond, lock_timeout's unit, and
+// past lock_timeout's range (about 24.8 days) is that range's end; zero or
+// negative sets nothing.
 func WithMaintenanceLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
