@@ -133,9 +133,10 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // counter was damaged by hand, say) is set aside for the rest of the step,
 // so the rows around it are still done; the step then ends with the
 // server's reason (after a batch's worth of such rows, or a batch of which
-// it rejects every row, it stops, and says when it left the rest). So are the rows of a batch that timed out waiting for a
-// lock (WithMaintenanceLockTimeout), up to maxLockWaits such batches,
-// after which the step leaves the rest too; it then ends with a
+// it rejects every row, it stops, and says when it left the rest). So are
+// the rows of a batch that timed out waiting for a lock
+// (WithMaintenanceLockTimeout), up to maxLockWaits such batches, after
+// which the step leaves the rest too; it then ends with a
 // *LockWaitError counting them (and Rest when it left more). A batch that
 // fails otherwise (the connection lost, ctx done) ends the step with its
 // error and, beside it, what the step had left so far (cutShort); so does
