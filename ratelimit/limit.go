@@ -86,15 +86,21 @@ func (g Grant) Empty() bool { return len(g.Reservations) == 0 && len(g.Leases) =
 
 // Reservation is an amount held in one window counter.
 type Reservation struct {
-	ID          string
-	ScopeType   string
-	ScopeKey    string
-	Metric      string
+	// ID is its row in gateway_rate_limit_reservations (a UUID); empty
+	// for a Local reservation.
+	ID string
+	// ScopeType, ScopeKey and Metric name its counter, as the Limit did.
+	ScopeType string
+	ScopeKey  string
+	Metric    string
+	// Window is the limit's window; WindowStart and ResetAt bound the
+	// window it was counted in, on the database's clock.
 	Window      time.Duration
 	WindowStart time.Time
 	ResetAt     time.Time
-	Limit       float64
-	Amount      float64
+	// Limit is the limit it was admitted under, and Amount what it holds.
+	Limit  float64
+	Amount float64
 	// Remaining is what the window had left right after this admission
 	// (Limit minus used, reserved and this Amount), as the admission saw it.
 	// For a Local reservation, what its block had left.
