@@ -239,9 +239,13 @@ func (c *Cluster) stop() error {
 // sweepStale removes throwaway clusters whose owning process is gone (it panicked, hit a test
 // -timeout or was killed): it stops their server and deletes their directory. A directory
 // without an owner file is removed only when ownerlessStale says so.
-func sweepStale(pgCtl string, cred *syscall.Credential) {
+func sweepStale(pgCtl string, cred *syscall.Credential) { sweepStaleIn(tempDirs(), pgCtl, cred) }
+
+// sweepStaleIn is sweepStale over the clusters in the directories parents (tests give theirs
+// one of their own, where no other process's sweep removes what they look at meanwhile).
+func sweepStaleIn(parents []string, pgCtl string, cred *syscall.Credential) {
 	var dirs []string
-	for _, tmp := range tempDirs() {
+	for _, tmp := range parents {
 		found, _ := filepath.Glob(filepath.Join(tmp, dirPrefix+"*"))
 		dirs = append(dirs, found...)
 	}

@@ -99,8 +99,11 @@ func TestSweepStaleRemovesOrphans(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
+	// A directory of the test's own, where no other process's sweep removes what this one
+	// looks at (see TestSweepStaleRemovesOldOwnerlessDirectories).
+	parent := t.TempDir()
 	// A directory shaped like a cluster whose owner is gone: a pid that cannot be alive.
-	root, err := os.MkdirTemp(tempDirs()[len(tempDirs())-1], dirPrefix)
+	root, err := os.MkdirTemp(parent, dirPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +113,7 @@ func TestSweepStaleRemovesOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One owned by this live process.
-	mine, err := os.MkdirTemp(tempDirs()[len(tempDirs())-1], dirPrefix)
+	mine, err := os.MkdirTemp(parent, dirPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +122,7 @@ func TestSweepStaleRemovesOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sweepStale(filepath.Join(bin, "pg_ctl"), nil)
+	sweepStaleIn([]string{parent}, filepath.Join(bin, "pg_ctl"), nil)
 	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("orphan %s not removed (stat: %v)", root, err)
 	}

@@ -18,12 +18,17 @@ func TestSweepStaleRemovesOldOwnerlessDirectories(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
+	// A directory of the test's own: every other process that starts a throwaway cluster sweeps
+	// the shared temporary directories, and one removing a stale cluster directory there empties
+	// it first, which makes it recent to this sweep until the other has removed it: CI saw this
+	// test find a directory "not removed" that way.
+	parent := t.TempDir()
 	old := time.Now().Add(-ownerlessAge - time.Hour)
 	// fabricate makes an ownerless directory; postmasterPid > 0 writes data/postmaster.pid
 	// with that pid as its first line, as a server does.
 	fabricate := func(postmasterPid int, mtime time.Time) string {
 		t.Helper()
-		root, err := os.MkdirTemp(tempDirs()[len(tempDirs())-1], dirPrefix)
+		root, err := os.MkdirTemp(parent, dirPrefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +61,7 @@ func TestSweepStaleRemovesOldOwnerlessDirectories(t *testing.T) {
 	running := fabricate(os.Getpid(), old) // a live process in postmaster.pid: kept
 	recent := fabricate(0, time.Now())     // may be being set up: kept
 
-	sweepStale(filepath.Join(bin, "pg_ctl"), nil)
+	sweepStaleIn([]string{parent}, filepath.Join(bin, "pg_ctl"), nil)
 	for _, dir := range []string{gone, crashed} {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("old ownerless %s not removed (stat: %v)", dir, err)
