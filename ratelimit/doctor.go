@@ -174,8 +174,9 @@ func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	// A transaction of its own, with the setting sent before the statement,
 	// not lockBounded's one batch: the lock Doctor meets is a table's (a
 	// migration's ALTER TABLE), which the server waits for already when it
-	// parses the statement, and pgx prepares a batch's statements before the
-	// setting in it runs (TestDoctorLockTimeoutGivesUpOnALockedTable).
+	// parses the statement, and pgx (in its default exec mode) prepares a
+	// batch's statements before the setting in it runs
+	// (TestDoctorLockTimeoutGivesUpOnALockedTable).
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return Report{}, wrapDBError(ctx, "doctor", err)

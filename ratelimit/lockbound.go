@@ -16,9 +16,10 @@ import (
 // session (a transaction-pooling proxy hands it to other clients). A
 // statement that waited too long fails with 55P03 and rolls back whole.
 // It bounds the row locks the steps wait for, not a table's lock met while
-// the server parses a statement: pgx prepares a statement new to its
-// connection before the batch runs, setting included (Doctor, which waits
-// for tables, sets lock_timeout first in a transaction of its own).
+// the server parses a statement: in its default, caching exec modes pgx
+// prepares a statement new to its connection before the batch runs,
+// setting included (Doctor, which waits for tables, sets lock_timeout first
+// in a transaction of its own).
 // Begin and SendBatch pass through: a caller that opens a transaction of
 // its own queues SetLockTimeout first itself (boundLocks).
 type lockBounded struct {
