@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
+	"github.com/pgadmit/pgadmit/internal/runecut"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -179,13 +179,7 @@ func (a *admission) end() report {
 // upstream's error cannot make the release fail and leave the grant held.
 func releaseReason(reason string) string {
 	reason = strings.ReplaceAll(strings.ToValidUTF8(reason, "\uFFFD"), "\x00", "")
-	if len(reason) > ratelimit.MaxReasonBytes {
-		cut := ratelimit.MaxReasonBytes
-		for cut > 0 && !utf8.RuneStart(reason[cut]) {
-			cut--
-		}
-		reason = reason[:cut]
-	}
+	reason = runecut.Prefix(reason, ratelimit.MaxReasonBytes)
 	if reason == "" {
 		reason = "discarded"
 	}

@@ -2,9 +2,9 @@ package promadmit
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/runecut"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -65,14 +65,7 @@ func labelValue(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 // whole value; the cut bounds what another caller of Decided passes, as
 // each value is kept for the life of the process.
 func scopeLabel(s string) string {
-	s = labelValue(s)
-	if len(s) > ratelimit.MaxScopeBytes {
-		cut := ratelimit.MaxScopeBytes
-		for !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
+	s = runecut.Prefix(labelValue(s), ratelimit.MaxScopeBytes)
 	if strings.TrimRight(s, "_") == Other {
 		return s + "_"
 	}

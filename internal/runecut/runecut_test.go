@@ -1,0 +1,27 @@
+package runecut
+
+import "testing"
+
+func TestPrefix(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    string
+		max  int
+		want string
+	}{
+		{"abc", 3, "abc"},
+		{"abc", 5, "abc"},
+		{"abc", 2, "ab"},
+		{"aé", 2, "a"},  // é is 2 bytes: not split
+		{"aé", 3, "aé"}, // whole
+		{"€x", 2, ""},   // € is 3 bytes
+		{"€x", 3, "€"},  // up to the boundary
+		{"abc", 0, ""},  // nothing fits
+		{"abc", -1, ""}, // nor with a negative bound
+		{"", 0, ""},     // empty stays empty
+	} {
+		if got := Prefix(c.s, c.max); got != c.want {
+			t.Errorf("Prefix(%q, %d) = %q, want %q", c.s, c.max, got, c.want)
+		}
+	}
+}
