@@ -470,9 +470,13 @@ func (a *allotments) close() {
 // requests still in flight at their estimates, and stops its housekeeping;
 // later Local limits are decided in the database. It then waits for the
 // combined statements in flight, those whose callers all left included
-// (each bounded by 100 ms after its last caller left), and for the release of
-// what they granted callers who had left (each release bounded by 30 s),
-// which would be lost if the pool closed first. Call it when the process stops, once it makes no
+// (each bounded by 100 ms after its last caller left), and for the
+// give-backs of what nobody holds, which run in the background: the
+// release of what a Reserve granted a caller who had left, or what a hot
+// batch granted and could not confirm, and the undo of a task created or
+// claimed for a caller who had left. Each is tried again for up to 2 s
+// while it fails, 30 s at most in all (a try that hangs); all would be
+// lost if the pool closed first. Call it when the process stops, once it makes no
 // more calls (after http.Server.Shutdown, say), and before closing the
 // pool, which it does not close: blocks of a process that does not close
 // stay reserved until their window ends. A Close called while another
@@ -487,6 +491,9 @@ func (l *Limiter) Close() {
 	if l.reserves != nil { // combining is on
 		l.reserves.drain()
 		l.settles.drain()
+	}
+	if l.unheld != nil { // after the combiners: their batches start give-backs
+		l.unheld.wait()
 	}
 }
 

@@ -138,7 +138,11 @@ func TestFinishTaskForUpdateRacesEveryTaskCall(t *testing.T) {
 		}
 	}
 	// Drain the async tasks left queued (created, their creators gone,
-	// claimed by nobody here), then nothing may be held.
+	// claimed by nobody here), then nothing may be held. Close first: the
+	// give-backs for callers who left run in the background.
+	for _, l := range ls {
+		l.Close()
+	}
 	for {
 		got, err := ls[0].ClaimTask(ctx, "drain", time.Minute)
 		if errors.Is(err, ratelimit.ErrNoTask) {

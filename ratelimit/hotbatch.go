@@ -181,8 +181,10 @@ func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams)
 
 // releaseUnconfirmed releases every grant that rows name: the rows of a
 // hot batch whose commit could not be confirmed (hotRows), whose callers
-// are told it failed. Rows the batch never committed are not found, and
-// left alone.
+// are told it failed, whatever the release does: it runs in the background
+// (giveBackUnheld), so that neither they nor the batches queued behind
+// this one wait for its tries. Rows the batch never committed are not
+// found, and left alone.
 func (l *Limiter) releaseUnconfirmed(rows []db.AdmissionReserveRow) {
 	var g Grant
 	for _, row := range rows {
@@ -197,5 +199,5 @@ func (l *Limiter) releaseUnconfirmed(rows []db.AdmissionReserveRow) {
 	if len(g.Reservations)+len(g.Leases) == 0 {
 		return
 	}
-	l.releaseUnheld(g, reasonUnconfirmed)
+	l.giveBackUnheld(func() { l.releaseUnheld(g, reasonUnconfirmed) })
 }

@@ -47,6 +47,10 @@ type Limiter struct {
 	// so there, and so does a copy of it decoded from JSON, by its
 	// LocalID.
 	admitted *allotments
+	// unheld counts the give-backs of what nobody holds running off their
+	// callers' goroutines (giveBackUnheld); Close waits for them. Nil in a
+	// WithTx copy, which runs none so.
+	unheld *unheldGiveBacks
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -61,7 +65,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, unheld: newUnheldGiveBacks()}
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
@@ -126,6 +130,7 @@ func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	c.order = &txOrder{}
 	c.reserves, c.settles = nil, nil // a transaction's statements run one at a time, in its order
 	c.allot = nil                    // and Local limits are decided in it, like any other (admitted stays: see settle)
+	c.unheld = nil                   // nor does anything run beside them (giveBackUnheld)
 	return &c
 }
 

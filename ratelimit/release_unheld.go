@@ -23,15 +23,17 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 // retryUnheld runs giveBack, an idempotent statement that gives back what
 // nobody holds (a grant, a task created or claimed for a caller who left),
 // until it succeeds or fails in a way no later try can mend (hopeless):
-// some give-backs run on their caller's goroutine, which must not be held
-// for nothing. Only this
-// process knows what it names, and what it does not give back stays held
-// until a window, a lease's TTL or Recover ends it. After a restart or a
-// failover every idle connection of the pool fails its first statement
-// (pgxpool pings only those idle for over a second), each failure taking
-// one of them out, so the tries go on for unheldReleaseSpan, not for a
-// number of tries; the span is short, so that Limiter.Close and the calls
-// that wait for them are not held up long by a database that is down.
+// Limiter.Close waits for the give-backs, and on a single connection a
+// caller does (giveBackUnheld), which must not be held for nothing. Only
+// this process knows what it names, and what it does not give back stays
+// held until a window, a lease's TTL or Recover ends it. After a restart
+// or a failover every idle connection of the pool fails its first
+// statement (pgxpool pings only those idle for over a second), each
+// failure taking one of them out, so the tries go on for
+// unheldReleaseSpan, not for a number of tries; the span is short, so
+// that Limiter.Close is not held up long by a database that is down. A
+// caller whose give-back it is does not wait for it: it runs in the
+// background (giveBackUnheld), except on a single connection.
 func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()

@@ -51,10 +51,12 @@ import (
 // sent. A statement once sent is not cancelled for the caller: the server
 // may already have committed it, and only its answer names the grants. It
 // runs to its answer, and what it granted the caller who left is released
-// (reason "abandoned"; Limiter.Close waits for such releases). A caller
-// whose request is combined with others returns when ctx ends; a caller
-// alone in its statement returns once the statement is answered, and a
-// caller WithoutCombining once what it was granted is released too. A statement still unanswered 100 ms after all
+// (reason "abandoned") in the background, tried again for up to 2 s while
+// it fails (Limiter.Close waits for such releases; on a single connection
+// it is done before Reserve returns). A caller whose request
+// is combined with others returns when ctx ends; a caller alone in its
+// statement, combined or not, returns once the statement is answered, not
+// waiting for the release. A statement still unanswered 100 ms after all
 // its callers left (stuck behind a row lock, say) is cancelled. On a pool
 // set up with ConfigurePool, pgx sends the server a cancel request and
 // reads the answer: the statement is rolled back, or it committed and what
@@ -103,7 +105,8 @@ func (l *Limiter) reserveRemote(ctx context.Context, a *admission) (Grant, error
 
 // reserveAlone sends one admission as its own statement, which runs to its
 // answer once sent, as a combined one does (sendContext): when ctx ends
-// meanwhile, what it granted is released and the caller gets ctx's error.
+// meanwhile, what it granted is released in the background and the caller
+// gets ctx's error.
 // It is cancelled leftStatementGrace after ctx ended if still unanswered.
 // Inside a caller's transaction it runs in ctx (runToAnswer).
 func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error) {
@@ -120,8 +123,9 @@ func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error)
 // statementContext: once sent, it runs to its answer when ctx ends
 // meanwhile, since the server may have committed it and only its answer
 // names what it did. When ctx ended before that answer was read, what op
-// obtained goes to abandon (nobody holds it) and the caller gets ctx's
-// error. A ctx already over sends nothing. Inside a caller's transaction
+// obtained goes to abandon (nobody holds it), which runs in the background
+// (giveBackUnheld), and the caller gets ctx's error without waiting for
+// it. A ctx already over sends nothing. Inside a caller's transaction
 // (WithTx) op runs in ctx as it is: a statement cancelled there ends the
 // transaction, and what it did is rolled back with it. Reserve, CreateTask
 // and ClaimTask share it.
@@ -138,7 +142,7 @@ func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context
 	cancel()
 	if ctx.Err() != nil {
 		if err == nil {
-			abandon(res)
+			l.giveBackUnheld(func() { abandon(res) })
 		}
 		return zero, ctx.Err()
 	}

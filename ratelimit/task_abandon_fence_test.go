@@ -44,6 +44,7 @@ func TestAbandonUndoSparesATaskAWorkerClaimedMeanwhile(t *testing.T) {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 		}
+		l.Close() // the undo, run in the background, is over before the worker goes on
 		if _, err := direct.HeartbeatTask(bg, task.ID, task.ExecutionToken, time.Hour); err != nil {
 			t.Errorf("the worker's heartbeat: %v", err)
 		}
@@ -88,6 +89,7 @@ func TestAbandonUndoSparesATaskAWorkerClaimedMeanwhile(t *testing.T) {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("ClaimTask after its caller left: %v, want context.Canceled", err)
 		}
+		l.Close() // the undo, run in the background, is over before the worker goes on
 		if got := getTask(t, direct, task.ID); got.Status != ratelimit.TaskRunning || got.ExecutionToken != task.ExecutionToken {
 			t.Fatalf("the real worker's task after the undo: %s under %s, want running under %s", got.Status, got.ExecutionToken, task.ExecutionToken)
 		}

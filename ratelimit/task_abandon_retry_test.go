@@ -82,6 +82,7 @@ func TestAbandonedClaimIsPutBackAfterTheSessionIsTerminated(t *testing.T) {
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimTask after its caller left: %v, want context.Canceled", err)
 	}
+	l.Close() // waits for the putting back, done in the background
 	if restart.Load() {
 		t.Fatal("the sessions were not terminated before the task was put back")
 	}
@@ -122,6 +123,7 @@ func TestAbandonedTaskIsCancelledAfterTheSessionIsTerminated(t *testing.T) {
 			if err := <-errs; !errors.Is(err, context.Canceled) {
 				t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 			}
+			l.Close() // waits for the cancelling, done in the background
 			if restart.Load() {
 				t.Fatal("the sessions were not terminated before the task was cancelled")
 			}

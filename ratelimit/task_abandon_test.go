@@ -78,6 +78,7 @@ func TestCreateTaskCallerWhoLeavesAfterTheCommitLeavesNoTask(t *testing.T) {
 			if err := <-errs; !errors.Is(err, context.Canceled) {
 				t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 			}
+			l.Close() // waits for the cancelling, done in the background
 
 			s := summary(t, pool)
 			if s.TasksQueued != 0 || s.TasksRunning != 0 || s.AttemptsRunning != 0 || s.Admissions != 0 || s.TasksCancelled != 1 {
@@ -118,6 +119,7 @@ func TestClaimTaskCallerWhoLeavesAfterTheCommitLeavesTheTaskQueued(t *testing.T)
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimTask after its caller left: %v, want context.Canceled", err)
 	}
+	l.Close() // waits for the putting back, done in the background
 
 	s := summary(t, pool)
 	if s.TasksQueued != 1 || s.TasksRunning != 0 || s.AttemptsRunning != 0 || s.Admissions != 1 {
@@ -174,6 +176,7 @@ func TestCreateTaskCallerWhoLeavesWhileItWaitsForTheQueueLock(t *testing.T) {
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("CreateTask after its caller left: %v, want context.Canceled", err)
 	}
+	l.Close() // waits for the cancelling, done in the background
 	s := summary(t, pool)
 	if s.TasksQueued != 1 || s.TasksRunning != 0 || s.AttemptsRunning != 0 || s.Admissions != 1 || s.TasksCancelled != 1 {
 		t.Errorf("after the caller left: %d queued, %d running, %d attempts running, %d queue admissions, %d cancelled; want the blocker's task queued and the caller's cancelled",

@@ -31,14 +31,16 @@ import (
 // not yet sent is never sent. A statement once sent runs to its answer
 // (the server may have created the task, and only the answer names it),
 // and a task it created for the caller who left is cancelled (error code
-// "abandoned", a task.cancelled event; its queue places free again) before
-// CreateTask returns: unless a worker claimed the async task meanwhile,
-// nothing runs it. A statement still unanswered 100 ms after ctx ended
-// (waiting for a queue scope's lock, say) is cancelled, and rolled back
-// unless the server committed it first; a task created so, or one whose
-// cancelling still fails after 2 s of tries (a failed try, on a
-// connection a restart ended, say, is tried again), lasts as one whose
-// creator died: a sync task until
+// "abandoned", a task.cancelled event; its queue places free again): in
+// the background, CreateTask returning ctx's error once the statement is
+// answered (Limiter.Close waits for the cancelling; on a single
+// connection it is done before CreateTask returns). Unless a worker
+// claimed the async task first, nothing runs it. A statement still
+// unanswered 100 ms after ctx ended (waiting for a queue scope's lock,
+// say) is cancelled, and rolled back unless the server committed it
+// first; a task created so, or one whose cancelling still fails after 2 s
+// of tries (a failed try, on a connection a restart ended, say, is tried
+// again), lasts as one whose creator died: a sync task until
 // Recover fails it at the end of its execution lease, an async task until
 // a worker claims it. Inside a caller's transaction (WithTx), a cancelled
 // statement ends the transaction, and the task is rolled back with it.
@@ -116,7 +118,9 @@ func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreate
 // sync task is cancelled while it still runs under the token it was
 // created with, an async one while no worker has claimed it: states that
 // cancelling ends for good, so it is idempotent and tried again as a
-// release is (retryUnheld).
+// release is (retryUnheld). Fenced so, it runs in the background
+// (runToAnswer) without racing a later call on the task: one that claims,
+// finishes or requeues it first leaves it to that call.
 func (l *Limiter) cancelAbandonedTask(t Task) {
 	id, err := parseID("taskID", t.ID)
 	if err != nil {

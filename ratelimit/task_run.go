@@ -22,13 +22,16 @@ import (
 // Cancelling works as for Reserve and CreateTask: when ctx ends before the
 // call returns, ClaimTask returns ctx's error and the worker holds no task.
 // A statement once sent runs to its answer, and a task it claimed for the
-// worker who left is put back before ClaimTask returns: queued again, due
-// at once, its attempt cancelled (error code "abandoned"), a task.queued
-// event; this does not count as a requeue (WithMaxRequeues). A statement
-// still unanswered 100 ms after ctx ended is cancelled; a claim committed
-// all the same, or one whose putting back still fails after 2 s of tries
-// (a failed try, on a connection a restart ended, say, is tried again),
-// lasts until Recover reclaims the task at the end of its lease.
+// worker who left is put back: queued again, due at once, its attempt
+// cancelled (error code "abandoned"), a task.queued event; this does not
+// count as a requeue (WithMaxRequeues). It is put back in the background,
+// ClaimTask returning ctx's error once the statement is answered
+// (Limiter.Close waits for it; on a single connection it is done before
+// ClaimTask returns). A statement still unanswered 100 ms after ctx ended
+// is cancelled; a claim committed all the same, or one whose putting back
+// still fails after 2 s of tries (a failed try, on a connection a restart
+// ended, say, is tried again), lasts until Recover reclaims the task at
+// the end of its lease.
 func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.Duration) (Task, error) {
 	if err := l.usable(); err != nil {
 		return Task{}, err
@@ -59,7 +62,9 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 // unclaimAbandoned puts back a task that ClaimTask claimed after its caller
 // had stopped waiting (its context ended): no worker runs it. Fenced by
 // the claim's token, which putting it back clears, so idempotent: it is
-// tried again as a release is (retryUnheld).
+// tried again as a release is (retryUnheld), and it runs in the background
+// (runToAnswer) without racing a later call on the task: once recovery
+// reclaims the task it is left alone.
 func (l *Limiter) unclaimAbandoned(t Task) {
 	id, err := parseID("taskID", t.ID)
 	if err != nil {
