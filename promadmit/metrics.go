@@ -219,7 +219,11 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // (a Recover or Prune whose every error is a *ratelimit.LockWaitError) or
 // ResultError (the rest: the database
 // failed, refused the connection, or the deployment fails every call, as
-// ErrIsolation and the pooler errors do).
+// ErrIsolation and the pooler errors do). Of an err that holds several
+// (Recover and Prune join their steps' errors), what ended the call wins:
+// timeout, then canceled, then exceeded, lease_lost, unknown_grant,
+// rejected, error, and lock_wait last, so a run that a step left a row
+// rejected in and that then met its deadline is timeout.
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
@@ -279,10 +283,23 @@ func (m *Metrics) observeLatency(op, result string, took time.Duration) {
 // database's health should page for, a database or deployment that fails
 // every call; the answers a healthy database gives a caller's call have
 // classes of their own.
+//
+// An error can hold several classes: Recover and Prune join their steps'
+// errors, and a step cut off keeps what it left beside what cut it off.
+// The first case that matches names it, so the order is the precedence:
+// what ended the call first (timeout, then canceled: a caller that left
+// while the database did not answer in time is the database's trouble),
+// then exceeded, lease_lost, unknown_grant and rejected; error is what is
+// left when none matches (so any of those outranks it); lock_wait only
+// when every error is a lock wait. TestResultPrecedence checks each pair.
 func result(err error) string {
 	switch {
 	case err == nil:
 		return ResultOK
+	case timedOut(err):
+		return ResultTimeout
+	case errors.Is(err, context.Canceled):
+		return ResultCanceled
 	case errors.Is(err, ratelimit.ErrExceeded):
 		return ResultExceeded
 	case errors.Is(err, ratelimit.ErrLeaseLost), errors.Is(err, ratelimit.ErrMaintenanceLeaseLost):
@@ -293,10 +310,6 @@ func result(err error) string {
 		errors.Is(err, ratelimit.ErrTaskFinished), errors.Is(err, ratelimit.ErrNoTask),
 		errors.Is(err, ratelimit.ErrStaleToken), errors.Is(err, ratelimit.ErrLockOrder):
 		return ResultRejected
-	case timedOut(err):
-		return ResultTimeout
-	case errors.Is(err, context.Canceled):
-		return ResultCanceled
 	case ratelimit.OnlyLockWaits(err):
 		return ResultLockWait
 	}

@@ -182,3 +182,67 @@ func pgconnTimeout(t *testing.T) error {
 	}
 	return err
 }
+
+// When one error holds several classes (Recover and Prune join the errors
+// of their steps, and a step cut off keeps what it left beside what cut
+// it off), the class that ended the call wins: a deadline, then the
+// caller's cancel. Below them, a class identified in the chain outranks
+// error, which is what is left when none is; lock_wait, which needs every
+// error to be a lock wait, comes last. Every pair, either way round.
+func TestResultPrecedence(t *testing.T) {
+	t.Parallel()
+	// One error of each class, as ratelimit makes it, highest first.
+	ranked := []struct {
+		class string
+		err   error
+	}{
+		{ResultTimeout, fmt.Errorf("ratelimit: prune: counters: %w", context.DeadlineExceeded)},
+		{ResultCanceled, fmt.Errorf("ratelimit: recover: reclaim expired tasks: %w", context.Canceled)},
+		{ResultExceeded, &ratelimit.ExceededError{}},
+		{ResultLeaseLost, fmt.Errorf("%w (job recover, holder h)", ratelimit.ErrMaintenanceLeaseLost)},
+		{ResultUnknownGrant, fmt.Errorf("ratelimit: attach: %w", ratelimit.ErrUnknownGrant)},
+		{ResultRejected, foreignKeyRejected()},
+		{ResultError, fmt.Errorf("ratelimit: recover: b: %w", &pgconn.PgError{Code: "57P01"})},
+		{ResultLockWait, lockWait()},
+	}
+	for i, hi := range ranked {
+		for _, lo := range ranked[i+1:] {
+			for _, err := range []error{errors.Join(hi.err, lo.err), errors.Join(lo.err, hi.err)} {
+				if got := result(err); got != hi.class {
+					t.Errorf("%s with %s (%q): result %q, want %q", hi.class, lo.class, err, got, hi.class)
+				}
+			}
+		}
+	}
+	// The case that was labelled rejected: a step left a row the server
+	// rejected for a missing task, then the run met its deadline (or its
+	// caller left).
+	for _, c := range []struct {
+		cut  error
+		want string
+	}{
+		{context.DeadlineExceeded, ResultTimeout},
+		{timeoutErr{}, ResultTimeout},
+		{context.Canceled, ResultCanceled},
+	} {
+		err := errors.Join(foreignKeyRejected(), fmt.Errorf("ratelimit: recover: b: %w", c.cut))
+		if got := result(err); got != c.want {
+			t.Errorf("a rejected row, then cut off by %v: result %q, want %q", c.cut, got, c.want)
+		}
+	}
+	// A caller that left while the database did not answer in time (a
+	// lease's release, bounded on its own, timed out): the database's
+	// trouble is what an alert must see.
+	if got := result(errors.Join(context.Canceled, fmt.Errorf("release the prune lease: %w", context.DeadlineExceeded))); got != ResultTimeout {
+		t.Errorf("canceled with a timeout: result %q, want %q", got, ResultTimeout)
+	}
+}
+
+// foreignKeyRejected is a row a Recover or Prune step left because the
+// server rejected it for a task or attempt that names no row (23503), as
+// the step reports it: ErrUnknownTask.
+func foreignKeyRejected() error {
+	fk := &pgconn.PgError{Code: "23503", ConstraintName: "gateway_rate_limit_reservations_task_id_fkey"}
+	return fmt.Errorf("left 1 row(s) the server rejected: ratelimit: recover: release reservations: %w (%s): %w",
+		ratelimit.ErrUnknownTask, fk.ConstraintName, fk)
+}
