@@ -156,14 +156,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		// one name, as two Metrics told apart by labels would have.
 		Help: "Admissions by an enforced limit that left it more used than the WithNearLimit threshold (default 0.8), by scope type and metric.",
 	}, []string{"scope_type", "metric"})
-	// Warm statements take milliseconds; a decision cut off at
-	// httpadmit's DefaultDecisionTimeout lands just past .25, a settle
-	// cut off at DefaultSettleTimeout under 2.5, and slow Recover and
-	// Prune runs from 5 on.
+	// Warm statements take milliseconds. A boundary sits at each of
+	// httpadmit's default timeouts, so that a call cut off at one lands in
+	// the bucket just past it, apart from every call that ended in time: a
+	// decision at DefaultDecisionTimeout (.25), a settle or renewal at
+	// DefaultSettleTimeout (2). Slow Recover and Prune runs land from 5 on.
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
 		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait, canceled).",
-		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2, 2.5, 5, 10, 30},
 	}, []string{"operation", "result"})
 	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "pgadmit_http_leases_held",
