@@ -63,7 +63,12 @@ type Observer interface {
 	Decided(outcomes []LimitOutcome)
 	// DatabaseCall reports one call to the database: its operation
 	// (OpReserve, OpCommit, OpRelease, OpRenewLeases), how long it took, and
-	// its error: nil on success, an *ratelimit.ExceededError for a refusal.
+	// its error: nil on success, an *ratelimit.ExceededError for a refusal,
+	// and, for a Commit or Release that succeeded but found a reservation
+	// of the grant unknown to the database (ratelimit.StatusUnknown:
+	// pruned while the request ran), an error matching
+	// ratelimit.ErrUnknownGrant, which ratelimit reports in the Settlement
+	// only.
 	// A request whose limits were all admitted from this process's blocks
 	// (Local limits, see ratelimit's documentation) is reserved and settled
 	// in memory: it makes no call, and none is reported. Limits ratelimit

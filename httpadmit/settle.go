@@ -3,6 +3,7 @@ package httpadmit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -110,8 +111,8 @@ func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage ma
 	defer cancel()
 	if release == "" {
 		start := time.Now()
-		_, err := m.limiter.Commit(ctx, grant, usage)
-		m.observeSettle(OpCommit, grant, time.Since(start), err)
+		settled, err := m.limiter.Commit(ctx, grant, usage)
+		m.observeSettle(OpCommit, grant, settled, time.Since(start), err)
 		if err == nil {
 			return
 		}
@@ -122,8 +123,8 @@ func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage ma
 		release = "invalid_usage"
 	}
 	start := time.Now()
-	_, err := m.limiter.Release(ctx, grant, release)
-	m.observeSettle(OpRelease, grant, time.Since(start), err)
+	settled, err := m.limiter.Release(ctx, grant, release)
+	m.observeSettle(OpRelease, grant, settled, time.Since(start), err)
 	if err != nil {
 		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: release failed", slog.String("reason", release), slog.String("error", err.Error()))
 	}
@@ -131,11 +132,36 @@ func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage ma
 
 // observeSettle reports a Commit or Release of grant as a database call,
 // unless it made none: a grant of local reservations only settles in
-// memory, and a Commit that ratelimit refused as invalid never left.
-func (m *middleware) observeSettle(op string, grant ratelimit.Grant, took time.Duration, err error) {
-	if inDatabase(grant) && !errors.Is(err, ratelimit.ErrInvalidInput) {
-		m.observer.DatabaseCall(op, took, err)
+// memory, and a Commit that ratelimit refused as invalid never left. One
+// that found a reservation unknown is reported with ErrUnknownGrant
+// (unknownGrant).
+func (m *middleware) observeSettle(op string, grant ratelimit.Grant, settled ratelimit.Settlement, took time.Duration, err error) {
+	if !inDatabase(grant) || errors.Is(err, ratelimit.ErrInvalidInput) {
+		return
 	}
+	if err == nil {
+		err = unknownGrant(op, grant, settled)
+	}
+	m.observer.DatabaseCall(op, took, err)
+}
+
+// unknownGrant is the error reported to the Observer for a Commit or
+// Release that succeeded but found reservations of grant that the database
+// no longer knows (StatusUnknown: pruned while the request ran), or nil.
+// ratelimit reports them in the Settlement, not as an error; a gateway
+// needs to see grants it lost. A Local reservation is left out: it settles
+// in memory, not in this call.
+func unknownGrant(op string, grant ratelimit.Grant, settled ratelimit.Settlement) error {
+	unknown := 0
+	for i, o := range settled.Reservations {
+		if o.Status == ratelimit.StatusUnknown && i < len(grant.Reservations) && !grant.Reservations[i].Local {
+			unknown++
+		}
+	}
+	if unknown == 0 {
+		return nil
+	}
+	return fmt.Errorf("httpadmit: %s: %d reservation(s) of the grant unknown to the database: %w", op, unknown, ratelimit.ErrUnknownGrant)
 }
 
 // renewLeases heartbeats the grant's leases while the request runs, every

@@ -62,7 +62,10 @@ const (
 	ResultLeaseLost = "lease_lost"
 	// ResultUnknownGrant: the database knows no reservation or lease of the
 	// grant (ratelimit.ErrUnknownGrant: pruned, or never written). It
-	// answered: the caller holds a grant it lost, or has a bug.
+	// answered: the caller holds a grant it lost, or has a bug. Through
+	// httpadmit, also a Commit or Release that found a reservation of the
+	// request's grant unknown (ratelimit.StatusUnknown), which ratelimit
+	// reports in the Settlement, not as an error.
 	ResultUnknownGrant = "unknown_grant"
 	// ResultRejected: the call was refused for the caller's input or state,
 	// by ratelimit or by a database that answered: invalid input, an
