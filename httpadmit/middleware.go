@@ -1,6 +1,7 @@
 package httpadmit
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -128,13 +129,21 @@ type middleware struct {
 // New returns the middleware: for each request, limits says what it must
 // fit; the limiter reserves it before next runs and settles it after. See
 // the package documentation for what happens to refused, failed, panicking
-// and cancelled requests. A nil limiter or limits, a timeout that is not
-// positive, unknown header families or a nil handler or observer is a
+// and cancelled requests. A nil limiter, or a zero one (not made with
+// ratelimit.New), nil limits, a timeout that is not positive, unknown
+// header families or a nil handler or observer is a
 // *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput) whose
-// Field names the argument or option ("WithDecisionTimeout").
+// Field names the argument or option ("limiter", "WithDecisionTimeout").
+// A limiter made from a nil pool is taken: each request then fails
+// (ErrorHandler).
 func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
 	if limiter == nil {
 		return nil, invalidConfig("limiter", nil, "must not be nil")
+	}
+	// A Check of no limits reads nothing: it fails only on a Limiter not
+	// made with ratelimit.New, which would fail every request.
+	if err := limiter.Check(context.Background(), nil); err != nil {
+		return nil, invalidConfig("limiter", "Limiter{}", "not made with ratelimit.New")
 	}
 	if limits == nil {
 		return nil, invalidConfig("limits", nil, "must not be nil")

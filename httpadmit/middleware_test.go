@@ -296,7 +296,11 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		field string
 		build func() (func(http.Handler) http.Handler, error)
 	}{
-		"nil limiter":    {"limiter", func() (func(http.Handler) http.Handler, error) { return httpadmit.New(nil, fixed()) }},
+		"nil limiter": {"limiter", func() (func(http.Handler) http.Handler, error) { return httpadmit.New(nil, fixed()) }},
+		// Not made with ratelimit.New: it would fail every request.
+		"zero limiter": {"limiter", func() (func(http.Handler) http.Handler, error) {
+			return httpadmit.New(&ratelimit.Limiter{}, fixed())
+		}},
 		"nil LimitsFunc": {"limits", func() (func(http.Handler) http.Handler, error) { return httpadmit.New(limiter, nil) }},
 		"zero timeout": {"WithDecisionTimeout", func() (func(http.Handler) http.Handler, error) {
 			return httpadmit.New(limiter, fixed(), httpadmit.WithDecisionTimeout(0))
