@@ -20,8 +20,17 @@ const (
 // upstream account... Type and Key identify it; Name and Metadata only
 // travel into errors, for messages and logs.
 type Scope struct {
-	Type     string
-	Key      string
+	// Type is the kind of scope ("api_key", "team", "model"), chosen by the
+	// caller: with Key it names the counters and leases of the scope. Not
+	// blank, valid UTF-8 without NUL bytes, at most MaxScopeBytes bytes
+	// (Limit.Validate). It is configuration: package promadmit takes it as
+	// a label value.
+	Type string
+	// Key is which one of its Type (an API key's id, a team's name), under
+	// the same rules. Never a label value.
+	Key string
+	// Name and Metadata are not stored: they are copied into an
+	// ExceededError (ScopeName, ScopeMetadata) for messages and logs.
 	Name     string
 	Metadata map[string]any
 }
@@ -37,7 +46,11 @@ type Scope struct {
 // there Amount is ignored (0 or 1), every task takes one place and the
 // limit is enforced.
 type Limit struct {
-	Scope  Scope
+	// Scope is what the limit applies to.
+	Scope Scope
+	// Metric is what it counts: MetricConcurrent for slots held by leases,
+	// MetricQueueSize for a queue's places (TaskSpec.QueueLimits), any
+	// other name a counter over Window. Text as for Scope.Type.
 	Metric string
 	// Limit is the capacity of the window, or of concurrent slots.
 	Limit float64
@@ -71,8 +84,14 @@ type Limit struct {
 // Grant is what an admission holds: one reservation per window limit and
 // one lease per concurrent limit. Pass it to Commit or Release.
 type Grant struct {
-	TaskID       string
-	AttemptID    string
+	// TaskID and AttemptID are the task and attempt (UUIDs) the admission
+	// is for, as Reserve was given them or Attach linked it; empty when
+	// none.
+	TaskID    string
+	AttemptID string
+	// Reservations and Leases are what it holds: one reservation per
+	// window limit and one lease per concurrent limit (none for a limit of
+	// Amount 0).
 	Reservations []Reservation
 	Leases       []Lease
 	// DecidedAt is the database's clock when the admission was decided:
@@ -124,14 +143,23 @@ type Reservation struct {
 
 // Lease is a held concurrency slot.
 type Lease struct {
-	ID        string
+	// ID is its row in gateway_concurrency_leases (a UUID, as
+	// "123e4567-e89b-12d3-a456-426614174000"), which RenewLeases,
+	// ReleaseLeases, Commit and Release name it by.
+	ID string
+	// ScopeType and ScopeKey name the scope whose slots it holds, as the
+	// Limit did.
 	ScopeType string
 	ScopeKey  string
-	Amount    float64
-	Limit     float64
+	// Amount is the slots it holds (the Limit's Amount, its weight), and
+	// Limit the limit it was taken under.
+	Amount float64
+	Limit  float64
 	// TTL is the lease's time to live, as taken (DefaultLeaseTTL when the
 	// Limit's LeaseTTL was zero); RenewLeases extends the lease by it.
-	TTL       time.Duration
+	TTL time.Duration
+	// ExpiresAt is when the lease lapses unless renewed, on the database's
+	// clock.
 	ExpiresAt time.Time
 	// Remaining is how many slots the scope had free right after this
 	// admission (Limit minus live leases and this Amount).

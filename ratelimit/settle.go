@@ -41,6 +41,7 @@ type Settlement struct {
 
 // ReservationOutcome is the fate of one reservation.
 type ReservationOutcome struct {
+	// ID is the reservation's, as the grant has it ("" for a Local one).
 	ID     string
 	Metric string
 	// Status is the reservation's status after the call.
@@ -49,7 +50,8 @@ type ReservationOutcome struct {
 	// was already finished (the call was a no-op for it), or left open
 	// (Status StatusReserved) because the grant names another counter than
 	// the reservation draws on.
-	Settled  bool
+	Settled bool
+	// Reserved is the amount it held: its estimate.
 	Reserved float64
 	// Actual is the committed amount (committed reservations only).
 	Actual float64
