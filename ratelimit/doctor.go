@@ -156,8 +156,9 @@ func (p Problem) String() string {
 // (after Recover has run, there should be none of these last kinds:
 // ProblemKind.Recoverable). It writes nothing, and costs one round trip
 // whatever it finds (with WithDoctorLockTimeout or
-// WithMaintenanceLockTimeout, four: its transaction's begin, setting and
-// end): Report.CheckedAt is that statement's time. Full scans of the
+// WithMaintenanceLockTimeout in pgx's exec modes that prepare a statement
+// first, its default among them, four: its transaction's begin, setting
+// and end): Report.CheckedAt is that statement's time. Full scans of the
 // counters and the reservation ledger: an operator's tool, not for a hot
 // path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
@@ -168,28 +169,10 @@ func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	if bound <= 0 { // WithMaintenanceLockTimeout bounds Doctor too, unless it has its own
 		bound = m.opts.lockTimeout
 	}
-	if bound <= 0 {
-		return m.doctor(ctx, m.pool)
-	}
-	// A transaction of its own, with the setting sent before the statement,
-	// not lockBounded's one batch: the lock Doctor meets is a table's (a
-	// migration's ALTER TABLE), which the server waits for already when it
-	// parses the statement, and pgx (in its default exec mode) prepares a
-	// batch's statements before the setting in it runs
-	// (TestDoctorLockTimeoutGivesUpOnALockedTable).
-	tx, err := m.pool.Begin(ctx)
-	if err != nil {
-		return Report{}, wrapDBError(ctx, "doctor", err)
-	}
-	// Nothing to commit: Doctor only reads.
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := m.queries.SetLockTimeout(ctx, tx, bound.Seconds()); err != nil {
-		return Report{}, wrapDBError(ctx, "doctor", err)
-	}
-	return m.doctor(ctx, tx)
+	return m.doctor(ctx, m.lockConn(bound))
 }
 
-// doctor is Doctor's statements, run on conn: m's pool, or a transaction of its own.
+// doctor is Doctor's statement, run on conn: m's pool, behind its lock bound if any.
 func (m *Maintenance) doctor(ctx context.Context, conn db.DBTX) (Report, error) {
 	now := m.opts.clock.at()
 	rows, err := m.queries.DoctorCheck(ctx, conn, db.DoctorCheckParams{

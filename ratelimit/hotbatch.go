@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -53,18 +52,7 @@ func (l *Limiter) hotBatches() bool {
 // wrapper of the caller's own) is found out by its first hot batch
 // (hotCommitRefused).
 func simpleProtocol(conn Executor) bool {
-	var mode pgx.QueryExecMode
-	switch c := conn.(type) {
-	case interface{ Config() *pgxpool.Config }:
-		mode = c.Config().ConnConfig.DefaultQueryExecMode
-	case interface{ Config() *pgx.ConnConfig }:
-		mode = c.Config().DefaultQueryExecMode
-	case interface{ Conn() *pgx.Conn }: // *pgxpool.Conn
-		if pc := c.Conn(); pc != nil {
-			mode = pc.Config().DefaultQueryExecMode
-		}
-	}
-	return mode == pgx.QueryExecModeSimpleProtocol
+	return execMode(conn) == pgx.QueryExecModeSimpleProtocol
 }
 
 // hotCommitRefused reports that a hot batch failed because

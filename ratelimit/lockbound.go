@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -10,39 +11,53 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// lockBounded runs each statement sent through it behind SetLockTimeout, the
-// two in one pgx.Batch: one round trip, one implicit transaction, so that
-// lock_timeout holds for that statement only and never stays on a server
-// session (a transaction-pooling proxy hands it to other clients). A
-// statement that waited too long fails with 55P03 and rolls back whole.
-// It bounds the row locks the steps wait for, not a table's lock met while
-// the server parses a statement: in its default, caching exec modes pgx
-// prepares a statement new to its connection before the batch runs,
-// setting included (Doctor, which waits for tables, sets lock_timeout first
-// in a transaction of its own).
+// lockBounded runs each statement sent through it with lock_timeout set
+// for that statement's transaction only, never on the server session (a
+// transaction-pooling proxy hands it to other clients), and in force before
+// the server first parses the statement: it waits then already for the
+// locks of the tables the statement reads (a migration's ALTER TABLE holds
+// one ACCESS EXCLUSIVE), as it does later for rows. A statement that waited
+// too long fails with 55P03 and rolls back whole. Where pgx sends a
+// statement in the one round trip that runs it (exec mode, the simple
+// protocol), SetLockTimeout and the statement go in one pgx.Batch: one
+// round trip, one implicit transaction. Where it prepares or describes a
+// statement first in a round trip of its own (parsesFirst: its default,
+// cache_statement, and cache_describe, describe_exec), it would do so
+// before such a batch's setting ran, and the server would wait for a
+// table's lock with no bound; the statement runs in a transaction of its
+// own instead, the setting sent before it: begin, setting, statement,
+// commit (a statement-pooling proxy refuses the transaction).
 // Begin and SendBatch pass through: a caller that opens a transaction of
-// its own queues SetLockTimeout first itself (boundLocks).
+// its own sets lock_timeout in it first itself (boundTx).
 type lockBounded struct {
 	Executor
 	queries *db.Queries
 	seconds float64
+	ownTx   bool // parsesFirst: a transaction of its own per statement
 }
 
 // stepConn is what the steps of Recover and Prune send their statements
 // through: the pool, behind lock_timeout with WithMaintenanceLockTimeout.
 func (m *Maintenance) stepConn() Executor {
-	if m.opts.lockTimeout <= 0 {
-		return m.pool
-	}
-	return lockBounded{Executor: m.pool, queries: m.queries, seconds: m.opts.lockTimeout.Seconds()}
+	return m.lockConn(m.opts.lockTimeout)
 }
 
-// boundLocks queues SetLockTimeout at the head of b, a batch sent in a
-// transaction of its own (a no-op without WithMaintenanceLockTimeout).
-func (m *Maintenance) boundLocks(ctx context.Context, b *pgx.Batch) {
-	if m.opts.lockTimeout > 0 {
-		queue(b, func(r db.DBTX) { _ = m.queries.SetLockTimeout(ctx, r, m.opts.lockTimeout.Seconds()) })
+// lockConn is the pool behind a lock_timeout of d (none when d is not positive).
+func (m *Maintenance) lockConn(d time.Duration) Executor {
+	if d <= 0 {
+		return m.pool
 	}
+	return lockBounded{Executor: m.pool, queries: m.queries, seconds: d.Seconds(), ownTx: m.parsesFirst}
+}
+
+// boundTx sets lock_timeout in tx, a transaction of its own just begun, in
+// a round trip of its own: pgx may prepare the statements of a batch sent
+// next before the batch runs (a no-op without WithMaintenanceLockTimeout).
+func (m *Maintenance) boundTx(ctx context.Context, tx pgx.Tx) error {
+	if m.opts.lockTimeout <= 0 {
+		return nil
+	}
+	return m.queries.SetLockTimeout(ctx, tx, m.opts.lockTimeout.Seconds())
 }
 
 // send sends SetLockTimeout and the statement, and reads the setting's
@@ -59,7 +74,32 @@ func (c lockBounded) send(ctx context.Context, sql string, args []any) (pgx.Batc
 	return br, nil
 }
 
+// begin begins the statement's own transaction and sets lock_timeout in it.
+func (c lockBounded) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := c.Executor.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.queries.SetLockTimeout(ctx, tx, c.seconds); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return tx, nil
+}
+
 func (c lockBounded) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if c.ownTx {
+		tx, err := c.begin(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return pgconn.CommandTag{}, err
+		}
+		return tag, tx.Commit(ctx)
+	}
 	br, err := c.send(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -74,6 +114,26 @@ func (c lockBounded) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 }
 
 func (c lockBounded) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if c.ownTx {
+		tx, err := c.begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			if rows != nil {
+				rows.Close()
+			}
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+		return &boundedRows{Rows: rows, end: func(failed error) error {
+			if failed != nil {
+				return tx.Rollback(ctx)
+			}
+			return tx.Commit(ctx)
+		}}, nil
+	}
 	br, err := c.send(ctx, sql, args)
 	if err != nil {
 		return nil, err
@@ -86,7 +146,7 @@ func (c lockBounded) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 		_ = br.Close()
 		return nil, err
 	}
-	return &boundedRows{Rows: rows, br: br}, nil
+	return &boundedRows{Rows: rows, end: func(error) error { return br.Close() }}, nil
 }
 
 func (c lockBounded) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -94,14 +154,15 @@ func (c lockBounded) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 	return boundedRow{rows: rows, err: err}
 }
 
-// boundedRows are a statement's rows; once they are read (or closed) the
-// batch is closed too, and its error (the implicit transaction's commit)
-// is theirs.
+// boundedRows are a statement's rows; once they are read (or closed) its
+// transaction ends too (end: the batch closed, the transaction committed or,
+// after an error of the rows, rolled back), and an error of its end (the
+// commit's) is theirs.
 type boundedRows struct {
 	pgx.Rows
-	br     pgx.BatchResults
+	end    func(failed error) error
 	closed bool
-	err    error // the batch's, once closed
+	err    error // end's, once closed
 }
 
 func (r *boundedRows) Next() bool {
@@ -118,7 +179,7 @@ func (r *boundedRows) Close() {
 	}
 	r.closed = true
 	r.Rows.Close()
-	if err := r.br.Close(); err != nil && r.Rows.Err() == nil {
+	if err := r.end(r.Rows.Err()); err != nil && r.Rows.Err() == nil {
 		r.err = err
 	}
 }

@@ -28,6 +28,9 @@ type Maintenance struct {
 	queries *db.Queries
 	opts    maintenanceOptions
 	left    *leftLeases // leases its runs could not give up
+	// parsesFirst: the pool's exec mode prepares a statement before it runs
+	// it (lockBounded).
+	parsesFirst bool
 }
 
 // NewMaintenance returns the housekeeping of the database of pool, which
@@ -41,7 +44,11 @@ func NewMaintenance(pool *pgxpool.Pool, opts ...MaintenanceOption) *Maintenance 
 			opt(&o)
 		}
 	}
-	return &Maintenance{pool: orNoConn(pool, "pool"), queries: db.New(), opts: o, left: &leftLeases{}}
+	m := &Maintenance{pool: orNoConn(pool, "pool"), queries: db.New(), opts: o, left: &leftLeases{}}
+	if pool != nil {
+		m.parsesFirst = parsesFirst(execMode(pool))
+	}
+	return m
 }
 
 // MaintenanceOption configures a Maintenance.
@@ -175,10 +182,12 @@ func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 // WithDoctorLockTimeout bounds how long Doctor waits for a lock on a table it
 // reads (one that a migration's ALTER TABLE holds, for instance): past d it
 // fails with the server's lock_not_available (SQLSTATE 55P03) instead of
-// waiting on. Doctor then runs in a transaction of its own, with lock_timeout
-// set for that transaction only (safe behind a transaction-pooling proxy; a
-// proxy that pools by statement refuses the transaction block). Default 0:
-// no transaction, no bound but the context's (or WithMaintenanceLockTimeout's
+// waiting on. lock_timeout is set for Doctor's transaction only, as
+// WithMaintenanceLockTimeout sets it for a batch (safe behind a
+// transaction-pooling proxy; in pgx's exec modes that prepare a statement
+// first, its default among them, Doctor runs in a transaction of its own,
+// which a proxy that pools by statement refuses). Default 0: no bound but
+// the context's (or WithMaintenanceLockTimeout's
 // when that is given: WithDoctorLockTimeout overrides it for Doctor alone,
 // whatever the order of the options). d is rounded up to a millisecond,
 // lock_timeout's unit, and past lock_timeout's range (about 24.8 days) is
@@ -200,9 +209,17 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // Recover and Prune then leave that batch's rows to a later run (and the
 // rest of its step, after a second such batch in the step or when the step
 // is one statement), go on with the rest, and report what they left with a
-// *LockWaitError. lock_timeout is set for each batch's transaction only, in
-// the same round trip as the batch (safe behind a transaction-pooling
-// proxy). It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
+// *LockWaitError. It bounds the wait for a table's lock too (one a
+// migration's ALTER TABLE holds), which the server meets already when it
+// parses a statement. lock_timeout is set for each batch's transaction
+// only, never for the session (safe behind a transaction-pooling proxy),
+// and before the server parses the batch's statement: in the statement's
+// own round trip where pgx sends it in one (pgx.QueryExecModeExec, the
+// simple protocol); where pgx prepares or describes a statement first (its
+// default, cache_statement, and cache_describe, describe_exec) the
+// statement runs in a transaction of its own, begun and bounded in round
+// trips of their own (three more per statement; a proxy that pools by
+// statement refuses the transaction block). It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
 // WithDoctorLockTimeout gives Doctor a bound of its own: one option bounds
 // every lock wait of the Maintenance. Default 0: no bound but the
 // context's. d is rounded up to a millisecond, lock_timeout's unit, and

@@ -230,6 +230,9 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if err := m.boundTx(ctx, tx); err != nil {
+		return 0, err
+	}
 
 	now := m.opts.clock.at()
 	taskIDs := make([]pgtype.UUID, len(found))
@@ -244,7 +247,6 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 	}
 
 	b := &pgx.Batch{}
-	m.boundLocks(ctx, b) // the transaction's first statement, in the batch's round trip
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = m.queries.CounterLockForReservations(ctx, r, rids) })
 	}

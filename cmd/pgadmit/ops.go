@@ -27,7 +27,8 @@ released. It works in bounded batches of short transactions and is single-flight
 processes (a lease row, no session state: it works through PgBouncer in transaction pooling
 mode): when another process is recovering, a pass is skipped. A batch waits at most 5s for each
 lock another session holds (a counter row that a transaction left idle in transaction keeps
-locked, say; lock_timeout is set in the batch's own transaction and bounds each wait for a lock,
+locked, or a table a migration alters, say; lock_timeout is set in the batch's own transaction,
+before the server parses its statement, and bounds each wait for a lock,
 so a batch that waits for several in turn can take several times 5s): past it, that batch is left
 whole to a later pass (and the rest of its step, after a second such batch in the step or when
 the step is one statement), the other steps run, what was done is printed, and the command says

@@ -349,6 +349,20 @@ func (q *Queries) OpsLockScopeCounters(ctx context.Context, db DBTX, arg OpsLock
 	return result.RowsAffected(), nil
 }
 
+const OpsLockTasks = `-- name: OpsLockTasks :exec
+LOCK TABLE gateway_tasks IN ACCESS EXCLUSIVE MODE
+`
+
+// Locks the table of tasks until the transaction ends, as a long
+// migration's ALTER TABLE would, so that a test can make whatever reads it
+// wait (the first step of Recover, which finds expired tasks).
+// Locks: ACCESS EXCLUSIVE on gateway_tasks.
+// Index: none.
+func (q *Queries) OpsLockTasks(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsLockTasks)
+	return err
+}
+
 const OpsNow = `-- name: OpsNow :one
 SELECT clock_timestamp()::timestamptz AS now
 `

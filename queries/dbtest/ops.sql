@@ -225,3 +225,11 @@ WHERE t.id = @task_id::uuid;
 -- Locks: ACCESS EXCLUSIVE on gateway_rate_limit_counters.
 -- Index: none.
 LOCK TABLE gateway_rate_limit_counters IN ACCESS EXCLUSIVE MODE;
+
+-- name: OpsLockTasks :exec
+-- Locks the table of tasks until the transaction ends, as a long
+-- migration's ALTER TABLE would, so that a test can make whatever reads it
+-- wait (the first step of Recover, which finds expired tasks).
+-- Locks: ACCESS EXCLUSIVE on gateway_tasks.
+-- Index: none.
+LOCK TABLE gateway_tasks IN ACCESS EXCLUSIVE MODE;
