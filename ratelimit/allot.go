@@ -376,8 +376,9 @@ func (a *allotments) giveBack(rs []returning) error {
 // on (the server restarted or ended it; the network dropped it), not an
 // answer of a live server nor a timeout: the same statement on a new
 // session may well go through. pgxpool hands out a session used in the
-// last second without pinging it, so the first statement after a restart
-// can meet such an error.
+// last second without pinging it (on a pool set up with ConfigurePool,
+// unless its socket shows the server ended it), so the first statement
+// after a restart can meet such an error.
 func sessionLost(err error) bool {
 	if err == nil || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false

@@ -14,7 +14,8 @@ import (
 
 // The recommended pool: ConfigurePool on the parsed config before the pool
 // is made, so that a statement cancelled mid-flight never strands what it
-// granted. Behind PgBouncer in transaction pooling mode, also use the exec
+// granted, and a connection whose session the server ended (a restart) is
+// replaced before a statement is sent on it. Behind PgBouncer in transaction pooling mode, also use the exec
 // mode "exec" (default_query_exec_mode=exec in the URL does the same);
 // CheckPooler then tells whether the pool suits the proxy.
 func ExampleConfigurePool() {

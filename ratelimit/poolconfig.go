@@ -10,7 +10,9 @@ import (
 )
 
 // ConfigurePool sets up cfg, before the pool is made from it, so that a
-// statement cancelled mid-flight leaves no grant nobody knows of.
+// statement cancelled mid-flight leaves no grant nobody knows of, and so
+// that a connection whose session the server has ended is replaced before
+// a statement is sent on it.
 //
 // A statement of the Limiter whose callers all left is cancelled once it
 // has run on for a grace (see Reserve). pgx's default then gives the
@@ -36,6 +38,23 @@ import (
 // within cancelAnswerTimeout (250 ms) after it, the connection is closed
 // instead, as pgx's default does at once: a call waits at most 1.25 s for a
 // cancelled statement.
+//
+// A server that ends an idle session (a restart, the old primary stopped in
+// a failover, pg_terminate_backend) sends it an error (57P01) and closes
+// it. pgxpool pings a connection it hands out only when it has been idle
+// for over a second, so after a restart every connection used in the last
+// second failed the first statement sent on it, and a combined statement
+// failed all its callers. ConfigurePool sets cfg.ShouldPing so that a
+// connection whose socket already has something to read, or is closed, is
+// pinged too, and replaced when the ping fails. A ShouldPing already set is
+// kept (either one asking for a ping is enough); with none, pgxpool's idle
+// rule is. The check peeks at the socket without blocking or sending
+// anything, one system call per connection taken that is not pinged anyway
+// (about 1 us, where a statement's round trip to a local server takes 30
+// us or more), on Linux, macOS, the BSDs and Solaris; elsewhere only the
+// idle rule applies. A session lost without a word (a host gone, a network cut), or
+// ended between the check and the statement, still fails its statement.
+//
 // It changes nothing else: exec mode, pool size and the rest of cfg are
 // left as they are. A nil cfg, or one not made by pgxpool.ParseConfig (a
 // nil ConnConfig), is left as it is: there is nothing to set up.
@@ -46,6 +65,7 @@ func ConfigurePool(cfg *pgxpool.Config) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &cancelRequestHandler{conn: c}
 	}
+	cfg.ShouldPing = pingEnded(cfg.ShouldPing)
 }
 
 // cancelAckTimeout is how long a connection whose statement was cancelled

@@ -1,0 +1,118 @@
+package ratelimit_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// The server ends every session of a ConfigurePool pool (a restart, a
+// failover, pg_terminate_backend) less than a second after each was used,
+// and concurrent Reserves follow at once: each is granted. pgxpool pings
+// only a connection idle for over a second, so each dead connection failed
+// the combined statement it was taken for, and every caller of it (about
+// seven per connection after a restart); the server says so on the socket
+// (57P01, then EOF) before the client writes, and ConfigurePool has the
+// pool ping, and replace, a connection whose socket has something to read.
+//
+// Not parallel: it must go from the connections' last use to the Reserves
+// in well under a second, and fails rather than pass on the idle rule.
+func TestConfiguredPoolReplacesSessionsTheServerEndedWithinASecond(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const conns, callers = 4, 16
+	app := uniqueKey("ended")
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.MaxConns = conns
+	ratelimit.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ratelimit.New(pool)
+	t.Cleanup(l.Close)
+	key := uniqueKey("ended")
+	limit := hourLimits(t, admin, window("provider", key, "requests", 1000, 1))[0]
+
+	// Use every connection at once, then end their sessions.
+	held := make([]*pgxpool.Conn, conns)
+	for i := range held {
+		if held[i], err = pool.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pids := make([]int32, conns)
+	for i, c := range held {
+		if pids[i], err = testq.OpsBackendPid(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	used := time.Now()
+	for _, pid := range pids {
+		if _, err := testq.OpsTerminateBackend(ctx, admin, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitNoSessions(t, admin, app)
+	if idle := time.Since(used); idle > 500*time.Millisecond {
+		t.Fatalf("the sessions were ended %s after their last use: the Reserves would come past pgxpool's 1 s idle ping, and prove nothing", idle)
+	} else {
+		t.Logf("the Reserves start %s after the connections' last use", idle)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{limit})
+			if err == nil && len(g.Reservations) != 1 {
+				t.Errorf("Reserve granted %d reservations, want 1", len(g.Reservations))
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if err != nil {
+			failed++
+			t.Logf("Reserve: %v", err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d Reserves failed on a session the server had ended", failed, callers)
+	}
+
+	totals, err := testq.ReservationTotalsByScope(ctx, admin, dbtest.ReservationTotalsByScopeParams{ScopeType: "provider", ScopeKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(totals) != 1 || totals[0].OpenCount != callers || totals[0].OpenAmount != callers {
+		t.Errorf("open reservations %+v, want one window with %d, amount %d", totals, callers, callers)
+	}
+	if rows := counterRows(t, admin, "provider", key); len(rows) != 1 || rows[0].ReservedValue != callers {
+		t.Errorf("counters %+v, want one holding %d reserved", rows, callers)
+	}
+	assertBooksBalance(t, admin, "provider", key)
+}
