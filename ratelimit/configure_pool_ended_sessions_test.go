@@ -24,15 +24,25 @@ import (
 //
 // Not parallel: it must go from the connections' last use to the Reserves
 // in well under a second, and fails rather than pass on the idle rule.
+//
+// Over TCP, TLS (the peek looks at the socket under it) and a Unix socket.
 func TestConfiguredPoolReplacesSessionsTheServerEndedWithinASecond(t *testing.T) {
+	dsn := pgtest.NewURL(t)
+	for name, transport := range transports(t, dsn) {
+		t.Run(name, func(t *testing.T) { replacesEndedSessions(t, dsn, transport(t)) })
+	}
+}
+
+// replacesEndedSessions runs the test above on a pool that connects to
+// poolURL; admin statements go to adminURL.
+func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
 	ctx := context.Background()
-	url := pgtest.NewURL(t)
-	admin, err := pgxpool.New(ctx, url)
+	admin, err := pgxpool.New(ctx, adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(poolURL)
 	if err != nil {
 		t.Fatal(err)
 	}

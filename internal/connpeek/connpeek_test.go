@@ -117,3 +117,43 @@ func TestPendingOfNoSocket(t *testing.T) {
 		t.Error("Pending(net.Pipe) = true")
 	}
 }
+
+// A read left blocked on the socket (pgconn's background reader may leave
+// one on an idle connection) neither holds Pending up nor loses to it: the
+// peek answers at once, and the byte it saw goes to the blocked read.
+func TestPendingBesideABlockedRead(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "aix" || runtime.GOOS == "plan9" || runtime.GOOS == "js" || runtime.GOOS == "wasip1" {
+		t.Skip("the peek is Unix only")
+	}
+	client, server := pair(t, "tcp")
+	read := make(chan string, 1)
+	go func() {
+		b := make([]byte, 2)
+		n, _ := client.Read(b)
+		read <- string(b[:n])
+	}()
+	for range 100 { // the read is blocked by now, or soon
+		done := make(chan bool, 1)
+		go func() { done <- Pending(client) }()
+		select {
+		case p := <-done:
+			if p {
+				t.Fatal("Pending of a quiet connection with a blocked read = true")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Pending waited for the blocked read")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := server.Write([]byte("N")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-read:
+		if got != "N" {
+			t.Errorf("the blocked read got %q, want %q", got, "N")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked read got nothing in 5s")
+	}
+}

@@ -297,6 +297,19 @@ func (q *Queries) OpsLeaseLock(ctx context.Context, db DBTX, id pgtype.UUID) (in
 	return result.RowsAffected(), nil
 }
 
+const OpsListenPeek = `-- name: OpsListenPeek :exec
+LISTEN pgadmit_peek
+`
+
+// Has this session listen on the channel pgadmit_peek, so that a
+// notification reaches it while it sits idle in a pool.
+// Locks: none.
+// Index: none.
+func (q *Queries) OpsListenPeek(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsListenPeek)
+	return err
+}
+
 const OpsLockCounters = `-- name: OpsLockCounters :exec
 LOCK TABLE gateway_rate_limit_counters IN ACCESS EXCLUSIVE MODE
 `
@@ -360,6 +373,19 @@ LOCK TABLE gateway_tasks IN ACCESS EXCLUSIVE MODE
 // Index: none.
 func (q *Queries) OpsLockTasks(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, OpsLockTasks)
+	return err
+}
+
+const OpsNotifyPeek = `-- name: OpsNotifyPeek :exec
+SELECT pg_notify('pgadmit_peek', $1::text)
+`
+
+// Sends a notification on the channel pgadmit_peek (delivered to its
+// listeners when this transaction commits).
+// Locks: none (takes the notification queue's lock at commit).
+// Index: none.
+func (q *Queries) OpsNotifyPeek(ctx context.Context, db DBTX, payload string) error {
+	_, err := db.Exec(ctx, OpsNotifyPeek, payload)
 	return err
 }
 

@@ -233,3 +233,17 @@ LOCK TABLE gateway_rate_limit_counters IN ACCESS EXCLUSIVE MODE;
 -- Locks: ACCESS EXCLUSIVE on gateway_tasks.
 -- Index: none.
 LOCK TABLE gateway_tasks IN ACCESS EXCLUSIVE MODE;
+
+-- name: OpsListenPeek :exec
+-- Has this session listen on the channel pgadmit_peek, so that a
+-- notification reaches it while it sits idle in a pool.
+-- Locks: none.
+-- Index: none.
+LISTEN pgadmit_peek;
+
+-- name: OpsNotifyPeek :exec
+-- Sends a notification on the channel pgadmit_peek (delivered to its
+-- listeners when this transaction commits).
+-- Locks: none (takes the notification queue's lock at commit).
+-- Index: none.
+SELECT pg_notify('pgadmit_peek', @payload::text);
