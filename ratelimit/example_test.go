@@ -31,7 +31,7 @@ func Example_quickstart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ratelimit.ConfigurePool(cfg) // no grant stranded by a cancel, no statement sent on a session the server ended
+	ratelimit.ConfigurePool(cfg) // no grant stranded by a cancel; a session the server closed is replaced before use
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -117,7 +117,7 @@ func ExampleLimiter_Reserve() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ratelimit.ConfigurePool(cfg) // no grant stranded by a cancel, no statement sent on a session the server ended
+	ratelimit.ConfigurePool(cfg) // no grant stranded by a cancel; a session the server closed is replaced before use
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
