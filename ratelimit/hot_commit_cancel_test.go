@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -28,14 +29,49 @@ import (
 func TestHotBatchCancelledInItsCommitHoldsNothingUnknown(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	ctx := context.Background()
-	c, err := pool.Acquire(ctx)
+	c, err := pool.Acquire(context.Background())
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
 	defer c.Release()
 	l := ratelimit.New(c.Conn(), ratelimit.WithoutCombining())
+	cancelHotCommits(t, pool, l, int32(c.Conn().PgConn().PID()), func() {})
+}
+
+// The same on a pool, where the release of a hot batch's unconfirmed
+// grants runs in the background (its callers are told at once): Close
+// waits for it, so that once Close returns nothing is held that no grant
+// returned names. The pool has one connection, whose backend the cancels
+// aim at; the state is read after Close, which leaves the Limiter usable.
+func TestHotBatchCancelledInItsCommitOnAPoolHoldsNothingUnknownAfterClose(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.NewPool(t)
+	cfg, err := pgxpool.ParseConfig(admin.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
 	pid := int32(c.Conn().PgConn().PID())
+	c.Release() // a cancel does not end the session: the pool keeps this one
+	l := ratelimit.New(pool, ratelimit.WithoutCombining())
+	defer l.Close()
+	cancelHotCommits(t, admin, l, pid, l.Close)
+}
+
+// cancelHotCommits runs the rounds on l, whose hot batches run on the
+// backend pid, reading the state on pool after settled (which lets the
+// give-backs of l end).
+func cancelHotCommits(t *testing.T, pool *pgxpool.Pool, l *ratelimit.Limiter, pid int32, settled func()) {
+	ctx := context.Background()
 	key, model := uniqueKey("hot"), uniqueKey("model")
 	pgtest.AwaitRoomInWindow(t, pool, time.Hour, 2*time.Minute)
 	request := func(lease bool) ratelimit.BatchRequest {
@@ -104,10 +140,14 @@ func TestHotBatchCancelledInItsCommitHoldsNothingUnknown(t *testing.T) {
 				leases += float64(len(g.Leases))
 			}
 		}
-		if rounds%100 == 99 && (unconfirmed() > 0 || open() != reserved || time.Now().After(deadline)) {
-			break
+		if rounds%100 == 99 {
+			settled()
+			if unconfirmed() > 0 || open() != reserved || time.Now().After(deadline) {
+				break
+			}
 		}
 	}
+	settled()
 	n := unconfirmed()
 	t.Logf("%d rounds, %d cancelled, %d reservations released as unconfirmed", rounds+1, cancelled, n)
 	if held := open(); held != reserved {
