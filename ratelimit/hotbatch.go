@@ -31,12 +31,13 @@ import (
 // until an error, which it sends at once (not before the procedure runs).
 // When they have come and the procedure failed (a cancel request landing
 // in the moment of its commit), the batch may or may not have committed:
-// hotRows returns the rows with the error, and Reserve releases every
-// grant they name before it tells its callers the batch failed
-// (releaseUnconfirmed). A lost connection mostly loses the rows with the
-// rest of the answer; what the batch committed then lapses, as after any
-// lost commit acknowledgement. The combiner does not send the requests again one
-// by one (rejectedInput), which could admit them twice.
+// hotRows returns the rows with the error, and Reserve tells its callers
+// the batch failed and releases every grant the rows name in the
+// background (releaseUnconfirmed; Limiter.Close waits for it). A lost
+// connection mostly loses the rows with the rest of the answer; what the
+// batch committed then lapses, as after any lost commit acknowledgement.
+// The combiner does not send the requests again one by one
+// (rejectedInput), which could admit them twice.
 
 // hotBatches reports whether this Limiter may send hot batches: not in a
 // caller's transaction, nor where pgx sends a batch as one multi-statement

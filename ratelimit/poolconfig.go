@@ -26,8 +26,9 @@ import (
 // which the Limiter then releases. A combined batch on a hot counter is
 // committed by a procedure sent after it (hotbatch.go): a request that
 // lands while it commits fails the procedure (57014) once the batch has
-// answered, and the Limiter releases what the answer names (reason
-// "unconfirmed") before it tells the callers the batch failed.
+// answered, and the Limiter tells the callers the batch failed and
+// releases what the answer names (reason "unconfirmed") in the background
+// (Close waits for it).
 //
 // The price is paid only when a statement is cancelled. The connection
 // waits for the server (or the pooler) to acknowledge the cancel request, a
