@@ -481,7 +481,8 @@ func (a *allotments) close() {
 // more calls (after http.Server.Shutdown, say), and before closing the
 // pool, which it does not close: blocks of a process that does not close
 // stay reserved until their window ends. A Close called while another
-// runs waits for it; one called after it returns at once.
+// runs waits for it; one called after it waits only for what calls made
+// since started (at once when there were none).
 func (l *Limiter) Close() {
 	if l == nil { // a zero Limiter has nothing to close either
 		return
