@@ -151,11 +151,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 		}, &res.Allotments)},
 	}
 	if m.opts.pruneEvents {
-		events, err := m.eventsStep(ctx, cutoff, batch, &res.Events)
-		if err != nil {
-			return res, err
-		}
-		steps = append(steps, events)
+		steps = append(steps, m.eventsStep(ctx, cutoff, batch, &res.Events))
 	}
 	if m.opts.taskRetention > 0 {
 		taskCutoff := res.TaskCutoff
@@ -169,13 +165,21 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 // eventsStep walks the tasks finished before cutoff from the position the
 // last run saved, deleting their events page by page and saving the
 // position after each page, so that no run walks the same tasks again.
-func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch int32, count *int64) (step, error) {
-	pos, err := m.queries.MaintenanceCursorGet(ctx, m.pool, cursorPruneEvents)
-	if err != nil {
-		return step{}, wrapDBError(ctx, "prune: events position", err)
-	}
-	after := db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: pos.PositionAt, AfterID: pos.PositionID}
+// The position is read by the step's first batch, behind the lock bound as
+// the pages are: a migration holding the cursors table makes that step
+// give up (a *LockWaitError), not the run hang.
+func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch int32, count *int64) step {
+	var after db.PruneEventsParams
+	read := false
 	return step{"events", keysetStep(batch, func(n int32) (int32, error) {
+		if !read {
+			pos, err := m.queries.MaintenanceCursorGet(ctx, m.stepConn(), cursorPruneEvents)
+			if err != nil {
+				return 0, fmt.Errorf("read the events position: %w", err)
+			}
+			after = db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: pos.PositionAt, AfterID: pos.PositionID}
+			read = true
+		}
 		after.BatchSize = n
 		row, err := m.queries.PruneEvents(ctx, m.stepConn(), after)
 		if err != nil {
@@ -193,7 +197,7 @@ func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch in
 			return 0, fmt.Errorf("save the events position: %w", err)
 		}
 		return row.Scanned, nil
-	})}, nil
+	})}
 }
 
 // pruneReservations deletes finished reservations of windows that ended

@@ -324,6 +324,20 @@ func (q *Queries) OpsLockCounters(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const OpsLockMaintenanceCursors = `-- name: OpsLockMaintenanceCursors :exec
+LOCK TABLE gateway_maintenance_cursors IN ACCESS EXCLUSIVE MODE
+`
+
+// Locks the table of maintenance cursors until the transaction ends, as a
+// long migration's ALTER TABLE would, so that a test can make Prune's read
+// of its events position wait.
+// Locks: ACCESS EXCLUSIVE on gateway_maintenance_cursors.
+// Index: none.
+func (q *Queries) OpsLockMaintenanceCursors(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsLockMaintenanceCursors)
+	return err
+}
+
 const OpsLockMaintenanceLeases = `-- name: OpsLockMaintenanceLeases :exec
 LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE
 `

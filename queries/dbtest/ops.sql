@@ -247,3 +247,11 @@ LISTEN pgadmit_peek;
 -- Locks: none (takes the notification queue's lock at commit).
 -- Index: none.
 SELECT pg_notify('pgadmit_peek', @payload::text);
+
+-- name: OpsLockMaintenanceCursors :exec
+-- Locks the table of maintenance cursors until the transaction ends, as a
+-- long migration's ALTER TABLE would, so that a test can make Prune's read
+-- of its events position wait.
+-- Locks: ACCESS EXCLUSIVE on gateway_maintenance_cursors.
+-- Index: none.
+LOCK TABLE gateway_maintenance_cursors IN ACCESS EXCLUSIVE MODE;

@@ -1,0 +1,92 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Prune with WithPruneEvents reads where its walk over finished tasks
+// stopped before its steps run. That read went to the pool with no lock
+// bound: a migration holding the cursors table hung the whole run until
+// its context ended, despite WithMaintenanceLockTimeout. It is now the
+// events step's first batch, bounded like the rest: that step gives up
+// after about the bound and the others run.
+func TestPruneLockTimeoutBoundsTheEventsPosition(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := poolsOn(t, pgtest.NewURL(t), 1, mode)[0]
+			if err := testq.OpsLockMaintenanceCursors(context.Background(), heldTx(t, pool)); err != nil {
+				t.Fatal(err)
+			}
+			m := ratelimit.NewMaintenance(pool, ratelimit.WithPruneEvents(true), ratelimit.WithMaintenanceLockTimeout(lockBound))
+			var err error
+			runBounded(t, "Prune", func(ctx context.Context) { _, err = m.Prune(ctx, time.Second) })
+			assertLockWait(t, err, "prune", "events", 0)
+			if !ratelimit.OnlyLockWaits(err) {
+				t.Errorf("Prune: %v, want only *LockWaitErrors", err)
+			}
+		})
+	}
+}
+
+// A statement whose prepare gave up on a locked table (55P03, in pgx's
+// caching exec mode, inside the statement's own transaction) leaves
+// nothing behind on its connection: once the lock goes, the next runs on
+// that one connection prepare it again and succeed, and no connection
+// stays taken.
+func TestMaintenanceLockTimeoutPrepareGivenUpLeavesTheConnectionSound(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := poolsOn(t, url, 1, pgx.QueryExecModeCacheStatement)[0]
+	one, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one.MaxConns = 1
+	single, err := pgxpool.NewWithConfig(context.Background(), one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(single.Close)
+	lock := heldTx(t, pool)
+	if err := testq.OpsLockTasks(context.Background(), lock); err != nil {
+		t.Fatal(err)
+	}
+	if err := testq.OpsLockCounters(context.Background(), lock); err != nil {
+		t.Fatal(err)
+	}
+	m := ratelimit.NewMaintenance(single, ratelimit.WithMaintenanceLockTimeout(lockBound), ratelimit.WithPruneEvents(true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := m.Recover(ctx); !ratelimit.OnlyLockWaits(err) {
+		t.Fatalf("Recover on locked tables: %v, want only lock waits", err)
+	}
+	if _, err := m.Prune(ctx, time.Second); !ratelimit.OnlyLockWaits(err) {
+		t.Fatalf("Prune on locked tables: %v, want only lock waits", err)
+	}
+	if _, err := m.Doctor(ctx); !isLockNotAvailable(err) {
+		t.Fatalf("Doctor on locked tables: %v, want lock_not_available", err)
+	}
+	_ = lock.Rollback(context.Background())
+	if _, err := m.Recover(ctx); err != nil {
+		t.Errorf("Recover once the lock went: %v", err)
+	}
+	if _, err := m.Prune(ctx, time.Second); err != nil {
+		t.Errorf("Prune once the lock went: %v", err)
+	}
+	if rep, err := m.Doctor(ctx); err != nil || !rep.OK() {
+		t.Errorf("Doctor once the lock went: %v, %v", rep, err)
+	}
+	if st := single.Stat(); st.AcquiredConns() != 0 || st.TotalConns() != 1 {
+		t.Errorf("pool after: %d taken, %d in all; want 0 taken, the one connection kept", st.AcquiredConns(), st.TotalConns())
+	}
+}
