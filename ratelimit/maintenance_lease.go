@@ -84,12 +84,15 @@ const leaseStatementTimeout = 5 * time.Second
 
 // keep renews the lease once a third of its time-to-live has passed since
 // it was last renewed; it is called between batches. ErrMaintenanceLeaseLost
-// when another process holds it now.
+// when another process holds it now. The renewal waits for a lock at most
+// as long as a batch does (WithMaintenanceLockTimeout): a migration holding
+// the leases table then stops the run with a lock wait of the step it was
+// in, instead of hanging it.
 func (j *jobLease) keep(ctx context.Context) error {
 	if time.Since(j.renewed) < j.m.opts.leaseTTL/3 {
 		return nil
 	}
-	_, err := j.m.queries.MaintenanceLeaseRenew(ctx, j.m.pool, db.MaintenanceLeaseRenewParams{
+	_, err := j.m.queries.MaintenanceLeaseRenew(ctx, j.m.stepConn(), db.MaintenanceLeaseRenewParams{
 		Name: j.name, Holder: j.holder, TtlSeconds: j.m.opts.leaseTTL.Seconds(), Now: j.m.opts.clock.at(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -104,11 +107,12 @@ func (j *jobLease) keep(ctx context.Context) error {
 
 // release gives the lease up, also when ctx is already done, so that the
 // next run need not wait for it to expire. A lease this run no longer held
-// is not an error: it was lost, and keep has said so.
+// is not an error: it was lost, and keep has said so. Its wait for a lock
+// is bounded as a batch's is too (WithMaintenanceLockTimeout).
 func (j *jobLease) release(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
-	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.pool, db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
+	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.stepConn(), db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {
 		j.m.left.put(j.name, j.holder) // for the next run to take back
 		return fmt.Errorf("release the %s lease: %w", j.name, err)

@@ -2,6 +2,8 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +35,47 @@ func TestPruneLockTimeoutBoundsTheEventsPosition(t *testing.T) {
 			assertLockWait(t, err, "prune", "events", 0)
 			if !ratelimit.OnlyLockWaits(err) {
 				t.Errorf("Prune: %v, want only *LockWaitErrors", err)
+			}
+		})
+	}
+}
+
+// A run renews its lease between batches. The renewal went to the pool
+// with no lock bound: a migration that took the leases table mid-run hung
+// the run until its context ended. It now gives up after about the bound
+// (WithMaintenanceLockTimeout), the run stops there with a *LockWaitError
+// for the step it stopped in, and gives its lease up within the bound too.
+func TestMaintenanceLockTimeoutBoundsTheLeaseRenewal(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := poolsOn(t, pgtest.NewURL(t), 1, mode)[0]
+			const ttl = time.Second // renewed once a third of it passed
+			var once sync.Once
+			var start time.Time
+			report := func(ratelimit.Progress) {
+				once.Do(func() {
+					// The first batch is done, the lease taken: a migration takes the
+					// leases table, and the next batch's renewal meets it.
+					if err := testq.OpsLockMaintenanceLeases(context.Background(), heldTx(t, pool)); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(ttl/3 + 50*time.Millisecond)
+					start = time.Now()
+				})
+			}
+			m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLeaseTTL(ttl),
+				ratelimit.WithMaintenanceLockTimeout(lockBound), ratelimit.WithProgress(0, report))
+			hang, stop := context.WithTimeout(context.Background(), lockBound+lockSlack)
+			defer stop()
+			_, err := m.Prune(hang, time.Second)
+			if took := time.Since(start); took >= 4*time.Second { // the release's own timeout is 5 s
+				t.Errorf("Prune after the leases table was locked took %v, want about %v", took, lockBound)
+			}
+			var lw *ratelimit.LockWaitError
+			if !errors.As(err, &lw) || !lw.Rest || !isLockNotAvailable(err) || !ratelimit.OnlyLockWaits(err) {
+				t.Errorf("Prune: %v, want only a *LockWaitError (Rest) of lock_not_available", err)
 			}
 		})
 	}
