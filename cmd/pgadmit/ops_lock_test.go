@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -65,5 +66,49 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	}
 	if out := cliOK(t, "--database-url", url, "prune", "--older-than", "1s"); !strings.Contains(out, ": released 1 stale reservations; deleted 2 counter windows, 2 reservations") {
 		t.Errorf("prune once the locks went printed %q, want the held windows pruned", out)
+	}
+}
+
+// A table a migration holds locked (ACCESS EXCLUSIVE, an ALTER TABLE left open) is met when the
+// server parses a statement, which pgx, in its default exec mode (the connection string's here),
+// does before the statement runs. recover and prune give up on it after operatorLockTimeout per
+// statement that meets it (recover meets the tasks table in five steps: about 25 s), and say that
+// another session held locks, instead of hanging.
+func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
+	t.Parallel()
+	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 5s"
+	for _, c := range []struct {
+		args []string
+		lock func(context.Context, dbtest.DBTX) error
+	}{
+		{[]string{"recover"}, dbtest.New().OpsLockTasks},
+		{[]string{"prune", "--older-than", "1s"}, dbtest.New().OpsLockCounters},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			t.Parallel()
+			url, pool := newDatabase(t)
+			tx, err := pool.Begin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			if err := c.lock(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			// A hang ends here, and says so otherwise than the lock waits.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			start := time.Now()
+			code := run(ctx, append([]string{"--database-url", url}, c.args...), &out, &errOut, func(string) string { return "" })
+			took := time.Since(start)
+			if code != exitFailure || !strings.Contains(errOut.String(), said) || !strings.Contains(errOut.String(), "55P03") {
+				t.Errorf("pgadmit %s on a locked table: exit %d after %s, stderr %q; want exit 1, %q (55P03)",
+					c.args[0], code, took.Round(time.Millisecond), errOut.String(), said)
+			}
+			if took < operatorLockTimeout {
+				t.Errorf("pgadmit %s gave up after %s, want at least %s", c.args[0], took, operatorLockTimeout)
+			}
+		})
 	}
 }
