@@ -51,3 +51,46 @@ func TestMaintenanceLockTimeoutBehindTransactionPooling(t *testing.T) {
 		})
 	}
 }
+
+// Behind PgBouncer in transaction mode, in each exec mode that suits it, a
+// table another session holds locked (a migration's ALTER TABLE) is met
+// when the server parses Prune's and Doctor's statements: both give up
+// after about the bound, leave no lock_timeout on the server sessions, and
+// run whole once the lock goes.
+func TestMaintenanceLockTimeoutBoundsALockedTableBehindTransactionPooling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pooled, directURL := pgtest.NewPoolerURL(t)
+	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pool := poolsOn(t, pooled, 1, mode)[0]
+			m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(lockBound), ratelimit.WithPruneEvents(true))
+			lock := heldTx(t, direct)
+			if err := testq.OpsLockCounters(ctx, lock); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			runBounded(t, "Prune", func(ctx context.Context) { _, err = m.Prune(ctx, time.Second) })
+			if !ratelimit.OnlyLockWaits(err) || !isLockNotAvailable(err) {
+				t.Errorf("Prune on a locked table: %v, want only lock waits (55P03)", err)
+			}
+			runBounded(t, "Doctor", func(ctx context.Context) { _, err = m.Doctor(ctx) })
+			if !isLockNotAvailable(err) {
+				t.Errorf("Doctor on a locked table: %v, want 55P03", err)
+			}
+			for range pgtest.PoolerSize { // any server session the pooler may hand out
+				if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
+					t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
+				}
+			}
+			_ = lock.Rollback(ctx)
+			if _, err := m.Prune(ctx, time.Second); err != nil {
+				t.Errorf("Prune once the lock went: %v", err)
+			}
+			if rep, err := m.Doctor(ctx); err != nil || !rep.OK() {
+				t.Errorf("Doctor once the lock went: %v, %v", rep, err)
+			}
+		})
+	}
+}
