@@ -133,3 +133,40 @@ func TestMaintenanceLockTimeoutPrepareGivenUpLeavesTheConnectionSound(t *testing
 		t.Errorf("pool after: %d taken, %d in all; want 0 taken, the one connection kept", st.AcquiredConns(), st.TotalConns())
 	}
 }
+
+// The reclaim of tasks sends its statements in one batch, which pgx (in
+// its caching exec mode) prepares in a pipeline before the batch runs. A
+// prepare that gave up there on a locked counters table (55P03) leaves no
+// cached statement behind: once the lock goes, the next run on the same
+// single connection prepares the batch again and reclaims the task.
+func TestRecoverReclaimPrepareGivenUpLeavesTheCacheSound(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	single, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(single.Close)
+	var clock testClock
+	l, m := clocked(single, &clock, ratelimit.WithMaintenanceLockTimeout(lockBound))
+	deadTasksOn(t, l, &clock, claimedAsync(t, l), uniqueKey("dead"))
+	other := poolsOn(t, url, 1, pgx.QueryExecModeExec)[0]
+	lock := heldTx(t, other)
+	if err := testq.OpsLockCounters(context.Background(), lock); err != nil {
+		t.Fatal(err)
+	}
+	var runErr error
+	runBounded(t, "Recover", func(ctx context.Context) { _, runErr = m.Recover(ctx) })
+	assertLockWait(t, runErr, "recover", "reclaim expired tasks", 1)
+	_ = lock.Rollback(context.Background())
+	res, err := m.Recover(context.Background())
+	if err != nil || res.RequeuedAsyncTasks != 1 {
+		t.Errorf("Recover once the lock went = %+v, %v; want the task requeued", res, err)
+	}
+}
