@@ -211,17 +211,22 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // is one statement), go on with the rest, and report what they left with a
 // *LockWaitError. It bounds the wait for a table's lock too (one a
 // migration's ALTER TABLE holds), which the server meets already when it
-// parses a statement. lock_timeout is set for each batch's transaction
-// only, never for the session (safe behind a transaction-pooling proxy),
-// and before the server parses the batch's statement: in the statement's
-// own round trip where pgx sends it in one (pgx.QueryExecModeExec, the
-// simple protocol); where pgx prepares or describes a statement first (its
-// default, cache_statement, and cache_describe, describe_exec) the
-// statement runs in a transaction of its own, begun and bounded in round
-// trips of their own (three more per statement; a proxy that pools by
-// statement refuses the transaction block). It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
-// WithDoctorLockTimeout gives Doctor a bound of its own: one option bounds
-// every lock wait of the Maintenance. Default 0: no bound but the
+// parses a statement. It bounds the renewal and release of a run's lease
+// too: a renewal that gives up stops the run with a *LockWaitError for the
+// step it was in (taking the lease has a timeout of its own).
+//
+// lock_timeout is set for each batch's transaction only, never for the
+// session (safe behind a transaction-pooling proxy), and before the server
+// parses the batch's statement: in the statement's own round trip where
+// pgx sends it in one (pgx.QueryExecModeExec, the simple protocol); where
+// pgx prepares or describes a statement first (its default,
+// cache_statement, and cache_describe, describe_exec) the statement runs in
+// a transaction of its own, begun and bounded in round trips of their own
+// (three more per statement; a proxy that pools by statement refuses the
+// transaction block).
+//
+// It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
+// WithDoctorLockTimeout gives Doctor a bound of its own. Default 0: no bound but the
 // context's. d is rounded up to a millisecond, lock_timeout's unit, and
 // past lock_timeout's range (about 24.8 days) is that range's end; zero or
 // negative sets nothing.
