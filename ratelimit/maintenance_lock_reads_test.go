@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -168,5 +169,42 @@ func TestRecoverReclaimPrepareGivenUpLeavesTheCacheSound(t *testing.T) {
 	res, err := m.Recover(context.Background())
 	if err != nil || res.RequeuedAsyncTasks != 1 {
 		t.Errorf("Recover once the lock went = %+v, %v; want the task requeued", res, err)
+	}
+}
+
+// A run cancelled while a statement of it waits in its own transaction
+// (pgx's caching exec mode, a locked table) returns the cancellation and
+// leaves no connection taken, no transaction open and no lock_timeout on
+// the pool's sessions: the next run, once the lock goes, runs whole.
+func TestMaintenanceLockTimeoutCancelledInItsOwnTransactionLeavesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewURL(t)
+	pool := poolsOn(t, url, 1, pgx.QueryExecModeCacheStatement)[0]
+	other := poolsOn(t, url, 1, pgx.QueryExecModeExec)[0]
+	lock := heldTx(t, other)
+	if err := testq.OpsLockCounters(ctx, lock); err != nil {
+		t.Fatal(err)
+	}
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(time.Minute))
+	run, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := m.Prune(run, time.Second); done <- err }()
+	pgtest.AwaitLockWaiters(t, other, "Prune's first statement")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Prune cancelled: %v, want context.Canceled", err)
+	}
+	_ = lock.Rollback(ctx)
+	if st := pool.Stat(); st.AcquiredConns() != 0 {
+		t.Errorf("%d connections still taken after the cancelled run", st.AcquiredConns())
+	}
+	for range 4 {
+		if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
+			t.Errorf("lock_timeout on the pool's sessions = %q, %v; want 0", v, err)
+		}
+	}
+	if _, err := m.Prune(ctx, time.Second); err != nil {
+		t.Errorf("Prune once the lock went: %v", err)
 	}
 }
