@@ -223,11 +223,13 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // cache_statement, and cache_describe, describe_exec) the statement runs in
 // a transaction of its own, begun and bounded in round trips of their own
 // (three more per statement; a proxy that pools by statement refuses the
-// transaction block).
+// transaction block). A batch that reclaims expired tasks, a transaction
+// of its own already, sets it in a round trip of its own before the
+// batch, whatever the exec mode.
 //
 // It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
-// WithDoctorLockTimeout gives Doctor a bound of its own. Default 0: no bound but the
-// context's. d is rounded up to a millisecond, lock_timeout's unit, and
+// WithDoctorLockTimeout gives Doctor a bound of its own. Default 0: no
+// bound but the context's. d is rounded up to a millisecond, lock_timeout's unit, and
 // past lock_timeout's range (about 24.8 days) is that range's end; zero or
 // negative sets nothing.
 func WithMaintenanceLockTimeout(d time.Duration) MaintenanceOption {

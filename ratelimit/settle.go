@@ -41,7 +41,8 @@ type Settlement struct {
 
 // ReservationOutcome is the fate of one reservation.
 type ReservationOutcome struct {
-	// ID is the reservation's, as the grant has it ("" for a Local one).
+	// ID and Metric are the reservation's, as the grant has them (ID ""
+	// for a Local one).
 	ID     string
 	Metric string
 	// Status is the reservation's status after the call.
