@@ -70,16 +70,21 @@ func (q *Queries) AllotmentReturn(ctx context.Context, db DBTX, arg AllotmentRet
 	return items, nil
 }
 
-const AllotmentSync = `-- name: AllotmentSync :execrows
-UPDATE gateway_rate_limit_allotments AS a
-SET consumed = greatest(u.consumed, 0),
-    synced_at = now()
-FROM (
-    SELECT unnest($1::uuid[])          AS id,
-           unnest($2::numeric[])  AS consumed
-) AS u
-WHERE a.id = u.id
-  AND (a.returned_at IS NULL) IS TRUE
+const AllotmentSync = `-- name: AllotmentSync :one
+WITH synced AS (
+    UPDATE gateway_rate_limit_allotments AS a
+    SET consumed = greatest(u.consumed, 0),
+        synced_at = now()
+    FROM (
+        SELECT unnest($1::uuid[])          AS id,
+               unnest($2::numeric[])  AS consumed
+    ) AS u
+    WHERE a.id = u.id
+      AND (a.returned_at IS NULL) IS TRUE
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM synced)::bigint AS synced,
+       now()::timestamptz                  AS db_now
 `
 
 type AllotmentSyncParams struct {
@@ -87,20 +92,27 @@ type AllotmentSyncParams struct {
 	Consumed []float64
 }
 
+type AllotmentSyncRow struct {
+	Synced int64
+	DbNow  time.Time
+}
+
 // Records what the holder has admitted so far from each of its open blocks,
-// so that a DBA (and recovery, should the holder die) sees it.
+// so that a DBA (and recovery, should the holder die) sees it, and returns
+// how many it recorded and the database's clock (now(), read when the
+// statement starts), by which the holder keeps its estimate of that clock
+// current between blocks.
 // Locks: row locks on the open blocks named; no counter rows.
 // Index: gateway_rate_limit_allotments_pkey. The open test is written
 // `(...) IS TRUE` so that the planner cannot match it to the partial index
 // of open blocks: a VACUUM run while none was open records it as empty, and
 // a plan made on that read every holder's open blocks through it
 // (TestAllotmentSyncProbesItsBlocksAfterAQuietVacuum).
-func (q *Queries) AllotmentSync(ctx context.Context, db DBTX, arg AllotmentSyncParams) (int64, error) {
-	result, err := db.Exec(ctx, AllotmentSync, arg.Ids, arg.Consumed)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) AllotmentSync(ctx context.Context, db DBTX, arg AllotmentSyncParams) (AllotmentSyncRow, error) {
+	row := db.QueryRow(ctx, AllotmentSync, arg.Ids, arg.Consumed)
+	var i AllotmentSyncRow
+	err := row.Scan(&i.Synced, &i.DbNow)
+	return i, err
 }
 
 const AllotmentTake = `-- name: AllotmentTake :one

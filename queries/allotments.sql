@@ -50,21 +50,29 @@ SELECT r.ord::integer      AS ord,
        r.used::numeric     AS used
 FROM pgadmit_allot_return(@ids::uuid[], @used::numeric[], @reasons::text[], sqlc.narg('now')::timestamptz) AS r;
 
--- name: AllotmentSync :execrows
+-- name: AllotmentSync :one
 -- Records what the holder has admitted so far from each of its open blocks,
--- so that a DBA (and recovery, should the holder die) sees it.
+-- so that a DBA (and recovery, should the holder die) sees it, and returns
+-- how many it recorded and the database's clock (now(), read when the
+-- statement starts), by which the holder keeps its estimate of that clock
+-- current between blocks.
 -- Locks: row locks on the open blocks named; no counter rows.
 -- Index: gateway_rate_limit_allotments_pkey. The open test is written
 -- `(...) IS TRUE` so that the planner cannot match it to the partial index
 -- of open blocks: a VACUUM run while none was open records it as empty, and
 -- a plan made on that read every holder's open blocks through it
 -- (TestAllotmentSyncProbesItsBlocksAfterAQuietVacuum).
-UPDATE gateway_rate_limit_allotments AS a
-SET consumed = greatest(u.consumed, 0),
-    synced_at = now()
-FROM (
-    SELECT unnest(@ids::uuid[])          AS id,
-           unnest(@consumed::numeric[])  AS consumed
-) AS u
-WHERE a.id = u.id
-  AND (a.returned_at IS NULL) IS TRUE;
+WITH synced AS (
+    UPDATE gateway_rate_limit_allotments AS a
+    SET consumed = greatest(u.consumed, 0),
+        synced_at = now()
+    FROM (
+        SELECT unnest(@ids::uuid[])          AS id,
+               unnest(@consumed::numeric[])  AS consumed
+    ) AS u
+    WHERE a.id = u.id
+      AND (a.returned_at IS NULL) IS TRUE
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM synced)::bigint AS synced,
+       now()::timestamptz                  AS db_now;

@@ -38,7 +38,12 @@ type AllotmentOptions struct {
 	// Margin stops admitting from a block this long before its window ends
 	// on the database's clock (default 100ms): the last moments of a
 	// window are decided in the database, which counts them in the right
-	// window whatever this host's clock says.
+	// window whatever this host's clock says. The database's clock is
+	// estimated from its readings (each block taken, and the report of
+	// open blocks every second) plus the time elapsed on this host since:
+	// a step of the database's clock (NTP, a failover to a host whose
+	// clock differs) reaches the estimate within about a second, while
+	// this process holds a block.
 	Margin time.Duration
 }
 
@@ -131,7 +136,8 @@ type allotments struct {
 	// waits for it.
 	done chan struct{}
 	// dbAt is the database's clock at localAt, this host's time (with its
-	// monotonic reading) as last measured; zero until the first block.
+	// monotonic reading) as last measured (readClock: by each block taken
+	// and each sync); zero until the first block.
 	dbAt, localAt time.Time
 }
 
@@ -163,6 +169,21 @@ func (a *allotments) dbClock() (time.Time, bool) {
 		return time.Now(), false
 	}
 	return dbAt.Add(a.sinceLocal(localAt)), true
+}
+
+// readClock records a reading of the database's clock, dbNow, by a
+// statement sent at sent (see allotTake for why sent). A reading sent
+// before the one held is older and is dropped: statements of the
+// housekeeping and of refills overlap.
+func (a *allotments) readClock(dbNow, sent time.Time) {
+	if step := a.l.opts.dbClockStep; step != nil {
+		dbNow = dbNow.Add(step())
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.localAt.IsZero() || !sent.Before(a.localAt) {
+		a.dbAt, a.localAt = dbNow, sent
+	}
 }
 
 // sinceLocal is the time elapsed since localAt on this host: on its
@@ -416,7 +437,10 @@ func (a *allotments) trim(t trimming) {
 	}
 }
 
-// sync reports what each open block has admitted so far.
+// sync reports what each open block has admitted so far, and reads the
+// database's clock with it: an estimate gone stale (the database's clock
+// stepped, its primary failed over to a host whose clock differs) is
+// corrected within a sync, not only when the next block is taken.
 func (a *allotments) sync() {
 	sets := a.snapshot()
 	var p db.AllotmentSyncParams
@@ -433,7 +457,11 @@ func (a *allotments) sync() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 	defer cancel()
-	_, _ = a.l.queries.AllotmentSync(ctx, a.l.conn, p)
+	sent := time.Now()
+	row, err := a.l.queries.AllotmentSync(ctx, a.l.conn, p)
+	if err == nil {
+		a.readClock(row.DbNow, sent)
+	}
 }
 
 // close returns every block (charging requests still in flight at their
@@ -514,8 +542,6 @@ func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (d
 	if err != nil {
 		return row, err
 	}
-	a.mu.Lock()
-	a.dbAt, a.localAt = row.DbNow, sent
-	a.mu.Unlock()
+	a.readClock(row.DbNow, sent)
 	return row, nil
 }

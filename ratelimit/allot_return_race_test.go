@@ -33,8 +33,8 @@ func TestAllotmentReturnWaitingForAReportReturnsTheBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = report.Rollback(ctx) }()
-	if n, err := queries.AllotmentSync(ctx, report, db.AllotmentSyncParams{Ids: []pgtype.UUID{b.AllotmentID}, Consumed: []float64{7}}); err != nil || n != 1 {
-		t.Fatalf("AllotmentSync: %d, %v", n, err)
+	if row, err := queries.AllotmentSync(ctx, report, db.AllotmentSyncParams{Ids: []pgtype.UUID{b.AllotmentID}, Consumed: []float64{7}}); err != nil || row.Synced != 1 {
+		t.Fatalf("AllotmentSync: %d, %v", row.Synced, err)
 	}
 	type result struct {
 		rows []db.AllotmentReturnRow

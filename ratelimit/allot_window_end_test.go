@@ -70,3 +70,33 @@ func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
 		t.Fatalf("admitted from block %s (window ending %s) after the host slept two hours", r.Allotment, r.ResetAt)
 	}
 }
+
+// A database whose clock steps forward past a block's window (an NTP step
+// on its host, a failover to a replica ahead) ends that block within a
+// sync of the housekeeping, which reads the database's clock: the estimate
+// used to lag until the process took its next block, admitting meanwhile
+// from a window the database had ended.
+func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	var step atomic.Int64
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
+		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
+	defer l.Close()
+	key := uniqueKey("dbstep")
+	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
+	step.Store(int64(2 * time.Hour)) // the database's clock is two hours on
+	// The housekeeping syncs every second (allotSyncEvery), on a 100ms
+	// tick; one request after that (more would take the next block ahead,
+	// which reads the clock too).
+	time.Sleep(2 * time.Second)
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := g.Reservations[0]; r.Local && r.Allotment == first.Allotment {
+		t.Fatalf("admitted from block %s (window ending %s) a sync after the database's clock stepped two hours on", r.Allotment, r.ResetAt)
+	}
+}

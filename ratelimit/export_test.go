@@ -104,6 +104,14 @@ func WithWallClock(now func() time.Time) Option {
 	return func(o *options) { o.wallClock = now }
 }
 
+// WithDBClockStep adds step() to each reading of the database's clock
+// that the Limiter's blocks of Local limits take (db_now of AllotmentTake
+// and AllotmentSync), so that tests can make the database's clock seem to
+// step (an NTP step on its host, a failover to a replica ahead).
+func WithDBClockStep(step func() time.Duration) Option {
+	return func(o *options) { o.dbClockStep = step }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

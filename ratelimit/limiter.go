@@ -143,11 +143,12 @@ type options struct {
 	allot           AllotmentOptions
 	clock           clock
 	lockPrefix      int32
-	coldBatches     bool             // test-only: no batch goes as a hot batch (WithoutHotBatches)
-	wallClock       func() time.Time // test-only: this host's wall clock (WithWallClock); nil: time.Now
-	leftGrace       time.Duration    // test-only (WithLeftStatementGrace); leftStatementGrace
-	blockAdmissions int              // test-only (WithBlockAdmissions); 0: maxBlockAdmissions
-	unheldTry       func()           // test-only (WithUnheldTryHook): called before each try of retryUnheld
+	coldBatches     bool                 // test-only: no batch goes as a hot batch (WithoutHotBatches)
+	wallClock       func() time.Time     // test-only: this host's wall clock (WithWallClock); nil: time.Now
+	dbClockStep     func() time.Duration // test-only (WithDBClockStep): added to each db_now a block statement reads
+	leftGrace       time.Duration        // test-only (WithLeftStatementGrace); leftStatementGrace
+	blockAdmissions int                  // test-only (WithBlockAdmissions); 0: maxBlockAdmissions
+	unheldTry       func()               // test-only (WithUnheldTryHook): called before each try of retryUnheld
 }
 
 func defaultOptions() options {
