@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,8 +21,11 @@ import (
 // (57P01, then EOF) before the client writes, and ConfigurePool has the
 // pool ping, and replace, a connection whose socket has something to read.
 //
-// Not parallel: it must go from the connections' last use to the Reserves
-// in well under a second, and fails rather than pass on the idle rule.
+// The pool's own ShouldPing never asks for a ping, so ConfigurePool's
+// composition leaves the peek alone to save the Reserves: pgxpool's idle
+// rule plays no part, and how long the test takes from the connections'
+// last use to the Reserves (under load in CI, past a second at times)
+// decides nothing.
 //
 // Over TCP, TLS (the peek looks at the socket under it) and a Unix socket.
 func TestConfiguredPoolReplacesSessionsTheServerEndedWithinASecond(t *testing.T) {
@@ -50,6 +52,7 @@ func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
 	app := uniqueKey("ended")
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	cfg.MaxConns = conns
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	ratelimit.ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -77,18 +80,12 @@ func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
 	for _, c := range held {
 		c.Release()
 	}
-	used := time.Now()
 	for _, pid := range pids {
 		if _, err := testq.OpsTerminateBackend(ctx, admin, pid); err != nil {
 			t.Fatal(err)
 		}
 	}
 	awaitNoSessions(t, admin, app)
-	if idle := time.Since(used); idle > 500*time.Millisecond {
-		t.Fatalf("the sessions were ended %s after their last use: the Reserves would come past pgxpool's 1 s idle ping, and prove nothing", idle)
-	} else {
-		t.Logf("the Reserves start %s after the connections' last use", idle)
-	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
