@@ -116,11 +116,13 @@ func TestConfiguredBusyPoolPingsNoConnectionUsedInTheLastSecond(t *testing.T) {
 			t.Cleanup(l.Close)
 			key := uniqueKey("busy")
 			limits := []ratelimit.Limit{window("provider", key, "requests", 1e9, 1), concurrent("tenant", key, 1e6)}
+			// A count of calls, not a span of time: a loaded CI machine makes
+			// fewer calls a second, and the test is no weaker for it (an
+			// acquire after more than a second idle is not counted).
 			var wg sync.WaitGroup
-			stop := time.Now().Add(time.Second)
 			for range 4 {
 				wg.Go(func() {
-					for time.Now().Before(stop) {
+					for range 50 {
 						g, err := l.Reserve(ctx, "", "", limits)
 						if err != nil {
 							t.Error(err)
@@ -136,7 +138,7 @@ func TestConfiguredBusyPoolPingsNoConnectionUsedInTheLastSecond(t *testing.T) {
 			wg.Wait()
 			calls, pings := counts.calls.Load(), counts.recentPings.Load()
 			t.Logf("%d acquires asked ShouldPing, %d pinged a connection used within a second", calls, pings)
-			if calls < 50 {
+			if calls < 50 { // 400 calls; combining merges at most 4 into one acquire
 				t.Fatalf("only %d acquires asked ShouldPing: the pool was not busy", calls)
 			}
 			if pings != 0 {
