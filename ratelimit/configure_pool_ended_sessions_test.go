@@ -2,11 +2,14 @@ package ratelimit_test
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/connpeek"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -31,13 +34,15 @@ import (
 func TestConfiguredPoolReplacesSessionsTheServerEndedWithinASecond(t *testing.T) {
 	dsn := pgtest.NewURL(t)
 	for name, transport := range transports(t, dsn) {
-		t.Run(name, func(t *testing.T) { replacesEndedSessions(t, dsn, transport(t)) })
+		t.Run(name, func(t *testing.T) { replacesEndedSessions(t, dsn, transport(t), true) })
 	}
 }
 
 // replacesEndedSessions runs the test above on a pool that connects to
-// poolURL; admin statements go to adminURL.
-func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
+// poolURL; admin statements go to adminURL. ended says whether the end of a
+// session reaches the pool's socket (not through PgBouncer in transaction
+// mode, whose client connections outlive the server's sessions).
+func replacesEndedSessions(t *testing.T, adminURL, poolURL string, ended bool) {
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, adminURL)
 	if err != nil {
@@ -72,10 +77,12 @@ func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
 		}
 	}
 	pids := make([]int32, conns)
+	sockets := make([]net.Conn, conns)
 	for i, c := range held {
 		if pids[i], err = testq.OpsBackendPid(ctx, c); err != nil {
 			t.Fatal(err)
 		}
+		sockets[i] = c.Conn().PgConn().Conn()
 	}
 	for _, c := range held {
 		c.Release()
@@ -86,6 +93,9 @@ func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
 		}
 	}
 	awaitNoSessions(t, admin, app)
+	if ended {
+		awaitEndedOnTheSocket(t, sockets)
+	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
@@ -122,4 +132,20 @@ func replacesEndedSessions(t *testing.T, adminURL, poolURL string) {
 		t.Errorf("counters %+v, want one holding %d reserved", rows, callers)
 	}
 	assertBooksBalance(t, admin, "provider", key)
+}
+
+// awaitEndedOnTheSocket waits until the end of each session has reached
+// its client socket (connpeek.Pending), as the Reserves need it to: a
+// backend has sent its FATAL before it exits, but PgBouncer in session
+// mode closes its client connection only once it has read the end of the
+// server's, a moment later, which a loaded machine may stretch.
+func awaitEndedOnTheSocket(t *testing.T, sockets []net.Conn) {
+	t.Helper()
+	for i, c := range sockets {
+		for deadline := time.Now().Add(20 * time.Second); !connpeek.Pending(c); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("connection %d: its session's end did not reach its socket in 20s", i)
+			}
+		}
+	}
 }
