@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -21,35 +22,30 @@ import (
 func TestMaintenanceLockTimeoutBehindTransactionPooling(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pooled, directURL := pgtest.NewPoolerURL(t)
-	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
-		t.Run(mode.String(), func(t *testing.T) {
-			pool := poolsOn(t, pooled, 1, mode)[0]
-			var clock testClock
-			ld, _ := clocked(direct, &clock)
-			_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
-			locked := uniqueKey("locked")
-			syncTask := func(int) ratelimit.Task { return startSync(t, ld, time.Second) }
-			deadTasksOn(t, ld, &clock, syncTask, uniqueKey("free"), locked, uniqueKey("free"))
-			release := holdCounters(t, direct, "api_key", locked)
+	behindTransactionPooling(t, func(t *testing.T, pool, direct *pgxpool.Pool) {
+		var clock testClock
+		ld, _ := clocked(direct, &clock)
+		_, m := clocked(pool, &clock, ratelimit.WithRecoveryBatchSize(1), ratelimit.WithMaintenanceLockTimeout(lockBound))
+		locked := uniqueKey("locked")
+		syncTask := func(int) ratelimit.Task { return startSync(t, ld, time.Second) }
+		deadTasksOn(t, ld, &clock, syncTask, uniqueKey("free"), locked, uniqueKey("free"))
+		release := holdCounters(t, direct, "api_key", locked)
 
-			hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
-			defer stop()
-			res, err := m.Recover(hang)
-			assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
-			if errors.Is(err, context.DeadlineExceeded) || res.FailedTasks != 2 || res.ReleasedRateReservations != 2 {
-				t.Errorf("Recover = %+v, %v; want the 2 tasks on free counters failed, their reservations released", res, err)
+		hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
+		defer stop()
+		res, err := m.Recover(hang)
+		assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
+		if errors.Is(err, context.DeadlineExceeded) || res.FailedTasks != 2 || res.ReleasedRateReservations != 2 {
+			t.Errorf("Recover = %+v, %v; want the 2 tasks on free counters failed, their reservations released", res, err)
+		}
+		for range pgtest.PoolerSize { // any server session the pooler may hand out
+			if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
+				t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
 			}
-			for range pgtest.PoolerSize { // any server session the pooler may hand out
-				if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
-					t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
-				}
-			}
-			release()
-			recoverOnce(t, m, ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 1})
-		})
-	}
+		}
+		release()
+		recoverOnce(t, m, ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 1})
+	})
 }
 
 // Behind PgBouncer in transaction mode, in each exec mode that suits it, a
@@ -60,37 +56,44 @@ func TestMaintenanceLockTimeoutBehindTransactionPooling(t *testing.T) {
 func TestMaintenanceLockTimeoutBoundsALockedTableBehindTransactionPooling(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	behindTransactionPooling(t, func(t *testing.T, pool, direct *pgxpool.Pool) {
+		m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(lockBound), ratelimit.WithPruneEvents(true))
+		lock := heldTx(t, direct)
+		if err := testq.OpsLockCounters(ctx, lock); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		runBounded(t, "Prune", func(ctx context.Context) { _, err = m.Prune(ctx, time.Second) })
+		if !ratelimit.OnlyLockWaits(err) || !isLockNotAvailable(err) {
+			t.Errorf("Prune on a locked table: %v, want only lock waits (55P03)", err)
+		}
+		runBounded(t, "Doctor", func(ctx context.Context) { _, err = m.Doctor(ctx) })
+		if !isLockNotAvailable(err) {
+			t.Errorf("Doctor on a locked table: %v, want 55P03", err)
+		}
+		for range pgtest.PoolerSize { // any server session the pooler may hand out
+			if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
+				t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
+			}
+		}
+		_ = lock.Rollback(ctx)
+		if _, err := m.Prune(ctx, time.Second); err != nil {
+			t.Errorf("Prune once the lock went: %v", err)
+		}
+		if rep, err := m.Doctor(ctx); err != nil || !rep.OK() {
+			t.Errorf("Doctor once the lock went: %v, %v", rep, err)
+		}
+	})
+}
+
+// behindTransactionPooling runs test behind PgBouncer in transaction mode,
+// once in each exec mode that suits it, with a pool of one connection
+// through the pooler and one straight to the server (exec mode).
+func behindTransactionPooling(t *testing.T, test func(t *testing.T, pool, direct *pgxpool.Pool)) {
+	t.Helper()
 	pooled, directURL := pgtest.NewPoolerURL(t)
 	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
-		t.Run(mode.String(), func(t *testing.T) {
-			pool := poolsOn(t, pooled, 1, mode)[0]
-			m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(lockBound), ratelimit.WithPruneEvents(true))
-			lock := heldTx(t, direct)
-			if err := testq.OpsLockCounters(ctx, lock); err != nil {
-				t.Fatal(err)
-			}
-			var err error
-			runBounded(t, "Prune", func(ctx context.Context) { _, err = m.Prune(ctx, time.Second) })
-			if !ratelimit.OnlyLockWaits(err) || !isLockNotAvailable(err) {
-				t.Errorf("Prune on a locked table: %v, want only lock waits (55P03)", err)
-			}
-			runBounded(t, "Doctor", func(ctx context.Context) { _, err = m.Doctor(ctx) })
-			if !isLockNotAvailable(err) {
-				t.Errorf("Doctor on a locked table: %v, want 55P03", err)
-			}
-			for range pgtest.PoolerSize { // any server session the pooler may hand out
-				if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
-					t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
-				}
-			}
-			_ = lock.Rollback(ctx)
-			if _, err := m.Prune(ctx, time.Second); err != nil {
-				t.Errorf("Prune once the lock went: %v", err)
-			}
-			if rep, err := m.Doctor(ctx); err != nil || !rep.OK() {
-				t.Errorf("Doctor once the lock went: %v, %v", rep, err)
-			}
-		})
+		t.Run(mode.String(), func(t *testing.T) { test(t, poolsOn(t, pooled, 1, mode)[0], direct) })
 	}
 }
