@@ -38,11 +38,7 @@ func TestMaintenanceLockTimeoutBehindTransactionPooling(t *testing.T) {
 		if errors.Is(err, context.DeadlineExceeded) || res.FailedTasks != 2 || res.ReleasedRateReservations != 2 {
 			t.Errorf("Recover = %+v, %v; want the 2 tasks on free counters failed, their reservations released", res, err)
 		}
-		for range pgtest.PoolerSize { // any server session the pooler may hand out
-			if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
-				t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
-			}
-		}
+		assertNoLockTimeoutLeft(t, pool)
 		release()
 		recoverOnce(t, m, ratelimit.RecoveryResult{FailedTasks: 1, FailedAttempts: 1, ReleasedRateReservations: 1})
 	})
@@ -71,11 +67,7 @@ func TestMaintenanceLockTimeoutBoundsALockedTableBehindTransactionPooling(t *tes
 		if !isLockNotAvailable(err) {
 			t.Errorf("Doctor on a locked table: %v, want 55P03", err)
 		}
-		for range pgtest.PoolerSize { // any server session the pooler may hand out
-			if v, err := db.New().BenchServerSetting(ctx, pool, "lock_timeout"); err != nil || v != "0" {
-				t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
-			}
-		}
+		assertNoLockTimeoutLeft(t, pool)
 		_ = lock.Rollback(ctx)
 		if _, err := m.Prune(ctx, time.Second); err != nil {
 			t.Errorf("Prune once the lock went: %v", err)
@@ -95,5 +87,17 @@ func behindTransactionPooling(t *testing.T, test func(t *testing.T, pool, direct
 	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) { test(t, poolsOn(t, pooled, 1, mode)[0], direct) })
+	}
+}
+
+// assertNoLockTimeoutLeft checks that every server session the pooler may
+// hand out has the server's default lock_timeout, 0: the bound was set per
+// transaction, never on a session.
+func assertNoLockTimeoutLeft(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for range pgtest.PoolerSize {
+		if v, err := db.New().BenchServerSetting(context.Background(), pool, "lock_timeout"); err != nil || v != "0" {
+			t.Errorf("lock_timeout behind the pooler = %q, %v; want the server's default, 0", v, err)
+		}
 	}
 }
