@@ -22,21 +22,16 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 
 // retryUnheld runs giveBack, an idempotent statement that gives back what
 // nobody holds (a grant, a task created or claimed for a caller who left),
-// until it succeeds or fails in a way no later try can mend (hopeless):
-// Limiter.Close waits for the give-backs, and on a single connection a
-// caller does (giveBackUnheld), which must not be held for nothing. Only
-// this process knows what it names, and what it does not give back stays
-// held until a window, a lease's TTL or Recover ends it. After a restart
-// or a failover an idle connection of the pool may fail its first
-// statement, each failure taking one of them out: pgxpool pings only those
-// idle for over a second, unless ConfigurePool set it up, which pings one
-// whose socket shows the server ended its session, but not one lost
-// without a word (a host gone, a network cut) nor one ended between the
-// ping's check and the statement. So the tries go on for
-// unheldReleaseSpan, not for a number of tries; the span is short, so that
-// Limiter.Close is not held up long by a database that is down. A caller
-// whose give-back it is does not wait for it: it runs in the background
-// (giveBackUnheld), except on a single connection.
+// until it succeeds or fails in a way no later try can mend (hopeless).
+// Only this process knows what it names, and what it does not give back
+// stays held until a window, a lease's TTL or Recover ends it. After a
+// restart or a failover an idle connection of the pool may fail its first
+// statement, each failure taking one of them out (ConfigurePool replaces
+// one whose socket shows the server ended its session, not one lost
+// without a word), so the tries go on for unheldReleaseSpan, not for a
+// number of tries. The span is short: Limiter.Close waits for the
+// give-backs, and on a single connection so does their caller
+// (giveBackUnheld).
 func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
