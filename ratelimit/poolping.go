@@ -15,14 +15,9 @@ const idlePingAfter = time.Second
 
 // pingEnded returns a pgxpool ShouldPing that pings a connection when
 // shouldPing does (pgxpool's idle rule when it is nil), and also when its
-// socket already has something to read or is closed (connpeek.Pending). A
-// server that ends an idle session (a restart, a failover that stops the
-// old primary, pg_terminate_backend) sends it a FATAL ErrorResponse (57P01)
-// and closes it, so a connection used within the last second, which
-// pgxpool hands out unpinged, failed the first statement sent on it, and
-// with it every caller of a combined statement; now the ping fails instead
-// and pgxpool replaces the connection. An idle connection has nothing to
-// read otherwise, but for NOTIFY and notices, which the ping reads.
+// socket already has something to read or is closed (connpeek.Pending):
+// the server ended the session (see ConfigurePool), and the failed ping
+// makes pgxpool replace the connection before a statement is sent on it.
 //
 // The price is one non-blocking recvfrom(2) per acquire of a connection
 // not pinged anyway, on the path of every statement: measured on a busy
