@@ -13,20 +13,16 @@ import (
 
 // lockBounded runs each statement sent through it with lock_timeout set
 // for that statement's transaction only, never on the server session (a
-// transaction-pooling proxy hands it to other clients), and in force before
-// the server first parses the statement: it waits then already for the
-// locks of the tables the statement reads (a migration's ALTER TABLE holds
-// one ACCESS EXCLUSIVE), as it does later for rows. A statement that waited
-// too long fails with 55P03 and rolls back whole. Where pgx sends a
-// statement in the one round trip that runs it (exec mode, the simple
-// protocol), SetLockTimeout and the statement go in one pgx.Batch: one
-// round trip, one implicit transaction. Where it prepares or describes a
-// statement first in a round trip of its own (parsesFirst: its default,
-// cache_statement, and cache_describe, describe_exec), it would do so
-// before such a batch's setting ran, and the server would wait for a
-// table's lock with no bound; the statement runs in a transaction of its
-// own instead, the setting sent before it: begin, setting, statement,
-// commit (a statement-pooling proxy refuses the transaction).
+// transaction-pooling proxy hands it to other clients), and in force
+// before the server first parses the statement, which already waits then
+// for the locks of the tables it reads (a migration's ALTER TABLE holds
+// one ACCESS EXCLUSIVE). A statement that waited too long fails with 55P03
+// and rolls back whole. Where pgx sends a statement in the round trip that
+// runs it, SetLockTimeout and the statement go in one pgx.Batch: one round
+// trip, one implicit transaction. Where it prepares or describes it first
+// (ownTx: parsesFirst), it would do so before such a batch's setting ran,
+// so the statement runs in a transaction of its own instead: begin,
+// setting, statement, commit (a statement-pooling proxy refuses it).
 // Begin and SendBatch pass through: a caller that opens a transaction of
 // its own sets lock_timeout in it first itself (boundTx).
 type lockBounded struct {
