@@ -170,15 +170,15 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 // give up (a *LockWaitError), not the run hang.
 func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch int32, count *int64) step {
 	var after db.PruneEventsParams
-	read := false
+	positioned := false
 	return step{"events", keysetStep(batch, func(n int32) (int32, error) {
-		if !read {
+		if !positioned {
 			pos, err := m.queries.MaintenanceCursorGet(ctx, m.stepConn(), cursorPruneEvents)
 			if err != nil {
 				return 0, fmt.Errorf("read the events position: %w", err)
 			}
 			after = db.PruneEventsParams{Cutoff: cutoff, AfterFinishedAt: pos.PositionAt, AfterID: pos.PositionID}
-			read = true
+			positioned = true
 		}
 		after.BatchSize = n
 		row, err := m.queries.PruneEvents(ctx, m.stepConn(), after)
