@@ -5,16 +5,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// execMode is the exec mode conn, a pool or a connection (of a pool's
-// too), runs its statements in. Of an Executor of another kind (a wrapper
-// of the caller's own) it is pgx's default, QueryExecModeCacheStatement.
+// execMode is the default exec mode of conn's connections: a pool's, a
+// connection's, or that of the connection under a pgx.Tx or a
+// *pgxpool.Conn. Of an Executor of another kind (a wrapper of the
+// caller's own) it is pgx's default, QueryExecModeCacheStatement.
 func execMode(conn Executor) pgx.QueryExecMode {
 	switch c := conn.(type) {
 	case interface{ Config() *pgxpool.Config }:
 		return c.Config().ConnConfig.DefaultQueryExecMode
 	case interface{ Config() *pgx.ConnConfig }:
 		return c.Config().DefaultQueryExecMode
-	case interface{ Conn() *pgx.Conn }: // *pgxpool.Conn
+	case interface{ Conn() *pgx.Conn }: // a pgx.Tx, a *pgxpool.Conn
 		if pc := c.Conn(); pc != nil {
 			return pc.Config().DefaultQueryExecMode
 		}
