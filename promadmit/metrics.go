@@ -221,9 +221,9 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // (a context deadline, or a net.Error that timed out, a dial's included),
 // ResultCanceled (a context.Canceled: the caller left), ResultLockWait
 // (a Recover or Prune whose every error is a *ratelimit.LockWaitError) or
-// ResultError (the rest: the database
-// failed, refused the connection, or the deployment fails every call, as
-// ErrIsolation and the pooler errors do). Of an err that holds several
+// ResultError (the rest: the database failed, refused the connection, or
+// the deployment fails every call, as ErrIsolation and the pooler errors
+// do). Of an err that holds several
 // (Recover and Prune join their steps' errors), what ended the call wins:
 // timeout, then canceled, then exceeded, lease_lost, unknown_grant,
 // rejected, error, and lock_wait last, so a run that a step left a row
@@ -288,14 +288,13 @@ func (m *Metrics) observeLatency(op, result string, took time.Duration) {
 // every call; the answers a healthy database gives a caller's call have
 // classes of their own.
 //
-// An error can hold several classes: Recover and Prune join their steps'
-// errors, and a step cut off keeps what it left beside what cut it off.
-// The first case that matches names it, so the order is the precedence:
-// what ended the call first (timeout, then canceled: a caller that left
-// while the database did not answer in time is the database's trouble),
-// then exceeded, lease_lost, unknown_grant and rejected; error is what is
-// left when none matches (so any of those outranks it); lock_wait only
-// when every error is a lock wait. TestResultPrecedence checks each pair.
+// An error can hold several classes (Recover and Prune join their steps'
+// errors; a step cut off keeps what it left beside what cut it off): the
+// first case that matches names it, so the order of the cases is the
+// precedence. What ended the call comes first, timeout before canceled (a
+// caller that left while the database did not answer in time is the
+// database's trouble); error is what no case matched, and lock_wait needs
+// every error to be one. TestResultPrecedence checks each pair.
 func result(err error) string {
 	switch {
 	case err == nil:
