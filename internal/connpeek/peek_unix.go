@@ -12,11 +12,11 @@ import "syscall"
 // and would wait for it; Control only keeps the descriptor open, and the
 // peek does not wait either way.
 func peek(raw syscall.RawConn) bool {
-	pending := true
+	var pending bool
 	err := raw.Control(func(fd uintptr) {
 		var b [1]byte
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		pending = err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
 	})
-	return pending || err != nil
+	return err != nil || pending // err: the descriptor is closed
 }
