@@ -17,19 +17,17 @@ import (
 // before the server first parses the statement, which already waits then
 // for the locks of the tables it reads (a migration's ALTER TABLE holds
 // one ACCESS EXCLUSIVE). A statement that waited too long fails with 55P03
-// and rolls back whole. Where pgx sends a statement in the round trip that
-// runs it, SetLockTimeout and the statement go in one pgx.Batch: one round
-// trip, one implicit transaction. Where it prepares or describes it first
-// (ownTx: parsesFirst), it would do so before such a batch's setting ran,
-// so the statement runs in a transaction of its own instead: begin,
-// setting, statement, commit (a statement-pooling proxy refuses it).
+// and rolls back whole. SetLockTimeout and the statement go in one
+// pgx.Batch: one round trip, one implicit transaction. That holds only
+// where pgx sends a statement in the round trip that runs it; where it
+// prepares or describes it first (parsesFirst), it would do so before the
+// batch's setting ran, and lockBoundedTx serves instead.
 // Begin and SendBatch pass through: a caller that opens a transaction of
 // its own sets lock_timeout in it first itself (boundTx).
 type lockBounded struct {
 	Executor
 	queries *db.Queries
 	seconds float64
-	ownTx   bool // parsesFirst: a transaction of its own per statement
 }
 
 // stepConn is what the steps of Recover and Prune send their statements
@@ -43,7 +41,10 @@ func (m *Maintenance) lockConn(d time.Duration) Executor {
 	if d <= 0 {
 		return m.pool
 	}
-	return lockBounded{Executor: m.pool, queries: m.queries, seconds: d.Seconds(), ownTx: m.parsesFirst}
+	if m.parsesFirst {
+		return lockBoundedTx{Executor: m.pool, queries: m.queries, seconds: d.Seconds()}
+	}
+	return lockBounded{Executor: m.pool, queries: m.queries, seconds: d.Seconds()}
 }
 
 // boundTx sets lock_timeout in tx, a transaction of its own just begun, in
@@ -70,32 +71,7 @@ func (c lockBounded) send(ctx context.Context, sql string, args []any) (pgx.Batc
 	return br, nil
 }
 
-// begin begins the statement's own transaction and sets lock_timeout in it.
-func (c lockBounded) begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := c.Executor.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.queries.SetLockTimeout(ctx, tx, c.seconds); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, err
-	}
-	return tx, nil
-}
-
 func (c lockBounded) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if c.ownTx {
-		tx, err := c.begin(ctx)
-		if err != nil {
-			return pgconn.CommandTag{}, err
-		}
-		tag, err := tx.Exec(ctx, sql, args...)
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return pgconn.CommandTag{}, err
-		}
-		return tag, tx.Commit(ctx)
-	}
 	br, err := c.send(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -110,26 +86,6 @@ func (c lockBounded) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 }
 
 func (c lockBounded) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if c.ownTx {
-		tx, err := c.begin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			if rows != nil {
-				rows.Close()
-			}
-			_ = tx.Rollback(ctx)
-			return nil, err
-		}
-		return &boundedRows{Rows: rows, end: func(failed error) error {
-			if failed != nil {
-				return tx.Rollback(ctx)
-			}
-			return tx.Commit(ctx)
-		}}, nil
-	}
 	br, err := c.send(ctx, sql, args)
 	if err != nil {
 		return nil, err

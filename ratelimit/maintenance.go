@@ -29,7 +29,7 @@ type Maintenance struct {
 	opts    maintenanceOptions
 	left    *leftLeases // leases its runs could not give up
 	// parsesFirst: the pool's exec mode prepares a statement before it runs
-	// it (lockBounded).
+	// it (lockBoundedTx then serves).
 	parsesFirst bool
 }
 
