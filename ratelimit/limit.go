@@ -17,8 +17,7 @@ const (
 )
 
 // Scope is what a limit applies to: an API key, a team, a model, an
-// upstream account... Type and Key identify it; Name and Metadata only
-// travel into errors, for messages and logs.
+// upstream account... Type and Key identify it.
 type Scope struct {
 	// Type is the kind of scope ("api_key", "team", "model"), chosen by the
 	// caller: with Key it names the counters and leases of the scope. Not
@@ -89,8 +88,7 @@ type Grant struct {
 	// none.
 	TaskID    string
 	AttemptID string
-	// Reservations and Leases are what it holds: one reservation per
-	// window limit and one lease per concurrent limit (none for a limit of
+	// Reservations and Leases are what it holds (none for a limit of
 	// Amount 0).
 	Reservations []Reservation
 	Leases       []Lease
