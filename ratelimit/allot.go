@@ -505,10 +505,10 @@ func (a *allotments) close() {
 // batch granted and could not confirm, and the undo of a task created or
 // claimed for a caller who had left. Each is tried again for up to 2 s
 // while it fails, 30 s at most in all (a try that hangs); all would be
-// lost if the pool closed first. Call it when the process stops, once it makes no
-// more calls (after http.Server.Shutdown, say), and before closing the
-// pool, which it does not close: blocks of a process that does not close
-// stay reserved until their window ends. A Close called while another
+// lost if the pool closed first. Call it when the process stops, once it
+// makes no more calls (after http.Server.Shutdown, say), and before
+// closing the pool, which it does not close: blocks of a process that does
+// not close stay reserved until their window ends. A Close called while another
 // runs waits for it; one called after it waits only for what calls made
 // since started (at once when there were none).
 func (l *Limiter) Close() {

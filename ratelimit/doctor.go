@@ -172,7 +172,8 @@ func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	return m.doctor(ctx, m.lockConn(bound))
 }
 
-// doctor is Doctor's statement, run on conn: m's pool, behind its lock bound if any.
+// doctor is Doctor's statement, run on conn: m's pool, behind Doctor's
+// lock bound if it has one (lockConn).
 func (m *Maintenance) doctor(ctx context.Context, conn db.DBTX) (Report, error) {
 	now := m.opts.clock.at()
 	rows, err := m.queries.DoctorCheck(ctx, conn, db.DoctorCheckParams{

@@ -229,9 +229,9 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 //
 // It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
 // WithDoctorLockTimeout gives Doctor a bound of its own. Default 0: no
-// bound but the context's. d is rounded up to a millisecond, lock_timeout's unit, and
-// past lock_timeout's range (about 24.8 days) is that range's end; zero or
-// negative sets nothing.
+// bound but the context's. d is rounded up to a millisecond, lock_timeout's
+// unit, and past lock_timeout's range (about 24.8 days) is that range's
+// end; zero or negative sets nothing.
 func WithMaintenanceLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
