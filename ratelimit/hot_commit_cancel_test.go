@@ -46,16 +46,7 @@ func TestHotBatchCancelledInItsCommitHoldsNothingUnknown(t *testing.T) {
 func TestHotBatchCancelledInItsCommitOnAPoolHoldsNothingUnknownAfterClose(t *testing.T) {
 	t.Parallel()
 	admin := pgtest.NewPool(t)
-	cfg, err := pgxpool.ParseConfig(admin.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := oneSessionPoolOn(t, admin.Config().ConnString())
 	c, err := pool.Acquire(context.Background())
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)

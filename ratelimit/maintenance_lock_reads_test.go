@@ -91,16 +91,7 @@ func TestMaintenanceLockTimeoutPrepareGivenUpLeavesTheConnectionSound(t *testing
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	pool := poolsOn(t, url, 1, pgx.QueryExecModeCacheStatement)[0]
-	one, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one.MaxConns = 1
-	single, err := pgxpool.NewWithConfig(context.Background(), one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(single.Close)
+	single := oneSessionPoolOn(t, url)
 	lock := heldTx(t, pool)
 	if err := testq.OpsLockTasks(context.Background(), lock); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,14 @@ import (
 // own: the plans a test has that session build are the ones it measures.
 func oneSessionPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	return oneSessionPoolOn(t, pgtest.NewURL(t))
+}
+
+// oneSessionPoolOn is a pool of one connection to url's database, closed
+// when the test ends.
+func oneSessionPoolOn(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
