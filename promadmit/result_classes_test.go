@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadmit/pgadmit/internal/gosrc"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -70,24 +68,12 @@ func TestResultOfEveryRatelimitError(t *testing.T) {
 // resultClasses.
 func TestEveryRatelimitErrorHasAClass(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../ratelimit/*.go")
+	_, files, err := gosrc.ParseDir("../ratelimit", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fset := token.NewFileSet()
 	found := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		file, err := parser.ParseFile(fset, f, src, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		for _, decl := range file.Decls {
 			gen, ok := decl.(*ast.GenDecl)
 			if !ok {

@@ -3,10 +3,9 @@ package ratelimit_test
 import (
 	"go/ast"
 	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/gosrc"
 )
 
 // The types a caller builds limits from and gets grants and settlements
@@ -17,20 +16,12 @@ func TestGrantTypesDocumentTheirFields(t *testing.T) {
 	t.Parallel()
 	types := map[string]bool{"Scope": true, "Limit": true, "Grant": true, "Reservation": true,
 		"Lease": true, "Settlement": true, "ReservationOutcome": true}
-	files, err := filepath.Glob("*.go")
+	fset, files, err := gosrc.ParseDir(".", parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fset := token.NewFileSet()
 	found := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		ast.Inspect(file, func(n ast.Node) bool {
 			spec, ok := n.(*ast.TypeSpec)
 			if !ok || !types[spec.Name.Name] {

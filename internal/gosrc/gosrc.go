@@ -1,0 +1,34 @@
+// Package gosrc parses a package's Go source for tests that check what it
+// declares (its exported errors, its documented fields).
+package gosrc
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+)
+
+// ParseDir parses the non-test Go files of the package in dir, in mode
+// (parser.SkipObjectResolution is added), and returns them with their
+// file set.
+func ParseDir(dir string, mode parser.Mode) (*token.FileSet, []*ast.File, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, nil, err
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, name, nil, mode|parser.SkipObjectResolution)
+		if err != nil {
+			return nil, nil, err
+		}
+		files = append(files, file)
+	}
+	return fset, files, nil
+}
