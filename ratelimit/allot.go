@@ -43,7 +43,11 @@ type AllotmentOptions struct {
 	// open blocks every second) plus the time elapsed on this host since:
 	// a step of the database's clock (NTP, a failover to a host whose
 	// clock differs) reaches the estimate within about a second, while
-	// this process holds a block.
+	// this process holds a block. A block admits only while the estimate
+	// is within its window: one whose window the database's clock stepped
+	// back before goes back as if its window had ended. While it holds no
+	// block the estimate only decides whether to take one, and taking one
+	// reads the clock anew.
 	Margin time.Duration
 }
 
@@ -219,6 +223,16 @@ func (a *allotments) windowEnding(windowSeconds int32) bool {
 // end: no block admits from that window any more.
 func (a *allotments) pastMargin(now, resetAt time.Time) bool {
 	return !now.Before(resetAt.Add(-a.opts.Margin))
+}
+
+// admits reports whether b may admit at now, the estimate of the
+// database's clock: from its window's start to Margin before its end.
+// Before the start, the database's clock stepped back (NTP, a failover to
+// a host whose clock is behind): the database counts an earlier window,
+// whose counter admits its own limit, and admitting from b as well would
+// admit more than the limit within that time.
+func (a *allotments) admits(now time.Time, b *block) bool {
+	return !now.Before(b.windowStart) && !a.pastMargin(now, b.resetAt)
 }
 
 // set returns the blocks of a counter, starting the housekeeping loop with

@@ -161,10 +161,15 @@ func (s *blockSet) hasRoom(b *block, amount, limit float64) bool {
 	return b.limit <= limit && b.used+b.reserved+amount <= b.granted && len(b.admissions) < s.a.maxAdmissions
 }
 
-// retireLocked closes the blocks whose window is about to end.
+// retireLocked closes the blocks that may no longer admit: their window
+// is about to end or, the database's clock having stepped back, has not
+// begun (see admits). Both go back as window_ended (the window is not the
+// database's current one), charging what they admitted once nothing
+// admitted from them is in flight; a block of a window not begun is not
+// kept for later, the current window's blocks take its place.
 func (s *blockSet) retireLocked(now time.Time) {
 	for _, b := range []*block{s.cur, s.next} {
-		if b != nil && s.a.pastMargin(now, b.resetAt) {
+		if b != nil && !s.a.admits(now, b) {
 			s.closeLocked(b, reasonWindowEnded)
 		}
 	}
@@ -468,7 +473,7 @@ func (a *allotments) canTake(w windowLimit) bool {
 	}
 	now := a.dbNow()
 	for _, b := range []*block{s.cur, s.next} { // tryLocked moves on to next when cur has no room
-		if b != nil && !b.closed && !a.pastMargin(now, b.resetAt) && s.hasRoom(b, l.Amount, l.Limit) {
+		if b != nil && !b.closed && a.admits(now, b) && s.hasRoom(b, l.Amount, l.Limit) {
 			return true
 		}
 	}

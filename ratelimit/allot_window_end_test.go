@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -99,4 +100,59 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 	if r := g.Reservations[0]; r.Local && r.Allotment == first.Allotment {
 		t.Fatalf("admitted from block %s (window ending %s) a sync after the database's clock stepped two hours on", r.Allotment, r.ResetAt)
 	}
+}
+
+// A database whose clock steps back before a block's window (an NTP step
+// on its host, a failover to a host whose clock is behind) ends that block
+// within a sync: admission checked only the window's end, so the block of
+// the later window went on admitting while the database counted the
+// earlier one, whose counter admits its own limit too. A request admitted
+// from the block before the step still settles in it, and the block goes
+// back charging it.
+func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	var step atomic.Int64
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
+		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
+	defer l.Close()
+	key := uniqueKey("dbstepback")
+	first := reserveLocal(t, l, key, 1000, 1)
+	step.Store(int64(-2 * time.Hour)) // the database's clock is two hours back, before the block's hour
+	time.Sleep(2 * time.Second)       // a sync (every second) reads it
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := g.Reservations[0]; r.Local && r.Allotment == first.Reservations[0].Allotment {
+		t.Fatalf("admitted from block %s (window from %s) a sync after the database's clock stepped two hours back", r.Allotment, r.WindowStart)
+	}
+	s, err := l.Commit(ctx, first, map[string]float64{ratelimit.MetricTokens: 3})
+	if err != nil || !s.Reservations[0].Settled || s.Reservations[0].Actual != 3 {
+		t.Fatalf("Commit of the request admitted before the step: %+v, %v; want it settled at 3", s, err)
+	}
+	if _, err := l.Commit(ctx, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The block goes back without Close, as one whose window ended does.
+	var b dbtest.AllotmentListByScopeRow
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b = allotments(t, pool, "model", key)[0]; b.ReturnedAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("block %+v not returned in 10s after the database's clock stepped back before its window", b)
+		}
+	}
+	if b.Reason != "window_ended" || b.Used != 3 {
+		t.Errorf("block returned with reason %q, used %g; want window_ended, used 3 (the request admitted before the step)", b.Reason, b.Used)
+	}
+	l.Close()
+	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 4 || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used 4 (3 from the block, 1 after the step), nothing reserved", rows)
+	}
+	assertBooksBalance(t, pool, "model", key)
+	assertDoctorOK(t, pool)
 }
