@@ -22,3 +22,25 @@ func TestReadmeShowsTheRunnableExample(t *testing.T) {
 		t.Fatalf("the README's middleware example is not the body of Example in httpadmit/example_test.go:\n%s", block)
 	}
 }
+
+// The README's middleware example starts from a pool (its first line is
+// limiter := ratelimit.New(pool)) and shows no imports: pasted where pool
+// is, under the imports of the Example it is copied from, it must name
+// nothing else that Example declared before it.
+func TestReadmeExampleNeedsOnlyAPool(t *testing.T) {
+	t.Parallel()
+	block := readme.Block(t, "../README.md", "", "limiter := ratelimit.New(pool)\n\n// What a request must fit")
+	example, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := map[string]bool{"pool": true}
+	for _, name := range readme.ImportNames(t, string(example)) {
+		given[name] = true
+	}
+	for _, name := range readme.FreeNames(t, block) {
+		if !given[name] {
+			t.Errorf("the README's middleware example uses %s, which it neither declares nor imports, and which is not pool", name)
+		}
+	}
+}

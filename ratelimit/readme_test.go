@@ -99,3 +99,22 @@ func TestReadmeShowsTheRunnableTaskFlow(t *testing.T) {
 		t.Fatalf("the README's task flow is not a run of lines of ExampleLimiter_CreateTask in ratelimit/example_task_test.go:\n%s", block)
 	}
 }
+
+// The README says what its task flow needs from around it: ctx and limiter
+// as the quickstart has them, the quickstart's imports and encoding/json.
+// The block must name nothing else (a variable the example declared before
+// it, say), so that pasted where those are it compiles.
+func TestReadmeTaskFlowNeedsOnlyWhatTheReadmeSays(t *testing.T) {
+	t.Parallel()
+	quickstart := readme.Block(t, "../README.md", "## Use it from Go\n\n", "import (\n")
+	flow := readme.Block(t, "../README.md", "", "// The gateway: one unfinished task at a time for this key.\n")
+	given := map[string]bool{"ctx": true, "limiter": true, "json": true}
+	for _, name := range readme.ImportNames(t, quickstart) {
+		given[name] = true
+	}
+	for _, name := range readme.FreeNames(t, flow) {
+		if !given[name] {
+			t.Errorf("the README's task flow uses %s, which it neither declares nor says it needs (ctx, limiter, the quickstart's imports and encoding/json)", name)
+		}
+	}
+}
