@@ -174,6 +174,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	a.globalFlags(fs)
 	help := fs.Bool("help", false, "show this help")
 	fs.BoolVar(help, "h", false, "show this help")
+	explainDurations(fs)
 	if a.dsn == "" {
 		a.dsn = a.getenv("DATABASE_URL")
 	}
@@ -251,6 +252,7 @@ func (a *app) flags(c *command) *flag.FlagSet {
 func (a *app) parse(c *command, fs *flag.FlagSet, args []string) ([]string, error) {
 	help := fs.Bool("help", false, "show this help")
 	fs.BoolVar(help, "h", false, "show this help")
+	explainDurations(fs)
 	var positional []string
 	for {
 		err := fs.Parse(args)
@@ -338,7 +340,11 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	})
 	slices.SortFunc(all, func(x, y *flag.Flag) int { return strings.Compare(x.Name, y.Name) })
 	for _, f := range all {
-		typ, usage := flag.UnquoteUsage(f)
+		shown := *f
+		if h, ok := f.Value.(durationHint); ok {
+			shown.Value = h.Value // so that UnquoteUsage names its type
+		}
+		typ, usage := flag.UnquoteUsage(&shown)
 		head := "  --" + f.Name
 		if typ != "" {
 			head += " " + typ
