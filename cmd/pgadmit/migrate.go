@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -26,7 +27,8 @@ Applies pgadmit's embedded migrations (schema/*.sql) with goose's Provider API, 
 the version table ` + schema.VersionTable + ` (never goose's default table, so a service's own
 goose history is left alone). Concurrent migrators wait for each other on a lock row in the table
 ` + schema.LockTable + ` (no session state: it works through PgBouncer in transaction pooling
-mode), for up to 5 minutes (Ctrl-C stops the wait).
+mode), for up to 5 minutes (Ctrl-C stops the wait). While up or down runs, every 5s it says on
+stderr what it waits for: that lock, or a migration that has run that long.
 
   up       apply every pending migration (or up to --to)
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
@@ -112,14 +114,14 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 
 	switch sub {
 	case "up":
-		return a.migrateUpDown(ctx, pool, passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
 			if *to >= 0 {
 				return p.UpTo(ctx, *to)
 			}
 			return p.Up(ctx)
 		})
 	case "down":
-		return a.migrateUpDown(ctx, pool, passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return a.migrateUpDown(ctx, pool, "reverting", passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
 			if *to >= 0 {
 				return p.DownTo(ctx, *to)
 			}
@@ -173,10 +175,12 @@ func (a *app) nothingToRevert(passed func(version int64) string) error {
 }
 
 // migrateUpDown runs an up or down step with pgadmit's provider and prints each migration it
-// applied or reverted, then the resulting version, and what passed says of it.
-func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func(version int64) string,
+// applied or reverted, then the resulting version, and what passed says of it. While the step
+// runs, it says on stderr what a long one waits for (doing: "applying" or "reverting").
+func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing string, passed func(version int64) string,
 	step func(*goose.Provider) ([]*goose.MigrationResult, error)) (err error) {
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	watch := &migrateWatch{}
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool), goose.WithVerbose(true), goose.WithSlog(slog.New(watch)))
 	if err != nil {
 		return err
 	}
@@ -185,7 +189,9 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, passed func
 			err = fmt.Errorf("close migration provider: %w", cerr)
 		}
 	}()
+	stop := watch.report(a.stderr, doing, time.Now())
 	results, err := step(p)
+	stop()
 	for _, r := range results {
 		if r.Error != nil {
 			continue

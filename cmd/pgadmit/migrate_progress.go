@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// migrateProgressEvery is how often migrate up and down say, on stderr, what a step that is
+// still running waits for: the lock row that another migrator holds (for up to 5 minutes), or a
+// migration that takes long (an index built on a large table). Without it they were silent until
+// the step ended.
+const migrateProgressEvery = 5 * time.Second
+
+// migrateWatch follows a goose step through the provider's log records (goose.WithVerbose and
+// goose.WithSlog): goose logs nothing before it holds the migration lock, then each statement it
+// executes with its migration's file, each migration it completes, or that there is none to run.
+type migrateWatch struct {
+	mu      sync.Mutex
+	locked  bool      // goose logged something: it holds the lock
+	running string    // file of the migration being applied or reverted, "" between them
+	since   time.Time // when running began
+}
+
+// Enabled, WithAttrs and WithGroup make migrateWatch a slog.Handler that sees every record.
+func (w *migrateWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *migrateWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *migrateWatch) WithGroup(string) slog.Handler            { return w }
+
+func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
+	source := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "source" {
+			source = a.Value.String()
+		}
+		return true
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.locked = true
+	switch r.Message {
+	case "executing statement":
+		if source != w.running {
+			w.running, w.since = source, time.Now()
+		}
+	case "migration completed":
+		w.running = ""
+	}
+	return nil
+}
+
+// report says on out, every migrateProgressEvery until the returned stop is called, what the
+// step that began at start waits for: the lock, or a migration that has run that long (doing:
+// "applying" or "reverting"), as "pgadmit migrate: ..." lines. stop returns once nothing more
+// is written.
+func (w *migrateWatch) report(out io.Writer, doing string, start time.Time) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(migrateProgressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			w.mu.Lock()
+			locked, running, since := w.locked, w.running, w.since
+			w.mu.Unlock()
+			// A migration that began since the last line has not been long yet: it is said at
+			// the next, so that a quick run prints nothing.
+			switch {
+			case !locked:
+				fmt.Fprintf(out, "pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
+					"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", time.Since(start).Round(time.Second))
+			case running != "" && time.Since(since) >= migrateProgressEvery:
+				fmt.Fprintf(out, "pgadmit migrate: still %s %s after %s\n", doing, running, time.Since(since).Round(time.Second))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
