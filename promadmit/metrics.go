@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -225,9 +226,10 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // the deployment fails every call, as ErrIsolation and the pooler errors
 // do). Of an err that holds several
 // (Recover and Prune join their steps' errors), what ended the call wins:
-// timeout, then canceled, then exceeded, lease_lost, unknown_grant,
-// rejected, error, and lock_wait last, so a run that a step left a row
-// rejected in and that then met its deadline is timeout.
+// timeout, then canceled, then exceeded, lease_lost, unknown_grant, error
+// (a part of err with no other class), rejected, and lock_wait last, so a
+// run that a step left a row rejected in and that then met its deadline
+// is timeout, and one that then lost its connection is error.
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
@@ -290,12 +292,24 @@ func (m *Metrics) observeLatency(op, result string, took time.Duration) {
 //
 // An error can hold several classes (Recover and Prune join their steps'
 // errors; a step cut off keeps what it left beside what cut it off): the
-// first case that matches names it, so the order of the cases is the
-// precedence. What ended the call comes first, timeout before canceled (a
-// caller that left while the database did not answer in time is the
-// database's trouble); error is what no case matched, and lock_wait needs
-// every error to be one. TestResultPrecedence checks each pair.
+// first case of class that matches names it, so the order of its cases is
+// the precedence. What ended the call comes first, timeout before canceled
+// (a caller that left while the database did not answer in time is the
+// database's trouble). error is a part that no class accounts for (a lost
+// connection): a run stops at once on such a failure, so beside a row a
+// step left rejected, which the run went on past, it is what ended the
+// run, and it outranks rejected. lock_wait needs every error to be one.
+// TestResultPrecedence checks each pair.
 func result(err error) string {
+	c := class(err)
+	if c == "" || (c == ResultRejected && unclassified(err)) {
+		return ResultError
+	}
+	return c
+}
+
+// class is the class of err that ranks first, or "" for none: error.
+func class(err error) string {
 	switch {
 	case err == nil:
 		return ResultOK
@@ -318,7 +332,37 @@ func result(err error) string {
 	}
 	// ErrIsolation and the pooler errors too: a deployment that fails every
 	// call is admission control down, as a database down is.
-	return ResultError
+	return ""
+}
+
+// unclassified reports whether a part of err has no class: one of the
+// errors joined (errors.Join, a step cut short) that holds none, as the
+// lost connection that ended a run beside a row it left rejected. An error
+// that wraps a class beside its cause, as ratelimit wraps ErrUnknownTask
+// beside the server's 23503 ("%w (%s): %w"), is one part: a class that is
+// one of the errors it wraps, not wrapped in them, names it whole.
+func unclassified(err error) bool {
+	if ratelimit.OnlyLockWaits(err) { // its own class, whatever error it wraps
+		return false
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		parts := u.Unwrap()
+		return !slices.ContainsFunc(parts, classLeaf) && slices.ContainsFunc(parts, unclassified)
+	case interface{ Unwrap() error }:
+		return unclassified(u.Unwrap())
+	}
+	return class(err) == ""
+}
+
+// classLeaf reports whether err has a class of its own and wraps nothing:
+// a sentinel (ErrUnknownTask, context.Canceled) or an error type of ratelimit.
+func classLeaf(err error) bool {
+	switch err.(type) {
+	case interface{ Unwrap() []error }, interface{ Unwrap() error }:
+		return false
+	}
+	return err != nil && class(err) != ""
 }
 
 // timedOut reports whether err is a database that did not answer in time:

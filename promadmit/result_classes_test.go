@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"go/ast"
 	"go/token"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -173,8 +174,10 @@ func pgconnTimeout(t *testing.T) error {
 // of their steps, and a step cut off keeps what it left beside what cut
 // it off), the class that ended the call wins: a deadline, then the
 // caller's cancel. Below them, a class identified in the chain outranks
-// error, which is what is left when none is; lock_wait, which needs every
-// error to be a lock wait, comes last. Every pair, either way round.
+// error, which is a part in which none is, except rejected: a run goes on
+// past a row the server rejected and stops at a failure (a lost
+// connection), which ended it. lock_wait, which needs every error to be a
+// lock wait, comes last. Every pair, either way round.
 func TestResultPrecedence(t *testing.T) {
 	t.Parallel()
 	// One error of each class, as ratelimit makes it, highest first.
@@ -187,8 +190,8 @@ func TestResultPrecedence(t *testing.T) {
 		{ResultExceeded, &ratelimit.ExceededError{}},
 		{ResultLeaseLost, fmt.Errorf("%w (job recover, holder h)", ratelimit.ErrMaintenanceLeaseLost)},
 		{ResultUnknownGrant, fmt.Errorf("ratelimit: attach: %w", ratelimit.ErrUnknownGrant)},
-		{ResultRejected, foreignKeyRejected()},
 		{ResultError, fmt.Errorf("ratelimit: recover: b: %w", &pgconn.PgError{Code: "57P01"})},
+		{ResultRejected, foreignKeyRejected()},
 		{ResultLockWait, lockWait()},
 	}
 	for i, hi := range ranked {
@@ -216,6 +219,32 @@ func TestResultPrecedence(t *testing.T) {
 			t.Errorf("a rejected row, then cut off by %v: result %q, want %q", c.cut, got, c.want)
 		}
 	}
+	// A run that left a row rejected for a missing task and then lost its
+	// connection, in a later step (its steps' errors joined) or in the same
+	// one (cut short: what cut it off beside what it left), failed: the
+	// rest of the run never ran. It was labelled rejected, out of sight of
+	// an alert on error.
+	lost := fmt.Errorf("ratelimit: recover: b: %w", &pgconn.PgError{Code: "57P01", Severity: "FATAL"})
+	for name, err := range map[string]error{
+		"in a later step":    errors.Join(foreignKeyRejected(), lost),
+		"in the same step":   errors.Join(cutShort(fmt.Errorf("ratelimit: recover: a: %w", io.ErrUnexpectedEOF), foreignKeyRejected())),
+		"beside a lock wait": errors.Join(foreignKeyRejected(), lockWait(), lost),
+	} {
+		if got := result(err); got != ResultError {
+			t.Errorf("a rejected row, then a lost connection %s (%q): result %q, want %q", name, err, got, ResultError)
+		}
+	}
+	// A rejection alone stays rejected, though ratelimit wraps the server's
+	// error (which has no class) beside the class.
+	for _, err := range []error{
+		foreignKeyRejected(),
+		errors.Join(foreignKeyRejected(), fmt.Errorf("left 2 row(s) the server rejected: %w", foreignKeyRejected())),
+		fmt.Errorf("ratelimit: finish task: %w: %w", ratelimit.ErrTaskFinished, &pgconn.PgError{Code: "P0001"}),
+	} {
+		if got := result(err); got != ResultRejected {
+			t.Errorf("%q: result %q, want %q", err, got, ResultRejected)
+		}
+	}
 	// A caller that left while the database did not answer in time (a
 	// lease's release, bounded on its own, timed out): the database's
 	// trouble is what an alert must see.
@@ -232,3 +261,12 @@ func foreignKeyRejected() error {
 	return fmt.Errorf("left 1 row(s) the server rejected: ratelimit: recover: release reservations: %w (%s): %w",
 		ratelimit.ErrUnknownTask, fk.ConstraintName, fk)
 }
+
+// cutShort is the error of a step that failed with err after it had left
+// rows (left), as ratelimit makes it: both wrapped, neither in the other.
+func cutShort(err, left error) error { return &cutShortError{err, left} }
+
+type cutShortError struct{ err, left error }
+
+func (e *cutShortError) Error() string   { return e.err.Error() + "\n" + e.left.Error() }
+func (e *cutShortError) Unwrap() []error { return []error{e.err, e.left} }
