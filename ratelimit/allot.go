@@ -20,14 +20,17 @@ import (
 
 // AllotmentOptions size and time the blocks that Local limits are admitted
 // from. Zero fields take their defaults, and so do a negative Horizon,
-// IdleAfter or Margin and a MaxShare outside (0, 1] (NaN included).
+// IdleAfter or Margin and a negative or NaN MaxShare; a MaxShare above 1
+// is 1.
 type AllotmentOptions struct {
 	// Holder names this process in gateway_rate_limit_allotments; the
 	// default is host/pid/random. Text PostgreSQL cannot hold (NUL bytes,
 	// invalid UTF-8) is dropped or replaced by U+FFFD.
 	Holder string
 	// MaxShare caps a block at this fraction of its limit (default 1/16), so
-	// that no process sits on more than its share while others wait.
+	// that no process sits on more than its share while others wait. One
+	// above 1 is 1 (a block of the whole limit); a request whose amount is
+	// above the cap is decided in the database.
 	MaxShare float64
 	// Horizon sizes a block to what this process admitted on its counter in
 	// this much time, at the rate it is admitting (default 1s).
@@ -75,7 +78,10 @@ func (o AllotmentOptions) withDefaults() AllotmentOptions {
 		_, _ = rand.Read(b)
 		o.Holder = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
-	if !(o.MaxShare > 0 && o.MaxShare <= 1) {
+	switch {
+	case o.MaxShare > 1:
+		o.MaxShare = 1 // a block of the whole limit: what was asked for comes closest
+	case !(o.MaxShare > 0): // NaN too
 		o.MaxShare = DefaultAllotmentMaxShare
 	}
 	if o.Horizon <= 0 {
