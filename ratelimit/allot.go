@@ -50,7 +50,10 @@ type AllotmentOptions struct {
 	// is within its window: one whose window the database's clock stepped
 	// back before goes back as if its window had ended. While it holds no
 	// block the estimate only decides whether to take one, and taking one
-	// reads the clock anew.
+	// reads the clock anew. A Local limit whose window is not longer than
+	// Margin (a Margin of a second or more and a one-second window) would
+	// never admit from a block: it is decided in the database on every
+	// request, as if it were not Local, taking no block.
 	Margin time.Duration
 }
 
@@ -278,9 +281,10 @@ func (a *allotments) beginRefill() bool {
 // first when there is none with room. It returns nil when the limit must
 // be decided in the database instead: no block could be had for its amount
 // (the window is nearly full, or the amount is more than a block may be),
-// the window is about to end, or the Limiter is closed.
+// the window is about to end (every moment of a window not longer than
+// Margin is), or the Limiter is closed.
 func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
-	if !a.blockSized(w.Limit) {
+	if !a.fitsBlock(w) {
 		return nil
 	}
 	for {
@@ -294,11 +298,14 @@ func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
 	}
 }
 
-// blockSized reports whether l's amount is one a block may admit: at most
-// MaxShare of its limit, the most a block may be. A larger one is decided
-// in the database.
-func (a *allotments) blockSized(l Limit) bool {
-	return l.Amount <= l.Limit*a.opts.MaxShare
+// fitsBlock reports whether w is one a block may admit: its amount at
+// most MaxShare of its limit, the most a block may be, and its window
+// longer than Margin, before its end a block stops admitting (a block of a
+// shorter one would admit nothing). The rest is decided in the database,
+// with no block taken.
+func (a *allotments) fitsBlock(w windowLimit) bool {
+	window := time.Duration(w.windowSeconds) * time.Second
+	return w.Limit.Amount <= w.Limit.Limit*a.opts.MaxShare && window > a.opts.Margin
 }
 
 // loop does the housekeeping until Close: blocks of ended windows, idle

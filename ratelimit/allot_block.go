@@ -456,7 +456,7 @@ func (la *localAdmission) settle(commit bool, actual float64) (status string, ch
 // the limit itself).
 func (a *allotments) canTake(w windowLimit) bool {
 	l := w.Limit
-	if !a.blockSized(l) {
+	if !a.fitsBlock(w) {
 		return false
 	}
 	a.mu.Lock()

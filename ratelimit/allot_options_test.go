@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -41,5 +42,45 @@ func TestLocalMaxShareAboveOneIsOne(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A Local limit whose window is not longer than Margin can never admit
+// from a block (a block stops admitting Margin before its window ends): it
+// is decided in the database, and takes no block. Its first request used
+// to take one all the same, to read the database's clock, which then told
+// every later request that the window was ending.
+func TestLocalWindowNotLongerThanMarginTakesNoBlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: time.Hour}))
+	defer l.Close()
+	key := uniqueKey("margin")
+	limit := localWindow(key, 1000, 1) // an hour's window: as long as Margin
+	for range 5 {
+		if err := l.Check(ctx, []ratelimit.Limit{limit}); err != nil {
+			t.Fatal(err)
+		}
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Reservations[0].Local {
+			t.Fatalf("admitted from a block whose window is not longer than Margin: %+v", g.Reservations[0])
+		}
+		if _, err := l.Commit(ctx, g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if blocks := allotments(t, pool, "model", key); len(blocks) != 0 {
+		t.Errorf("%d blocks taken for a limit no block can serve, want none", len(blocks))
+	}
+	if n := l.AllotmentSets(); n != 0 {
+		t.Errorf("the Limiter keeps blocks of %d counters, want none", n)
+	}
+	if rows := counterRows(t, pool, "model", key); rows[0].UsedValue != 5 || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used 5, reserved 0", rows[0])
 	}
 }

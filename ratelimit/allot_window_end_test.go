@@ -14,14 +14,15 @@ import (
 // In the last Margin of a window, Local limits are decided in the
 // database: a block taken then admits nothing. Requests used to take one
 // all the same (up to three each, every one written to the counter and
-// the allotments table, then returned) before falling back. A Margin as
-// long as the window makes every moment such a last moment.
+// the allotments table, then returned) before falling back. A Margin a
+// moment shorter than the window makes nearly every moment such a last
+// moment (one not shorter takes no block at all: allot_options_test.go).
 func TestLocalTakesNoBlockInTheLastMomentsOfAWindow(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	awaitLocalWindow(t, pool)
 	ctx := context.Background()
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: 2 * time.Hour}))
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: time.Hour - time.Millisecond}))
 	defer l.Close()
 	key := uniqueKey("lastmoments")
 	for range 10 {
