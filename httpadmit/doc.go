@@ -22,7 +22,13 @@
 // without having reported usage: it panics (any panic, http.ErrAbortHandler
 // included; the panic goes on after the release), its client disconnects,
 // or a write to the client fails (a cut stream). When it had reported
-// usage, that usage is committed even then: the upstream spent it. A
+// usage, that usage is committed even then: the upstream spent it. Only
+// what happens while the handler runs is seen: the bytes still buffered
+// when it returns (by net/http, a few KB, or by a middleware around this
+// one) go out after the request was settled, so a client that leaves then
+// is not seen, and the request, whose upstream ran to the end, is
+// committed. (A write that succeeds only says the kernel took the bytes,
+// not that the client got them.) A
 // handler that takes the connection (Hijack, a WebSocket upgrade) is
 // settled the same way when it returns, but what happens on the connection
 // is its own: a write, copy or flush of the writer afterwards is refused with
