@@ -37,6 +37,10 @@ type procOrders struct {
 	// Victim: SIGKILL itself at its victimAdmissions-th admission from a
 	// local block; it ignores stdin.
 	Victim bool
+	// HeldSlots is the file of the count of slots held by every process
+	// (heldSlots), in which this one is Proc.
+	HeldSlots string
+	Proc      int
 }
 
 // victimAdmissions is how many admissions the victim makes from its blocks
@@ -99,6 +103,11 @@ func TestProcessChild(t *testing.T) {
 	// was read before this host's second reading.
 	dbNow := pgtest.DBNow(t, pool)
 	ahead := dbNow.Sub(time.Now())
+	slots, err := mapHeldSlots(o.HeldSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = slots.unmap() }()
 	l := ratelimit.New(pool)
 	stop := make(chan struct{})
 	if !o.Victim {
@@ -143,6 +152,7 @@ func TestProcessChild(t *testing.T) {
 					fmt.Printf("%s%v\n", procError, err)
 					return
 				}
+				slots.take(o.Proc)                                                         // the grant is in hand: its lease is live
 				fmt.Printf("%s%s\n", procAdmit, windowName(g.Reservations[0].WindowStart)) // one write: lines do not interleave
 				if end := g.Reservations[0].WindowStart.Add(o.Window); !asked.Add(ahead).Before(end) {
 					// Charged to a window that had ended, on the database's
@@ -157,6 +167,7 @@ func TestProcessChild(t *testing.T) {
 					_ = self.Kill() // SIGKILL: no deferred call, no Close
 				}
 				time.Sleep(500 * time.Microsecond) // the upstream call, holding its slot
+				slots.give(o.Proc)                 // before Commit ends the lease
 				if _, err := l.Commit(ctx, g, nil); err != nil {
 					fmt.Printf("%s%v\n", procError, err)
 					return

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +26,9 @@ import (
 // and a window ends under that pressure). No window admits more than
 // 1,000 (counting every admission of every process, the victim's up to its
 // death), no request is charged to a window that had ended before it was
-// made (on the database's clock), never more than 10 slots are live, a window that refused admitted
-// exactly 1,000 when combining and stranded no more than the documented
+// made (on the database's clock), never more than 10 requests hold a slot
+// at once (counted at every instant across the processes: heldSlots), a
+// window that refused admitted exactly 1,000 when combining and stranded no more than the documented
 // bound with allotments, no block is above its share of the limit, and once
 // Recover has given the dead process's blocks back, every counter equals its
 // ledger (when combining: the admissions too) and the doctor finds nothing.
@@ -63,12 +63,13 @@ const (
 // (the victim's apart) and the windows the limit refused in. It closes
 // stop once the limit refused in stressedWindows windows.
 type procTally struct {
-	mu       sync.Mutex
-	admitted map[string]int // window -> admissions of the survivors
-	victim   map[string]int // window -> admissions of the victim before it died
-	refused  map[string]bool
-	stop     chan struct{}
-	stopOnce sync.Once
+	mu          sync.Mutex
+	admitted    map[string]int // window -> admissions of the survivors
+	victim      map[string]int // window -> admissions of the victim before it died
+	refused     map[string]bool
+	victimSlots int64 // slots the victim held as it died
+	stop        chan struct{}
+	stopOnce    sync.Once
 }
 
 func newProcTally() *procTally {
@@ -109,24 +110,15 @@ func runProcesses(t *testing.T, local bool) {
 	orders := procOrders{URL: url, Key: key, Local: local, Window: 8 * time.Second, Limit: limit, Slots: slots,
 		Workers: workers, MaxRun: maxStress + time.Minute}
 
-	// Watch the live slots while the processes run.
-	stopWatch := make(chan struct{})
-	var peak atomic.Int64
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case <-stopWatch:
-				return
-			default:
-			}
-			if n := liveLeases(t, pool, "model", key); n > peak.Load() {
-				peak.Store(n)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	// Count the slots held across the processes, at every instant.
+	if orders.HeldSlots, err = newHeldSlotsFile(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	slotsHeld, err := mapHeldSlots(orders.HeldSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slotsHeld.unmap() })
 
 	tally := newProcTally()
 	stressed := time.AfterFunc(maxStress, tally.halt)
@@ -134,23 +126,25 @@ func runProcesses(t *testing.T, local bool) {
 	for i := range processes {
 		o := orders
 		o.Victim = local && i == 0
+		o.Proc = i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runChild(t, o, tally)
+			runChild(t, o, tally, slotsHeld)
 		}()
 	}
 	wg.Wait()
 	stressed.Stop()
 	tally.halt() // lets go of the children's stdin, had they all ended before
-	close(stopWatch)
-	<-watched
 
 	if len(tally.refused) < stressedWindows {
 		t.Errorf("the window limit refused in %d window(s) in %v, want %d: it never bound", len(tally.refused), maxStress, stressedWindows)
 	}
-	if p := peak.Load(); p > slots {
-		t.Errorf("%d live slots seen, limit %d", p, slots)
+	if p := slotsHeld.peak.Load(); p > slots || p < 1 {
+		t.Errorf("%d slots held at once, want 1 to the limit %d", p, slots)
+	}
+	if n := total(slotsHeld.held.Load()); n != 0 {
+		t.Errorf("%d slots still held once every process ended", n)
 	}
 	admitted := map[string]int{} // every process's, the victim's included
 	for w, n := range tally.admitted {
@@ -205,8 +199,8 @@ func runProcesses(t *testing.T, local bool) {
 			}
 		}
 	}
-	t.Logf("admitted per window: %v (the victim's: %v); refused in %d window(s), stranded there: %v (bound %g); peak live slots %d; recovered %s",
-		admitted, tally.victim, len(tally.refused), stranded, bound, peak.Load(), recovered)
+	t.Logf("admitted per window: %v (the victim's: %v); refused in %d window(s), stranded there: %v (bound %g); most slots held at once %d (the victim's as it died: %d); recovered %s",
+		admitted, tally.victim, len(tally.refused), stranded, bound, slotsHeld.peak.Load(), tally.victimSlots, recovered)
 	assertBooksBalance(t, pool, "api_key", key)
 	assertDoctorOK(t, pool)
 }
@@ -257,7 +251,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // runChild runs one gateway process, adding what it reports to tally, and
 // closes its stdin (stop) once tally says so; the victim must die by SIGKILL.
-func runChild(t *testing.T, o procOrders, tally *procTally) {
+func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots) {
 	t.Helper()
 	raw, _ := json.Marshal(o)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProcessChild$", "-test.count=1")
@@ -297,6 +291,8 @@ func runChild(t *testing.T, o procOrders, tally *procTally) {
 	}
 	err = cmd.Wait()
 	if o.Victim {
+		// Its requests are over, its leases live on until they lapse.
+		tally.victimSlots = slots.release(o.Proc)
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.String() != "signal: killed" {
 			t.Errorf("the victim did not die by SIGKILL: %v", err)
