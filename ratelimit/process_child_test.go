@@ -43,6 +43,13 @@ type procOrders struct {
 	Proc      int
 }
 
+// procLeaseTTL is the lease TTL of the concurrency limit. The victim's
+// slots come back to the others when its leases lapse (Recover then
+// releases them): far sooner than DefaultLeaseTTL (2 minutes, in which the
+// others shared what the victim had not held, once a single slot), yet far
+// above the millisecond the others hold a lease, so theirs never lapse.
+const procLeaseTTL = 5 * time.Second
+
 // victimAdmissions is how many admissions the victim makes from its blocks
 // before it dies. It kills itself the instant it admits from a block, so
 // that block certainly has not gone back: a block with a request in flight
@@ -66,7 +73,9 @@ const (
 func (o procOrders) limits() []ratelimit.Limit {
 	w := window("api_key", o.Key, ratelimit.MetricRequests, o.Limit, 1)
 	w.Window, w.Local = o.Window, o.Local
-	return []ratelimit.Limit{w, concurrent("model", o.Key, o.Slots)}
+	c := concurrent("model", o.Key, o.Slots)
+	c.LeaseTTL = procLeaseTTL
+	return []ratelimit.Limit{w, c}
 }
 
 // refusedWindow returns the start of the window whose limit refused err, if

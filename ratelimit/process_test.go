@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -100,7 +101,7 @@ func (p *procTally) refuse(w string) {
 
 func runProcesses(t *testing.T, local bool) {
 	const processes, workers, limit, slots = 4, 16, 1000, 10
-	url := pgtest.NewURL(t)
+	url := withoutCommitFlush(t, pgtest.NewURL(t))
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +206,22 @@ func runProcesses(t *testing.T, local bool) {
 	assertDoctorOK(t, pool)
 }
 
+// withoutCommitFlush sets synchronous_commit off for the sessions of url:
+// what each transaction sees, and so what is admitted, is the same, but on a
+// server that flushes each commit to disk an admission no longer holds its
+// scope's lock through the flush.
+func withoutCommitFlush(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("synchronous_commit", "off") // pgx sends it as a run-time parameter
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // recoverVictim checks the blocks of a run with allotments, no block above
 // its share of the limit, and that Recover returns the killed process's
 // blocks (the only ones open: the others closed) once their window is over.
@@ -255,7 +272,9 @@ func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots) {
 	t.Helper()
 	raw, _ := json.Marshal(o)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProcessChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), procChildEnv+"="+string(raw))
+	// GORACE: a child built with -race would sleep a second before it
+	// exits, for reports of goroutines that here have all ended.
+	cmd.Env = append(os.Environ(), procChildEnv+"="+string(raw), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Error(err)
