@@ -177,7 +177,10 @@ func downPool(t *testing.T, admin *pgxpool.Pool, key string) (*pgxpool.Pool, *he
 	return pool, h, down
 }
 
-// downConn fails every write once down is set.
+// downConn fails every write once down is set, and closes the connection
+// then, as a reset does: a read after it ends at once. (Left open, pgx's
+// close of the connection, which reads it until the server hangs up, would
+// wait out its 15 s deadline, for a server that never got the Terminate.)
 type downConn struct {
 	net.Conn
 	down *atomic.Bool
@@ -185,6 +188,7 @@ type downConn struct {
 
 func (c *downConn) Write(b []byte) (int, error) {
 	if c.down.Load() {
+		c.Conn.Close()
 		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
 	}
 	return c.Conn.Write(b)
