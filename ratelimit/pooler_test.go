@@ -141,23 +141,24 @@ func TestStatementCacheBehindAPgBouncerInSessionModeWithoutReset(t *testing.T) {
 // check's own connection keeps the one it got: CheckPooler used to wait until ctx ended (or
 // PgBouncer's query_wait_timeout, 120 s by default) and return the timeout. It now gives up
 // waiting after a few seconds and says it could not tell, and why. So does the check's own
-// connection when a gateway's pool keeps every server connection.
+// connection when a gateway's pool keeps every server connection. Each case has a PgBouncer of
+// its own, and they wait out CheckPooler's give-up at once, not one after the other.
 func TestCheckPoolerBehindAPgBouncerInSessionModeWithNoSpareServerConnection(t *testing.T) {
 	t.Parallel()
-	pooled, _ := pgtest.NewPoolerURLIn(t, "session", 1)
+	type check struct {
+		what string
+		pool *pgxpool.Pool
+	}
+	var checks []check
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
-		pool := poolsOn(t, pooled, 1, mode)[0]
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := ratelimit.CheckPooler(ctx, pool)
-		cancel()
-		if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) || !strings.Contains(err.Error(), "session mode") {
-			t.Errorf("CheckPooler(%s behind a PgBouncer in session mode of one server connection) = %v, want ErrPoolerUnknown", mode, err)
-		}
-		pool.Close() // gives the one server connection back for the next mode
+		pooled, _ := pgtest.NewPoolerURLIn(t, "session", 1)
+		checks = append(checks, check{fmt.Sprintf("%s behind a PgBouncer in session mode of one server connection", mode),
+			poolsOn(t, pooled, 1, mode)[0]})
 	}
 
 	// With the one server connection kept by a connection of a gateway's pool, the check's own
 	// transaction waits too, whatever the exec mode.
+	pooled, _ := pgtest.NewPoolerURLIn(t, "session", 1)
 	gateway, err := poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0].Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +167,21 @@ func TestCheckPoolerBehindAPgBouncerInSessionModeWithNoSpareServerConnection(t *
 	if _, err := queries.PoolerBackendPid(context.Background(), gateway); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = ratelimit.CheckPooler(ctx, poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0])
-	if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) || !strings.Contains(err.Error(), "session mode") {
-		t.Errorf("CheckPooler(exec behind a PgBouncer in session mode with no server connection to spare) = %v, want ErrPoolerUnknown", err)
+	checks = append(checks, check{"exec behind a PgBouncer in session mode with no server connection to spare",
+		poolsOn(t, pooled, 1, pgx.QueryExecModeExec)[0]})
+
+	var wg sync.WaitGroup
+	for _, c := range checks {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := ratelimit.CheckPooler(ctx, c.pool)
+			if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) || !strings.Contains(err.Error(), "session mode") {
+				t.Errorf("CheckPooler(%s) = %v, want ErrPoolerUnknown", c.what, err)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // Behind a PgBouncer in statement mode no transaction of more than one statement runs (PgBouncer
