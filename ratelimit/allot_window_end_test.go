@@ -91,9 +91,13 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
 	step.Store(int64(2 * time.Hour)) // the database's clock is two hours on
 	// The housekeeping syncs every second (allotSyncEvery), on a 100ms
-	// tick; one request after that (more would take the next block ahead,
-	// which reads the clock too).
-	time.Sleep(2 * time.Second)
+	// tick, and returns the block at its next tick once the sync ended it
+	// (then its admission is no longer kept); one request after that, or
+	// after 2s if the block stays (more requests would take the next block
+	// ahead, which reads the clock too).
+	for deadline := time.Now().Add(2 * time.Second); l.LocalAdmissionsKept() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
 	if err != nil {
 		t.Fatal(err)
