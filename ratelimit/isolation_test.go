@@ -99,7 +99,7 @@ func TestRenewCannotReviveACountedLease(t *testing.T) {
 	if _, err := testq.TableRowCounts(ctx, tx); err != nil { // start the transaction's clock
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	waitPast(t, pool, first.Leases[0].ExpiresAt) // the first lease expired, on the database's clock
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{slot}); err != nil {
 		t.Fatalf("Reserve after the first lease expired: %v", err)
 	}
