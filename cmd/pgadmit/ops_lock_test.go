@@ -20,6 +20,7 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	url, pool := newDatabase(t)
 	q := dbtest.New()
 	seedMaintenanceWork(t, pool, "free", "held")
+	seeded := time.Now()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,9 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 		t.Errorf("recover printed %q, want what it did: the free reservation released, both attempts failed", out)
 	}
 
-	time.Sleep(2100 * time.Millisecond) // the 1 s windows end, and a cutoff of 1 s passes them
+	// The 1 s windows end, and a cutoff of 1 s passes them, 2 s after they were seeded: recover,
+	// which waited out its lock timeout, took longer than that already.
+	time.Sleep(time.Until(seeded.Add(2100 * time.Millisecond)))
 	start = time.Now()
 	out, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "1s", "--batch-size", "1")
 	if took := time.Since(start); took < operatorLockTimeout || took > operatorLockTimeout+slack {
