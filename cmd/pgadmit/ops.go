@@ -260,7 +260,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	return lockWaited(notMigrated(ctx, pool, err))
 }
 
-// progressFlag adds --progress to a one-shot recover or prune.
+// progressFlag adds --progress to a one-shot recover, prune or doctor (and bench).
 func progressFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("progress", 10*time.Second, "while the run lasts, print how far it has got on stderr every `interval` (0: never)")
 }
@@ -304,7 +304,8 @@ transaction) while pgx's exec mode needs session state (cache_statement, the def
 describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
 when anything is. Full scans of the counters and reservations: an operator's tool. A table that
 another session holds locked (a migration that alters it) is waited for at most 5s (lock_timeout,
-for doctor's transaction only); then doctor fails, exit 1, and says so.`,
+for doctor's transaction only); then doctor fails, exit 1, and says so. While the check runs,
+every --progress it says on stderr that it is still checking, and for how long.`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -312,11 +313,15 @@ for doctor's transaction only); then doctor fails, exit 1, and says so.`,
 
 func runDoctor(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
+	progress := progressFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
 	}
 	if err := noArgs(args); err != nil {
+		return err
+	}
+	if err := checkProgress(fs, *progress, false); err != nil {
 		return err
 	}
 	pool, err := a.connectOperator(ctx)
@@ -339,7 +344,9 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
+	stopProgress := doctorProgress(a.stderr, *progress)
 	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(operatorLockTimeout)).Doctor(ctx)
+	stopProgress()
 	if err != nil {
 		return lockTimedOut(notMigrated(ctx, pool, err))
 	}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// doctorProgress says on out, every interval until the returned stop is called, that doctor's
+// check is still running and for how long, as recover and prune say how far they have got: the
+// check is one statement, with nothing to count until it ends, but an operator watching its
+// scan of a large database sees that it has not hung. 0 says nothing. stop returns once
+// nothing more is written.
+func doctorProgress(out io.Writer, every time.Duration) (stop func()) {
+	if every == 0 {
+		return func() {}
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			fmt.Fprintf(out, "pgadmit doctor: so far (%s): still checking the books (one statement over one snapshot: it reports when it ends)\n",
+				time.Since(start).Round(time.Second))
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
