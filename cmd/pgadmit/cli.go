@@ -280,6 +280,9 @@ func (a *app) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 	if c.db == dbRequired && a.dsn == "" {
 		return nil, usagef("no database: set DATABASE_URL or pass --database-url")
 	}
+	if err := checkScheme(a.dsn); err != nil {
+		return nil, err
+	}
 	return positional, nil
 }
 

@@ -203,6 +203,45 @@ func TestUnreachableDatabaseHidesPassword(t *testing.T) {
 	}
 }
 
+// A database URL of another scheme (mysql://, a Postgres:// that pgx does not take) is a usage
+// error that says which schemes pgadmit reads, with no password in it, for every command and
+// whether it comes from --database-url or DATABASE_URL: pgx read it as a keyword/value string and
+// said only "cannot parse `mysql:xxxxxx@h/d`". A keyword/value string still works.
+func TestDatabaseURLOfAnotherScheme(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pw"
+	for _, dsn := range []string{"mysql://u@h/d", "mysql://bob:" + secret + "@h/d", "Postgres://bob@127.0.0.1/app", "postgres+pgx://h/d"} {
+		scheme, _, _ := strings.Cut(dsn, "://")
+		want := "the database URL's scheme must be postgres:// or postgresql://, not " + scheme + `:// (a key=value string such as "host=... dbname=..." works too)`
+		for _, args := range [][]string{{"doctor"}, {"inspect"}, {"migrate", "status"}, {"recover", "--every", "1s"}, {"prune"}, {"bench"}, {"demo"}} {
+			for _, given := range []struct {
+				env  map[string]string
+				args []string
+			}{
+				{nil, append([]string{"--database-url", dsn}, args...)},
+				{map[string]string{"DATABASE_URL": dsn}, args},
+			} {
+				out, errOut, code := cli(t, given.env, given.args...)
+				if code != exitUsage || out != "" || !strings.Contains(errOut, want) || strings.Contains(errOut, secret) {
+					t.Errorf("pgadmit %s with DATABASE_URL %q: exit %d, stdout %q, stderr %q; want exit %d and %q",
+						strings.Join(given.args, " "), given.env["DATABASE_URL"], code, out, errOut, exitUsage, want)
+				}
+				oneLine(t, "usage error of pgadmit "+strings.Join(given.args, " "), errOut)
+			}
+		}
+	}
+	url := pgtest.NewURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.ConnConfig
+	kv := fmt.Sprintf("host=%s port=%d user=%s password='%s' dbname=%s sslmode=disable", c.Host, c.Port, c.User, c.Password, c.Database)
+	if out := cliOK(t, "--database-url", kv, "doctor"); out != "doctor: the books balance\n" {
+		t.Errorf("doctor on a keyword/value connection string: %q", out)
+	}
+}
+
 // A connection string given where pgadmit expects something else (as a positional argument, as
 // a command, as the value of another flag) is never echoed with its password in the usage error.
 func TestMisplacedDatabaseURLHidesPassword(t *testing.T) {
