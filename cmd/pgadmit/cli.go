@@ -343,9 +343,12 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	})
 	slices.SortFunc(all, func(x, y *flag.Flag) int { return strings.Compare(x.Name, y.Name) })
 	for _, f := range all {
-		shown := *f
+		shown, defValue := *f, f.DefValue
 		if h, ok := f.Value.(durationHint); ok {
 			shown.Value = h.Value // so that UnquoteUsage names its type
+			if d, err := time.ParseDuration(f.DefValue); err == nil {
+				defValue = operatorDuration(d) // 24h, not 24h0m0s
+			}
 		}
 		typ, usage := flag.UnquoteUsage(&shown)
 		head := "  --" + f.Name
@@ -356,8 +359,8 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		// A usage that says its default itself (migrate's --to, whose -1 means "none given")
 		// gets no second, raw one.
 		// A zero value (false, 0, 0s) means off, and says nothing as a default.
-		if !slices.Contains([]string{"", "false", "0", "0s"}, f.DefValue) && !strings.Contains(usage, "(default") {
-			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		if !slices.Contains([]string{"", "false", "0", "0s"}, defValue) && !strings.Contains(usage, "(default") {
+			def = fmt.Sprintf(" (default %s)", defValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s%s\n", head, usage, def)
 	}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A duration flag given a value without a unit, or with one Go has not (d), says why and what a
@@ -36,6 +39,89 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 			if !strings.Contains(out, "\n  "+f+" duration\n") {
 				t.Errorf("pgadmit %s --help does not show %s as a duration:\n%s", cmd, f, out)
 			}
+		}
+	}
+}
+
+// --help shows a duration default as an operator writes it and as the README's CLI reference
+// gives it (24h, 168h, 1m), not as Go's Duration.String does (24h0m0s, 168h0m0s, 1m0s); the
+// flags still read any form Go reads, 24h0m0s included.
+func TestHelpWritesDurationsAsTheREADMEDoes(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ref, ok := strings.Cut(string(readme), "\n## CLI reference\n")
+	if !ok {
+		t.Fatal("README.md has no CLI reference")
+	}
+	// A table row of a duration flag and its default: | `--older-than D` | `24h` | ...
+	row := regexp.MustCompile("(?m)^\\| `(--[a-z-]+) D` \\| `([^`]+)`")
+	heading := regexp.MustCompile("(?m)^### `pgadmit ([a-z]+)")
+	checked := 0
+	for i, section := range heading.Split(ref, -1) {
+		args := []string{"--help"} // the global flags come before the first command's heading
+		if i > 0 {
+			args = []string{heading.FindAllStringSubmatch(ref, -1)[i-1][1], "--help"}
+		}
+		help := cliOK(t, args...)
+		for _, m := range row.FindAllStringSubmatch(section, -1) {
+			flag, def := m[1], m[2]
+			if d, err := time.ParseDuration(def); err != nil || d == 0 {
+				continue // not a duration, or off: --help shows no default
+			}
+			_, after, ok := strings.Cut(help, "\n  "+flag+" ")
+			if !ok {
+				t.Errorf("pgadmit %s has no %s, which the README documents", strings.Join(args, " "), flag)
+				continue
+			}
+			if usage := strings.SplitN(after, "\n", 3)[1]; !strings.Contains(usage, "(default "+def+")") && !strings.Contains(usage, "(default "+def+";") {
+				t.Errorf("pgadmit %s of %s: %q, want the README's default %s", strings.Join(args, " "), flag, usage, def)
+			}
+			checked++
+		}
+	}
+	if checked < 8 {
+		t.Errorf("checked %d duration defaults of the README, want every one (at least 8)", checked)
+	}
+	for _, c := range append(commands(), nil) {
+		args := []string{"--help"}
+		if c != nil {
+			args = []string{c.name, "--help"}
+		}
+		if out := cliOK(t, args...); regexp.MustCompile(`\(default [^)]*\d(h0m|m0s)`).MatchString(out) {
+			t.Errorf("pgadmit %s shows a duration as Go writes it:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	// Parsing is Go's still: the form the help used to show is read, as 1h30m and 90m are.
+	_, errOut, code := cli(t, map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?sslmode=disable"},
+		"prune", "--older-than", "24h0m0s", "--task-retention", "1h30m", "--progress", "90m")
+	if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
+		t.Errorf("prune --older-than 24h0m0s --task-retention 1h30m --progress 90m: exit %d, %q; want the flags read and a failure to connect", code, errOut)
+	}
+}
+
+func TestOperatorDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		24 * time.Hour:                    "24h",
+		168 * time.Hour:                   "168h",
+		time.Minute:                       "1m",
+		90 * time.Minute:                  "1h30m",
+		time.Hour + 30*time.Second:        "1h0m30s",
+		30 * time.Second:                  "30s",
+		90 * time.Second:                  "1m30s",
+		500 * time.Millisecond:            "500ms",
+		1500 * time.Millisecond:           "1.5s",
+		10*time.Minute + time.Millisecond: "10m0.001s",
+		0:                                 "0s",
+	} {
+		if got := operatorDuration(d); got != want {
+			t.Errorf("operatorDuration(%s) = %q, want %q", d, got, want)
+		}
+		if back, err := time.ParseDuration(operatorDuration(d)); err != nil || back != d {
+			t.Errorf("operatorDuration(%s) = %q reads back as %s, %v", d, operatorDuration(d), back, err)
 		}
 	}
 }
