@@ -260,9 +260,15 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	return lockWaited(notMigrated(ctx, pool, err))
 }
 
-// progressFlag adds --progress to a one-shot recover, prune or doctor (and bench).
+// progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the
+// command has --every (recover's, defined before it), its help says that --every refuses it
+// (checkProgress).
 func progressFlag(fs *flag.FlagSet) *time.Duration {
-	return fs.Duration("progress", 10*time.Second, "while the run lasts, print how far it has got on stderr every `interval` (0: never)")
+	usage := "while the run lasts, print how far it has got on stderr every `interval` (0: never)"
+	if fs.Lookup("every") != nil {
+		usage += "; refused with --every, which logs each pass instead"
+	}
+	return fs.Duration("progress", 10*time.Second, usage)
 }
 
 // checkProgress refuses a negative --progress, and one given to a sweeper, whose passes are each

@@ -417,6 +417,23 @@ func TestPruneAndRecoverPrintTheirProgress(t *testing.T) {
 	}
 }
 
+// recover --help says, at --progress, that --every refuses it (the usage error of
+// TestPruneAndRecoverPrintTheirProgress); the commands without --every say nothing of it there.
+func TestRecoverHelpSaysProgressIsRefusedWithEvery(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"recover", "prune", "doctor", "bench"} {
+		_, after, ok := strings.Cut(cliOK(t, cmd, "--help"), "\n  --progress interval\n")
+		if !ok {
+			t.Errorf("pgadmit %s --help has no --progress", cmd)
+			continue
+		}
+		usage, _, _ := strings.Cut(after, "\n")
+		if says := strings.Contains(usage, "refused with --every"); says != (cmd == "recover") {
+			t.Errorf("pgadmit %s --help of --progress: %q; saying it is refused with --every: %t, want %t", cmd, usage, says, cmd == "recover")
+		}
+	}
+}
+
 // assertSweeperLog checks that the sweeper's output has a line for each pattern, after its UTC
 // timestamp.
 func assertSweeperLog(t *testing.T, out string, lines ...string) {
