@@ -520,6 +520,24 @@ func (a *allotments) close() {
 	if err := a.housekeep(true); sessionLost(err) || poolerr.StatementCacheLost(err) {
 		_ = a.housekeep(true)
 	}
+	a.abandonUnreturned()
+}
+
+// abandonUnreturned lets go of the blocks Close could not return (the
+// database unreachable, a lock timeout): nothing of this Limiter reaches
+// them any more, and Recover returns them once their window is over,
+// charging their last report. A later Commit or Release of what they
+// admitted, of the grant or of a copy, reports StatusUnknown: it used to
+// report Settled true with an actual amount no counter would record.
+func (a *allotments) abandonUnreturned() {
+	for _, s := range a.snapshot() {
+		s.mu.Lock()
+		for _, b := range s.open() {
+			b.abandoned, b.admissions = true, nil
+		}
+		s.cur, s.next, s.draining = nil, nil, nil
+		s.mu.Unlock()
+	}
 }
 
 // Close returns the blocks of Local limits this Limiter holds, charging
@@ -535,8 +553,10 @@ func (a *allotments) close() {
 // lost if the pool closed first. Call it when the process stops, once it
 // makes no more calls (after http.Server.Shutdown, say), and before
 // closing the pool, which it does not close: blocks of a process that does
-// not close stay reserved until their window ends. A Close called while another
-// runs waits for it; one called after it waits only for what calls made
+// not close stay reserved until their window ends, and so do those a Close
+// could not return (the database unreachable): Maintenance.Recover returns
+// them, charging their last report, and a Commit or Release of what they
+// admitted reports StatusUnknown. A Close called while another runs waits for it; one called after it waits only for what calls made
 // since started (at once when there were none).
 func (l *Limiter) Close() {
 	if l == nil { // a zero Limiter has nothing to close either

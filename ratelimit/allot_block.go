@@ -49,6 +49,7 @@ type block struct {
 	reason      string // why it closed
 	trimmed     bool   // closed, and trimmed in the database to what it admitted
 	gone        bool   // returned: later settlements change nothing in the database
+	abandoned   bool   // Close could not return it: left to Recover (abandonUnreturned)
 	// admissions are those admitted from the block by sequence, for
 	// settling a copy of a grant that names one by its LocalID; dropped
 	// when the block is returned. Once the block is closed it keeps only
@@ -417,10 +418,15 @@ func (s *blockSet) requeueLocked(b *block) {
 // false when it was settled before (the first settlement stands, as a
 // reservation row's does), and when its block was returned while it was in
 // flight (charged at its estimate: what this call says changes nothing).
+// Its status is StatusUnknown once Close left its block to Recover, which
+// charges the block's last report, whatever this call or an earlier one said.
 func (la *localAdmission) settle(commit bool, actual float64) (status string, charged float64, settled bool) {
 	s := la.set
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if la.b.abandoned {
+		return StatusUnknown, 0, false
+	}
 	if la.settled {
 		return la.status, la.charged, false
 	}

@@ -71,7 +71,10 @@
 // flight then (on Close, or a minute after its window ended) stays charged
 // at its estimate: its later Commit or Release changes nothing, and its
 // Settlement says so (Settled false, committed at the estimate). A return
-// that fails is tried again on the next round (every 100 ms) and by Close.
+// that fails is tried again on the next round (every 100 ms) and by Close;
+// a block Close could not return is left to Maintenance.Recover, as a dead
+// process's is (below), and a later Commit or Release of what it admitted
+// reports StatusUnknown.
 // A request no block can serve is decided in the database with the
 // admission's other limits. The holder reports what each open block admitted every second; a
 // process that dies strands its blocks until their window ends, and

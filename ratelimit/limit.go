@@ -130,7 +130,8 @@ type Reservation struct {
 	Allotment string
 	// LocalID names a Local reservation to the Limiter that admitted it,
 	// which settles it by this name from a copy of the grant (one decoded
-	// from JSON) until its block is returned; any other Limiter reports it
+	// from JSON) until its block is returned (or left to Recover by a Close
+	// that could not return it); any other Limiter reports it
 	// StatusUnknown, and so does this one for a copy of an admission
 	// already settled once its block admits no more (spent, or its window
 	// ended). It is the Limiter's random instance id, a sequence

@@ -24,7 +24,11 @@ const (
 	// the one that admitted it, or after its block was returned, or
 	// without a LocalID (encoded before there was one): its block charges
 	// the estimate when it is returned, unless it was settled (a copy of an
-	// admission already settled, once its block admits no more).
+	// admission already settled, once its block admits no more). It is
+	// reported too for a Local reservation, the grant's own or a copy's,
+	// whose block Close could not return (the database unreachable):
+	// Maintenance.Recover returns that block once its window is over,
+	// charging its holder's last report.
 	StatusUnknown = "unknown"
 )
 
