@@ -345,11 +345,13 @@ func (a *allotments) snapshot() []*blockSet {
 // the return failed, if it did (the blocks are then back in their sets).
 func (a *allotments) housekeep(closing bool) error {
 	sets := a.snapshot()
-	now := a.dbNow()
+	if hook := a.l.opts.housekeepHook; hook != nil {
+		hook()
+	}
 	var done []returning
 	var trims []trimming
 	for _, s := range sets {
-		d, t := s.collect(now, closing)
+		d, t := s.collect(closing)
 		done, trims = append(done, d...), append(trims, t...)
 	}
 	for _, t := range trims {

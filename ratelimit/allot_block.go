@@ -360,10 +360,14 @@ func (s *blockSet) open() []*block {
 // flight, idle ones, and (when closing, or long after their window) every
 // one, charging what is still in flight at its estimate. It also lists the
 // blocks closed for want of room that still have requests in flight and
-// units free, to be trimmed to what they admitted.
-func (s *blockSet) collect(now time.Time, closing bool) (done []returning, trims []trimming) {
+// units free, to be trimmed to what they admitted. It reads the estimate
+// of the database's clock under the set's lock, as take does: one read
+// before, by a round going through many counters, may be older than a
+// block taken meanwhile, whose window would then seem not begun.
+func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.a.dbNow()
 	s.retireLocked(now)
 	for _, b := range []*block{s.cur, s.next} {
 		if b == nil {

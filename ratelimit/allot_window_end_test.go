@@ -161,3 +161,73 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t
 	assertBooksBalance(t, pool, "model", key)
 	assertDoctorOK(t, pool)
 }
+
+// A round of the housekeeping read the estimate of the database's clock
+// once, before it went through the counters: a block taken meanwhile,
+// whose window began after that reading, looked to it like a block of a
+// window not begun and was closed (window_ended) as soon as it was taken.
+// Here the estimate is two hours behind when the round starts (the
+// database's clock stepped back, then forward again, say) and the block is
+// taken within the round; it must go on admitting after the round.
+func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	var step atomic.Int64
+	var armed atomic.Bool
+	var rounds atomic.Int64
+	taken := make(chan ratelimit.Grant, 1)
+	key := uniqueKey("housekeepround")
+	var l *ratelimit.Limiter
+	hook := func() {
+		rounds.Add(1)
+		if !armed.CompareAndSwap(true, false) {
+			return
+		}
+		step.Store(0) // the database's clock is right again: the block taken reads it
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		if err != nil {
+			t.Error(err)
+		}
+		taken <- g
+	}
+	// A long Horizon makes the block large enough for the requests below.
+	l = ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour, Horizon: time.Hour}),
+		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }),
+		ratelimit.WithHousekeepHook(hook))
+	defer l.Close()
+	first := reserveLocal(t, l, key, 1000, 1)
+	if _, err := l.Commit(ctx, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	step.Store(int64(-2 * time.Hour))
+	time.Sleep(1500 * time.Millisecond) // a sync (every second) reads the clock two hours back
+	armed.Store(true)
+	var g ratelimit.Grant
+	select {
+	case g = <-taken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no housekeeping round in 10s")
+	}
+	r := g.Reservations[0]
+	if !r.Local {
+		t.Fatalf("Reserve within the round: %+v; want a Local admission from a block taken then", r)
+	}
+	// Wait for the round to end: the next one starts after it.
+	for n, deadline := rounds.Load(), time.Now().Add(10*time.Second); rounds.Load() <= n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the housekeeping round did not end in 10s")
+		}
+	}
+	if _, err := l.Commit(ctx, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	again := reserveLocal(t, l, key, 1000, 1).Reservations[0]
+	if again.Allotment != r.Allotment {
+		for _, b := range allotments(t, pool, "model", key) {
+			t.Logf("block %s window from %s returned %v reason %q", b.ID, b.WindowStart, b.ReturnedAt, b.Reason)
+		}
+		t.Fatalf("admitted from block %s, want %s, taken a moment before within the current window", again.Allotment, r.Allotment)
+	}
+}

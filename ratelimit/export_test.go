@@ -112,6 +112,14 @@ func WithDBClockStep(step func() time.Duration) Option {
 	return func(o *options) { o.dbClockStep = step }
 }
 
+// WithHousekeepHook calls hook in each round of the housekeeping of Local
+// blocks, after it listed the counters and before it collects their
+// blocks, so that tests can act while a round is under way (a round
+// delayed there, by the scheduler or a GC pause, say).
+func WithHousekeepHook(hook func()) Option {
+	return func(o *options) { o.housekeepHook = hook }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

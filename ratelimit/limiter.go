@@ -149,6 +149,7 @@ type options struct {
 	leftGrace       time.Duration        // test-only (WithLeftStatementGrace); leftStatementGrace
 	blockAdmissions int                  // test-only (WithBlockAdmissions); 0: maxBlockAdmissions
 	unheldTry       func()               // test-only (WithUnheldTryHook): called before each try of retryUnheld
+	housekeepHook   func()               // test-only (WithHousekeepHook): called by each housekeeping round before it collects blocks
 }
 
 func defaultOptions() options {
