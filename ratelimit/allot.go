@@ -29,8 +29,11 @@ type AllotmentOptions struct {
 	Holder string
 	// MaxShare caps a block at this fraction of its limit (default 1/16), so
 	// that no process sits on more than its share while others wait. One
-	// above 1 is 1 (a block of the whole limit); a request whose amount is
-	// above the cap is decided in the database.
+	// above 1 is 1: a block of up to the whole limit, though still at most
+	// half of what the window has free unless the request waiting for it
+	// needs more, so one process's two blocks may hold three quarters of
+	// it. A request whose amount is above the cap is decided in the
+	// database.
 	MaxShare float64
 	// Horizon sizes a block to what this process admitted on its counter in
 	// this much time, at the rate it is admitting (default 1s).
