@@ -231,3 +231,44 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 		t.Fatalf("admitted from block %s, want %s, taken a moment before within the current window", again.Allotment, r.Allotment)
 	}
 }
+
+// A block closed because the database's clock stepped back before its
+// window waits for the requests it admitted until its window is over on
+// that clock, plus allotStuckAfter: hours, after a step of hours. Close
+// does not wait: it returns the block at once, charging a request still in
+// flight at its estimate, whose later Commit changes nothing.
+func TestCloseReturnsABlockOfAWindowNotBegunWithARequestInFlight(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	ctx := context.Background()
+	var step atomic.Int64
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
+		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
+	defer l.Close()
+	key := uniqueKey("closenotbegun")
+	inFlight := reserveLocal(t, l, key, 1000, 2)
+	step.Store(int64(-2 * time.Hour))
+	time.Sleep(1500 * time.Millisecond) // a sync reads the clock two hours back: the block closes
+	if b := allotments(t, pool, "model", key)[0]; b.ReturnedAt != nil {
+		t.Fatalf("block %+v returned with a request it admitted in flight", b)
+	}
+	start := time.Now()
+	l.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %s", took)
+	}
+	b := allotments(t, pool, "model", key)[0]
+	if b.ReturnedAt == nil || b.Reason != "window_ended" || b.Used != 2 {
+		t.Fatalf("block after Close: %+v; want returned, reason window_ended, used 2 (the request in flight at its estimate)", b)
+	}
+	s, err := l.Commit(ctx, inFlight, map[string]float64{ratelimit.MetricTokens: 5})
+	if err != nil || s.Reservations[0].Settled {
+		t.Fatalf("Commit after Close: %+v, %v; want not settled (charged at its estimate by the return)", s, err)
+	}
+	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 2 || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used 2, nothing reserved", rows)
+	}
+	assertBooksBalance(t, pool, "model", key)
+	assertDoctorOK(t, pool)
+}
