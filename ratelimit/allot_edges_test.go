@@ -190,23 +190,8 @@ func awaitParkedIn(testName, fn string, d time.Duration) bool {
 // ignored, and Close skipped it, leaving its units reserved.
 func TestAllotFailedReturnIsRetried(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "300ms"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	pool, admin := lockBoundedPools(t)
 	awaitLocalWindow(t, admin)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 300 * time.Millisecond}))
 	defer l.Close()

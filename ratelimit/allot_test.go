@@ -49,6 +49,31 @@ func localLimiterIdleAfter(t *testing.T, idle time.Duration) (*ratelimit.Limiter
 	return l, pool
 }
 
+// lockBoundedPools makes a database and two pools on it, closed when the
+// test ends: bounded, whose sessions give up a lock wait after 300 ms
+// (lock_timeout), for the Limiter whose statements should fail so, and
+// admin, with no bound, to hold the locks they meet and read the outcome.
+func lockBoundedPools(t *testing.T) (bounded, admin *pgxpool.Pool) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "300ms"
+	bounded, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bounded.Close)
+	admin, err = pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	return bounded, admin
+}
+
 // reserveLocal reserves amount of a localWindow, failing the test unless
 // it is admitted from a block.
 func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount float64) ratelimit.Grant {
