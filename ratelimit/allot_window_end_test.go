@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -73,6 +75,21 @@ func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
 	}
 }
 
+// clockSteppedLimiter is a Limiter on a new database whose blocks stay
+// open while idle for an hour, and whose estimate of the database's clock
+// is moved on by what step holds (WithDBClockStep), once the current hour
+// has a minute left; it is closed when the test ends.
+func clockSteppedLimiter(t *testing.T) (l *ratelimit.Limiter, pool *pgxpool.Pool, step *atomic.Int64) {
+	t.Helper()
+	pool = pgtest.NewPool(t)
+	awaitLocalWindow(t, pool)
+	step = new(atomic.Int64)
+	l = ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
+		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
+	t.Cleanup(l.Close)
+	return l, pool, step
+}
+
 // A database whose clock steps forward past a block's window (an NTP step
 // on its host, a failover to a replica ahead) ends that block within a
 // sync of the housekeeping, which reads the database's clock: the estimate
@@ -80,13 +97,8 @@ func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
 // from a window the database had ended.
 func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	l, _, step := clockSteppedLimiter(t)
 	ctx := context.Background()
-	var step atomic.Int64
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
-		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
-	defer l.Close()
 	key := uniqueKey("dbstep")
 	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
 	step.Store(int64(2 * time.Hour)) // the database's clock is two hours on
@@ -116,13 +128,8 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 // back charging it.
 func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	l, pool, step := clockSteppedLimiter(t)
 	ctx := context.Background()
-	var step atomic.Int64
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
-		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
-	defer l.Close()
 	key := uniqueKey("dbstepback")
 	first := reserveLocal(t, l, key, 1000, 1)
 	step.Store(int64(-2 * time.Hour)) // the database's clock is two hours back, before the block's hour
@@ -239,13 +246,8 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 // flight at its estimate, whose later Commit changes nothing.
 func TestCloseReturnsABlockOfAWindowNotBegunWithARequestInFlight(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	l, pool, step := clockSteppedLimiter(t)
 	ctx := context.Background()
-	var step atomic.Int64
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
-		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
-	defer l.Close()
 	key := uniqueKey("closenotbegun")
 	inFlight := reserveLocal(t, l, key, 1000, 2)
 	step.Store(int64(-2 * time.Hour))
