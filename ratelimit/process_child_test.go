@@ -43,11 +43,16 @@ type procOrders struct {
 	Proc      int
 }
 
-// procLeaseTTL is the lease TTL of the concurrency limit. The victim's
+// procLeaseTTL is the victim's lease TTL for the concurrency limit. Its
 // slots come back to the others when its leases lapse (Recover then
 // releases them): far sooner than DefaultLeaseTTL (2 minutes, in which the
-// others shared what the victim had not held, once a single slot), yet far
-// above the millisecond the others hold a lease, so theirs never lapse.
+// others shared what the victim had not held, once a single slot). The
+// others keep DefaultLeaseTTL: heldSlots counts a slot as held until its
+// holder gives it back, so a lease that lapsed first (a holder stalled
+// past the TTL: a loaded machine, a pause) would let the database admit
+// one more while the old one still counts, a peak over the limit with no
+// over-admission. Each holder checks that its lease was still live when it
+// gave the slot back (leaseLapsed), the parent that the victim's were.
 const procLeaseTTL = 5 * time.Second
 
 // victimAdmissions is how many admissions the victim makes from its blocks
@@ -74,7 +79,9 @@ func (o procOrders) limits() []ratelimit.Limit {
 	w := window("api_key", o.Key, ratelimit.MetricRequests, o.Limit, 1)
 	w.Window, w.Local = o.Window, o.Local
 	c := concurrent("model", o.Key, o.Slots)
-	c.LeaseTTL = procLeaseTTL
+	if o.Victim {
+		c.LeaseTTL = procLeaseTTL
+	}
 	return []ratelimit.Limit{w, c}
 }
 
@@ -108,10 +115,12 @@ func TestProcessChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The database's clock is at least this host's plus ahead: its now()
-	// was read before this host's second reading.
+	// The database's clock is at least this host's plus ahead (its now()
+	// was read before this host's second reading) and at most this host's
+	// plus behind (after its first).
+	before := time.Now()
 	dbNow := pgtest.DBNow(t, pool)
-	ahead := dbNow.Sub(time.Now())
+	ahead, behind := dbNow.Sub(time.Now()), dbNow.Sub(before)
 	slots, err := mapHeldSlots(o.HeldSlots)
 	if err != nil {
 		t.Fatal(err)
@@ -177,6 +186,11 @@ func TestProcessChild(t *testing.T) {
 				}
 				time.Sleep(500 * time.Microsecond) // the upstream call, holding its slot
 				slots.give(o.Proc)                 // before Commit ends the lease
+				if lapsed, ok := leaseLapsed(g, time.Now().Add(behind)); ok {
+					// Counted as held after the database stopped counting it.
+					fmt.Printf("%sheld a slot past its lease's expiry at %s: the count of slots held is no evidence\n",
+						procError, lapsed.UTC().Format(time.RFC3339Nano))
+				}
 				if _, err := l.Commit(ctx, g, nil); err != nil {
 					fmt.Printf("%s%v\n", procError, err)
 					return
@@ -188,4 +202,15 @@ func TestProcessChild(t *testing.T) {
 	l.Close()
 	pool.Close()
 	fmt.Println(procDone)
+}
+
+// leaseLapsed returns the expiry of a lease of g that had lapsed by dbNow
+// (the database's clock), if one had.
+func leaseLapsed(g ratelimit.Grant, dbNow time.Time) (time.Time, bool) {
+	for _, l := range g.Leases {
+		if !dbNow.Before(l.ExpiresAt) {
+			return l.ExpiresAt, true
+		}
+	}
+	return time.Time{}, false
 }

@@ -21,10 +21,13 @@ import (
 // What the peak proves: a request holds its lease in the database from the
 // commit of its Reserve until the commit of its Commit (or the lease's
 // expiry), and it is counted here only inside that span: after Reserve
-// returned, before Commit was called; a dead process's slots are given
-// back when it is seen dead, long before its leases lapse. So at every
-// instant the total is at most the leases live in the database: a peak
-// above the limit is an over-admission, never a false alarm. And it is
+// returned, before Commit was called, and before its lease expired (each
+// holder checks that when it gives the slot back, and the parent that
+// none of the dead process's leases had lapsed when it gave back its
+// slots, once it saw it dead). So at every instant the total is at most
+// the leases live in the database: a peak above the limit is an
+// over-admission, never a false alarm, unless one of those checks failed
+// too (a holder stalled past its lease's TTL: see procLeaseTTL). And it is
 // exactly the number of requests inside their upstream call: a peak at or
 // below the limit proves that no more than the limit were ever inside it at
 // once, which is what a concurrency limit is for. What it cannot see is a

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -131,7 +133,7 @@ func runProcesses(t *testing.T, local bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runChild(t, o, tally, slotsHeld)
+			runChild(t, o, tally, slotsHeld, pool)
 		}()
 	}
 	wg.Wait()
@@ -268,7 +270,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // runChild runs one gateway process, adding what it reports to tally, and
 // closes its stdin (stop) once tally says so; the victim must die by SIGKILL.
-func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots) {
+func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots, pool *pgxpool.Pool) {
 	t.Helper()
 	raw, _ := json.Marshal(o)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProcessChild$", "-test.count=1")
@@ -310,8 +312,13 @@ func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots) {
 	}
 	err = cmd.Wait()
 	if o.Victim {
-		// Its requests are over, its leases live on until they lapse.
+		// Its requests are over, its leases live on until they lapse:
+		// were one lapsed already, a slot counted as held until now might
+		// have been admitted to another.
 		tally.victimSlots = slots.release(o.Proc)
+		if n := lapsedLeases(t, pool, "model", o.Key); n != 0 {
+			t.Errorf("%d lease(s) had lapsed before the victim's slots were given back: the count of slots held is no evidence", n)
+		}
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.String() != "signal: killed" {
 			t.Errorf("the victim did not die by SIGKILL: %v", err)
@@ -321,4 +328,20 @@ func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots) {
 	if err != nil || !done {
 		t.Errorf("child: %v (done %v)", err, done)
 	}
+}
+
+// lapsedLeases is how many leases of the scope lapsed without being released.
+func lapsedLeases(t *testing.T, pool *pgxpool.Pool, scopeType, key string) int64 {
+	t.Helper()
+	rows, err := db.New().InspectLeases(context.Background(), pool, db.InspectLeasesParams{
+		ScopeType: pgtype.Text{String: scopeType, Valid: true}, ScopeKey: pgtype.Text{String: key, Valid: true}, MaxRows: 1})
+	if err != nil {
+		t.Errorf("InspectLeases: %v", err) // not Fatal: runChild runs in a goroutine of its own
+		return 0
+	}
+	var n int64
+	for _, r := range rows {
+		n += r.ExpiredLeases
+	}
+	return n
 }
