@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -287,6 +288,10 @@ func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots, po
 		t.Error(err)
 		return
 	}
+	// What a child says on stderr (a data race report, a panic) is shown
+	// when it fails: its exit status alone (66 for a race) says too little.
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Error(err)
 		return
@@ -321,12 +326,12 @@ func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots, po
 		}
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.String() != "signal: killed" {
-			t.Errorf("the victim did not die by SIGKILL: %v", err)
+			t.Errorf("the victim did not die by SIGKILL: %v; its stderr:\n%s", err, stderr.Bytes())
 		}
 		return
 	}
 	if err != nil || !done {
-		t.Errorf("child: %v (done %v)", err, done)
+		t.Errorf("child: %v (done %v); its stderr:\n%s", err, done, stderr.Bytes())
 	}
 }
 
