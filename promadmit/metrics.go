@@ -295,10 +295,12 @@ func (m *Metrics) observeLatency(op, result string, took time.Duration) {
 // first case of class that matches names it, so the order of its cases is
 // the precedence. What ended the call comes first, timeout before canceled
 // (a caller that left while the database did not answer in time is the
-// database's trouble). error is a part that no class accounts for (a lost
-// connection): a run stops at once on such a failure, so beside a row a
-// step left rejected, which the run went on past, it is what ended the
-// run, and it outranks rejected. lock_wait needs every error to be one.
+// database's trouble). error is a part that no class accounts for: a lost
+// connection, which stops the run at once, or a server error a step ended
+// with, which the run went on past (a statement timeout). Either is the
+// database's trouble, which an alert on error must see, so it outranks
+// rejected (a caller's bug) beside it. lock_wait needs every error to be
+// one.
 // TestResultPrecedence checks each pair.
 func result(err error) string {
 	c := class(err)

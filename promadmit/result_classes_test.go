@@ -174,10 +174,10 @@ func pgconnTimeout(t *testing.T) error {
 // of their steps, and a step cut off keeps what it left beside what cut
 // it off), the class that ended the call wins: a deadline, then the
 // caller's cancel. Below them, a class identified in the chain outranks
-// error, which is a part in which none is, except rejected: a run goes on
-// past a row the server rejected and stops at a failure (a lost
-// connection), which ended it. lock_wait, which needs every error to be a
-// lock wait, comes last. Every pair, either way round.
+// error, which is a part in which none is, except rejected: beside a row
+// the server rejected, a failure of the database (a lost connection, a
+// statement timeout) is what an alert must see. lock_wait, which needs
+// every error to be a lock wait, comes last. Every pair, either way round.
 func TestResultPrecedence(t *testing.T) {
 	t.Parallel()
 	// One error of each class, as ratelimit makes it, highest first.
@@ -226,12 +226,16 @@ func TestResultPrecedence(t *testing.T) {
 	// an alert on error.
 	lost := fmt.Errorf("ratelimit: recover: b: %w", &pgconn.PgError{Code: "57P01", Severity: "FATAL"})
 	for name, err := range map[string]error{
-		"in a later step":    errors.Join(foreignKeyRejected(), lost),
-		"in the same step":   errors.Join(cutShort(fmt.Errorf("ratelimit: recover: a: %w", io.ErrUnexpectedEOF), foreignKeyRejected())),
-		"beside a lock wait": errors.Join(foreignKeyRejected(), lockWait(), lost),
+		"a lost connection in a later step":    errors.Join(foreignKeyRejected(), lost),
+		"a lost connection in the same step":   errors.Join(cutShort(fmt.Errorf("ratelimit: recover: a: %w", io.ErrUnexpectedEOF), foreignKeyRejected())),
+		"a lost connection beside a lock wait": errors.Join(foreignKeyRejected(), lockWait(), lost),
+		// Not a lost connection but a server error the run went on past
+		// (runSteps): the later step's statement timed out.
+		"a later step's statement timeout": errors.Join(foreignKeyRejected(),
+			fmt.Errorf("ratelimit: prune: b: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"})),
 	} {
 		if got := result(err); got != ResultError {
-			t.Errorf("a rejected row, then a lost connection %s (%q): result %q, want %q", name, err, got, ResultError)
+			t.Errorf("a rejected row and %s (%q): result %q, want %q", name, err, got, ResultError)
 		}
 	}
 	// A rejection alone stays rejected, though ratelimit wraps the server's
