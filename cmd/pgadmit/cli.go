@@ -38,6 +38,9 @@ type app struct {
 	// connect_timeout in the database URL wins over its default.
 	connectTimeoutGiven bool
 
+	// migrateProgressEvery is how often migrate up and down say what a long step waits for.
+	migrateProgressEvery time.Duration
+
 	// cmd is the command being run, for messages.
 	cmd *command
 
@@ -101,7 +104,18 @@ var errHelp = errors.New("help requested")
 // run runs pgadmit with args (without the program name) and returns its exit code. It is main
 // without the process: tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, connectTimeout: defaultConnectTimeout}
+	return runApp(ctx, newApp(stdout, stderr, getenv), args)
+}
+
+// newApp is pgadmit writing to stdout and stderr, with its defaults.
+func newApp(stdout, stderr io.Writer, getenv func(string) string) *app {
+	return &app{stdout: stdout, stderr: stderr, getenv: getenv, connectTimeout: defaultConnectTimeout,
+		migrateProgressEvery: migrateProgressEvery}
+}
+
+// runApp is run with a made: a test may change a's defaults first.
+func runApp(ctx context.Context, a *app, args []string) int {
+	stderr := a.stderr
 	err := statementCacheAdvice(a.main(ctx, args))
 	prefix := "pgadmit"
 	if a.cmd != nil {

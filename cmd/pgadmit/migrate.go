@@ -189,7 +189,7 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 			err = fmt.Errorf("close migration provider: %w", cerr)
 		}
 	}()
-	stop := watch.report(a.stderr, doing, time.Now())
+	stop := watch.report(a.stderr, doing, time.Now(), a.migrateProgressEvery)
 	results, err := step(p)
 	stop()
 	for _, r := range results {

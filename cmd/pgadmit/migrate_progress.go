@@ -52,17 +52,16 @@ func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// report says on out, every migrateProgressEvery until the returned stop is called, what the
-// step that began at start waits for: the lock, or a migration that has run that long (doing:
-// "applying" or "reverting"), as "pgadmit migrate: ..." lines. stop returns once nothing more
-// is written.
-func (w *migrateWatch) report(out io.Writer, doing string, start time.Time) (stop func()) {
+// report says on out, every interval until the returned stop is called, what the step that
+// began at start waits for: the lock, or a migration that has run that long (doing: "applying"
+// or "reverting"), as "pgadmit migrate: ..." lines. stop returns once nothing more is written.
+func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, interval time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(migrateProgressEvery)
+		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
 			select {
@@ -79,7 +78,7 @@ func (w *migrateWatch) report(out io.Writer, doing string, start time.Time) (sto
 			case !locked:
 				fmt.Fprintf(out, "pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
 					"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", time.Since(start).Round(time.Second))
-			case running != "" && time.Since(since) >= migrateProgressEvery:
+			case running != "" && time.Since(since) >= interval:
 				fmt.Fprintf(out, "pgadmit migrate: still %s %s after %s\n", doing, running, time.Since(since).Round(time.Second))
 			}
 		}

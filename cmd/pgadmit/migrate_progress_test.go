@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -14,15 +15,24 @@ import (
 	"github.com/pgadmit/pgadmit/schema"
 )
 
-// startMigrate runs pgadmit migrate with args on url in the background and returns its output
-// streams and a channel that receives its exit code.
+// testMigrateProgressEvery is how often migrate says what it waits for in these tests: shorter
+// than its 5s, so that they take a few seconds rather than 7 to 11, but well above how long
+// migrate takes to reach the lock, or a migration to run, on a loaded machine (half a second),
+// so that only the waits they set up are said.
+const testMigrateProgressEvery = 2 * time.Second
+
+// startMigrate runs pgadmit migrate with args on url in the background, saying what it waits for
+// every testMigrateProgressEvery, and returns its output streams and a channel that receives its
+// exit code.
 func startMigrate(t *testing.T, url string, args ...string) (stdout, stderr *syncBuffer, exited chan int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	stdout, stderr, exited = &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+	a := newApp(stdout, stderr, func(string) string { return "" })
+	a.migrateProgressEvery = testMigrateProgressEvery
 	go func() {
-		exited <- run(ctx, append([]string{"--database-url", url, "migrate"}, args...), stdout, stderr, func(string) string { return "" })
+		exited <- runApp(ctx, a, append([]string{"--database-url", url, "migrate"}, args...))
 	}()
 	return stdout, stderr, exited
 }
