@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/ticking"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -179,35 +180,20 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 		ttl = ratelimit.DefaultLeaseTTL
 	}
 	ctx = context.WithoutCancel(ctx)
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(ttl / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
-			start := time.Now()
-			_, err := m.limiter.RenewLeases(rctx, grant.Leases)
-			cancel()
-			m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
-			// At most one line a second: when the database is down, every
-			// long request's renewals fail alike.
-			if err == nil {
-				continue
-			}
-			if log, suppressed := m.renewals.allow(time.Now()); log {
-				m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()),
-					slog.Int("similar_lines_suppressed", suppressed))
-			}
+	return ticking.Every(ttl/3, func() {
+		rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
+		start := time.Now()
+		_, err := m.limiter.RenewLeases(rctx, grant.Leases)
+		cancel()
+		m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
+		// At most one line a second: when the database is down, every
+		// long request's renewals fail alike.
+		if err == nil {
+			return
 		}
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
+		if log, suppressed := m.renewals.allow(time.Now()); log {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()),
+				slog.Int("similar_lines_suppressed", suppressed))
+		}
+	})
 }

@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"sync"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/ticking"
 )
 
 // doctorProgress says on out, every interval until the returned stop is called, that doctor's
@@ -17,25 +18,8 @@ func doctorProgress(out io.Writer, every time.Duration) (stop func()) {
 		return func() {}
 	}
 	start := time.Now()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			fmt.Fprintf(out, "pgadmit doctor: so far (%s): still checking the books (one statement over one snapshot: it reports when it ends)\n",
-				time.Since(start).Round(time.Second))
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return ticking.Every(every, func() {
+		fmt.Fprintf(out, "pgadmit doctor: so far (%s): still checking the books (one statement over one snapshot: it reports when it ends)\n",
+			time.Since(start).Round(time.Second))
+	})
 }

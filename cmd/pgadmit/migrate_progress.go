@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/ticking"
 )
 
 // migrateProgressEvery is how often migrate up and down say, on stderr, what a step that is
@@ -56,35 +58,18 @@ func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
 // began at start waits for: the lock, or a migration that has run that long (doing: "applying"
 // or "reverting"), as "pgadmit migrate: ..." lines. stop returns once nothing more is written.
 func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			w.mu.Lock()
-			locked, running, since := w.locked, w.running, w.since
-			w.mu.Unlock()
-			// A migration that began since the last line has not been long yet: it is said at
-			// the next, so that a quick run prints nothing.
-			switch {
-			case !locked:
-				fmt.Fprintf(out, "pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
-					"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", time.Since(start).Round(time.Second))
-			case running != "" && time.Since(since) >= interval:
-				fmt.Fprintf(out, "pgadmit migrate: still %s %s after %s\n", doing, running, time.Since(since).Round(time.Second))
-			}
+	return ticking.Every(interval, func() {
+		w.mu.Lock()
+		locked, running, since := w.locked, w.running, w.since
+		w.mu.Unlock()
+		// A migration that began since the last line has not been long yet: it is said at the
+		// next, so that a quick run prints nothing.
+		switch {
+		case !locked:
+			fmt.Fprintf(out, "pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
+				"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", time.Since(start).Round(time.Second))
+		case running != "" && time.Since(since) >= interval:
+			fmt.Fprintf(out, "pgadmit migrate: still %s %s after %s\n", doing, running, time.Since(since).Round(time.Second))
 		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	})
 }
