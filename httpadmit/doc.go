@@ -140,15 +140,16 @@
 // with 503 (an *UnavailableError to the error handler, OutcomeFailedClosed);
 // otherwise it is admitted unrecorded (OutcomeFailedOpen), without
 // rate-limit headers. A database that is down or hangs thus costs a request
-// at most the decision timeout: a statement already under way runs on in
-// the background, for up to 100 ms before it is cancelled, without holding
-// the request (see ratelimit.Limiter.Reserve). A Reserve that timed out
-// after the server applied it is released then; only one answered later
-// than that has no owner, and lapses like any unsettled one, unless the
-// pool was set up with ratelimit.ConfigurePool: the statement is then
-// cancelled by a request whose answer pgx reads, and what it granted is
-// released too (its connection is held for about 100 ms more, at most
-// 1.25 s from a frozen server; the request is not). Bound
+// at most the decision timeout, plus up to 100 ms in which ratelimit lets a
+// statement already under way finish (see ratelimit.Limiter.Reserve). A
+// Reserve that timed out after the server applied it is released then;
+// only one answered later than that has no owner, and lapses like any
+// unsettled one, unless the pool was set up with ratelimit.ConfigurePool:
+// the statement is then cancelled by a request whose answer pgx reads, and
+// what it granted is released too, for about 100 ms more: the cancel's
+// round trip, then a 100 ms pause before the connection is used again
+// (from a frozen server, the connection is given up after 1 s, at most
+// 1.25 s). Bound
 // connection attempts too (connect_timeout in the pool's configuration),
 // so that background dials to a hanging server end.
 //

@@ -48,7 +48,8 @@ func hangingServer(t *testing.T) string {
 // brokenConnectTimeout is brokenEnv's connect_timeout, and
 // brokenRequestBound the longest a request against its database may take.
 // A request that fails as it should takes about the decision timeout (at
-// most 250ms; the statement under way runs on without it); one that waits for the connection attempt instead takes the connect
+// most 250ms) plus the grace a statement gets once its caller left (100ms);
+// one that waits for the connection attempt instead takes the connect
 // timeout. The bound lies far from both, so that a stalled test machine
 // does not reach it and a request that waits for the connection cannot
 // stay under it.

@@ -122,15 +122,14 @@ func (f *freezer) answers(client, server net.Conn) {
 	}
 }
 
-// What ConfigurePool's doc says a cancelled statement costs: a caller
-// alone, whose statement is cancelled 100 ms after its context ended,
-// returns at once, and the statement's connection is done with it (Close
-// returns) about 100 ms after the cancel from a server that answers it
-// (the statement waits for a row lock: the cancel request's round trip,
-// then the 100 ms pause), and 1 s after it from one whose host froze (the
-// cancel request is not acknowledged, and the connection is given up on
-// after 1 s). The caller used to wait for all that.
-func TestReserveCancelledOnAConfiguredPoolCostsItsConnectionAPauseOrASecond(t *testing.T) {
+// What ConfigurePool's doc, Reserve's and httpadmit's say a cancelled
+// statement costs: a caller alone, whose statement is cancelled 100 ms after
+// its context ended, gets its answer about 100 ms after that from a server
+// that answers the cancel (the statement waits for a row lock: the cancel
+// request's round trip, then the 100 ms pause), and 1 s after it from one
+// whose host froze (the cancel request is not acknowledged, and the
+// connection is given up on after 1 s).
+func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 	t.Parallel()
 	// A loaded machine answers late, never early.
 	const grace, early, late = 100 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond
@@ -178,17 +177,12 @@ func TestReserveCancelledOnAConfiguredPoolCostsItsConnectionAPauseOrASecond(t *t
 			leave()
 			err = <-errs
 			took := time.Since(left)
+			t.Logf("Reserve returned %v after its caller left", took.Round(time.Millisecond))
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Reserve after its caller left: %v, want context.Canceled", err)
 			}
-			if took > leftReturnBound {
-				t.Errorf("Reserve returned %v after its caller left, want within %v", took, leftReturnBound)
-			}
-			l.Close()
-			closed := time.Since(left)
-			t.Logf("Reserve returned %v after its caller left, Close %v", took.Round(time.Millisecond), closed.Round(time.Millisecond))
-			if want := grace + cost[stuck]; closed > want+late || closed < want-early {
-				t.Errorf("Close returned %v after the caller left, want %v (-%v, +%v)", closed, want, early, late)
+			if want := grace + cost[stuck]; took > want+late || took < want-early {
+				t.Errorf("Reserve returned %v after its caller left, want %v (-%v, +%v)", took, want, early, late)
 			}
 			fr.close()
 		})

@@ -20,8 +20,9 @@ import (
 // were woken with it, alone if it is alone (see start); callers that arrive
 // while batches run wait in the queue and go together, in arrival order, as
 // soon as one finishes (with those that its end woke: see stream). Every
-// caller returns when its context ends; the statement it was sent in runs
-// on without it (see sendContext).
+// caller can leave when its context ends, except one alone in its batch,
+// who runs its statement itself and leaves once it is answered (see
+// sendContext).
 type combiner[Req, Res any] struct {
 	maxBatch    int
 	maxInFlight int
@@ -88,8 +89,10 @@ func (c *combiner[Req, Res]) settledLocked() {
 }
 
 // do runs req in the next batch and returns its result. When ctx ends first
-// it returns ctx's error at once; a request not yet sent is then never
-// sent, and what a request sent was granted goes to abandoned.
+// it returns ctx's error; a request not yet sent is then never sent, and
+// what a request sent was granted goes to abandoned. A caller alone in its
+// batch runs the statement on its own goroutine (start) and so returns
+// once it is answered, with ctx's error if ctx ended meanwhile.
 func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p := &combined[Req, Res]{req: req, ctx: ctx, done: make(chan struct{})}
 	c.mu.Lock()
@@ -209,20 +212,18 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 
 // start sends the next batch for p's caller, who took an in-flight place,
 // once the callers woken with it have joined (awaitJoiners). A caller alone
-// in its batch whose context cannot end runs the statement on its own
-// goroutine, with no handoff to another: it could not leave anyway. Any
-// other batch, a caller alone who can leave included, runs on a goroutine
-// of its own, so that each of its callers returns when its context ends,
-// while the statement runs on to its answer (or is cancelled leftGrace
-// later: see sendContext), and what it granted them goes to abandoned. A
-// caller alone used to run it itself and so waited for all that: on a pool
-// set up with ConfigurePool, for the cancel's acknowledgement too, up to
-// 1 s more (TestReserveCallerWhoLeavesReturnsAtOnce).
+// in its batch runs the statement on its own goroutine, with no handoff to
+// another (no added latency); if its context ends meanwhile, it leaves
+// once the statement is answered (or cancelled leftGrace later: see
+// sendContext), and what it was granted goes to abandoned. A batch of
+// several runs on a goroutine of its own, so that each of its callers can
+// leave when its context ends, even while another one in it has no
+// deadline.
 func (c *combiner[Req, Res]) start(p *combined[Req, Res]) {
 	c.awaitJoiners()
 	batch := c.nextBatch()
 	switch {
-	case len(batch) == 1 && batch[0] == p && p.ctx.Done() == nil:
+	case len(batch) == 1 && batch[0] == p:
 		if c.runBatch(batch, true) {
 			return // its in-flight place went to the queue when its caller left
 		}
@@ -453,9 +454,10 @@ func rejectedInput(err error) bool {
 // caller in it has left. Answered within it, what it granted them is
 // given back (abandoned); past it, it is cancelled. It covers what
 // remains of a statement the server is running (its commit's flush, the
-// answer on its way: milliseconds), and it is short because a statement
-// nobody waits for holds a connection (stuck behind a lock, say) until it
-// is answered or cancelled; its callers do not wait for it.
+// answer on its way: milliseconds), and it is short because a caller
+// alone in its batch waits for its statement (start): a caller that a
+// hanging database would keep waiting past its deadline is kept at most
+// this much longer (httpadmit's decision timeout counts on it).
 const leftStatementGrace = 100 * time.Millisecond
 
 // flight is one batch's statement, from send to answer, when every caller

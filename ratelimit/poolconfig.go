@@ -30,17 +30,15 @@ import (
 // releases what the answer names (reason "unconfirmed") in the background
 // (Close waits for it).
 //
-// The price is paid only when a statement is cancelled, by its connection
-// and the Limiter's Close, not by the callers, who returned when their
-// contexts ended (the statement runs on a goroutine of its own). The
-// connection waits for the server (or the pooler) to acknowledge the
-// cancel request, a round trip, and for the statement's answer, and is not
-// used again until 100 ms after the acknowledgement (so that the request
-// cannot cancel the next statement): about 100 ms in all from a server
-// that answers. If the acknowledgement has not come within
-// cancelAckTimeout (1 s), or the answer within cancelAnswerTimeout
-// (250 ms) after it, the connection is closed instead, as pgx's default
-// does at once: a cancelled statement holds its connection at most 1.25 s.
+// The price is paid only when a statement is cancelled. The connection
+// waits for the server (or the pooler) to acknowledge the cancel request, a
+// round trip, and for the statement's answer, and is not used again until
+// 100 ms after the acknowledgement (so that the request cannot cancel the
+// next statement): about 100 ms in all from a server that answers. If the
+// acknowledgement has not come within cancelAckTimeout (1 s), or the answer
+// within cancelAnswerTimeout (250 ms) after it, the connection is closed
+// instead, as pgx's default does at once: a call waits at most 1.25 s for a
+// cancelled statement.
 //
 // A server that ends an idle session (a restart, the old primary stopped in
 // a failover, pg_terminate_backend) sends it an error (57P01) and closes

@@ -53,12 +53,11 @@ import (
 // runs to its answer, and what it granted the caller who left is released
 // (reason "abandoned") in the background, tried again for up to 2 s while
 // it fails (Limiter.Close waits for such releases; on a single connection
-// it is done before Reserve returns). The caller returns when ctx ends,
-// combined with others or alone, combined or not: the statement runs on
-// without it, in the background (Limiter.Close waits for it; on a single
-// connection, and for a ctx that cannot end, the caller runs it and
-// returns once it is answered). A statement still unanswered 100 ms after
-// all its callers left (stuck behind a row lock, say) is cancelled. On a pool
+// it is done before Reserve returns). A caller whose request
+// is combined with others returns when ctx ends; a caller alone in its
+// statement, combined or not, returns once the statement is answered, not
+// waiting for the release. A statement still unanswered 100 ms after all
+// its callers left (stuck behind a row lock, say) is cancelled. On a pool
 // set up with ConfigurePool, pgx sends the server a cancel request and
 // reads the answer: the statement is rolled back, or it committed and what
 // it granted is released. With pgx's default, pgx gives the connection
@@ -124,11 +123,12 @@ func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error)
 // statementContext: once sent, it runs to its answer when ctx ends
 // meanwhile, since the server may have committed it and only its answer
 // names what it did. When ctx ended before that answer was read, what op
-// obtained goes to abandon (nobody holds it), and the caller gets ctx's
-// error as soon as ctx ends (runDetachable). A ctx already over sends
-// nothing. Inside a caller's transaction (WithTx) op runs in ctx as it
-// is: a statement cancelled there ends the transaction, and what it did
-// is rolled back with it. Reserve, CreateTask and ClaimTask share it.
+// obtained goes to abandon (nobody holds it), which runs in the background
+// (giveBackUnheld), and the caller gets ctx's error without waiting for
+// it. A ctx already over sends nothing. Inside a caller's transaction
+// (WithTx) op runs in ctx as it is: a statement cancelled there ends the
+// transaction, and what it did is rolled back with it. Reserve, CreateTask
+// and ClaimTask share it.
 func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context) (T, error), abandon func(T)) (T, error) {
 	if l.inTx {
 		return op(ctx)
@@ -137,11 +137,6 @@ func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if ctx.Done() != nil && !oneConnection(l.conn) && l.unheld != nil {
-		return runDetachable(l, ctx, op, abandon)
-	}
-	// The caller waits for the answer: it cannot leave (no ctx.Done), or a
-	// statement must not run beside its next one (oneConnection).
 	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
 	res, err := op(sctx)
 	cancel()

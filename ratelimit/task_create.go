@@ -32,10 +32,9 @@ import (
 // (the server may have created the task, and only the answer names it),
 // and a task it created for the caller who left is cancelled (error code
 // "abandoned", a task.cancelled event; its queue places free again): in
-// the background, CreateTask returning ctx's error as soon as ctx ends,
-// the statement running on without it (Limiter.Close waits for the
-// statement and the cancelling; on a single connection they are done
-// before CreateTask returns). Unless a worker
+// the background, CreateTask returning ctx's error once the statement is
+// answered (Limiter.Close waits for the cancelling; on a single
+// connection it is done before CreateTask returns). Unless a worker
 // claimed the async task first, nothing runs it. A statement still
 // unanswered 100 ms after ctx ended (waiting for a queue scope's lock,
 // say) is cancelled, and rolled back unless the server committed it

@@ -25,9 +25,8 @@ import (
 // worker who left is put back: queued again, due at once, its attempt
 // cancelled (error code "abandoned"), a task.queued event; this does not
 // count as a requeue (WithMaxRequeues). It is put back in the background,
-// ClaimTask returning ctx's error as soon as ctx ends, the statement
-// running on without it (Limiter.Close waits for both; on a single
-// connection the statement and the putting back are done before
+// ClaimTask returning ctx's error once the statement is answered
+// (Limiter.Close waits for it; on a single connection it is done before
 // ClaimTask returns). A statement still unanswered 100 ms after ctx ended
 // is cancelled; a claim committed all the same, or one whose putting back
 // still fails after 2 s of tries (a failed try, on a connection a restart
