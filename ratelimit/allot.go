@@ -561,8 +561,9 @@ func (a *allotments) abandonUnreturned() {
 // not close stay reserved until their window ends, and so do those a Close
 // could not return (the database unreachable): Maintenance.Recover returns
 // them, charging their last report, and a Commit or Release of what they
-// admitted reports StatusUnknown. A Close called while another runs waits for it; one called after it waits only for what calls made
-// since started (at once when there were none).
+// admitted reports StatusUnknown. A Close called while another runs waits
+// for it; one called after it waits only for what calls made since started
+// (at once when there were none).
 func (l *Limiter) Close() {
 	if l == nil { // a zero Limiter has nothing to close either
 		return
