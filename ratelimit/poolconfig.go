@@ -58,7 +58,9 @@ import (
 // A healthy idle connection has nothing to read, but for a notification to
 // a LISTEN on it or a notice, which costs one ping that reads it. A session
 // lost without a word (a host gone, a network cut), or ended between the
-// check and the statement, still fails its statement.
+// check and the statement, still fails its statement; a Reserve, Commit or
+// Release statement that pgx could not write at all (nothing of it reached
+// the server) is sent once more on another connection (resendsUnsent).
 //
 // It changes nothing else: exec mode, pool size and the rest of cfg are
 // left as they are. A nil cfg, or one not made by pgxpool.ParseConfig (a

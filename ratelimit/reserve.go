@@ -166,8 +166,18 @@ func statementContext(ctx context.Context, grace time.Duration) (context.Context
 }
 
 // reserveBatch decides admissions in one statement, in order: a grant or an
-// error for each, or an error for the whole call.
+// error for each, or an error for the whole call. A statement that failed
+// before any of it reached the server is sent once more (resendsUnsent).
 func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant, []error, error) {
+	grants, errs, err := l.reserveStatement(ctx, batch)
+	if err != nil && l.resendsUnsent(ctx, err) {
+		return l.reserveStatement(ctx, batch)
+	}
+	return grants, errs, err
+}
+
+// reserveStatement sends reserveBatch's statement once.
+func (l *Limiter) reserveStatement(ctx context.Context, batch []*admission) ([]Grant, []error, error) {
 	if len(batch) == 1 && len(batch[0].windows) == 1 && len(batch[0].leases) == 0 {
 		g, err := l.reserveOne(ctx, batch[0])
 		if err != nil && !isDecision(err) {

@@ -259,7 +259,18 @@ func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, 
 
 // settleBatch settles requests in one call of pgadmit_settle, committed by a
 // procedure sent after it when the batch is on a hot counter (hotbatch.go).
+// A statement that failed before any of it reached the server is sent once
+// more (resendsUnsent).
 func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Settlement, []error, error) {
+	out, errs, err := l.settleStatement(ctx, batch)
+	if err != nil && l.resendsUnsent(ctx, err) {
+		return l.settleStatement(ctx, batch)
+	}
+	return out, errs, err
+}
+
+// settleStatement sends settleBatch's statement once.
+func (l *Limiter) settleStatement(ctx context.Context, batch []*settleRequest) ([]Settlement, []error, error) {
 	if len(batch) == 1 && len(batch[0].ids) == 1 && len(batch[0].leaseIDs) == 0 && batch[0].knowsCounters() {
 		out, err := l.settleOne(ctx, batch[0])
 		if err != nil {
