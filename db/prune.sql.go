@@ -19,15 +19,18 @@ WHERE a.id = ANY(ARRAY(
     FROM gateway_rate_limit_allotments AS x
     WHERE x.expires_at < $1::timestamptz
       AND x.returned_at IS NOT NULL
-      AND NOT EXISTS (
-          SELECT 1
-          FROM gateway_rate_limit_counters AS c
-          WHERE c.scope_type = x.scope_type
-            AND c.scope_key = x.scope_key
-            AND c.metric = x.metric
-            AND c.window_seconds = x.window_seconds
-            AND c.window_start = x.window_start
-      )
+      -- A scalar subquery, not NOT EXISTS: one primary-key probe per block.
+      -- Prune's counters step has just deleted the counters of the ended
+      -- windows, so this runs on statistics that still count them, and a
+      -- NOT EXISTS was then planned as an anti-join of every ended block
+      -- with every counter, both read whole and sorted, in every batch.
+      AND (SELECT 1
+           FROM gateway_rate_limit_counters AS c
+           WHERE c.scope_type = x.scope_type
+             AND c.scope_key = x.scope_key
+             AND c.metric = x.metric
+             AND c.window_seconds = x.window_seconds
+             AND c.window_start = x.window_start) IS NULL
     ORDER BY x.expires_at, x.id
     LIMIT $2::integer
 ))
@@ -44,8 +47,9 @@ type PruneAllotmentsParams struct {
 // of a window still running; the ended ones it keeps (not returned yet, or
 // their counter kept) are few and read again by the next batch.
 // Locks: row locks on the deleted allotments.
-// Index: gateway_rate_limit_allotments_expiry_idx; gateway_rate_limit_counters_pkey
-// (NOT EXISTS).
+// Index: gateway_rate_limit_allotments_expiry_idx (in its order, no sort);
+// gateway_rate_limit_counters_pkey (one probe per block);
+// gateway_rate_limit_allotments_pkey (the delete).
 func (q *Queries) PruneAllotments(ctx context.Context, db DBTX, arg PruneAllotmentsParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneAllotments, arg.Cutoff, arg.BatchSize)
 	if err != nil {
