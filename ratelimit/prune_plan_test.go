@@ -272,3 +272,68 @@ func pruneOlderHalfOfCountersUnanalyzed(t *testing.T, pool *pgxpool.Pool, rows i
 	}
 	return cutoff
 }
+
+// Each of Prune's delete statements reads about its batch, whatever the
+// table holds: the counter windows, released leases, events of finished
+// tasks and finished tasks (with the rows their foreign keys delete or
+// update) are found through the index its query comment names, in its
+// order, and deleted by key. A plan that read the history whole (a
+// sequential scan, or every entry of an index) would make each batch cost
+// the table, and a first prune after months cost batches × table.
+func TestPruneStepsReadOnlyTheirBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const rows, batch = 40_000, 2_000
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	// The older half of the fixture's windows ended before it, and most of
+	// its released leases and finished tasks (spread over 27 hours).
+	cutoff, err := queries.PruneCutoff(ctx, pool, db.PruneCutoffParams{OlderThanSeconds: float64(rows / 100 / 2 * 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := map[string]func(tx pgx.Tx) (int64, error){
+		"PruneCounters": func(tx pgx.Tx) (int64, error) {
+			return queries.PruneCounters(ctx, tx, db.PruneCountersParams{Cutoff: cutoff, BatchSize: batch})
+		},
+		"PruneLeasesReleased": func(tx pgx.Tx) (int64, error) {
+			return queries.PruneLeasesReleased(ctx, tx, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: batch})
+		},
+		"PruneEvents": func(tx pgx.Tx) (int64, error) {
+			row, err := queries.PruneEvents(ctx, tx, db.PruneEventsParams{Cutoff: cutoff, AfterID: pgtype.UUID{Valid: true}, BatchSize: batch})
+			return int64(row.Deleted), err
+		},
+		"PruneTasks": func(tx pgx.Tx) (int64, error) {
+			return queries.PruneTasks(ctx, tx, db.PruneTasksParams{Cutoff: cutoff, BatchSize: batch})
+		},
+	}
+	for name, step := range steps {
+		for _, generic := range []bool{false, true} {
+			var n int64
+			reads := tableReads(t, pool, func(tx pgx.Tx) error {
+				if generic {
+					if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
+						return err
+					}
+				}
+				var err error
+				n, err = step(tx)
+				return err
+			})
+			if n != batch {
+				t.Fatalf("%s (generic plan: %t) deleted %d, want a full batch of %d", name, generic, n, batch)
+			}
+			for _, r := range reads {
+				if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
+					t.Errorf("%s: a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
+						name, batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
+				}
+			}
+		}
+	}
+}
