@@ -347,11 +347,9 @@ WHERE l.id IN (
 -- once, in index order, never sorting. Admissions are live state (one row
 -- per unfinished task and queue scope, bounded by the queue limits).
 -- Locks: row locks on the deleted admissions; tasks only read.
--- Index: gateway_task_admissions_pkey (keyset range scan in its order);
--- gateway_tasks_pkey (one probe per admission of the page). The delete is
--- a hash join of the page's doomed rows with the whole admission table (a
--- sequential scan), made only when the page holds a doomed row: rare, since
--- TaskFinish deletes a task's admissions itself.
+-- Index: gateway_task_admissions_pkey (keyset range scan in its order, and
+-- the delete: one probe per doomed task, its leading column);
+-- gateway_tasks_pkey (one probe per admission of the page).
 WITH page AS (
     SELECT x.task_id,
            x.scope_type,
@@ -368,12 +366,16 @@ WITH page AS (
     LIMIT @batch_size::integer
 ),
 gone AS (
+    -- By task, an array, not a join with the page: a join was hashed over
+    -- every admission, read by a sequential scan, in each page holding a
+    -- doomed row. A task's status decides for all its admissions, so those
+    -- of a doomed task past the page go too (the next page starts after
+    -- them). The EXISTS is tested once, before the delete reads anything:
+    -- a page with no doomed row (the usual one) reads no admission here,
+    -- whichever way a small table would be read.
     DELETE FROM gateway_task_admissions AS a
-    USING page
-    WHERE a.task_id = page.task_id
-      AND a.scope_type = page.scope_type
-      AND a.scope_key = page.scope_key
-      AND page.doomed
+    WHERE a.task_id = ANY(ARRAY(SELECT page.task_id FROM page WHERE page.doomed))
+      AND EXISTS (SELECT 1 FROM page WHERE page.doomed)
     RETURNING a.task_id
 ),
 last AS (

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -67,6 +70,62 @@ func TestRecoverFindsRowsOfFinishedTasksThroughOpenRows(t *testing.T) {
 			if r.SeqScans > 0 || r.IndexEntriesRead > fixtureRows/10 {
 				t.Errorf("%s on its generic plan read %s: %d sequential scans, %d index entries (of %d rows); want its open rows and their tasks",
 					name, r.TableName, r.SeqScans, r.IndexEntriesRead, fixtureRows)
+			}
+		}
+	}
+}
+
+// Recover's page of queue admissions that deletes those of finished tasks
+// (a foreign writer finished them) deletes them by key: the delete was a
+// hash join of the page's doomed rows with every admission, read by a
+// sequential scan, in each page holding one. Admissions are one per
+// unfinished task and queue scope: with a backlog of queued tasks, a pass
+// that met a doomed row in every page read the table once per page.
+func TestRecoverDeletesAdmissionsOfFinishedTasksByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const backlog, batch = 20_000, 100
+	if err := testq.FixtureFillQueue(ctx, pool, backlog); err != nil {
+		t.Fatalf("FixtureFillQueue: %v", err)
+	}
+	// The first page's first task, finished by hand: its admissions are
+	// doomed.
+	first := pgtype.UUID{Valid: true}
+	tableReads(t, pool, func(tx pgx.Tx) error { // rolled back: a read
+		row, err := queries.RecoveryAdmissionDeleteForFinishedTasks(ctx, tx, db.RecoveryAdmissionDeleteForFinishedTasksParams{
+			AfterTaskID: pgtype.UUID{Valid: true}, BatchSize: 1,
+		})
+		first = row.LastTaskID
+		return err
+	})
+	if n, err := testq.OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{TaskID: first, Status: ratelimit.TaskSucceeded}); err != nil || n != 1 {
+		t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	for _, generic := range []bool{false, true} {
+		var row db.RecoveryAdmissionDeleteForFinishedTasksRow
+		reads := tableReads(t, pool, func(tx pgx.Tx) error {
+			if generic {
+				if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
+					return err
+				}
+			}
+			var err error
+			row, err = queries.RecoveryAdmissionDeleteForFinishedTasks(ctx, tx, db.RecoveryAdmissionDeleteForFinishedTasksParams{
+				AfterTaskID: pgtype.UUID{Valid: true}, BatchSize: batch,
+			})
+			return err
+		})
+		if row.Scanned != batch || row.Deleted != 1 {
+			t.Fatalf("a page (generic plan: %t) read %d admissions and deleted %d, want %d and 1", generic, row.Scanned, row.Deleted, batch)
+		}
+		for _, r := range reads {
+			if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
+				t.Errorf("a page of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its page",
+					batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
 			}
 		}
 	}

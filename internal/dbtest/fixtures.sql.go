@@ -118,6 +118,28 @@ func (q *Queries) FixtureFillAllotments(ctx context.Context, db DBTX, rows int32
 	return err
 }
 
+const FixtureFillQueue = `-- name: FixtureFillQueue :exec
+WITH tasks AS (
+    INSERT INTO gateway_tasks (status, async_mode, kind, last_event_seq, created_at)
+    SELECT 'queued', true, 'fixture', 0, now() - interval '1 hour'
+    FROM generate_series(1, $1::integer) AS g
+    RETURNING id
+)
+INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value)
+SELECT id, 'fixture_queue', 'q' || (row_number() OVER () % 100)::text, 1000000
+FROM tasks
+`
+
+// Adds a queue backlog: @rows queued async tasks, each holding a place in
+// one of a hundred queue scopes (an admission), as a gateway whose workers
+// fall behind keeps them.
+// Locks: row locks on the inserted rows only.
+// Index: the inserts maintain every index; no reads.
+func (q *Queries) FixtureFillQueue(ctx context.Context, db DBTX, rows int32) error {
+	_, err := db.Exec(ctx, FixtureFillQueue, rows)
+	return err
+}
+
 const LedgersVacuumAnalyze = `-- name: LedgersVacuumAnalyze :exec
 VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases,
     gateway_rate_limit_allotments

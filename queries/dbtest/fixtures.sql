@@ -95,6 +95,22 @@ CROSS JOIN LATERAL (
     SELECT date_bin(interval '60 seconds', now(), timestamptz 'epoch') - (g / 100) * interval '60 seconds' AS window_start
 ) AS w;
 
+-- name: FixtureFillQueue :exec
+-- Adds a queue backlog: @rows queued async tasks, each holding a place in
+-- one of a hundred queue scopes (an admission), as a gateway whose workers
+-- fall behind keeps them.
+-- Locks: row locks on the inserted rows only.
+-- Index: the inserts maintain every index; no reads.
+WITH tasks AS (
+    INSERT INTO gateway_tasks (status, async_mode, kind, last_event_seq, created_at)
+    SELECT 'queued', true, 'fixture', 0, now() - interval '1 hour'
+    FROM generate_series(1, @rows::integer) AS g
+    RETURNING id
+)
+INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value)
+SELECT id, 'fixture_queue', 'q' || (row_number() OVER () % 100)::text, 1000000
+FROM tasks;
+
 -- name: TablesAnalyze :exec
 -- Refreshes planner statistics of every pgadmit table (after a bulk fill).
 -- Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
