@@ -310,6 +310,7 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 	}
 	var hot atomic.Bool
 	ctx = context.WithValue(ctx, hotMarkKey{}, &hot)
+	ctx = withCallers(ctx, func() bool { return allWait(batch) })
 	sent := time.Now()
 	res, errs, err := c.runGuarded(ctx, reqs)
 	detached = c.answered(f, len(batch), time.Since(sent), hot.Load())
@@ -348,6 +349,18 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 		}
 	}
 	return detached
+}
+
+// allWait reports whether every caller in batch still waits (its
+// context has not ended): a statement of the batch that failed unsent is
+// sent again only then (resendsUnsent).
+func allWait[Req, Res any](batch []*combined[Req, Res]) bool {
+	for _, p := range batch {
+		if p.ctx.Err() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseDone ends one of what releasing counts: an abandoned call, a

@@ -17,7 +17,30 @@ import (
 // transaction (WithTx) the transaction is gone with its connection, and a
 // single connection is closed for good. Nor once ctx, the statement's, has
 // ended: pgx reports a statement it did not send for that as safe to retry
-// too. A second failure is the callers'.
+// too. Nor once a caller of the statement has left (callersWait): a
+// request not yet sent is never sent for a caller who left, where it
+// would hold capacity for nobody until its grant was released as
+// abandoned; the callers still waiting get the failure. A second failure
+// is the callers'.
 func (l *Limiter) resendsUnsent(ctx context.Context, err error) bool {
-	return !l.inTx && !oneConnection(l.conn) && ctx.Err() == nil && pgconn.SafeToRetry(err)
+	return !l.inTx && !oneConnection(l.conn) && ctx.Err() == nil && callersWait(ctx) && pgconn.SafeToRetry(err)
+}
+
+// callersKey keys, in the context a statement runs in, the report of
+// whether every caller of the statement still waits (withCallers).
+type callersKey struct{}
+
+// withCallers records in ctx, a statement's, whether its callers all
+// still wait: the statement runs on after they leave (sendContext,
+// statementContext), and ctx's own end says nothing of them.
+func withCallers(ctx context.Context, allWait func() bool) context.Context {
+	return context.WithValue(ctx, callersKey{}, allWait)
+}
+
+// callersWait reports whether every caller of ctx's statement still
+// waits; true when ctx is a caller's own (nothing recorded), whose end
+// resendsUnsent checks itself.
+func callersWait(ctx context.Context) bool {
+	allWait, ok := ctx.Value(callersKey{}).(func() bool)
+	return !ok || allWait()
 }

@@ -138,7 +138,7 @@ func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context
 		return zero, err
 	}
 	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
-	res, err := op(sctx)
+	res, err := op(withCallers(sctx, func() bool { return ctx.Err() == nil }))
 	cancel()
 	if ctx.Err() != nil {
 		if err == nil {
