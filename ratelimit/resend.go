@@ -21,7 +21,10 @@ import (
 // request not yet sent is never sent for a caller who left, where it
 // would hold capacity for nobody until its grant was released as
 // abandoned; the callers still waiting get the failure. A second failure
-// is the callers'.
+// is the callers'. pgx says nothing was sent only of what it writes
+// through pgconn's frontend: a hot batch (a pgx.Batch) in
+// QueryExecModeExec goes by pgconn.ExecBatch, whose failed write is not
+// marked, and is not sent again.
 func (l *Limiter) resendsUnsent(ctx context.Context, err error) bool {
 	return !l.inTx && !oneConnection(l.conn) && ctx.Err() == nil && callersWait(ctx) && pgconn.SafeToRetry(err)
 }

@@ -256,3 +256,38 @@ func assertOpen(t *testing.T, pool *pgxpool.Pool, key string, want int64) {
 		t.Errorf("open reservations %+v, want %d in all", totals, want)
 	}
 }
+
+// In QueryExecModeExec pgx writes a hot batch (pgconn.ExecBatch) without
+// marking a failed write as unsent (pgconn.SafeToRetry), so a hot batch
+// handed a dead connection is not sent again and fails, with nothing
+// written, as the README says. Should pgx mark it, this fails: the README
+// is then wrong, and the batch is sent again.
+func TestHotBatchesInExecModeFailedUnsentAreNotSentAgain(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	ratelimit.ConfigurePool(cfg)
+	kill := closeOnNextAcquire(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ratelimit.New(pool)
+	t.Cleanup(l.Close)
+	key := uniqueKey("unsent-exec-hot")
+	limits := hourLimits(t, pool, window("provider", key, "requests", 100, 1))
+
+	kill.Store(true)
+	_, _, err = l.ReserveCombined(context.Background(), []ratelimit.BatchRequest{{Limits: limits}, {Limits: limits}})
+	assertKilled(t, kill)
+	if err == nil || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("hot Reserve batch in exec mode = %v; want the failed write on the closed socket", err)
+	}
+	if pgconn.SafeToRetry(err) {
+		t.Fatalf("hot Reserve batch in exec mode = %v, marked safe to retry but not sent again", err)
+	}
+	assertOpen(t, pool, key, 0)
+}
