@@ -25,6 +25,7 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 		{[]string{"--connect-timeout", "5", "doctor"}, `invalid value "5" for flag -connect-timeout: missing unit in duration "5" ` + hint},
 		{[]string{"inspect", "--connect-timeout", "soon"}, `invalid value "soon" for flag -connect-timeout: invalid duration "soon" ` + hint},
 		{[]string{"bench", "--duration", "1sec"}, `invalid value "1sec" for flag -duration: unknown unit "sec" in duration "1sec" ` + hint},
+		{[]string{"doctor", "--lock-timeout", "5"}, `invalid value "5" for flag -lock-timeout: missing unit in duration "5" ` + hint},
 	} {
 		out, errOut, code := cli(t, db, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" {
@@ -33,7 +34,7 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 		oneLine(t, "usage error of pgadmit "+strings.Join(tc.args, " "), errOut)
 	}
 	// --help still names their values durations.
-	for cmd, flags := range map[string][]string{"bench": {"--think", "--duration"}, "prune": {"--connect-timeout"}} {
+	for cmd, flags := range map[string][]string{"bench": {"--think", "--duration"}, "prune": {"--connect-timeout", "--lock-timeout"}, "inspect": {"--lock-timeout"}} {
 		out := cliOK(t, cmd, "--help")
 		for _, f := range flags {
 			if !strings.Contains(out, "\n  "+f+" duration\n") {

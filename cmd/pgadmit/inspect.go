@@ -34,8 +34,8 @@ transaction pooler):
                       as the holder last reported and when, and the time until they end
 
 --scope narrows every table to one scope. A table that another session holds locked (a
-migration that alters it) is waited for at most 5s (lock_timeout, for inspect's transaction
-only); then inspect fails, exit 1, and says so.`,
+migration that alters it) is waited for at most --lock-timeout (5s by default; 0: no bound;
+lock_timeout, for inspect's transaction only); then inspect fails, exit 1, and says so.`,
 		db:  dbRequired,
 		run: runInspect,
 	}
@@ -55,6 +55,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	scope := fs.String("scope", "", "show only this scope, as `TYPE:KEY` (e.g. api_key:team-42)")
 	limit := fs.Int("limit", 50, "print at most this many `rows` per table")
+	lockTimeout := lockTimeoutFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -64,6 +65,9 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	}
 	if *limit < 1 || *limit > 1_000_000 {
 		return usagef("--limit must be between 1 and 1000000, got %d", *limit)
+	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
+		return err
 	}
 	var scopeType, scopeKey pgtype.Text
 	// A --scope given empty (an unset shell variable) is refused, not read as "every scope".
@@ -81,9 +85,9 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	in, err := readInspect(ctx, pool, scopeType, scopeKey, int32(*limit))
+	in, err := readInspect(ctx, pool, scopeType, scopeKey, int32(*limit), *lockTimeout)
 	if err != nil {
-		return lockTimedOut(notMigrated(ctx, pool, err))
+		return lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout)
 	}
 	if err := printInspect(a.stdout, in.windows, in.leases, in.admissions); err != nil {
 		return err
@@ -103,8 +107,9 @@ type inspection struct {
 // snapshot (and one now()), so that their totals agree with each other under traffic, where
 // separate statements would each see a later state. It is one transaction and sets nothing on
 // the session, so it works behind a transaction pooler; it takes no row lock. It waits at most
-// operatorLockTimeout for a table another session holds locked.
-func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pgtype.Text, maxRows int32) (in inspection, err error) {
+// lockTimeout (--lock-timeout; 0 sets none, leaving the server's own) for a table another session
+// holds locked.
+func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pgtype.Text, maxRows int32, lockTimeout time.Duration) (in inspection, err error) {
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return in, fmt.Errorf("begin a read-only transaction: %w", err)
@@ -112,8 +117,10 @@ func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pg
 	// Nothing to commit: the transaction only read.
 	defer func() { _ = tx.Rollback(ctx) }()
 	q := db.New()
-	if err := q.SetLockTimeout(ctx, tx, operatorLockTimeout.Seconds()); err != nil {
-		return in, fmt.Errorf("set lock_timeout: %w", err)
+	if lockTimeout > 0 {
+		if err := q.SetLockTimeout(ctx, tx, lockTimeout.Seconds()); err != nil {
+			return in, fmt.Errorf("set lock_timeout: %w", err)
+		}
 	}
 	if in.windows, err = q.InspectWindows(ctx, tx, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
 		return in, fmt.Errorf("read windows: %w", err)

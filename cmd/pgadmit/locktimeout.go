@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -10,55 +11,85 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// operatorLockTimeout bounds how long inspect and doctor wait for a lock on a table they read
-// (PostgreSQL's lock_timeout, set for their own transaction only, so that it is safe behind
-// PgBouncer in transaction mode): a long migration holds the tables it alters ACCESS EXCLUSIVE,
-// and a reader that waits behind it would hang, and hold up every statement queued after it.
-// It also bounds each wait for a lock of a batch of recover and prune (WithMaintenanceLockTimeout;
-// lock_timeout applies to each lock waited for, so a batch that waits for several in turn can take
-// several times this): a transaction left idle with a counter row locked would hang them, and
-// every later pass of a sweeper.
-const operatorLockTimeout = 5 * time.Second
+// defaultLockTimeout is --lock-timeout's default. The flag bounds how long inspect and doctor
+// wait for a lock on a table they read (PostgreSQL's lock_timeout, set for their own transaction
+// only, so that it is safe behind PgBouncer in transaction mode): a long migration holds the
+// tables it alters ACCESS EXCLUSIVE, and a reader that waits behind it would hang, and hold up
+// every statement queued after it. It also bounds each wait for a lock of a batch of recover and
+// prune (WithMaintenanceLockTimeout; lock_timeout applies to each lock waited for, so a batch that
+// waits for several in turn can take several times this): a transaction left idle with a counter
+// row locked would hang them, and every later pass of a sweeper.
+const defaultLockTimeout = 5 * time.Second
+
+// lockTimeoutFlag adds --lock-timeout to inspect, doctor, recover and prune. 0 sets no bound of
+// pgadmit's, as lock_timeout = 0 means none to PostgreSQL: the server's own setting, if any, applies.
+func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("lock-timeout", defaultLockTimeout,
+		"wait at most `duration` for a lock another session holds (a migration's, an idle transaction's), then give up on it and exit 1 (0: no bound)")
+}
+
+// checkLockTimeout refuses a negative --lock-timeout.
+func checkLockTimeout(d time.Duration) error {
+	if d < 0 {
+		return usagef("--lock-timeout must be >= 0 (0: no bound), got %s", d)
+	}
+	return nil
+}
+
+// gaveUpAfter says what a command's wait for a lock was bounded by: --lock-timeout, or with 0,
+// which sets none, the server's own lock_timeout (a role's or a database's setting).
+func gaveUpAfter(bound time.Duration) string {
+	if bound > 0 {
+		return operatorDuration(bound) + " (--lock-timeout)"
+	}
+	return "the server's own lock_timeout (--lock-timeout 0 sets none)"
+}
 
 // lockTimeoutError is a command's failure when a table it reads stayed locked by another session
-// for longer than operatorLockTimeout (SQLSTATE 55P03, lock_not_available).
-type lockTimeoutError struct{ err error }
+// for longer than its bound (SQLSTATE 55P03, lock_not_available).
+type lockTimeoutError struct {
+	err   error
+	bound time.Duration // --lock-timeout
+}
 
 func (e *lockTimeoutError) Error() string {
-	return fmt.Sprintf("a table it reads is locked by another session (a migration?): gave up after %s; try again later (%v)", operatorLockTimeout, e.err)
+	return fmt.Sprintf("a table it reads is locked by another session (a migration?): gave up after %s; try again later (%v)", gaveUpAfter(e.bound), e.err)
 }
 
 func (e *lockTimeoutError) Unwrap() error { return e.err }
 
-// lockTimedOut returns err as a *lockTimeoutError when the server gave up waiting for a lock;
-// other errors pass through unchanged.
-func lockTimedOut(err error) error {
+// lockTimedOut returns err as a *lockTimeoutError when the server gave up waiting for a lock,
+// under bound (--lock-timeout); other errors pass through unchanged.
+func lockTimedOut(err error, bound time.Duration) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		return &lockTimeoutError{err: err}
+		return &lockTimeoutError{err: err, bound: bound}
 	}
 	return err
 }
 
 // lockWaitError is a recover or prune run's failure when rows (or a table) it had to lock stayed
-// locked by another session for longer than operatorLockTimeout: it left them (and, after a
-// second such wait in a step, the rest of that step; the wrapped error says which), its counts
-// say what it did, and a later run takes what it left once that session lets go.
-type lockWaitError struct{ err error }
+// locked by another session for longer than its bound: it left them (and, after a second such
+// wait in a step, the rest of that step; the wrapped error says which), its counts say what it
+// did, and a later run takes what it left once that session lets go.
+type lockWaitError struct {
+	err   error
+	bound time.Duration // --lock-timeout
+}
 
 func (e *lockWaitError) Error() string {
-	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", operatorLockTimeout, e.err)
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", gaveUpAfter(e.bound), e.err)
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }
 
 // lockWaited returns err as a *lockWaitError when the run's every error is a step that gave up
-// waiting for a lock (a *ratelimit.LockWaitError); other errors pass through unchanged: a run
-// also cut off (its deadline, the connection lost) or rejected is told by its own errors, which
-// name the lock waits too.
-func lockWaited(err error) error {
+// waiting for a lock (a *ratelimit.LockWaitError) under bound (--lock-timeout); other errors
+// pass through unchanged: a run also cut off (its deadline, the connection lost) or rejected is
+// told by its own errors, which name the lock waits too.
+func lockWaited(err error, bound time.Duration) error {
 	if err != nil && ratelimit.OnlyLockWaits(err) {
-		return &lockWaitError{err: err}
+		return &lockWaitError{err: err, bound: bound}
 	}
 	return err
 }

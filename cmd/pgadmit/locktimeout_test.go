@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -33,8 +38,127 @@ func TestLockWaitedOnlyWhenEveryErrorIsALockWait(t *testing.T) {
 		{"no lock wait", context.DeadlineExceeded, false},
 	} {
 		var lw *lockWaitError
-		if got := errors.As(lockWaited(tc.err), &lw); got != tc.want {
+		if got := errors.As(lockWaited(tc.err, defaultLockTimeout), &lw); got != tc.want {
 			t.Errorf("%s: told as a lock wait: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The errors of a lock wait name the bound the command had (--lock-timeout, as an operator writes
+// it), not a fixed 5s; with --lock-timeout 0 pgadmit set none, and the server's own lock_timeout
+// (a role's or database's) is what gave up.
+func TestLockErrorsNameTheirBound(t *testing.T) {
+	t.Parallel()
+	timedOut := &pgconn.PgError{Code: "55P03"}
+	wait := fmt.Errorf("ratelimit: prune: counters: %w", &ratelimit.LockWaitError{Job: "prune", Step: "counters", Rest: true, Err: timedOut})
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{lockTimedOut(timedOut, 1500*time.Millisecond), "locked by another session (a migration?): gave up after 1.5s (--lock-timeout); try again later"},
+		{lockTimedOut(timedOut, 2*time.Minute), "gave up after 2m (--lock-timeout);"},
+		{lockTimedOut(timedOut, 0), "gave up after the server's own lock_timeout (--lock-timeout 0 sets none);"},
+		{lockWaited(wait, 300*time.Millisecond), "gave up on them after 300ms (--lock-timeout) and left what it could not lock"},
+		{lockWaited(wait, 0), "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and left"},
+	} {
+		if got := tc.err.Error(); !strings.Contains(got, tc.want) {
+			t.Errorf("%q does not say %q", got, tc.want)
+		}
+	}
+}
+
+// --lock-timeout 0 sets no lock_timeout of pgadmit's: the commands wait as long as the server lets
+// them. Where the server has a lock_timeout of its own (here from the connection string; a role's
+// or a database's setting does the same) that one gives up, sooner than the default 5s would, and
+// the error says whose bound it was.
+func TestLockTimeoutZeroSetsNone(t *testing.T) {
+	t.Parallel()
+	const serverBound = 300 * time.Millisecond
+	for _, c := range []struct {
+		args []string
+		lock func(context.Context, dbtest.DBTX) error
+		said string
+	}{
+		{[]string{"inspect"}, dbtest.New().OpsLockCounters, "gave up after the server's own lock_timeout (--lock-timeout 0 sets none)"},
+		{[]string{"doctor"}, dbtest.New().OpsLockCounters, "gave up after the server's own lock_timeout (--lock-timeout 0 sets none)"},
+		{[]string{"recover"}, dbtest.New().OpsLockTasks, "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none)"},
+		{[]string{"prune", "--older-than", "1s"}, dbtest.New().OpsLockCounters, "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none)"},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			t.Parallel()
+			url, pool := newDatabase(t)
+			tx, err := pool.Begin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			if err := c.lock(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			args := append(append([]string{"--database-url", url + "&lock_timeout=300ms"}, c.args...), "--lock-timeout", "0")
+			start := time.Now()
+			code := run(ctx, args, &out, &errOut, func(string) string { return "" })
+			took := time.Since(start)
+			if code != exitFailure || !strings.Contains(errOut.String(), c.said) {
+				t.Errorf("pgadmit %s --lock-timeout 0 behind the server's lock_timeout of 300ms: exit %d after %s, stderr %q; want exit 1, %q",
+					c.args[0], code, took.Round(time.Millisecond), errOut.String(), c.said)
+			}
+			// pgadmit's default would have set 5s for its transactions, over the session's 300ms.
+			if took < serverBound || took >= defaultLockTimeout {
+				t.Errorf("pgadmit %s --lock-timeout 0 gave up after %s, want the server's %s (and less than the default %s)", c.args[0], took, serverBound, defaultLockTimeout)
+			}
+		})
+	}
+	// Without a lock_timeout of the server's, it waits until the lock goes, and then does its work.
+	t.Run("no bound", func(t *testing.T) {
+		t.Parallel()
+		url, pool := newDatabase(t)
+		release := lockCounters(t, pool)
+		exited := make(chan int, 1)
+		var out, errOut syncBuffer
+		go func() {
+			exited <- run(context.Background(), []string{"--database-url", url, "doctor", "--lock-timeout", "0"}, &out, &errOut, func(string) string { return "" })
+		}()
+		pgtest.AwaitLockWaiters(t, pool, "doctor")
+		release()
+		if code := <-exited; code != exitOK || !strings.Contains(out.String(), "the books balance") {
+			t.Errorf("doctor --lock-timeout 0 once the lock went: exit %d, stdout %q, stderr %q; want exit 0, the books balance", code, out.String(), errOut.String())
+		}
+	})
+}
+
+// The recover sweeper's passes are bounded by --lock-timeout too, and a pass that gave up says by
+// how much.
+func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := dbtest.New().OpsLockTasks(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exit := make(chan int, 1)
+	start := time.Now()
+	go func() {
+		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "200ms", "--lock-timeout", "300ms"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	awaitLog(t, &stdout, `recover: pass failed: another session held locks it needed .*: gave up on them after 300ms \(--lock-timeout\)`)
+	// Its five waits for the tasks table took 25 s at the default bound.
+	if took := time.Since(start); took >= 5*defaultLockTimeout {
+		t.Errorf("the sweeper's first pass gave up after %s, want about five times 300ms", took)
+	}
+	cancel()
+	if code := <-exit; code != exitOK || stderr.String() != "" {
+		t.Errorf("recover --every --lock-timeout 300ms: exit %d, stderr %q", code, stderr.String())
 	}
 }

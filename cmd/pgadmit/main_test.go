@@ -151,6 +151,13 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"recover", "--pass-timeout", "5s"}, "--pass-timeout needs --every"},
 		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
 		{db, []string{"doctor", "now"}, `unexpected argument "now"`},
+		{db, []string{"inspect", "--lock-timeout", "-1s"}, "--lock-timeout must be >= 0 (0: no bound), got -1s"},
+		{db, []string{"doctor", "--lock-timeout", "-1ms"}, "--lock-timeout must be >= 0 (0: no bound), got -1ms"},
+		{db, []string{"recover", "--lock-timeout", "-5s"}, "--lock-timeout must be >= 0 (0: no bound), got -5s"},
+		{db, []string{"recover", "--every", "1s", "--lock-timeout", "-5s"}, "--lock-timeout must be >= 0 (0: no bound), got -5s"},
+		{db, []string{"prune", "--lock-timeout", "-1m"}, "--lock-timeout must be >= 0 (0: no bound), got -1m"},
+		// migrate has a lock_timeout of its own for its migrations; demo and bench wait for no lock of another session.
+		{db, []string{"migrate", "up", "--lock-timeout", "1s"}, "flag provided but not defined: -lock-timeout"},
 	} {
 		out, errOut, code := cli(t, tc.env, tc.args...)
 		if code != exitUsage {

@@ -25,14 +25,14 @@ requeue_limit_exceeded once requeued --max-requeues times); open reservations, l
 running attempts and queue admissions of finished tasks are released; expired leases are marked
 released. It works in bounded batches of short transactions and is single-flight across
 processes (a lease row, no session state: it works through PgBouncer in transaction pooling
-mode): when another process is recovering, a pass is skipped. A batch waits at most 5s for each
-lock another session holds (a counter row that a transaction left idle in transaction keeps
-locked, or a table a migration alters, say; lock_timeout is set in the batch's own transaction,
-before the server parses its statement, and bounds each wait for a lock,
-so a batch that waits for several in turn can take several times 5s): past it, that batch is left
-whole to a later pass (and the rest of its step, after a second such batch in the step or when
-the step is one statement), the other steps run, what was done is printed, and the command says
-what it left, exit 1.
+mode): when another process is recovering, a pass is skipped. A batch waits at most
+--lock-timeout (5s by default; 0: no bound) for each lock another session holds (a counter row
+that a transaction left idle in transaction keeps locked, or a table a migration alters, say;
+lock_timeout is set in the batch's own transaction, before the server parses its statement, and
+bounds each wait for a lock, so a batch that waits for several in turn can take several times
+that): past it, that batch is left whole to a later pass (and the rest of its step, after a
+second such batch in the step or when the step is one statement), the other steps run, what was
+done is printed, and the command says what it left, exit 1.
 
 Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
 that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
@@ -51,6 +51,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
 	progress := progressFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -74,13 +75,16 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if *maxRequeues < 0 {
 		return usagef("--max-requeues must be >= 0, got %d", *maxRequeues)
 	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
+		return err
+	}
 	if err := checkProgress(fs, *progress, *every > 0); err != nil {
 		return err
 	}
 
 	if *every > 0 {
-		return sweep(ctx, a, *every, *passTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
-			ratelimit.WithMaintenanceLockTimeout(operatorLockTimeout))
+		return sweep(ctx, a, *every, *passTimeout, *lockTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
+			ratelimit.WithMaintenanceLockTimeout(*lockTimeout))
 	}
 	pool, err := a.connectOperator(ctx)
 	if err != nil {
@@ -88,18 +92,19 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
-		ratelimit.WithMaintenanceLockTimeout(operatorLockTimeout), a.progressOption(*progress))
+		ratelimit.WithMaintenanceLockTimeout(*lockTimeout), a.progressOption(*progress))
 	start := time.Now()
 	res, err := maint.Recover(ctx)
 	if line, ok := passReport(res, err, start); ok {
 		fmt.Fprintln(a.stdout, line)
 	}
-	return lockWaited(notMigrated(ctx, pool, err))
+	return lockWaited(notMigrated(ctx, pool, err), *lockTimeout)
 }
 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
-// reach, at start or later, is logged and tried again at the next interval.
-func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts ...ratelimit.MaintenanceOption) error {
+// reach, at start or later, is logged and tried again at the next interval. lockTimeout is the
+// bound that opts give a batch's wait for a lock, for the log of a pass that gave up.
+func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Duration, opts ...ratelimit.MaintenanceOption) error {
 	cfg, err := a.poolConfig(a.dsn, 2)
 	if err != nil {
 		return err // a bad URL: no retry will mend it
@@ -137,7 +142,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 			}
 		}
 		if pool != nil {
-			recoverPass(ctx, pool, maint, passTimeout, logf, a.dsn)
+			recoverPass(ctx, pool, maint, passTimeout, lockTimeout, logf, a.dsn)
 		}
 		select {
 		case <-ctx.Done():
@@ -151,7 +156,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout time.Duration, opts .
 // recoverPass runs one pass of the sweeper and logs it. A pass that hangs (a server that
 // stopped answering, a lock held for ever) must not stop the sweeper: after passTimeout it is
 // cut off, and the next pass goes on where it stopped.
-func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maintenance, passTimeout time.Duration, logf func(string, ...any), dsn string) {
+func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maintenance, passTimeout, lockTimeout time.Duration, logf func(string, ...any), dsn string) {
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
@@ -171,7 +176,7 @@ func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maint
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(lockWaited(notMigrated(ctx, pool, err)).Error(), dsn))
+		logf("recover: pass failed: %s", scrub(lockWaited(notMigrated(ctx, pool, err), lockTimeout).Error(), dsn))
 	}
 }
 
@@ -207,8 +212,8 @@ windows, released or expired leases, and with --events the events of tasks that 
 the cutoff. Tasks that finished more than --task-retention ago are deleted with their attempts,
 events and queue admissions (their reservations and leases stay in the books, without a task).
 Live state is never touched, and the books still balance afterwards. Single-flight across
-processes, like recover, and like it a batch waits at most 5s for each lock another session holds:
-that batch is left to a later run (and the rest of its step, as for recover), the other steps
+processes, like recover, and like it a batch waits at most --lock-timeout (5s by default; 0: no
+bound) for each lock another session holds: that batch is left to a later run (and the rest of its step, as for recover), the other steps
 run, what was done is printed, and it exits 1 saying so.`,
 		db:  dbRequired,
 		run: runPrune,
@@ -222,6 +227,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most")
 	progress := progressFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -241,6 +247,9 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err := checkProgress(fs, *progress, false); err != nil {
 		return err
 	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
+		return err
+	}
 	retention := *taskRetention
 	if retention == 0 {
 		retention = -1 // keep finished tasks
@@ -251,13 +260,13 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	}
 	defer pool.Close()
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
-		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(operatorLockTimeout), a.progressOption(*progress))
+		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(*lockTimeout), a.progressOption(*progress))
 	start := time.Now()
 	res, err := maint.Prune(ctx, *olderThan)
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return lockWaited(notMigrated(ctx, pool, err))
+	return lockWaited(notMigrated(ctx, pool, err), *lockTimeout)
 }
 
 // progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the
@@ -309,8 +318,9 @@ connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mo
 transaction) while pgx's exec mode needs session state (cache_statement, the default, or
 describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
 when anything is. Full scans of the counters and reservations: an operator's tool. A table that
-another session holds locked (a migration that alters it) is waited for at most 5s (lock_timeout,
-for doctor's transaction only); then doctor fails, exit 1, and says so. While the check runs,
+another session holds locked (a migration that alters it) is waited for at most --lock-timeout
+(5s by default; 0: no bound; lock_timeout, for doctor's transaction only); then doctor fails,
+exit 1, and says so. While the check runs,
 every --progress it says on stderr that it is still checking, and for how long.`,
 		db:  dbRequired,
 		run: runDoctor,
@@ -320,6 +330,7 @@ every --progress it says on stderr that it is still checking, and for how long.`
 func runDoctor(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	progress := progressFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -328,6 +339,9 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if err := checkProgress(fs, *progress, false); err != nil {
+		return err
+	}
+	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return err
 	}
 	pool, err := a.connectOperator(ctx)
@@ -351,10 +365,10 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	stopProgress := doctorProgress(a.stderr, *progress)
-	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(operatorLockTimeout)).Doctor(ctx)
+	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(ctx)
 	stopProgress()
 	if err != nil {
-		return lockTimedOut(notMigrated(ctx, pool, err))
+		return lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout)
 	}
 	return a.printDoctor(rep)
 }

@@ -12,8 +12,8 @@ import (
 
 // A transaction left idle with counter rows locked (a gateway's WithTx, a long manual session)
 // used to hang recover and prune for as long as it stayed open. They now give up on the rows
-// behind it after operatorLockTimeout, do the rest, print what they did, and say plainly what
-// they left and why, exiting 1.
+// behind it after --lock-timeout (short here: what is checked is what they leave, not how long
+// they wait), do the rest, print what they did, and say plainly what they left and why, exiting 1.
 func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,12 +34,13 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	// A batch that times out is left whole: with batches of one row, the rows left are exactly
 	// the ones behind the locks.
 	const slack = 20 * time.Second // a shared machine: a hung run takes for ever, not this
-	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 5s"
+	const bound = 300 * time.Millisecond
+	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 300ms (--lock-timeout)"
 
 	start := time.Now()
-	out, errOut, code := cli(t, nil, "--database-url", url, "recover", "--batch-size", "1")
-	if took := time.Since(start); took < operatorLockTimeout || took > 2*operatorLockTimeout+slack { // two steps meet the held reservation
-		t.Errorf("recover took %v, want about %v", took, operatorLockTimeout)
+	out, errOut, code := cli(t, nil, "--database-url", url, "recover", "--batch-size", "1", "--lock-timeout", "300ms")
+	if took := time.Since(start); took < bound || took > 2*bound+slack { // two steps meet the held reservation
+		t.Errorf("recover took %v, want about %v", took, bound)
 	}
 	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release reservations of finished tasks") {
 		t.Errorf("recover: exit %d, stderr %q: want 1, %q and the step", code, errOut, said)
@@ -48,13 +49,12 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 		t.Errorf("recover printed %q, want what it did: the free reservation released, both attempts failed", out)
 	}
 
-	// The 1 s windows end, and a cutoff of 1 s passes them, 2 s after they were seeded: recover,
-	// which waited out its lock timeout, took longer than that already.
+	// The 1 s windows end, and a cutoff of 1 s passes them, 2 s after they were seeded.
 	time.Sleep(time.Until(seeded.Add(2100 * time.Millisecond)))
 	start = time.Now()
-	out, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "1s", "--batch-size", "1")
-	if took := time.Since(start); took < operatorLockTimeout || took > operatorLockTimeout+slack {
-		t.Errorf("prune took %v, want about %v", took, operatorLockTimeout)
+	out, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "1s", "--batch-size", "1", "--lock-timeout", "300ms")
+	if took := time.Since(start); took < bound || took > bound+slack {
+		t.Errorf("prune took %v, want about %v", took, bound)
 	}
 	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release stale reservations") {
 		t.Errorf("prune: exit %d, stderr %q: want 1, %q and the step", code, errOut, said)
@@ -74,18 +74,21 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 
 // A table a migration holds locked (ACCESS EXCLUSIVE, an ALTER TABLE left open) is met when the
 // server parses a statement, which pgx, in its default exec mode (the connection string's here),
-// does before the statement runs. recover and prune give up on it after operatorLockTimeout per
-// statement that meets it (recover meets the tasks table in five steps: about 25 s), and say that
-// another session held locks, instead of hanging.
+// does before the statement runs. recover and prune give up on it after --lock-timeout per
+// statement that meets it (recover meets the tasks table in five steps, prune the counters table
+// in two: 25 s and 10 s at the default 5s), and say that another session held locks, naming the
+// bound, instead of hanging.
 func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
 	t.Parallel()
-	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 5s"
+	const bound = 300 * time.Millisecond
+	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 300ms (--lock-timeout)"
 	for _, c := range []struct {
-		args []string
-		lock func(context.Context, dbtest.DBTX) error
+		args  []string
+		lock  func(context.Context, dbtest.DBTX) error
+		waits int // statements that meet the lock
 	}{
-		{[]string{"recover"}, dbtest.New().OpsLockTasks},
-		{[]string{"prune", "--older-than", "1s"}, dbtest.New().OpsLockCounters},
+		{[]string{"recover"}, dbtest.New().OpsLockTasks, 5},
+		{[]string{"prune", "--older-than", "1s"}, dbtest.New().OpsLockCounters, 2},
 	} {
 		t.Run(c.args[0], func(t *testing.T) {
 			t.Parallel()
@@ -103,14 +106,15 @@ func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
 			defer cancel()
 			var out, errOut bytes.Buffer
 			start := time.Now()
-			code := run(ctx, append([]string{"--database-url", url}, c.args...), &out, &errOut, func(string) string { return "" })
+			code := run(ctx, append(append([]string{"--database-url", url}, c.args...), "--lock-timeout", "300ms"), &out, &errOut, func(string) string { return "" })
 			took := time.Since(start)
 			if code != exitFailure || !strings.Contains(errOut.String(), said) || !strings.Contains(errOut.String(), "55P03") {
 				t.Errorf("pgadmit %s on a locked table: exit %d after %s, stderr %q; want exit 1, %q (55P03)",
 					c.args[0], code, took.Round(time.Millisecond), errOut.String(), said)
 			}
-			if took < operatorLockTimeout {
-				t.Errorf("pgadmit %s gave up after %s, want at least %s", c.args[0], took, operatorLockTimeout)
+			// At least one wait of the bound; sooner than the default bound could have let it give up.
+			if took < bound || took >= time.Duration(c.waits)*defaultLockTimeout {
+				t.Errorf("pgadmit %s --lock-timeout 300ms gave up after %s, want between %s and %s", c.args[0], took, bound, time.Duration(c.waits)*defaultLockTimeout)
 			}
 		})
 	}
