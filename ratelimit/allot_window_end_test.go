@@ -90,6 +90,22 @@ func clockSteppedLimiter(t *testing.T) (l *ratelimit.Limiter, pool *pgxpool.Pool
 	return l, pool, step
 }
 
+// awaitDBClockBefore waits until l's estimate of the database's clock is
+// before at: a sync of the housekeeping (every second) has read the clock
+// stepped back. A fixed sleep raced that sync, which a loaded machine may
+// run late; 10s is far past any sync due.
+func awaitDBClockBefore(t *testing.T, l *ratelimit.Limiter, at time.Time) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if now, known := l.DBClock(); known && now.Before(at) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sync read the database's clock stepped back before %s in 10s", at)
+		}
+	}
+}
+
 // A database whose clock steps forward past a block's window (an NTP step
 // on its host, a failover to a replica ahead) ends that block within a
 // sync of the housekeeping, which reads the database's clock: the estimate
@@ -105,9 +121,10 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 	// The housekeeping syncs every second (allotSyncEvery), on a 100ms
 	// tick, and returns the block at its next tick once the sync ended it
 	// (then its admission is no longer kept); one request after that, or
-	// after 2s if the block stays (more requests would take the next block
-	// ahead, which reads the clock too).
-	for deadline := time.Now().Add(2 * time.Second); l.LocalAdmissionsKept() > 0 && time.Now().Before(deadline); {
+	// after 10s if the block stays, far past any sync due on a loaded
+	// machine (more requests would take the next block ahead, which reads
+	// the clock too).
+	for deadline := time.Now().Add(10 * time.Second); l.LocalAdmissionsKept() > 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
@@ -133,7 +150,7 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t
 	key := uniqueKey("dbstepback")
 	first := reserveLocal(t, l, key, 1000, 1)
 	step.Store(int64(-2 * time.Hour)) // the database's clock is two hours back, before the block's hour
-	time.Sleep(2 * time.Second)       // a sync (every second) reads it
+	awaitDBClockBefore(t, l, first.Reservations[0].WindowStart)
 	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +226,7 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	step.Store(int64(-2 * time.Hour))
-	time.Sleep(1500 * time.Millisecond) // a sync (every second) reads the clock two hours back
+	awaitDBClockBefore(t, l, first.Reservations[0].WindowStart) // a sync reads the clock two hours back
 	armed.Store(true)
 	var g ratelimit.Grant
 	select {
@@ -218,8 +235,8 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 		t.Fatal("no housekeeping round in 10s")
 	}
 	r := g.Reservations[0]
-	if !r.Local {
-		t.Fatalf("Reserve within the round: %+v; want a Local admission from a block taken then", r)
+	if !r.Local || r.Allotment == first.Reservations[0].Allotment {
+		t.Fatalf("Reserve within the round: %+v; want a Local admission from a block taken then, not from %s, which the step back ended", r, first.Reservations[0].Allotment)
 	}
 	// Wait for the round to end: the next one starts after it.
 	for n, deadline := rounds.Load(), time.Now().Add(10*time.Second); rounds.Load() <= n; time.Sleep(10 * time.Millisecond) {
@@ -251,7 +268,7 @@ func TestCloseReturnsABlockOfAWindowNotBegunWithARequestInFlight(t *testing.T) {
 	key := uniqueKey("closenotbegun")
 	inFlight := reserveLocal(t, l, key, 1000, 2)
 	step.Store(int64(-2 * time.Hour))
-	time.Sleep(1500 * time.Millisecond) // a sync reads the clock two hours back: the block closes
+	awaitDBClockBefore(t, l, inFlight.Reservations[0].WindowStart) // a sync reads the clock two hours back: the block closes
 	if b := allotments(t, pool, "model", key)[0]; b.ReturnedAt != nil {
 		t.Fatalf("block %+v returned with a request it admitted in flight", b)
 	}

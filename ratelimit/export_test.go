@@ -156,6 +156,10 @@ func (l *Limiter) QueuedSettles() int {
 	return len(l.settles.queue)
 }
 
+// DBClock is l's estimate of the database's clock, and whether l has read
+// that clock yet, so that a test can wait for a sync to read it.
+func (l *Limiter) DBClock() (time.Time, bool) { return l.allot.dbClock() }
+
 // LocalAdmissionsKept is how many Local admissions l keeps for settling
 // copies of their grants (see Reservation.LocalID).
 func (l *Limiter) LocalAdmissionsKept() int {

@@ -19,7 +19,7 @@ import (
 // hooks into its internals for tests, not part of its API.
 var testOnlyMethods = map[string]bool{
 	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
-	"LocalAdmissionsKept": true, "AfterReserveStatements": true,
+	"LocalAdmissionsKept": true, "AfterReserveStatements": true, "DBClock": true,
 	"ReservesInFlight": true, "ReleaseUnheld": true, "RetryUnheld": true,
 }
 
