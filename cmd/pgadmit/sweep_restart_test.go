@@ -40,7 +40,7 @@ func awaitLog(t *testing.T, out *syncBuffer, re string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !regexp.MustCompile(re).MatchString(out.String()); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the sweeper never logged %s:\n%s", re, out.String())
+			t.Fatalf("pgadmit never wrote %s within 30s:\n%s", re, out.String())
 		}
 	}
 }
