@@ -86,8 +86,9 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) (la *localAdmission,
 	}
 	s.lastTake = time.Now()
 	for waits := 0; ; waits++ {
-		if la := s.tryLocked(s.a.dbNow(), amount, w.Limit.Limit); la != nil {
-			s.prefetchLocked(w)
+		now := s.a.dbNow()
+		if la := s.tryLocked(now, amount, w.Limit.Limit); la != nil {
+			s.prefetchLocked(w, now)
 			return la, false
 		}
 		if waits == maxRefillWaits {
@@ -223,14 +224,30 @@ func (s *blockSet) installLocked(b *block) {
 }
 
 // prefetchLocked takes the next block ahead, off the request's path, when
-// the current one is more than half spent. The same statement trims a
-// block set aside since (see refillLocked).
-func (s *blockSet) prefetchLocked(w windowLimit) {
+// the current one is more than half spent, unless the current one would
+// last until its window stops admitting (Margin before its end) at the
+// rate this process admits: the next block would admit nothing, and hold
+// its units from the others until it went back. The same statement trims a
+// block set aside since (see refillLocked). now is the estimate of the
+// database's clock.
+func (s *blockSet) prefetchLocked(w windowLimit, now time.Time) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 {
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || s.outlastsWindowLocked(b, now) {
 		return
 	}
 	s.refillLocked(w, w.Limit.Amount, false)
+}
+
+// outlastsWindowLocked reports whether b still has units free when
+// admission from its window stops, at the rate admitted since the last
+// block was taken (units over rateSince: see wantLocked). False while no
+// rate is known.
+func (s *blockSet) outlastsWindowLocked(b *block, now time.Time) bool {
+	el := time.Since(s.rateSince).Seconds()
+	if s.rateSince.IsZero() || s.units <= 0 || el <= 0 {
+		return false
+	}
+	return b.free()/s.units*el >= b.resetAt.Add(-s.a.opts.Margin).Sub(now).Seconds()
 }
 
 // refillLocked starts taking a block of at least need units from the

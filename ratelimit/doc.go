@@ -60,8 +60,10 @@
 // limit and, unless the request waiting for it needs more, at most half of
 // what the window has free; it admits only requests whose limit is at
 // least the one it was taken under. The next block is taken ahead, in the
-// background, when the current one is half spent; a block set aside for
-// want of room is trimmed to what it admitted.
+// background, when the current one is half spent, unless at the rate the
+// process admits the current one would last until its window stops
+// admitting; a block set aside for want of room is trimmed to what it
+// admitted.
 //
 // A block is returned, its units leaving reserved_value and what it
 // admitted entering used_value (actual amounts of committed requests, an
