@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -63,4 +65,75 @@ func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 		t.Errorf("no block of the window ending %s", end.Format("15:04:05"))
 	}
 	assertBooksBalance(t, pool, "model", key)
+}
+
+// A block taken ahead whose statement starts only after its window ended
+// (it waited for the pool's one session) is a block of the next window:
+// the request that finds the block it was taken ahead of ended waits for
+// it, and is admitted from it, rather than the block going back unused
+// and another being taken. (The wait is 300 ms: the estimate of the
+// database's clock runs ahead by the wait for a session, see allotTake, and
+// a wait longer than the window's admitting part would end the block at
+// once.)
+func TestLocalBlockTakenAheadIntoTheNextWindowAdmits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // one session, which the test holds across the window's end
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	dbNow := pgtest.DBNow(t, pool)
+	offset := time.Until(dbNow) // the database's clock less this host's
+	end := dbNow.Truncate(time.Second).Add(time.Second)
+	if end.Sub(dbNow) < 300*time.Millisecond {
+		end = end.Add(time.Second)
+	}
+	time.Sleep(time.Until(end.Add(-250 * time.Millisecond).Add(-offset)))
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
+	defer l.Close()
+	key := uniqueKey("aheadnext")
+	// The first block is 16 units: the eighth request spends half of it,
+	// and takes the next one ahead, which waits for the session.
+	for range 7 {
+		reserveSecond(t, l, key)
+	}
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserveSecond(t, l, key)
+	time.Sleep(time.Until(end.Add(50 * time.Millisecond).Add(-offset))) // into the next window
+	held.Release()
+	var ahead string
+	for deadline := time.Now().Add(5 * time.Second); ahead == ""; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no block taken ahead in 5s")
+		}
+		if blocks := allotments(t, pool, "model", key); len(blocks) == 2 {
+			ahead = blocks[1].ID.String()
+		}
+	}
+	r := reserveSecond(t, l, key).Reservations[0]
+	if r.Allotment != ahead || !r.WindowStart.Equal(end) {
+		t.Fatalf("admitted from block %s of the window from %s; want %s, taken ahead, of the window from %s", r.Allotment, r.WindowStart, ahead, end)
+	}
+	if blocks := allotments(t, pool, "model", key); len(blocks) != 2 {
+		t.Fatalf("%d blocks taken, want 2: the first and the one taken ahead", len(blocks))
+	}
+}
+
+// reserveSecond admits one unit of localSecond(key, 1000, 1) from a block.
+func reserveSecond(t *testing.T, l *ratelimit.Limiter, key string) ratelimit.Grant {
+	t.Helper()
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localSecond(key, 1000, 1)})
+	if err != nil || !g.Reservations[0].Local {
+		t.Fatalf("Reserve: %+v, %v; want a Local admission", g, err)
+	}
+	return g
 }
