@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
@@ -489,8 +490,11 @@ func (a *allotments) sync() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 	defer cancel()
-	sent := time.Now()
-	row, err := a.l.queries.AllotmentSync(ctx, a.l.conn, p)
+	var row db.AllotmentSyncRow
+	sent, err := a.onSession(ctx, func(conn db.DBTX) (err error) {
+		row, err = a.l.queries.AllotmentSync(ctx, conn, p)
+		return err
+	})
 	if err == nil {
 		a.readClock(row.DbNow, sent)
 	}
@@ -585,16 +589,39 @@ func (l *Limiter) Close() {
 // db_now is now(), read when the statement starts, before it waits for the
 // counter row (and a Local counter is a hot one): it is not the middle of
 // the call, which may have waited for seconds, but some instant after
-// sent. Measured against sent, the estimate can only run ahead of the
-// database's clock (by the time to get a connection and send), which ends
-// blocks early; against the middle of a call that waited, it fell behind
-// by half the wait, and blocks admitted past their window's end.
+// sent, taken once the statement has a session (onSession). Measured
+// against sent, the estimate can only run ahead of the database's clock (by
+// the time to send), which ends blocks early; against the middle of a call
+// that waited, it fell behind by half the wait, and blocks admitted past
+// their window's end.
 func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (db.AllotmentTakeRow, error) {
-	sent := time.Now()
-	row, err := a.l.queries.AllotmentTake(ctx, a.l.conn, p)
+	var row db.AllotmentTakeRow
+	sent, err := a.onSession(ctx, func(conn db.DBTX) (err error) {
+		row, err = a.l.queries.AllotmentTake(ctx, conn, p)
+		return err
+	})
 	if err != nil {
 		return row, err
 	}
 	a.readClock(row.DbNow, sent)
 	return row, nil
+}
+
+// onSession runs query, which reads the database's clock, and returns when
+// it was sent: on a pool, once a session is acquired. Stamped before the
+// wait for one, a reading put the estimate ahead by that wait, ending
+// blocks that much early: all of them at once, on a pool busy for longer
+// than a window's admitting part (a block of a one-second window taken
+// after a second's wait was closed as soon as it came, and another taken).
+func (a *allotments) onSession(ctx context.Context, query func(db.DBTX) error) (time.Time, error) {
+	pool, ok := a.l.conn.(*pgxpool.Pool)
+	if !ok {
+		return time.Now(), query(a.l.conn)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer conn.Release()
+	return time.Now(), query(conn)
 }

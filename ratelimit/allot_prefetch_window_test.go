@@ -68,13 +68,12 @@ func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 }
 
 // A block taken ahead whose statement starts only after its window ended
-// (it waited for the pool's one session) is a block of the next window:
-// the request that finds the block it was taken ahead of ended waits for
-// it, and is admitted from it, rather than the block going back unused
-// and another being taken. (The wait is 300 ms: the estimate of the
-// database's clock runs ahead by the wait for a session, see allotTake, and
-// a wait longer than the window's admitting part would end the block at
-// once.)
+// (it waited 750 ms for the pool's one session) is a block of the next
+// window: the request that finds the block it was taken ahead of ended
+// waits for it, and is admitted from it, rather than the block going back
+// unused and another being taken. The reading of the database's clock it
+// took used to be stamped with the time before the wait for a session,
+// which put the estimate 750 ms ahead, past the new block's Margin.
 func TestLocalBlockTakenAheadIntoTheNextWindowAdmits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -108,7 +107,7 @@ func TestLocalBlockTakenAheadIntoTheNextWindowAdmits(t *testing.T) {
 		t.Fatal(err)
 	}
 	reserveSecond(t, l, key)
-	time.Sleep(time.Until(end.Add(50 * time.Millisecond).Add(-offset))) // into the next window
+	time.Sleep(time.Until(end.Add(500 * time.Millisecond).Add(-offset))) // into the next window
 	held.Release()
 	var ahead string
 	for deadline := time.Now().Add(5 * time.Second); ahead == ""; time.Sleep(5 * time.Millisecond) {
