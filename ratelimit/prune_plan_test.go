@@ -170,28 +170,7 @@ func TestPruneAllotmentsProbesCounters(t *testing.T) {
 	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
 	}
-	for _, generic := range []bool{false, true} {
-		var n int64
-		reads := tableReads(t, pool, func(tx pgx.Tx) error {
-			if generic {
-				if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
-					return err
-				}
-			}
-			var err error
-			n, err = queries.PruneAllotments(ctx, tx, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
-			return err
-		})
-		if n != batch {
-			t.Fatalf("PruneAllotments (generic plan: %t) deleted %d, want %d", generic, n, batch)
-		}
-		for _, r := range reads {
-			if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
-				t.Errorf("a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
-					batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
-			}
-		}
-	}
+	assertPruneAllotmentsReadsItsBatch(t, pool, cutoff, batch)
 }
 
 // Within one Prune run the counters step deletes the counters of every
@@ -221,6 +200,16 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
 	}
 	cutoff := pruneOlderHalfOfCountersUnanalyzed(t, pool, rows) // as Prune's counters step, no ANALYZE after
+	assertPruneAllotmentsReadsItsBatch(t, pool, cutoff, batch)
+}
+
+// assertPruneAllotmentsReadsItsBatch runs a batch of PruneAllotments on
+// pool, under a custom plan and a generic one, each in a transaction
+// rolled back, and fails t unless each deletes batch blocks reading no
+// table by a sequential scan and at most three index entries per block.
+func assertPruneAllotmentsReadsItsBatch(t *testing.T, pool *pgxpool.Pool, cutoff time.Time, batch int32) {
+	t.Helper()
+	ctx := context.Background()
 	for _, generic := range []bool{false, true} {
 		var n int64
 		reads := tableReads(t, pool, func(tx pgx.Tx) error {
@@ -233,12 +222,12 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 			n, err = queries.PruneAllotments(ctx, tx, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
 			return err
 		})
-		if n != batch {
+		if n != int64(batch) {
 			t.Fatalf("PruneAllotments (generic plan: %t) deleted %d, want %d", generic, n, batch)
 		}
 		for _, r := range reads {
-			if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
-				t.Errorf("a batch of %d (generic plan: %t) on statistics of before the counters step read %s: %d sequential scans, %d index entries; want its batch",
+			if r.SeqScans > 0 || r.IndexEntriesRead > 3*int64(batch) {
+				t.Errorf("a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
 					batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
 			}
 		}
