@@ -17,12 +17,19 @@ import (
 // long migration's ALTER TABLE would, until the returned release is called (or the test ends).
 func lockCounters(t *testing.T, pool *pgxpool.Pool) (release func()) {
 	t.Helper()
+	return holdLocks(t, pool, dbtest.New().OpsLockCounters)
+}
+
+// holdLocks runs lock in a transaction on pool and keeps it open, holding what lock locked,
+// until release is called or the test ends.
+func holdLocks(t *testing.T, pool *pgxpool.Pool, lock func(context.Context, dbtest.DBTX) error) (release func()) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dbtest.New().OpsLockCounters(ctx, tx); err != nil {
+	if err := lock(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	release = func() { _ = tx.Rollback(ctx) }

@@ -87,14 +87,7 @@ func TestLockTimeoutZeroSetsNone(t *testing.T) {
 		t.Run(c.args[0], func(t *testing.T) {
 			t.Parallel()
 			url, pool := newDatabase(t)
-			tx, err := pool.Begin(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(context.Background()) }()
-			if err := c.lock(context.Background(), tx); err != nil {
-				t.Fatal(err)
-			}
+			holdLocks(t, pool, c.lock)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var out, errOut bytes.Buffer
@@ -136,14 +129,7 @@ func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := dbtest.New().OpsLockTasks(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
+	holdLocks(t, pool, dbtest.New().OpsLockTasks)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stdout, stderr syncBuffer

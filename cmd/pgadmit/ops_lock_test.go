@@ -93,14 +93,7 @@ func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
 		t.Run(c.args[0], func(t *testing.T) {
 			t.Parallel()
 			url, pool := newDatabase(t)
-			tx, err := pool.Begin(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(context.Background()) }()
-			if err := c.lock(context.Background(), tx); err != nil {
-				t.Fatal(err)
-			}
+			holdLocks(t, pool, c.lock)
 			// A hang ends here, and says so otherwise than the lock waits.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
