@@ -160,12 +160,7 @@ func TestPruneAllotmentsProbesCounters(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	const rows, batch = 40_000, 4_000
-	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFill: %v", err)
-	}
-	if err := testq.FixtureFillAllotments(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFillAllotments: %v", err)
-	}
+	fillWithAllotments(t, pool, rows)
 	cutoff := pruneOlderHalfOfCounters(t, pool, rows)
 	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
@@ -187,12 +182,7 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	const rows, batch = 40_000, 4_000
-	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFill: %v", err)
-	}
-	if err := testq.FixtureFillAllotments(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFillAllotments: %v", err)
-	}
+	fillWithAllotments(t, pool, rows)
 	if err := testq.TablesAnalyze(ctx, pool); err != nil {
 		t.Fatalf("TablesAnalyze: %v", err)
 	}
@@ -201,6 +191,19 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 	}
 	cutoff := pruneOlderHalfOfCountersUnanalyzed(t, pool, rows) // as Prune's counters step, no ANALYZE after
 	assertPruneAllotmentsReadsItsBatch(t, pool, cutoff, batch)
+}
+
+// fillWithAllotments fills pool's database with the fixture of rows rows
+// (FixtureFill) and rows returned blocks in its windows (FixtureFillAllotments).
+func fillWithAllotments(t *testing.T, pool *pgxpool.Pool, rows int32) {
+	t.Helper()
+	ctx := context.Background()
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.FixtureFillAllotments(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFillAllotments: %v", err)
+	}
 }
 
 // assertPruneAllotmentsReadsItsBatch runs a batch of PruneAllotments on
