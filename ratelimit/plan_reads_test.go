@@ -46,6 +46,21 @@ func indexReads(t *testing.T, pool *pgxpool.Pool, op func(tx pgx.Tx)) map[string
 	return reads
 }
 
+// planReads is tableReads of fn under a generic plan when generic is set
+// (PlanCacheForceGeneric first, in fn's transaction), under the one the
+// planner picks otherwise.
+func planReads(t *testing.T, pool *pgxpool.Pool, generic bool, fn func(pgx.Tx) error) []dbtest.TableScansInTransactionRow {
+	t.Helper()
+	return tableReads(t, pool, func(tx pgx.Tx) error {
+		if generic {
+			if err := testq.PlanCacheForceGeneric(context.Background(), tx); err != nil {
+				return err
+			}
+		}
+		return fn(tx)
+	})
+}
+
 // tableReads runs fn in a transaction that it rolls back, and returns how
 // fn read each table: its sequential scans, index scans and index entries.
 func tableReads(t *testing.T, pool interface {

@@ -165,7 +165,7 @@ func TestPruneAllotmentsProbesCounters(t *testing.T) {
 	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
 	}
-	assertPruneAllotmentsReadsItsBatch(t, pool, cutoff, batch)
+	assertBatchReadsItsBatch(t, pool, "PruneAllotments", batch, pruneAllotments(cutoff, batch))
 }
 
 // Within one Prune run the counters step deletes the counters of every
@@ -190,7 +190,7 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
 	}
 	cutoff := pruneOlderHalfOfCountersUnanalyzed(t, pool, rows) // as Prune's counters step, no ANALYZE after
-	assertPruneAllotmentsReadsItsBatch(t, pool, cutoff, batch)
+	assertBatchReadsItsBatch(t, pool, "PruneAllotments", batch, pruneAllotments(cutoff, batch))
 }
 
 // fillWithAllotments fills pool's database with the fixture of rows rows
@@ -206,34 +206,36 @@ func fillWithAllotments(t *testing.T, pool *pgxpool.Pool, rows int32) {
 	}
 }
 
-// assertPruneAllotmentsReadsItsBatch runs a batch of PruneAllotments on
-// pool, under a custom plan and a generic one, each in a transaction
-// rolled back, and fails t unless each deletes batch blocks reading no
-// table by a sequential scan and at most three index entries per block.
-func assertPruneAllotmentsReadsItsBatch(t *testing.T, pool *pgxpool.Pool, cutoff time.Time, batch int32) {
+// assertBatchReadsItsBatch runs step, a prune statement deleting a batch
+// of batch rows, on pool, under the planner's plan and a generic one, each
+// in a transaction rolled back, and fails t unless each deletes a full
+// batch reading no table by a sequential scan and at most three index
+// entries per row.
+func assertBatchReadsItsBatch(t *testing.T, pool *pgxpool.Pool, name string, batch int64, step func(pgx.Tx) (int64, error)) {
 	t.Helper()
-	ctx := context.Background()
 	for _, generic := range []bool{false, true} {
 		var n int64
-		reads := tableReads(t, pool, func(tx pgx.Tx) error {
-			if generic {
-				if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
-					return err
-				}
-			}
+		reads := planReads(t, pool, generic, func(tx pgx.Tx) error {
 			var err error
-			n, err = queries.PruneAllotments(ctx, tx, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
+			n, err = step(tx)
 			return err
 		})
-		if n != int64(batch) {
-			t.Fatalf("PruneAllotments (generic plan: %t) deleted %d, want %d", generic, n, batch)
+		if n != batch {
+			t.Fatalf("%s (generic plan: %t) deleted %d, want a full batch of %d", name, generic, n, batch)
 		}
 		for _, r := range reads {
-			if r.SeqScans > 0 || r.IndexEntriesRead > 3*int64(batch) {
-				t.Errorf("a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
-					batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
+			if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
+				t.Errorf("%s: a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
+					name, batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
 			}
 		}
+	}
+}
+
+// pruneAllotments is a batch of PruneAllotments, for assertBatchReadsItsBatch.
+func pruneAllotments(cutoff time.Time, batch int32) func(pgx.Tx) (int64, error) {
+	return func(tx pgx.Tx) (int64, error) {
+		return queries.PruneAllotments(context.Background(), tx, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: batch})
 	}
 }
 
@@ -305,27 +307,6 @@ func TestPruneStepsReadOnlyTheirBatch(t *testing.T) {
 		},
 	}
 	for name, step := range steps {
-		for _, generic := range []bool{false, true} {
-			var n int64
-			reads := tableReads(t, pool, func(tx pgx.Tx) error {
-				if generic {
-					if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
-						return err
-					}
-				}
-				var err error
-				n, err = step(tx)
-				return err
-			})
-			if n != batch {
-				t.Fatalf("%s (generic plan: %t) deleted %d, want a full batch of %d", name, generic, n, batch)
-			}
-			for _, r := range reads {
-				if r.SeqScans > 0 || r.IndexEntriesRead > 3*batch {
-					t.Errorf("%s: a batch of %d (generic plan: %t) read %s: %d sequential scans, %d index entries; want its batch",
-						name, batch, generic, r.TableName, r.SeqScans, r.IndexEntriesRead)
-				}
-			}
-		}
+		assertBatchReadsItsBatch(t, pool, name, batch, step)
 	}
 }

@@ -60,12 +60,7 @@ func TestRecoverFindsRowsOfFinishedTasksThroughOpenRows(t *testing.T) {
 		},
 	}
 	for name, run := range statements {
-		reads := tableReads(t, pool, func(tx pgx.Tx) error {
-			if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
-				return err
-			}
-			return run(tx)
-		})
+		reads := planReads(t, pool, true, run)
 		for _, r := range reads {
 			if r.SeqScans > 0 || r.IndexEntriesRead > fixtureRows/10 {
 				t.Errorf("%s on its generic plan read %s: %d sequential scans, %d index entries (of %d rows); want its open rows and their tasks",
@@ -107,12 +102,7 @@ func TestRecoverDeletesAdmissionsOfFinishedTasksByKey(t *testing.T) {
 	}
 	for _, generic := range []bool{false, true} {
 		var row db.RecoveryAdmissionDeleteForFinishedTasksRow
-		reads := tableReads(t, pool, func(tx pgx.Tx) error {
-			if generic {
-				if err := testq.PlanCacheForceGeneric(ctx, tx); err != nil {
-					return err
-				}
-			}
+		reads := planReads(t, pool, generic, func(tx pgx.Tx) error {
 			var err error
 			row, err = queries.RecoveryAdmissionDeleteForFinishedTasks(ctx, tx, db.RecoveryAdmissionDeleteForFinishedTasksParams{
 				AfterTaskID: pgtype.UUID{Valid: true}, BatchSize: batch,
