@@ -29,6 +29,17 @@ func (l *Limiter) resendsUnsent(ctx context.Context, err error) bool {
 	return !l.inTx && !oneConnection(l.conn) && ctx.Err() == nil && callersWait(ctx) && pgconn.SafeToRetry(err)
 }
 
+// sendOnceMoreIfUnsent runs send, a Reserve or Commit/Release statement,
+// and runs it once more when it failed before any of it reached the
+// server (resendsUnsent).
+func sendOnceMoreIfUnsent[Res any](l *Limiter, ctx context.Context, send func() ([]Res, []error, error)) ([]Res, []error, error) {
+	res, errs, err := send()
+	if err != nil && l.resendsUnsent(ctx, err) {
+		return send()
+	}
+	return res, errs, err
+}
+
 // callersKey keys, in the context a statement runs in, the report of
 // whether every caller of the statement still waits (withCallers).
 type callersKey struct{}

@@ -169,11 +169,7 @@ func statementContext(ctx context.Context, grace time.Duration) (context.Context
 // error for each, or an error for the whole call. A statement that failed
 // before any of it reached the server is sent once more (resendsUnsent).
 func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant, []error, error) {
-	grants, errs, err := l.reserveStatement(ctx, batch)
-	if err != nil && l.resendsUnsent(ctx, err) {
-		return l.reserveStatement(ctx, batch)
-	}
-	return grants, errs, err
+	return sendOnceMoreIfUnsent(l, ctx, func() ([]Grant, []error, error) { return l.reserveStatement(ctx, batch) })
 }
 
 // reserveStatement sends reserveBatch's statement once.

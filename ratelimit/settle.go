@@ -262,11 +262,7 @@ func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, 
 // A statement that failed before any of it reached the server is sent once
 // more (resendsUnsent).
 func (l *Limiter) settleBatch(ctx context.Context, batch []*settleRequest) ([]Settlement, []error, error) {
-	out, errs, err := l.settleStatement(ctx, batch)
-	if err != nil && l.resendsUnsent(ctx, err) {
-		return l.settleStatement(ctx, batch)
-	}
-	return out, errs, err
+	return sendOnceMoreIfUnsent(l, ctx, func() ([]Settlement, []error, error) { return l.settleStatement(ctx, batch) })
 }
 
 // settleStatement sends settleBatch's statement once.
