@@ -213,8 +213,9 @@ the cutoff. Tasks that finished more than --task-retention ago are deleted with 
 events and queue admissions (their reservations and leases stay in the books, without a task).
 Live state is never touched, and the books still balance afterwards. Single-flight across
 processes, like recover, and like it a batch waits at most --lock-timeout (5s by default; 0: no
-bound) for each lock another session holds: that batch is left to a later run (and the rest of its step, as for recover), the other steps
-run, what was done is printed, and it exits 1 saying so.`,
+bound) for each lock another session holds: that batch is left to a later run (and the rest of
+its step, as for recover), the other steps run, what was done is printed, and it exits 1 saying
+so.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -320,8 +321,8 @@ describe_exec), it says what to add to the connection string. Prints what is wro
 when anything is. Full scans of the counters and reservations: an operator's tool. A table that
 another session holds locked (a migration that alters it) is waited for at most --lock-timeout
 (5s by default; 0: no bound; lock_timeout, for doctor's transaction only); then doctor fails,
-exit 1, and says so. While the check runs,
-every --progress it says on stderr that it is still checking, and for how long.`,
+exit 1, and says so. While the check runs, every --progress it says on stderr that it is still
+checking, and for how long.`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
