@@ -58,7 +58,6 @@ func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	awaitLocalWindow(t, pool)
-	ctx := context.Background()
 	var slept atomic.Int64
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
 		ratelimit.WithWallClock(func() time.Time { return time.Now().Add(time.Duration(slept.Load())) }))
@@ -66,13 +65,22 @@ func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
 	key := uniqueKey("slept")
 	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
 	slept.Store(int64(2 * time.Hour)) // the wall clock moved two hours on, the monotonic one did not
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	reserveNotFrom(t, l, key, first.Allotment, "after the host slept two hours")
+}
+
+// reserveNotFrom reserves 1 of localWindow(key, 1000, 1) on l and fails t
+// if it was admitted from the block named block, which what happened
+// (after) should have ended.
+func reserveNotFrom(t *testing.T, l *ratelimit.Limiter, key, block, after string) ratelimit.Grant {
+	t.Helper()
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := g.Reservations[0]; r.Local && r.Allotment == first.Allotment {
-		t.Fatalf("admitted from block %s (window ending %s) after the host slept two hours", r.Allotment, r.ResetAt)
+	if r := g.Reservations[0]; r.Local && r.Allotment == block {
+		t.Fatalf("admitted from block %s (window %s to %s) %s", r.Allotment, r.WindowStart, r.ResetAt, after)
 	}
+	return g
 }
 
 // clockSteppedLimiter is a Limiter on a new database whose blocks stay
@@ -114,7 +122,6 @@ func awaitDBClockBefore(t *testing.T, l *ratelimit.Limiter, at time.Time) {
 func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *testing.T) {
 	t.Parallel()
 	l, _, step := clockSteppedLimiter(t)
-	ctx := context.Background()
 	key := uniqueKey("dbstep")
 	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
 	step.Store(int64(2 * time.Hour)) // the database's clock is two hours on
@@ -127,13 +134,7 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 	for deadline := time.Now().Add(10 * time.Second); l.LocalAdmissionsKept() > 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := g.Reservations[0]; r.Local && r.Allotment == first.Allotment {
-		t.Fatalf("admitted from block %s (window ending %s) a sync after the database's clock stepped two hours on", r.Allotment, r.ResetAt)
-	}
+	reserveNotFrom(t, l, key, first.Allotment, "a sync after the database's clock stepped two hours on")
 }
 
 // A database whose clock steps back before a block's window (an NTP step
@@ -151,13 +152,7 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t
 	first := reserveLocal(t, l, key, 1000, 1)
 	step.Store(int64(-2 * time.Hour)) // the database's clock is two hours back, before the block's hour
 	awaitDBClockBefore(t, l, first.Reservations[0].WindowStart)
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := g.Reservations[0]; r.Local && r.Allotment == first.Reservations[0].Allotment {
-		t.Fatalf("admitted from block %s (window from %s) a sync after the database's clock stepped two hours back", r.Allotment, r.WindowStart)
-	}
+	g := reserveNotFrom(t, l, key, first.Reservations[0].Allotment, "a sync after the database's clock stepped two hours back")
 	s, err := l.Commit(ctx, first, map[string]float64{ratelimit.MetricTokens: 3})
 	if err != nil || !s.Reservations[0].Settled || s.Reservations[0].Actual != 3 {
 		t.Fatalf("Commit of the request admitted before the step: %+v, %v; want it settled at 3", s, err)
