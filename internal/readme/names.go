@@ -49,10 +49,20 @@ func ImportNames(t testing.TB, src string) []string {
 			t.Fatal(err)
 		}
 		name := path.Base(p)
+		if isMajorVersion(name) { // github.com/jackc/pgx/v5 is package pgx
+			name = path.Base(path.Dir(p))
+		}
 		if spec.Name != nil {
 			name = spec.Name.Name
 		}
 		names = append(names, name)
 	}
 	return names
+}
+
+// isMajorVersion reports whether elem, an import path's last element, is a
+// module's major version suffix (v2, v5, ...), which names no package.
+func isMajorVersion(elem string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(elem, "v"))
+	return strings.HasPrefix(elem, "v") && err == nil && n >= 2
 }
