@@ -128,6 +128,49 @@ func refusalHeaders(limits []Limit, r *Refusal) []policy {
 	return out
 }
 
+// withOuter is what the headers show of a request decided by several
+// middlewares (one for every route, another for a route's own limits):
+// the policies of those around this one (outer, as they showed them), then
+// this one's (own), all named anew so that no name is shared. Each
+// middleware sets the headers over those of the ones around it, which
+// would otherwise be lost. A counter that both limit is shown as this one
+// decided it: the later decision. outer is not changed.
+func withOuter(outer, own []policy) []policy {
+	if len(outer) == 0 {
+		return own
+	}
+	mine := make(map[key]bool, len(own))
+	for _, p := range own {
+		mine[keyOf(p.limit.Limit)] = true
+	}
+	all := make([]policy, 0, len(outer)+len(own))
+	for _, p := range outer {
+		if !mine[keyOf(p.limit.Limit)] {
+			all = append(all, p)
+		}
+	}
+	all = append(all, own...)
+	limits := make([]Limit, len(all))
+	for i, p := range all {
+		limits[i] = p.limit
+	}
+	names := policyNames(limits)
+	for i := range all {
+		all[i].name = names[keyOf(all[i].limit.Limit)]
+	}
+	return all
+}
+
+// nameOf is the name policies give l.
+func nameOf(policies []policy, l Limit) string {
+	for _, p := range policies {
+		if keyOf(p.limit.Limit) == keyOf(l.Limit) {
+			return p.name
+		}
+	}
+	return ""
+}
+
 // policyNames names each limit for the headers: its Policy when set, else
 // its metric; metrics that several limits share are qualified by scope
 // type, then by window ("api_key-tokens-60s"). Names are what a
@@ -200,28 +243,39 @@ func policyNames(limits []Limit) map[key]string {
 	}
 }
 
-// setHeaders sets the chosen header families for policies on h.
+// setHeaders sets the chosen header families for policies on h. What it
+// has no value for is deleted: a middleware around this one set h first,
+// and policies include its limits (withOuter), so what h kept of it would
+// speak of another decision.
 func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 	if families&HeadersIETF != 0 {
 		setIETF(h, policies)
 	}
 	if families&HeadersOpenAI != 0 {
 		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
+			limit, remaining, reset := "x-ratelimit-limit-"+metric, "x-ratelimit-remaining-"+metric, "x-ratelimit-reset-"+metric
+			h.Del(limit)
+			h.Del(remaining)
+			h.Del(reset)
 			if p, ok := binding(policies, metric); ok {
-				h.Set("x-ratelimit-limit-"+metric, formatInt(p.state.quota))
-				h.Set("x-ratelimit-remaining-"+metric, formatInt(p.state.remaining))
+				h.Set(limit, formatInt(p.state.quota))
+				h.Set(remaining, formatInt(p.state.remaining))
 				if p.state.resetIn > 0 { // unknown for a refusal that retrying cannot cure: not "0s"
-					h.Set("x-ratelimit-reset-"+metric, formatReset(p.state.resetIn))
+					h.Set(reset, formatReset(p.state.resetIn))
 				}
 			}
 		}
 	}
 	if families&HeadersAnthropic != 0 {
 		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
+			prefix := "anthropic-ratelimit-" + metric
+			h.Del(prefix + "-limit")
+			h.Del(prefix + "-remaining")
+			h.Del(prefix + "-reset")
 			if p, ok := binding(policies, metric); ok {
-				h.Set("anthropic-ratelimit-"+metric+"-limit", formatInt(p.state.quota))
-				h.Set("anthropic-ratelimit-"+metric+"-remaining", formatInt(p.state.remaining))
-				h.Set("anthropic-ratelimit-"+metric+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
+				h.Set(prefix+"-limit", formatInt(p.state.quota))
+				h.Set(prefix+"-remaining", formatInt(p.state.remaining))
+				h.Set(prefix+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
 			}
 		}
 	}
@@ -258,6 +312,8 @@ func setIETF(h http.Header, policies []policy) {
 		}
 		cur = append(cur, st)
 	}
+	h.Del(HeaderRateLimitPolicy)
+	h.Del(HeaderRateLimit)
 	if len(pol) > 0 {
 		if v, err := httpsfv.Marshal(pol); err == nil {
 			h.Set(HeaderRateLimitPolicy, v)

@@ -199,14 +199,19 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.onError(w, r, err)
 		return
 	}
+	outer, behind := admissionFrom(r.Context())
+	var outerPolicies []policy // of the middlewares around this one: the headers show theirs too
+	if behind {
+		outerPolicies = outer.policies
+	}
 	if len(limits) == 0 {
-		if outer, behind := admissionFrom(r.Context()); behind {
+		if behind {
 			// Behind another middleware, the request goes through as one
 			// admitted with nothing to settle, so that the middlewares
 			// around learn whether its upstream ran (servedInside) or one
 			// further in answered it (answeredInside). GrantFrom still
 			// finds theirs.
-			m.runAs(w, r, next, ratelimit.Grant{}, outer.grant)
+			m.runAs(w, r, next, ratelimit.Grant{}, outer.grant, outerPolicies)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -220,15 +225,19 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case d.err != nil:
 		m.onError(w, r, d.err)
 	case d.refusal != nil:
-		setHeaders(w.Header(), m.headers, refusalHeaders(limits, d.refusal))
+		policies := withOuter(outerPolicies, refusalHeaders(limits, d.refusal))
+		d.refusal.Policy = nameOf(policies, d.refusal.Limit) // as the headers name it among the outer ones'
+		setHeaders(w.Header(), m.headers, policies)
 		if e := d.refusal.Exceeded; e.Retryable {
 			w.Header().Set("Retry-After", fmt.Sprint(ceilSeconds(e.RetryAfter)))
 		}
 		m.onRefusal(w, r, d.refusal)
 	default:
+		policies := outerPolicies // failed open, it has no decision to show: the outer ones' stand
 		if !d.failedOpen {
-			setHeaders(w.Header(), m.headers, grantHeaders(limits, d.grant))
+			policies = withOuter(outerPolicies, grantHeaders(limits, d.grant))
+			setHeaders(w.Header(), m.headers, policies)
 		}
-		m.run(w, r, next, d.grant)
+		m.run(w, r, next, d.grant, policies)
 	}
 }

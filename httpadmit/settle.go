@@ -26,16 +26,17 @@ const (
 
 // run serves an admitted request and settles it, whatever way the handler
 // ends: returning, panicking (the panic goes on after settling), or
-// finding its client gone.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant) {
-	m.runAs(w, r, next, grant, grant)
+// finding its client gone. policies are the limits its headers show
+// (withOuter), for a middleware inside to show too.
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant, policies []policy) {
+	m.runAs(w, r, next, grant, grant, policies)
 }
 
 // runAs is run, with shown the grant that GrantFrom returns to the
 // handler: grant, or, for a request this middleware has no limits for
 // behind another one (an empty grant), the outer one's.
-func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant) {
-	a := &admission{grant: shown}
+func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant, policies []policy) {
+	a := &admission{grant: shown, policies: policies}
 	a.outer, _ = admissionFrom(r.Context())
 	rw, hw := wrap(w)
 	m.observer.LeasesHeld(len(grant.Leases))
