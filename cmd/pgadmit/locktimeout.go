@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,18 +29,32 @@ func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
 		"wait at most `duration` for a lock another session holds (a migration's, an idle transaction's), then give up on it and exit 1 (0: no bound)")
 }
 
-// checkLockTimeout refuses a negative --lock-timeout.
+// maxLockTimeout is the largest --lock-timeout: lock_timeout is an int of milliseconds. A larger
+// bound is set as this one (SetLockTimeout caps it, for inspect and for ratelimit's
+// WithMaintenanceLockTimeout and WithDoctorLockTimeout), so the errors of a wait would name a
+// bound that did not apply: it is refused instead.
+const maxLockTimeout = math.MaxInt32 * time.Millisecond // 596h31m23.647s
+
+// checkLockTimeout refuses a negative --lock-timeout, and one past lock_timeout's range.
 func checkLockTimeout(d time.Duration) error {
 	if d < 0 {
-		return usagef("--lock-timeout must be >= 0 (0: no bound), got %s", d)
+		return usagef("--lock-timeout must be >= 0 (0: no bound), got %s", operatorDuration(d))
+	}
+	if d > maxLockTimeout {
+		return usagef("--lock-timeout must be at most %s (PostgreSQL's lock_timeout: %d ms; 0: no bound), got %s",
+			operatorDuration(maxLockTimeout), math.MaxInt32, operatorDuration(d))
 	}
 	return nil
 }
 
-// gaveUpAfter says what a command's wait for a lock was bounded by: --lock-timeout, or with 0,
-// which sets none, the server's own lock_timeout (a role's or a database's setting).
+// gaveUpAfter says what a command's wait for a lock was bounded by: --lock-timeout, rounded up
+// to a millisecond as lock_timeout is set (1500µs waits 2ms), or with 0, which sets none, the
+// server's own lock_timeout (a role's or a database's setting).
 func gaveUpAfter(bound time.Duration) string {
 	if bound > 0 {
+		if r := bound % time.Millisecond; r != 0 {
+			bound += time.Millisecond - r
+		}
 		return operatorDuration(bound) + " (--lock-timeout)"
 	}
 	return "the server's own lock_timeout (--lock-timeout 0 sets none)"

@@ -58,11 +58,35 @@ func TestLockErrorsNameTheirBound(t *testing.T) {
 		{lockTimedOut(timedOut, 1500*time.Millisecond), "locked by another session (a migration?): gave up after 1.5s (--lock-timeout); try again later"},
 		{lockTimedOut(timedOut, 2*time.Minute), "gave up after 2m (--lock-timeout);"},
 		{lockTimedOut(timedOut, 0), "gave up after the server's own lock_timeout (--lock-timeout 0 sets none);"},
+		// lock_timeout is whole milliseconds: a bound between two is set as the next.
+		{lockTimedOut(timedOut, 1500*time.Microsecond), "gave up after 2ms (--lock-timeout);"},
+		{lockWaited(wait, time.Nanosecond), "gave up on them after 1ms (--lock-timeout)"},
+		{lockTimedOut(timedOut, 2147483647*time.Millisecond), "gave up after 596h31m23.647s (--lock-timeout);"},
 		{lockWaited(wait, 300*time.Millisecond), "gave up on them after 300ms (--lock-timeout) and left what it could not lock"},
 		{lockWaited(wait, 0), "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and left"},
 	} {
 		if got := tc.err.Error(); !strings.Contains(got, tc.want) {
 			t.Errorf("%q does not say %q", got, tc.want)
+		}
+	}
+}
+
+// The largest --lock-timeout is lock_timeout's own (INT_MAX ms), which the server takes as it is;
+// a longer one is refused (TestUsageErrors) rather than capped under a message that names it.
+func TestLockTimeoutUpToPostgresRange(t *testing.T) {
+	t.Parallel()
+	const largest = 2147483647 * time.Millisecond // 596h31m23.647s
+	if err := checkLockTimeout(largest); err != nil {
+		t.Errorf("checkLockTimeout(%s) = %v, want nil", largest, err)
+	}
+	var ue *usageError
+	if err := checkLockTimeout(largest + time.Nanosecond); !errors.As(err, &ue) {
+		t.Errorf("checkLockTimeout(%s) = %v, want a usage error", largest+time.Nanosecond, err)
+	}
+	url, _ := newDatabase(t)
+	for _, cmd := range []string{"inspect", "doctor", "recover"} {
+		if out, errOut, code := cli(t, nil, "--database-url", url, cmd, "--lock-timeout", "596h31m23.647s"); code != exitOK {
+			t.Errorf("pgadmit %s --lock-timeout 596h31m23.647s: exit %d, stdout %q, stderr %q; want exit 0", cmd, code, out, errOut)
 		}
 	}
 }

@@ -156,6 +156,11 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"recover", "--lock-timeout", "-5s"}, "--lock-timeout must be >= 0 (0: no bound), got -5s"},
 		{db, []string{"recover", "--every", "1s", "--lock-timeout", "-5s"}, "--lock-timeout must be >= 0 (0: no bound), got -5s"},
 		{db, []string{"prune", "--lock-timeout", "-1m"}, "--lock-timeout must be >= 0 (0: no bound), got -1m"},
+		// Past lock_timeout's range, which the server (and ratelimit) would cap it to, unsaid.
+		{db, []string{"inspect", "--lock-timeout", "600h"}, "--lock-timeout must be at most 596h31m23.647s (PostgreSQL's lock_timeout: 2147483647 ms; 0: no bound), got 600h"},
+		{db, []string{"doctor", "--lock-timeout", "596h31m23.648s"}, "--lock-timeout must be at most 596h31m23.647s"},
+		{db, []string{"recover", "--lock-timeout", "1000h"}, "--lock-timeout must be at most 596h31m23.647s"},
+		{db, []string{"prune", "--lock-timeout", "2562047h"}, "--lock-timeout must be at most 596h31m23.647s"},
 		// migrate has a lock_timeout of its own for its migrations; demo and bench wait for no lock of another session.
 		{db, []string{"migrate", "up", "--lock-timeout", "1s"}, "flag provided but not defined: -lock-timeout"},
 	} {
