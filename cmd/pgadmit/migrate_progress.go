@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,8 +14,8 @@ import (
 
 // migrateProgressEvery is how often migrate up and down say, on stderr, what a step that is
 // still running waits for: the lock row that another migrator holds (for up to 5 minutes), or a
-// migration that takes long (an index built on a large table). Without it they were silent until
-// the step ended.
+// migration that takes long (an index built on a large table); or that it lost the connection to
+// the database while it waited for the lock. Without it they were silent until the step ended.
 const migrateProgressEvery = 5 * time.Second
 
 // migrateWatch follows a goose step through the provider's log records (goose.WithVerbose and
@@ -57,8 +58,10 @@ func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
 // report says on out, every interval until the returned stop is called, what the step that
 // began at start waits for: the lock, or a migration that has run that long (doing: "applying"
 // or "reverting"), as "pgadmit migrate: ..." lines. stop returns once nothing more is written.
-func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, interval time.Duration) (stop func()) {
-	return ticking.Every(interval, func() {
+func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, interval time.Duration,
+	reach func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopTicks := ticking.Every(interval, func() {
 		w.mu.Lock()
 		locked, running, since := w.locked, w.running, w.since
 		w.mu.Unlock()
@@ -66,10 +69,42 @@ func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, inte
 		// next, so that a quick run prints nothing.
 		switch {
 		case !locked:
-			fmt.Fprintf(out, "pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
-				"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", time.Since(start).Round(time.Second))
+			fmt.Fprint(out, w.lockWait(ctx, start, interval, reach))
 		case running != "" && time.Since(since) >= interval:
 			fmt.Fprintf(out, "pgadmit migrate: still %s %s after %s\n", doing, running, time.Since(since).Round(time.Second))
 		}
 	})
+	return func() {
+		cancel() // a reach in flight
+		stopTicks()
+	}
+}
+
+// lockWait says what the wait for the lock since start waits for: the lock row another migrator
+// holds, or, when reach finds that the database no longer answers (within interval), the
+// database. goose's locker tries again every second after either, for up to 5 minutes: a wait
+// for a database that is gone must not be told as one for another migrator. It says nothing
+// ("") when the step ended (ctx) or took the lock while reach ran.
+func (w *migrateWatch) lockWait(ctx context.Context, start time.Time, interval time.Duration, reach func(context.Context) error) string {
+	rctx, done := context.WithTimeout(ctx, interval)
+	err := reach(rctx)
+	// pgx says only "context deadline exceeded" of a database that does not answer.
+	silent := err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded)
+	done()
+	w.mu.Lock()
+	locked := w.locked
+	w.mu.Unlock()
+	if ctx.Err() != nil || locked {
+		return ""
+	}
+	waited := time.Since(start).Round(time.Second)
+	const retrying = "; it keeps trying until the wait ends after 5m, or at Ctrl-C\n"
+	switch {
+	case silent:
+		return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, but the database did not answer within %s%s", waited, interval, retrying)
+	case err != nil:
+		return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, but lost the connection to the database (%s)%s", waited, err, retrying)
+	}
+	return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
+		"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", waited)
 }

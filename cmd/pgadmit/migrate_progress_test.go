@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -28,6 +29,11 @@ func startMigrate(t *testing.T, url string, args ...string) (stdout, stderr *syn
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	return startMigrateIn(ctx, url, args...)
+}
+
+// startMigrateIn is startMigrate until ctx ends (a Ctrl-C).
+func startMigrateIn(ctx context.Context, url string, args ...string) (stdout, stderr *syncBuffer, exited chan int) {
 	stdout, stderr, exited = &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
 	a := newApp(stdout, stderr, func(string) string { return "" })
 	a.migrateProgressEvery = testMigrateProgressEvery
@@ -69,6 +75,80 @@ func TestMigrateSaysItWaitsForTheLock(t *testing.T) {
 		if !strings.HasPrefix(line, "pgadmit migrate: waited ") {
 			t.Errorf("migrate up behind the lock: stderr line %q", line)
 		}
+	}
+}
+
+// migrate up that loses its database while it waits for another migrator's lock row says so,
+// rather than that the other migrator still holds the lock: goose's locker tries again after a
+// lost connection as it does after a lock row held, for up to 5 minutes.
+func TestMigrateSaysItLostTheDatabaseWhileItWaits(t *testing.T) {
+	t.Parallel()
+	c := pgtest.OwnCluster(t) // crashed below
+	url := c.URL()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { sqlDB.Close() })
+	// Another migrator, holding pgadmit's lock row; its heartbeat runs until lockCtx ends (it
+	// cannot give the row up once the server is gone).
+	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockCtx, stopHeartbeat := context.WithCancel(context.Background())
+	t.Cleanup(stopHeartbeat)
+	if err := other.Lock(lockCtx, sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	_, stderr, exited := startMigrateIn(ctx, url, "up")
+	awaitLog(t, stderr, `^pgadmit migrate: waited [0-9]+s for the migration lock, which another migrator holds`)
+	if err := c.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	awaitLog(t, stderr, `\npgadmit migrate: waited [0-9]+s for the migration lock, but lost the connection to the database \([^\n]+\); `+
+		`it keeps trying until the wait ends after 5m, or at Ctrl-C\n`)
+	interrupt()
+	if code := <-exited; code != exitFailure || !strings.HasSuffix(stderr.String(), "\npgadmit migrate: interrupted\n") {
+		t.Errorf("migrate up interrupted while its database was down: exit %d, stderr %q; want exit 1, interrupted", code, stderr.String())
+	}
+}
+
+// What the wait for the lock is said to wait for follows what reach finds of the database: the
+// lock row another migrator holds while it answers, the database when it does not.
+func TestMigrateLockWaitSaysWhatItWaitsFor(t *testing.T) {
+	t.Parallel()
+	start := time.Now().Add(-7 * time.Second)
+	answers := func(context.Context) error { return nil }
+	refused := func(context.Context) error { return errors.New("dial error: connection refused") }
+	hangs := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	for _, c := range []struct {
+		reach func(context.Context) error
+		want  string
+	}{
+		{answers, "pgadmit migrate: waited 7s for the migration lock, which another migrator holds (one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n"},
+		{refused, "pgadmit migrate: waited 7s for the migration lock, but lost the connection to the database (dial error: connection refused); it keeps trying until the wait ends after 5m, or at Ctrl-C\n"},
+		{hangs, "pgadmit migrate: waited 7s for the migration lock, but the database did not answer within 50ms; it keeps trying until the wait ends after 5m, or at Ctrl-C\n"},
+	} {
+		// How long it waited is rounded to a second: a loaded machine may make it 8s.
+		re := "^" + strings.Replace(regexp.QuoteMeta(c.want), "waited 7s", "waited [0-9]+s", 1) + "$"
+		if got := (&migrateWatch{}).lockWait(context.Background(), start, 50*time.Millisecond, c.reach); !regexp.MustCompile(re).MatchString(got) {
+			t.Errorf("lockWait = %q, want %q", got, c.want)
+		}
+	}
+	// The step took the lock, or ended, while reach ran: nothing to say.
+	w := &migrateWatch{}
+	if got := w.lockWait(context.Background(), start, time.Second, func(context.Context) error { w.locked = true; return nil }); got != "" {
+		t.Errorf("lockWait once the lock was taken = %q, want nothing", got)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := (&migrateWatch{}).lockWait(ended, start, time.Second, hangs); got != "" {
+		t.Errorf("lockWait once the step ended = %q, want nothing", got)
 	}
 }
 
