@@ -22,7 +22,7 @@ func parseOptionalID(field, s string) (pgtype.UUID, error) {
 func parseID(field, s string) (pgtype.UUID, error) {
 	var id pgtype.UUID
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' || id.Scan(s) != nil {
-		return pgtype.UUID{}, &ValidationError{Field: field, Value: s, Reason: "must be a UUID like 123e4567-e89b-12d3-a456-426614174000"}
+		return pgtype.UUID{}, &ValidationError{Field: field, Value: shown(s), Reason: "must be a UUID like 123e4567-e89b-12d3-a456-426614174000"}
 	}
 	return id, nil
 }

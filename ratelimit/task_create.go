@@ -149,7 +149,7 @@ func taskCreateParams(spec TaskSpec) (db.TaskCreateParams, []Limit, error) {
 	p.Payload = string(payload)
 	if spec.Async {
 		if spec.Worker != "" {
-			return p, nil, &ValidationError{Field: "Worker", Value: spec.Worker, Reason: "must be empty for an async task (the worker that claims it names itself)"}
+			return p, nil, &ValidationError{Field: "Worker", Value: shown(spec.Worker), Reason: "must be empty for an async task (the worker that claims it names itself)"}
 		}
 		if spec.LeaseTTL != 0 {
 			return p, nil, &ValidationError{Field: "LeaseTTL", Value: spec.LeaseTTL, Reason: "must be zero for an async task (ClaimTask sets the lease)"}
@@ -190,7 +190,7 @@ func validateQueueLimits(limits []Limit) ([]Limit, error) {
 		}
 		key := [2]string{ql.Scope.Type, ql.Scope.Key}
 		if j, dup := seen[key]; dup {
-			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: ql.Scope.Type + ":" + ql.Scope.Key,
+			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: fmt.Sprintf("%q", ql.Scope.Type+":"+ql.Scope.Key),
 				Reason: fmt.Sprintf("same queue scope as QueueLimits[%d]", j)}
 		}
 		seen[key] = i
@@ -208,7 +208,7 @@ func checkQueueLimit(ql Limit) error {
 		return err
 	}
 	if ql.Metric != "" && ql.Metric != MetricQueueSize {
-		return &ValidationError{Field: "Metric", Value: ql.Metric, Reason: "must be queue_size (window and concurrent limits go to Reserve)"}
+		return &ValidationError{Field: "Metric", Value: shown(ql.Metric), Reason: "must be queue_size (window and concurrent limits go to Reserve)"}
 	}
 	if err := validateAmount("Limit", ql.Limit); err != nil {
 		return err

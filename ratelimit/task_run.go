@@ -316,11 +316,11 @@ func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error)
 	switch out.Status {
 	case TaskSucceeded:
 		if out.ErrorCode != "" || out.ErrorMessage != "" || len(out.Error) > 0 {
-			return p, &ValidationError{Field: "Outcome", Value: out.ErrorCode, Reason: "a succeeded task carries no error"}
+			return p, &ValidationError{Field: "Outcome", Value: shown(out.ErrorCode), Reason: "a succeeded task carries no error"}
 		}
 	case TaskFailed, TaskCancelled:
 	default:
-		return p, &ValidationError{Field: "Outcome.Status", Value: out.Status, Reason: "must be succeeded, failed or cancelled"}
+		return p, &ValidationError{Field: "Outcome.Status", Value: shown(out.Status), Reason: "must be succeeded, failed or cancelled"}
 	}
 	if err := validateOptionalText("Outcome.ErrorCode", out.ErrorCode, maxTaskTextBytes); err != nil {
 		return p, err

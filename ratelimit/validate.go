@@ -92,7 +92,7 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 			key.window = 0 // a concurrency limit has no window: one per scope
 		}
 		if j, dup := seen[key]; dup {
-			return nil, nil, &ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: l.Scope.Type + ":" + l.Scope.Key + " " + l.Metric,
+			return nil, nil, &ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: fmt.Sprintf("%q", l.Scope.Type+":"+l.Scope.Key+" "+l.Metric),
 				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}
 		}
 		seen[key] = i
@@ -183,10 +183,16 @@ type limitKey struct {
 // bytes (PostgreSQL text cannot hold NUL).
 func validateText(field, s string) error {
 	if strings.TrimSpace(s) == "" {
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%q", s), Reason: "must not be empty"}
+		return &ValidationError{Field: field, Value: shown(s), Reason: "must not be empty"}
 	}
 	return validateOptionalText(field, s, MaxScopeBytes)
 }
+
+// shown is how a *ValidationError shows text it refused: quoted, so that
+// no newline, NUL byte or invalid UTF-8 of the caller's reaches a log raw,
+// and cut to its first 60 characters, so that a megabyte of it does not
+// either.
+func shown(s string) string { return fmt.Sprintf("%.60q", s) }
 
 // validateReason accepts the reason Release and ReleaseLeases record: ""
 // or valid UTF-8 without NUL bytes, at most MaxReasonBytes.
@@ -203,9 +209,9 @@ func validateOptionalText(field, s string, maxBytes int) error {
 	case len(s) > maxBytes:
 		return &ValidationError{Field: field, Value: fmt.Sprintf("%d bytes", len(s)), Reason: fmt.Sprintf("must be at most %d bytes", maxBytes)}
 	case !utf8.ValidString(s):
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", s), Reason: "must be valid UTF-8"}
+		return &ValidationError{Field: field, Value: shown(s), Reason: "must be valid UTF-8"}
 	case strings.IndexByte(s, 0) >= 0:
-		return &ValidationError{Field: field, Value: fmt.Sprintf("%.60q", s), Reason: "must not contain NUL bytes"}
+		return &ValidationError{Field: field, Value: shown(s), Reason: "must not contain NUL bytes"}
 	}
 	return nil
 }
