@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -315,8 +316,9 @@ func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error)
 	p := db.TaskFinishParams{TaskID: id, Token: tok, Status: out.Status, Retryable: out.Retryable}
 	switch out.Status {
 	case TaskSucceeded:
-		if out.ErrorCode != "" || out.ErrorMessage != "" || len(out.Error) > 0 {
-			return p, &ValidationError{Field: "Outcome", Value: shown(out.ErrorCode), Reason: "a succeeded task carries no error"}
+		if set := errorFields(out); set != "" {
+			return p, &ValidationError{Field: "Outcome", Value: set + " set",
+				Reason: "a succeeded task carries no error: its ErrorCode, ErrorMessage and Error must be empty"}
 		}
 	case TaskFailed, TaskCancelled:
 	default:
@@ -338,4 +340,20 @@ func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error)
 	p.ErrorCode = pgtype.Text{String: out.ErrorCode, Valid: out.ErrorCode != ""}
 	p.ErrorMessage = pgtype.Text{String: out.ErrorMessage, Valid: out.ErrorMessage != ""}
 	return p, nil
+}
+
+// errorFields names the error fields out sets ("ErrorCode, Error"), ""
+// when none.
+func errorFields(out Outcome) string {
+	var set []string
+	if out.ErrorCode != "" {
+		set = append(set, "ErrorCode")
+	}
+	if out.ErrorMessage != "" {
+		set = append(set, "ErrorMessage")
+	}
+	if len(out.Error) > 0 {
+		set = append(set, "Error")
+	}
+	return strings.Join(set, ", ")
 }

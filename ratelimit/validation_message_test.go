@@ -88,3 +88,36 @@ func TestValidationErrorsShowRefusedTextQuotedAndShort(t *testing.T) {
 		t.Errorf("refused calls wrote rows (-before +after):\n%s", diff)
 	}
 }
+
+// A succeeded outcome that carries an error is refused with a message that
+// names what it carries and what a success may carry: it used to show the
+// ErrorCode alone, "invalid Outcome (): ..." for an ErrorMessage or Error.
+func TestSucceededOutcomeWithAnErrorNamesIt(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	running := startSync(t, l, 0)
+	before := rowCounts(t, pool)
+	for name, tc := range map[string]struct {
+		out  ratelimit.Outcome
+		want string
+	}{
+		"error code":    {ratelimit.Outcome{ErrorCode: "boom"}, "ErrorCode"},
+		"error message": {ratelimit.Outcome{ErrorMessage: "it broke"}, "ErrorMessage"},
+		"error detail":  {ratelimit.Outcome{Error: []byte(`{"why":1}`)}, "Error"},
+	} {
+		tc.out.Status = ratelimit.TaskSucceeded
+		_, err := l.FinishTask(ctx, running.ID, running.ExecutionToken, tc.out)
+		var invalid *ratelimit.ValidationError
+		if !errors.As(err, &invalid) || invalid.Field != "Outcome" {
+			t.Errorf("success with an %s: err = %v, want a *ValidationError on Outcome", name, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "("+tc.want+" set)") || !strings.Contains(msg, "must be empty") {
+			t.Errorf("success with an %s: message %q, want it to name %s as set and say what must be empty", name, msg, tc.want)
+		}
+	}
+	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
+		t.Errorf("refused calls wrote rows (-before +after):\n%s", diff)
+	}
+}
