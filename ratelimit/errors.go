@@ -41,7 +41,11 @@ type ValidationError struct {
 }
 
 func (e *ValidationError) Error() string {
-	return fmt.Sprintf("ratelimit: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
+	field := e.Field
+	if field == "" { // about no field in particular (ValidateAmount's, for its caller to name)
+		field = "value"
+	}
+	return fmt.Sprintf("ratelimit: invalid %s (%v): %s", field, e.Value, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrInvalidInput) true.

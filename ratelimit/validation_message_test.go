@@ -121,3 +121,14 @@ func TestSucceededOutcomeWithAnErrorNamesIt(t *testing.T) {
 		t.Errorf("refused calls wrote rows (-before +after):\n%s", diff)
 	}
 }
+
+// A *ValidationError about no field in particular (ValidateAmount's, for
+// its caller to name) still reads as a sentence: "invalid value (NaN)",
+// not "invalid  (NaN)".
+func TestValidationErrorWithoutAFieldReadsWell(t *testing.T) {
+	t.Parallel()
+	err := ratelimit.ValidateAmount(-1)
+	if got, want := err.Error(), "ratelimit: invalid value (-1): must not be negative"; got != want {
+		t.Errorf("ValidateAmount(-1) = %q, want %q", got, want)
+	}
+}
