@@ -179,11 +179,11 @@ type limitKey struct {
 	window                      time.Duration
 }
 
-// validateText accepts a non-empty, bounded, valid UTF-8 string without NUL
-// bytes (PostgreSQL text cannot hold NUL).
+// validateText accepts a non-blank (not only white space), bounded, valid
+// UTF-8 string without NUL bytes (PostgreSQL text cannot hold NUL).
 func validateText(field, s string) error {
 	if strings.TrimSpace(s) == "" {
-		return &ValidationError{Field: field, Value: shown(s), Reason: "must not be empty"}
+		return &ValidationError{Field: field, Value: shown(s), Reason: "must not be empty or white space only"}
 	}
 	return validateOptionalText(field, s, MaxScopeBytes)
 }

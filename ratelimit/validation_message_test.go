@@ -132,3 +132,16 @@ func TestValidationErrorWithoutAFieldReadsWell(t *testing.T) {
 		t.Errorf("ValidateAmount(-1) = %q, want %q", got, want)
 	}
 }
+
+// Blank text is refused as such: "   " is not empty, and the message said
+// it must not be.
+func TestBlankTextIsRefusedAsBlank(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"", " \t\n"} {
+		err := window("api_key", key, "requests", 1, 1).Validate()
+		var invalid *ratelimit.ValidationError
+		if !errors.As(err, &invalid) || invalid.Field != "Scope.Key" || !strings.HasSuffix(err.Error(), ": must not be empty or white space only") {
+			t.Errorf("Validate of the key %q: err = %v, want a *ValidationError on Scope.Key that must not be empty or white space only", key, err)
+		}
+	}
+}
