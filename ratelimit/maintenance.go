@@ -211,9 +211,12 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // is one statement), go on with the rest, and report what they left with a
 // *LockWaitError. It bounds the wait for a table's lock too (one a
 // migration's ALTER TABLE holds), which the server meets already when it
-// parses a statement. It bounds the renewal and release of a run's lease
-// too: a renewal that gives up stops the run with a *LockWaitError for the
-// step it was in (taking the lease has a timeout of its own).
+// parses a statement. It bounds the take, renewal and release of a run's
+// lease too: a take that gives up fails the run, which did nothing, with a
+// *LockWaitError for the step "take the recover lease" (or "take the prune
+// lease"); a renewal that gives up stops the run with a *LockWaitError for
+// the step it was in. (The take has a timeout of its own besides, 5 s,
+// within which it waits for a lock 4 s at most.)
 //
 // lock_timeout is set for each batch's transaction only, never for the
 // session (safe behind a transaction-pooling proxy), and before the server

@@ -43,7 +43,10 @@ type jobLease struct {
 // The statement is not interrupted when ctx ends while it runs: an
 // interrupted take may still commit on the server, and would then hold the
 // job, for no one, until the lease expired. It gets a bounded time of its
-// own instead; a lease taken after ctx ended is given up at once.
+// own instead; a lease taken after ctx ended is given up at once. Its wait
+// for a lock is bounded as a batch's is (WithMaintenanceLockTimeout), and
+// kept a second short of that time, so that a lock held too long ends the
+// take with the server's lock_not_available (55P03), not a client timeout.
 func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -61,7 +64,8 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
-	row, err := m.queries.MaintenanceLeaseTake(tctx, m.pool, db.MaintenanceLeaseTakeParams{
+	conn := m.lockConn(min(m.opts.lockTimeout, leaseStatementTimeout-time.Second))
+	row, err := m.queries.MaintenanceLeaseTake(tctx, conn, db.MaintenanceLeaseTakeParams{
 		Name: name, Holder: holder, TtlSeconds: m.opts.leaseTTL.Seconds(), Now: m.opts.clock.at(),
 	})
 	if err != nil {
@@ -81,6 +85,18 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 // leaseStatementTimeout bounds the statements that take and give up a
 // lease, which run whether or not the caller's context has ended.
 const leaseStatementTimeout = 5 * time.Second
+
+// takeError is the error of a run of job that could not take its lease: a
+// *LockWaitError for the take when the server gave up waiting for a lock,
+// and the caller's context's error beside it when that ended meanwhile.
+func takeError(ctx context.Context, job string, err error) error {
+	step := "take the " + job + " lease"
+	err = wrapDBError(ctx, job+": "+step, lockWait(job, step, err))
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = errors.Join(err, cerr)
+	}
+	return err
+}
 
 // keep renews the lease once a third of its time-to-live has passed since
 // it was last renewed; it is called between batches. ErrMaintenanceLeaseLost

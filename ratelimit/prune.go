@@ -119,7 +119,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	}
 	lease, err := m.takeLease(ctx, jobPrune)
 	if err != nil {
-		return PruneResult{}, wrapDBError(ctx, "prune: take the prune lease", err)
+		return PruneResult{}, takeError(ctx, jobPrune, err)
 	}
 	if lease == nil {
 		return PruneResult{Skipped: true}, nil

@@ -127,7 +127,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 	}
 	lease, err := m.takeLease(ctx, jobRecover)
 	if err != nil {
-		return RecoveryResult{}, wrapDBError(ctx, "recover: take the recover lease", err)
+		return RecoveryResult{}, takeError(ctx, jobRecover, err)
 	}
 	if lease == nil {
 		return RecoveryResult{Skipped: true}, nil
