@@ -133,7 +133,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	cutoff, batch := res.Cutoff, int32(m.opts.pruneBatchSize) // clamped to int4 by its option
 	conn = m.stepConn()
 	steps := []step{
-		{"release stale reservations", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
+		{"release stale reservations", m.releaseStep(ctx, batch, nil, func(n int32) ([]pgtype.UUID, error) {
 			return q.PruneReservationFindStale(ctx, conn, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: n})
 		}, reasonWindowEnded, &res.ReleasedStaleReservations)},
 		{"counters", rowsStep(batch, func(n int32) (int64, error) {

@@ -106,7 +106,8 @@ func (r RecoveryResult) String() string {
 // that other transactions hold (the lock order): with
 // WithMaintenanceLockTimeout a batch that waited longer rolls back whole,
 // its rows are left to a later run and the step goes on (a *LockWaitError
-// in the run's error names the step and the rows); without it, a
+// in the run's error names the step and the rows; a reservation that step
+// 2 left so, step 6 passes over rather than wait for it again); without it, a
 // transaction left idle with a counter row locked holds the run up until
 // ctx ends.
 //
@@ -141,9 +142,13 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 	q, conn, batch, now := m.queries, m.stepConn(), int32(m.opts.recoveryBatchSize), m.opts.clock.at
 	var admissionsAfter db.RecoveryAdmissionDeleteForFinishedTasksParams
 	admissionsAfter.AfterTaskID = pgtype.UUID{Valid: true} // the nil UUID: before every task
+	// A reservation of a finished task that the first release step left on
+	// a lock wait is often one of a finished attempt too: the second passes
+	// it over rather than wait for the same lock again.
+	lockedReservations := map[[16]byte]bool{}
 	err = runSteps(ctx, "recover", lease, []step{
 		{"reclaim expired tasks", m.reclaimExpiredTasks(ctx, batch, &res)},
-		{"release reservations of finished tasks", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
+		{"release reservations of finished tasks", m.releaseStep(ctx, batch, lockedReservations, func(n int32) ([]pgtype.UUID, error) {
 			return q.RecoveryReservationFindForFinishedTasks(ctx, conn, n)
 		}, reasonTaskFinished, &res.ReleasedRateReservations)},
 		{"release expired leases", rowsStep(batch, func(n int32) (int64, error) {
@@ -155,7 +160,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 		{"fail attempts of finished tasks", rowsStep(batch, func(n int32) (int64, error) {
 			return q.RecoveryAttemptFailForFinishedTasks(ctx, conn, db.RecoveryAttemptFailForFinishedTasksParams{BatchSize: n, Now: now()})
 		}, &res.FailedAttempts)},
-		{"release reservations of finished attempts", m.releaseStep(ctx, batch, func(n int32) ([]pgtype.UUID, error) {
+		{"release reservations of finished attempts", m.releaseStep(ctx, batch, lockedReservations, func(n int32) ([]pgtype.UUID, error) {
 			return q.RecoveryReservationFindForFinishedAttempts(ctx, conn, n)
 		}, reasonAttemptFinished, &res.ReleasedRateReservations)},
 		{"release leases of finished attempts", rowsStep(batch, func(n int32) (int64, error) {
@@ -184,7 +189,7 @@ func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, cou
 			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: n, Now: m.opts.clock.at(),
 		})
 	}
-	return findStep(batch, func(a db.RecoveryAllotmentFindLostRow) [16]byte { return a.ID.Bytes }, find, func(lost []db.RecoveryAllotmentFindLostRow) (int64, error) {
+	return findStep(batch, nil, func(a db.RecoveryAllotmentFindLostRow) [16]byte { return a.ID.Bytes }, find, func(lost []db.RecoveryAllotmentFindLostRow) (int64, error) {
 		p := db.AllotmentReturnParams{Now: m.opts.clock.at()}
 		for _, a := range lost {
 			p.Ids = append(p.Ids, a.ID)
@@ -213,7 +218,7 @@ func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res 
 	find := func(n int32) ([]db.RecoveryTaskFindExpiredRow, error) {
 		return m.queries.RecoveryTaskFindExpired(ctx, m.stepConn(), db.RecoveryTaskFindExpiredParams{BatchSize: n, Now: m.opts.clock.at()})
 	}
-	return findStep(batch, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
+	return findStep(batch, nil, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
 		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) { return m.reclaimTasks(ctx, found, res) })
 }
 

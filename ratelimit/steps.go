@@ -137,12 +137,16 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // the rows of a batch that timed out waiting for a lock
 // (WithMaintenanceLockTimeout), up to maxLockWaits such batches, after
 // which the step leaves the rest too; it then ends with a
-// *LockWaitError counting them (and Rest when it left more). A batch that
+// *LockWaitError counting them (and Rest when it left more). passed, when
+// not nil, holds the rows that earlier steps of the run left so, which this
+// step passes over too (their lock was held past the bound a moment ago:
+// waiting for it again would cost the bound again), and takes the rows this
+// one leaves so, for the steps after it. A batch that
 // fails otherwise (the connection lost, ctx done) ends the step with its
 // error and, beside it, what the step had left so far (cutShort); so does
 // a run that stops between its batches (batchFunc's stop). id names a row
 // across batches.
-func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) batchFunc {
+func findStep[T any](batch int32, passed map[[16]byte]bool, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) batchFunc {
 	aside := map[[16]byte]bool{}  // rows the server rejected on their own
 	var reason error              // and its first reason
 	waited := map[[16]byte]bool{} // rows of batches that timed out on a lock
@@ -177,16 +181,21 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		if stop != nil {
 			return cut(false, stop)
 		}
-		// Ask for the rows set aside too: find returns them again.
-		asked := int(batch) + len(aside) + len(waited)
+		// Ask for the rows set aside or passed over too: find returns them
+		// again (those of passed it may not: then todo may come out longer
+		// than a batch, and is cut to one).
+		asked := int(batch) + len(aside) + len(waited) + len(passed)
 		found, err := find(int32(min(asked, math.MaxInt32)))
 		if err != nil {
 			return cut(false, err)
 		}
 		full := len(found) == asked
-		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] || waited[id(row)] })
+		todo := slices.DeleteFunc(found, func(row T) bool { return aside[id(row)] || waited[id(row)] || passed[id(row)] })
 		if len(todo) == 0 {
 			return end(true)
+		}
+		if len(todo) > int(batch) {
+			todo, full = todo[:batch], true
 		}
 		done, err := isolate(todo, act)
 		for _, row := range done.rejected {
@@ -197,6 +206,9 @@ func findStep[T any](batch int32, id func(T) [16]byte, find func(batch int32) ([
 		}
 		for _, row := range done.locked {
 			waited[id(row)] = true
+			if passed != nil {
+				passed[id(row)] = true
+			}
 		}
 		if done.lockErr != nil {
 			waits++
@@ -305,8 +317,10 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 // releaseStep releases, per batch, the open reservations that find selects
 // (reason on each), in one call of pgadmit_settle (which locks their
 // counters first, the lock order), and adds how many it released to *count.
-func (m *Maintenance) releaseStep(ctx context.Context, batch int32, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) batchFunc {
-	return findStep(batch, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
+// passed: the reservations that earlier steps left on a lock wait, shared
+// with later steps (see findStep), or nil.
+func (m *Maintenance) releaseStep(ctx context.Context, batch int32, passed map[[16]byte]bool, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) batchFunc {
+	return findStep(batch, passed, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
 		settled, err := m.queries.AdmissionSettle(ctx, m.stepConn(), p)

@@ -50,7 +50,7 @@ func TestFindStepKeepsWhatItLeftWhenALaterBatchFails(t *testing.T) {
 				}
 				return table.act(rows)
 			}
-			err := runStep(t, findStep(4, rowID, find, act))
+			err := runStep(t, findStep(4, nil, rowID, find, act))
 			if !errors.Is(err, lost) {
 				t.Errorf("step error %v, want the failure of its third batch", err)
 			}
@@ -74,7 +74,7 @@ func TestRunStepsStopsAtALostConnectionAfterALockWait(t *testing.T) {
 	lost := errors.New("connection lost")
 	table := newRowTable(20)
 	acts := 0
-	first := findStep(4, rowID, table.find, func(rows []int) (int64, error) {
+	first := findStep(4, nil, rowID, table.find, func(rows []int) (int64, error) {
 		switch acts++; acts {
 		case 1:
 			return 0, lockTimedOutErr
@@ -103,7 +103,7 @@ func TestRunStepsStopsAtALostConnectionAfterALockWait(t *testing.T) {
 func TestRunStepsKeepsWhatAStepLeftWhenCtxEndsBetweenBatches(t *testing.T) {
 	table := newRowTable(20)
 	acts := 0
-	first := findStep(4, rowID, table.find, func(rows []int) (int64, error) {
+	first := findStep(4, nil, rowID, table.find, func(rows []int) (int64, error) {
 		if acts++; acts == 1 {
 			return 0, lockTimedOutErr
 		}

@@ -14,7 +14,7 @@ import (
 func TestRunStepsReportsOnlyCommittedBatches(t *testing.T) {
 	table := newRowTable(10)
 	acts := 0
-	first := findStep(4, rowID, table.find, func(rows []int) (int64, error) {
+	first := findStep(4, nil, rowID, table.find, func(rows []int) (int64, error) {
 		if acts++; acts == 1 {
 			return 0, lockTimedOutErr // rows 0-3, rolled back
 		}

@@ -66,7 +66,7 @@ func runStep(t *testing.T, run batchFunc) error {
 func TestFindStepSetsAsideOnlyTheRowsTheServerRejects(t *testing.T) {
 	table := newRowTable(20, 3, 11, 12)
 	var changed int64
-	err := runStep(t, findStep(8, rowID, table.find, func(rows []int) (int64, error) {
+	err := runStep(t, findStep(8, nil, rowID, table.find, func(rows []int) (int64, error) {
 		n, err := table.act(rows)
 		changed += n
 		return n, err
@@ -92,7 +92,7 @@ func TestFindStepSetsAsideOnlyTheRowsTheServerRejects(t *testing.T) {
 
 func TestFindStepActsOnceWhenNothingIsRejected(t *testing.T) {
 	table := newRowTable(20)
-	if err := runStep(t, findStep(8, rowID, table.find, table.act)); err != nil {
+	if err := runStep(t, findStep(8, nil, rowID, table.find, table.act)); err != nil {
 		t.Fatal(err)
 	}
 	if table.acts != 3 || len(table.done) != 20 {
@@ -107,7 +107,7 @@ func TestFindStepStopsWhenTheServerRejectsEveryRow(t *testing.T) {
 	for i := range 100 {
 		table.bad[i] = true
 	}
-	err := runStep(t, findStep(8, rowID, table.find, table.act))
+	err := runStep(t, findStep(8, nil, rowID, table.find, table.act))
 	if err == nil {
 		t.Fatal("no error, want the server's rejection")
 	}
@@ -124,7 +124,7 @@ func TestFindStepStopsAtAnErrorNotTheServers(t *testing.T) {
 		&pgconn.PgError{Code: "40P01", Message: "deadlock detected"},
 	} {
 		acts := 0
-		err := runStep(t, findStep(8, rowID, newRowTable(20).find, func([]int) (int64, error) {
+		err := runStep(t, findStep(8, nil, rowID, newRowTable(20).find, func([]int) (int64, error) {
 			acts++
 			return 0, failure
 		}))
@@ -149,10 +149,50 @@ func TestFindStepSaysWhenRejectionsLeftTheRest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table := newRowTable(20, tc.bad...)
-			err := runStep(t, findStep(4, rowID, table.find, table.act))
+			err := runStep(t, findStep(4, nil, rowID, table.find, table.act))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("step error %v, want it to say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Rows an earlier step left on a lock wait (passed) are passed over, and a
+// step still acts on a batch at most at a time when find does not return
+// them (they are not this step's rows): the rows asked for beyond them then
+// come back, and are cut to a batch. The rows a step leaves on a lock wait
+// go into passed for the steps after it.
+func TestFindStepPassesOverRowsLeftOnALockWait(t *testing.T) {
+	table := newRowTable(20)
+	passed := map[[16]byte]bool{rowID(3): true, rowID(100): true, rowID(101): true, rowID(102): true}
+	var groups []int
+	err := runStep(t, findStep(4, passed, rowID, table.find, func(rows []int) (int64, error) {
+		groups = append(groups, len(rows))
+		if slices.Contains(rows, 9) {
+			return 0, &pgconn.PgError{Code: "55P03", Message: "lock timeout"}
+		}
+		return table.act(rows)
+	}))
+	var lw *LockWaitError
+	if !errors.As(err, &lw) || lw.Rows != 4 {
+		t.Fatalf("step: %v, want a *LockWaitError for the 4 rows of the batch that waited", err)
+	}
+	if slices.ContainsFunc(groups, func(n int) bool { return n > 4 }) {
+		t.Errorf("acted on groups of %v rows, want a batch (4) at most", groups)
+	}
+	if table.done[3] {
+		t.Error("row 3, passed, was acted on")
+	}
+	var left []int
+	for r := range 20 {
+		if !table.done[r] && r != 3 {
+			left = append(left, r)
+			if !passed[rowID(r)] {
+				t.Errorf("row %d left, not passed on to the steps after", r)
+			}
+		}
+	}
+	if len(left) != 4 || !slices.Contains(left, 9) {
+		t.Errorf("left rows %v, want the 4 of the batch that waited on row 9", left)
 	}
 }
