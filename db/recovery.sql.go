@@ -633,6 +633,13 @@ type RecoveryTaskReclaimRow struct {
 // of running tasks or live leases matches: else a plan could read every
 // running task, or every live lease, and filter them, while the caller
 // holds counter rows (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
+// Requeue or fail: the SET's CASEs all ask `t.async_mode AND
+// t.requeue_count < @max_requeues` (requeue; error_code and error_message
+// ask it in two parts, to tell a sync task from a poison one). It is
+// written out in each because SQL has no per-row variable here: computing
+// it once in a CTE joined to the update makes the update a join, whose
+// generic plan can read every running task and filter them by it (as
+// EXPLAIN shows on a fresh schema), where the array names the ids to read.
 func (q *Queries) RecoveryTaskReclaim(ctx context.Context, db DBTX, arg RecoveryTaskReclaimParams) ([]RecoveryTaskReclaimRow, error) {
 	rows, err := db.Query(ctx, RecoveryTaskReclaim, arg.Now, arg.MaxRequeues, arg.TaskIds)
 	if err != nil {

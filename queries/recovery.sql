@@ -62,6 +62,13 @@ LIMIT @batch_size::integer;
 -- of running tasks or live leases matches: else a plan could read every
 -- running task, or every live lease, and filter them, while the caller
 -- holds counter rows (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
+-- Requeue or fail: the SET's CASEs all ask `t.async_mode AND
+-- t.requeue_count < @max_requeues` (requeue; error_code and error_message
+-- ask it in two parts, to tell a sync task from a poison one). It is
+-- written out in each because SQL has no per-row variable here: computing
+-- it once in a CTE joined to the update makes the update a join, whose
+-- generic plan can read every running task and filter them by it (as
+-- EXPLAIN shows on a fresh schema), where the array names the ids to read.
 WITH clock AS (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
 ),
