@@ -345,22 +345,38 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 // wantLocked sizes the next block: what this process admits on the
 // counter in Horizon at its recent rate, at least need (and 16 times need
 // before any rate is known), at most MaxShare of the limit.
+//
+// The rate is measured over rateSpan at least. Over a shorter span since
+// the last measurement, what was admitted in it counts as admitted in
+// rateSpan: a rate the counter has at least (never more than a
+// measurement over the span would say), so that a burst after a quiet
+// spell is not sized at the quiet spell's rate (or at 16 times the
+// request) for its first rateSpan, a block per round trip, but each block
+// grows to some twenty times what the last ones admitted.
 func (s *blockSet) wantLocked(limit, need float64) float64 {
 	now := time.Now()
+	rate := s.rate
 	if !s.rateSince.IsZero() {
-		if el := now.Sub(s.rateSince).Seconds(); el > 0.05 {
-			s.rate = s.units / el
+		if el := now.Sub(s.rateSince); el > rateSpan {
+			s.rate = s.units / el.Seconds()
 			s.units, s.rateSince = 0, now
+			rate = s.rate
+		} else {
+			rate = max(rate, s.units/rateSpan.Seconds())
 		}
 	} else {
 		s.rateSince = now
 	}
-	want := s.rate * s.a.opts.Horizon.Seconds()
-	if s.rate == 0 {
+	want := rate * s.a.opts.Horizon.Seconds()
+	if rate == 0 {
 		want = 16 * need
 	}
 	return min(max(want, need), limit*s.a.opts.MaxShare)
 }
+
+// rateSpan is the shortest span the rate that sizes blocks is measured
+// over (see wantLocked).
+const rateSpan = 50 * time.Millisecond
 
 // open lists the blocks that are not returned yet.
 func (s *blockSet) open() []*block {
