@@ -243,40 +243,57 @@ func policyNames(limits []Limit) map[key]string {
 	}
 }
 
-// setHeaders sets the chosen header families for policies on h. What it
-// has no value for is deleted: a middleware around this one set h first,
-// and policies include its limits (withOuter), so what h kept of it would
-// speak of another decision.
+// setHeaders sets the chosen header families for policies on h. It
+// replaces only the headers it has a value for; behind another middleware,
+// clearHeaders first deletes what that one set.
 func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 	if families&HeadersIETF != 0 {
 		setIETF(h, policies)
 	}
 	if families&HeadersOpenAI != 0 {
 		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
-			limit, remaining, reset := "x-ratelimit-limit-"+metric, "x-ratelimit-remaining-"+metric, "x-ratelimit-reset-"+metric
-			h.Del(limit)
-			h.Del(remaining)
-			h.Del(reset)
 			if p, ok := binding(policies, metric); ok {
-				h.Set(limit, formatInt(p.state.quota))
-				h.Set(remaining, formatInt(p.state.remaining))
+				h.Set("x-ratelimit-limit-"+metric, formatInt(p.state.quota))
+				h.Set("x-ratelimit-remaining-"+metric, formatInt(p.state.remaining))
 				if p.state.resetIn > 0 { // unknown for a refusal that retrying cannot cure: not "0s"
-					h.Set(reset, formatReset(p.state.resetIn))
+					h.Set("x-ratelimit-reset-"+metric, formatReset(p.state.resetIn))
 				}
 			}
 		}
 	}
 	if families&HeadersAnthropic != 0 {
 		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
-			prefix := "anthropic-ratelimit-" + metric
-			h.Del(prefix + "-limit")
-			h.Del(prefix + "-remaining")
-			h.Del(prefix + "-reset")
 			if p, ok := binding(policies, metric); ok {
-				h.Set(prefix+"-limit", formatInt(p.state.quota))
-				h.Set(prefix+"-remaining", formatInt(p.state.remaining))
-				h.Set(prefix+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
+				h.Set("anthropic-ratelimit-"+metric+"-limit", formatInt(p.state.quota))
+				h.Set("anthropic-ratelimit-"+metric+"-remaining", formatInt(p.state.remaining))
+				h.Set("anthropic-ratelimit-"+metric+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
 			}
+		}
+	}
+}
+
+// clearHeaders deletes the chosen header families from h, for a
+// middleware behind another one that set them: its policies include that
+// one's limits (withOuter), and what h kept of the other decision that
+// setHeaders has no value for (a RateLimit item of a limit now shown
+// without state, the x-ratelimit-* of a metric now bound by no limit with
+// a state) would speak of it alone. A single middleware deletes nothing:
+// headers set around it are not its own.
+func clearHeaders(h http.Header, families HeaderFamily) {
+	if families&HeadersIETF != 0 {
+		h.Del(HeaderRateLimitPolicy)
+		h.Del(HeaderRateLimit)
+	}
+	for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
+		if families&HeadersOpenAI != 0 {
+			h.Del("x-ratelimit-limit-" + metric)
+			h.Del("x-ratelimit-remaining-" + metric)
+			h.Del("x-ratelimit-reset-" + metric)
+		}
+		if families&HeadersAnthropic != 0 {
+			h.Del("anthropic-ratelimit-" + metric + "-limit")
+			h.Del("anthropic-ratelimit-" + metric + "-remaining")
+			h.Del("anthropic-ratelimit-" + metric + "-reset")
 		}
 	}
 }
@@ -312,8 +329,6 @@ func setIETF(h http.Header, policies []policy) {
 		}
 		cur = append(cur, st)
 	}
-	h.Del(HeaderRateLimitPolicy)
-	h.Del(HeaderRateLimit)
 	if len(pol) > 0 {
 		if v, err := httpsfv.Marshal(pol); err == nil {
 			h.Set(HeaderRateLimitPolicy, v)

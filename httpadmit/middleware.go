@@ -227,7 +227,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case d.refusal != nil:
 		policies := withOuter(outerPolicies, refusalHeaders(limits, d.refusal))
 		d.refusal.Policy = nameOf(policies, d.refusal.Limit) // as the headers name it among the outer ones'
-		setHeaders(w.Header(), m.headers, policies)
+		m.setHeaders(w.Header(), policies, outerPolicies)
 		if e := d.refusal.Exceeded; e.Retryable {
 			w.Header().Set("Retry-After", fmt.Sprint(ceilSeconds(e.RetryAfter)))
 		}
@@ -236,8 +236,18 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		policies := outerPolicies // failed open, it has no decision to show: the outer ones' stand
 		if !d.failedOpen {
 			policies = withOuter(outerPolicies, grantHeaders(limits, d.grant))
-			setHeaders(w.Header(), m.headers, policies)
+			m.setHeaders(w.Header(), policies, outerPolicies)
 		}
 		m.run(w, r, next, d.grant, policies)
 	}
+}
+
+// setHeaders sets the headers of policies on h. Behind a middleware that
+// showed policies (outer), it first deletes that one's headers: policies
+// include them (withOuter).
+func (m *middleware) setHeaders(h http.Header, policies, outer []policy) {
+	if len(outer) > 0 {
+		clearHeaders(h, m.headers)
+	}
+	setHeaders(h, m.headers, policies)
 }
