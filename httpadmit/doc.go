@@ -100,10 +100,11 @@
 // are left out of the IETF headers (q is a Structured Field Integer). A
 // refusal tells the state of the limit that refused only. Behind several
 // middlewares (one for every route, another for a route's own limits), the
-// headers show the limits of all of them, each as the middleware that
-// applied it decided it, named apart over them all, and the OpenAI and
-// Anthropic headers the one with the least left among them; a counter
-// that two of them limit is shown as the inner one decided it.
+// headers show the limits of all of them that send headers (not those of
+// one with WithHeaders(0)), each as the middleware that applied it decided
+// it, named apart over them all, and the OpenAI and Anthropic headers the
+// one with the least left among them; a counter that two of them limit is
+// shown as the inner one decided it.
 //
 // # Shadow limits
 //

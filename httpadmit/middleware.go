@@ -233,8 +233,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		m.onRefusal(w, r, d.refusal)
 	default:
-		policies := outerPolicies // failed open, it has no decision to show: the outer ones' stand
-		if !d.failedOpen {
+		// Failed open, it has no decision to show; sending no headers, it
+		// shows none: the outer ones' stand, and only they are passed on.
+		policies := outerPolicies
+		if !d.failedOpen && m.headers != 0 {
 			policies = withOuter(outerPolicies, grantHeaders(limits, d.grant))
 			m.setHeaders(w.Header(), policies, outerPolicies)
 		}

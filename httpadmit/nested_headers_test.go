@@ -104,3 +104,29 @@ func TestNestedMiddlewaresShowTheOuterBindingLimit(t *testing.T) {
 	}
 	e.nothingHeld()
 }
+
+// An outer middleware that sends no headers (WithHeaders(0): its limits
+// are not for clients to see) shows none through the one inside either:
+// that one shows its own limits alone, named as if it were the only one.
+func TestNestedMiddlewaresShowNoLimitsOfOneThatSendsNoHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key, model := uniqueKey("key"), uniqueKey("model")
+	outer := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 3, 1)), httpadmit.WithHeaders(0))
+	inner := e.middleware(fixed(window("model", model, ratelimit.MetricRequests, 100, 1)))
+	rec := httptest.NewRecorder()
+	outer(inner(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))).
+		ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	w := int64(longWindow / time.Second)
+	if diff := cmp.Diff([]sfItem{{"requests", map[string]any{"q": int64(100), "w": w}}},
+		parseList(t, rec.Header(), httpadmit.HeaderRateLimitPolicy)); diff != "" {
+		t.Errorf("RateLimit-Policy (-want +got):\n%s", diff)
+	}
+	if got, want := rec.Header().Get("x-ratelimit-limit-requests")+" "+rec.Header().Get("x-ratelimit-remaining-requests"), "100 99"; got != want {
+		t.Errorf("x-ratelimit-limit/remaining-requests = %q, want %q (the inner limit's)", got, want)
+	}
+	e.nothingHeld()
+}
