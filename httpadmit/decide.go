@@ -36,7 +36,10 @@ type decision struct {
 // enforced limit is Local and was admitted from this process's block, the
 // window was not read: the shadow limit is reported admitted, with
 // Utilization 0.
-func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
+//
+// The grant is in held as soon as Reserve returns it, before the Observer
+// and the logger are called: the caller releases it if they panic.
+func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit.Grant) decision {
 	if err := checkLimits(limits); err != nil {
 		return decision{err: err}
 	}
@@ -76,7 +79,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit) decision {
 	defer cancel()
 	var d decision
 	for {
-		grant, err := m.reserve(ctx, call)
+		grant, err := m.reserve(ctx, call, held)
 		var exceeded *ratelimit.ExceededError
 		switch {
 		case err == nil:
@@ -166,14 +169,18 @@ func inLimit(i int, err error) error {
 	return &ratelimit.ValidationError{Field: field, Value: invalid.Value, Reason: invalid.Reason}
 }
 
-// reserve is one Reserve call, timed.
-func (m *middleware) reserve(ctx context.Context, limits []Limit) (ratelimit.Grant, error) {
+// reserve is one Reserve call, timed. A grant is put in held before the
+// Observer is told of the call.
+func (m *middleware) reserve(ctx context.Context, limits []Limit, held *ratelimit.Grant) (ratelimit.Grant, error) {
 	rl := make([]ratelimit.Limit, len(limits))
 	for i, l := range limits {
 		rl[i] = l.Limit
 	}
 	start := time.Now()
 	grant, err := m.limiter.Reserve(ctx, "", "", rl)
+	if err == nil {
+		*held = grant
+	}
 	switch {
 	case errors.Is(err, ratelimit.ErrInvalidInput): // refused before reaching the database
 	case err == nil && !inDatabase(grant): // admitted from local blocks, in memory

@@ -22,7 +22,10 @@
 // without having reported usage: it panics (any panic, http.ErrAbortHandler
 // included; the panic goes on after the release), its client disconnects,
 // or a write to the client fails (a cut stream). When it had reported
-// usage, that usage is committed even then: the upstream spent it. Only
+// usage, that usage is committed even then: the upstream spent it. A
+// panic in code the middleware calls for an admitted request before its
+// handler runs (an Observer's method, the logger's handler on a shadow
+// refusal) releases it too (ReasonHandlerPanic), and goes on. Only
 // what happens while the handler runs is seen: the bytes still buffered
 // when it returns (by net/http, a few KB, or by a middleware around this
 // one) go out after the request was settled, so a client that leaves then

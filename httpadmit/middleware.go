@@ -217,7 +217,17 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	d := m.decide(r.Context(), limits)
+	// held is the grant until run takes it over. Code the middleware calls
+	// before (an Observer, the logger of shadow refusals, the writer's
+	// Header) may panic: the grant is then released, as for a handler that
+	// panics, and the panic goes on.
+	var held ratelimit.Grant
+	defer func() {
+		if !held.Empty() {
+			m.settle(r.Context(), held, nil, ReasonHandlerPanic)
+		}
+	}()
+	d := m.decide(r.Context(), limits, &held)
 	if len(d.outcomes) > 0 {
 		m.observer.Decided(d.outcomes)
 	}
@@ -240,6 +250,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			policies = withOuter(outerPolicies, grantHeaders(limits, d.grant))
 			m.setHeaders(w.Header(), policies, outerPolicies)
 		}
+		held = ratelimit.Grant{} // run settles it, whatever way it ends
 		m.run(w, r, next, d.grant, policies)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 // Reasons recorded on reservations and leases the middleware releases.
 const (
+	// ReasonHandlerPanic releases a request whose handler panicked, or
+	// code the middleware called before it (an Observer, the logger).
 	ReasonHandlerPanic       = "handler_panic"
 	ReasonClientDisconnected = "client_disconnected"
 	ReasonStreamCut          = "stream_cut"
@@ -37,10 +39,11 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // behind another one (an empty grant), the outer one's.
 func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant, policies []policy) {
 	a := &admission{grant: shown, policies: policies}
-	a.outer, _ = admissionFrom(r.Context())
 	rw, hw := wrap(w)
-	m.observer.LeasesHeld(len(grant.Leases))
-	stopRenewing := m.renewLeases(r.Context(), grant)
+	// The deferred settle is in place before any code that may panic (the
+	// Observer's LeasesHeld included): serve has handed the grant over.
+	stopRenewing := func() {}
+	leasesHeld := false // told to the Observer, to be taken back
 	panicked := true
 	defer func() {
 		// Reports end with the handler, before anything else: a report
@@ -66,8 +69,14 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 			_ = a.outer.report(func(o *admission) { o.servedInside = true })
 		}
 		m.settle(r.Context(), grant, rep.usage, release)
-		m.observer.LeasesHeld(-len(grant.Leases))
+		if leasesHeld {
+			m.observer.LeasesHeld(-len(grant.Leases))
+		}
 	}()
+	a.outer, _ = admissionFrom(r.Context())
+	m.observer.LeasesHeld(len(grant.Leases))
+	leasesHeld = true
+	stopRenewing = m.renewLeases(r.Context(), grant)
 	next.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
 	panicked = false
 }

@@ -1,0 +1,108 @@
+package httpadmit_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+var errCallback = errors.New("callback panicked")
+
+// panickingObserver is a recorder whose one method, named by in, panics
+// (LeasesHeld when leases are taken, DatabaseCall for the Reserve).
+type panickingObserver struct {
+	*recorder
+	in string
+}
+
+func (o panickingObserver) Decided(outcomes []httpadmit.LimitOutcome) {
+	o.recorder.Decided(outcomes)
+	if o.in == "Decided" {
+		panic(errCallback)
+	}
+}
+
+func (o panickingObserver) DatabaseCall(op string, took time.Duration, err error) {
+	o.recorder.DatabaseCall(op, took, err)
+	if o.in == "DatabaseCall" && op == httpadmit.OpReserve {
+		panic(errCallback)
+	}
+}
+
+func (o panickingObserver) LeasesHeld(delta int) {
+	if o.in == "LeasesHeld" && delta > 0 {
+		panic(errCallback)
+	}
+	o.recorder.LeasesHeld(delta)
+}
+
+// panickingHandler is a slog.Handler that panics on a shadow refusal's line.
+type panickingHandler struct{ slog.Handler }
+
+func (h panickingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "pgadmit: shadow limit would refuse" {
+		panic(errCallback)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// Code of the gateway's that the middleware calls between a Reserve that
+// admitted the request and the handler (an Observer, the logger of shadow
+// refusals) may panic. The grant is released, once, and the panic goes on
+// to the server unchanged, as a handler's does; it used to stay held until
+// its leases' TTL and its window's end.
+func TestPanicBeforeTheHandlerReleasesTheGrant(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"Decided", "DatabaseCall", "LeasesHeld", "logger"} {
+		t.Run(in, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			key := uniqueKey("key")
+			limits := []httpadmit.Limit{
+				window("api_key", key, ratelimit.MetricTokens, 1000, 100),
+				concurrent("model", key, 2),
+			}
+			opts := []httpadmit.Option{httpadmit.WithObserver(panickingObserver{recorder: e.obs, in: in})}
+			if in == "logger" {
+				// A lower limit tried out on the enforced limit's counter: the
+				// request would not fit it, which is logged once admitted.
+				limits = append(limits, shadow(window("api_key", key, ratelimit.MetricTokens, 50, 100)))
+				opts = []httpadmit.Option{httpadmit.WithLogger(slog.New(panickingHandler{slog.NewTextHandler(e.logs, nil)}))}
+			}
+			ran := false
+			h := e.middleware(fixed(limits...), opts...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+			func() {
+				defer func() {
+					if p := recover(); p != errCallback {
+						t.Errorf("recovered %v, want the %s panic", p, in)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+			}()
+			if ran {
+				t.Errorf("the handler ran")
+			}
+			if got := e.books("api_key", key, ratelimit.MetricTokens); got != (book{}) {
+				t.Errorf("tokens after the panic = %+v, want released", got)
+			}
+			if got := e.liveLeases("model", key); got != 0 {
+				t.Errorf("%d live leases after the panic, want 0", got)
+			}
+			e.nothingHeld()
+			calls := e.obs.callCounts()
+			if calls["release ok"] != 1 || calls["commit ok"] != 0 {
+				t.Errorf("database calls %v, want one release and no commit", calls)
+			}
+			if got := e.obs.heldLeases(); got != 0 {
+				t.Errorf("LeasesHeld sums to %d, want 0", got)
+			}
+		})
+	}
+}
