@@ -106,3 +106,54 @@ func TestPanicBeforeTheHandlerReleasesTheGrant(t *testing.T) {
 		})
 	}
 }
+
+// An Observer whose DatabaseCall panics on the Commit (or Release) that
+// settles an admitted request, after the database settled it: the leases
+// it reported held (+n) are taken back (-n) all the same, and the panic
+// goes on unchanged. The -n used to be skipped, so that a gauge of leases
+// held (promadmit's) grew by n for good.
+func TestPanicInTheSettlesDatabaseCallStillTakesBackTheLeases(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{httpadmit.OpCommit, httpadmit.OpRelease} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			key := uniqueKey("key")
+			obs := settlePanicObserver{recorder: e.obs, op: op}
+			h := e.middleware(fixed(concurrent("model", key, 2)), httpadmit.WithObserver(obs))(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if op == httpadmit.OpRelease {
+						_ = httpadmit.Discard(r.Context(), "test")
+					}
+				}))
+			func() {
+				defer func() {
+					if p := recover(); p != errCallback {
+						t.Errorf("recovered %v, want the DatabaseCall panic", p)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+			}()
+			if got := e.obs.callCounts()[op+" ok"]; got != 1 {
+				t.Errorf("%d %s calls, want 1: %v", got, op, e.obs.callCounts())
+			}
+			if got := e.obs.heldLeases(); got != 0 {
+				t.Errorf("LeasesHeld sums to %d, want 0", got)
+			}
+			e.nothingHeld()
+		})
+	}
+}
+
+// settlePanicObserver is a recorder whose DatabaseCall panics on op.
+type settlePanicObserver struct {
+	*recorder
+	op string
+}
+
+func (o settlePanicObserver) DatabaseCall(op string, took time.Duration, err error) {
+	o.recorder.DatabaseCall(op, took, err)
+	if op == o.op {
+		panic(errCallback)
+	}
+}

@@ -46,6 +46,14 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 	leasesHeld := false // told to the Observer, to be taken back
 	panicked := true
 	defer func() {
+		// The leases told held are taken back once the grant is settled,
+		// even if code the settle calls (the Observer's DatabaseCall, the
+		// logger) panics.
+		defer func() {
+			if leasesHeld {
+				m.observer.LeasesHeld(-len(grant.Leases))
+			}
+		}()
 		// Reports end with the handler, before anything else: a report
 		// from a goroutine it left running is refused, not lost.
 		rep := a.end()
@@ -69,9 +77,6 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 			_ = a.outer.report(func(o *admission) { o.servedInside = true })
 		}
 		m.settle(r.Context(), grant, rep.usage, release)
-		if leasesHeld {
-			m.observer.LeasesHeld(-len(grant.Leases))
-		}
 	}()
 	a.outer, _ = admissionFrom(r.Context())
 	m.observer.LeasesHeld(len(grant.Leases))
