@@ -124,6 +124,7 @@ type middleware struct {
 	failures       throttle // of the failure log lines
 	invalidShadows throttle // of the lines about shadow limits set aside
 	renewals       throttle // of the lines about failed lease renewals
+	renewalPanics  throttle // of the lines about panics in lease renewals
 }
 
 // New returns the middleware: for each request, limits says what it must
@@ -179,7 +180,8 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 		c.logger = slog.Default()
 	}
 	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second},
-		invalidShadows: throttle{interval: time.Second}, renewals: throttle{interval: time.Second}}
+		invalidShadows: throttle{interval: time.Second}, renewals: throttle{interval: time.Second},
+		renewalPanics: throttle{interval: time.Second}}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil

@@ -51,7 +51,11 @@ type LimitOutcome struct {
 // takes; package promadmit implements it with Prometheus metrics. Its
 // methods are called on the request's goroutine (DatabaseCall of
 // OpRenewLeases on the goroutine that renews the request's leases) and
-// must be fast and safe for concurrent use.
+// must be fast and safe for concurrent use. A panic in a method goes on,
+// as a handler's does, once the request's grant is settled (see the
+// package documentation); one on the renewing goroutine, where net/http
+// would not recover it and the process would end, is recovered and logged
+// at error level with its stack, and the renewals go on.
 type Observer interface {
 	// Decided reports the limits of one request and what each came to,
 	// once per request that had limits, before the handler or the refusal

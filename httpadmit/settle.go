@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/ticking"
@@ -196,6 +198,7 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 	}
 	ctx = context.WithoutCancel(ctx)
 	return ticking.Every(ttl/3, func() {
+		defer m.recoverRenewal(ctx)
 		rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
 		start := time.Now()
 		_, err := m.limiter.RenewLeases(rctx, grant.Leases)
@@ -211,4 +214,30 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 				slog.Int("similar_lines_suppressed", suppressed))
 		}
 	})
+}
+
+// recoverRenewal, deferred by each lease renewal, recovers a panic in code
+// it calls (the Observer's DatabaseCall, the logger's handler). It runs off
+// the request's goroutine: net/http, which recovers a handler's panic,
+// never sees it, and it would end the process. As net/http does for a
+// handler's panic, it is logged with its stack (at most one line a
+// second), and not passed on: the renewals go on, since the request's
+// leases still need them.
+func (m *middleware) recoverRenewal(ctx context.Context) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	stack := debug.Stack()
+	ok, suppressed := m.renewalPanics.allow(time.Now())
+	if !ok {
+		return
+	}
+	defer func() {
+		if recover() != nil { // the logger's handler panicked: it cannot tell
+			stdlog.Printf("pgadmit: panic renewing leases: %v\n%s", p, stack)
+		}
+	}()
+	m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: panic renewing leases", slog.Any("panic", p),
+		slog.String("stack", string(stack)), slog.Int("similar_lines_suppressed", suppressed))
 }
