@@ -107,7 +107,10 @@
 // one with WithHeaders(0)), each as the middleware that applied it decided
 // it, named apart over them all, and the OpenAI and Anthropic headers the
 // one with the least left among them; a counter that two of them limit is
-// shown as the inner one decided it.
+// shown as the inner one decided it, or, when that decision did not read
+// it (a zero Amount, a Local limit admitted from the block, a limit other
+// than the one a refusal names), with what the outer one read, against the
+// inner one's quota.
 //
 // # Shadow limits
 //

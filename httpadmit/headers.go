@@ -134,7 +134,13 @@ func refusalHeaders(limits []Limit, r *Refusal) []policy {
 // this one's (own), all named anew so that no name is shared. Each
 // middleware sets the headers over those of the ones around it, which
 // would otherwise be lost. A counter that both limit is shown as this one
-// decided it: the later decision. outer is not changed.
+// decided it: the later decision. When this decision did not read it (a
+// zero Amount, a Local limit admitted from this process's block, a limit
+// other than the one a refusal names) but the outer one did, it is shown
+// with the outer one's state against this one's quota (outerState): shown
+// without state, the OpenAI and Anthropic headers could show another limit
+// on its metric, with more left than the counter allows. outer is not
+// changed.
 func withOuter(outer, own []policy) []policy {
 	if len(outer) == 0 {
 		return own
@@ -144,12 +150,20 @@ func withOuter(outer, own []policy) []policy {
 		mine[keyOf(p.limit.Limit)] = true
 	}
 	all := make([]policy, 0, len(outer)+len(own))
+	told := make(map[key]*limitState, len(outer)) // the counters the outer ones read
 	for _, p := range outer {
 		if !mine[keyOf(p.limit.Limit)] {
 			all = append(all, p)
+		} else if p.state != nil {
+			told[keyOf(p.limit.Limit)] = p.state
 		}
 	}
-	all = append(all, own...)
+	for _, p := range own {
+		if st, ok := told[keyOf(p.limit.Limit)]; ok && p.state == nil {
+			p.state = outerState(st, p.limit)
+		}
+		all = append(all, p)
+	}
 	limits := make([]Limit, len(all))
 	for i, p := range all {
 		limits[i] = p.limit
@@ -159,6 +173,17 @@ func withOuter(outer, own []policy) []policy {
 		all[i].name = names[keyOf(all[i].limit.Limit)]
 	}
 	return all
+}
+
+// outerState is the state of l's counter as an outer middleware's decision
+// told it (st), against l's quota: what the counter held then (st's quota
+// less its remaining, the outer request counted) is the same for both
+// limits. Its window and reset are the counter's.
+func outerState(st *limitState, l Limit) *limitState {
+	out := *st
+	out.quota, out.amount = l.Limit.Limit, l.Amount
+	out.remaining = l.Limit.Limit - (st.quota - st.remaining)
+	return &out
 }
 
 // nameOf is the name policies give l.
