@@ -157,3 +157,50 @@ func (o settlePanicObserver) DatabaseCall(op string, took time.Duration, err err
 		panic(errCallback)
 	}
 }
+
+// Behind another middleware, a panic in code the inner one calls before the
+// handler (its Observer's Decided, DatabaseCall or LeasesHeld) releases the
+// grants of both, once each, and goes on unchanged: the inner one's from
+// serve, the outer one's as for a handler's panic.
+func TestPanicBeforeTheHandlerInsideReleasesBothGrants(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"Decided", "DatabaseCall", "LeasesHeld"} {
+		t.Run(in, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			key, model := uniqueKey("key"), uniqueKey("model")
+			outer := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 100), concurrent("api_key", key, 2)))
+			inner := e.middleware(fixed(window("model", model, ratelimit.MetricTokens, 1000, 100), concurrent("model", model, 2)),
+				httpadmit.WithObserver(panickingObserver{recorder: e.obs, in: in}))
+			ran := false
+			h := outer(inner(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })))
+			func() {
+				defer func() {
+					if p := recover(); p != errCallback {
+						t.Errorf("recovered %v, want the %s panic", p, in)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+			}()
+			if ran {
+				t.Errorf("the handler ran")
+			}
+			for _, scope := range [][2]string{{"api_key", key}, {"model", model}} {
+				if got := e.books(scope[0], scope[1], ratelimit.MetricTokens); got != (book{}) {
+					t.Errorf("%s tokens after the panic = %+v, want released", scope[0], got)
+				}
+				if got := e.liveLeases(scope[0], scope[1]); got != 0 {
+					t.Errorf("%d live %s leases after the panic, want 0", got, scope[0])
+				}
+			}
+			calls := e.obs.callCounts()
+			if calls["release ok"] != 2 || calls["commit ok"] != 0 {
+				t.Errorf("database calls %v, want two releases and no commit", calls)
+			}
+			if got := e.obs.heldLeases(); got != 0 {
+				t.Errorf("LeasesHeld sums to %d, want 0", got)
+			}
+			e.nothingHeld()
+		})
+	}
+}
