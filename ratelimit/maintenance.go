@@ -215,8 +215,8 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // lease too: a take that gives up fails the run, which did nothing, with a
 // *LockWaitError for the step "take the recover lease" (or "take the prune
 // lease"); a renewal that gives up stops the run with a *LockWaitError for
-// the step it was in. (The take has a timeout of its own besides, 5 s,
-// within which it waits for a lock 4 s at most.)
+// the step it was in. (The take and the release have a timeout of their
+// own besides, 5 s, within which they wait for a lock 4 s at most.)
 //
 // lock_timeout is set for each batch's transaction only, never for the
 // session (safe behind a transaction-pooling proxy), and before the server

@@ -44,9 +44,8 @@ type jobLease struct {
 // interrupted take may still commit on the server, and would then hold the
 // job, for no one, until the lease expired. It gets a bounded time of its
 // own instead; a lease taken after ctx ended is given up at once. Its wait
-// for a lock is bounded as a batch's is (WithMaintenanceLockTimeout), and
-// kept a second short of that time, so that a lock held too long ends the
-// take with the server's lock_not_available (55P03), not a client timeout.
+// for a lock is bounded as a batch's is (WithMaintenanceLockTimeout), 4 s
+// at most (leaseConn).
 func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -64,8 +63,7 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
-	conn := m.lockConn(min(m.opts.lockTimeout, leaseStatementTimeout-time.Second))
-	row, err := m.queries.MaintenanceLeaseTake(tctx, conn, db.MaintenanceLeaseTakeParams{
+	row, err := m.queries.MaintenanceLeaseTake(tctx, m.leaseConn(), db.MaintenanceLeaseTakeParams{
 		Name: name, Holder: holder, TtlSeconds: m.opts.leaseTTL.Seconds(), Now: m.opts.clock.at(),
 	})
 	if err != nil {
@@ -85,6 +83,14 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 // leaseStatementTimeout bounds the statements that take and give up a
 // lease, which run whether or not the caller's context has ended.
 const leaseStatementTimeout = 5 * time.Second
+
+// leaseConn is what the take and the release of a lease go through: the
+// pool behind the lock bound (WithMaintenanceLockTimeout), kept a second
+// short of their own timeout, so that a lock held too long ends them with
+// the server's lock_not_available (55P03), not a client timeout.
+func (m *Maintenance) leaseConn() Executor {
+	return m.lockConn(min(m.opts.lockTimeout, leaseStatementTimeout-time.Second))
+}
 
 // takeError is the error of a run of job that could not take its lease: a
 // *LockWaitError for the take when the server gave up waiting for a lock,
@@ -124,11 +130,11 @@ func (j *jobLease) keep(ctx context.Context) error {
 // release gives the lease up, also when ctx is already done, so that the
 // next run need not wait for it to expire. A lease this run no longer held
 // is not an error: it was lost, and keep has said so. Its wait for a lock
-// is bounded as a batch's is too (WithMaintenanceLockTimeout).
+// is bounded as the take's is (leaseConn).
 func (j *jobLease) release(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
-	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.stepConn(), db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
+	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.leaseConn(), db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {
 		j.m.left.put(j.name, j.holder) // for the next run to take back
 		return fmt.Errorf("release the %s lease: %w", j.name, err)
