@@ -68,7 +68,7 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	})
 	if err != nil {
 		m.left.put(name, holder) // it may still hold the lease
-		return nil, err
+		return nil, lockWait(name, takeStep(name), err)
 	}
 	if !row.Acquired {
 		return nil, nil
@@ -92,12 +92,16 @@ func (m *Maintenance) leaseConn() Executor {
 	return m.lockConn(min(m.opts.lockTimeout, leaseStatementTimeout-time.Second))
 }
 
-// takeError is the error of a run of job that could not take its lease: a
-// *LockWaitError for the take when the server gave up waiting for a lock,
-// and the caller's context's error beside it when that ended meanwhile.
+// takeStep names the take of job's lease in the run's errors.
+func takeStep(job string) string { return "take the " + job + " lease" }
+
+// takeError is the error of a run of job that could not take its lease
+// (takeLease's: a *LockWaitError when the server gave up waiting for a
+// lock on the take's statement, not on the release of a lease taken after
+// ctx ended), with the caller's context's error beside it when that ended
+// meanwhile.
 func takeError(ctx context.Context, job string, err error) error {
-	step := "take the " + job + " lease"
-	err = wrapDBError(ctx, job+": "+step, lockWait(job, step, err))
+	err = wrapDBError(ctx, job+": "+takeStep(job), err)
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = errors.Join(err, cerr)
 	}

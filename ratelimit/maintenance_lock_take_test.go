@@ -2,6 +2,8 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +47,56 @@ func TestMaintenanceLockTimeoutBoundsTheLeaseTake(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A take that got the lease after the caller's context ended gives it up
+// at once; when that release gave up on a lock (a migration took the
+// leases table right after the take), the run's error was made a
+// *LockWaitError of the take, which had waited for nothing past the
+// bound: OnlyLockWaits held it for a run that only met locks, not one
+// cut off. Only the take's own 55P03 is the take's lock wait.
+func TestMaintenanceLeaseTakenAfterCtxEndedIsNotALockWaitOfTheTake(t *testing.T) {
+	t.Parallel()
+	pools := pgtest.NewPools(t, 2)
+	pool, admin := pools[0], pools[1]
+	const bound = 3 * time.Second // the time the steps below have while the take waits
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(bound))
+	first := heldTx(t, admin)
+	if err := testq.OpsLockMaintenanceLeases(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := m.Recover(ctx); done <- err }()
+	pgtest.AwaitLockWaiters(t, admin, "the take of the recover lease")
+	cancel() // the take runs on; it will get the lease
+	// A second migration queues for the table behind the take: it gets it
+	// once the take commits, before the release the ended ctx calls for.
+	second := heldTx(t, admin)
+	locked := make(chan error, 1)
+	go func() { locked <- testq.OpsLockMaintenanceLeases(context.Background(), second) }()
+	for deadline := time.Now().Add(bound); len(pgtest.LockWaiters(t, admin)) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second lock never queued behind the take")
+		}
+	}
+	if err := first.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "release the recover lease") || !isLockNotAvailable(err) {
+		t.Fatalf("Recover: %v, want context.Canceled, and the release of the lease it took giving up on a lock", err)
+	}
+	if ratelimit.OnlyLockWaits(err) {
+		t.Errorf("Recover cut off by its context: %v; OnlyLockWaits says it only met locks", err)
+	}
+	var lw *ratelimit.LockWaitError
+	if errors.As(err, &lw) {
+		t.Errorf("Recover: a *LockWaitError for %q, whose statement waited for no lock past the bound: %v", lw.Step, err)
 	}
 }
