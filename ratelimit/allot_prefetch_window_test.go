@@ -23,8 +23,17 @@ func localSecond(key string, limit, amount float64) ratelimit.Limit {
 // block is spent, at the rate the process admits, would admit nothing. At
 // a request every 40 ms from 500 ms before a window's end, the first block
 // (16 units) is half spent 220 ms before it, and its other half would last
-// past it: no block may be taken ahead then. Each block of the window must
-// admit something.
+// past it: no block may be taken ahead then. Each block of the window taken
+// while it admitted must admit something.
+//
+// A block taken in the window's last Margin is not one taken ahead: the
+// estimate of the database's clock runs ahead of it by the latency of the
+// statement that read it (by design: one behind would admit past a
+// window's end), so a request that comes as the window ends, to the
+// estimate, may take a block while the database's clock is still in that
+// window's last milliseconds. The block admits nothing and goes back, and
+// the request takes one of the next window. On a loaded machine (a latency
+// of 20 ms) that failed the test 3 runs in 10.
 func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -53,6 +62,11 @@ func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 	blocks := 0
 	for _, b := range allotments(t, pool, "model", key) {
 		if !b.WindowStart.Equal(end.Add(-time.Second)) {
+			continue
+		}
+		if !b.CreatedAt.Before(end.Add(-ratelimit.DefaultAllotmentMargin)) {
+			t.Logf("block %s of %g units taken at %s, in the window's last Margin, admitted %g (%s)",
+				b.ID, b.Granted, b.CreatedAt.Format("15:04:05.000"), b.Used, b.Reason)
 			continue
 		}
 		blocks++

@@ -60,7 +60,7 @@ func (q *Queries) AdvisoryLocksHeld(ctx context.Context, db DBTX) ([]AdvisoryLoc
 
 const AllotmentListByScope = `-- name: AllotmentListByScope :many
 SELECT id, holder, metric, window_seconds, window_start, expires_at, limit_value, granted,
-       consumed, returned_at, coalesce(used, 0)::numeric AS used, coalesce(reason, '')::text AS reason
+       consumed, created_at, returned_at, coalesce(used, 0)::numeric AS used, coalesce(reason, '')::text AS reason
 FROM gateway_rate_limit_allotments
 WHERE scope_type = $1
   AND scope_key = $2
@@ -82,6 +82,7 @@ type AllotmentListByScopeRow struct {
 	LimitValue    float64
 	Granted       float64
 	Consumed      float64
+	CreatedAt     time.Time
 	ReturnedAt    *time.Time
 	Used          float64
 	Reason        string
@@ -110,6 +111,7 @@ func (q *Queries) AllotmentListByScope(ctx context.Context, db DBTX, arg Allotme
 			&i.LimitValue,
 			&i.Granted,
 			&i.Consumed,
+			&i.CreatedAt,
 			&i.ReturnedAt,
 			&i.Used,
 			&i.Reason,

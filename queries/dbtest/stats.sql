@@ -33,7 +33,7 @@ WHERE scope_type = @scope_type
 -- Index: none specific (filters on scope; for tests, inspect and small
 -- scopes).
 SELECT id, holder, metric, window_seconds, window_start, expires_at, limit_value, granted,
-       consumed, returned_at, coalesce(used, 0)::numeric AS used, coalesce(reason, '')::text AS reason
+       consumed, created_at, returned_at, coalesce(used, 0)::numeric AS used, coalesce(reason, '')::text AS reason
 FROM gateway_rate_limit_allotments
 WHERE scope_type = @scope_type
   AND scope_key = @scope_key
