@@ -1,0 +1,34 @@
+package ratelimit_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A problem is one line whatever text its scope holds: a newline in a scope
+// key used to split it, and a terminal escape reached the operator's
+// terminal (or the log) raw.
+func TestProblemStringIsOneLineWhateverTheScopeText(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.Problem{
+		Kind: ratelimit.ProblemCounterReserved, ScopeType: "api_key", ScopeKey: "evil\nkey\x1b[31mRED\t\u202e", Metric: "requests",
+		Expected: 5, Actual: 6,
+	}
+	for _, s := range []string{p.String(), ratelimit.Report{Problems: []ratelimit.Problem{p}}.String()} {
+		if strings.ContainsAny(s, "\x1b\t\u202e") {
+			t.Errorf("control characters printed raw: %q", s)
+		}
+		if !strings.Contains(s, `evil\nkey`) {
+			t.Errorf("key not shown escaped: %q", s)
+		}
+	}
+	if s := p.String(); strings.Contains(s, "\n") {
+		t.Errorf("problem spans lines: %q", s)
+	}
+	plain := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "api_key", ScopeKey: "équipe:42", Metric: "tokens"}
+	if s := plain.String(); !strings.Contains(s, "api_key:équipe:42 tokens") {
+		t.Errorf("plain scope not printed as it is: %q", s)
+	}
+}
