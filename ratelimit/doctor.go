@@ -163,18 +163,21 @@ func printable(s string) string {
 
 // Doctor checks the books in one statement (one snapshot of a live
 // database): for every counter, reserved equals the sum of its open
-// reservations and used the sum of its committed actual amounts; no open
-// reservation lacks its counter; no finished task still holds an open
-// reservation, a live lease, a queue admission or a running attempt; and no
-// attempt that is over still holds an open reservation or a live lease
-// (after Recover has run, there should be none of these last kinds:
-// ProblemKind.Recoverable). It writes nothing, and costs one round trip
+// reservations and open Local blocks (allotments), and used the sum of its
+// committed actual amounts and returned blocks' used amounts; no open
+// reservation or block lacks its counter; every reservation's status,
+// finalized_at and actual_amount agree; no block is still open past its
+// window and the lost-holder grace (WithLostAllotmentGrace); no finished
+// task still holds an open reservation, a live lease, a queue admission or
+// a running attempt; and no attempt that is over still holds an open
+// reservation or a live lease (after Recover has run, there should be none
+// of the kinds it repairs: ProblemKind.Recoverable). It writes nothing, and costs one round trip
 // whatever it finds (with WithDoctorLockTimeout or
 // WithMaintenanceLockTimeout in pgx's exec modes that prepare a statement
 // first, its default among them, four: its transaction's begin, setting
 // and end): Report.CheckedAt is that statement's time. Full scans of the
-// counters and the reservation ledger: an operator's tool, not for a hot
-// path.
+// counters, the reservation ledger and the blocks (and, as the planner
+// goes, of the tasks): an operator's tool, not for a hot path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	if err := m.usable(); err != nil {
 		return Report{}, err

@@ -312,9 +312,11 @@ func doctorCommand() *command {
 		summary: "check that the books balance (exit 1 when they do not)",
 		help: `
 Runs ratelimit's Doctor, which reads one snapshot and writes nothing: for every counter window,
-reserved must equal the sum of its open reservations and used the sum of its committed actual
-amounts; no open reservation may lack its counter; no finished task may still hold an open
-reservation, a live lease, a queue admission or a running attempt. It also checks the
+reserved must equal the sum of its open reservations and open Local blocks, and used the sum of
+its committed actual amounts and returned blocks' used amounts; no open reservation or block may
+lack its counter; a reservation's status, finalized_at and actual_amount must agree; no block may
+stay open well past its window (a dead holder's); no finished task (or attempt that is over) may
+still hold an open reservation, a live lease, a queue admission or a running attempt. It also checks the
 connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mode =
 transaction) while pgx's exec mode needs session state (cache_statement, the default, or
 describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
@@ -387,7 +389,7 @@ func (a *app) printDoctor(rep ratelimit.Report) error {
 		}
 	}
 	if recoverable > 0 {
-		fmt.Fprintf(a.stdout, "%d of these are capacity that finished tasks still hold: `pgadmit recover` gives it back.\n", recoverable)
+		fmt.Fprintf(a.stdout, "%d of these are capacity that finished tasks or attempts, or dead holders of blocks, still hold: `pgadmit recover` gives it back.\n", recoverable)
 	}
 	more := ""
 	if rep.Truncated {
