@@ -146,10 +146,12 @@ WHERE scope_type = @scope_type
 ORDER BY window_start DESC, metric, window_seconds;
 
 -- name: InspectAllotments :many
--- Open allotments (blocks of Local limits) per holder and counter: how many
--- blocks, the units they hold in the counter, what their holder last
--- reported admitting from them and when, and the time until their window
--- ends on the database's clock.
+-- Open allotments (blocks of Local limits) per holder and counter window:
+-- how many blocks, the units they hold in the counter, what their holder
+-- last reported admitting from them and when, and the time until their
+-- window ends on the database's clock (negative: it ended, and the blocks
+-- were not returned). A holder's blocks of an ended window are a row apart
+-- from those of the current one, not summed with them.
 -- Locks: none (plain MVCC read).
 -- Index: gateway_rate_limit_allotments_open_idx (partial: open blocks, live
 -- state).
@@ -168,6 +170,6 @@ FROM gateway_rate_limit_allotments AS a
 WHERE a.returned_at IS NULL
   AND (sqlc.narg('scope_type')::text IS NULL
        OR (a.scope_type = sqlc.narg('scope_type')::text AND a.scope_key = sqlc.narg('scope_key')::text))
-GROUP BY a.holder, a.scope_type, a.scope_key, a.metric, a.window_seconds
-ORDER BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.holder
+GROUP BY a.holder, a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start
+ORDER BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start, a.holder
 LIMIT @max_rows::integer;

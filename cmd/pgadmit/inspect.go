@@ -32,8 +32,9 @@ transaction pooler):
   CONCURRENCY LEASES  unreleased leases per scope: live slots, leases that expired without
                       being released (recover gives those back), limit, next expiry
   QUEUE ADMISSIONS    admitted tasks per queue scope, by task status, with the limit
-  ALLOTMENTS          open blocks of Local limits per holder: units granted, units admitted
-                      as the holder last reported and when, and the time until they end
+  ALLOTMENTS          open blocks of Local limits per holder and window: units granted, units
+                      admitted as the holder last reported and when, and the time until they
+                      end (or since they ended, when their holder did not return them)
 
 --scope narrows every table to one scope. A table that another session holds locked (a
 migration that alters it) is waited for at most --lock-timeout (5s by default; 0: no bound;
@@ -154,9 +155,13 @@ func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
 	}
 	fmt.Fprintln(tw, "SCOPE\tMETRIC\tWINDOW\tHOLDER\tBLOCKS\tGRANTED\tADMITTED\tREPORTED\tENDS IN")
 	for _, r := range rows {
+		ends := seconds(r.EndsInSeconds)
+		if r.EndsInSeconds < 0 { // a block its holder did not return: recover does, after a grace
+			ends = "ended " + seconds(-r.EndsInSeconds) + " ago"
+		}
 		fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", cell(r.ScopeType), cell(r.ScopeKey), cell(r.Metric),
 			windowString(int64(r.WindowSeconds)), cell(r.Holder), r.Blocks, num(r.Granted), num(r.Consumed),
-			seconds(r.ReportedAgoSeconds), seconds(r.EndsInSeconds))
+			seconds(r.ReportedAgoSeconds), ends)
 	}
 	return tw.Flush()
 }
