@@ -10,14 +10,17 @@ import (
 )
 
 const SetLockTimeout = `-- name: SetLockTimeout :exec
-SELECT set_config('lock_timeout', least(ceil(1000 * $1::float8), 2147483647)::bigint::text || 'ms', true)
+SELECT set_config('lock_timeout', least($1::bigint, 2147483647)::text || 'ms', true)
 `
 
-// Sets lock_timeout to @timeout_seconds, rounded up to a whole millisecond
-// (its unit: a positive bound never becomes 0, which is none), for the
-// current transaction only, so that a statement after it that waits longer
-// than that for a lock (a table a migration holds ACCESS EXCLUSIVE) fails
-// with SQLSTATE 55P03, lock_not_available, instead of waiting on.
+// Sets lock_timeout to @timeout_ms milliseconds, its unit (callers round a
+// bound up to a whole one, internal/locktimeout: a positive bound never
+// becomes 0, which is none), for the current transaction only, so that a
+// statement after it that waits longer than that for a lock (a table a
+// migration holds ACCESS EXCLUSIVE) fails with SQLSTATE 55P03,
+// lock_not_available, instead of waiting on. Whole milliseconds, not float
+// seconds: a thousand times those is not always whole, and was set 1 ms
+// longer (1.132 s as 1133 ms).
 // Transaction-local (set_config(..., true)): behind a transaction-pooling
 // proxy a session-level setting would stay on a server session that other
 // clients get next, and PgBouncer refuses it as a startup parameter. Run it
@@ -25,7 +28,7 @@ SELECT set_config('lock_timeout', least(ceil(1000 * $1::float8), 2147483647)::bi
 // milliseconds, about 24.8 days) is its largest value, not an error.
 // Locks: none.
 // Index: none (no table).
-func (q *Queries) SetLockTimeout(ctx context.Context, db DBTX, timeoutSeconds float64) error {
-	_, err := db.Exec(ctx, SetLockTimeout, timeoutSeconds)
+func (q *Queries) SetLockTimeout(ctx context.Context, db DBTX, timeoutMs int64) error {
+	_, err := db.Exec(ctx, SetLockTimeout, timeoutMs)
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 )
 
 // BatchRequest is one admission of a combined Reserve, for tests.
@@ -203,3 +205,26 @@ func (l *Limiter) RetryUnheld(giveBack func(context.Context) error) { l.retryUnh
 
 // UnheldReleaseSpan is how long retryUnheld tries.
 const UnheldReleaseSpan = unheldReleaseSpan
+
+// LockTimeoutsSet reads back the lock_timeout, in milliseconds, that m sets for a statement of
+// a step or of Doctor (lockConn: in the statement's batch, or in a transaction of its own in
+// the exec modes that prepare first), and in a transaction of its own (boundTx), for tests.
+func (m *Maintenance) LockTimeoutsSet(ctx context.Context) (statement, tx int64, err error) {
+	if err := m.usable(); err != nil {
+		return 0, 0, err
+	}
+	q := dbtest.New()
+	if statement, err = q.OpsLockTimeoutMillis(ctx, m.stepConn()); err != nil {
+		return 0, 0, err
+	}
+	t, err := m.pool.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = t.Rollback(ctx) }()
+	if err := m.boundTx(ctx, t); err != nil {
+		return 0, 0, err
+	}
+	tx, err = q.OpsLockTimeoutMillis(ctx, t)
+	return statement, tx, err
+}

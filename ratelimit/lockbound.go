@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/locktimeout"
 )
 
 // lockBounded runs each statement sent through it with lock_timeout set
@@ -27,7 +28,7 @@ import (
 type lockBounded struct {
 	Executor
 	queries *db.Queries
-	seconds float64
+	millis  int64 // lock_timeout, locktimeout.Millis of the bound
 }
 
 // stepConn is what the steps of Recover and Prune send their statements
@@ -42,9 +43,9 @@ func (m *Maintenance) lockConn(d time.Duration) Executor {
 		return m.pool
 	}
 	if m.parsesFirst {
-		return lockBoundedTx{Executor: m.pool, queries: m.queries, seconds: d.Seconds()}
+		return lockBoundedTx{Executor: m.pool, queries: m.queries, millis: locktimeout.Millis(d)}
 	}
-	return lockBounded{Executor: m.pool, queries: m.queries, seconds: d.Seconds()}
+	return lockBounded{Executor: m.pool, queries: m.queries, millis: locktimeout.Millis(d)}
 }
 
 // boundTx sets lock_timeout in tx, a transaction of its own just begun, in
@@ -54,14 +55,14 @@ func (m *Maintenance) boundTx(ctx context.Context, tx pgx.Tx) error {
 	if m.opts.lockTimeout <= 0 {
 		return nil
 	}
-	return m.queries.SetLockTimeout(ctx, tx, m.opts.lockTimeout.Seconds())
+	return m.queries.SetLockTimeout(ctx, tx, locktimeout.Millis(m.opts.lockTimeout))
 }
 
 // send sends SetLockTimeout and the statement, and reads the setting's
 // answer; the statement's is next in the results.
 func (c lockBounded) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
-	queue(b, func(r db.DBTX) { _ = c.queries.SetLockTimeout(ctx, r, c.seconds) })
+	queue(b, func(r db.DBTX) { _ = c.queries.SetLockTimeout(ctx, r, c.millis) })
 	b.Queue(sql, args...)
 	br := c.Executor.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

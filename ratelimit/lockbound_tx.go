@@ -19,7 +19,7 @@ import (
 type lockBoundedTx struct {
 	Executor
 	queries *db.Queries
-	seconds float64
+	millis  int64 // lock_timeout, locktimeout.Millis of the bound
 }
 
 // begin begins the statement's own transaction and sets lock_timeout in it.
@@ -28,7 +28,7 @@ func (c lockBoundedTx) begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.queries.SetLockTimeout(ctx, tx, c.seconds); err != nil {
+	if err := c.queries.SetLockTimeout(ctx, tx, c.millis); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, err
 	}

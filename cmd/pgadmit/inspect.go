@@ -120,10 +120,8 @@ func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pg
 	// Nothing to commit: the transaction only read.
 	defer func() { _ = tx.Rollback(ctx) }()
 	q := db.New()
-	if lockTimeout > 0 {
-		if err := q.SetLockTimeout(ctx, tx, lockTimeout.Seconds()); err != nil {
-			return in, fmt.Errorf("set lock_timeout: %w", err)
-		}
+	if err := boundLockWaits(ctx, q, tx, lockTimeout); err != nil {
+		return in, fmt.Errorf("set lock_timeout: %w", err)
 	}
 	if in.windows, err = q.InspectWindows(ctx, tx, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
 		return in, fmt.Errorf("read windows: %w", err)

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/locktimeout"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -30,10 +34,10 @@ func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
 }
 
 // maxLockTimeout is the largest --lock-timeout: lock_timeout is an int of milliseconds. A larger
-// bound is set as this one (SetLockTimeout caps it, for inspect and for ratelimit's
+// bound is set as this one (locktimeout.Millis caps it, for inspect and for ratelimit's
 // WithMaintenanceLockTimeout and WithDoctorLockTimeout), so the errors of a wait would name a
 // bound that did not apply: it is refused instead.
-const maxLockTimeout = math.MaxInt32 * time.Millisecond // 596h31m23.647s
+const maxLockTimeout = locktimeout.Max // 596h31m23.647s
 
 // checkLockTimeout refuses a negative --lock-timeout, and one past lock_timeout's range.
 func checkLockTimeout(d time.Duration) error {
@@ -52,12 +56,18 @@ func checkLockTimeout(d time.Duration) error {
 // server's own lock_timeout (a role's or a database's setting).
 func gaveUpAfter(bound time.Duration) string {
 	if bound > 0 {
-		if r := bound % time.Millisecond; r != 0 {
-			bound += time.Millisecond - r
-		}
-		return operatorDuration(bound) + " (--lock-timeout)"
+		return operatorDuration(time.Duration(locktimeout.Millis(bound))*time.Millisecond) + " (--lock-timeout)"
 	}
 	return "the server's own lock_timeout (--lock-timeout 0 sets none)"
+}
+
+// boundLockWaits sets lock_timeout to bound (--lock-timeout) in tx, for tx only, as inspect's
+// transaction's first statement; 0 sets nothing: the server's own applies.
+func boundLockWaits(ctx context.Context, q *db.Queries, tx pgx.Tx, bound time.Duration) error {
+	if bound <= 0 {
+		return nil
+	}
+	return q.SetLockTimeout(ctx, tx, locktimeout.Millis(bound))
 }
 
 // lockTimeoutError is a command's failure when a table it reads stayed locked by another session

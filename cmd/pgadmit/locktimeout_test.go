@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -87,6 +88,44 @@ func TestLockTimeoutUpToPostgresRange(t *testing.T) {
 	for _, cmd := range []string{"inspect", "doctor", "recover"} {
 		if out, errOut, code := cli(t, nil, "--database-url", url, cmd, "--lock-timeout", "596h31m23.647s"); code != exitOK {
 			t.Errorf("pgadmit %s --lock-timeout 596h31m23.647s: exit %d, stdout %q, stderr %q; want exit 0", cmd, code, out, errOut)
+		}
+	}
+}
+
+// inspect sets lock_timeout to --lock-timeout rounded up to a whole millisecond, exactly (sent as
+// float seconds, 1.132s was set as 1133ms), up to the largest --lock-timeout, lock_timeout's
+// own; and the bound the errors of a wait name (gaveUpAfter) is the one set.
+func TestInspectSetsTheLockTimeoutItNames(t *testing.T) {
+	t.Parallel()
+	_, pool := newDatabase(t)
+	ctx := context.Background()
+	set := func(bound time.Duration) (int64, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := boundLockWaits(ctx, db.New(), tx, bound); err != nil {
+			return 0, err
+		}
+		return dbtest.New().OpsLockTimeoutMillis(ctx, tx)
+	}
+	for _, c := range []struct {
+		bound time.Duration
+		want  int64
+	}{
+		{1132 * time.Millisecond, 1132},
+		{1257 * time.Millisecond, 1257},
+		{5 * time.Second, 5000},
+		{1500 * time.Microsecond, 2},
+		{time.Nanosecond, 1},
+		{2147483646 * time.Millisecond, 2147483646},
+		{maxLockTimeout, 2147483647},
+	} {
+		got, err := set(c.bound)
+		named, want := gaveUpAfter(c.bound), operatorDuration(time.Duration(c.want)*time.Millisecond)+" (--lock-timeout)"
+		if err != nil || got != c.want || named != want {
+			t.Errorf("--lock-timeout %s: set lock_timeout to %dms (%v), named %q; want %dms, named %q", c.bound, got, err, named, c.want, want)
 		}
 	}
 }

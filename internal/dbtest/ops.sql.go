@@ -390,6 +390,24 @@ func (q *Queries) OpsLockTasks(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const OpsLockTimeoutMillis = `-- name: OpsLockTimeoutMillis :one
+SELECT s.setting::bigint AS lock_timeout_ms
+FROM pg_catalog.pg_settings AS s
+WHERE s.name = 'lock_timeout'
+`
+
+// The lock_timeout in force in this transaction (what SHOW lock_timeout and
+// current_setting say), in milliseconds, its unit: what SetLockTimeout set
+// before it.
+// Locks: none.
+// Index: none (no table).
+func (q *Queries) OpsLockTimeoutMillis(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, OpsLockTimeoutMillis)
+	var lock_timeout_ms int64
+	err := row.Scan(&lock_timeout_ms)
+	return lock_timeout_ms, err
+}
+
 const OpsNotifyPeek = `-- name: OpsNotifyPeek :exec
 SELECT pg_notify('pgadmit_peek', $1::text)
 `

@@ -255,3 +255,13 @@ SELECT pg_notify('pgadmit_peek', @payload::text);
 -- Locks: ACCESS EXCLUSIVE on gateway_maintenance_cursors.
 -- Index: none.
 LOCK TABLE gateway_maintenance_cursors IN ACCESS EXCLUSIVE MODE;
+
+-- name: OpsLockTimeoutMillis :one
+-- The lock_timeout in force in this transaction (what SHOW lock_timeout and
+-- current_setting say), in milliseconds, its unit: what SetLockTimeout set
+-- before it.
+-- Locks: none.
+-- Index: none (no table).
+SELECT s.setting::bigint AS lock_timeout_ms
+FROM pg_catalog.pg_settings AS s
+WHERE s.name = 'lock_timeout';
