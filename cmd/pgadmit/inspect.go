@@ -58,7 +58,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	scope := fs.String("scope", "", "show only this scope, as `TYPE:KEY` (e.g. api_key:team-42)")
 	limit := fs.Int("limit", 50, "print at most this many `rows` per table")
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err

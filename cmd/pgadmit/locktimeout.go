@@ -26,12 +26,21 @@ import (
 // row locked would hang them, and every later pass of a sweeper.
 const defaultLockTimeout = 5 * time.Second
 
-// lockTimeoutFlag adds --lock-timeout to inspect, doctor, recover and prune. 0 sets no bound of
+// lockTimeoutFlag adds --lock-timeout to inspect, doctor, recover and prune; past says what the
+// command does past it (pastGiveUp, pastLeaveBatch, pastLeaveBatchOrSweepOn). 0 sets no bound of
 // pgadmit's, as lock_timeout = 0 means none to PostgreSQL: the server's own setting, if any, applies.
-func lockTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+func lockTimeoutFlag(fs *flag.FlagSet, past string) *time.Duration {
 	return fs.Duration("lock-timeout", defaultLockTimeout,
-		"wait at most `duration` for a lock another session holds (a migration's, an idle transaction's), then give up on it and exit 1 (0: no bound)")
+		"wait at most `duration` for a lock another session holds (a migration's, an idle transaction's), then "+past+" (0: no bound)")
 }
+
+// What a command does past --lock-timeout: inspect and doctor give up; recover and prune leave
+// that batch and do the rest; recover's sweeper (--every) logs the pass as failed and goes on.
+const (
+	pastGiveUp              = "give up on it and exit 1"
+	pastLeaveBatch          = "leave that batch to a later run, do the rest and exit 1"
+	pastLeaveBatchOrSweepOn = "leave that batch to a later pass, do the rest and exit 1; with --every, log the pass as failed and sweep on"
+)
 
 // maxLockTimeout is the largest --lock-timeout: lock_timeout is an int of milliseconds. A larger
 // bound is set as this one (locktimeout.Millis caps it, for inspect and for ratelimit's

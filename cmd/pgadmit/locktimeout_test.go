@@ -186,6 +186,31 @@ func TestLockTimeoutZeroSetsNone(t *testing.T) {
 	})
 }
 
+// --lock-timeout's help says what each command does past it: inspect and doctor give up and exit
+// 1; recover and prune leave the batch, do the rest and exit 1, but recover --every, a sweeper,
+// logs the pass as failed and goes on (TestRecoverSweeperGivesUpAfterItsLockTimeout), exit 0 at
+// its stop.
+func TestLockTimeoutHelpSaysWhatEachCommandDoesPastIt(t *testing.T) {
+	t.Parallel()
+	for cmd, want := range map[string]string{
+		"inspect": "then give up on it and exit 1 (0: no bound)",
+		"doctor":  "then give up on it and exit 1 (0: no bound)",
+		"prune":   "then leave that batch to a later run, do the rest and exit 1 (0: no bound)",
+		"recover": "then leave that batch to a later pass, do the rest and exit 1; with --every, log the pass as failed and sweep on (0: no bound)",
+	} {
+		out := cliOK(t, cmd, "--help")
+		_, usage, _ := strings.Cut(out, "  --lock-timeout duration\n")
+		usage, _, _ = strings.Cut(usage, "\n")
+		if !strings.Contains(usage, want) {
+			t.Errorf("pgadmit %s --help: --lock-timeout says %q, want %q", cmd, usage, want)
+		}
+	}
+	recoverHelp := cliOK(t, "recover", "--help")
+	if !strings.Contains(strings.Join(strings.Fields(recoverHelp), " "), "exit 1 (with --every, the pass is logged as failed, after its counts, and the sweeper goes on)") {
+		t.Errorf("pgadmit recover --help does not say what a pass of --every does past --lock-timeout:\n%s", recoverHelp)
+	}
+}
+
 // The recover sweeper's passes are bounded by --lock-timeout too, and a pass that gave up says by
 // how much.
 func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {

@@ -32,7 +32,8 @@ lock_timeout is set in the batch's own transaction, before the server parses its
 bounds each wait for a lock, so a batch that waits for several in turn can take several times
 that): past it, that batch is left whole to a later pass (and the rest of its step, after a
 second such batch in the step or when the step is one statement), the other steps run, what was
-done is printed, and the command says what it left, exit 1.
+done is printed, and the command says what it left, exit 1 (with --every, the pass is logged as
+failed, after its counts, and the sweeper goes on).
 
 Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
 that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
@@ -51,7 +52,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
 	progress := progressFlag(fs)
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatchOrSweepOn)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -228,7 +229,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most")
 	progress := progressFlag(fs)
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatch)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -333,7 +334,7 @@ checking, and for how long.`,
 func runDoctor(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	progress := progressFlag(fs)
-	lockTimeout := lockTimeoutFlag(fs)
+	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
