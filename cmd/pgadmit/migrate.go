@@ -28,8 +28,8 @@ the version table ` + schema.VersionTable + ` (never goose's default table, so a
 goose history is left alone). Concurrent migrators wait for each other on a lock row in the table
 ` + schema.LockTable + ` (no session state: it works through PgBouncer in transaction pooling
 mode), for up to 5 minutes (Ctrl-C stops the wait). While up or down runs, every 5s it says on
-stderr what it waits for: that lock (or, when the database stopped answering meanwhile, that it
-lost the connection), or a migration that has run that long.
+stderr what it waits for: that lock (or, when the connection was lost or the database froze
+meanwhile, that), or a migration that has run that long.
 
   up       apply every pending migration (or up to --to)
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit

@@ -82,9 +82,11 @@ func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, inte
 
 // lockWait says what the wait for the lock since start waits for: the lock row another migrator
 // holds, or, when reach finds that the database no longer answers (within interval), the
-// database. goose's locker tries again every second after either, for up to 5 minutes: a wait
-// for a database that is gone must not be told as one for another migrator. It says nothing
-// ("") when the step ended (ctx) or took the lock while reach ran.
+// database. goose's locker tries again every second after a lock row held or a lost connection,
+// for up to 5 minutes (300 tries): a wait for a database that is gone must not be told as one
+// for another migrator. A database that does not answer at all holds the locker's statement
+// (goose gives it no deadline): no later try, and no end of the 5 minutes, only Ctrl-C. It says
+// nothing ("") when the step ended (ctx) or took the lock while reach ran.
 func (w *migrateWatch) lockWait(ctx context.Context, start time.Time, interval time.Duration, reach func(context.Context) error) string {
 	rctx, done := context.WithTimeout(ctx, interval)
 	err := reach(rctx)
@@ -98,12 +100,13 @@ func (w *migrateWatch) lockWait(ctx context.Context, start time.Time, interval t
 		return ""
 	}
 	waited := time.Since(start).Round(time.Second)
-	const retrying = "; it keeps trying until the wait ends after 5m, or at Ctrl-C\n"
 	switch {
 	case silent:
-		return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, but the database did not answer within %s%s", waited, interval, retrying)
+		return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, but the database did not answer within %s; "+
+			"it waits for an answer (Ctrl-C stops the wait)\n", waited, interval)
 	case err != nil:
-		return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, but lost the connection to the database (%s)%s", waited, err, retrying)
+		return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, but lost the connection to the database (%s); "+
+			"it keeps trying until the wait ends after 5m, or at Ctrl-C\n", waited, err)
 	}
 	return fmt.Sprintf("pgadmit migrate: waited %s for the migration lock, which another migrator holds "+
 		"(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C)\n", waited)
