@@ -391,8 +391,8 @@ func (a *app) connect(ctx context.Context, dsn string, maxConns int32) (*pgxpool
 	return a.open(ctx, dsn, cfg)
 }
 
-// poolConfig parses dsn into a pool configuration with pgadmit's connect timeout and
-// application name, set up for the Limiter (ratelimit.ConfigurePool).
+// poolConfig parses dsn into a pool configuration with pgadmit's connect timeout (which bounds
+// the pool's pings too) and application name, set up for the Limiter (ratelimit.ConfigurePool).
 func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -401,6 +401,13 @@ func (a *app) poolConfig(dsn string, maxConns int32) (*pgxpool.Config, error) {
 	}
 	if a.connectTimeoutGiven || cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = a.connectTimeout
+	}
+	// pgxpool pings a connection idle for a second before it hands it out, by default without a
+	// bound: to a server that froze, that ping outlives the Acquire that Ctrl-C cancelled by up to
+	// a minute, holding its connection, and the pool's Close, each command's last step, waits for
+	// it. A server that does not answer within the connect timeout is as good as gone.
+	if cfg.PingTimeout <= 0 { // the URL's pool_ping_timeout wins
+		cfg.PingTimeout = cfg.ConnConfig.ConnectTimeout
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		name := "pgadmit"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -465,6 +466,34 @@ func TestConnectTimeout(t *testing.T) {
 			t.Errorf("doctor with --connect-timeout 300ms and connect_timeout=10 in the URL: stderr %q", errOut)
 		}
 	})
+}
+
+// pgxpool pings a connection idle for a second before it hands it out; the ping is bounded by the
+// connect timeout, or by the URL's pool_ping_timeout. Without a bound, a ping to a server that
+// froze outlived the Acquire that Ctrl-C cancelled by up to a minute, holding its connection, and
+// the pool's Close, every command's last step, waited for it: migrate stopped a minute after
+// Ctrl-C (TestMigrateSaysItsDatabaseFrozeWhileItWaits, at times).
+func TestPoolPingTimeoutIsTheConnectTimeout(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url   string
+		given time.Duration // --connect-timeout; 0: not given
+		want  time.Duration
+	}{
+		{"postgres://u@h/d", 0, defaultConnectTimeout},
+		{"postgres://u@h/d?connect_timeout=9", 0, 9 * time.Second},
+		{"postgres://u@h/d?connect_timeout=9", 300 * time.Millisecond, 300 * time.Millisecond},
+		{"postgres://u@h/d?pool_ping_timeout=2s", 0, 2 * time.Second},
+	} {
+		a := newApp(io.Discard, io.Discard, func(string) string { return "" })
+		if c.given > 0 {
+			a.connectTimeout, a.connectTimeoutGiven = c.given, true
+		}
+		cfg, err := a.poolConfig(c.url, 2)
+		if err != nil || cfg.PingTimeout != c.want {
+			t.Errorf("pool of %s (--connect-timeout %s): ping timeout %v (%v), want %s", c.url, c.given, cfg.PingTimeout, err, c.want)
+		}
+	}
 }
 
 // newDatabase returns the URL of a fresh migrated database and a pool on it,
