@@ -37,7 +37,9 @@ type AllotmentOptions struct {
 	// database.
 	MaxShare float64
 	// Horizon sizes a block to what this process admitted on its counter in
-	// this much time, at the rate it is admitting (default 1s).
+	// this much time, at the rate it is admitting (default 1s). The rate is
+	// measured over 50 ms at least; what was admitted in less counts as
+	// 50 ms' worth, so a burst's blocks grow from one to the next.
 	Horizon time.Duration
 	// IdleAfter returns a block nothing was admitted from for this long
 	// (default 2s), so that another process can use its units.
