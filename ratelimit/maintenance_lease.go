@@ -84,19 +84,12 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 // lease, which run whether or not the caller's context has ended.
 const leaseStatementTimeout = 5 * time.Second
 
-// MaxLeaseLockWait is the longest the take and the release of a Recover or
-// Prune run's lease wait for a lock, whatever WithMaintenanceLockTimeout
-// says: they have a timeout of their own, 5 s, and a lock held too long
-// must end them with the server's lock_not_available (55P03), not a client
-// timeout. A *LockWaitError of the step "take the recover lease" (or "take
-// the prune lease") waited min(WithMaintenanceLockTimeout, this).
-const MaxLeaseLockWait = leaseStatementTimeout - time.Second
-
 // leaseConn is what the take and the release of a lease go through: the
-// pool behind the lock bound (WithMaintenanceLockTimeout), MaxLeaseLockWait
-// at most.
+// pool behind the lock bound (WithMaintenanceLockTimeout), kept a second
+// short of their own timeout, so that a lock held too long ends them with
+// the server's lock_not_available (55P03), not a client timeout.
 func (m *Maintenance) leaseConn() Executor {
-	return m.lockConn(min(m.opts.lockTimeout, MaxLeaseLockWait))
+	return m.lockConn(min(m.opts.lockTimeout, leaseStatementTimeout-time.Second))
 }
 
 // takeStep names the take of job's lease in the run's errors.

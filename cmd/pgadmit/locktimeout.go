@@ -109,17 +109,9 @@ func lockTimedOut(err error, bound time.Duration) error {
 type lockWaitError struct {
 	err   error
 	bound time.Duration // --lock-timeout
-	take  bool          // the run's take of its lease, which did nothing
 }
 
 func (e *lockWaitError) Error() string {
-	if e.take {
-		bound := gaveUpAfter(e.bound)
-		if e.bound > ratelimit.MaxLeaseLockWait {
-			bound = operatorDuration(ratelimit.MaxLeaseLockWait) + " (the lease's take: " + operatorDuration(ratelimit.MaxLeaseLockWait) + " at most)"
-		}
-		return fmt.Sprintf("another session held the table of maintenance leases locked (a migration?): gave up on it after %s and did nothing; run it again once that session lets go (%v)", bound, e.err)
-	}
 	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", gaveUpAfter(e.bound), e.err)
 }
 
@@ -131,14 +123,7 @@ func (e *lockWaitError) Unwrap() error { return e.err }
 // told by its own errors, which name the lock waits too.
 func lockWaited(err error, bound time.Duration) error {
 	if err != nil && ratelimit.OnlyLockWaits(err) {
-		return &lockWaitError{err: err, bound: bound, take: isLeaseTake(err)}
+		return &lockWaitError{err: err, bound: bound}
 	}
 	return err
-}
-
-// isLeaseTake reports whether err is a run's failure to take its lease, the step "take the
-// recover lease" (or prune), which waits for a lock ratelimit.MaxLeaseLockWait at most.
-func isLeaseTake(err error) bool {
-	var lw *ratelimit.LockWaitError
-	return errors.As(err, &lw) && lw.Step == "take the "+lw.Job+" lease"
 }

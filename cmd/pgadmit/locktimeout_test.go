@@ -236,33 +236,3 @@ func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {
 		t.Errorf("recover --every --lock-timeout 300ms: exit %d, stderr %q", code, stderr.String())
 	}
 }
-
-// The take of a run's lease waits for a lock at most 4 s, whatever --lock-timeout says (it has a
-// timeout of its own, 5 s): a run that failed there names that bound, not the flag's. It named
-// the default 5s of a take that had waited 4.
-func TestLockWaitOfTheLeaseTakeNamesItsOwnBound(t *testing.T) {
-	t.Parallel()
-	timedOut := &pgconn.PgError{Code: "55P03"}
-	take := func(job string) error {
-		return fmt.Errorf("ratelimit: %s: take the %s lease: %w", job, job,
-			&ratelimit.LockWaitError{Job: job, Step: "take the " + job + " lease", Rest: true, Err: timedOut})
-	}
-	batch := fmt.Errorf("ratelimit: prune: counters: %w", &ratelimit.LockWaitError{Job: "prune", Step: "counters", Rest: true, Err: timedOut})
-	for _, tc := range []struct {
-		err   error
-		bound time.Duration
-		want  string
-	}{
-		{take("recover"), 5 * time.Second, "gave up on it after 4s (the lease's take: 4s at most) and did nothing"},
-		{take("prune"), time.Minute, "gave up on it after 4s (the lease's take: 4s at most) and did nothing"},
-		{take("recover"), 3 * time.Second, "gave up on it after 3s (--lock-timeout) and did nothing"},
-		{batch, 5 * time.Second, "gave up on them after 5s (--lock-timeout)"},
-	} {
-		if got := lockWaited(tc.err, tc.bound).Error(); !strings.Contains(got, tc.want) {
-			t.Errorf("--lock-timeout %s: %q does not say %q", tc.bound, got, tc.want)
-		}
-	}
-	if ratelimit.MaxLeaseLockWait != 4*time.Second {
-		t.Errorf("ratelimit.MaxLeaseLockWait = %s, want 4s as the README says", ratelimit.MaxLeaseLockWait)
-	}
-}
