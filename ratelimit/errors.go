@@ -105,7 +105,7 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // LockWaitError is what a Recover or Prune step left because another
 // transaction held a lock it needed for longer than
-// WithMaintenanceLockTimeout: the server gave up waiting (SQLSTATE 55P03,
+// WithMaintenanceLockTimeout (Bound): the server gave up waiting (SQLSTATE 55P03,
 // lock_not_available, in Err) and the batch rolled back whole. The rest of
 // the run still ran; a later run takes what was left once the lock is
 // gone. Recover and Prune return it joined with their other errors:
@@ -120,6 +120,12 @@ type LockWaitError struct {
 	// left for a later run; 0 when the step's statement works on many rows
 	// at once.
 	Rows int
+	// Bound is the lock_timeout the step's statements ran with, which the
+	// server gave up after (set rounded up to a millisecond):
+	// WithMaintenanceLockTimeout's, but 4 s at most for the take of the
+	// run's lease, which has a timeout of its own besides (5 s). 0: none of
+	// pgadmit's, the server's own lock_timeout gave up.
+	Bound time.Duration
 	// Rest is set when the step also left the rows it had not reached:
 	// it stopped there (its single statement timed out, or a step that
 	// finds its rows met too many batches that timed out, or too many rows

@@ -217,7 +217,8 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // lease"); a renewal that gives up stops the run with a *LockWaitError for
 // the step it was in. (The take and the release have a timeout of their
 // own besides, 5 s, within which they wait for a lock at most d, never
-// more than 4 s.)
+// more than 4 s. A *LockWaitError's Bound is the bound the server gave up
+// after.)
 //
 // lock_timeout is set for each batch's transaction only, never for the
 // session (safe behind a transaction-pooling proxy), and before the server

@@ -45,7 +45,7 @@ type jobLease struct {
 // job, for no one, until the lease expired. It gets a bounded time of its
 // own instead; a lease taken after ctx ended is given up at once. Its wait
 // for a lock is bounded as a batch's is (WithMaintenanceLockTimeout), 4 s
-// at most (leaseConn).
+// at most (leaseLockTimeout): its *LockWaitError's Bound says which.
 func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	})
 	if err != nil {
 		m.left.put(name, holder) // it may still hold the lease
-		return nil, lockWait(name, takeStep(name), err)
+		return nil, lockWait(name, takeStep(name), m.leaseLockTimeout(), err)
 	}
 	if !row.Acquired {
 		return nil, nil
@@ -84,12 +84,19 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 // lease, which run whether or not the caller's context has ended.
 const leaseStatementTimeout = 5 * time.Second
 
-// leaseConn is what the take and the release of a lease go through: the
-// pool behind the lock bound (WithMaintenanceLockTimeout), kept a second
+// leaseLockTimeout is how long the take and the release of a lease wait
+// for a lock: the lock bound (WithMaintenanceLockTimeout), kept a second
 // short of their own timeout, so that a lock held too long ends them with
-// the server's lock_not_available (55P03), not a client timeout.
+// the server's lock_not_available (55P03), not a client timeout. 0: none
+// (no WithMaintenanceLockTimeout; their own timeout bounds them).
+func (m *Maintenance) leaseLockTimeout() time.Duration {
+	return min(m.opts.lockTimeout, leaseStatementTimeout-time.Second)
+}
+
+// leaseConn is what the take and the release of a lease go through: the
+// pool behind leaseLockTimeout.
 func (m *Maintenance) leaseConn() Executor {
-	return m.lockConn(min(m.opts.lockTimeout, leaseStatementTimeout-time.Second))
+	return m.lockConn(m.leaseLockTimeout())
 }
 
 // takeStep names the take of job's lease in the run's errors.

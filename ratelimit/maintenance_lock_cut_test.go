@@ -58,7 +58,7 @@ func TestRecoverCutOffAfterALockWaitStillReportsIt(t *testing.T) {
 	if !errors.Is(o.err, context.Canceled) {
 		t.Errorf("Recover: %v, want its cancellation", o.err)
 	}
-	assertLockWait(t, o.err, "recover", "reclaim expired tasks", 1)
+	assertLockWait(t, o.err, "recover", "reclaim expired tasks", 1, bound)
 	if o.res.RequeuedAsyncTasks != 1 {
 		t.Errorf("Recover = %+v, want the free task requeued", o.res)
 	}

@@ -72,7 +72,7 @@ func TestRecoverLockTimeoutBoundsTheReclaimOnALockedTable(t *testing.T) {
 
 	var err error
 	runBounded(t, "Recover", func(ctx context.Context) { _, err = m.Recover(ctx) })
-	assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
+	assertLockWait(t, err, "recover", "reclaim expired tasks", 1, lockBound)
 	if !ratelimit.OnlyLockWaits(err) {
 		t.Errorf("Recover: %v, want only *LockWaitErrors", err)
 	}

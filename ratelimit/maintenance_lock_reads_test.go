@@ -33,7 +33,7 @@ func TestPruneLockTimeoutBoundsTheEventsPosition(t *testing.T) {
 			m := ratelimit.NewMaintenance(pool, ratelimit.WithPruneEvents(true), ratelimit.WithMaintenanceLockTimeout(lockBound))
 			var err error
 			runBounded(t, "Prune", func(ctx context.Context) { _, err = m.Prune(ctx, time.Second) })
-			assertLockWait(t, err, "prune", "events", 0)
+			assertLockWait(t, err, "prune", "events", 0, lockBound)
 			if !ratelimit.OnlyLockWaits(err) {
 				t.Errorf("Prune: %v, want only *LockWaitErrors", err)
 			}
@@ -155,7 +155,7 @@ func TestRecoverReclaimPrepareGivenUpLeavesTheCacheSound(t *testing.T) {
 	}
 	var runErr error
 	runBounded(t, "Recover", func(ctx context.Context) { _, runErr = m.Recover(ctx) })
-	assertLockWait(t, runErr, "recover", "reclaim expired tasks", 1)
+	assertLockWait(t, runErr, "recover", "reclaim expired tasks", 1, lockBound)
 	_ = lock.Rollback(context.Background())
 	res, err := m.Recover(context.Background())
 	if err != nil || res.RequeuedAsyncTasks != 1 {

@@ -41,13 +41,33 @@ func TestMaintenanceLockTimeoutBoundsTheLeaseTake(t *testing.T) {
 				if took := time.Since(start); took < lockBound || took >= 4*time.Second {
 					t.Errorf("%s with the leases table locked took %v, want about %v", run.job, took, lockBound)
 				}
-				assertLockWait(t, err, run.job, run.step, 0)
+				assertLockWait(t, err, run.job, run.step, 0, lockBound)
 				if !ratelimit.OnlyLockWaits(err) {
 					t.Errorf("%s: %v, want only a *LockWaitError", run.job, err)
 				}
 			}
 		})
 	}
+}
+
+// The take waits for a lock 4 s at most, whatever WithMaintenanceLockTimeout
+// says (it runs on past the caller's context, within 5 s of its own). With a
+// longer bound its *LockWaitError named none, and the CLI said it gave up
+// after the bound it was given (its --lock-timeout default, 5s, among
+// them): Bound now says the 4 s that applied.
+func TestLeaseTakeLockWaitNamesTheBoundThatApplied(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	if err := testq.OpsLockMaintenanceLeases(context.Background(), heldTx(t, pool)); err != nil {
+		t.Fatal(err)
+	}
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLockTimeout(time.Hour))
+	start := time.Now()
+	_, err := m.Recover(context.Background())
+	if took := time.Since(start); took < 4*time.Second || took >= 5*time.Second {
+		t.Errorf("Recover with the leases table locked took %v, want about 4s", took)
+	}
+	assertLockWait(t, err, "recover", "take the recover lease", 0, 4*time.Second)
 }
 
 // A take that got the lease after the caller's context ended gives it up

@@ -38,15 +38,15 @@ func holdCounters(t *testing.T, pool *pgxpool.Pool, scopeType, key string) (rele
 }
 
 // assertLockWait checks that err reports the rows a step of job left
-// because their lock stayed held past the bound.
-func assertLockWait(t *testing.T, err error, job, step string, rows int) {
+// because their lock stayed held past bound, which it names.
+func assertLockWait(t *testing.T, err error, job, step string, rows int, bound time.Duration) {
 	t.Helper()
 	var lw *ratelimit.LockWaitError
 	if !errors.As(err, &lw) {
 		t.Fatalf("%s: %v, want a *LockWaitError", job, err)
 	}
-	if lw.Job != job || lw.Step != step || lw.Rows != rows {
-		t.Errorf("%s: LockWaitError{Job: %q, Step: %q, Rows: %d}, want {%q, %q, %d}", job, lw.Job, lw.Step, lw.Rows, job, step, rows)
+	if lw.Job != job || lw.Step != step || lw.Rows != rows || lw.Bound != bound {
+		t.Errorf("%s: LockWaitError{Job: %q, Step: %q, Rows: %d, Bound: %v}, want {%q, %q, %d, %v}", job, lw.Job, lw.Step, lw.Rows, lw.Bound, job, step, rows, bound)
 	}
 	if !isLockNotAvailable(err) {
 		t.Errorf("%s: %v, want the server's lock_not_available (55P03) in the chain", job, err)
@@ -139,7 +139,7 @@ func TestRecoverLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
 	var got ratelimit.RecoveryResult
 	var err error
 	runBounded(t, "Recover", func(ctx context.Context) { got, err = bounded.Recover(ctx) })
-	assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
+	assertLockWait(t, err, "recover", "reclaim expired tasks", 1, lockBound)
 	want := ratelimit.RecoveryResult{RequeuedAsyncTasks: 4, FailedAttempts: 4, ReleasedRateReservations: 4}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Recover result (-want +got):\n%s", diff)
@@ -187,7 +187,7 @@ func TestPruneLockTimeoutLeavesTheLockedBatchAndGoesOn(t *testing.T) {
 	var res ratelimit.PruneResult
 	var err error
 	runBounded(t, "Prune", func(ctx context.Context) { res, err = bounded.Prune(ctx, time.Second) })
-	assertLockWait(t, err, "prune", "release stale reservations", 1)
+	assertLockWait(t, err, "prune", "release stale reservations", 1, lockBound)
 	if res.ReleasedStaleReservations != 4 || res.Counters != 4 || res.Reservations != 4 {
 		t.Errorf("released %d stale reservations, pruned %d counter windows and %d reservations, want 4 of each: %+v",
 			res.ReleasedStaleReservations, res.Counters, res.Reservations, res)
@@ -240,7 +240,7 @@ func TestLockWaitErrorSaysTheStepLeftTheRest(t *testing.T) {
 	hang, stop := context.WithTimeout(ctx, 2*lockBound+lockSlack)
 	defer stop()
 	got, err := bounded.Recover(hang)
-	assertLockWait(t, err, "recover", "reclaim expired tasks", 2)
+	assertLockWait(t, err, "recover", "reclaim expired tasks", 2, lockBound)
 	var lw *ratelimit.LockWaitError
 	if errors.As(err, &lw) && !lw.Rest {
 		t.Errorf("LockWaitError%+v: Rest false, want true: the step left its rows not reached yet too", *lw)

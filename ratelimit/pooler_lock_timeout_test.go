@@ -34,7 +34,7 @@ func TestMaintenanceLockTimeoutBehindTransactionPooling(t *testing.T) {
 		hang, stop := context.WithTimeout(ctx, lockBound+lockSlack)
 		defer stop()
 		res, err := m.Recover(hang)
-		assertLockWait(t, err, "recover", "reclaim expired tasks", 1)
+		assertLockWait(t, err, "recover", "reclaim expired tasks", 1, lockBound)
 		if errors.Is(err, context.DeadlineExceeded) || res.FailedTasks != 2 || res.ReleasedRateReservations != 2 {
 			t.Errorf("Recover = %+v, %v; want the 2 tasks on free counters failed, their reservations released", res, err)
 		}

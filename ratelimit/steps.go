@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -51,7 +52,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 			}
 			if stop != nil {
 				_, _, err := s.run(stop) // with what the step left so far
-				return errors.Join(append(failed, stepError(ctx, op, s.name, err))...)
+				return errors.Join(append(failed, stepError(ctx, op, s.name, lease.m.opts.lockTimeout, err))...)
 			}
 			var done bool
 			var err error
@@ -60,7 +61,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 				progress(s.name)
 			}
 			if err != nil {
-				failed = append(failed, stepError(ctx, op, s.name, err))
+				failed = append(failed, stepError(ctx, op, s.name, lease.m.opts.lockTimeout, err))
 				if ctx.Err() != nil {
 					// Cut off by ctx (on a pool set up with ConfigurePool, the server
 					// answered its cancel request with 57014, an error it raised).
@@ -80,26 +81,28 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 // server's error made what wrapDBError makes of it, and named. Of a step
 // cut short each part is made so on its own, so that what the step left
 // before (a row rejected for a missing task, say) does not make the error
-// that cut it off read as that.
-func stepError(ctx context.Context, op, s string, err error) error {
+// that cut it off read as that. bound is the lock_timeout the step's
+// statements ran with (WithMaintenanceLockTimeout's).
+func stepError(ctx context.Context, op, s string, bound time.Duration, err error) error {
 	var c *cutShort
 	if errors.As(err, &c) {
-		return &cutShort{err: stepError(ctx, op, s, c.err), left: stepError(ctx, op, s, c.left)}
+		return &cutShort{err: stepError(ctx, op, s, bound, c.err), left: stepError(ctx, op, s, bound, c.left)}
 	}
-	return wrapDBError(ctx, op+": "+s, lockWait(op, s, err))
+	return wrapDBError(ctx, op+": "+s, lockWait(op, s, bound, err))
 }
 
-// lockWait names op and step in the *LockWaitError that err holds, or makes
-// err one when the server gave up waiting for a lock on the step's single
-// statement (the rest of the step is left); other errors pass unchanged.
-func lockWait(op, step string, err error) error {
+// lockWait names op, step and bound (the lock_timeout its statements ran
+// with) in the *LockWaitError that err holds, or makes err one when the
+// server gave up waiting for a lock on the step's single statement (the
+// rest of the step is left); other errors pass unchanged.
+func lockWait(op, step string, bound time.Duration, err error) error {
 	var lw *LockWaitError
 	if errors.As(err, &lw) {
-		lw.Job, lw.Step = op, step
+		lw.Job, lw.Step, lw.Bound = op, step, bound
 		return err
 	}
 	if lockNotAvailable(err) {
-		return &LockWaitError{Job: op, Step: step, Rest: true, Err: err}
+		return &LockWaitError{Job: op, Step: step, Bound: bound, Rest: true, Err: err}
 	}
 	return err
 }

@@ -103,7 +103,8 @@ func lockTimedOut(err error, bound time.Duration) error {
 }
 
 // lockWaitError is a recover or prune run's failure when rows (or a table) it had to lock stayed
-// locked by another session for longer than its bound: it left them (and, after a second such
+// locked by another session for longer than its bound (--lock-timeout, or the lease's own 4 s
+// when that is less): it left them (and, after a second such
 // wait in a step, the rest of that step; the wrapped error says which), its counts say what it
 // did, and a later run takes what it left once that session lets go.
 type lockWaitError struct {
@@ -112,7 +113,15 @@ type lockWaitError struct {
 }
 
 func (e *lockWaitError) Error() string {
-	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", gaveUpAfter(e.bound), e.err)
+	after := gaveUpAfter(e.bound)
+	// The take and the release of a run's lease wait 4 s at most, whatever the flag says: the
+	// error's Bound names the bound that applied. (A run's lock waits share one bound but for
+	// those, each of which is its run's only error: errors.As finds the one.)
+	var lw *ratelimit.LockWaitError
+	if errors.As(e.err, &lw) && lw.Bound > 0 && lw.Bound < e.bound {
+		after = fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
+	}
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", after, e.err)
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }

@@ -65,6 +65,10 @@ func TestLockErrorsNameTheirBound(t *testing.T) {
 		{lockTimedOut(timedOut, 2147483647*time.Millisecond), "gave up after 596h31m23.647s (--lock-timeout);"},
 		{lockWaited(wait, 300*time.Millisecond), "gave up on them after 300ms (--lock-timeout) and left what it could not lock"},
 		{lockWaited(wait, 0), "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and left"},
+		// The take of a run's lease waits 4 s at most, whatever --lock-timeout says: the error's Bound.
+		{lockWaited(fmt.Errorf("ratelimit: recover: take the recover lease: %w", &ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease", Bound: 4 * time.Second, Rest: true, Err: timedOut}), 5*time.Second),
+			"gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and left"},
+		{lockWaited(&ratelimit.LockWaitError{Bound: 300 * time.Millisecond, Err: timedOut}, 300*time.Millisecond), "gave up on them after 300ms (--lock-timeout) and left"},
 	} {
 		if got := tc.err.Error(); !strings.Contains(got, tc.want) {
 			t.Errorf("%q does not say %q", got, tc.want)

@@ -112,3 +112,34 @@ func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
 		})
 	}
 }
+
+// The take of a recover or prune run's lease waits for a lock at most 4 s, whatever
+// --lock-timeout says (it ignores Ctrl-C, so that a take that may commit is not left half
+// done, and has 5 s of its own). With the default --lock-timeout, 5s, or any above 4s, a
+// migration holding the leases table made the run give up after 4 s and say it gave up "after
+// 5s (--lock-timeout)": the error now names the bound that applied.
+func TestRecoverAndPruneNameTheLeaseTakesBound(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		said string
+	}{
+		{[]string{"recover"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s)"},
+		{[]string{"prune", "--older-than", "1s", "--lock-timeout", "1h"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 1h)"},
+		{[]string{"recover", "--lock-timeout", "300ms"}, "gave up on them after 300ms (--lock-timeout)"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			url, pool := newDatabase(t)
+			holdLocks(t, pool, dbtest.New().OpsLockMaintenanceLeases)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			code := run(ctx, append([]string{"--database-url", url}, c.args...), &out, &errOut, func(string) string { return "" })
+			if code != exitFailure || !strings.Contains(errOut.String(), c.said) || !strings.Contains(errOut.String(), "lease") {
+				t.Errorf("pgadmit %s on a locked leases table: exit %d, stderr %q; want exit 1, %q",
+					strings.Join(c.args, " "), code, errOut.String(), c.said)
+			}
+		})
+	}
+}
