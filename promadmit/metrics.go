@@ -75,9 +75,10 @@ const (
 	// the database's health.
 	ResultRejected = "rejected"
 	// ResultLockWait: a Recover or Prune run left batches (and, after a
-	// second wait in a step, the rest of that step) because another
-	// session held locks they needed past WithMaintenanceLockTimeout
-	// (every error of the run a *ratelimit.LockWaitError). The database
+	// second wait in a step, the rest of that step), or could not take or
+	// give up its lease, because another session held locks they needed
+	// past WithMaintenanceLockTimeout (every error of the run a
+	// *ratelimit.LockWaitError). The database
 	// answered: a transaction left idle in transaction, or a migration,
 	// holds the rows; not the database's health.
 	ResultLockWait = "lock_wait"

@@ -114,7 +114,10 @@ type LockWaitError struct {
 	// Job is "recover" or "prune".
 	Job string
 	// Step names the step, as in the run's errors and Progress.Step
-	// ("reclaim expired tasks", "release stale reservations", ...).
+	// ("reclaim expired tasks", "release stale reservations", ...), or
+	// the take or the release of the run's lease ("take the recover
+	// lease", "release the prune lease": the lease stays held until its
+	// TTL, or this Maintenance's next run takes it back).
 	Step string
 	// Rows counts the rows of the batches that timed out, which the step
 	// left for a later run; 0 when the step's statement works on many rows
@@ -122,9 +125,9 @@ type LockWaitError struct {
 	Rows int
 	// Bound is the lock_timeout the step's statements ran with, which the
 	// server gave up after (set rounded up to a millisecond):
-	// WithMaintenanceLockTimeout's, but 4 s at most for the take of the
-	// run's lease, which has a timeout of its own besides (5 s). 0: none of
-	// pgadmit's, the server's own lock_timeout gave up.
+	// WithMaintenanceLockTimeout's, but 4 s at most for the take and the
+	// release of the run's lease, which have a timeout of their own
+	// besides (5 s). 0: none of pgadmit's, the server's own gave up.
 	Bound time.Duration
 	// Rest is set when the step also left the rows it had not reached:
 	// it stopped there (its single statement timed out, or a step that

@@ -215,9 +215,12 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // lease too: a take that gives up fails the run, which did nothing, with a
 // *LockWaitError for the step "take the recover lease" (or "take the prune
 // lease"); a renewal that gives up stops the run with a *LockWaitError for
-// the step it was in. (The take and the release have a timeout of their
-// own besides, 5 s, within which they wait for a lock at most d, never
-// more than 4 s. A *LockWaitError's Bound is the bound the server gave up
+// the step it was in; a release that gives up leaves the lease held (until
+// its TTL, or this Maintenance's next run takes it back) with a
+// *LockWaitError for the step "release the recover lease" (or "release the
+// prune lease"). (The take and the release have a timeout of their own
+// besides, 5 s, within which they wait for a lock at most d, never more
+// than 4 s. A *LockWaitError's Bound is the bound the server gave up
 // after.)
 //
 // lock_timeout is set for each batch's transaction only, never for the

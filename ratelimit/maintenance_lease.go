@@ -103,9 +103,10 @@ func (m *Maintenance) leaseConn() Executor {
 func takeStep(job string) string { return "take the " + job + " lease" }
 
 // takeError is the error of a run of job that could not take its lease
-// (takeLease's: a *LockWaitError when the server gave up waiting for a
-// lock on the take's statement, not on the release of a lease taken after
-// ctx ended), with the caller's context's error beside it when that ended
+// (takeLease's: a *LockWaitError of the take when the server gave up
+// waiting for a lock on the take's statement; one of the release, beside
+// ctx's error, when it did on the release of a lease taken after ctx
+// ended), with the caller's context's error beside it when that ended
 // meanwhile.
 func takeError(ctx context.Context, job string, err error) error {
 	err = wrapDBError(ctx, job+": "+takeStep(job), err)
@@ -141,14 +142,18 @@ func (j *jobLease) keep(ctx context.Context) error {
 // release gives the lease up, also when ctx is already done, so that the
 // next run need not wait for it to expire. A lease this run no longer held
 // is not an error: it was lost, and keep has said so. Its wait for a lock
-// is bounded as the take's is (leaseConn).
+// is bounded as the take's is (leaseConn), and one that gives up is a
+// *LockWaitError of the step "release the <job> lease", as the take's is
+// of its own: the lease stays held, for this Maintenance's next run to
+// take back or another process's to wait out.
 func (j *jobLease) release(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
 	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.leaseConn(), db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {
 		j.m.left.put(j.name, j.holder) // for the next run to take back
-		return fmt.Errorf("release the %s lease: %w", j.name, err)
+		step := "release the " + j.name + " lease"
+		return fmt.Errorf("%s: %w", step, lockWait(j.name, step, j.m.leaseLockTimeout(), err))
 	}
 	return nil
 }

@@ -18,7 +18,8 @@ import (
 // 5 s or more, a migration holding the leases table made the release end
 // on the client's timeout (a context.DeadlineExceeded the caller's context
 // had nothing to do with) instead of the server's lock_not_available. Its
-// wait is now kept a second short of its timeout, as the take's is.
+// wait is now kept a second short of its timeout, as the take's is, and
+// gives up with a *LockWaitError, as the take's does.
 func TestMaintenanceLockTimeoutPastTheLeaseTimeoutBoundsTheRelease(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
@@ -40,6 +41,13 @@ func TestMaintenanceLockTimeoutPastTheLeaseTimeoutBoundsTheRelease(t *testing.T)
 			_, err := m.Prune(context.Background(), time.Second)
 			if !isLockNotAvailable(err) || errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Prune with the leases table locked at its release: %v, want the server's lock_not_available (55P03), no client timeout", err)
+			}
+			// As the take's: a *LockWaitError of its own step, under the bound that
+			// applied (it was a plain error, which OnlyLockWaits, the CLI and promadmit
+			// took for the database failing).
+			assertLockWait(t, err, "prune", "release the prune lease", 0, 4*time.Second)
+			if !ratelimit.OnlyLockWaits(err) {
+				t.Errorf("Prune: %v, want only a *LockWaitError", err)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,8 @@ func TestLeaseTakeLockWaitNamesTheBoundThatApplied(t *testing.T) {
 // leases table right after the take), the run's error was made a
 // *LockWaitError of the take, which had waited for nothing past the
 // bound: OnlyLockWaits held it for a run that only met locks, not one
-// cut off. Only the take's own 55P03 is the take's lock wait.
+// cut off. Only the take's own 55P03 is the take's lock wait; the
+// release's is the release's.
 func TestMaintenanceLeaseTakenAfterCtxEndedIsNotALockWaitOfTheTake(t *testing.T) {
 	t.Parallel()
 	pools := pgtest.NewPools(t, 2)
@@ -115,8 +117,9 @@ func TestMaintenanceLeaseTakenAfterCtxEndedIsNotALockWaitOfTheTake(t *testing.T)
 	if ratelimit.OnlyLockWaits(err) {
 		t.Errorf("Recover cut off by its context: %v; OnlyLockWaits says it only met locks", err)
 	}
-	var lw *ratelimit.LockWaitError
-	if errors.As(err, &lw) {
-		t.Errorf("Recover: a *LockWaitError for %q, whose statement waited for no lock past the bound: %v", lw.Step, err)
+	// The release's lock wait is its own step's, as a run's release's is.
+	if steps := lockWaitSteps(err); !slices.Equal(steps, []string{"release the recover lease"}) {
+		t.Errorf("Recover: *LockWaitErrors for %q, want one, for the release (the take waited for no lock past the bound): %v", steps, err)
 	}
+	assertLockWait(t, err, "recover", "release the recover lease", 0, bound)
 }
