@@ -46,29 +46,36 @@ func startMigrateIn(ctx context.Context, url string, args ...string) (stdout, st
 	return stdout, stderr, exited
 }
 
-// migrate up behind another migrator's lock row says that it waits, and for what, instead of
-// sitting silent for up to the locker's 5 minutes; once the lock is free it migrates.
-func TestMigrateSaysItWaitsForTheLock(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewEmptyURL(t)
+// anotherMigrator holds pgadmit's migration lock row on url, as another `migrate` would, its
+// heartbeat running until ctx ends; unlock gives the row up. Its pool is closed at the test's end.
+func anotherMigrator(t *testing.T, ctx context.Context, url string) (pool *pgxpool.Pool, unlock func() error) {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	// Another migrator, holding pgadmit's lock row.
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { sqlDB.Close() })
 	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Lock(context.Background(), sqlDB); err != nil {
+	if err := other.Lock(ctx, sqlDB); err != nil {
 		t.Fatal(err)
 	}
+	return pool, func() error { return other.Unlock(context.Background(), sqlDB) }
+}
+
+// migrate up behind another migrator's lock row says that it waits, and for what, instead of
+// sitting silent for up to the locker's 5 minutes; once the lock is free it migrates.
+func TestMigrateSaysItWaitsForTheLock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t)
+	_, unlock := anotherMigrator(t, context.Background(), url)
 	stdout, stderr, exited := startMigrate(t, url, "up")
 	awaitLog(t, stderr, `^pgadmit migrate: waited [0-9]+s for the migration lock, which another migrator holds \(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C\)\n`)
-	if err := other.Unlock(context.Background(), sqlDB); err != nil {
+	if err := unlock(); err != nil {
 		t.Fatal(err)
 	}
 	if code := <-exited; code != exitOK || !strings.Contains(stdout.String(), "schema version ") {
@@ -88,24 +95,11 @@ func TestMigrateSaysItLostTheDatabaseWhileItWaits(t *testing.T) {
 	t.Parallel()
 	c := pgtest.OwnCluster(t) // crashed below
 	url := c.URL()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { sqlDB.Close() })
-	// Another migrator, holding pgadmit's lock row; its heartbeat runs until lockCtx ends (it
-	// cannot give the row up once the server is gone).
-	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The other migrator's heartbeat runs until lockCtx ends (it cannot give the row up once the
+	// server is gone).
 	lockCtx, stopHeartbeat := context.WithCancel(context.Background())
-	t.Cleanup(stopHeartbeat)
-	if err := other.Lock(lockCtx, sqlDB); err != nil {
-		t.Fatal(err)
-	}
+	anotherMigrator(t, lockCtx, url)
+	t.Cleanup(stopHeartbeat) // before the migrator's pool is closed
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	_, stderr, exited := startMigrateIn(ctx, url, "up")
@@ -128,21 +122,8 @@ func TestMigrateSaysItLostTheDatabaseWhileItWaits(t *testing.T) {
 func TestMigrateSaysItsDatabaseFrozeWhileItWaits(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewEmptyURL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { sqlDB.Close() })
-	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Lock(context.Background(), sqlDB); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Unlock(context.Background(), sqlDB) })
+	pool, unlock := anotherMigrator(t, context.Background(), dbURL)
+	t.Cleanup(func() { _ = unlock() })
 	// migrate goes through a freezer. A connection it opens once frozen waits out its connect
 	// timeout, which goose's locker does not try again after: a long one keeps it waiting here.
 	// The pool's ping of an idle connection, which is bounded by the connect timeout unless the
