@@ -5,122 +5,15 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
-
-// freezer is a TCP proxy to a PostgreSQL server that, once frozen, stops
-// passing on the server's answers and answers no new connection: the
-// server's host froze mid-statement.
-type freezer struct {
-	ln     net.Listener
-	frozen atomic.Bool
-	// sentFrozen is told when a client sent something while frozen (a
-	// statement that will get no answer).
-	sentFrozen chan struct{}
-	mu         sync.Mutex
-	conns      []net.Conn
-}
-
-func newFreezer(t *testing.T, target string) *freezer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &freezer{ln: ln, sentFrozen: make(chan struct{}, 1)}
-	t.Cleanup(f.close)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.keep(c)
-			if f.frozen.Load() {
-				continue // accepted, never answered
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			f.keep(s)
-			go f.statements(c, s)
-			go f.answers(c, s)
-		}
-	}()
-	return f
-}
-
-// close stops the proxy and drops its connections (the cancel requests
-// pgx sends on a frozen server's connections wait for them up to 15 s).
-func (f *freezer) close() {
-	f.frozen.Store(false)
-	f.ln.Close()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.conns {
-		c.Close()
-	}
-}
-
-func (f *freezer) keep(c net.Conn) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.conns = append(f.conns, c)
-}
-
-// statements passes on what client sends to server, and tells sentFrozen
-// when it came while frozen.
-func (f *freezer) statements(client, server net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			if _, err := server.Write(buf[:n]); err != nil {
-				return
-			}
-			if f.frozen.Load() {
-				select {
-				case f.sentFrozen <- struct{}{}:
-				default:
-				}
-			}
-		}
-		if err != nil {
-			server.Close()
-			return
-		}
-	}
-}
-
-// answers passes on what server sends to client, holding it while frozen.
-func (f *freezer) answers(client, server net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := server.Read(buf)
-		for f.frozen.Load() {
-			time.Sleep(time.Millisecond)
-		}
-		if n > 0 {
-			if _, err := client.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			client.Close()
-			return
-		}
-	}
-}
 
 // What ConfigurePool's doc, Reserve's and httpadmit's say a cancelled
 // statement costs: a caller alone, whose statement is cancelled 100 ms after
@@ -142,8 +35,8 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fr := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(fr.ln.Addr().(*net.TCPAddr).Port)
+			fr := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", fr.Port()
 			cfg.ConnConfig.Fallbacks = nil
 			ratelimit.ConfigurePool(cfg)
 			p, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -165,10 +58,10 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 				go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
 				pgtest.AwaitLockWaiters(t, pool, "Reserve")
 			} else {
-				fr.frozen.Store(true)
+				fr.Freeze()
 				go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
 				select { // the statement is sent
-				case <-fr.sentFrozen:
+				case <-fr.SentFrozen():
 				case <-time.After(10 * time.Second):
 					t.Fatal("Reserve sent nothing to the frozen server in 10 s")
 				}
@@ -184,7 +77,7 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 			if want := grace + cost[stuck]; took > want+late || took < want-early {
 				t.Errorf("Reserve returned %v after its caller left, want %v (-%v, +%v)", took, want, early, late)
 			}
-			fr.close()
+			fr.Close()
 		})
 	}
 }

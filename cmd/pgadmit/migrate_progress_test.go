@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/schema"
 )
@@ -129,7 +130,7 @@ func TestMigrateSaysItsDatabaseFrozeWhileItWaits(t *testing.T) {
 	// The pool's ping of an idle connection, which is bounded by the connect timeout unless the
 	// URL bounds it (TestPoolPingTimeoutIsTheConnectTimeout), is kept short.
 	cfg := pool.Config().ConnConfig
-	f := newFreezer(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func TestMigrateSaysItsDatabaseFrozeWhileItWaits(t *testing.T) {
 	defer interrupt()
 	_, stderr, exited := startMigrateIn(ctx, u.String(), "up")
 	awaitLog(t, stderr, `^pgadmit migrate: waited [0-9]+s for the migration lock, which another migrator holds`)
-	f.freeze()
+	f.Freeze()
 	awaitLog(t, stderr, `\npgadmit migrate: waited [0-9]+s for the migration lock, but the database did not answer within 2s; `+
 		`it waits for an answer \(Ctrl-C stops the wait\)\n`)
 	interrupt()
