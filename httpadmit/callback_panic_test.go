@@ -76,19 +76,7 @@ func TestPanicBeforeTheHandlerReleasesTheGrant(t *testing.T) {
 				limits = append(limits, shadow(window("api_key", key, ratelimit.MetricTokens, 50, 100)))
 				opts = []httpadmit.Option{httpadmit.WithLogger(slog.New(panickingHandler{slog.NewTextHandler(e.logs, nil)}))}
 			}
-			ran := false
-			h := e.middleware(fixed(limits...), opts...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
-			func() {
-				defer func() {
-					if p := recover(); p != errCallback {
-						t.Errorf("recovered %v, want the %s panic", p, in)
-					}
-				}()
-				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
-			}()
-			if ran {
-				t.Errorf("the handler ran")
-			}
+			panicsBeforeTheHandler(t, e.middleware(fixed(limits...), opts...), in)
 			if got := e.books("api_key", key, ratelimit.MetricTokens); got != (book{}) {
 				t.Errorf("tokens after the panic = %+v, want released", got)
 			}
@@ -172,19 +160,7 @@ func TestPanicBeforeTheHandlerInsideReleasesBothGrants(t *testing.T) {
 			outer := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 100), concurrent("api_key", key, 2)))
 			inner := e.middleware(fixed(window("model", model, ratelimit.MetricTokens, 1000, 100), concurrent("model", model, 2)),
 				httpadmit.WithObserver(panickingObserver{recorder: e.obs, in: in}))
-			ran := false
-			h := outer(inner(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })))
-			func() {
-				defer func() {
-					if p := recover(); p != errCallback {
-						t.Errorf("recovered %v, want the %s panic", p, in)
-					}
-				}()
-				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
-			}()
-			if ran {
-				t.Errorf("the handler ran")
-			}
+			panicsBeforeTheHandler(t, func(h http.Handler) http.Handler { return outer(inner(h)) }, in)
 			for _, scope := range [][2]string{{"api_key", key}, {"model", model}} {
 				if got := e.books(scope[0], scope[1], ratelimit.MetricTokens); got != (book{}) {
 					t.Errorf("%s tokens after the panic = %+v, want released", scope[0], got)
@@ -202,5 +178,25 @@ func TestPanicBeforeTheHandlerInsideReleasesBothGrants(t *testing.T) {
 			}
 			e.nothingHeld()
 		})
+	}
+}
+
+// panicsBeforeTheHandler serves one request through wrap and asserts that
+// it panics with errCallback, from the callback in names, before the
+// handler runs.
+func panicsBeforeTheHandler(t *testing.T, wrap func(http.Handler) http.Handler, in string) {
+	t.Helper()
+	ran := false
+	h := wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+	func() {
+		defer func() {
+			if p := recover(); p != errCallback {
+				t.Errorf("recovered %v, want the %s panic", p, in)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+	}()
+	if ran {
+		t.Errorf("the handler ran")
 	}
 }
