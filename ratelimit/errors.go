@@ -124,9 +124,10 @@ type LockWaitError struct {
 	// at once.
 	Rows int
 	// Bound is the lock_timeout the step's statements ran with, which the
-	// server gave up after (set rounded up to a millisecond):
-	// WithMaintenanceLockTimeout's, but 4 s at most for the take and the
-	// release of the run's lease, which have a timeout of their own
+	// server gave up after: WithMaintenanceLockTimeout's, as it is set
+	// (rounded up to a whole millisecond, lock_timeout's unit, and at most
+	// lock_timeout's range, about 24.8 days), but 4 s at most for the take
+	// and the release of the run's lease, which have a timeout of their own
 	// besides (5 s). 0: none of pgadmit's, the server's own gave up.
 	Bound time.Duration
 	// Rest is set when the step also left the rows it had not reached:

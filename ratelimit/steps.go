@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgadmit/pgadmit/internal/locktimeout"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
@@ -91,11 +92,13 @@ func stepError(ctx context.Context, op, s string, bound time.Duration, err error
 	return wrapDBError(ctx, op+": "+s, lockWait(op, s, bound, err))
 }
 
-// lockWait names op, step and bound (the lock_timeout its statements ran
-// with) in the *LockWaitError that err holds, or makes err one when the
-// server gave up waiting for a lock on the step's single statement (the
-// rest of the step is left); other errors pass unchanged.
+// lockWait names op, step and bound (the bound its statements ran with,
+// as lock_timeout was set to it: rounded up to a whole millisecond, capped
+// at lock_timeout's range) in the *LockWaitError that err holds, or makes
+// err one when the server gave up waiting for a lock on the step's single
+// statement (the rest of the step is left); other errors pass unchanged.
 func lockWait(op, step string, bound time.Duration, err error) error {
+	bound = locktimeout.Applied(bound)
 	var lw *LockWaitError
 	if errors.As(err, &lw) {
 		lw.Job, lw.Step, lw.Bound = op, step, bound

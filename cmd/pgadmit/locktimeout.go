@@ -65,7 +65,7 @@ func checkLockTimeout(d time.Duration) error {
 // server's own lock_timeout (a role's or a database's setting).
 func gaveUpAfter(bound time.Duration) string {
 	if bound > 0 {
-		return operatorDuration(time.Duration(locktimeout.Millis(bound))*time.Millisecond) + " (--lock-timeout)"
+		return operatorDuration(locktimeout.Applied(bound)) + " (--lock-timeout)"
 	}
 	return "the server's own lock_timeout (--lock-timeout 0 sets none)"
 }

@@ -28,3 +28,7 @@ func Millis(d time.Duration) int64 {
 	}
 	return ms
 }
+
+// Applied returns the bound lock_timeout is set to for d (Millis) as a Duration: what the server
+// gives up after, which errors name (ratelimit's LockWaitError.Bound, pgadmit's messages).
+func Applied(d time.Duration) time.Duration { return time.Duration(Millis(d)) * time.Millisecond }

@@ -31,3 +31,22 @@ func TestMillis(t *testing.T) {
 		}
 	}
 }
+
+// Applied is Millis as a Duration: the bound the server gives up after, which errors name.
+func TestApplied(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ d, want time.Duration }{
+		{0, 0},
+		{-time.Second, 0},
+		{time.Nanosecond, time.Millisecond},
+		{999 * time.Microsecond, time.Millisecond},
+		{1500 * time.Microsecond, 2 * time.Millisecond},
+		{1132 * time.Millisecond, 1132 * time.Millisecond},
+		{Max, Max},
+		{Max + time.Nanosecond, Max},
+	} {
+		if got := Applied(c.d); got != c.want {
+			t.Errorf("Applied(%s) = %s, want %s", c.d, got, c.want)
+		}
+	}
+}
