@@ -104,24 +104,33 @@ func lockTimedOut(err error, bound time.Duration) error {
 
 // lockWaitError is a recover or prune run's failure when rows (or a table) it had to lock stayed
 // locked by another session for longer than its bound (--lock-timeout, or the lease's own 4 s
-// when that is less): it left them (and, after a second such
-// wait in a step, the rest of that step; the wrapped error says which), its counts say what it
-// did, and a later run takes what it left once that session lets go.
+// when that is less): it left them (and, after a second such wait in a step, the rest of that
+// step; the wrapped error says which), its counts say what it did, and a later run takes what it
+// left once that session lets go. A run that could not take its lease did nothing; one whose
+// release gave up did its work and left its lease held.
 type lockWaitError struct {
 	err   error
 	bound time.Duration // --lock-timeout
 }
 
 func (e *lockWaitError) Error() string {
-	after := gaveUpAfter(e.bound)
+	after, did := gaveUpAfter(e.bound), "left what it could not lock (what it did is counted)"
 	// The take and the release of a run's lease wait 4 s at most, whatever the flag says: the
 	// error's Bound names the bound that applied. (A run's lock waits share one bound but for
 	// those, each of which is its run's only error: errors.As finds the one.)
 	var lw *ratelimit.LockWaitError
-	if errors.As(e.err, &lw) && lw.Bound > 0 && lw.Bound < e.bound {
-		after = fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
+	if errors.As(e.err, &lw) {
+		if lw.Bound > 0 && lw.Bound < e.bound {
+			after = fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
+		}
+		switch lw.Step {
+		case "take the " + lw.Job + " lease":
+			did = "did nothing"
+		case "release the " + lw.Job + " lease":
+			did = "left the run's lease held (what it did is counted)"
+		}
 	}
-	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and left what it could not lock (what it did is counted); run it again once that session lets go (%v)", after, e.err)
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and %s; run it again once that session lets go (%v)", after, did, e.err)
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }

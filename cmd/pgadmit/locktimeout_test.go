@@ -67,7 +67,7 @@ func TestLockErrorsNameTheirBound(t *testing.T) {
 		{lockWaited(wait, 0), "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and left"},
 		// The take of a run's lease waits 4 s at most, whatever --lock-timeout says: the error's Bound.
 		{lockWaited(fmt.Errorf("ratelimit: recover: take the recover lease: %w", &ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease", Bound: 4 * time.Second, Rest: true, Err: timedOut}), 5*time.Second),
-			"gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and left"},
+			"gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and did nothing;"},
 		{lockWaited(&ratelimit.LockWaitError{Bound: 300 * time.Millisecond, Err: timedOut}, 300*time.Millisecond), "gave up on them after 300ms (--lock-timeout) and left"},
 	} {
 		if got := tc.err.Error(); !strings.Contains(got, tc.want) {
@@ -238,5 +238,41 @@ func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {
 	cancel()
 	if code := <-exit; code != exitOK || stderr.String() != "" {
 		t.Errorf("recover --every --lock-timeout 300ms: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// A run that could not take its lease did nothing: its error says so, not that it "left what it
+// could not lock (what it did is counted)", as a run that left batches says. (3611596 said it, and
+// went with its revert.) A run whose release gave up did its work, and left its lease held.
+func TestLockWaitOfTheLeaseTakeSaysItDidNothing(t *testing.T) {
+	t.Parallel()
+	timedOut := &pgconn.PgError{Code: "55P03"}
+	lease := func(job, step string, bound time.Duration) error {
+		err := error(&ratelimit.LockWaitError{Job: job, Step: step + " the " + job + " lease", Bound: bound, Rest: true, Err: timedOut})
+		if step == "take" {
+			return fmt.Errorf("ratelimit: %s: take the %s lease: %w", job, job, err)
+		}
+		return fmt.Errorf("ratelimit: %s: release the %s lease: %w", job, job, err)
+	}
+	batch := fmt.Errorf("ratelimit: prune: counters: %w", &ratelimit.LockWaitError{Job: "prune", Step: "counters", Bound: 5 * time.Second, Rest: true, Err: timedOut})
+	const counted = "(what it did is counted)"
+	for _, tc := range []struct {
+		err        error
+		bound      time.Duration // --lock-timeout
+		want       string
+		countedToo bool
+	}{
+		{lease("recover", "take", 4*time.Second), 5 * time.Second, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and did nothing; run it again", false},
+		{lease("prune", "take", 4*time.Second), time.Minute, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 1m) and did nothing;", false},
+		{lease("recover", "take", 300*time.Millisecond), 300 * time.Millisecond, "gave up on them after 300ms (--lock-timeout) and did nothing;", false},
+		{lease("recover", "take", 0), 0, "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and did nothing;", false},
+		{lease("recover", "release", 4*time.Second), 5 * time.Second, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and left the run's lease held " + counted + ";", true},
+		{lease("prune", "release", 300*time.Millisecond), 300 * time.Millisecond, "gave up on them after 300ms (--lock-timeout) and left the run's lease held " + counted + ";", true},
+		{batch, 5 * time.Second, "gave up on them after 5s (--lock-timeout) and left what it could not lock " + counted + ";", true},
+	} {
+		got := lockWaited(tc.err, tc.bound).Error()
+		if !strings.Contains(got, tc.want) || strings.Contains(got, counted) != tc.countedToo {
+			t.Errorf("--lock-timeout %s: %q does not say %q", tc.bound, got, tc.want)
+		}
 	}
 }

@@ -124,9 +124,9 @@ func TestRecoverAndPruneNameTheLeaseTakesBound(t *testing.T) {
 		args []string
 		said string
 	}{
-		{[]string{"recover"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s)"},
-		{[]string{"prune", "--older-than", "1s", "--lock-timeout", "1h"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 1h)"},
-		{[]string{"recover", "--lock-timeout", "300ms"}, "gave up on them after 300ms (--lock-timeout)"},
+		{[]string{"recover"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and did nothing;"},
+		{[]string{"prune", "--older-than", "1s", "--lock-timeout", "1h"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 1h) and did nothing;"},
+		{[]string{"recover", "--lock-timeout", "300ms"}, "gave up on them after 300ms (--lock-timeout) and did nothing;"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			t.Parallel()
