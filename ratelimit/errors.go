@@ -107,7 +107,8 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 // transaction held a lock it needed for longer than
 // WithMaintenanceLockTimeout (Bound): the server gave up waiting (SQLSTATE 55P03,
 // lock_not_available, in Err) and the batch rolled back whole. The rest of
-// the run still ran; a later run takes what was left once the lock is
+// the run still ran (not so when it is the take of the run's lease: that
+// run did nothing); a later run takes what was left once the lock is
 // gone. Recover and Prune return it joined with their other errors:
 // find it with errors.As.
 type LockWaitError struct {
