@@ -78,6 +78,10 @@ func TestMaintenanceLockTimeoutBoundsTheLeaseRenewal(t *testing.T) {
 			if !errors.As(err, &lw) || !lw.Rest || !isLockNotAvailable(err) || !ratelimit.OnlyLockWaits(err) {
 				t.Errorf("Prune: %v, want only a *LockWaitError (Rest) of lock_not_available", err)
 			}
+			// The renewal waits as a batch does, under the whole bound (not the take's 4 s cap).
+			if lw != nil && lw.Bound != lockBound {
+				t.Errorf("Prune: LockWaitError.Bound = %v, want the renewal's bound, %v", lw.Bound, lockBound)
+			}
 		})
 	}
 }
