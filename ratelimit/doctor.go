@@ -3,12 +3,11 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
 // ProblemKind names one kind of inconsistency Doctor finds.
@@ -132,7 +131,7 @@ type Problem struct {
 func (p Problem) String() string {
 	var where []string
 	if p.ScopeType != "" {
-		where = append(where, fmt.Sprintf("%s:%s %s", printable(p.ScopeType), printable(p.ScopeKey), printable(p.Metric)))
+		where = append(where, fmt.Sprintf("%s:%s %s", textcell.Show(p.ScopeType), textcell.Show(p.ScopeKey), textcell.Show(p.Metric)))
 	}
 	if p.Window > 0 {
 		where = append(where, fmt.Sprintf("window %s from %s", p.Window, p.WindowStart.UTC().Format(time.RFC3339)))
@@ -147,18 +146,6 @@ func (p Problem) String() string {
 		where = append(where, "row "+p.RowID)
 	}
 	return fmt.Sprintf("%s: %s: expected %g, actual %g", p.Kind, strings.Join(where, ", "), p.Expected, p.Actual)
-}
-
-// printable is s as it is when it is printable text, else Go-quoted: a
-// scope's text is any UTF-8 but NUL, and a newline, tab or terminal escape
-// of it must neither split a problem's line nor reach a terminal raw. Text
-// that begins with a quote is quoted too, so that it cannot pass for
-// quoted text.
-func printable(s string) string {
-	if !utf8.ValidString(s) || strings.HasPrefix(s, `"`) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
-		return strconv.Quote(s)
-	}
-	return s
 }
 
 // Doctor checks the books in one statement (one snapshot of a live

@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
 func inspectCommand() *command {
@@ -157,8 +156,8 @@ func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
 		if r.EndsInSeconds < 0 { // a block its holder did not return: recover does, after a grace
 			ends = "ended " + seconds(-r.EndsInSeconds) + " ago"
 		}
-		fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", cell(r.ScopeType), cell(r.ScopeKey), cell(r.Metric),
-			windowString(int64(r.WindowSeconds)), cell(r.Holder), r.Blocks, num(r.Granted), num(r.Consumed),
+		fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), textcell.Show(r.Metric),
+			windowString(int64(r.WindowSeconds)), textcell.Show(r.Holder), r.Blocks, num(r.Granted), num(r.Consumed),
 			seconds(r.ReportedAgoSeconds), ends)
 	}
 	return tw.Flush()
@@ -174,7 +173,7 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 	} else {
 		fmt.Fprintln(tw, "SCOPE\tMETRIC\tWINDOW\tUSED\tRESERVED\tLIMIT\tFREE\tRESET IN")
 		for _, r := range windows {
-			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ScopeType), cell(r.ScopeKey), cell(r.Metric),
+			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), textcell.Show(r.Metric),
 				windowString(int64(r.WindowSeconds)), num(r.UsedValue), num(r.ReservedValue), num(r.LimitValue),
 				num(r.FreeValue), seconds(r.ResetInSeconds))
 		}
@@ -190,7 +189,7 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 			if r.LiveLeases > 0 {
 				next = seconds(r.NextExpiryInSeconds)
 			}
-			fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%s\t%d\t%s\n", cell(r.ScopeType), cell(r.ScopeKey), r.LiveLeases, num(r.LiveValue),
+			fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%s\t%d\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), r.LiveLeases, num(r.LiveValue),
 				num(r.LimitValue), r.ExpiredLeases, next)
 		}
 	}
@@ -201,22 +200,11 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 	} else {
 		fmt.Fprintln(tw, "SCOPE\tADMITTED\tLIMIT\tQUEUED\tRUNNING\tFINISHED\tOLDEST")
 		for _, r := range admissions {
-			fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%d\t%d\t%d\t%s\n", cell(r.ScopeType), cell(r.ScopeKey), r.Admitted, num(r.LimitValue),
+			fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%d\t%d\t%d\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), r.Admitted, num(r.LimitValue),
 				r.Queued, r.Running, r.Finished, seconds(r.OldestAgeSeconds))
 		}
 	}
 	return tw.Flush()
-}
-
-// cell is text of the database (a scope, a metric, a holder: any UTF-8 but NUL) as inspect prints
-// it: as it is when it is printable, else Go-quoted, so that a newline or a tab of it splits no row
-// or column and no terminal escape reaches the terminal raw. Text that begins with a quote is
-// quoted too, so that it cannot pass for quoted text.
-func cell(s string) string {
-	if !utf8.ValidString(s) || strings.HasPrefix(s, `"`) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
-		return strconv.Quote(s)
-	}
-	return s
 }
 
 func total[T any](rows []T, f func(T) int64) int64 {
