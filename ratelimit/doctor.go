@@ -16,10 +16,12 @@ type ProblemKind string
 // The kinds of problems Doctor reports.
 const (
 	// ProblemCounterReserved: a counter's reserved value is not the sum of
-	// its open reservations (Expected is that sum, Actual the counter's).
+	// its open reservations and its open allotments' granted units
+	// (Expected is that sum, Actual the counter's).
 	ProblemCounterReserved ProblemKind = "counter_reserved_mismatch"
 	// ProblemCounterUsed: a counter's used value is not the sum of its
-	// committed reservations' actual amounts.
+	// committed reservations' actual amounts and its returned allotments'
+	// used amounts.
 	ProblemCounterUsed ProblemKind = "counter_used_mismatch"
 	// ProblemReservationWithoutCounter: an open reservation whose counter
 	// row is gone; its amount is held nowhere.
@@ -61,7 +63,8 @@ const (
 )
 
 // Recoverable reports whether Recover repairs problems of this kind (it
-// gives back capacity that finished tasks or attempts still hold). The
+// gives back capacity that finished tasks or attempts, or dead holders of
+// allotments, still hold). The
 // other kinds are damage to the books that needs an operator.
 func (k ProblemKind) Recoverable() bool {
 	switch k {

@@ -142,7 +142,7 @@ func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pg
 }
 
 // printAllotments writes the ALLOTMENTS table: the blocks Local limits are
-// admitted from, per holder.
+// admitted from, per holder and window.
 func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nALLOTMENTS (open%s)\n", shown(len(rows), total(rows, func(r db.InspectAllotmentsRow) int64 { return r.TotalRows })))

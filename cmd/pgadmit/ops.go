@@ -316,12 +316,13 @@ Runs ratelimit's Doctor, which reads one snapshot and writes nothing: for every 
 reserved must equal the sum of its open reservations and open Local blocks, and used the sum of
 its committed actual amounts and returned blocks' used amounts; no open reservation or block may
 lack its counter; a reservation's status, finalized_at and actual_amount must agree; no block may
-stay open well past its window (a dead holder's); no finished task (or attempt that is over) may
-still hold an open reservation, a live lease, a queue admission or a running attempt. It also checks the
+stay open well past its window (a dead holder's); no finished task may still hold an open
+reservation, a live lease, a queue admission or a running attempt, nor an attempt that is over an
+open reservation or a live lease. It also checks the
 connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mode =
 transaction) while pgx's exec mode needs session state (cache_statement, the default, or
 describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
-when anything is. Full scans of the counters and reservations: an operator's tool. A table that
+when anything is. Full scans of the counters, reservations and blocks: an operator's tool. A table that
 another session holds locked (a migration that alters it) is waited for at most --lock-timeout
 (5s by default; 0: no bound; lock_timeout, for doctor's transaction only); then doctor fails,
 exit 1, and says so. While the check runs, every --progress it says on stderr that it is still
