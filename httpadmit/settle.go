@@ -228,11 +228,11 @@ func (m *middleware) recoverRenewal(ctx context.Context) {
 	if p == nil {
 		return
 	}
-	stack := debug.Stack()
 	ok, suppressed := m.renewalPanics.allow(time.Now())
 	if !ok {
 		return
 	}
+	stack := debug.Stack() // still the panicking goroutine's: this deferred call has not returned
 	defer func() {
 		if recover() != nil { // the logger's handler panicked: it cannot tell
 			stdlog.Printf("pgadmit: panic renewing leases: %v\n%s", p, stack)
