@@ -118,7 +118,8 @@ type LockWaitError struct {
 	// ("reclaim expired tasks", "release stale reservations", ...), or
 	// the take or the release of the run's lease ("take the recover
 	// lease", "release the prune lease": the lease stays held until its
-	// TTL, or this Maintenance's next run takes it back).
+	// TTL, or this Maintenance's next run takes it back). LeaseTake and
+	// LeaseRelease tell those two apart.
 	Step string
 	// Rows counts the rows of the batches that timed out, which the step
 	// left for a later run; 0 when the step's statement works on many rows
@@ -140,9 +141,30 @@ type LockWaitError struct {
 	Err error
 }
 
+// LeaseTake reports whether e is the take of the run's lease giving up
+// (Step "take the recover lease", or "take the prune lease"): the run did
+// nothing, and a later run takes the lease once the lock is gone.
+func (e *LockWaitError) LeaseTake() bool {
+	return e != nil && e.Job != "" && e.Step == takeStep(e.Job)
+}
+
+// LeaseRelease reports whether e is the release of the run's lease giving
+// up (Step "release the recover lease", or "release the prune lease"): the
+// run did its work, and left its lease held until it expires (its TTL,
+// WithMaintenanceLeaseTTL, after the run took or last renewed it: at most
+// that long after the release gave up), unless this Maintenance's next run
+// takes it back first. Another process's run meanwhile is skipped.
+func (e *LockWaitError) LeaseRelease() bool {
+	return e != nil && e.Job != "" && e.Step == leaseReleaseStep(e.Job)
+}
+
 func (e *LockWaitError) Error() string {
 	var left string
 	switch {
+	case e.LeaseTake():
+		left = "the run did nothing"
+	case e.LeaseRelease():
+		left = "left the lease held until it expires (or this Maintenance's next run takes it back)"
 	case e.Rows == 0:
 		left = "left the rest of the step"
 	case e.Rest:

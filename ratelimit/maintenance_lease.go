@@ -102,6 +102,9 @@ func (m *Maintenance) leaseConn() Executor {
 // takeStep names the take of job's lease in the run's errors.
 func takeStep(job string) string { return "take the " + job + " lease" }
 
+// leaseReleaseStep names the release of job's lease in the run's errors.
+func leaseReleaseStep(job string) string { return "release the " + job + " lease" }
+
 // takeError is the error of a run of job that could not take its lease
 // (takeLease's: a *LockWaitError of the take when the server gave up
 // waiting for a lock on the take's statement; one of the release, beside
@@ -152,7 +155,7 @@ func (j *jobLease) release(ctx context.Context) error {
 	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.leaseConn(), db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {
 		j.m.left.put(j.name, j.holder) // for the next run to take back
-		step := "release the " + j.name + " lease"
+		step := leaseReleaseStep(j.name)
 		return fmt.Errorf("%s: %w", step, lockWait(j.name, step, j.m.leaseLockTimeout(), err))
 	}
 	return nil
