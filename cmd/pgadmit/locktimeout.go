@@ -107,14 +107,20 @@ func lockTimedOut(err error, bound time.Duration) error {
 // when that is less): it left them (and, after a second such wait in a step, the rest of that
 // step; the wrapped error says which), its counts say what it did, and a later run takes what it
 // left once that session lets go. A run that could not take its lease did nothing; one whose
-// release gave up did its work and left its lease held.
+// release gave up did its work and left its lease held, and another process's run is skipped
+// until that lease expires (recover --every's next pass takes it back).
 type lockWaitError struct {
 	err   error
 	bound time.Duration // --lock-timeout
+	pass  bool          // a pass of recover --every, whose sweeper runs the next one itself
 }
 
 func (e *lockWaitError) Error() string {
 	after, did := gaveUpAfter(e.bound), "left what it could not lock (what it did is counted)"
+	then := "run it again once that session lets go"
+	if e.pass {
+		then = "the next pass tries again once that session lets go"
+	}
 	// The take and the release of a run's lease wait 4 s at most, whatever the flag says: the
 	// error's Bound names the bound that applied. (A run's lock waits share one bound but for
 	// those, each of which is its run's only error: errors.As finds the one.)
@@ -123,14 +129,21 @@ func (e *lockWaitError) Error() string {
 		if lw.Bound > 0 && lw.Bound < e.bound {
 			after = fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
 		}
-		switch lw.Step {
-		case "take the " + lw.Job + " lease":
+		switch {
+		case lw.LeaseTake():
 			did = "did nothing"
-		case "release the " + lw.Job + " lease":
+		case lw.LeaseRelease():
 			did = "left the run's lease held (what it did is counted)"
+			// The same Maintenance takes it back; a new process's run is skipped until it expires,
+			// its TTL after the run last renewed it, which was before the release gave up.
+			then = fmt.Sprintf("run it again once that session lets go and the lease has expired, at most %s from now (a run before then is skipped)",
+				operatorDuration(ratelimit.DefaultMaintenanceLeaseTTL))
+			if e.pass {
+				then = "the next pass takes it back once that session lets go"
+			}
 		}
 	}
-	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and %s; run it again once that session lets go (%v)", after, did, e.err)
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and %s; %s (%v)", after, did, then, e.err)
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }
@@ -142,6 +155,17 @@ func (e *lockWaitError) Unwrap() error { return e.err }
 func lockWaited(err error, bound time.Duration) error {
 	if err != nil && ratelimit.OnlyLockWaits(err) {
 		return &lockWaitError{err: err, bound: bound}
+	}
+	return err
+}
+
+// passLockWaited is lockWaited for a pass of recover --every, whose sweeper runs the next pass
+// itself, with the same Maintenance, which takes back a lease the pass could not release.
+func passLockWaited(err error, bound time.Duration) error {
+	if err = lockWaited(err, bound); err != nil {
+		if lwe, ok := err.(*lockWaitError); ok {
+			lwe.pass = true
+		}
 	}
 	return err
 }

@@ -276,3 +276,40 @@ func TestLockWaitOfTheLeaseTakeSaysItDidNothing(t *testing.T) {
 		}
 	}
 }
+
+// A run whose release of its lease gave up said "run it again once that session lets go", but a
+// new process's run is skipped until the lease expires (its TTL, 15 s by default, after the
+// run's last renewal): it now says when. recover --every's next pass takes the lease back (one
+// Maintenance for every pass), and tries again whatever the pass left: its log says so, not "run
+// it again".
+func TestLockWaitOfTheLeaseReleaseSaysWhenToRunAgain(t *testing.T) {
+	t.Parallel()
+	timedOut := &pgconn.PgError{Code: "55P03"}
+	wait := func(job, step string) error {
+		return fmt.Errorf("ratelimit: %s: %s: %w", job, step, &ratelimit.LockWaitError{Job: job, Step: step, Bound: 4 * time.Second, Rest: true, Err: timedOut})
+	}
+	const oldAdvice = "; run it again once that session lets go ("
+	for _, tc := range []struct {
+		err          error
+		says, denies string
+	}{
+		{lockWaited(wait("recover", "release the recover lease"), 5*time.Second),
+			"left the run's lease held (what it did is counted); run it again once that session lets go and the lease has expired, at most 15s from now (a run before then is skipped) (", oldAdvice},
+		{lockWaited(wait("prune", "release the prune lease"), 5*time.Second), "once that session lets go and the lease has expired, at most 15s from now", oldAdvice},
+		// A run that took no lease, or left batches, can run again as soon as the lock goes.
+		{lockWaited(wait("recover", "take the recover lease"), 5*time.Second), "did nothing" + oldAdvice, "expired"},
+		{lockWaited(wait("prune", "counters"), 5*time.Second), "left what it could not lock (what it did is counted)" + oldAdvice, "expired"},
+		{passLockWaited(wait("recover", "release the recover lease"), 5*time.Second),
+			"left the run's lease held (what it did is counted); the next pass takes it back once that session lets go (", "run it again"},
+		{passLockWaited(wait("recover", "take the recover lease"), 5*time.Second), "did nothing; the next pass tries again once that session lets go (", "run it again"},
+		{passLockWaited(wait("recover", "reclaim expired tasks"), 4*time.Second), "(what it did is counted); the next pass tries again once that session lets go (", "run it again"},
+	} {
+		if got := tc.err.Error(); !strings.Contains(got, tc.says) || strings.Contains(got, tc.denies) {
+			t.Errorf("%q: want it to say %q, and not %q", got, tc.says, tc.denies)
+		}
+	}
+	// A pass that failed otherwise is told by its own errors, as a run's is.
+	if err := passLockWaited(context.DeadlineExceeded, time.Second); err != context.DeadlineExceeded {
+		t.Errorf("passLockWaited(context.DeadlineExceeded) = %v, want it unchanged", err)
+	}
+}

@@ -177,7 +177,7 @@ func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maint
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(lockWaited(notMigrated(ctx, pool, err), lockTimeout).Error(), dsn))
+		logf("recover: pass failed: %s", scrub(passLockWaited(notMigrated(ctx, pool, err), lockTimeout).Error(), dsn))
 	}
 }
 
