@@ -183,6 +183,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: "pgadmit_pruned_total",
 		Help: "What Prune released or deleted, by kind (stale_reservations, counters, reservations, leases, allotments, events, tasks).",
 	}, []string{"kind"})
+	// Every kind from 0: a series that first appeared at n, after the run
+	// that gave n back (a Recover at start-up, taking back what the
+	// instance that died held), would have no earlier sample, and rate and
+	// increase would never count those n.
+	for kind := range recoveredKinds(ratelimit.RecoveryResult{}) {
+		m.recovered.WithLabelValues(kind)
+	}
+	for kind := range prunedKinds(ratelimit.PruneResult{}) {
+		m.pruned.WithLabelValues(kind)
+	}
 	// One Register: the registry checks every metric before it takes any,
 	// so that a failure leaves nothing behind on reg.
 	if err := reg.Register(m); err != nil {

@@ -47,7 +47,15 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 		return
 	}
 	m.observeLatency(OpRecover, maintenanceResult(err, res.Skipped), took)
-	for kind, n := range map[string]int64{
+	for kind, n := range recoveredKinds(res) {
+		m.recovered.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
+	}
+}
+
+// recoveredKinds is what res gave back, by the kind label of
+// pgadmit_recovered_total.
+func recoveredKinds(res ratelimit.RecoveryResult) map[string]int64 {
+	return map[string]int64{
 		"leases":          res.ReleasedConcurrencyLeases,
 		"reservations":    res.ReleasedRateReservations,
 		"failed_attempts": res.FailedAttempts,
@@ -56,8 +64,6 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 		"poison_tasks":    res.FailedPoisonTasks,
 		"task_admissions": res.CleanedTaskAdmissions,
 		"allotments":      res.ReturnedAllotments,
-	} {
-		m.recovered.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
 	}
 }
 
@@ -69,7 +75,15 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 		return
 	}
 	m.observeLatency(OpPrune, maintenanceResult(err, res.Skipped), took)
-	for kind, n := range map[string]int64{
+	for kind, n := range prunedKinds(res) {
+		m.pruned.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
+	}
+}
+
+// prunedKinds is what res released or deleted, by the kind label of
+// pgadmit_pruned_total.
+func prunedKinds(res ratelimit.PruneResult) map[string]int64 {
+	return map[string]int64{
 		"stale_reservations": res.ReleasedStaleReservations,
 		"counters":           res.Counters,
 		"reservations":       res.Reservations,
@@ -77,8 +91,6 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 		"allotments":         res.Allotments,
 		"events":             res.Events,
 		"tasks":              res.Tasks,
-	} {
-		m.pruned.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
 	}
 }
 
