@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -124,7 +125,9 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // own task first, so that of two racing calls only one succeeds), no
 // longer runs (ErrTaskFinished), or a row of the grant no longer exists
 // (ErrUnknownGrant); a grant with no row to link is of the task its TaskID
-// names, if any. One round trip.
+// names, if any. A malformed id, or a grant that names one reservation or
+// lease twice (not one Reserve returned), is a *ValidationError, and
+// nothing is sent. One round trip.
 //
 // Attach and FinishTask of the same task exclude each other: an Attach
 // that meets a FinishTask in flight waits for it and then finds the
@@ -152,6 +155,14 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	}
 	lids, err := parseIDs("Leases.ID", leaseIDStrings(grant.Leases))
 	if err != nil {
+		return grant, err
+	}
+	// A row named twice is not a grant Reserve returned; refused here, as
+	// the statement would link it before its count told it apart.
+	if err := sameIDTwice("Reservations", "reservation", rids, reservationIDs, at); err != nil {
+		return grant, err
+	}
+	if err := sameIDTwice("Leases", "lease", lids, leaseIDStrings(grant.Leases), nil); err != nil {
 		return grant, err
 	}
 	task, err := parseOptionalID("TaskID", grant.TaskID)
@@ -195,8 +206,8 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 		return grant, fmt.Errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, grant.TaskID, ErrUnknownTask)
 	}
 	// A row that no longer exists refuses the whole grant (nothing was
-	// linked); a count short of the ids sent (the same id twice) still
-	// means the grant is not the one Reserve returned.
+	// linked); a count short of the ids sent, which sameIDTwice leaves no
+	// cause for, would still mean the grant is not the one Reserve returned.
 	if row.MissingRows > 0 || int(row.Reservations) != len(rids) || int(row.Leases) != len(lids) {
 		return grant, ErrUnknownGrant
 	}
@@ -205,6 +216,21 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 		grant.TaskID = idString(row.TaskID)
 	}
 	return grant, nil
+}
+
+// sameIDTwice refuses a list of ids (ids, parsed from texts) that names
+// one row twice, naming the second place by its position in the whole list
+// (see parseIDsAt), as parseIDsAt names a bad one ("Reservations.ID[2]").
+func sameIDTwice(list, what string, ids []pgtype.UUID, texts []string, at []int) error {
+	seen := make(map[[16]byte]int, len(ids))
+	for k, id := range ids {
+		if j, dup := seen[id.Bytes]; dup {
+			return &ValidationError{Field: fmt.Sprintf("%s.ID[%d]", list, place(at, k)), Value: shown(texts[k]),
+				Reason: fmt.Sprintf("same %s as %s.ID[%d]: a grant names each of its rows once", what, list, j)}
+		}
+		seen[id.Bytes] = place(at, k)
+	}
+	return nil
 }
 
 // attachRefusal says why AttemptAttachGrant changed nothing, as Reserve's
