@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,67 +144,80 @@ func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pg
 // printAllotments writes the ALLOTMENTS table: the blocks Local limits are
 // admitted from, per holder and window.
 func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "\nALLOTMENTS (open%s)\n", shown(len(rows), total(rows, func(r db.InspectAllotmentsRow) int64 { return r.TotalRows })))
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "\nALLOTMENTS (open%s)\n", shown(len(rows), total(rows, func(r db.InspectAllotmentsRow) int64 { return r.TotalRows })))
 	if len(rows) == 0 {
-		fmt.Fprintln(tw, "  none")
-		return tw.Flush()
+		fmt.Fprintln(bw, "  none")
+		return bw.Flush()
 	}
-	fmt.Fprintln(tw, "SCOPE\tMETRIC\tWINDOW\tHOLDER\tBLOCKS\tGRANTED\tADMITTED\tREPORTED\tENDS IN")
+	var t textcell.Table
+	t.Row("SCOPE", "METRIC", "WINDOW", "HOLDER", "BLOCKS", "GRANTED", "ADMITTED", "REPORTED", "ENDS IN")
 	for _, r := range rows {
 		ends := seconds(r.EndsInSeconds)
 		if r.EndsInSeconds < 0 { // a block its holder did not return: recover does, after a grace
 			ends = "ended " + seconds(-r.EndsInSeconds) + " ago"
 		}
-		fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), textcell.Show(r.Metric),
-			windowString(int64(r.WindowSeconds)), textcell.Show(r.Holder), r.Blocks, num(r.Granted), num(r.Consumed),
-			seconds(r.ReportedAgoSeconds), ends)
+		t.Row(scopeCell(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), textcell.Show(r.Holder),
+			strconv.FormatInt(r.Blocks, 10), num(r.Granted), num(r.Consumed), seconds(r.ReportedAgoSeconds)+" ago", ends)
 	}
-	return tw.Flush()
+	_, _ = t.WriteTo(bw) // an error stays in bw, for Flush
+	return bw.Flush()
 }
 
-// printInspect writes the three inspect tables.
+// printInspect writes the three inspect tables. Their columns are lined up by
+// the width of their text on a terminal (textcell.Table), so that a scope key
+// of East Asian wide characters shifts none.
 func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.InspectLeasesRow, admissions []db.InspectAdmissionsRow) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	bw := bufio.NewWriter(w)
 
-	fmt.Fprintf(tw, "WINDOWS (current%s)\n", shown(len(windows), total(windows, func(r db.InspectWindowsRow) int64 { return r.TotalRows })))
+	fmt.Fprintf(bw, "WINDOWS (current%s)\n", shown(len(windows), total(windows, func(r db.InspectWindowsRow) int64 { return r.TotalRows })))
 	if len(windows) == 0 {
-		fmt.Fprintln(tw, "  none")
+		fmt.Fprintln(bw, "  none")
 	} else {
-		fmt.Fprintln(tw, "SCOPE\tMETRIC\tWINDOW\tUSED\tRESERVED\tLIMIT\tFREE\tRESET IN")
+		var t textcell.Table
+		t.Row("SCOPE", "METRIC", "WINDOW", "USED", "RESERVED", "LIMIT", "FREE", "RESET IN")
 		for _, r := range windows {
-			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), textcell.Show(r.Metric),
-				windowString(int64(r.WindowSeconds)), num(r.UsedValue), num(r.ReservedValue), num(r.LimitValue),
-				num(r.FreeValue), seconds(r.ResetInSeconds))
+			t.Row(scopeCell(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), num(r.UsedValue),
+				num(r.ReservedValue), num(r.LimitValue), num(r.FreeValue), seconds(r.ResetInSeconds))
 		}
+		_, _ = t.WriteTo(bw)
 	}
 
-	fmt.Fprintf(tw, "\nCONCURRENCY LEASES (unreleased%s)\n", shown(len(leases), total(leases, func(r db.InspectLeasesRow) int64 { return r.TotalRows })))
+	fmt.Fprintf(bw, "\nCONCURRENCY LEASES (unreleased%s)\n", shown(len(leases), total(leases, func(r db.InspectLeasesRow) int64 { return r.TotalRows })))
 	if len(leases) == 0 {
-		fmt.Fprintln(tw, "  none")
+		fmt.Fprintln(bw, "  none")
 	} else {
-		fmt.Fprintln(tw, "SCOPE\tLIVE\tSLOTS\tLIMIT\tEXPIRED, NOT RELEASED\tNEXT EXPIRY IN")
+		var t textcell.Table
+		t.Row("SCOPE", "LIVE", "SLOTS", "LIMIT", "EXPIRED, NOT RELEASED", "NEXT EXPIRY IN")
 		for _, r := range leases {
 			next := "-"
 			if r.LiveLeases > 0 {
 				next = seconds(r.NextExpiryInSeconds)
 			}
-			fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%s\t%d\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), r.LiveLeases, num(r.LiveValue),
-				num(r.LimitValue), r.ExpiredLeases, next)
+			t.Row(scopeCell(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.LiveLeases, 10), num(r.LiveValue), num(r.LimitValue),
+				strconv.FormatInt(r.ExpiredLeases, 10), next)
 		}
+		_, _ = t.WriteTo(bw)
 	}
 
-	fmt.Fprintf(tw, "\nQUEUE ADMISSIONS (%s)\n", trimParen(shown(len(admissions), total(admissions, func(r db.InspectAdmissionsRow) int64 { return r.TotalRows }))))
+	fmt.Fprintf(bw, "\nQUEUE ADMISSIONS (%s)\n", trimParen(shown(len(admissions), total(admissions, func(r db.InspectAdmissionsRow) int64 { return r.TotalRows }))))
 	if len(admissions) == 0 {
-		fmt.Fprintln(tw, "  none")
+		fmt.Fprintln(bw, "  none")
 	} else {
-		fmt.Fprintln(tw, "SCOPE\tADMITTED\tLIMIT\tQUEUED\tRUNNING\tFINISHED\tOLDEST")
+		var t textcell.Table
+		t.Row("SCOPE", "ADMITTED", "LIMIT", "QUEUED", "RUNNING", "FINISHED", "OLDEST")
 		for _, r := range admissions {
-			fmt.Fprintf(tw, "%s:%s\t%d\t%s\t%d\t%d\t%d\t%s\n", textcell.Show(r.ScopeType), textcell.Show(r.ScopeKey), r.Admitted, num(r.LimitValue),
-				r.Queued, r.Running, r.Finished, seconds(r.OldestAgeSeconds))
+			t.Row(scopeCell(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.Admitted, 10), num(r.LimitValue),
+				strconv.FormatInt(r.Queued, 10), strconv.FormatInt(r.Running, 10), strconv.FormatInt(r.Finished, 10), seconds(r.OldestAgeSeconds))
 		}
+		_, _ = t.WriteTo(bw)
 	}
-	return tw.Flush()
+	return bw.Flush() // the first error of a write, if one failed
+}
+
+// scopeCell shows a scope as TYPE:KEY, each part by textcell.Show.
+func scopeCell(typ, key string) string {
+	return textcell.Show(typ) + ":" + textcell.Show(key)
 }
 
 func total[T any](rows []T, f func(T) int64) int64 {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -65,4 +67,80 @@ func TestInspectPrintsPlainScopeTextAsItIs(t *testing.T) {
 	if !strings.Contains(out.String(), "api_key:équipe:42 ✓  requests") {
 		t.Errorf("plain scope not printed as it is:\n%s", out.String())
 	}
+}
+
+// The columns of every table line up on a terminal whatever the scope keys
+// and holders hold: East Asian wide characters (two columns each), combining
+// marks (none) or ASCII. text/tabwriter counted runes, so a column after a
+// wide key began one terminal column early for each wide character.
+func TestInspectLinesUpColumnsOfWideText(t *testing.T) {
+	t.Parallel()
+	keys := []string{"顧客-東京", "e\u0301quipe", "team-42", "한국"}
+	var (
+		windows    []db.InspectWindowsRow
+		leases     []db.InspectLeasesRow
+		admissions []db.InspectAdmissionsRow
+		allotments []db.InspectAllotmentsRow
+	)
+	for i, key := range keys {
+		n := int64(len(keys))
+		windows = append(windows, db.InspectWindowsRow{ScopeType: "api_key", ScopeKey: key, Metric: "requests", WindowSeconds: 60, UsedValue: float64(i), TotalRows: n})
+		leases = append(leases, db.InspectLeasesRow{ScopeType: "model", ScopeKey: key, LiveLeases: int64(i), TotalRows: n})
+		admissions = append(admissions, db.InspectAdmissionsRow{ScopeType: "queue", ScopeKey: key, Admitted: int64(i), TotalRows: n})
+		allotments = append(allotments, db.InspectAllotmentsRow{Holder: "gw-" + key, ScopeType: "api_key", ScopeKey: key, Metric: "tokens", WindowSeconds: 60, Blocks: 1, TotalRows: n})
+	}
+	var out bytes.Buffer
+	if err := printInspect(&out, windows, leases, admissions); err != nil {
+		t.Fatal(err)
+	}
+	if err := printAllotments(&out, allotments); err != nil {
+		t.Fatal(err)
+	}
+	// Each table is its header line and a line per key; every line of a table
+	// has its cells begin at the header's columns.
+	lines := strings.Split(out.String(), "\n")
+	tables := 0
+	for i, line := range lines {
+		if !strings.HasPrefix(line, "SCOPE ") {
+			continue
+		}
+		tables++
+		want := cellColumns(line)
+		for _, row := range lines[i+1 : i+1+len(keys)] {
+			if got := cellColumns(row); !slices.Equal(got, want) {
+				t.Errorf("cells of %q begin at columns %v, its header's at %v:\n%s", row, got, want, out.String())
+			}
+		}
+	}
+	if tables != 4 {
+		t.Errorf("%d tables, want 4:\n%s", tables, out.String())
+	}
+}
+
+// cellColumns returns the terminal columns at which the cells of a line of
+// inspect begin: after two spaces or more (a header's cell may hold one, as
+// "RESET IN"). It counts columns by hand, not by textcell.Width: two for a CJK
+// ideograph or Hangul syllable, none for a nonspacing mark, one for another
+// rune.
+func cellColumns(line string) []int {
+	starts := []int{0}
+	col, spaces := 0, 0
+	for _, r := range line {
+		if r != ' ' && spaces >= 2 {
+			starts = append(starts, col)
+		}
+		if r == ' ' {
+			spaces++
+		} else {
+			spaces = 0
+		}
+		switch {
+		case unicode.Is(unicode.Mn, r):
+		case r >= 0x3000 && r <= 0x9fff || r >= 0xac00 && r <= 0xd7a3:
+			col += 2
+		default:
+			col++
+		}
+	}
+	return starts
 }

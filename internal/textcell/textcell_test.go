@@ -1,7 +1,13 @@
 package textcell_test
 
 import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+	"text/tabwriter"
+	"unicode"
 
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
@@ -27,4 +33,141 @@ func TestShow(t *testing.T) {
 			t.Errorf("Show(%q) = %s, want %s", c.in, got, c.want)
 		}
 	}
+}
+
+func TestWidth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"team-42", 7},
+		{"équipe", 6},       // é precomposed
+		{"e\u0301quipe", 6}, // e and a combining acute accent
+		{"a\u20dd", 1},      // an enclosing circle
+		{"東京", 4},           // CJK ideographs
+		{"顧客-東京", 9},        // wide, narrow, wide
+		{"カタカナ", 8},         // katakana
+		{"ｶﾀｶﾅ", 4},         // halfwidth katakana
+		{"한국", 4},           // Hangul syllables
+		{"ＡＢ", 4},           // fullwidth Latin
+		{"✓", 1},            // a narrow symbol
+		{"👍", 2},            // an emoji
+		{"\U00020000", 2},   // CJK Extension B, beyond the BMP
+		{`"a\n東"`, 7},       // Go-quoted, as Show returns it
+		{"Ω≈ç√∫", 5},        // neutral and ambiguous count one
+		{"\ufe0f", 0},       // a variation selector
+		{"\uff61", 1},       // halfwidth ideographic full stop
+		{"\u115f\u1160", 3}, // a wide Hangul choseong filler, then a narrow jungseong one
+	} {
+		if got := textcell.Width(c.in); got != c.want {
+			t.Errorf("Width(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+// The table of wide ranges is in order and its ranges apart, as Width's
+// search needs: the first and last rune of each is wide, the runes around it
+// are not.
+func TestWideRangesInOrder(t *testing.T) {
+	t.Parallel()
+	ranges := textcell.WideRanges()
+	if len(ranges) < 50 {
+		t.Fatalf("%d wide ranges", len(ranges))
+	}
+	for i, r := range ranges {
+		if r[0] > r[1] || i > 0 && ranges[i-1][1]+1 >= r[0] {
+			t.Errorf("range %d, %U..%U, not in order and apart from the one before", i, r[0], r[1])
+		}
+		for _, c := range []struct {
+			r    rune
+			want int
+		}{{r[0] - 1, 1}, {r[0], 2}, {r[1], 2}, {r[1] + 1, 1}} {
+			if unicode.In(c.r, unicode.Mn, unicode.Me) || c.r > unicode.MaxRune {
+				continue
+			}
+			if got := textcell.Width(string(c.r)); got != c.want {
+				t.Errorf("Width(%U) = %d, want %d", c.r, got, c.want)
+			}
+		}
+	}
+}
+
+// For ASCII text a Table lays out its columns as text/tabwriter (padding 2)
+// does: as inspect's tables were.
+func TestTableIsTabwriterForASCII(t *testing.T) {
+	t.Parallel()
+	rows := [][]string{
+		{"SCOPE", "METRIC", "WINDOW", "USED"},
+		{"api_key:team-42", "requests", "1m", "12"},
+		{"model:x", "tokens", "1h", ""},
+		{"", "a", "24h", "3.5"},
+	}
+	var want bytes.Buffer
+	tw := tabwriter.NewWriter(&want, 0, 4, 2, ' ', 0)
+	var table textcell.Table
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		table.Row(row...)
+	}
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	n, err := table.WriteTo(&got)
+	if err != nil || n != int64(got.Len()) {
+		t.Fatalf("WriteTo: %d, %v; wrote %d bytes", n, err, got.Len())
+	}
+	if got.String() != want.String() {
+		t.Errorf("Table wrote\n%s\ntabwriter\n%s", got.String(), want.String())
+	}
+}
+
+// Each column of a Table begins at the same terminal column on every row,
+// whatever wide characters or combining marks the cells before it hold.
+func TestTableLinesUpWideAndCombiningText(t *testing.T) {
+	t.Parallel()
+	var table textcell.Table
+	table.Row("SCOPE", "METRIC", "USED")
+	table.Row("api_key:顧客-東京", "requests", "1")    // 17 columns
+	table.Row("api_key:e\u0301quipe", "トークン", "2") // 14 columns; 8
+	table.Row("api_key:team-42", "tokens", "3")
+	var out bytes.Buffer
+	if _, err := table.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	want := []int{0, 17 + 2, 17 + 2 + 8 + 2}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines:\n%s", len(lines), out.String())
+	}
+	for _, line := range lines {
+		if got := cellColumns(line); !slices.Equal(got, want) {
+			t.Errorf("cells of %q begin at columns %v, want %v:\n%s", line, got, want, out.String())
+		}
+	}
+}
+
+// cellColumns returns the terminal columns at which the cells of a line
+// (text without spaces, spaces between) begin. It counts columns by hand, not
+// by Width: two for a CJK ideograph, kana or Hangul syllable, none for a
+// nonspacing mark, one for another rune.
+func cellColumns(line string) []int {
+	var starts []int
+	col, prev := 0, ' '
+	for _, r := range line {
+		if r != ' ' && prev == ' ' {
+			starts = append(starts, col)
+		}
+		switch {
+		case unicode.Is(unicode.Mn, r):
+		case r >= 0x3000 && r <= 0x9fff || r >= 0xac00 && r <= 0xd7a3:
+			col += 2
+		default:
+			col++
+		}
+		prev = r
+	}
+	return starts
 }
