@@ -31,4 +31,8 @@ func TestProblemStringIsOneLineWhateverTheScopeText(t *testing.T) {
 	if s := plain.String(); !strings.Contains(s, "api_key:équipe:42 tokens") {
 		t.Errorf("plain scope not printed as it is: %q", s)
 	}
+	spaced := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "api_key", ScopeKey: "team a", Metric: "tokens"}
+	if s := spaced.String(); !strings.Contains(s, `api_key:"team a" tokens:`) {
+		t.Errorf("a key with a space not quoted, so its end cannot be told from the metric: %q", s)
+	}
 }

@@ -55,17 +55,23 @@ func TestInspectPrintsOddScopeTextOnOneLine(t *testing.T) {
 	}
 }
 
-// Printable text, non-ASCII letters included, is printed as it is.
+// Printable text without a space, non-ASCII letters included, is printed as
+// it is; text with a space is quoted, so that a cell is one word of its line.
 func TestInspectPrintsPlainScopeTextAsItIs(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	if err := printInspect(&out,
-		[]db.InspectWindowsRow{{ScopeType: "api_key", ScopeKey: "équipe:42 ✓", Metric: "requests", WindowSeconds: 60, TotalRows: 1}}, nil, nil,
+		[]db.InspectWindowsRow{
+			{ScopeType: "api_key", ScopeKey: "équipe:42✓", Metric: "requests", WindowSeconds: 60, TotalRows: 2},
+			{ScopeType: "api_key", ScopeKey: "team a", Metric: "requests", WindowSeconds: 60, TotalRows: 2},
+		}, nil, nil,
 	); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "api_key:équipe:42 ✓  requests") {
-		t.Errorf("plain scope not printed as it is:\n%s", out.String())
+	for _, want := range []string{"\napi_key:équipe:42✓  requests  1m", "\napi_key:\"team a\"    requests  1m"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output does not hold %q:\n%s", want, out.String())
+		}
 	}
 }
 

@@ -16,9 +16,14 @@ func TestShow(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ in, want string }{
 		{"team-42", "team-42"},
-		{"équipe:42 ✓", "équipe:42 ✓"},
 		{"東京", "東京"},
-		{"a b", "a b"},
+		{"a b", `"a b"`},
+		{"team a", `"team a"`},
+		{" lead", `" lead"`},
+		{"trail ", `"trail "`},
+		{"équipe:42 ✓", `"équipe:42 ✓"`},
+		{"équipe:42✓", "équipe:42✓"},
+		{"東京 本社", `"東京 本社"`},
 		{"evil\nkey", `"evil\nkey"`},
 		{"tab\there", `"tab\there"`},
 		{"\x1b[31mred", `"\x1b[31mred"`},
