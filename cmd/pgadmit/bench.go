@@ -30,7 +30,9 @@ Runs the workloads through the ratelimit API, one after the other, each with --w
 concurrent workers (one connection each), and prints for each: operations per second, p50 and
 p99 latency of one operation in microseconds, admitted, refused and errors (ops/s and the
 latencies count the operations decided, admitted or refused; one that failed counts under
-errors only, and an admission whose Commit failed counts as admitted and as an error).
+errors only, and an admission whose Commit failed counts as admitted and as an error). A
+workload keeps up to 8,388,608 latencies: past that many operations (W8 decides up to a
+million a second), its percentiles come from a uniform sample of them.
 
 ` + list.String() + `
 W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one

@@ -15,6 +15,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,6 +274,33 @@ type runner struct {
 	paused []time.Duration
 	// counts are the workers' decided operations in the running workload, for Config.Progress.
 	counts []opsCounter
+	// keep is how many latencies each worker keeps (latencies); 0: maxLatencies over the workers.
+	keep int
+}
+
+// maxLatencies bounds the latencies a workload keeps, over all its workers (64 MiB): a default
+// run of W8, which decides about a million operations a second, keeps every one; a longer one a
+// uniform sample (--duration 1h kept billions, tens of GB, and sorted them).
+const maxLatencies = 1 << 23
+
+// latencies are one worker's latencies of its decided operations: every one up to keep of
+// them, then a uniform sample of keep of them (reservoir sampling), each standing for
+// ops/len(kept) operations.
+type latencies struct {
+	kept []time.Duration
+	ops  int64 // latencies added
+}
+
+// add adds d, the latency of one more operation, keeping at most keep latencies.
+func (l *latencies) add(d time.Duration, keep int, rng *mrand.Rand) {
+	l.ops++
+	if len(l.kept) < keep {
+		l.kept = append(l.kept, d)
+		return
+	}
+	if i := rng.Int64N(l.ops); i < int64(keep) {
+		l.kept[i] = d
+	}
 }
 
 // Never-reached limits: far above what any benchmark can admit in a window.
@@ -390,10 +418,10 @@ func (r *runner) think(ctx context.Context, worker int, rng *mrand.Rand) {
 	r.paused[worker] += time.Since(start)
 }
 
-// sample is what drive measured: counts and every latency.
+// sample is what drive measured: counts and each worker's latencies.
 type sample struct {
 	res     Result
-	lat     []time.Duration
+	lat     []latencies
 	elapsed time.Duration
 }
 
@@ -455,9 +483,13 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 	type tally struct {
 		ops, admitted, rejected, errors, deadlocks, unreachable int64
 		firstErr                                                error
-		lat                                                     []time.Duration
+		lat                                                     latencies
 	}
 	tallies := make([]tally, r.cfg.Workers)
+	keep := r.keep
+	if keep <= 0 {
+		keep = max(maxLatencies/r.cfg.Workers, 1)
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	stop := start.Add(d)
@@ -467,6 +499,7 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 			defer wg.Done()
 			t := &tallies[w]
 			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			sampling := mrand.New(mrand.NewPCG(uint64(w)+1<<32, uint64(start.UnixNano()))) // the workload's draws stay op's own
 			for ctx.Err() == nil && time.Now().Before(stop) {
 				r.paused[w] = 0
 				t0 := time.Now()
@@ -479,7 +512,7 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 				if err == nil || refused { // decided: an operation of the measure
 					t.ops++
 					r.counts[w].Add(1)
-					t.lat = append(t.lat, el)
+					t.lat.add(el, keep, sampling)
 				}
 				var commitErr errCommit
 				switch {
@@ -522,16 +555,16 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 		if t.firstErr != nil && s.res.FirstError == "" {
 			s.res.FirstError = t.firstErr.Error()
 		}
-		s.lat = append(s.lat, t.lat...)
+		s.lat = append(s.lat, t.lat)
 	}
 	return s, nil
 }
 
 // summarize adds up the measured parts of a workload into its result: counts, ops/s over the
-// total time, and percentiles over every latency.
+// total time, and percentiles over the latencies of every operation (or a sample: latencies).
 func summarize(parts ...sample) Result {
 	var out Result
-	var lat []time.Duration
+	var lat []latencies
 	var elapsed time.Duration
 	for _, p := range parts {
 		out.Workers = p.res.Workers
@@ -547,9 +580,9 @@ func summarize(parts ...sample) Result {
 		lat = append(lat, p.lat...)
 		elapsed += p.elapsed
 	}
-	slices.Sort(lat)
 	out.Seconds = elapsed.Seconds()
-	p50, p99 := percentile(lat, 50), percentile(lat, 99)
+	ps := percentiles(lat, 50, 99)
+	p50, p99 := ps[0], ps[1]
 	out.P50us, out.P99us = p50.Microseconds(), p99.Microseconds()
 	out.P50ns, out.P99ns = p50.Nanoseconds(), p99.Nanoseconds()
 	if elapsed > 0 {
@@ -558,13 +591,45 @@ func summarize(parts ...sample) Result {
 	return out
 }
 
-// percentile returns the nearest-rank p-th percentile of sorted durations.
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
+// percentiles returns the nearest-rank p-th percentile, for each p of ps, of the latencies of
+// groups' operations: the least latency that at least p % of them did not exceed. A group that
+// kept a sample of its latencies weighs each by the operations it stands for (ops/len(kept)),
+// so that a worker that decided more operations than another counts for more; when every group
+// kept all of them, this is the nearest rank over them all. It sorts each group's latencies.
+func percentiles(groups []latencies, ps ...int) []time.Duration {
+	out := make([]time.Duration, len(ps))
+	var all []time.Duration
+	var ops int64
+	for _, g := range groups {
+		if len(g.kept) == 0 {
+			continue
+		}
+		slices.Sort(g.kept)
+		all = append(all, g.kept...)
+		ops += g.ops
 	}
-	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 * n)
-	return sorted[max(rank, 1)-1]
+	if len(all) == 0 {
+		return out
+	}
+	slices.Sort(all)
+	// within is how many operations took d or less, as the groups' latencies tell.
+	within := func(d time.Duration) float64 {
+		var n float64
+		for _, g := range groups {
+			if len(g.kept) == 0 {
+				continue
+			}
+			k := sort.Search(len(g.kept), func(i int) bool { return g.kept[i] > d })
+			n += float64(k) * float64(g.ops) / float64(len(g.kept))
+		}
+		return n
+	}
+	for j, p := range ps {
+		rank := max((int64(p)*ops+99)/100, 1) // ceil(p/100 * ops)
+		i := sort.Search(len(all), func(i int) bool { return within(all[i]) >= float64(rank) })
+		out[j] = all[min(i, len(all)-1)] // past the end only by rounding: the largest
+	}
+	return out
 }
 
 // isDeadlock reports a PostgreSQL deadlock error (SQLSTATE 40P01).

@@ -15,21 +15,79 @@ import (
 
 func TestPercentile(t *testing.T) {
 	t.Parallel()
+	percentile := func(groups []latencies, p int) time.Duration { return percentiles(groups, p)[0] }
+	all := func(lat []time.Duration) []latencies {
+		return []latencies{{kept: slices.Clone(lat), ops: int64(len(lat))}}
+	}
 	var lat []time.Duration
-	for i := 1; i <= 100; i++ {
+	for i := 100; i >= 1; i-- { // not sorted: percentile sorts
 		lat = append(lat, time.Duration(i)*time.Microsecond)
 	}
-	if got := percentile(lat, 50); got != 50*time.Microsecond {
+	if got := percentile(all(lat), 50); got != 50*time.Microsecond {
 		t.Errorf("p50 of 1..100 µs = %s, want 50µs", got)
 	}
-	if got := percentile(lat, 99); got != 99*time.Microsecond {
+	if got := percentile(all(lat), 99); got != 99*time.Microsecond {
 		t.Errorf("p99 of 1..100 µs = %s, want 99µs", got)
 	}
-	if got := percentile(lat[:1], 99); got != time.Microsecond {
+	if got := percentile(all(lat[:1]), 99); got != 100*time.Microsecond {
 		t.Errorf("p99 of one sample = %s, want it", got)
 	}
 	if got := percentile(nil, 50); got != 0 {
 		t.Errorf("p50 of nothing = %s, want 0", got)
+	}
+	// Split between workers that kept all their latencies, the same nearest rank.
+	halves := []latencies{{kept: slices.Clone(lat[:30]), ops: 30}, {kept: slices.Clone(lat[30:]), ops: 70}}
+	if got := percentile(halves, 50); got != 50*time.Microsecond {
+		t.Errorf("p50 of 1..100 µs kept by two workers = %s, want 50µs", got)
+	}
+}
+
+// A worker that kept a sample of its latencies (more operations than it keeps) stands for all
+// its operations: one that decided 1,000 operations in 1 µs each and kept 10 of them weighs a
+// hundred times as much as one that decided 10 in 100 µs, and p99 is 1 µs. Merged as if each
+// kept latency were one operation, half of them would be 100 µs.
+func TestPercentileWeighsASampleByItsOperations(t *testing.T) {
+	t.Parallel()
+	percentile := func(groups []latencies, p int) time.Duration { return percentiles(groups, p)[0] }
+	fast := latencies{ops: 1000}
+	slow := latencies{ops: 10}
+	for range 10 {
+		fast.kept = append(fast.kept, time.Microsecond)
+		slow.kept = append(slow.kept, 100*time.Microsecond)
+	}
+	if got := percentile([]latencies{fast, slow}, 99); got != time.Microsecond {
+		t.Errorf("p99 of 1,000 operations of 1µs (10 kept) and 10 of 100µs = %s, want 1µs", got)
+	}
+	if got := percentile([]latencies{fast, slow}, 100); got != 100*time.Microsecond {
+		t.Errorf("p100 of them = %s, want 100µs", got)
+	}
+}
+
+// However fast its operations, a workload keeps at most keep latencies per worker (W8 decides
+// about a million a second: an hour of it kept billions), and its percentiles come from them.
+func TestDriveKeepsABoundedSampleOfLatencies(t *testing.T) {
+	t.Parallel()
+	const workers, keep = 2, 100
+	r := &runner{cfg: Config{Workers: workers}, keep: keep, paused: make([]time.Duration, workers), counts: make([]opsCounter, workers)}
+	s, err := r.drive(context.Background(), 50*time.Millisecond, func(context.Context, int, *mrand.Rand) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.res.Ops <= workers*keep {
+		t.Skipf("only %d operations in 50ms: too few to fill the sample", s.res.Ops)
+	}
+	var ops int64
+	for w, l := range s.lat {
+		if len(l.kept) > keep {
+			t.Errorf("worker %d kept %d latencies of %d operations, want at most %d", w, len(l.kept), l.ops, keep)
+		}
+		ops += l.ops
+	}
+	if ops != s.res.Ops {
+		t.Errorf("the latencies stand for %d operations, want the %d decided", ops, s.res.Ops)
+	}
+	if res := summarize(s); res.P99ns <= 0 || res.P99ns < res.P50ns {
+		t.Errorf("p50 %dns, p99 %dns of a sample", res.P50ns, res.P99ns)
 	}
 }
 
