@@ -73,9 +73,10 @@ write or flush, or waited for a lock: whether this server's admissions are bound
 processors, its disk's flushes, commits queuing behind each other's flushes or a hot row. The
 sampling costs about 100 small statements a second on a connection of its own.
 
---progress D prints on stderr, every D while a workload runs (10s by default; 0: never), how far
-it has got: elapsed and total time, operations so far and ops/s over the last D. A workload
-shorter than D prints nothing more; stdout and --json are the same with it as without.
+--progress D prints on stderr, every D while a workload runs (10s by default, at least 100ms;
+0: never), how far it has got: elapsed and total time, operations so far and ops/s over the
+last D. A workload shorter than D prints nothing more; stdout and --json are the same with it
+as without.
 
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed. When every
 operation of a workload failed to reach the database (the server is down), bench stops there,
@@ -112,6 +113,8 @@ const (
 	maxBenchStatements = 100
 	// defaultBenchStatements is how many statements the server-time report shows per workload.
 	defaultBenchStatements = 10
+	// minBenchProgress is the shortest --progress but 0.
+	minBenchProgress = 100 * time.Millisecond
 )
 
 func runBench(ctx context.Context, a *app, args []string) error {
@@ -158,6 +161,10 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	if err := checkProgress(fs, *progress, false); err != nil {
 		return err
+	}
+	if *progress > 0 && *progress < minBenchProgress {
+		// A line every microsecond floods stderr and takes a processor from the workers.
+		return usagef("--progress must be 0 (never) or at least %s, got %s", minBenchProgress, *progress)
 	}
 	if *rounds < 1 || *rounds > maxBenchRounds {
 		return usagef("--rounds must be between 1 and %d, got %d", maxBenchRounds, *rounds)

@@ -141,6 +141,10 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--rounds", "1001"}, "--rounds must be between 1 and 1000"},
 		{db, []string{"bench", "--statements", "-1"}, "--statements must be between 0 and 100, got -1"},
 		{db, []string{"bench", "--statements", "101"}, "--statements must be between 0 and 100"},
+		// A progress line every microsecond would flood stderr and take a processor from the
+		// workers it measures.
+		{db, []string{"bench", "--progress", "1us"}, "--progress must be 0 (never) or at least 100ms, got 1µs"},
+		{db, []string{"bench", "--progress", "99ms"}, "--progress must be 0 (never) or at least 100ms, got 99ms"},
 		{db, []string{"bench", "--cpuprofile", "/nonexistent/dir/cpu.prof"}, "--cpuprofile: open /nonexistent/dir/cpu.prof: no such file or directory"},
 		{db, []string{"bench", "--json", "/nonexistent/dir/bench.json"}, "--json: open /nonexistent/dir/bench.json: no such file or directory"},
 		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},
