@@ -51,7 +51,8 @@ type Limit struct {
 	// MetricQueueSize for a queue's places (TaskSpec.QueueLimits), any
 	// other name a counter over Window. Text as for Scope.Type.
 	Metric string
-	// Limit is the capacity of the window, or of concurrent slots.
+	// Limit is the capacity of the window, of concurrent slots, or of a
+	// queue's places.
 	Limit float64
 	// Amount is what this admission needs: 1 request, an estimate of
 	// tokens, 1 slot. On a concurrent limit it is the lease's weight: a

@@ -17,7 +17,7 @@ import (
 // becomes running with a new execution token and a lease of leaseTTL (zero
 // means DefaultTaskLeaseTTL; otherwise whole seconds up to MaxLeaseTTL, or a
 // *ValidationError on "leaseTTL"), a new attempt row and a task.running event.
-// Workers never wait on each other (FOR UPDATE SKIP LOCKED). Returns
+// Workers never wait on each other (FOR NO KEY UPDATE SKIP LOCKED). Returns
 // ErrNoTask when nothing is due. One round trip.
 //
 // Cancelling works as for Reserve and CreateTask: when ctx ends before the
