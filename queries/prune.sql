@@ -44,22 +44,20 @@ LIMIT @batch_size::integer;
 -- prune never waits on admission.
 -- Locks: row locks on the deleted counters (SKIP LOCKED, so the counters'
 -- lock order cannot be violated by waiting).
--- Index: gateway_rate_limit_counters_reset_idx (ended windows).
+-- Index: gateway_rate_limit_counters_reset_idx (ended windows), then a TID
+-- scan: the rows locked are deleted by tuple id, which the lock keeps
+-- valid. (A join on the primary key let the planner hash the batch and read
+-- the whole table to probe it, for each batch.)
 DELETE FROM gateway_rate_limit_counters AS c
-USING (
-    SELECT x.scope_type, x.scope_key, x.metric, x.window_seconds, x.window_start
+WHERE c.ctid = ANY (ARRAY(
+    SELECT x.ctid
     FROM gateway_rate_limit_counters AS x
     WHERE x.reset_at < @cutoff::timestamptz
       AND x.reserved_value = 0
     ORDER BY x.reset_at
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
-) AS doomed
-WHERE c.scope_type = doomed.scope_type
-  AND c.scope_key = doomed.scope_key
-  AND c.metric = doomed.metric
-  AND c.window_seconds = doomed.window_seconds
-  AND c.window_start = doomed.window_start
+))
   AND c.reserved_value = 0;
 
 -- name: PruneReservationNextWindowLength :one
