@@ -113,8 +113,6 @@ const (
 	maxBenchStatements = 100
 	// defaultBenchStatements is how many statements the server-time report shows per workload.
 	defaultBenchStatements = 10
-	// minBenchProgress is the shortest --progress but 0.
-	minBenchProgress = 100 * time.Millisecond
 )
 
 func runBench(ctx context.Context, a *app, args []string) error {
@@ -162,9 +160,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err := checkProgress(fs, *progress, false); err != nil {
 		return err
 	}
-	if *progress > 0 && *progress < minBenchProgress {
-		// A line every microsecond floods stderr and takes a processor from the workers.
-		return usagef("--progress must be 0 (never) or at least %s, got %s", minBenchProgress, *progress)
+	if err := checkInterval("progress", *progress, "never"); err != nil {
+		return err
 	}
 	if *rounds < 1 || *rounds > maxBenchRounds {
 		return usagef("--rounds must be between 1 and %d, got %d", maxBenchRounds, *rounds)

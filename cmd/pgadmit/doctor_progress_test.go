@@ -10,7 +10,8 @@ import (
 // A doctor that runs long (here behind a table lock another session holds; elsewhere a scan of a
 // large database) says on stderr, every --progress, that it is still checking, as recover and
 // prune say how far they have got; the report still goes to stdout alone. A quick doctor prints
-// nothing there, and a negative interval is a usage error.
+// nothing there, and a negative interval, or one under 100ms (but 0), is a usage error: a line
+// every nanosecond would print continuously.
 func TestDoctorPrintsItsProgress(t *testing.T) {
 	t.Parallel()
 	url, pool := newDatabase(t)
@@ -36,5 +37,12 @@ func TestDoctorPrintsItsProgress(t *testing.T) {
 	_, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--progress", "-1s")
 	if code != exitUsage || !strings.Contains(errOut, "--progress must be >= 0") {
 		t.Errorf("doctor --progress -1s: exit %d, %q; want a usage error", code, errOut)
+	}
+	for _, every := range []string{"1ns", "1ms", "99ms"} {
+		out, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--progress", every)
+		want := "pgadmit doctor: --progress must be 0 (never) or at least 100ms, got " + every + " (see pgadmit doctor --help)\n"
+		if code != exitUsage || out != "" || errOut != want {
+			t.Errorf("doctor --progress %s: exit %d, stdout %q, stderr %q; want exit %d, only %q", every, code, out, errOut, exitUsage, want)
+		}
 	}
 }

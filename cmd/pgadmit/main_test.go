@@ -152,7 +152,9 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"demo", "--decision-timeout", "2s"}, "--decision-timeout needs --http"},
 		{db, []string{"demo", "--http", "--instances", "4"}, "--instances does not apply to --http"},
 		{db, []string{"demo", "--http", "--decision-timeout", "0s"}, "--decision-timeout must be between 1ms and 1m, got 0s"},
-		{db, []string{"recover", "--every", "1ms"}, "--every must be at least 100ms"},
+		// The floor of every interval flag (minInterval), in the words of bench's --progress.
+		{db, []string{"recover", "--every", "1ms"}, "--every must be 0 (a single pass) or at least 100ms, got 1ms"},
+		{db, []string{"recover", "--every", "-1m"}, "--every must be 0 (a single pass) or at least 100ms, got -1m"},
 		{db, []string{"recover", "--pass-timeout", "5s"}, "--pass-timeout needs --every"},
 		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
 		{db, []string{"doctor", "now"}, `unexpected argument "now"`},

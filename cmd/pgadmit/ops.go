@@ -35,11 +35,11 @@ second such batch in the step or when the step is one statement), the other step
 done is printed, and the command says what it left, exit 1 (with --every, the pass is logged as
 failed, after its counts, and the sweeper goes on).
 
-Without --every: one pass, then prints its counts. With --every: a sweeper that runs a pass at
-that interval and logs each pass's counts until SIGINT or SIGTERM, then exits 0. A failed pass
-is logged and retried at the next interval. At start-up it checks the connection as doctor does,
-and warns when it goes through a transaction-pooling proxy in an exec mode that needs session
-state (it says what to add to the connection string).`,
+Without --every: one pass, then prints its counts. With --every (at least 100ms): a sweeper
+that runs a pass at that interval and logs each pass's counts until SIGINT or SIGTERM, then
+exits 0. A failed pass is logged and retried at the next interval. At start-up it checks the
+connection as doctor does, and warns when it goes through a transaction-pooling proxy in an
+exec mode that needs session state (it says what to add to the connection string).`,
 		db:  dbRequired,
 		run: runRecover,
 	}
@@ -47,7 +47,7 @@ state (it says what to add to the connection string).`,
 
 func runRecover(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	every := fs.Duration("every", 0, "run as a sweeper: one pass every `interval` (e.g. 30s) until interrupted")
+	every := fs.Duration("every", 0, "run as a sweeper: one pass every `interval` (e.g. 30s; at least "+minInterval.String()+") until interrupted")
 	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` is cut off and logged as failed")
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
@@ -60,8 +60,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	if *every < 0 || (*every > 0 && *every < 100*time.Millisecond) {
-		return usagef("--every must be at least 100ms, got %s", *every)
+	if err := checkInterval("every", *every, "a single pass"); err != nil {
+		return err
 	}
 	if *passTimeout <= 0 {
 		return usagef("--pass-timeout must be positive, got %s", *passTimeout)
@@ -325,8 +325,8 @@ describe_exec), it says what to add to the connection string. Prints what is wro
 when anything is. Full scans of the counters, reservations and blocks: an operator's tool. A table that
 another session holds locked (a migration that alters it) is waited for at most --lock-timeout
 (5s by default; 0: no bound; lock_timeout, for doctor's transaction only); then doctor fails,
-exit 1, and says so. While the check runs, every --progress it says on stderr that it is still
-checking, and for how long.`,
+exit 1, and says so. While the check runs, every --progress (10s by default, at least 100ms;
+0: never) it says on stderr that it is still checking, and for how long.`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -344,6 +344,9 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if err := checkProgress(fs, *progress, false); err != nil {
+		return err
+	}
+	if err := checkInterval("progress", *progress, "never"); err != nil {
 		return err
 	}
 	if err := checkLockTimeout(*lockTimeout); err != nil {

@@ -1,0 +1,18 @@
+package main
+
+import "time"
+
+// minInterval is the shortest interval but 0 of a flag that repeats something while a command
+// runs: bench's and doctor's --progress, recover's --every. A progress line every microsecond
+// floods stderr (and takes a processor from the workers bench measures); a sweeper pass every
+// microsecond keeps the database busy with passes that find nothing.
+const minInterval = 100 * time.Millisecond
+
+// checkInterval refuses a value of the interval flag --name below minInterval, negative ones
+// included, but 0, which does what zero says ("never", "a single pass").
+func checkInterval(name string, d time.Duration, zero string) error {
+	if d != 0 && d < minInterval {
+		return usagef("--%s must be 0 (%s) or at least %s, got %s", name, zero, minInterval, operatorDuration(d))
+	}
+	return nil
+}
