@@ -260,7 +260,12 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
-	return d.summary(ctx, gws, crash, began)
+	// An interrupt during the drain or the summary leaves "interrupted" alone, not the
+	// summary of a run cut short.
+	return closingReport(ctx, d.out, func(w io.Writer) error {
+		d.out = w
+		return d.summary(ctx, gws, crash, began)
+	})
 }
 
 // demoConnections returns how many connections each instance's pool may hold: one per client,

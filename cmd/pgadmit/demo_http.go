@@ -117,9 +117,16 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 
 	d.load = newHTTPLoad(d, clients)
 	d.load.run(ctx, duration)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+	// An interrupt during the load or the checks after it leaves "interrupted" alone.
+	return closingReport(ctx, d.out, func(w io.Writer) error {
+		d.out = w
+		return d.report(ctx, pool)
+	})
+}
+
+// report prints the totals of the load, the samples, the failure policy and the metrics, checks
+// that nothing stays held, and says what was wrong.
+func (d *httpDemo) report(ctx context.Context, pool *pgxpool.Pool) error {
 	d.load.summary()
 	d.showSamples()
 	if err := d.showFailurePolicy(ctx); err != nil {

@@ -101,3 +101,65 @@ func TestOperatorReadsGiveUpOnALockedTable(t *testing.T) {
 		})
 	}
 }
+
+// A demo interrupted once its traffic time is up, while its live instances finish their requests
+// in flight, ends as an interrupted bench does: "interrupted" on stderr and no summary. It used
+// to print its closing tables as a finished run's (the counts of a drain cut short), then fail
+// to read the windows it checks and say "interrupted" after them.
+func TestDemoInterruptedWhileDrainingPrintsNoSummary(t *testing.T) {
+	t.Parallel()
+	url, pool := newDatabase(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"--database-url", url, "demo", "--duration", "5s", "--instances", "2", "--clients", "4", "--keys", "20"},
+			stdout, stderr, func(string) string { return "" })
+	}()
+	awaitLog(t, stdout, `(?m)^\s+4s\s`)
+	// The live instance's requests in flight wait behind this lock for their counters (and so
+	// would the summary's reads of the windows): the drain cannot end before the interrupt,
+	// however slow the machine. The progress lines and the watch of the crash read no counters.
+	lockCounters(t, pool)
+	awaitLog(t, stdout, `stopping: live instances finish their requests in flight`)
+	cancel()
+	code := <-exited
+	if code != exitFailure || stderr.String() != "pgadmit demo: interrupted\n" {
+		t.Errorf("demo interrupted while draining: exit %d, stderr %q; want exit 1, only \"interrupted\"", code, stderr.String())
+	}
+	for _, finished := range []string{"SUMMARY", "CRASH AND RECOVERY", "BOOKS", "demo finished"} {
+		if strings.Contains(stdout.String(), finished) {
+			t.Errorf("demo interrupted while draining printed %q, as a finished run does:\n%s", finished, stdout.String())
+		}
+	}
+}
+
+// So does demo --http interrupted once its load ended, while it shows what a failing database
+// does and checks that nothing stays held: it printed the load's totals, the samples and the
+// failure policy, then "interrupted".
+func TestDemoHTTPInterruptedAfterItsLoadPrintsNoReport(t *testing.T) {
+	t.Parallel()
+	url, pool := newDatabase(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"--database-url", url, "demo", "--http", "--duration", "5s", "--clients", "4", "--keys", "5"},
+			stdout, stderr, func(string) string { return "" })
+	}()
+	awaitLog(t, stdout, `(?m)^\s+3s\s`)
+	// The check that nothing stays held reads the windows behind this lock (and the requests
+	// of the load's last seconds fail closed): the report cannot end before the interrupt.
+	lockCounters(t, pool)
+	awaitLog(t, stdout, `(?m)^\s+5s\s`) // the last second's line, once every client stopped
+	cancel()
+	code := <-exited
+	if code != exitFailure || stderr.String() != "pgadmit demo: interrupted\n" {
+		t.Errorf("demo --http interrupted after its load: exit %d, stderr %q; want exit 1, only \"interrupted\"", code, stderr.String())
+	}
+	for _, finished := range []string{" requests: ", "WHEN THE DATABASE FAILS", "METRICS", "demo --http: ok"} {
+		if strings.Contains(stdout.String(), finished) {
+			t.Errorf("demo --http interrupted after its load printed %q, as a finished run does:\n%s", finished, stdout.String())
+		}
+	}
+}
