@@ -22,6 +22,10 @@ var (
 		httpadmit.OutcomeAdmitted: true, httpadmit.OutcomeRefused: true, httpadmit.OutcomeShadowRefused: true,
 		httpadmit.OutcomeFailedOpen: true, httpadmit.OutcomeFailedClosed: true,
 	}
+	// results are the values of the result label, every one counted from 0
+	// for each operation in pgadmit_db_operations_total.
+	results = []string{ResultOK, ResultExceeded, ResultTimeout, ResultError, ResultSkipped,
+		ResultLeaseLost, ResultUnknownGrant, ResultRejected, ResultLockWait, ResultCanceled}
 )
 
 // operationLabel is op as the operation label: Other unless documented.

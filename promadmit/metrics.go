@@ -20,6 +20,15 @@
 // type or metric really named "other" is reported as "other_", apart from
 // them ("other_" as "other__", and so on). A scope type or metric longer
 // than ratelimit.MaxScopeBytes is cut to it.
+//
+// Some counters have every series from New on, at 0: every operation and
+// result of pgadmit_db_operations_total, every kind of
+// pgadmit_recovered_total and pgadmit_pruned_total. The other series
+// appear with their first count (a result's histogram with its first call,
+// an outcome of a pair with its first limit), and rate and increase, which
+// need two samples of a series, never count what its first scrape holds: a
+// process's first lease_lost, or a short outage's failed_closed. Alert on
+// the counters from 0.
 package promadmit
 
 import (
@@ -101,6 +110,7 @@ type Metrics struct {
 	admissions *prometheus.CounterVec
 	near       *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	calls      *prometheus.CounterVec
 	leases     prometheus.Gauge
 	recovered  *prometheus.CounterVec
 	pruned     *prometheus.CounterVec
@@ -171,6 +181,20 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait, canceled).",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2, 2.5, 5, 10, 30},
 	}, []string{"operation", "result"})
+	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgadmit_db_operations_total",
+		Help: "pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result, as pgadmit_db_operation_duration_seconds counts them, with every operation and result from 0.",
+	}, []string{"operation", "result"})
+	// Every operation and result from 0, as the kinds below: the
+	// histogram's series of a result appear with its first call, which
+	// increase over their _count never counts, and a rare result (a
+	// renewal's lease_lost) may come once. 60 series, where the
+	// histogram's would be 19 each (16 buckets, +Inf, _sum, _count): 1,140.
+	for op := range operations {
+		for _, r := range results {
+			m.calls.WithLabelValues(op, r)
+		}
+	}
 	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "pgadmit_http_leases_held",
 		Help: "Concurrency leases held by HTTP requests in flight in this process.",
@@ -240,12 +264,14 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // timeout, then canceled, then exceeded, lease_lost, unknown_grant, error
 // (a part of err with no other class), rejected, and lock_wait last, so a
 // run that a step left a row rejected in and that then met its deadline
-// is timeout, and one that then lost its connection is error.
+// is timeout, and one that then lost its connection is error. The call is
+// counted in pgadmit_db_operations_total too, whose series are all there
+// from New on.
 func (m *Metrics) DatabaseCall(op string, took time.Duration, err error) {
 	if !m.made() {
 		return
 	}
-	m.observeLatency(operationLabel(op), result(err), took)
+	m.observeCall(operationLabel(op), result(err), took)
 }
 
 // LeasesHeld moves the gauge of leases held.
@@ -286,11 +312,12 @@ func (m *Metrics) labels(scopeType, metric string) (string, string) {
 	return scopeType, metric
 }
 
-// observeLatency records how long an operation took, by operation and
-// result: a negative duration (a caller's wall clock stepped back) is 0, as
-// the histogram's _sum must never decrease: PromQL would read a reset, a
-// spike in rate(_sum).
-func (m *Metrics) observeLatency(op, result string, took time.Duration) {
+// observeCall counts an operation's call, and records how long it took,
+// by operation and result: a negative duration (a caller's wall clock
+// stepped back) is 0, as the histogram's _sum must never decrease: PromQL
+// would read a reset, a spike in rate(_sum).
+func (m *Metrics) observeCall(op, result string, took time.Duration) {
+	m.calls.WithLabelValues(op, result).Inc()
 	m.latency.WithLabelValues(op, result).Observe(max(took, 0).Seconds())
 }
 

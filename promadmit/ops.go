@@ -46,7 +46,7 @@ func (m *Metrics) ObserveRecover(res ratelimit.RecoveryResult, err error, took t
 	if !m.made() {
 		return
 	}
-	m.observeLatency(OpRecover, maintenanceResult(err, res.Skipped), took)
+	m.observeCall(OpRecover, maintenanceResult(err, res.Skipped), took)
 	for kind, n := range recoveredKinds(res) {
 		m.recovered.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
 	}
@@ -74,7 +74,7 @@ func (m *Metrics) ObservePrune(res ratelimit.PruneResult, err error, took time.D
 	if !m.made() {
 		return
 	}
-	m.observeLatency(OpPrune, maintenanceResult(err, res.Skipped), took)
+	m.observeCall(OpPrune, maintenanceResult(err, res.Skipped), took)
 	for kind, n := range prunedKinds(res) {
 		m.pruned.WithLabelValues(kind).Add(float64(max(n, 0))) // a counter panics on a negative Add
 	}

@@ -27,7 +27,9 @@ var (
 
 // Every PromQL query of the README (its promql blocks and the inline ones)
 // names metrics, labels and label values a real scrape has, takes the rate
-// of counters only, and the quantile of a histogram's _bucket by le. There
+// of counters only, and the quantile of a histogram's _bucket by le, and
+// counts calls by pgadmit_db_operations_total, whose series are all there
+// from New (not the histogram's _count, whose are not). There
 // is no PromQL parser among the module's dependencies: this checks names
 // and shapes, not the grammar.
 func TestReadmePromQL(t *testing.T) {
@@ -101,6 +103,9 @@ func TestReadmePromQL(t *testing.T) {
 						t.Errorf("by (%s): no metric of the query has %s", by[1], l)
 					}
 				}
+			}
+			if strings.Contains(q, "pgadmit_db_operation_duration_seconds_count") {
+				t.Errorf("counts calls by the histogram, whose series of a result appear with its first call, which rate and increase never count: use pgadmit_db_operations_total, all there from New")
 			}
 			if strings.Contains(q, "histogram_quantile(") &&
 				(!strings.Contains(q, "_bucket") || !regexp.MustCompile(`by \([^)]*\ble\b`).MatchString(q)) {
