@@ -39,7 +39,11 @@ W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s.
 Reserve and, where the workload says so, its Commit. Every run uses fresh scope keys (a random
 run id), so runs never disturb each other's counts or other data. The database is migrated
 first. Nothing is deleted: the rows of its scopes (bench-<run id>-...) stay until
-'pgadmit prune' removes them once their windows ended before its cutoff.
+'pgadmit prune' removes them once their windows ended before its cutoff. A Ctrl-C gives back
+what the workers hold (the grants of those in their --think pause, W4's admissions) and closes
+the Limiters, returning their Local blocks, for at most 5s: what a server that does not answer
+has not taken back by then stays held until a lease's TTL, its window's end or 'pgadmit
+recover' frees it (a warning says so).
 
 --think D pauses each operation between its Reserve and its Commit, for D on average (drawn
 from 0 to 2D), as a gateway waits for its upstream call: combining then batches the calls of
@@ -249,7 +253,17 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	leftHeld := false // bench.Run gave up giving back what its workers held (a frozen server)
+	defer func() {
+		if leftHeld {
+			// A Limiter's Close that Run gave up on may still wait for the server on a
+			// connection, and the pool's Close waits for every connection: the process
+			// exits without it.
+			go pool.Close()
+			return
+		}
+		pool.Close()
+	}()
 	var sampled *benchWaits
 	if *waits {
 		if sampled, err = startWaits(ctx, admin, poolCfg.ConnConfig.RuntimeParams["application_name"]); err != nil {
@@ -296,6 +310,10 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		}
 		fmt.Fprintln(out)
 	})
+	if errors.Is(err, bench.ErrLeftHeld) {
+		leftHeld = true
+		fmt.Fprintf(a.stderr, "pgadmit bench: warning: %v\n", bench.ErrLeftHeld)
+	}
 	if err != nil {
 		return err
 	}

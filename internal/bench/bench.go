@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -72,7 +73,22 @@ type Config struct {
 	// is not reported.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
+	// Grace bounds what a run that ctx ended gives back before Run returns: the grants its
+	// workers hold (those in their Think pause, W4's admissions) and its Limiters' Local blocks
+	// and give-backs (Limiter.Close). Zero means DefaultGrace. What a frozen server did not
+	// take back within it stays held until a lease's TTL, a window's end or Recover ends it,
+	// and Run's error then matches ErrLeftHeld.
+	Grace time.Duration
 }
+
+// DefaultGrace is Config.Grace when zero: a live server takes back what a run held in
+// milliseconds; a frozen one must not hold up a Ctrl-C for longer.
+const DefaultGrace = 5 * time.Second
+
+// ErrLeftHeld is joined to Run's error when, after ctx ended, some of what the workers held
+// was not given back within Config.Grace (the server did not answer): a lease's TTL, a
+// window's end or Recover ends it.
+var ErrLeftHeld = errors.New("some of what the workers held was not given back in time: a lease's TTL, its window's end or 'pgadmit recover' frees it")
 
 // Workload describes one workload.
 type Workload struct {
@@ -188,9 +204,11 @@ func NewRunID() string {
 // Run runs the selected workloads one after the other on pool, cfg.Rounds times, calling
 // cfg.BeforeEach before each, cfg.AfterEach and done after each, and returns their results, round by round.
 // pool must allow at least cfg.Workers connections. It stops early, returning ctx's error, when
-// ctx ends; an error of a single operation is counted, not returned. It stops too, returning an
-// error matching ErrUnreachable, after the first workload (reported to done) whose every
-// operation failed to reach the database.
+// ctx ends, along with the results of the workloads that finished; an error of a single operation
+// is counted, not returned. It stops too, returning an error matching ErrUnreachable, after the
+// first workload (reported to done) whose every operation failed to reach the database. Before
+// it returns, it gives back what its workers hold and closes its Limiters, within cfg.Grace
+// once ctx has ended.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result)) ([]Result, error) {
 	if cfg.Workers < 1 {
 		return nil, fmt.Errorf("bench: need at least one worker, got %d", cfg.Workers)
@@ -215,9 +233,36 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.Instances > cfg.Workers {
 		return nil, fmt.Errorf("bench: %d instances need at least as many workers, got %d", cfg.Instances, cfg.Workers)
 	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	grace, endGrace := graceAfter(ctx, cfg.Grace)
+	defer endGrace()
 	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers),
-		counts: make([]opsCounter, cfg.Workers)}
+		counts: make([]opsCounter, cfg.Workers), grace: grace}
 	r.lims = r.limiters()
+	out, err := r.run(ctx, done)
+	// Close waits for the give-backs of what a Reserve cut short by ctx granted: they would be
+	// lost with the pool.
+	r.close(r.lims)
+	if r.leftHeld.Load() {
+		err = errors.Join(err, ErrLeftHeld)
+	}
+	return out, err
+}
+
+// graceAfter returns a context that ends d after ctx does, or when end is called: what a run
+// that ctx ended gives back runs under it, long enough for a live server, bounded for a frozen
+// one.
+func graceAfter(ctx context.Context, d time.Duration) (grace context.Context, end context.CancelFunc) {
+	grace, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(d, cancel) })
+	return grace, func() { stop(); cancel() }
+}
+
+// run runs the rounds of Run.
+func (r *runner) run(ctx context.Context, done func(Result)) ([]Result, error) {
+	cfg := r.cfg
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
 		"W6": r.w6, "W7": r.w7, "W8": r.w8,
@@ -276,6 +321,10 @@ type runner struct {
 	counts []opsCounter
 	// keep is how many latencies each worker keeps (latencies); 0: maxLatencies over the workers.
 	keep int
+	// grace is the context of what the run gives back: it ends Config.Grace after Run's ctx.
+	grace context.Context
+	// leftHeld is set when something the workers held was not given back within grace.
+	leftHeld atomic.Bool
 }
 
 // maxLatencies bounds the latencies a workload keeps, over all its workers (64 MiB): a default
@@ -396,10 +445,52 @@ func (r *runner) reserveCommitOn(ctx context.Context, lims []*ratelimit.Limiter,
 		return err
 	}
 	r.think(ctx, worker, rng)
+	if ctx.Err() != nil {
+		// Interrupted in the pause, as a gateway whose upstream call was cut off: the grant
+		// goes back now, not at its lease's TTL or its window's end.
+		_ = r.release(lim, g, reasonInterrupted)
+		return ctx.Err()
+	}
 	if _, err := lim.Commit(ctx, g, actual); err != nil {
+		if ctx.Err() != nil {
+			// Interrupted mid-Commit, the grant settled or not: Release settles what is open.
+			_ = r.release(lim, g, reasonInterrupted)
+		}
 		return errCommit{err}
 	}
 	return nil
+}
+
+// reasonInterrupted is recorded on what a worker held when the run was interrupted.
+const reasonInterrupted = "bench interrupted"
+
+// release gives g back on lim within the run's grace, and notes when it could not.
+func (r *runner) release(lim *ratelimit.Limiter, g ratelimit.Grant, reason string) error {
+	if len(g.Reservations) == 0 && len(g.Leases) == 0 {
+		return nil
+	}
+	_, err := lim.Release(r.grace, g, reason)
+	if err != nil {
+		r.leftHeld.Store(true)
+	}
+	return err
+}
+
+// close closes every Limiter of lims (returning their blocks, waiting for their give-backs),
+// waiting for them no longer than the run's grace, and notes when it gave up.
+func (r *runner) close(lims []*ratelimit.Limiter) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for _, l := range lims {
+			l.Close()
+		}
+	}()
+	select {
+	case <-closed:
+	case <-r.grace.Done():
+		r.leftHeld.Store(true)
+	}
 }
 
 // think pauses for one think time (Config.Think), as a gateway waits for its upstream call

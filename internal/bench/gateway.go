@@ -36,11 +36,11 @@ func (r *runner) w6(ctx context.Context) (Result, error) {
 }
 
 // W7 and W8 run on Limiters of their own (one per instance): each holds the
-// blocks of its Local limits, and closeAll returns them at the workload's end.
+// blocks of its Local limits, and close returns them at the workload's end.
 
 func (r *runner) w7(ctx context.Context) (Result, error) {
 	lims := r.limiters()
-	defer closeAll(lims)
+	defer r.close(lims)
 	return r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, true), gatewayActual)
 	})
@@ -48,18 +48,11 @@ func (r *runner) w7(ctx context.Context) (Result, error) {
 
 func (r *runner) w8(ctx context.Context) (Result, error) {
 	lims := r.limiters()
-	defer closeAll(lims)
+	defer r.close(lims)
 	limit := requestsLimit(r.key("hot-local"))
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
 	return r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 	})
-}
-
-// closeAll closes every Limiter of lims, returning their blocks.
-func closeAll(lims []*ratelimit.Limiter) {
-	for _, l := range lims {
-		l.Close()
-	}
 }

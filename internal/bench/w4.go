@@ -24,8 +24,8 @@ const (
 // ExactnessDuration (exactly 100 must be admitted, and the counter must hold exactly 100), then
 // take leases on a concurrent limit of 10 without ever releasing them (exactly 10 must be
 // admitted, and exactly 10 leases must be live). Latency and ops cover both parts. Afterwards
-// the grants are released, outside the measurement.
-func (r *runner) w4(ctx context.Context) (Result, error) {
+// the grants are released, outside the measurement, and so are they when ctx ends before.
+func (r *runner) w4(ctx context.Context) (_ Result, err error) {
 	d := r.cfg.ExactnessDuration
 	window, err := exactWindow(time.Now(), d)
 	if err != nil {
@@ -33,6 +33,14 @@ func (r *runner) w4(ctx context.Context) (Result, error) {
 	}
 	var mu sync.Mutex
 	var grants ratelimit.Grant
+	// Clean up: give everything back, so that the scopes hold nothing after the run, an
+	// interrupted one's too (under the run's grace: 100 reservations in an hour's window, 10
+	// leases for 10 minutes). The workers have returned: grants is whole.
+	defer func() {
+		if rerr := r.release(r.lims[0], grants, "bench cleanup"); rerr != nil && err == nil {
+			err = fmt.Errorf("release W4 grants: %w", rerr)
+		}
+	}()
 
 	winScope := ratelimit.Scope{Type: "api_key", Key: r.key("w4")}
 	winLimit := []ratelimit.Limit{{Scope: winScope, Metric: ratelimit.MetricRequests, Limit: w4WindowLimit, Amount: 1, Window: window}}
@@ -106,11 +114,6 @@ func (r *runner) w4(ctx context.Context) (Result, error) {
 	}
 	for i := range res.Checks {
 		res.Checks[i].OK = res.Checks[i].Want == res.Checks[i].Got
-	}
-
-	// Clean up: give everything back, so that the scopes hold nothing after the run.
-	if _, err := r.lims[0].Release(ctx, grants, "bench cleanup"); err != nil {
-		return Result{}, fmt.Errorf("release W4 grants: %w", err)
 	}
 	return res, nil
 }
