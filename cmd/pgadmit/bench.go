@@ -84,7 +84,9 @@ as without.
 
 Exits 1 when a W4 count is not exact, W5 saw a deadlock, or any operation failed. When every
 operation of a workload failed to reach the database (the server is down), bench stops there,
-after its row, rather than run the others to the same end.`,
+after its row, rather than run the others to the same end. Interrupted (Ctrl-C), it prints the
+checks of the workloads that finished (their rows came as each ended) and writes their --json
+("interrupted": true, "ok": false, no server time), then says "interrupted" and exits 1.`,
 		db:  dbOptional,
 		run: runBench,
 	}
@@ -100,6 +102,9 @@ type benchReport struct {
 	ThinkSeconds  float64 `json:"think_s,omitempty"`
 	ServerVersion string  `json:"server_version"`
 	OK            bool    `json:"ok"`
+	// Interrupted says the run was interrupted (Ctrl-C): Results holds the workloads that
+	// finished before, OK is false, and ServerTime is absent.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Results holds every round's results, round by round (each says its round).
 	Results []bench.Result `json:"results"`
 	Rounds  int            `json:"rounds"`
@@ -314,30 +319,51 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		leftHeld = true
 		fmt.Fprintf(a.stderr, "pgadmit bench: warning: %v\n", bench.ErrLeftHeld)
 	}
-	if err != nil {
+	// Interrupted (Ctrl-C), the run still reports the workloads that finished, their checks
+	// and their JSON, then says it was interrupted and exits 1: an hour's run cut short in its
+	// last workload is not lost.
+	stopped := err != nil && interrupted(ctx, err)
+	if err != nil && !stopped {
 		return err
 	}
-	if err := profile.stop(); err != nil {
+	runErr := err
+	if err := profile.stop(); err != nil && !stopped {
 		return err
 	}
 
 	steady := bench.Steady(results)
 	printSteadiness(out, steady)
-	serverTime, err := spent.report(ctx, results)
-	if err != nil {
-		return err
+	var serverTime *serverTimeReport
+	if !stopped { // the report reads the server, which an interrupted run no longer asks
+		if serverTime, err = spent.report(ctx, results); err != nil {
+			return err
+		}
 	}
 	printServerTime(out, serverTime)
 	waitsReport := sampled.report()
 	printWaits(out, waitsReport)
 	ok := printBenchChecks(out, results, cfg.Rounds)
+	if stopped {
+		ok = false
+		if len(results) == 0 {
+			fmt.Fprintln(out, "interrupted: no workload finished")
+		} else {
+			fmt.Fprintln(out, "interrupted: the workloads above finished, the others did not")
+		}
+	}
 	if *jsonPath != "" {
+		if results == nil {
+			results = []bench.Result{} // "results": [], not null
+		}
 		rep := benchReport{RunID: cfg.RunID, Workers: cfg.Workers, Instances: cfg.Instances, DurationSeconds: cfg.Duration.Seconds(), ThinkSeconds: cfg.Think.Seconds(),
-			ServerVersion: server.Version, OK: ok, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
+			ServerVersion: server.Version, OK: ok, Interrupted: stopped, Results: results, Rounds: cfg.Rounds, Steadiness: steady,
 			ServerTime: serverTime, Waits: waitsReport}
 		if err := report.write(a.stdout, rep); err != nil {
 			return err
 		}
+	}
+	if stopped {
+		return runErr
 	}
 	if !ok {
 		return &exitError{code: exitFailure, msg: "some checks failed (see above)"}
