@@ -8,8 +8,8 @@ import (
 
 // closingReport prints on out what report writes to the writer it is given (a demo's summary, its
 // checks and their verdict), unless ctx ends first (Ctrl-C, SIGTERM) or meanwhile: then it prints
-// nothing and returns ctx's error, which the CLI says as "interrupted", as it does for an
-// interrupted bench. The report of a run cut short, or read while its statements were being
+// nothing and returns ctx's error, which the CLI says as "interrupted". (An interrupted
+// bench reports the workloads that finished: each of those is whole.) The report of a run cut short, or read while its statements were being
 // cancelled, would look like a finished run's.
 func closingReport(ctx context.Context, out io.Writer, report func(io.Writer) error) error {
 	if err := ctx.Err(); err != nil {
