@@ -41,11 +41,17 @@ type decision struct {
 // and the logger are called: the caller releases it if they panic.
 func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit.Grant) decision {
 	if err := checkLimits(limits); err != nil {
-		return decision{err: err}
+		return m.invalidLimits(ctx, err)
 	}
 	call, enforced, err := enforcedCall(limits) // sent to Reserve: enforced first, then shadow
 	if err != nil {
 		return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
+	}
+	if len(call) > ratelimit.MaxLimitsPerCall {
+		// Reserve would refuse them whatever the request: how many limits
+		// there are is the LimitsFunc's doing, not the client's.
+		return m.invalidLimits(ctx, fmt.Errorf("%w: %w", ErrInvalidLimit, &ratelimit.ValidationError{Field: "Limits", Value: len(call),
+			Reason: fmt.Sprintf("%d enforced limits with an amount, where Reserve takes at most %d", len(call), ratelimit.MaxLimitsPerCall)}))
 	}
 	var judged []Limit // shadow limits on an enforced limit's counter
 	var aside []int    // indexes in limits of the shadow limits set aside
@@ -106,12 +112,15 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 				return d
 			}
 		case errors.Is(err, ratelimit.ErrInvalidInput):
-			if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) && !strings.HasPrefix(invalid.Field, "Limits") {
-				// Not the request's limits but the Limiter's own input (a
-				// nil pool): the configuration is wrong, a 500.
-				return decision{err: err}
+			// Every limit of call was checked as Reserve checks it, and so
+			// was their number: what Reserve still refuses is no fault of
+			// the request's. The Limiter's own input (a nil pool) is the
+			// configuration's, a 500; so is the call, which the middleware
+			// built.
+			if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) && strings.HasPrefix(invalid.Field, "Limits") {
+				err = fmt.Errorf("%w: %w", ErrInvalidLimit, err)
 			}
-			return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
+			return m.invalidLimits(ctx, err)
 		default:
 			// Not limits: the failure policy reports every limit, and one
 			// set aside was never decided (its scope type need not even be
@@ -268,6 +277,19 @@ func (m *middleware) failed(ctx context.Context, limits []Limit, err error) deci
 		}
 	}
 	return d
+}
+
+// invalidLimits is the decision of a request whose limits no request can
+// be decided on (ErrInvalidLimit), or whose Limiter cannot run (a nil
+// pool): the configuration is wrong, which the error handler answers with
+// a 500 and the log tells, at most one line a second (every request would
+// log it).
+func (m *middleware) invalidLimits(ctx context.Context, err error) decision {
+	if log, suppressed := m.misconfigured.allow(time.Now()); log {
+		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: configuration error, request not decided",
+			slog.String("error", err.Error()), slog.Int("similar_lines_suppressed", suppressed))
+	}
+	return decision{err: err}
 }
 
 // logShadow logs a shadow limit that would have refused a request. Logs

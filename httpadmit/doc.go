@@ -141,8 +141,10 @@
 // second. An invalid enforced limit is a 400 naming the field, as in
 // Limits[2].Amount, by the limit's index in what the LimitsFunc returned.
 // A limit whose Mode or OnFailure is none of the defined values cannot be
-// applied to any request: the request gets an error matching ErrInvalidLimit
-// (500 by default) and nothing is reserved.
+// applied to any request, nor can more enforced limits with an amount than
+// one Reserve takes (ratelimit.MaxLimitsPerCall): the request gets an error
+// matching ErrInvalidLimit (500 by default), nothing is reserved, and the
+// error is logged at most once a second.
 //
 // # When the database fails
 //

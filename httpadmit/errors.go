@@ -18,11 +18,14 @@ var (
 	ErrUnavailable = errors.New("httpadmit: admission control unavailable")
 	// ErrInvalidLimit is matched by the error a request gets when a limit its
 	// LimitsFunc returned is one the middleware cannot apply, whatever the
-	// request: a Mode or a FailurePolicy that is none of the defined values.
-	// The error is also a *ratelimit.ValidationError naming the field as in
-	// "Limits[1].Mode", by the limit's index in what the LimitsFunc returned.
-	// Nothing is reserved, and the default error handler answers 500: the
-	// configuration is wrong, not the request.
+	// request: a Mode or a FailurePolicy that is none of the defined values;
+	// or when it returned more enforced limits with an amount than one
+	// Reserve takes (ratelimit.MaxLimitsPerCall). The error is also a
+	// *ratelimit.ValidationError naming the field as in "Limits[1].Mode", by
+	// the limit's index in what the LimitsFunc returned ("Limits" for their
+	// number). Nothing is reserved, the error is logged (at most one line a
+	// second), and the default error handler answers 500: the configuration
+	// is wrong, not the request.
 	ErrInvalidLimit = errors.New("httpadmit: invalid limit")
 	// ErrNoAdmission is returned by ReportUsage and Discard for a context
 	// that did not come through the middleware.

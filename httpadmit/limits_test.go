@@ -3,6 +3,7 @@ package httpadmit_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -92,6 +93,9 @@ func TestUnknownModeOrFailurePolicyIsRefused(t *testing.T) {
 	if got := e.obs.callCounts(); len(got) != 0 {
 		t.Errorf("database calls for refused limits: %v", got)
 	}
+	if got := strings.Count(e.logs.String(), "pgadmit: configuration error, request not decided"); got != 2 {
+		t.Errorf("%d lines about the invalid limits of two middlewares, want 2:\n%s", got, e.logs)
+	}
 }
 
 // Two enforced limits of one Policy (a plan's name on its requests and
@@ -161,5 +165,47 @@ func TestBadLimitIsNamedByTheCallersIndex(t *testing.T) {
 		if json.Unmarshal(rec.Body.Bytes(), &p) != nil || !strings.HasPrefix(p.Detail, "invalid "+tc.field+":") {
 			t.Errorf("%s: 400 detail %q, want it to name %s", name, p.Detail, tc.field)
 		}
+	}
+}
+
+// More enforced limits with an amount than one Reserve takes
+// (ratelimit.MaxLimitsPerCall) come from the LimitsFunc, not from the
+// client: the request gets an error matching ErrInvalidLimit (a 500 by
+// default) naming "Limits", nothing is reserved, and the error is logged
+// at most once a second, as a shadow limit set aside is. It was a 400
+// ("invalid Limits: at most 64 limits per call"), blaming the client for
+// the deployment's configuration, and logged nowhere.
+func TestMoreEnforcedLimitsThanReserveTakesIsAServerError(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("k")
+	var limits []httpadmit.Limit
+	for i := range ratelimit.MaxLimitsPerCall + 1 {
+		limits = append(limits, window("api_key", fmt.Sprintf("%s-%d", key, i), ratelimit.MetricRequests, 10, 1))
+	}
+	var got error
+	h := e.middleware(fixed(limits...), httpadmit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		got = err
+		httpadmit.DefaultErrorHandler(w, r, err)
+	}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Errorf("the handler ran") }))
+	for range 2 { // one middleware: its log lines are throttled together
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusInternalServerError {
+			t.Errorf("status %d, want 500", rec.Code)
+		}
+		wantInvalid(t, "too many limits", got, httpadmit.ErrInvalidLimit, "Limits")
+		if errors.Is(got, httpadmit.ErrBadRequest) {
+			t.Errorf("%v is the request's fault (ErrBadRequest)", got)
+		}
+	}
+	if b := e.books("api_key", key+"-0", ratelimit.MetricRequests); b != (book{}) {
+		t.Errorf("the first limit's counter holds %+v, want nothing", b)
+	}
+	if got := strings.Count(e.logs.String(), "pgadmit: configuration error, request not decided"); got != 1 {
+		t.Errorf("%d lines about the invalid limits for two requests, want 1 (one a second):\n%s", got, e.logs)
+	}
+	if got := e.obs.callCounts(); len(got) != 0 {
+		t.Errorf("database calls for refused limits: %v", got)
 	}
 }

@@ -32,9 +32,11 @@ type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusa
 
 // ErrorHandler writes the response to a request that could not be decided:
 // err wraps ErrBadRequest, is an *UnavailableError (ErrUnavailable), wraps
-// ErrInvalidLimit (a limit no request can be decided on), wraps the
+// ErrInvalidLimit (limits no request can be decided on), wraps the
 // *ratelimit.ValidationError of a Limiter that cannot run (made from a nil
-// pool: Field "conn"), or is whatever the LimitsFunc returned. Behind
+// pool: Field "conn"), or is whatever the LimitsFunc returned. Invalid
+// limits and a Limiter that cannot run are the configuration's errors, also
+// logged (at most one line a second). Behind
 // another middleware, the same holds as for a RefusalHandler: call Discard
 // when the request will not reach the upstream.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
@@ -110,8 +112,9 @@ func WithObserver(o Observer) Option {
 	return func(c *config) { c.observer = o }
 }
 
-// WithLogger sets where shadow refusals, database failures and settling
-// errors are logged (default slog.Default(), which a nil l also means).
+// WithLogger sets where shadow refusals, database failures, configuration
+// errors and settling errors are logged (default slog.Default(), which a
+// nil l also means).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
@@ -123,6 +126,7 @@ type middleware struct {
 	limits         LimitsFunc
 	failures       throttle // of the failure log lines
 	invalidShadows throttle // of the lines about shadow limits set aside
+	misconfigured  throttle // of the lines about limits no request can be decided on
 	renewals       throttle // of the lines about failed lease renewals
 	renewalPanics  throttle // of the lines about panics in lease renewals
 }
@@ -180,7 +184,7 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 		c.logger = slog.Default()
 	}
 	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second},
-		invalidShadows: throttle{interval: time.Second}, renewals: throttle{interval: time.Second},
+		invalidShadows: throttle{interval: time.Second}, misconfigured: throttle{interval: time.Second}, renewals: throttle{interval: time.Second},
 		renewalPanics: throttle{interval: time.Second}}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })

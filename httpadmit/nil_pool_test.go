@@ -2,8 +2,10 @@ package httpadmit_test
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,7 +19,8 @@ import (
 // on as the client's fault (400), nor panic, but answer 500, as for a
 // limit no request can be decided on, and not run the handler. (A zero
 // Limiter, not made with ratelimit.New, which used to make Reserve panic,
-// is refused by New: TestNewRefusesBadConfiguration.)
+// is refused by New: TestNewRefusesBadConfiguration.) The error is logged,
+// at most once a second, as every configuration error.
 func TestUnusableLimiterIsAServerError(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -31,7 +34,7 @@ func TestUnusableLimiterIsAServerError(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var got error
 			mw, err := httpadmit.New(c.limiter, fixed(window("api_key", uniqueKey("unusable"), "requests", 10, 1)),
-				httpadmit.WithObserver(e.obs), httpadmit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+				httpadmit.WithObserver(e.obs), httpadmit.WithLogger(slog.New(slog.NewTextHandler(e.logs, nil))), httpadmit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 					got = err
 					httpadmit.DefaultErrorHandler(w, r, err)
 				}))
@@ -54,6 +57,9 @@ func TestUnusableLimiterIsAServerError(t *testing.T) {
 			var invalid *ratelimit.ValidationError
 			if errors.Is(got, httpadmit.ErrBadRequest) || !errors.As(got, &invalid) || invalid.Field != c.field {
 				t.Errorf("error handler got %v, want the Limiter's *ratelimit.ValidationError on %s, not ErrBadRequest", got, c.field)
+			}
+			if !strings.Contains(e.logs.String(), "pgadmit: configuration error, request not decided") {
+				t.Errorf("the configuration error is not logged:\n%s", e.logs)
 			}
 		})
 	}
