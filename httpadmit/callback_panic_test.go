@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,3 +201,76 @@ func panicsBeforeTheHandler(t *testing.T, wrap func(http.Handler) http.Handler, 
 		t.Errorf("the handler ran")
 	}
 }
+
+var errHandler = errors.New("handler panicked")
+
+// leasesPanicObserver is a recorder whose LeasesHeld panics when the leases
+// are taken back (-n), after recording it.
+type leasesPanicObserver struct{ *recorder }
+
+func (o leasesPanicObserver) LeasesHeld(delta int) {
+	o.recorder.LeasesHeld(delta)
+	if delta < 0 {
+		panic(errCallback)
+	}
+}
+
+// A callback that panics while the handler's own panic is settled (the
+// Observer's DatabaseCall of the Release, its LeasesHeld(-n)) no longer
+// replaces the handler's panic: net/http, which recovers a handler's panic
+// and logs it, saw the callback's and the handler's was lost. The handler's
+// goes on, the callback's is logged with its stack, and the grant is
+// released all the same. The same holds for a panic in code the
+// middleware calls before the handler (an Observer's Decided) whose
+// release's DatabaseCall panics too.
+func TestCallbackPanicWhileSettlingAPanicKeepsTheFirstPanic(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		observer func(*recorder) httpadmit.Observer
+		want     error // the panic that must reach the server
+	}{
+		"release's DatabaseCall": {func(r *recorder) httpadmit.Observer { return settlePanicObserver{recorder: r, op: httpadmit.OpRelease} }, errHandler},
+		"LeasesHeld(-n)":         {func(r *recorder) httpadmit.Observer { return leasesPanicObserver{r} }, errHandler},
+		"Decided, then the release's DatabaseCall": {func(r *recorder) httpadmit.Observer {
+			return decidedAndReleasePanicObserver{settlePanicObserver{recorder: r, op: httpadmit.OpRelease}}
+		}, errDecided},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			key := uniqueKey("key")
+			h := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 100), concurrent("model", key, 2)),
+				httpadmit.WithObserver(tc.observer(e.obs)))(
+				http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(errHandler) }))
+			func() {
+				defer func() {
+					if p := recover(); p != tc.want {
+						t.Errorf("recovered %v, want %v", p, tc.want)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+			}()
+			logs := e.logs.String()
+			for _, want := range []string{"level=ERROR", errCallback.Error(), "callback_panic_test.go"} { // the value, and the stack
+				if !strings.Contains(logs, want) {
+					t.Errorf("logs lack %q:\n%s", want, logs)
+				}
+			}
+			if got := e.books("api_key", key, ratelimit.MetricTokens); got != (book{}) {
+				t.Errorf("tokens after the panic = %+v, want released", got)
+			}
+			if got := e.obs.callCounts(); got["release ok"] != 1 || got["commit ok"] != 0 {
+				t.Errorf("database calls %v, want one release and no commit", got)
+			}
+			e.nothingHeld()
+		})
+	}
+}
+
+var errDecided = errors.New("Decided panicked")
+
+// decidedAndReleasePanicObserver panics in Decided, and in DatabaseCall
+// on the release that follows.
+type decidedAndReleasePanicObserver struct{ settlePanicObserver }
+
+func (decidedAndReleasePanicObserver) Decided([]httpadmit.LimitOutcome) { panic(errDecided) }

@@ -25,7 +25,10 @@
 // usage, that usage is committed even then: the upstream spent it. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow
-// refusal) releases it too (ReasonHandlerPanic), and goes on. Only
+// refusal) releases it too (ReasonHandlerPanic), and goes on. A panic in
+// code the middleware calls to settle such a request (the Observer, the
+// logger) does not replace the first one, which net/http is to show: it
+// is logged with its stack (at most one line a second). Only
 // what happens while the handler runs is seen: the bytes still buffered
 // when it returns (by net/http, a few KB, or by a middleware around this
 // one) go out after the request was settled, so a client that leaves then

@@ -129,6 +129,7 @@ type middleware struct {
 	misconfigured  throttle // of the lines about limits no request can be decided on
 	renewals       throttle // of the lines about failed lease renewals
 	renewalPanics  throttle // of the lines about panics in lease renewals
+	settlePanics   throttle // of the lines about panics settling a panicking request
 }
 
 // New returns the middleware: for each request, limits says what it must
@@ -185,7 +186,7 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	}
 	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second},
 		invalidShadows: throttle{interval: time.Second}, misconfigured: throttle{interval: time.Second}, renewals: throttle{interval: time.Second},
-		renewalPanics: throttle{interval: time.Second}}
+		renewalPanics: throttle{interval: time.Second}, settlePanics: throttle{interval: time.Second}}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
@@ -229,8 +230,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// panics, and the panic goes on.
 	var held ratelimit.Grant
 	defer func() {
-		if !held.Empty() {
-			m.settle(r.Context(), held, nil, ReasonHandlerPanic)
+		if !held.Empty() { // a panic unwinds: one in the settle must not replace it
+			m.whilePanicking(r.Context(), func() { m.settle(r.Context(), held, nil, ReasonHandlerPanic) })
 		}
 	}()
 	d := m.decide(r.Context(), limits, &held)

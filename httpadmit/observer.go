@@ -53,7 +53,10 @@ type LimitOutcome struct {
 // OpRenewLeases on the goroutine that renews the request's leases) and
 // must be fast and safe for concurrent use. A panic in a method goes on,
 // as a handler's does, once the request's grant is settled (see the
-// package documentation); one on the renewing goroutine, where net/http
+// package documentation), but one while another panic unwinds (the
+// handler's, settled with the Release) is logged at error level with its
+// stack, at most one line a second, and the first panic goes on; one on
+// the renewing goroutine, where net/http
 // would not recover it and the process would end, is recovered and logged
 // at error level with its stack, and the renewals go on.
 type Observer interface {

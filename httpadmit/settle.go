@@ -48,12 +48,19 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 	leasesHeld := false // told to the Observer, to be taken back
 	panicked := true
 	defer func() {
+		// While the handler's panic unwinds, a panic in code the settle
+		// calls (the Observer, the logger) is logged, not passed on: it
+		// would replace the handler's, which net/http then never shows.
+		guard := func(f func()) { f() }
+		if panicked {
+			guard = func(f func()) { m.whilePanicking(r.Context(), f) }
+		}
 		// The leases told held are taken back once the grant is settled,
 		// even if code the settle calls (the Observer's DatabaseCall, the
 		// logger) panics.
 		defer func() {
 			if leasesHeld {
-				m.observer.LeasesHeld(-len(grant.Leases))
+				guard(func() { m.observer.LeasesHeld(-len(grant.Leases)) })
 			}
 		}()
 		// Reports end with the handler, before anything else: a report
@@ -78,7 +85,7 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 			// after (a handler that tried routes in turn).
 			_ = a.outer.report(func(o *admission) { o.servedInside = true })
 		}
-		m.settle(r.Context(), grant, rep.usage, release)
+		guard(func() { m.settle(r.Context(), grant, rep.usage, release) })
 	}()
 	a.outer, _ = admissionFrom(r.Context())
 	m.observer.LeasesHeld(len(grant.Leases))
@@ -216,6 +223,21 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 	})
 }
 
+// whilePanicking runs f, part of settling a request while a panic (its
+// handler's, or that of code the middleware called before it) unwinds, and
+// recovers a panic of f's own: passed on, it would replace the first one,
+// which net/http recovers and logs, and which the gateway's authors need
+// to see. It is logged with its stack (at most one line a second), and the
+// first panic goes on.
+func (m *middleware) whilePanicking(ctx context.Context, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.logPanic(ctx, &m.settlePanics, "pgadmit: panic settling a request that panicked", p)
+		}
+	}()
+	f()
+}
+
 // recoverRenewal, deferred by each lease renewal, recovers a panic in code
 // it calls (the Observer's DatabaseCall, the logger's handler). It runs off
 // the request's goroutine: net/http, which recovers a handler's panic,
@@ -224,20 +246,25 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 // second), and not passed on: the renewals go on, since the request's
 // leases still need them.
 func (m *middleware) recoverRenewal(ctx context.Context) {
-	p := recover()
-	if p == nil {
-		return
+	if p := recover(); p != nil {
+		m.logPanic(ctx, &m.renewalPanics, "pgadmit: panic renewing leases", p)
 	}
-	ok, suppressed := m.renewalPanics.allow(time.Now())
+}
+
+// logPanic logs p, a panic recovered in code the middleware called, as msg
+// with its stack, at most one line per t's interval. Called from the
+// deferred call that recovered p, it takes the panicking goroutine's stack.
+func (m *middleware) logPanic(ctx context.Context, t *throttle, msg string, p any) {
+	ok, suppressed := t.allow(time.Now())
 	if !ok {
 		return
 	}
-	stack := debug.Stack() // still the panicking goroutine's: this deferred call has not returned
+	stack := debug.Stack() // still the panicking goroutine's: the deferred call has not returned
 	defer func() {
 		if recover() != nil { // the logger's handler panicked: it cannot tell
-			stdlog.Printf("pgadmit: panic renewing leases: %v\n%s", p, stack)
+			stdlog.Printf("%s: %v\n%s", msg, p, stack)
 		}
 	}()
-	m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: panic renewing leases", slog.Any("panic", p),
+	m.logger.LogAttrs(ctx, slog.LevelError, msg, slog.Any("panic", p),
 		slog.String("stack", string(stack)), slog.Int("similar_lines_suppressed", suppressed))
 }
