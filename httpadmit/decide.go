@@ -44,8 +44,11 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 		return m.invalidLimits(ctx, err)
 	}
 	call, enforced, err := enforcedCall(limits) // sent to Reserve: enforced first, then shadow
+	if errors.Is(err, ErrInvalidLimit) {
+		return m.invalidLimits(ctx, err)
+	}
 	if err != nil {
-		return decision{err: fmt.Errorf("%w: %w", ErrBadRequest, err)}
+		return decision{err: err}
 	}
 	if len(call) > ratelimit.MaxLimitsPerCall {
 		// Reserve would refuse them whatever the request: how many limits
@@ -133,7 +136,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 // enforcedCall lists the enforced limits with an amount, the ones Reserve
 // decides first, and their counters, having checked them as Reserve would.
 // A limit Reserve refuses is named by its index in limits, where the
-// caller wrote it; Reserve would name it by its index in the call, past
+// caller wrote it, and blamed on what set the field it refuses (blame); Reserve would name it by its index in the call, past
 // the limits left out of it (shadow ones, zero amounts). An enforced limit
 // with a zero amount is checked too, as Reserve checks it before skipping
 // it: invalid, it would otherwise reach the headers (a negative quota, a
@@ -147,12 +150,14 @@ func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
 			continue
 		}
 		if err := l.Limit.Validate(); err != nil {
-			return nil, nil, inLimit(i, err)
+			return nil, nil, blame(inLimit(i, err), err)
 		}
 		k := keyOf(l.Limit)
 		if j, dup := seen[k]; dup {
-			return nil, nil, inLimit(i, &ratelimit.ValidationError{Value: k.String(),
-				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)})
+			// Keys taken from the request (a header's and the body's)
+			// may make two limits of the configuration one counter.
+			return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, inLimit(i, &ratelimit.ValidationError{Value: k.String(),
+				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}))
 		}
 		seen[k] = i
 		if l.Amount == 0 {
@@ -162,6 +167,21 @@ func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
 		call = append(call, l)
 	}
 	return call, enforced, nil
+}
+
+// blame marks err, a limit that Validate refused (invalid), as the
+// request's fault (ErrBadRequest: a 400) when the field it refuses is one
+// a LimitsFunc takes from the request: the estimate (Amount, from the
+// body's max_tokens say) or the scope key (Scope.Key, an API key from a
+// header). Every other field (the quota, the metric, the scope type, the
+// window, the lease TTL, Local) is the configuration's, whatever the
+// request: ErrInvalidLimit, a 500.
+func blame(err, invalid error) error {
+	var v *ratelimit.ValidationError
+	if errors.As(invalid, &v) && (v.Field == "Amount" || v.Field == "Scope.Key") {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidLimit, err)
 }
 
 // inLimit is a *ratelimit.ValidationError about a field of one limit

@@ -141,13 +141,16 @@
 // draws on (Reserve takes one limit per counter), or that would take the
 // call past ratelimit.MaxLimitsPerCall, is set aside: the request
 // is decided on the other limits, and a warning is logged at most once a
-// second. An invalid enforced limit is a 400 naming the field, as in
+// second. An enforced limit invalid in what a LimitsFunc takes from the
+// request (its Amount, the estimate; its Scope.Key, as an API key), or on
+// the same counter as another, is a 400 naming the field, as in
 // Limits[2].Amount, by the limit's index in what the LimitsFunc returned.
-// A limit whose Mode or OnFailure is none of the defined values cannot be
-// applied to any request, nor can more enforced limits with an amount than
-// one Reserve takes (ratelimit.MaxLimitsPerCall): the request gets an error
-// matching ErrInvalidLimit (500 by default), nothing is reserved, and the
-// error is logged at most once a second.
+// One invalid in any other field (Limit, Metric, Scope.Type, Window,
+// LeaseTTL, Local), or whose Mode or OnFailure is none of the defined
+// values, cannot be applied to any request, nor can more enforced limits
+// with an amount than one Reserve takes (ratelimit.MaxLimitsPerCall): the
+// request gets an error matching ErrInvalidLimit (500 by default), nothing
+// is reserved, and the error is logged at most once a second.
 //
 // # When the database fails
 //

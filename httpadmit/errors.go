@@ -9,8 +9,9 @@ var (
 	// ErrBadRequest marks an error that is the request's fault: the default
 	// error handler answers 400. Wrap it in errors a LimitsFunc returns for
 	// requests it cannot map to limits (no API key, a body that is not
-	// JSON); limits that ratelimit refuses as invalid (a negative estimate,
-	// say) are reported with it too.
+	// JSON); a limit that ratelimit refuses as invalid in what the request
+	// sets (a negative estimate in Amount, an empty Scope.Key), or two on
+	// one counter, are reported with it too.
 	ErrBadRequest = errors.New("httpadmit: bad request")
 	// ErrUnavailable is matched by the *UnavailableError a request gets when
 	// the database failed or did not answer in time and one of its enforced
@@ -18,8 +19,10 @@ var (
 	ErrUnavailable = errors.New("httpadmit: admission control unavailable")
 	// ErrInvalidLimit is matched by the error a request gets when a limit its
 	// LimitsFunc returned is one the middleware cannot apply, whatever the
-	// request: a Mode or a FailurePolicy that is none of the defined values;
-	// or when it returned more enforced limits with an amount than one
+	// request: a Mode or a FailurePolicy that is none of the defined values,
+	// or a field other than Amount and Scope.Key that ratelimit refuses (a
+	// negative quota, an empty metric, a window that is no whole number of
+	// seconds); or when it returned more enforced limits with an amount than one
 	// Reserve takes (ratelimit.MaxLimitsPerCall). The error is also a
 	// *ratelimit.ValidationError naming the field as in "Limits[1].Mode", by
 	// the limit's index in what the LimitsFunc returned ("Limits" for their

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -207,5 +208,55 @@ func TestMoreEnforcedLimitsThanReserveTakesIsAServerError(t *testing.T) {
 	}
 	if got := e.obs.callCounts(); len(got) != 0 {
 		t.Errorf("database calls for refused limits: %v", got)
+	}
+}
+
+// A limit that ratelimit refuses is blamed on the request (ErrBadRequest,
+// a 400) only in what a LimitsFunc takes from the request: the estimate
+// (Amount, from max_tokens say), the scope key (an API key from a header),
+// or two limits on one counter, which keys from the request can make
+// coincide. The quota, the metric, the scope type, the window, the lease
+// TTL and Local are the configuration's, whatever the request: an error
+// matching ErrInvalidLimit (a 500 by default, logged). They were all 400s,
+// the client blamed for the deployment's configuration.
+func TestInvalidLimitIsBlamedOnWhatSetIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	bad := func(f func(*httpadmit.Limit)) []httpadmit.Limit {
+		key := uniqueKey("k")
+		l := window("api_key", key, ratelimit.MetricTokens, 1000, 10)
+		f(&l)
+		return []httpadmit.Limit{window("api_key", key, ratelimit.MetricRequests, 10, 1), l}
+	}
+	for name, tc := range map[string]struct {
+		limits   []httpadmit.Limit
+		sentinel error
+		field    string
+	}{
+		"negative quota":             {bad(func(l *httpadmit.Limit) { l.Limit.Limit = -5 }), httpadmit.ErrInvalidLimit, "Limits[1].Limit"},
+		"negative quota, no amount":  {bad(func(l *httpadmit.Limit) { l.Limit.Limit, l.Amount = -5, 0 }), httpadmit.ErrInvalidLimit, "Limits[1].Limit"},
+		"no metric":                  {bad(func(l *httpadmit.Limit) { l.Metric = "" }), httpadmit.ErrInvalidLimit, "Limits[1].Metric"},
+		"no scope type":              {bad(func(l *httpadmit.Limit) { l.Scope.Type = " " }), httpadmit.ErrInvalidLimit, "Limits[1].Scope.Type"},
+		"window of 1.5s":             {bad(func(l *httpadmit.Limit) { l.Window = 1500 * time.Millisecond }), httpadmit.ErrInvalidLimit, "Limits[1].Window"},
+		"lease TTL of two days":      {bad(func(l *httpadmit.Limit) { l.LeaseTTL = 48 * time.Hour }), httpadmit.ErrInvalidLimit, "Limits[1].LeaseTTL"},
+		"queue_size metric":          {bad(func(l *httpadmit.Limit) { l.Metric = ratelimit.MetricQueueSize }), httpadmit.ErrInvalidLimit, "Limits[1].Metric"},
+		"negative estimate":          {bad(func(l *httpadmit.Limit) { l.Amount = -5 }), httpadmit.ErrBadRequest, "Limits[1].Amount"},
+		"estimate past MaxAmount":    {bad(func(l *httpadmit.Limit) { l.Amount = 2 * ratelimit.MaxAmount }), httpadmit.ErrBadRequest, "Limits[1].Amount"},
+		"no scope key":               {bad(func(l *httpadmit.Limit) { l.Scope.Key = "" }), httpadmit.ErrBadRequest, "Limits[1].Scope.Key"},
+		"a scope key past 512 bytes": {bad(func(l *httpadmit.Limit) { l.Scope.Key = strings.Repeat("k", 600) }), httpadmit.ErrBadRequest, "Limits[1].Scope.Key"},
+		"one counter twice":          {bad(func(l *httpadmit.Limit) { l.Metric = ratelimit.MetricRequests }), httpadmit.ErrBadRequest, "Limits[1]"},
+	} {
+		code, err := badLimits(t, e, tc.limits)
+		want := http.StatusBadRequest
+		if tc.sentinel == httpadmit.ErrInvalidLimit {
+			want = http.StatusInternalServerError
+		}
+		if code != want {
+			t.Errorf("%s: status %d, want %d", name, code, want)
+		}
+		wantInvalid(t, name, err, tc.sentinel, tc.field)
+		if errors.Is(err, httpadmit.ErrBadRequest) && errors.Is(err, httpadmit.ErrInvalidLimit) {
+			t.Errorf("%s: %v is both the request's fault and the configuration's", name, err)
+		}
 	}
 }

@@ -232,8 +232,8 @@ func TestRefusalThatRetryingCannotCure(t *testing.T) {
 	}
 }
 
-// Bad requests (the LimitsFunc says so, or a limit is invalid) get 400 and
-// nothing is written; a request without limits passes untouched.
+// Bad requests (the LimitsFunc says so, or a limit is invalid in what the
+// request sets) get 400, invalid configuration 500, and nothing is written; a request without limits passes untouched.
 func TestBadRequestsAndNoLimits(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -253,9 +253,11 @@ func TestBadRequestsAndNoLimits(t *testing.T) {
 			window("api_key", key, ratelimit.MetricTokens, 1000, 2)), 400},
 		// Invalid with a zero amount: Reserve would refuse it too (it checks
 		// every limit before skipping those that reserve nothing). It was
-		// served, with q=-5 or the policy twice in the headers.
+		// served, with q=-5 or the policy twice in the headers. A quota is
+		// the configuration's, not the request's: a 500
+		// (TestInvalidLimitIsBlamedOnWhatSetIt).
 		{"negative quota, zero amount", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
-			window("api_key", key, "cost", -5, 0)), 400},
+			window("api_key", key, "cost", -5, 0)), 500},
 		{"one limit twice, once with zero amount", fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 1),
 			window("api_key", key, ratelimit.MetricTokens, 1000, 0)), 400},
 		{"internal error", func(*http.Request) ([]httpadmit.Limit, error) { return nil, errors.New("plan lookup failed") }, 500},
