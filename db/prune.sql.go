@@ -84,7 +84,11 @@ type PruneCountersParams struct {
 // settled or released. Rows locked by another transaction are skipped, so
 // prune never waits on admission.
 // Locks: row locks on the deleted counters (SKIP LOCKED, so the counters'
-// lock order cannot be violated by waiting).
+// lock order cannot be violated by waiting). A counter that an admission
+// charged and committed after the statement's snapshot is locked in its
+// newer row, rechecked there (kept if it holds a reservation), and skipped
+// anyway: the delete cannot see that row's tuple id under the snapshot, so a
+// later batch deletes it if it still qualifies.
 // Index: gateway_rate_limit_counters_reset_idx (ended windows), then a TID
 // scan: the rows locked are deleted by tuple id, which the lock keeps
 // valid. (A join on the primary key let the planner hash the batch and read
