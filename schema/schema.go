@@ -34,8 +34,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -77,7 +79,9 @@ const (
 // (github.com/jackc/pgx/v5/stdlib).
 //
 // The locker waits for another migrator's lock row for as long as the context allows (and at
-// most 5 minutes), and gives its own up within 5 seconds, also when the context is done.
+// most 5 minutes), trying again every second, also after a lost connection or a connection
+// attempt that timed out (the database unreachable for a while), and gives its own up within 5
+// seconds, also when the context is done.
 //
 // opts are appended to pgadmit's own options, for instance goose.WithVerbose or goose.WithSlog
 // for a CLI; options that set the table name, store or locker conflict with pgadmit's and make
@@ -91,7 +95,9 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	if db == nil {
 		return nil, errNilDB
 	}
-	locker, err := lock.NewPostgresTableLocker(
+	locker := &tableLocker{}
+	var err error
+	locker.Locker, err = lock.NewPostgresTableLocker(
 		lock.WithTableName(LockTable),
 		lock.WithTableLockID(LockID),
 		lock.WithTableLeaseDuration(LockLease),
@@ -101,7 +107,7 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 		lock.WithTableLockTimeout(time.Second, 300),
 		// Give the lock up within 5 s (goose's default retries for a minute).
 		lock.WithTableUnlockTimeout(200*time.Millisecond, 25),
-		lock.WithTableRetryPolicy(retryLock),
+		lock.WithTableRetryPolicy(locker.retry),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("schema: table locker: %w", err)
@@ -126,13 +132,42 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	return p, nil
 }
 
-// retryLock tells goose's table locker which failures are worth another try: a lock row
-// another migrator holds, or a transient database error. A context that ended, or a lock row
-// that another migrator took over after this one's lease lapsed ("not held by this instance";
-// goose's store has no error value for it), will not get better.
-func retryLock(err error) bool {
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
-		!strings.Contains(err.Error(), "not held by this instance")
+// tableLocker is goose's table locker, which knows whether it is taking the lock row or giving
+// it up, for its retry policy.
+type tableLocker struct {
+	lock.Locker
+	releasing atomic.Bool
+}
+
+// Unlock gives the lock row up.
+func (l *tableLocker) Unlock(ctx context.Context, db *sql.DB) error {
+	l.releasing.Store(true)
+	defer l.releasing.Store(false)
+	return l.Locker.Unlock(ctx, db)
+}
+
+// retry tells goose's table locker which failures are worth another try: a lock row another
+// migrator holds, a transient database error, and, while it takes the lock row, a connection
+// attempt that timed out (the database unreachable for a while, as when it restarts; goose stops
+// trying once the context ends). A context that ended, or a lock row that another migrator took
+// over after this one's lease lapsed ("not held by this instance"; goose's store has no error
+// value for it), will not get better; nor is a connect timeout tried again while it gives the
+// lock row up, which goose does without the context's deadline: the lease lapses instead.
+func (l *tableLocker) retry(err error) bool {
+	switch {
+	case strings.Contains(err.Error(), "not held by this instance"):
+		return false
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return !l.releasing.Load() && connectTimedOut(err)
+	}
+	return true
+}
+
+// connectTimedOut reports whether err is a connection attempt that gave up at its connect
+// timeout (pgx reports it as the context's deadline).
+func connectTimedOut(err error) bool {
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect) && pgconn.Timeout(err)
 }
 
 // Migrate applies every pending pgadmit migration to the database of pool. It is the one call a

@@ -82,8 +82,8 @@ func (w *migrateWatch) report(out io.Writer, doing string, start time.Time, inte
 
 // lockWait says what the wait for the lock since start waits for: the lock row another migrator
 // holds, or, when reach finds that the database no longer answers (within interval), the
-// database. goose's locker tries again every second after a lock row held or a lost connection,
-// for up to 5 minutes (300 tries): a wait for a database that is gone must not be told as one
+// database. goose's locker tries again every second after a lock row held, a lost connection or
+// a connection attempt that timed out, for up to 5 minutes (300 tries): a wait for a database that is gone must not be told as one
 // for another migrator. A database that does not answer at all holds the locker's statement
 // (goose gives it no deadline): no later try, and no end of the 5 minutes, only Ctrl-C. It says
 // nothing ("") when the step ended (ctx) or took the lock while reach ran.

@@ -126,7 +126,7 @@ func TestMigrateSaysItsDatabaseFrozeWhileItWaits(t *testing.T) {
 	pool, unlock := anotherMigrator(t, context.Background(), dbURL)
 	t.Cleanup(func() { _ = unlock() })
 	// migrate goes through a freezer. A connection it opens once frozen waits out its connect
-	// timeout, which goose's locker does not try again after: a long one keeps it waiting here.
+	// timeout (goose's locker then tries again, on a new one): a long one keeps it on one try here.
 	// The pool's ping of an idle connection, which is bounded by the connect timeout unless the
 	// URL bounds it (TestPoolPingTimeoutIsTheConnectTimeout), is kept short.
 	cfg := pool.Config().ConnConfig

@@ -1,10 +1,13 @@
 // Package freezer is a TCP proxy for tests: in front of a PostgreSQL
 // server it passes everything on until frozen, then holds the server's
 // answers and answers no new connection, as when the server's host froze
-// mid-statement.
+// mid-statement. Held, it answers no new connection and passes on what the
+// ones it answered say, as when a server too busy to take new connections
+// (or a pooler in front of it) goes on serving those it has.
 package freezer
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -20,8 +23,22 @@ type Freezer struct {
 	// sentFrozen is told when a client sent something while frozen (a
 	// statement that will get no answer).
 	sentFrozen chan struct{}
+	// holding: new connections are left unanswered, the others go on.
+	holding atomic.Bool
+	// unanswered counts the connections left unanswered that their client
+	// closed (its connect timeout passed).
+	unanswered atomic.Int64
 	mu         sync.Mutex
 	conns      []net.Conn
+	watches    []*Watch
+}
+
+// Watch is a text that clients send, and the connections on which they did.
+type Watch struct {
+	f     *Freezer
+	text  []byte
+	sent  chan struct{}
+	conns []net.Conn // under f.mu
 }
 
 // New starts a Freezer to target (host:port) until the test ends.
@@ -40,8 +57,9 @@ func New(t testing.TB, target string) *Freezer {
 				return
 			}
 			f.keep(c)
-			if f.frozen.Load() {
-				continue // accepted, never answered
+			if f.frozen.Load() || f.holding.Load() {
+				go f.awaitClose(c) // accepted, never answered
+				continue
 			}
 			s, err := net.Dial("tcp", target)
 			if err != nil {
@@ -66,6 +84,41 @@ func (f *Freezer) Port() uint16 { return uint16(f.ln.Addr().(*net.TCPAddr).Port)
 // connections.
 func (f *Freezer) Freeze() { f.frozen.Store(true) }
 
+// Hold leaves new connections unanswered until Thaw; the ones answered
+// so far go on.
+func (f *Freezer) Hold() { f.holding.Store(true) }
+
+// Thaw answers new connections again, after Hold.
+func (f *Freezer) Thaw() { f.holding.Store(false) }
+
+// Unanswered is how many of the connections left unanswered their client
+// closed: each a connection attempt that gave up.
+func (f *Freezer) Unanswered() int64 { return f.unanswered.Load() }
+
+// Watch starts watching for text (a statement's text, which pgx sends
+// whole) in what clients send.
+func (f *Freezer) Watch(text string) *Watch {
+	w := &Watch{f: f, text: []byte(text), sent: make(chan struct{})}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watches = append(f.watches, w)
+	return w
+}
+
+// Sent is closed once a client has sent the text.
+func (w *Watch) Sent() <-chan struct{} { return w.sent }
+
+// Drop closes the connections on which a client sent the text so far (the
+// server ended them, say); the others go on.
+func (w *Watch) Drop() {
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	for _, c := range w.conns {
+		c.Close()
+	}
+	w.conns = nil
+}
+
 // SentFrozen is told when a client sent something while frozen: a
 // statement that will get no answer.
 func (f *Freezer) SentFrozen() <-chan struct{} { return f.sentFrozen }
@@ -83,6 +136,38 @@ func (f *Freezer) Close() {
 	}
 }
 
+// awaitClose reads what the client of a connection left unanswered sends,
+// until it closes the connection.
+func (f *Freezer) awaitClose(c net.Conn) {
+	buf := make([]byte, 1<<10)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			f.unanswered.Add(1)
+			return
+		}
+	}
+}
+
+// saw tells the watches whose text b holds that it was sent on client's
+// connection to server.
+func (f *Freezer) saw(b []byte, client, server net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.watches {
+		if !bytes.Contains(b, w.text) {
+			continue
+		}
+		if len(w.conns) == 0 {
+			select {
+			case <-w.sent:
+			default:
+				close(w.sent)
+			}
+		}
+		w.conns = append(w.conns, client, server)
+	}
+}
+
 func (f *Freezer) keep(c net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -96,6 +181,7 @@ func (f *Freezer) statements(client, server net.Conn) {
 	for {
 		n, err := client.Read(buf)
 		if n > 0 {
+			f.saw(buf[:n], client, server)
 			if _, err := server.Write(buf[:n]); err != nil {
 				return
 			}

@@ -1,0 +1,91 @@
+package schema_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/pgadmit/pgadmit/internal/freezer"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/schema"
+)
+
+// A migrator waiting for another one's lock row whose database takes no new
+// connection for a while (a server, or a pooler in front of it, too busy to:
+// each new one waits out its connect timeout), and ends the connections the
+// locker tries on, keeps trying until its context ends, as it does after a
+// lost connection, and migrates once the database answers again and the lock
+// row is free. It gave up at the first connect timeout. (The connection goose
+// holds through the wait goes on: one lost would fail the migration once the
+// lock is taken.)
+func TestMigrateWaitsOutAConnectTimeout(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := pgtest.NewEmptyURL(t)
+
+	// Another migrator holds the lock row, on a pool of its own.
+	otherPool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(otherPool.Close)
+	otherDB := stdlib.OpenDBFromPool(otherPool)
+	t.Cleanup(func() { otherDB.Close() })
+	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Lock(ctx, otherDB); err != nil {
+		t.Fatal(err)
+	}
+
+	// This one goes through a proxy, with a short connect timeout.
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", f.Port()
+	cfg.ConnConfig.ConnectTimeout = 300 * time.Millisecond
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	tries := f.Watch("ON CONFLICT (lock_id)") // the locker's statement taking the lock row
+	migrated := make(chan error, 1)
+	go func() { migrated <- schema.Migrate(ctx, pool) }()
+	select {
+	case <-tries.Sent():
+	case err := <-migrated:
+		t.Fatalf("Migrate behind another migrator's lock row returned %v", err)
+	}
+
+	// Two connection attempts give up (the locker's try for the lock row, and
+	// its cleanup of stale rows, each open one), then the database answers
+	// again and the other migrator lets go.
+	f.Hold()
+	for f.Unanswered() < 2 {
+		tries.Drop()
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate gave up while its database was unreachable: %v; want it to keep trying until its context ends", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	f.Thaw()
+	if err := other.Unlock(ctx, otherDB); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("Migrate once its database answered again and the lock row was free: %v", err)
+	}
+	assertState(t, otherPool, migrationCount(t))
+}
