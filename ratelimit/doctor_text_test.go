@@ -35,4 +35,14 @@ func TestProblemStringIsOneLineWhateverTheScopeText(t *testing.T) {
 	if s := spaced.String(); !strings.Contains(s, `api_key:"team a" tokens:`) {
 		t.Errorf("a key with a space not quoted, so its end cannot be told from the metric: %q", s)
 	}
+	for key, want := range map[string]string{
+		"\ufe0f":     `api_key:"\ufe0f" tokens:`,
+		"\u0301team": `api_key:"\u0301team" tokens:`,
+		"\u3164":     `api_key:"\u3164" tokens:`,
+	} {
+		invisible := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "api_key", ScopeKey: key, Metric: "tokens"}
+		if s := invisible.String(); !strings.Contains(s, want) {
+			t.Errorf("a key %q that draws nothing (or begins with a mark) not quoted and escaped: %q, want it to hold %s", key, s, want)
+		}
+	}
 }

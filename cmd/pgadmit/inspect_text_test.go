@@ -75,6 +75,38 @@ func TestInspectPrintsPlainScopeTextAsItIs(t *testing.T) {
 	}
 }
 
+// A scope key, metric or holder that draws nothing (a variation selector or
+// a combining mark alone, a Hangul filler, no text at all) is shown quoted
+// with its runes escaped: shown as it is, its cell looked empty, and a
+// leading mark combined with the ":" before it.
+func TestInspectQuotesTextThatDrawsNothing(t *testing.T) {
+	t.Parallel()
+	var windows []db.InspectWindowsRow
+	for _, key := range []string{"\ufe0f", "\u0301", "\u0301team", "\u3164"} {
+		windows = append(windows, db.InspectWindowsRow{ScopeType: "api_key", ScopeKey: key, Metric: "requests", WindowSeconds: 60, TotalRows: 4})
+	}
+	var out bytes.Buffer
+	if err := printInspect(&out, windows, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := printAllotments(&out, []db.InspectAllotmentsRow{
+		{Holder: "", ScopeType: "api_key", ScopeKey: "k", Metric: "\u200b", WindowSeconds: 60, Blocks: 1, TotalRows: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\napi_key:\"\\ufe0f\"      requests  1m",
+		"\napi_key:\"\\u0301\"      requests  1m",
+		"\napi_key:\"\\u0301team\"  requests  1m",
+		"\napi_key:\"\\u3164\"      requests  1m",
+		"\napi_key:k  \"\\u200b\"  1m      \"\"",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output does not hold %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // The columns of every table line up on a terminal whatever the scope keys
 // and holders hold: East Asian wide characters (two columns each), combining
 // marks (none) or ASCII. text/tabwriter counted runes, so a column after a

@@ -32,10 +32,34 @@ func TestShow(t *testing.T) {
 		{"\xff", `"\xff"`},
 		{`"quoted"`, `"\"quoted\""`},
 		{`mid"quote`, `mid"quote`},
-		{"", ""},
+		// Text that draws nothing is quoted, its invisible runes escaped: shown as
+		// it is, it looked like an empty cell (or no key after "api_key:").
+		{"", `""`},
+		{" ", `" "`},
+		{"\ufe0f", `"\ufe0f"`},             // a variation selector alone
+		{"\u200b", `"\u200b"`},             // a zero-width space
+		{"\u0301", `"\u0301"`},             // a combining mark alone
+		{"\u20dd", `"\u20dd"`},             // an enclosing mark alone
+		{"\u0301\u0302", `"\u0301\u0302"`}, // marks alone
+		// A leading mark would combine with what is before the cell (the ":" of
+		// api_key:), a mark after a space or an escape with that.
+		{"\u0301team", `"\u0301team"`},
+		{"a \u0301b", `"a \u0301b"`},
+		{"\n\u0301", `"\n\u0301"`},
+		// A mark after its base stays as it is, quoted or not.
+		{"e\u0301quipe", "e\u0301quipe"},
+		{"e\u0301quipe a", "\"e\u0301quipe a\""},
+		{"\u2764\ufe0f", "\u2764\ufe0f"}, // an emoji with its presentation selector
+		// Hangul fillers and the Braille blank are letters and symbols that draw
+		// nothing: quoted and escaped as a space is.
+		{"\u3164", `"\u3164"`},
+		{"team\u3164", `"team\u3164"`},
+		{"\u115f\u1160", `"\u115f\u1160"`},
+		{"\uffa0", `"\uffa0"`},
+		{"\u2800", `"\u2800"`},
 	} {
 		if got := textcell.Show(c.in); got != c.want {
-			t.Errorf("Show(%q) = %s, want %s", c.in, got, c.want)
+			t.Errorf("Show(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
