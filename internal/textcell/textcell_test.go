@@ -86,9 +86,20 @@ func TestWidth(t *testing.T) {
 		{"\U00020000", 2},   // CJK Extension B, beyond the BMP
 		{`"a\n東"`, 7},       // Go-quoted, as Show returns it
 		{"Ω≈ç√∫", 5},        // neutral and ambiguous count one
-		{"\ufe0f", 0},       // a variation selector
-		{"\uff61", 1},       // halfwidth ideographic full stop
-		{"\u115f\u1160", 3}, // a wide Hangul choseong filler, then a narrow jungseong one
+		{"\ufe0f", 0},       // a variation selector, with no character before it
+		// A character followed by U+FE0F, emoji presentation, is drawn as an
+		// emoji, two columns wide, by most terminals.
+		{"\u2764\ufe0f", 2},             // a red heart
+		{"\u2764", 1},                   // a heavy black heart, text presentation
+		{"\u2764\ufe0e", 1},             // the same, text presentation asked for
+		{"\u263a\ufe0f", 2},             // a smiling face
+		{"#\ufe0f\u20e3", 2},            // a keycap: the enclosing keycap adds nothing
+		{"\U0001F44D\ufe0f", 2},         // an emoji wide already stays two
+		{"\u2764\ufe0f\ufe0f", 2},       // a second selector adds nothing
+		{"a\u2764\ufe0fb", 4},           // narrow, emoji, narrow
+		{"\u2764\ufe0f\u2764\ufe0f", 4}, // two emoji
+		{"\uff61", 1},                   // halfwidth ideographic full stop
+		{"\u115f\u1160", 3},             // a wide Hangul choseong filler, then a narrow jungseong one
 	} {
 		if got := textcell.Width(c.in); got != c.want {
 			t.Errorf("Width(%q) = %d, want %d", c.in, got, c.want)
@@ -175,6 +186,29 @@ func TestTableLinesUpWideAndCombiningText(t *testing.T) {
 		if got := cellColumns(line); !slices.Equal(got, want) {
 			t.Errorf("cells of %q begin at columns %v, want %v:\n%s", line, got, want, out.String())
 		}
+	}
+}
+
+// A column after an emoji with its presentation selector (two columns on a
+// terminal, one rune and a mark) begins where it does after any other cell
+// of its width.
+func TestTableLinesUpEmojiPresentation(t *testing.T) {
+	t.Parallel()
+	var table textcell.Table
+	table.Row("SCOPE", "USED")
+	table.Row("api_key:\u2764\ufe0f", "1") // 10 columns
+	table.Row("api_key:\u2764\ufe0fteam", "2")
+	table.Row("api_key:team-42", "3") // 15 columns
+	var out bytes.Buffer
+	if _, err := table.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	want := "SCOPE            USED\n" +
+		"api_key:\u2764\ufe0f       1\n" +
+		"api_key:\u2764\ufe0fteam   2\n" +
+		"api_key:team-42  3\n"
+	if out.String() != want {
+		t.Errorf("Table wrote\n%s\nwant\n%s", out.String(), want)
 	}
 }
 

@@ -1,28 +1,38 @@
 package textcell
 
-import (
-	"sort"
-	"unicode"
-)
+import "sort"
 
 // Width returns how many columns of a terminal s takes: two for each East Asian Wide or
 // Fullwidth character (CJK ideographs, kana, Hangul syllables, fullwidth forms, most emoji: the
 // wide table below), none for a nonspacing or enclosing mark (unicode.Mn, Me: an accent that
-// combines with the character before it, a variation selector), one for any other. It is meant
-// for what Show returns (printable text, or Go-quoted text, printable too); a control character
-// counts one. Terminals differ on a few scripts (Indic spacing marks, Hangul jamo): it is the
-// width they agree on for CJK text and combining accents.
+// combines with the character before it, a variation selector), one for any other. A character
+// of one column followed by U+FE0F (variation selector 16, emoji presentation: "\u2764\ufe0f",
+// a red heart; "#\ufe0f\u20e3", a keycap) counts two, as most terminals draw it: an emoji, as
+// wide as one of the table (a few draw it one column, or two only for the sequences Unicode
+// lists in emoji-variation-sequences.txt). It is meant for what Show returns (printable text, or
+// Go-quoted text, printable too); a control character counts one. Terminals differ on a few
+// scripts (Indic spacing marks, Hangul jamo): it is the width they agree on for CJK text and
+// combining accents.
 func Width(s string) int {
 	n := 0
+	base := 0 // the columns of the last rune that is no mark: the one a selector makes an emoji
 	for _, r := range s {
 		switch {
 		case r < 0x300: // Latin and the IPA: neither wide nor a mark
 			n++
-		case unicode.In(r, unicode.Mn, unicode.Me):
+			base = 1
+		case r == 0xFE0F:
+			if base == 1 {
+				n++
+				base = 2
+			}
+		case isMark(r):
 		case isWide(r):
 			n += 2
+			base = 2
 		default:
 			n++
+			base = 1
 		}
 	}
 	return n
