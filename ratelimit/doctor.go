@@ -134,7 +134,7 @@ type Problem struct {
 func (p Problem) String() string {
 	var where []string
 	if p.ScopeType != "" {
-		where = append(where, fmt.Sprintf("%s:%s %s", textcell.Show(p.ScopeType), textcell.Show(p.ScopeKey), textcell.Show(p.Metric)))
+		where = append(where, textcell.Scope(p.ScopeType, p.ScopeKey)+" "+textcell.Show(p.Metric))
 	}
 	if p.Window > 0 {
 		where = append(where, fmt.Sprintf("window %s from %s", p.Window, p.WindowStart.UTC().Format(time.RFC3339)))

@@ -35,6 +35,10 @@ func TestProblemStringIsOneLineWhateverTheScopeText(t *testing.T) {
 	if s := spaced.String(); !strings.Contains(s, `api_key:"team a" tokens:`) {
 		t.Errorf("a key with a space not quoted, so its end cannot be told from the metric: %q", s)
 	}
+	colon := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "tier:gold", ScopeKey: "c", Metric: "tokens"}
+	if s := colon.String(); !strings.Contains(s, `"tier:gold":c tokens:`) {
+		t.Errorf("a type with a \":\" not quoted, so it reads as type tier with key gold:c: %q", s)
+	}
 	for key, want := range map[string]string{
 		"\ufe0f":     `api_key:"\ufe0f" tokens:`,
 		"\u0301team": `api_key:"\u0301team" tokens:`,

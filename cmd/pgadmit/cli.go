@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/poolerr"
+	"github.com/pgadmit/pgadmit/internal/textcell"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -465,13 +466,15 @@ func connectFailed(dsn string, err error) *connectError {
 func (e *connectError) Error() string { return e.msg }
 func (e *connectError) Unwrap() error { return e.err }
 
-// parseScope parses a --scope value, TYPE:KEY. A TYPE or KEY that no scope can have (one
-// Reserve refuses: not valid UTF-8, a NUL byte, blank, over ratelimit.MaxScopeBytes) is a usage
-// error too: sent to the server, text that is not UTF-8 failed with its raw SQLSTATE 22021.
+// parseScope parses a --scope value, TYPE:KEY as inspect and doctor show it (textcell.ParseScope:
+// a part that begins with a quote is Go-quoted, so "tier:gold":"team a" names type tier:gold and
+// key team a; a plain one is the text itself). A TYPE or KEY that no scope can have (one Reserve
+// refuses: not valid UTF-8, a NUL byte, blank, over ratelimit.MaxScopeBytes) is a usage error
+// too: sent to the server, text that is not UTF-8 failed with its raw SQLSTATE 22021.
 func parseScope(s string) (typ, key string, err error) {
-	typ, key, ok := strings.Cut(s, ":")
+	typ, key, ok := textcell.ParseScope(s)
 	if !ok || typ == "" || key == "" {
-		return "", "", usagef("bad --scope %q: want TYPE:KEY, such as api_key:team-42", s)
+		return "", "", usagef(`bad --scope %q: want TYPE:KEY, such as api_key:team-42, as inspect shows it (a part that begins with " is Go-quoted: "tier:gold":"team a")`, s)
 	}
 	probe := ratelimit.Limit{Scope: ratelimit.Scope{Type: typ, Key: key}, Metric: ratelimit.MetricRequests}
 	if invalid := (*ratelimit.ValidationError)(nil); errors.As(probe.Validate(), &invalid) {

@@ -587,6 +587,34 @@ func TestInspectFreeIsExact(t *testing.T) {
 	}
 }
 
+// --scope takes a scope as inspect shows it, so a type that holds a ":" can
+// be named: inspect shows type tier:gold with key c as "tier:gold":c and
+// type tier with key gold:c as tier:gold:c, and each --scope names its own.
+func TestInspectScopeNamesATypeWithAColon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	lim := ratelimit.New(pool)
+	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "tier:gold", Key: "c"}, Metric: "requests", Limit: 10, Amount: 1},
+		{Scope: ratelimit.Scope{Type: "tier", Key: "gold:c"}, Metric: "requests", Limit: 10, Amount: 2},
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "team a"}, Metric: "requests", Limit: 10, Amount: 3},
+	}); err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	for scope, want := range map[string]string{
+		`"tier:gold":c`:    `(?m)^"tier:gold":c\s+requests\s+1m\s+0\s+1\s`,
+		"tier:gold:c":      `(?m)^tier:gold:c\s+requests\s+1m\s+0\s+2\s`,
+		`api_key:"team a"`: `(?m)^api_key:"team a"\s+requests\s+1m\s+0\s+3\s`,
+	} {
+		out := cliOK(t, "--database-url", url, "inspect", "--scope", scope)
+		if !regexp.MustCompile(want).MatchString(out) || !strings.Contains(out, "WINDOWS (current)\nSCOPE") || strings.Count(out, "requests") != 1 {
+			t.Errorf("inspect --scope %s: want its one row only:\n%s", scope, out)
+		}
+	}
+}
+
 // A --scope the database cannot hold as text (bytes that are not UTF-8, a
 // NUL byte) is a usage error, refused before connecting, not the server's
 // raw "invalid byte sequence for encoding UTF8" (SQLSTATE 22021).

@@ -35,9 +35,11 @@ transaction pooler):
                       admitted as the holder last reported and when, and the time until they
                       end (or since they ended, when their holder did not return them)
 
---scope narrows every table to one scope. A table that another session holds locked (a
-migration that alters it) is waited for at most --lock-timeout (5s by default; 0: no bound;
-lock_timeout, for inspect's transaction only); then inspect fails, exit 1, and says so.`,
+--scope narrows every table to one scope, given as inspect shows it: TYPE:KEY, a part that
+begins with a quote Go-quoted ("tier:gold":"team a"), any other the text itself. A table that
+another session holds locked (a migration that alters it) is waited for at most --lock-timeout
+(5s by default; 0: no bound; lock_timeout, for inspect's transaction only); then inspect fails,
+exit 1, and says so.`,
 		db:  dbRequired,
 		run: runInspect,
 	}
@@ -55,7 +57,7 @@ func inspectRead(table string) {
 
 func runInspect(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	scope := fs.String("scope", "", "show only this scope, as `TYPE:KEY` (e.g. api_key:team-42)")
+	scope := fs.String("scope", "", "show only this scope, `TYPE:KEY` as inspect shows it (e.g. api_key:team-42, \"tier:gold\":\"team a\")")
 	limit := fs.Int("limit", 50, "print at most this many `rows` per table")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	args, err := a.parse(a.cmd, fs, args)
@@ -157,7 +159,7 @@ func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
 		if r.EndsInSeconds < 0 { // a block its holder did not return: recover does, after a grace
 			ends = "ended " + seconds(-r.EndsInSeconds) + " ago"
 		}
-		t.Row(scopeCell(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), textcell.Show(r.Holder),
+		t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), textcell.Show(r.Holder),
 			strconv.FormatInt(r.Blocks, 10), num(r.Granted), num(r.Consumed), seconds(r.ReportedAgoSeconds)+" ago", ends)
 	}
 	_, _ = t.WriteTo(bw) // an error stays in bw, for Flush
@@ -177,7 +179,7 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 		var t textcell.Table
 		t.Row("SCOPE", "METRIC", "WINDOW", "USED", "RESERVED", "LIMIT", "FREE", "RESET IN")
 		for _, r := range windows {
-			t.Row(scopeCell(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), num(r.UsedValue),
+			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), num(r.UsedValue),
 				num(r.ReservedValue), num(r.LimitValue), num(r.FreeValue), seconds(r.ResetInSeconds))
 		}
 		_, _ = t.WriteTo(bw)
@@ -194,7 +196,7 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 			if r.LiveLeases > 0 {
 				next = seconds(r.NextExpiryInSeconds)
 			}
-			t.Row(scopeCell(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.LiveLeases, 10), num(r.LiveValue), num(r.LimitValue),
+			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.LiveLeases, 10), num(r.LiveValue), num(r.LimitValue),
 				strconv.FormatInt(r.ExpiredLeases, 10), next)
 		}
 		_, _ = t.WriteTo(bw)
@@ -207,17 +209,12 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 		var t textcell.Table
 		t.Row("SCOPE", "ADMITTED", "LIMIT", "QUEUED", "RUNNING", "FINISHED", "OLDEST")
 		for _, r := range admissions {
-			t.Row(scopeCell(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.Admitted, 10), num(r.LimitValue),
+			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.Admitted, 10), num(r.LimitValue),
 				strconv.FormatInt(r.Queued, 10), strconv.FormatInt(r.Running, 10), strconv.FormatInt(r.Finished, 10), seconds(r.OldestAgeSeconds))
 		}
 		_, _ = t.WriteTo(bw)
 	}
 	return bw.Flush() // the first error of a write, if one failed
-}
-
-// scopeCell shows a scope as TYPE:KEY, each part by textcell.Show.
-func scopeCell(typ, key string) string {
-	return textcell.Show(typ) + ":" + textcell.Show(key)
 }
 
 func total[T any](rows []T, f func(T) int64) int64 {

@@ -107,6 +107,36 @@ func TestInspectQuotesTextThatDrawsNothing(t *testing.T) {
 	}
 }
 
+// A scope type that holds a ":" is shown quoted, so that the first ":" that
+// is not inside quotes ends the type: type "tier:gold" with key "c" and type
+// "tier" with key "gold:c" were both shown tier:gold:c. And --scope takes
+// each scope as inspect shows it, quoted parts included, to name that scope
+// alone.
+func TestInspectScopeTakesWhatInspectShows(t *testing.T) {
+	t.Parallel()
+	scopes := [][2]string{{"tier:gold", "c"}, {"tier", "gold:c"}, {"api_key", "team a"}, {"tier:gold", "team a"}, {"api_key", "\ufe0f"}, {"api_key", `"k"`}}
+	var windows []db.InspectWindowsRow
+	for _, sc := range scopes {
+		windows = append(windows, db.InspectWindowsRow{ScopeType: sc[0], ScopeKey: sc[1], Metric: "requests", WindowSeconds: 60, TotalRows: int64(len(scopes))})
+	}
+	var out bytes.Buffer
+	if err := printInspect(&out, windows, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	want := []string{`"tier:gold":c`, "tier:gold:c", `api_key:"team a"`, `"tier:gold":"team a"`, `api_key:"\ufe0f"`, `api_key:"\"k\""`}
+	for i, sc := range scopes {
+		cell, _, _ := strings.Cut(lines[2+i], "  ")
+		if cell != want[i] {
+			t.Errorf("scope %q, %q shown %q, want %q:\n%s", sc[0], sc[1], cell, want[i], out.String())
+		}
+		typ, key, err := parseScope(cell)
+		if err != nil || typ != sc[0] || key != sc[1] {
+			t.Errorf("parseScope(%q) = %q, %q, %v; want %q, %q (the scope inspect showed so)", cell, typ, key, err, sc[0], sc[1])
+		}
+	}
+}
+
 // The columns of every table line up on a terminal whatever the scope keys
 // and holders hold: East Asian wide characters (two columns each), combining
 // marks (none) or ASCII. text/tabwriter counted runes, so a column after a

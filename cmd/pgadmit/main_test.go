@@ -118,6 +118,13 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"inspect", "--scope", ":k1"}, "bad --scope"},
 		{db, []string{"inspect", "--scope", "api_key:\xff"}, `bad --scope "api_key:\xff": its KEY must be valid UTF-8`},
 		{db, []string{"inspect", "--scope", "api_key: "}, `bad --scope "api_key: ": its KEY must not be empty`},
+		// A part that begins with a quote is Go-quoted, as inspect shows it, and must be one
+		// quoted string.
+		{db, []string{"inspect", "--scope", `"tier:gold`}, `bad --scope "\"tier:gold": want TYPE:KEY`},
+		{db, []string{"inspect", "--scope", `"tier:gold"c`}, `bad --scope "\"tier:gold\"c": want TYPE:KEY`},
+		{db, []string{"inspect", "--scope", `api_key:"team a`}, `bad --scope "api_key:\"team a": want TYPE:KEY`},
+		{db, []string{"inspect", "--scope", `api_key:""`}, `bad --scope "api_key:\"\"": want TYPE:KEY`},
+		{db, []string{"inspect", "--scope", `api_key:"\xff"`}, `its KEY must be valid UTF-8`},
 		// An empty --scope (an unset shell variable) is not "every scope".
 		{db, []string{"inspect", "--scope", ""}, `bad --scope "": want TYPE:KEY`},
 		{db, []string{"inspect", "--scope="}, `bad --scope "": want TYPE:KEY`},
