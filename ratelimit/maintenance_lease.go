@@ -161,6 +161,20 @@ func (j *jobLease) release(ctx context.Context) error {
 	return nil
 }
 
+// withRelease is the error of a run of job that ended with err (nil: none)
+// and gave its lease up with rerr (release's): err, and rerr after it, so
+// that a run that failed a step still says that it left its lease held.
+func withRelease(ctx context.Context, job string, err, rerr error) error {
+	if rerr == nil {
+		return err
+	}
+	rerr = wrapDBError(ctx, job, rerr)
+	if err == nil {
+		return rerr
+	}
+	return errors.Join(err, rerr)
+}
+
 // leftLeases remembers, per job, the holder of a run of one Maintenance
 // that may have left its lease behind: its release (or its take) failed.
 // The next run pops it and takes the lease under that name. A holder is

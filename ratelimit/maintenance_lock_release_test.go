@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +50,61 @@ func TestMaintenanceLockTimeoutPastTheLeaseTimeoutBoundsTheRelease(t *testing.T)
 			assertLockWait(t, err, "prune", "release the prune lease", 0, 4*time.Second)
 			if !ratelimit.OnlyLockWaits(err) {
 				t.Errorf("Prune: %v, want only a *LockWaitError", err)
+			}
+		})
+	}
+}
+
+// Recover and Prune kept the error of their lease's release only when the
+// run had none of its own: a run that also left a batch behind a lock said
+// so, and hid that its lease was still held (another process's run is
+// skipped until it expires). The run's error now carries both, each a
+// *LockWaitError of its own step, so that LeaseRelease finds the second.
+func TestMaintenanceRunThatFailedAStepStillSaysItsLeaseIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, job := range []string{"recover", "prune"} {
+		t.Run(job, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t)
+			var clock testClock
+			var once sync.Once
+			report := func(ratelimit.Progress) {
+				once.Do(func() {
+					// After the step that waits on the counter gave up: only the release
+					// meets this lock (the renewal is not due for 20 s).
+					if err := testq.OpsLockMaintenanceLeases(ctx, heldTx(t, pool)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			l, m := clocked(pool, &clock, ratelimit.WithMaintenanceLeaseTTL(time.Minute),
+				ratelimit.WithMaintenanceLockTimeout(lockBound), ratelimit.WithProgress(0, report))
+			locked := uniqueKey("locked")
+			var err error
+			step := "reclaim expired tasks"
+			if job == "recover" {
+				deadTasksOn(t, l, &clock, claimedAsync(t, l), locked)
+				holdCounters(t, pool, "api_key", locked)
+				_, err = m.Recover(ctx)
+			} else {
+				step = "release stale reservations"
+				if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{secondWindow(locked, 1)}); err != nil {
+					t.Fatal(err)
+				}
+				clock.advance(time.Minute)
+				holdCounters(t, pool, "api_key", locked)
+				_, err = m.Prune(ctx, time.Second)
+			}
+			release := "release the " + job + " lease"
+			if steps := lockWaitSteps(err); !slices.Equal(steps, []string{step, release}) {
+				t.Fatalf("%s with a counter held, then the leases table: lock waits of %q (%v), want of %q", job, steps, err, []string{step, release})
+			}
+			if !ratelimit.OnlyLockWaits(err) || !isLockNotAvailable(err) {
+				t.Errorf("%s: %v, want only lock waits", job, err)
+			}
+			if !strings.Contains(err.Error(), "left the lease held until it expires") {
+				t.Errorf("%s: %q does not say the lease is still held", job, err)
 			}
 		})
 	}

@@ -92,7 +92,8 @@ var epoch = time.Unix(0, 0).UTC()
 // next batch reads, and the walk over finished tasks whose events go
 // resumes from the position the previous run saved. Single flight like
 // Recover: while another process holds the prune lease the call returns at
-// once with Skipped set. Like Recover, a stale reservation whose release
+// once with Skipped set, and a run whose release of that lease fails says
+// so in its error, after its other errors if any. Like Recover, a stale reservation whose release
 // the server rejects is left, and the rest are released; a step the server
 // rejects does not stop the steps after it; the errors come back with what
 // was done. Releasing a stale reservation locks its counter, and waits for
@@ -124,11 +125,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	if lease == nil {
 		return PruneResult{Skipped: true}, nil
 	}
-	defer func() {
-		if rerr := lease.release(ctx); rerr != nil && err == nil {
-			err = wrapDBError(ctx, "prune", rerr)
-		}
-	}()
+	defer func() { err = withRelease(ctx, jobPrune, err, lease.release(ctx)) }()
 
 	cutoff, batch := res.Cutoff, int32(m.opts.pruneBatchSize) // clamped to int4 by its option
 	conn = m.stepConn()

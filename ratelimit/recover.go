@@ -117,6 +117,11 @@ func (r RecoveryResult) String() string {
 // at once with Skipped set, zero counts and no error. No session state is
 // involved, so this holds through a transaction-pooling proxy too. A run
 // that could not renew its lease in time stops with ErrMaintenanceLeaseLost.
+// A run whose release of its lease fails (a *LockWaitError whose
+// LeaseRelease is true, when the server gave up waiting for a lock on it)
+// leaves the lease held until it expires, unless this Maintenance's next
+// run takes it back: the release's error comes in the run's error, after
+// the run's own errors when it has any.
 //
 // Reservations and leases taken without a task id (taskID "") are not
 // recovery's, unless they name an attempt that is over (step 6): their
@@ -133,11 +138,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 	if lease == nil {
 		return RecoveryResult{Skipped: true}, nil
 	}
-	defer func() {
-		if rerr := lease.release(ctx); rerr != nil && err == nil {
-			err = wrapDBError(ctx, "recover", rerr)
-		}
-	}()
+	defer func() { err = withRelease(ctx, jobRecover, err, lease.release(ctx)) }()
 
 	q, conn, batch, now := m.queries, m.stepConn(), int32(m.opts.recoveryBatchSize), m.opts.clock.at
 	var admissionsAfter db.RecoveryAdmissionDeleteForFinishedTasksParams

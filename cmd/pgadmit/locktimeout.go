@@ -122,18 +122,26 @@ func (e *lockWaitError) Error() string {
 		then = "the next pass tries again once that session lets go"
 	}
 	// The take and the release of a run's lease wait 4 s at most, whatever the flag says: the
-	// error's Bound names the bound that applied. (A run's lock waits share one bound but for
-	// those, each of which is its run's only error: errors.As finds the one.)
-	var lw *ratelimit.LockWaitError
-	if errors.As(e.err, &lw) {
+	// error's Bound names the bound that applied. A run's lock waits share one bound but for
+	// those: a take that gave up is its run's only error, a release that gave up may come after
+	// the run's own lock waits (errors.As would find one of those first).
+	if lw, steps := leaseLockWait(e.err); lw != nil {
 		if lw.Bound > 0 && lw.Bound < e.bound {
-			after = fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
+			lease := fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
+			if steps {
+				after += ", and on its lease after " + lease
+			} else {
+				after = lease
+			}
 		}
 		switch {
 		case lw.LeaseTake():
 			did = "did nothing"
 		case lw.LeaseRelease():
 			did = "left the run's lease held (what it did is counted)"
+			if steps {
+				did = "left what it could not lock and the run's lease held (what it did is counted)"
+			}
 			// The same Maintenance takes it back; a new process's run is skipped until it expires,
 			// its TTL after the run last renewed it, which was before the release gave up.
 			then = fmt.Sprintf("run it again once that session lets go and the lease has expired, at most %s from now (a run before then is skipped)",
@@ -147,6 +155,33 @@ func (e *lockWaitError) Error() string {
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }
+
+// leaseLockWait finds, among the *ratelimit.LockWaitError that err holds however joined and
+// wrapped, the take's or the release's of the run's lease (else the first), and says whether
+// the run's steps left rows behind a lock too.
+func leaseLockWait(err error) (lw *ratelimit.LockWaitError, steps bool) {
+	var walk func(error)
+	walk = func(err error) {
+		if w, ok := err.(*ratelimit.LockWaitError); ok {
+			lease := w.LeaseTake() || w.LeaseRelease()
+			steps = steps || !lease
+			if lw == nil || lease {
+				lw = w
+			}
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return lw, steps
+}
 
 // lockWaited returns err as a *lockWaitError when the run's every error is a step that gave up
 // waiting for a lock (a *ratelimit.LockWaitError) under bound (--lock-timeout); other errors

@@ -296,6 +296,11 @@ func TestLockWaitOfTheLeaseReleaseSaysWhenToRunAgain(t *testing.T) {
 		{lockWaited(wait("recover", "release the recover lease"), 5*time.Second),
 			"left the run's lease held (what it did is counted); run it again once that session lets go and the lease has expired, at most 15s from now (a run before then is skipped) (", oldAdvice},
 		{lockWaited(wait("prune", "release the prune lease"), 5*time.Second), "once that session lets go and the lease has expired, at most 15s from now", oldAdvice},
+		// A run that left a batch, and then its lease: both (the batch's wait comes first).
+		{lockWaited(errors.Join(wait("prune", "counters"), wait("prune", "release the prune lease")), 5*time.Second),
+			"after 5s (--lock-timeout), and on its lease after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and left what it could not lock and the run's lease held (what it did is counted); run it again once that session lets go and the lease has expired, at most 15s from now", oldAdvice},
+		{passLockWaited(errors.Join(wait("recover", "reclaim expired tasks"), wait("recover", "release the recover lease")), 5*time.Second),
+			"left what it could not lock and the run's lease held (what it did is counted); the next pass takes it back once that session lets go (", "run it again"},
 		// A run that took no lease, or left batches, can run again as soon as the lock goes.
 		{lockWaited(wait("recover", "take the recover lease"), 5*time.Second), "did nothing" + oldAdvice, "expired"},
 		{lockWaited(wait("prune", "counters"), 5*time.Second), "left what it could not lock (what it did is counted)" + oldAdvice, "expired"},
