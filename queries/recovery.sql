@@ -186,18 +186,28 @@ ORDER BY reclaimed.id;
 -- their counters and releases them with AdmissionSettle.
 -- Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
 -- Index: gateway_rate_limit_reservations_open_task_idx (partial: open; read
--- in its order, task id first); gateway_tasks_pkey (one probe per open
--- row). Ordered by id, the generic plan walked the ledger's primary key in
--- id order instead, reading every settled row
--- (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows). A custom plan (the
--- first five runs of the prepared statement on a connection) may hash a
--- sequential scan of gateway_tasks instead of probing it: it did with
--- 30,800 tasks and 950 open reservations, at batch sizes of 500 and 1,000.
+-- in its order, task id first, from the first that is not NULL; a custom
+-- plan may read it by a bitmap scan and sort); gateway_tasks_pkey (one
+-- probe per open row, on custom and generic plans). Ordered by id, the
+-- generic plan walked the ledger's primary key in id order instead,
+-- reading every settled row; joined to gateway_tasks, a custom plan (the
+-- first five runs of the prepared statement on a connection) hashed a
+-- sequential scan of every task instead of probing them: it did with
+-- 30,800 tasks and 950 open reservations, 125 ms
+-- (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 SELECT r.id
 FROM gateway_rate_limit_reservations AS r
-JOIN gateway_tasks AS t ON t.id = r.task_id
+CROSS JOIN LATERAL (
+    -- One primary-key probe per open reservation (LIMIT 1 keeps the
+    -- planner from hashing the whole task table instead).
+    SELECT 1
+    FROM gateway_tasks AS t
+    WHERE t.id = r.task_id
+      AND t.status IN ('succeeded', 'failed', 'cancelled')
+    LIMIT 1
+) AS finished
 WHERE r.status = 'reserved'
-  AND t.status IN ('succeeded', 'failed', 'cancelled')
+  AND r.task_id IS NOT NULL
 ORDER BY r.task_id, r.id
 LIMIT @batch_size::integer;
 
@@ -229,23 +239,33 @@ WHERE l.id IN (
 -- task_finished): a finished task holds no slot.
 -- Locks: row locks on the released leases (SKIP LOCKED); tasks only read.
 -- Index: gateway_concurrency_leases_live_task_idx (partial: unreleased;
--- read in its order, task id first); gateway_tasks_pkey (one probe per
--- live lease); gateway_concurrency_leases_pkey (the update). Ordered by
--- id, the generic plan walked the primary key of every lease instead
--- (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows). A custom plan (the
--- first five runs of the prepared statement on a connection) may hash a
--- sequential scan of gateway_tasks instead of probing it, and find the
--- leases to update by a bitmap scan of live_task_idx: it did with 30,800
--- tasks and 340 unreleased leases, at batch sizes of 500 and 1,000.
+-- read in its order, task id first, from the first that is not NULL),
+-- or on a custom plan either partial index of unreleased leases, read
+-- whole and sorted (live state); gateway_tasks_pkey (one probe per live
+-- lease, on custom and generic plans); gateway_concurrency_leases_pkey for
+-- the update (a custom plan may hash the batch with every unreleased
+-- lease, read by a bitmap scan of a partial index of them, instead).
+-- Ordered by id, the generic plan walked the primary key of every lease
+-- instead; joined to gateway_tasks, a custom plan (the first five runs of
+-- the prepared statement on a connection) hashed a sequential scan of
+-- every task instead of probing them: it did with 30,800 tasks and 340
+-- unreleased leases (TestRecoverFindsRowsOfFinishedTasksThroughOpenRows).
 UPDATE gateway_concurrency_leases AS l
 SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'task_finished'
 WHERE l.id IN (
     SELECT x.id
     FROM gateway_concurrency_leases AS x
-    JOIN gateway_tasks AS t ON t.id = x.task_id
+    CROSS JOIN LATERAL (
+        -- One primary-key probe per live lease (see above).
+        SELECT 1
+        FROM gateway_tasks AS t
+        WHERE t.id = x.task_id
+          AND t.status IN ('succeeded', 'failed', 'cancelled')
+        LIMIT 1
+    ) AS finished
     WHERE x.released_at IS NULL
-      AND t.status IN ('succeeded', 'failed', 'cancelled')
+      AND x.task_id IS NOT NULL
     ORDER BY x.task_id, x.id
     LIMIT @batch_size::integer
     FOR UPDATE OF x SKIP LOCKED

@@ -111,6 +111,34 @@ INSERT INTO gateway_task_admissions (task_id, scope_type, scope_key, limit_value
 SELECT id, 'fixture_queue', 'q' || (row_number() OVER () % 100)::text, 1000000
 FROM tasks;
 
+-- name: FixtureFillOpenOfRunning :exec
+-- Gives each running task of FixtureFill @per_task open reservations and
+-- as many live leases, as busy workers hold: live state in the proportion
+-- that made a custom plan hash the whole task table rather than probe it
+-- (the books are not kept: only for plans).
+-- Locks: row locks on the inserted rows only.
+-- Index: gateway_tasks_lease_expiry_idx (partial: running) or a sequential
+-- scan of gateway_tasks; the inserts maintain every index.
+WITH running AS (
+    SELECT t.id, g
+    FROM gateway_tasks AS t
+    CROSS JOIN generate_series(1, @per_task::integer) AS g
+    WHERE t.status = 'running'
+      AND t.kind = 'fixture'
+),
+reservations AS (
+    INSERT INTO gateway_rate_limit_reservations (
+        task_id, scope_type, scope_key, metric, window_seconds, window_start, limit_value, reserved_amount
+    )
+    SELECT id, 'fixture_key', 'open-' || g::text, 'tokens', 3600,
+           date_bin(interval '1 hour', now(), timestamptz 'epoch'), 1000000, 1
+    FROM running
+    RETURNING id
+)
+INSERT INTO gateway_concurrency_leases (task_id, scope_type, scope_key, lease_value, limit_value, expires_at)
+SELECT id, 'fixture_model', 'open-' || g::text, 1, 1000000, now() + interval '1 hour'
+FROM running;
+
 -- name: TablesAnalyze :exec
 -- Refreshes planner statistics of every pgadmit table (after a bulk fill).
 -- Locks: SHARE UPDATE EXCLUSIVE on each table (does not block reads or writes).
