@@ -505,41 +505,39 @@ func (q *Queries) RecoveryTaskFindExpired(ctx context.Context, db DBTX, arg Reco
 
 const RecoveryTaskReclaim = `-- name: RecoveryTaskReclaim :many
 WITH clock AS (
-    SELECT coalesce($1::timestamptz, now()) AS now
+    SELECT coalesce($1::timestamptz, now()) AS now,
+           $2::integer                         AS max_requeues
 ),
 reclaimed AS (
     UPDATE gateway_tasks AS t
-    SET status = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                      THEN 'queued' ELSE 'failed' END,
-        requeue_count = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                             THEN t.requeue_count + 1 ELSE t.requeue_count END,
+    -- Requeue or fail, asked once per task (d.requeue) for every column it
+    -- decides.
+    SET (status, requeue_count, error_code, error_message, remote_task_payload,
+         locked_by, locked_at, heartbeat_at, next_run_at, finished_at) = (
+            SELECT CASE WHEN d.requeue THEN 'queued' ELSE 'failed' END,
+                   CASE WHEN d.requeue THEN t.requeue_count + 1 ELSE t.requeue_count END,
+                   CASE WHEN d.requeue THEN NULL
+                        WHEN t.async_mode THEN 'requeue_limit_exceeded'
+                        ELSE 'server_restarted' END,
+                   CASE WHEN d.requeue THEN NULL
+                        WHEN t.async_mode THEN 'execution lease expired ' || (t.requeue_count + 1)::text
+                                               || ' times; requeued ' || t.requeue_count::text
+                                               || ' times, the limit'
+                        ELSE 'task interrupted by service restart' END,
+                   CASE WHEN d.requeue THEN t.remote_task_payload ELSE '{}'::jsonb END,
+                   -- A failed task keeps who ran it (Task.Worker) and when that
+                   -- worker was last heard from (heartbeat_at), as a finished
+                   -- one does and as the reference's recovery keeps them: its
+                   -- attempts record neither. A requeued one is unclaimed.
+                   CASE WHEN d.requeue THEN NULL ELSE t.locked_by END,
+                   CASE WHEN d.requeue THEN NULL ELSE t.locked_at END,
+                   CASE WHEN d.requeue THEN NULL ELSE t.heartbeat_at END,
+                   CASE WHEN d.requeue THEN clock.now ELSE t.next_run_at END,
+                   CASE WHEN d.requeue THEN NULL ELSE clock.now END
+            FROM (SELECT t.async_mode AND t.requeue_count < clock.max_requeues AS requeue) AS d),
         error = NULL,
-        error_code = CASE WHEN NOT t.async_mode THEN 'server_restarted'
-                          WHEN t.requeue_count < $2::integer THEN NULL
-                          ELSE 'requeue_limit_exceeded' END,
-        error_message = CASE WHEN NOT t.async_mode THEN 'task interrupted by service restart'
-                             WHEN t.requeue_count < $2::integer THEN NULL
-                             ELSE 'execution lease expired ' || (t.requeue_count + 1)::text
-                                  || ' times; requeued ' || t.requeue_count::text
-                                  || ' times, the limit' END,
-        remote_task_payload = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                                   THEN t.remote_task_payload ELSE '{}'::jsonb END,
-        -- A failed task keeps who ran it (Task.Worker) and when that worker
-        -- was last heard from (heartbeat_at), as a finished one does and as
-        -- the reference's recovery keeps them: its attempts record neither.
-        -- A requeued one is unclaimed.
-        locked_by = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                         THEN NULL ELSE t.locked_by END,
-        locked_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                         THEN NULL ELSE t.locked_at END,
-        heartbeat_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                            THEN NULL ELSE t.heartbeat_at END,
         execution_token = NULL,
         execution_lease_expires_at = NULL,
-        next_run_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                           THEN clock.now ELSE t.next_run_at END,
-        finished_at = CASE WHEN t.async_mode AND t.requeue_count < $2::integer
-                           THEN NULL ELSE clock.now END,
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
     FROM clock
@@ -662,13 +660,13 @@ type RecoveryTaskReclaimRow struct {
 // of running tasks or live leases matches: else a plan could read every
 // running task, or every live lease, and filter them, while the caller
 // holds counter rows (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
-// Requeue or fail: the SET's CASEs all ask `t.async_mode AND
-// t.requeue_count < @max_requeues` (requeue; error_code and error_message
-// ask it in two parts, to tell a sync task from a poison one). It is
-// written out in each because SQL has no per-row variable here: computing
-// it once in a CTE joined to the update makes the update a join, whose
-// generic plan can read every running task and filter them by it (as
-// EXPLAIN shows on a fresh schema), where the array names the ids to read.
+// Requeue or fail: `t.async_mode AND t.requeue_count < @max_requeues`,
+// asked once per task in the sub-SELECT that sets the columns it decides
+// (d.requeue), a per-row value of the row being updated. Not in a CTE:
+// joined to the update, that makes the update a join, whose generic plan
+// can read every running task and filter them by it (as EXPLAIN shows on
+// a fresh schema), where the array names the ids to read. The sub-SELECT
+// leaves the plan as it was (one probe of gateway_tasks_pkey per id).
 func (q *Queries) RecoveryTaskReclaim(ctx context.Context, db DBTX, arg RecoveryTaskReclaimParams) ([]RecoveryTaskReclaimRow, error) {
 	rows, err := db.Query(ctx, RecoveryTaskReclaim, arg.Now, arg.MaxRequeues, arg.TaskIds)
 	if err != nil {
