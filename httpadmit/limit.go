@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/textcell"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -120,9 +121,12 @@ func keyOfExceeded(e *ratelimit.ExceededError) key {
 	return key{scopeType: e.ScopeType, scopeKey: e.ScopeKey, metric: e.Metric, window: time.Duration(e.WindowSeconds) * time.Second}
 }
 
+// String shows the scope and metric as inspect and Doctor do (textcell):
+// quoted where they could read as another scope's.
 func (k key) String() string {
+	s := textcell.Scope(k.scopeType, k.scopeKey) + " " + textcell.Show(k.metric)
 	if k.metric == ratelimit.MetricConcurrent {
-		return fmt.Sprintf("%s:%s %s", k.scopeType, k.scopeKey, k.metric)
+		return s
 	}
-	return fmt.Sprintf("%s:%s %s/%s", k.scopeType, k.scopeKey, k.metric, k.window)
+	return fmt.Sprintf("%s/%s", s, k.window)
 }

@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/textcell"
+)
 
 // Metric names with a meaning of their own. Any other name (requests,
 // tokens, cost...) is a fixed-window counter.
@@ -33,6 +37,11 @@ type Scope struct {
 	Name     string
 	Metadata map[string]any
 }
+
+// text shows the scope in an error's message as Doctor and inspect show it
+// (textcell.Scope): api_key:abc as it is, a type with a ":" and text with a
+// space or that does not print quoted, so that no two scopes read alike.
+func (s Scope) text() string { return textcell.Scope(s.Type, s.Key) }
 
 // Limit is one limit an admission must fit in.
 //

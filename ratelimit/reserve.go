@@ -479,13 +479,13 @@ func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.T
 		WindowSeconds: int(w.windowSeconds), ResetAt: resetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
-		e.Message = fmt.Sprintf("rate limit exceeded: %s amount %g is greater than limit %g on %s:%s", l.Metric, l.Amount, l.Limit, l.Scope.Type, l.Scope.Key)
+		e.Message = fmt.Sprintf("rate limit exceeded: %s amount %g is greater than limit %g on %s", l.Metric, l.Amount, l.Limit, l.Scope.text())
 		return e
 	}
 	e.Retryable = true
 	e.RetryAfter = max(resetAt.Sub(dbNow), time.Second)
-	e.Message = fmt.Sprintf("rate limit exceeded: %s window of %s:%s has %g of %g left, %g needed; retry after %s",
-		l.Metric, l.Scope.Type, l.Scope.Key, max(l.Limit-current, 0), l.Limit, l.Amount, e.RetryAfter.Round(time.Second))
+	e.Message = fmt.Sprintf("rate limit exceeded: %s window of %s has %g of %g left, %g needed; retry after %s",
+		l.Metric, l.Scope.text(), max(l.Limit-current, 0), l.Limit, l.Amount, e.RetryAfter.Round(time.Second))
 	return e
 }
 
@@ -500,13 +500,13 @@ func leaseExceeded(c leaseLimit, row db.AdmissionReserveRow) *ExceededError {
 		ResetAt: row.ResetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
-		e.Message = fmt.Sprintf("rate limit exceeded: concurrent amount %g is greater than limit %g on %s:%s", l.Amount, l.Limit, l.Scope.Type, l.Scope.Key)
+		e.Message = fmt.Sprintf("rate limit exceeded: concurrent amount %g is greater than limit %g on %s", l.Amount, l.Limit, l.Scope.text())
 		return e
 	}
 	e.Retryable = true
 	e.RetryAfter = min(max(row.ResetAt.Sub(row.DbNow), time.Second), 5*time.Second)
-	e.Message = fmt.Sprintf("rate limit exceeded: concurrent active %g plus request %g is greater than limit %g on %s:%s",
-		active, l.Amount, l.Limit, l.Scope.Type, l.Scope.Key)
+	e.Message = fmt.Sprintf("rate limit exceeded: concurrent active %g plus request %g is greater than limit %g on %s",
+		active, l.Amount, l.Limit, l.Scope.text())
 	return e
 }
 

@@ -190,7 +190,7 @@ func validateQueueLimits(limits []Limit) ([]Limit, error) {
 		}
 		key := [2]string{ql.Scope.Type, ql.Scope.Key}
 		if j, dup := seen[key]; dup {
-			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: fmt.Sprintf("%q", ql.Scope.Type+":"+ql.Scope.Key),
+			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: fmt.Sprintf("%q", ql.Scope.text()),
 				Reason: fmt.Sprintf("same queue scope as QueueLimits[%d]", j)}
 		}
 		seen[key] = i
@@ -240,10 +240,10 @@ func queueExceeded(ql Limit, admitted int64) *ExceededError {
 		Current: current, Used: current, Projected: current + 1, Policy: ql.Policy,
 	}
 	if ql.Limit < 1 {
-		e.Message = fmt.Sprintf("rate limit exceeded: queue_size limit %g of %s:%s admits no task", ql.Limit, ql.Scope.Type, ql.Scope.Key)
+		e.Message = fmt.Sprintf("rate limit exceeded: queue_size limit %g of %s admits no task", ql.Limit, ql.Scope.text())
 		return e
 	}
 	e.Retryable = true
-	e.Message = fmt.Sprintf("rate limit exceeded: queue %s:%s holds %d of %g tasks; retry when one finishes", ql.Scope.Type, ql.Scope.Key, admitted, ql.Limit)
+	e.Message = fmt.Sprintf("rate limit exceeded: queue %s holds %d of %g tasks; retry when one finishes", ql.Scope.text(), admitted, ql.Limit)
 	return e
 }

@@ -1,6 +1,7 @@
 // Package textcell shows text that applications and operators choose (a scope type or key, a
 // metric, a holder: any UTF-8 but NUL, as the database holds it) in pgadmit's own output: the
-// CLI's inspect tables and Doctor's problems, one rule for all. Scope shows a scope by it, and
+// CLI's inspect tables, Doctor's problems and the errors that name a scope (an *ExceededError's
+// message, a duplicate limit's *ValidationError), one rule for all. Scope shows a scope by it, and
 // ParseScope reads that back (inspect --scope). Width and Table line it up in columns by the
 // width it takes on a terminal.
 package textcell
