@@ -19,12 +19,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -83,7 +83,7 @@ type Config struct {
 
 // DefaultGrace is Config.Grace when zero: a live server takes back what a run held in
 // milliseconds; a frozen one must not hold up a Ctrl-C for longer.
-const DefaultGrace = 5 * time.Second
+const DefaultGrace = grace.Default
 
 // ErrLeftHeld is joined to Run's error when, after ctx ended, some of what the workers held
 // was not given back within Config.Grace (the server did not answer): a lease's TTL, a
@@ -236,28 +236,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
-	grace, endGrace := graceAfter(ctx, cfg.Grace)
-	defer endGrace()
+	gr := grace.After(ctx, cfg.Grace)
+	defer gr.End()
 	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers),
-		counts: make([]opsCounter, cfg.Workers), grace: grace}
+		counts: make([]opsCounter, cfg.Workers), grace: gr}
 	r.lims = r.limiters()
 	out, err := r.run(ctx, done)
 	// Close waits for the give-backs of what a Reserve cut short by ctx granted: they would be
 	// lost with the pool.
 	r.close(r.lims)
-	if r.leftHeld.Load() {
+	if gr.LeftHeld() {
 		err = errors.Join(err, ErrLeftHeld)
 	}
 	return out, err
-}
-
-// graceAfter returns a context that ends d after ctx does, or when end is called: what a run
-// that ctx ended gives back runs under it, long enough for a live server, bounded for a frozen
-// one.
-func graceAfter(ctx context.Context, d time.Duration) (grace context.Context, end context.CancelFunc) {
-	grace, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(d, cancel) })
-	return grace, func() { stop(); cancel() }
 }
 
 // run runs the rounds of Run.
@@ -321,10 +312,9 @@ type runner struct {
 	counts []opsCounter
 	// keep is how many latencies each worker keeps (latencies); 0: maxLatencies over the workers.
 	keep int
-	// grace is the context of what the run gives back: it ends Config.Grace after Run's ctx.
-	grace context.Context
-	// leftHeld is set when something the workers held was not given back within grace.
-	leftHeld atomic.Bool
+	// grace bounds what the run gives back: it ends Config.Grace after Run's ctx, and notes
+	// what it left held.
+	grace *grace.Grace
 }
 
 // maxLatencies bounds the latencies a workload keeps, over all its workers (64 MiB): a default
@@ -466,32 +456,12 @@ const reasonInterrupted = "bench interrupted"
 
 // release gives g back on lim within the run's grace, and notes when it could not.
 func (r *runner) release(lim *ratelimit.Limiter, g ratelimit.Grant, reason string) error {
-	if len(g.Reservations) == 0 && len(g.Leases) == 0 {
-		return nil
-	}
-	_, err := lim.Release(r.grace, g, reason)
-	if err != nil {
-		r.leftHeld.Store(true)
-	}
-	return err
+	return r.grace.Release(lim, g, reason)
 }
 
 // close closes every Limiter of lims (returning their blocks, waiting for their give-backs),
 // waiting for them no longer than the run's grace, and notes when it gave up.
-func (r *runner) close(lims []*ratelimit.Limiter) {
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		for _, l := range lims {
-			l.Close()
-		}
-	}()
-	select {
-	case <-closed:
-	case <-r.grace.Done():
-		r.leftHeld.Store(true)
-	}
-}
+func (r *runner) close(lims []*ratelimit.Limiter) { r.grace.Close(lims...) }
 
 // think pauses for one think time (Config.Think), as a gateway waits for its upstream call
 // between Reserve and Commit, and records the pause for drive to leave out of the latency.
