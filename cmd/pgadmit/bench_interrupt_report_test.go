@@ -23,7 +23,7 @@ func TestBenchInterruptedReportsTheWorkloadsThatFinished(t *testing.T) {
 	// W4 has given its leases back: these are W7's workers', in their pause.
 	awaitHolds(t, pool, "the 4 W7 workers' leases", stderr, func(h dbHolds) bool { return h.leases == 4 })
 	interrupt()
-	awaitInterrupted(t, stdout, stderr, exited)
+	awaitInterrupted(t, stdout, stderr, exited, "bench")
 	out := stdout.String()
 	for _, want := range []string{
 		"W4: window limit 100: admitted: 100 (want 100) ok\n",

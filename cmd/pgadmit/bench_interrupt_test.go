@@ -67,22 +67,22 @@ func awaitHolds(t *testing.T, pool *pgxpool.Pool, what string, stderr *syncBuffe
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the database never held %s within 30s: %+v; bench's stderr:\n%s", what, h, stderr.String())
+			t.Fatalf("the database never held %s within 30s: %+v; stderr:\n%s", what, h, stderr.String())
 		}
 	}
 }
 
-// awaitInterrupted waits for bench to exit after its Ctrl-C, and requires it to say that it was
-// interrupted and exit 1.
-func awaitInterrupted(t *testing.T, stdout, stderr *syncBuffer, exited chan int) {
+// awaitInterrupted waits for pgadmit cmd (bench, demo) to exit after its Ctrl-C, and requires
+// it to say that it was interrupted and exit 1.
+func awaitInterrupted(t *testing.T, stdout, stderr *syncBuffer, exited chan int, cmd string) {
 	t.Helper()
 	select {
 	case code := <-exited:
-		if code != exitFailure || stderr.String() != "pgadmit bench: interrupted\n" {
-			t.Errorf("bench interrupted: exit %d, stderr %q; want exit 1, interrupted\nstdout:\n%s", code, stderr.String(), stdout.String())
+		if code != exitFailure || stderr.String() != "pgadmit "+cmd+": interrupted\n" {
+			t.Errorf("%s interrupted: exit %d, stderr %q; want exit 1, interrupted\nstdout:\n%s", cmd, code, stderr.String(), stdout.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("bench did not stop within 30s of Ctrl-C; stderr %q", stderr.String())
+		t.Fatalf("%s did not stop within 30s of Ctrl-C; stderr %q", cmd, stderr.String())
 	}
 }
 
@@ -112,7 +112,7 @@ func TestBenchInterruptedLeavesNothingHeld(t *testing.T) {
 			stdout, stderr, exited := startBench(ctx, url, c.args...)
 			awaitHolds(t, pool, c.while, stderr, c.ready)
 			interrupt()
-			awaitInterrupted(t, stdout, stderr, exited)
+			awaitInterrupted(t, stdout, stderr, exited, "bench")
 			if h := holdsOf(t, pool); h != (dbHolds{}) {
 				t.Errorf("bench %v interrupted while its database held %s left %+v held, want nothing", c.args, c.while, h)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -49,6 +50,13 @@ Exits 1 when the doctor finds problems, the killed instance's capacity did not c
 model's live leases or a key's requests went above their limit, or a live instance hit an
 error.
 
+Interrupted (Ctrl-C), it prints "interrupted" and no summary, having given back what its
+instances held: the tasks of their requests in flight are finished (cancelled, "interrupted"),
+releasing their reservations and leases, and the Limiters closed (with --http: the gateway
+stopped, its Limiter closed), for at most 5s: what a server that does not answer has not taken
+back by then stays held until a lease's TTL, its window's end or 'pgadmit recover' frees it (a
+warning says so).
+
 With --http, it runs an HTTP gateway instead (package httpadmit): a real server on 127.0.0.1
 admitting each request with the middleware, in front of a fake upstream that streams tokens
 as server-sent events, and --clients real HTTP clients on --keys API keys (default 20) for
@@ -76,6 +84,7 @@ type demo struct {
 	leaseTTL  time.Duration // concurrency lease TTL: far longer than the run, so only recovery frees a dead holder's slots
 
 	ops   *pgxpool.Pool // the operator's pool: recovery sweeper, sampling, summary
+	grace *grace.Grace  // bounds what an interrupted run gives back
 	start time.Time
 
 	mu       sync.Mutex
@@ -148,6 +157,8 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		return runHTTPDemo(ctx, a, *duration, *clients, *keys, *decisionTimeout)
 	}
 	began := time.Now()
+	gr := grace.After(ctx, grace.Default)
+	defer gr.End()
 
 	dsn, stop, err := a.database(ctx)
 	if err != nil {
@@ -158,7 +169,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer ops.Close()
+	defer func() { gr.ClosePool(ops) }()
 	version, err := a.migrate(ctx, ops)
 	if err != nil {
 		return err
@@ -168,7 +179,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 
-	d := &demo{a: a, out: a.stdout, ops: ops, taskLease: 4 * time.Second, leaseTTL: 10 * time.Minute,
+	d := &demo{a: a, out: a.stdout, ops: ops, grace: gr, taskLease: 4 * time.Second, leaseTTL: 10 * time.Minute,
 		prefix: "demo-" + bench.NewRunID()[:6] + "/"}
 	for i := range *keys {
 		plan := planPro
@@ -204,10 +215,10 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer pool.Close() // a no-op for an instance that was drained or killed
+		defer func() { gr.ClosePool(pool) }() // a no-op for an instance that was drained or killed
 		gctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		gws[i] = &gateway{d: d, name: name, pool: pool, lim: ratelimit.New(pool), ctx: gctx, cancel: cancel, inflight: map[string]*demoModel{}}
+		gws[i] = &gateway{d: d, name: name, pool: pool, lim: ratelimit.New(pool), ctx: gctx, cancel: cancel, inflight: map[string]string{}}
 	}
 
 	d.start = time.Now()
@@ -216,6 +227,19 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	bgWG.Add(2)
 	go func() { defer bgWG.Done(); d.sweep(bg) }()
 	go func() { defer bgWG.Done(); d.sample(bg) }()
+	// Interrupted, the demo gives back what its instances hold before it returns (and before
+	// their pools close).
+	defer func() {
+		if ctx.Err() == nil {
+			return
+		}
+		stopBG()
+		gr.Wait(bgWG.Wait)
+		d.giveBack(gws)
+		if gr.LeftHeld() {
+			fmt.Fprintf(a.stderr, "pgadmit demo: warning: %v\n", grace.ErrLeftHeld)
+		}
+	}()
 	for _, g := range gws {
 		g.start(*clients)
 	}
@@ -229,12 +253,6 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	for second := 1; ; second++ {
 		select {
 		case <-ctx.Done():
-			for _, g := range gws {
-				g.cancel()
-				g.wg.Wait()
-			}
-			stopBG()
-			bgWG.Wait()
 			return ctx.Err()
 		case <-tick.C:
 		}

@@ -95,8 +95,8 @@ type gateway struct {
 	draining atomic.Bool
 
 	mu       sync.Mutex
-	inflight map[string]*demoModel // unfinished tasks this instance created → their model
-	created  []pgtype.UUID         // every task this instance created
+	inflight map[string]string // unfinished tasks this instance created → their execution token
+	created  []pgtype.UUID     // every task this instance created
 }
 
 // start launches the instance's clients.
@@ -116,7 +116,7 @@ func (g *gateway) start(clients int) {
 
 // kill abandons everything the instance holds, then closes its pool; it returns the tasks that
 // were in flight (created and not finished) when it died.
-func (g *gateway) kill() map[string]*demoModel {
+func (g *gateway) kill() map[string]string {
 	g.killed.Store(true)
 	g.cancel()
 	g.wg.Wait() // the clients return at their next step, without cleanup
@@ -126,11 +126,13 @@ func (g *gateway) kill() map[string]*demoModel {
 	return g.inflight
 }
 
-// drain stops the clients after their current request.
+// drain stops the clients after their current request, and closes the instance's Limiter (within
+// the demo's grace once interrupted) and its pool.
 func (g *gateway) drain() {
 	g.draining.Store(true)
-	g.wg.Wait()
-	g.pool.Close()
+	g.d.grace.Wait(g.wg.Wait)
+	g.d.grace.Close(g.lim)
+	g.d.grace.ClosePool(g.pool)
 }
 
 // dead reports whether err is the instance dying under a request (its context cancelled).
@@ -161,8 +163,9 @@ func (g *gateway) request(rng *mrand.Rand, zipf *mrand.Zipf) {
 	g.st.requests.Add(1)
 	// Not cut off by a kill: a kill that landed after the server created the task would leave a
 	// task that nobody tracks, and the crash report (which follows the tasks the instance knew
-	// of) would miss it. The next step sees the kill.
-	task, err := g.lim.CreateTask(context.WithoutCancel(g.ctx), ratelimit.TaskSpec{Kind: "chat", Worker: g.name, LeaseTTL: d.taskLease})
+	// of) would miss it. The next step sees the kill. Nor by an interrupt, within its grace: the
+	// interrupted demo finishes the tasks it tracks.
+	task, err := g.lim.CreateTask(d.grace.Context(), ratelimit.TaskSpec{Kind: "chat", Worker: g.name, LeaseTTL: d.taskLease})
 	if g.dead(err) {
 		return
 	}
@@ -171,7 +174,7 @@ func (g *gateway) request(rng *mrand.Rand, zipf *mrand.Zipf) {
 		g.pause(100 * time.Millisecond)
 		return
 	}
-	g.track(task.ID, model)
+	g.track(task.ID, task.ExecutionToken)
 
 	grant, err := g.lim.Reserve(g.ctx, task.ID, task.AttemptID, []ratelimit.Limit{
 		{Scope: key.scope, Metric: ratelimit.MetricRequests, Limit: key.plan.requestsMin, Amount: 1, Window: time.Minute, Policy: key.plan.name},
@@ -277,11 +280,11 @@ func (g *gateway) pause(d time.Duration) bool {
 	}
 }
 
-func (g *gateway) track(taskID string, m *demoModel) {
+func (g *gateway) track(taskID, token string) {
 	var id pgtype.UUID
 	_ = id.Scan(taskID)
 	g.mu.Lock()
-	g.inflight[taskID] = m
+	g.inflight[taskID] = token
 	g.created = append(g.created, id)
 	g.mu.Unlock()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/deadserver"
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -43,6 +44,8 @@ type httpDemo struct {
 // The gateway fails a request closed when its decision takes longer than
 // decisionTimeout.
 func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, keys int, decisionTimeout time.Duration) error {
+	gr := grace.After(ctx, grace.Default)
+	defer gr.End()
 	dsn, stop, err := a.database(ctx)
 	if err != nil {
 		return err
@@ -52,7 +55,7 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer func() { gr.ClosePool(pool) }()
 	version, err := a.migrate(ctx, pool)
 	if err != nil {
 		return err
@@ -105,7 +108,16 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	if err != nil {
 		return err
 	}
-	defer gw.Close()
+	// The gateway stops (its requests in flight settle their admissions), then its Limiter closes
+	// (waiting for its give-backs, which the pool's Close would lose), within the grace once
+	// interrupted.
+	defer func() {
+		gr.Wait(gw.Close)
+		gr.Close(limiter)
+		if gr.LeftHeld() {
+			fmt.Fprintf(a.stderr, "pgadmit demo: warning: %v\n", grace.ErrLeftHeld)
+		}
+	}()
 	d.gateway = gw.url
 
 	fmt.Fprintf(d.out, "pgadmit demo --http: schema version %d; scopes of this run start with %q\n", version, d.prefix)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -143,7 +144,7 @@ func TestDemoFollowsTheCrashWhileDraining(t *testing.T) {
 	ctx := context.Background()
 	ops := pgtest.NewPool(t)
 	out := &syncWriter{}
-	d := &demo{out: out, ops: ops, start: time.Now()}
+	d := &demo{out: out, ops: ops, start: time.Now(), grace: grace.After(ctx, grace.Default)}
 	victim := &gateway{name: "gw-2"}
 	// A dead instance whose tasks hold nothing any more: recovery already gave it all back.
 	crash := &crashWatch{gw: victim, ids: []pgtype.UUID{}}
@@ -151,6 +152,7 @@ func TestDemoFollowsTheCrashWhileDraining(t *testing.T) {
 	// A live instance whose last client finishes only once the demo has seen the capacity come
 	// back (or after 10s, when it never looks).
 	live := &gateway{d: d, name: "gw-1", pool: pgtest.NewPool(t)}
+	live.lim = ratelimit.New(live.pool)
 	live.wg.Add(1)
 	var released time.Duration
 	go func() {
