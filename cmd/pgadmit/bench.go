@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -259,16 +260,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	leftHeld := false // bench.Run gave up giving back what its workers held (a frozen server)
-	defer func() {
-		if leftHeld {
-			// A Limiter's Close that Run gave up on may still wait for the server on a
-			// connection, and the pool's Close waits for every connection: the process
-			// exits without it.
-			go pool.Close()
-			return
-		}
-		pool.Close()
-	}()
+	defer func() { grace.ClosePool(pool, leftHeld) }()
 	var sampled *benchWaits
 	if *waits {
 		if sampled, err = startWaits(ctx, admin, poolCfg.ConnConfig.RuntimeParams["application_name"]); err != nil {

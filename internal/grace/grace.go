@@ -92,11 +92,14 @@ func (g *Grace) Close(lims ...*ratelimit.Limiter) {
 	})
 }
 
+// ClosePool closes pool as ClosePool does, with what the grace noted.
+func (g *Grace) ClosePool(pool *pgxpool.Pool) { ClosePool(pool, g.LeftHeld()) }
+
 // ClosePool closes pool, in the background when something was left held: a Limiter's Close
 // given up on may still wait for the server on a connection, and the pool's Close waits for
 // every connection, so the process exits without it.
-func (g *Grace) ClosePool(pool *pgxpool.Pool) {
-	if g.LeftHeld() {
+func ClosePool(pool *pgxpool.Pool, leftHeld bool) {
+	if leftHeld {
 		go pool.Close()
 		return
 	}
