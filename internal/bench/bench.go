@@ -87,8 +87,8 @@ const DefaultGrace = grace.Default
 
 // ErrLeftHeld is joined to Run's error when, after ctx ended, some of what the workers held
 // was not given back within Config.Grace (the server did not answer): a lease's TTL, a
-// window's end or Recover ends it.
-var ErrLeftHeld = errors.New("some of what the workers held was not given back in time: a lease's TTL, its window's end or 'pgadmit recover' frees it")
+// window's end or Recover ends it. It is the demo's too.
+var ErrLeftHeld = grace.ErrLeftHeld
 
 // Workload describes one workload.
 type Workload struct {
