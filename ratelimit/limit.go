@@ -84,11 +84,13 @@ type Limit struct {
 	// round trip to the database. Blocks are recorded in
 	// gateway_rate_limit_allotments and reserved in the window's counter,
 	// so the limit stays exact across processes. See the package
-	// documentation, "Local allotments". Window limits only; ignored
-	// inside a caller's transaction, on a Limiter made from a single
-	// connection (*pgx.Conn, *pgxpool.Conn), and for a Window not longer
-	// than AllotmentOptions.Margin (a block stops admitting Margin before
-	// its window ends, so it would admit nothing).
+	// documentation, "Local allotments". Window limits only: a
+	// concurrent limit, or a queue_size one of TaskSpec.QueueLimits, with
+	// Local set is a *ValidationError. Ignored inside a caller's
+	// transaction, on a Limiter made from a single connection (*pgx.Conn,
+	// *pgxpool.Conn), and for a Window not longer than
+	// AllotmentOptions.Margin (a block stops admitting Margin before its
+	// window ends, so it would admit nothing).
 	Local bool
 }
 

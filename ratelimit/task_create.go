@@ -210,6 +210,13 @@ func checkQueueLimit(ql Limit) error {
 	if ql.Metric != "" && ql.Metric != MetricQueueSize {
 		return &ValidationError{Field: "Metric", Value: shown(ql.Metric), Reason: "must be queue_size (window and concurrent limits go to Reserve)"}
 	}
+	if ql.Local {
+		// As Limit.Validate refuses it on a concurrent limit: a caller who
+		// set it expects a block in memory, and the queue is counted in the
+		// database all the same.
+		return &ValidationError{Field: "Local", Value: true,
+			Reason: "only window limits can be admitted from local allotments; queue places are always counted in the database"}
+	}
 	if err := validateAmount("Limit", ql.Limit); err != nil {
 		return err
 	}

@@ -359,6 +359,8 @@ func TestTaskInputValidation(t *testing.T) {
 		{"queue amount 2", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Amount = 2 })}, "QueueLimits[0].Amount"},
 		{"queue with window", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Window = time.Minute })}, "QueueLimits[0].Window"},
 		{"queue with lease", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.LeaseTTL = time.Minute })}, "QueueLimits[0].LeaseTTL"},
+		{"queue Local", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Local = true })}, "QueueLimits[0].Local"},
+		{"queue Local, no metric", ratelimit.TaskSpec{Async: true, QueueLimits: with(func(l *ratelimit.Limit) { l.Metric, l.Local = "", true })}, "QueueLimits[0].Local"},
 		{"queue twice", ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{q, q}}, "QueueLimits[1]"},
 	}
 	for _, tc := range createCases {
