@@ -157,63 +157,6 @@ func TestGrantOfAnotherDatabaseSettlesNothingThere(t *testing.T) {
 	assertBooksBalance(t, homePool, "api_key", key)
 }
 
-// A grant that names one reservation or lease twice (altered, or built by
-// hand) settles each once: the counter moves once, one of the two is
-// reported settled, and the lease counts once as released. Renewing or
-// releasing a list that names a lease twice does so once, no error.
-func TestSettlingTheSameRowTwiceInOneCallCountsItOnce(t *testing.T) {
-	t.Parallel()
-	l, pool := setup(t)
-	ctx := context.Background()
-	key := uniqueKey("k")
-	limits := []ratelimit.Limit{window("api_key", key, "tokens", 100, 10), concurrent("model", key, 5)}
-	grant, err := l.Reserve(ctx, "", "", limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	twice := grant
-	twice.Reservations = slices.Repeat(grant.Reservations, 2)
-	twice.Leases = slices.Repeat(grant.Leases, 2)
-	s, err := l.Commit(ctx, twice, map[string]float64{"tokens": 7})
-	if err != nil {
-		t.Fatalf("Commit of a grant naming its rows twice: %v", err)
-	}
-	settled := 0
-	for _, r := range s.Reservations {
-		if r.Status != ratelimit.StatusCommitted || r.Actual != 7 {
-			t.Errorf("outcome %+v, want committed with 7", r)
-		}
-		if r.Settled {
-			settled++
-		}
-	}
-	if len(s.Reservations) != 2 || settled != 1 || s.LeasesReleased != 1 || s.LeasesAlreadyReleased != 1 {
-		t.Errorf("Commit of a grant naming its rows twice = %+v; want two outcomes, one settled, one lease released and one already", s)
-	}
-	assertCounter(t, pool, key, "tokens", 7, 0)
-	if n := liveLeases(t, pool, "model", key); n != 0 {
-		t.Errorf("%d live leases, want 0", n)
-	}
-
-	grant, err = l.Reserve(ctx, "", "", limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := grant.Leases[0]
-	renewed, err := l.RenewLeases(ctx, []ratelimit.Lease{lease, lease})
-	if err != nil || len(renewed) != 2 || !renewed[0].ExpiresAt.Equal(renewed[1].ExpiresAt) {
-		t.Errorf("RenewLeases of one lease twice = %+v, %v; want it renewed, named twice with one expiry", renewed, err)
-	}
-	if n, err := l.ReleaseLeases(ctx, []ratelimit.Lease{lease, lease}, "twice"); err != nil || n != 1 {
-		t.Errorf("ReleaseLeases of one lease twice = %d, %v; want 1", n, err)
-	}
-	if _, err := l.Release(ctx, grant, ""); err != nil {
-		t.Fatal(err)
-	}
-	assertCounter(t, pool, key, "tokens", 7, 0)
-	assertBooksBalance(t, pool, "api_key", key)
-}
-
 // A Local limit that can never fit (a Limit of 0, an Amount above the
 // Limit) is refused as any limit is, not retryable, by Reserve and Check;
 // nothing is held.

@@ -20,13 +20,21 @@ import (
 // hand with a zero TTL is renewed by DefaultLeaseTTL. When some lease
 // had already expired or been released, the others are still renewed and
 // the error matches ErrLeaseLost; errors.As gives a *LeaseLostError naming
-// the lost ones. One round trip.
+// the lost ones. A malformed id, a TTL that is not a whole number of
+// seconds up to MaxLeaseTTL, or a lease listed twice (whatever the case of
+// its id) is a *ValidationError, and nothing is sent. One round trip.
 func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, error) {
 	if err := l.usable(); err != nil {
 		return nil, err
 	}
-	ids, err := parseIDs("Leases.ID", leaseIDStrings(leases))
+	texts := leaseIDStrings(leases)
+	ids, err := parseIDs("Leases.ID", texts)
 	if err != nil {
+		return nil, err
+	}
+	// One lease twice, with two TTLs, would be renewed by either, and both
+	// reported renewed by their own.
+	if err := sameIDTwice("Leases", "lease", ids, texts, nil, leasesNamedOnce); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
@@ -83,13 +91,18 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 
 // ReleaseLeases ends leases early and returns how many it released; leases
 // already released are skipped (idempotent). reason is recorded on each,
-// and validated as Release's is. One round trip.
+// and validated as Release's is. A malformed id, or a lease listed twice,
+// is a *ValidationError, and nothing is sent. One round trip.
 func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason string) (int, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
 	}
-	ids, err := parseIDs("Leases.ID", leaseIDStrings(leases))
+	texts := leaseIDStrings(leases)
+	ids, err := parseIDs("Leases.ID", texts)
 	if err != nil {
+		return 0, err
+	}
+	if err := sameIDTwice("Leases", "lease", ids, texts, nil, leasesNamedOnce); err != nil {
 		return 0, err
 	}
 	if err := validateReason(reason); err != nil {
@@ -159,10 +172,10 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	}
 	// A row named twice is not a grant Reserve returned; refused here, as
 	// the statement would link it before its count told it apart.
-	if err := sameIDTwice("Reservations", "reservation", rids, reservationIDs, at); err != nil {
+	if err := sameIDTwice("Reservations", "reservation", rids, reservationIDs, at, grantNamesOnce); err != nil {
 		return grant, err
 	}
-	if err := sameIDTwice("Leases", "lease", lids, leaseIDStrings(grant.Leases), nil); err != nil {
+	if err := sameIDTwice("Leases", "lease", lids, leaseIDStrings(grant.Leases), nil, grantNamesOnce); err != nil {
 		return grant, err
 	}
 	task, err := parseOptionalID("TaskID", grant.TaskID)
@@ -220,18 +233,30 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 
 // sameIDTwice refuses a list of ids (ids, parsed from texts) that names
 // one row twice, naming the second place by its position in the whole list
-// (see parseIDsAt), as parseIDsAt names a bad one ("Reservations.ID[2]").
-func sameIDTwice(list, what string, ids []pgtype.UUID, texts []string, at []int) error {
+// (see parseIDsAt), as parseIDsAt names a bad one ("Reservations.ID[2]"),
+// and saying why in: "a grant names each of its rows once".
+func sameIDTwice(list, what string, ids []pgtype.UUID, texts []string, at []int, why string) error {
+	if len(ids) < 2 {
+		return nil // nothing to compare: no map for a grant of one row
+	}
 	seen := make(map[[16]byte]int, len(ids))
 	for k, id := range ids {
 		if j, dup := seen[id.Bytes]; dup {
 			return &ValidationError{Field: fmt.Sprintf("%s.ID[%d]", list, place(at, k)), Value: shown(texts[k]),
-				Reason: fmt.Sprintf("same %s as %s.ID[%d]: a grant names each of its rows once", what, list, j)}
+				Reason: fmt.Sprintf("same %s as %s.ID[%d]: %s", what, list, j, why)}
 		}
 		seen[id.Bytes] = place(at, k)
 	}
 	return nil
 }
+
+// grantNamesOnce is why a grant that names a row twice is refused.
+const grantNamesOnce = "a grant names each of its rows once"
+
+// leasesNamedOnce is why RenewLeases and ReleaseLeases refuse a lease
+// listed twice: renewed by either of its TTLs, it could be reported
+// renewed by the other.
+const leasesNamedOnce = "a call names each lease once"
 
 // attachRefusal says why AttemptAttachGrant changed nothing, as Reserve's
 // task guard would: an attempt that names no row, one that no longer runs,

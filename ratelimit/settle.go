@@ -103,8 +103,9 @@ func (s Settlement) Overages() []ReservationOutcome {
 // *ValidationError, and nothing is written; so is a reservation whose
 // ScopeType, ScopeKey or Metric is not valid UTF-8, holds a NUL byte or
 // is longer than MaxScopeBytes, or whose WindowStart PostgreSQL cannot
-// hold (Commit and Release send them as the grant has them). One round
-// trip.
+// hold (Commit and Release send them as the grant has them), and so is a
+// grant that names one reservation or lease twice (not one Reserve
+// returned). One round trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	if err := l.usable(); err != nil {
 		return Settlement{}, err
@@ -132,7 +133,8 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 // Release gives a grant back unused: reservations are released, leases
 // ended. reason is recorded on each (at most MaxReasonBytes of valid UTF-8
 // without NUL bytes; a *ValidationError otherwise, and nothing is
-// written). Idempotent like Commit. One round trip.
+// written), and a grant Commit refuses as bad input (its estimates apart)
+// Release refuses too. Idempotent like Commit. One round trip.
 //
 // A Commit or Release whose ctx ends before it returns gets ctx's error,
 // and the grant may or may not be settled: a combined statement once sent
@@ -327,8 +329,17 @@ func newSettleRequest(grant Grant, status, reason string, amounts []float64, at 
 	if err != nil {
 		return settleRequest{}, err
 	}
-	leaseIDs, err := parseIDs("Leases.ID", leaseIDStrings(grant.Leases))
+	leaseTexts := leaseIDStrings(grant.Leases)
+	leaseIDs, err := parseIDs("Leases.ID", leaseTexts)
 	if err != nil {
+		return settleRequest{}, err
+	}
+	// A row named twice is settled once, at either place's amount, and
+	// the other place reported as not settled by this call.
+	if err := sameIDTwice("Reservations", "reservation", ids, reservationIDs, at, grantNamesOnce); err != nil {
+		return settleRequest{}, err
+	}
+	if err := sameIDTwice("Leases", "lease", leaseIDs, leaseTexts, nil, grantNamesOnce); err != nil {
 		return settleRequest{}, err
 	}
 	return settleRequest{reservations: grant.Reservations, ids: ids, amounts: amounts, status: status, reason: reason, leaseIDs: leaseIDs}, nil

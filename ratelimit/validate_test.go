@@ -121,7 +121,7 @@ func TestInvalidInputIsRefusedAndWritesNothing(t *testing.T) {
 	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: goodTask}, {ID: "nope"}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.ID[1]" {
 		t.Errorf("RenewLeases of a malformed lease: err = %v, want a *ValidationError on Leases.ID[1]", err)
 	}
-	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: goodTask}, {ID: goodTask, TTL: 1500 * time.Millisecond}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.TTL[1]" {
+	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: goodTask}, {ID: strings.Replace(goodTask, "4000", "4001", 1), TTL: 1500 * time.Millisecond}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.TTL[1]" {
 		t.Errorf("RenewLeases with a fractional TTL: err = %v, want a *ValidationError on Leases.TTL[1]", err)
 	}
 	if _, err := l.RenewLeases(ctx, []ratelimit.Lease{{ID: strings.ReplaceAll(goodTask, "-", "x")}}); !errors.As(err, &invalidLease) || invalidLease.Field != "Leases.ID[0]" {
