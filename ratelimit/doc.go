@@ -86,6 +86,19 @@
 // the blocks' own statements alongside the caller's. The README's "Local
 // allotments" says more, with measurements.
 //
+// # Grants
+//
+// Reserve returns a Grant: one Reservation per window limit and one Lease
+// per concurrent limit, each named by the id of its row (a UUID). Commit
+// and Release settle it, RenewLeases and ReleaseLeases take its leases,
+// and Attach links it to a task's attempt; a Grant survives JSON, so
+// another process may settle it. The ids are capabilities: whoever holds
+// one can commit, release, renew or attach what it names, and nothing
+// checks that the caller is the one Reserve answered (a Local
+// reservation's LocalID is one too, on the Limiter that admitted it).
+// Keep them where you would keep a session token: out of responses to
+// clients and out of logs anyone else reads.
+//
 // # Errors
 //
 // Bad input returns a *ValidationError naming the field

@@ -146,6 +146,20 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // that meets a FinishTask in flight waits for it and then finds the
 // attempt no longer running (ErrTaskFinished); a FinishTask that meets an
 // Attach in flight waits for it and settles what it linked.
+//
+// An Attach whose ctx ends before it returns gets ctx's error, and the
+// grant may or may not be linked: its statements are one implicit
+// transaction, linking all of the grant or none of it, which the server
+// may have committed before it learned of the cancel. Calling again with
+// the same attempt and grant is safe: rows already linked to the
+// attempt's task count as its own (AttemptAttachGrant refuses only rows of
+// another task), and linking them to the attempt again changes nothing,
+// so the retry returns what the first call would have. Once the attempt no
+// longer runs the retry gets ErrTaskFinished, linked or not: Release the
+// grant then, which leaves what FinishTask or Recover already settled
+// alone (Settled false). Inside a caller's transaction (WithTx), a
+// cancelled statement ends the transaction, and the link is rolled back
+// with it.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
 	if err := l.usable(); err != nil {
 		return grant, err
