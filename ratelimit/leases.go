@@ -250,19 +250,34 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 // (see parseIDsAt), as parseIDsAt names a bad one ("Reservations.ID[2]"),
 // and saying why in: "a grant names each of its rows once".
 func sameIDTwice(list, what string, ids []pgtype.UUID, texts []string, at []int, why string) error {
-	if len(ids) < 2 {
-		return nil // nothing to compare: no map for a grant of one row
+	twice := func(k, j int) error {
+		return &ValidationError{Field: fmt.Sprintf("%s.ID[%d]", list, place(at, k)), Value: shown(texts[k]),
+			Reason: fmt.Sprintf("same %s as %s.ID[%d]: %s", what, list, place(at, j), why)}
+	}
+	if len(ids) <= smallIDList {
+		// A grant of one Reserve, as nearly every Commit is: compared
+		// pairwise, with no map to allocate on the settle path.
+		for k := 1; k < len(ids); k++ {
+			for j := range k {
+				if ids[j].Bytes == ids[k].Bytes {
+					return twice(k, j)
+				}
+			}
+		}
+		return nil
 	}
 	seen := make(map[[16]byte]int, len(ids))
 	for k, id := range ids {
 		if j, dup := seen[id.Bytes]; dup {
-			return &ValidationError{Field: fmt.Sprintf("%s.ID[%d]", list, place(at, k)), Value: shown(texts[k]),
-				Reason: fmt.Sprintf("same %s as %s.ID[%d]: %s", what, list, j, why)}
+			return twice(k, j)
 		}
-		seen[id.Bytes] = place(at, k)
+		seen[id.Bytes] = k
 	}
 	return nil
 }
+
+// smallIDList is the longest list sameIDTwice compares pairwise.
+const smallIDList = 16
 
 // grantNamesOnce is why a grant that names a row twice is refused.
 const grantNamesOnce = "a grant names each of its rows once"

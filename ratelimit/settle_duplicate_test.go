@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,12 @@ func TestSettleAndLeaseCallsRefuseARowNamedTwice(t *testing.T) {
 	leaseTwice.Leases[1].TTL = 24 * time.Hour
 	leaseTwice.Leases[1].ID = strings.ToUpper(grant.Leases[0].ID)
 
+	var longLeaseTwice []ratelimit.Lease
+	for i := range 39 {
+		longLeaseTwice = append(longLeaseTwice, ratelimit.Lease{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i)})
+	}
+	longLeaseTwice = append(longLeaseTwice, longLeaseTwice[21])
+
 	cases := []struct {
 		name  string
 		call  func() error
@@ -48,6 +55,8 @@ func TestSettleAndLeaseCallsRefuseARowNamedTwice(t *testing.T) {
 		{"Release of a grant naming a lease twice", func() error { _, err := l.Release(ctx, leaseTwice, "twice"); return err }, "Leases.ID[1]"},
 		{"RenewLeases of a lease twice", func() error { _, err := l.RenewLeases(ctx, leaseTwice.Leases); return err }, "Leases.ID[1]"},
 		{"ReleaseLeases of a lease twice", func() error { _, err := l.ReleaseLeases(ctx, leaseTwice.Leases, "twice"); return err }, "Leases.ID[1]"},
+		// Past the lists compared pairwise (one Reserve's), a set of ids.
+		{"RenewLeases of a long list naming a lease twice", func() error { _, err := l.RenewLeases(ctx, longLeaseTwice); return err }, "Leases.ID[39]"},
 	}
 	for _, tc := range cases {
 		var err error
