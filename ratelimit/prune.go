@@ -93,12 +93,12 @@ var epoch = time.Unix(0, 0).UTC()
 // resumes from the position the previous run saved. Single flight like
 // Recover: while another process holds the prune lease the call returns at
 // once with Skipped set, and a run whose release of that lease fails says
-// so in its error, after its other errors if any. Like Recover, a stale reservation whose release
-// the server rejects is left, and the rest are released; a step the server
-// rejects does not stop the steps after it; the errors come back with what
-// was done. Releasing a stale reservation locks its counter, and waits for
-// a transaction that holds it: bound that with WithMaintenanceLockTimeout,
-// as for Recover.
+// so in its error, after its other errors if any. Like Recover, a stale
+// reservation whose release the server rejects is left, and the rest are
+// released; a step the server rejects does not stop the steps after it;
+// the errors come back with what was done. Releasing a stale reservation
+// locks its counter, and waits for a transaction that holds it: bound that
+// with WithMaintenanceLockTimeout, as for Recover.
 func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res PruneResult, err error) {
 	if err := m.usable(); err != nil {
 		return PruneResult{}, err
