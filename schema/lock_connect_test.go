@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -31,20 +29,7 @@ func TestMigrateWaitsOutAConnectTimeout(t *testing.T) {
 	url := pgtest.NewEmptyURL(t)
 
 	// Another migrator holds the lock row, on a pool of its own.
-	otherPool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(otherPool.Close)
-	otherDB := stdlib.OpenDBFromPool(otherPool)
-	t.Cleanup(func() { otherDB.Close() })
-	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Lock(ctx, otherDB); err != nil {
-		t.Fatal(err)
-	}
+	otherPool, unlock := pgtest.AnotherMigrator(t, ctx, url)
 
 	// This one goes through a proxy, with a short connect timeout.
 	cfg, err := pgxpool.ParseConfig(url)
@@ -81,7 +66,7 @@ func TestMigrateWaitsOutAConnectTimeout(t *testing.T) {
 		}
 	}
 	f.Thaw()
-	if err := other.Unlock(ctx, otherDB); err != nil {
+	if err := unlock(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-migrated; err != nil {

@@ -12,12 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
-	"github.com/pgadmit/pgadmit/schema"
 )
 
 // testMigrateProgressEvery is how often migrate says what it waits for in these tests: shorter
@@ -47,33 +44,12 @@ func startMigrateIn(ctx context.Context, url string, args ...string) (stdout, st
 	return stdout, stderr, exited
 }
 
-// anotherMigrator holds pgadmit's migration lock row on url, as another `migrate` would, its
-// heartbeat running until ctx ends; unlock gives the row up. Its pool is closed at the test's end.
-func anotherMigrator(t *testing.T, ctx context.Context, url string) (pool *pgxpool.Pool, unlock func() error) {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { sqlDB.Close() })
-	other, err := lock.NewPostgresTableLocker(lock.WithTableName(schema.LockTable), lock.WithTableLockID(schema.LockID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Lock(ctx, sqlDB); err != nil {
-		t.Fatal(err)
-	}
-	return pool, func() error { return other.Unlock(context.Background(), sqlDB) }
-}
-
 // migrate up behind another migrator's lock row says that it waits, and for what, instead of
 // sitting silent for up to the locker's 5 minutes; once the lock is free it migrates.
 func TestMigrateSaysItWaitsForTheLock(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURL(t)
-	_, unlock := anotherMigrator(t, context.Background(), url)
+	_, unlock := pgtest.AnotherMigrator(t, context.Background(), url)
 	stdout, stderr, exited := startMigrate(t, url, "up")
 	awaitLog(t, stderr, `^pgadmit migrate: waited [0-9]+s for the migration lock, which another migrator holds \(one that died frees it within 30s; the wait ends after 5m, or at Ctrl-C\)\n`)
 	if err := unlock(); err != nil {
@@ -99,7 +75,7 @@ func TestMigrateSaysItLostTheDatabaseWhileItWaits(t *testing.T) {
 	// The other migrator's heartbeat runs until lockCtx ends (it cannot give the row up once the
 	// server is gone).
 	lockCtx, stopHeartbeat := context.WithCancel(context.Background())
-	anotherMigrator(t, lockCtx, url)
+	pgtest.AnotherMigrator(t, lockCtx, url)
 	t.Cleanup(stopHeartbeat) // before the migrator's pool is closed
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
@@ -123,7 +99,7 @@ func TestMigrateSaysItLostTheDatabaseWhileItWaits(t *testing.T) {
 func TestMigrateSaysItsDatabaseFrozeWhileItWaits(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewEmptyURL(t)
-	pool, unlock := anotherMigrator(t, context.Background(), dbURL)
+	pool, unlock := pgtest.AnotherMigrator(t, context.Background(), dbURL)
 	t.Cleanup(func() { _ = unlock() })
 	// migrate goes through a freezer. A connection it opens once frozen waits out its connect
 	// timeout (goose's locker then tries again, on a new one): a long one keeps it on one try here.
