@@ -103,9 +103,9 @@ func TestOperatorReadsGiveUpOnALockedTable(t *testing.T) {
 }
 
 // A demo interrupted once its traffic time is up, while its live instances finish their requests
-// in flight, ends as an interrupted bench does: "interrupted" on stderr and no summary. It used
-// to print its closing tables as a finished run's (the counts of a drain cut short), then fail
-// to read the windows it checks and say "interrupted" after them.
+// in flight, ends with "interrupted" on stderr and no summary. It used to print its closing
+// tables as a finished run's (the counts of a drain cut short), then fail to read the windows it
+// checks and say "interrupted" after them.
 func TestDemoInterruptedWhileDrainingPrintsNoSummary(t *testing.T) {
 	t.Parallel()
 	url, pool := newDatabase(t)
