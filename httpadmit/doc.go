@@ -20,8 +20,10 @@
 // another goroutine waits for it. The request's reservation is released
 // instead when the handler calls Discard, or when it ends abnormally
 // without having reported usage: it panics (any panic, http.ErrAbortHandler
-// included; the panic goes on after the release), its client disconnects,
-// or a write to the client fails (a cut stream). When it had reported
+// included; the panic goes on after the release), its client disconnects
+// (ReasonClientDisconnected), its context's deadline passes
+// (ReasonRequestDeadlineExceeded: http.TimeoutHandler, a server's request
+// timeout), or a write to the client fails (a cut stream). When it had reported
 // usage, that usage is committed even then: the upstream spent it. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow

@@ -18,9 +18,15 @@ import (
 const (
 	// ReasonHandlerPanic releases a request whose handler panicked, or
 	// code the middleware called before it (an Observer, the logger).
-	ReasonHandlerPanic       = "handler_panic"
-	ReasonClientDisconnected = "client_disconnected"
-	ReasonStreamCut          = "stream_cut"
+	ReasonHandlerPanic = "handler_panic"
+	// ReasonClientDisconnected releases a request whose context was
+	// cancelled while its handler ran: its client went away.
+	// ReasonRequestDeadlineExceeded releases one whose context's deadline
+	// passed instead (http.TimeoutHandler, a server's request timeout): its
+	// client may still be waiting.
+	ReasonClientDisconnected      = "client_disconnected"
+	ReasonRequestDeadlineExceeded = "request_deadline_exceeded"
+	ReasonStreamCut               = "stream_cut"
 	// ReasonRefusedInside and ReasonUndecidedInside release a request
 	// admitted by one middleware and then answered by the default handlers
 	// of another inside it: refused (429), or not decided (400, 500, 503).
@@ -73,8 +79,9 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 			reason = ReasonHandlerPanic
 		case r.Context().Err() != nil:
 			// Checked before the handler's return reaches the server, which
-			// cancels the context only afterwards: the client went away.
-			reason = ReasonClientDisconnected
+			// cancels the context only afterwards: the client went away, or
+			// the request's deadline passed.
+			reason = endedReason(r.Context())
 		case rw.err != nil:
 			reason = ReasonStreamCut
 		}
@@ -93,6 +100,18 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 	stopRenewing = m.renewLeases(r.Context(), grant)
 	next.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
 	panicked = false
+}
+
+// endedReason is the reason a request whose context ended is released
+// with: ReasonRequestDeadlineExceeded when a deadline passed (the
+// context's own, or one its canceller gave as the cause), else
+// ReasonClientDisconnected (net/http cancels the context of a request
+// whose client left).
+func endedReason(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		return ReasonRequestDeadlineExceeded
+	}
+	return ReasonClientDisconnected
 }
 
 // releaseFor says how a request is settled after its handler ended (""

@@ -1,0 +1,110 @@
+package httpadmit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A request whose context's deadline passed (behind http.TimeoutHandler,
+// or a server's request timeout) is released with the reason
+// request_deadline_exceeded: it was released as client_disconnected,
+// though its client never left. A request whose client left (its context
+// cancelled) is still client_disconnected.
+func TestDeadlinePassedIsNoDisconnect(t *testing.T) {
+	t.Parallel()
+	const deadline = "request_deadline_exceeded"
+	t.Run("deadline passes while Reserve waits", func(t *testing.T) {
+		e := setup(t)
+		key := uniqueKey("k")
+		h := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil)) // the counter row, committed
+		ctx := context.Background()
+		blocker, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = blocker.Rollback(ctx) }()
+		if n, err := testq.OpsLockScopeCounters(ctx, blocker, dbtest.OpsLockScopeCountersParams{ScopeType: "api_key", ScopeKey: key}); err != nil || n == 0 {
+			t.Fatalf("OpsLockScopeCounters: %d rows, %v", n, err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		served := make(chan int)
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil).WithContext(rctx))
+			served <- rec.Code
+		}()
+		pgtest.AwaitLockWaiters(t, e.pool, "the request's Reserve")
+		<-rctx.Done()
+		if err := blocker.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if code := <-served; code != http.StatusOK {
+			t.Fatalf("code %d, want the request admitted (the decision has its own timeout)", code)
+		}
+		e.releasedAs(key, deadline)
+	})
+	t.Run("http.TimeoutHandler", func(t *testing.T) {
+		e := setup(t)
+		key := uniqueKey("k")
+		upstream := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }) // an upstream that never answers
+		h := http.TimeoutHandler(e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(upstream), 50*time.Millisecond, "timeout")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("code %d, want TimeoutHandler's 503", rec.Code)
+		}
+		e.releasedAs(key, deadline)
+	})
+	t.Run("client gone", func(t *testing.T) {
+		e := setup(t)
+		key := uniqueKey("k")
+		ctx, cancel := context.WithCancel(context.Background())
+		h := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			cancel() // the server cancels a request's context when its client leaves
+			<-r.Context().Done()
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx))
+		e.releasedAs(key, "client_disconnected")
+	})
+}
+
+// releasedAs fails the test unless, within a few seconds, the reservations
+// of key that are not committed are one, released with reason.
+func (e *env) releasedAs(key, reason string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		rows, err := testq.ReservationsByReason(context.Background(), e.pool, dbtest.ReservationsByReasonParams{ScopeType: "api_key", ScopeKey: key})
+		if err != nil {
+			e.t.Fatalf("ReservationsByReason: %v", err)
+		}
+		var released []dbtest.ReservationsByReasonRow
+		open := false
+		for _, r := range rows {
+			switch r.Status {
+			case ratelimit.StatusReleased:
+				released = append(released, r)
+			case ratelimit.StatusCommitted:
+			default:
+				open = true
+			}
+		}
+		if !open && len(released) > 0 {
+			if len(released) != 1 || released[0].Reason != reason || released[0].Reservations != 1 {
+				e.t.Fatalf("reservations %+v, want one released with reason %q", rows, reason)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("reservations %+v: none released within 5s", rows)
+		}
+	}
+}
