@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
+	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
 // Reserve admits a request against every limit, all or nothing: window
@@ -468,7 +469,9 @@ func (c leaseLimit) scopeKey() counterKey {
 	return counterKey{scopeType: c.Limit.Scope.Type, scopeKey: c.Limit.Scope.Key, metric: MetricConcurrent}
 }
 
-// windowExceeded explains a window limit that did not fit.
+// windowExceeded explains a window limit that did not fit. Its message
+// shows the metric and the scope as Doctor and inspect do (textcell): a
+// space or a newline of them must not split the caller's log line.
 func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.Time) *ExceededError {
 	l := w.Limit
 	current := used + reserved
@@ -479,13 +482,13 @@ func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.T
 		WindowSeconds: int(w.windowSeconds), ResetAt: resetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
-		e.Message = fmt.Sprintf("rate limit exceeded: %s amount %g is greater than limit %g on %s", l.Metric, l.Amount, l.Limit, l.Scope.text())
+		e.Message = fmt.Sprintf("rate limit exceeded: %s amount %g is greater than limit %g on %s", textcell.Show(l.Metric), l.Amount, l.Limit, l.Scope.text())
 		return e
 	}
 	e.Retryable = true
 	e.RetryAfter = max(resetAt.Sub(dbNow), time.Second)
 	e.Message = fmt.Sprintf("rate limit exceeded: %s window of %s has %g of %g left, %g needed; retry after %s",
-		l.Metric, l.Scope.text(), max(l.Limit-current, 0), l.Limit, l.Amount, e.RetryAfter.Round(time.Second))
+		textcell.Show(l.Metric), l.Scope.text(), max(l.Limit-current, 0), l.Limit, l.Amount, e.RetryAfter.Round(time.Second))
 	return e
 }
 

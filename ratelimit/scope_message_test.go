@@ -129,3 +129,41 @@ func TestPlainScopeInMessagesAsBefore(t *testing.T) {
 		t.Errorf("CreateTask of a duplicate: %v, want %s", err, want)
 	}
 }
+
+// The messages of a refusal show a window limit's metric as they show its
+// scope (textcell.Show): a metric with a space or a newline was printed
+// raw, so "cost usd" read as a metric "cost" followed by a word, and a
+// newline split the caller's log line. A plain metric reads as before.
+func TestMetricInMessagesIsUnambiguous(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	ctx := context.Background()
+	const metric = "cost usd\nx"
+	refusal := func(t *testing.T, lim ratelimit.Limit) string {
+		t.Helper()
+		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
+		var e *ratelimit.ExceededError
+		if !errors.As(err, &e) {
+			t.Fatalf("Reserve: %v, want an *ExceededError", err)
+		}
+		return e.Error()
+	}
+	tooBig := refusal(t, window("api_key", uniqueKey("k"), metric, 1, 2))
+	full := window("api_key", uniqueKey("k"), metric, 1, 1)
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
+		t.Fatalf("first Reserve: %v", err)
+	}
+	for name, got := range map[string]string{"amount too big": tooBig, "window full": refusal(t, full)} {
+		if strings.Contains(got, "\n") || !strings.HasPrefix(got, `rate limit exceeded: "cost usd\nx" `) {
+			t.Errorf("%s: %q, want the metric Go-quoted on one line", name, got)
+		}
+	}
+	plain := window("api_key", uniqueKey("k"), "tokens", 1, 1)
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{plain}); err != nil {
+		t.Fatalf("first Reserve: %v", err)
+	}
+	want := "rate limit exceeded: tokens window of " + plain.Scope.Type + ":" + plain.Scope.Key + " has 0 of 1 left, 1 needed; retry after "
+	if got := refusal(t, plain); !strings.HasPrefix(got, want) {
+		t.Errorf("plain metric: %q, want it to begin %q as before", got, want)
+	}
+}
