@@ -180,16 +180,14 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if err != nil {
 		return grant, err
 	}
-	lids, err := parseIDs("Leases.ID", leaseIDStrings(grant.Leases))
+	leaseTexts := leaseIDStrings(grant.Leases)
+	lids, err := parseIDs("Leases.ID", leaseTexts)
 	if err != nil {
 		return grant, err
 	}
 	// A row named twice is not a grant Reserve returned; refused here, as
 	// the statement would link it before its count told it apart.
-	if err := sameIDTwice("Reservations", "reservation", rids, reservationIDs, at, grantNamesOnce); err != nil {
-		return grant, err
-	}
-	if err := sameIDTwice("Leases", "lease", lids, leaseIDStrings(grant.Leases), nil, grantNamesOnce); err != nil {
+	if err := grantRowsOnce(rids, reservationIDs, at, lids, leaseTexts); err != nil {
 		return grant, err
 	}
 	task, err := parseOptionalID("TaskID", grant.TaskID)
@@ -274,6 +272,16 @@ func sameIDTwice(list, what string, ids []pgtype.UUID, texts []string, at []int,
 		seen[id.Bytes] = k
 	}
 	return nil
+}
+
+// grantRowsOnce refuses a grant (its reservations' ids, parsed from
+// rtexts, at their places at, and its leases' ids, parsed from ltexts)
+// that names one row twice: not a grant Reserve returned.
+func grantRowsOnce(rids []pgtype.UUID, rtexts []string, at []int, lids []pgtype.UUID, ltexts []string) error {
+	if err := sameIDTwice("Reservations", "reservation", rids, rtexts, at, grantNamesOnce); err != nil {
+		return err
+	}
+	return sameIDTwice("Leases", "lease", lids, ltexts, nil, grantNamesOnce)
 }
 
 // smallIDList is the longest list sameIDTwice compares pairwise.

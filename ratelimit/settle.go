@@ -336,10 +336,7 @@ func newSettleRequest(grant Grant, status, reason string, amounts []float64, at 
 	}
 	// A row named twice is settled once, at either place's amount, and
 	// the other place reported as not settled by this call.
-	if err := sameIDTwice("Reservations", "reservation", ids, reservationIDs, at, grantNamesOnce); err != nil {
-		return settleRequest{}, err
-	}
-	if err := sameIDTwice("Leases", "lease", leaseIDs, leaseTexts, nil, grantNamesOnce); err != nil {
+	if err := grantRowsOnce(ids, reservationIDs, at, leaseIDs, leaseTexts); err != nil {
 		return settleRequest{}, err
 	}
 	return settleRequest{reservations: grant.Reservations, ids: ids, amounts: amounts, status: status, reason: reason, leaseIDs: leaseIDs}, nil
