@@ -244,7 +244,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	out, err := r.run(ctx, done)
 	// Close waits for the give-backs of what a Reserve cut short by ctx granted: they would be
 	// lost with the pool.
-	r.close(r.lims)
+	r.grace.Close(r.lims...)
 	if gr.LeftHeld() {
 		err = errors.Join(err, ErrLeftHeld)
 	}
@@ -438,13 +438,13 @@ func (r *runner) reserveCommitOn(ctx context.Context, lims []*ratelimit.Limiter,
 	if ctx.Err() != nil {
 		// Interrupted in the pause, as a gateway whose upstream call was cut off: the grant
 		// goes back now, not at its lease's TTL or its window's end.
-		_ = r.release(lim, g, reasonInterrupted)
+		_ = r.grace.Release(lim, g, reasonInterrupted)
 		return ctx.Err()
 	}
 	if _, err := lim.Commit(ctx, g, actual); err != nil {
 		if ctx.Err() != nil {
 			// Interrupted mid-Commit, the grant settled or not: Release settles what is open.
-			_ = r.release(lim, g, reasonInterrupted)
+			_ = r.grace.Release(lim, g, reasonInterrupted)
 		}
 		return errCommit{err}
 	}
@@ -453,15 +453,6 @@ func (r *runner) reserveCommitOn(ctx context.Context, lims []*ratelimit.Limiter,
 
 // reasonInterrupted is recorded on what a worker held when the run was interrupted.
 const reasonInterrupted = "bench interrupted"
-
-// release gives g back on lim within the run's grace, and notes when it could not.
-func (r *runner) release(lim *ratelimit.Limiter, g ratelimit.Grant, reason string) error {
-	return r.grace.Release(lim, g, reason)
-}
-
-// close closes every Limiter of lims (returning their blocks, waiting for their give-backs),
-// waiting for them no longer than the run's grace, and notes when it gave up.
-func (r *runner) close(lims []*ratelimit.Limiter) { r.grace.Close(lims...) }
 
 // think pauses for one think time (Config.Think), as a gateway waits for its upstream call
 // between Reserve and Commit, and records the pause for drive to leave out of the latency.

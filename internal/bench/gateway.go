@@ -36,11 +36,12 @@ func (r *runner) w6(ctx context.Context) (Result, error) {
 }
 
 // W7 and W8 run on Limiters of their own (one per instance): each holds the
-// blocks of its Local limits, and close returns them at the workload's end.
+// blocks of its Local limits, which the workload's end returns, closing them
+// within the run's grace.
 
 func (r *runner) w7(ctx context.Context) (Result, error) {
 	lims := r.limiters()
-	defer r.close(lims)
+	defer r.grace.Close(lims...)
 	return r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, true), gatewayActual)
 	})
@@ -48,7 +49,7 @@ func (r *runner) w7(ctx context.Context) (Result, error) {
 
 func (r *runner) w8(ctx context.Context) (Result, error) {
 	lims := r.limiters()
-	defer r.close(lims)
+	defer r.grace.Close(lims...)
 	limit := requestsLimit(r.key("hot-local"))
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}

@@ -37,7 +37,7 @@ func (r *runner) w4(ctx context.Context) (_ Result, err error) {
 	// interrupted one's too (under the run's grace: 100 reservations in an hour's window, 10
 	// leases for 10 minutes). The workers have returned: grants is whole.
 	defer func() {
-		if rerr := r.release(r.lims[0], grants, "bench cleanup"); rerr != nil && err == nil {
+		if rerr := r.grace.Release(r.lims[0], grants, "bench cleanup"); rerr != nil && err == nil {
 			err = fmt.Errorf("release W4 grants: %w", rerr)
 		}
 	}()
