@@ -107,6 +107,45 @@ func TestWidth(t *testing.T) {
 	}
 }
 
+// An emoji made of several runes (a grapheme cluster: a skin tone, a flag,
+// a ZWJ sequence, a subdivision flag's tags) is one emoji, two columns, as
+// terminals that draw it as one do; counted rune by rune it took up to 8.
+func TestWidthOfEmojiSequences(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"\U0001F44D\U0001F3FD", 2},                                                   // thumbs up, medium skin tone
+		{"\U0001F44B\U0001F3FBx", 3},                                                  // waving hand, light skin tone, then x
+		{"\u261D\U0001F3FD", 2},                                                       // a narrow pictograph made an emoji by its skin tone
+		{"a\U0001F3FD", 3},                                                            // a letter and a skin tone swatch apart
+		{"\U0001F3FD", 2},                                                             // a skin tone swatch alone
+		{"\U0001F3FD\U0001F3FD", 4},                                                   // two swatches
+		{"\U0001F1EB\U0001F1F7", 2},                                                   // a flag: two regional indicators
+		{"\U0001F1EB\U0001F1F7\U0001F1E9\U0001F1EA", 4},                               // two flags
+		{"\U0001F1EB\U0001F1F7\U0001F1E9", 3},                                         // a flag and a letter alone
+		{"\U0001F1EB\U0001F1F7\ufe0f", 2},                                             // a selector adds nothing to a flag
+		{"\U0001F469\u200d\U0001F4BB", 2},                                             // woman technologist
+		{"\U0001F469\U0001F3FD\u200d\U0001F4BB", 2},                                   // the same, medium skin tone
+		{"\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466", 2},             // a family
+		{"\u2764\ufe0f\u200d\U0001F525", 2},                                           // heart on fire
+		{"\U0001F3F3\ufe0f\u200d\U0001F308", 2},                                       // rainbow flag
+		{"\U0001F3F3\ufe0f\u200d\u26A7\ufe0f", 2},                                     // transgender flag: narrow pictographs
+		{"\U0001F3C3\u200d\u2640\ufe0f", 2},                                           // woman running
+		{"\U0001F441\ufe0f\u200d\U0001F5E8\ufe0f", 2},                                 // eye in speech bubble
+		{"\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F", 2}, // England's flag
+		{"a\U0001F469\u200d\U0001F4BBb", 4},                                           // narrow, emoji, narrow
+		{"\U0001F469\u200d\U0001F4BB\U0001F469\u200d\U0001F4BB", 4},                   // two emoji
+		{"\U0001F469\u200d", 2},                                                       // a ZWJ with nothing to join
+		{"\U0001F469\u200dx", 3},                                                      // nor a letter
+	} {
+		if got := textcell.Width(c.in); got != c.want {
+			t.Errorf("Width(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
 // The table of wide ranges is in order and its ranges apart, as Width's
 // search needs: the first and last rune of each is wide, the runes around it
 // are not.
@@ -207,6 +246,30 @@ func TestTableLinesUpEmojiPresentation(t *testing.T) {
 		"api_key:\u2764\ufe0f       1\n" +
 		"api_key:\u2764\ufe0fteam   2\n" +
 		"api_key:team-42  3\n"
+	if out.String() != want {
+		t.Errorf("Table wrote\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// A column after an emoji of several runes begins where it does after any
+// other cell of its width: a skin tone (shown as it is) counted two more.
+func TestTableLinesUpEmojiSequences(t *testing.T) {
+	t.Parallel()
+	var table textcell.Table
+	for _, key := range []string{"\U0001F44D\U0001F3FD", "\U0001F1EB\U0001F1F7", "\U0001F469\u200d\U0001F4BB", "ab"} {
+		table.Row("api_key:"+textcell.Show(key), "1")
+	}
+	var out bytes.Buffer
+	if _, err := table.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	// Show escapes the ZWJ, a format character: its cell takes 20 columns,
+	// the others 10, padded with 12 spaces.
+	pad := strings.Repeat(" ", 12)
+	want := "api_key:\U0001F44D\U0001F3FD" + pad + "1\n" +
+		"api_key:\U0001F1EB\U0001F1F7" + pad + "1\n" +
+		"api_key:\"\U0001F469\\u200d\U0001F4BB\"  1\n" +
+		"api_key:ab" + pad + "1\n"
 	if out.String() != want {
 		t.Errorf("Table wrote\n%s\nwant\n%s", out.String(), want)
 	}

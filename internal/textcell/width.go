@@ -1,42 +1,73 @@
 package textcell
 
-import "sort"
+import (
+	"sort"
+	"unicode"
+)
 
 // Width returns how many columns of a terminal s takes: two for each East Asian Wide or
 // Fullwidth character (CJK ideographs, kana, Hangul syllables, fullwidth forms, most emoji: the
-// wide table below), none for a nonspacing or enclosing mark (unicode.Mn, Me: an accent that
-// combines with the character before it, a variation selector), one for any other. A character
-// of one column followed by U+FE0F (variation selector 16, emoji presentation: "\u2764\ufe0f",
-// a red heart; "#\ufe0f\u20e3", a keycap) counts two, as most terminals draw it: an emoji, as
-// wide as one of the table (a few draw it one column, or two only for the sequences Unicode
-// lists in emoji-variation-sequences.txt). It is meant for what Show returns (printable text, or
-// Go-quoted text, printable too); a control character counts one. Terminals differ on a few
-// scripts (Indic spacing marks, Hangul jamo): it is the width they agree on for CJK text and
-// combining accents.
+// wide table below, of Unicode 15.0), none for a nonspacing or enclosing mark (unicode.Mn, Me:
+// an accent that combines with the character before it, a variation selector), one for any
+// other. A character of one column followed by U+FE0F (variation selector 16, emoji
+// presentation: "\u2764\ufe0f", a red heart; "#\ufe0f\u20e3", a keycap) counts two, as most
+// terminals draw it: an emoji, as wide as one of the table (a few draw it one column, or two only
+// for the sequences Unicode lists in emoji-variation-sequences.txt); so do two regional
+// indicators (a flag) and a pictograph (unicode.So) followed by a skin tone ("\u261d\U0001f3fd").
+//
+// What extends an emoji adds nothing, as terminals that draw the whole as one emoji do (those
+// that draw its pieces apart take more): a mark, a skin tone ("\U0001f44d\U0001f3fd"), the tags
+// of a subdivision flag, and a pictograph joined by U+200D ZWJ ("\U0001f469\u200d\U0001f4bb").
+// That is a grapheme cluster (UAX #29) made of emoji, with unicode.So for Extended_Pictographic,
+// which the standard library has no table of.
+//
+// It is meant for what Show returns (printable text, or Go-quoted text, printable too: Show
+// escapes a ZWJ and tags, format characters); a control or format character counts one.
+// Terminals differ on a few scripts (Indic spacing marks, Hangul jamo): it is the width they
+// agree on for CJK text and combining accents.
 func Width(s string) int {
 	n := 0
-	base := 0 // the columns of the last rune that is no mark: the one a selector makes an emoji
+	base, last := 0, rune(0) // the columns of the last rune that is no mark, and that rune
+	emoji := false           // the runes from last on are one emoji, its two columns counted
+	join := false            // that emoji ends with a ZWJ: a pictograph after it joins it
 	for _, r := range s {
+		if emoji {
+			if isMark(r) || isModifier(r) || isTag(r) || r == zwj || join && unicode.Is(unicode.So, r) {
+				join = r == zwj
+				continue
+			}
+			emoji, join = false, false
+		}
 		switch {
 		case r < 0x300: // Latin and the IPA: neither wide nor a mark
 			n++
-			base = 1
-		case r == 0xFE0F:
-			if base == 1 {
-				n++
-				base = 2
-			}
+			base, last = 1, r
+		case base == 1 && (r == 0xFE0F || isModifier(r) && unicode.Is(unicode.So, last) || isRegional(r) && isRegional(last)):
+			n++ // last drawn as an emoji
+			base, emoji = 2, true
 		case isMark(r):
 		case isWide(r):
 			n += 2
-			base = 2
+			base, last, emoji = 2, r, unicode.Is(unicode.So, r)
 		default:
 			n++
-			base = 1
+			base, last = 1, r
 		}
 	}
 	return n
 }
+
+// zwj is U+200D ZERO WIDTH JOINER, which joins emoji into one (a ZWJ sequence).
+const zwj = 0x200D
+
+// isModifier reports whether r is an emoji modifier, a skin tone (U+1F3FB..U+1F3FF).
+func isModifier(r rune) bool { return r >= 0x1F3FB && r <= 0x1F3FF }
+
+// isRegional reports whether r is a regional indicator, half a flag (U+1F1E6..U+1F1FF).
+func isRegional(r rune) bool { return r >= 0x1F1E6 && r <= 0x1F1FF }
+
+// isTag reports whether r is a tag (U+E0020..U+E007F), which a subdivision flag's emoji takes.
+func isTag(r rune) bool { return r >= 0xE0020 && r <= 0xE007F }
 
 func isWide(r rune) bool {
 	i := sort.Search(len(wide), func(i int) bool { return wide[i].last >= r })
