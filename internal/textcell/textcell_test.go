@@ -173,6 +173,17 @@ func TestWideRangesInOrder(t *testing.T) {
 	}
 }
 
+// The wide table is of Unicode 15.0.0, the version of Go's unicode package
+// that isMark and Show read: when Go moves on, the two would disagree on
+// the characters the new version adds, until the table is made again (see
+// wide in width.go).
+func TestWideTableIsOfGosUnicode(t *testing.T) {
+	t.Parallel()
+	if unicode.Version != "15.0.0" {
+		t.Errorf("unicode.Version is %s, the wide table's 15.0.0: make the table again from golang.org/x/text/width", unicode.Version)
+	}
+}
+
 // For ASCII text a Table lays out its columns as text/tabwriter (padding 2)
 // does: as inspect's tables were.
 func TestTableIsTabwriterForASCII(t *testing.T) {
