@@ -190,7 +190,7 @@ func validateQueueLimits(limits []Limit) ([]Limit, error) {
 		}
 		key := [2]string{ql.Scope.Type, ql.Scope.Key}
 		if j, dup := seen[key]; dup {
-			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: fmt.Sprintf("%q", ql.Scope.text()),
+			return nil, &ValidationError{Field: fmt.Sprintf("QueueLimits[%d]", i), Value: shown(ql.Scope.text()),
 				Reason: fmt.Sprintf("same queue scope as QueueLimits[%d]", j)}
 		}
 		seen[key] = i

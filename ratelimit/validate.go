@@ -94,7 +94,7 @@ func splitLimits(limits []Limit) ([]windowLimit, []leaseLimit, error) {
 			key.window = 0 // a concurrency limit has no window: one per scope
 		}
 		if j, dup := seen[key]; dup {
-			return nil, nil, &ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: fmt.Sprintf("%q", l.Scope.text()+" "+textcell.Show(l.Metric)),
+			return nil, nil, &ValidationError{Field: fmt.Sprintf("Limits[%d]", i), Value: shown(l.Scope.text() + " " + textcell.Show(l.Metric)),
 				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}
 		}
 		seen[key] = i

@@ -15,7 +15,7 @@ import (
 // A *ValidationError shows the text it refused quoted and cut short, as
 // validateOptionalText always did, wherever the text comes from: an id, a
 // token, an async task's Worker, an outcome's Status, a queue limit's
-// Metric, blank text. The message stays short, valid UTF-8, on one line
+// Metric, blank text, the scope of two limits on one counter or queue. The message stays short, valid UTF-8, on one line
 // and without NUL bytes, whatever the caller passed (a header's value, say):
 // a malformed id used to be echoed whole and raw, 100 kB, a newline and
 // bytes that are not UTF-8 into the caller's log. Nothing is written.
@@ -28,6 +28,7 @@ func TestValidationErrorsShowRefusedTextQuotedAndShort(t *testing.T) {
 	const id = "123e4567-e89b-12d3-a456-426614174000"
 	bad := "x\nforged log line \xff\xfe\x00" + strings.Repeat("y", 100_000)
 	blank := strings.Repeat(" ", 100_000)
+	escapes := strings.Repeat("\x1b", ratelimit.MaxScopeBytes) // the longest scope text, each byte shown as 4
 	tests := []struct {
 		name  string
 		call  func() error
@@ -62,6 +63,17 @@ func TestValidationErrorsShowRefusedTextQuotedAndShort(t *testing.T) {
 			_, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{q}})
 			return err
 		}, "QueueLimits[0].Metric"},
+		{"Reserve duplicate limit", func() error {
+			lim := window(escapes, escapes, escapes, 1, 1)
+			_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim, lim})
+			return err
+		}, "Limits[1]"},
+		{"CreateTask duplicate queue limit", func() error {
+			q := queueLimit(escapes, 1)
+			q.Scope.Type = escapes
+			_, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{q, q}})
+			return err
+		}, "QueueLimits[1]"},
 		{"FinishTask status", func() error {
 			_, err := l.FinishTask(ctx, running.ID, running.ExecutionToken, ratelimit.Outcome{Status: bad})
 			return err
