@@ -33,7 +33,8 @@ func TestScopeQuotesATypeThatHoldsAColon(t *testing.T) {
 func TestParseScopeReadsWhatScopeShows(t *testing.T) {
 	t.Parallel()
 	texts := []string{"api_key", "team-42", "a:b", ":", "a:", ":b", `"`, `"a"`, `"a:b":c`, `a"b`, "team a", " ", "",
-		"\ufe0f", "\u0301x", "e\u0301", "\u3164", "evil\nkey", "\x1b[31m", "\xff", `\`, `\"`, "東京:本社", "\u2764\ufe0f"}
+		"\ufe0f", "\u0301x", "e\u0301", "\u3164", "evil\nkey", "\x1b[31m", "\xff", `\`, `\"`, "東京:本社", "\u2764\ufe0f",
+		"team\u034f", "a\ufe0f", "\u2764\ufe0f\ufe0f", "\u845b\U000e0100"}
 	for _, typ := range texts {
 		for _, key := range texts {
 			shown := textcell.Scope(typ, key)

@@ -49,7 +49,22 @@ func TestShow(t *testing.T) {
 		// A mark after its base stays as it is, quoted or not.
 		{"e\u0301quipe", "e\u0301quipe"},
 		{"e\u0301quipe a", "\"e\u0301quipe a\""},
-		{"\u2764\ufe0f", "\u2764\ufe0f"}, // an emoji with its presentation selector
+		{"\u2764\ufe0f", "\u2764\ufe0f"},   // an emoji with its presentation selector
+		{"\u2764\ufe0e", "\u2764\ufe0e"},   // the same, text presentation
+		{"#\ufe0f\u20e3", "#\ufe0f\u20e3"}, // a keycap
+		{"\u203c\ufe0f", "\u203c\ufe0f"},   // a double exclamation mark, emoji presentation
+		// A mark that draws nothing after its base (a variation selector where
+		// it selects nothing, a combining grapheme joiner, a Mongolian free
+		// variation selector, an ideographic variation selector) is escaped:
+		// as it is, "team\u034f" looked like "team".
+		{"team\u034f", `"team\u034f"`},
+		{"team\ufe0f", `"team\ufe0f"`},
+		{"team\ufe0e", `"team\ufe0e"`},
+		{"team\ufe00", `"team\ufe00"`},
+		{"\u2764\ufe0f\ufe0f", "\"\u2764\ufe0f\\ufe0f\""}, // a second selector
+		{"\u1820\u180b", "\"\u1820\\u180b\""},
+		{"\u845b\U000e0100", "\"\u845b\\U000e0100\""},
+		{"\u17b4", `"\u17b4"`},
 		// Hangul fillers and the Braille blank are letters and symbols that draw
 		// nothing: quoted and escaped as a space is.
 		{"\u3164", `"\u3164"`},
@@ -98,6 +113,8 @@ func TestWidth(t *testing.T) {
 		{"\u2764\ufe0f\ufe0f", 2},       // a second selector adds nothing
 		{"a\u2764\ufe0fb", 4},           // narrow, emoji, narrow
 		{"\u2764\ufe0f\u2764\ufe0f", 4}, // two emoji
+		{"team\ufe0f", 4},               // a letter has no emoji presentation
+		{"1\ufe0f", 2},                  // a digit has, as a keycap's base
 		{"\uff61", 1},                   // halfwidth ideographic full stop
 		{"\u115f\u1160", 3},             // a wide Hangul choseong filler, then a narrow jungseong one
 	} {

@@ -9,11 +9,12 @@ import (
 // Fullwidth character (CJK ideographs, kana, Hangul syllables, fullwidth forms, most emoji: the
 // wide table below, of Unicode 15.0), none for a nonspacing or enclosing mark (unicode.Mn, Me:
 // an accent that combines with the character before it, a variation selector), one for any
-// other. A character of one column followed by U+FE0F (variation selector 16, emoji
-// presentation: "\u2764\ufe0f", a red heart; "#\ufe0f\u20e3", a keycap) counts two, as most
-// terminals draw it: an emoji, as wide as one of the table (a few draw it one column, or two only
-// for the sequences Unicode lists in emoji-variation-sequences.txt); so do two regional
-// indicators (a flag) and a pictograph (unicode.So) followed by a skin tone ("\u261d\U0001f3fd").
+// other. A character of one column that may be an emoji (presents: a symbol, a keycap's base)
+// followed by U+FE0F (variation selector 16, emoji presentation: "\u2764\ufe0f", a red heart;
+// "#\ufe0f\u20e3", a keycap) counts two, as most terminals draw it: an emoji, as wide as one of
+// the table (a few draw it one column, or two only for the sequences Unicode lists in
+// emoji-variation-sequences.txt); so do two regional indicators (a flag) and a pictograph
+// (unicode.So) followed by a skin tone ("\u261d\U0001f3fd").
 //
 // What extends an emoji adds nothing, as terminals that draw the whole as one emoji do (those
 // that draw its pieces apart take more): a mark, a skin tone ("\U0001f44d\U0001f3fd"), the tags
@@ -42,7 +43,7 @@ func Width(s string) int {
 		case r < 0x300: // Latin and the IPA: neither wide nor a mark
 			n++
 			base, last = 1, r
-		case base == 1 && (r == 0xFE0F || isModifier(r) && unicode.Is(unicode.So, last) || isRegional(r) && isRegional(last)):
+		case base == 1 && (r == 0xFE0F && presents(last) || isModifier(r) && unicode.Is(unicode.So, last) || isRegional(r) && isRegional(last)):
 			n++ // last drawn as an emoji
 			base, emoji = 2, true
 		case isMark(r):
