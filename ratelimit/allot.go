@@ -234,6 +234,16 @@ func (a *allotments) windowEnding(windowSeconds int32) bool {
 	return a.pastMargin(now, time.Unix(0, ns-ns%w+w))
 }
 
+// stuckAfter is how long after its window's end a block waits for the
+// requests it admitted that are still in flight: allotStuckAfter, unless a
+// test set it.
+func (a *allotments) stuckAfter() time.Duration {
+	if d := a.l.opts.stuckAfter; d > 0 {
+		return d
+	}
+	return allotStuckAfter
+}
+
 // pastMargin reports whether now is within Margin of resetAt, a window's
 // end: no block admits from that window any more.
 func (a *allotments) pastMargin(now, resetAt time.Time) bool {

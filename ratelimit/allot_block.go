@@ -50,6 +50,10 @@ type block struct {
 	trimmed     bool   // closed, and trimmed in the database to what it admitted
 	gone        bool   // returned: later settlements change nothing in the database
 	abandoned   bool   // Close could not return it: left to Recover (abandonUnreturned)
+	// endsLocal is resetAt on this host's monotonic clock, as the estimate
+	// of the database's clock put it when the block was taken: a step back
+	// of that clock puts off the window's end on it, not on this one.
+	endsLocal time.Time
 	// admissions are those admitted from the block by sequence, for
 	// settling a copy of a grant that names one by its LocalID; dropped
 	// when the block is returned. Once the block is closed it keeps only
@@ -338,8 +342,9 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 	if !row.AllotmentID.Valid || row.Granted <= 0 {
 		return nil, true
 	}
+	now := time.Now()
 	return &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
-		limit: w.Limit.Limit, granted: row.Granted, lastUse: time.Now()}, true
+		limit: w.Limit.Limit, granted: row.Granted, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}, true
 }
 
 // wantLocked sizes the next block: what this process admits on the
@@ -419,7 +424,7 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 		case b.inflight == 0:
 			done = append(done, returning{set: s, b: b, used: b.used, reason: b.reason})
 			b.gone = true
-		case closing || now.After(b.resetAt.Add(allotStuckAfter)):
+		case closing || b.stuck(now, s.a.stuckAfter()):
 			done = append(done, returning{set: s, b: b, used: b.used + b.reserved, reason: b.reason})
 			b.gone = true
 		default:
@@ -431,6 +436,15 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 	}
 	s.draining = keep
 	return done, trims
+}
+
+// stuck reports whether b's window ended more than after ago, on the
+// estimate of the database's clock (now) or on this host's: a request
+// admitted from b and still in flight is then charged at its estimate.
+// Either clock will do; on the database's alone, stepped back before b's
+// window, b kept its units for as long as the step.
+func (b *block) stuck(now time.Time, after time.Duration) bool {
+	return now.After(b.resetAt.Add(after)) || time.Since(b.endsLocal) > after
 }
 
 // idleLocked reports whether the set holds nothing (no block, none being

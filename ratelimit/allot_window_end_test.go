@@ -252,10 +252,10 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 }
 
 // A block closed because the database's clock stepped back before its
-// window waits for the requests it admitted until its window is over on
-// that clock, plus allotStuckAfter: hours, after a step of hours. Close
-// does not wait: it returns the block at once, charging a request still in
-// flight at its estimate, whose later Commit changes nothing.
+// window waits for the requests it admitted until its window is over,
+// plus allotStuckAfter (a minute; see the next test). Close does not wait:
+// it returns the block at once, charging a request still in flight at its
+// estimate, whose later Commit changes nothing.
 func TestCloseReturnsABlockOfAWindowNotBegunWithARequestInFlight(t *testing.T) {
 	t.Parallel()
 	l, pool, step := clockSteppedLimiter(t)
@@ -279,6 +279,64 @@ func TestCloseReturnsABlockOfAWindowNotBegunWithARequestInFlight(t *testing.T) {
 	s, err := l.Commit(ctx, inFlight, map[string]float64{ratelimit.MetricTokens: 5})
 	if err != nil || s.Reservations[0].Settled {
 		t.Fatalf("Commit after Close: %+v, %v; want not settled (charged at its estimate by the return)", s, err)
+	}
+	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 2 || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used 2, nothing reserved", rows)
+	}
+	assertBooksBalance(t, pool, "model", key)
+	assertDoctorOK(t, pool)
+}
+
+// A block closed because the database's clock stepped back before its
+// window waited for a request still in flight until that window was over
+// on the stepped clock, plus allotStuckAfter: two hours and more after a
+// step of two hours, its units held in the counter all along. It waits as
+// one whose window ended does: until its window's end, as reckoned when it
+// was taken, plus allotStuckAfter (here a second), on this host's clock.
+func TestLocalBlockOfAWindowNotBegunGoesBackAfterItsWindowWithARequestInFlight(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	const window = 4 * time.Second
+	pgtest.AwaitRoomInWindow(t, pool, window, 3*time.Second)
+	ctx := context.Background()
+	var step atomic.Int64
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
+		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }),
+		ratelimit.WithStuckAfter(time.Second))
+	defer l.Close()
+	key := uniqueKey("notbegunstuck")
+	lim := localWindow(key, 1000, 2)
+	lim.Window = window
+	start := time.Now()
+	inFlight, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
+	if err != nil || !inFlight.Reservations[0].Local {
+		t.Fatalf("Reserve: %+v, %v; want a Local admission", inFlight, err)
+	}
+	step.Store(int64(-2 * time.Hour))
+	awaitDBClockBefore(t, l, inFlight.Reservations[0].WindowStart) // the block closes
+	// Its window ends within 4s of start, and the stuck wait is 1s; 5s more
+	// for a loaded machine's housekeeping.
+	var b dbtest.AllotmentListByScopeRow
+	for deadline := start.Add(window + time.Second + 5*time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b = allotments(t, pool, "model", key)[0]; b.ReturnedAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("block %+v not returned %s after it was taken, with a request in flight, once the database's clock stepped back before its window of %s",
+				b, time.Since(start).Round(time.Millisecond), window)
+		}
+	}
+	if b.Reason != "window_ended" || b.Used != 2 {
+		t.Errorf("block returned with reason %q, used %g; want window_ended, used 2 (the request in flight at its estimate)", b.Reason, b.Used)
+	}
+	// Not before the wait was over (the database's clock did not step: the
+	// step is the Limiter's reading of it), but for the estimate's lead.
+	if early := b.ExpiresAt.Add(time.Second).Sub(*b.ReturnedAt); early > 10*time.Millisecond {
+		t.Errorf("block returned at %s, %s before its window's end %s plus the stuck wait of 1s", b.ReturnedAt, early, b.ExpiresAt)
+	}
+	s, err := l.Commit(ctx, inFlight, map[string]float64{ratelimit.MetricTokens: 5})
+	if err != nil || s.Reservations[0].Settled {
+		t.Fatalf("Commit after the block went back: %+v, %v; want not settled (charged at its estimate by the return)", s, err)
 	}
 	if rows := counterRows(t, pool, "model", key); len(rows) != 1 || rows[0].UsedValue != 2 || rows[0].ReservedValue != 0 {
 		t.Errorf("counter %+v, want used 2, nothing reserved", rows)

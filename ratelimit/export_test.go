@@ -114,6 +114,13 @@ func WithDBClockStep(step func() time.Duration) Option {
 	return func(o *options) { o.dbClockStep = step }
 }
 
+// WithStuckAfter sets how long after its window's end a block waits for
+// the requests it admitted that are still in flight (allotStuckAfter), so
+// that tests need not wait a minute.
+func WithStuckAfter(d time.Duration) Option {
+	return func(o *options) { o.stuckAfter = d }
+}
+
 // WithHousekeepHook calls hook in each round of the housekeeping of Local
 // blocks, after it listed the counters and before it collects their
 // blocks, so that tests can act while a round is under way (a round
