@@ -67,7 +67,7 @@
 // quota-exceeded naming the limit in violated-policies; a refusal that
 // retrying cannot cure (the request needs more than the whole quota) has no
 // Retry-After, and no reset on the database's clock either (no t in
-// RateLimit, no x-ratelimit-reset-*). Every response of a decided request, success, refusal or
+// RateLimit, no x-ratelimit-reset-*, no anthropic-ratelimit-*-reset). Every response of a decided request, success, refusal or
 // stream, carries the rate-limit headers, set before the handler writes a
 // byte; WithHeaders picks the families:
 //

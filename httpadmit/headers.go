@@ -291,7 +291,9 @@ func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 			if p, ok := binding(policies, metric); ok {
 				h.Set("anthropic-ratelimit-"+metric+"-limit", formatInt(p.state.quota))
 				h.Set("anthropic-ratelimit-"+metric+"-remaining", formatInt(p.state.remaining))
-				h.Set("anthropic-ratelimit-"+metric+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
+				if p.state.resetIn > 0 { // as for OpenAI: a window's end is no time to retry a request it never takes
+					h.Set("anthropic-ratelimit-"+metric+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
+				}
 			}
 		}
 	}

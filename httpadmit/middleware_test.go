@@ -211,7 +211,8 @@ func TestRefusalThatRetryingCannotCure(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	key := uniqueKey("key")
-	h := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 5000)))(
+	all := httpadmit.WithHeaders(httpadmit.HeadersIETF | httpadmit.HeadersOpenAI | httpadmit.HeadersAnthropic)
+	h := e.middleware(fixed(window("api_key", key, ratelimit.MetricTokens, 1000, 5000)), all)(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
@@ -229,6 +230,14 @@ func TestRefusalThatRetryingCannotCure(t *testing.T) {
 	}
 	if got := rec.Header().Get("x-ratelimit-reset-tokens"); got != "" {
 		t.Errorf("x-ratelimit-reset-tokens %q: want none", got)
+	}
+	// Nor does the Anthropic family: its reset would send the client to
+	// wait for a window that will not take the request either.
+	if got := rec.Header().Get("anthropic-ratelimit-tokens-reset"); got != "" {
+		t.Errorf("anthropic-ratelimit-tokens-reset %q: want none", got)
+	}
+	if got := rec.Header().Get("anthropic-ratelimit-tokens-limit"); got != "1000" {
+		t.Errorf("anthropic-ratelimit-tokens-limit %q: want 1000 (the state is still shown)", got)
 	}
 }
 
