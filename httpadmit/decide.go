@@ -57,7 +57,14 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 			Reason: fmt.Sprintf("%d enforced limits with an amount, where Reserve takes at most %d", len(call), ratelimit.MaxLimitsPerCall)}))
 	}
 	var judged []Limit // shadow limits on an enforced limit's counter
-	var aside []int    // indexes in limits of the shadow limits set aside
+	// at is the index in limits of each limit in call.
+	at := make([]int, len(call), len(call)+len(limits))
+	for j, l := range call {
+		at[j] = enforced[keyOf(l.Limit)]
+	}
+	// Indexes in limits of the shadow limits set aside, or that would
+	// refuse: the failure policy has no outcome to give them.
+	skip := map[int]bool{}
 	for i, l := range limits {
 		if l.Mode != Shadow || l.Amount == 0 {
 			continue
@@ -75,10 +82,11 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 			// refuse as input is set aside (and logged) rather than
 			// failing the request with a 400.
 			m.logInvalidShadow(ctx, l, err)
-			aside = append(aside, i)
+			skip[i] = true
 			continue
 		}
 		call = append(call, l)
+		at = append(at, i)
 	}
 	if len(call) == 0 {
 		return decision{}
@@ -108,7 +116,9 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 			}
 			m.logShadow(ctx, l, ratio(exceeded.Projected, exceeded.Limit), exceeded.Message)
 			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(exceeded.Projected, exceeded.Limit)})
+			skip[at[i]] = true
 			call = append(call[:i:i], call[i+1:]...)
+			at = append(at[:i:i], at[i+1:]...)
 			if len(call) == 0 {
 				// Nothing left to reserve: a Reserve of no limits would not
 				// reach the database, yet be observed as a call that did.
@@ -125,10 +135,13 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 			}
 			return m.invalidLimits(ctx, err)
 		default:
-			// Not limits: the failure policy reports every limit, and one
-			// set aside was never decided (its scope type need not even be
-			// a valid metric label).
-			return m.failed(ctx, without(limits, aside), err)
+			// Not limits: the failure policy reports every limit but those
+			// set aside, never decided (a scope type need not even be a
+			// valid metric label), and the shadow limits found to refuse
+			// before, which keep that outcome (they were logged so).
+			f := m.failed(ctx, without(limits, skip), err)
+			f.outcomes = append(d.outcomes, f.outcomes...)
+			return f
 		}
 	}
 }
@@ -349,19 +362,17 @@ func refusedInCall(call []Limit, l Limit) error {
 	return nil
 }
 
-// without is limits less those at the indexes skip (increasing), in a
-// copy when any: limits is the caller's.
-func without(limits []Limit, skip []int) []Limit {
+// without is limits less those at the indexes in skip, in a copy when
+// any: limits is the caller's.
+func without(limits []Limit, skip map[int]bool) []Limit {
 	if len(skip) == 0 {
 		return limits
 	}
-	out := make([]Limit, 0, len(limits)-len(skip))
+	out := make([]Limit, 0, len(limits))
 	for i, l := range limits {
-		if len(skip) > 0 && skip[0] == i {
-			skip = skip[1:]
-			continue
+		if !skip[i] {
+			out = append(out, l)
 		}
-		out = append(out, l)
 	}
 	return out
 }

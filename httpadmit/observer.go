@@ -18,7 +18,9 @@ const (
 	// OutcomeFailedOpen: the database failed and no enforced limit of the
 	// request fails closed: the request was served without a decision, and
 	// nothing was recorded. Every limit of the request gets this outcome,
-	// but those with a zero Amount and the shadow limits set aside.
+	// but those with a zero Amount, the shadow limits set aside, and a
+	// shadow limit found to refuse before the database failed (which keeps
+	// OutcomeShadowRefused).
 	OutcomeFailedOpen Outcome = "failed_open"
 	// OutcomeFailedClosed: the database failed and this enforced limit fails
 	// closed: the request was refused (503).

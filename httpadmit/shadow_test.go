@@ -6,10 +6,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -249,4 +252,64 @@ func TestShadowLimitsPastTheMaximumAreSetAside(t *testing.T) {
 		t.Errorf("%d lines about shadow limits set aside, want 1 (one a second):\n%s", got, e.logs)
 	}
 	e.nothingHeld()
+}
+
+// closingObserver records, and closes pool once it is told of a Reserve
+// the database refused: the next Reserve fails, as on a database lost
+// between the two round trips of a shadow refusal.
+type closingObserver struct {
+	*recorder
+	pool *pgxpool.Pool
+}
+
+func (o closingObserver) DatabaseCall(op string, took time.Duration, err error) {
+	o.recorder.DatabaseCall(op, took, err)
+	if op == httpadmit.OpReserve && isExceeded(err) {
+		o.pool.Close()
+	}
+}
+
+// A shadow limit that would refuse the request has been decided, and
+// logged, when the database fails on the Reserve that follows without it:
+// its outcome is still counted, as shadow_refused, beside the failure
+// policy's outcomes of the other limits. It was dropped, or counted
+// failed_open, which the log line contradicted.
+func TestShadowRefusalThenDatabaseFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		enforced func(httpadmit.Limit) httpadmit.Limit
+		code     int
+		outcome  string
+	}{
+		{"fail closed", func(l httpadmit.Limit) httpadmit.Limit { return l }, http.StatusServiceUnavailable, "failed_closed enforce requests"},
+		{"fail open", failOpen, http.StatusOK, "failed_open enforce requests"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pools := pgtest.NewPools(t, 2) // the second, the limiter's, is closed mid-request
+			e := &env{t: t, pool: pools[0], limiter: ratelimit.New(pools[1]), obs: &recorder{}, logs: &lockedBuffer{}}
+			key, team := uniqueKey("key"), uniqueKey("team")
+			h := e.middleware(fixed(
+				tc.enforced(window("api_key", key, ratelimit.MetricRequests, 100, 1)),
+				shadow(window("team", team, ratelimit.MetricRequests, 0, 1)), // would refuse every request
+			), httpadmit.WithObserver(closingObserver{recorder: e.obs, pool: pools[1]}))(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+			if rec.Code != tc.code {
+				t.Fatalf("%d %s; want %d", rec.Code, rec.Body, tc.code)
+			}
+			if diff := cmp.Diff(map[string]int{"reserve exceeded": 1, "reserve error": 1}, e.obs.callCounts()); diff != "" {
+				t.Fatalf("database calls (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(map[string]int{"shadow_refused shadow requests": 1, tc.outcome: 1}, e.obs.outcomes()); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			if got := strings.Count(e.logs.String(), "shadow limit would refuse"); got != 1 {
+				t.Errorf("%d shadow refusals logged, want 1:\n%s", got, e.logs)
+			}
+			e.nothingHeld()
+		})
+	}
 }
