@@ -27,7 +27,8 @@ const (
 // admitted the request, a handler that answers without the upstream should
 // call Discard(r.Context(), reason), as the default handlers do, so that
 // the outer middleware releases its reservation; one that serves a
-// fallback leaves it to be committed.
+// fallback leaves it to be committed, and should delete Retry-After
+// (w.Header().Del), which was set for the 429 it replaces.
 type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusal)
 
 // ErrorHandler writes the response to a request that could not be decided:
