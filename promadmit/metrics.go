@@ -253,7 +253,8 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 // the result label: ResultOK, ResultExceeded, ResultLeaseLost (a lost
 // concurrency or maintenance lease), ResultUnknownGrant, ResultRejected
 // (the caller's input or state: ratelimit.ErrInvalidInput, ErrUnknownTask,
-// ErrTaskFinished, ErrNoTask, ErrStaleToken, ErrLockOrder), ResultTimeout
+// ErrTaskFinished, ErrNoTask, ErrStaleToken, ErrTaskNotQueued,
+// ErrLockOrder), ResultTimeout
 // (a context deadline, or a net.Error that timed out, a dial's included),
 // ResultCanceled (a context.Canceled: the caller left), ResultLockWait
 // (a Recover or Prune whose every error is a *ratelimit.LockWaitError) or
@@ -365,7 +366,8 @@ func class(err error) string {
 		return ResultUnknownGrant
 	case errors.Is(err, ratelimit.ErrInvalidInput), errors.Is(err, ratelimit.ErrUnknownTask),
 		errors.Is(err, ratelimit.ErrTaskFinished), errors.Is(err, ratelimit.ErrNoTask),
-		errors.Is(err, ratelimit.ErrStaleToken), errors.Is(err, ratelimit.ErrLockOrder):
+		errors.Is(err, ratelimit.ErrStaleToken), errors.Is(err, ratelimit.ErrTaskNotQueued),
+		errors.Is(err, ratelimit.ErrLockOrder):
 		return ResultRejected
 	case ratelimit.OnlyLockWaits(err):
 		return ResultLockWait

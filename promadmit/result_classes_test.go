@@ -38,6 +38,8 @@ var resultClasses = map[string]struct {
 	"ErrNoTask":               {ratelimit.ErrNoTask, ResultRejected},
 	"ErrStaleToken":           {ratelimit.ErrStaleToken, ResultRejected},
 	"StaleTokenError":         {&ratelimit.StaleTokenError{}, ResultRejected},
+	"ErrTaskNotQueued":        {ratelimit.ErrTaskNotQueued, ResultRejected},
+	"TaskNotQueuedError":      {&ratelimit.TaskNotQueuedError{}, ResultRejected},
 	"ErrLockOrder":            {ratelimit.ErrLockOrder, ResultRejected},
 	"LockOrderError":          {&ratelimit.LockOrderError{}, ResultRejected},
 	// A Recover or Prune batch that another session's lock held past

@@ -13,9 +13,9 @@
 -- locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
 -- conflict with the FOR KEY SHARE that inserting a reservation, lease or
 -- attempt takes on its task: admissions do not wait for a heartbeat, a
--- claim or recovery. FinishTask alone locks the row FOR UPDATE
--- (TaskFinishLock), which does conflict: an admission for the task and
--- its finishing wait for each other, so that what the admission writes is
+-- claim or recovery. FinishTask and CancelTask alone lock the row FOR
+-- UPDATE (TaskFinishLock), which does conflict: an admission for the task
+-- and its finishing wait for each other, so that what the admission writes is
 -- either settled by FinishTask or rolled back (pgadmit_task_recheck).
 -- An attach takes FOR SHARE on the task row (AttemptAttachLock), which
 -- conflicts with every lifecycle step: an attach and a lifecycle step of
@@ -403,6 +403,7 @@ WHERE cur.id = @task_id::uuid;
 -- snapshot follows TaskFinishLock; in a REPEATABLE READ transaction it
 -- would miss what committed after the transaction's snapshot and leave it
 -- open on the finished task, so the caller refuses then.
+-- CancelTask reads the same first (its status, not the token).
 -- Locks: none (MVCC read).
 -- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
 -- of the task's reservations, a few; `IS TRUE` keeps the status test from
@@ -431,7 +432,8 @@ WHERE t.id = @task_id::uuid;
 -- them (late_reservation_ids, its leases); one that comes later waits for
 -- this transaction, then finds the task finished and is rolled back
 -- (pgadmit_task_recheck). Only admissions for this task wait, only while
--- it finishes.
+-- it finishes. CancelTask takes the same lock, for the same reasons, before
+-- TaskCancel (and so makes ClaimTask skip the row while it cancels).
 -- Locks: FOR UPDATE on the task row.
 -- Index: gateway_tasks_pkey.
 SELECT t.id
@@ -568,3 +570,136 @@ SELECT finished.id,
                    AND (r.status = 'reserved') IS TRUE
                    AND NOT (r.id = ANY(@planned_reservation_ids::uuid[]))), '{}')::uuid[] AS late_reservation_ids
 FROM finished;
+
+-- name: TaskCancel :one
+-- Cancels a queued task for its owner (CancelTask), in the batch that
+-- FinishTask's steps make for a finish: CounterLockForReservations on the
+-- task's open reservations (read by TaskFinishPlan), TaskFinishLock, this
+-- statement, then TaskCancelRelease. Fenced by the status alone: a task
+-- that a worker claimed (or that finished) since it was read is left as it
+-- is (no row). Sets it cancelled (error_code cancelled_while_queued, the
+-- caller's reason as error_message), releases its unreleased concurrency
+-- leases (reason task_finished), deletes its queue admissions (their
+-- places count again) and appends a task.cancelled event. A queued task
+-- has no running attempt (a claim starts one; recovery and an unclaim end
+-- it before they queue the task again), so its attempts are left alone.
+-- The open reservations not among @planned_reservation_ids (linked since
+-- the plan read them, by a Reserve that committed before this statement
+-- began) come back as late_reservation_ids, for the caller to release
+-- after the commit, as TaskFinish's.
+-- Against ClaimTask: TaskFinishLock holds the row FOR UPDATE, which
+-- TaskClaimNext's FOR NO KEY UPDATE SKIP LOCKED skips; a claim that locked
+-- the row first is waited for, and this statement, whose snapshot follows
+-- the lock, then finds the task running and changes nothing.
+-- Locks: the task row (held FOR UPDATE since TaskFinishLock); row locks on
+-- its unreleased leases (in id order, as TaskFinish) and its admission
+-- rows.
+-- Index: gateway_tasks_pkey (`IS TRUE` on the status, as in TaskHeartbeat,
+-- keeps it from matching gateway_tasks_runnable_idx);
+-- gateway_concurrency_leases_task_idx (as in TaskFinish);
+-- gateway_task_admissions_pkey; gateway_rate_limit_reservations_task_idx
+-- (late reservations, as in TaskFinishPlan).
+WITH clock AS (
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
+),
+cancelled AS (
+    UPDATE gateway_tasks AS t
+    SET status = 'cancelled',
+        error_code = 'cancelled_while_queued',
+        error_message = sqlc.narg('reason')::text,
+        finished_at = clock.now,
+        last_event_seq = t.last_event_seq + 1,
+        updated_at = clock.now
+    FROM clock
+    WHERE t.id = @task_id::uuid
+      AND (t.status = 'queued') IS TRUE
+    RETURNING t.id, t.status, t.async_mode, t.kind, t.payload, t.error, t.error_code,
+              t.error_message, t.locked_by, t.execution_token, t.execution_lease_expires_at,
+              t.attempt_count, t.requeue_count, t.last_event_seq, t.next_run_at,
+              t.created_at, t.updated_at, t.finished_at
+),
+released AS (
+    UPDATE gateway_concurrency_leases AS l
+    SET released_at = cancelled.finished_at,
+        reason = 'task_finished'
+    FROM cancelled,
+         (SELECT x.id
+          FROM gateway_concurrency_leases AS x
+          WHERE x.task_id = (SELECT c.id FROM cancelled AS c)
+            AND (x.released_at IS NULL) IS TRUE
+          ORDER BY x.id
+          FOR UPDATE OF x) AS locked
+    WHERE l.id = locked.id
+    RETURNING l.id
+),
+dropped AS (
+    DELETE FROM gateway_task_admissions AS a
+    USING cancelled
+    WHERE a.task_id = cancelled.id
+    RETURNING a.task_id
+),
+event AS (
+    INSERT INTO gateway_task_events (task_id, seq, event_type, status, message, payload, created_at)
+    SELECT cancelled.id,
+           cancelled.last_event_seq,
+           'task.cancelled',
+           'cancelled',
+           cancelled.error_message,
+           jsonb_build_object('error_code', cancelled.error_code),
+           cancelled.finished_at
+    FROM cancelled
+    RETURNING task_id
+)
+SELECT cancelled.id,
+       cancelled.status,
+       cancelled.async_mode,
+       cancelled.kind,
+       cancelled.payload,
+       cancelled.error,
+       cancelled.error_code,
+       cancelled.error_message,
+       cancelled.locked_by,
+       cancelled.execution_token,
+       cancelled.execution_lease_expires_at,
+       cancelled.attempt_count,
+       cancelled.requeue_count,
+       cancelled.last_event_seq,
+       cancelled.next_run_at,
+       cancelled.created_at,
+       cancelled.updated_at,
+       cancelled.finished_at,
+       (SELECT count(*) FROM released)::integer AS released_leases,
+       (SELECT count(*) FROM dropped)::integer  AS deleted_admissions,
+       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+                 FROM gateway_rate_limit_reservations AS r
+                 WHERE r.task_id = cancelled.id
+                   AND (r.status = 'reserved') IS TRUE
+                   AND NOT (r.id = ANY(@planned_reservation_ids::uuid[]))), '{}')::uuid[] AS late_reservation_ids
+FROM cancelled;
+
+-- name: TaskCancelRelease :one
+-- Last step of CancelTask's batch, after TaskCancel: releases (reason
+-- task_finished) the task's open reservations that TaskFinishPlan read,
+-- whose counters CounterLockForReservations locked at the batch's start
+-- (lock order: counters, then the task row). Only when the task is
+-- finished now: when a claim won the task row, TaskCancel changed nothing
+-- and the reservations stay the running task's (no row from gateway_tasks,
+-- so pgadmit_settle is not called). Returns how many it released.
+-- Locks: the task row (held FOR UPDATE since TaskFinishLock); then as
+-- AdmissionSettle: the counters (already held) and the reservation rows.
+-- Index: gateway_tasks_pkey; then as AdmissionSettle (reservations by
+-- primary key, counters by primary key).
+SELECT count(*) FILTER (WHERE s.settled AND NOT s.is_lease)::integer AS released_reservations
+FROM gateway_tasks AS t
+CROSS JOIN LATERAL pgadmit_settle(
+    @reservation_ids::uuid[], NULL::text[], NULL::text[], NULL::text[], NULL::integer[], NULL::timestamptz[],
+    array_fill('released'::text, ARRAY[cardinality(@reservation_ids::uuid[])]),
+    array_fill(0::numeric, ARRAY[cardinality(@reservation_ids::uuid[])]),
+    array_fill('task_finished'::text, ARRAY[cardinality(@reservation_ids::uuid[])]),
+    '{}'::uuid[], '{}'::text[],
+    -- t.finished_at (when the task was cancelled) makes the call lateral:
+    -- it runs only for the row that passed the test below.
+    t.finished_at
+) AS s
+WHERE t.id = @task_id::uuid
+  AND (t.status IN ('succeeded', 'failed', 'cancelled')) IS TRUE;

@@ -16,8 +16,9 @@
 //	// ... call the upstream ...
 //	_, err = limiter.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: usedTokens})
 //
-// Tasks (CreateTask, ClaimTask, HeartbeatTask, FinishTask) tie admissions
-// to work that a process runs, with queue_size limits enforced at creation.
+// Tasks (CreateTask, ClaimTask, HeartbeatTask, FinishTask, CancelTask) tie
+// admissions to work that a process runs, with queue_size limits enforced
+// at creation.
 // Housekeeping runs on a Maintenance, built from a pool (never a
 // transaction): when a process dies, Recover gives its capacity back; Prune
 // keeps the tables bounded; Doctor checks that every counter equals its

@@ -57,10 +57,10 @@ type LockOrderError struct {
 }
 
 func (e *LockOrderError) Error() string {
-	if e.Op == opFinishTask && e.Previous == opFinishTask {
-		return "ratelimit: FinishTask after FinishTask in the same transaction could deadlock with other transactions " +
-			"(each holds its task row FOR UPDATE, which an admission naming both tasks waits for in its own order): " +
-			"finish each task in its own transaction"
+	if locksTaskRow(e.Op) && locksTaskRow(e.Previous) {
+		return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
+			"(each holds its task row FOR UPDATE, which an admission naming both tasks waits for in its own order): "+
+			"finish or cancel each task in its own transaction", e.Op, e.Previous)
 	}
 	return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
 		"(locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before %s",
@@ -76,18 +76,27 @@ type txOrder struct {
 	mu       sync.Mutex
 	reached  lockPhase
 	previous string
-	// finished: a FinishTask of this transaction holds its task row FOR
-	// UPDATE (TaskFinishLock). That lock waits for, and is waited for by,
+	// finished: a FinishTask or CancelTask of this transaction holds its
+	// task row FOR UPDATE (TaskFinishLock). That lock waits for, and is waited for by,
 	// the FOR KEY SHARE that an admission's inserts take on their tasks,
 	// in the admissions' order (not a global one): a combined batch for
 	// two tasks, holding the second's row and waiting for the first's,
 	// deadlocks with a transaction that finished the first and then
-	// finishes the second. So a transaction finishes one task at most.
-	finished bool
+	// finishes the second. So a transaction finishes (or cancels) one task
+	// at most.
+	finished   bool
+	finishedBy string // the operation that set finished
 }
 
-// opFinishTask names FinishTask in the lock order's bookkeeping.
-const opFinishTask = "FinishTask"
+// opFinishTask and opCancelTask name FinishTask and CancelTask in the lock
+// order's bookkeeping.
+const (
+	opFinishTask = "FinishTask"
+	opCancelTask = "CancelTask"
+)
+
+// locksTaskRow reports whether op holds its task row FOR UPDATE.
+func locksTaskRow(op string) bool { return op == opFinishTask || op == opCancelTask }
 
 // enter admits an operation whose locks span first..last, or refuses it.
 // Outside a caller's transaction every operation is its own transaction and
@@ -103,11 +112,11 @@ func (l *Limiter) enter(op string, first, last lockPhase) error {
 	if first <= o.reached && !(first == phaseRows && o.reached == phaseRows) {
 		return &LockOrderError{Op: op, Previous: o.previous}
 	}
-	if op == opFinishTask {
+	if locksTaskRow(op) {
 		if o.finished {
-			return &LockOrderError{Op: op, Previous: opFinishTask}
+			return &LockOrderError{Op: op, Previous: o.finishedBy}
 		}
-		o.finished = true
+		o.finished, o.finishedBy = true, op
 	}
 	if last > o.reached {
 		o.reached = last

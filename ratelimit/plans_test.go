@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,6 +91,22 @@ func TestHotPathsUseIndexes(t *testing.T) {
 	}
 	flows["FinishTask"] = func(l *ratelimit.Limiter) error {
 		_, err := l.FinishTask(ctx, running.ID, running.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+		return err
+	}
+	// A queued task holding a queue place and what was reserved for it
+	// while it waits, cancelled by its owner.
+	waiting, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve(ctx, waiting.ID, "", limits); err != nil {
+		t.Fatal(err)
+	}
+	flows["CancelTask"] = func(l *ratelimit.Limiter) error {
+		res, err := l.CancelTask(ctx, waiting.ID, "plans")
+		if err == nil && (res.ReleasedReservations != 2 || res.ReleasedLeases != 1 || res.DeletedAdmissions != 1) {
+			err = fmt.Errorf("CancelTask released %+v, want 2 reservations, 1 lease, 1 admission", res)
+		}
 		return err
 	}
 	flows["AppendEvent"] = func(l *ratelimit.Limiter) error {

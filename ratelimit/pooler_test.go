@@ -269,6 +269,20 @@ func TestOperationsBehindAPgBouncerInStatementMode(t *testing.T) {
 			}
 			return err
 		},
+		"CreateTask, Reserve for the queued task and CancelTask": func() error {
+			task, err := l.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{queueLimit(key, 10)}})
+			if err != nil {
+				return err
+			}
+			if _, err := l.Reserve(ctx, task.ID, "", limits); err != nil {
+				return err
+			}
+			res, err := l.CancelTask(ctx, task.ID, "gone")
+			if err == nil && (res.ReleasedReservations != 1 || res.ReleasedLeases != 1) {
+				err = fmt.Errorf("CancelTask released %+v, want 1 reservation and 1 lease", res)
+			}
+			return err
+		},
 		"Recover with nothing expired": func() error { _, err := m.Recover(ctx); return err },
 		"Prune":                        func() error { _, err := m.Prune(ctx, time.Hour); return err },
 		"Doctor":                       func() error { _, err := m.Doctor(ctx); return err },

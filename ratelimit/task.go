@@ -32,6 +32,9 @@ const (
 	// ErrorCodeExecutionLeaseExpired is recorded on the attempt that was
 	// running when its task's execution lease expired.
 	ErrorCodeExecutionLeaseExpired = "execution_lease_expired"
+	// ErrorCodeCancelledWhileQueued: CancelTask cancelled the task before
+	// any worker claimed it (again); the reason given is its ErrorMessage.
+	ErrorCodeCancelledWhileQueued = "cancelled_while_queued"
 )
 
 // DefaultTaskLeaseTTL is the execution lease of a claimed or started task
@@ -51,7 +54,27 @@ var (
 	// ErrStaleToken is matched (errors.Is) by every *StaleTokenError: the
 	// execution token presented no longer owns the task.
 	ErrStaleToken = errors.New("ratelimit: stale execution token")
+	// ErrTaskNotQueued is matched (errors.Is) by every *TaskNotQueuedError.
+	ErrTaskNotQueued = errors.New("ratelimit: task not queued")
 )
+
+// TaskNotQueuedError refuses a CancelTask of a task that is not queued: a
+// worker claimed it (Status running; a sync task is never queued), or it
+// finished (an earlier CancelTask cancelled it, say). The task was not
+// changed.
+type TaskNotQueuedError struct {
+	TaskID string
+	// Status is the task's status when the call was refused.
+	Status string
+}
+
+// Error says which task was not queued, and how it is.
+func (e *TaskNotQueuedError) Error() string {
+	return fmt.Sprintf("ratelimit: cancel task %s: not queued (status %s)", e.TaskID, e.Status)
+}
+
+// Is makes errors.Is(err, ErrTaskNotQueued) true.
+func (e *TaskNotQueuedError) Is(target error) bool { return target == ErrTaskNotQueued }
 
 // StaleTokenError refuses a heartbeat, event or finish whose execution token
 // does not own the task any more: the task is not running (recovery
@@ -157,13 +180,13 @@ type Outcome struct {
 	Retryable bool
 }
 
-// FinishResult reports what FinishTask did.
+// FinishResult reports what FinishTask, or CancelTask, did.
 type FinishResult struct {
 	Task Task
 	// ReleasedReservations counts the task's open reservations that
-	// FinishTask released (reason task_finished). Commit a grant with its
-	// actual amounts before finishing; a non-zero count means some usage
-	// was never committed.
+	// FinishTask (or CancelTask) released (reason task_finished). Commit a
+	// grant with its actual amounts before finishing; a non-zero count
+	// means some usage was never committed.
 	ReleasedReservations int
 	// ReleasedLeases counts the task's concurrency leases it released.
 	ReleasedLeases int

@@ -1,0 +1,142 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// CancelTask cancels a queued task for its owner (a gateway whose client
+// went away, say): the task becomes cancelled (ErrorCode
+// ErrorCodeCancelledWhileQueued, ErrorMessage reason, which may be empty)
+// with a task.cancelled event, and gives back what it holds while it
+// waits: its queue places are deleted (they count again), and the
+// reservations and leases taken for it (a Reserve naming only the task)
+// are released (reason task_finished). FinishResult says how much; its
+// Task is the cancelled task. No worker claims it afterwards.
+//
+// Only a queued task is cancelled, once: one that is not (a worker claimed
+// it, it finished, or an earlier CancelTask cancelled it) is refused with
+// a *TaskNotQueuedError (errors.Is ErrTaskNotQueued) naming its status,
+// and nothing is changed; ErrUnknownTask when no task has that id. A
+// running task is its worker's to finish (FinishTask with TaskCancelled).
+// Against a concurrent ClaimTask, one of the two wins the task row: the
+// task is either cancelled and never claimed, or claimed and the cancel
+// refused (Status running). Against a concurrent Reserve for the task, as
+// with FinishTask: what the admission wrote first is released, one that
+// comes later is refused with ErrTaskFinished.
+//
+// Outside READ COMMITTED (a REPEATABLE READ transaction of yours, say) it
+// refuses with ErrIsolation and writes nothing. Inside a caller's
+// transaction (WithTx) it locks the task row FOR UPDATE as FinishTask
+// does, so a transaction cancels or finishes one task at most
+// (*LockOrderError).
+//
+// Not undone when ctx ends after the second round trip was sent: the task
+// may have been cancelled all the same, and a retry is safe (it is then
+// refused with Status cancelled; GetTask shows the task).
+//
+// Two round trips, as FinishTask: a read of the task's status and open
+// reservations, then one batch that locks their counters (lock order), then
+// the task row, cancels the task and releases what it holds, as one
+// transaction; and a third, rarely, for reservations linked to the task
+// between the two (released once the task is cancelled; in a caller's
+// transaction, left to Recover).
+func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (FinishResult, error) {
+	if err := l.usable(); err != nil {
+		return FinishResult{}, err
+	}
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return FinishResult{}, err
+	}
+	if err := validateOptionalText("reason", reason, maxMessageBytes); err != nil {
+		return FinishResult{}, err
+	}
+	now := l.opts.clock.at()
+
+	// The token is not checked: the plan's token_matches is ignored.
+	plan, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FinishResult{}, fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return FinishResult{}, wrapDBError(ctx, "cancel task", err)
+	}
+	if !plan.ReadCommitted {
+		return FinishResult{}, fmt.Errorf("ratelimit: cancel task: %w", ErrIsolation)
+	}
+	if plan.Status != TaskQueued {
+		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: plan.Status}
+	}
+
+	rids := plan.OpenReservationIds
+	if rids == nil {
+		rids = []pgtype.UUID{} // NULL would make every reservation late
+	}
+	first := phaseCounters
+	if len(rids) == 0 {
+		first = phaseRows
+	}
+	if err := l.enter(opCancelTask, first, phaseRows); err != nil {
+		return FinishResult{}, err
+	}
+	b := &pgx.Batch{}
+	if len(rids) > 0 {
+		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
+	}
+	queue(b, func(r db.DBTX) { _ = l.queries.TaskFinishLock(ctx, r, id) })
+	var cancelled []db.TaskCancelRow
+	queueRows(b, &cancelled, func(r db.DBTX) {
+		_, _ = l.queries.TaskCancel(ctx, r, db.TaskCancelParams{PlannedReservationIds: rids, Now: now, Reason: optText(reason), TaskID: id})
+	})
+	var released int32
+	if len(rids) > 0 {
+		queue(b, func(r db.DBTX) {
+			_, _ = l.queries.TaskCancelRelease(ctx, r, db.TaskCancelReleaseParams{ReservationIds: rids, TaskID: id})
+		}).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
+	}
+	if err := runBatch(ctx, l.conn, b); err != nil {
+		return FinishResult{}, wrapDBError(ctx, "cancel task", err)
+	}
+	if len(cancelled) == 0 {
+		// A worker claimed the task (or it finished) between the two round
+		// trips: its status now.
+		return FinishResult{}, l.notQueuedNow(ctx, taskID, id)
+	}
+	c := cancelled[0]
+	res := FinishResult{
+		Task: taskFromRow(db.TaskGetRow{
+			ID: c.ID, Status: c.Status, AsyncMode: c.AsyncMode, Kind: c.Kind, Payload: c.Payload, Error: c.Error,
+			ErrorCode: c.ErrorCode, ErrorMessage: c.ErrorMessage, LockedBy: c.LockedBy, ExecutionToken: c.ExecutionToken,
+			ExecutionLeaseExpiresAt: c.ExecutionLeaseExpiresAt, AttemptCount: c.AttemptCount, RequeueCount: c.RequeueCount,
+			LastEventSeq: c.LastEventSeq, NextRunAt: c.NextRunAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+			FinishedAt: c.FinishedAt,
+		}),
+		ReleasedReservations: int(released),
+		ReleasedLeases:       int(c.ReleasedLeases),
+		DeletedAdmissions:    int(c.DeletedAdmissions),
+	}
+	late, err := l.releaseLate(ctx, c.LateReservationIds, now)
+	res.ReleasedReservations += late
+	return res, err
+}
+
+// notQueuedNow is the error of a CancelTask whose task was queued when
+// read but not when the batch locked it: a *TaskNotQueuedError with the
+// task's status now (running, as a rule), or ErrUnknownTask when it is gone.
+func (l *Limiter) notQueuedNow(ctx context.Context, taskID string, id pgtype.UUID) error {
+	row, err := l.queries.TaskGet(ctx, l.conn, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
+	}
+	if err != nil {
+		return wrapDBError(ctx, "cancel task", err)
+	}
+	return &TaskNotQueuedError{TaskID: taskID, Status: row.Status}
+}
