@@ -96,3 +96,51 @@ func ExampleLimiter_CreateTask() {
 	// event 3 task.progress
 	// event 4 task.completed
 }
+
+// A gateway whose client went away cancels the task it queued: the queue
+// place and what it reserved for the task come back at once, and no worker
+// will run it. It is cancelled once; a task a worker has claimed is the
+// worker's to finish.
+func ExampleLimiter_CancelTask() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	limiter := ratelimit.New(pool)
+	defer limiter.Close()
+
+	apiKey := ratelimit.Scope{Type: "api_key", Key: "key_cancel"}
+	task, err := limiter.CreateTask(ctx, ratelimit.TaskSpec{
+		Async:       true,
+		Kind:        "image",
+		QueueLimits: []ratelimit.Limit{{Scope: apiKey, Metric: ratelimit.MetricQueueSize, Limit: 1}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The gateway holds the key's image credit for the task while it waits.
+	if _, err := limiter.Reserve(ctx, task.ID, "", []ratelimit.Limit{
+		{Scope: apiKey, Metric: "images", Limit: 100, Amount: 1},
+	}); err != nil {
+		log.Fatal(err)
+	}
+
+	// The client went away.
+	res, err := limiter.CancelTask(ctx, task.ID, "client disconnected")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("cancelled:", res.Task.Status, res.Task.ErrorCode, "| queue places freed:", res.DeletedAdmissions,
+		"| reservations released:", res.ReleasedReservations)
+
+	_, err = limiter.CancelTask(ctx, task.ID, "client disconnected")
+	var notQueued *ratelimit.TaskNotQueuedError
+	if errors.As(err, &notQueued) {
+		fmt.Println("cancel again refused, the task is", notQueued.Status)
+	}
+	// Output:
+	// cancelled: cancelled cancelled_while_queued | queue places freed: 1 | reservations released: 1
+	// cancel again refused, the task is cancelled
+}
