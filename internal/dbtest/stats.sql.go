@@ -323,6 +323,29 @@ func (q *Queries) MaintenanceLeaseList(ctx context.Context, db DBTX) ([]GatewayM
 	return items, nil
 }
 
+const MaintenanceRowCounts = `-- name: MaintenanceRowCounts :one
+SELECT (SELECT count(*) FROM gateway_rate_limit_allotments)::bigint AS allotments,
+       (SELECT count(*) FROM gateway_maintenance_leases)::bigint    AS maintenance_leases,
+       (SELECT count(*) FROM gateway_maintenance_cursors)::bigint   AS maintenance_cursors
+`
+
+type MaintenanceRowCountsRow struct {
+	Allotments         int64
+	MaintenanceLeases  int64
+	MaintenanceCursors int64
+}
+
+// Row count of the tables TableRowCounts leaves out: blocks of Local
+// limits, maintenance leases and cursors. Full scans: for tests only.
+// Locks: none (MVCC read).
+// Index: none (sequential scans).
+func (q *Queries) MaintenanceRowCounts(ctx context.Context, db DBTX) (MaintenanceRowCountsRow, error) {
+	row := db.QueryRow(ctx, MaintenanceRowCounts)
+	var i MaintenanceRowCountsRow
+	err := row.Scan(&i.Allotments, &i.MaintenanceLeases, &i.MaintenanceCursors)
+	return i, err
+}
+
 const ReservationStatuses = `-- name: ReservationStatuses :many
 SELECT id, status
 FROM gateway_rate_limit_reservations

@@ -15,6 +15,15 @@ SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,
        (SELECT count(*) FROM gateway_rate_limit_reservations)::bigint AS reservations,
        (SELECT count(*) FROM gateway_concurrency_leases)::bigint      AS leases;
 
+-- name: MaintenanceRowCounts :one
+-- Row count of the tables TableRowCounts leaves out: blocks of Local
+-- limits, maintenance leases and cursors. Full scans: for tests only.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scans).
+SELECT (SELECT count(*) FROM gateway_rate_limit_allotments)::bigint AS allotments,
+       (SELECT count(*) FROM gateway_maintenance_leases)::bigint    AS maintenance_leases,
+       (SELECT count(*) FROM gateway_maintenance_cursors)::bigint   AS maintenance_cursors;
+
 -- name: LeaseLiveByScope :one
 -- Live leases of one scope: how many rows and how many slots they hold.
 -- Locks: none (MVCC read).
