@@ -20,9 +20,9 @@
 // admissions to work that a process runs, with queue_size limits enforced
 // at creation.
 // Housekeeping runs on a Maintenance, built from a pool (never a
-// transaction): when a process dies, Recover gives its capacity back; Prune
-// keeps the tables bounded; Doctor checks that every counter equals its
-// ledger. Nothing keeps session state, so all of it works through a
+// transaction): when a process dies, Recover gives its capacity back; Prune,
+// with Recover, keeps the tables bounded; Doctor checks that every counter
+// equals its ledger. Nothing keeps session state, so all of it works through a
 // transaction-pooling proxy such as PgBouncer given pgx's exec mode "exec"
 // (CheckPooler tells); not through one that pools by statement.
 //

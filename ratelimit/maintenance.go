@@ -10,7 +10,8 @@ import (
 )
 
 // Maintenance runs pgadmit's housekeeping: Recover gives back what dead
-// processes hold, Prune keeps the tables bounded, Doctor checks the books.
+// processes hold, Prune keeps the tables bounded (once Recover ended what
+// dead processes left running), Doctor checks the books.
 // Each of them works in many short transactions of its own (Doctor in one
 // read), never inside a caller's transaction, so a Maintenance is built
 // from a pool, not from a pgx.Tx. It keeps no session state (single flight
