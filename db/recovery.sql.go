@@ -202,7 +202,7 @@ const RecoveryLeaseReleaseExpired = `-- name: RecoveryLeaseReleaseExpired :execr
 UPDATE gateway_concurrency_leases AS l
 SET released_at = coalesce($1::timestamptz, now()),
     reason = 'expired'
-WHERE l.id IN (
+WHERE l.id = ANY(ARRAY(
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NULL
@@ -210,7 +210,7 @@ WHERE l.id IN (
     ORDER BY x.expires_at
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
-)
+))
   AND l.released_at IS NULL
 `
 
@@ -226,7 +226,11 @@ type RecoveryLeaseReleaseExpiredParams struct {
 // Index: a partial index of every unreleased lease, read whole (live state,
 // so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
 // column serves the test) or gateway_concurrency_leases_live_task_idx; the
-// planner takes either, as their sizes go.
+// planner takes either, as their sizes go; then
+// gateway_concurrency_leases_pkey (one probe per lease of the batch). The
+// batch is an array, not IN (subquery): joined so, it was hashed with a
+// second read of every unreleased lease, on generic and custom plans
+// (TestExpiredLeasesReadLiveLeasesOnce).
 func (q *Queries) RecoveryLeaseReleaseExpired(ctx context.Context, db DBTX, arg RecoveryLeaseReleaseExpiredParams) (int64, error) {
 	result, err := db.Exec(ctx, RecoveryLeaseReleaseExpired, arg.Now, arg.BatchSize)
 	if err != nil {

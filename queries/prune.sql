@@ -153,9 +153,12 @@ WHERE l.id = ANY(ARRAY(
 -- so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
 -- column serves the cutoff) or gateway_concurrency_leases_live_task_idx;
 -- the planner takes either, as their sizes go; then
--- gateway_concurrency_leases_pkey (the delete).
+-- gateway_concurrency_leases_pkey (the delete: one probe per lease of the
+-- batch). The batch is an array, not IN (subquery): joined so, it was
+-- hashed with a second read of every unreleased lease, on generic and
+-- custom plans (TestExpiredLeasesReadLiveLeasesOnce).
 DELETE FROM gateway_concurrency_leases AS l
-WHERE l.id IN (
+WHERE l.id = ANY(ARRAY(
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NULL
@@ -163,7 +166,7 @@ WHERE l.id IN (
     ORDER BY x.expires_at
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
-)
+))
   AND l.released_at IS NULL
   AND l.expires_at < @cutoff::timestamptz;
 

@@ -217,11 +217,15 @@ LIMIT @batch_size::integer;
 -- Index: a partial index of every unreleased lease, read whole (live state,
 -- so cheap): gateway_concurrency_leases_live_scope_idx (whose expires_at
 -- column serves the test) or gateway_concurrency_leases_live_task_idx; the
--- planner takes either, as their sizes go.
+-- planner takes either, as their sizes go; then
+-- gateway_concurrency_leases_pkey (one probe per lease of the batch). The
+-- batch is an array, not IN (subquery): joined so, it was hashed with a
+-- second read of every unreleased lease, on generic and custom plans
+-- (TestExpiredLeasesReadLiveLeasesOnce).
 UPDATE gateway_concurrency_leases AS l
 SET released_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     reason = 'expired'
-WHERE l.id IN (
+WHERE l.id = ANY(ARRAY(
     SELECT x.id
     FROM gateway_concurrency_leases AS x
     WHERE x.released_at IS NULL
@@ -229,7 +233,7 @@ WHERE l.id IN (
     ORDER BY x.expires_at
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
-)
+))
   AND l.released_at IS NULL;
 
 -- name: RecoveryLeaseReleaseForFinishedTasks :execrows
