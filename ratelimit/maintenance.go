@@ -221,8 +221,11 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // *LockWaitError for the step "release the recover lease" (or "release the
 // prune lease"). (The take and the release have a timeout of their own
 // besides, 5 s, within which they wait for a lock at most d, never more
-// than 4 s. A *LockWaitError's Bound is the bound the server gave up
-// after.)
+// than 4 s. Without this option they wait 4 s at most too, and give up so,
+// in pgx.QueryExecModeExec and the simple protocol, where the setting
+// costs nothing; in the exec modes that prepare a statement first their
+// own timeout ends them, with a client timeout (context.DeadlineExceeded).
+// A *LockWaitError's Bound is the bound the server gave up after.)
 //
 // lock_timeout is set for each batch's transaction only, never for the
 // session (safe behind a transaction-pooling proxy), and before the server

@@ -45,7 +45,8 @@ type jobLease struct {
 // job, for no one, until the lease expired. It gets a bounded time of its
 // own instead; a lease taken after ctx ended is given up at once. Its wait
 // for a lock is bounded as a batch's is (WithMaintenanceLockTimeout), 4 s
-// at most (leaseLockTimeout): its *LockWaitError's Bound says which.
+// at most, and 4 s without the option where that costs no round trip
+// (leaseLockTimeout): its *LockWaitError's Bound says which.
 func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -87,10 +88,23 @@ const leaseStatementTimeout = 5 * time.Second
 // leaseLockTimeout is how long the take and the release of a lease wait
 // for a lock: the lock bound (WithMaintenanceLockTimeout), kept a second
 // short of their own timeout, so that a lock held too long ends them with
-// the server's lock_not_available (55P03), not a client timeout. 0: none
-// (no WithMaintenanceLockTimeout; their own timeout bounds them).
+// the server's lock_not_available (55P03), not a client timeout (a
+// context.DeadlineExceeded the caller's context had no part in). Without
+// the option, that second short of their timeout too, where the bound
+// costs nothing: in the exec modes that send a statement in the round trip
+// that runs it (lockBounded: the setting goes in the same round trip). In
+// those that prepare it first, bounding it would take a transaction block
+// of its own, which a statement-pooling proxy refuses: 0 there, none (their
+// own timeout bounds them).
 func (m *Maintenance) leaseLockTimeout() time.Duration {
-	return min(m.opts.lockTimeout, leaseStatementTimeout-time.Second)
+	most := leaseStatementTimeout - time.Second
+	switch {
+	case m.opts.lockTimeout > 0:
+		return min(m.opts.lockTimeout, most)
+	case m.parsesFirst:
+		return 0
+	}
+	return most
 }
 
 // leaseConn is what the take and the release of a lease go through: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +123,60 @@ func TestMaintenanceLeaseTakenAfterCtxEndedIsNotALockWaitOfTheTake(t *testing.T)
 		t.Errorf("Recover: *LockWaitErrors for %q, want one, for the release (the take waited for no lock past the bound): %v", steps, err)
 	}
 	assertLockWait(t, err, "recover", "release the recover lease", 0, bound)
+}
+
+// Without WithMaintenanceLockTimeout the take and the release of a run's
+// lease waited for a lock until their own 5 s timeout: a migration holding
+// the leases table made the run fail with a client timeout,
+// context.DeadlineExceeded, which a caller whose context had no deadline
+// could not tell from one of its own, and no *LockWaitError. In the exec
+// modes that send a statement in the round trip that runs it, where the
+// setting costs nothing, they now wait for a lock 4 s at most, as with a
+// longer bound, and give up with the server's lock_not_available (55P03).
+// (In those that prepare it first, a bound would cost a transaction block,
+// which a statement-pooling proxy refuses: they keep their timeout.)
+func TestLeaseTakeAndReleaseWithoutALockBoundEndOnTheServersLockTimeout(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := poolsOn(t, pgtest.NewURL(t), 1, mode)[0]
+			lock := heldTx(t, pool)
+			if err := testq.OpsLockMaintenanceLeases(context.Background(), lock); err != nil {
+				t.Fatal(err)
+			}
+			m := ratelimit.NewMaintenance(pool)
+			start := time.Now()
+			_, err := m.Recover(context.Background())
+			if took := time.Since(start); took < 4*time.Second || took >= 5*time.Second {
+				t.Errorf("Recover with the leases table locked took %v, want about 4s", took)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Recover with no deadline: %v, want no context.DeadlineExceeded", err)
+			}
+			assertLockWait(t, err, "recover", "take the recover lease", 0, 4*time.Second)
+			if !ratelimit.OnlyLockWaits(err) {
+				t.Errorf("Recover: %v, want only a *LockWaitError", err)
+			}
+			if err := lock.Rollback(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			// The release: the table taken once the run has its lease.
+			var once sync.Once
+			report := func(ratelimit.Progress) {
+				once.Do(func() {
+					if err := testq.OpsLockMaintenanceLeases(context.Background(), heldTx(t, pool)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			m = ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLeaseTTL(time.Minute), ratelimit.WithProgress(0, report))
+			_, err = m.Prune(context.Background(), time.Second)
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Prune with no deadline: %v, want no context.DeadlineExceeded", err)
+			}
+			assertLockWait(t, err, "prune", "release the prune lease", 0, 4*time.Second)
+		})
+	}
 }
