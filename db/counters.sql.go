@@ -122,6 +122,57 @@ func (q *Queries) CounterCheckWindows(ctx context.Context, db DBTX, arg CounterC
 	return items, nil
 }
 
+const CounterFindHeldForReservations = `-- name: CounterFindHeldForReservations :many
+SELECT r.id
+FROM gateway_rate_limit_reservations AS r
+WHERE r.id = ANY($1::uuid[])
+  AND (r.status = 'reserved') IS TRUE
+  AND NOT EXISTS (
+      SELECT 1
+      FROM gateway_rate_limit_counters AS c
+      WHERE c.scope_type = r.scope_type
+        AND c.scope_key = r.scope_key
+        AND c.metric = r.metric
+        AND c.window_seconds = r.window_seconds
+        AND c.window_start = r.window_start
+      FOR NO KEY UPDATE OF c SKIP LOCKED
+  )
+`
+
+// Of the given open reservations, those whose counter another transaction
+// holds locked right now, so that a settlement would wait for it: after a
+// maintenance batch gave up waiting (lock_timeout), it is retried without
+// them instead of being left whole. A snapshot: a lock taken or given up
+// right after is not seen.
+// Locks: FOR NO KEY UPDATE on each counter it can lock at once (SKIP
+// LOCKED: it never waits, so it cannot break the lock order), held until
+// the statement's transaction ends; the conflicting mode of the settlement's
+// UPDATE, so that a counter is held here exactly when the settlement would
+// wait for it.
+// Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey
+// (one probe per reservation: a locking subquery is not flattened into a
+// join). The status test is written `(...) IS TRUE` as in
+// CounterLockForReservations.
+func (q *Queries) CounterFindHeldForReservations(ctx context.Context, db DBTX, reservationIds []pgtype.UUID) ([]pgtype.UUID, error) {
+	rows, err := db.Query(ctx, CounterFindHeldForReservations, reservationIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []pgtype.UUID{}
+	for rows.Next() {
+		var id pgtype.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const CounterLockForReservations = `-- name: CounterLockForReservations :exec
 SELECT c.scope_type
 FROM gateway_rate_limit_counters AS c

@@ -106,7 +106,10 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 // LockWaitError is what a Recover or Prune step left because another
 // transaction held a lock it needed for longer than
 // WithMaintenanceLockTimeout (Bound): the server gave up waiting (SQLSTATE 55P03,
-// lock_not_available, in Err) and the batch rolled back whole. The rest of
+// lock_not_available, in Err) and the batch rolled back whole (a batch
+// that releases reservations, or reclaims tasks holding them, is tried once
+// more without the rows whose counter is still held: those alone are left
+// then). The rest of
 // the run still ran (not so when it is the take of the run's lease: that
 // run did nothing); a later run takes what was left once the lock is
 // gone. Recover and Prune return it joined with their other errors:

@@ -210,7 +210,10 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 // Recover and Prune then leave that batch's rows to a later run (and the
 // rest of its step, after a second such batch in the step or when the step
 // is one statement), go on with the rest, and report what they left with a
-// *LockWaitError. It bounds the wait for a table's lock too (one a
+// *LockWaitError. A batch that releases reservations (or reclaims tasks
+// holding them) is first tried once more without those whose counter
+// another transaction still holds, found without waiting: only they are
+// left then. It bounds the wait for a table's lock too (one a
 // migration's ALTER TABLE holds), which the server meets already when it
 // parses a statement. It bounds the take, renewal and release of a run's
 // lease too: a take that gives up fails the run, which did nothing, with a

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -105,7 +106,8 @@ func (r RecoveryResult) String() string {
 // error (the connection lost) ends the run. Recovery waits for counter rows
 // that other transactions hold (the lock order): with
 // WithMaintenanceLockTimeout a batch that waited longer rolls back whole,
-// its rows are left to a later run and the step goes on (a *LockWaitError
+// is tried once more without the rows whose counter is still held, which
+// are left to a later run, and the step goes on (a *LockWaitError
 // in the run's error names the step and the rows; a reservation that step
 // 2 left so, step 6 passes over rather than wait for it again); without it, a
 // transaction left idle with a counter row locked holds the run up until
@@ -219,8 +221,35 @@ func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res 
 	find := func(n int32) ([]db.RecoveryTaskFindExpiredRow, error) {
 		return m.queries.RecoveryTaskFindExpired(ctx, m.stepConn(), db.RecoveryTaskFindExpiredParams{BatchSize: n, Now: m.opts.clock.at()})
 	}
-	return findStep(batch, nil, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
-		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) { return m.reclaimTasks(ctx, found, res) })
+	// The tasks of a batch that timed out whose reservations' counters are
+	// still held (isolate).
+	heldReservations := m.heldReservations(ctx)
+	held := func(found []db.RecoveryTaskFindExpiredRow) ([]db.RecoveryTaskFindExpiredRow, error) {
+		var rids []pgtype.UUID
+		for _, f := range found {
+			rids = append(rids, f.OpenReservationIds...)
+		}
+		if len(rids) == 0 {
+			return nil, nil
+		}
+		h, err := heldReservations(rids)
+		if err != nil {
+			return nil, err
+		}
+		locked := map[[16]byte]bool{}
+		for _, rid := range h {
+			locked[rid.Bytes] = true
+		}
+		var tasks []db.RecoveryTaskFindExpiredRow
+		for _, f := range found {
+			if slices.ContainsFunc(f.OpenReservationIds, func(rid pgtype.UUID) bool { return locked[rid.Bytes] }) {
+				tasks = append(tasks, f)
+			}
+		}
+		return tasks, nil
+	}
+	return findHeldStep(batch, nil, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
+		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) { return m.reclaimTasks(ctx, found, res) }, held)
 }
 
 // reclaimTasks reclaims the given tasks in one transaction: lock the

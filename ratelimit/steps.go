@@ -153,6 +153,13 @@ func rowsStep(batch int32, stmt func(batch int32) (int64, error), count *int64) 
 // a run that stops between its batches (batchFunc's stop). id names a row
 // across batches.
 func findStep[T any](batch int32, passed map[[16]byte]bool, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error)) batchFunc {
+	return findHeldStep(batch, passed, id, find, act, nil)
+}
+
+// findHeldStep is findStep whose batches that time out on a lock are
+// retried without the rows whose lock held finds still held (see isolate);
+// held nil: none are.
+func findHeldStep[T any](batch int32, passed map[[16]byte]bool, id func(T) [16]byte, find func(batch int32) ([]T, error), act func([]T) (int64, error), held func([]T) ([]T, error)) batchFunc {
 	aside := map[[16]byte]bool{}  // rows the server rejected on their own
 	var reason error              // and its first reason
 	waited := map[[16]byte]bool{} // rows of batches that timed out on a lock
@@ -203,7 +210,7 @@ func findStep[T any](batch int32, passed map[[16]byte]bool, id func(T) [16]byte,
 		if len(todo) > int(batch) {
 			todo, full = todo[:batch], true
 		}
-		done, err := isolate(todo, act)
+		done, err := isolate(todo, act, held, id)
 		for _, row := range done.rejected {
 			aside[id(row)] = true
 		}
@@ -284,11 +291,21 @@ type isolated[T any] struct {
 // per halving, and the normal case one. Any other error ends it at once:
 // the connection lost, ctx done, or one that no row causes (a deadlock),
 // which halving would only meet again, up to twice per row. A part that
-// timed out waiting for a lock (55P03) is left whole, not halved: each
-// half would wait out the bound again.
-func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error) {
+// timed out waiting for a lock (55P03) is not halved: each half would wait
+// out the bound again. It is left whole, unless held (when not nil) finds
+// the rows of it whose lock another transaction still holds, without
+// waiting: those are left, and the rest is tried once more (once per
+// call: each try may wait out the bound again). One counter held by a
+// transaction left idle used to cost every row of its batch.
+func isolate[T any](items []T, act func([]T) (int64, error), held func([]T) ([]T, error), id func(T) [16]byte) (isolated[T], error) {
 	var out isolated[T]
 	var try func([]T) error
+	lockWait := func(part []T, err error) {
+		out.locked = append(out.locked, part...)
+		if out.lockErr == nil {
+			out.lockErr = err
+		}
+	}
 	try = func(part []T) error {
 		n, err := act(part)
 		switch {
@@ -297,11 +314,25 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 			out.committed = true
 			return nil
 		case lockNotAvailable(err):
-			out.locked = append(out.locked, part...)
-			if out.lockErr == nil {
-				out.lockErr = err
+			if held == nil || len(part) == 1 {
+				lockWait(part, err)
+				return nil
 			}
-			return nil
+			h, herr := held(part)
+			if herr != nil && !lockNotAvailable(herr) {
+				return herr
+			}
+			if herr != nil || len(h) == 0 || len(h) == len(part) {
+				lockWait(part, err) // not a row lock it can see (a table's, say), or every row's
+				return nil
+			}
+			lockWait(h, err)
+			held = nil // one retry per call
+			left := map[[16]byte]bool{}
+			for _, row := range h {
+				left[id(row)] = true
+			}
+			return try(slices.DeleteFunc(slices.Clone(part), func(row T) bool { return left[id(row)] }))
 		case !rejectedInput(err):
 			return err
 		case len(part) == 1:
@@ -326,7 +357,7 @@ func isolate[T any](items []T, act func([]T) (int64, error)) (isolated[T], error
 // passed: the reservations that earlier steps left on a lock wait, shared
 // with later steps (see findStep), or nil.
 func (m *Maintenance) releaseStep(ctx context.Context, batch int32, passed map[[16]byte]bool, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) batchFunc {
-	return findStep(batch, passed, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
+	return findHeldStep(batch, passed, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
 		settled, err := m.queries.AdmissionSettle(ctx, m.stepConn(), p)
@@ -336,7 +367,15 @@ func (m *Maintenance) releaseStep(ctx context.Context, batch int32, passed map[[
 		n := settledCount(settled)
 		*count += n
 		return n, nil
-	})
+	}, m.heldReservations(ctx))
+}
+
+// heldReservations finds, of the given open reservations, those whose
+// counter another transaction holds locked now (isolate's held).
+func (m *Maintenance) heldReservations(ctx context.Context) func([]pgtype.UUID) ([]pgtype.UUID, error) {
+	return func(ids []pgtype.UUID) ([]pgtype.UUID, error) {
+		return m.queries.CounterFindHeldForReservations(ctx, m.stepConn(), ids)
+	}
 }
 
 // keysetStep walks a table in bounded pages from the start of its key

@@ -30,8 +30,10 @@ mode): when another process is recovering, a pass is skipped. A batch waits at m
 that a transaction left idle in transaction keeps locked, or a table a migration alters, say;
 lock_timeout is set in the batch's own transaction, before the server parses its statement, and
 bounds each wait for a lock, so a batch that waits for several in turn can take several times
-that): past it, that batch is left whole to a later pass (and the rest of its step, after a
-second such batch in the step or when the step is one statement), the other steps run, what was
+that): past it, that batch is left whole to a later pass (one that releases reservations or
+reclaims tasks is tried once more without the rows whose counter is still held, and leaves only
+those; and the rest of its step, after a second such batch in the step or when the step is one
+statement), the other steps run, what was
 done is printed, and the command says what it left, exit 1 (with --every, the pass is logged as
 failed, after its counts, and the sweeper goes on).
 
