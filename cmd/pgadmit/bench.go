@@ -167,10 +167,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		// ignore the flag.
 		return usagef("--in-flight needs --combining")
 	}
-	if err := checkProgress(fs, *progress, false); err != nil {
-		return err
-	}
-	if err := checkInterval("progress", *progress, "never"); err != nil {
+	if err := checkInterval("progress", *progress, "never"); err != nil { // negative ones too
 		return err
 	}
 	if *rounds < 1 || *rounds > maxBenchRounds {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"regexp"
-	"strings"
 	"testing"
 )
 
@@ -34,11 +33,7 @@ func TestDoctorPrintsItsProgress(t *testing.T) {
 	if !regexp.MustCompile(`^(` + line + `)+$`).MatchString(stderr.String()) {
 		t.Errorf("doctor --progress 100ms behind a table lock: stderr %q", stderr.String())
 	}
-	_, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--progress", "-1s")
-	if code != exitUsage || !strings.Contains(errOut, "--progress must be >= 0") {
-		t.Errorf("doctor --progress -1s: exit %d, %q; want a usage error", code, errOut)
-	}
-	for _, every := range []string{"1ns", "1ms", "99ms"} {
+	for _, every := range []string{"-1s", "1ns", "1ms", "99ms"} {
 		out, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--progress", every)
 		want := "pgadmit doctor: --progress must be 0 (never) or at least 100ms, got " + every + " (see pgadmit doctor --help)\n"
 		if code != exitUsage || out != "" || errOut != want {

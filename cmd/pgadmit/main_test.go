@@ -152,6 +152,9 @@ func TestUsageErrors(t *testing.T) {
 		// workers it measures.
 		{db, []string{"bench", "--progress", "1us"}, "--progress must be 0 (never) or at least 100ms, got 1µs"},
 		{db, []string{"bench", "--progress", "99ms"}, "--progress must be 0 (never) or at least 100ms, got 99ms"},
+		// A negative one says the same: it used to get an older message of its own (">= 0").
+		{db, []string{"bench", "--progress", "-1s"}, "--progress must be 0 (never) or at least 100ms, got -1s"},
+		{db, []string{"doctor", "--progress", "-1ms"}, "--progress must be 0 (never) or at least 100ms, got -1ms"},
 		{db, []string{"bench", "--cpuprofile", "/nonexistent/dir/cpu.prof"}, "--cpuprofile: open /nonexistent/dir/cpu.prof: no such file or directory"},
 		{db, []string{"bench", "--json", "/nonexistent/dir/bench.json"}, "--json: open /nonexistent/dir/bench.json: no such file or directory"},
 		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},

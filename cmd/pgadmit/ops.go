@@ -284,8 +284,9 @@ func progressFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("progress", 10*time.Second, usage)
 }
 
-// checkProgress refuses a negative --progress, and one given to a sweeper, whose passes are each
-// logged already.
+// checkProgress refuses a negative --progress of recover or prune (which take any other value:
+// a line comes only after a batch), and one given to a sweeper, whose passes are each logged
+// already. bench's and doctor's have a floor: checkInterval refuses what is under it.
 func checkProgress(fs *flag.FlagSet, every time.Duration, sweeper bool) error {
 	if every < 0 {
 		return usagef("--progress must be >= 0, got %s", every)
@@ -345,10 +346,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	if err := checkProgress(fs, *progress, false); err != nil {
-		return err
-	}
-	if err := checkInterval("progress", *progress, "never"); err != nil {
+	if err := checkInterval("progress", *progress, "never"); err != nil { // negative ones too
 		return err
 	}
 	if err := checkLockTimeout(*lockTimeout); err != nil {
