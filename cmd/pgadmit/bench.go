@@ -129,7 +129,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "`N` concurrent workers, each with its own connection, 1 to 256")
 	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
-	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run, at most 1h")
+	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run, 100ms to 1h")
 	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call, at most 1m (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
@@ -153,8 +153,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if *instances < 1 || *instances > *workers {
 		return usagef("--instances must be between 1 and --workers (%d), got %d", *workers, *instances)
 	}
-	if *duration <= 0 || *duration > time.Hour {
-		return usagef("--duration must be positive and at most 1h, got %s", *duration)
+	if *duration < minDuration || *duration > time.Hour {
+		return usagef("--duration must be between %s and 1h, got %s", minDuration, operatorDuration(*duration))
 	}
 	if *think < 0 || *think > time.Minute {
 		return usagef("--think must be between 0 and 1m, got %s", *think)

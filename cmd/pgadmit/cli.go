@@ -237,7 +237,7 @@ func (v dsnValue) Set(s string) error { *v.p = s; return nil }
 // globalFlags adds the flags every command accepts, before or after its name.
 func (a *app) globalFlags(fs *flag.FlagSet) {
 	fs.Var(dsnValue{&a.dsn}, "database-url", "PostgreSQL connection `URL` (default $DATABASE_URL)")
-	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "give up connecting to the database after this `duration` (when not given, the URL's connect_timeout, if any)")
+	fs.DurationVar(&a.connectTimeout, "connect-timeout", a.connectTimeout, "give up connecting to the database after this `duration`, at least 100ms (when not given, the URL's connect_timeout, if any)")
 }
 
 // noteGiven records whether fs's command line set --connect-timeout.
@@ -289,8 +289,8 @@ func (a *app) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 		a.printCommandHelp(a.stdout, c, fs)
 		return nil, errHelp
 	}
-	if a.connectTimeout <= 0 {
-		return nil, usagef("--connect-timeout must be positive, got %s", a.connectTimeout)
+	if err := checkDuration("connect-timeout", a.connectTimeout); err != nil {
+		return nil, err
 	}
 	if c.db == dbRequired && a.dsn == "" {
 		return nil, usagef("no database: set DATABASE_URL or pass --database-url")

@@ -238,7 +238,7 @@ func TestBench(t *testing.T) {
 
 	// --only runs a subset, --rounds repeats it; --json - writes JSON to stdout and the table
 	// to stderr; --statements 0 leaves the server-time report out.
-	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "2", "--duration", "50ms",
+	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "2", "--duration", "100ms",
 		"--only", "w3,W1", "--rounds", "3", "--statements", "0", "--json", "-")
 	if code != exitOK {
 		t.Fatalf("bench --only --rounds: exit %d\n%s", code, stderr)

@@ -16,3 +16,19 @@ func checkInterval(name string, d time.Duration, zero string) error {
 	}
 	return nil
 }
+
+// minDuration is the shortest value of a flag that bounds how long something waits or runs:
+// --connect-timeout, recover's --pass-timeout, bench's --duration. Under it nothing useful
+// fits: no connection is made within 1ns (the command fails, "no answer within 1ns"), a pass
+// cut off at once does nothing, and a workload of 1ns ran no operation and passed its checks.
+// It is minInterval, so that one floor holds for every such flag.
+const minDuration = minInterval
+
+// checkDuration refuses a value of the flag --name under minDuration, 0 and negative ones
+// included.
+func checkDuration(name string, d time.Duration) error {
+	if d < minDuration {
+		return usagef("--%s must be at least %s, got %s", name, minDuration, operatorDuration(d))
+	}
+	return nil
+}

@@ -50,7 +50,7 @@ exec mode that needs session state (it says what to add to the connection string
 func runRecover(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	every := fs.Duration("every", 0, "run as a sweeper: one pass every `interval` (e.g. 30s; at least "+minInterval.String()+") until interrupted")
-	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` is cut off and logged as failed")
+	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` (at least 100ms) is cut off and logged as failed")
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
 	progress := progressFlag(fs)
@@ -65,8 +65,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if err := checkInterval("every", *every, "a single pass"); err != nil {
 		return err
 	}
-	if *passTimeout <= 0 {
-		return usagef("--pass-timeout must be positive, got %s", *passTimeout)
+	if err := checkDuration("pass-timeout", *passTimeout); err != nil {
+		return err
 	}
 	if flagGiven(fs, "pass-timeout") && *every == 0 {
 		// A single pass has no timeout of its own: say so rather than ignore the flag.

@@ -277,7 +277,7 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 		`recover: stopped$`,
 	)
 	_, errOut, code := cli(t, nil, "--database-url", url, "recover", "--every", "1s", "--pass-timeout", "0s")
-	if code != exitUsage || !strings.Contains(errOut, "--pass-timeout must be positive") {
+	if code != exitUsage || !strings.Contains(errOut, "--pass-timeout must be at least 100ms, got 0s") {
 		t.Errorf("recover --pass-timeout 0s: exit %d, %q", code, errOut)
 	}
 }
