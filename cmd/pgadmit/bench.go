@@ -324,7 +324,12 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	printSteadiness(out, steady)
 	var serverTime *serverTimeReport
 	if !stopped { // the report reads the server, which an interrupted run no longer asks
-		if serverTime, err = spent.report(ctx, results); err != nil {
+		serverTime, err = spent.report(ctx, results)
+		if err != nil && interrupted(ctx, err) {
+			// Interrupted as it read the server: every workload finished, and is reported
+			// as one an interrupt cut short would be, without server time.
+			stopped, runErr, serverTime = true, err, nil
+		} else if err != nil {
 			return err
 		}
 	}
