@@ -214,7 +214,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer admin.Close()
+	defer grace.CloseOnExit(ctx, admin)
 	version, err := a.migrate(ctx, admin)
 	if err != nil {
 		return err

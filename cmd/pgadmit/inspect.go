@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
@@ -88,7 +89,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer grace.CloseOnExit(ctx, pool)
 	in, err := readInspect(ctx, pool, scopeType, scopeKey, int32(*limit), *lockTimeout)
 	if err != nil {
 		return lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout)

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -167,5 +171,49 @@ func TestDemoHTTPInterruptedAfterItsLoadPrintsNoReport(t *testing.T) {
 		if strings.Contains(stdout.String(), finished) {
 			t.Errorf("demo --http interrupted after its load printed %q, as a finished run does:\n%s", finished, stdout.String())
 		}
+	}
+}
+
+// doctor and inspect interrupted while their server is frozen (their statement waiting for a
+// lock when it froze) return within a few seconds of the Ctrl-C: pgx closes the connection of a
+// cancelled statement that got no answer after a cancel request that waits up to 15 s for the
+// server, and the pool's Close, their last step, waited for it.
+func TestOperatorCommandsInterruptedOnAFrozenServerReturnSoon(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"doctor", "inspect"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			dbURL, pool := newDatabase(t)
+			cfg := pool.Config().ConnConfig
+			f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+			u, err := url.Parse(dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Host = f.Addr()
+			lockCounters(t, pool)
+			ctx, interrupt := context.WithCancel(context.Background())
+			defer interrupt()
+			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+			go func() {
+				exited <- run(ctx, []string{"--database-url", u.String(), cmd, "--lock-timeout", "0"}, stdout, stderr, func(string) string { return "" })
+			}()
+			pgtest.AwaitLockWaiters(t, pool, cmd)
+			f.Freeze()
+			interrupted := time.Now()
+			interrupt()
+			select {
+			case code := <-exited:
+				took := time.Since(interrupted)
+				t.Logf("%s returned %s after the interrupt", cmd, took.Round(time.Millisecond))
+				// The cancel request's acknowledgement, waited for 1 s, and room for a loaded machine.
+				if code != exitFailure || stderr.String() != "pgadmit "+cmd+": interrupted\n" || took > 5*time.Second {
+					t.Errorf("%s interrupted on a frozen server: exit %d after %s, stderr %q; want exit 1 within 5s, interrupted",
+						cmd, code, took.Round(time.Millisecond), stderr.String())
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%s interrupted on a frozen server did not return within 60s; stderr %q", cmd, stderr.String())
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/schema"
 )
@@ -94,7 +95,7 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer grace.CloseOnExit(ctx, pool)
 
 	// A database that a newer pgadmit migrated: goose cannot revert a migration it does not
 	// embed ("version not found"), and lists only the ones it knows. (up says so after its

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -93,7 +94,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer grace.CloseOnExit(ctx, pool)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
 		ratelimit.WithMaintenanceLockTimeout(*lockTimeout), a.progressOption(*progress))
 	start := time.Now()
@@ -122,7 +123,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 	var maint *ratelimit.Maintenance // one for every pass: it takes back a lease a failed pass left
 	defer func() {
 		if pool != nil {
-			pool.Close()
+			grace.CloseOnExit(ctx, pool)
 		}
 	}()
 	for {
@@ -262,7 +263,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer grace.CloseOnExit(ctx, pool)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
 		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(*lockTimeout), a.progressOption(*progress))
 	start := time.Now()
@@ -356,7 +357,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer grace.CloseOnExit(ctx, pool)
 	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
