@@ -306,7 +306,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	})
 	if errors.Is(err, bench.ErrLeftHeld) {
 		leftHeld = true
-		fmt.Fprintf(a.stderr, "pgadmit bench: warning: %v\n", bench.ErrLeftHeld)
+		a.warnLeftHeld()
 	}
 	// Interrupted (Ctrl-C), the run still reports the workloads that finished, their checks
 	// and their JSON, then says it was interrupted and exits 1: an hour's run cut short in its

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -118,13 +119,10 @@ func newApp(stdout, stderr io.Writer, getenv func(string) string) *app {
 func runApp(ctx context.Context, a *app, args []string) int {
 	stderr := a.stderr
 	err := statementCacheAdvice(a.main(ctx, args))
-	prefix := "pgadmit"
-	if a.cmd != nil {
-		prefix += " " + a.cmd.name
-	}
+	prefix := a.prefix()
 	var sbe *schemaBehindError
 	if a.schemaBehind != "" && !errors.As(err, &sbe) {
-		fmt.Fprintf(stderr, "%s: warning: %s\n", prefix, a.schemaBehind)
+		a.warn("%s", a.schemaBehind)
 	}
 	switch {
 	case err == nil, errors.Is(err, errHelp):
@@ -154,6 +152,25 @@ func runApp(ctx context.Context, a *app, args []string) int {
 		return exitFailure
 	}
 }
+
+// prefix begins each line pgadmit says on stderr: "pgadmit", or "pgadmit demo" once the command
+// is known.
+func (a *app) prefix() string {
+	if a.cmd == nil {
+		return "pgadmit"
+	}
+	return "pgadmit " + a.cmd.name
+}
+
+// warn says on stderr, in one line prefixed as the command's errors are ("pgadmit demo:
+// warning: ..."), something an operator should know that does not fail the command by itself.
+func (a *app) warn(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "%s: warning: %s\n", a.prefix(), fmt.Sprintf(format, args...))
+}
+
+// warnLeftHeld says that an interrupted bench or demo gave up giving back some of what it held
+// once its grace was over (grace.ErrLeftHeld says what frees it).
+func (a *app) warnLeftHeld() { a.warn("%v", grace.ErrLeftHeld) }
 
 // interrupted says whether err is how a command ended because ctx was cancelled (Ctrl-C,
 // SIGTERM): ctx's own error, or the server's cancellation of the statement in flight (SQLSTATE

@@ -237,7 +237,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		gr.Wait(bgWG.Wait)
 		d.giveBack(gws)
 		if gr.LeftHeld() {
-			fmt.Fprintf(a.stderr, "pgadmit demo: warning: %v\n", grace.ErrLeftHeld)
+			a.warnLeftHeld()
 		}
 	}()
 	for _, g := range gws {

@@ -115,7 +115,7 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 		gr.Wait(gw.Close)
 		gr.Close(limiter)
 		if gr.LeftHeld() {
-			fmt.Fprintf(a.stderr, "pgadmit demo: warning: %v\n", grace.ErrLeftHeld)
+			a.warnLeftHeld()
 		}
 	}()
 	d.gateway = gw.url

@@ -86,3 +86,35 @@ func TestDemoInterruptedOnAFrozenServerGivesUpAfterItsGrace(t *testing.T) {
 		t.Fatalf("demo interrupted on a frozen server did not return within 60s; stderr %q", stderr.String())
 	}
 }
+
+// bench interrupted on a frozen server warns as the demo does, in the same words (one piece of
+// code says it for both, app.warnLeftHeld), then says it was interrupted.
+func TestBenchInterruptedOnAFrozenServerWarnsAsTheDemo(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := newDatabase(t)
+	cfg := pool.Config().ConnConfig
+	f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = f.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	stdout, stderr, exited := startBench(ctx, u.String(), "--only", "W7", "--workers", "4", "--think", "20s", "--duration", "1m")
+	awaitHolds(t, pool, "the 4 workers' leases", stderr, func(h dbHolds) bool { return h.leases == 4 })
+	f.Freeze()
+	interrupt()
+	select {
+	case code := <-exited:
+		want := "pgadmit bench: warning: " + grace.ErrLeftHeld.Error() + "\npgadmit bench: interrupted\n"
+		if code != exitFailure || stderr.String() != want {
+			t.Errorf("bench interrupted on a frozen server: exit %d, stderr %q; want exit 1, %q\nstdout:\n%s", code, stderr.String(), want, stdout.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("bench interrupted on a frozen server did not return within 60s; stderr %q", stderr.String())
+	}
+}

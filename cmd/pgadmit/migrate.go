@@ -259,7 +259,7 @@ func (a *app) checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool) (behi
 	switch {
 	case err != nil:
 	case v > latest:
-		fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s: this pgadmit may misread it; upgrade pgadmit\n", a.cmd.name, aheadOf(v, latest))
+		a.warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
 	case v < latest:
 		return fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
 	}

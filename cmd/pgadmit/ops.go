@@ -135,13 +135,13 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 			if pool != nil {
 				maint = ratelimit.NewMaintenance(pool, opts...)
 				if behind := a.checkOperatorSchema(ctx, pool); behind != "" {
-					fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s\n", a.cmd.name, behind)
+					a.warn("%s", behind)
 				}
 				// A connection string that does not suit a transaction pooler works while the
 				// sweeper has the pooler to itself, and fails once other clients share it: say
 				// so now, as doctor does, not months later.
 				if err := ratelimit.CheckPooler(ctx, pool); errors.Is(err, ratelimit.ErrPoolerMismatch) || errors.Is(err, ratelimit.ErrStatementPooling) {
-					fmt.Fprintf(a.stderr, "pgadmit %s: warning: %s\n", a.cmd.name, scrub(err.Error(), a.dsn))
+					a.warn("%s", scrub(err.Error(), a.dsn))
 				}
 			}
 		}
