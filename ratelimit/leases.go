@@ -139,8 +139,8 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // longer runs (ErrTaskFinished), or a row of the grant no longer exists
 // (ErrUnknownGrant); a grant with no row to link is of the task its TaskID
 // names, if any. A malformed id, or a grant that names one reservation or
-// lease twice (not one Reserve returned), is a *ValidationError, and
-// nothing is sent. One round trip.
+// lease twice (not one Reserve returned; a Local reservation too, by its
+// LocalID), is a *ValidationError, and nothing is sent. One round trip.
 //
 // Attach and FinishTask of the same task exclude each other: an Attach
 // that meets a FinishTask in flight waits for it and then finds the
@@ -170,8 +170,11 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	}
 	var reservationIDs []string
 	var at []int // their places in the grant, to name a bad one
+	var local []int
 	for i, r := range grant.Reservations {
-		if !r.Local { // a Local reservation has no row to link
+		if r.Local { // a Local reservation has no row to link
+			local = append(local, i)
+		} else {
 			reservationIDs = append(reservationIDs, r.ID)
 			at = append(at, i)
 		}
@@ -189,6 +192,9 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	// the statement would link it before its count told it apart.
 	if err := grantRowsOnce(rids, reservationIDs, at, lids, leaseTexts); err != nil {
 		return grant, err
+	}
+	if err := localsOnce(grant.Reservations, local); err != nil {
+		return grant, err // as Commit and Release would refuse it
 	}
 	task, err := parseOptionalID("TaskID", grant.TaskID)
 	if err != nil {

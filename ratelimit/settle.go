@@ -105,7 +105,8 @@ func (s Settlement) Overages() []ReservationOutcome {
 // is longer than MaxScopeBytes, or whose WindowStart PostgreSQL cannot
 // hold (Commit and Release send them as the grant has them), and so is a
 // grant that names one reservation or lease twice (not one Reserve
-// returned). One round trip.
+// returned), a Local one too (by its LocalID, whatever its spelling).
+// One round trip.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	if err := l.usable(); err != nil {
 		return Settlement{}, err
@@ -155,6 +156,9 @@ func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Sett
 
 func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string, amounts []float64) (Settlement, error) {
 	local, remote := splitLocal(grant, amounts)
+	if err := localsOnce(grant.Reservations, local); err != nil {
+		return Settlement{}, err // before anything is settled, here or in the database
+	}
 	out, err := l.settleRemote(ctx, remote, status, reason)
 	if len(local) == 0 || errors.Is(err, ErrInvalidInput) {
 		return out, err
