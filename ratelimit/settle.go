@@ -106,7 +106,8 @@ func (s Settlement) Overages() []ReservationOutcome {
 // hold (Commit and Release send them as the grant has them), and so is a
 // grant that names one reservation or lease twice (not one Reserve
 // returned), a Local one too (by its LocalID, whatever its spelling).
-// One round trip.
+// One round trip: a grant of more than 256 reservations (joined from many
+// Reserves) is settled in calls of 256 sent together, in one transaction.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	if err := l.usable(); err != nil {
 		return Settlement{}, err
@@ -245,6 +246,12 @@ func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, 
 	}
 	if req.empty() {
 		return Settlement{}, nil
+	}
+	if len(req.ids) > settleChunk {
+		if err := l.enter(opName(status), phaseCounters, phaseRows); err != nil {
+			return Settlement{}, err
+		}
+		return l.settleLong(ctx, &req)
 	}
 	if l.settles != nil {
 		return l.settles.do(ctx, &req)
