@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"net"
-	"net/url"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/grace"
 )
 
@@ -49,22 +45,13 @@ func TestDemoInterruptedLeavesNothingHeld(t *testing.T) {
 func TestDemoInterruptedOnAFrozenServerGivesUpAfterItsGrace(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := newDatabase(t)
-	cfg := pool.Config().ConnConfig
-	f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = f.Addr()
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
+	f, frozenURL := throughFreezer(t, dbURL, pool, map[string]string{"connect_timeout": "2"})
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
 	a := newApp(stdout, stderr, func(string) string { return "" })
 	go func() {
-		exited <- runApp(ctx, a, []string{"--database-url", u.String(), "demo", "--duration", "1m", "--instances", "2", "--clients", "4", "--keys", "20"})
+		exited <- runApp(ctx, a, []string{"--database-url", frozenURL, "demo", "--duration", "1m", "--instances", "2", "--clients", "4", "--keys", "20"})
 	}()
 	awaitHolds(t, pool, "a lease of a request in flight", stderr, func(h dbHolds) bool { return h.leases > 0 })
 	f.Freeze()
@@ -92,19 +79,10 @@ func TestDemoInterruptedOnAFrozenServerGivesUpAfterItsGrace(t *testing.T) {
 func TestBenchInterruptedOnAFrozenServerWarnsAsTheDemo(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := newDatabase(t)
-	cfg := pool.Config().ConnConfig
-	f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = f.Addr()
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
+	f, frozenURL := throughFreezer(t, dbURL, pool, map[string]string{"connect_timeout": "2"})
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
-	stdout, stderr, exited := startBench(ctx, u.String(), "--only", "W7", "--workers", "4", "--think", "20s", "--duration", "1m")
+	stdout, stderr, exited := startBench(ctx, frozenURL, "--only", "W7", "--workers", "4", "--think", "20s", "--duration", "1m")
 	awaitHolds(t, pool, "the 4 workers' leases", stderr, func(h dbHolds) bool { return h.leases == 4 })
 	f.Freeze()
 	interrupt()

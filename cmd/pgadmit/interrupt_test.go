@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
-	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -184,19 +180,13 @@ func TestOperatorCommandsInterruptedOnAFrozenServerReturnSoon(t *testing.T) {
 		t.Run(cmd, func(t *testing.T) {
 			t.Parallel()
 			dbURL, pool := newDatabase(t)
-			cfg := pool.Config().ConnConfig
-			f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-			u, err := url.Parse(dbURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.Host = f.Addr()
+			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
 			lockCounters(t, pool)
 			ctx, interrupt := context.WithCancel(context.Background())
 			defer interrupt()
 			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
 			go func() {
-				exited <- run(ctx, []string{"--database-url", u.String(), cmd, "--lock-timeout", "0"}, stdout, stderr, func(string) string { return "" })
+				exited <- run(ctx, []string{"--database-url", frozenURL, cmd, "--lock-timeout", "0"}, stdout, stderr, func(string) string { return "" })
 			}()
 			pgtest.AwaitLockWaiters(t, pool, cmd)
 			f.Freeze()

@@ -8,14 +8,17 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -530,4 +533,23 @@ func newDatabase(t *testing.T) (string, *pgxpool.Pool) {
 	}
 	t.Cleanup(pool.Close)
 	return url, pool
+}
+
+// throughFreezer returns a freezer in front of pool's server and dbURL
+// pointed at it, with the given query parameters set (connect_timeout, say).
+func throughFreezer(t *testing.T, dbURL string, pool *pgxpool.Pool, params map[string]string) (*freezer.Freezer, string) {
+	t.Helper()
+	cfg := pool.Config().ConnConfig
+	f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = f.Addr()
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return f, u.String()
 }

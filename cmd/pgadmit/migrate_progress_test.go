@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
-	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -105,20 +101,10 @@ func TestMigrateSaysItsDatabaseFrozeWhileItWaits(t *testing.T) {
 	// timeout (goose's locker then tries again, on a new one): a long one keeps it on one try here.
 	// The pool's ping of an idle connection, which is bounded by the connect timeout unless the
 	// URL bounds it (TestPoolPingTimeoutIsTheConnectTimeout), is kept short.
-	cfg := pool.Config().ConnConfig
-	f := freezer.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = f.Addr()
-	q := u.Query()
-	q.Set("connect_timeout", "60")
-	q.Set("pool_ping_timeout", "2s")
-	u.RawQuery = q.Encode()
+	f, frozenURL := throughFreezer(t, dbURL, pool, map[string]string{"connect_timeout": "60", "pool_ping_timeout": "2s"})
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
-	_, stderr, exited := startMigrateIn(ctx, u.String(), "up")
+	_, stderr, exited := startMigrateIn(ctx, frozenURL, "up")
 	awaitLog(t, stderr, `^pgadmit migrate: waited [0-9]+s for the migration lock, which another migrator holds`)
 	f.Freeze()
 	awaitLog(t, stderr, `\npgadmit migrate: waited [0-9]+s for the migration lock, but the database did not answer within 2s; `+
