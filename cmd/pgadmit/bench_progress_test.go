@@ -74,7 +74,7 @@ func TestBenchPrintsItsProgress(t *testing.T) {
 		}
 	}
 	_, errOut, code := cli(t, nil, "--database-url", url, "bench", "--progress", "-1s")
-	if code != exitUsage || !strings.Contains(errOut, "--progress must be >= 0") {
+	if code != exitUsage || !strings.Contains(errOut, "--progress must be 0 (never) or at least 100ms, got -1s") {
 		t.Errorf("bench --progress -1s: exit %d, %q; want a usage error", code, errOut)
 	}
 }
