@@ -141,7 +141,8 @@ type TaskCancelRow struct {
 // Against ClaimTask: TaskFinishLock holds the row FOR UPDATE, which
 // TaskClaimNext's FOR NO KEY UPDATE SKIP LOCKED skips; a claim that locked
 // the row first is waited for, and this statement, whose snapshot follows
-// the lock, then finds the task running and changes nothing.
+// the lock, then finds the task running and changes nothing (the status
+// TaskFinishLock returned says why).
 // Locks: the task row (held FOR UPDATE since TaskFinishLock); row locks on
 // its unreleased leases (in id order, as TaskFinish) and its admission
 // rows.
@@ -833,8 +834,8 @@ func (q *Queries) TaskFinish(ctx context.Context, db DBTX, arg TaskFinishParams)
 	return i, err
 }
 
-const TaskFinishLock = `-- name: TaskFinishLock :exec
-SELECT t.id
+const TaskFinishLock = `-- name: TaskFinishLock :one
+SELECT t.status
 FROM gateway_tasks AS t
 WHERE t.id = $1::uuid
 FOR UPDATE
@@ -855,11 +856,17 @@ FOR UPDATE
 // (pgadmit_task_recheck). Only admissions for this task wait, only while
 // it finishes. CancelTask takes the same lock, for the same reasons, before
 // TaskCancel (and so makes ClaimTask skip the row while it cancels).
+// Returns the task's status as locked: after waiting for a transaction
+// that held the row, the status it committed (CancelTask's refusal names
+// it, not a later read, by which the task may be queued again). No row
+// for an unknown task.
 // Locks: FOR UPDATE on the task row.
 // Index: gateway_tasks_pkey.
-func (q *Queries) TaskFinishLock(ctx context.Context, db DBTX, taskID pgtype.UUID) error {
-	_, err := db.Exec(ctx, TaskFinishLock, taskID)
-	return err
+func (q *Queries) TaskFinishLock(ctx context.Context, db DBTX, taskID pgtype.UUID) (string, error) {
+	row := db.QueryRow(ctx, TaskFinishLock, taskID)
+	var status string
+	err := row.Scan(&status)
+	return status, err
 }
 
 const TaskFinishPlan = `-- name: TaskFinishPlan :one

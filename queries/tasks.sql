@@ -418,7 +418,7 @@ SELECT t.status,
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
 
--- name: TaskFinishLock :exec
+-- name: TaskFinishLock :one
 -- Second step of finishing a task, in the finishing batch after the
 -- counters of its planned reservations (lock order: counters, then this
 -- row): locks the task row, so that TaskFinish, the next statement, takes
@@ -434,9 +434,13 @@ WHERE t.id = @task_id::uuid;
 -- (pgadmit_task_recheck). Only admissions for this task wait, only while
 -- it finishes. CancelTask takes the same lock, for the same reasons, before
 -- TaskCancel (and so makes ClaimTask skip the row while it cancels).
+-- Returns the task's status as locked: after waiting for a transaction
+-- that held the row, the status it committed (CancelTask's refusal names
+-- it, not a later read, by which the task may be queued again). No row
+-- for an unknown task.
 -- Locks: FOR UPDATE on the task row.
 -- Index: gateway_tasks_pkey.
-SELECT t.id
+SELECT t.status
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid
 FOR UPDATE;
@@ -590,7 +594,8 @@ FROM finished;
 -- Against ClaimTask: TaskFinishLock holds the row FOR UPDATE, which
 -- TaskClaimNext's FOR NO KEY UPDATE SKIP LOCKED skips; a claim that locked
 -- the row first is waited for, and this statement, whose snapshot follows
--- the lock, then finds the task running and changes nothing.
+-- the lock, then finds the task running and changes nothing (the status
+-- TaskFinishLock returned says why).
 -- Locks: the task row (held FOR UPDATE since TaskFinishLock); row locks on
 -- its unreleased leases (in id order, as TaskFinish) and its admission
 -- rows.

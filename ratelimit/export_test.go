@@ -129,6 +129,13 @@ func WithHousekeepHook(hook func()) Option {
 	return func(o *options) { o.housekeepHook = hook }
 }
 
+// WithCancelTaskBatchHook makes CancelTask call hook once its batch (the
+// second round trip) is answered, before it reads the answers, so that a
+// test can change the task between the batch and the answer.
+func WithCancelTaskBatchHook(hook func()) Option {
+	return func(o *options) { o.cancelBatchHook = hook }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

@@ -150,6 +150,7 @@ type options struct {
 	blockAdmissions int                  // test-only (WithBlockAdmissions); 0: maxBlockAdmissions
 	unheldTry       func()               // test-only (WithUnheldTryHook): called before each try of retryUnheld
 	housekeepHook   func()               // test-only (WithHousekeepHook): called by each housekeeping round before it collects blocks
+	cancelBatchHook func()               // test-only (WithCancelTaskBatchHook): called by CancelTask once its batch is answered
 	stuckAfter      time.Duration        // test-only (WithStuckAfter); 0: allotStuckAfter
 }
 

@@ -27,7 +27,11 @@ import (
 // running task is its worker's to finish (FinishTask with TaskCancelled).
 // Against a concurrent ClaimTask, one of the two wins the task row: the
 // task is either cancelled and never claimed, or claimed and the cancel
-// refused (Status running). Against a concurrent Reserve for the task, as
+// refused (Status running). A refusal names the status the cancel found
+// when it locked the task row, even if the task is queued again by the
+// time it returns (a claimer that left put it back, or Recover requeued
+// it): GetTask tells, and a CancelTask then may cancel it. Against a
+// concurrent Reserve for the task, as
 // with FinishTask: what the admission wrote first is released, one that
 // comes later is refused with ErrTaskFinished.
 //
@@ -90,7 +94,12 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
 	}
-	queue(b, func(r db.DBTX) { _ = l.queries.TaskFinishLock(ctx, r, id) })
+	var locked []string // the task's status under its lock; none when it is gone
+	queue(b, func(r db.DBTX) { _, _ = l.queries.TaskFinishLock(ctx, r, id) }).Query(func(rows pgx.Rows) error {
+		var err error
+		locked, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
 	var cancelled []db.TaskCancelRow
 	queueRows(b, &cancelled, func(r db.DBTX) {
 		_, _ = l.queries.TaskCancel(ctx, r, db.TaskCancelParams{PlannedReservationIds: rids, Now: now, Reason: optText(reason), TaskID: id})
@@ -104,10 +113,18 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return FinishResult{}, wrapDBError(ctx, "cancel task", err)
 	}
+	if hook := l.opts.cancelBatchHook; hook != nil {
+		hook()
+	}
 	if len(cancelled) == 0 {
 		// A worker claimed the task (or it finished) between the two round
-		// trips: its status now.
-		return FinishResult{}, l.notQueuedNow(ctx, taskID, id)
+		// trips: refused with the status the batch locked. A read after the
+		// batch could find the task queued again (unclaimed, or requeued by
+		// Recover), and refuse it as "not queued (status queued)".
+		if len(locked) == 0 {
+			return FinishResult{}, fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
+		}
+		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: locked[0]}
 	}
 	c := cancelled[0]
 	res := FinishResult{
@@ -125,18 +142,4 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	late, err := l.releaseLate(ctx, c.LateReservationIds, now)
 	res.ReleasedReservations += late
 	return res, err
-}
-
-// notQueuedNow is the error of a CancelTask whose task was queued when
-// read but not when the batch locked it: a *TaskNotQueuedError with the
-// task's status now (running, as a rule), or ErrUnknownTask when it is gone.
-func (l *Limiter) notQueuedNow(ctx context.Context, taskID string, id pgtype.UUID) error {
-	row, err := l.queries.TaskGet(ctx, l.conn, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
-	}
-	if err != nil {
-		return wrapDBError(ctx, "cancel task", err)
-	}
-	return &TaskNotQueuedError{TaskID: taskID, Status: row.Status}
 }

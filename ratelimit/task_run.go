@@ -252,7 +252,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	// The task row locked by a statement of its own: TaskFinish then reads
 	// the task's leases and reservations after an Attach in flight, which
 	// holds the row, has committed what it linked.
-	queue(b, func(r db.DBTX) { _ = l.queries.TaskFinishLock(ctx, r, id) })
+	queue(b, func(r db.DBTX) { _, _ = l.queries.TaskFinishLock(ctx, r, id) })
 	p.PlannedReservationIds = rids
 	if p.PlannedReservationIds == nil {
 		p.PlannedReservationIds = []pgtype.UUID{} // NULL would make every reservation late
