@@ -82,6 +82,7 @@ SELECT cancelled.id,
        cancelled.created_at,
        cancelled.updated_at,
        cancelled.finished_at,
+       0::integer                               AS finished_attempts,
        (SELECT count(*) FROM released)::integer AS released_leases,
        (SELECT count(*) FROM dropped)::integer  AS deleted_admissions,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
@@ -118,6 +119,7 @@ type TaskCancelRow struct {
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
 	FinishedAt              *time.Time
+	FinishedAttempts        int32
 	ReleasedLeases          int32
 	DeletedAdmissions       int32
 	LateReservationIds      []pgtype.UUID
@@ -137,7 +139,9 @@ type TaskCancelRow struct {
 // The open reservations not among @planned_reservation_ids (linked since
 // the plan read them, by a Reserve that committed before this statement
 // began) come back as late_reservation_ids, for the caller to release
-// after the commit, as TaskFinish's.
+// after the commit, as TaskFinish's. Its columns are TaskFinish's, in
+// TaskFinish's order (finished_attempts 0), so that one conversion reads
+// both.
 // Against ClaimTask: TaskFinishLock holds the row FOR UPDATE, which
 // TaskClaimNext's FOR NO KEY UPDATE SKIP LOCKED skips; a claim that locked
 // the row first is waited for, and this statement, whose snapshot follows
@@ -178,6 +182,7 @@ func (q *Queries) TaskCancel(ctx context.Context, db DBTX, arg TaskCancelParams)
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.FinishedAt,
+		&i.FinishedAttempts,
 		&i.ReleasedLeases,
 		&i.DeletedAdmissions,
 		&i.LateReservationIds,

@@ -126,20 +126,9 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 		}
 		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: locked[0]}
 	}
-	c := cancelled[0]
-	res := FinishResult{
-		Task: taskFromRow(db.TaskGetRow{
-			ID: c.ID, Status: c.Status, AsyncMode: c.AsyncMode, Kind: c.Kind, Payload: c.Payload, Error: c.Error,
-			ErrorCode: c.ErrorCode, ErrorMessage: c.ErrorMessage, LockedBy: c.LockedBy, ExecutionToken: c.ExecutionToken,
-			ExecutionLeaseExpiresAt: c.ExecutionLeaseExpiresAt, AttemptCount: c.AttemptCount, RequeueCount: c.RequeueCount,
-			LastEventSeq: c.LastEventSeq, NextRunAt: c.NextRunAt, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-			FinishedAt: c.FinishedAt,
-		}),
-		ReleasedReservations: int(released),
-		ReleasedLeases:       int(c.ReleasedLeases),
-		DeletedAdmissions:    int(c.DeletedAdmissions),
-	}
+	c := db.TaskFinishRow(cancelled[0]) // the same columns: TaskCancel's comment
+	res := finishResult(c)
 	late, err := l.releaseLate(ctx, c.LateReservationIds, now)
-	res.ReleasedReservations += late
+	res.ReleasedReservations = int(released) + late
 	return res, err
 }

@@ -275,7 +275,18 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		return FinishResult{}, l.staleNow(ctx, taskID, id, tok)
 	}
 	f := finished[0]
-	res := FinishResult{
+	res := finishResult(f)
+	res.ReleasedReservations = int(settledCount(settled))
+	late, err := l.releaseLate(ctx, f.LateReservationIds, p.Now)
+	res.ReleasedReservations += late
+	return res, err
+}
+
+// finishResult is what a TaskFinish row says (or a TaskCancel row, of the
+// same columns): the finished task, its leases released and queue places
+// freed. The reservations the caller settles are its to count.
+func finishResult(f db.TaskFinishRow) FinishResult {
+	return FinishResult{
 		Task: taskFromRow(db.TaskGetRow{
 			ID: f.ID, Status: f.Status, AsyncMode: f.AsyncMode, Kind: f.Kind, Payload: f.Payload, Error: f.Error,
 			ErrorCode: f.ErrorCode, ErrorMessage: f.ErrorMessage, LockedBy: f.LockedBy, ExecutionToken: f.ExecutionToken,
@@ -286,10 +297,6 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		ReleasedLeases:    int(f.ReleasedLeases),
 		DeletedAdmissions: int(f.DeletedAdmissions),
 	}
-	res.ReleasedReservations = int(settledCount(settled))
-	late, err := l.releaseLate(ctx, f.LateReservationIds, p.Now)
-	res.ReleasedReservations += late
-	return res, err
 }
 
 // releaseLate releases the reservations that were linked to a task after
