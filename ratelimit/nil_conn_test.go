@@ -79,6 +79,8 @@ func TestNilConnFailsWithValidationError(t *testing.T) {
 		want(name+" AppendEvent", field, err)
 		_, err = mk().FinishTask(ctx, id, id, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
 		want(name+" FinishTask", field, err)
+		_, err = mk().CancelTask(ctx, id, "")
+		want(name+" CancelTask", field, err)
 		_, err = mk().GetTask(ctx, id)
 		want(name+" GetTask", field, err)
 		_, err = mk().TaskEvents(ctx, id)

@@ -94,7 +94,7 @@ func (c *opCounts) do(op string, fn func() error) bool {
 	err := fn()
 	expected := errors.Is(err, ratelimit.ErrExceeded) || errors.Is(err, ratelimit.ErrNoTask) ||
 		errors.Is(err, ratelimit.ErrLeaseLost) || errors.Is(err, ratelimit.ErrStaleToken) ||
-		errors.Is(err, ratelimit.ErrTaskFinished)
+		errors.Is(err, ratelimit.ErrTaskFinished) || errors.Is(err, ratelimit.ErrTaskNotQueued)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls[op]++
@@ -173,6 +173,13 @@ func runEveryOperation(t *testing.T, pools []*pgxpool.Pool) *opCounts {
 						_, err := l.FinishTask(ctx, claimed.ID, claimed.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, ErrorCode: "x"})
 						return err
 					})
+				}
+				// An async task holding a reservation and a lease while it waits, cancelled by
+				// its owner (or claimed first by another worker's ClaimTask: ErrTaskNotQueued).
+				var waiting ratelimit.Task
+				if c.do("CreateTask", func() (err error) { waiting, err = l.CreateTask(ctx, ratelimit.TaskSpec{Async: true}); return err }) {
+					c.do("Reserve", func() error { _, err := l.Reserve(ctx, waiting.ID, "", limits); return err })
+					c.do("CancelTask", func() error { _, err := l.CancelTask(ctx, waiting.ID, "gone"); return err })
 				}
 				// Admission and a task in one transaction of the caller's, settled after it.
 				var tg ratelimit.Grant
