@@ -20,7 +20,8 @@ const (
 	TaskCancelled = "cancelled"
 )
 
-// Error codes recovery records on the tasks it fails.
+// Error codes pgadmit records on the tasks it ends: recovery on those it
+// fails (and their attempts), CancelTask on those it cancels.
 const (
 	// ErrorCodeServerRestarted: a sync task's execution lease expired; its
 	// caller (the process that ran it) is gone.
