@@ -221,7 +221,9 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 	if len(results) == 0 {
 		fmt.Fprintln(a.stdout, "nothing to do")
 	}
-	v, err := p.GetDBVersion(ctx)
+	// Read without the lock, as status and version do (goose's GetDBVersion waits for it: for up
+	// to 5 minutes when another migrator holds it, even after a step that had nothing to do).
+	v, err := schema.Version(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
