@@ -90,10 +90,15 @@ const (
 // opts ("opts[0]"), which wraps goose's error.
 //
 // Closing the provider closes db. A nil db is a *ratelimit.ValidationError on "db", as a nil
-// pool is for Migrate.
+// pool is for Migrate, and so is a db limited to one open connection (db.SetMaxOpenConns(1)):
+// goose holds one for the migrations while its locker takes the lock row on another, so a
+// migration would wait for a second one forever.
 func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	if db == nil {
 		return nil, errNilDB
+	}
+	if db.Stats().MaxOpenConnections == 1 {
+		return nil, errOneConnDB
 	}
 	locker := &tableLocker{}
 	var err error
@@ -180,7 +185,13 @@ func connectTimedOut(err error) bool {
 // do), with nothing of it applied, and returns an error matching ratelimit.ErrStatementPooling
 // (errors.Is) that says what to change; pending migrations before it that run outside a
 // transaction are applied. Down and Status report such a failure the same way.
+//
+// pool must allow at least 2 connections (one for the migrations, one for the lock row): a pool
+// of one is a *ratelimit.ValidationError, for Down too.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := migratingPool(pool); err != nil {
+		return err
+	}
 	return withProvider(pool, func(p *goose.Provider) error {
 		if _, err := p.Up(ctx); err != nil {
 			return fmt.Errorf("schema: migrate up: %w", err)
@@ -192,6 +203,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // Down reverts every applied pgadmit migration (down to version 0), dropping pgadmit's tables
 // and all their data. The version table itself stays. pool stays open.
 func Down(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := migratingPool(pool); err != nil {
+		return err
+	}
 	return withProvider(pool, func(p *goose.Provider) error {
 		if _, err := p.DownTo(ctx, 0); err != nil {
 			return fmt.Errorf("schema: migrate down: %w", err)
@@ -287,6 +301,26 @@ func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn
 var errNilPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Reason: "must be a pool, not nil"})
 
 var errNilDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Reason: "must be a *sql.DB, not nil"})
+
+// Migrating holds a connection for the migrations while the locker takes the lock row on
+// another: with one, it would wait for the second forever.
+var (
+	errOneConnPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool",
+		Reason: "must allow at least 2 connections (MaxConns): migrating holds one while it takes the lock row on another"})
+	errOneConnDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db",
+		Reason: "must allow at least 2 open connections: migrating holds one while it takes the lock row on another"})
+)
+
+// migratingPool refuses a pool that cannot migrate: nil, or of one connection.
+func migratingPool(pool *pgxpool.Pool) error {
+	switch {
+	case pool == nil:
+		return errNilPool
+	case pool.Config().MaxConns < 2:
+		return errOneConnPool
+	}
+	return nil
+}
 
 // withProvider runs fn with a provider over a *sql.DB that borrows connections from pool, and
 // closes that *sql.DB (not the pool) afterwards.
