@@ -19,9 +19,9 @@ import (
 // each new one waits out its connect timeout), and ends the connections the
 // locker tries on, keeps trying until its context ends, as it does after a
 // lost connection, and migrates once the database answers again and the lock
-// row is free. It gave up at the first connect timeout. (The connection goose
-// holds through the wait goes on: one lost would fail the migration once the
-// lock is taken.)
+// row is free. It gave up at the first connect timeout. (goose takes the
+// connection it migrates on once the row is taken: see
+// TestMigrateOutlivesARestartWhileItWaitsForTheLock.)
 func TestMigrateWaitsOutAConnectTimeout(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

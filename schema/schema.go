@@ -93,12 +93,23 @@ const (
 // pool is for Migrate, and so is a db limited to one open connection (db.SetMaxOpenConns(1)):
 // goose holds one for the migrations while its locker takes the lock row on another, so a
 // migration would wait for a second one forever.
+//
+// goose's steps (Up, Down...) take the connection they migrate on before they wait for another
+// migrator's lock row, and hold it idle through the wait: one that the server ended meanwhile
+// (it restarted) fails the step once the row is free. [Migrate], [Down] and [Locked] wait for
+// the row first.
 func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	p, _, err := newProvider(db, opts)
+	return p, err
+}
+
+// newProvider is NewProvider, which also returns the provider's locker.
+func newProvider(db *sql.DB, opts []goose.ProviderOption) (*goose.Provider, *tableLocker, error) {
 	if db == nil {
-		return nil, errNilDB
+		return nil, nil, errNilDB
 	}
 	if db.Stats().MaxOpenConnections == 1 {
-		return nil, errOneConnDB
+		return nil, nil, errOneConnDB
 	}
 	locker := &tableLocker{}
 	var err error
@@ -115,7 +126,7 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 		lock.WithTableRetryPolicy(locker.retry),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("schema: table locker: %w", err)
+		return nil, nil, fmt.Errorf("schema: table locker: %w", err)
 	}
 	// The version table is given as a store, not with goose.WithTableName: goose lets a later
 	// WithTableName silently replace an earlier one (pgadmit's history would then go into the
@@ -123,7 +134,7 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	// The store is goose's own PostgreSQL store; DialectCustom only says it is supplied.
 	store, err := database.NewStore(goose.DialectPostgres, VersionTable)
 	if err != nil {
-		return nil, fmt.Errorf("schema: version table store: %w", err)
+		return nil, nil, fmt.Errorf("schema: version table store: %w", err)
 	}
 	own := []goose.ProviderOption{
 		goose.WithStore(store),
@@ -132,16 +143,44 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	}
 	p, err := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, opts)...)
 	if err != nil {
-		return nil, refusal(db, own, opts, err)
+		return nil, nil, refusal(db, own, opts, err)
 	}
-	return p, nil
+	return p, locker, nil
 }
 
 // tableLocker is goose's table locker, which knows whether it is taking the lock row or giving
-// it up, for its retry policy.
+// it up, for its retry policy, and can take the row ahead of goose.
 type tableLocker struct {
 	lock.Locker
 	releasing atomic.Bool
+	// ahead: lockAhead took the lock row, which goose's next Lock keeps instead of taking it.
+	ahead atomic.Bool
+}
+
+// Lock takes the lock row, or keeps the one lockAhead took.
+func (l *tableLocker) Lock(ctx context.Context, db *sql.DB) error {
+	if l.ahead.Swap(false) {
+		return nil
+	}
+	return l.Locker.Lock(ctx, db)
+}
+
+// lockAhead takes the lock row for goose's next Lock, before goose takes its connection.
+func (l *tableLocker) lockAhead(ctx context.Context, db *sql.DB) error {
+	if err := l.Locker.Lock(ctx, db); err != nil {
+		return err
+	}
+	l.ahead.Store(true)
+	return nil
+}
+
+// dropAhead gives up the row lockAhead took when goose did not take it over (its step found
+// nothing to do, or failed before it locked).
+func (l *tableLocker) dropAhead(ctx context.Context, db *sql.DB) error {
+	if !l.ahead.Swap(false) {
+		return nil
+	}
+	return l.Unlock(ctx, db)
 }
 
 // Unlock gives the lock row up.
@@ -187,31 +226,45 @@ func connectTimedOut(err error) bool {
 // transaction are applied. Down and Status report such a failure the same way.
 //
 // pool must allow at least 2 connections (one for the migrations, one for the lock row): a pool
-// of one is a *ratelimit.ValidationError, for Down too.
+// of one is a *ratelimit.ValidationError, for Down and Locked too.
+//
+// It takes the migration lock only when a migration is pending (instances that start on a
+// current schema do not wait for each other), and waits for it before goose takes the
+// connection it migrates on (see NewProvider).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := migratingPool(pool); err != nil {
+	pending := func(p *goose.Provider) (bool, error) { return p.HasPending(ctx) }
+	err := withLock(ctx, pool, nil, pending, func(p *goose.Provider) error {
+		_, err := p.Up(ctx)
 		return err
-	}
-	return withProvider(pool, func(p *goose.Provider) error {
-		if _, err := p.Up(ctx); err != nil {
-			return fmt.Errorf("schema: migrate up: %w", err)
-		}
-		return nil
 	})
+	if err != nil && !errors.Is(err, ratelimit.ErrInvalidInput) {
+		return fmt.Errorf("schema: migrate up: %w", err)
+	}
+	return err
 }
 
 // Down reverts every applied pgadmit migration (down to version 0), dropping pgadmit's tables
 // and all their data. The version table itself stays. pool stays open.
 func Down(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := migratingPool(pool); err != nil {
+	err := withLock(ctx, pool, nil, nil, func(p *goose.Provider) error {
+		_, err := p.DownTo(ctx, 0)
 		return err
-	}
-	return withProvider(pool, func(p *goose.Provider) error {
-		if _, err := p.DownTo(ctx, 0); err != nil {
-			return fmt.Errorf("schema: migrate down: %w", err)
-		}
-		return nil
 	})
+	if err != nil && !errors.Is(err, ratelimit.ErrInvalidInput) {
+		return fmt.Errorf("schema: migrate down: %w", err)
+	}
+	return err
+}
+
+// Locked runs step with a provider of pgadmit's migrations over pool, as NewProvider makes one
+// with opts, once it holds the migration lock row, waiting for it as the provider's locker
+// would. The first of goose's steps in step that locks (Up, UpTo, Down, DownTo...) keeps that
+// row instead of waiting for it, so it takes the connection it migrates on only then (see
+// NewProvider); Locked gives the row up when step returns, if goose did not. It is what
+// `pgadmit migrate` runs. It returns step's error, or the lock's; one that a statement-pooling
+// proxy caused matches ratelimit.ErrStatementPooling, as Migrate's does. pool stays open.
+func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) error, opts ...goose.ProviderOption) error {
+	return withLock(ctx, pool, opts, nil, step)
 }
 
 // Status reports every known pgadmit migration, in ascending version order, as applied (with the
@@ -341,4 +394,45 @@ func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error
 		}
 	}()
 	return poolerr.Wrap(fn(p), poolerr.MigrationsNeed)
+}
+
+// withLock runs step with a provider over pool (with opts) once it holds the migration lock
+// row, which it takes before goose takes its connection (see NewProvider), and gives up after
+// step unless goose took it over. When pending (read without the lock) reports nothing to do,
+// it runs nothing and takes no lock.
+func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOption,
+	pending func(*goose.Provider) (bool, error), step func(*goose.Provider) error) (err error) {
+	if err := migratingPool(pool); err != nil {
+		return err
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	p, locker, err := newProvider(db, opts)
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	defer func() {
+		// Provider.Close closes db; the pool stays open.
+		if cerr := p.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("schema: close: %w", cerr)
+		}
+	}()
+	run := func() (err error) {
+		if pending != nil {
+			if todo, err := pending(p); err != nil || !todo {
+				return err
+			}
+		}
+		if err := locker.lockAhead(ctx, db); err != nil {
+			return err
+		}
+		defer func() {
+			// Also once ctx ended, as goose gives its lock up.
+			if derr := locker.dropAhead(context.WithoutCancel(ctx), db); derr != nil && err == nil {
+				err = derr
+			}
+		}()
+		return step(p)
+	}
+	return poolerr.Wrap(run(), poolerr.MigrationsNeed)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/pgadmit/pgadmit/internal/grace"
@@ -116,6 +115,14 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 
 	switch sub {
 	case "up":
+		// Nothing to apply: say so without waiting for the lock another migrator may hold.
+		pending, err := pendingUpTo(ctx, pool, *to)
+		if err != nil {
+			return err
+		}
+		if !pending {
+			return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), nil)
+		}
 		return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
 			if *to >= 0 {
 				return p.UpTo(ctx, *to)
@@ -176,30 +183,43 @@ func (a *app) nothingToRevert(passed func(version int64) string) error {
 	return nil
 }
 
-// migrateUpDown runs an up or down step with pgadmit's provider and prints each migration it
-// applied or reverted, then the resulting version, and what passed says of it. While the step
-// runs, it says on stderr what a long one waits for (doing: "applying" or "reverting").
-func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing string, passed func(version int64) string,
-	step func(*goose.Provider) ([]*goose.MigrationResult, error)) (err error) {
-	watch := &migrateWatch{}
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool), goose.WithVerbose(true), goose.WithSlog(slog.New(watch)))
+// pendingUpTo reports whether a migration up to version to (-1: the latest) is pending, from the
+// version table alone (no lock).
+func pendingUpTo(ctx context.Context, pool *pgxpool.Pool, to int64) (bool, error) {
+	st, err := schema.Status(ctx, pool)
 	if err != nil {
-		return err
+		return false, err
 	}
-	defer func() {
-		if cerr := p.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close migration provider: %w", cerr)
+	return slices.ContainsFunc(st, func(s *goose.MigrationStatus) bool {
+		return s.State == goose.StatePending && (to < 0 || s.Source.Version <= to)
+	}), nil
+}
+
+// migrateUpDown runs an up or down step with pgadmit's provider, once it holds the migration
+// lock row (schema.Locked), and prints each migration it applied or reverted, then the resulting
+// version, and what passed says of it. While the step runs, it says on stderr what a long one
+// waits for (doing: "applying" or "reverting"). A nil step is one with nothing to do.
+func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing string, passed func(version int64) string,
+	step func(*goose.Provider) ([]*goose.MigrationResult, error)) error {
+	var results []*goose.MigrationResult
+	var err error
+	if step != nil {
+		watch := &migrateWatch{}
+		reach := func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return errors.New(scrub(err.Error(), a.dsn))
+			}
+			return nil
 		}
-	}()
-	reach := func(ctx context.Context) error {
-		if err := pool.Ping(ctx); err != nil {
-			return errors.New(scrub(err.Error(), a.dsn))
-		}
-		return nil
+		stop := watch.report(a.stderr, doing, time.Now(), a.migrateProgressEvery, reach)
+		err = schema.Locked(ctx, pool, func(p *goose.Provider) error {
+			watch.holdLock()
+			var err error
+			results, err = step(p)
+			return err
+		}, goose.WithVerbose(true), goose.WithSlog(slog.New(watch)))
+		stop()
 	}
-	stop := watch.report(a.stderr, doing, time.Now(), a.migrateProgressEvery, reach)
-	results, err := step(p)
-	stop()
 	for _, r := range results {
 		if r.Error != nil {
 			continue

@@ -18,12 +18,12 @@ import (
 // the database while it waited for the lock. Without it they were silent until the step ended.
 const migrateProgressEvery = 5 * time.Second
 
-// migrateWatch follows a goose step through the provider's log records (goose.WithVerbose and
-// goose.WithSlog): goose logs nothing before it holds the migration lock, then each statement it
-// executes with its migration's file, each migration it completes, or that there is none to run.
+// migrateWatch follows a goose step: holdLock says when it holds the migration lock row
+// (schema.Locked took it), then the provider's log records (goose.WithVerbose and goose.WithSlog)
+// each statement goose executes with its migration's file, and each migration it completes.
 type migrateWatch struct {
 	mu      sync.Mutex
-	locked  bool      // goose logged something: it holds the lock
+	locked  bool      // the step holds the lock
 	running string    // file of the migration being applied or reverted, "" between them
 	since   time.Time // when running began
 }
@@ -43,7 +43,6 @@ func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
 	})
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.locked = true
 	switch r.Message {
 	case "executing statement":
 		if source != w.running {
@@ -53,6 +52,13 @@ func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
 		w.running = ""
 	}
 	return nil
+}
+
+// holdLock records that the step holds the migration lock row.
+func (w *migrateWatch) holdLock() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.locked = true
 }
 
 // report says on out, every interval until the returned stop is called, what the step that

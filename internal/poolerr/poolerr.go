@@ -51,7 +51,8 @@ func StatementCacheLost(err error) bool {
 // needs a transaction (needs) and Advice, matching ErrStatementPooling and ErrMismatch
 // (errors.Is) and still wrapping err (errors.As finds the *pgconn.PgError).
 func Wrap(err error, needs string) error {
-	if err == nil || !StatementPooling(err) {
+	var wrapped *statementPoolingError
+	if err == nil || !StatementPooling(err) || errors.As(err, &wrapped) { // said once
 		return err
 	}
 	return &statementPoolingError{err: err, needs: needs}

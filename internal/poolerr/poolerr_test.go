@@ -21,6 +21,10 @@ func TestWrap(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), "migrate up: FATAL: transaction blocks") || !strings.Contains(err.Error(), "pool_mode = transaction") {
 		t.Errorf("Wrap(PgBouncer's refusal) says %q", err)
 	}
+	// Wrapped again (schema.Locked's error, which pgadmit migrate wraps too), it says it once.
+	if again := Wrap(fmt.Errorf("migrate: %w", err), MigrationsNeed); strings.Count(again.Error(), "pool_mode = transaction") != 1 {
+		t.Errorf("Wrap of a wrapped refusal says %q, want the advice once", again)
+	}
 	for _, other := range []error{
 		nil,
 		errors.New("connection refused"),
