@@ -231,6 +231,11 @@ func connectTimedOut(err error) bool {
 // It takes the migration lock only when a migration is pending (instances that start on a
 // current schema do not wait for each other), and waits for it before goose takes the
 // connection it migrates on (see NewProvider).
+//
+// On a database that a newer pgadmit migrated (a version above the last migration of [FS], as
+// while a release is rolled back), it applies nothing and returns nil: [Version] says the newer
+// version, [Status] lists this package's migrations only, and [Down] reverts nothing and fails
+// with goose.ErrVersionNotFound (revert with the pgadmit that applied it).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	pending := func(p *goose.Provider) (bool, error) { return p.HasPending(ctx) }
 	err := withLock(ctx, pool, nil, pending, func(p *goose.Provider) error {
@@ -267,8 +272,9 @@ func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) 
 	return withLock(ctx, pool, opts, nil, step)
 }
 
-// Status reports every known pgadmit migration, in ascending version order, as applied (with the
-// time it was) or pending. It only reads the version table, without the migration lock, so it
+// Status reports every known pgadmit migration (those of [FS]; not one that a newer pgadmit
+// applied, which [Version] reports), in ascending version order, as applied (with the time it
+// was) or pending. It only reads the version table, without the migration lock, so it
 // answers at once while another process migrates, and it creates nothing: on a database without
 // the table every migration is pending. pool stays open.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
