@@ -97,7 +97,8 @@ const (
 )
 
 // WithRecoveryBatchSize sets how many rows one recovery transaction handles
-// at most (default 500); Recover loops until nothing is left. An n below 1
+// at most (default 500; reservations are released 256 at most per
+// statement); Recover loops until nothing is left. An n below 1
 // leaves the default; one above math.MaxInt32 is math.MaxInt32.
 func WithRecoveryBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
@@ -121,7 +122,8 @@ func WithMaxRequeues(n int) MaintenanceOption {
 
 // WithPruneBatchSize sets how many rows one prune statement deletes at most
 // (default 5000; for tasks, how many tasks, each with its attempts and
-// events); Prune loops until nothing is left. An n below 1 leaves the
+// events; stale reservations are released 256 at most per statement);
+// Prune loops until nothing is left. An n below 1 leaves the
 // default; one above math.MaxInt32 is math.MaxInt32.
 func WithPruneBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {

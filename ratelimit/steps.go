@@ -355,9 +355,12 @@ func isolate[T any](items []T, act func([]T) (int64, error), held func([]T) ([]T
 // (reason on each), in one call of pgadmit_settle (which locks their
 // counters first, the lock order), and adds how many it released to *count.
 // passed: the reservations that earlier steps left on a lock wait, shared
-// with later steps (see findStep), or nil.
+// with later steps (see findStep), or nil. A batch is settleChunk
+// reservations at most, whatever batch says: pgadmit_settle's time grows
+// with the square of the reservations one call is given (8,000 stale ones,
+// Prune at WithPruneBatchSize(8000), took 6 s in one call).
 func (m *Maintenance) releaseStep(ctx context.Context, batch int32, passed map[[16]byte]bool, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) batchFunc {
-	return findHeldStep(batch, passed, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
+	return findHeldStep(min(batch, settleChunk), passed, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
 		p.Now = m.opts.clock.at()
 		settled, err := m.queries.AdmissionSettle(ctx, m.stepConn(), p)
