@@ -279,7 +279,7 @@ func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) 
 // the table every migration is pending. pool stays open.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
 	var sources []*goose.Source
-	if err := withProvider(pool, func(p *goose.Provider) error {
+	if err := withProvider(pool, nil, func(p *goose.Provider, _ *sql.DB, _ *tableLocker) error {
 		sources = p.ListSources()
 		return nil
 	}); err != nil {
@@ -381,35 +381,12 @@ func migratingPool(pool *pgxpool.Pool) error {
 	return nil
 }
 
-// withProvider runs fn with a provider over a *sql.DB that borrows connections from pool, and
-// closes that *sql.DB (not the pool) afterwards.
-func withProvider(pool *pgxpool.Pool, fn func(*goose.Provider) error) (err error) {
+// withProvider runs fn with a provider (with opts) over a *sql.DB that borrows connections
+// from pool, that *sql.DB and the provider's locker, and closes that *sql.DB (not the pool)
+// afterwards.
+func withProvider(pool *pgxpool.Pool, opts []goose.ProviderOption, fn func(*goose.Provider, *sql.DB, *tableLocker) error) (err error) {
 	if pool == nil {
 		return errNilPool
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	p, err := NewProvider(db)
-	if err != nil {
-		_ = db.Close()
-		return err
-	}
-	defer func() {
-		// Provider.Close closes db; the pool stays open.
-		if cerr := p.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("schema: close: %w", cerr)
-		}
-	}()
-	return poolerr.Wrap(fn(p), poolerr.MigrationsNeed)
-}
-
-// withLock runs step with a provider over pool (with opts) once it holds the migration lock
-// row, which it takes before goose takes its connection (see NewProvider), and gives up after
-// step unless goose took it over. When pending (read without the lock) reports nothing to do,
-// it runs nothing and takes no lock.
-func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOption,
-	pending func(*goose.Provider) (bool, error), step func(*goose.Provider) error) (err error) {
-	if err := migratingPool(pool); err != nil {
-		return err
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	p, locker, err := newProvider(db, opts)
@@ -423,7 +400,19 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOpti
 			err = fmt.Errorf("schema: close: %w", cerr)
 		}
 	}()
-	run := func() (err error) {
+	return poolerr.Wrap(fn(p, db, locker), poolerr.MigrationsNeed)
+}
+
+// withLock runs step with a provider over pool (with opts) once it holds the migration lock
+// row, which it takes before goose takes its connection (see NewProvider), and gives up after
+// step unless goose took it over. When pending (read without the lock) reports nothing to do,
+// it runs nothing and takes no lock.
+func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOption,
+	pending func(*goose.Provider) (bool, error), step func(*goose.Provider) error) error {
+	if err := migratingPool(pool); err != nil {
+		return err
+	}
+	return withProvider(pool, opts, func(p *goose.Provider, db *sql.DB, locker *tableLocker) (err error) {
 		if pending != nil {
 			if todo, err := pending(p); err != nil || !todo {
 				return err
@@ -439,6 +428,5 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOpti
 			}
 		}()
 		return step(p)
-	}
-	return poolerr.Wrap(run(), poolerr.MigrationsNeed)
+	})
 }
