@@ -5,9 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/database"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/schema"
@@ -26,15 +24,7 @@ func TestMigrateADatabaseAheadOfThisPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := database.NewStore(goose.DialectPostgres, schema.VersionTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	defer sqlDB.Close()
-	if err := store.Insert(ctx, sqlDB, database.InsertRequest{Version: latest + 1}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.RecordNewerMigration(t, pool, latest+1)
 
 	if err := schema.Migrate(ctx, pool); err != nil {
 		t.Errorf("Migrate on a database ahead: %v, want nothing to do", err)

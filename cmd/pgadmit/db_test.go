@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/database"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
@@ -22,7 +19,6 @@ import (
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/internal/servertime"
 	"github.com/pgadmit/pgadmit/ratelimit"
-	"github.com/pgadmit/pgadmit/schema"
 )
 
 func TestMigrateDownStatusUp(t *testing.T) {
@@ -529,15 +525,7 @@ func TestMigrateADatabaseAheadOfThisPgadmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Record a migration latest+1 as a newer pgadmit would have, through goose's own store.
-	store, err := database.NewStore(goose.DialectPostgres, schema.VersionTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	defer sqlDB.Close()
-	if err := store.Insert(context.Background(), sqlDB, database.InsertRequest{Version: latest + 1}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.RecordNewerMigration(t, pool, latest+1)
 	ahead := strconv.FormatInt(latest+1, 10)
 	note := "schema version " + ahead + " is newer than this pgadmit's migrations, which end at " + strconv.FormatInt(latest, 10)
 

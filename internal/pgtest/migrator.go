@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgadmit/pgadmit/schema"
@@ -31,4 +33,19 @@ func AnotherMigrator(t testing.TB, ctx context.Context, url string) (pool *pgxpo
 		t.Fatal(err)
 	}
 	return pool, func() error { return other.Unlock(context.Background(), sqlDB) }
+}
+
+// RecordNewerMigration records migration version in pool's version table, through goose's own
+// store, as a newer pgadmit that embeds it would have applied it.
+func RecordNewerMigration(t testing.TB, pool *pgxpool.Pool, version int64) {
+	t.Helper()
+	store, err := database.NewStore(goose.DialectPostgres, schema.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	if err := store.Insert(context.Background(), sqlDB, database.InsertRequest{Version: version}); err != nil {
+		t.Fatal(err)
+	}
 }
