@@ -84,6 +84,9 @@ func TestBenchInterruptedOnAFrozenServerWarnsAsTheDemo(t *testing.T) {
 	defer interrupt()
 	stdout, stderr, exited := startBench(ctx, frozenURL, "--only", "W7", "--workers", "4", "--think", "20s", "--duration", "1m")
 	awaitHolds(t, pool, "the 4 workers' leases", stderr, func(h dbHolds) bool { return h.leases == 4 })
+	// Their Reserves answered too: frozen as the leases turned visible, the 4 Reserves of one
+	// combined statement lost their answer and their workers knew of no lease to give back.
+	f.AwaitQuiet(t, 300*time.Millisecond, 30*time.Second)
 	f.Freeze()
 	interrupt()
 	select {

@@ -67,6 +67,9 @@ func TestRunInterruptedOnAFrozenServerGivesUpAfterItsGrace(t *testing.T) {
 			t.Fatalf("W7's 2 workers never held their leases within 30s: %d live", live)
 		}
 	}
+	// Their Reserves answered too (frozen as the leases turned visible, a Reserve's answer
+	// could be lost, and its worker know of no lease to give back).
+	f.AwaitQuiet(t, 300*time.Millisecond, 30*time.Second)
 	f.Freeze()
 	interrupted := time.Now()
 	interrupt()

@@ -28,9 +28,13 @@ type Freezer struct {
 	// unanswered counts the connections left unanswered that their client
 	// closed (its connect timeout passed).
 	unanswered atomic.Int64
-	mu         sync.Mutex
-	conns      []net.Conn
-	watches    []*Watch
+	// passed is when bytes last passed either way (Unix nanoseconds), and
+	// inTransit how many reads are not passed on yet (AwaitQuiet).
+	passed    atomic.Int64
+	inTransit atomic.Int64
+	mu        sync.Mutex
+	conns     []net.Conn
+	watches   []*Watch
 }
 
 // Watch is a text that clients send, and the connections on which they did.
@@ -90,6 +94,34 @@ func (f *Freezer) Hold() { f.holding.Store(true) }
 
 // Thaw answers new connections again, after Hold.
 func (f *Freezer) Thaw() { f.holding.Store(false) }
+
+// AwaitQuiet waits until nothing has passed either way for d, and every
+// read is passed on: a client that expects no answer then (in a pause
+// between statements) has been handed every answer the server sent it,
+// and a Freeze from then on cannot hold one back. Frozen at the moment
+// that a statement's commit is visible to another session, its answer
+// may still be on its way, and its client left in the dark. It fails the
+// test when the traffic goes on for timeout.
+func (f *Freezer) AwaitQuiet(t testing.TB, d, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(d / 4) {
+		if f.inTransit.Load() == 0 && time.Since(time.Unix(0, f.passed.Load())) >= d {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("freezer: traffic went on for %s, never quiet for %s", timeout, d)
+		}
+	}
+}
+
+// pass passes b on to w, counted in transit from its read (begun) until
+// it is written.
+func (f *Freezer) pass(w net.Conn, b []byte) error {
+	defer f.inTransit.Add(-1)
+	_, err := w.Write(b)
+	f.passed.Store(time.Now().UnixNano())
+	return err
+}
 
 // Unanswered is how many of the connections left unanswered their client
 // closed: each a connection attempt that gave up.
@@ -181,8 +213,9 @@ func (f *Freezer) statements(client, server net.Conn) {
 	for {
 		n, err := client.Read(buf)
 		if n > 0 {
+			f.inTransit.Add(1)
 			f.saw(buf[:n], client, server)
-			if _, err := server.Write(buf[:n]); err != nil {
+			if err := f.pass(server, buf[:n]); err != nil {
 				return
 			}
 			if f.frozen.Load() {
@@ -204,11 +237,14 @@ func (f *Freezer) answers(client, server net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := server.Read(buf)
+		if n > 0 {
+			f.inTransit.Add(1)
+		}
 		for f.frozen.Load() {
 			time.Sleep(time.Millisecond)
 		}
 		if n > 0 {
-			if _, err := client.Write(buf[:n]); err != nil {
+			if err := f.pass(client, buf[:n]); err != nil {
 				return
 			}
 		}
