@@ -31,19 +31,7 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 		t.Run(stuck, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
-			cfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
-			if err != nil {
-				t.Fatal(err)
-			}
-			fr := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", fr.Port()
-			cfg.ConnConfig.Fallbacks = nil
-			ratelimit.ConfigurePool(cfg)
-			p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
+			fr, p := configuredThroughFreezer(t, pool)
 			l := ratelimit.New(p)
 			t.Cleanup(l.Close)
 			key := uniqueKey("k")
@@ -68,7 +56,7 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 			}
 			left := time.Now()
 			leave()
-			err = <-errs
+			err := <-errs
 			took := time.Since(left)
 			t.Logf("Reserve returned %v after its caller left", took.Round(time.Millisecond))
 			if !errors.Is(err, context.Canceled) {
@@ -80,4 +68,24 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 			fr.Close()
 		})
 	}
+}
+
+// configuredThroughFreezer returns a pool set up with ConfigurePool whose
+// connections to pool's database go through a freezer, and the freezer.
+func configuredThroughFreezer(t *testing.T, pool *pgxpool.Pool) (*freezer.Freezer, *pgxpool.Pool) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", fr.Port()
+	cfg.ConnConfig.Fallbacks = nil
+	ratelimit.ConfigurePool(cfg)
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return fr, p
 }

@@ -627,17 +627,30 @@ func (c *combiner[Req, Res]) stats() CombinerStats {
 }
 
 // Stats says how this Limiter combined Reserve calls and Commit/Release
-// calls (zero without combining).
+// calls (zero without combining), and what it may have left held.
 type Stats struct {
 	Reserve CombinerStats
 	Settle  CombinerStats
+	// Lost counts what this Limiter may have left held with nobody to give
+	// it back, combining or not: Reserve calls whose statement was sent and
+	// then got no answer (its connection failed, or the server never
+	// acknowledged the cancel request of a statement whose callers had all
+	// left), which the server may have committed, and give-backs of what
+	// nobody held (a grant decided after its caller left, a task created or
+	// claimed so) that failed for good. What they hold stays held until a
+	// lease's TTL, its window's end or Recover ends it. Not counted: a
+	// statement the server failed (rolled back), one never sent, anything
+	// inside a caller's transaction (its rollback ends it). A Reserve that
+	// failed so with its caller still waiting counts too: its caller got an
+	// error, and nobody knows of what it may have been granted.
+	Lost int64
 }
 
-// Stats reports how concurrent calls were combined so far (nothing, for a
-// Limiter not made with New).
+// Stats reports how concurrent calls were combined so far, and what was
+// lost (nothing, for a Limiter not made with New).
 func (l *Limiter) Stats() Stats {
 	if l.usable() != nil {
 		return Stats{}
 	}
-	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats()}
+	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load()}
 }

@@ -51,6 +51,9 @@ type Limiter struct {
 	// callers' goroutines (giveBackUnheld); Close waits for them. Nil in a
 	// WithTx copy, which runs none so.
 	unheld *unheldGiveBacks
+	// lost counts what this Limiter may have left held for nobody
+	// (Stats.Lost). Shared with the Limiter's WithTx copies.
+	lost *atomic.Int64
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -65,7 +68,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, unheld: newUnheldGiveBacks()}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, unheld: newUnheldGiveBacks(), lost: &atomic.Int64{}}
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}

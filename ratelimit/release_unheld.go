@@ -42,11 +42,16 @@ func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
 			l.opts.unheldTry()
 		}
 		err := giveBack(ctx)
-		if err == nil || l.hopeless(err) || time.Now().After(giveUp) {
+		if err == nil {
+			return
+		}
+		if l.hopeless(err) || time.Now().After(giveUp) {
+			l.lost.Add(1)
 			return
 		}
 		select {
 		case <-ctx.Done():
+			l.lost.Add(1)
 			return
 		case <-time.After(pause):
 		}

@@ -41,6 +41,7 @@ func TestUnheldReleaseOnAClosedPoolStopsAtOnce(t *testing.T) {
 			if took := timed(func() { l.ReleaseUnheld(g) }); tries.Load() != 1 {
 				t.Errorf("the give-back on a closed pool made %d tries in %v, want it to stop at once, after one (span %v)", tries.Load(), took, ratelimit.UnheldReleaseSpan)
 			}
+			assertLost(t, l, 1, "a grant nobody holds left held on a closed pool")
 		})
 	}
 }
@@ -65,6 +66,38 @@ func TestUnheldReleaseOnAClosedConnectionStopsAtOnce(t *testing.T) {
 	}
 	if took := timed(func() { l.ReleaseUnheld(g) }); tries.Load() != 1 {
 		t.Errorf("the give-back on a closed connection made %d tries in %v, want it to stop at once, after one (span %v)", tries.Load(), took, ratelimit.UnheldReleaseSpan)
+	}
+	assertLost(t, l, 1, "a grant nobody holds left held on a closed connection")
+}
+
+// A give-back that succeeds, at once or after a failed try, loses nothing.
+func TestUnheldReleaseThatSucceedsLosesNothing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool)
+	defer l.Close()
+	limit := hourLimits(t, pool, window("provider", uniqueKey("given-back"), "requests", 10, 1))[0]
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseUnheld(g)
+	failedOnce := false
+	l.RetryUnheld(func(context.Context) error {
+		if !failedOnce {
+			failedOnce = true
+			return errors.New("a connection lost")
+		}
+		return nil
+	})
+	assertLost(t, l, 0, "give-backs that succeeded")
+}
+
+// assertLost checks what l counts as lost (Stats.Lost).
+func assertLost(t *testing.T, l *ratelimit.Limiter, want int64, after string) {
+	t.Helper()
+	if got := l.Stats().Lost; got != want {
+		t.Errorf("Stats().Lost = %d after %s, want %d", got, after, want)
 	}
 }
 
