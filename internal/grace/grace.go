@@ -83,13 +83,20 @@ func (g *Grace) Wait(f func()) bool {
 }
 
 // Close closes every Limiter of lims (returning their blocks, waiting for their give-backs),
-// waiting for them no longer than the grace.
+// waiting for them no longer than the grace, and notes that something stays held when one of
+// them lost something (ratelimit.Stats.Lost): a Reserve whose answer a frozen server kept, say,
+// whose caller, interrupted meanwhile, knew of no grant to give back.
 func (g *Grace) Close(lims ...*ratelimit.Limiter) {
 	g.Wait(func() {
 		for _, l := range lims {
 			l.Close()
 		}
 	})
+	for _, l := range lims {
+		if l.Stats().Lost > 0 {
+			g.leftHeld.Store(true)
+		}
+	}
 }
 
 // ClosePool closes pool as ClosePool does, with what the grace noted.
