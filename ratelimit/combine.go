@@ -633,16 +633,18 @@ type Stats struct {
 	Settle  CombinerStats
 	// Lost counts what this Limiter may have left held with nobody to give
 	// it back, combining or not: Reserve calls whose statement was sent and
-	// then got no answer (its connection failed, or the server never
-	// acknowledged the cancel request of a statement whose callers had all
-	// left), which the server may have committed, and give-backs of what
-	// nobody held (a grant decided after its caller left, a task created or
-	// claimed so) that failed for good. What they hold stays held until a
-	// lease's TTL, its window's end or Recover ends it. Not counted: a
-	// statement the server failed (rolled back), one never sent, anything
-	// inside a caller's transaction (its rollback ends it). A Reserve that
-	// failed so with its caller still waiting counts too: its caller got an
-	// error, and nobody knows of what it may have been granted.
+	// then got no answer (its connection failed, or, on a pool set up with
+	// ConfigurePool, the server never acknowledged the cancel request of a
+	// statement whose callers had all left; with pgx's default handler
+	// such a statement is not counted), which the server may have
+	// committed, and give-backs of what nobody held (a grant decided after
+	// its caller left, a task created or claimed so) that failed for good.
+	// What they hold stays held until a lease's TTL, its window's end or
+	// Recover ends it. Not counted: a statement the server failed (rolled
+	// back), one never sent, anything inside a caller's transaction (its
+	// rollback ends it). A Reserve that failed so with its caller still
+	// waiting counts too: its caller got an error, and nobody knows of what
+	// it may have been granted.
 	Lost int64
 }
 

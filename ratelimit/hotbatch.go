@@ -116,7 +116,7 @@ func hotSettles(batch []*settleRequest) bool {
 	})
 }
 
-// hotRows sends, on conn, the statement that call sends and, after it in one
+// hotRows sends the statement that call sends and, after it in one
 // pgx.Batch (one round trip, one implicit transaction), AdmissionHotCommit,
 // and collects the statement's rows by position into T. It returns the
 // rows and nil once the commit is flushed; nil and the error when the
@@ -126,17 +126,17 @@ func hotSettles(batch []*settleRequest) bool {
 // (hotCommitRefused) was rolled back whole: it is sent again alone, as a
 // plain statement, and the Limiter sends no hot batch after it. A hot batch
 // answered is marked on ctx (markHot), for the combiner to count.
-func hotRows[T any](ctx context.Context, l *Limiter, conn Executor, call func(db.DBTX)) ([]T, error) {
+func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, error) {
 	var b pgx.Batch
 	var rows []T // nil unless the statement's rows were read whole (pgx.CollectRows)
 	queueRows(&b, &rows, call)
 	queue(&b, func(q db.DBTX) { _ = l.queries.AdmissionHotCommit(ctx, q) })
-	err := conn.SendBatch(ctx, &b).Close()
+	err := l.conn.SendBatch(ctx, &b).Close()
 	if hotCommitRefused(err) {
 		l.oneQueryBatches.Store(true)
 		var plain pgx.Batch
 		queueRows(&plain, &rows, call)
-		if err := conn.SendBatch(ctx, &plain).Close(); err != nil {
+		if err := l.conn.SendBatch(ctx, &plain).Close(); err != nil {
 			return nil, err
 		}
 		return rows, nil
@@ -151,15 +151,15 @@ func hotRows[T any](ctx context.Context, l *Limiter, conn Executor, call func(db
 // hotReserveRows decides a reserve batch on a hot counter or scope, with
 // the same rows as reserveRows; call sends AdmissionReserve or
 // AdmissionReserveWindows. See hotRows for what it returns.
-func (l *Limiter) hotReserveRows(ctx context.Context, conn Executor, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
-	return hotRows[db.AdmissionReserveRow](ctx, l, conn, call)
+func (l *Limiter) hotReserveRows(ctx context.Context, call func(db.DBTX)) ([]db.AdmissionReserveRow, error) {
+	return hotRows[db.AdmissionReserveRow](ctx, l, call)
 }
 
 // hotSettleRows settles a batch on a hot counter, with the same rows as
 // AdmissionSettle. A settlement whose commit is unconfirmed is a failure
 // like any other: a caller who tries again learns what it settled.
 func (l *Limiter) hotSettleRows(ctx context.Context, p db.AdmissionSettleParams) ([]db.AdmissionSettleRow, error) {
-	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, l.conn, func(q db.DBTX) {
+	rows, err := hotRows[db.AdmissionSettleRow](ctx, l, func(q db.DBTX) {
 		_, _ = l.queries.AdmissionSettle(ctx, q, p)
 	})
 	if err != nil {

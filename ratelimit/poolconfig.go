@@ -117,7 +117,8 @@ type cancelRequestHandler struct {
 	gaveUp bool // no acknowledgement within cancelAckTimeout: the connection must not be used again
 }
 
-func (h *cancelRequestHandler) HandleCancel(context.Context) {
+func (h *cancelRequestHandler) HandleCancel(ctx context.Context) {
+	markCut(ctx) // the statement was sent: a Reserve that fails so may have been granted
 	acked, done := make(chan struct{}), make(chan struct{})
 	h.done, h.gaveUp = done, false
 	go func() {

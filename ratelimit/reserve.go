@@ -173,32 +173,25 @@ func (l *Limiter) reserveBatch(ctx context.Context, batch []*admission) ([]Grant
 	return sendOnceMoreIfUnsent(l, ctx, func() ([]Grant, []error, error) { return l.reserveStatement(ctx, batch) })
 }
 
-// reserveStatement sends reserveBatch's statement once, on a connection of
-// its own (statementConn). A statement that was sent and lost its answer
-// counts as lost (countLost), unless it was a hot batch whose rows name
-// what it granted, which is released.
+// reserveStatement sends reserveBatch's statement once. A statement that
+// was sent and lost its answer counts as lost (countLost), unless it was a
+// hot batch whose rows name what it granted, which is released.
 func (l *Limiter) reserveStatement(ctx context.Context, batch []*admission) ([]Grant, []error, error) {
-	conn, acquired, err := l.statementConn(ctx)
-	if err != nil {
-		return nil, nil, wrapDBError(ctx, "reserve", err) // nothing was sent
-	}
-	if acquired != nil {
-		defer acquired.Release()
-	}
+	ctx, cut := withCutMark(ctx)
 	if len(batch) == 1 && len(batch[0].windows) == 1 && len(batch[0].leases) == 0 {
-		g, err := l.reserveOne(ctx, conn, batch[0])
+		g, err := l.reserveOne(ctx, batch[0])
 		if err != nil && !isDecision(err) {
-			l.countLost(1, err)
+			l.countLost(1, err, cut.Load())
 			return nil, nil, err
 		}
 		return []Grant{g}, []error{err}, nil
 	}
-	rows, err := l.reserveRows(ctx, conn, batch)
+	rows, err := l.reserveRows(ctx, batch)
 	if err != nil {
 		if len(rows) > 0 {
 			l.releaseUnconfirmed(rows) // rows only from a hot batch whose commit is unconfirmed
 		} else {
-			l.countLost(len(batch), err)
+			l.countLost(len(batch), err, cut.Load())
 		}
 		return nil, nil, wrapDBError(ctx, "reserve", err)
 	}
@@ -222,7 +215,7 @@ func (l *Limiter) reserveStatement(ctx context.Context, batch []*admission) ([]G
 // counter or concurrency scope is committed by a procedure sent after it
 // (hotbatch.go); when that fails after the batch answered, the rows come
 // back with the error.
-func (l *Limiter) reserveRows(ctx context.Context, conn Executor, batch []*admission) ([]db.AdmissionReserveRow, error) {
+func (l *Limiter) reserveRows(ctx context.Context, batch []*admission) ([]db.AdmissionReserveRow, error) {
 	hot := l.hotBatches() && hotAdmissions(batch)
 	if !slices.ContainsFunc(batch, (*admission).notOneWindow) {
 		var p db.AdmissionReserveWindowsParams
@@ -230,11 +223,11 @@ func (l *Limiter) reserveRows(ctx context.Context, conn Executor, batch []*admis
 			a.appendWindowTo(&p)
 		}
 		if hot {
-			return l.hotReserveRows(ctx, conn, func(q db.DBTX) {
+			return l.hotReserveRows(ctx, func(q db.DBTX) {
 				_, _ = l.queries.AdmissionReserveWindows(ctx, q, p)
 			})
 		}
-		rows, err := l.queries.AdmissionReserveWindows(ctx, conn, p)
+		rows, err := l.queries.AdmissionReserveWindows(ctx, l.conn, p)
 		decisions := make([]db.AdmissionReserveRow, len(rows))
 		for i, row := range rows {
 			decisions[i] = db.AdmissionReserveRow(row)
@@ -246,18 +239,18 @@ func (l *Limiter) reserveRows(ctx context.Context, conn Executor, batch []*admis
 		a.appendTo(&p)
 	}
 	if hot {
-		return l.hotReserveRows(ctx, conn, func(q db.DBTX) {
+		return l.hotReserveRows(ctx, func(q db.DBTX) {
 			_, _ = l.queries.AdmissionReserve(ctx, q, p)
 		})
 	}
-	return l.queries.AdmissionReserve(ctx, conn, p)
+	return l.queries.AdmissionReserve(ctx, l.conn, p)
 }
 
 // reserveOne decides an admission of one window limit with the scalar
 // pgadmit_reserve_one: one statement does it all.
-func (l *Limiter) reserveOne(ctx context.Context, conn Executor, a *admission) (Grant, error) {
+func (l *Limiter) reserveOne(ctx context.Context, a *admission) (Grant, error) {
 	w := a.windows[0]
-	row, err := l.queries.AdmissionReserveOne(ctx, conn, db.AdmissionReserveOneParams{
+	row, err := l.queries.AdmissionReserveOne(ctx, l.conn, db.AdmissionReserveOneParams{
 		TaskID: a.task, AttemptID: a.attempt,
 		ScopeType: w.Limit.Scope.Type, ScopeKey: w.Limit.Scope.Key, Metric: w.Limit.Metric,
 		WindowSeconds: w.windowSeconds, LimitValue: w.Limit.Limit, Amount: w.Limit.Amount,
