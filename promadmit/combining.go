@@ -21,6 +21,10 @@ const (
 //	pgadmit_combined_hot_statements_total  of them hot batches
 //	pgadmit_combined_statement_seconds_total  their time from send to answer
 //
+// and, with no label, pgadmit_lost_total: what the Limiter may have left
+// held with nobody to give it back (ratelimit.Stats.Lost), freed by a
+// lease's TTL, its window's end or Recover. Any increase is worth an alert.
+//
 // Calls per statement are rate(calls) / rate(statements), a statement's
 // mean time rate(seconds) / rate(statements), and rate(seconds) the
 // statements in flight on average: with one in flight per kind (the
@@ -41,16 +45,18 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		calls:      desc("pgadmit_combined_calls_total", "Calls the combined statements carried, by kind."),
 		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
 		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
+		lost: prometheus.NewDesc("pgadmit_lost_total",
+			"Reserve calls whose statement got no answer, and give-backs of grants nobody held that failed: what may stay held until a lease's TTL, a window's end or Recover.", nil, nil),
 	}, nil
 }
 
 type combining struct {
-	limiter                         *ratelimit.Limiter
-	statements, calls, hot, seconds *prometheus.Desc
+	limiter                               *ratelimit.Limiter
+	statements, calls, hot, seconds, lost *prometheus.Desc
 }
 
 func (c *combining) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds} {
+	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost} {
 		ch <- d
 	}
 }
@@ -66,4 +72,5 @@ func (c *combining) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.hot, prometheus.CounterValue, float64(k.stats.Hot), k.kind)
 		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, k.stats.Busy.Seconds(), k.kind)
 	}
+	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(s.Lost))
 }

@@ -3,13 +3,17 @@ package promadmit_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -61,6 +65,7 @@ func TestCombiningCollectorReportsLimiterStats(t *testing.T) {
 		fmt.Sprintf(`pgadmit_combined_statements_total{kind="settle"} %d`, s.Settle.Batches),
 		fmt.Sprintf(`pgadmit_combined_calls_total{kind="settle"} %d`, s.Settle.Requests),
 		fmt.Sprintf(`pgadmit_combined_statement_seconds_total{kind="reserve"} %v`, s.Reserve.Busy.Seconds()),
+		"pgadmit_lost_total 0",
 	} {
 		if !strings.Contains(page, want+"\n") {
 			t.Errorf("/metrics lacks %s", want)
@@ -101,5 +106,48 @@ func TestCombiningCollectorRegistration(t *testing.T) {
 		if want := fmt.Sprintf(`pgadmit_combined_statements_total{kind="reserve",limiter=%q} 0`, name); !strings.Contains(page, want+"\n") {
 			t.Errorf("/metrics lacks %s:\n%s", want, page)
 		}
+	}
+}
+
+// pgadmit_lost_total counts a Reserve whose answer a frozen server kept
+// after its caller left: the server committed it, and nobody can give its
+// grant back.
+func TestCombiningCollectorReportsWhatWasLost(t *testing.T) {
+	t.Parallel()
+	cfg := pgtest.NewPool(t).Config().Copy()
+	fr := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", fr.Port(), nil
+	ratelimit.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fr.Close(); pool.Close() })
+	limiter := ratelimit.New(pool)
+	reg := prometheus.NewRegistry()
+	collector, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(collector)
+	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: fmt.Sprintf("lost-%d", time.Now().UnixNano())},
+		Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1, Window: time.Hour}}
+	if _, err := limiter.Reserve(context.Background(), "", "", limits); err != nil { // its statement prepared
+		t.Fatal(err)
+	}
+	fr.Freeze()
+	ctx, leave := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { _, err := limiter.Reserve(ctx, "", "", limits); errs <- err }()
+	select {
+	case <-fr.SentFrozen():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reserve sent nothing to the frozen server in 10 s")
+	}
+	leave()
+	<-errs
+	limiter.Close()
+	if page := scrape(t, reg); !strings.Contains(page, "pgadmit_lost_total 1\n") {
+		t.Errorf("/metrics lacks pgadmit_lost_total 1 after a Reserve lost its answer:\n%s", page)
 	}
 }

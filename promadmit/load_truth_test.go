@@ -298,6 +298,9 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		}
 		sent, srv, fo, ref, closed := in.sent.Load(), in.served.Load(), in.failedOpen.Load(), in.refused.Load(), in.closed.Load()
 		check("pgadmit_http_leases_held", 0)
+		// Nothing lost: every statement of a live database was answered, and the hung one
+		// never took a connection, so nothing was sent to it.
+		check("pgadmit_lost_total", 0)
 		if in == broken {
 			if srv != 0 || ref != 0 || closed == 0 || fo+closed != sent {
 				t.Fatalf("broken instance: %d sent, %d served, %d refused, %d failed open, %d failed closed", sent, srv, ref, fo, closed)
@@ -418,7 +421,7 @@ func idleMaintenanceSeries(series string, value float64) bool {
 }
 
 var expectedSeries = func() map[string]bool {
-	m := map[string]bool{"pgadmit_http_leases_held": true}
+	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_lost_total": true}
 	m["pgadmit_http_near_limit_total/requests/user"] = true
 	for _, s := range []string{ // metric, mode, outcome, scope type: the labels in order
 		"requests/enforce/admitted/route", "concurrent/enforce/admitted/route",
@@ -440,7 +443,7 @@ var expectedSeries = func() map[string]bool {
 
 // The series an instance whose database hangs may have.
 var expectedBrokenSeries = func() map[string]bool {
-	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_db_operation_duration_seconds/reserve/timeout": true}
+	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_lost_total": true, "pgadmit_db_operation_duration_seconds/reserve/timeout": true}
 	for _, s := range []string{"requests/enforce/failed_open/route", "concurrent/enforce/failed_open/route",
 		"requests/enforce/failed_open/user", "requests/enforce/failed_closed/user", "requests/shadow/failed_open/shadow"} {
 		m["pgadmit_http_admissions_total/"+s] = true
