@@ -136,6 +136,14 @@ func WithCancelTaskBatchHook(hook func()) Option {
 	return func(o *options) { o.cancelBatchHook = hook }
 }
 
+// WithFinishTaskHooks makes FinishTask call afterPlan once its first read
+// saw the task running under the token, before its batch, and afterBatch
+// once its batch is answered, before it reads the answers, so that a test
+// can change the task in between. Either may be nil.
+func WithFinishTaskHooks(afterPlan, afterBatch func()) Option {
+	return func(o *options) { o.finishPlanHook, o.finishBatchHook = afterPlan, afterBatch }
+}
+
 // WithMaintenanceClock makes Recover, Prune and Doctor, and their leases,
 // read now from now().
 func WithMaintenanceClock(now func() time.Time) MaintenanceOption {

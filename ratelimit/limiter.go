@@ -154,6 +154,8 @@ type options struct {
 	unheldTry       func()               // test-only (WithUnheldTryHook): called before each try of retryUnheld
 	housekeepHook   func()               // test-only (WithHousekeepHook): called by each housekeeping round before it collects blocks
 	cancelBatchHook func()               // test-only (WithCancelTaskBatchHook): called by CancelTask once its batch is answered
+	finishPlanHook  func()               // test-only (WithFinishTaskHooks): called by FinishTask between its plan and its batch
+	finishBatchHook func()               // test-only (WithFinishTaskHooks): called by FinishTask once its batch is answered
 	stuckAfter      time.Duration        // test-only (WithStuckAfter); 0: allotStuckAfter
 }
 

@@ -94,12 +94,7 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) { _ = l.queries.CounterLockForReservations(ctx, r, rids) })
 	}
-	var locked []string // the task's status under its lock; none when it is gone
-	queue(b, func(r db.DBTX) { _, _ = l.queries.TaskFinishLock(ctx, r, id) }).Query(func(rows pgx.Rows) error {
-		var err error
-		locked, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
+	locked := l.queueTaskLock(ctx, b, id)
 	var cancelled []db.TaskCancelRow
 	queueRows(b, &cancelled, func(r db.DBTX) {
 		_, _ = l.queries.TaskCancel(ctx, r, db.TaskCancelParams{PlannedReservationIds: rids, Now: now, Reason: optText(reason), TaskID: id})
@@ -121,14 +116,30 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 		// trips: refused with the status the batch locked. A read after the
 		// batch could find the task queued again (unclaimed, or requeued by
 		// Recover), and refuse it as "not queued (status queued)".
-		if len(locked) == 0 {
+		if len(*locked) == 0 {
 			return FinishResult{}, fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
 		}
-		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: locked[0]}
+		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: (*locked)[0]}
 	}
 	c := db.TaskFinishRow(cancelled[0]) // the same columns: TaskCancel's comment
 	res := finishResult(c)
 	late, err := l.releaseLate(ctx, c.LateReservationIds, now)
 	res.ReleasedReservations = int(released) + late
 	return res, err
+}
+
+// queueTaskLock queues TaskFinishLock, which locks the task row in
+// FinishTask's and CancelTask's batch, and returns where its answer goes
+// once the batch runs: the task's status under the lock, none when the
+// task is gone. A refusal names that status, the one the batch saw, not
+// one read after it: the task may have moved on by then (queued again,
+// claimed again).
+func (l *Limiter) queueTaskLock(ctx context.Context, b *pgx.Batch, id pgtype.UUID) *[]string {
+	locked := new([]string)
+	queue(b, func(r db.DBTX) { _, _ = l.queries.TaskFinishLock(ctx, r, id) }).Query(func(rows pgx.Rows) error {
+		var err error
+		*locked, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return locked
 }

@@ -185,7 +185,8 @@ func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
 // A stale token gives a *StaleTokenError. When the first round trip finds
 // the token stale, nothing is written. When the token goes stale between
 // the two round trips (recovery reclaimed the task, or another call
-// finished it), the task, its attempts, leases, admissions and events are
+// finished it), its Status is the one the batch found under the task row's
+// lock, not one read later; the task, its attempts, leases, admissions and events are
 // left as the new owner made them, but the reservations FinishTask read are
 // still released: the claim that held them is over, and recovery would
 // release them anyway. Either way, do not retry with the same token.
@@ -236,6 +237,9 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if plan.Status != TaskRunning || !plan.TokenMatches {
 		return FinishResult{}, staleToken(taskID, plan.Status, plan.TokenMatches)
 	}
+	if hook := l.opts.finishPlanHook; hook != nil {
+		hook()
+	}
 
 	rids := plan.OpenReservationIds
 	first := phaseCounters
@@ -252,7 +256,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	// The task row locked by a statement of its own: TaskFinish then reads
 	// the task's leases and reservations after an Attach in flight, which
 	// holds the row, has committed what it linked.
-	queue(b, func(r db.DBTX) { _, _ = l.queries.TaskFinishLock(ctx, r, id) })
+	locked := l.queueTaskLock(ctx, b, id)
 	p.PlannedReservationIds = rids
 	if p.PlannedReservationIds == nil {
 		p.PlannedReservationIds = []pgtype.UUID{} // NULL would make every reservation late
@@ -270,9 +274,17 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return FinishResult{}, wrapDBError(ctx, "finish task", err)
 	}
+	if hook := l.opts.finishBatchHook; hook != nil {
+		hook()
+	}
 	if len(finished) == 0 {
-		// The claim changed between the two round trips.
-		return FinishResult{}, l.staleNow(ctx, taskID, id, tok)
+		// The claim changed between the two round trips: refused with the
+		// status the batch locked. TaskFinish is fenced by status and token,
+		// so a task still running then was claimed again under another token.
+		if len(*locked) == 0 {
+			return FinishResult{}, fmt.Errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
+		}
+		return FinishResult{}, staleToken(taskID, (*locked)[0], false)
 	}
 	f := finished[0]
 	res := finishResult(f)
