@@ -31,8 +31,15 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 // without a word), so the tries go on for unheldReleaseSpan, not for a
 // number of tries. The span is short: Limiter.Close waits for the
 // give-backs, and on a single connection so does their caller
-// (giveBackUnheld).
+// (giveBackUnheld). A give-back given up on counts as lost (Stats.Lost).
 func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
+	if !l.tryUnheld(giveBack) {
+		l.lost.Add(1)
+	}
+}
+
+// tryUnheld runs retryUnheld's tries, and reports whether one succeeded.
+func (l *Limiter) tryUnheld(giveBack func(context.Context) error) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
 	giveUp := time.Now().Add(unheldReleaseSpan)
@@ -43,16 +50,14 @@ func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
 		}
 		err := giveBack(ctx)
 		if err == nil {
-			return
+			return true
 		}
 		if l.hopeless(err) || time.Now().After(giveUp) {
-			l.lost.Add(1)
-			return
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			l.lost.Add(1)
-			return
+			return false
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, unheldReleaseSpan/4)
