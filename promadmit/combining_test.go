@@ -3,14 +3,11 @@ package promadmit_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/internal/freezer"
@@ -114,15 +111,7 @@ func TestCombiningCollectorRegistration(t *testing.T) {
 // grant back.
 func TestCombiningCollectorReportsWhatWasLost(t *testing.T) {
 	t.Parallel()
-	cfg := pgtest.NewPool(t).Config().Copy()
-	fr := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", fr.Port(), nil
-	ratelimit.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fr.Close(); pool.Close() })
+	fr, pool := freezer.NewPool(t, pgtest.NewPool(t).Config(), ratelimit.ConfigurePool)
 	limiter := ratelimit.New(pool)
 	reg := prometheus.NewRegistry()
 	collector, err := promadmit.NewCombiningCollector(limiter)

@@ -3,12 +3,8 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"net"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -31,7 +27,7 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 		t.Run(stuck, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
-			fr, p := configuredThroughFreezer(t, pool)
+			fr, p := freezer.NewPool(t, pool.Config(), ratelimit.ConfigurePool)
 			l := ratelimit.New(p)
 			t.Cleanup(l.Close)
 			key := uniqueKey("k")
@@ -68,24 +64,4 @@ func TestReserveCancelledOnAConfiguredPoolCostsAPauseOrASecond(t *testing.T) {
 			fr.Close()
 		})
 	}
-}
-
-// configuredThroughFreezer returns a pool set up with ConfigurePool whose
-// connections to pool's database go through a freezer, and the freezer.
-func configuredThroughFreezer(t *testing.T, pool *pgxpool.Pool) (*freezer.Freezer, *pgxpool.Pool) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", fr.Port()
-	cfg.ConnConfig.Fallbacks = nil
-	ratelimit.ConfigurePool(cfg)
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return fr, p
 }

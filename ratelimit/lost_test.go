@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -32,7 +33,7 @@ func TestStatsCountsAReserveWhoseAnswerWasLost(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
-			fr, p := configuredThroughFreezer(t, pool)
+			fr, p := freezer.NewPool(t, pool.Config(), ratelimit.ConfigurePool)
 			l := ratelimit.New(p, c.opts...)
 			key := uniqueKey("lost")
 			limits := []ratelimit.Limit{window("key", key, "requests", 100, 1)}
@@ -74,7 +75,7 @@ func TestStatsCountsAReserveWhoseAnswerWasLost(t *testing.T) {
 func TestStatsLostCountsNoAnsweredOrUnsentReserve(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	fr, p := configuredThroughFreezer(t, pool)
+	fr, p := freezer.NewPool(t, pool.Config(), ratelimit.ConfigurePool)
 	l := ratelimit.New(p)
 	defer l.Close()
 	key := uniqueKey("answered")

@@ -2,8 +2,6 @@ package schema_test
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,14 +34,7 @@ func TestMigrateWaitsOutAConnectTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", f.Port()
-	cfg.ConnConfig.ConnectTimeout = 300 * time.Millisecond
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	f, pool := freezer.NewPool(t, cfg, func(cfg *pgxpool.Config) { cfg.ConnConfig.ConnectTimeout = 300 * time.Millisecond })
 	tries := f.Watch("ON CONFLICT (lock_id)") // the locker's statement taking the lock row
 	migrated := make(chan error, 1)
 	go func() { migrated <- schema.Migrate(ctx, pool) }()

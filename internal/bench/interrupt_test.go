@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -104,25 +102,8 @@ func TestRunInterruptedWithAReserveAnswerKeptSaysItLeftItHeld(t *testing.T) {
 // set up as the CLI's pools are, a pool straight to that database, and the freezer.
 func throughFreezer(t *testing.T) (direct, pool *pgxpool.Pool, f *freezer.Freezer) {
 	t.Helper()
-	url := pgtest.NewURL(t)
-	direct, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f = freezer.New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", f.Port()
-	ratelimit.ConfigurePool(cfg)
-	pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The pool's Close waits for the statements Run gave up on: the freezer drops them first.
-	t.Cleanup(func() { f.Close(); pool.Close() })
+	direct = pgtest.NewPool(t)
+	f, pool = freezer.NewPool(t, direct.Config(), ratelimit.ConfigurePool)
 	return direct, pool, f
 }
 

@@ -8,11 +8,15 @@ package freezer
 
 import (
 	"bytes"
+	"context"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Freezer is a proxy to one server, closed at the end of the test that
@@ -76,6 +80,27 @@ func New(t testing.TB, target string) *Freezer {
 		}
 	}()
 	return f
+}
+
+// NewPool opens a pool of a copy of cfg whose connections go through a new
+// Freezer in front of cfg's server, set up by configure (nil: none; say,
+// ratelimit.ConfigurePool), and returns the Freezer and the pool. The
+// test's end closes the Freezer first, then the pool: the pool's Close waits
+// for statements that a frozen server left unanswered.
+func NewPool(t testing.TB, cfg *pgxpool.Config, configure func(*pgxpool.Config)) (*Freezer, *pgxpool.Pool) {
+	t.Helper()
+	cfg = cfg.Copy()
+	f := New(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", f.Port(), nil
+	if configure != nil {
+		configure(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(); pool.Close() })
+	return f, pool
 }
 
 // Addr is where the Freezer listens (host:port).
