@@ -305,12 +305,18 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 			release = append(release, rid)
 		}
 	}
-	var settled []db.AdmissionSettleRow
-	if len(release) > 0 {
-		p := releaseIDs(release, reasonExecutionLeaseExpired)
+	// settleChunk reservations per call (pgadmit_settle's time grows with
+	// the square of a call's), all calls in one round trip. Their counters
+	// are locked already, by the batch's first statement.
+	b = &pgx.Batch{}
+	settled := make([][]db.AdmissionSettleRow, (len(release)+settleChunk-1)/settleChunk)
+	for k := range settled {
+		p := releaseIDs(release[k*settleChunk:min((k+1)*settleChunk, len(release))], reasonExecutionLeaseExpired)
 		p.Now = now
-		settled, err = m.queries.AdmissionSettle(ctx, tx, p)
-		if err != nil {
+		queueRows(b, &settled[k], func(r db.DBTX) { _, _ = m.queries.AdmissionSettle(ctx, r, p) })
+	}
+	if b.Len() > 0 {
+		if err := runBatch(ctx, tx, b); err != nil {
 			return 0, err
 		}
 	}
@@ -318,7 +324,9 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 		return 0, err
 	}
 
-	res.ReleasedRateReservations += settledCount(settled)
+	for _, rows := range settled {
+		res.ReleasedRateReservations += settledCount(rows)
+	}
 	for _, r := range reclaimed {
 		res.FailedAttempts += int64(r.FailedAttempts)
 		res.ReleasedConcurrencyLeases += int64(r.ReleasedLeases)
