@@ -26,6 +26,11 @@ import (
 type combiner[Req, Res any] struct {
 	maxBatch    int
 	maxInFlight int
+	// weight, when set, is what a request adds to its statement's rows; a
+	// batch takes requests while they weigh maxWeight at most (and always
+	// takes its first).
+	weight    func(Req) int
+	maxWeight int
 	// leftGrace is how long a statement may still run once every caller
 	// in it has left before it is cancelled (see sendContext).
 	leftGrace time.Duration
@@ -66,6 +71,13 @@ type combined[Req, Res any] struct {
 func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res)) *combiner[Req, Res] {
 	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), leftGrace: leftStatementGrace, run: run, abandoned: abandoned}
 	c.idle = sync.NewCond(&c.mu)
+	return c
+}
+
+// weighed bounds c's batches to requests weighing maxWeight in all (a
+// request heavier than that goes alone), and returns c.
+func (c *combiner[Req, Res]) weighed(maxWeight int, weight func(Req) int) *combiner[Req, Res] {
+	c.weight, c.maxWeight = weight, maxWeight
 	return c
 }
 
@@ -189,19 +201,29 @@ func (c *combiner[Req, Res]) nextBatch() []*combined[Req, Res] {
 }
 
 // takeLocked removes the next batch from the queue: requests whose caller
-// is still waiting, in arrival order, up to maxBatch.
+// is still waiting, in arrival order, up to maxBatch, and up to maxWeight
+// when requests are weighed.
 func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 	var batch []*combined[Req, Res]
-	n := 0
+	n, weight := 0, 0
 	for n < len(c.queue) && len(batch) < c.maxBatch {
 		p := c.queue[n]
-		n++
 		p.mu.Lock()
 		if !p.gone {
+			w := 0
+			if c.weight != nil {
+				w = c.weight(p.req)
+			}
+			if len(batch) > 0 && weight+w > c.maxWeight {
+				p.mu.Unlock()
+				break // p goes first in the next batch
+			}
+			weight += w
 			p.sent = true
 			batch = append(batch, p)
 		}
 		p.mu.Unlock()
+		n++
 	}
 	c.queue = c.queue[n:]
 	if len(c.queue) == 0 {

@@ -82,6 +82,39 @@ func TestCombinerBatchesWhatArrivesWhileABatchRuns(t *testing.T) {
 	}
 }
 
+// A weighed combiner's batch takes callers in arrival order while they
+// weigh its budget at most: the caller that would pass it goes first in the
+// next batch, and one heavier than the whole budget goes alone.
+func TestWeighedCombinerBoundsWhatABatchWeighs(t *testing.T) {
+	g := newGate()
+	c := newCombiner(8, 1, g.run, nil).weighed(10, func(n int) int { return n })
+	done := make(chan struct{}, 8)
+	call := func(n int) {
+		if _, err := c.do(context.Background(), n); err != nil {
+			t.Error(err)
+		}
+		done <- struct{}{}
+	}
+	go call(1)
+	<-g.started
+	queued := []int{4, 5, 2, 12, 3, 3, 3}
+	for i, n := range queued {
+		go call(n)
+		waitQueued(t, c, i+1)
+	}
+	want := [][]int{{4, 5}, {2}, {12}, {3, 3, 3}}
+	for _, batch := range want {
+		g.release <- struct{}{}
+		if got := <-g.started; !slices.Equal(got, batch) {
+			t.Fatalf("batch %v, want %v (weights up to 10, in arrival order)", got, batch)
+		}
+	}
+	g.release <- struct{}{}
+	for range 1 + len(queued) {
+		<-done
+	}
+}
+
 // A combiner times its statements from send to answer: Busy is their sum,
 // so with one in flight it never exceeds the time that passed, and each
 // statement adds at least what it took.

@@ -79,7 +79,9 @@ func New(conn Executor, opts ...Option) *Limiter {
 	}
 	if o.combineBatch > 0 {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
-		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil)
+		// pgadmit_settle's time grows with the square of the rows one call
+		// is given past a hundred or so (settleChunk).
+		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil).weighed(settleChunk, (*settleRequest).rows)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
 	}
 	l.allot = newAllotments(l, o.allot)
@@ -173,7 +175,8 @@ const (
 // (combining is on by default): Reserve calls that arrive while
 // maxInFlight combined Reserve statements are running wait and go together,
 // at most maxBatch in one statement and one transaction; Commit and Release
-// calls likewise, in statements of their own. Each caller still gets its
+// calls likewise, in statements of their own, each of 256 reservations and
+// leases at most (a call with more goes alone). Each caller still gets its
 // own Grant, Settlement or error; a caller alone is sent at once. A
 // statement whose callers have all left stops counting against
 // maxInFlight (see Reserve on cancelling). Values below 1 mean 1.

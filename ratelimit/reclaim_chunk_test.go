@@ -3,70 +3,12 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
-
-// settleSizes records how many reservations each AdmissionSettle statement
-// a pool sends is given, alone or in a batch.
-type settleSizes struct {
-	mu    sync.Mutex
-	sizes []int
-}
-
-func (s *settleSizes) record(sql string, args []any) {
-	if !strings.HasPrefix(sql, "-- name: AdmissionSettle ") || len(args) == 0 {
-		return
-	}
-	ids, _ := args[0].([]pgtype.UUID)
-	s.mu.Lock()
-	s.sizes = append(s.sizes, len(ids))
-	s.mu.Unlock()
-}
-
-func (s *settleSizes) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	s.record(d.SQL, d.Args)
-	return ctx
-}
-
-func (s *settleSizes) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (s *settleSizes) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-
-func (s *settleSizes) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	s.record(d.SQL, d.Args)
-}
-
-func (s *settleSizes) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// reset forgets what was recorded.
-func (s *settleSizes) reset() {
-	s.mu.Lock()
-	s.sizes = nil
-	s.mu.Unlock()
-}
-
-// largest is the most reservations one recorded statement was given, and
-// how many statements were recorded.
-func (s *settleSizes) largest() (most, statements int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, n := range s.sizes {
-		most = max(most, n)
-	}
-	return most, len(s.sizes)
-}
 
 // Recover reclaims expired tasks in batches of up to 500 tasks, and the
 // reservations of one batch's tasks were released in one call of
@@ -76,17 +18,7 @@ func (s *settleSizes) largest() (most, statements int) {
 func TestRecoverReleasesAReclaimedBatchsReservationsInBoundedCalls(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sizes := &settleSizes{}
-	cfg.ConnConfig.Tracer = sizes
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, sizes := settleSizedPool(t)
 	var clock testClock
 	l, m := clocked(pool, &clock)
 

@@ -325,6 +325,10 @@ type settleRequest struct {
 	rFirst, lFirst int
 }
 
+// rows is how many rows r gives pgadmit_settle: its reservations and
+// leases.
+func (r *settleRequest) rows() int { return len(r.ids) + len(r.leaseIDs) }
+
 // newSettleRequest checks what settling sends of grant, the part of a
 // grant that the database settles: a field it refuses is named by its
 // reservation's place in the whole grant, at (nil: grant is whole).

@@ -17,8 +17,9 @@ import (
 // on one counter: 250 rows 36 ms, 500 rows 155 ms, 1,000 rows 0.7 s, 2,000
 // rows 2.2 s, 10,000 rows 52 s in one call. A grant joined from many
 // Reserves (a clean-up of everything a process holds) is settled by
-// settleLong in calls of this many instead. It is well above what one
-// Reserve returns (MaxLimitsPerCall) and what concurrent calls combine into.
+// settleLong in calls of this many instead, and concurrent calls combine
+// into calls of this many rows at most (reservations and leases). It is
+// well above what one Reserve returns (MaxLimitsPerCall).
 const settleChunk = 256
 
 // settleLong settles a request of more than settleChunk reservations as
