@@ -14,10 +14,17 @@ import (
 
 const EventAppend = `-- name: EventAppend :one
 
-WITH allocated AS (
+WITH seen AS (
+    SELECT t.id, t.status, t.execution_token
+    FROM gateway_tasks AS t
+    WHERE t.id = $2::uuid
+    FOR NO KEY UPDATE
+),
+allocated AS (
     UPDATE gateway_tasks AS t
     SET last_event_seq = t.last_event_seq + 1
-    WHERE t.id = $2::uuid
+    FROM seen
+    WHERE t.id = seen.id
       AND (t.status = 'running') IS TRUE
       AND t.execution_token = $1::uuid
     RETURNING t.id, t.last_event_seq
@@ -39,13 +46,12 @@ appended AS (
     FROM allocated
     RETURNING task_id, seq, created_at
 )
-SELECT cur.status,
-       (cur.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
+SELECT seen.status,
+       (seen.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
        appended.seq,
        appended.created_at
-FROM gateway_tasks AS cur
-LEFT JOIN appended ON appended.task_id = cur.id
-WHERE cur.id = $2::uuid
+FROM seen
+LEFT JOIN appended ON appended.task_id = seen.id
 `
 
 type EventAppendParams struct {
@@ -79,9 +85,9 @@ type EventAppendRow struct {
 // by the execution token as TaskHeartbeat is: a worker whose claim was taken
 // away (recovery reclaimed the task, another worker claimed it again, or it
 // finished) appends nothing. Returns the task's status and whether the
-// token matched as they were when the statement started, and the new
-// event's seq and time (NULL when nothing was appended). No row for an
-// unknown task.
+// token matched as they were once the row was locked (its newest version),
+// and the new event's seq and time (NULL when nothing was appended). No row
+// for an unknown task.
 // Locks: FOR NO KEY UPDATE on the task row until the transaction ends
 // (serializes appends to one task; other tasks are not affected).
 // Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that

@@ -1007,22 +1007,28 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, taskID pgtype.UUID) (Tas
 }
 
 const TaskHeartbeat = `-- name: TaskHeartbeat :one
-WITH beat AS (
+WITH seen AS (
+    SELECT t.id, t.status, t.execution_token
+    FROM gateway_tasks AS t
+    WHERE t.id = $2::uuid
+    FOR NO KEY UPDATE
+),
+beat AS (
     UPDATE gateway_tasks AS t
     SET heartbeat_at = coalesce($3::timestamptz, now()),
         execution_lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer),
         updated_at = coalesce($3::timestamptz, now())
-    WHERE t.id = $2::uuid
+    FROM seen
+    WHERE t.id = seen.id
       AND (t.status = 'running') IS TRUE
       AND t.execution_token = $1::uuid
     RETURNING t.id, t.execution_lease_expires_at
 )
-SELECT cur.status,
-       (cur.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
-       beat.execution_lease_expires_at                                  AS renewed_until
-FROM gateway_tasks AS cur
-LEFT JOIN beat ON beat.id = cur.id
-WHERE cur.id = $2::uuid
+SELECT seen.status,
+       (seen.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
+       beat.execution_lease_expires_at                                   AS renewed_until
+FROM seen
+LEFT JOIN beat ON beat.id = seen.id
 `
 
 type TaskHeartbeatParams struct {
@@ -1042,10 +1048,11 @@ type TaskHeartbeatRow struct {
 // the execution token. A claim stays valid until someone takes the task
 // away (recovery reclaims only under this row's lock), so a heartbeat that
 // arrives after the lease expired but before recovery still succeeds.
-// Returns the task's status and whether the token matched as they were when
-// the statement started, and the new expiry (NULL when not renewed). No row
-// for an unknown task.
-// Locks: FOR NO KEY UPDATE on the task row (the UPDATE).
+// Returns the task's status and whether the token matched as they were
+// once the row was locked (its newest version: a claim that changed while
+// the statement waited for the lock is seen changed), and the new expiry
+// (NULL when not renewed). No row for an unknown task.
+// Locks: FOR NO KEY UPDATE on the task row (seen, then the UPDATE).
 // Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
 // the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 // partial index of running tasks: a generic plan made on few tasks read

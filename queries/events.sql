@@ -11,19 +11,26 @@
 -- by the execution token as TaskHeartbeat is: a worker whose claim was taken
 -- away (recovery reclaimed the task, another worker claimed it again, or it
 -- finished) appends nothing. Returns the task's status and whether the
--- token matched as they were when the statement started, and the new
--- event's seq and time (NULL when nothing was appended). No row for an
--- unknown task.
+-- token matched as they were once the row was locked (its newest version),
+-- and the new event's seq and time (NULL when nothing was appended). No row
+-- for an unknown task.
 -- Locks: FOR NO KEY UPDATE on the task row until the transaction ends
 -- (serializes appends to one task; other tasks are not affected).
 -- Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that
 -- the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 -- partial index of running tasks, and read every running task through it);
 -- gateway_task_events_task_seq_key (insert).
-WITH allocated AS (
+WITH seen AS (
+    SELECT t.id, t.status, t.execution_token
+    FROM gateway_tasks AS t
+    WHERE t.id = @task_id::uuid
+    FOR NO KEY UPDATE
+),
+allocated AS (
     UPDATE gateway_tasks AS t
     SET last_event_seq = t.last_event_seq + 1
-    WHERE t.id = @task_id::uuid
+    FROM seen
+    WHERE t.id = seen.id
       AND (t.status = 'running') IS TRUE
       AND t.execution_token = @token::uuid
     RETURNING t.id, t.last_event_seq
@@ -45,13 +52,12 @@ appended AS (
     FROM allocated
     RETURNING task_id, seq, created_at
 )
-SELECT cur.status,
-       (cur.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
+SELECT seen.status,
+       (seen.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
        appended.seq,
        appended.created_at
-FROM gateway_tasks AS cur
-LEFT JOIN appended ON appended.task_id = cur.id
-WHERE cur.id = @task_id::uuid;
+FROM seen
+LEFT JOIN appended ON appended.task_id = seen.id;
 
 -- name: EventListByTask :many
 -- The events of one task after a given sequence number, in order, at most

@@ -368,31 +368,38 @@ WHERE t.id = @task_id::uuid;
 -- the execution token. A claim stays valid until someone takes the task
 -- away (recovery reclaims only under this row's lock), so a heartbeat that
 -- arrives after the lease expired but before recovery still succeeds.
--- Returns the task's status and whether the token matched as they were when
--- the statement started, and the new expiry (NULL when not renewed). No row
--- for an unknown task.
--- Locks: FOR NO KEY UPDATE on the task row (the UPDATE).
+-- Returns the task's status and whether the token matched as they were
+-- once the row was locked (its newest version: a claim that changed while
+-- the statement waited for the lock is seen changed), and the new expiry
+-- (NULL when not renewed). No row for an unknown task.
+-- Locks: FOR NO KEY UPDATE on the task row (seen, then the UPDATE).
 -- Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
 -- the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 -- partial index of running tasks: a generic plan made on few tasks read
 -- every running task (and every dead entry) through it instead of probing
 -- the primary key (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
-WITH beat AS (
+WITH seen AS (
+    SELECT t.id, t.status, t.execution_token
+    FROM gateway_tasks AS t
+    WHERE t.id = @task_id::uuid
+    FOR NO KEY UPDATE
+),
+beat AS (
     UPDATE gateway_tasks AS t
     SET heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
         execution_lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::integer),
         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-    WHERE t.id = @task_id::uuid
+    FROM seen
+    WHERE t.id = seen.id
       AND (t.status = 'running') IS TRUE
       AND t.execution_token = @token::uuid
     RETURNING t.id, t.execution_lease_expires_at
 )
-SELECT cur.status,
-       (cur.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
-       beat.execution_lease_expires_at                                  AS renewed_until
-FROM gateway_tasks AS cur
-LEFT JOIN beat ON beat.id = cur.id
-WHERE cur.id = @task_id::uuid;
+SELECT seen.status,
+       (seen.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
+       beat.execution_lease_expires_at                                   AS renewed_until
+FROM seen
+LEFT JOIN beat ON beat.id = seen.id;
 
 -- name: TaskFinishPlan :one
 -- First step of finishing a task: checks the fence without locking and

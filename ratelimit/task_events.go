@@ -75,10 +75,6 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 		return Event{}, wrapDBError(ctx, "append event", err)
 	}
 	if !row.Seq.Valid {
-		if row.Status == TaskRunning && row.TokenMatches {
-			// The claim changed while the statement waited for the task row.
-			return Event{}, l.staleNow(ctx, taskID, id, tok)
-		}
 		return Event{}, staleToken(taskID, row.Status, row.TokenMatches)
 	}
 	e.Seq, e.CreatedAt, e.Payload = int(row.Seq.Int32), *row.CreatedAt, json.RawMessage(payload)

@@ -121,27 +121,9 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 		return time.Time{}, wrapDBError(ctx, "heartbeat task", err)
 	}
 	if row.RenewedUntil == nil {
-		if row.Status == TaskRunning && row.TokenMatches {
-			// The claim changed while the statement waited for the task row.
-			return time.Time{}, l.staleNow(ctx, taskID, id, tok)
-		}
 		return time.Time{}, staleToken(taskID, row.Status, row.TokenMatches)
 	}
 	return *row.RenewedUntil, nil
-}
-
-// staleNow is the *StaleTokenError of a call refused because the claim
-// changed while it ran, after its own statement had seen the task running
-// under this token: the task as it is now, read again with TaskFinishPlan
-// (StaleTokenError.Status is its status when the call was refused, not as
-// the statement saw it when it started), or as it was seen when that read
-// fails.
-func (l *Limiter) staleNow(ctx context.Context, taskID string, id, tok pgtype.UUID) *StaleTokenError {
-	now, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
-	if err != nil {
-		return staleToken(taskID, TaskRunning, true)
-	}
-	return staleToken(taskID, now.Status, now.TokenMatches)
 }
 
 // staleToken explains why a token was refused.
