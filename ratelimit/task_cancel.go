@@ -123,7 +123,7 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	}
 	c := db.TaskFinishRow(cancelled[0]) // the same columns: TaskCancel's comment
 	res := finishResult(c)
-	late, err := l.releaseLate(ctx, c.LateReservationIds, now)
+	late, err := l.releaseLate(ctx, "cancel task", c.LateReservationIds, now)
 	res.ReleasedReservations = int(released) + late
 	return res, err
 }

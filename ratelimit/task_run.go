@@ -271,7 +271,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	f := finished[0]
 	res := finishResult(f)
 	res.ReleasedReservations = int(settledCount(settled))
-	late, err := l.releaseLate(ctx, f.LateReservationIds, p.Now)
+	late, err := l.releaseLate(ctx, "finish task", f.LateReservationIds, p.Now)
 	res.ReleasedReservations += late
 	return res, err
 }
@@ -299,7 +299,8 @@ func finishResult(f db.TaskFinishRow) FinishResult {
 // released. In a transaction of its own: their counters come before the
 // task row in the lock order. In a caller's transaction, which holds the
 // task row until it ends, they stay open until Recover releases them.
-func (l *Limiter) releaseLate(ctx context.Context, ids []pgtype.UUID, now *time.Time) (int, error) {
+// op names the call in its error ("finish task", "cancel task").
+func (l *Limiter) releaseLate(ctx context.Context, op string, ids []pgtype.UUID, now *time.Time) (int, error) {
 	if len(ids) == 0 || l.inTx {
 		return 0, nil
 	}
@@ -308,7 +309,7 @@ func (l *Limiter) releaseLate(ctx context.Context, ids []pgtype.UUID, now *time.
 	settled, err := l.queries.AdmissionSettle(ctx, l.conn, sp)
 	if err != nil {
 		// The task has finished: Recover releases them.
-		return 0, wrapDBError(ctx, "finish task: release the reservations linked to the task since it was read", err)
+		return 0, wrapDBError(ctx, op+": release the reservations linked to the task since it was read", err)
 	}
 	return int(settledCount(settled)), nil
 }
