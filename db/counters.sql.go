@@ -135,7 +135,7 @@ WHERE r.id = ANY($1::uuid[])
         AND c.metric = r.metric
         AND c.window_seconds = r.window_seconds
         AND c.window_start = r.window_start
-      FOR NO KEY UPDATE OF c SKIP LOCKED
+      FOR UPDATE OF c SKIP LOCKED
   )
 `
 
@@ -144,11 +144,12 @@ WHERE r.id = ANY($1::uuid[])
 // maintenance batch gave up waiting (lock_timeout), it is retried without
 // them instead of being left whole. A snapshot: a lock taken or given up
 // right after is not seen.
-// Locks: FOR NO KEY UPDATE on each counter it can lock at once (SKIP
-// LOCKED: it never waits, so it cannot break the lock order), held until
-// the statement's transaction ends; the conflicting mode of the settlement's
-// UPDATE, so that a counter is held here exactly when the settlement would
-// wait for it.
+// Locks: FOR UPDATE on each counter it can lock at once (SKIP LOCKED: it
+// never waits, so it cannot break the lock order), held until the
+// statement's transaction ends; the mode in which the settlement locks its
+// counters first (CounterLockForReservations, pgadmit_lock_counters), so
+// that a counter is held here exactly when the settlement would wait for
+// it, by a FOR KEY SHARE holder (a foreign key's check) too.
 // Index: gateway_rate_limit_reservations_pkey; gateway_rate_limit_counters_pkey
 // (one probe per reservation: a locking subquery is not flattened into a
 // join). The status test is written `(...) IS TRUE` as in

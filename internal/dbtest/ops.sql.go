@@ -278,6 +278,31 @@ func (q *Queries) OpsHoldingsByScope(ctx context.Context, db DBTX, arg OpsHoldin
 	return items, nil
 }
 
+const OpsKeyShareScopeCounters = `-- name: OpsKeyShareScopeCounters :execrows
+SELECT 1
+FROM gateway_rate_limit_counters
+WHERE scope_type = $1 AND scope_key = $2
+FOR KEY SHARE
+`
+
+type OpsKeyShareScopeCountersParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+// Takes the weakest row lock, FOR KEY SHARE (what a foreign key's check
+// takes on the row it refers to), on every counter row of a scope until the
+// transaction ends: it stalls only what locks them FOR UPDATE or deletes them.
+// Locks: the scope's counter rows, FOR KEY SHARE.
+// Index: gateway_rate_limit_counters_pkey (its leading columns).
+func (q *Queries) OpsKeyShareScopeCounters(ctx context.Context, db DBTX, arg OpsKeyShareScopeCountersParams) (int64, error) {
+	result, err := db.Exec(ctx, OpsKeyShareScopeCounters, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsLeaseLock = `-- name: OpsLeaseLock :execrows
 SELECT 1
 FROM gateway_concurrency_leases

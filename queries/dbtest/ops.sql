@@ -192,6 +192,17 @@ FROM gateway_rate_limit_counters
 WHERE scope_type = @scope_type AND scope_key = @scope_key
 FOR UPDATE;
 
+-- name: OpsKeyShareScopeCounters :execrows
+-- Takes the weakest row lock, FOR KEY SHARE (what a foreign key's check
+-- takes on the row it refers to), on every counter row of a scope until the
+-- transaction ends: it stalls only what locks them FOR UPDATE or deletes them.
+-- Locks: the scope's counter rows, FOR KEY SHARE.
+-- Index: gateway_rate_limit_counters_pkey (its leading columns).
+SELECT 1
+FROM gateway_rate_limit_counters
+WHERE scope_type = @scope_type AND scope_key = @scope_key
+FOR KEY SHARE;
+
 -- name: OpsLeaseLock :execrows
 -- Locks one lease row until the transaction ends, so that a test can stall
 -- whatever must lock it.
