@@ -14,20 +14,21 @@ import (
 
 const EventAppend = `-- name: EventAppend :one
 
-WITH seen AS (
+WITH cur AS (
     SELECT t.id, t.status, t.execution_token
     FROM gateway_tasks AS t
     WHERE t.id = $2::uuid
-    FOR NO KEY UPDATE
 ),
 allocated AS (
     UPDATE gateway_tasks AS t
-    SET last_event_seq = t.last_event_seq + 1
-    FROM seen
-    WHERE t.id = seen.id
-      AND (t.status = 'running') IS TRUE
-      AND t.execution_token = $1::uuid
-    RETURNING t.id, t.last_event_seq
+    SET last_event_seq = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+                              THEN t.last_event_seq + 1 ELSE t.last_event_seq END
+    FROM cur
+    WHERE t.id = cur.id
+      AND (cur.status = 'running') IS TRUE
+      AND cur.execution_token = $1::uuid
+    RETURNING t.id, t.status, t.execution_token, t.last_event_seq,
+              ((t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE) AS fenced
 ),
 appended AS (
     INSERT INTO gateway_task_events (
@@ -44,14 +45,17 @@ appended AS (
            $9::boolean,
            $10::text
     FROM allocated
+    WHERE allocated.fenced
     RETURNING task_id, seq, created_at
 )
-SELECT seen.status,
-       (seen.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
+SELECT (CASE WHEN allocated.id IS NULL THEN cur.status ELSE allocated.status END)::text AS status,
+       (CASE WHEN allocated.id IS NULL THEN cur.execution_token ELSE allocated.execution_token END
+            IS NOT DISTINCT FROM $1::uuid)::boolean                                AS token_matches,
        appended.seq,
        appended.created_at
-FROM seen
-LEFT JOIN appended ON appended.task_id = seen.id
+FROM cur
+LEFT JOIN allocated ON allocated.id = cur.id
+LEFT JOIN appended ON appended.task_id = cur.id
 `
 
 type EventAppendParams struct {
@@ -85,11 +89,13 @@ type EventAppendRow struct {
 // by the execution token as TaskHeartbeat is: a worker whose claim was taken
 // away (recovery reclaimed the task, another worker claimed it again, or it
 // finished) appends nothing. Returns the task's status and whether the
-// token matched as they were once the row was locked (its newest version),
-// and the new event's seq and time (NULL when nothing was appended). No row
-// for an unknown task.
+// token matched, and the new event's seq and time (NULL when nothing was
+// appended). No row for an unknown task. As TaskHeartbeat: the row is
+// updated whenever the snapshot saw the task running under the token, and
+// the event appended only if the newest version, locked, still is; the
+// status reported is the one found under the lock.
 // Locks: FOR NO KEY UPDATE on the task row until the transaction ends
-// (serializes appends to one task; other tasks are not affected).
+// (serializes appends to one task; other tasks are not affected), once.
 // Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that
 // the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 // partial index of running tasks, and read every running task through it);

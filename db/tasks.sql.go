@@ -1007,28 +1007,37 @@ func (q *Queries) TaskGet(ctx context.Context, db DBTX, taskID pgtype.UUID) (Tas
 }
 
 const TaskHeartbeat = `-- name: TaskHeartbeat :one
-WITH seen AS (
+WITH cur AS (
     SELECT t.id, t.status, t.execution_token
     FROM gateway_tasks AS t
     WHERE t.id = $2::uuid
-    FOR NO KEY UPDATE
 ),
 beat AS (
     UPDATE gateway_tasks AS t
-    SET heartbeat_at = coalesce($3::timestamptz, now()),
-        execution_lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer),
-        updated_at = coalesce($3::timestamptz, now())
-    FROM seen
-    WHERE t.id = seen.id
-      AND (t.status = 'running') IS TRUE
-      AND t.execution_token = $1::uuid
-    RETURNING t.id, t.execution_lease_expires_at
+    SET heartbeat_at = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+                            THEN coalesce($3::timestamptz, now()) ELSE t.heartbeat_at END,
+        execution_lease_expires_at = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+                                          THEN coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer)
+                                          ELSE t.execution_lease_expires_at END,
+        updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+                          THEN coalesce($3::timestamptz, now()) ELSE t.updated_at END
+    FROM cur
+    WHERE t.id = cur.id
+      AND (cur.status = 'running') IS TRUE
+      AND cur.execution_token = $1::uuid
+    RETURNING t.id, t.status, t.execution_token, t.execution_lease_expires_at,
+              ((t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE) AS renewed
+),
+renewed AS (
+    SELECT beat.id, beat.execution_lease_expires_at FROM beat WHERE beat.renewed
 )
-SELECT seen.status,
-       (seen.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
-       beat.execution_lease_expires_at                                   AS renewed_until
-FROM seen
-LEFT JOIN beat ON beat.id = seen.id
+SELECT (CASE WHEN beat.id IS NULL THEN cur.status ELSE beat.status END)::text AS status,
+       (CASE WHEN beat.id IS NULL THEN cur.execution_token ELSE beat.execution_token END
+            IS NOT DISTINCT FROM $1::uuid)::boolean                      AS token_matches,
+       renewed.execution_lease_expires_at                                    AS renewed_until
+FROM cur
+LEFT JOIN beat ON beat.id = cur.id
+LEFT JOIN renewed ON renewed.id = cur.id
 `
 
 type TaskHeartbeatParams struct {
@@ -1048,11 +1057,16 @@ type TaskHeartbeatRow struct {
 // the execution token. A claim stays valid until someone takes the task
 // away (recovery reclaims only under this row's lock), so a heartbeat that
 // arrives after the lease expired but before recovery still succeeds.
-// Returns the task's status and whether the token matched as they were
-// once the row was locked (its newest version: a claim that changed while
-// the statement waited for the lock is seen changed), and the new expiry
-// (NULL when not renewed). No row for an unknown task.
-// Locks: FOR NO KEY UPDATE on the task row (seen, then the UPDATE).
+// Returns the task's status and whether the token matched, and the new
+// expiry (NULL when not renewed). No row for an unknown task.
+// The row is updated whenever the statement's snapshot saw the task running
+// under the token (cur), and renewed only if its newest version, which the
+// UPDATE locks and re-reads after any wait, still is: so a claim that
+// changed while the statement waited for the lock is reported as it was
+// found under the lock, not as the snapshot saw it. That update writes the
+// row unchanged, once, in that race only. A task the snapshot saw otherwise
+// is reported as seen (it cannot be running under this token again).
+// Locks: FOR NO KEY UPDATE on the task row (the UPDATE), once.
 // Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
 // the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 // partial index of running tasks: a generic plan made on few tasks read
