@@ -221,8 +221,13 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- the reservation would hold its window's capacity until the window ended.
 -- Deleted tasks leave the index, so the next batch starts past them: no
 -- position to keep (the few kept are read again).
--- Locks: row locks on the deleted tasks and on the rows the foreign keys
--- delete or update.
+-- Locks: row locks on the deleted tasks, taken as they are chosen, FOR
+-- UPDATE SKIP LOCKED: a task row another transaction holds (a Reserve's
+-- foreign-key check FOR KEY SHARE, a late heartbeat) is left for the next
+-- run, never waited for. Waiting deadlocked: this statement locks its batch
+-- in one order, while a combined Reserve naming several of its tasks takes
+-- their FOR KEY SHARE in its arrival order. Then row locks on the rows the
+-- foreign keys delete or update.
 -- Index: gateway_tasks_finished_id_idx (oldest finished first, no sort);
 -- gateway_tasks_pkey (the delete); for the foreign keys
 -- gateway_task_attempts_task_id_attempt_no_key, gateway_task_events_task_seq_key,
@@ -258,6 +263,7 @@ WHERE t.id = ANY(ARRAY(
            LIMIT 1) IS NULL
     ORDER BY x.finished_at, x.id
     LIMIT @batch_size::integer
+    FOR UPDATE OF x SKIP LOCKED
 ))
   AND t.status IN ('succeeded', 'failed', 'cancelled')
   AND t.finished_at < @cutoff::timestamptz;

@@ -303,6 +303,25 @@ func (q *Queries) OpsKeyShareScopeCounters(ctx context.Context, db DBTX, arg Ops
 	return result.RowsAffected(), nil
 }
 
+const OpsKeyShareTask = `-- name: OpsKeyShareTask :execrows
+SELECT 1
+FROM gateway_tasks
+WHERE id = $1::uuid
+FOR KEY SHARE
+`
+
+// Holds a task row FOR KEY SHARE until the transaction ends, as a foreign
+// key's check of a row inserted for the task does.
+// Locks: the task row, FOR KEY SHARE.
+// Index: gateway_tasks_pkey.
+func (q *Queries) OpsKeyShareTask(ctx context.Context, db DBTX, id pgtype.UUID) (int64, error) {
+	result, err := db.Exec(ctx, OpsKeyShareTask, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsLeaseLock = `-- name: OpsLeaseLock :execrows
 SELECT 1
 FROM gateway_concurrency_leases

@@ -203,6 +203,16 @@ FROM gateway_rate_limit_counters
 WHERE scope_type = @scope_type AND scope_key = @scope_key
 FOR KEY SHARE;
 
+-- name: OpsKeyShareTask :execrows
+-- Holds a task row FOR KEY SHARE until the transaction ends, as a foreign
+-- key's check of a row inserted for the task does.
+-- Locks: the task row, FOR KEY SHARE.
+-- Index: gateway_tasks_pkey.
+SELECT 1
+FROM gateway_tasks
+WHERE id = @id::uuid
+FOR KEY SHARE;
+
 -- name: OpsLeaseLock :execrows
 -- Locks one lease row until the transaction ends, so that a test can stall
 -- whatever must lock it.
