@@ -79,8 +79,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 	}
 	if o.combineBatch > 0 {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
-		// pgadmit_settle's time grows with the square of the rows one call
-		// is given past a hundred or so (settleChunk).
+		// A statement of settleChunk rows at most (see there).
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil).weighed(settleChunk, (*settleRequest).rows)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
 	}

@@ -10,14 +10,14 @@ import (
 )
 
 // settleChunk is the most reservations one call of pgadmit_settle is given.
-// The function joins a batch's reservations to their counters' names, and
-// to what it settled, by position, with hash and merge joins off (its
-// plans are forced to index probes): its time grows with the square of the
-// batch, far past the probes' own cost beyond a few hundred rows. Measured
-// on one counter: 250 rows 36 ms, 500 rows 155 ms, 1,000 rows 0.7 s, 2,000
-// rows 2.2 s, 10,000 rows 52 s in one call. A grant joined from many
-// Reserves (a clean-up of everything a process holds) is settled by
-// settleLong in calls of this many instead, and concurrent calls combine
+// Up to migration 00016 the function joined a batch's reservations to
+// their counters' names, and to what it settled, by position, in nested
+// loops: its time grew with the square of the batch (on one counter: 250
+// rows 36 ms, 1,000 rows 0.7 s, 10,000 rows 52 s in one call). Since, it
+// grows with the batch, and the chunks bound how long one statement holds
+// its counters' locks (and keep a database not yet migrated safe). A grant
+// joined from many Reserves (a clean-up of everything a process holds) is
+// settled by settleLong in calls of this many, and concurrent calls combine
 // into calls of this many rows at most (reservations and leases). It is
 // well above what one Reserve returns (MaxLimitsPerCall).
 const settleChunk = 256
