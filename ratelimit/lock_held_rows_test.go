@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -99,10 +100,7 @@ func pruneWithOneCounterHeld(t *testing.T, hold func(*testing.T, *pgxpool.Pool, 
 // release is called.
 func keyShareCounters(t *testing.T, pool *pgxpool.Pool, scopeType, key string) (release func()) {
 	t.Helper()
-	ctx := context.Background()
-	tx := heldTx(t, pool)
-	if n, err := testq.OpsKeyShareScopeCounters(ctx, tx, dbtest.OpsKeyShareScopeCountersParams{ScopeType: scopeType, ScopeKey: key}); err != nil || n == 0 {
-		t.Fatalf("OpsKeyShareScopeCounters = %d, %v; want its counters locked", n, err)
-	}
-	return func() { _ = tx.Rollback(ctx) }
+	return holdCountersBy(t, pool, "OpsKeyShareScopeCounters", func(ctx context.Context, tx pgx.Tx) (int64, error) {
+		return testq.OpsKeyShareScopeCounters(ctx, tx, dbtest.OpsKeyShareScopeCountersParams{ScopeType: scopeType, ScopeKey: key})
+	})
 }

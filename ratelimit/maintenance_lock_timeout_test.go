@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -29,10 +30,20 @@ const (
 // it calls the release it returns.
 func holdCounters(t *testing.T, pool *pgxpool.Pool, scopeType, key string) (release func()) {
 	t.Helper()
+	return holdCountersBy(t, pool, "OpsLockScopeCounters", func(ctx context.Context, tx pgx.Tx) (int64, error) {
+		return testq.OpsLockScopeCounters(ctx, tx, dbtest.OpsLockScopeCountersParams{ScopeType: scopeType, ScopeKey: key})
+	})
+}
+
+// holdCountersBy runs lock, the named statement that locks a scope's
+// counter rows, in a transaction of its own that it holds open until the
+// test ends or it calls the release it returns.
+func holdCountersBy(t *testing.T, pool *pgxpool.Pool, name string, lock func(context.Context, pgx.Tx) (int64, error)) (release func()) {
+	t.Helper()
 	ctx := context.Background()
 	tx := heldTx(t, pool)
-	if n, err := testq.OpsLockScopeCounters(ctx, tx, dbtest.OpsLockScopeCountersParams{ScopeType: scopeType, ScopeKey: key}); err != nil || n == 0 {
-		t.Fatalf("OpsLockScopeCounters = %d, %v; want its counters locked", n, err)
+	if n, err := lock(ctx, tx); err != nil || n == 0 {
+		t.Fatalf("%s = %d, %v; want its counters locked", name, n, err)
 	}
 	return func() { _ = tx.Rollback(ctx) }
 }

@@ -131,18 +131,25 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 // the returned counter counts.
 func countingPool(t *testing.T, name string) (*pgxpool.Pool, *statementCounter) {
 	t.Helper()
+	counter := &statementCounter{name: name}
+	return poolTracedBy(t, counter), counter
+}
+
+// poolTracedBy is a pool of a fresh database whose connections report to
+// tracer, closed when the test ends.
+func poolTracedBy(t *testing.T, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := &statementCounter{name: name}
-	cfg.ConnConfig.Tracer = counter
+	cfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool, counter
+	return pool
 }
 
 // Each Prune walks only the tasks that finished since the last one: the

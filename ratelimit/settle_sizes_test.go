@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
 // settleSizes records how many reservations each AdmissionSettle statement
@@ -69,16 +67,6 @@ func (s *settleSizes) largest() (most, statements int) {
 // statements the returned settleSizes records.
 func settleSizedPool(t *testing.T) (*pgxpool.Pool, *settleSizes) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sizes := &settleSizes{}
-	cfg.ConnConfig.Tracer = sizes
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, sizes
+	return poolTracedBy(t, sizes), sizes
 }
