@@ -99,8 +99,8 @@ const (
 // WithRecoveryBatchSize sets how many rows one recovery transaction handles
 // at most (default 500; reservations, those of reclaimed tasks included,
 // are released 256 at most per statement); Recover loops until nothing is
-// left. An n below 1
-// leaves the default; one above math.MaxInt32 is math.MaxInt32.
+// left. An n below 1 leaves the default; one above math.MaxInt32 is
+// math.MaxInt32.
 func WithRecoveryBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if n > 0 {

@@ -305,9 +305,9 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 			release = append(release, rid)
 		}
 	}
-	// settleChunk reservations per call (pgadmit_settle's time grows with
-	// the square of a call's), all calls in one round trip. Their counters
-	// are locked already, by the batch's first statement.
+	// settleChunk reservations per call (see there), all calls in one
+	// round trip. Their counters are locked already, by the batch's first
+	// statement.
 	b = &pgx.Batch{}
 	settled := make([][]db.AdmissionSettleRow, (len(release)+settleChunk-1)/settleChunk)
 	for k := range settled {
