@@ -17,18 +17,18 @@ const EventAppend = `-- name: EventAppend :one
 WITH cur AS (
     SELECT t.id, t.status, t.execution_token
     FROM gateway_tasks AS t
-    WHERE t.id = $2::uuid
+    WHERE t.id = $1::uuid
 ),
 allocated AS (
     UPDATE gateway_tasks AS t
-    SET last_event_seq = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+    SET last_event_seq = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                               THEN t.last_event_seq + 1 ELSE t.last_event_seq END
     FROM cur
     WHERE t.id = cur.id
       AND (cur.status = 'running') IS TRUE
-      AND cur.execution_token = $1::uuid
-    RETURNING t.id, t.status, t.execution_token, t.last_event_seq,
-              ((t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE) AS fenced
+      AND cur.execution_token = $2::uuid
+    RETURNING t.id, t.status, t.last_event_seq,
+              ((t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE) AS fenced
 ),
 appended AS (
     INSERT INTO gateway_task_events (
@@ -49,8 +49,6 @@ appended AS (
     RETURNING task_id, seq, created_at
 )
 SELECT (CASE WHEN allocated.id IS NULL THEN cur.status ELSE allocated.status END)::text AS status,
-       (CASE WHEN allocated.id IS NULL THEN cur.execution_token ELSE allocated.execution_token END
-            IS NOT DISTINCT FROM $1::uuid)::boolean                                AS token_matches,
        appended.seq,
        appended.created_at
 FROM cur
@@ -59,8 +57,8 @@ LEFT JOIN appended ON appended.task_id = cur.id
 `
 
 type EventAppendParams struct {
-	Token      pgtype.UUID
 	TaskID     pgtype.UUID
+	Token      pgtype.UUID
 	EventType  string
 	Status     pgtype.Text
 	Phase      pgtype.Text
@@ -72,10 +70,9 @@ type EventAppendParams struct {
 }
 
 type EventAppendRow struct {
-	Status       string
-	TokenMatches bool
-	Seq          pgtype.Int4
-	CreatedAt    *time.Time
+	Status    string
+	Seq       pgtype.Int4
+	CreatedAt *time.Time
 }
 
 // Events: gateway_task_events, the append-only log of a task.
@@ -88,9 +85,9 @@ type EventAppendRow struct {
 // Appends one event to a running task with the next sequence number, fenced
 // by the execution token as TaskHeartbeat is: a worker whose claim was taken
 // away (recovery reclaimed the task, another worker claimed it again, or it
-// finished) appends nothing. Returns the task's status and whether the
-// token matched, and the new event's seq and time (NULL when nothing was
-// appended). No row for an unknown task. As TaskHeartbeat: the row is
+// finished) appends nothing. Returns the task's status, and the new
+// event's seq and time (NULL when nothing was appended: the task is not
+// running, or runs under another claim). No row for an unknown task. As TaskHeartbeat: the row is
 // updated whenever the snapshot saw the task running under the token, and
 // the event appended only if the newest version, locked, still is; the
 // status reported is the one found under the lock.
@@ -102,8 +99,8 @@ type EventAppendRow struct {
 // gateway_task_events_task_seq_key (insert).
 func (q *Queries) EventAppend(ctx context.Context, db DBTX, arg EventAppendParams) (EventAppendRow, error) {
 	row := db.QueryRow(ctx, EventAppend,
-		arg.Token,
 		arg.TaskID,
+		arg.Token,
 		arg.EventType,
 		arg.Status,
 		arg.Phase,
@@ -114,12 +111,7 @@ func (q *Queries) EventAppend(ctx context.Context, db DBTX, arg EventAppendParam
 		arg.PlatformID,
 	)
 	var i EventAppendRow
-	err := row.Scan(
-		&i.Status,
-		&i.TokenMatches,
-		&i.Seq,
-		&i.CreatedAt,
-	)
+	err := row.Scan(&i.Status, &i.Seq, &i.CreatedAt)
 	return i, err
 }
 

@@ -1010,30 +1010,28 @@ const TaskHeartbeat = `-- name: TaskHeartbeat :one
 WITH cur AS (
     SELECT t.id, t.status, t.execution_token
     FROM gateway_tasks AS t
-    WHERE t.id = $2::uuid
+    WHERE t.id = $1::uuid
 ),
 beat AS (
     UPDATE gateway_tasks AS t
-    SET heartbeat_at = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+    SET heartbeat_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                             THEN coalesce($3::timestamptz, now()) ELSE t.heartbeat_at END,
-        execution_lease_expires_at = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+        execution_lease_expires_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                                           THEN coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer)
                                           ELSE t.execution_lease_expires_at END,
-        updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE
+        updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                           THEN coalesce($3::timestamptz, now()) ELSE t.updated_at END
     FROM cur
     WHERE t.id = cur.id
       AND (cur.status = 'running') IS TRUE
-      AND cur.execution_token = $1::uuid
-    RETURNING t.id, t.status, t.execution_token, t.execution_lease_expires_at,
-              ((t.status = 'running' AND t.execution_token = $1::uuid) IS TRUE) AS renewed
+      AND cur.execution_token = $2::uuid
+    RETURNING t.id, t.status, t.execution_lease_expires_at,
+              ((t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE) AS renewed
 ),
 renewed AS (
     SELECT beat.id, beat.execution_lease_expires_at FROM beat WHERE beat.renewed
 )
 SELECT (CASE WHEN beat.id IS NULL THEN cur.status ELSE beat.status END)::text AS status,
-       (CASE WHEN beat.id IS NULL THEN cur.execution_token ELSE beat.execution_token END
-            IS NOT DISTINCT FROM $1::uuid)::boolean                      AS token_matches,
        renewed.execution_lease_expires_at                                    AS renewed_until
 FROM cur
 LEFT JOIN beat ON beat.id = cur.id
@@ -1041,15 +1039,14 @@ LEFT JOIN renewed ON renewed.id = cur.id
 `
 
 type TaskHeartbeatParams struct {
-	Token        pgtype.UUID
 	TaskID       pgtype.UUID
+	Token        pgtype.UUID
 	Now          *time.Time
 	LeaseSeconds int32
 }
 
 type TaskHeartbeatRow struct {
 	Status       string
-	TokenMatches bool
 	RenewedUntil *time.Time
 }
 
@@ -1057,8 +1054,9 @@ type TaskHeartbeatRow struct {
 // the execution token. A claim stays valid until someone takes the task
 // away (recovery reclaims only under this row's lock), so a heartbeat that
 // arrives after the lease expired but before recovery still succeeds.
-// Returns the task's status and whether the token matched, and the new
-// expiry (NULL when not renewed). No row for an unknown task.
+// Returns the task's status and the new expiry (NULL when not renewed: the
+// task is not running, or runs under another claim). No row for an unknown
+// task.
 // The row is updated whenever the statement's snapshot saw the task running
 // under the token (cur), and renewed only if its newest version, which the
 // UPDATE locks and re-reads after any wait, still is: so a claim that
@@ -1074,13 +1072,13 @@ type TaskHeartbeatRow struct {
 // the primary key (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
 func (q *Queries) TaskHeartbeat(ctx context.Context, db DBTX, arg TaskHeartbeatParams) (TaskHeartbeatRow, error) {
 	row := db.QueryRow(ctx, TaskHeartbeat,
-		arg.Token,
 		arg.TaskID,
+		arg.Token,
 		arg.Now,
 		arg.LeaseSeconds,
 	)
 	var i TaskHeartbeatRow
-	err := row.Scan(&i.Status, &i.TokenMatches, &i.RenewedUntil)
+	err := row.Scan(&i.Status, &i.RenewedUntil)
 	return i, err
 }
 

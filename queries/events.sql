@@ -10,9 +10,9 @@
 -- Appends one event to a running task with the next sequence number, fenced
 -- by the execution token as TaskHeartbeat is: a worker whose claim was taken
 -- away (recovery reclaimed the task, another worker claimed it again, or it
--- finished) appends nothing. Returns the task's status and whether the
--- token matched, and the new event's seq and time (NULL when nothing was
--- appended). No row for an unknown task. As TaskHeartbeat: the row is
+-- finished) appends nothing. Returns the task's status, and the new
+-- event's seq and time (NULL when nothing was appended: the task is not
+-- running, or runs under another claim). No row for an unknown task. As TaskHeartbeat: the row is
 -- updated whenever the snapshot saw the task running under the token, and
 -- the event appended only if the newest version, locked, still is; the
 -- status reported is the one found under the lock.
@@ -35,7 +35,7 @@ allocated AS (
     WHERE t.id = cur.id
       AND (cur.status = 'running') IS TRUE
       AND cur.execution_token = @token::uuid
-    RETURNING t.id, t.status, t.execution_token, t.last_event_seq,
+    RETURNING t.id, t.status, t.last_event_seq,
               ((t.status = 'running' AND t.execution_token = @token::uuid) IS TRUE) AS fenced
 ),
 appended AS (
@@ -57,8 +57,6 @@ appended AS (
     RETURNING task_id, seq, created_at
 )
 SELECT (CASE WHEN allocated.id IS NULL THEN cur.status ELSE allocated.status END)::text AS status,
-       (CASE WHEN allocated.id IS NULL THEN cur.execution_token ELSE allocated.execution_token END
-            IS NOT DISTINCT FROM @token::uuid)::boolean                                AS token_matches,
        appended.seq,
        appended.created_at
 FROM cur

@@ -368,8 +368,9 @@ WHERE t.id = @task_id::uuid;
 -- the execution token. A claim stays valid until someone takes the task
 -- away (recovery reclaims only under this row's lock), so a heartbeat that
 -- arrives after the lease expired but before recovery still succeeds.
--- Returns the task's status and whether the token matched, and the new
--- expiry (NULL when not renewed). No row for an unknown task.
+-- Returns the task's status and the new expiry (NULL when not renewed: the
+-- task is not running, or runs under another claim). No row for an unknown
+-- task.
 -- The row is updated whenever the statement's snapshot saw the task running
 -- under the token (cur), and renewed only if its newest version, which the
 -- UPDATE locks and re-reads after any wait, still is: so a claim that
@@ -401,15 +402,13 @@ beat AS (
     WHERE t.id = cur.id
       AND (cur.status = 'running') IS TRUE
       AND cur.execution_token = @token::uuid
-    RETURNING t.id, t.status, t.execution_token, t.execution_lease_expires_at,
+    RETURNING t.id, t.status, t.execution_lease_expires_at,
               ((t.status = 'running' AND t.execution_token = @token::uuid) IS TRUE) AS renewed
 ),
 renewed AS (
     SELECT beat.id, beat.execution_lease_expires_at FROM beat WHERE beat.renewed
 )
 SELECT (CASE WHEN beat.id IS NULL THEN cur.status ELSE beat.status END)::text AS status,
-       (CASE WHEN beat.id IS NULL THEN cur.execution_token ELSE beat.execution_token END
-            IS NOT DISTINCT FROM @token::uuid)::boolean                      AS token_matches,
        renewed.execution_lease_expires_at                                    AS renewed_until
 FROM cur
 LEFT JOIN beat ON beat.id = cur.id

@@ -75,7 +75,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 		return Event{}, wrapDBError(ctx, "append event", err)
 	}
 	if !row.Seq.Valid {
-		return Event{}, staleToken(taskID, row.Status, row.TokenMatches)
+		return Event{}, staleToken(taskID, row.Status)
 	}
 	e.Seq, e.CreatedAt, e.Payload = int(row.Seq.Int32), *row.CreatedAt, json.RawMessage(payload)
 	return e, nil

@@ -22,14 +22,14 @@ func TestTaskFencesNameTheStatusTheyLocked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l, pool := setup(t)
-	calls := map[string]func(id, tok pgtype.UUID) (status string, tokenMatches, done bool, err error){
-		"TaskHeartbeat": func(id, tok pgtype.UUID) (string, bool, bool, error) {
+	calls := map[string]func(id, tok pgtype.UUID) (status string, done bool, err error){
+		"TaskHeartbeat": func(id, tok pgtype.UUID) (string, bool, error) {
 			row, err := queries.TaskHeartbeat(ctx, pool, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: 60})
-			return row.Status, row.TokenMatches, row.RenewedUntil != nil, err
+			return row.Status, row.RenewedUntil != nil, err
 		},
-		"EventAppend": func(id, tok pgtype.UUID) (string, bool, bool, error) {
+		"EventAppend": func(id, tok pgtype.UUID) (string, bool, error) {
 			row, err := queries.EventAppend(ctx, pool, db.EventAppendParams{TaskID: id, Token: tok, EventType: "task.progress", Payload: "{}"})
-			return row.Status, row.TokenMatches, row.Seq.Valid, err
+			return row.Status, row.Seq.Valid, err
 		},
 	}
 	for name, call := range calls {
@@ -43,14 +43,14 @@ func TestTaskFencesNameTheStatusTheyLocked(t *testing.T) {
 			t.Fatalf("FinishTask: %v", err)
 		}
 		type answer struct {
-			status        string
-			matches, done bool
-			err           error
+			status string
+			done   bool
+			err    error
 		}
 		answered := make(chan answer, 1)
 		go func() {
-			status, matches, done, err := call(id, tok)
-			answered <- answer{status, matches, done, err}
+			status, done, err := call(id, tok)
+			answered <- answer{status, done, err}
 		}()
 		pgtest.AwaitLockWaiters(t, pool, name)
 		if err := tx.Commit(ctx); err != nil {
@@ -58,8 +58,8 @@ func TestTaskFencesNameTheStatusTheyLocked(t *testing.T) {
 		}
 		a := <-answered
 		if a.err != nil || a.done || a.status != ratelimit.TaskSucceeded {
-			t.Errorf("%s that waited for FinishTask: status %q, token matches %v, done %v, %v; want status succeeded, nothing done",
-				name, a.status, a.matches, a.done, a.err)
+			t.Errorf("%s that waited for FinishTask: status %q, done %v, %v; want status succeeded, nothing done",
+				name, a.status, a.done, a.err)
 		}
 	}
 	assertDoctorOK(t, pool)

@@ -121,21 +121,20 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 		return time.Time{}, wrapDBError(ctx, "heartbeat task", err)
 	}
 	if row.RenewedUntil == nil {
-		return time.Time{}, staleToken(taskID, row.Status, row.TokenMatches)
+		return time.Time{}, staleToken(taskID, row.Status)
 	}
 	return *row.RenewedUntil, nil
 }
 
-// staleToken explains why a token was refused.
-func staleToken(taskID, status string, tokenMatches bool) *StaleTokenError {
+// staleToken explains why a token was refused, given the task's status as
+// the refusing statement found it under the row's lock: not running, or
+// running under another claim (every caller refuses only then).
+func staleToken(taskID, status string) *StaleTokenError {
 	e := &StaleTokenError{TaskID: taskID, Status: status}
-	switch {
-	case status != TaskRunning:
+	if status != TaskRunning {
 		e.Reason = "the task is not running (finished, or reclaimed by recovery after its lease expired)"
-	case !tokenMatches:
+	} else {
 		e.Reason = "the token does not match the task's current claim (it was requeued and claimed again)"
-	default:
-		e.Reason = "the claim changed while the call ran (finished or reclaimed concurrently)"
 	}
 	return e
 }
@@ -217,7 +216,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		return FinishResult{}, fmt.Errorf("ratelimit: finish task: %w", ErrIsolation)
 	}
 	if plan.Status != TaskRunning || !plan.TokenMatches {
-		return FinishResult{}, staleToken(taskID, plan.Status, plan.TokenMatches)
+		return FinishResult{}, staleToken(taskID, plan.Status)
 	}
 	if hook := l.opts.finishPlanHook; hook != nil {
 		hook()
@@ -266,7 +265,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		if len(*locked) == 0 {
 			return FinishResult{}, fmt.Errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
 		}
-		return FinishResult{}, staleToken(taskID, (*locked)[0], false)
+		return FinishResult{}, staleToken(taskID, (*locked)[0])
 	}
 	f := finished[0]
 	res := finishResult(f)
