@@ -56,7 +56,8 @@
 // an upstream ran after all (a custom handler calls Discard to release them
 // whatever is reported). Concurrency leases are renewed while a request
 // runs longer than a third of their TTL, so long streams keep their slots.
-// Nothing stays held: a settle that fails is logged, and what it left
+// Nothing stays held: a settle that fails is logged (at most one line a
+// second, with how many like it were held back), and what it left
 // lapses by itself (a lease at its TTL, a reservation when its window
 // ends).
 //

@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// throttle lets one log line through per interval and counts the ones it
-// held back, so that a database that is down does not flood the log with
-// a line per request.
-type throttle struct {
-	interval time.Duration
+// logInterval is how often a throttle lets a line through.
+const logInterval = time.Second
 
+// throttle lets one log line through per logInterval and counts the ones
+// it held back, so that a database that is down does not flood the log
+// with a line per request. Its zero value is ready to use.
+type throttle struct {
 	mu         sync.Mutex
 	last       time.Time
 	suppressed int
@@ -21,7 +22,7 @@ type throttle struct {
 func (t *throttle) allow(now time.Time) (ok bool, suppressed int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.last.IsZero() && now.Sub(t.last) < t.interval {
+	if !t.last.IsZero() && now.Sub(t.last) < logInterval {
 		t.suppressed++
 		return false, 0
 	}

@@ -7,7 +7,7 @@ import (
 
 func TestThrottle(t *testing.T) {
 	t.Parallel()
-	th := throttle{interval: time.Second}
+	var th throttle
 	t0 := time.Unix(1_800_000_000, 0)
 	type step struct {
 		at         time.Duration

@@ -129,6 +129,7 @@ type middleware struct {
 	invalidShadows throttle // of the lines about shadow limits set aside
 	misconfigured  throttle // of the lines about limits no request can be decided on
 	renewals       throttle // of the lines about failed lease renewals
+	settles        throttle // of the lines about failed commits and releases
 	renewalPanics  throttle // of the lines about panics in lease renewals
 	settlePanics   throttle // of the lines about panics settling a panicking request
 }
@@ -185,9 +186,7 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	m := &middleware{config: c, limiter: limiter, limits: limits, failures: throttle{interval: time.Second},
-		invalidShadows: throttle{interval: time.Second}, misconfigured: throttle{interval: time.Second}, renewals: throttle{interval: time.Second},
-		renewalPanics: throttle{interval: time.Second}, settlePanics: throttle{interval: time.Second}}
+	m := &middleware{config: c, limiter: limiter, limits: limits}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil

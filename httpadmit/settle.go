@@ -144,9 +144,10 @@ func releaseFor(rep report, abnormal string) string {
 
 // settle commits grant with usage, or releases it when release is not ""
 // (releaseFor). A Commit that ratelimit refuses as invalid falls back to
-// Release, so the grant never stays held. Errors are logged; what a failed
-// settle leaves held lapses by itself (leases at their TTL, reservations
-// when their window ends).
+// Release, so the grant never stays held. Errors are logged, at most one
+// line a second (when the database is down, every request's settle fails
+// alike); what a failed settle leaves held lapses by itself (leases at
+// their TTL, reservations when their window ends).
 func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage map[string]float64, release string) {
 	if grant.Empty() {
 		return
@@ -161,7 +162,10 @@ func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage ma
 			return
 		}
 		if !errors.Is(err, ratelimit.ErrInvalidInput) {
-			m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: commit failed", slog.String("error", err.Error()))
+			if log, suppressed := m.settles.allow(time.Now()); log {
+				m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: commit failed", slog.String("error", err.Error()),
+					slog.Int("similar_lines_suppressed", suppressed))
+			}
 			return
 		}
 		release = "invalid_usage"
@@ -169,8 +173,12 @@ func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage ma
 	start := time.Now()
 	settled, err := m.limiter.Release(ctx, grant, release)
 	m.observeSettle(OpRelease, grant, settled, time.Since(start), err)
-	if err != nil {
-		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: release failed", slog.String("reason", release), slog.String("error", err.Error()))
+	if err == nil {
+		return
+	}
+	if log, suppressed := m.settles.allow(time.Now()); log {
+		m.logger.LogAttrs(ctx, slog.LevelError, "pgadmit: release failed", slog.String("reason", release), slog.String("error", err.Error()),
+			slog.Int("similar_lines_suppressed", suppressed))
 	}
 }
 
