@@ -220,49 +220,57 @@ func (d *httpDemo) showFailurePolicy(ctx context.Context) error {
 	}
 
 	for _, server := range []struct{ name, addr string }{{"hangs", hanging.Addr()}, {"is stopped", stoppedAddr}} {
-		url := fmt.Sprintf("postgres://pgadmit@%s/pgadmit?sslmode=disable&connect_timeout=2", server.addr)
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			return err
-		}
-		p, err := pgxpool.NewWithConfig(ctx, cfg) // connects on first use, not now
-		if err != nil {
-			return err
-		}
 		for _, policy := range []httpadmit.FailurePolicy{httpadmit.FailClosed, httpadmit.FailOpen} {
-			limits := func(*http.Request) ([]httpadmit.Limit, error) {
-				return []httpadmit.Limit{{OnFailure: policy, Limit: ratelimit.Limit{
-					Scope: ratelimit.Scope{Type: "api_key", Key: d.prefix + "k"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1}}}, nil
-			}
-			admit, err := httpadmit.New(ratelimit.New(p), limits, httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-			if err != nil {
-				p.Close()
+			if err := d.tryFailurePolicy(ctx, server.name, server.addr, policy); err != nil {
 				return err
-			}
-			srv, err := serve(admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "served\n") })))
-			if err != nil {
-				p.Close()
-				return err
-			}
-			start := time.Now()
-			resp, err := http.Post(srv.url, "application/json", strings.NewReader("{}"))
-			took := time.Since(start)
-			srv.Close()
-			if err != nil {
-				p.Close()
-				return err
-			}
-			resp.Body.Close()
-			fmt.Fprintf(d.out, "  database %-11s %-11s -> %d %s in %.1fms\n", server.name+":", policy, resp.StatusCode, http.StatusText(resp.StatusCode), took.Seconds()*1000)
-			want := http.StatusServiceUnavailable
-			if policy == httpadmit.FailOpen {
-				want = http.StatusOK
-			}
-			if resp.StatusCode != want || took > time.Second {
-				d.problem("database %s, %s: %d in %s, want %d well within a second", server.name, policy, resp.StatusCode, took, want)
 			}
 		}
-		p.Close()
+	}
+	return nil
+}
+
+// tryFailurePolicy times one request whose limit fails by policy, through
+// a middleware whose database at addr fails as name says, and reports it.
+// Its Limiter is closed before its pool, as a gateway's would be.
+func (d *httpDemo) tryFailurePolicy(ctx context.Context, name, addr string, policy httpadmit.FailurePolicy) error {
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://pgadmit@%s/pgadmit?sslmode=disable&connect_timeout=2", addr))
+	if err != nil {
+		return err
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg) // connects on first use, not now
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	limiter := ratelimit.New(p)
+	defer limiter.Close()
+	limits := func(*http.Request) ([]httpadmit.Limit, error) {
+		return []httpadmit.Limit{{OnFailure: policy, Limit: ratelimit.Limit{
+			Scope: ratelimit.Scope{Type: "api_key", Key: d.prefix + "k"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1}}}, nil
+	}
+	admit, err := httpadmit.New(limiter, limits, httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return err
+	}
+	srv, err := serve(admit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "served\n") })))
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	start := time.Now()
+	resp, err := http.Post(srv.url, "application/json", strings.NewReader("{}"))
+	took := time.Since(start)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	fmt.Fprintf(d.out, "  database %-11s %-11s -> %d %s in %.1fms\n", name+":", policy, resp.StatusCode, http.StatusText(resp.StatusCode), took.Seconds()*1000)
+	want := http.StatusServiceUnavailable
+	if policy == httpadmit.FailOpen {
+		want = http.StatusOK
+	}
+	if resp.StatusCode != want || took > time.Second {
+		d.problem("database %s, %s: %d in %s, want %d well within a second", name, policy, resp.StatusCode, took, want)
 	}
 	return nil
 }
