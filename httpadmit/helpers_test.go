@@ -47,6 +47,21 @@ func setup(t *testing.T) *env {
 	return &env{t: t, pool: pool, limiter: ratelimit.New(pool), obs: &recorder{}, logs: &lockedBuffer{}}
 }
 
+// setupClosable is setup with the limiter on a pool of its own, which the
+// test may close to take the database away from the middleware (the env's
+// pool, which checks the books, stays open).
+func setupClosable(t *testing.T) (*env, *pgxpool.Pool) {
+	t.Helper()
+	e := setup(t)
+	pool, err := pgxpool.New(context.Background(), e.pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e.limiter = ratelimit.New(pool)
+	return e, pool
+}
+
 // middleware builds the middleware with the env's observer and logger, and
 // a decision timeout generous enough for a loaded test machine (failure
 // tests set their own).

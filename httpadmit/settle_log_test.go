@@ -1,7 +1,6 @@
 package httpadmit_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -9,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -21,12 +18,7 @@ import (
 // them, each saying how many it stands for, not one per request.
 func TestFailedSettlesAreLoggedOnceASecond(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	pool, err := pgxpool.New(context.Background(), e.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.limiter = ratelimit.New(pool)
+	e, pool := setupClosable(t)
 	const requests = 12 // in three waves, 1.5 s apart
 	var admitted sync.WaitGroup
 	admitted.Add(requests)

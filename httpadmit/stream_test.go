@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -388,12 +386,7 @@ func TestBodyNotAllowedIsNoCutStream(t *testing.T) {
 // failed decisions, not one per request and renewal.
 func TestFailedRenewalsAreLoggedOnceASecond(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	pool, err := pgxpool.New(context.Background(), e.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.limiter = ratelimit.New(pool)
+	e, pool := setupClosable(t)
 	key := uniqueKey("model")
 	slot := concurrent("model", key, 10)
 	slot.LeaseTTL = time.Second
