@@ -31,7 +31,7 @@ func TestGooseCLI(t *testing.T) {
 
 	t.Run("up, down one step, up", func(t *testing.T) {
 		url := pgtest.NewEmptyURL(t)
-		pool := poolFor(t, url)
+		pool := pgtest.OpenPool(t, url)
 		runGoose(t, goose, url, "up")
 		assertGooseVersion(t, goose, url, n)
 		assertMigratedAndWorking(t, pool, n)
@@ -46,7 +46,7 @@ func TestGooseCLI(t *testing.T) {
 
 	t.Run("the CLI halfway, then schema.Migrate", func(t *testing.T) {
 		url := pgtest.NewEmptyURL(t)
-		pool := poolFor(t, url)
+		pool := pgtest.OpenPool(t, url)
 		runGoose(t, goose, url, "up-to", fmt.Sprint(half))
 		assertState(t, pool, half)
 		if err := schema.Migrate(context.Background(), pool); err != nil {
@@ -58,7 +58,7 @@ func TestGooseCLI(t *testing.T) {
 
 	t.Run("schema's provider halfway, then the CLI", func(t *testing.T) {
 		url := pgtest.NewEmptyURL(t)
-		pool := poolFor(t, url)
+		pool := pgtest.OpenPool(t, url)
 		p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
 		if err != nil {
 			t.Fatalf("provider: %v", err)
@@ -197,14 +197,4 @@ func assertMigratedAndWorking(t *testing.T, pool *pgxpool.Pool, n int) {
 	if _, err := l.Commit(ctx, r, nil); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-}
-
-func poolFor(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatalf("pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }

@@ -128,6 +128,18 @@ func NewPools(t testing.TB, n int) []*pgxpool.Pool {
 	return pools
 }
 
+// OpenPool opens a pgx pool on url (a database of [NewURL], as whichever role it names), closed
+// when t ends.
+func OpenPool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatalf("pgtest: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // migrator builds pgtestdb's template database with pgadmit's own goose provider (never goose's
 // globals, and never pgtestdb's goosemigrator, which uses them).
 type migrator struct{}
