@@ -1,0 +1,75 @@
+-- Least privilege for pgadmit: two group roles, one for gateways and one for maintenance.
+--
+-- pgadmit_gateway: what a gateway process needs for every method of ratelimit.Limiter
+--   (admissions, Local blocks, leases, tasks and their events) and for httpadmit. It deletes
+--   nothing but a task's queue places.
+-- pgadmit_maintenance: what Maintenance (Recover, Prune, Doctor) and the CLI's recover, prune,
+--   doctor and inspect need: they read and settle what gateways left, and delete history.
+-- Neither may create, alter or drop anything: migrations run as the role that owns pgadmit's
+-- tables (schema.Migrate, pgadmit migrate, goose), which needs no grant from here.
+--
+-- Run it as a superuser or a role with CREATEROLE that owns pgadmit's tables (or was granted
+-- them WITH GRANT OPTION), in each database pgadmit was migrated into, with the search_path
+-- its migrations ran under; run it again after each upgrade (GRANT is idempotent: a table a new
+-- migration adds gets its grants then). To use names of your own, replace the two role names
+-- throughout. Then give your login roles the group that fits them:
+--
+--   CREATE ROLE gateway LOGIN PASSWORD '...' IN ROLE pgadmit_gateway;
+--   CREATE ROLE sweeper LOGIN PASSWORD '...' IN ROLE pgadmit_maintenance;
+--
+-- Functions need no grant: by default PostgreSQL lets every role execute them, and they run
+-- with the caller's privileges (none is SECURITY DEFINER), so these grants bound what they may
+-- do too. Advisory locks, pg_logical_emit_message (hot batches) and cancel requests of a role's
+-- own sessions need no privilege. pgadmit's tests run every flow as these two roles
+-- (TestLeastPrivilegeRolesRunEveryFlow, TestMaintenanceCommandsRunAsTheMaintenanceRole), and
+-- each privilege granted here fails one of them when it alone is revoked.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pgadmit_gateway') THEN
+        CREATE ROLE pgadmit_gateway NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pgadmit_maintenance') THEN
+        CREATE ROLE pgadmit_maintenance NOLOGIN;
+    END IF;
+END
+$$;
+
+-- Admission: counters, the reservation ledger, concurrency leases and Local blocks.
+GRANT SELECT, INSERT, UPDATE ON
+    gateway_rate_limit_counters,
+    gateway_rate_limit_reservations,
+    gateway_concurrency_leases,
+    gateway_rate_limit_allotments
+    TO pgadmit_gateway;
+
+-- Tasks: created, claimed, heartbeated and finished by gateways and workers. (Event ids are an
+-- identity column: its sequence needs no grant.)
+GRANT SELECT, INSERT, UPDATE ON
+    gateway_tasks,
+    gateway_task_attempts
+    TO pgadmit_gateway;
+GRANT SELECT, INSERT ON gateway_task_events TO pgadmit_gateway;
+-- A task's queue places: taken when it is created, given back when it finishes.
+GRANT SELECT, INSERT, DELETE ON gateway_task_admissions TO pgadmit_gateway;
+
+-- Maintenance settles and releases what gateways left (open reservations, expired leases, the
+-- blocks of dead holders), fails or requeues their expired tasks (writing an event), and
+-- deletes history: it inserts into no ledger.
+GRANT SELECT, UPDATE, DELETE ON
+    gateway_rate_limit_counters,
+    gateway_rate_limit_reservations,
+    gateway_concurrency_leases,
+    gateway_rate_limit_allotments,
+    gateway_tasks
+    TO pgadmit_maintenance;
+-- A task's attempts go with it (ON DELETE CASCADE, which runs as the table's owner).
+GRANT SELECT, UPDATE ON gateway_task_attempts TO pgadmit_maintenance;
+GRANT SELECT, INSERT, DELETE ON gateway_task_events TO pgadmit_maintenance;
+GRANT SELECT, DELETE ON gateway_task_admissions TO pgadmit_maintenance;
+-- One run at a time per job (leases, given up at the end of a run), and where the last prune
+-- of events stopped (cursors, one row per job, kept).
+GRANT SELECT, INSERT, UPDATE, DELETE ON gateway_maintenance_leases TO pgadmit_maintenance;
+GRANT SELECT, INSERT, UPDATE ON gateway_maintenance_cursors TO pgadmit_maintenance;
+-- The CLI reads the schema's version before it runs a command.
+GRANT SELECT ON pgadmit_goose_version TO pgadmit_maintenance;

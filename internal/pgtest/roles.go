@@ -1,0 +1,97 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	//go:embed privileges_logins.sql
+	privilegeLogins string
+	//go:embed privileges_drop.sql
+	privilegeRolesDrop string
+)
+
+// loginPassword is the password of the login roles of [LeastPrivilegeURLs], for servers that
+// ask for one (the throwaway cluster and the CI server trust 127.0.0.1).
+const loginPassword = "pgadmit-test"
+
+// LeastPrivilegeURLs runs docs/privileges.sql in the database of dbURL (one [NewURL] made), with
+// role names of the test's own (roles belong to the whole server, which tests share), adds a
+// login role to each of its two groups, and returns the database's URL as the login role of
+// pgadmit_gateway, then as the one of pgadmit_maintenance. The roles are dropped when t ends.
+func LeastPrivilegeURLs(t testing.TB, dbURL string) (gateway, maintenance string) {
+	t.Helper()
+	_, here, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatalf("pgtest: cannot find docs/privileges.sql")
+	}
+	grants, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", "docs", "privileges.sql"))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	gatewayRole, maintenanceRole := "pgadmit_gateway_"+hex.EncodeToString(b[:]), "pgadmit_maintenance_"+hex.EncodeToString(b[:])
+	names := strings.NewReplacer("pgadmit_gateway", gatewayRole, "pgadmit_maintenance", maintenanceRole)
+	admin := adminURL(t, dbURL)
+	run := func(script string) error {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, names.Replace(script)) // no arguments: one simple query, every statement in it
+		return err
+	}
+	if err := run(string(grants)); err != nil {
+		t.Fatalf("pgtest: docs/privileges.sql: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := run(privilegeRolesDrop); err != nil {
+			t.Errorf("pgtest: drop the test's roles: %v", err)
+		}
+	})
+	if err := run(privilegeLogins); err != nil {
+		t.Fatalf("pgtest: login roles: %v", err)
+	}
+	return asRole(t, dbURL, gatewayRole+"_login"), asRole(t, dbURL, maintenanceRole+"_login")
+}
+
+// adminURL returns the connection string of the database of dbURL as the server's own role:
+// DATABASE_URL's, or the throwaway cluster's superuser, who may create roles.
+func adminURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	base, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: parse database URL: %v", err)
+	}
+	base.Database = url.PathEscape(cfg.Database)
+	return base.URL()
+}
+
+// asRole returns dbURL as role, with loginPassword.
+func asRole(t testing.TB, dbURL, role string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: parse database URL: %v", err)
+	}
+	u.User = url.UserPassword(role, loginPassword)
+	return u.String()
+}
