@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
@@ -275,10 +276,15 @@ func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 // migrations this binary embeds, what to say of it and what to run ("" otherwise): the operator
 // commands may still work there (the tables and functions they use can be older than the
 // latest migration), but a gateway built with this pgadmit would not. A failure to read the
-// version is left to the command's own statements to report.
+// version is left to the command's own statements to report, except a role that may not read
+// it (the version table's SELECT missing from its grants), which is warned of: the commands
+// may work without it, but the check would be skipped in silence.
 func (a *app) checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool) (behind string) {
 	v, latest, err := schemaVersions(ctx, pool)
+	var pgErr *pgconn.PgError
 	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		a.warn("cannot read the schema version, so it is not checked against this pgadmit's migrations: %s; the grants of docs/privileges.sql let a role read %s", pgErr.Message, schema.VersionTable)
 	case err != nil:
 	case v > latest:
 		a.warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
