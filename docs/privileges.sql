@@ -32,6 +32,9 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pgadmit_maintenance') THEN
         CREATE ROLE pgadmit_maintenance NOLOGIN;
     END IF;
+    -- The schema pgadmit was migrated into: the first of the search_path (public, or one of
+    -- its own).
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO pgadmit_gateway, pgadmit_maintenance', current_schema());
 END
 $$;
 

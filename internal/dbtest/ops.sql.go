@@ -161,6 +161,19 @@ func (q *Queries) OpsCounterCorruptDelete(ctx context.Context, db DBTX, arg OpsC
 	return result.RowsAffected(), nil
 }
 
+const OpsCreateSchemaOfItsOwn = `-- name: OpsCreateSchemaOfItsOwn :exec
+CREATE SCHEMA pgadmit
+`
+
+// Creates the schema pgadmit for a test that migrates pgadmit into a schema
+// of its own (the first of its sessions' search_path), as a DBA would.
+// Locks: none on pgadmit's tables (a new namespace).
+// Index: none.
+func (q *Queries) OpsCreateSchemaOfItsOwn(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsCreateSchemaOfItsOwn)
+	return err
+}
+
 const OpsHoldingsByAttempt = `-- name: OpsHoldingsByAttempt :many
 SELECT 'reservation'::text            AS kind,
        r.id,

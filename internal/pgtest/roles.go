@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -69,7 +70,7 @@ func LeastPrivilegeURLs(t testing.TB, dbURL string) (gateway, maintenance string
 	return asRole(t, dbURL, gatewayRole+"_login"), asRole(t, dbURL, maintenanceRole+"_login")
 }
 
-// adminURL returns the connection string of the database of dbURL as the server's own role:
+// adminURL returns dbURL (a database of [NewURL], its parameters kept) as the server's own role:
 // DATABASE_URL's, or the throwaway cluster's superuser, who may create roles.
 func adminURL(t testing.TB, dbURL string) string {
 	t.Helper()
@@ -77,21 +78,27 @@ func adminURL(t testing.TB, dbURL string) string {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	cfg, err := pgx.ParseConfig(dbURL)
-	if err != nil {
-		t.Fatalf("pgtest: parse database URL: %v", err)
+	user, uerr := url.PathUnescape(base.User) // configFromURL escaped them
+	password, perr := url.PathUnescape(base.Password)
+	if uerr != nil || perr != nil {
+		t.Fatalf("pgtest: the server's credentials: %v", errors.Join(uerr, perr))
 	}
-	base.Database = url.PathEscape(cfg.Database)
-	return base.URL()
+	return withUser(t, dbURL, user, password)
 }
 
 // asRole returns dbURL as role, with loginPassword.
 func asRole(t testing.TB, dbURL, role string) string {
 	t.Helper()
+	return withUser(t, dbURL, role, loginPassword)
+}
+
+// withUser returns dbURL with user and password in place of its own.
+func withUser(t testing.TB, dbURL, user, password string) string {
+	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: parse database URL: %v", err)
 	}
-	u.User = url.UserPassword(role, loginPassword)
+	u.User = url.UserPassword(user, password)
 	return u.String()
 }

@@ -286,3 +286,10 @@ LOCK TABLE gateway_maintenance_cursors IN ACCESS EXCLUSIVE MODE;
 SELECT s.setting::bigint AS lock_timeout_ms
 FROM pg_catalog.pg_settings AS s
 WHERE s.name = 'lock_timeout';
+
+-- name: OpsCreateSchemaOfItsOwn :exec
+-- Creates the schema pgadmit for a test that migrates pgadmit into a schema
+-- of its own (the first of its sessions' search_path), as a DBA would.
+-- Locks: none on pgadmit's tables (a new namespace).
+-- Index: none.
+CREATE SCHEMA pgadmit;

@@ -1,0 +1,79 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+	"github.com/pgadmit/pgadmit/schema"
+)
+
+// A DBA may keep pgadmit in a schema of its own: every role that uses it gets that schema first
+// in its search_path (a connection parameter here; ALTER ROLE ... SET search_path does the
+// same). The migrations then create everything there, the same objects as in public, and
+// nothing in public; admission and maintenance work there, as the least-privilege roles of
+// docs/privileges.sql too (the script grants USAGE on the schema it runs in).
+func TestMigrateIntoASchemaOfItsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewEmptyURL(t)
+	public := pgtest.OpenPool(t, dbURL)
+	if err := testq.OpsCreateSchemaOfItsOwn(ctx, public); err != nil {
+		t.Fatal(err)
+	}
+	ownURL := dbURL + "&search_path=pgadmit"
+	own := pgtest.OpenPool(t, ownURL)
+	if err := schema.Migrate(ctx, own); err != nil {
+		t.Fatalf("Migrate into the schema pgadmit: %v", err)
+	}
+
+	if got := fingerprint(t, public); len(got) != 0 {
+		t.Errorf("public holds %d of pgadmit's objects, want none: %+v", len(got), got)
+	}
+	want := fingerprint(t, pgtest.NewPool(t)) // migrated into public, as usual
+	got := fingerprint(t, own)
+	for i := range got { // an index's definition names its table's schema
+		got[i].Detail = strings.ReplaceAll(got[i].Detail, " ON pgadmit.", " ON public.")
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the schema pgadmit differs from a migration into public (-public +pgadmit):\n%s", diff)
+	}
+	if v, err := schema.Version(ctx, own); err != nil || v != int64(migrationCount(t)) {
+		t.Errorf("schema.Version in the schema pgadmit = %d, %v; want %d", v, err, migrationCount(t))
+	}
+
+	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, ownURL)
+	gateway := ratelimit.New(pgtest.OpenPool(t, gatewayURL))
+	defer gateway.Close()
+	limits := []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60},
+		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1},
+	}
+	grant, err := gateway.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if _, err := gateway.Reserve(ctx, "", "", limits); !errors.Is(err, ratelimit.ErrExceeded) {
+		t.Fatalf("second Reserve: %v, want a refusal", err)
+	}
+	if _, err := gateway.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 40}); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	sweeper := ratelimit.NewMaintenance(pgtest.OpenPool(t, maintenanceURL))
+	if _, err := sweeper.Recover(ctx); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if _, err := sweeper.Prune(ctx, time.Hour); err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	report, err := sweeper.Doctor(ctx)
+	if err != nil || !report.OK() {
+		t.Fatalf("Doctor = %v, %v", report, err)
+	}
+}
