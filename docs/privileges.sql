@@ -8,9 +8,9 @@
 -- Neither may create, alter or drop anything: migrations run as the role that owns pgadmit's
 -- tables (schema.Migrate, pgadmit migrate, goose), which needs no grant from here.
 --
--- Run it as a superuser or a role with CREATEROLE that owns pgadmit's tables (or was granted
--- them WITH GRANT OPTION), in each database pgadmit was migrated into, with the search_path
--- its migrations ran under; run it again after each upgrade (GRANT is idempotent: a table a new
+-- Run it as a superuser, or as the role that owns pgadmit's tables and their schema if it has
+-- CREATEROLE (or the two roles exist already), in each database pgadmit was migrated into,
+-- with the search_path its migrations ran under; run it again after each upgrade (GRANT is idempotent: a table a new
 -- migration adds gets its grants then). To use names of your own, replace the two role names
 -- throughout. Then give your login roles the group that fits them:
 --
