@@ -27,6 +27,11 @@ type blockSet struct {
 	rate      float64
 	// lastRefillGranted: the last block taken from the database was granted.
 	lastRefillGranted bool
+	// A block asked for with room for noRoomNeed found none in its window:
+	// until noRoomUntil (on the estimate of the database's clock) no block
+	// is asked for a request as large (see noRoomBackoff).
+	noRoomUntil time.Time
+	noRoomNeed  float64
 	// lastTake is when a request last came for a block of this counter;
 	// dropped says the set left allotments.sets (dropIdle): a request that
 	// finds it so gets the counter's new set instead.
@@ -101,6 +106,9 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) (la *localAdmission,
 		if s.refill == nil {
 			if s.a.windowEnding(w.windowSeconds) {
 				return nil, false // the window's last moments are decided in the database
+			}
+			if s.noRoomLocked(now, amount) {
+				return nil, false // a full window is decided in the database
 			}
 			if !s.refillLocked(w, amount, true) {
 				return nil, false // closed
@@ -236,7 +244,7 @@ func (s *blockSet) installLocked(b *block) {
 // database's clock.
 func (s *blockSet) prefetchLocked(w windowLimit, now time.Time) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || s.outlastsWindowLocked(b, now) {
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || s.outlastsWindowLocked(b, now) || s.noRoomLocked(now, w.Limit.Amount) {
 		return
 	}
 	s.refillLocked(w, w.Limit.Amount, false)
@@ -286,12 +294,13 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 		defer cancel()
-		nb, ran := s.takeBlock(ctx, w, need, trim, trimTo)
+		nb, ran, noRoomUntil := s.takeBlock(ctx, w, need, trim, trimTo)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if trim != nil && ran {
 			trim.trimmed = true
 		}
+		s.noRoomUntil, s.noRoomNeed = noRoomUntil, need
 		s.endRefillLocked(nb)
 	}()
 	return true
@@ -323,8 +332,10 @@ func (s *blockSet) endRefillLocked(nb *block) {
 // takeBlock takes a block from the database (trimming trim first); nil
 // when none was granted or the call failed (the request is then decided in
 // the database, which reports any error itself). ran reports whether the
-// statement, and so the trim, took effect.
-func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) (nb *block, ran bool) {
+// statement, and so the trim, took effect; noRoomUntil, when the window
+// had no room for need, until when to ask for no other block
+// (noRoomBackoff).
+func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) (nb *block, ran bool, noRoomUntil time.Time) {
 	s.mu.Lock()
 	want := s.wantLocked(w.Limit.Limit, need)
 	s.mu.Unlock()
@@ -337,14 +348,18 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 	}
 	row, err := s.a.allotTake(ctx, p)
 	if err != nil {
-		return nil, false
+		return nil, false, time.Time{}
 	}
 	if !row.AllotmentID.Valid || row.Granted <= 0 {
-		return nil, true
+		until := row.DbNow.Add(noRoomBackoff(w.windowSeconds))
+		if until.After(row.ResetAt) {
+			until = row.ResetAt
+		}
+		return nil, true, until
 	}
 	now := time.Now()
 	return &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
-		limit: w.Limit.Limit, granted: row.Granted, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}, true
+		limit: w.Limit.Limit, granted: row.Granted, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}, true, time.Time{}
 }
 
 // wantLocked sizes the next block: what this process admits on the
@@ -379,9 +394,29 @@ func (s *blockSet) wantLocked(limit, need float64) float64 {
 	return min(max(want, need), limit*s.a.opts.MaxShare)
 }
 
+// noRoomLocked reports whether a block asked for with room for need
+// would come back empty, as one asked for with room for as much did within
+// noRoomBackoff.
+func (s *blockSet) noRoomLocked(now time.Time, need float64) bool {
+	return now.Before(s.noRoomUntil) && need >= s.noRoomNeed
+}
+
 // rateSpan is the shortest span the rate that sizes blocks is measured
 // over (see wantLocked).
 const rateSpan = 50 * time.Millisecond
+
+// noRoomBackoff is how long a counter's Local requests are decided in the
+// database, as any other limit, after a block asked for found no room in
+// its window (never past the window's end): a sixteenth of the window, at
+// least rateSpan. Asking again at each request made every request on a
+// full window two statements, a block request that locks the counter row
+// and then the decision, just when the window refuses: 200 refusals of a
+// full window of 100 asked for 200 blocks. Room that comes back within the
+// backoff (a grant released, another holder's block returned) is admitted
+// by the database meanwhile, exactly.
+func noRoomBackoff(windowSeconds int32) time.Duration {
+	return max(time.Duration(windowSeconds)*time.Second/16, rateSpan)
+}
 
 // open lists the blocks that are not returned yet.
 func (s *blockSet) open() []*block {
