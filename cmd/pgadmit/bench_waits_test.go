@@ -118,7 +118,9 @@ func TestWaitsSeeAReserveWaitingForARow(t *testing.T) {
 	if err := waits.beforeWorkload(ctx, bench.Workload{}, 1); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * waitsInterval)
+	// A hundred intervals for five samples: under a loaded CI (the race detector, every package
+	// at once) twenty intervals once gave four, each read of the sessions taking that long.
+	time.Sleep(100 * waitsInterval)
 	if err := waits.afterWorkload(ctx, bench.Result{Name: "held row"}); err != nil {
 		t.Fatal(err)
 	}
