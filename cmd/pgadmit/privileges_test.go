@@ -10,8 +10,9 @@ import (
 
 // An operator's sweeper runs as the maintenance role of docs/privileges.sql, which may not
 // write a ledger row of its own: doctor, inspect, recover and prune each read the schema's
-// version (and warn when a newer pgadmit migrated it) and do their work with its grants, here on what a gateway (its own role) left behind
-// when it died: a task whose claim expired, holding a reservation and a lease.
+// version (and warn when a newer pgadmit migrated it) and do their work with its grants, here
+// on what a gateway (its own role) left behind when it died: a task whose claim expired,
+// holding a reservation and a lease.
 func TestMaintenanceCommandsRunAsTheMaintenanceRole(t *testing.T) {
 	t.Parallel()
 	url, owner := newDatabase(t)
