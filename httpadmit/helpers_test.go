@@ -53,11 +53,7 @@ func setup(t *testing.T) *env {
 func setupClosable(t *testing.T) (*env, *pgxpool.Pool) {
 	t.Helper()
 	e := setup(t)
-	pool, err := pgxpool.New(context.Background(), e.pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, e.pool.Config().ConnString())
 	e.limiter = ratelimit.New(pool)
 	return e, pool
 }

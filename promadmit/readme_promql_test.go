@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -143,11 +143,7 @@ func readmeQueries(readme string) []string {
 // saw every outcome, mode, operation and result.
 func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/postgres") // never connects: Stats reads memory
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, "postgres://postgres@127.0.0.1:1/postgres") // never connects: Stats reads memory
 	reg, m := newRegistered(t)
 	combining, err := promadmit.NewCombiningCollector(ratelimit.New(pool))
 	if err != nil {

@@ -21,11 +21,7 @@ import (
 func TestAbandonedGrantIsReleasedAfterTheSessionIsTerminated(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	admin, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
+	admin := pgtest.OpenPool(t, url)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

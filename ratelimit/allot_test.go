@@ -66,12 +66,7 @@ func lockBoundedPools(t *testing.T) (bounded, admin *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(bounded.Close)
-	admin, err = pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	return bounded, admin
+	return bounded, pgtest.OpenPool(t, url)
 }
 
 // reserveLocal reserves amount of a localWindow, failing the test unless

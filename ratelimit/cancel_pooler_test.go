@@ -47,11 +47,7 @@ func TestReserveCancelledBehindPgBouncerLeavesThePoolerRunning(t *testing.T) {
 // as the lock they wait for is released, and checks after each that the
 // pooler still runs, and at the end that nothing is held.
 func cancelThroughPooler(t *testing.T, pooled, directURL string) {
-	direct, err := pgxpool.New(context.Background(), directURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
+	direct := pgtest.OpenPool(t, directURL)
 	cfg, err := pgxpool.ParseConfig(pooled)
 	if err != nil {
 		t.Fatal(err)

@@ -43,11 +43,7 @@ func TestInterruptDuringMigration(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURL(t)
 	cliOK(t, "--database-url", url, "migrate", "up", "--to", "1")
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, url)
 	// Migration 2 alters the counters table: it waits behind this lock until the interrupt.
 	lockCounters(t, pool)
 	for _, args := range [][]string{{"migrate", "up"}, {"demo", "--duration", "5s"}} {

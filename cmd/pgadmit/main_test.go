@@ -527,11 +527,7 @@ func TestPoolPingTimeoutIsTheConnectTimeout(t *testing.T) {
 func newDatabase(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	url := pgtest.NewURL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, url)
 	return url, pool
 }
 
