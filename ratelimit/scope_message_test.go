@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -41,6 +42,7 @@ func TestScopeInMessagesIsUnambiguous(t *testing.T) {
 		},
 		"window full": func(t *testing.T, typ, key string) string {
 			lim := window(typ, key, "requests", 1, 1)
+			lim.Window = 7 * 24 * time.Hour // both Reserves in one window (a minute's once ended between them)
 			if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim}); err != nil {
 				t.Fatalf("first Reserve: %v", err)
 			}
