@@ -24,6 +24,17 @@ const (
 // and, with no label, pgadmit_lost_total: what the Limiter may have left
 // held with nobody to give it back (ratelimit.Stats.Lost), freed by a
 // lease's TTL, its window's end or Recover. Any increase is worth an alert.
+// What came of the blocks of Local limits (ratelimit.Stats.Local), also
+// with no label:
+//
+//	pgadmit_local_blocks_granted_total         block requests granted
+//	pgadmit_local_blocks_no_room_total         block requests that found no room
+//	pgadmit_local_statement_failures_total     statements of blocks that failed
+//	pgadmit_local_blocks_abandoned_total       blocks Close could not return
+//
+// A rising failure count while the granted one stands still is Local
+// limits decided in the database (a role without its grants on
+// gateway_rate_limit_allotments, say): worth an alert too.
 //
 // Calls per statement are rate(calls) / rate(statements), a statement's
 // mean time rate(seconds) / rate(statements), and rate(seconds) the
@@ -47,16 +58,23 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
 		lost: prometheus.NewDesc("pgadmit_lost_total",
 			"Reserve calls whose statement got no answer, and give-backs of grants nobody held that failed: what may stay held until a lease's TTL, a window's end or Recover.", nil, nil),
+		blocksGranted:   prometheus.NewDesc("pgadmit_local_blocks_granted_total", "Blocks of Local limits the database granted.", nil, nil),
+		blocksNoRoom:    prometheus.NewDesc("pgadmit_local_blocks_no_room_total", "Block requests of Local limits that found no room in their window.", nil, nil),
+		localFailures:   prometheus.NewDesc("pgadmit_local_statement_failures_total", "Statements that take, report, trim or return blocks of Local limits and failed.", nil, nil),
+		blocksAbandoned: prometheus.NewDesc("pgadmit_local_blocks_abandoned_total", "Blocks of Local limits that Close could not return, left to Recover.", nil, nil),
 	}, nil
 }
 
 type combining struct {
 	limiter                               *ratelimit.Limiter
 	statements, calls, hot, seconds, lost *prometheus.Desc
+	// Of Local limits' blocks.
+	blocksGranted, blocksNoRoom, localFailures, blocksAbandoned *prometheus.Desc
 }
 
 func (c *combining) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost} {
+	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost,
+		c.blocksGranted, c.blocksNoRoom, c.localFailures, c.blocksAbandoned} {
 		ch <- d
 	}
 }
@@ -73,4 +91,10 @@ func (c *combining) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, k.stats.Busy.Seconds(), k.kind)
 	}
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(s.Lost))
+	for _, m := range []struct {
+		desc  *prometheus.Desc
+		count int64
+	}{{c.blocksGranted, s.Local.Granted}, {c.blocksNoRoom, s.Local.NoRoom}, {c.localFailures, s.Local.Failed}, {c.blocksAbandoned, s.Local.Abandoned}} {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.count))
+	}
 }

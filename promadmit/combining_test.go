@@ -140,3 +140,41 @@ func TestCombiningCollectorReportsWhatWasLost(t *testing.T) {
 		t.Errorf("/metrics lacks pgadmit_lost_total 1 after a Reserve lost its answer:\n%s", page)
 	}
 }
+
+// The blocks of Local limits are counted as Limiter.Stats counts them: one
+// granted for a run of Local admissions, none failed.
+func TestCombiningCollectorReportsLocalBlocks(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	limiter := ratelimit.New(pool)
+	defer limiter.Close()
+	reg := prometheus.NewRegistry()
+	collector, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(collector)
+	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "model", Key: fmt.Sprintf("local-%d", time.Now().UnixNano())},
+		Metric: ratelimit.MetricTokens, Limit: 1000, Amount: 1, Window: time.Hour, Local: true}}
+	for range 10 {
+		if _, err := limiter.Reserve(context.Background(), "", "", limits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := limiter.Stats().Local
+	if s.Granted != 1 || s.Failed != 0 {
+		t.Fatalf("Stats().Local = %+v after 10 Local admissions, want one block granted, no failure", s)
+	}
+	page := scrape(t, reg)
+	for _, want := range []string{
+		"pgadmit_local_blocks_granted_total 1",
+		"pgadmit_local_blocks_no_room_total 0",
+		"pgadmit_local_statement_failures_total 0",
+		"pgadmit_local_blocks_abandoned_total 0",
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -301,6 +301,15 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		// Nothing lost: every statement of a live database was answered, and the hung one
 		// never took a connection, so nothing was sent to it.
 		check("pgadmit_lost_total", 0)
+		// Only the local instance takes blocks, and none of its block
+		// statements fails (Close returns them later, unseen here).
+		check("pgadmit_local_statement_failures_total", 0)
+		check("pgadmit_local_blocks_abandoned_total", 0)
+		if in != local {
+			check("pgadmit_local_blocks_granted_total", 0)
+		} else if v["pgadmit_local_blocks_granted_total"] < 1 {
+			t.Errorf("instance %d: pgadmit_local_blocks_granted_total = %g, want the blocks of its Local limit", i, v["pgadmit_local_blocks_granted_total"])
+		}
 		if in == broken {
 			if srv != 0 || ref != 0 || closed == 0 || fo+closed != sent {
 				t.Fatalf("broken instance: %d sent, %d served, %d refused, %d failed open, %d failed closed", sent, srv, ref, fo, closed)
@@ -433,11 +442,7 @@ var expectedSeries = func() map[string]bool {
 	for _, s := range []string{"reserve/ok", "reserve/exceeded", "commit/ok", "release/ok"} {
 		m["pgadmit_db_operation_duration_seconds/"+s] = true
 	}
-	for _, name := range []string{"statements", "calls", "hot_statements", "statement_seconds"} {
-		for _, kind := range []string{promadmit.KindReserve, promadmit.KindSettle} {
-			m["pgadmit_combined_"+name+"_total/"+kind] = true
-		}
-	}
+	addCombiningSeries(m)
 	return m
 }()
 
@@ -448,13 +453,21 @@ var expectedBrokenSeries = func() map[string]bool {
 		"requests/enforce/failed_open/user", "requests/enforce/failed_closed/user", "requests/shadow/failed_open/shadow"} {
 		m["pgadmit_http_admissions_total/"+s] = true
 	}
+	addCombiningSeries(m)
+	return m
+}()
+
+// addCombiningSeries adds the series of NewCombiningCollector to m.
+func addCombiningSeries(m map[string]bool) {
 	for _, name := range []string{"statements", "calls", "hot_statements", "statement_seconds"} {
 		for _, kind := range []string{promadmit.KindReserve, promadmit.KindSettle} {
 			m["pgadmit_combined_"+name+"_total/"+kind] = true
 		}
 	}
-	return m
-}()
+	for _, name := range []string{"blocks_granted", "blocks_no_room", "statement_failures", "blocks_abandoned"} {
+		m["pgadmit_local_"+name+"_total"] = true
+	}
+}
 
 // seriesValues is counterValues with the gauges too.
 func seriesValues(t *testing.T, reg *prometheus.Registry) map[string]float64 {

@@ -141,6 +141,8 @@ type allotments struct {
 	seq      atomic.Uint64
 	// maxAdmissions is maxBlockAdmissions unless a test set it.
 	maxAdmissions int
+	// counts are what Stats reports (LocalStats).
+	counts localCounts
 
 	mu      sync.Mutex
 	sets    map[counterKey]*blockSet
@@ -426,6 +428,9 @@ func (a *allotments) giveBack(rs []returning) error {
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 	defer cancel()
 	_, err := a.l.queries.AllotmentReturn(ctx, a.l.conn, p)
+	if err != nil {
+		a.counts.fail(err)
+	}
 	for _, r := range rs {
 		r.set.mu.Lock()
 		if err != nil {
@@ -475,11 +480,13 @@ func (a *allotments) trim(t trimming) {
 		Holder: a.opts.Holder, ScopeType: k.scopeType, ScopeKey: k.scopeKey, Metric: k.metric,
 		WindowSeconds: k.windowSeconds, LimitValue: t.b.limit, TrimID: t.b.id, TrimTo: t.to,
 	})
-	if err == nil {
-		t.set.mu.Lock()
-		t.b.trimmed = true
-		t.set.mu.Unlock()
+	if err != nil {
+		a.counts.fail(err)
+		return
 	}
+	t.set.mu.Lock()
+	t.b.trimmed = true
+	t.set.mu.Unlock()
 }
 
 // sync reports what each open block has admitted so far, and reads the
@@ -507,9 +514,11 @@ func (a *allotments) sync() {
 		row, err = a.l.queries.AllotmentSync(ctx, conn, p)
 		return err
 	})
-	if err == nil {
-		a.readClock(row.DbNow, sent)
+	if err != nil {
+		a.counts.fail(err)
+		return
 	}
+	a.readClock(row.DbNow, sent)
 }
 
 // close returns every block (charging requests still in flight at their
@@ -555,6 +564,7 @@ func (a *allotments) abandonUnreturned() {
 		s.mu.Lock()
 		for _, b := range s.open() {
 			b.abandoned, b.admissions = true, nil
+			a.counts.abandoned.Add(1)
 		}
 		s.cur, s.next, s.draining = nil, nil, nil
 		s.mu.Unlock()

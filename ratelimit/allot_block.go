@@ -27,11 +27,12 @@ type blockSet struct {
 	rate      float64
 	// lastRefillGranted: the last block taken from the database was granted.
 	lastRefillGranted bool
-	// A block asked for with room for noRoomNeed found none in its window:
-	// until noRoomUntil (on the estimate of the database's clock) no block
-	// is asked for a request as large (see noRoomBackoff).
-	noRoomUntil time.Time
-	noRoomNeed  float64
+	// Until pauseUntil (on the estimate of the database's clock) no block
+	// is asked for a request of pauseNeed or more: a block asked for with
+	// room for pauseNeed found none in its window (see noRoomBackoff), or
+	// the request failed (pauseNeed 0: see failedBlockPause).
+	pauseUntil time.Time
+	pauseNeed  float64
 	// lastTake is when a request last came for a block of this counter;
 	// dropped says the set left allotments.sets (dropIdle): a request that
 	// finds it so gets the counter's new set instead.
@@ -107,8 +108,8 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) (la *localAdmission,
 			if s.a.windowEnding(w.windowSeconds) {
 				return nil, false // the window's last moments are decided in the database
 			}
-			if s.noRoomLocked(now, amount) {
-				return nil, false // a full window is decided in the database
+			if s.pausedLocked(now, amount) {
+				return nil, false // a full window, or a failing block request: decided in the database
 			}
 			if !s.refillLocked(w, amount, true) {
 				return nil, false // closed
@@ -244,7 +245,7 @@ func (s *blockSet) installLocked(b *block) {
 // database's clock.
 func (s *blockSet) prefetchLocked(w windowLimit, now time.Time) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || s.outlastsWindowLocked(b, now) || s.noRoomLocked(now, w.Limit.Amount) {
+	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(now, w.Limit.Amount) {
 		return
 	}
 	s.refillLocked(w, w.Limit.Amount, false)
@@ -294,14 +295,14 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
 		defer cancel()
-		nb, ran, noRoomUntil := s.takeBlock(ctx, w, need, trim, trimTo)
+		t := s.takeBlock(ctx, w, need, trim, trimTo)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if trim != nil && ran {
+		if trim != nil && t.ran {
 			trim.trimmed = true
 		}
-		s.noRoomUntil, s.noRoomNeed = noRoomUntil, need
-		s.endRefillLocked(nb)
+		s.pauseUntil, s.pauseNeed = t.pauseUntil, t.pauseNeed
+		s.endRefillLocked(t.block)
 	}()
 	return true
 }
@@ -329,13 +330,23 @@ func (s *blockSet) endRefillLocked(nb *block) {
 	s.a.refills.Done()
 }
 
-// takeBlock takes a block from the database (trimming trim first); nil
-// when none was granted or the call failed (the request is then decided in
-// the database, which reports any error itself). ran reports whether the
-// statement, and so the trim, took effect; noRoomUntil, when the window
-// had no room for need, until when to ask for no other block
-// (noRoomBackoff).
-func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) (nb *block, ran bool, noRoomUntil time.Time) {
+// taken is what a block request came to.
+type taken struct {
+	block *block // nil when none was granted, or the request failed
+	ran   bool   // the statement took effect, and so did its trim
+	// No block is to be asked for a request of pauseNeed or more until
+	// pauseUntil (zero: none is put off).
+	pauseUntil time.Time
+	pauseNeed  float64
+}
+
+// takeBlock takes a block from the database (trimming trim first). When
+// none is granted the request waiting for it is decided in the database,
+// which reports any error itself; the Limiter's Stats count what came of
+// each request (LocalStats). A window with no room for need puts off
+// blocks asked for as much (noRoomBackoff), a failed request every block
+// of the counter (failedBlockPause).
+func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) taken {
 	s.mu.Lock()
 	want := s.wantLocked(w.Limit.Limit, need)
 	s.mu.Unlock()
@@ -348,18 +359,21 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 	}
 	row, err := s.a.allotTake(ctx, p)
 	if err != nil {
-		return nil, false, time.Time{}
+		s.a.counts.fail(err)
+		return taken{pauseUntil: s.a.dbNow().Add(min(noRoomBackoff(w.windowSeconds), failedBlockPause))}
 	}
 	if !row.AllotmentID.Valid || row.Granted <= 0 {
+		s.a.counts.noRoom.Add(1)
 		until := row.DbNow.Add(noRoomBackoff(w.windowSeconds))
 		if until.After(row.ResetAt) {
 			until = row.ResetAt
 		}
-		return nil, true, until
+		return taken{ran: true, pauseUntil: until, pauseNeed: need}
 	}
+	s.a.counts.granted.Add(1)
 	now := time.Now()
-	return &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
-		limit: w.Limit.Limit, granted: row.Granted, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}, true, time.Time{}
+	return taken{ran: true, block: &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
+		limit: w.Limit.Limit, granted: row.Granted, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}}
 }
 
 // wantLocked sizes the next block: what this process admits on the
@@ -394,11 +408,11 @@ func (s *blockSet) wantLocked(limit, need float64) float64 {
 	return min(max(want, need), limit*s.a.opts.MaxShare)
 }
 
-// noRoomLocked reports whether a block asked for with room for need
-// would come back empty, as one asked for with room for as much did within
-// noRoomBackoff.
-func (s *blockSet) noRoomLocked(now time.Time, need float64) bool {
-	return now.Before(s.noRoomUntil) && need >= s.noRoomNeed
+// pausedLocked reports whether no block is to be asked for with room for
+// need: one asked for with room for as much came back empty within
+// noRoomBackoff, or one asked for failed within failedBlockPause.
+func (s *blockSet) pausedLocked(now time.Time, need float64) bool {
+	return now.Before(s.pauseUntil) && need >= s.pauseNeed
 }
 
 // rateSpan is the shortest span the rate that sizes blocks is measured

@@ -37,6 +37,9 @@ func TestLocalSettleAfterAFailedCloseIsUnknown(t *testing.T) {
 	if len(open) != 1 {
 		t.Fatalf("%d open block(s) after a Close that could not return it, want 1", len(open))
 	}
+	if s := l.Stats().Local; s.Abandoned != 1 || s.Failed == 0 || s.LastError == nil {
+		t.Errorf("Stats().Local = %+v after a Close that could not return its block, want it abandoned, the failed return and its error", s)
+	}
 	before := counterRows(t, admin, "model", key)
 
 	unknown := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusUnknown, Reserved: 10}

@@ -51,6 +51,9 @@ func TestLocalFullWindowAsksForNoBlockPerRequest(t *testing.T) {
 	if n := takes.n.Load() - before; n > 1 {
 		t.Errorf("200 refusals of a full window asked for %d blocks, want 1 at most", n)
 	}
+	if s := l.Stats().Local; s.NoRoom < 1 || s.Failed != 0 || s.NoRoom+s.Granted != takes.n.Load() {
+		t.Errorf("Stats().Local = %+v for %d block requests, want every one counted, some with no room, none failed", s, takes.n.Load())
+	}
 
 	// A grant the database holds, given back, makes room, which the next
 	// request gets from the database.

@@ -649,7 +649,8 @@ func (c *combiner[Req, Res]) stats() CombinerStats {
 }
 
 // Stats says how this Limiter combined Reserve calls and Commit/Release
-// calls (zero without combining), and what it may have left held.
+// calls (zero without combining), what it may have left held, and what
+// came of the statements of its Local limits' blocks.
 type Stats struct {
 	Reserve CombinerStats
 	Settle  CombinerStats
@@ -668,6 +669,9 @@ type Stats struct {
 	// waiting counts too: its caller got an error, and nobody knows of what
 	// it may have been granted.
 	Lost int64
+	// Local counts what the statements of Local limits' blocks did, and
+	// their failures (zero without a Local limit).
+	Local LocalStats
 }
 
 // Stats reports how concurrent calls were combined so far, and what was
@@ -676,5 +680,5 @@ func (l *Limiter) Stats() Stats {
 	if l.usable() != nil {
 		return Stats{}
 	}
-	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load()}
+	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load(), Local: l.allot.localStats()}
 }

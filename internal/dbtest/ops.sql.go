@@ -12,6 +12,34 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const OpsAllotmentsAllowBlocks = `-- name: OpsAllotmentsAllowBlocks :exec
+ALTER TABLE gateway_rate_limit_allotments DROP CONSTRAINT pgadmit_test_refuses_blocks
+`
+
+// Drops the constraint of OpsAllotmentsRefuseBlocks.
+// Locks: gateway_rate_limit_allotments ACCESS EXCLUSIVE, for the statement's
+// transaction.
+// Index: none.
+func (q *Queries) OpsAllotmentsAllowBlocks(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsAllotmentsAllowBlocks)
+	return err
+}
+
+const OpsAllotmentsRefuseBlocks = `-- name: OpsAllotmentsRefuseBlocks :exec
+ALTER TABLE gateway_rate_limit_allotments
+    ADD CONSTRAINT pgadmit_test_refuses_blocks CHECK (granted < 0) NOT VALID
+`
+
+// Makes every new block fail, for a test of block requests that fail: a
+// constraint no granted amount meets, checked on new rows only (NOT VALID).
+// Locks: gateway_rate_limit_allotments ACCESS EXCLUSIVE, for the
+// statement's transaction.
+// Index: none.
+func (q *Queries) OpsAllotmentsRefuseBlocks(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsAllotmentsRefuseBlocks)
+	return err
+}
+
 const OpsBackendCountByApplication = `-- name: OpsBackendCountByApplication :one
 SELECT count(*)::bigint AS backends
 FROM pg_catalog.pg_stat_activity AS a

@@ -293,3 +293,19 @@ WHERE s.name = 'lock_timeout';
 -- Locks: none on pgadmit's tables (a new namespace).
 -- Index: none.
 CREATE SCHEMA pgadmit;
+
+-- name: OpsAllotmentsRefuseBlocks :exec
+-- Makes every new block fail, for a test of block requests that fail: a
+-- constraint no granted amount meets, checked on new rows only (NOT VALID).
+-- Locks: gateway_rate_limit_allotments ACCESS EXCLUSIVE, for the
+-- statement's transaction.
+-- Index: none.
+ALTER TABLE gateway_rate_limit_allotments
+    ADD CONSTRAINT pgadmit_test_refuses_blocks CHECK (granted < 0) NOT VALID;
+
+-- name: OpsAllotmentsAllowBlocks :exec
+-- Drops the constraint of OpsAllotmentsRefuseBlocks.
+-- Locks: gateway_rate_limit_allotments ACCESS EXCLUSIVE, for the statement's
+-- transaction.
+-- Index: none.
+ALTER TABLE gateway_rate_limit_allotments DROP CONSTRAINT pgadmit_test_refuses_blocks;

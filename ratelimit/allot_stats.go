@@ -1,0 +1,68 @@
+package ratelimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LocalStats counts what the statements that take, report, trim and return
+// the blocks of Local limits did (see AllotmentOptions). They run in the
+// background, off every caller's path: a failure there is no caller's
+// error, and without these counts it would go unseen (a gateway role that
+// may not write gateway_rate_limit_allotments, say, has every Local limit
+// decided in the database, at a statement per request).
+type LocalStats struct {
+	// Granted counts the block requests the database granted, NoRoom
+	// those that found no room in their window.
+	Granted, NoRoom int64
+	// Failed counts the statements of blocks that failed (a block request,
+	// a report, a trim, a return), and LastError is the last one's error,
+	// nil before any. After a block request fails, or finds no room, the
+	// counter's Local requests are decided in the database for a while
+	// (see AllotmentOptions and failedBlockPause); a report, trim or
+	// return is tried again on the next round.
+	Failed    int64
+	LastError error
+	// Abandoned counts blocks Close could not return: Recover returns them
+	// once their window is over, charging their holder's last report.
+	Abandoned int64
+}
+
+// localCounts keeps the counts of LocalStats.
+type localCounts struct {
+	granted, noRoom, failed, abandoned atomic.Int64
+	mu                                 sync.Mutex
+	lastError                          error
+}
+
+func (c *localCounts) fail(err error) {
+	c.failed.Add(1)
+	c.mu.Lock()
+	c.lastError = err
+	c.mu.Unlock()
+}
+
+func (c *localCounts) stats() LocalStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return LocalStats{Granted: c.granted.Load(), NoRoom: c.noRoom.Load(), Failed: c.failed.Load(),
+		LastError: c.lastError, Abandoned: c.abandoned.Load()}
+}
+
+// localStats is LocalStats of this Limiter's blocks (zero without any).
+func (a *allotments) localStats() LocalStats {
+	if a == nil {
+		return LocalStats{}
+	}
+	return a.counts.stats()
+}
+
+// failedBlockPause bounds how long a counter's Local requests are decided
+// in the database after a block request failed: a sixteenth of the window
+// (noRoomBackoff), at most a second. A failure may pass at once (a lost
+// session) or last (a role without the grants on
+// gateway_rate_limit_allotments): a block request per counter per second
+// costs nothing in either case, where one per request sent a failing
+// statement more with each.
+const failedBlockPause = time.Second
