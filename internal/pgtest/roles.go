@@ -56,14 +56,15 @@ func LeastPrivilegeURLs(t testing.TB, dbURL string) (gateway, maintenance string
 		_, err = conn.Exec(ctx, names.Replace(script)) // no arguments: one simple query, every statement in it
 		return err
 	}
-	if err := run(string(grants)); err != nil {
-		t.Fatalf("pgtest: docs/privileges.sql: %v", err)
-	}
+	// Registered first, so that the roles a script failing halfway created go too.
 	t.Cleanup(func() {
 		if err := run(privilegeRolesDrop); err != nil {
 			t.Errorf("pgtest: drop the test's roles: %v", err)
 		}
 	})
+	if err := run(string(grants)); err != nil {
+		t.Fatalf("pgtest: docs/privileges.sql: %v", err)
+	}
 	if err := run(privilegeLogins); err != nil {
 		t.Fatalf("pgtest: login roles: %v", err)
 	}
