@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -75,5 +76,56 @@ func TestMigrateIntoASchemaOfItsOwn(t *testing.T) {
 	report, err := sweeper.Doctor(ctx)
 	if err != nil || !report.OK() {
 		t.Fatalf("Doctor = %v, %v", report, err)
+	}
+}
+
+// Behind PgBouncer a search_path connection parameter reaches the server only where PgBouncer
+// tracks it, so the README has the DBA set it on the role (ALTER ROLE ... SET search_path):
+// PgBouncer's server sessions then start with it. The database here holds pgadmit in public too,
+// so that admissions through PgBouncer that ignored the role's setting would land there.
+func TestSchemaOfItsOwnThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pooled, direct := pgtest.NewPoolerURL(t) // pgadmit migrated into public
+	public := pgtest.OpenPool(t, direct+"&search_path=public")
+	if err := testq.OpsCreateSchemaOfItsOwn(ctx, public); err != nil {
+		t.Fatal(err)
+	}
+	own := pgtest.OpenPool(t, direct+"&search_path=pgadmit")
+	if err := schema.Migrate(ctx, own); err != nil {
+		t.Fatalf("Migrate into the schema pgadmit: %v", err)
+	}
+	if err := testq.OpsPutSchemaOfItsOwnFirstForMe(ctx, public); err != nil {
+		t.Fatal(err)
+	}
+
+	gateway := ratelimit.New(pgtest.OpenPool(t, pooled)) // no search_path of its own
+	defer gateway.Close()
+	limits := []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60},
+		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1},
+	}
+	grant, err := gateway.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve through PgBouncer: %v", err)
+	}
+	if _, err := gateway.Reserve(ctx, "", "", limits); !errors.Is(err, ratelimit.ErrExceeded) {
+		t.Fatalf("second Reserve through PgBouncer: %v, want a refusal", err)
+	}
+	if _, err := gateway.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 40}); err != nil {
+		t.Fatalf("Commit through PgBouncer: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		pool *pgxpool.Pool
+		want int64
+	}{{"pgadmit", own, 1}, {"public", public, 0}} {
+		n, err := testq.TableRowCounts(ctx, c.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Reservations != c.want || n.Leases != c.want || n.Counters != c.want {
+			t.Errorf("schema %s holds %+v, want %d reservation(s), lease(s) and counter(s)", c.name, n, c.want)
+		}
 	}
 }

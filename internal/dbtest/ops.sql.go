@@ -520,6 +520,25 @@ func (q *Queries) OpsNow(ctx context.Context, db DBTX) (time.Time, error) {
 	return now, err
 }
 
+const OpsPutSchemaOfItsOwnFirstForMe = `-- name: OpsPutSchemaOfItsOwnFirstForMe :exec
+DO $$
+BEGIN
+    EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = pgadmit', current_user, current_database());
+END
+$$
+`
+
+// Sets the session role's search_path in this database to the schema
+// pgadmit (ALTER ROLE ... IN DATABASE ... SET), as a DBA would for a role
+// that reaches pgadmit through a pooler: sessions opened later start with
+// it. A role may set its own defaults; the setting goes with the database.
+// Locks: pg_db_role_setting's row of the role and database.
+// Index: none.
+func (q *Queries) OpsPutSchemaOfItsOwnFirstForMe(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsPutSchemaOfItsOwnFirstForMe)
+	return err
+}
+
 const OpsReservationCorruptFinalized = `-- name: OpsReservationCorruptFinalized :execrows
 UPDATE gateway_rate_limit_reservations
 SET finalized_at = now()

@@ -309,3 +309,16 @@ ALTER TABLE gateway_rate_limit_allotments
 -- transaction.
 -- Index: none.
 ALTER TABLE gateway_rate_limit_allotments DROP CONSTRAINT pgadmit_test_refuses_blocks;
+
+-- name: OpsPutSchemaOfItsOwnFirstForMe :exec
+-- Sets the session role's search_path in this database to the schema
+-- pgadmit (ALTER ROLE ... IN DATABASE ... SET), as a DBA would for a role
+-- that reaches pgadmit through a pooler: sessions opened later start with
+-- it. A role may set its own defaults; the setting goes with the database.
+-- Locks: pg_db_role_setting's row of the role and database.
+-- Index: none.
+DO $$
+BEGIN
+    EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = pgadmit', current_user, current_database());
+END
+$$;
