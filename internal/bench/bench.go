@@ -180,6 +180,12 @@ type Result struct {
 	// HotPercent is the share of those statements, of both kinds, sent as
 	// hot batches (two calls on one counter or concurrency scope: see ratelimit's CombinerStats).
 	HotPercent float64 `json:"hot_percent,omitempty"`
+	// LocalBlocks is how many blocks of Local limits (W7, W8) the database
+	// granted during the run, LocalFailures how many of their statements
+	// failed: Local limits were then decided in the database, and a check
+	// fails (see ratelimit's LocalStats).
+	LocalBlocks   int64 `json:"local_blocks,omitempty"`
+	LocalFailures int64 `json:"local_failures,omitempty"`
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
 	Checks     []Check `json:"checks,omitempty"`
@@ -500,16 +506,24 @@ func (r *runner) measureWith(ctx context.Context, lims []*ratelimit.Limiter, d t
 	res.ReserveBusyPercent = percentOf(reserves.Busy, streams)
 	res.SettleBusyPercent = percentOf(settles.Busy, streams)
 	res.HotPercent = percentOf(reserves.Hot+settles.Hot, reserves.Batches+settles.Batches)
+	res.LocalBlocks = after.Local.Granted - before.Local.Granted
+	res.LocalFailures = after.Local.Failed - before.Local.Failed
+	if res.LocalBlocks > 0 || res.LocalFailures > 0 {
+		res.Checks = append(res.Checks, Check{Name: "failed statements of local blocks", Want: 0, Got: res.LocalFailures, OK: res.LocalFailures == 0})
+	}
 	return res, nil
 }
 
-// statsOf adds up the combining counts of lims.
+// statsOf adds up the combining counts of lims, and their blocks granted
+// and block statements failed.
 func statsOf(lims []*ratelimit.Limiter) ratelimit.Stats {
 	var sum ratelimit.Stats
 	for _, l := range lims {
 		s := l.Stats()
 		sum.Reserve = sum.Reserve.Add(s.Reserve)
 		sum.Settle = sum.Settle.Add(s.Settle)
+		sum.Local.Granted += s.Local.Granted
+		sum.Local.Failed += s.Local.Failed
 	}
 	return sum
 }
