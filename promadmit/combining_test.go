@@ -23,11 +23,7 @@ func TestCombiningCollectorReportsLimiterStats(t *testing.T) {
 	t.Parallel()
 	limiter := ratelimit.New(pgtest.NewPool(t))
 	reg := prometheus.NewRegistry()
-	collector, err := promadmit.NewCombiningCollector(limiter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(collector)
+	registerCombining(t, reg, limiter)
 
 	const callers, tries = 16, 20
 	key := fmt.Sprintf("combining-%d", time.Now().UnixNano())
@@ -114,11 +110,7 @@ func TestCombiningCollectorReportsWhatWasLost(t *testing.T) {
 	fr, pool := freezer.NewPool(t, pgtest.NewPool(t).Config(), ratelimit.ConfigurePool)
 	limiter := ratelimit.New(pool)
 	reg := prometheus.NewRegistry()
-	collector, err := promadmit.NewCombiningCollector(limiter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(collector)
+	registerCombining(t, reg, limiter)
 	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: fmt.Sprintf("lost-%d", time.Now().UnixNano())},
 		Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1, Window: time.Hour}}
 	if _, err := limiter.Reserve(context.Background(), "", "", limits); err != nil { // its statement prepared
@@ -152,11 +144,7 @@ func TestCombiningCollectorReportsLocalBlocks(t *testing.T) {
 	limiter := ratelimit.New(pool)
 	defer limiter.Close()
 	reg := prometheus.NewRegistry()
-	collector, err := promadmit.NewCombiningCollector(limiter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(collector)
+	registerCombining(t, reg, limiter)
 	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "model", Key: fmt.Sprintf("local-%d", time.Now().UnixNano())},
 		Metric: ratelimit.MetricTokens, Limit: 1000, Amount: 1, Window: time.Hour, Local: true}}
 	for range 5 {

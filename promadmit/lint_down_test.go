@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
-	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -37,11 +36,7 @@ func TestStoppedDatabaseSeriesAndLint(t *testing.T) {
 	defer pool.Close()
 	limiter := ratelimit.New(pool)
 	reg, metrics := newRegistered(t)
-	combining, err := promadmit.NewCombiningCollector(limiter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(combining)
+	registerCombining(t, reg, limiter)
 	mw, err := httpadmit.New(limiter, func(r *http.Request) ([]httpadmit.Limit, error) {
 		l := limit("api_key", r.Header.Get("Authorization"), ratelimit.MetricRequests, 5, 1, httpadmit.Enforce)
 		if r.URL.Path == "/open" {

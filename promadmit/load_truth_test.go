@@ -131,11 +131,7 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		collector, err := promadmit.NewCombiningCollector(limiter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in.reg.MustRegister(collector)
+		registerCombining(t, in.reg, limiter)
 		opts := []httpadmit.Option{httpadmit.WithObserver(metrics), httpadmit.WithDecisionTimeout(decision),
 			httpadmit.WithSettleTimeout(10 * time.Second), httpadmit.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
 		outer, err := httpadmit.New(limiter, outerLimits, opts...)

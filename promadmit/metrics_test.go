@@ -133,6 +133,16 @@ func newRegistered(t *testing.T, opts ...promadmit.Option) (*prometheus.Registry
 	return reg, m
 }
 
+// registerCombining registers limiter's combining collector in reg.
+func registerCombining(t *testing.T, reg prometheus.Registerer, limiter *ratelimit.Limiter) {
+	t.Helper()
+	collector, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(collector)
+}
+
 // scrape renders reg's metrics as /metrics would.
 func scrape(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()

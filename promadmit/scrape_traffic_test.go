@@ -22,11 +22,7 @@ func TestScrapesWhileTrafficRuns(t *testing.T) {
 	t.Parallel()
 	limiter := ratelimit.New(pgtest.NewPool(t))
 	reg, metrics := newRegistered(t)
-	collector, err := promadmit.NewCombiningCollector(limiter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(collector)
+	registerCombining(t, reg, limiter)
 
 	key := fmt.Sprintf("scrape-%d", time.Now().UnixNano())
 	hot := limit("api_key", key, ratelimit.MetricRequests, 1e9, 1, httpadmit.Enforce)

@@ -50,22 +50,7 @@ func TestMigrateIntoASchemaOfItsOwn(t *testing.T) {
 	}
 
 	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, ownURL)
-	gateway := ratelimit.New(pgtest.OpenPool(t, gatewayURL))
-	defer gateway.Close()
-	limits := []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60},
-		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1},
-	}
-	grant, err := gateway.Reserve(ctx, "", "", limits)
-	if err != nil {
-		t.Fatalf("Reserve: %v", err)
-	}
-	if _, err := gateway.Reserve(ctx, "", "", limits); !errors.Is(err, ratelimit.ErrExceeded) {
-		t.Fatalf("second Reserve: %v, want a refusal", err)
-	}
-	if _, err := gateway.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 40}); err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
+	admitOnceAndCommit(t, gatewayURL)
 	sweeper := ratelimit.NewMaintenance(pgtest.OpenPool(t, maintenanceURL))
 	if _, err := sweeper.Recover(ctx); err != nil {
 		t.Fatalf("Recover: %v", err)
@@ -99,22 +84,7 @@ func TestSchemaOfItsOwnThroughPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gateway := ratelimit.New(pgtest.OpenPool(t, pooled)) // no search_path of its own
-	defer gateway.Close()
-	limits := []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60},
-		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1},
-	}
-	grant, err := gateway.Reserve(ctx, "", "", limits)
-	if err != nil {
-		t.Fatalf("Reserve through PgBouncer: %v", err)
-	}
-	if _, err := gateway.Reserve(ctx, "", "", limits); !errors.Is(err, ratelimit.ErrExceeded) {
-		t.Fatalf("second Reserve through PgBouncer: %v, want a refusal", err)
-	}
-	if _, err := gateway.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 40}); err != nil {
-		t.Fatalf("Commit through PgBouncer: %v", err)
-	}
+	admitOnceAndCommit(t, pooled) // no search_path of its own
 	for _, c := range []struct {
 		name string
 		pool *pgxpool.Pool
@@ -127,5 +97,28 @@ func TestSchemaOfItsOwnThroughPgBouncer(t *testing.T) {
 		if n.Reservations != c.want || n.Leases != c.want || n.Counters != c.want {
 			t.Errorf("schema %s holds %+v, want %d reservation(s), lease(s) and counter(s)", c.name, n, c.want)
 		}
+	}
+}
+
+// admitOnceAndCommit reserves 60 tokens of 100 and a slot of 1 on the database of url, is refused
+// a second time, and commits 40 tokens: a counter, a reservation and a lease written.
+func admitOnceAndCommit(t *testing.T, url string) {
+	t.Helper()
+	ctx := context.Background()
+	gateway := ratelimit.New(pgtest.OpenPool(t, url))
+	defer gateway.Close()
+	limits := []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60},
+		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1},
+	}
+	grant, err := gateway.Reserve(ctx, "", "", limits)
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	if _, err := gateway.Reserve(ctx, "", "", limits); !errors.Is(err, ratelimit.ErrExceeded) {
+		t.Fatalf("second Reserve: %v, want a refusal", err)
+	}
+	if _, err := gateway.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 40}); err != nil {
+		t.Fatalf("Commit: %v", err)
 	}
 }
