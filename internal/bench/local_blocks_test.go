@@ -23,7 +23,7 @@ func TestLocalWorkloadReportsItsBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cfg := Config{Workers: 4, Duration: 300 * time.Millisecond, Only: []string{"W8"}}
+		cfg := Config{Workers: 4, Duration: time.Second, Only: []string{"W8"}}
 		out, err := Run(ctx, pool, cfg, nil)
 		if err != nil || len(out) != 1 {
 			t.Fatalf("Run W8 (blocks refused: %t): %+v, %v", refuse, out, err)
