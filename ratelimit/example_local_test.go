@@ -46,6 +46,11 @@ func ExampleLimit_local() {
 		}
 		fmt.Println("committed:", settlement.Reservations[0].Status)
 	}
+	// Blocks are taken, reported and returned in the background: Stats says
+	// what came of it (a role without its grants on the allotments table
+	// would show failures here, and its Local limits decided in the database).
+	local := limiter.Stats().Local
+	fmt.Println("blocks granted:", local.Granted, "| block statements failed:", local.Failed)
 
 	limiter.Close() // returns the block: the counter now holds the 3 requests as used
 	report, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
@@ -60,5 +65,6 @@ func ExampleLimit_local() {
 	// committed: committed
 	// from a block: true | row written: false
 	// committed: committed
+	// blocks granted: 1 | block statements failed: 0
 	// doctor: the books balance
 }
