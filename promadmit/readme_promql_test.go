@@ -14,7 +14,6 @@ import (
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
-	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -145,11 +144,7 @@ func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	pool := pgtest.OpenPool(t, "postgres://postgres@127.0.0.1:1/postgres") // never connects: Stats reads memory
 	reg, m := newRegistered(t)
-	combining, err := promadmit.NewCombiningCollector(ratelimit.New(pool))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(combining)
+	registerCombining(t, reg, ratelimit.New(pool))
 	for _, o := range []httpadmit.Outcome{httpadmit.OutcomeAdmitted, httpadmit.OutcomeRefused, httpadmit.OutcomeShadowRefused, httpadmit.OutcomeFailedOpen, httpadmit.OutcomeFailedClosed} {
 		for _, mode := range []httpadmit.Mode{httpadmit.Enforce, httpadmit.Shadow} {
 			m.Decided([]httpadmit.LimitOutcome{{Limit: limit("api_key", "k", ratelimit.MetricRequests, 10, 1, mode), Outcome: o, Utilization: 0.9}})
