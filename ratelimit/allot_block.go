@@ -432,6 +432,15 @@ func noRoomBackoff(windowSeconds int32) time.Duration {
 	return max(time.Duration(windowSeconds)*time.Second/16, rateSpan)
 }
 
+// failedBlockPause bounds how long a counter's Local requests are decided
+// in the database after a block request failed: a sixteenth of the window
+// (noRoomBackoff), at most a second. A failure may pass at once (a lost
+// session) or last (a role without the grants on
+// gateway_rate_limit_allotments): a block request per counter per second
+// costs nothing in either case, where one per request sent a failing
+// statement more with each.
+const failedBlockPause = time.Second
+
 // open lists the blocks that are not returned yet.
 func (s *blockSet) open() []*block {
 	var out []*block

@@ -20,13 +20,10 @@ import (
 func TestLocalFailedBlockRequestIsCountedAndPutsOffTheNext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, takes := countingPool(t, "AllotmentTake")
-	awaitLocalWindow(t, pool)
+	l, pool, takes := blockCountingLimiter(t)
 	if err := testq.OpsAllotmentsRefuseBlocks(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	l := ratelimit.New(pool)
-	defer l.Close()
 	key := uniqueKey("failedtake")
 
 	for i := range 200 {

@@ -17,10 +17,7 @@ import (
 func TestLocalFullWindowAsksForNoBlockPerRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, takes := countingPool(t, "AllotmentTake")
-	awaitLocalWindow(t, pool)
-	l := ratelimit.New(pool)
-	defer l.Close()
+	l, _, takes := blockCountingLimiter(t)
 	key := uniqueKey("full")
 	plain := localWindow(key, 100, 1)
 	plain.Local = false // the same counter, decided in the database

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // LocalStats counts what the statements that take, report, trim and return
@@ -59,12 +58,3 @@ func (a *allotments) localStats() LocalStats {
 	}
 	return a.counts.stats()
 }
-
-// failedBlockPause bounds how long a counter's Local requests are decided
-// in the database after a block request failed: a sixteenth of the window
-// (noRoomBackoff), at most a second. A failure may pass at once (a lost
-// session) or last (a role without the grants on
-// gateway_rate_limit_allotments): a block request per counter per second
-// costs nothing in either case, where one per request sent a failing
-// statement more with each.
-const failedBlockPause = time.Second

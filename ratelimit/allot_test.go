@@ -30,6 +30,18 @@ func awaitLocalWindow(t *testing.T, conn db.DBTX) {
 	pgtest.AwaitRoomInWindow(t, conn, time.Hour, time.Minute)
 }
 
+// blockCountingLimiter returns a Limiter on a new database, once the current
+// hour has a minute left, and the count of its block requests
+// (AllotmentTake); the Limiter is closed when the test ends.
+func blockCountingLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool, *statementCounter) {
+	t.Helper()
+	pool, takes := countingPool(t, "AllotmentTake")
+	awaitLocalWindow(t, pool)
+	l := ratelimit.New(pool)
+	t.Cleanup(l.Close)
+	return l, pool, takes
+}
+
 // localLimiter returns a Limiter whose blocks stay open while the test
 // runs (IdleAfter a minute), on a new database, once the current hour has a
 // minute left; it is closed when the test ends.
