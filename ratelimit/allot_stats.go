@@ -17,12 +17,12 @@ type LocalStats struct {
 	Granted, NoRoom int64
 	// Failed counts the statements of blocks that failed (a block request,
 	// a report, a trim, a return), and LastError is the last one's error,
-	// nil before any. After a block request fails the counter's Local
+	// nil before any. After a block request fails, the counter's Local
 	// requests are decided in the database for a sixteenth of its window,
-	// at most a second; after one finds no room, for a sixteenth of the
-	// window (at least 50 ms, never past its end), for requests at least as
-	// large.
-	// A report, trim or return that failed is tried again on the next round.
+	// at most a second; after one finds no room, those at least as large
+	// are, for a sixteenth of the window (at least 50 ms, never past its
+	// end). A report, trim or return that failed is tried again on the
+	// next round.
 	Failed    int64
 	LastError error
 	// Abandoned counts blocks Close could not return: Recover returns them
