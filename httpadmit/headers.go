@@ -100,6 +100,11 @@ func grantHeaders(limits []Limit, g ratelimit.Grant) []policy {
 		p := policy{name: names[keyOf(l.Limit)], limit: l}
 		if st, ok := states[keyOf(l.Limit)]; ok {
 			p.state = &st
+			if l.Amount == 0 {
+				// Reserve skipped it: the reservation on its counter is a
+				// shadow limit's, whose quota is not this one's.
+				p.state = outerState(&st, l)
+			}
 		}
 		out = append(out, p)
 	}
@@ -175,10 +180,11 @@ func withOuter(outer, own []policy) []policy {
 	return all
 }
 
-// outerState is the state of l's counter as an outer middleware's decision
-// told it (st), against l's quota: what the counter held then (st's quota
-// less its remaining, the outer request counted) is the same for both
-// limits. Its window and reset are the counter's.
+// outerState is the state of l's counter as another limit's decision told
+// it (st: an outer middleware's, or a shadow limit's reserved on the counter
+// of l, an enforced limit with a zero Amount), against l's quota: what the
+// counter held then (st's quota less its remaining, that request counted)
+// is the same for both limits. Its window and reset are the counter's.
 func outerState(st *limitState, l Limit) *limitState {
 	out := *st
 	out.quota, out.amount = l.Limit.Limit, l.Amount
