@@ -176,6 +176,13 @@
 // connection attempts too (connect_timeout in the pool's configuration),
 // so that background dials to a hanging server end.
 //
+// A database that hangs after a request was admitted costs it the settle
+// instead: net/http sends the bytes it still buffers, and ends the
+// response, only once the middleware returns, after the Commit or Release,
+// so the end of the response waits for WithSettleTimeout (default 2 s),
+// and for up to that again when a renewal of the request's leases is under
+// way. What the handler flushed has been sent already.
+//
 // # Metrics
 //
 // WithObserver receives every decision (LimitOutcome per limit), the

@@ -82,7 +82,10 @@ func WithDecisionTimeout(d time.Duration) Option {
 }
 
 // WithSettleTimeout sets how long settling a request after its handler may
-// take, and each renewal of its leases (default DefaultSettleTimeout). A d
+// take, and each renewal of its leases (default DefaultSettleTimeout). The
+// end of the response waits for the settle (net/http sends what it still
+// buffers once the middleware returns), so a database that hangs delays it
+// by up to d, twice d when a renewal was under way. A d
 // that is not positive makes New fail with a *ratelimit.ValidationError on
 // "WithSettleTimeout".
 func WithSettleTimeout(d time.Duration) Option {
