@@ -63,8 +63,9 @@ type LimitOutcome struct {
 // at error level with its stack, and the renewals go on.
 type Observer interface {
 	// Decided reports the limits of one request and what each came to,
-	// once per request that had limits, before the handler or the refusal
-	// runs. Limits the decision did not reach are not listed: the other
+	// once per request whose decision reached any, before the handler or
+	// the refusal runs (a request none of whose limits it reached is not
+	// reported). Limits the decision did not reach are not listed: the other
 	// limits of a refused request (a refusal names only the limit that
 	// refused), limits with a zero Amount, shadow limits set aside as
 	// invalid, and, of a request that failed closed, its shadow limits and
