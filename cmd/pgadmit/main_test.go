@@ -242,6 +242,28 @@ func TestUnreachableDatabaseHidesPassword(t *testing.T) {
 	}
 }
 
+// A connection URL pasted with its variable's name (DATABASE_URL=postgres://bob:secret@..., a
+// line of an env file) is no URL: pgx reads it as a keyword/value string, a setting named
+// DATABASE_URL whose value is the URL. The error that says where pgadmit could not connect quoted
+// it whole, password included, as did every pass of a sweeper that logs it.
+func TestDatabaseURLWithItsNameHidesPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pw"
+	for _, dsn := range []string{
+		"DATABASE_URL=postgres://bob:" + secret + "@127.0.0.1:1/app?sslmode=disable",
+		"DATABASE_URL='postgres://bob:" + secret + "@127.0.0.1:1/app'",
+		"host=127.0.0.1 port=1 dbname=postgresql://bob:" + secret + "@db/app",
+	} {
+		for _, args := range [][]string{{"doctor"}, {"migrate", "status"}} {
+			_, errOut, code := cli(t, map[string]string{"DATABASE_URL": dsn}, append([]string{"--connect-timeout", "2s"}, args...)...)
+			if code != exitFailure || strings.Contains(errOut, secret) || !strings.Contains(errOut, "cannot connect to ") {
+				t.Errorf("pgadmit %s with DATABASE_URL %q: exit %d, stderr %q; want exit 1, cannot connect, and no password",
+					strings.Join(args, " "), redactDSN(dsn), code, errOut)
+			}
+		}
+	}
+}
+
 // A database URL of another scheme (mysql://, a Postgres:// that pgx does not take) is a usage
 // error that says which schemes pgadmit reads, with no password in it, for every command and
 // whether it comes from --database-url or DATABASE_URL: pgx read it as a keyword/value string and
@@ -414,6 +436,8 @@ func TestRedactDSN(t *testing.T) {
 		{"host=h user=u password=pw dbname=d", "host=h user=u password=xxxxx dbname=d"},
 		{"host=h password='p w' dbname=d", "host=h password=xxxxx dbname=d"},
 		{"host=h password = pw", "host=h password = xxxxx"},
+		{"DATABASE_URL=postgres://u:pw@h/d", "DATABASE_URL=postgres://u:xxxxx@h/d"},
+		{"DATABASE_URL='postgresql://u:p@ss@h/d'", "DATABASE_URL='postgresql://u:xxxxx@h/d'"},
 		{"", ""},
 	} {
 		if got := redactDSN(tc.in); got != tc.want {

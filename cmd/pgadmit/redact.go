@@ -17,6 +17,11 @@ var (
 	// URL query parameters: ?password=secret&..., &sslpassword=... (libpq and pgx end a value
 	// at '&' only: a '#' is part of it)
 	queryPassword = regexp.MustCompile(`(?i)([?&](?:ssl)?password=)[^&\s]*`)
+	// a URL's userinfo inside keyword/value form: a connection URL pasted with its variable's
+	// name (DATABASE_URL=postgres://u:secret@h/d, a line of an env file), which pgx reads as a
+	// setting named DATABASE_URL (or one given as a dbname); up to the token's last '@', as
+	// splitUserinfo masks: more than the password at worst, never less
+	kvUserinfo = regexp.MustCompile(`(://[^:/?#@\s']*:)([^\s']*)@`)
 )
 
 // isURL reports whether dsn is in URL form rather than keyword/value form.
@@ -66,7 +71,7 @@ func redactDSN(dsn string) string {
 		}
 		return queryPassword.ReplaceAllString(dsn, "${1}"+mask)
 	}
-	return kvPassword.ReplaceAllString(dsn, "${1}"+mask)
+	return kvUserinfo.ReplaceAllString(kvPassword.ReplaceAllString(dsn, "${1}"+mask), "${1}"+mask+"@")
 }
 
 // secretsOf returns every password that dsn holds, raw and decoded, longest first.
@@ -95,6 +100,9 @@ func secretsOf(dsn string) []string {
 		}
 	} else {
 		for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+			add(m[2])
+		}
+		for _, m := range kvUserinfo.FindAllStringSubmatch(dsn, -1) {
 			add(m[2])
 		}
 	}
