@@ -450,7 +450,7 @@ func printBenchChecks(w io.Writer, results []bench.Result, rounds int) bool {
 		}
 		ok = ok && r.OK
 	}
-	if ok {
+	if ok && len(results) > 0 { // none: interrupted before any workload finished, nothing checked
 		fmt.Fprintln(w, "all checks passed, no errors")
 	}
 	return ok

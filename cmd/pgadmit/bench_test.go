@@ -7,6 +7,17 @@ import (
 	"github.com/pgadmit/pgadmit/internal/bench"
 )
 
+// A bench interrupted before any workload finished ran no check: it does not say that all of them
+// passed just above "interrupted: no workload finished".
+func TestPrintBenchChecksOfNoWorkloadClaimsNothing(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printBenchChecks(&out, nil, 1)
+	if strings.Contains(out.String(), "all checks passed") {
+		t.Errorf("printBenchChecks of no workload:\n%s", out.String())
+	}
+}
+
 // With --rounds, a check that is off says which round it was off in, as the table's rows do.
 func TestPrintBenchChecksNamesTheRound(t *testing.T) {
 	t.Parallel()
