@@ -479,3 +479,25 @@ func (q *Queries) AdmissionSettleOne(ctx context.Context, db DBTX, arg Admission
 	)
 	return i, err
 }
+
+const AdmissionTaskFence = `-- name: AdmissionTaskFence :one
+SELECT pgadmit_task_refusal($1::uuid, $2::uuid)::text AS refusal
+`
+
+type AdmissionTaskFenceParams struct {
+	TaskID    pgtype.UUID
+	AttemptID pgtype.UUID
+}
+
+// Why an admission for this task and attempt must be refused (empty when
+// it may go on), for one that sends no other statement: every limit of it
+// was admitted from a Local block this process holds. The same test
+// pgadmit_reserve makes of every admission for a task.
+// Locks: none (reads).
+// Index: gateway_tasks_pkey; gateway_task_attempts_pkey.
+func (q *Queries) AdmissionTaskFence(ctx context.Context, db DBTX, arg AdmissionTaskFenceParams) (string, error) {
+	row := db.QueryRow(ctx, AdmissionTaskFence, arg.TaskID, arg.AttemptID)
+	var refusal string
+	err := row.Scan(&refusal)
+	return refusal, err
+}

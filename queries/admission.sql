@@ -27,6 +27,15 @@ FROM pgadmit_reserve_one(
          @limit_value::numeric, @amount::numeric, sqlc.narg('now')::timestamptz
      ) AS r;
 
+-- name: AdmissionTaskFence :one
+-- Why an admission for this task and attempt must be refused (empty when
+-- it may go on), for one that sends no other statement: every limit of it
+-- was admitted from a Local block this process holds. The same test
+-- pgadmit_reserve makes of every admission for a task.
+-- Locks: none (reads).
+-- Index: gateway_tasks_pkey; gateway_task_attempts_pkey.
+SELECT pgadmit_task_refusal(sqlc.narg('task_id')::uuid, sqlc.narg('attempt_id')::uuid)::text AS refusal;
+
 -- name: AdmissionReserve :many
 -- Decides a batch of admissions, each all or nothing, in arrival order: one
 -- entry per admission in @task_ids and @attempt_ids (NULL elements for

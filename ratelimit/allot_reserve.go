@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/pgadmit/pgadmit/db"
 )
 
 // localTaken is a window limit admitted from a local block.
@@ -42,6 +44,30 @@ func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 	}
 	a.windows = keep
 	return taken
+}
+
+// fenceLocal checks the task and attempt of an admission for a task whose
+// limits were all admitted from blocks (taken), which sends no other
+// statement: it is fenced to its claim as any admission is (ErrTaskFinished,
+// ErrUnknownTask), by one read that locks nothing, the counters' rows
+// included. An admission for no task, or that took nothing (every amount
+// zero), is not checked.
+func (l *Limiter) fenceLocal(ctx context.Context, a *admission, taken []localTaken) error {
+	if len(taken) == 0 || (!a.task.Valid && !a.attempt.Valid) {
+		return nil
+	}
+	refusal, err := l.queries.AdmissionTaskFence(ctx, l.conn, db.AdmissionTaskFenceParams{TaskID: a.task, AttemptID: a.attempt})
+	if err != nil {
+		return wrapDBError(ctx, "reserve", err)
+	}
+	return refusalError(refusal, a.taskID, a.attemptID)
+}
+
+// giveBack returns what an admission refused as a whole took from blocks.
+func giveBack(taken []localTaken) {
+	for _, t := range taken {
+		t.admission.settle(false, 0)
+	}
 }
 
 // localReservation is the Reservation of a limit admitted from a block.

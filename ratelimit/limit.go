@@ -90,7 +90,9 @@ type Limit struct {
 	// transaction, on a Limiter made from a single connection (*pgx.Conn,
 	// *pgxpool.Conn), and for a Window not longer than
 	// AllotmentOptions.Margin (a block stops admitting Margin before its
-	// window ends, so it would admit nothing).
+	// window ends, so it would admit nothing). A Reserve for a task whose
+	// limits were all admitted from blocks reads the task and attempt
+	// (one statement that locks nothing), fenced as any Reserve is.
 	Local bool
 }
 

@@ -78,13 +78,15 @@ func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits 
 	}
 	local := l.takeLocal(ctx, &a)
 	if a.empty() {
+		if err := l.fenceLocal(ctx, &a, local); err != nil {
+			giveBack(local)
+			return Grant{}, err
+		}
 		return localGrant(taskID, attemptID, local, l.allot), nil
 	}
 	g, err := l.reserveRemote(ctx, &a)
 	if err != nil {
-		for _, t := range local {
-			t.admission.settle(false, 0) // all or nothing: give the local units back
-		}
+		giveBack(local)
 		return Grant{}, err
 	}
 	return withLocal(g, local), nil
