@@ -248,8 +248,28 @@ func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res 
 		}
 		return tasks, nil
 	}
-	return findHeldStep(batch, nil, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
-		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) { return m.reclaimTasks(ctx, found, res) }, held)
+	// The tasks a batch left alone (their row held by another transaction,
+	// or heartbeated or finished meanwhile): the step's next batches pass
+	// them over, as they do the rows of a batch that timed out, so that a
+	// batch's worth of held task rows, which every find returns first (the
+	// oldest expiries), does not end the step before the expired tasks
+	// after them. A later pass takes them once they are free.
+	passedOver := map[[16]byte]bool{}
+	return findHeldStep(batch, passedOver, func(f db.RecoveryTaskFindExpiredRow) [16]byte { return f.ID.Bytes }, find,
+		func(found []db.RecoveryTaskFindExpiredRow) (int64, error) {
+			reclaimed, err := m.reclaimTasks(ctx, found, res)
+			if err != nil {
+				return 0, err
+			}
+			for _, f := range found {
+				if !reclaimed[f.ID.Bytes] {
+					passedOver[f.ID.Bytes] = true
+				}
+			}
+			// Every task of the batch is dealt with: reclaimed, or passed over
+			// from now on (so the step goes on past a batch that reclaimed none).
+			return int64(len(found)), nil
+		}, held)
 }
 
 // reclaimTasks reclaims the given tasks in one transaction: lock the
@@ -258,15 +278,15 @@ func (m *Maintenance) reclaimExpiredTasks(ctx context.Context, batch int32, res 
 // admissions and events), then release the reservations of the tasks it
 // reclaimed. With WithMaintenanceLockTimeout the transaction waits at most
 // that long for each lock. It counts what it did in res once committed, and
-// returns how many tasks it reclaimed.
-func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskFindExpiredRow, res *RecoveryResult) (int64, error) {
+// returns the ids of the tasks it reclaimed.
+func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskFindExpiredRow, res *RecoveryResult) (map[[16]byte]bool, error) {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	if err := m.boundTx(ctx, tx); err != nil {
-		return 0, err
+		return nil, err
 	}
 
 	now := m.opts.clock.at()
@@ -290,7 +310,7 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 		_, _ = m.queries.RecoveryTaskReclaim(ctx, r, db.RecoveryTaskReclaimParams{TaskIds: taskIDs, MaxRequeues: int32(m.opts.maxRequeues), Now: now})
 	})
 	if err := runBatch(ctx, tx, b); err != nil {
-		return 0, err
+		return nil, err
 	}
 
 	// Release only the reservations of tasks this batch reclaimed: a task
@@ -317,11 +337,11 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 	}
 	if b.Len() > 0 {
 		if err := runBatch(ctx, tx, b); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
 
 	for _, rows := range settled {
@@ -340,5 +360,5 @@ func (m *Maintenance) reclaimTasks(ctx context.Context, found []db.RecoveryTaskF
 			res.FailedTasks++
 		}
 	}
-	return int64(len(reclaimed)), nil
+	return done, nil
 }
