@@ -379,7 +379,9 @@ type InspectTasksHoldingRow struct {
 // their open reservations and their unreleased and live concurrency leases.
 // The demo watches a killed instance's tasks with it.
 // Locks: none (plain MVCC read).
-// Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx;
+// Index: gateway_tasks_pkey (the expired count may read
+// gateway_tasks_lease_expiry_idx instead, every running task on an expired
+// lease, filtered on the ids); gateway_rate_limit_reservations_open_task_idx;
 // gateway_concurrency_leases_live_task_idx.
 func (q *Queries) InspectTasksHolding(ctx context.Context, db DBTX, taskIds []pgtype.UUID) (InspectTasksHoldingRow, error) {
 	row := db.QueryRow(ctx, InspectTasksHolding, taskIds)

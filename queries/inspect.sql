@@ -99,7 +99,9 @@ LIMIT @max_rows::integer;
 -- their open reservations and their unreleased and live concurrency leases.
 -- The demo watches a killed instance's tasks with it.
 -- Locks: none (plain MVCC read).
--- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_open_task_idx;
+-- Index: gateway_tasks_pkey (the expired count may read
+-- gateway_tasks_lease_expiry_idx instead, every running task on an expired
+-- lease, filtered on the ids); gateway_rate_limit_reservations_open_task_idx;
 -- gateway_concurrency_leases_live_task_idx.
 SELECT (SELECT count(*)
         FROM gateway_tasks AS t
