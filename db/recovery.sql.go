@@ -259,6 +259,7 @@ WHERE l.id IN (
     ) AS finished
     WHERE x.released_at IS NULL
       AND x.attempt_id IS NOT NULL
+    ORDER BY x.attempt_id
     LIMIT $2::integer
     FOR UPDATE OF x SKIP LOCKED
 )
@@ -275,7 +276,8 @@ type RecoveryLeaseReleaseForFinishedAttemptsParams struct {
 // RecoveryReservationFindForFinishedAttempts: a dead worker's slot that
 // would otherwise count until it expires, or until its task finishes.
 // Starts from the unreleased leases that name an attempt (live state, few)
-// and probes each attempt by primary key. No ORDER BY, as above.
+// and probes each attempt by primary key, in that index's order (see
+// above).
 // Locks: row locks on the released leases (SKIP LOCKED); attempts only read.
 // Index: gateway_concurrency_leases_live_attempt_idx (partial: unreleased
 // and attached to an attempt; exactly the rows this starts from);
@@ -359,6 +361,7 @@ CROSS JOIN LATERAL (
 ) AS finished
 WHERE r.status = 'reserved'
   AND r.attempt_id IS NOT NULL
+ORDER BY r.attempt_id
 LIMIT $1::integer
 `
 
@@ -372,8 +375,11 @@ LIMIT $1::integer
 // their counters and releases them with AdmissionSettle.
 // Starts from the open reservations that name an attempt (live state, few)
 // and probes each attempt by primary key; an attempt never runs again once
-// over, so the verdict cannot go stale. No ORDER BY: any batch will do, and
-// an order would invite a walk of the whole primary key.
+// over, so the verdict cannot go stale. Any batch would do, but ordered by
+// attempt_id, the order of that index: without it a generic plan (its
+// LIMIT unknown) read the whole table sequentially once open rows that name
+// an attempt were a few percent of it (30 ms a batch with 2,000 of 46,000
+// reservations), expecting to meet its batch early.
 // Locks: none (MVCC read; AdmissionSettle skips what is no longer open).
 // Index: gateway_rate_limit_reservations_open_attempt_idx (partial: open
 // and attached to an attempt; exactly the rows this starts from);

@@ -113,31 +113,64 @@ FROM tasks;
 
 -- name: FixtureFillOpenOfRunning :exec
 -- Gives each running task of FixtureFill @per_task open reservations and
--- as many live leases, as busy workers hold: live state in the proportion
--- that made a custom plan hash the whole task table rather than probe it
--- (the books are not kept: only for plans).
+-- as many live leases, of its running attempt, as busy workers hold: live
+-- state in the proportion that made a custom plan hash the whole task table
+-- rather than probe it (the books are not kept: only for plans).
 -- Locks: row locks on the inserted rows only.
 -- Index: gateway_tasks_lease_expiry_idx (partial: running) or a sequential
--- scan of gateway_tasks; the inserts maintain every index.
+-- scan of gateway_tasks; gateway_task_attempts_running_idx; the inserts
+-- maintain every index.
 WITH running AS (
-    SELECT t.id, g
+    SELECT t.id, a.id AS attempt_id, g
     FROM gateway_tasks AS t
+    JOIN gateway_task_attempts AS a ON a.task_id = t.id AND a.status = 'running'
     CROSS JOIN generate_series(1, @per_task::integer) AS g
     WHERE t.status = 'running'
       AND t.kind = 'fixture'
 ),
 reservations AS (
     INSERT INTO gateway_rate_limit_reservations (
-        task_id, scope_type, scope_key, metric, window_seconds, window_start, limit_value, reserved_amount
+        task_id, attempt_id, scope_type, scope_key, metric, window_seconds, window_start, limit_value, reserved_amount
     )
-    SELECT id, 'fixture_key', 'open-' || g::text, 'tokens', 3600,
+    SELECT id, attempt_id, 'fixture_key', 'open-' || g::text, 'tokens', 3600,
            date_bin(interval '1 hour', now(), timestamptz 'epoch'), 1000000, 1
     FROM running
     RETURNING id
 )
-INSERT INTO gateway_concurrency_leases (task_id, scope_type, scope_key, lease_value, limit_value, expires_at)
-SELECT id, 'fixture_model', 'open-' || g::text, 1, 1000000, now() + interval '1 hour'
+INSERT INTO gateway_concurrency_leases (task_id, attempt_id, scope_type, scope_key, lease_value, limit_value, expires_at)
+SELECT id, attempt_id, 'fixture_model', 'open-' || g::text, 1, 1000000, now() + interval '1 hour'
 FROM running;
+
+-- name: FixtureAttachSettledToFinishedAttempts :exec
+-- Attaches FixtureFill's settled reservations and released leases to its
+-- finished attempts, one each, as a worker's admissions are: most rows
+-- that name an attempt are then settled, and a planner that takes the two
+-- tests of open attached rows (open, and attached) as independent
+-- estimates them at a few percent of the table, not a few per ten thousand.
+-- Locks: row locks on the updated rows.
+-- Index: sequential scans of the three tables; the updates maintain every index.
+WITH settled AS (
+    SELECT r.id, row_number() OVER () AS n FROM gateway_rate_limit_reservations AS r WHERE r.status <> 'reserved'
+),
+released AS (
+    SELECT l.id, row_number() OVER () AS n FROM gateway_concurrency_leases AS l WHERE l.released_at IS NOT NULL
+),
+finished AS (
+    SELECT a.id, a.task_id, row_number() OVER () AS n FROM gateway_task_attempts AS a WHERE a.status <> 'running'
+),
+reservations AS (
+    UPDATE gateway_rate_limit_reservations AS r
+    SET task_id = f.task_id, attempt_id = f.id
+    FROM settled AS s
+    JOIN finished AS f ON f.n = s.n
+    WHERE r.id = s.id
+    RETURNING r.id
+)
+UPDATE gateway_concurrency_leases AS l
+SET task_id = f.task_id, attempt_id = f.id
+FROM released AS s
+JOIN finished AS f ON f.n = s.n
+WHERE l.id = s.id;
 
 -- name: TablesAnalyze :exec
 -- Refreshes planner statistics of every pgadmit table (after a bulk fill).
