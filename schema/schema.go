@@ -223,7 +223,8 @@ func connectTimedOut(err error) bool {
 // transaction block, it stops at the first pending migration that runs in a transaction (most
 // do), with nothing of it applied, and returns an error matching ratelimit.ErrStatementPooling
 // (errors.Is) that says what to change; pending migrations before it that run outside a
-// transaction are applied. Down and Status report such a failure the same way.
+// transaction are applied. Down reports such a failure the same way (Status only reads, and
+// works through such a proxy).
 //
 // pool must allow at least 2 connections (one for the migrations, one for the lock row): a pool
 // of one is a *ratelimit.ValidationError, for Down and Locked too.
