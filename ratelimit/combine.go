@@ -474,6 +474,10 @@ func (c *combiner[Req, Res]) runGuarded(ctx context.Context, reqs []Req) (res []
 // have come after the statement committed (a hot batch's commit, a lost
 // connection), when sending its requests again would admit them twice.
 func rejectedInput(err error) bool {
+	var unconfirmed *unconfirmedError
+	if errors.As(err, &unconfirmed) {
+		return false // a hot batch that may have committed (hotRows)
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
 		return false

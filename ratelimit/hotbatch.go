@@ -145,8 +145,22 @@ func hotRows[T any](ctx context.Context, l *Limiter, call func(db.DBTX)) ([]T, e
 	if err != nil && rows == nil {
 		return nil, err
 	}
-	return rows, err
+	if err != nil {
+		return rows, &unconfirmedError{err: err}
+	}
+	return rows, nil
 }
+
+// unconfirmedError is the failure of a hot batch's procedure after the
+// batch answered (hotRows): the batch may have committed, whatever the
+// error's class (a privilege its second transaction lacks fails with
+// 42501 after the first one committed), so the combiner must not send its
+// requests again one by one (rejectedInput), which would admit or settle
+// them a second time.
+type unconfirmedError struct{ err error }
+
+func (e *unconfirmedError) Error() string { return e.err.Error() }
+func (e *unconfirmedError) Unwrap() error { return e.err }
 
 // hotReserveRows decides a reserve batch on a hot counter or scope, with
 // the same rows as reserveRows; call sends AdmissionReserve or

@@ -558,6 +558,27 @@ func (q *Queries) OpsReservationCorruptFinalized(ctx context.Context, db DBTX, r
 	return result.RowsAffected(), nil
 }
 
+const OpsRevokeLogicalMessages = `-- name: OpsRevokeLogicalMessages :exec
+DO $$
+BEGIN
+    REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+    REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC;
+END
+$$
+`
+
+// Revokes EXECUTE on pg_logical_emit_message from PUBLIC in this database
+// (pg_proc is the database's own), as a DBA hardening a server might: the
+// second transaction of pgadmit_hot_commit, after its first COMMIT, then
+// fails with insufficient_privilege (42501) for a role that is not a
+// superuser.
+// Locks: pg_proc's rows of the two functions.
+// Index: none.
+func (q *Queries) OpsRevokeLogicalMessages(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsRevokeLogicalMessages)
+	return err
+}
+
 const OpsStateSummary = `-- name: OpsStateSummary :one
 SELECT (SELECT count(*) FROM gateway_tasks WHERE status = 'queued')::bigint                 AS tasks_queued,
        (SELECT count(*) FROM gateway_tasks WHERE status = 'running')::bigint                AS tasks_running,

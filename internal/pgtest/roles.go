@@ -103,3 +103,10 @@ func withUser(t testing.TB, dbURL, user, password string) string {
 	u.User = url.UserPassword(user, password)
 	return u.String()
 }
+
+// AdminURL returns dbURL (a database of [NewURL]) as the server's own role, a superuser who may
+// change what PostgreSQL's own functions grant in that database (pg_proc is the database's).
+func AdminURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	return adminURL(t, dbURL)
+}

@@ -322,3 +322,18 @@ BEGIN
     EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = pgadmit', current_user, current_database());
 END
 $$;
+
+-- name: OpsRevokeLogicalMessages :exec
+-- Revokes EXECUTE on pg_logical_emit_message from PUBLIC in this database
+-- (pg_proc is the database's own), as a DBA hardening a server might: the
+-- second transaction of pgadmit_hot_commit, after its first COMMIT, then
+-- fails with insufficient_privilege (42501) for a role that is not a
+-- superuser.
+-- Locks: pg_proc's rows of the two functions.
+-- Index: none.
+DO $$
+BEGIN
+    REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+    REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC;
+END
+$$;
