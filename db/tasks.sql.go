@@ -128,7 +128,7 @@ type TaskCancelRow struct {
 // Cancels a queued task for its owner (CancelTask), in the batch that
 // FinishTask's steps make for a finish: CounterLockForReservations on the
 // task's open reservations (read by TaskFinishPlan), TaskFinishLock, this
-// statement, then TaskCancelRelease. Fenced by the status alone: a task
+// statement, then TaskReleaseIfFinished. Fenced by the status alone: a task
 // that a worker claimed (or that finished) since it was read is left as it
 // is (no row). Sets it cancelled (error_code cancelled_while_queued, the
 // caller's reason as error_message), releases its unreleased concurrency
@@ -268,46 +268,6 @@ func (q *Queries) TaskCancelAbandoned(ctx context.Context, db DBTX, arg TaskCanc
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const TaskCancelRelease = `-- name: TaskCancelRelease :one
-SELECT count(*) FILTER (WHERE s.settled AND NOT s.is_lease)::integer AS released_reservations
-FROM gateway_tasks AS t
-CROSS JOIN LATERAL pgadmit_settle(
-    $1::uuid[], NULL::text[], NULL::text[], NULL::text[], NULL::integer[], NULL::timestamptz[],
-    array_fill('released'::text, ARRAY[cardinality($1::uuid[])]),
-    array_fill(0::numeric, ARRAY[cardinality($1::uuid[])]),
-    array_fill('task_finished'::text, ARRAY[cardinality($1::uuid[])]),
-    '{}'::uuid[], '{}'::text[],
-    -- t.finished_at (when the task was cancelled) makes the call lateral:
-    -- it runs only for the row that passed the test below.
-    t.finished_at
-) AS s
-WHERE t.id = $2::uuid
-  AND (t.status IN ('succeeded', 'failed', 'cancelled')) IS TRUE
-`
-
-type TaskCancelReleaseParams struct {
-	ReservationIds []pgtype.UUID
-	TaskID         pgtype.UUID
-}
-
-// Last step of CancelTask's batch, after TaskCancel: releases (reason
-// task_finished) the task's open reservations that TaskFinishPlan read,
-// whose counters CounterLockForReservations locked at the batch's start
-// (lock order: counters, then the task row). Only when the task is
-// finished now: when a claim won the task row, TaskCancel changed nothing
-// and the reservations stay the running task's (no row from gateway_tasks,
-// so pgadmit_settle is not called). Returns how many it released.
-// Locks: the task row (held FOR UPDATE since TaskFinishLock); then as
-// AdmissionSettle: the counters (already held) and the reservation rows.
-// Index: gateway_tasks_pkey; then as AdmissionSettle (reservations by
-// primary key, counters by primary key).
-func (q *Queries) TaskCancelRelease(ctx context.Context, db DBTX, arg TaskCancelReleaseParams) (int32, error) {
-	row := db.QueryRow(ctx, TaskCancelRelease, arg.ReservationIds, arg.TaskID)
-	var released_reservations int32
-	err := row.Scan(&released_reservations)
-	return released_reservations, err
 }
 
 const TaskClaimNext = `-- name: TaskClaimNext :one
@@ -1080,6 +1040,49 @@ func (q *Queries) TaskHeartbeat(ctx context.Context, db DBTX, arg TaskHeartbeatP
 	var i TaskHeartbeatRow
 	err := row.Scan(&i.Status, &i.RenewedUntil)
 	return i, err
+}
+
+const TaskReleaseIfFinished = `-- name: TaskReleaseIfFinished :one
+SELECT count(*) FILTER (WHERE s.settled AND NOT s.is_lease)::integer AS released_reservations
+FROM gateway_tasks AS t
+CROSS JOIN LATERAL pgadmit_settle(
+    $1::uuid[], NULL::text[], NULL::text[], NULL::text[], NULL::integer[], NULL::timestamptz[],
+    array_fill('released'::text, ARRAY[cardinality($1::uuid[])]),
+    array_fill(0::numeric, ARRAY[cardinality($1::uuid[])]),
+    array_fill('task_finished'::text, ARRAY[cardinality($1::uuid[])]),
+    '{}'::uuid[], '{}'::text[],
+    -- t.finished_at (when the task was cancelled) makes the call lateral:
+    -- it runs only for the row that passed the test below.
+    t.finished_at
+) AS s
+WHERE t.id = $2::uuid
+  AND (t.status IN ('succeeded', 'failed', 'cancelled')) IS TRUE
+`
+
+type TaskReleaseIfFinishedParams struct {
+	ReservationIds []pgtype.UUID
+	TaskID         pgtype.UUID
+}
+
+// Last step of CancelTask's batch, after TaskCancel, and of FinishTask's,
+// after TaskFinish: releases (reason task_finished) the task's open
+// reservations that TaskFinishPlan read, whose counters
+// CounterLockForReservations locked at the batch's start (lock order:
+// counters, then the task row). Only when the task is finished now: when a
+// claim won the task row, TaskCancel changed nothing, and when the token
+// went stale (recovery requeued the task, another worker claimed it),
+// TaskFinish changed nothing; the reservations stay the task's (no row
+// from gateway_tasks, so pgadmit_settle is not called). Returns how many
+// it released.
+// Locks: the task row (held FOR UPDATE since TaskFinishLock); then as
+// AdmissionSettle: the counters (already held) and the reservation rows.
+// Index: gateway_tasks_pkey; then as AdmissionSettle (reservations by
+// primary key, counters by primary key).
+func (q *Queries) TaskReleaseIfFinished(ctx context.Context, db DBTX, arg TaskReleaseIfFinishedParams) (int32, error) {
+	row := db.QueryRow(ctx, TaskReleaseIfFinished, arg.ReservationIds, arg.TaskID)
+	var released_reservations int32
+	err := row.Scan(&released_reservations)
+	return released_reservations, err
 }
 
 const TaskUnclaim = `-- name: TaskUnclaim :execrows

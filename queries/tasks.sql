@@ -599,7 +599,7 @@ FROM finished;
 -- Cancels a queued task for its owner (CancelTask), in the batch that
 -- FinishTask's steps make for a finish: CounterLockForReservations on the
 -- task's open reservations (read by TaskFinishPlan), TaskFinishLock, this
--- statement, then TaskCancelRelease. Fenced by the status alone: a task
+-- statement, then TaskReleaseIfFinished. Fenced by the status alone: a task
 -- that a worker claimed (or that finished) since it was read is left as it
 -- is (no row). Sets it cancelled (error_code cancelled_while_queued, the
 -- caller's reason as error_message), releases its unreleased concurrency
@@ -705,14 +705,17 @@ SELECT cancelled.id,
                    AND NOT (r.id = ANY(@planned_reservation_ids::uuid[]))), '{}')::uuid[] AS late_reservation_ids
 FROM cancelled;
 
--- name: TaskCancelRelease :one
--- Last step of CancelTask's batch, after TaskCancel: releases (reason
--- task_finished) the task's open reservations that TaskFinishPlan read,
--- whose counters CounterLockForReservations locked at the batch's start
--- (lock order: counters, then the task row). Only when the task is
--- finished now: when a claim won the task row, TaskCancel changed nothing
--- and the reservations stay the running task's (no row from gateway_tasks,
--- so pgadmit_settle is not called). Returns how many it released.
+-- name: TaskReleaseIfFinished :one
+-- Last step of CancelTask's batch, after TaskCancel, and of FinishTask's,
+-- after TaskFinish: releases (reason task_finished) the task's open
+-- reservations that TaskFinishPlan read, whose counters
+-- CounterLockForReservations locked at the batch's start (lock order:
+-- counters, then the task row). Only when the task is finished now: when a
+-- claim won the task row, TaskCancel changed nothing, and when the token
+-- went stale (recovery requeued the task, another worker claimed it),
+-- TaskFinish changed nothing; the reservations stay the task's (no row
+-- from gateway_tasks, so pgadmit_settle is not called). Returns how many
+-- it released.
 -- Locks: the task row (held FOR UPDATE since TaskFinishLock); then as
 -- AdmissionSettle: the counters (already held) and the reservation rows.
 -- Index: gateway_tasks_pkey; then as AdmissionSettle (reservations by

@@ -82,9 +82,9 @@ func (e *TaskNotQueuedError) Is(target error) bool { return target == ErrTaskNot
 // requeued or failed it, or it was finished), or another claim replaced
 // this one. The task itself was not changed. HeartbeatTask and AppendEvent
 // wrote nothing; FinishTask wrote nothing when it found the token stale at
-// once, but when the token went stale between its two round trips it still
-// released the task's reservations that were open when it read them (see
-// FinishTask).
+// once, but when the token went stale between its two round trips, the
+// task finishing meanwhile, it still released the task's reservations that
+// were open when it read them (see FinishTask).
 type StaleTokenError struct {
 	TaskID string
 	// Status is the task's status when the call was refused.

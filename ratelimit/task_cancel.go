@@ -102,7 +102,7 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	var released int32
 	if len(rids) > 0 {
 		queue(b, func(r db.DBTX) {
-			_, _ = l.queries.TaskCancelRelease(ctx, r, db.TaskCancelReleaseParams{ReservationIds: rids, TaskID: id})
+			_, _ = l.queries.TaskReleaseIfFinished(ctx, r, db.TaskReleaseIfFinishedParams{ReservationIds: rids, TaskID: id})
 		}).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
 	}
 	if err := runBatch(ctx, l.conn, b); err != nil {

@@ -168,9 +168,11 @@ func staleToken(taskID, status string) *StaleTokenError {
 // the two round trips (recovery reclaimed the task, or another call
 // finished it), its Status is the one the batch found under the task row's
 // lock, not one read later; the task, its attempts, leases, admissions and events are
-// left as the new owner made them, but the reservations FinishTask read are
-// still released: the claim that held them is over, and recovery would
-// release them anyway. Either way, do not retry with the same token.
+// left as the new owner made them. The reservations FinishTask read are
+// released only if the task had finished meanwhile (recovery failed it,
+// another call finished it); a task queued or running again keeps them (a
+// reservation of the ended attempt is recovery's to release, one naming
+// only the task is the task's). Either way, do not retry with the same token.
 //
 // When FinishTask fails otherwise after its second round trip was sent
 // (its context ended, the connection broke), the task may have finished
@@ -244,13 +246,13 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	}
 	var finished []db.TaskFinishRow
 	queueRows(b, &finished, func(r db.DBTX) { _, _ = l.queries.TaskFinish(ctx, r, p) })
-	var settled []db.AdmissionSettleRow
+	// Released only when the task is finished now: a stale token whose
+	// task runs under another claim (or is queued again) leaves them to it.
+	var released int32
 	if len(rids) > 0 {
-		queueRows(b, &settled, func(r db.DBTX) {
-			sp := releaseIDs(rids, reasonTaskFinished)
-			sp.Now = p.Now
-			_, _ = l.queries.AdmissionSettle(ctx, r, sp)
-		})
+		queue(b, func(r db.DBTX) {
+			_, _ = l.queries.TaskReleaseIfFinished(ctx, r, db.TaskReleaseIfFinishedParams{ReservationIds: rids, TaskID: id})
+		}).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
 	}
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return FinishResult{}, wrapDBError(ctx, "finish task", err)
@@ -269,7 +271,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	}
 	f := finished[0]
 	res := finishResult(f)
-	res.ReleasedReservations = int(settledCount(settled))
+	res.ReleasedReservations = int(released)
 	late, err := l.releaseLate(ctx, "finish task", f.LateReservationIds, p.Now)
 	res.ReleasedReservations += late
 	return res, err
