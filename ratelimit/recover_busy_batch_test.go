@@ -32,15 +32,7 @@ func TestRecoverReclaimsPastAFullBatchOfHeldTaskRows(t *testing.T) {
 	}
 	clock.pass(dead.LeaseExpiresAt)
 
-	// The first task's worker heartbeats it in its own transaction, and keeps it open.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := l.WithTx(tx).HeartbeatTask(ctx, held.ID, held.ExecutionToken, time.Hour); err != nil {
-		t.Fatalf("HeartbeatTask in the worker's transaction: %v", err)
-	}
+	tx := heartbeatHeld(t, l, pool, held) // its worker heartbeats it in its own transaction, and keeps it open
 
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

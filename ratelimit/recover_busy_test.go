@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -31,15 +33,7 @@ func TestRecoverPassesOverATaskRowHeldByItsWorker(t *testing.T) {
 	}
 	clock.pass(task.LeaseExpiresAt)
 
-	// The worker heartbeats in its own transaction, and keeps it open.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := l.WithTx(tx).HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Hour); err != nil {
-		t.Fatalf("HeartbeatTask in the worker's transaction: %v", err)
-	}
+	tx := heartbeatHeld(t, l, pool, task) // the worker heartbeats in its own transaction, and keeps it open
 
 	recovered, done := recoverInBackground(ctx, m)
 	awaitWaitersOrDone(t, pool, 1, done) // recovery has passed the task's row over, or waits for it
@@ -157,4 +151,21 @@ func recoverInBackground(ctx context.Context, m *ratelimit.Maintenance) (recover
 		close(finished)
 	}()
 	return out, finished
+}
+
+// heartbeatHeld has task's worker heartbeat it in a transaction of its own
+// and keep it open, its task row locked, until the test commits it or ends
+// (rolled back then).
+func heartbeatHeld(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool, task ratelimit.Task) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := l.WithTx(tx).HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Hour); err != nil {
+		t.Fatalf("HeartbeatTask in the worker's transaction: %v", err)
+	}
+	return tx
 }
