@@ -52,7 +52,8 @@
 // A window limit with Local set is admitted from a block of its window's
 // units that the Limiter took in advance, in memory, with no round trip
 // (an admission for a task reads its task and attempt, to be fenced to
-// them, as Reserve says). A block is one row of gateway_rate_limit_allotments, and its granted
+// them, as Reserve says). A block is one row of
+// gateway_rate_limit_allotments, and its granted
 // units are reserved in the window's counter, so all processes together
 // never admit more than the limit; no reservation row is written per
 // request (the Reservation has Local set, no ID, and names its block in
