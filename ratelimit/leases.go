@@ -51,7 +51,7 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 		}
 		ttls[i] = int32(ttl / time.Second)
 	}
-	if err := l.enter("RenewLeases", phaseLeaseScopes, phaseRows); err != nil {
+	if err := l.enterLeases("RenewLeases", phaseLeaseScopes, phaseRows, ids); err != nil {
 		return nil, err
 	}
 	// The scopes' advisory locks first, as admission takes them: a renewal
@@ -111,7 +111,7 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if err := l.enter("ReleaseLeases", phaseRows, phaseRows); err != nil {
+	if err := l.enterLeases("ReleaseLeases", phaseRows, phaseRows, ids); err != nil {
 		return 0, err
 	}
 	p := releaseLeaseIDs(ids, reason)
@@ -207,7 +207,7 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	if len(rids) == 0 {
 		first = phaseRows
 	}
-	if err := l.enter("Attach", first, phaseRows); err != nil {
+	if err := l.enterLeases("Attach", first, phaseRows, lids); err != nil {
 		return grant, err
 	}
 	// Counters first (the lock order), as settling and recovery take them

@@ -1,11 +1,14 @@
 package ratelimit
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Every transaction takes pgadmit's locks in one global order, which is what
@@ -54,9 +57,16 @@ var ErrLockOrder = errors.New("ratelimit: operation out of lock order in this tr
 type LockOrderError struct {
 	Op       string
 	Previous string
+
+	leases bool // refused for a lease below one Previous locked
 }
 
 func (e *LockOrderError) Error() string {
+	if e.leases {
+		return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
+			"(several leases are locked in id order, and %s locked a lease whose id is above one %s names): "+
+			"run it in its own transaction or before %s", e.Op, e.Previous, e.Previous, e.Op, e.Previous)
+	}
 	if locksTaskRow(e.Op) && locksTaskRow(e.Previous) {
 		return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
 			"(each holds its task row FOR UPDATE, which an admission naming both tasks waits for in its own order): "+
@@ -86,6 +96,14 @@ type txOrder struct {
 	// at most.
 	finished   bool
 	finishedBy string // the operation that set finished
+	// lease: the highest id of the leases this transaction's operations
+	// locked, leaseBy the operation that locked it. Several leases are
+	// locked in id order (idOrder); an operation that locks a lease below
+	// it would wait for it holding the higher one, while a statement
+	// locking both in id order (FinishTask of their task, a renewal) holds
+	// the lower one and waits for the higher: a deadlock.
+	lease   pgtype.UUID
+	leaseBy string
 }
 
 // opFinishTask and opCancelTask name FinishTask and CancelTask in the lock
@@ -101,8 +119,16 @@ func locksTaskRow(op string) bool { return op == opFinishTask || op == opCancelT
 // enter admits an operation whose locks span first..last, or refuses it.
 // Outside a caller's transaction every operation is its own transaction and
 // always follows the order. Row-level operations may follow each other: the
-// global order does not rank rows against rows.
+// global order does not rank rows against rows, except leases, several of
+// which are locked in id order (enterLeases).
 func (l *Limiter) enter(op string, first, last lockPhase) error {
+	return l.enterLeases(op, first, last, nil)
+}
+
+// enterLeases is enter for an operation that also locks the given existing
+// leases: refused when one of them is below a lease an earlier operation
+// of the transaction locked (the lease lock order).
+func (l *Limiter) enterLeases(op string, first, last lockPhase, leases []pgtype.UUID) error {
 	if l.order == nil || first == phaseNone {
 		return nil
 	}
@@ -112,11 +138,23 @@ func (l *Limiter) enter(op string, first, last lockPhase) error {
 	if first <= o.reached && !(first == phaseRows && o.reached == phaseRows) {
 		return &LockOrderError{Op: op, Previous: o.previous}
 	}
+	highest := o.lease
+	for _, id := range leases {
+		if o.lease.Valid && bytes.Compare(id.Bytes[:], o.lease.Bytes[:]) < 0 {
+			return &LockOrderError{Op: op, Previous: o.leaseBy, leases: true}
+		}
+		if !highest.Valid || bytes.Compare(id.Bytes[:], highest.Bytes[:]) > 0 {
+			highest = id
+		}
+	}
 	if locksTaskRow(op) {
 		if o.finished {
 			return &LockOrderError{Op: op, Previous: o.finishedBy}
 		}
 		o.finished, o.finishedBy = true, op
+	}
+	if highest != o.lease {
+		o.lease, o.leaseBy = highest, op
 	}
 	if last > o.reached {
 		o.reached = last

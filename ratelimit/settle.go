@@ -248,7 +248,7 @@ func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, 
 		return Settlement{}, nil
 	}
 	if len(req.ids) > settleChunk {
-		if err := l.enter(opName(status), phaseCounters, phaseRows); err != nil {
+		if err := l.enterLeases(opName(status), phaseCounters, phaseRows, req.leaseIDs); err != nil {
 			return Settlement{}, err
 		}
 		return l.settleLong(ctx, &req)
@@ -260,7 +260,7 @@ func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, 
 	if len(req.ids) == 0 {
 		first = phaseRows
 	}
-	if err := l.enter(opName(status), first, phaseRows); err != nil {
+	if err := l.enterLeases(opName(status), first, phaseRows, req.leaseIDs); err != nil {
 		return Settlement{}, err
 	}
 	out, _, err := l.settleBatch(ctx, []*settleRequest{&req})
