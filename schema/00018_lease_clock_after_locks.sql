@@ -75,9 +75,10 @@ AS $$
 -- whatever the batch size.
 DECLARE
     v_now      timestamptz := coalesce(p_now, now());
-    -- The clock of the leases: read once the scopes' locks are held (see
-    -- below), not at the transaction's start, which may be long before.
-    v_lease_now timestamptz;
+    -- The clock of the leases: read again once the scopes' locks are held
+    -- (see below), the transaction's start until then (a batch refused
+    -- before it takes them answers with it).
+    v_lease_now timestamptz := coalesce(p_now, now());
     n_adm      integer := coalesce(cardinality(p_task_ids), 0);
     n_w        integer := coalesce(cardinality(p_w_scope_types), 0);
     n_c        integer := coalesce(cardinality(p_c_scope_types), 0);
