@@ -99,12 +99,7 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	queueRows(b, &cancelled, func(r db.DBTX) {
 		_, _ = l.queries.TaskCancel(ctx, r, db.TaskCancelParams{PlannedReservationIds: rids, Now: now, Reason: optText(reason), TaskID: id})
 	})
-	var released int32
-	if len(rids) > 0 {
-		queue(b, func(r db.DBTX) {
-			_, _ = l.queries.TaskReleaseIfFinished(ctx, r, db.TaskReleaseIfFinishedParams{ReservationIds: rids, TaskID: id})
-		}).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
-	}
+	released := l.queueReleaseIfFinished(ctx, b, id, rids)
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return FinishResult{}, wrapDBError(ctx, "cancel task", err)
 	}
@@ -124,8 +119,23 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	c := db.TaskFinishRow(cancelled[0]) // the same columns: TaskCancel's comment
 	res := finishResult(c)
 	late, err := l.releaseLate(ctx, "cancel task", c.LateReservationIds, now)
-	res.ReleasedReservations = int(released) + late
+	res.ReleasedReservations = int(*released) + late
 	return res, err
+}
+
+// queueReleaseIfFinished queues TaskReleaseIfFinished, the last statement
+// of FinishTask's and CancelTask's batch: the release of the task's
+// reservations rids, which the first round trip read open, only if the
+// task is finished when it runs. It returns where the count it released
+// goes once the batch runs (0 with no rids: nothing is queued).
+func (l *Limiter) queueReleaseIfFinished(ctx context.Context, b *pgx.Batch, id pgtype.UUID, rids []pgtype.UUID) *int32 {
+	released := new(int32)
+	if len(rids) > 0 {
+		queue(b, func(r db.DBTX) {
+			_, _ = l.queries.TaskReleaseIfFinished(ctx, r, db.TaskReleaseIfFinishedParams{ReservationIds: rids, TaskID: id})
+		}).QueryRow(func(row pgx.Row) error { return row.Scan(released) })
+	}
+	return released
 }
 
 // queueTaskLock queues TaskFinishLock, which locks the task row in

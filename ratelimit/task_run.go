@@ -248,12 +248,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	queueRows(b, &finished, func(r db.DBTX) { _, _ = l.queries.TaskFinish(ctx, r, p) })
 	// Released only when the task is finished now: a stale token whose
 	// task runs under another claim (or is queued again) leaves them to it.
-	var released int32
-	if len(rids) > 0 {
-		queue(b, func(r db.DBTX) {
-			_, _ = l.queries.TaskReleaseIfFinished(ctx, r, db.TaskReleaseIfFinishedParams{ReservationIds: rids, TaskID: id})
-		}).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
-	}
+	released := l.queueReleaseIfFinished(ctx, b, id, rids)
 	if err := runBatch(ctx, l.conn, b); err != nil {
 		return FinishResult{}, wrapDBError(ctx, "finish task", err)
 	}
@@ -271,7 +266,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	}
 	f := finished[0]
 	res := finishResult(f)
-	res.ReleasedReservations = int(released)
+	res.ReleasedReservations = int(*released)
 	late, err := l.releaseLate(ctx, "finish task", f.LateReservationIds, p.Now)
 	res.ReleasedReservations += late
 	return res, err
