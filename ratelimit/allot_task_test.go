@@ -21,16 +21,7 @@ func TestLocalReserveIsFencedToItsTask(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey("localtask")
 	admitted := []ratelimit.Grant{reserveLocal(t, l, key, 1000, 1)} // a block with room is held
-	newTask := func() ratelimit.Task {
-		t.Helper()
-		task, err := l.CreateTask(ctx, ratelimit.TaskSpec{Kind: "test", Worker: "w", LeaseTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return task
-	}
-
-	finished, live := newTask(), newTask()
+	finished, live := startSync(t, l, time.Minute), startSync(t, l, time.Minute)
 	g, err := l.Reserve(ctx, finished.ID, finished.AttemptID, []ratelimit.Limit{localWindow(key, 1000, 1)})
 	if err != nil || !g.Reservations[0].Local || g.TaskID != finished.ID || g.AttemptID != finished.AttemptID {
 		t.Fatalf("Reserve of a Local limit for a running attempt = %+v, %v; want a Local admission of its task", g, err)
