@@ -63,14 +63,19 @@ func describeCluster(c *pgcluster.Cluster) string {
 	return where + ", " + durability + ", " + preload
 }
 
-// migrate applies pending migrations on pool's database and reports the resulting version.
+// migrate applies pending migrations on pool's database and reports the resulting version. It
+// warns when a newer pgadmit migrated the database (bench and demo would then run this one's
+// statements against functions and tables it may misread).
 func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if err := schema.Migrate(ctx, pool); err != nil {
 		return 0, err
 	}
-	v, err := schema.Version(ctx, pool)
+	v, latest, err := schemaVersions(ctx, pool)
 	if err != nil {
 		return 0, err
+	}
+	if v > latest {
+		a.warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
 	}
 	return v, nil
 }
