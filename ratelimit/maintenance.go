@@ -123,7 +123,8 @@ func WithMaxRequeues(n int) MaintenanceOption {
 
 // WithPruneBatchSize sets how many rows one prune statement deletes at most
 // (default 5000; for tasks, how many tasks, each with its attempts and
-// events; stale reservations are released 256 at most per statement);
+// events, and for events (WithPruneEvents) how many tasks' events; stale
+// reservations are released 256 at most per statement);
 // Prune loops until nothing is left. An n below 1 leaves the
 // default; one above math.MaxInt32 is math.MaxInt32.
 func WithPruneBatchSize(n int) MaintenanceOption {

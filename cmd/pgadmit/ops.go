@@ -230,7 +230,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago")
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
-	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most")
+	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most (for tasks and --events: tasks, each with all its events)")
 	progress := progressFlag(fs)
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatch)
 	args, err := a.parse(a.cmd, fs, args)
