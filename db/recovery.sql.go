@@ -102,7 +102,7 @@ func (q *Queries) RecoveryAdmissionDeleteForFinishedTasks(ctx context.Context, d
 }
 
 const RecoveryAllotmentFindLost = `-- name: RecoveryAllotmentFindLost :many
-SELECT a.id, a.consumed
+SELECT a.id
 FROM gateway_rate_limit_allotments AS a
 WHERE a.returned_at IS NULL
   AND a.expires_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
@@ -117,29 +117,83 @@ type RecoveryAllotmentFindLostParams struct {
 	BatchSize    int32
 }
 
-type RecoveryAllotmentFindLostRow struct {
-	ID       pgtype.UUID
-	Consumed float64
-}
-
 // A batch of open blocks whose window ended, and whose holder stopped
 // reporting, more than @grace_seconds ago: a live holder returns a block at
 // its window's end (or keeps reporting while requests admitted from it are
 // still in flight), so this one is gone. Recovery returns them
-// (AllotmentReturn), charging the holder's last report (consumed). Read
-// only.
-// Locks: none (MVCC read; AllotmentReturn skips what is returned meanwhile).
+// (RecoveryAllotmentReturnLost, given the same grace), charging the holder's last report
+// (consumed) as the return reads it under the block's lock, not here: a
+// report may land between the two. Read only.
+// Locks: none (MVCC read; RecoveryAllotmentReturnLost skips what is
+// returned, or reported, meanwhile).
 // Index: gateway_rate_limit_allotments_open_idx (partial: open, by window end).
-func (q *Queries) RecoveryAllotmentFindLost(ctx context.Context, db DBTX, arg RecoveryAllotmentFindLostParams) ([]RecoveryAllotmentFindLostRow, error) {
+func (q *Queries) RecoveryAllotmentFindLost(ctx context.Context, db DBTX, arg RecoveryAllotmentFindLostParams) ([]pgtype.UUID, error) {
 	rows, err := db.Query(ctx, RecoveryAllotmentFindLost, arg.Now, arg.GraceSeconds, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []RecoveryAllotmentFindLostRow{}
+	items := []pgtype.UUID{}
 	for rows.Next() {
-		var i RecoveryAllotmentFindLostRow
-		if err := rows.Scan(&i.ID, &i.Consumed); err != nil {
+		var id pgtype.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const RecoveryAllotmentReturnLost = `-- name: RecoveryAllotmentReturnLost :many
+SELECT r.ord::integer      AS ord,
+       r.returned::boolean AS returned
+FROM pgadmit_allot_return(
+         $1::uuid[], NULL::numeric[],
+         array_fill($2::text, ARRAY[cardinality($1::uuid[])]),
+         $3::timestamptz,
+         coalesce($3::timestamptz, now()) - make_interval(secs => $4::float8)
+     ) AS r
+`
+
+type RecoveryAllotmentReturnLostParams struct {
+	Ids          []pgtype.UUID
+	Reason       string
+	Now          *time.Time
+	GraceSeconds float64
+}
+
+type RecoveryAllotmentReturnLostRow struct {
+	Ord      int32
+	Returned bool
+}
+
+// Returns the lost blocks RecoveryAllotmentFindLost found (@grace_seconds:
+// the same grace), each charging its holder's last report (consumed) as
+// read under the block's row lock, and leaves open, returned false, a block
+// whose holder reported since the cutoff (a report that landed after the
+// find: the holder is alive and returns the block itself). Reason @reason.
+// Idempotent: returned is false for a block already returned.
+// Locks: the counters FOR UPDATE in primary-key order, then the block rows
+// (pgadmit_allot_return, schema/00019_return_lost_allotments_under_lock.sql).
+// Index: gateway_rate_limit_allotments_pkey; gateway_rate_limit_counters_pkey.
+func (q *Queries) RecoveryAllotmentReturnLost(ctx context.Context, db DBTX, arg RecoveryAllotmentReturnLostParams) ([]RecoveryAllotmentReturnLostRow, error) {
+	rows, err := db.Query(ctx, RecoveryAllotmentReturnLost,
+		arg.Ids,
+		arg.Reason,
+		arg.Now,
+		arg.GraceSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RecoveryAllotmentReturnLostRow{}
+	for rows.Next() {
+		var i RecoveryAllotmentReturnLostRow
+		if err := rows.Scan(&i.Ord, &i.Returned); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -446,14 +446,35 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- reporting, more than @grace_seconds ago: a live holder returns a block at
 -- its window's end (or keeps reporting while requests admitted from it are
 -- still in flight), so this one is gone. Recovery returns them
--- (AllotmentReturn), charging the holder's last report (consumed). Read
--- only.
--- Locks: none (MVCC read; AllotmentReturn skips what is returned meanwhile).
+-- (RecoveryAllotmentReturnLost, given the same grace), charging the holder's last report
+-- (consumed) as the return reads it under the block's lock, not here: a
+-- report may land between the two. Read only.
+-- Locks: none (MVCC read; RecoveryAllotmentReturnLost skips what is
+-- returned, or reported, meanwhile).
 -- Index: gateway_rate_limit_allotments_open_idx (partial: open, by window end).
-SELECT a.id, a.consumed
+SELECT a.id
 FROM gateway_rate_limit_allotments AS a
 WHERE a.returned_at IS NULL
   AND a.expires_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
   AND a.synced_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
 ORDER BY a.expires_at
 LIMIT @batch_size::integer;
+
+-- name: RecoveryAllotmentReturnLost :many
+-- Returns the lost blocks RecoveryAllotmentFindLost found (@grace_seconds:
+-- the same grace), each charging its holder's last report (consumed) as
+-- read under the block's row lock, and leaves open, returned false, a block
+-- whose holder reported since the cutoff (a report that landed after the
+-- find: the holder is alive and returns the block itself). Reason @reason.
+-- Idempotent: returned is false for a block already returned.
+-- Locks: the counters FOR UPDATE in primary-key order, then the block rows
+-- (pgadmit_allot_return, schema/00019_return_lost_allotments_under_lock.sql).
+-- Index: gateway_rate_limit_allotments_pkey; gateway_rate_limit_counters_pkey.
+SELECT r.ord::integer      AS ord,
+       r.returned::boolean AS returned
+FROM pgadmit_allot_return(
+         @ids::uuid[], NULL::numeric[],
+         array_fill(@reason::text, ARRAY[cardinality(@ids::uuid[])]),
+         sqlc.narg('now')::timestamptz,
+         coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
+     ) AS r;

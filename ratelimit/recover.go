@@ -185,21 +185,20 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 }
 
 // returnLostAllotments returns, per batch, the blocks of holders that died,
-// charging each holder's last report of what it admitted.
+// charging each holder's last report of what it admitted. The return reads
+// that report under the block's lock, and leaves a block whose holder
+// reported since the find: it is alive.
 func (m *Maintenance) returnLostAllotments(ctx context.Context, batch int32, count *int64) batchFunc {
-	find := func(n int32) ([]db.RecoveryAllotmentFindLostRow, error) {
+	grace := m.opts.lostGrace.Seconds()
+	find := func(n int32) ([]pgtype.UUID, error) {
 		return m.queries.RecoveryAllotmentFindLost(ctx, m.stepConn(), db.RecoveryAllotmentFindLostParams{
-			GraceSeconds: m.opts.lostGrace.Seconds(), BatchSize: n, Now: m.opts.clock.at(),
+			GraceSeconds: grace, BatchSize: n, Now: m.opts.clock.at(),
 		})
 	}
-	return findStep(batch, nil, func(a db.RecoveryAllotmentFindLostRow) [16]byte { return a.ID.Bytes }, find, func(lost []db.RecoveryAllotmentFindLostRow) (int64, error) {
-		p := db.AllotmentReturnParams{Now: m.opts.clock.at()}
-		for _, a := range lost {
-			p.Ids = append(p.Ids, a.ID)
-			p.Used = append(p.Used, a.Consumed)
-			p.Reasons = append(p.Reasons, reasonHolderLost)
-		}
-		rows, err := m.queries.AllotmentReturn(ctx, m.stepConn(), p)
+	return findStep(batch, nil, func(id pgtype.UUID) [16]byte { return id.Bytes }, find, func(lost []pgtype.UUID) (int64, error) {
+		rows, err := m.queries.RecoveryAllotmentReturnLost(ctx, m.stepConn(), db.RecoveryAllotmentReturnLostParams{
+			Ids: lost, Reason: reasonHolderLost, GraceSeconds: grace, Now: m.opts.clock.at(),
+		})
 		if err != nil {
 			return 0, err
 		}
