@@ -66,11 +66,14 @@ type ExceededError struct {
 	Used     float64
 	Reserved float64
 	// Projected is Current + Amount.
-	Projected     float64
+	Projected float64
+	// WindowSeconds is the window limit's window; 0 for a concurrent limit,
+	// which has none (the reference gateway store reported its default, 60).
 	WindowSeconds int
 	// ResetAt is the end of the window, or the earliest expiry of a live
 	// lease; RetryAfter is ResetAt minus the database's now(), at least 1s
-	// (and at most 5s for concurrent limits, whose slots usually free early).
+	// (and at most 5s for concurrent limits, whose slots usually free early),
+	// or 0 when the refusal is not Retryable.
 	ResetAt    time.Time
 	RetryAfter time.Duration
 	Policy     string

@@ -43,7 +43,7 @@ func (l *Limiter) CommitCombined(ctx context.Context, grants []Grant) ([]Settlem
 		for j, r := range g.Reservations {
 			amounts[j] = r.Amount
 		}
-		req, err := newSettleRequest(g, StatusCommitted, "committed", amounts, nil)
+		req, err := newSettleRequest(g, StatusCommitted, reasonCommitted, amounts, nil)
 		if err != nil {
 			return nil, err
 		}

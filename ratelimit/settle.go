@@ -95,9 +95,10 @@ func (s Settlement) Overages() []ReservationOutcome {
 
 // Commit settles a grant with what was really used: each reservation's
 // window moves from reserved to used by actual[metric] (the estimate when
-// the metric is absent; an actual above the estimate is recorded in full and
-// reported in Settlement.Overages). The grant's leases are released: the
-// request is over. Idempotent: reservations already committed or released
+// the metric is absent, but 0 when actual[metric] is 0; an actual above the
+// estimate is recorded in full and reported in Settlement.Overages). The
+// grant's leases are released: the request is over. A committed
+// reservation records the reason "success", its leases "committed". Idempotent: reservations already committed or released
 // are left alone and reported with Settled false. An actual amount, or an
 // estimate charged in its place, that is not a valid amount is a
 // *ValidationError, and nothing is written; so is a reservation whose
@@ -129,8 +130,17 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 			return Settlement{}, inElement("Reservations", i, err)
 		}
 	}
-	return l.settle(ctx, grant, StatusCommitted, "committed", amounts)
+	return l.settle(ctx, grant, StatusCommitted, reasonCommitted, amounts)
 }
+
+const (
+	// reasonCommitted is recorded on the leases a Commit ends, and
+	// reasonSuccess on the reservations it commits: the reason the
+	// reference store records on them, which a DBA's query of the ledger
+	// by reason may look for.
+	reasonCommitted = "committed"
+	reasonSuccess   = "success"
+)
 
 // Release gives a grant back unused: reservations are released, leases
 // ended. reason is recorded on each (at most MaxReasonBytes of valid UTF-8
@@ -325,6 +335,15 @@ type settleRequest struct {
 	rFirst, lFirst int
 }
 
+// reservationReason is the reason its reservations record: a commit's
+// reservations record reasonSuccess, its leases reasonCommitted.
+func (r *settleRequest) reservationReason() string {
+	if r.status == StatusCommitted {
+		return reasonSuccess
+	}
+	return r.reason
+}
+
 // rows is how many rows r gives pgadmit_settle: its reservations and
 // leases.
 func (r *settleRequest) rows() int { return len(r.ids) + len(r.leaseIDs) }
@@ -444,7 +463,7 @@ func (c *settleCall) add(r *settleRequest) {
 		p.ReservationIds = append(p.ReservationIds, r.ids[i])
 		p.Statuses = append(p.Statuses, r.status)
 		p.ActualAmounts = append(p.ActualAmounts, r.amounts[i])
-		p.Reasons = append(p.Reasons, r.reason)
+		p.Reasons = append(p.Reasons, r.reservationReason())
 		if !c.keyless {
 			res := r.reservations[i]
 			p.ScopeTypes = append(p.ScopeTypes, res.ScopeType)
@@ -537,7 +556,7 @@ func (l *Limiter) settleOne(ctx context.Context, r *settleRequest) (Settlement, 
 	row, err := l.queries.AdmissionSettleOne(ctx, l.conn, db.AdmissionSettleOneParams{
 		ReservationID: r.ids[0], ScopeType: res.ScopeType, ScopeKey: res.ScopeKey, Metric: res.Metric,
 		WindowSeconds: int32(res.Window / time.Second), WindowStart: res.WindowStart,
-		Status: r.status, ActualAmount: r.amounts[0], Reason: r.reason,
+		Status: r.status, ActualAmount: r.amounts[0], Reason: r.reservationReason(),
 	})
 	if err != nil {
 		return Settlement{}, wrapDBError(ctx, "settle", err)
