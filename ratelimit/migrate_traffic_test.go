@@ -1,0 +1,223 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+	"github.com/pgadmit/pgadmit/schema"
+)
+
+// An operator rolls the latest three migrations (00017-00019, which redefine pgadmit_renew_leases,
+// pgadmit_reserve and pgadmit_allot_return) back and forward while three gateways serve: two on
+// pools with pgx's statement cache (combined and hot batches), one on the simple protocol. A
+// fourth instance's combined Reserve waits in pgadmit_reserve for a counter row that a
+// transaction holds through every step. No call fails but the expected refusals, no step waits
+// (redefining a function takes no lock that a running call of it holds, and 00017 and 00018 keep
+// their signatures, so the statements the pools prepared stay valid), the stuck call is admitted
+// once the row is free, and the books balance (docs/upgrading.md).
+func TestTrafficAcrossLiveMigrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pools := pgtest.NewPools(t, 4) // three gateways, and the operator's
+	cfg := pools[2].Config()
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	simple, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(simple.Close)
+	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1]), ratelimit.New(simple)}
+	hot, model := uniqueKey("hot"), uniqueKey("model")
+	keys := []string{hot}
+
+	// The stuck call: its counter row held by a transaction of the operator's pool.
+	stuckKey := uniqueKey("stuck")
+	stuckLimits := []ratelimit.Limit{window("api_key", stuckKey, "requests", 100, 1), concurrent("model", stuckKey, 5)}
+	stuckLimits = hourLimits(t, pools[3], stuckLimits...)
+	stuckL := ratelimit.New(pools[3])
+	holder := heldTx(t, pools[3])
+	if _, err := stuckL.WithTx(holder).Reserve(ctx, "", "", stuckLimits[:1]); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() { _, err := stuckL.Reserve(ctx, "", "", stuckLimits); stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pools[3], "the stuck Reserve")
+
+	var mu sync.Mutex
+	committed := map[string]float64{}
+	var calls, refused atomic.Int64
+	stop := make(chan struct{})
+	failed := make(chan error, 12)
+	var wg sync.WaitGroup
+	for w := range 12 {
+		l, key := ls[w%len(ls)], hot
+		if w%4 == 3 {
+			key = uniqueKey("plain")
+			keys = append(keys, key)
+		}
+		limits := []ratelimit.Limit{
+			window("api_key", key, "requests", 1e9, 1),
+			window("api_key", key, "tokens", 1e9, 10),
+			concurrent("model", model, 6), // refuses at times
+		}
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := migrateTrafficCall(ctx, l, limits, i, &mu, committed, &refused); err != nil {
+					failed <- err
+					return
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	// progress waits for some calls on the schema as it is now.
+	progress := func(what string) {
+		t.Helper()
+		from := calls.Load()
+		for deadline := time.Now().Add(30 * time.Second); calls.Load() < from+150; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) || len(failed) > 0 {
+				t.Errorf("%s: only %d calls in 30 s", what, calls.Load()-from)
+				return
+			}
+		}
+	}
+
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pools[3]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	progress("at the latest version")
+	steps := []string{"down", "down", "down", "up", "up", "up", "down", "up"} // latest, three down, up again, one down, up
+	for _, step := range steps {
+		run := p.UpByOne
+		if step == "down" {
+			run = p.Down
+		}
+		start := time.Now()
+		res, err := run(ctx)
+		if err != nil {
+			t.Fatalf("%s under traffic: %v", step, err)
+		}
+		// Each step is one transaction that sets lock_timeout to 5 s: well below it, it
+		// waited for nothing.
+		took := time.Since(start)
+		if took > 4*time.Second {
+			t.Errorf("%s %s took %v under traffic", step, res.Source.Path, took)
+		}
+		t.Logf("%s %s: %v", step, res.Source.Path, took.Round(time.Millisecond))
+		progress(step + " " + res.Source.Path)
+	}
+	close(stop)
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Errorf("a call failed while the schema changed: %v", err)
+	}
+	if v, err := schema.Version(ctx, pools[3]); err != nil || v != p.ListSources()[len(p.ListSources())-1].Version {
+		t.Fatalf("Version = %d, %v; want the latest", v, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the Reserve that waited in pgadmit_reserve through the steps: %v", err)
+	}
+	var hotStatements int64
+	for _, l := range ls[:2] {
+		s := l.Stats()
+		hotStatements += s.Reserve.Hot + s.Settle.Hot
+	}
+	if hotStatements == 0 {
+		t.Error("no statement went as a hot batch; the test proves nothing about them")
+	}
+	t.Logf("%d calls (%d refused), %d hot statements", calls.Load(), refused.Load(), hotStatements)
+	assertSettled(t, pools[3], keys, []string{model}, committed)
+	assertBooksBalance(t, pools[3], "api_key", stuckKey)
+	if live := liveLeases(t, pools[3], "model", stuckKey); live != 1 {
+		t.Errorf("the stuck Reserve holds %d live leases, want 1", live)
+	}
+}
+
+// migrateTrafficCall is one request of TestTrafficAcrossLiveMigrations: Reserve, every other
+// one RenewLeases, then Commit of what it used (every third one Release). A refusal is counted,
+// any other error returned.
+func migrateTrafficCall(ctx context.Context, l *ratelimit.Limiter, limits []ratelimit.Limit, i int,
+	mu *sync.Mutex, committed map[string]float64, refused *atomic.Int64) error {
+	g, err := l.Reserve(ctx, "", "", limits)
+	if errors.Is(err, ratelimit.ErrExceeded) {
+		refused.Add(1)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("Reserve: %w", err)
+	}
+	if i%2 == 0 {
+		if _, err := l.RenewLeases(ctx, g.Leases); err != nil {
+			return fmt.Errorf("RenewLeases: %w", err)
+		}
+	}
+	if i%3 == 0 {
+		if _, err := l.Release(ctx, g, "upstream_error"); err != nil {
+			return fmt.Errorf("Release: %w", err)
+		}
+		return nil
+	}
+	if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 7}); err != nil {
+		return fmt.Errorf("Commit: %w", err)
+	}
+	key := limits[0].Scope.Key
+	mu.Lock()
+	committed[key+" requests"]++
+	committed[key+" tokens"] += 7
+	mu.Unlock()
+	return nil
+}
+
+// docs/upgrading.md: roll the binaries back before the schema. On a schema rolled back below
+// 00012 (pgadmit_hot_commit dropped), this binary's hot batches fail, with nothing of them
+// applied: the batch and the CALL are one implicit transaction.
+func TestHotBatchesFailBelowMigration12(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.DownTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	l := ratelimit.New(pool)
+	key := uniqueKey("below12")
+	req := ratelimit.BatchRequest{Limits: []ratelimit.Limit{window("api_key", key, "requests", 100, 1)}}
+	_, _, err = l.ReserveCombined(ctx, []ratelimit.BatchRequest{req, req}) // one counter: a hot batch
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42883" {
+		t.Fatalf("hot batch on schema 11: %v, want 42883 (pgadmit_hot_commit does not exist)", err)
+	}
+	for _, c := range counterRows(t, pool, "api_key", key) {
+		if c.UsedValue != 0 || c.ReservedValue != 0 {
+			t.Errorf("counter %+v: the failed hot batch admitted something", c)
+		}
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+}
