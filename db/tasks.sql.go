@@ -841,7 +841,11 @@ SELECT t.status,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
-                   AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids
+                   AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids,
+       coalesce((SELECT array_agg(x.id ORDER BY x.id)
+                 FROM gateway_concurrency_leases AS x
+                 WHERE x.task_id = $2::uuid
+                   AND (x.released_at IS NULL) IS TRUE), '{}')::uuid[] AS live_lease_ids
 FROM gateway_tasks AS t
 WHERE t.id = $2::uuid
 `
@@ -856,6 +860,7 @@ type TaskFinishPlanRow struct {
 	TokenMatches       bool
 	ReadCommitted      bool
 	OpenReservationIds []pgtype.UUID
+	LiveLeaseIds       []pgtype.UUID
 }
 
 // First step of finishing a task: checks the fence without locking and
@@ -866,11 +871,17 @@ type TaskFinishPlanRow struct {
 // snapshot follows TaskFinishLock; in a REPEATABLE READ transaction it
 // would miss what committed after the transaction's snapshot and leave it
 // open on the finished task, so the caller refuses then.
+// live_lease_ids: the task's unreleased leases, which the finishing batch
+// locks (in id order): in a caller's transaction, the lock-order guard
+// refuses the finish when one is below a lease an earlier operation of the
+// transaction locked.
 // CancelTask reads the same first (its status, not the token).
 // Locks: none (MVCC read).
 // Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
 // of the task's reservations, a few; `IS TRUE` keeps the status test from
-// matching a partial index of open rows, as in CounterLockForReservations).
+// matching a partial index of open rows, as in CounterLockForReservations);
+// gateway_concurrency_leases_task_idx (all of the task's leases, a few;
+// `IS TRUE` likewise, as in TaskFinish).
 func (q *Queries) TaskFinishPlan(ctx context.Context, db DBTX, arg TaskFinishPlanParams) (TaskFinishPlanRow, error) {
 	row := db.QueryRow(ctx, TaskFinishPlan, arg.Token, arg.TaskID)
 	var i TaskFinishPlanRow
@@ -879,6 +890,7 @@ func (q *Queries) TaskFinishPlan(ctx context.Context, db DBTX, arg TaskFinishPla
 		&i.TokenMatches,
 		&i.ReadCommitted,
 		&i.OpenReservationIds,
+		&i.LiveLeaseIds,
 	)
 	return i, err
 }

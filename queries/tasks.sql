@@ -423,18 +423,28 @@ LEFT JOIN renewed ON renewed.id = cur.id;
 -- snapshot follows TaskFinishLock; in a REPEATABLE READ transaction it
 -- would miss what committed after the transaction's snapshot and leave it
 -- open on the finished task, so the caller refuses then.
+-- live_lease_ids: the task's unreleased leases, which the finishing batch
+-- locks (in id order): in a caller's transaction, the lock-order guard
+-- refuses the finish when one is below a lease an earlier operation of the
+-- transaction locked.
 -- CancelTask reads the same first (its status, not the token).
 -- Locks: none (MVCC read).
 -- Index: gateway_tasks_pkey; gateway_rate_limit_reservations_task_idx (all
 -- of the task's reservations, a few; `IS TRUE` keeps the status test from
--- matching a partial index of open rows, as in CounterLockForReservations).
+-- matching a partial index of open rows, as in CounterLockForReservations);
+-- gateway_concurrency_leases_task_idx (all of the task's leases, a few;
+-- `IS TRUE` likewise, as in TaskFinish).
 SELECT t.status,
        (t.execution_token IS NOT DISTINCT FROM @token::uuid)::boolean AS token_matches,
        (current_setting('transaction_isolation') = 'read committed')::boolean AS read_committed,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
-                   AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids
+                   AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids,
+       coalesce((SELECT array_agg(x.id ORDER BY x.id)
+                 FROM gateway_concurrency_leases AS x
+                 WHERE x.task_id = @task_id::uuid
+                   AND (x.released_at IS NULL) IS TRUE), '{}')::uuid[] AS live_lease_ids
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
 

@@ -64,7 +64,7 @@ type LockOrderError struct {
 func (e *LockOrderError) Error() string {
 	if e.leases {
 		return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
-			"(several leases are locked in id order, and %s locked a lease whose id is above one %s names): "+
+			"(several leases are locked in id order, and %s locked a lease whose id is above one %s locks): "+
 			"run it in its own transaction or before %s", e.Op, e.Previous, e.Previous, e.Op, e.Previous)
 	}
 	if locksTaskRow(e.Op) && locksTaskRow(e.Previous) {
@@ -127,7 +127,8 @@ func (l *Limiter) enter(op string, first, last lockPhase) error {
 
 // enterLeases is enter for an operation that also locks the given existing
 // leases: refused when one of them is below a lease an earlier operation
-// of the transaction locked (the lease lock order).
+// of the transaction locked (the lease lock order). FinishTask and
+// CancelTask pass the task's live leases, which they lock after its row.
 func (l *Limiter) enterLeases(op string, first, last lockPhase, leases []pgtype.UUID) error {
 	if l.order == nil || first == phaseNone {
 		return nil

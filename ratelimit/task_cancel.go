@@ -87,7 +87,7 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	if len(rids) == 0 {
 		first = phaseRows
 	}
-	if err := l.enter(opCancelTask, first, phaseRows); err != nil {
+	if err := l.enterLeases(opCancelTask, first, phaseRows, plan.LiveLeaseIds); err != nil {
 		return FinishResult{}, err
 	}
 	b := &pgx.Batch{}

@@ -229,7 +229,9 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if len(rids) == 0 {
 		first = phaseRows
 	}
-	if err := l.enter(opFinishTask, first, phaseRows); err != nil {
+	// TaskFinish locks the task's live leases: in a caller's transaction,
+	// not below one an earlier operation locked (the lease lock order).
+	if err := l.enterLeases(opFinishTask, first, phaseRows, plan.LiveLeaseIds); err != nil {
 		return FinishResult{}, err
 	}
 	b := &pgx.Batch{}
