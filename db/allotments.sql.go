@@ -17,12 +17,12 @@ SELECT r.ord::integer      AS ord,
        r.returned::boolean AS returned,
        r.granted::numeric  AS granted,
        r.used::numeric     AS used
-FROM pgadmit_allot_return($1::uuid[], $2::numeric[], $3::text[], $4::timestamptz) AS r
+FROM pgadmit_allot_return($1::uuid[], ($2::text[])::numeric[], $3::text[], $4::timestamptz) AS r
 `
 
 type AllotmentReturnParams struct {
 	Ids     []pgtype.UUID
-	Used    []float64
+	Used    []string
 	Reasons []string
 	Now     *time.Time
 }
@@ -77,7 +77,7 @@ WITH synced AS (
         synced_at = now()
     FROM (
         SELECT unnest($1::uuid[])          AS id,
-               unnest($2::numeric[])  AS consumed
+               unnest(($2::text[])::numeric[]) AS consumed
     ) AS u
     WHERE a.id = u.id
       AND (a.returned_at IS NULL) IS TRUE
@@ -89,7 +89,7 @@ SELECT (SELECT count(*) FROM synced)::bigint AS synced,
 
 type AllotmentSyncParams struct {
 	Ids      []pgtype.UUID
-	Consumed []float64
+	Consumed []string
 }
 
 type AllotmentSyncRow struct {
@@ -118,7 +118,7 @@ func (q *Queries) AllotmentSync(ctx context.Context, db DBTX, arg AllotmentSyncP
 const AllotmentTake = `-- name: AllotmentTake :one
 
 SELECT a.allotment_id::uuid         AS allotment_id,
-       a.granted::numeric           AS granted,
+       a.granted::text              AS granted,
        a.current_value::numeric     AS current_value,
        a.reserved_value::numeric    AS reserved_value,
        a.window_start::timestamptz  AS window_start,
@@ -127,7 +127,7 @@ SELECT a.allotment_id::uuid         AS allotment_id,
 FROM pgadmit_allot(
          $1::text, $2::text, $3::text, $4::text, $5::integer,
          $6::numeric, $7::numeric, $8::numeric,
-         $9::uuid, $10::numeric, $11::timestamptz
+         $9::uuid, ($10::text)::numeric, $11::timestamptz
      ) AS a
 `
 
@@ -141,13 +141,13 @@ type AllotmentTakeParams struct {
 	Want          float64
 	Need          float64
 	TrimID        pgtype.UUID
-	TrimTo        *float64
+	TrimTo        pgtype.Text
 	Now           *time.Time
 }
 
 type AllotmentTakeRow struct {
 	AllotmentID   pgtype.UUID
-	Granted       float64
+	Granted       string
 	CurrentValue  float64
 	ReservedValue float64
 	WindowStart   time.Time
@@ -197,7 +197,7 @@ const AllotmentTrim = `-- name: AllotmentTrim :exec
 SELECT a.reserved_value::numeric AS reserved_value
 FROM pgadmit_allot(
          $1::text, $2::text, $3::text, $4::text, $5::integer,
-         $6::numeric, 0, 0, $7::uuid, $8::numeric, $9::timestamptz
+         $6::numeric, 0, 0, $7::uuid, ($8::text)::numeric, $9::timestamptz
      ) AS a
 `
 
@@ -209,7 +209,7 @@ type AllotmentTrimParams struct {
 	WindowSeconds int32
 	LimitValue    float64
 	TrimID        pgtype.UUID
-	TrimTo        float64
+	TrimTo        string
 	Now           *time.Time
 }
 

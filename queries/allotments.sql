@@ -12,7 +12,7 @@
 -- rows.
 -- Index: gateway_rate_limit_counters_pkey; gateway_rate_limit_allotments_pkey.
 SELECT a.allotment_id::uuid         AS allotment_id,
-       a.granted::numeric           AS granted,
+       a.granted::text              AS granted,
        a.current_value::numeric     AS current_value,
        a.reserved_value::numeric    AS reserved_value,
        a.window_start::timestamptz  AS window_start,
@@ -21,7 +21,7 @@ SELECT a.allotment_id::uuid         AS allotment_id,
 FROM pgadmit_allot(
          @holder::text, @scope_type::text, @scope_key::text, @metric::text, @window_seconds::integer,
          @limit_value::numeric, @want::numeric, @need::numeric,
-         sqlc.narg('trim_id')::uuid, sqlc.narg('trim_to')::numeric, sqlc.narg('now')::timestamptz
+         sqlc.narg('trim_id')::uuid, (sqlc.narg('trim_to')::text)::numeric, sqlc.narg('now')::timestamptz
      ) AS a;
 
 -- name: AllotmentTrim :exec
@@ -34,7 +34,7 @@ FROM pgadmit_allot(
 SELECT a.reserved_value::numeric AS reserved_value
 FROM pgadmit_allot(
          @holder::text, @scope_type::text, @scope_key::text, @metric::text, @window_seconds::integer,
-         @limit_value::numeric, 0, 0, @trim_id::uuid, @trim_to::numeric, sqlc.narg('now')::timestamptz
+         @limit_value::numeric, 0, 0, @trim_id::uuid, (@trim_to::text)::numeric, sqlc.narg('now')::timestamptz
      ) AS a;
 
 -- name: AllotmentReturn :many
@@ -48,7 +48,7 @@ SELECT r.ord::integer      AS ord,
        r.returned::boolean AS returned,
        r.granted::numeric  AS granted,
        r.used::numeric     AS used
-FROM pgadmit_allot_return(@ids::uuid[], @used::numeric[], @reasons::text[], sqlc.narg('now')::timestamptz) AS r;
+FROM pgadmit_allot_return(@ids::uuid[], (@used::text[])::numeric[], @reasons::text[], sqlc.narg('now')::timestamptz) AS r;
 
 -- name: AllotmentSync :one
 -- Records what the holder has admitted so far from each of its open blocks,
@@ -68,7 +68,7 @@ WITH synced AS (
         synced_at = now()
     FROM (
         SELECT unnest(@ids::uuid[])          AS id,
-               unnest(@consumed::numeric[])  AS consumed
+               unnest((@consumed::text[])::numeric[]) AS consumed
     ) AS u
     WHERE a.id = u.id
       AND (a.returned_at IS NULL) IS TRUE

@@ -405,7 +405,7 @@ func (a *allotments) dropIdle(sets []*blockSet) {
 type returning struct {
 	set    *blockSet
 	b      *block
-	used   float64
+	used   string // exact (units.text)
 	reason string
 }
 
@@ -468,7 +468,7 @@ func sessionLost(err error) bool {
 type trimming struct {
 	set *blockSet
 	b   *block
-	to  float64
+	to  string // exact (units.text)
 }
 
 // trim trims one block; a failed trim is tried again on the next round.
@@ -500,7 +500,7 @@ func (a *allotments) sync() {
 		s.mu.Lock()
 		for _, b := range s.open() {
 			p.Ids = append(p.Ids, b.id)
-			p.Consumed = append(p.Consumed, b.used+b.reserved)
+			p.Consumed = append(p.Consumed, b.spent().text())
 		}
 		s.mu.Unlock()
 	}

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -46,16 +48,19 @@ type block struct {
 	windowStart time.Time
 	resetAt     time.Time
 	limit       float64 // of its counter, when taken
-	granted     float64
-	reserved    float64 // estimates of admissions in flight
-	inflight    int     // admissions in flight (a sum of fractions need not come back to 0)
-	used        float64 // actual amounts of settled admissions
-	lastUse     time.Time
-	closed      bool   // admits nothing more
-	reason      string // why it closed
-	trimmed     bool   // closed, and trimmed in the database to what it admitted
-	gone        bool   // returned: later settlements change nothing in the database
-	abandoned   bool   // Close could not return it: left to Recover (abandonUnreturned)
+	// Its units, the estimates of the admissions in flight and the actual
+	// amounts of those settled, exactly as the database counts them (see
+	// units): a float64 sum admitted past granted.
+	granted   units
+	reserved  units
+	used      units
+	inflight  int // admissions in flight
+	lastUse   time.Time
+	closed    bool   // admits nothing more
+	reason    string // why it closed
+	trimmed   bool   // closed, and trimmed in the database to what it admitted
+	gone      bool   // returned: later settlements change nothing in the database
+	abandoned bool   // Close could not return it: left to Recover (abandonUnreturned)
 	// endsLocal is resetAt on this host's monotonic clock, as the estimate
 	// of the database's clock put it when the block was taken: a step back
 	// of that clock puts off the window's end on it, not on this one.
@@ -68,7 +73,12 @@ type block struct {
 	admissions map[uint64]*localAdmission
 }
 
-func (b *block) free() float64 { return b.granted - b.used - b.reserved }
+// spent is what b admitted: the settled admissions' actual amounts and the
+// estimates of those in flight.
+func (b *block) spent() units { return b.used.plus(b.reserved) }
+
+// free is what b has left to admit.
+func (b *block) free() units { return b.granted.minus(b.spent()) }
 
 // localAdmission is one request admitted from a block.
 type localAdmission struct {
@@ -76,7 +86,7 @@ type localAdmission struct {
 	b      *block
 	seq    uint64 // its LocalID's sequence
 	tag    uint64 // and random tag (see localID)
-	amount float64
+	amount units
 	// Guarded by set.mu: whether it was settled, how, and what was charged.
 	settled bool
 	status  string
@@ -151,12 +161,12 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			s.cur, s.next = s.next, nil
 			continue
 		}
-		if s.hasRoom(b, amount, limit) {
-			b.reserved += amount
+		if u := unitsOf(amount); s.hasRoom(b, u, limit) {
+			b.reserved = b.reserved.plus(u)
 			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
-			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: randomTag(), amount: amount}
+			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: randomTag(), amount: u}
 			if b.admissions == nil {
 				b.admissions = map[uint64]*localAdmission{}
 			}
@@ -172,8 +182,8 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 }
 
 // hasRoom reports whether b can admit amount under limit (see tryLocked).
-func (s *blockSet) hasRoom(b *block, amount, limit float64) bool {
-	return b.limit <= limit && b.used+b.reserved+amount <= b.granted && len(b.admissions) < s.a.maxAdmissions
+func (s *blockSet) hasRoom(b *block, amount units, limit float64) bool {
+	return b.limit <= limit && b.free().cmp(amount) >= 0 && len(b.admissions) < s.a.maxAdmissions
 }
 
 // retireLocked closes the blocks that may no longer admit: their window
@@ -245,7 +255,7 @@ func (s *blockSet) installLocked(b *block) {
 // database's clock.
 func (s *blockSet) prefetchLocked(w windowLimit, now time.Time) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free() > b.granted/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(now, w.Limit.Amount) {
+	if b == nil || s.next != nil || s.refill != nil || b.free().approx() > b.granted.approx()/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(now, w.Limit.Amount) {
 		return
 	}
 	s.refillLocked(w, w.Limit.Amount, false)
@@ -260,7 +270,7 @@ func (s *blockSet) outlastsWindowLocked(b *block, now time.Time) bool {
 	if s.rateSince.IsZero() || s.units <= 0 || el <= 0 {
 		return false
 	}
-	return b.free()/s.units*el >= b.resetAt.Add(-s.a.opts.Margin).Sub(now).Seconds()
+	return b.free().approx()/s.units*el >= b.resetAt.Add(-s.a.opts.Margin).Sub(now).Seconds()
 }
 
 // refillLocked starts taking a block of at least need units from the
@@ -284,13 +294,13 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 	}
 	s.refill = make(chan struct{})
 	var trim *block
-	var trimTo float64
+	var trimTo string
 	if b := s.cur; trimCurrent && b != nil {
-		trim, trimTo = b, b.used+b.reserved
+		trim, trimTo = b, b.spent().text()
 		s.closeLocked(b, reasonTrimmed)
 		s.cur = nil
 	} else if b := s.setAsideLocked(); b != nil {
-		trim, trimTo = b, b.used+b.reserved
+		trim, trimTo = b, b.spent().text()
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
@@ -311,7 +321,7 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 // are still held in the database (not trimmed, not returned), if any.
 func (s *blockSet) setAsideLocked() *block {
 	for _, b := range s.draining {
-		if b.reason == reasonTrimmed && !b.trimmed && !b.gone && b.free() > 0 {
+		if b.reason == reasonTrimmed && !b.trimmed && !b.gone && b.free().sign() > 0 {
 			return b
 		}
 	}
@@ -346,7 +356,7 @@ type taken struct {
 // each request (LocalStats). A window with no room for need puts off
 // blocks asked for as much (noRoomBackoff), a failed request every block
 // of the counter (failedBlockPause).
-func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo float64) taken {
+func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo string) taken {
 	s.mu.Lock()
 	want := s.wantLocked(w.Limit.Limit, need)
 	s.mu.Unlock()
@@ -355,14 +365,19 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 		WindowSeconds: s.key.windowSeconds, LimitValue: w.Limit.Limit, Want: want, Need: need,
 	}
 	if trim != nil {
-		p.TrimID, p.TrimTo = trim.id, &trimTo
+		p.TrimID, p.TrimTo = trim.id, pgtype.Text{String: trimTo, Valid: true}
 	}
 	row, err := s.a.allotTake(ctx, p)
 	if err != nil {
 		s.a.counts.fail(err)
 		return taken{pauseUntil: s.a.dbNow().Add(min(noRoomBackoff(w.windowSeconds), failedBlockPause))}
 	}
-	if !row.AllotmentID.Valid || row.Granted <= 0 {
+	granted, ok := parseUnits(row.Granted)
+	if !ok {
+		s.a.counts.fail(fmt.Errorf("ratelimit: block granted %q: not a number", row.Granted))
+		return taken{pauseUntil: s.a.dbNow().Add(min(noRoomBackoff(w.windowSeconds), failedBlockPause))}
+	}
+	if !row.AllotmentID.Valid || granted.sign() <= 0 {
 		s.a.counts.noRoom.Add(1)
 		until := row.DbNow.Add(noRoomBackoff(w.windowSeconds))
 		if until.After(row.ResetAt) {
@@ -372,8 +387,10 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 	}
 	s.a.counts.granted.Add(1)
 	now := time.Now()
-	return taken{ran: true, block: &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
-		limit: w.Limit.Limit, granted: row.Granted, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}}
+	b := &block{id: row.AllotmentID, windowStart: row.WindowStart, resetAt: row.ResetAt,
+		limit: w.Limit.Limit, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}
+	b.granted = granted
+	return taken{ran: true, block: b}
 }
 
 // wantLocked sizes the next block: what this process admits on the
@@ -405,7 +422,13 @@ func (s *blockSet) wantLocked(limit, need float64) float64 {
 	if rate == 0 {
 		want = 16 * need
 	}
-	return min(max(want, need), limit*s.a.opts.MaxShare)
+	want = min(max(want, need), limit*s.a.opts.MaxShare)
+	// Whole units where that still holds need: a block of whole units
+	// admits whole amounts at float64's speed (see units).
+	if w := math.Floor(want); w >= need {
+		want = w
+	}
+	return want
 }
 
 // pausedLocked reports whether no block is to be asked for with room for
@@ -480,14 +503,14 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 	for _, b := range s.draining {
 		switch {
 		case b.inflight == 0:
-			done = append(done, returning{set: s, b: b, used: b.used, reason: b.reason})
+			done = append(done, returning{set: s, b: b, used: b.used.text(), reason: b.reason})
 			b.gone = true
 		case closing || b.stuck(now, s.a.stuckAfter()):
-			done = append(done, returning{set: s, b: b, used: b.used + b.reserved, reason: b.reason})
+			done = append(done, returning{set: s, b: b, used: b.spent().text(), reason: b.reason})
 			b.gone = true
 		default:
-			if b.reason == reasonTrimmed && !b.trimmed && b.free() > 0 {
-				trims = append(trims, trimming{set: s, b: b, to: b.used + b.reserved})
+			if b.reason == reasonTrimmed && !b.trimmed && b.free().sign() > 0 {
+				trims = append(trims, trimming{set: s, b: b, to: b.spent().text()})
 			}
 			keep = append(keep, b)
 		}
@@ -543,19 +566,17 @@ func (la *localAdmission) settle(commit bool, actual float64) (status string, ch
 	if la.b.closed {
 		delete(la.b.admissions, la.seq) // see forgetSettledLocked
 	}
-	la.b.reserved -= la.amount
-	if la.b.inflight--; la.b.inflight == 0 {
-		la.b.reserved = 0
-	}
+	la.b.reserved = la.b.reserved.minus(la.amount)
+	la.b.inflight--
 	switch {
 	case la.b.gone:
 		// Charged at its estimate by the return, or by the next one if
 		// this return fails and the block is requeued (used counts it).
-		la.b.used += la.amount
-		la.status, la.charged = StatusCommitted, la.amount
+		la.b.used = la.b.used.plus(la.amount)
+		la.status, la.charged = StatusCommitted, la.amount.approx()
 		return la.status, la.charged, false
 	case commit:
-		la.b.used += actual
+		la.b.used = la.b.used.plus(unitsOf(actual))
 		la.status, la.charged = StatusCommitted, actual
 	default:
 		la.status = StatusReleased
@@ -588,7 +609,7 @@ func (a *allotments) canTake(w windowLimit) bool {
 	}
 	now := a.dbNow()
 	for _, b := range []*block{s.cur, s.next} { // tryLocked moves on to next when cur has no room
-		if b != nil && !b.closed && a.admits(now, b) && s.hasRoom(b, l.Amount, l.Limit) {
+		if b != nil && !b.closed && a.admits(now, b) && s.hasRoom(b, unitsOf(l.Amount), l.Limit) {
 			return true
 		}
 	}

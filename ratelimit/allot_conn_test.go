@@ -204,7 +204,7 @@ func TestLocalCloseReturnsBlocksAfterTheStatementCacheMissedBehindAPooler(t *tes
 	// server session, in a transaction that names it.
 	var prepared int32
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := db.New().AllotmentReturn(ctx, tx, db.AllotmentReturnParams{Ids: []pgtype.UUID{}, Used: []float64{}, Reasons: []string{}}); err != nil {
+		if _, err := db.New().AllotmentReturn(ctx, tx, db.AllotmentReturnParams{Ids: []pgtype.UUID{}, Used: []string{}, Reasons: []string{}}); err != nil {
 			return err
 		}
 		prepared, err = testq.OpsBackendPid(ctx, tx)

@@ -31,7 +31,7 @@ func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 			WindowSeconds: 3600, LimitValue: 1e9, Want: 10, Need: 1, TrimID: trim,
 		}
 		if trim.Valid {
-			p.TrimTo = new(float64) // admitted nothing: trimmed to 0
+			p.TrimTo = pgtype.Text{String: "0", Valid: true} // admitted nothing: trimmed to 0
 		}
 		b, err := queries.AllotmentTake(ctx, q, p)
 		if err != nil || !b.AllotmentID.Valid {
@@ -42,7 +42,7 @@ func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 	giveBack := func(q db.DBTX, id pgtype.UUID) {
 		t.Helper()
 		rows, err := queries.AllotmentReturn(ctx, q, db.AllotmentReturnParams{
-			Ids: []pgtype.UUID{id}, Used: []float64{1}, Reasons: []string{"test"},
+			Ids: []pgtype.UUID{id}, Used: []string{"1"}, Reasons: []string{"test"},
 		})
 		if err != nil || len(rows) != 1 || !rows[0].Returned {
 			t.Fatalf("AllotmentReturn: %+v, %v", rows, err)
@@ -74,7 +74,7 @@ func TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum(t *testing.T) {
 		}
 	}
 	reads("AllotmentSync of one block", func(tx pgx.Tx) {
-		row, err := queries.AllotmentSync(ctx, tx, db.AllotmentSyncParams{Ids: []pgtype.UUID{mine}, Consumed: []float64{3}})
+		row, err := queries.AllotmentSync(ctx, tx, db.AllotmentSyncParams{Ids: []pgtype.UUID{mine}, Consumed: []string{"3"}})
 		if err != nil || row.Synced != 1 {
 			t.Fatalf("AllotmentSync: %d rows, %v; want 1", row.Synced, err)
 		}

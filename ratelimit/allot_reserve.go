@@ -38,7 +38,7 @@ func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 			continue
 		}
 		la.set.mu.Lock()
-		remaining := la.b.free()
+		remaining := la.b.free().approx()
 		la.set.mu.Unlock()
 		taken = append(taken, localTaken{index: w.index, admission: la, limit: w, remaining: remaining})
 	}

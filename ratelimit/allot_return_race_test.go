@@ -33,7 +33,7 @@ func TestAllotmentReturnWaitingForAReportReturnsTheBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = report.Rollback(ctx) }()
-	if row, err := queries.AllotmentSync(ctx, report, db.AllotmentSyncParams{Ids: []pgtype.UUID{b.AllotmentID}, Consumed: []float64{7}}); err != nil || row.Synced != 1 {
+	if row, err := queries.AllotmentSync(ctx, report, db.AllotmentSyncParams{Ids: []pgtype.UUID{b.AllotmentID}, Consumed: []string{"7"}}); err != nil || row.Synced != 1 {
 		t.Fatalf("AllotmentSync: %d, %v", row.Synced, err)
 	}
 	type result struct {
@@ -43,7 +43,7 @@ func TestAllotmentReturnWaitingForAReportReturnsTheBlock(t *testing.T) {
 	returned := make(chan result, 1)
 	go func() {
 		rows, err := queries.AllotmentReturn(ctx, pool, db.AllotmentReturnParams{
-			Ids: []pgtype.UUID{b.AllotmentID}, Used: []float64{7}, Reasons: []string{"lost"},
+			Ids: []pgtype.UUID{b.AllotmentID}, Used: []string{"7"}, Reasons: []string{"lost"},
 		})
 		returned <- result{rows, err}
 	}()

@@ -28,7 +28,7 @@ func lostBlockReporting(t *testing.T, pool *pgxpool.Pool, key string) (pgtype.UU
 		Holder: "h", ScopeType: "model", ScopeKey: key, Metric: "tokens",
 		WindowSeconds: 3600, LimitValue: 1000, Want: 100, Need: 1, Now: &past,
 	})
-	if err != nil || !b.AllotmentID.Valid || b.Granted != 100 {
+	if err != nil || !b.AllotmentID.Valid || b.Granted != "100" {
 		t.Fatalf("AllotmentTake: %+v, %v", b, err)
 	}
 	report, err := pool.Begin(ctx)
@@ -36,7 +36,7 @@ func lostBlockReporting(t *testing.T, pool *pgxpool.Pool, key string) (pgtype.UU
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = report.Rollback(ctx) })
-	if row, err := queries.AllotmentSync(ctx, report, db.AllotmentSyncParams{Ids: []pgtype.UUID{b.AllotmentID}, Consumed: []float64{25}}); err != nil || row.Synced != 1 {
+	if row, err := queries.AllotmentSync(ctx, report, db.AllotmentSyncParams{Ids: []pgtype.UUID{b.AllotmentID}, Consumed: []string{"25"}}); err != nil || row.Synced != 1 {
 		t.Fatalf("AllotmentSync: %d, %v", row.Synced, err)
 	}
 	return b.AllotmentID, report
@@ -121,7 +121,7 @@ func TestRecoverLeavesABlockWhoseHolderReportsWhileItWaits(t *testing.T) {
 	}
 
 	rows, err := queries.AllotmentReturn(ctx, pool, db.AllotmentReturnParams{
-		Ids: []pgtype.UUID{id}, Used: []float64{20}, Reasons: []string{"closed"},
+		Ids: []pgtype.UUID{id}, Used: []string{"20"}, Reasons: []string{"closed"},
 	})
 	if err != nil || len(rows) != 1 || !rows[0].Returned || rows[0].Used != 20 {
 		t.Fatalf("the holder's AllotmentReturn = %+v, %v; want the block returned, used 20", rows, err)

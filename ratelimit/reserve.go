@@ -424,7 +424,7 @@ func (a *admission) decide(rows []db.AdmissionReserveRow) (Grant, error) {
 				grant.Leases[i] = Lease{
 					ID: idString(row.GrantID), ScopeType: c.Limit.Scope.Type, ScopeKey: c.Limit.Scope.Key,
 					Amount: c.Limit.Amount, Limit: c.Limit.Limit, TTL: time.Duration(c.ttlSeconds) * time.Second,
-					ExpiresAt: row.ResetAt, Remaining: c.Limit.Limit - row.CurrentValue - c.Limit.Amount,
+					ExpiresAt: row.ResetAt, Remaining: remaining(c.Limit.Limit, row.CurrentValue, 0, c.Limit.Amount),
 				}
 			}
 			continue
@@ -440,7 +440,7 @@ func (a *admission) decide(rows []db.AdmissionReserveRow) (Grant, error) {
 				ID: idString(row.GrantID), ScopeType: w.Limit.Scope.Type, ScopeKey: w.Limit.Scope.Key,
 				Metric: w.Limit.Metric, Window: time.Duration(w.windowSeconds) * time.Second,
 				WindowStart: row.WindowStart, ResetAt: row.ResetAt, Limit: w.Limit.Limit, Amount: w.Limit.Amount,
-				Remaining: w.Limit.Limit - row.CurrentValue - row.ReservedValue - w.Limit.Amount,
+				Remaining: remaining(w.Limit.Limit, row.CurrentValue, row.ReservedValue, w.Limit.Amount),
 				index:     w.index,
 			}
 		}

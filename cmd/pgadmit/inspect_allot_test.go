@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestInspectShowsEachWindowOfAHolderApart(t *testing.T) {
 			Holder: "gw-1", ScopeType: "provider", ScopeKey: "gpt", Metric: "tokens", WindowSeconds: 60,
 			LimitValue: 10_000, Want: want, Need: 1, Now: now,
 		}
-		if r, err := db.New().AllotmentTake(ctx, pool, p); err != nil || r.Granted != want {
+		if r, err := db.New().AllotmentTake(ctx, pool, p); err != nil || r.Granted != strconv.FormatFloat(want, 'f', -1, 64) {
 			t.Fatalf("take a block: %+v, %v", r, err)
 		}
 	}

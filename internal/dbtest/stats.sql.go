@@ -173,6 +173,61 @@ func (q *Queries) ColumnComment(ctx context.Context, db DBTX, arg ColumnCommentP
 	return comment, err
 }
 
+const CounterDecimalsByScope = `-- name: CounterDecimalsByScope :many
+SELECT c.metric, c.window_start,
+       c.limit_value::text    AS limit_value,
+       c.used_value::text     AS used_value,
+       c.reserved_value::text AS reserved_value
+FROM gateway_rate_limit_counters AS c
+WHERE c.scope_type = $1
+  AND c.scope_key = $2
+ORDER BY c.window_start DESC, c.metric
+`
+
+type CounterDecimalsByScopeParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+type CounterDecimalsByScopeRow struct {
+	Metric        string
+	WindowStart   time.Time
+	LimitValue    string
+	UsedValue     string
+	ReservedValue string
+}
+
+// The window counters of one scope, newest first, with their values as
+// numeric writes them: exact, where a float64 would round 5e14 and
+// 499999999999999.999999 alike.
+// Locks: none (MVCC read).
+// Index: gateway_rate_limit_counters_pkey (scope prefix).
+func (q *Queries) CounterDecimalsByScope(ctx context.Context, db DBTX, arg CounterDecimalsByScopeParams) ([]CounterDecimalsByScopeRow, error) {
+	rows, err := db.Query(ctx, CounterDecimalsByScope, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CounterDecimalsByScopeRow{}
+	for rows.Next() {
+		var i CounterDecimalsByScopeRow
+		if err := rows.Scan(
+			&i.Metric,
+			&i.WindowStart,
+			&i.LimitValue,
+			&i.UsedValue,
+			&i.ReservedValue,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const LeaseLiveByScope = `-- name: LeaseLiveByScope :one
 SELECT count(*)::bigint                            AS leases,
        coalesce(sum(lease_value), 0)::numeric      AS slots

@@ -36,6 +36,21 @@ WHERE scope_type = @scope_type
   AND released_at IS NULL
   AND expires_at > now();
 
+-- name: CounterDecimalsByScope :many
+-- The window counters of one scope, newest first, with their values as
+-- numeric writes them: exact, where a float64 would round 5e14 and
+-- 499999999999999.999999 alike.
+-- Locks: none (MVCC read).
+-- Index: gateway_rate_limit_counters_pkey (scope prefix).
+SELECT c.metric, c.window_start,
+       c.limit_value::text    AS limit_value,
+       c.used_value::text     AS used_value,
+       c.reserved_value::text AS reserved_value
+FROM gateway_rate_limit_counters AS c
+WHERE c.scope_type = @scope_type
+  AND c.scope_key = @scope_key
+ORDER BY c.window_start DESC, c.metric;
+
 -- name: AllotmentListByScope :many
 -- Every allotment (block of a Local limit) of one scope, oldest first.
 -- Locks: none (MVCC read).
