@@ -464,11 +464,12 @@ func sessionLost(err error) bool {
 
 // trimming is a block closed for want of room, to be trimmed to what it
 // admitted while requests admitted from it are still in flight, so that
-// its unused units go back to the window now rather than when they end.
+// its unused units go back to the window now rather than when they end;
+// and again as they settle below their estimates, or are released.
 type trimming struct {
 	set *blockSet
 	b   *block
-	to  string // exact (units.text)
+	to  units
 }
 
 // trim trims one block; a failed trim is tried again on the next round.
@@ -478,14 +479,14 @@ func (a *allotments) trim(t trimming) {
 	defer cancel()
 	err := a.l.queries.AllotmentTrim(ctx, a.l.conn, db.AllotmentTrimParams{
 		Holder: a.opts.Holder, ScopeType: k.scopeType, ScopeKey: k.scopeKey, Metric: k.metric,
-		WindowSeconds: k.windowSeconds, LimitValue: t.b.limit, TrimID: t.b.id, TrimTo: t.to,
+		WindowSeconds: k.windowSeconds, LimitValue: t.b.limit, TrimID: t.b.id, TrimTo: t.to.text(),
 	})
 	if err != nil {
 		a.counts.fail(err)
 		return
 	}
 	t.set.mu.Lock()
-	t.b.trimmed = true
+	t.b.trimmedTo(t.to)
 	t.set.mu.Unlock()
 }
 

@@ -51,14 +51,13 @@ type block struct {
 	// Its units, the estimates of the admissions in flight and the actual
 	// amounts of those settled, exactly as the database counts them (see
 	// units): a float64 sum admitted past granted.
-	granted   units
+	granted   units // in the database: what it was granted, or trimmed to
 	reserved  units
 	used      units
 	inflight  int // admissions in flight
 	lastUse   time.Time
 	closed    bool   // admits nothing more
 	reason    string // why it closed
-	trimmed   bool   // closed, and trimmed in the database to what it admitted
 	gone      bool   // returned: later settlements change nothing in the database
 	abandoned bool   // Close could not return it: left to Recover (abandonUnreturned)
 	// endsLocal is resetAt on this host's monotonic clock, as the estimate
@@ -79,6 +78,18 @@ func (b *block) spent() units { return b.used.plus(b.reserved) }
 
 // free is what b has left to admit.
 func (b *block) free() units { return b.granted.minus(b.spent()) }
+
+// trimmedTo records a trim to what b admitted, to: its requests in flight
+// that settle below their estimate, or are released, then free units that
+// the next trim gives back. A closed block's unused units are the
+// window's, which others may be refused for meanwhile: trimmed only once,
+// a block waiting for its slowest request held all the units its others
+// had not used until then (TestLocalStrandingAcrossLimitersStaysWithinTheBound).
+func (b *block) trimmedTo(to units) {
+	if to.cmp(b.granted) < 0 {
+		b.granted = to
+	}
+}
 
 // localAdmission is one request admitted from a block.
 type localAdmission struct {
@@ -294,13 +305,13 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 	}
 	s.refill = make(chan struct{})
 	var trim *block
-	var trimTo string
+	var trimTo units
 	if b := s.cur; trimCurrent && b != nil {
-		trim, trimTo = b, b.spent().text()
+		trim, trimTo = b, b.spent()
 		s.closeLocked(b, reasonTrimmed)
 		s.cur = nil
 	} else if b := s.setAsideLocked(); b != nil {
-		trim, trimTo = b, b.spent().text()
+		trim, trimTo = b, b.spent()
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
@@ -309,7 +320,7 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if trim != nil && t.ran {
-			trim.trimmed = true
+			trim.trimmedTo(trimTo)
 		}
 		s.pauseUntil, s.pauseNeed = t.pauseUntil, t.pauseNeed
 		s.endRefillLocked(t.block)
@@ -318,10 +329,11 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 }
 
 // setAsideLocked returns a block closed for want of room whose free units
-// are still held in the database (not trimmed, not returned), if any.
+// are still held in the database (not trimmed to what it admitted since, not
+// returned), if any.
 func (s *blockSet) setAsideLocked() *block {
 	for _, b := range s.draining {
-		if b.reason == reasonTrimmed && !b.trimmed && !b.gone && b.free().sign() > 0 {
+		if b.reason == reasonTrimmed && !b.gone && b.free().sign() > 0 {
 			return b
 		}
 	}
@@ -356,7 +368,7 @@ type taken struct {
 // each request (LocalStats). A window with no room for need puts off
 // blocks asked for as much (noRoomBackoff), a failed request every block
 // of the counter (failedBlockPause).
-func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo string) taken {
+func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, trim *block, trimTo units) taken {
 	s.mu.Lock()
 	want := s.wantLocked(w.Limit.Limit, need)
 	s.mu.Unlock()
@@ -365,7 +377,7 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 		WindowSeconds: s.key.windowSeconds, LimitValue: w.Limit.Limit, Want: want, Need: need,
 	}
 	if trim != nil {
-		p.TrimID, p.TrimTo = trim.id, pgtype.Text{String: trimTo, Valid: true}
+		p.TrimID, p.TrimTo = trim.id, pgtype.Text{String: trimTo.text(), Valid: true}
 	}
 	row, err := s.a.allotTake(ctx, p)
 	if err != nil {
@@ -509,8 +521,9 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 			done = append(done, returning{set: s, b: b, used: b.spent().text(), reason: b.reason})
 			b.gone = true
 		default:
-			if b.reason == reasonTrimmed && !b.trimmed && b.free().sign() > 0 {
-				trims = append(trims, trimming{set: s, b: b, to: b.spent().text()})
+			// A block of an ended window is left alone by a trim.
+			if b.reason == reasonTrimmed && b.free().sign() > 0 && now.Before(b.resetAt) {
+				trims = append(trims, trimming{set: s, b: b, to: b.spent()})
 			}
 			keep = append(keep, b)
 		}

@@ -66,7 +66,7 @@
 // background, when the current one is half spent, unless at the rate the
 // process admits the current one would last until its window stops
 // admitting; a block set aside for want of room is trimmed to what it
-// admitted.
+// admitted, and again as what it admitted settles below its estimates.
 //
 // A block is returned, its units leaving reserved_value and what it
 // admitted entering used_value (actual amounts of committed requests, an
