@@ -31,7 +31,7 @@ var (
 	// is wrong, not the request.
 	ErrInvalidLimit = errors.New("httpadmit: invalid limit")
 	// ErrNoAdmission is returned by ReportUsage and Discard for a context
-	// that did not come through the middleware.
+	// that did not come through the middleware (a nil one too).
 	ErrNoAdmission = errors.New("httpadmit: no admission in this context")
 	// ErrHandlerReturned is returned by ReportUsage and Discard called once
 	// the request's handler has returned (or panicked), from a goroutine it

@@ -35,9 +35,10 @@ type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusa
 // err wraps ErrBadRequest, is an *UnavailableError (ErrUnavailable), wraps
 // ErrInvalidLimit (limits no request can be decided on), wraps the
 // *ratelimit.ValidationError of a Limiter that cannot run (made from a nil
-// pool: Field "conn"), or is whatever the LimitsFunc returned. Invalid
-// limits and a Limiter that cannot run are the configuration's errors, also
-// logged (at most one line a second). Behind
+// pool: Field "conn") or of a middleware given a nil http.Handler (Field
+// "next"), or is whatever the LimitsFunc returned. Invalid limits, a
+// Limiter that cannot run and a nil handler are the configuration's errors,
+// also logged (at most one line a second). Behind
 // another middleware, the same holds as for a RefusalHandler: call Discard
 // when the request will not reach the upstream.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
@@ -146,7 +147,9 @@ type middleware struct {
 // *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput) whose
 // Field names the argument or option ("limiter", "WithDecisionTimeout").
 // A limiter made from a nil pool is taken: each request then fails
-// (ErrorHandler).
+// (ErrorHandler), and so does each request of a middleware given a nil
+// http.Handler (a *ratelimit.ValidationError on "next"), which reserves
+// nothing.
 func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
 	if limiter == nil {
 		return nil, invalidConfig("limiter", nil, "must not be nil")
@@ -191,9 +194,19 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	}
 	m := &middleware{config: c, limiter: limiter, limits: limits}
 	return func(next http.Handler) http.Handler {
+		if next == nil { // the middleware cannot return an error: each request gets it
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				m.onError(w, r, m.invalidLimits(r.Context(), errNilHandler).err)
+			})
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
 }
+
+// errNilHandler is what each request gets from a middleware given a nil
+// http.Handler, which it would call.
+var errNilHandler = fmt.Errorf("httpadmit: %w", &ratelimit.ValidationError{Field: "next", Value: nil,
+	Reason: "the middleware was given a nil http.Handler"})
 
 // invalidConfig is New's error for an argument or option it cannot run
 // with: a *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput)

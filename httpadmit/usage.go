@@ -47,6 +47,9 @@ type report struct {
 type contextKey struct{}
 
 func admissionFrom(ctx context.Context) (*admission, bool) {
+	if ctx == nil { // no admission, rather than a panic in ctx.Value
+		return nil, false
+	}
 	a, ok := ctx.Value(contextKey{}).(*admission)
 	return a, ok
 }

@@ -17,7 +17,7 @@ import (
 // counts as reserved); any other is checked against its window. One round
 // trip (none when every limit passes from a block).
 func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return err
 	}
 	windows, _, err := splitLimits(limits)

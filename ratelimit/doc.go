@@ -105,7 +105,8 @@
 // # Errors
 //
 // Bad input returns a *ValidationError naming the field
-// (errors.Is(err, ErrInvalidInput)) and writes nothing. A refusal is an
+// (errors.Is(err, ErrInvalidInput)) and writes nothing; so does a nil
+// context, on "ctx". A refusal is an
 // *ExceededError (errors.Is(err, ErrExceeded)). A lapsed lease is a
 // *LeaseLostError (errors.Is(err, ErrLeaseLost)); a stale task token a
 // *StaleTokenError (errors.Is(err, ErrStaleToken)).

@@ -169,7 +169,7 @@ func (p Problem) String() string {
 // counters, the reservation ledger and the blocks (and, as the planner
 // goes, of the tasks): an operator's tool, not for a hot path.
 func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
-	if err := m.usable(); err != nil {
+	if err := m.callable(ctx); err != nil {
 		return Report{}, err
 	}
 	bound := m.opts.doctorLockTimeout

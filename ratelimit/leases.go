@@ -24,7 +24,7 @@ import (
 // seconds up to MaxLeaseTTL, or a lease listed twice (whatever the case of
 // its id) is a *ValidationError, and nothing is sent. One round trip.
 func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return nil, err
 	}
 	texts := leaseIDStrings(leases)
@@ -94,7 +94,7 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 // and validated as Release's is. A malformed id, or a lease listed twice,
 // is a *ValidationError, and nothing is sent. One round trip.
 func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason string) (int, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return 0, err
 	}
 	texts := leaseIDStrings(leases)
@@ -161,7 +161,7 @@ func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason stri
 // cancelled statement ends the transaction, and the link is rolled back
 // with it.
 func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Grant, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return grant, err
 	}
 	attempt, err := parseID("AttemptID", attemptID)

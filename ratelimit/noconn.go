@@ -11,9 +11,10 @@ import (
 // Receivers that their constructor did not make, and nil connections: each
 // operation returns a *ValidationError (errors.Is ErrInvalidInput) naming
 // what is missing, writes nothing, and never panics. The receiver is
-// checked first, by usable at the top of every exported method that
-// returns an error (one nil check on the hot path); a nil connection, by
-// the statements themselves (noConn), after the arguments were validated.
+// checked first, then a nil context, by callable at the top of every
+// exported method that returns an error (two nil checks on the hot path);
+// a nil connection, by the statements themselves (noConn), after the
+// arguments were validated.
 // A zero Limiter lacks more than its connection (its queries, hot
 // counters, options), so it is refused whole rather than given a noConn.
 
@@ -31,6 +32,33 @@ func (l *Limiter) usable() error {
 func (m *Maintenance) usable() error {
 	if m == nil || m.queries == nil {
 		return notMade("Maintenance", "NewMaintenance", m == nil)
+	}
+	return nil
+}
+
+// callable is usable for an operation run with ctx: a nil ctx is refused
+// too. pgx and the combiner would dereference it, panicking, and leave a
+// combined statement (which Close then waits for) or the connection of a
+// caller's transaction (busy to every later statement) stuck.
+func (l *Limiter) callable(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	return validContext(ctx)
+}
+
+// callable is Limiter.callable for a Maintenance.
+func (m *Maintenance) callable(ctx context.Context) error {
+	if err := m.usable(); err != nil {
+		return err
+	}
+	return validContext(ctx)
+}
+
+// validContext refuses a nil ctx as bad input.
+func validContext(ctx context.Context) error {
+	if ctx == nil {
+		return &ValidationError{Field: "ctx", Value: nil, Reason: "must be a context, not nil (context.Background() when there is none)"}
 	}
 	return nil
 }

@@ -144,6 +144,9 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool == nil {
 		return &ValidationError{Field: "pool", Value: nil, Reason: "must be a pool, not nil"}
 	}
+	if err := validContext(ctx); err != nil {
+		return err
+	}
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	// The holder is a connection of its own, not a second one of the pool: a pool of one
 	// connection (or one busy to its last) would wait for the prober, held, for ever. It runs

@@ -100,7 +100,7 @@ var epoch = time.Unix(0, 0).UTC()
 // locks its counter, and waits for a transaction that holds it: bound that
 // with WithMaintenanceLockTimeout, as for Recover.
 func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res PruneResult, err error) {
-	if err := m.usable(); err != nil {
+	if err := m.callable(ctx); err != nil {
 		return PruneResult{}, err
 	}
 	if olderThan <= 0 {

@@ -130,7 +130,7 @@ func (r RecoveryResult) String() string {
 // leases lapse at expiry, their reservations must be settled by the caller
 // (they stop mattering when their window ends, and Prune releases them).
 func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err error) {
-	if err := m.usable(); err != nil {
+	if err := m.callable(ctx); err != nil {
 		return RecoveryResult{}, err
 	}
 	lease, err := m.takeLease(ctx, jobRecover)

@@ -69,7 +69,7 @@ import (
 // Inside a caller's transaction (WithTx), a cancelled statement ends the
 // transaction, and what it did is rolled back with it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Grant{}, err
 	}
 	a, err := newAdmission(taskID, attemptID, limits)

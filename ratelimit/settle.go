@@ -110,7 +110,7 @@ func (s Settlement) Overages() []ReservationOutcome {
 // One round trip: a grant of more than 256 reservations (joined from many
 // Reserves) is settled in calls of 256 sent together, in one transaction.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Settlement{}, err
 	}
 	for metric, v := range actual {
@@ -156,7 +156,7 @@ const (
 // Settled false (the statuses a retry reads are those the first call
 // left).
 func (l *Limiter) Release(ctx context.Context, grant Grant, reason string) (Settlement, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Settlement{}, err
 	}
 	if err := validateReason(reason); err != nil {

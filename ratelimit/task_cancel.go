@@ -52,7 +52,7 @@ import (
 // between the two (released once the task is cancelled; in a caller's
 // transaction, left to Recover).
 func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (FinishResult, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return FinishResult{}, err
 	}
 	id, err := parseID("taskID", taskID)

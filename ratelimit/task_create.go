@@ -45,7 +45,7 @@ import (
 // a worker claims it. Inside a caller's transaction (WithTx), a cancelled
 // statement ends the transaction, and the task is rolled back with it.
 func (l *Limiter) CreateTask(ctx context.Context, spec TaskSpec) (Task, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Task{}, err
 	}
 	p, queueLimits, err := taskCreateParams(spec)

@@ -29,7 +29,7 @@ import (
 // (TaskEvents) before retrying, or give the event an id of your own in its
 // payload.
 func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event) (Event, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Event{}, err
 	}
 	id, err := parseID("taskID", taskID)
@@ -87,7 +87,7 @@ const eventPage = 1000
 // TaskEvents returns the task's events in sequence order; ErrUnknownTask
 // when no task has that id.
 func (l *Limiter) TaskEvents(ctx context.Context, taskID string) ([]Event, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return nil, err
 	}
 	id, err := parseID("taskID", taskID)

@@ -14,7 +14,7 @@ import (
 
 // GetTask reads one task; ErrUnknownTask when no task has that id.
 func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Task{}, err
 	}
 	id, err := parseID("taskID", taskID)
@@ -34,7 +34,7 @@ func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
 // TaskAttempts lists the attempts of a task, in order: none for a task
 // never claimed, ErrUnknownTask when no task has that id.
 func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return nil, err
 	}
 	id, err := parseID("taskID", taskID)

@@ -34,7 +34,7 @@ import (
 // ended, say, is tried again), lasts until Recover reclaims the task at
 // the end of its lease.
 func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.Duration) (Task, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return Task{}, err
 	}
 	if err := validateText("workerID", workerID); err != nil {
@@ -95,7 +95,7 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 // (its context ended, the connection broke), the lease may have been
 // extended all the same, and a retry with the same token extends it again.
 func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl time.Duration) (time.Time, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return time.Time{}, err
 	}
 	id, err := parseID("taskID", taskID)
@@ -188,7 +188,7 @@ func staleToken(taskID, status string) *StaleTokenError {
 // finishes the task and settles the reservations, as one transaction
 // (and a third, rarely, as said above).
 func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outcome) (FinishResult, error) {
-	if err := l.usable(); err != nil {
+	if err := l.callable(ctx); err != nil {
 		return FinishResult{}, err
 	}
 	id, err := parseID("taskID", taskID)

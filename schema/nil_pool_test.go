@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/pressly/goose/v3"
+
 	"github.com/pgadmit/pgadmit/ratelimit"
 	"github.com/pgadmit/pgadmit/schema"
 )
@@ -18,6 +20,7 @@ func TestNilPoolIsAValidationError(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"Migrate": func() error { return schema.Migrate(ctx, nil) },
 		"Down":    func() error { return schema.Down(ctx, nil) },
+		"Locked":  func() error { return schema.Locked(ctx, nil, func(*goose.Provider) error { return nil }) },
 		"Status":  func() error { _, err := schema.Status(ctx, nil); return err },
 		"Version": func() error { _, err := schema.Version(ctx, nil); return err },
 	} {

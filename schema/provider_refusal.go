@@ -18,7 +18,10 @@ import (
 // dropped without Close, which would close db.
 func refusal(db *sql.DB, own, opts []goose.ProviderOption, err error) error {
 	for i := range opts {
-		if _, perr := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, opts[:i+1])...); perr != nil {
+		if opts[i] == nil { // sets nothing (setOptions)
+			continue
+		}
+		if _, perr := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, setOptions(opts[:i+1]))...); perr != nil {
 			return fmt.Errorf("schema: %w: %w", &ratelimit.ValidationError{
 				Field:  fmt.Sprintf("opts[%d]", i),
 				Reason: "goose refused it next to pgadmit's own version table store and table locker",

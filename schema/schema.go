@@ -84,10 +84,10 @@ const (
 // seconds, also when the context is done.
 //
 // opts are appended to pgadmit's own options, for instance goose.WithVerbose or goose.WithSlog
-// for a CLI; options that set the table name, store or locker conflict with pgadmit's and make
-// NewProvider fail. An option that goose refuses, for such a conflict or any other reason (a nil
-// logger), is a *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput) on its place in
-// opts ("opts[0]"), which wraps goose's error.
+// for a CLI (a nil one sets nothing); options that set the table name, store or locker conflict
+// with pgadmit's and make NewProvider fail. An option that goose refuses, for such a conflict or
+// any other reason (a nil logger), is a *ratelimit.ValidationError (errors.Is
+// ratelimit.ErrInvalidInput) on its place in opts ("opts[0]"), which wraps goose's error.
 //
 // Closing the provider closes db. A nil db is a *ratelimit.ValidationError on "db", as a nil
 // pool is for Migrate, and so is a db limited to one open connection (db.SetMaxOpenConns(1)):
@@ -141,11 +141,17 @@ func newProvider(db *sql.DB, opts []goose.ProviderOption) (*goose.Provider, *tab
 		goose.WithLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
 	}
-	p, err := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, opts)...)
+	p, err := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, setOptions(opts))...)
 	if err != nil {
 		return nil, nil, refusal(db, own, opts, err)
 	}
 	return p, locker, nil
+}
+
+// setOptions is opts without the nil ones: a nil option (one left unset)
+// sets nothing, as everywhere in pgadmit, where goose would call it.
+func setOptions(opts []goose.ProviderOption) []goose.ProviderOption {
+	return slices.DeleteFunc(slices.Clone(opts), func(o goose.ProviderOption) bool { return o == nil })
 }
 
 // tableLocker is goose's table locker, which knows whether it is taking the lock row or giving
@@ -217,7 +223,8 @@ func connectTimedOut(err error) bool {
 // Migrate applies every pending pgadmit migration to the database of pool. It is the one call a
 // service makes at start-up; it is safe to call from several processes at once, and a no-op when
 // the schema is current. pool stays open. A nil pool is a *ratelimit.ValidationError (errors.Is
-// ratelimit.ErrInvalidInput), for Down, Status and Version too.
+// ratelimit.ErrInvalidInput), for Down, Locked, Status and Version too, and so is a nil ctx (on
+// "ctx").
 //
 // Through a proxy that pools by statement (PgBouncer with pool_mode = statement), which runs no
 // transaction block, it stops at the first pending migration that runs in a transaction (most
@@ -266,7 +273,8 @@ func Down(ctx context.Context, pool *pgxpool.Pool) error {
 // with opts, once it holds the migration lock row, waiting for it as the provider's locker
 // would. The first of goose's steps in step that locks (Up, UpTo, Down, DownTo...) keeps that
 // row instead of waiting for it, so it takes the connection it migrates on only then (see
-// NewProvider); Locked gives the row up when step returns, if goose did not. It is what
+// NewProvider); Locked gives the row up when step returns, if goose did not. A nil step is a
+// *ratelimit.ValidationError on "step", returned before the row is taken. It is what
 // `pgadmit migrate` runs. It returns step's error, or the lock's; one that a statement-pooling
 // proxy caused matches ratelimit.ErrStatementPooling, as Migrate's does. pool stays open.
 func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) error, opts ...goose.ProviderOption) error {
@@ -279,6 +287,12 @@ func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) 
 // answers at once while another process migrates, and it creates nothing: on a database without
 // the table every migration is pending. pool stays open.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
+	switch {
+	case pool == nil:
+		return nil, errNilPool
+	case ctx == nil:
+		return nil, errNilContext
+	}
 	var sources []*goose.Source
 	if err := withProvider(pool, nil, func(p *goose.Provider, _ *sql.DB, _ *tableLocker) error {
 		sources = p.ListSources()
@@ -315,6 +329,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if pool == nil {
 		return 0, errNilPool
+	}
+	if ctx == nil {
+		return 0, errNilContext
 	}
 	var v int64
 	err := readVersionTable(ctx, pool, func(conn *sql.Conn, store database.Store) error {
@@ -359,6 +376,15 @@ func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn
 // pool (pgxpool.New's result when its error went unchecked), which pgx
 // would dereference: bad input, as pgadmit reports it everywhere.
 var errNilPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Reason: "must be a pool, not nil"})
+
+// errNilContext is what Migrate, Down, Locked, Status and Version return
+// for a nil ctx, which database/sql would dereference (holding a lock that
+// the provider's Close then waits for, for ever).
+var errNilContext = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "ctx",
+	Reason: "must be a context, not nil (context.Background() when there is none)"})
+
+// errNilStep is Locked's for a nil step, refused before the lock row is taken.
+var errNilStep = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "step", Reason: "must be a function, not nil"})
 
 var errNilDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Reason: "must be a *sql.DB, not nil"})
 
@@ -410,8 +436,13 @@ func withProvider(pool *pgxpool.Pool, opts []goose.ProviderOption, fn func(*goos
 // it runs nothing and takes no lock.
 func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOption,
 	pending func(*goose.Provider) (bool, error), step func(*goose.Provider) error) error {
-	if err := migratingPool(pool); err != nil {
+	switch err := migratingPool(pool); {
+	case err != nil:
 		return err
+	case ctx == nil:
+		return errNilContext
+	case step == nil:
+		return errNilStep
 	}
 	return withProvider(pool, opts, func(p *goose.Provider, db *sql.DB, locker *tableLocker) (err error) {
 		if pending != nil {
