@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -49,25 +50,35 @@ func TestFinishTaskTwiceInATransactionDoesNotDeadlockWithABatch(t *testing.T) {
 	}()
 	pgtest.AwaitLockWaiters(t, pool, "the batch")
 	_, err = lt.FinishTask(ctx, t2.ID, t2.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
-	if isDeadlock(err) {
-		t.Errorf("the second FinishTask in the transaction deadlocked: %v", err)
-	} else if !errors.Is(err, ratelimit.ErrLockOrder) {
-		t.Errorf("the second FinishTask in the transaction: %v, want ErrLockOrder", err)
-	}
-	if err == nil || !isDeadlock(err) {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatalf("commit: %v", err)
-		}
-	}
-	if err := <-batch; isDeadlock(err) {
-		t.Errorf("the batch deadlocked: %v", err)
-	}
+	assertRefusedNotDeadlocked(t, tx, "the second FinishTask", err, "the batch", batch)
 	// The second task, finished in a transaction of its own.
 	if _, err := l.FinishTask(ctx, t2.ID, t2.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil && !errors.Is(err, ratelimit.ErrStaleToken) {
 		t.Fatalf("FinishTask of the second task: %v", err)
 	}
 	assertNothingHeld(t, pool, "key", key)
 	assertDoctorOK(t, pool)
+}
+
+// assertRefusedNotDeadlocked checks that op, run in tx (err) while a
+// partner in another session (name, whose error partner gives) waited for
+// a lock tx held, was refused with ErrLockOrder rather than deadlocking
+// with it; commits tx, unless the server aborted it; and checks that the
+// partner did not deadlock either.
+func assertRefusedNotDeadlocked(t *testing.T, tx pgx.Tx, op string, err error, name string, partner <-chan error) {
+	t.Helper()
+	if isDeadlock(err) {
+		t.Errorf("%s in the transaction deadlocked: %v", op, err)
+	} else if !errors.Is(err, ratelimit.ErrLockOrder) {
+		t.Errorf("%s in the transaction: %v, want ErrLockOrder", op, err)
+	}
+	if !isDeadlock(err) {
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	}
+	if err := <-partner; isDeadlock(err) {
+		t.Errorf("%s deadlocked: %v", name, err)
+	}
 }
 
 // isDeadlock reports a deadlock the server detected (SQLSTATE 40P01).

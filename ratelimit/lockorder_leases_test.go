@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -51,17 +50,5 @@ func TestSettlingLeasesOutOfIDOrderInATransactionIsRefused(t *testing.T) {
 	}()
 	pgtest.AwaitLockWaiters(t, pool, "FinishTask")
 	_, err = lt.Commit(ctx, low, nil)
-	if isDeadlock(err) {
-		t.Errorf("the second Commit in the transaction deadlocked: %v", err)
-	} else if !errors.Is(err, ratelimit.ErrLockOrder) {
-		t.Errorf("the second Commit in the transaction: %v, want ErrLockOrder", err)
-	}
-	if err == nil || !isDeadlock(err) {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatalf("commit: %v", err)
-		}
-	}
-	if err := <-finished; isDeadlock(err) {
-		t.Errorf("FinishTask deadlocked: %v", err)
-	}
+	assertRefusedNotDeadlocked(t, tx, "the second Commit", err, "FinishTask", finished)
 }

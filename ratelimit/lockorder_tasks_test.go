@@ -47,19 +47,7 @@ func TestFinishTaskBelowALeaseTheTransactionLockedIsRefused(t *testing.T) {
 	}()
 	pgtest.AwaitLockWaiters(t, pools[0], "RenewLeases")
 	_, err := lt.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
-	if isDeadlock(err) {
-		t.Errorf("FinishTask in the transaction deadlocked: %v", err)
-	} else if !errors.Is(err, ratelimit.ErrLockOrder) {
-		t.Errorf("FinishTask in the transaction: %v, want ErrLockOrder", err)
-	}
-	if err == nil || !isDeadlock(err) {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatalf("commit: %v", err)
-		}
-	}
-	if err := <-renewed; isDeadlock(err) {
-		t.Errorf("RenewLeases deadlocked: %v", err)
-	}
+	assertRefusedNotDeadlocked(t, tx, "FinishTask", err, "RenewLeases", renewed)
 	// Refused, FinishTask wrote nothing: the task still runs, and finishes
 	// in a transaction of its own.
 	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskRunning {

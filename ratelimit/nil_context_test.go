@@ -5,7 +5,6 @@ import (
 	"errors"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -23,27 +22,9 @@ func TestNilContextIsAValidationError(t *testing.T) {
 	_, pool := setup(t)
 	ctx := context.Background()
 	before := rowCounts(t, pool)
-	const id = "123e4567-e89b-12d3-a456-426614174000"
-	key := uniqueKey("nilctx")
-	local := window("model", key, ratelimit.MetricTokens, 1000, 1)
-	local.Local = true
-	leases := []ratelimit.Lease{{ID: id}}
 	// Arguments that pass validation: only the context is wrong. The
-	// context is not in the map, so that it is passed as nil.
-	args := map[reflect.Type]any{
-		reflect.TypeFor[string]():        id, // a task, attempt or worker id, a reason
-		reflect.TypeFor[time.Duration](): time.Minute,
-		reflect.TypeFor[[]ratelimit.Limit](): []ratelimit.Limit{
-			window("api_key", key, "requests", 10, 1), concurrent("model", key, 2), local,
-		},
-		reflect.TypeFor[ratelimit.Grant](): ratelimit.Grant{
-			Reservations: []ratelimit.Reservation{{ID: id, Amount: 1}}, Leases: leases,
-		},
-		reflect.TypeFor[[]ratelimit.Lease]():  leases,
-		reflect.TypeFor[ratelimit.TaskSpec](): ratelimit.TaskSpec{Kind: "test", Worker: "w"},
-		reflect.TypeFor[ratelimit.Event]():    ratelimit.Event{Type: "x"},
-		reflect.TypeFor[ratelimit.Outcome]():  ratelimit.Outcome{Status: ratelimit.TaskSucceeded},
-	}
+	// context is not among them, so that it is passed as nil.
+	args := validArguments(uniqueKey("nilctx"))
 	want := func(method string, err error) {
 		t.Helper()
 		var invalid *ratelimit.ValidationError

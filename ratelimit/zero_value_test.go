@@ -113,32 +113,15 @@ func TestZeroValuesFailWithValidationError(t *testing.T) {
 	}
 	// Arguments that pass validation, so that an operation goes as far as
 	// it can, and zero values, which do not: the receiver is refused first.
-	const id = "123e4567-e89b-12d3-a456-426614174000"
-	key := uniqueKey("zerovalue")
-	local := window("model", key, ratelimit.MetricTokens, 1000, 1)
-	local.Local = true
-	leases := []ratelimit.Lease{{ID: id}}
+	valid := validArguments(uniqueKey("zerovalue"))
+	valid[reflect.TypeFor[context.Context]()] = ctx
+	valid[reflect.TypeFor[pgx.Tx]()] = tx
 	argSets := map[string]map[reflect.Type]any{
 		"zero arguments": {
 			reflect.TypeFor[context.Context](): ctx,
 			reflect.TypeFor[pgx.Tx]():          tx,
 		},
-		"valid arguments": {
-			reflect.TypeFor[context.Context](): ctx,
-			reflect.TypeFor[pgx.Tx]():          tx,
-			reflect.TypeFor[string]():          id, // a task, attempt or worker id, a reason
-			reflect.TypeFor[time.Duration]():   time.Minute,
-			reflect.TypeFor[[]ratelimit.Limit](): []ratelimit.Limit{
-				window("api_key", key, "requests", 10, 1), concurrent("model", key, 2), local,
-			},
-			reflect.TypeFor[ratelimit.Grant](): ratelimit.Grant{
-				Reservations: []ratelimit.Reservation{{ID: id, Amount: 1}}, Leases: leases,
-			},
-			reflect.TypeFor[[]ratelimit.Lease]():  leases,
-			reflect.TypeFor[ratelimit.TaskSpec](): ratelimit.TaskSpec{Kind: "test", Worker: "w"},
-			reflect.TypeFor[ratelimit.Event]():    ratelimit.Event{Type: "x"},
-			reflect.TypeFor[ratelimit.Outcome]():  ratelimit.Outcome{Status: ratelimit.TaskSucceeded},
-		},
+		"valid arguments": valid,
 	}
 	var methods []string
 	for argsName, args := range argSets {
@@ -167,5 +150,30 @@ func TestZeroValuesFailWithValidationError(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, rowCounts(t, pool)); diff != "" {
 		t.Errorf("rows written (-before +after):\n%s", diff)
+	}
+}
+
+// validArguments are, by type, arguments of the exported methods that
+// pass validation, on limits of key: called with them, an operation goes
+// as far as its receiver and context let it. Neither a context nor a
+// transaction is among them.
+func validArguments(key string) map[reflect.Type]any {
+	const id = "123e4567-e89b-12d3-a456-426614174000"
+	local := window("model", key, ratelimit.MetricTokens, 1000, 1)
+	local.Local = true
+	leases := []ratelimit.Lease{{ID: id}}
+	return map[reflect.Type]any{
+		reflect.TypeFor[string]():        id, // a task, attempt or worker id, a reason
+		reflect.TypeFor[time.Duration](): time.Minute,
+		reflect.TypeFor[[]ratelimit.Limit](): []ratelimit.Limit{
+			window("api_key", key, "requests", 10, 1), concurrent("model", key, 2), local,
+		},
+		reflect.TypeFor[ratelimit.Grant](): ratelimit.Grant{
+			Reservations: []ratelimit.Reservation{{ID: id, Amount: 1}}, Leases: leases,
+		},
+		reflect.TypeFor[[]ratelimit.Lease]():  leases,
+		reflect.TypeFor[ratelimit.TaskSpec](): ratelimit.TaskSpec{Kind: "test", Worker: "w"},
+		reflect.TypeFor[ratelimit.Event]():    ratelimit.Event{Type: "x"},
+		reflect.TypeFor[ratelimit.Outcome]():  ratelimit.Outcome{Status: ratelimit.TaskSucceeded},
 	}
 }
