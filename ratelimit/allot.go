@@ -405,7 +405,7 @@ func (a *allotments) dropIdle(sets []*blockSet) {
 type returning struct {
 	set    *blockSet
 	b      *block
-	used   string // exact (units.text)
+	used   units
 	reason string
 }
 
@@ -422,7 +422,7 @@ func (a *allotments) giveBack(rs []returning) error {
 	p := db.AllotmentReturnParams{}
 	for _, r := range rs {
 		p.Ids = append(p.Ids, r.b.id)
-		p.Used = append(p.Used, r.used)
+		p.Used = append(p.Used, r.used.text())
 		p.Reasons = append(p.Reasons, r.reason)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)

@@ -515,10 +515,10 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 	for _, b := range s.draining {
 		switch {
 		case b.inflight == 0:
-			done = append(done, returning{set: s, b: b, used: b.used.text(), reason: b.reason})
+			done = append(done, returning{set: s, b: b, used: b.used, reason: b.reason})
 			b.gone = true
 		case closing || b.stuck(now, s.a.stuckAfter()):
-			done = append(done, returning{set: s, b: b, used: b.spent().text(), reason: b.reason})
+			done = append(done, returning{set: s, b: b, used: b.spent(), reason: b.reason})
 			b.gone = true
 		default:
 			// A block of an ended window is left alone by a trim.

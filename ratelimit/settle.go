@@ -98,8 +98,9 @@ func (s Settlement) Overages() []ReservationOutcome {
 // the metric is absent, but 0 when actual[metric] is 0; an actual above the
 // estimate is recorded in full and reported in Settlement.Overages). The
 // grant's leases are released: the request is over. A committed
-// reservation records the reason "success", its leases "committed". Idempotent: reservations already committed or released
-// are left alone and reported with Settled false. An actual amount, or an
+// reservation records the reason "success", its leases "committed".
+// Idempotent: reservations already committed or released are left alone
+// and reported with Settled false. An actual amount, or an
 // estimate charged in its place, that is not a valid amount is a
 // *ValidationError, and nothing is written; so is a reservation whose
 // ScopeType, ScopeKey or Metric is not valid UTF-8, holds a NUL byte or

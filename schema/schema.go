@@ -287,11 +287,8 @@ func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) 
 // answers at once while another process migrates, and it creates nothing: on a database without
 // the table every migration is pending. pool stays open.
 func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, error) {
-	switch {
-	case pool == nil:
-		return nil, errNilPool
-	case ctx == nil:
-		return nil, errNilContext
+	if err := nilArgument(ctx, pool); err != nil {
+		return nil, err
 	}
 	var sources []*goose.Source
 	if err := withProvider(pool, nil, func(p *goose.Provider, _ *sql.DB, _ *tableLocker) error {
@@ -327,11 +324,8 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 // none is (or the version table does not exist yet). It reads the version table without taking
 // the migration lock, so it answers at once while another process migrates. pool stays open.
 func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	if pool == nil {
-		return 0, errNilPool
-	}
-	if ctx == nil {
-		return 0, errNilContext
+	if err := nilArgument(ctx, pool); err != nil {
+		return 0, err
 	}
 	var v int64
 	err := readVersionTable(ctx, pool, func(conn *sql.Conn, store database.Store) error {
@@ -382,6 +376,19 @@ var errNilPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "poo
 // the provider's Close then waits for, for ever).
 var errNilContext = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "ctx",
 	Reason: "must be a context, not nil (context.Background() when there is none)"})
+
+// nilArgument is Status's and Version's error for a nil pool or ctx (nil
+// when neither is); Migrate, Down and Locked check the pool further
+// (migratingPool).
+func nilArgument(ctx context.Context, pool *pgxpool.Pool) error {
+	switch {
+	case pool == nil:
+		return errNilPool
+	case ctx == nil:
+		return errNilContext
+	}
+	return nil
+}
 
 // errNilStep is Locked's for a nil step, refused before the lock row is taken.
 var errNilStep = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "step", Reason: "must be a function, not nil"})
