@@ -632,8 +632,8 @@ attempts AS (
         error_code = 'execution_lease_expired',
         error_message = 'attempt execution lease expired',
         finished_at = clock.now
-    FROM reclaimed, clock
-    WHERE a.task_id = reclaimed.id
+    FROM clock
+    WHERE a.task_id = ANY(ARRAY(SELECT r.id FROM reclaimed AS r))
       AND a.status = 'running'
     RETURNING a.task_id
 ),
@@ -726,11 +726,14 @@ type RecoveryTaskReclaimRow struct {
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
 // gateway_concurrency_leases_task_idx (all of the task's leases, a few);
 // gateway_task_admissions_pkey. The tasks to update, and the reclaimed
-// tasks whose leases to release, are arrays of ids (ANY(ARRAY(...))), not
-// joins, and the status tests are written `IS TRUE`, which no partial index
-// of running tasks or live leases matches: else a plan could read every
-// running task, or every live lease, and filter them, while the caller
-// holds counter rows (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
+// tasks whose attempts and leases to finish, are arrays of ids
+// (ANY(ARRAY(...))), not joins: joined to the reclaimed tasks, the
+// attempts were once read whole (319 index entries, under a plan made on
+// statistics an autovacuum had just taken). The status tests of tasks and
+// leases are written `IS TRUE`, which no partial index of running tasks or
+// live leases matches: else a plan could read every running task, or
+// every live lease, and filter them, while the caller holds counter rows
+// (TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum).
 // Requeue or fail: `t.async_mode AND t.requeue_count < @max_requeues`,
 // asked once per task in the sub-SELECT that sets the columns it decides
 // (d.requeue), a per-row value of the row being updated. Not in a CTE:

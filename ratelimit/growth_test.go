@@ -23,7 +23,7 @@ import (
 // rolled-back transaction, counting the index entries it read.
 func TestHotPathsReadOnlyTheirRowsAsTablesGrow(t *testing.T) {
 	t.Parallel()
-	hotPathsReadOnlyTheirRows(t, false)
+	hotPathsReadOnlyTheirRows(t, plannedOnEmptyTables)
 }
 
 // The same after a VACUUM at a quiet moment: with nothing open, it records
@@ -32,10 +32,31 @@ func TestHotPathsReadOnlyTheirRowsAsTablesGrow(t *testing.T) {
 // by then. A probe that also tests the status would read every open row.
 func TestHotPathsReadOnlyTheirRowsAfterAQuietVacuum(t *testing.T) {
 	t.Parallel()
-	hotPathsReadOnlyTheirRows(t, true)
+	hotPathsReadOnlyTheirRows(t, vacuumedQuiet)
 }
 
-func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
+// The same once the tables have grown and been analyzed, as autovacuum
+// does after a burst of work: every plan is made again on statistics that
+// count hundreds of running tasks and attempts and thousands of live
+// rows, and a join of a few rows to one of those tables may then be
+// planned as a scan of all of it (RecoveryTaskReclaim's attempts did, on
+// a throwaway cluster whose autovacuum ran mid-test).
+func TestHotPathsReadOnlyTheirRowsOnceAnalyzedGrown(t *testing.T) {
+	t.Parallel()
+	hotPathsReadOnlyTheirRows(t, analyzedGrown)
+}
+
+// statsMoment is when a hot-paths test's plans were made: on empty tables,
+// after a vacuum at a quiet moment, or after an analyze of grown tables.
+type statsMoment int
+
+const (
+	plannedOnEmptyTables statsMoment = iota
+	vacuumedQuiet
+	analyzedGrown
+)
+
+func hotPathsReadOnlyTheirRows(t *testing.T, moment statsMoment) {
 	ctx := context.Background()
 	pool := oneSessionPool(t) // the plans built on empty tables are the ones measured
 	l := ratelimit.New(pool, ratelimit.WithoutCombining())
@@ -117,7 +138,7 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 		})
 	}
 	shapes := map[string]func(string) []ratelimit.Limit{"request": request, "single": single}
-	if quietVacuum {
+	if moment == vacuumedQuiet {
 		// A quiet moment: a history of requests, every one settled (Commit
 		// releases the lease too), then a vacuum. It invalidates every plan:
 		// the flows below are planned on what it recorded.
@@ -166,6 +187,11 @@ func hotPathsReadOnlyTheirRows(t *testing.T, quietVacuum bool) {
 	for i := range running {
 		task := startSync(t, l, time.Minute)
 		if _, err := l.Reserve(ctx, task.ID, task.AttemptID, request(fmt.Sprintf("running-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if moment == analyzedGrown {
+		if err := testq.TablesAnalyze(ctx, pool); err != nil {
 			t.Fatal(err)
 		}
 	}
