@@ -14,9 +14,13 @@
 -- conflict with the FOR KEY SHARE that inserting a reservation, lease or
 -- attempt takes on its task: admissions do not wait for a heartbeat, a
 -- claim or recovery. FinishTask and CancelTask alone lock the row FOR
--- UPDATE (TaskFinishLock), which does conflict: an admission for the task
--- and its finishing wait for each other, so that what the admission writes is
--- either settled by FinishTask or rolled back (pgadmit_task_recheck).
+-- UPDATE (TaskFinishLock), which does conflict, and then take the task's
+-- fence (TaskFenceLock), an advisory lock that an admission for the task
+-- takes shared: an admission for the task and its finishing wait for each
+-- other, so that what the admission writes is either settled by
+-- FinishTask or rolled back (pgadmit_task_recheck). The fence, not the
+-- row, is what makes them wait: PostgreSQL can grant a key share beside a
+-- FOR UPDATE (schema/00020_task_fence_lock.sql).
 -- An attach takes FOR SHARE on the task row (AttemptAttachLock), which
 -- conflicts with every lifecycle step: an attach and a lifecycle step of
 -- one task wait for each other, so that what the attach links is either
@@ -451,19 +455,17 @@ WHERE t.id = @task_id::uuid;
 -- name: TaskFinishLock :one
 -- Second step of finishing a task, in the finishing batch after the
 -- counters of its planned reservations (lock order: counters, then this
--- row): locks the task row, so that TaskFinish, the next statement, takes
+-- row): locks the task row, so that TaskFinish, which follows it, takes
 -- its snapshot only once an attach linking a grant to the task has
 -- committed (an attach holds the task row FOR SHARE: AttemptAttachLock),
 -- and releases the leases it linked. TaskFinish alone would wait for that
 -- attach on this row with a snapshot taken before it, blind to its links.
 -- FOR UPDATE, not NO KEY UPDATE: it also conflicts with the FOR KEY SHARE
--- that an admission's inserts take on their task. An admission for the
--- task that wrote its rows first is waited for, and TaskFinish settles
--- them (late_reservation_ids, its leases); one that comes later waits for
--- this transaction, then finds the task finished and is rolled back
--- (pgadmit_task_recheck). Only admissions for this task wait, only while
--- it finishes. CancelTask takes the same lock, for the same reasons, before
--- TaskCancel (and so makes ClaimTask skip the row while it cancels).
+-- that an admission's inserts take on their task, so that an admission in
+-- flight is usually waited for here; TaskFenceLock, next, is what
+-- guarantees the exclusion. CancelTask takes the same locks, for the same
+-- reasons, before TaskCancel (and so makes ClaimTask skip the row while it
+-- cancels).
 -- Returns the task's status as locked: after waiting for a transaction
 -- that held the row, the status it committed (CancelTask's refusal names
 -- it, not a later read, by which the task may be queued again). No row
@@ -474,6 +476,24 @@ SELECT t.status
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid
 FOR UPDATE;
+
+-- name: TaskFenceLock :exec
+-- Third step of finishing (or cancelling) a task, right after
+-- TaskFinishLock: takes the task's fence exclusively
+-- (pgadmit_task_fence_key), which an admission for the task takes shared
+-- once its rows are written (pgadmit_task_recheck). The lock manager makes
+-- one wait for the other's commit: an admission that took it first is
+-- settled by TaskFinish, whose snapshot follows this lock; one that comes
+-- later finds the task finished and is rolled back. The task row's own
+-- locks (FOR UPDATE here, FOR KEY SHARE by the admission's foreign keys)
+-- are not enough: PostgreSQL can grant the key share beside a FOR UPDATE
+-- taken while it looked (schema/00020_task_fence_lock.sql). Only
+-- admissions for this task wait, only while it finishes.
+-- Locks: pg_advisory_xact_lock on the task's fence key (after the task
+-- row, as admissions take it: lock order counters, scopes, task row,
+-- task fence).
+-- Index: none.
+SELECT pg_advisory_xact_lock(pgadmit_task_fence_key(@task_id::uuid));
 
 -- name: TaskFinish :one
 -- Finishes a running task as succeeded, failed or cancelled, fenced by its
@@ -489,7 +509,7 @@ FOR UPDATE;
 -- attach or an admission that committed before this statement began) come
 -- back as late_reservation_ids, for the caller to settle after the commit
 -- (their counters cannot be locked after this row).
--- Run after TaskFinishLock in the same transaction.
+-- Run after TaskFinishLock and TaskFenceLock in the same transaction.
 -- Locks: the task row (held FOR UPDATE since TaskFinishLock); row locks on its running
 -- attempt, its unreleased leases (in id order, as every statement that
 -- locks several leases takes them: in the order the index returns them,

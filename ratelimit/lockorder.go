@@ -87,9 +87,10 @@ type txOrder struct {
 	reached  lockPhase
 	previous string
 	// finished: a FinishTask or CancelTask of this transaction holds its
-	// task row FOR UPDATE (TaskFinishLock). That lock waits for, and is waited for by,
-	// the FOR KEY SHARE that an admission's inserts take on their tasks,
-	// in the admissions' order (not a global one): a combined batch for
+	// task row FOR UPDATE (TaskFinishLock) and its fence (TaskFenceLock).
+	// Those wait for, and are waited for by, the FOR KEY SHARE that an
+	// admission's inserts take on their tasks, in the admissions' order
+	// (not a global one), and its fences: a combined batch for
 	// two tasks, holding the second's row and waiting for the first's,
 	// deadlocks with a transaction that finished the first and then
 	// finishes the second. So a transaction finishes (or cancels) one task

@@ -139,11 +139,12 @@ func (l *Limiter) queueReleaseIfFinished(ctx context.Context, b *pgx.Batch, id p
 }
 
 // queueTaskLock queues TaskFinishLock, which locks the task row in
-// FinishTask's and CancelTask's batch, and returns where its answer goes
-// once the batch runs: the task's status under the lock, none when the
-// task is gone. A refusal names that status, the one the batch saw, not
-// one read after it: the task may have moved on by then (queued again,
-// claimed again).
+// FinishTask's and CancelTask's batch, then TaskFenceLock, which takes the
+// task's fence against admissions for it, and returns where the row
+// lock's answer goes once the batch runs: the task's status under the
+// lock, none when the task is gone. A refusal names that status, the one
+// the batch saw, not one read after it: the task may have moved on by then
+// (queued again, claimed again).
 func (l *Limiter) queueTaskLock(ctx context.Context, b *pgx.Batch, id pgtype.UUID) *[]string {
 	locked := new([]string)
 	queue(b, func(r db.DBTX) { _, _ = l.queries.TaskFinishLock(ctx, r, id) }).Query(func(rows pgx.Rows) error {
@@ -151,5 +152,6 @@ func (l *Limiter) queueTaskLock(ctx context.Context, b *pgx.Batch, id pgtype.UUI
 		*locked, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	queue(b, func(r db.DBTX) { _ = l.queries.TaskFenceLock(ctx, r, id) })
 	return locked
 }

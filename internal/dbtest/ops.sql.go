@@ -683,6 +683,25 @@ func (q *Queries) OpsTaskHeartbeatAt(ctx context.Context, db DBTX, taskID pgtype
 	return heartbeat_at, err
 }
 
+const OpsTaskTouch = `-- name: OpsTaskTouch :execrows
+UPDATE gateway_tasks
+SET updated_at = updated_at
+WHERE id = $1::uuid
+`
+
+// Updates a task row without changing it (no key column), so that a test
+// can hold a no-key update of the row and roll it back, as a failed
+// statement of a worker's would.
+// Locks: the task row, FOR NO KEY UPDATE (the update).
+// Index: gateway_tasks_pkey.
+func (q *Queries) OpsTaskTouch(ctx context.Context, db DBTX, id pgtype.UUID) (int64, error) {
+	result, err := db.Exec(ctx, OpsTaskTouch, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsTerminateBackend = `-- name: OpsTerminateBackend :one
 SELECT pg_terminate_backend($1::integer)::boolean AS terminated
 `

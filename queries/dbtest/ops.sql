@@ -213,6 +213,16 @@ FROM gateway_tasks
 WHERE id = @id::uuid
 FOR KEY SHARE;
 
+-- name: OpsTaskTouch :execrows
+-- Updates a task row without changing it (no key column), so that a test
+-- can hold a no-key update of the row and roll it back, as a failed
+-- statement of a worker's would.
+-- Locks: the task row, FOR NO KEY UPDATE (the update).
+-- Index: gateway_tasks_pkey.
+UPDATE gateway_tasks
+SET updated_at = updated_at
+WHERE id = @id::uuid;
+
 -- name: OpsLeaseLock :execrows
 -- Locks one lease row until the transaction ends, so that a test can stall
 -- whatever must lock it.
