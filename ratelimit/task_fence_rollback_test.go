@@ -33,25 +33,18 @@ func TestTaskFenceHoldsWhileTaskUpdatesRollBack(t *testing.T) {
 	ctx := context.Background()
 	pools := pgtest.NewPools(t, 3)
 	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1], ratelimit.WithoutCombining()), ratelimit.New(pools[2])}
-	// A key of its own per Reserve: they do not queue on a counter, and
-	// reach the task row together.
-	limitsFor := func() []ratelimit.Limit {
-		key := uniqueKey("fence-rollback")
-		limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10), concurrent("key", key, 1e9)}
-		limits[0].Window = time.Hour
-		return limits
-	}
+	key := uniqueKey("fence-rollback")
+	limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10), concurrent("key", key, 1e9)}
+	limits[0].Window = time.Hour
 	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, 5*time.Minute)
-	jitter := func() { time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond) }
-	const rounds, tasksPerRound, reserves = 30, 6, 6
-	for range rounds {
-		var wg sync.WaitGroup
+	const rounds, reservers, touchers = 300, 4, 2
+	for round := range rounds {
+		task := startSync(t, ls[round%len(ls)], time.Minute)
+		id := mustUUID(t, task.ID)
 		var stop atomic.Bool
-		var touching sync.WaitGroup
-		for i := range tasksPerRound {
-			task := startSync(t, ls[i%len(ls)], time.Minute)
-			id := mustUUID(t, task.ID)
-			touching.Go(func() {
+		var wg sync.WaitGroup
+		for i := range touchers {
+			wg.Go(func() {
 				for !stop.Load() {
 					if err := touchAndRollBack(ctx, pools[i%len(pools)], id); err != nil {
 						t.Errorf("update the task row and roll it back: %v", err)
@@ -59,31 +52,35 @@ func TestTaskFenceHoldsWhileTaskUpdatesRollBack(t *testing.T) {
 					}
 				}
 			})
-			for j := range reserves {
-				limits := limitsFor()
-				wg.Go(func() {
-					jitter()
-					_, err := ls[(i+j)%len(ls)].Reserve(ctx, task.ID, task.AttemptID, limits)
-					if err != nil && !errors.Is(err, ratelimit.ErrTaskFinished) {
-						t.Errorf("Reserve: %v", err)
-					}
-				})
-			}
+		}
+		// Reserves for the task, back to back, until one finds it finished.
+		for i := range reservers {
+			l := ls[i%len(ls)]
 			wg.Go(func() {
-				jitter()
-				if _, err := ls[(i+1)%len(ls)].FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {
-					t.Errorf("FinishTask: %v", err)
+				for !stop.Load() {
+					_, err := l.Reserve(ctx, task.ID, task.AttemptID, limits)
+					if errors.Is(err, ratelimit.ErrTaskFinished) {
+						return
+					}
+					if err != nil {
+						t.Errorf("Reserve: %v", err)
+						return
+					}
 				}
 			})
 		}
-		wg.Wait()
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		_, err := ls[(round+1)%len(ls)].FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
 		stop.Store(true)
-		touching.Wait()
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("FinishTask: %v", err)
+		}
 		if t.Failed() {
 			break
 		}
 		if s := summary(t, pools[0]); s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 {
-			t.Fatalf("left open on a finished task: %+v", s)
+			t.Fatalf("round %d: left open on a finished task: %+v", round, s)
 		}
 	}
 	assertDoctorOK(t, pools[0])
