@@ -19,12 +19,12 @@ import (
 	"github.com/pgadmit/pgadmit/schema"
 )
 
-// An operator rolls the latest three migrations (00017-00019, which redefine pgadmit_renew_leases,
-// pgadmit_reserve and pgadmit_allot_return) back and forward while three gateways serve: two on
+// An operator rolls the latest three migrations (00018-00020, which redefine pgadmit_reserve,
+// pgadmit_allot_return and pgadmit_task_recheck) back and forward while three gateways serve: two on
 // pools with pgx's statement cache (combined and hot batches), one on the simple protocol. A
 // fourth instance's combined Reserve waits in pgadmit_reserve for a counter row that a
 // transaction holds through every step. No call fails but the expected refusals, no step waits
-// (redefining a function takes no lock that a running call of it holds, and 00017 and 00018 keep
+// (redefining a function takes no lock that a running call of it holds, and 00018 and 00020 keep
 // their signatures, so the statements the pools prepared stay valid), the stuck call is admitted
 // once the row is free, and the books balance (docs/upgrading.md).
 func TestTrafficAcrossLiveMigrations(t *testing.T) {
@@ -220,4 +220,35 @@ func TestHotBatchesFailBelowMigration12(t *testing.T) {
 		}
 	}
 	assertBooksBalance(t, pool, "api_key", key)
+}
+
+// This version's FinishTask takes the task's fence (pgadmit_task_fence_key,
+// migration 00020): on a schema below it, it fails and changes nothing
+// (docs/upgrading.md), while a Reserve for the task runs as before.
+func TestFinishTaskFailsBelowMigration20(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.DownTo(ctx, 19); err != nil {
+		t.Fatal(err)
+	}
+	l := ratelimit.New(pool)
+	task := startSync(t, l, time.Minute)
+	key := uniqueKey("below20")
+	if _, err := l.Reserve(ctx, task.ID, task.AttemptID, hourLimits(t, pool, window("api_key", key, "requests", 100, 1))); err != nil {
+		t.Fatalf("Reserve for a task on schema 19: %v", err)
+	}
+	_, err = l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42883" {
+		t.Fatalf("FinishTask on schema 19: %v, want 42883 (pgadmit_task_fence_key does not exist)", err)
+	}
+	if s := summary(t, pool); s.TasksRunning != 1 || s.ReservationsOpen != 1 {
+		t.Errorf("after the failed FinishTask: %+v, want the task running and its reservation open", s)
+	}
 }
