@@ -198,18 +198,11 @@ func TestHotBatchesFailBelowMigration12(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if _, err := p.DownTo(ctx, 11); err != nil {
-		t.Fatal(err)
-	}
+	migrateDownTo(t, pool, 11)
 	l := ratelimit.New(pool)
 	key := uniqueKey("below12")
 	req := ratelimit.BatchRequest{Limits: []ratelimit.Limit{window("api_key", key, "requests", 100, 1)}}
-	_, _, err = l.ReserveCombined(ctx, []ratelimit.BatchRequest{req, req}) // one counter: a hot batch
+	_, _, err := l.ReserveCombined(ctx, []ratelimit.BatchRequest{req, req}) // one counter: a hot batch
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42883" {
 		t.Fatalf("hot batch on schema 11: %v, want 42883 (pgadmit_hot_commit does not exist)", err)
@@ -229,26 +222,32 @@ func TestFinishTaskFailsBelowMigration20(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if _, err := p.DownTo(ctx, 19); err != nil {
-		t.Fatal(err)
-	}
+	migrateDownTo(t, pool, 19)
 	l := ratelimit.New(pool)
 	task := startSync(t, l, time.Minute)
 	key := uniqueKey("below20")
 	if _, err := l.Reserve(ctx, task.ID, task.AttemptID, hourLimits(t, pool, window("api_key", key, "requests", 100, 1))); err != nil {
 		t.Fatalf("Reserve for a task on schema 19: %v", err)
 	}
-	_, err = l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+	_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42883" {
 		t.Fatalf("FinishTask on schema 19: %v, want 42883 (pgadmit_task_fence_key does not exist)", err)
 	}
 	if s := summary(t, pool); s.TasksRunning != 1 || s.ReservationsOpen != 1 {
 		t.Errorf("after the failed FinishTask: %+v, want the task running and its reservation open", s)
+	}
+}
+
+// migrateDownTo takes the test database's schema down to version v.
+func migrateDownTo(t *testing.T, pool *pgxpool.Pool, v int64) {
+	t.Helper()
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.DownTo(context.Background(), v); err != nil {
+		t.Fatal(err)
 	}
 }

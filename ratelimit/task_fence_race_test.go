@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -21,12 +23,7 @@ import (
 func TestTaskFencesRaceFinishTaskWithoutDeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pools := pgtest.NewPools(t, 3)
-	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1], ratelimit.WithoutCombining()), ratelimit.New(pools[2])}
-	key := uniqueKey("fence")
-	limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10), concurrent("key", key, 1e9)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, 5*time.Minute)
+	pools, ls, limits := fenceRace(t, "fence")
 	jitter := func() { time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond) }
 	check := func(what string, err error) {
 		if err != nil && !errors.Is(err, ratelimit.ErrStaleToken) && !errors.Is(err, ratelimit.ErrTaskFinished) {
@@ -73,4 +70,19 @@ func TestTaskFencesRaceFinishTaskWithoutDeadlock(t *testing.T) {
 		t.Errorf("left after every task finished: %+v", s)
 	}
 	assertDoctorOK(t, pools[0])
+}
+
+// fenceRace sets up a task-fence race: three pools, three limiters (the
+// second without combining), and the limits every Reserve of it takes: a
+// window of an hour on one key that never refuses, and a concurrency limit
+// on it.
+func fenceRace(t *testing.T, prefix string) ([]*pgxpool.Pool, []*ratelimit.Limiter, []ratelimit.Limit) {
+	t.Helper()
+	pools := pgtest.NewPools(t, 3)
+	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1], ratelimit.WithoutCombining()), ratelimit.New(pools[2])}
+	key := uniqueKey(prefix)
+	limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10), concurrent("key", key, 1e9)}
+	limits[0].Window = time.Hour
+	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, 5*time.Minute)
+	return pools, ls, limits
 }

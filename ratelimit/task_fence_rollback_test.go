@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -31,12 +30,7 @@ import (
 func TestTaskFenceHoldsWhileTaskUpdatesRollBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pools := pgtest.NewPools(t, 3)
-	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1], ratelimit.WithoutCombining()), ratelimit.New(pools[2])}
-	key := uniqueKey("fence-rollback")
-	limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10), concurrent("key", key, 1e9)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, 5*time.Minute)
+	pools, ls, limits := fenceRace(t, "fence-rollback")
 	const rounds, reservers, touchers = 300, 4, 2
 	for round := range rounds {
 		task := startSync(t, ls[round%len(ls)], time.Minute)
