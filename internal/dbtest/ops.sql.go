@@ -666,6 +666,32 @@ func (q *Queries) OpsTaskCorruptStatus(ctx context.Context, db DBTX, arg OpsTask
 	return result.RowsAffected(), nil
 }
 
+const OpsTaskFenceHold = `-- name: OpsTaskFenceHold :exec
+SELECT pg_advisory_xact_lock(pgadmit_task_fence_key($1::uuid))
+`
+
+// Holds a task's fence exclusively until the transaction ends, as
+// FinishTask does once it holds the task row (TaskFenceLock).
+// Locks: pg_advisory_xact_lock on the task's fence key.
+// Index: none.
+func (q *Queries) OpsTaskFenceHold(ctx context.Context, db DBTX, id pgtype.UUID) error {
+	_, err := db.Exec(ctx, OpsTaskFenceHold, id)
+	return err
+}
+
+const OpsTaskFenceShare = `-- name: OpsTaskFenceShare :exec
+SELECT pg_advisory_xact_lock_shared(pgadmit_task_fence_key($1::uuid))
+`
+
+// Holds a task's fence shared until the transaction ends, as an admission
+// for the task does once its rows are written (pgadmit_task_recheck).
+// Locks: pg_advisory_xact_lock_shared on the task's fence key.
+// Index: none.
+func (q *Queries) OpsTaskFenceShare(ctx context.Context, db DBTX, id pgtype.UUID) error {
+	_, err := db.Exec(ctx, OpsTaskFenceShare, id)
+	return err
+}
+
 const OpsTaskHeartbeatAt = `-- name: OpsTaskHeartbeatAt :one
 SELECT t.heartbeat_at
 FROM gateway_tasks AS t

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -93,4 +94,74 @@ func touchAndRollBack(ctx context.Context, pool *pgxpool.Pool, id pgtype.UUID) e
 	}
 	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 	return tx.Rollback(ctx)
+}
+
+// FinishTask waits for an admission for its task that holds the task's
+// fence (shared, taken once the admission's rows are written), and goes on
+// once it commits. The fence is held here alone, without the task row, so
+// that nothing else could make FinishTask wait.
+func TestFinishTaskWaitsForTheTaskFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool)
+	task := startSync(t, l, time.Minute)
+	tx := heldTx(t, pool)
+	if err := testq.OpsTaskFenceShare(ctx, tx, mustUUID(t, task.ID)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+		done <- err
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "FinishTask")
+	select {
+	case err := <-done:
+		t.Fatalf("FinishTask returned (%v) while an admission held its task's fence", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("FinishTask once the fence was free: %v", err)
+	}
+}
+
+// A Reserve for a task waits, once its rows are written, for a finish of
+// the task that holds the task's fence (exclusively, taken once it holds
+// the task row), and is admitted when that transaction ends with the task
+// still running.
+func TestReserveForATaskWaitsForTheTaskFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool)
+	task := startSync(t, l, time.Minute)
+	limits := hourLimits(t, pool, window("api_key", uniqueKey("fenced"), "requests", 100, 1))
+	tx := heldTx(t, pool)
+	if err := testq.OpsTaskFenceHold(ctx, tx, mustUUID(t, task.ID)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Reserve(ctx, task.ID, task.AttemptID, limits)
+		done <- err
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "Reserve")
+	select {
+	case err := <-done:
+		t.Fatalf("Reserve returned (%v) while a finish held its task's fence", err)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Reserve once the fence was free: %v", err)
+	}
+	if s := summary(t, pool); s.ReservationsOpen != 1 {
+		t.Errorf("after the Reserve: %+v, want its reservation open", s)
+	}
 }
