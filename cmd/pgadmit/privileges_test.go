@@ -17,7 +17,11 @@ func TestMaintenanceCommandsRunAsTheMaintenanceRole(t *testing.T) {
 	t.Parallel()
 	url, owner := newDatabase(t)
 	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, url)
-	gatewayRequest(t, pgtest.OpenPool(t, gatewayURL), time.Second)
+	gateway := pgtest.OpenPool(t, gatewayURL)
+	// inspect shows current windows only: the request's one-minute window
+	// must not end before it runs (it did once in CI, a second past it).
+	pgtest.AwaitRoomInWindow(t, gateway, time.Minute, 10*time.Second)
+	gatewayRequest(t, gateway, time.Second)
 	time.Sleep(1100 * time.Millisecond) // the task's claim expires
 
 	sweeper := []string{"--database-url", maintenanceURL}
