@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -141,7 +142,7 @@ func TestReserveForATaskWaitsForTheTaskFence(t *testing.T) {
 	task := startSync(t, l, time.Minute)
 	limits := hourLimits(t, pool, window("api_key", uniqueKey("fenced"), "requests", 100, 1))
 	tx := heldTx(t, pool)
-	if err := testq.OpsTaskFenceHold(ctx, tx, mustUUID(t, task.ID)); err != nil {
+	if err := db.New().TaskFenceLock(ctx, tx, mustUUID(t, task.ID)); err != nil { // as FinishTask's batch
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

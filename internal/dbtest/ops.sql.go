@@ -666,19 +666,6 @@ func (q *Queries) OpsTaskCorruptStatus(ctx context.Context, db DBTX, arg OpsTask
 	return result.RowsAffected(), nil
 }
 
-const OpsTaskFenceHold = `-- name: OpsTaskFenceHold :exec
-SELECT pg_advisory_xact_lock(pgadmit_task_fence_key($1::uuid))
-`
-
-// Holds a task's fence exclusively until the transaction ends, as
-// FinishTask does once it holds the task row (TaskFenceLock).
-// Locks: pg_advisory_xact_lock on the task's fence key.
-// Index: none.
-func (q *Queries) OpsTaskFenceHold(ctx context.Context, db DBTX, id pgtype.UUID) error {
-	_, err := db.Exec(ctx, OpsTaskFenceHold, id)
-	return err
-}
-
 const OpsTaskFenceShare = `-- name: OpsTaskFenceShare :exec
 SELECT pg_advisory_xact_lock_shared(pgadmit_task_fence_key($1::uuid))
 `

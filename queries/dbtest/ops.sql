@@ -230,13 +230,6 @@ WHERE id = @id::uuid;
 -- Index: none.
 SELECT pg_advisory_xact_lock_shared(pgadmit_task_fence_key(@id::uuid));
 
--- name: OpsTaskFenceHold :exec
--- Holds a task's fence exclusively until the transaction ends, as
--- FinishTask does once it holds the task row (TaskFenceLock).
--- Locks: pg_advisory_xact_lock on the task's fence key.
--- Index: none.
-SELECT pg_advisory_xact_lock(pgadmit_task_fence_key(@id::uuid));
-
 -- name: OpsLeaseLock :execrows
 -- Locks one lease row until the transaction ends, so that a test can stall
 -- whatever must lock it.
