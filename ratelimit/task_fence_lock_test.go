@@ -111,23 +111,10 @@ func TestFinishTaskWaitsForTheTaskFence(t *testing.T) {
 	if err := testq.OpsTaskFenceShare(ctx, tx, mustUUID(t, task.ID)); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
+	waitsForFence(t, pool, "FinishTask", func() error {
 		_, err := l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
-		done <- err
-	}()
-	pgtest.AwaitLockWaiters(t, pool, "FinishTask")
-	select {
-	case err := <-done:
-		t.Fatalf("FinishTask returned (%v) while an admission held its task's fence", err)
-	default:
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("FinishTask once the fence was free: %v", err)
-	}
+		return err
+	}, func() error { return tx.Commit(ctx) })
 }
 
 // A Reserve for a task waits, once its rows are written, for a finish of
@@ -145,24 +132,32 @@ func TestReserveForATaskWaitsForTheTaskFence(t *testing.T) {
 	if err := db.New().TaskFenceLock(ctx, tx, mustUUID(t, task.ID)); err != nil { // as FinishTask's batch
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
+	waitsForFence(t, pool, "Reserve", func() error {
 		_, err := l.Reserve(ctx, task.ID, task.AttemptID, limits)
-		done <- err
-	}()
-	pgtest.AwaitLockWaiters(t, pool, "Reserve")
+		return err
+	}, func() error { return tx.Rollback(ctx) })
+	if s := summary(t, pool); s.ReservationsOpen != 1 {
+		t.Errorf("after the Reserve: %+v, want its reservation open", s)
+	}
+}
+
+// waitsForFence runs call, named what, while a transaction holds a task's
+// fence, and checks that it waits for a lock until free ends that
+// transaction, and then succeeds.
+func waitsForFence(t *testing.T, pool *pgxpool.Pool, what string, call, free func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	pgtest.AwaitLockWaiters(t, pool, what)
 	select {
 	case err := <-done:
-		t.Fatalf("Reserve returned (%v) while a finish held its task's fence", err)
+		t.Fatalf("%s returned (%v) while the task's fence was held", what, err)
 	default:
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := free(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
-		t.Fatalf("Reserve once the fence was free: %v", err)
-	}
-	if s := summary(t, pool); s.ReservationsOpen != 1 {
-		t.Errorf("after the Reserve: %+v, want its reservation open", s)
+		t.Fatalf("%s once the fence was free: %v", what, err)
 	}
 }
