@@ -50,7 +50,9 @@ type Config struct {
 	ExactnessDuration time.Duration
 	// Only lists the workload codes to run ("W1", "W4"...); empty runs them all.
 	Only []string
-	// RunID goes into every scope key; empty draws a random one.
+	// RunID goes into every scope key; empty draws a random one. The workloads' book
+	// checks take its scopes to be empty when the run starts: a RunID used before in the
+	// same database fails them.
 	RunID string
 	// Limiter options, e.g. ratelimit.WithoutCombining(); none: the defaults.
 	Options []ratelimit.Option
@@ -105,7 +107,7 @@ func Workloads() []Workload {
 		{"W3", "W3 hot key", "W1 on one key"},
 		{"W4", "W4 exactness", "one key with a limit of 100 in a window that cannot roll over, all workers reserve: exactly 100 admitted; then a concurrent limit of 10 with leases never released: exactly 10"},
 		{"W5", "W5 opposite orders", "two window limits, half the workers list them in one order and half in the other; reserve and commit: no deadlock error (SQLSTATE 40P01)"},
-		{"W6", "W6 gateway, shared model", "a gateway request: requests/min and tokens/min (estimate 500) on api_key:K (K of 1,000), tokens/min on the ONE provider model every request uses, and a concurrent limit of 1,000 on it; commit actual tokens 420; checks that the model's counters charged 420 per admission and hold nothing reserved, and that no lease is left"},
+		{"W6", "W6 gateway, shared model", "a gateway request: requests/min and tokens/min (estimate 500) on api_key:K (K of 1,000), tokens/min on the ONE provider model every request uses, and a concurrent limit of 1,000 on it; commit actual tokens 420"},
 		{"W7", "W7 W6 with allotments", "W6 with the provider model's tokens/min admitted from local allotments (Limit.Local); the Limiter is closed at the end, returning its blocks, before W6's checks"},
 		{"W8", "W8 hot key, allotment", "W3 with the limit admitted from a local allotment: no round trip"},
 	}
@@ -245,7 +247,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	gr := grace.After(ctx, cfg.Grace)
 	defer gr.End()
 	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers),
-		counts: make([]opsCounter, cfg.Workers), grace: gr}
+		counts: make([]opsCounter, cfg.Workers), grace: gr, books: map[scopeSet]holdings{}}
 	r.lims = r.limiters()
 	out, err := r.run(ctx, done)
 	// Close waits for the give-backs of what a Reserve cut short by ctx granted: they would be
@@ -321,6 +323,8 @@ type runner struct {
 	// grace bounds what the run gives back: it ends Config.Grace after Run's ctx, and notes
 	// what it left held.
 	grace *grace.Grace
+	// books are the holdings of the workloads' scope sets as last read (checkingBooks).
+	books map[scopeSet]holdings
 }
 
 // maxLatencies bounds the latencies a workload keeps, over all its workers (64 MiB): a default
@@ -360,28 +364,38 @@ func (r *runner) key(name string) string { return r.prefix + "-" + name }
 func (r *runner) keyN(name string, n int) string { return r.prefix + "-" + name + strconv.Itoa(n) }
 
 func (r *runner) w1(ctx context.Context) (Result, error) {
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.keyN("k", rng.IntN(10_000)))}, nil)
+	return r.checkingBooks(ctx, requestBooks(r.key("k")), func() (Result, error) {
+		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+			return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.keyN("k", rng.IntN(10_000)))}, nil)
+		})
 	})
 }
 
 func (r *runner) w2(ctx context.Context) (Result, error) {
 	actual := map[string]float64{ratelimit.MetricTokens: 420}
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN("k", rng.IntN(1_000))}
-		model := ratelimit.Scope{Type: "model", Key: r.keyN("m", rng.IntN(5))}
-		return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{
-			{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
-			{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
-			{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
-		}, actual)
+	books := []booked{
+		{scopes: scopeSet{"api keys", "api_key", r.key("k")}, charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: 420}},
+		{scopes: scopeSet{"models", "model", r.key("m")}, leases: true},
+	}
+	return r.checkingBooks(ctx, books, func() (Result, error) {
+		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+			apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN("k", rng.IntN(1_000))}
+			model := ratelimit.Scope{Type: "model", Key: r.keyN("m", rng.IntN(5))}
+			return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{
+				{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
+				{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
+				{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
+			}, actual)
+		})
 	})
 }
 
 func (r *runner) w3(ctx context.Context) (Result, error) {
 	limits := []ratelimit.Limit{requestsLimit(r.key("hot"))}
-	return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-		return r.reserveCommit(ctx, worker, rng, limits, nil)
+	return r.checkingBooks(ctx, requestBooks(r.key("hot")), func() (Result, error) {
+		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+			return r.reserveCommit(ctx, worker, rng, limits, nil)
+		})
 	})
 }
 
@@ -396,6 +410,12 @@ func (r *runner) w5(ctx context.Context) (Result, error) {
 	})
 	res.Checks = append(res.Checks, Check{Name: "deadlock errors (SQLSTATE 40P01)", Want: 0, Got: res.Deadlocks, OK: res.Deadlocks == 0})
 	return res, err
+}
+
+// requestBooks are the books of W1's, W3's and W8's API keys, those whose keys
+// begin with keyPrefix: each admission charges one request.
+func requestBooks(keyPrefix string) []booked {
+	return []booked{{scopes: scopeSet{"api keys", "api_key", keyPrefix}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
 }
 
 // requestsLimit is W1's limit: requests in a 60 s window, never reached.

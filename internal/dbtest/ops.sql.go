@@ -164,6 +164,44 @@ func (q *Queries) OpsCounterCorruptAdd(ctx context.Context, db DBTX, arg OpsCoun
 	return result.RowsAffected(), nil
 }
 
+const OpsCounterCorruptAddOne = `-- name: OpsCounterCorruptAddOne :execrows
+UPDATE gateway_rate_limit_counters AS c
+SET used_value = c.used_value + $1::numeric
+WHERE c.ctid = (SELECT one.ctid
+                FROM gateway_rate_limit_counters AS one
+                WHERE one.scope_type = $2::text
+                  AND starts_with(one.scope_key, $3::text)
+                  AND one.metric = $4::text
+                LIMIT 1)
+`
+
+type OpsCounterCorruptAddOneParams struct {
+	UsedDelta float64
+	ScopeType string
+	KeyPrefix string
+	Metric    string
+}
+
+// Fault injection: adds @used_delta to the used value of one counter (any
+// window) of @metric among the scopes of one type whose keys begin with
+// @key_prefix, without touching the reservation ledger; 0 rows when none
+// has such a counter yet.
+// Locks: a row lock on that counter.
+// Index: gateway_rate_limit_counters_pkey (scope type), the key prefix
+// filtered.
+func (q *Queries) OpsCounterCorruptAddOne(ctx context.Context, db DBTX, arg OpsCounterCorruptAddOneParams) (int64, error) {
+	result, err := db.Exec(ctx, OpsCounterCorruptAddOne,
+		arg.UsedDelta,
+		arg.ScopeType,
+		arg.KeyPrefix,
+		arg.Metric,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const OpsCounterCorruptDelete = `-- name: OpsCounterCorruptDelete :execrows
 DELETE FROM gateway_rate_limit_counters
 WHERE scope_type = $1::text

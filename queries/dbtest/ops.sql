@@ -92,6 +92,23 @@ WHERE scope_type = @scope_type::text
   AND scope_key = @scope_key::text
   AND metric = @metric::text;
 
+-- name: OpsCounterCorruptAddOne :execrows
+-- Fault injection: adds @used_delta to the used value of one counter (any
+-- window) of @metric among the scopes of one type whose keys begin with
+-- @key_prefix, without touching the reservation ledger; 0 rows when none
+-- has such a counter yet.
+-- Locks: a row lock on that counter.
+-- Index: gateway_rate_limit_counters_pkey (scope type), the key prefix
+-- filtered.
+UPDATE gateway_rate_limit_counters AS c
+SET used_value = c.used_value + @used_delta::numeric
+WHERE c.ctid = (SELECT one.ctid
+                FROM gateway_rate_limit_counters AS one
+                WHERE one.scope_type = @scope_type::text
+                  AND starts_with(one.scope_key, @key_prefix::text)
+                  AND one.metric = @metric::text
+                LIMIT 1);
+
 -- name: OpsCounterCorruptDelete :execrows
 -- Fault injection: deletes every window of one scope and metric, leaving
 -- its reservations without a counter.

@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/pgadmit/pgadmit/db"
+)
+
+// A workload's books: what the counters and leases of its scopes hold once
+// it ends, against what its workers admitted and committed, so that a unit
+// charged behind the callers' backs (a commit charged twice, a block
+// returned at its estimates) fails the run. Scope keys are new in every run
+// (its run id), but --rounds reuses them and W1 and W2 share API keys, so
+// each read is compared with the previous one of the same scopes (none:
+// empty). Nothing is read before a workload: its first statement is its
+// own.
+
+// scopeSet names the scopes of one type whose keys begin with keyPrefix.
+type scopeSet struct {
+	label     string // in the checks' names: "api keys", "provider model"
+	scopeType string
+	keyPrefix string
+}
+
+// booked is what one admission leaves in a scopeSet once committed:
+// charged, per metric of its window limits, what its Commit settles for
+// (each admission of a workload commits the same); leases, whether it
+// takes a concurrency slot there, which its Commit releases.
+type booked struct {
+	scopes  scopeSet
+	charged map[string]float64
+	leases  bool
+}
+
+// holdings is what a scopeSet holds: per metric, the usage and reservations
+// of its counters over all their windows, and its unreleased leases.
+type holdings struct {
+	used, reserved map[string]float64
+	leases         int64
+}
+
+func (r *runner) holdingsOf(ctx context.Context, s scopeSet) (holdings, error) {
+	h := holdings{used: map[string]float64{}, reserved: map[string]float64{}}
+	q := db.New()
+	totals, err := q.CounterTotalsByKeyPrefix(ctx, r.pool, db.CounterTotalsByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
+	if err != nil {
+		return h, fmt.Errorf("read back the %s' counters: %w", s.label, err)
+	}
+	for _, t := range totals {
+		h.used[t.Metric] = t.UsedValue
+		h.reserved[t.Metric] = t.ReservedValue
+	}
+	h.leases, err = q.LeaseCountByKeyPrefix(ctx, r.pool, db.LeaseCountByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
+	if err != nil {
+		return h, fmt.Errorf("read back the %s' leases: %w", s.label, err)
+	}
+	return h, nil
+}
+
+// checkingBooks runs a workload (run) and adds to its result the checks of
+// the books of each of its scope sets: per metric, the usage added since
+// they were last read equals what its admissions committed, nothing is left
+// reserved, and no lease is left held. A workload that failed, or whose
+// every operation failed to reach the database, is returned as it is.
+func (r *runner) checkingBooks(ctx context.Context, books []booked, run func() (Result, error)) (Result, error) {
+	res, err := run()
+	if err != nil || allUnreachable(res) {
+		return res, err
+	}
+	check := func(name string, want, got int64) {
+		res.Checks = append(res.Checks, Check{Name: name, Want: want, Got: got, OK: want == got})
+	}
+	for _, b := range books {
+		after, err := r.holdingsOf(ctx, b.scopes)
+		if err != nil {
+			return res, err
+		}
+		before := r.books[b.scopes]
+		r.books[b.scopes] = after
+		for _, metric := range slices.Sorted(maps.Keys(b.charged)) {
+			prefix := fmt.Sprintf("%s %s/min: ", b.scopes.label, metric)
+			check(prefix+metric+" charged = actual "+metric+" committed",
+				int64(b.charged[metric])*res.Admitted, int64(after.used[metric]-before.used[metric]))
+			check(prefix+metric+" still reserved", 0, int64(after.reserved[metric]))
+		}
+		if b.leases {
+			check(b.scopes.label+" concurrency: leases still held", 0, after.leases)
+		}
+	}
+	return res, nil
+}

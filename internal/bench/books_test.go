@@ -1,0 +1,122 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// Every workload that admits through counters checks its books once it
+// ends. Two rounds of each, in one database (W1 and W2 share API keys,
+// --rounds reuses every key), pass every check, with checks of each
+// metric the workload charges.
+func TestWorkloadsCheckTheirBooks(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t) // the books sum every window: a window's end in the run changes nothing
+	codes := []string{"W1", "W2", "W3", "W6", "W7", "W8"}
+	out, err := Run(context.Background(), pool, Config{Workers: 4, Duration: time.Second, Only: codes, Rounds: 2}, nil)
+	if err != nil || len(out) != 2*len(codes) {
+		t.Fatalf("Run: %d results, %v; want %d", len(out), err, 2*len(codes))
+	}
+	wantChecks := map[string][]string{
+		"W1": {"api keys requests/min: requests charged"},
+		"W2": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "models concurrency: leases still held"},
+		"W3": {"api keys requests/min: requests charged"},
+		"W6": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "provider model tokens/min: tokens charged", "provider model concurrency: leases still held"},
+		"W7": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "provider model tokens/min: tokens charged", "provider model concurrency: leases still held"},
+		"W8": {"api keys requests/min: requests charged"},
+	}
+	for _, res := range out {
+		code := res.Name[:2]
+		if !res.OK || res.Admitted == 0 {
+			t.Errorf("%s round %d: ok %t, %d admitted, %d errors (%s), checks %+v; want every check passed", code, res.Round, res.OK, res.Admitted, res.Errors, res.FirstError, res.Checks)
+		}
+		for _, want := range wantChecks[code] {
+			if c := checkNamed(res.Checks, want); c == nil {
+				t.Errorf("%s round %d: no check %q among %+v", code, res.Round, want, res.Checks)
+			} else if strings.Contains(want, "charged") && (c.Want == 0 || c.Want%res.Admitted != 0) {
+				t.Errorf("%s round %d: %+v for %d admissions, want a multiple of them", code, res.Round, *c, res.Admitted)
+			}
+		}
+	}
+}
+
+// A unit charged behind the callers' backs while a workload runs (what a
+// block returned at its estimates, or a commit charged twice, would do)
+// fails the check of that scope set and metric by exactly that unit, and
+// only it.
+func TestWorkloadsBooksCatchAUnitChargedBehindTheCallersBacks(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		code, scopeType, key, metric, check string
+	}{
+		{"W1", "api_key", "k", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+		{"W2", "api_key", "k", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
+		{"W3", "api_key", "hot", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+		{"W6", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
+		{"W6", "api_key", "g", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+		{"W7", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
+		{"W7", "api_key", "g", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
+		{"W8", "api_key", "local-hot", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.code+"/"+tc.scopeType+"/"+tc.metric, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := pgtest.NewPool(t)
+			pgtest.AwaitRoomInWindow(t, pool, time.Minute, 3*time.Second)
+			cfg := Config{Workers: 4, Duration: time.Second, Only: []string{tc.code}, RunID: "books", ProgressEvery: 100 * time.Millisecond}
+			var mu sync.Mutex
+			var corrupted int64
+			cfg.Progress = func(Progress) {
+				mu.Lock()
+				defer mu.Unlock()
+				if corrupted != 0 {
+					return
+				}
+				n, err := dbtest.New().OpsCounterCorruptAddOne(ctx, pool, dbtest.OpsCounterCorruptAddOneParams{
+					UsedDelta: 1, ScopeType: tc.scopeType, KeyPrefix: "bench-books-" + tc.key, Metric: tc.metric})
+				if err != nil {
+					n = -1
+				}
+				corrupted = n // 0: no such counter yet, tried again on the next tick
+			}
+			out, err := Run(ctx, pool, cfg, nil)
+			if err != nil || len(out) != 1 {
+				t.Fatalf("Run %s: %+v, %v", tc.code, out, err)
+			}
+			res := out[0]
+			if corrupted != 1 || res.Admitted == 0 || res.Errors != 0 {
+				t.Fatalf("%s: %d counters corrupted, %d admitted, %d errors (%s); want 1 and admissions without errors", tc.code, corrupted, res.Admitted, res.Errors, res.FirstError)
+			}
+			for _, c := range res.Checks {
+				if strings.HasPrefix(c.Name, tc.check) {
+					if c.OK || c.Got != c.Want+1 {
+						t.Errorf("%s: %+v, want it failed by the 1 unit charged behind the callers' backs", tc.code, c)
+					}
+				} else if !c.OK {
+					t.Errorf("%s: %+v failed, want only %q failed", tc.code, c, tc.check)
+				}
+			}
+			if res.OK || checkNamed(res.Checks, tc.check) == nil {
+				t.Errorf("%s: ok %t, checks %+v; want %q failed", tc.code, res.OK, res.Checks, tc.check)
+			}
+		})
+	}
+}
+
+// checkNamed is the check whose name begins with prefix, nil without one.
+func checkNamed(checks []Check, prefix string) *Check {
+	for i, c := range checks {
+		if strings.HasPrefix(c.Name, prefix) {
+			return &checks[i]
+		}
+	}
+	return nil
+}
