@@ -83,15 +83,16 @@ sampling costs about 100 small statements a second on a connection of its own.
 last D. A workload shorter than D prints nothing more; stdout and --json are the same with it
 as without.
 
-Every workload but W4 and W5 checks its books once it ends: per scope set (the API keys, the
-models, the provider model) and metric, the usage its counters gained equals what its workers
-committed (1 request and, in W2, W6 and W7, 420 tokens per admission), nothing is left
-reserved (W7 and W8: once their Limiters are closed and their blocks returned), and no lease is
-left held. Exits 1 when a check fails (a book, a W4 count, a W5 deadlock) or any operation
-failed. When every
-operation of a workload failed to reach the database (the server is down), bench stops there,
-after its row, rather than run the others to the same end. Interrupted (Ctrl-C), it prints the
-checks of the workloads that finished (their rows came as each ended) and writes their --json
+Every workload but W4 (whose admissions stay held) checks its books once it ends: per scope set
+(the API keys, the models, the provider model) and metric, the usage its counters gained equals
+what its workers committed (a request per limit and, in W2, W6 and W7, 420 tokens per
+admission), nothing is left reserved (W7 and W8: once their Limiters are closed and their
+blocks returned), and no lease is left held; a workload any of whose operations failed is not
+checked, nor are its scopes after it (what a failed operation left is unknown). Exits 1 when a
+check fails (a book, a W4 count, a W5 deadlock) or any operation failed. When every operation
+of a workload failed to reach the database (the server is down), bench stops there, after its
+row, rather than run the others to the same end. Interrupted (Ctrl-C), it prints the checks of
+the workloads that finished (their rows came as each ended) and writes their --json
 ("interrupted": true, "ok": false, no server time), then says "interrupted" and exits 1.`,
 		db:  dbOptional,
 		run: runBench,

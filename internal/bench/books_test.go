@@ -12,15 +12,15 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// Every workload that admits through counters checks its books once it
-// ends. Two rounds of each, in one database (W1 and W2 share API keys,
+// Every workload but W4 (whose admissions stay held) checks its books once
+// it ends. Two rounds of each, in one database (W1 and W2 share API keys,
 // --rounds reuses every key), pass every check, with checks of each
 // metric the workload charges.
 func TestWorkloadsCheckTheirBooks(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t) // the books sum every window: a window's end in the run changes nothing
-	codes := []string{"W1", "W2", "W3", "W6", "W7", "W8"}
-	out, err := Run(context.Background(), pool, Config{Workers: 4, Duration: time.Second, Only: codes, Rounds: 2}, nil)
+	codes := []string{"W1", "W2", "W3", "W5", "W6", "W7", "W8"}
+	out, err := Run(context.Background(), pool, Config{Workers: 4, Duration: time.Second, ExactnessDuration: time.Second, Only: codes, Rounds: 2}, nil)
 	if err != nil || len(out) != 2*len(codes) {
 		t.Fatalf("Run: %d results, %v; want %d", len(out), err, 2*len(codes))
 	}
@@ -28,6 +28,7 @@ func TestWorkloadsCheckTheirBooks(t *testing.T) {
 		"W1": {"api keys requests/min: requests charged"},
 		"W2": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "models concurrency: leases still held"},
 		"W3": {"api keys requests/min: requests charged"},
+		"W5": {"api keys requests/min: requests charged", "deadlock errors"},
 		"W6": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "provider model tokens/min: tokens charged", "provider model concurrency: leases still held"},
 		"W7": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "provider model tokens/min: tokens charged", "provider model concurrency: leases still held"},
 		"W8": {"api keys requests/min: requests charged"},
@@ -59,6 +60,7 @@ func TestWorkloadsBooksCatchAUnitChargedBehindTheCallersBacks(t *testing.T) {
 		{"W1", "api_key", "k", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
 		{"W2", "api_key", "k", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
 		{"W3", "api_key", "hot", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+		{"W5", "api_key", "w5-", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
 		{"W6", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
 		{"W6", "api_key", "g", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
 		{"W7", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
@@ -71,7 +73,7 @@ func TestWorkloadsBooksCatchAUnitChargedBehindTheCallersBacks(t *testing.T) {
 			ctx := context.Background()
 			pool := pgtest.NewPool(t)
 			pgtest.AwaitRoomInWindow(t, pool, time.Minute, 3*time.Second)
-			cfg := Config{Workers: 4, Duration: time.Second, Only: []string{tc.code}, RunID: "books", ProgressEvery: 100 * time.Millisecond}
+			cfg := Config{Workers: 4, Duration: time.Second, ExactnessDuration: time.Second, Only: []string{tc.code}, RunID: "books", ProgressEvery: 100 * time.Millisecond}
 			var mu sync.Mutex
 			var corrupted int64
 			cfg.Progress = func(Progress) {
@@ -119,4 +121,32 @@ func checkNamed(checks []Check, prefix string) *Check {
 		}
 	}
 	return nil
+}
+
+// A workload any of whose operations failed is not checked, nor are its
+// scope sets for the rest of the run: what a failed operation left behind
+// is unknown. Here nothing was charged at all, which a check would report.
+func TestBooksOfAWorkloadWhoseOperationsFailedAreNotChecked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := &runner{pool: pgtest.NewPool(t), prefix: "bench-failed", books: map[scopeSet]holdings{}, unknownBooks: map[scopeSet]bool{}}
+	failed, clean := requestBooks(r.key("failed")), requestBooks(r.key("clean"))
+	for i, tc := range []struct {
+		books      []booked
+		res        Result
+		wantChecks bool
+	}{
+		{failed, Result{Admitted: 3, Errors: 1}, false},
+		{failed, Result{Admitted: 3}, false},
+		{clean, Result{Admitted: 3}, true},
+	} {
+		res, err := r.checkingBooks(ctx, tc.books, func() (Result, error) { return tc.res, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		charged := checkNamed(res.Checks, "api keys requests/min: requests charged")
+		if (charged != nil) != tc.wantChecks || (charged != nil && (charged.OK || charged.Want != 3 || charged.Got != 0)) {
+			t.Errorf("workload %d (%+v): checks %+v; want checks %t, and 3 requests charged found 0", i+1, tc.res, res.Checks, tc.wantChecks)
+		}
+	}
 }
