@@ -108,7 +108,7 @@ func Workloads() []Workload {
 		{"W4", "W4 exactness", "one key with a limit of 100 in a window that cannot roll over, all workers reserve: exactly 100 admitted; then a concurrent limit of 10 with leases never released: exactly 10"},
 		{"W5", "W5 opposite orders", "two window limits, half the workers list them in one order and half in the other; reserve and commit: no deadlock error (SQLSTATE 40P01)"},
 		{"W6", "W6 gateway, shared model", "a gateway request: requests/min and tokens/min (estimate 500) on api_key:K (K of 1,000), tokens/min on the ONE provider model every request uses, and a concurrent limit of 1,000 on it; commit actual tokens 420"},
-		{"W7", "W7 W6 with allotments", "W6 with the provider model's tokens/min admitted from local allotments (Limit.Local); the Limiter is closed at the end, returning its blocks, before W6's checks"},
+		{"W7", "W7 W6 with allotments", "W6 with the provider model's tokens/min admitted from local allotments (Limit.Local); the Limiter is closed at the end, returning its blocks, before its books are checked"},
 		{"W8", "W8 hot key, allotment", "W3 with the limit admitted from a local allotment: no round trip"},
 	}
 }
