@@ -204,3 +204,53 @@ func (q *Queries) CounterLockForReservations(ctx context.Context, db DBTX, reser
 	_, err := db.Exec(ctx, CounterLockForReservations, reservationIds)
 	return err
 }
+
+const CounterTotalsByKeyPrefix = `-- name: CounterTotalsByKeyPrefix :many
+SELECT c.metric,
+       sum(c.used_value)::numeric     AS used_value,
+       sum(c.reserved_value)::numeric AS reserved_value
+FROM gateway_rate_limit_counters AS c
+WHERE c.scope_type = $1::text
+  AND starts_with(c.scope_key, $2::text)
+GROUP BY c.metric
+ORDER BY c.metric
+`
+
+type CounterTotalsByKeyPrefixParams struct {
+	ScopeType string
+	KeyPrefix string
+}
+
+type CounterTotalsByKeyPrefixRow struct {
+	Metric        string
+	UsedValue     float64
+	ReservedValue float64
+}
+
+// What the counters of the scopes of one type whose keys begin with
+// @key_prefix hold together, per metric, summed over all their windows:
+// `pgadmit bench` reads it after each workload and checks the usage gained
+// since its last read against what the workers committed.
+// Locks: none (MVCC read).
+// Index: none: a sequential scan of every counter (a key prefix cannot use
+// the primary key under the database's collation); a check after a
+// benchmark, not a path any request takes.
+func (q *Queries) CounterTotalsByKeyPrefix(ctx context.Context, db DBTX, arg CounterTotalsByKeyPrefixParams) ([]CounterTotalsByKeyPrefixRow, error) {
+	rows, err := db.Query(ctx, CounterTotalsByKeyPrefix, arg.ScopeType, arg.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CounterTotalsByKeyPrefixRow{}
+	for rows.Next() {
+		var i CounterTotalsByKeyPrefixRow
+		if err := rows.Scan(&i.Metric, &i.UsedValue, &i.ReservedValue); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -71,56 +71,6 @@ func (q *Queries) CounterListByScope(ctx context.Context, db DBTX, arg CounterLi
 	return items, nil
 }
 
-const CounterTotalsByKeyPrefix = `-- name: CounterTotalsByKeyPrefix :many
-SELECT c.metric,
-       sum(c.used_value)::numeric     AS used_value,
-       sum(c.reserved_value)::numeric AS reserved_value
-FROM gateway_rate_limit_counters AS c
-WHERE c.scope_type = $1::text
-  AND starts_with(c.scope_key, $2::text)
-GROUP BY c.metric
-ORDER BY c.metric
-`
-
-type CounterTotalsByKeyPrefixParams struct {
-	ScopeType string
-	KeyPrefix string
-}
-
-type CounterTotalsByKeyPrefixRow struct {
-	Metric        string
-	UsedValue     float64
-	ReservedValue float64
-}
-
-// What the counters of the scopes of one type whose keys begin with
-// @key_prefix hold together, per metric, summed over all their windows:
-// `pgadmit bench` reads it before and after a workload of many keys and
-// checks the difference against what its workers committed.
-// Locks: none (MVCC read).
-// Index: gateway_rate_limit_counters_pkey on its leading scope_type, the
-// key prefix then filtered: every counter of the type is read (a check
-// after a benchmark, not a path any request takes).
-func (q *Queries) CounterTotalsByKeyPrefix(ctx context.Context, db DBTX, arg CounterTotalsByKeyPrefixParams) ([]CounterTotalsByKeyPrefixRow, error) {
-	rows, err := db.Query(ctx, CounterTotalsByKeyPrefix, arg.ScopeType, arg.KeyPrefix)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []CounterTotalsByKeyPrefixRow{}
-	for rows.Next() {
-		var i CounterTotalsByKeyPrefixRow
-		if err := rows.Scan(&i.Metric, &i.UsedValue, &i.ReservedValue); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const InspectAdmissions = `-- name: InspectAdmissions :many
 SELECT a.scope_type,
        a.scope_key,
@@ -543,31 +493,4 @@ func (q *Queries) InspectWindows(ctx context.Context, db DBTX, arg InspectWindow
 		return nil, err
 	}
 	return items, nil
-}
-
-const LeaseCountByKeyPrefix = `-- name: LeaseCountByKeyPrefix :one
-SELECT count(*)::bigint AS leases
-FROM gateway_concurrency_leases AS l
-WHERE l.released_at IS NULL
-  AND l.scope_type = $1::text
-  AND starts_with(l.scope_key, $2::text)
-`
-
-type LeaseCountByKeyPrefixParams struct {
-	ScopeType string
-	KeyPrefix string
-}
-
-// How many concurrency leases of the scopes of one type whose keys begin
-// with @key_prefix are unreleased, expired or not: `pgadmit bench` checks
-// that a workload left none.
-// Locks: none (MVCC read).
-// Index: gateway_concurrency_leases_live_scope_idx (partial: unreleased
-// leases, live state), its leading scope_type, the key prefix then
-// filtered.
-func (q *Queries) LeaseCountByKeyPrefix(ctx context.Context, db DBTX, arg LeaseCountByKeyPrefixParams) (int64, error) {
-	row := db.QueryRow(ctx, LeaseCountByKeyPrefix, arg.ScopeType, arg.KeyPrefix)
-	var leases int64
-	err := row.Scan(&leases)
-	return leases, err
 }

@@ -12,6 +12,33 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const LeaseCountByKeyPrefix = `-- name: LeaseCountByKeyPrefix :one
+SELECT count(*)::bigint AS leases
+FROM gateway_concurrency_leases AS l
+WHERE l.released_at IS NULL
+  AND l.scope_type = $1::text
+  AND starts_with(l.scope_key, $2::text)
+`
+
+type LeaseCountByKeyPrefixParams struct {
+	ScopeType string
+	KeyPrefix string
+}
+
+// How many concurrency leases of the scopes of one type whose keys begin
+// with @key_prefix are unreleased, expired or not: `pgadmit bench` checks
+// that a workload left none.
+// Locks: none (MVCC read).
+// Index: gateway_concurrency_leases_live_scope_idx (partial: unreleased
+// leases, live state), its leading scope_type, the key prefix then
+// filtered.
+func (q *Queries) LeaseCountByKeyPrefix(ctx context.Context, db DBTX, arg LeaseCountByKeyPrefixParams) (int64, error) {
+	row := db.QueryRow(ctx, LeaseCountByKeyPrefix, arg.ScopeType, arg.KeyPrefix)
+	var leases int64
+	err := row.Scan(&leases)
+	return leases, err
+}
+
 const LeaseLockScopes = `-- name: LeaseLockScopes :exec
 
 SELECT pg_advisory_xact_lock(s.lock_key)

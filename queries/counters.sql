@@ -106,3 +106,21 @@ WHERE r.id = ANY(@reservation_ids::uuid[])
         AND c.window_start = r.window_start
       FOR UPDATE OF c SKIP LOCKED
   );
+
+-- name: CounterTotalsByKeyPrefix :many
+-- What the counters of the scopes of one type whose keys begin with
+-- @key_prefix hold together, per metric, summed over all their windows:
+-- `pgadmit bench` reads it after each workload and checks the usage gained
+-- since its last read against what the workers committed.
+-- Locks: none (MVCC read).
+-- Index: none: a sequential scan of every counter (a key prefix cannot use
+-- the primary key under the database's collation); a check after a
+-- benchmark, not a path any request takes.
+SELECT c.metric,
+       sum(c.used_value)::numeric     AS used_value,
+       sum(c.reserved_value)::numeric AS reserved_value
+FROM gateway_rate_limit_counters AS c
+WHERE c.scope_type = @scope_type::text
+  AND starts_with(c.scope_key, @key_prefix::text)
+GROUP BY c.metric
+ORDER BY c.metric;

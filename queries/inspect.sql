@@ -179,35 +179,3 @@ WHERE a.returned_at IS NULL
 GROUP BY a.holder, a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start
 ORDER BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start, a.holder
 LIMIT @max_rows::integer;
-
--- name: CounterTotalsByKeyPrefix :many
--- What the counters of the scopes of one type whose keys begin with
--- @key_prefix hold together, per metric, summed over all their windows:
--- `pgadmit bench` reads it before and after a workload of many keys and
--- checks the difference against what its workers committed.
--- Locks: none (MVCC read).
--- Index: gateway_rate_limit_counters_pkey on its leading scope_type, the
--- key prefix then filtered: every counter of the type is read (a check
--- after a benchmark, not a path any request takes).
-SELECT c.metric,
-       sum(c.used_value)::numeric     AS used_value,
-       sum(c.reserved_value)::numeric AS reserved_value
-FROM gateway_rate_limit_counters AS c
-WHERE c.scope_type = @scope_type::text
-  AND starts_with(c.scope_key, @key_prefix::text)
-GROUP BY c.metric
-ORDER BY c.metric;
-
--- name: LeaseCountByKeyPrefix :one
--- How many concurrency leases of the scopes of one type whose keys begin
--- with @key_prefix are unreleased, expired or not: `pgadmit bench` checks
--- that a workload left none.
--- Locks: none (MVCC read).
--- Index: gateway_concurrency_leases_live_scope_idx (partial: unreleased
--- leases, live state), its leading scope_type, the key prefix then
--- filtered.
-SELECT count(*)::bigint AS leases
-FROM gateway_concurrency_leases AS l
-WHERE l.released_at IS NULL
-  AND l.scope_type = @scope_type::text
-  AND starts_with(l.scope_key, @key_prefix::text);

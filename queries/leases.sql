@@ -45,3 +45,17 @@ ORDER BY s.lock_key;
 -- Index: gateway_concurrency_leases_pkey.
 SELECT r.id::uuid AS id, r.expires_at::timestamptz AS expires_at
 FROM pgadmit_renew_leases(@lease_ids::uuid[], @ttl_seconds::integer[], sqlc.narg('now')::timestamptz) AS r;
+
+-- name: LeaseCountByKeyPrefix :one
+-- How many concurrency leases of the scopes of one type whose keys begin
+-- with @key_prefix are unreleased, expired or not: `pgadmit bench` checks
+-- that a workload left none.
+-- Locks: none (MVCC read).
+-- Index: gateway_concurrency_leases_live_scope_idx (partial: unreleased
+-- leases, live state), its leading scope_type, the key prefix then
+-- filtered.
+SELECT count(*)::bigint AS leases
+FROM gateway_concurrency_leases AS l
+WHERE l.released_at IS NULL
+  AND l.scope_type = @scope_type::text
+  AND starts_with(l.scope_key, @key_prefix::text);

@@ -187,8 +187,8 @@ type OpsCounterCorruptAddOneParams struct {
 // @key_prefix, without touching the reservation ledger; 0 rows when none
 // has such a counter yet.
 // Locks: a row lock on that counter.
-// Index: gateway_rate_limit_counters_pkey (scope type), the key prefix
-// filtered.
+// Index: none: a sequential scan of the counters until one matches (a key
+// prefix cannot use the primary key under the database's collation).
 func (q *Queries) OpsCounterCorruptAddOne(ctx context.Context, db DBTX, arg OpsCounterCorruptAddOneParams) (int64, error) {
 	result, err := db.Exec(ctx, OpsCounterCorruptAddOne,
 		arg.UsedDelta,

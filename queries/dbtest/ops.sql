@@ -98,8 +98,8 @@ WHERE scope_type = @scope_type::text
 -- @key_prefix, without touching the reservation ledger; 0 rows when none
 -- has such a counter yet.
 -- Locks: a row lock on that counter.
--- Index: gateway_rate_limit_counters_pkey (scope type), the key prefix
--- filtered.
+-- Index: none: a sequential scan of the counters until one matches (a key
+-- prefix cannot use the primary key under the database's collation).
 UPDATE gateway_rate_limit_counters AS c
 SET used_value = c.used_value + @used_delta::numeric
 WHERE c.ctid = (SELECT one.ctid
