@@ -36,15 +36,15 @@ workload keeps up to 8,388,608 latencies: past that many operations (W8 decides 
 million a second), its percentiles come from a uniform sample of them.
 
 ` + list.String() + `
-W1, W2, W3, W6, W7 and W8 run for --duration; W4 (each part) and W5 run for 2 s. An operation is one
-Reserve and, where the workload says so, its Commit. Every run uses fresh scope keys (a random
-run id), so runs never disturb each other's counts or other data. The database is migrated
-first. Nothing is deleted: the rows of its scopes (bench-<run id>-...) stay until
-'pgadmit prune' removes them once their windows ended before its cutoff. A Ctrl-C gives back
-what the workers hold (the grants of those in their --think pause, W4's admissions) and closes
-the Limiters, returning their Local blocks, for at most 5s: what a server that does not answer
-has not taken back by then stays held until a lease's TTL, its window's end or 'pgadmit
-recover' frees it (a warning says so).
+W1, W2, W3, W6, W7, W8 and W9 run for --duration; W4 (each part) and W5 run for 2 s. An
+operation is one Reserve and, where the workload says so, its Commit. Every run uses fresh
+scope keys (a random run id), so runs never disturb each other's counts or other data. The
+database is migrated first. Nothing is deleted: the rows of its scopes (bench-<run id>-...)
+stay until 'pgadmit prune' removes them once their windows ended before its cutoff. A Ctrl-C
+gives back what the workers hold (the grants of those in their --think pause, W4's admissions)
+and closes the Limiters, returning their Local blocks, for at most 5s: what a server that does
+not answer has not taken back by then stays held until a lease's TTL, its window's end or
+'pgadmit recover' frees it (a warning says so).
 
 --think D pauses each operation between its Reserve and its Commit, for D on average (drawn
 from 0 to 2D), as a gateway waits for its upstream call: combining then batches the calls of
@@ -86,7 +86,7 @@ as without.
 Every workload but W4 (whose admissions stay held) checks its books once it ends: per scope set
 (the API keys, the models, the provider model) and metric, the usage its counters gained equals
 what its workers committed (a request per limit and, in W2, W6 and W7, 420 tokens per
-admission), nothing is left reserved (W7 and W8: once their Limiters are closed and their
+admission), nothing is left reserved (W7, W8 and W9: once their Limiters are closed and their
 blocks returned), and no lease is left held; a workload any of whose operations failed is not
 checked, nor are its scopes after it (what a failed operation left is unknown). Exits 1 when a
 check fails (a book, a W4 count, a W5 deadlock) or any operation failed. When every operation
@@ -135,7 +135,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "`N` concurrent workers, each with its own connection, 1 to 256")
 	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
-	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7 and W8 each run, 100ms to 1h")
+	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7, W8 and W9 each run, 100ms to 1h")
 	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call, at most 1m (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
 	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
@@ -449,7 +449,11 @@ func printBenchChecks(w io.Writer, results []bench.Result, rounds int) bool {
 			if !c.OK {
 				verdict = "OFF"
 			}
-			fmt.Fprintf(w, "%s: %s: %d (want %d) %s\n", name, c.Name, c.Got, c.Want, verdict)
+			want := "want"
+			if c.AtMost {
+				want = "at most"
+			}
+			fmt.Fprintf(w, "%s: %s: %d (%s %d) %s\n", name, c.Name, c.Got, want, c.Want, verdict)
 		}
 		if r.Errors > 0 {
 			fmt.Fprintf(w, "%s: %d errors, first: %s\n", name, r.Errors, r.FirstError)

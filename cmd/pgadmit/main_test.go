@@ -147,7 +147,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--duration", "-1s"}, "--duration must be between 100ms and 1h, got -1s"},
 		{db, []string{"bench", "--think", "-1ms"}, "--think must be between 0 and 1m, got -1ms"},
 		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m"},
-		{db, []string{"bench", "--only", "W1,W9"}, `unknown workload "W9"`},
+		{db, []string{"bench", "--only", "W1,W10"}, `unknown workload "W10"`},
 		// Given empty (a script's unset variable), they are refused, not read as not given.
 		{db, []string{"bench", "--only", ""}, "--only is empty"},
 		{db, []string{"bench", "--json="}, "--json is empty"},

@@ -120,8 +120,8 @@ func TestParseOnly(t *testing.T) {
 	if got, err := ParseOnly(""); err != nil || got != nil {
 		t.Errorf("ParseOnly(\"\") = %v, %v; want nothing", got, err)
 	}
-	if _, err := ParseOnly("W1,W9"); err == nil {
-		t.Error("ParseOnly accepted W9")
+	if _, err := ParseOnly("W1,W10"); err == nil {
+		t.Error("ParseOnly accepted W10")
 	}
 }
 

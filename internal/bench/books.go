@@ -28,12 +28,12 @@ type scopeSet struct {
 }
 
 // booked is what one admission leaves in a scopeSet once committed:
-// charged, per metric of its window limits (every one a minute's), what its
-// Commit settles for there (each admission of a workload commits the
-// same); leases, whether it takes a concurrency slot there, which its
-// Commit releases.
+// charged, per metric of its window limits, what its Commit settles for
+// there (each admission of a workload commits the same); leases, whether it
+// takes a concurrency slot there, which its Commit releases.
 type booked struct {
 	label   string // in the checks' names: "api keys", "provider model"
+	per     string // the window limits' window in the checks' names: "/min"; "" for none
 	scopes  scopeSet
 	charged map[string]float64
 	leases  bool
@@ -116,7 +116,7 @@ func (r *runner) checkingBooks(ctx context.Context, books []booked, run func() (
 		before := r.books[b.scopes]
 		r.books[b.scopes] = after
 		for _, metric := range slices.Sorted(maps.Keys(b.charged)) {
-			prefix := fmt.Sprintf("%s %s/min: ", b.label, metric)
+			prefix := fmt.Sprintf("%s %s%s: ", b.label, metric, b.per)
 			check(prefix+metric+" charged = actual "+metric+" committed",
 				int64(b.charged[metric])*res.Admitted, int64(after.used[metric]-before.used[metric]))
 			check(prefix+metric+" still reserved", 0, int64(after.reserved[metric]))

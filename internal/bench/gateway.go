@@ -55,8 +55,8 @@ func (r *runner) w7(ctx context.Context) (Result, error) {
 // with nothing still reserved and no lease left.
 func (r *runner) gateway(ctx context.Context, lims []*ratelimit.Limiter, local bool) (Result, error) {
 	books := []booked{
-		{label: "api keys", scopes: scopeSet{"api_key", r.key("g")}, charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: gatewayActual[ratelimit.MetricTokens]}},
-		{label: "provider model", scopes: scopeSet{r.gatewayModel().Type, r.gatewayModel().Key}, charged: gatewayActual, leases: true},
+		{label: "api keys", per: "/min", scopes: scopeSet{"api_key", r.key("g")}, charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: gatewayActual[ratelimit.MetricTokens]}},
+		{label: "provider model", per: "/min", scopes: scopeSet{r.gatewayModel().Type, r.gatewayModel().Key}, charged: gatewayActual, leases: true},
 	}
 	return r.checkingBooks(ctx, books, func() (Result, error) {
 		res, err := r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {

@@ -1,0 +1,90 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// W9 measures stranding: one key at its limit, admitted from Local blocks
+// by several instances, so that one instance is refused while another's
+// blocks still hold units of the window. Once the Limiters are closed (each
+// block charging what it admitted), every window in which a request was
+// refused is read back: what it admitted may not pass its limit, and its
+// limit less what it admitted is what sat unused in blocks while requests
+// were refused, which may not pass the bound the README documents
+// (instances x 2 blocks x MaxShare x limit).
+
+const (
+	strandLimit         = 2_000
+	strandWindow        = 2 * time.Second
+	strandMinInstances  = 4
+	strandWindowSeconds = int(strandWindow / time.Second)
+)
+
+func (r *runner) w9(ctx context.Context) (Result, error) {
+	lims := r.limitersN(min(max(r.cfg.Instances, strandMinInstances), r.cfg.Workers))
+	defer r.grace.Close(lims...)
+	limit := ratelimit.Limit{
+		Scope:  ratelimit.Scope{Type: "api_key", Key: r.key("w9-hot")},
+		Metric: ratelimit.MetricRequests, Limit: strandLimit, Amount: 1, Window: strandWindow, Local: true,
+	}
+	limits := []ratelimit.Limit{limit}
+	var refusedMu sync.Mutex
+	refused := map[time.Time]bool{} // the windows (by their end) that refused a request
+	books := []booked{{label: "api key", per: "/2s", scopes: scopeSet{"api_key", limit.Scope.Key}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
+	res, err := r.checkingBooks(ctx, books, func() (Result, error) {
+		res, err := r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+			err := r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
+			if exceeded, ok := errors.AsType[*ratelimit.ExceededError](err); ok {
+				refusedMu.Lock()
+				refused[exceeded.ResetAt.UTC().Truncate(time.Second)] = true
+				refusedMu.Unlock()
+			}
+			return err
+		})
+		if err == nil {
+			r.grace.Close(lims...) // each block charges what it admitted as it goes back
+		}
+		return res, err
+	})
+	if err != nil || res.Errors > 0 {
+		return res, err
+	}
+	windows, err := db.New().CounterListByScope(ctx, execModeDB{r.pool}, db.CounterListByScopeParams{ScopeType: limit.Scope.Type, ScopeKey: limit.Scope.Key})
+	if err != nil {
+		return res, fmt.Errorf("read back W9's windows: %w", err)
+	}
+	res.Checks = append(res.Checks, strandingChecks(windows, refused, len(lims))...)
+	return res, nil
+}
+
+// strandingChecks are W9's checks of its windows, read back once its
+// blocks went back: of those whose end is in refused (a request was refused
+// in them), none admitted past the limit, and the most units one left
+// unadmitted are within the bound for instances. No window that refused
+// fails the second: the limit was never reached, and nothing measured.
+func strandingChecks(windows []db.CounterListByScopeRow, refused map[time.Time]bool, instances int) []Check {
+	var over, stranded, refusing int64
+	for _, w := range windows {
+		if !refused[w.ResetAt.UTC().Truncate(time.Second)] {
+			continue
+		}
+		refusing++
+		over = max(over, int64(w.UsedValue)-strandLimit)
+		stranded = max(stranded, strandLimit-int64(w.UsedValue))
+	}
+	bound := int64(math.Floor(float64(instances) * 2 * ratelimit.DefaultAllotmentMaxShare * strandLimit))
+	return []Check{
+		{Name: fmt.Sprintf("window limit %d: admitted past it in a window", strandLimit), Want: 0, Got: over, OK: over == 0},
+		{Name: fmt.Sprintf("window limit %d: units stranded in blocks, the most in one of the %d windows that refused (%d instances x 2 blocks x 1/16 x limit)",
+			strandLimit, refusing, instances), Want: bound, Got: stranded, OK: refusing > 0 && stranded <= bound, AtMost: true},
+	}
+}

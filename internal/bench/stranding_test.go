@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// W9 drives one key far past its limit from Local blocks in four instances
+// and reads back every window that refused a request: none admitted past
+// the limit, and what each left unadmitted is within the bound, with at
+// least one such window (the limit was reached).
+func TestW9MeasuresStrandingWithinItsBound(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	out, err := Run(context.Background(), pool, Config{Workers: 8, Duration: 3 * time.Second, Only: []string{"W9"}}, nil)
+	if err != nil || len(out) != 1 {
+		t.Fatalf("Run W9: %+v, %v", out, err)
+	}
+	res := out[0]
+	if !res.OK || res.Admitted == 0 || res.Rejected == 0 || res.LocalBlocks == 0 {
+		t.Fatalf("W9: ok %t, %d admitted, %d refused, %d blocks, %d errors (%s), checks %+v; want every check passed, admissions from blocks and refusals",
+			res.OK, res.Admitted, res.Rejected, res.LocalBlocks, res.Errors, res.FirstError, res.Checks)
+	}
+	stranded := checkNamed(res.Checks, "window limit 2000: units stranded in blocks")
+	if stranded == nil || !stranded.AtMost || stranded.Want != 1000 || strings.Contains(stranded.Name, " 0 windows that refused") {
+		t.Errorf("W9: stranding check %+v; want at most 1000 (4 instances x 2 x 1/16 x 2000) over windows that refused", stranded)
+	}
+	if checkNamed(res.Checks, "window limit 2000: admitted past it") == nil {
+		t.Errorf("W9: checks %+v, want one of admissions past the limit", res.Checks)
+	}
+}
+
+// strandingChecks reads only the windows that refused a request, and fails
+// one that admitted past its limit, one that left more units unadmitted
+// than the bound, and a run in which no window refused.
+func TestStrandingChecksFailPastTheLimitAndPastTheBound(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 12, 5, 12, 0, 2, 0, time.UTC)
+	window := func(reset time.Time, used float64) db.CounterListByScopeRow {
+		return db.CounterListByScopeRow{ResetAt: reset, UsedValue: used, LimitValue: strandLimit}
+	}
+	refused := map[time.Time]bool{end: true}
+	for _, tc := range []struct {
+		name               string
+		windows            []db.CounterListByScopeRow
+		refused            map[time.Time]bool
+		overOK, strandedOK bool
+		stranded           int64
+	}{
+		{"within the bound", []db.CounterListByScopeRow{window(end, 1990)}, refused, true, true, 10},
+		{"a window that did not refuse is not read", []db.CounterListByScopeRow{window(end, 2000), window(end.Add(2*time.Second), 3)}, refused, true, true, 0},
+		{"past the bound", []db.CounterListByScopeRow{window(end, 999)}, refused, true, false, 1001},
+		{"past the limit", []db.CounterListByScopeRow{window(end, 2001)}, refused, false, true, 0},
+		{"no window refused", []db.CounterListByScopeRow{window(end, 2000)}, map[time.Time]bool{}, true, false, 0},
+	} {
+		checks := strandingChecks(tc.windows, tc.refused, 4)
+		if len(checks) != 2 || checks[0].OK != tc.overOK || checks[1].OK != tc.strandedOK || checks[1].Got != tc.stranded || checks[1].Want != 1000 {
+			t.Errorf("%s: %+v; want past the limit ok %t, stranding ok %t with %d of at most 1000", tc.name, checks, tc.overOK, tc.strandedOK, tc.stranded)
+		}
+	}
+}
