@@ -51,7 +51,7 @@ func (r *runner) holdingsOf(ctx context.Context, label string, s scopeSet) (hold
 	q, conn := db.New(), execModeDB{r.pool}
 	totals, err := q.CounterTotalsByKeyPrefix(ctx, conn, db.CounterTotalsByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
 	if err != nil {
-		return h, fmt.Errorf("read back the %s' counters: %w", label, err)
+		return h, fmt.Errorf("read back the counters of the %s: %w", label, err)
 	}
 	for _, t := range totals {
 		h.used[t.Metric] = t.UsedValue
@@ -59,7 +59,7 @@ func (r *runner) holdingsOf(ctx context.Context, label string, s scopeSet) (hold
 	}
 	h.leases, err = q.LeaseCountByKeyPrefix(ctx, conn, db.LeaseCountByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
 	if err != nil {
-		return h, fmt.Errorf("read back the %s' leases: %w", label, err)
+		return h, fmt.Errorf("read back the leases of the %s: %w", label, err)
 	}
 	return h, nil
 }
