@@ -1,5 +1,6 @@
-// Package bench holds the workloads of `pgadmit bench`: eight fixed definitions, W1..W5, which
-// mirror the reference harness of the seed gateway, and the gateway-shaped W6..W9, run by N
+// Package bench holds the workloads of `pgadmit bench`: nine fixed definitions, W1..W5, which
+// mirror the reference harness of the seed gateway, the gateway-shaped W6..W8, and W9, which
+// measures stranding, run by N
 // concurrent workers against a migrated database through the public ratelimit API.
 //
 // Every run draws a random run id and puts it in every scope key it touches, so runs never
@@ -24,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -250,7 +252,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config, done func(Result))
 	gr := grace.After(ctx, cfg.Grace)
 	defer gr.End()
 	r := &runner{cfg: cfg, pool: pool, prefix: "bench-" + cfg.RunID, paused: make([]time.Duration, cfg.Workers),
-		counts: make([]opsCounter, cfg.Workers), grace: gr,
+		counts: make([]opsCounter, cfg.Workers), grace: gr, reads: execModeDB{pool},
 		books: map[scopeSet]holdings{}, unknownBooks: map[scopeSet]bool{}}
 	r.lims = r.limiters()
 	out, err := r.run(ctx, done)
@@ -327,6 +329,8 @@ type runner struct {
 	// grace bounds what the run gives back: it ends Config.Grace after Run's ctx, and notes
 	// what it left held.
 	grace *grace.Grace
+	// reads is pool for the run's own reads of what the workloads left (execModeDB).
+	reads db.DBTX
 	// books are the holdings of the workloads' scope sets as last read, and unknownBooks
 	// those that a workload whose operations failed left unknown (checkingBooks).
 	books        map[scopeSet]holdings
@@ -378,9 +382,8 @@ func (r *runner) w1(ctx context.Context) (Result, error) {
 }
 
 func (r *runner) w2(ctx context.Context) (Result, error) {
-	actual := map[string]float64{ratelimit.MetricTokens: 420}
 	books := []booked{
-		{label: "api keys", per: "/min", scopes: scopeSet{"api_key", r.key("k")}, charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: 420}},
+		gatewayKeyBooks(r.key("k")),
 		{label: "models", scopes: scopeSet{"model", r.key("m")}, leases: true},
 	}
 	return r.checkingBooks(ctx, books, func() (Result, error) {
@@ -391,7 +394,7 @@ func (r *runner) w2(ctx context.Context) (Result, error) {
 				{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
 				{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
 				{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
-			}, actual)
+			}, gatewayActual)
 		})
 	})
 }

@@ -48,8 +48,8 @@ type holdings struct {
 
 func (r *runner) holdingsOf(ctx context.Context, label string, s scopeSet) (holdings, error) {
 	h := holdings{used: map[string]float64{}, reserved: map[string]float64{}}
-	q, conn := db.New(), execModeDB{r.pool}
-	totals, err := q.CounterTotalsByKeyPrefix(ctx, conn, db.CounterTotalsByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
+	q := db.New()
+	totals, err := q.CounterTotalsByKeyPrefix(ctx, r.reads, db.CounterTotalsByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
 	if err != nil {
 		return h, fmt.Errorf("read back the counters of the %s: %w", label, err)
 	}
@@ -57,18 +57,19 @@ func (r *runner) holdingsOf(ctx context.Context, label string, s scopeSet) (hold
 		h.used[t.Metric] = t.UsedValue
 		h.reserved[t.Metric] = t.ReservedValue
 	}
-	h.leases, err = q.LeaseCountByKeyPrefix(ctx, conn, db.LeaseCountByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
+	h.leases, err = q.LeaseCountByKeyPrefix(ctx, r.reads, db.LeaseCountByKeyPrefixParams{ScopeType: s.scopeType, KeyPrefix: s.keyPrefix})
 	if err != nil {
 		return h, fmt.Errorf("read back the leases of the %s: %w", label, err)
 	}
 	return h, nil
 }
 
-// execModeDB sends the books' reads in pgx's exec mode (nothing prepared),
-// whatever the pool's default. Behind a transaction pooler with pgx's
-// default mode, a statement that another client connection prepared on the
-// same server session would fail them; the workloads' own errors are what
-// say to change the connection string there.
+// execModeDB sends the run's own reads (the books, W4's and W9's read-backs)
+// in pgx's exec mode (nothing prepared), whatever the pool's default. Behind
+// a transaction pooler with pgx's default mode, a statement that another
+// client connection prepared on the same server session would fail them;
+// the workloads' own errors are what say to change the connection string
+// there.
 type execModeDB struct{ db.DBTX }
 
 func (e execModeDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

@@ -132,7 +132,8 @@ func checkNamed(checks []Check, prefix string) *Check {
 func TestBooksOfAWorkloadWhoseOperationsFailedAreNotChecked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := &runner{pool: pgtest.NewPool(t), prefix: "bench-failed", books: map[scopeSet]holdings{}, unknownBooks: map[scopeSet]bool{}}
+	pool := pgtest.NewPool(t)
+	r := &runner{pool: pool, reads: execModeDB{pool}, prefix: "bench-failed", books: map[scopeSet]holdings{}, unknownBooks: map[scopeSet]bool{}}
 	failed, clean := requestBooks(r.key("failed")), requestBooks(r.key("clean"))
 	for i, tc := range []struct {
 		books      []booked

@@ -32,7 +32,16 @@ func (r *runner) gatewayModel() ratelimit.Scope {
 	return ratelimit.Scope{Type: "provider_model", Key: r.key("gpt")}
 }
 
+// gatewayActual is what a gateway request (W2, W6, W7) commits.
 var gatewayActual = map[string]float64{ratelimit.MetricTokens: 420}
+
+// gatewayKeyBooks are the books of the API keys of W2, W6 and W7, those whose
+// keys begin with keyPrefix: each admission charges a request and its actual
+// tokens.
+func gatewayKeyBooks(keyPrefix string) booked {
+	return booked{label: "api keys", per: "/min", scopes: scopeSet{"api_key", keyPrefix},
+		charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: gatewayActual[ratelimit.MetricTokens]}}
+}
 
 func (r *runner) w6(ctx context.Context) (Result, error) {
 	return r.gateway(ctx, r.lims, false)
@@ -55,17 +64,17 @@ func (r *runner) w7(ctx context.Context) (Result, error) {
 // with nothing still reserved and no lease left.
 func (r *runner) gateway(ctx context.Context, lims []*ratelimit.Limiter, local bool) (Result, error) {
 	books := []booked{
-		{label: "api keys", per: "/min", scopes: scopeSet{"api_key", r.key("g")}, charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: gatewayActual[ratelimit.MetricTokens]}},
+		gatewayKeyBooks(r.key("g")),
 		{label: "provider model", per: "/min", scopes: scopeSet{r.gatewayModel().Type, r.gatewayModel().Key}, charged: gatewayActual, leases: true},
 	}
+	op := func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, local), gatewayActual)
+	}
 	return r.checkingBooks(ctx, books, func() (Result, error) {
-		res, err := r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-			return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, local), gatewayActual)
-		})
-		if err == nil && local {
-			r.grace.Close(lims...) // the blocks charge what they admitted as they go back
+		if local {
+			return r.measureLocal(ctx, lims, op)
 		}
-		return res, err
+		return r.measureWith(ctx, lims, r.cfg.Duration, op)
 	})
 }
 
@@ -78,12 +87,19 @@ func (r *runner) w8(ctx context.Context) (Result, error) {
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
 	return r.checkingBooks(ctx, requestBooks(limit.Scope.Key), func() (Result, error) {
-		res, err := r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.measureLocal(ctx, lims, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 		})
-		if err == nil {
-			r.grace.Close(lims...)
-		}
-		return res, err
 	})
+}
+
+// measureLocal is measureWith, for Duration, on lims, Limiters with Local
+// limits, which it closes once the workload ended well: each block charges
+// what it admitted as it goes back, before the books are read.
+func (r *runner) measureLocal(ctx context.Context, lims []*ratelimit.Limiter, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
+	res, err := r.measureWith(ctx, lims, r.cfg.Duration, op)
+	if err == nil {
+		r.grace.Close(lims...)
+	}
+	return res, err
 }

@@ -23,10 +23,9 @@ import (
 // (instances x 2 blocks x MaxShare x limit).
 
 const (
-	strandLimit         = 2_000
-	strandWindow        = 2 * time.Second
-	strandMinInstances  = 4
-	strandWindowSeconds = int(strandWindow / time.Second)
+	strandLimit        = 2_000
+	strandWindow       = 2 * time.Second
+	strandMinInstances = 4
 )
 
 func (r *runner) w9(ctx context.Context) (Result, error) {
@@ -41,7 +40,7 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 	refused := map[time.Time]bool{} // the windows (by their end) that refused a request
 	books := []booked{{label: "api key", per: "/2s", scopes: scopeSet{"api_key", limit.Scope.Key}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
 	res, err := r.checkingBooks(ctx, books, func() (Result, error) {
-		res, err := r.measureWith(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.measureLocal(ctx, lims, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			err := r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 			if exceeded, ok := errors.AsType[*ratelimit.ExceededError](err); ok {
 				refusedMu.Lock()
@@ -50,15 +49,11 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 			}
 			return err
 		})
-		if err == nil {
-			r.grace.Close(lims...) // each block charges what it admitted as it goes back
-		}
-		return res, err
 	})
 	if err != nil || res.Errors > 0 {
 		return res, err
 	}
-	windows, err := db.New().CounterListByScope(ctx, execModeDB{r.pool}, db.CounterListByScopeParams{ScopeType: limit.Scope.Type, ScopeKey: limit.Scope.Key})
+	windows, err := db.New().CounterListByScope(ctx, r.reads, db.CounterListByScopeParams{ScopeType: limit.Scope.Type, ScopeKey: limit.Scope.Key})
 	if err != nil {
 		return res, fmt.Errorf("read back W9's windows: %w", err)
 	}

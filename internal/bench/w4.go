@@ -76,7 +76,7 @@ func (r *runner) w4(ctx context.Context) (_ Result, err error) {
 	// What the database holds, read back.
 	q := db.New()
 	text := func(s string) pgtype.Text { return pgtype.Text{String: s, Valid: true} }
-	windows, err := q.InspectWindows(ctx, r.pool, db.InspectWindowsParams{ScopeType: text(winScope.Type), ScopeKey: text(winScope.Key), MaxRows: 10})
+	windows, err := q.InspectWindows(ctx, r.reads, db.InspectWindowsParams{ScopeType: text(winScope.Type), ScopeKey: text(winScope.Key), MaxRows: 10})
 	if err != nil {
 		return Result{}, fmt.Errorf("read back W4 window: %w", err)
 	}
@@ -89,7 +89,7 @@ func (r *runner) w4(ctx context.Context) (_ Result, err error) {
 			held = int64(w.UsedValue + w.ReservedValue)
 		}
 	}
-	leases, err := q.InspectLeases(ctx, r.pool, db.InspectLeasesParams{ScopeType: text(conScope.Type), ScopeKey: text(conScope.Key), MaxRows: 10})
+	leases, err := q.InspectLeases(ctx, r.reads, db.InspectLeasesParams{ScopeType: text(conScope.Type), ScopeKey: text(conScope.Key), MaxRows: 10})
 	if err != nil {
 		return Result{}, fmt.Errorf("read back W4 leases: %w", err)
 	}
