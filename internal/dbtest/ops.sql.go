@@ -167,12 +167,17 @@ func (q *Queries) OpsCounterCorruptAdd(ctx context.Context, db DBTX, arg OpsCoun
 const OpsCounterCorruptAddOne = `-- name: OpsCounterCorruptAddOne :execrows
 UPDATE gateway_rate_limit_counters AS c
 SET used_value = c.used_value + $1::numeric
-WHERE c.ctid = (SELECT one.ctid
-                FROM gateway_rate_limit_counters AS one
-                WHERE one.scope_type = $2::text
-                  AND starts_with(one.scope_key, $3::text)
-                  AND one.metric = $4::text
-                LIMIT 1)
+FROM (SELECT one.scope_type, one.scope_key, one.metric, one.window_seconds, one.window_start
+      FROM gateway_rate_limit_counters AS one
+      WHERE one.scope_type = $2::text
+        AND starts_with(one.scope_key, $3::text)
+        AND one.metric = $4::text
+      LIMIT 1) AS one
+WHERE c.scope_type = one.scope_type
+  AND c.scope_key = one.scope_key
+  AND c.metric = one.metric
+  AND c.window_seconds = one.window_seconds
+  AND c.window_start = one.window_start
 `
 
 type OpsCounterCorruptAddOneParams struct {
@@ -186,9 +191,13 @@ type OpsCounterCorruptAddOneParams struct {
 // window) of @metric among the scopes of one type whose keys begin with
 // @key_prefix, without touching the reservation ledger; 0 rows when none
 // has such a counter yet.
+// The counter is named by its key, not its tuple id: a hot counter is
+// updated all the time, and an update by tuple id that waited for it found
+// a newer version and updated nothing.
 // Locks: a row lock on that counter.
 // Index: none: a sequential scan of the counters until one matches (a key
-// prefix cannot use the primary key under the database's collation).
+// prefix cannot use the primary key under the database's collation); then
+// gateway_rate_limit_counters_pkey.
 func (q *Queries) OpsCounterCorruptAddOne(ctx context.Context, db DBTX, arg OpsCounterCorruptAddOneParams) (int64, error) {
 	result, err := db.Exec(ctx, OpsCounterCorruptAddOne,
 		arg.UsedDelta,
