@@ -374,7 +374,7 @@ func (r *runner) key(name string) string { return r.prefix + "-" + name }
 func (r *runner) keyN(name string, n int) string { return r.prefix + "-" + name + strconv.Itoa(n) }
 
 func (r *runner) w1(ctx context.Context) (Result, error) {
-	return r.checkingBooks(ctx, requestBooks(r.key("k")), func() (Result, error) {
+	return r.checkingBooks(ctx, requestBooks("api keys", r.key("k")), func() (Result, error) {
 		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.keyN("k", rng.IntN(10_000)))}, nil)
 		})
@@ -401,7 +401,7 @@ func (r *runner) w2(ctx context.Context) (Result, error) {
 
 func (r *runner) w3(ctx context.Context) (Result, error) {
 	limits := []ratelimit.Limit{requestsLimit(r.key("hot"))}
-	return r.checkingBooks(ctx, requestBooks(r.key("hot")), func() (Result, error) {
+	return r.checkingBooks(ctx, requestBooks("api key", r.key("hot")), func() (Result, error) {
 		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommit(ctx, worker, rng, limits, nil)
 		})
@@ -412,7 +412,7 @@ func (r *runner) w5(ctx context.Context) (Result, error) {
 	a, b := requestsLimit(r.key("w5-a")), requestsLimit(r.key("w5-b"))
 	ab, ba := []ratelimit.Limit{a, b}, []ratelimit.Limit{b, a}
 	// Both keys begin with "w5-": each admission charges a request to each.
-	books := []booked{{label: "api keys", per: "/min", scopes: scopeSet{"api_key", r.key("w5-")}, charged: map[string]float64{ratelimit.MetricRequests: 2}}}
+	books := []booked{{label: "api keys", window: time.Minute, scopes: scopeSet{"api_key", r.key("w5-")}, charged: map[string]float64{ratelimit.MetricRequests: 2}}}
 	res, err := r.checkingBooks(ctx, books, func() (Result, error) {
 		return r.measure(ctx, r.cfg.ExactnessDuration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			if worker%2 == 0 {
@@ -425,10 +425,11 @@ func (r *runner) w5(ctx context.Context) (Result, error) {
 	return res, err
 }
 
-// requestBooks are the books of W1's, W3's and W8's API keys, those whose keys
-// begin with keyPrefix: each admission charges one request.
-func requestBooks(keyPrefix string) []booked {
-	return []booked{{label: "api keys", per: "/min", scopes: scopeSet{"api_key", keyPrefix}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
+// requestBooks are the books of W1's API keys, W3's and W8's key (label
+// says which), those whose keys begin with keyPrefix: each admission
+// charges one request to a requestsLimit.
+func requestBooks(label, keyPrefix string) []booked {
+	return []booked{{label: label, window: requestsLimit(keyPrefix).Window, scopes: scopeSet{"api_key", keyPrefix}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
 }
 
 // requestsLimit is W1's limit: requests in a 60 s window, never reached.

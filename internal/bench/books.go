@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,8 +34,8 @@ type scopeSet struct {
 // there (each admission of a workload commits the same); leases, whether it
 // takes a concurrency slot there, which its Commit releases.
 type booked struct {
-	label   string // in the checks' names: "api keys", "provider model"
-	per     string // the window limits' window in the checks' names: "/min"; "" for none
+	label   string        // in the checks' names: "api keys", "provider model"
+	window  time.Duration // of the window limits, in the checks' names ("/min"); 0 for none
 	scopes  scopeSet
 	charged map[string]float64
 	leases  bool
@@ -44,6 +46,28 @@ type booked struct {
 type holdings struct {
 	used, reserved map[string]float64
 	leases         int64
+}
+
+// perWindow is how a check's name says a limit's window: "/min", "/h",
+// "/2s"; "" for none.
+func perWindow(w time.Duration) string {
+	switch w {
+	case 0:
+		return ""
+	case time.Minute:
+		return "/min"
+	case time.Hour:
+		return "/h"
+	}
+	// Duration.String without its zero tails: "2m0s" is "2m", "2h0m0s" "2h".
+	s := w.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return "/" + s
 }
 
 func (r *runner) holdingsOf(ctx context.Context, label string, s scopeSet) (holdings, error) {
@@ -117,7 +141,7 @@ func (r *runner) checkingBooks(ctx context.Context, books []booked, run func() (
 		before := r.books[b.scopes]
 		r.books[b.scopes] = after
 		for _, metric := range slices.Sorted(maps.Keys(b.charged)) {
-			prefix := fmt.Sprintf("%s %s%s: ", b.label, metric, b.per)
+			prefix := fmt.Sprintf("%s %s%s: ", b.label, metric, perWindow(b.window))
 			check(prefix+metric+" charged = actual "+metric+" committed",
 				int64(b.charged[metric])*res.Admitted, int64(after.used[metric]-before.used[metric]))
 			check(prefix+metric+" still reserved", 0, int64(after.reserved[metric]))

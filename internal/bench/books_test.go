@@ -27,11 +27,11 @@ func TestWorkloadsCheckTheirBooks(t *testing.T) {
 	wantChecks := map[string][]string{
 		"W1": {"api keys requests/min: requests charged"},
 		"W2": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "models concurrency: leases still held"},
-		"W3": {"api keys requests/min: requests charged"},
+		"W3": {"api key requests/min: requests charged"},
 		"W5": {"api keys requests/min: requests charged", "deadlock errors"},
 		"W6": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "provider model tokens/min: tokens charged", "provider model concurrency: leases still held"},
 		"W7": {"api keys requests/min: requests charged", "api keys tokens/min: tokens charged", "provider model tokens/min: tokens charged", "provider model concurrency: leases still held"},
-		"W8": {"api keys requests/min: requests charged"},
+		"W8": {"api key requests/min: requests charged"},
 		"W9": {"api key requests/2s: requests charged", "window limit 2000: admitted past it", "window limit 2000: units stranded"},
 	}
 	for _, res := range out {
@@ -60,13 +60,13 @@ func TestWorkloadsBooksCatchAUnitChargedBehindTheCallersBacks(t *testing.T) {
 	}{
 		{"W1", "api_key", "k", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
 		{"W2", "api_key", "k", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
-		{"W3", "api_key", "hot", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+		{"W3", "api_key", "hot", ratelimit.MetricRequests, "api key requests/min: requests charged"},
 		{"W5", "api_key", "w5-", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
 		{"W6", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
 		{"W6", "api_key", "g", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
 		{"W7", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
 		{"W7", "api_key", "g", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
-		{"W8", "api_key", "local-hot", ratelimit.MetricRequests, "api keys requests/min: requests charged"},
+		{"W8", "api_key", "local-hot", ratelimit.MetricRequests, "api key requests/min: requests charged"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.code+"/"+tc.scopeType+"/"+tc.metric, func(t *testing.T) {
@@ -134,7 +134,7 @@ func TestBooksOfAWorkloadWhoseOperationsFailedAreNotChecked(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	r := &runner{pool: pool, reads: execModeDB{pool}, prefix: "bench-failed", books: map[scopeSet]holdings{}, unknownBooks: map[scopeSet]bool{}}
-	failed, clean := requestBooks(r.key("failed")), requestBooks(r.key("clean"))
+	failed, clean := requestBooks("api keys", r.key("failed")), requestBooks("api keys", r.key("clean"))
 	for i, tc := range []struct {
 		books      []booked
 		res        Result
@@ -151,6 +151,17 @@ func TestBooksOfAWorkloadWhoseOperationsFailedAreNotChecked(t *testing.T) {
 		charged := checkNamed(res.Checks, "api keys requests/min: requests charged")
 		if (charged != nil) != tc.wantChecks || (charged != nil && (charged.OK || charged.Want != 3 || charged.Got != 0)) {
 			t.Errorf("workload %d (%+v): checks %+v; want checks %t, and 3 requests charged found 0", i+1, tc.res, res.Checks, tc.wantChecks)
+		}
+	}
+}
+
+func TestPerWindowNamesAWindowAsAPersonWould(t *testing.T) {
+	for w, want := range map[time.Duration]string{
+		0: "", time.Minute: "/min", time.Hour: "/h", 2 * time.Second: "/2s",
+		30 * time.Minute: "/30m", 90 * time.Second: "/1m30s", 2 * time.Hour: "/2h", 90 * time.Minute: "/1h30m",
+	} {
+		if got := perWindow(w); got != want {
+			t.Errorf("perWindow(%v) = %q, want %q", w, got, want)
 		}
 	}
 }

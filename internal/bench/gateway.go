@@ -39,7 +39,7 @@ var gatewayActual = map[string]float64{ratelimit.MetricTokens: 420}
 // keys begin with keyPrefix: each admission charges a request and its actual
 // tokens.
 func gatewayKeyBooks(keyPrefix string) booked {
-	return booked{label: "api keys", per: "/min", scopes: scopeSet{"api_key", keyPrefix},
+	return booked{label: "api keys", window: time.Minute, scopes: scopeSet{"api_key", keyPrefix},
 		charged: map[string]float64{ratelimit.MetricRequests: 1, ratelimit.MetricTokens: gatewayActual[ratelimit.MetricTokens]}}
 }
 
@@ -65,7 +65,7 @@ func (r *runner) w7(ctx context.Context) (Result, error) {
 func (r *runner) gateway(ctx context.Context, lims []*ratelimit.Limiter, local bool) (Result, error) {
 	books := []booked{
 		gatewayKeyBooks(r.key("g")),
-		{label: "provider model", per: "/min", scopes: scopeSet{r.gatewayModel().Type, r.gatewayModel().Key}, charged: gatewayActual, leases: true},
+		{label: "provider model", window: time.Minute, scopes: scopeSet{r.gatewayModel().Type, r.gatewayModel().Key}, charged: gatewayActual, leases: true},
 	}
 	op := func(ctx context.Context, worker int, rng *mrand.Rand) error {
 		return r.reserveCommitOn(ctx, lims, worker, rng, r.gatewayLimits(rng, local), gatewayActual)
@@ -86,7 +86,7 @@ func (r *runner) w8(ctx context.Context) (Result, error) {
 	limit := requestsLimit(r.key("local-hot"))
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
-	return r.checkingBooks(ctx, requestBooks(limit.Scope.Key), func() (Result, error) {
+	return r.checkingBooks(ctx, requestBooks("api key", limit.Scope.Key), func() (Result, error) {
 		return r.measureLocal(ctx, lims, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 		})
