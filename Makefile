@@ -60,7 +60,7 @@ FUZZTIME ?= 20s
 fuzz: ## fuzz Reserve's input validation against a real database (FUZZTIME=20s)
 	$(GO) test -run '^$$' -fuzz '^FuzzReserveInput$$' -fuzztime $(FUZZTIME) ./ratelimit/
 
-bench: ## the workloads W1-W8 one after the other (pgadmit bench; see README)
+bench: ## the workloads W1-W9 one after the other (pgadmit bench; see README)
 	$(GO) run ./cmd/pgadmit bench
 
 demo: ## run the demo
