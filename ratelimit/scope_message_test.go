@@ -138,7 +138,7 @@ func TestPlainScopeInMessagesAsBefore(t *testing.T) {
 // newline split the caller's log line. A plain metric reads as before.
 func TestMetricInMessagesIsUnambiguous(t *testing.T) {
 	t.Parallel()
-	l, _ := setup(t)
+	l, pool := setup(t)
 	ctx := context.Background()
 	const metric = "cost usd\nx"
 	refusal := func(t *testing.T, lim ratelimit.Limit) string {
@@ -151,7 +151,9 @@ func TestMetricInMessagesIsUnambiguous(t *testing.T) {
 		return e.Error()
 	}
 	tooBig := refusal(t, window("api_key", uniqueKey("k"), metric, 1, 2))
-	full := window("api_key", uniqueKey("k"), metric, 1, 1)
+	// Hours' windows with a minute left: each refusal must meet the window
+	// its first Reserve filled (a minute's could end between them).
+	full := hourLimits(t, pool, window("api_key", uniqueKey("k"), metric, 1, 1))[0]
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
 		t.Fatalf("first Reserve: %v", err)
 	}
@@ -160,7 +162,7 @@ func TestMetricInMessagesIsUnambiguous(t *testing.T) {
 			t.Errorf("%s: %q, want the metric Go-quoted on one line", name, got)
 		}
 	}
-	plain := window("api_key", uniqueKey("k"), "tokens", 1, 1)
+	plain := hourLimits(t, pool, window("api_key", uniqueKey("k"), "tokens", 1, 1))[0]
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{plain}); err != nil {
 		t.Fatalf("first Reserve: %v", err)
 	}
