@@ -508,7 +508,9 @@ func TestAttachKeepsAGrantWithItsTask(t *testing.T) {
 	ctx := context.Background()
 	mine, other := startSync(t, l, time.Minute), startSync(t, l, time.Minute)
 	key := uniqueKey("key")
-	limits := []ratelimit.Limit{window("api_key", key, "tokens", 1000, 100), concurrent("model", key, 5)}
+	// An hour's window with a minute left: both Reserves must meet on one
+	// counter, which assertCounter reads (a minute's could end between them).
+	limits := hourLimits(t, pool, window("api_key", key, "tokens", 1000, 100), concurrent("model", key, 5))
 	owned, err := l.Reserve(ctx, mine.ID, "", limits)
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
@@ -556,9 +558,11 @@ func TestSettlingAGrantThatNamesAnotherCounterIsNoNoOp(t *testing.T) {
 	l, pool := setup(t)
 	ctx := context.Background()
 	key := uniqueKey("k")
+	// Hours' windows with a minute left: both grants must charge the one
+	// tokens counter that assertCounter reads (a minute's could end between them).
 	for _, limits := range [][]ratelimit.Limit{
-		{window("api_key", key, "tokens", 100, 10)},                                             // pgadmit_settle_one
-		{window("api_key", key, "tokens", 100, 10), window("api_key", key, "requests", 100, 1)}, // pgadmit_settle
+		hourLimits(t, pool, window("api_key", key, "tokens", 100, 10)),                                             // pgadmit_settle_one
+		hourLimits(t, pool, window("api_key", key, "tokens", 100, 10), window("api_key", key, "requests", 100, 1)), // pgadmit_settle
 	} {
 		grant, err := l.Reserve(ctx, "", "", limits)
 		if err != nil {
