@@ -84,6 +84,9 @@ func TestSchemaOfItsOwnThroughPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A minute left in the hour's window: the refused second Reserve must
+	// meet the first's counter (in a window of its own it writes another).
+	pgtest.AwaitRoomInWindow(t, own, time.Hour, time.Minute)
 	admitOnceAndCommit(t, pooled) // no search_path of its own
 	for _, c := range []struct {
 		name string
@@ -100,15 +103,16 @@ func TestSchemaOfItsOwnThroughPgBouncer(t *testing.T) {
 	}
 }
 
-// admitOnceAndCommit reserves 60 tokens of 100 and a slot of 1 on the database of url, is refused
-// a second time, and commits 40 tokens: a counter, a reservation and a lease written.
+// admitOnceAndCommit reserves 60 tokens of 100 (an hour's window) and a slot of 1 on the
+// database of url, is refused a second time, and commits 40 tokens: a counter, a reservation
+// and a lease written.
 func admitOnceAndCommit(t *testing.T, url string) {
 	t.Helper()
 	ctx := context.Background()
 	gateway := ratelimit.New(pgtest.OpenPool(t, url))
 	defer gateway.Close()
 	limits := []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60},
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k"}, Metric: ratelimit.MetricTokens, Limit: 100, Amount: 60, Window: time.Hour},
 		{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1},
 	}
 	grant, err := gateway.Reserve(ctx, "", "", limits)
