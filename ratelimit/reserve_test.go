@@ -212,7 +212,9 @@ func TestRefusalChangesNoOtherRow(t *testing.T) {
 			if last == "concurrent" {
 				lastLimit = concurrent("team", full, 1)
 			}
-			// Hour-long windows: a new minute would add counter rows of its own.
+			// Hour-long windows with a minute left: a new window would add
+			// counter rows of its own.
+			pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
 			for i := range others {
 				if others[i].Metric != ratelimit.MetricConcurrent {
 					others[i].Window = time.Hour
