@@ -374,7 +374,7 @@ func (r *runner) key(name string) string { return r.prefix + "-" + name }
 func (r *runner) keyN(name string, n int) string { return r.prefix + "-" + name + strconv.Itoa(n) }
 
 func (r *runner) w1(ctx context.Context) (Result, error) {
-	return r.checkingBooks(ctx, requestBooks("api keys", r.key("k")), func() (Result, error) {
+	return r.checkingBooks(ctx, limitBooks("api keys", requestsLimit(r.key("k"))), func() (Result, error) {
 		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{requestsLimit(r.keyN("k", rng.IntN(10_000)))}, nil)
 		})
@@ -401,7 +401,7 @@ func (r *runner) w2(ctx context.Context) (Result, error) {
 
 func (r *runner) w3(ctx context.Context) (Result, error) {
 	limits := []ratelimit.Limit{requestsLimit(r.key("hot"))}
-	return r.checkingBooks(ctx, requestBooks("api key", r.key("hot")), func() (Result, error) {
+	return r.checkingBooks(ctx, limitBooks("api key", limits[0]), func() (Result, error) {
 		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommit(ctx, worker, rng, limits, nil)
 		})
@@ -425,11 +425,12 @@ func (r *runner) w5(ctx context.Context) (Result, error) {
 	return res, err
 }
 
-// requestBooks are the books of W1's API keys, W3's and W8's key (label
-// says which), those whose keys begin with keyPrefix: each admission
-// charges one request to a requestsLimit.
-func requestBooks(label, keyPrefix string) []booked {
-	return []booked{{label: label, window: requestsLimit(keyPrefix).Window, scopes: scopeSet{"api_key", keyPrefix}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
+// limitBooks are the books of a workload whose admissions each take one
+// window limit, limit, and commit its amount: those of the scopes of its
+// type whose keys begin with its key (W1's limits are limit on keys that
+// begin with it; W3's, W8's and W9's are limit itself). label names them.
+func limitBooks(label string, limit ratelimit.Limit) []booked {
+	return []booked{{label: label, window: limit.Window, scopes: scopeSet{limit.Scope.Type, limit.Scope.Key}, charged: map[string]float64{limit.Metric: limit.Amount}}}
 }
 
 // requestsLimit is W1's limit: requests in a 60 s window, never reached.

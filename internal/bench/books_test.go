@@ -134,7 +134,7 @@ func TestBooksOfAWorkloadWhoseOperationsFailedAreNotChecked(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	r := &runner{pool: pool, reads: execModeDB{pool}, prefix: "bench-failed", books: map[scopeSet]holdings{}, unknownBooks: map[scopeSet]bool{}}
-	failed, clean := requestBooks("api keys", r.key("failed")), requestBooks("api keys", r.key("clean"))
+	failed, clean := limitBooks("api keys", requestsLimit(r.key("failed"))), limitBooks("api keys", requestsLimit(r.key("clean")))
 	for i, tc := range []struct {
 		books      []booked
 		res        Result

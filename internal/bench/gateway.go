@@ -86,7 +86,7 @@ func (r *runner) w8(ctx context.Context) (Result, error) {
 	limit := requestsLimit(r.key("local-hot"))
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
-	return r.checkingBooks(ctx, requestBooks("api key", limit.Scope.Key), func() (Result, error) {
+	return r.checkingBooks(ctx, limitBooks("api key", limit), func() (Result, error) {
 		return r.measureLocal(ctx, lims, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 		})

@@ -38,8 +38,7 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 	limits := []ratelimit.Limit{limit}
 	var refusedMu sync.Mutex
 	refused := map[time.Time]bool{} // the windows (by their end) that refused a request
-	books := []booked{{label: "api key", window: limit.Window, scopes: scopeSet{"api_key", limit.Scope.Key}, charged: map[string]float64{ratelimit.MetricRequests: 1}}}
-	res, err := r.checkingBooks(ctx, books, func() (Result, error) {
+	res, err := r.checkingBooks(ctx, limitBooks("api key", limit), func() (Result, error) {
 		return r.measureLocal(ctx, lims, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			err := r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 			if exceeded, ok := errors.AsType[*ratelimit.ExceededError](err); ok {
