@@ -43,7 +43,7 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 			err := r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 			if exceeded, ok := errors.AsType[*ratelimit.ExceededError](err); ok {
 				refusedMu.Lock()
-				refused[exceeded.ResetAt.UTC().Truncate(time.Second)] = true
+				refused[windowEnd(exceeded.ResetAt)] = true
 				refusedMu.Unlock()
 			}
 			return err
@@ -60,6 +60,11 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// windowEnd keys W9's windows by their end, as a refusal names it
+// (ExceededError.ResetAt) and as the counters read back hold it: one
+// normal form for both, so that the two meet.
+func windowEnd(resetAt time.Time) time.Time { return resetAt.UTC().Truncate(time.Second) }
+
 // strandingChecks are W9's checks of its windows, read back once its
 // blocks went back: of those whose end is in refused (a request was refused
 // in them), none admitted past the limit, and the most units one left
@@ -68,7 +73,7 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 func strandingChecks(windows []db.CounterListByScopeRow, refused map[time.Time]bool, instances int) []Check {
 	var over, stranded, refusing int64
 	for _, w := range windows {
-		if !refused[w.ResetAt.UTC().Truncate(time.Second)] {
+		if !refused[windowEnd(w.ResetAt)] {
 			continue
 		}
 		refusing++
