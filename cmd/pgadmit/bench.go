@@ -302,13 +302,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
 		name := inRound(r, cfg.Rounds, r.Name)
-		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors)
-		if r.ReservesPerStatement > 0 {
-			fmt.Fprintf(out, "  (combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot)",
-				r.ReservesPerStatement, r.ReserveStatementUs/1000, r.SettlesPerStatement, r.SettleStatementUs/1000,
-				r.ReserveBusyPercent, r.SettleBusyPercent, r.HotPercent)
-		}
-		fmt.Fprintln(out)
+		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d%s\n", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors, benchRowNotes(r))
 	})
 	if errors.Is(err, bench.ErrLeftHeld) {
 		leftHeld = true
@@ -571,6 +565,26 @@ func wrap(text string, indent, width int) string {
 
 // micros formats a latency in microseconds: to a tenth below 10 µs (an
 // admission from a local allotment takes about one), whole above.
+// benchRowNotes is what follows a workload's row: for one of Local limits,
+// the blocks it took and how many of its Reserve calls still went to the
+// database (W8's few in each window's last moments would otherwise read as
+// if W8 sent statements), and how its calls were combined.
+func benchRowNotes(r bench.Result) string {
+	var notes []string
+	if r.LocalBlocks > 0 {
+		notes = append(notes, fmt.Sprintf("local: %d blocks taken, %d reserves sent to the database", r.LocalBlocks, r.ReservesCombined))
+	}
+	if r.ReservesPerStatement > 0 {
+		notes = append(notes, fmt.Sprintf("combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot",
+			r.ReservesPerStatement, r.ReserveStatementUs/1000, r.SettlesPerStatement, r.SettleStatementUs/1000,
+			r.ReserveBusyPercent, r.SettleBusyPercent, r.HotPercent))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return "  (" + strings.Join(notes, "; ") + ")"
+}
+
 func micros(ns int64) string {
 	if ns < 10_000 {
 		return strconv.FormatFloat(float64(ns)/1000, 'f', 1, 64)

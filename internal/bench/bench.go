@@ -175,6 +175,11 @@ type Result struct {
 	// Commit calls one statement carried on average (combining; 1 without).
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
 	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
+	// ReservesCombined is how many Reserve calls went to the database in
+	// combined statements: all of them in most workloads, and in W8 and
+	// W9 (one Local limit) those that no block admitted, in a window's last
+	// moments (AllotmentOptions.Margin) or while a block was on its way.
+	ReservesCombined int64 `json:"reserves_combined,omitempty"`
 	// ReserveStatementUs and SettleStatementUs are how long one such
 	// statement took on average from send to answer, in microseconds;
 	// ReserveBusyPercent and SettleBusyPercent the share of the run that
@@ -540,6 +545,7 @@ func (r *runner) measureWith(ctx context.Context, lims []*ratelimit.Limiter, d t
 	reserves, settles := after.Reserve.Sub(before.Reserve), after.Settle.Sub(before.Settle)
 	res.ReservesPerStatement = reserves.MeanBatch()
 	res.SettlesPerStatement = settles.MeanBatch()
+	res.ReservesCombined = reserves.Requests
 	res.ReserveStatementUs = microseconds(reserves.MeanStatement())
 	res.SettleStatementUs = microseconds(settles.MeanStatement())
 	streams := s.elapsed * time.Duration(len(lims))
