@@ -302,7 +302,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
 		name := inRound(r, cfg.Rounds, r.Name)
-		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d%s\n", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors, benchRowNotes(r))
+		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d%s\n", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors, benchRowNotes(r, *combining))
 	})
 	if errors.Is(err, bench.ErrLeftHeld) {
 		leftHeld = true
@@ -563,16 +563,18 @@ func wrap(text string, indent, width int) string {
 	return b.String()
 }
 
-// micros formats a latency in microseconds: to a tenth below 10 µs (an
-// admission from a local allotment takes about one), whole above.
 // benchRowNotes is what follows a workload's row: for one of Local limits,
-// the blocks it took and how many of its Reserve calls still went to the
-// database (W8's few in each window's last moments would otherwise read as
-// if W8 sent statements), and how its calls were combined.
-func benchRowNotes(r bench.Result) string {
+// the blocks it took and, when calls are combined (the count comes from
+// combining's), how many of its Reserve calls still went to the database
+// (W8's few in each window's last moments would otherwise read as if W8
+// sent statements); then how its calls were combined.
+func benchRowNotes(r bench.Result, combining bool) string {
 	var notes []string
-	if r.LocalBlocks > 0 {
+	switch {
+	case r.LocalBlocks > 0 && combining:
 		notes = append(notes, fmt.Sprintf("local: %d blocks taken, %d reserves sent to the database", r.LocalBlocks, r.ReservesCombined))
+	case r.LocalBlocks > 0:
+		notes = append(notes, fmt.Sprintf("local: %d blocks taken", r.LocalBlocks))
 	}
 	if r.ReservesPerStatement > 0 {
 		notes = append(notes, fmt.Sprintf("combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot",
@@ -585,6 +587,8 @@ func benchRowNotes(r bench.Result) string {
 	return "  (" + strings.Join(notes, "; ") + ")"
 }
 
+// micros formats a latency in microseconds: to a tenth below 10 µs (an
+// admission from a local allotment takes about one), whole above.
 func micros(ns int64) string {
 	if ns < 10_000 {
 		return strconv.FormatFloat(float64(ns)/1000, 'f', 1, 64)
