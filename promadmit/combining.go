@@ -12,6 +12,13 @@ const (
 	KindSettle  = "settle"  // Commit and Release calls
 )
 
+// Where the Local limits of Reserve calls were decided, the decided label
+// of pgadmit_local_limits_total.
+const (
+	DecidedByBlock    = "block"    // admitted from a block, with no round trip
+	DecidedInDatabase = "database" // no block could serve it
+)
+
 // NewCombiningCollector exports how limiter combines concurrent calls
 // (ratelimit.Limiter.Stats), read at each scrape, by kind (reserve,
 // settle):
@@ -34,7 +41,14 @@ const (
 //
 // A rising failure count while the granted one stands still is Local
 // limits decided in the database (a role without its grants on
-// gateway_rate_limit_allotments, say): worth an alert too.
+// gateway_rate_limit_allotments, say): worth an alert too. Where each Local
+// limit was decided, by decided (block, database):
+//
+//	pgadmit_local_limits_total                 Local limits of Reserve calls
+//
+// The database's share is a window's last moments, full windows and
+// failing block requests: near 0 on a scope with room, all of it while its
+// blocks fail.
 //
 // Calls per statement are rate(calls) / rate(statements), a statement's
 // mean time rate(seconds) / rate(statements), and rate(seconds) the
@@ -62,6 +76,8 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		blocksNoRoom:    prometheus.NewDesc("pgadmit_local_blocks_no_room_total", "Block requests of Local limits that found no room in their window.", nil, nil),
 		localFailures:   prometheus.NewDesc("pgadmit_local_statement_failures_total", "Statements that take, report, trim or return blocks of Local limits and failed.", nil, nil),
 		blocksAbandoned: prometheus.NewDesc("pgadmit_local_blocks_abandoned_total", "Blocks of Local limits that Close could not return, left to Recover.", nil, nil),
+		localLimits: prometheus.NewDesc("pgadmit_local_limits_total",
+			"Local limits of Reserve calls, by where they were decided: admitted from a block (block), or by the database when no block could serve them (database).", []string{"decided"}, nil),
 	}, nil
 }
 
@@ -69,12 +85,12 @@ type combining struct {
 	limiter                               *ratelimit.Limiter
 	statements, calls, hot, seconds, lost *prometheus.Desc
 	// Of Local limits' blocks.
-	blocksGranted, blocksNoRoom, localFailures, blocksAbandoned *prometheus.Desc
+	blocksGranted, blocksNoRoom, localFailures, blocksAbandoned, localLimits *prometheus.Desc
 }
 
 func (c *combining) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost,
-		c.blocksGranted, c.blocksNoRoom, c.localFailures, c.blocksAbandoned} {
+		c.blocksGranted, c.blocksNoRoom, c.localFailures, c.blocksAbandoned, c.localLimits} {
 		ch <- d
 	}
 }
@@ -97,4 +113,6 @@ func (c *combining) Collect(ch chan<- prometheus.Metric) {
 	}{{c.blocksGranted, s.Local.Granted}, {c.blocksNoRoom, s.Local.NoRoom}, {c.localFailures, s.Local.Failed}, {c.blocksAbandoned, s.Local.Abandoned}} {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.count))
 	}
+	ch <- prometheus.MustNewConstMetric(c.localLimits, prometheus.CounterValue, float64(s.Local.FromBlocks), DecidedByBlock)
+	ch <- prometheus.MustNewConstMetric(c.localLimits, prometheus.CounterValue, float64(s.Local.InDatabase), DecidedInDatabase)
 }

@@ -134,7 +134,9 @@ func TestCombiningCollectorReportsWhatWasLost(t *testing.T) {
 }
 
 // The blocks of Local limits are counted as Limiter.Stats counts them: one
-// granted for a few Local admissions, none failed. (Five of the first
+// granted for a few Local admissions, none failed, and the admissions by
+// where they were decided: five from the block, and one too large for any
+// (100 of 1000, past a sixteenth) in the database. (Five of the first
 // block's 16 units: more than half would take the next block ahead, in the
 // background, between Stats and the scrape.)
 func TestCombiningCollectorReportsLocalBlocks(t *testing.T) {
@@ -152,9 +154,14 @@ func TestCombiningCollectorReportsLocalBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	large := limits[0]
+	large.Amount = 100
+	if _, err := limiter.Reserve(context.Background(), "", "", []ratelimit.Limit{large}); err != nil {
+		t.Fatal(err)
+	}
 	s := limiter.Stats().Local
-	if s.Granted != 1 || s.Failed != 0 {
-		t.Fatalf("Stats().Local = %+v after 5 Local admissions, want one block granted, no failure", s)
+	if s.Granted != 1 || s.Failed != 0 || s.FromBlocks != 5 || s.InDatabase != 1 {
+		t.Fatalf("Stats().Local = %+v after 5 Local admissions and one too large for a block, want one block granted, no failure, 5 from it, 1 in the database", s)
 	}
 	page := scrape(t, reg)
 	for _, want := range []string{
@@ -162,6 +169,8 @@ func TestCombiningCollectorReportsLocalBlocks(t *testing.T) {
 		"pgadmit_local_blocks_no_room_total 0",
 		"pgadmit_local_statement_failures_total 0",
 		"pgadmit_local_blocks_abandoned_total 0",
+		`pgadmit_local_limits_total{decided="block"} 5`,
+		`pgadmit_local_limits_total{decided="database"} 1`,
 	} {
 		if !strings.Contains(page, want+"\n") {
 			t.Errorf("/metrics lacks %s", want)

@@ -40,8 +40,8 @@ func TestLocalFailedBlockRequestIsCountedAndPutsOffTheNext(t *testing.T) {
 	}
 	s := l.Stats().Local
 	var pgErr *pgconn.PgError
-	if s.Failed != 1 || s.Granted != 0 || !errors.As(s.LastError, &pgErr) || pgErr.Code != "23514" {
-		t.Errorf("Stats().Local = %+v, want 1 failure whose error is the check violation (23514), no block", s)
+	if s.Failed != 1 || s.Granted != 0 || !errors.As(s.LastError, &pgErr) || pgErr.Code != "23514" || s.InDatabase != 200 || s.FromBlocks != 0 {
+		t.Errorf("Stats().Local = %+v, want 1 failure whose error is the check violation (23514), no block, 200 limits decided in the database", s)
 	}
 	if c := counterRows(t, pool, "model", key); len(c) != 1 || c[0].ReservedValue != 200 {
 		t.Errorf("counters %+v, want one holding the 200 admissions the database decided", c)
@@ -54,7 +54,7 @@ func TestLocalFailedBlockRequestIsCountedAndPutsOffTheNext(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond)
 	reserveLocal(t, l, key, 1e6, 1)
-	if s := l.Stats().Local; s.Granted != 1 || s.Failed != 1 || takes.n.Load() != 2 {
-		t.Errorf("after the pause: Stats().Local = %+v, %d block requests; want 1 granted, the 1 failure, 2 requests", s, takes.n.Load())
+	if s := l.Stats().Local; s.Granted != 1 || s.Failed != 1 || takes.n.Load() != 2 || s.FromBlocks != 1 || s.InDatabase != 200 {
+		t.Errorf("after the pause: Stats().Local = %+v, %d block requests; want 1 granted, the 1 failure, 2 requests, 1 limit admitted from it", s, takes.n.Load())
 	}
 }

@@ -28,13 +28,22 @@ type LocalStats struct {
 	// Abandoned counts blocks Close could not return: Recover returns them
 	// once their window is over, charging their holder's last report.
 	Abandoned int64
+	// FromBlocks counts the Local limits of Reserve calls that a block
+	// admitted, with no round trip (an admission another of its limits
+	// refused gives their units back), and InDatabase those no block could
+	// serve, which the database decided as any other limit: in a window's
+	// last moments (AllotmentOptions.Margin), while block requests fail or
+	// find no room, for an amount above MaxShare of its limit, or once the
+	// Limiter is closed. A call whose context had ended when it began counts
+	// in neither.
+	FromBlocks, InDatabase int64
 }
 
 // localCounts keeps the counts of LocalStats.
 type localCounts struct {
-	granted, noRoom, failed, abandoned atomic.Int64
-	mu                                 sync.Mutex
-	lastError                          error
+	granted, noRoom, failed, abandoned, inDatabase atomic.Int64
+	mu                                             sync.Mutex
+	lastError                                      error
 }
 
 func (c *localCounts) fail(err error) {
@@ -48,13 +57,17 @@ func (c *localCounts) stats() LocalStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return LocalStats{Granted: c.granted.Load(), NoRoom: c.noRoom.Load(), Failed: c.failed.Load(),
-		LastError: c.lastError, Abandoned: c.abandoned.Load()}
+		LastError: c.lastError, Abandoned: c.abandoned.Load(), InDatabase: c.inDatabase.Load()}
 }
 
 // localStats is LocalStats of this Limiter's blocks (zero without any).
+// FromBlocks is the sequence of the last Local admission (each takes the
+// next: see localID), so that a block's admission adds no count of its own.
 func (a *allotments) localStats() LocalStats {
 	if a == nil {
 		return LocalStats{}
 	}
-	return a.counts.stats()
+	s := a.counts.stats()
+	s.FromBlocks = int64(a.seq.Load())
+	return s
 }

@@ -51,6 +51,7 @@ func ExampleLimit_local() {
 	// would show failures here, and its Local limits decided in the database).
 	local := limiter.Stats().Local
 	fmt.Println("blocks granted:", local.Granted, "| block statements failed:", local.Failed)
+	fmt.Println("admitted from blocks:", local.FromBlocks, "| decided in the database:", local.InDatabase)
 
 	limiter.Close() // returns the block: the counter now holds the 3 requests as used
 	report, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
@@ -66,5 +67,6 @@ func ExampleLimit_local() {
 	// from a block: true | row written: false
 	// committed: committed
 	// blocks granted: 1 | block statements failed: 0
+	// admitted from blocks: 3 | decided in the database: 0
 	// doctor: the books balance
 }

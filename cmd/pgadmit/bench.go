@@ -302,7 +302,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	}
 	results, err := bench.Run(ctx, pool, cfg, func(r bench.Result) {
 		name := inRound(r, cfg.Rounds, r.Name)
-		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d%s\n", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors, benchRowNotes(r, *combining))
+		fmt.Fprintf(out, "%-24s %9.0f %8s %8s %9d %8d %7d%s\n", name, r.OpsPerS, micros(r.P50ns), micros(r.P99ns), r.Admitted, r.Rejected, r.Errors, benchRowNotes(r))
 	})
 	if errors.Is(err, bench.ErrLeftHeld) {
 		leftHeld = true
@@ -564,17 +564,13 @@ func wrap(text string, indent, width int) string {
 }
 
 // benchRowNotes is what follows a workload's row: for one of Local limits,
-// the blocks it took and, when calls are combined (the count comes from
-// combining's), how many of its Reserve calls still went to the database
+// the blocks it took and how many of its Local limits the database decided
 // (W8's few in each window's last moments would otherwise read as if W8
 // sent statements); then how its calls were combined.
-func benchRowNotes(r bench.Result, combining bool) string {
+func benchRowNotes(r bench.Result) string {
 	var notes []string
-	switch {
-	case r.LocalBlocks > 0 && combining:
-		notes = append(notes, fmt.Sprintf("local: %d blocks taken, %d reserves sent to the database", r.LocalBlocks, r.ReservesCombined))
-	case r.LocalBlocks > 0:
-		notes = append(notes, fmt.Sprintf("local: %d blocks taken", r.LocalBlocks))
+	if r.LocalBlocks > 0 {
+		notes = append(notes, fmt.Sprintf("local: %d blocks taken, %d limits decided in the database", r.LocalBlocks, r.LocalInDatabase))
 	}
 	if r.ReservesPerStatement > 0 {
 		notes = append(notes, fmt.Sprintf("combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot",

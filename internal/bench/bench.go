@@ -175,11 +175,6 @@ type Result struct {
 	// Commit calls one statement carried on average (combining; 1 without).
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
 	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
-	// ReservesCombined is how many Reserve calls went to the database in
-	// combined statements: all of them in most workloads, and in W8 and
-	// W9 (one Local limit) those that no block admitted, in a window's last
-	// moments (AllotmentOptions.Margin) or while a block was on its way.
-	ReservesCombined int64 `json:"reserves_combined,omitempty"`
 	// ReserveStatementUs and SettleStatementUs are how long one such
 	// statement took on average from send to answer, in microseconds;
 	// ReserveBusyPercent and SettleBusyPercent the share of the run that
@@ -195,9 +190,13 @@ type Result struct {
 	// LocalBlocks is how many blocks of Local limits (W7, W8, W9) the database
 	// granted during the run, LocalFailures how many of their statements
 	// failed: Local limits were then decided in the database, and a check
-	// fails (see ratelimit's LocalStats).
-	LocalBlocks   int64 `json:"local_blocks,omitempty"`
-	LocalFailures int64 `json:"local_failures,omitempty"`
+	// fails (see ratelimit's LocalStats). LocalInDatabase is how many Local
+	// limits no block could serve, which the database decided: in W8 those
+	// of a window's last moments (AllotmentOptions.Margin), in W9 most of
+	// its refusals.
+	LocalBlocks     int64 `json:"local_blocks,omitempty"`
+	LocalFailures   int64 `json:"local_failures,omitempty"`
+	LocalInDatabase int64 `json:"local_in_database,omitempty"`
 	// FirstError is the message of the first error, if any.
 	FirstError string  `json:"first_error,omitempty"`
 	Checks     []Check `json:"checks,omitempty"`
@@ -545,7 +544,6 @@ func (r *runner) measureWith(ctx context.Context, lims []*ratelimit.Limiter, d t
 	reserves, settles := after.Reserve.Sub(before.Reserve), after.Settle.Sub(before.Settle)
 	res.ReservesPerStatement = reserves.MeanBatch()
 	res.SettlesPerStatement = settles.MeanBatch()
-	res.ReservesCombined = reserves.Requests
 	res.ReserveStatementUs = microseconds(reserves.MeanStatement())
 	res.SettleStatementUs = microseconds(settles.MeanStatement())
 	streams := s.elapsed * time.Duration(len(lims))
@@ -554,14 +552,15 @@ func (r *runner) measureWith(ctx context.Context, lims []*ratelimit.Limiter, d t
 	res.HotPercent = percentOf(reserves.Hot+settles.Hot, reserves.Batches+settles.Batches)
 	res.LocalBlocks = after.Local.Granted - before.Local.Granted
 	res.LocalFailures = after.Local.Failed - before.Local.Failed
+	res.LocalInDatabase = after.Local.InDatabase - before.Local.InDatabase
 	if res.LocalBlocks > 0 || res.LocalFailures > 0 {
 		res.Checks = append(res.Checks, Check{Name: "failed statements of local blocks", Want: 0, Got: res.LocalFailures, OK: res.LocalFailures == 0})
 	}
 	return res, nil
 }
 
-// statsOf adds up the combining counts of lims, and their blocks granted
-// and block statements failed.
+// statsOf adds up the combining counts of lims, their blocks granted,
+// block statements failed and Local limits decided in the database.
 func statsOf(lims []*ratelimit.Limiter) ratelimit.Stats {
 	var sum ratelimit.Stats
 	for _, l := range lims {
@@ -570,6 +569,7 @@ func statsOf(lims []*ratelimit.Limiter) ratelimit.Stats {
 		sum.Settle = sum.Settle.Add(s.Settle)
 		sum.Local.Granted += s.Local.Granted
 		sum.Local.Failed += s.Local.Failed
+		sum.Local.InDatabase += s.Local.InDatabase
 	}
 	return sum
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
-// W8 reports the blocks it took and how many of its Reserve calls went to the database, and
+// W8 reports the blocks it took and how many of its Local limits the database decided, and
 // fails a check when the statements of its blocks fail: its admissions were then all decided in
 // the database, and its admissions per second measured that, not local allotments.
 func TestLocalWorkloadReportsItsBlocks(t *testing.T) {
@@ -30,13 +30,13 @@ func TestLocalWorkloadReportsItsBlocks(t *testing.T) {
 		}
 		res := out[0]
 		decided := res.Admitted + res.Rejected
-		if !refuse && (res.LocalBlocks == 0 || res.LocalFailures != 0 || !res.OK || res.ReservesCombined*2 > decided) {
-			t.Errorf("W8: %d blocks, %d failures, ok %t, %d of %d reserves sent to the database; want blocks, no failure, ok, most reserves admitted from blocks",
-				res.LocalBlocks, res.LocalFailures, res.OK, res.ReservesCombined, decided)
+		if !refuse && (res.LocalBlocks == 0 || res.LocalFailures != 0 || !res.OK || res.LocalInDatabase*2 > decided) {
+			t.Errorf("W8: %d blocks, %d failures, ok %t, %d of %d Local limits decided in the database; want blocks, no failure, ok, most admitted from blocks",
+				res.LocalBlocks, res.LocalFailures, res.OK, res.LocalInDatabase, decided)
 		}
-		if refuse && (res.LocalBlocks != 0 || res.LocalFailures == 0 || res.OK || res.Errors != 0 || res.ReservesCombined != decided) {
-			t.Errorf("W8 with blocks refused: %d blocks, %d failures, %d errors, ok %t, %d of %d reserves sent to the database; want no block, failures, no error, not ok, every reserve sent",
-				res.LocalBlocks, res.LocalFailures, res.Errors, res.OK, res.ReservesCombined, decided)
+		if refuse && (res.LocalBlocks != 0 || res.LocalFailures == 0 || res.OK || res.Errors != 0 || res.LocalInDatabase != decided) {
+			t.Errorf("W8 with blocks refused: %d blocks, %d failures, %d errors, ok %t, %d of %d Local limits decided in the database; want no block, failures, no error, not ok, every one",
+				res.LocalBlocks, res.LocalFailures, res.Errors, res.OK, res.LocalInDatabase, decided)
 		}
 	}
 }
