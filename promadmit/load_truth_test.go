@@ -303,6 +303,8 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		check("pgadmit_local_blocks_abandoned_total", 0)
 		if in != local {
 			check("pgadmit_local_blocks_granted_total", 0)
+			check("pgadmit_local_limits_total/"+promadmit.DecidedByBlock, 0)
+			check("pgadmit_local_limits_total/"+promadmit.DecidedInDatabase, 0)
 		} else if v["pgadmit_local_blocks_granted_total"] < 1 {
 			t.Errorf("instance %d: pgadmit_local_blocks_granted_total = %g, want the blocks of its Local limit", i, v["pgadmit_local_blocks_granted_total"])
 		}
@@ -342,6 +344,11 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 			check("pgadmit_db_operation_duration_seconds/reserve/ok", sent+srv)
 		} else if ok < srv || ok >= sent+srv {
 			t.Errorf("instance %d: %d reserves admitted, want from %d to %d: some from local blocks", i, ok, srv, sent+srv-1)
+		} else {
+			// Its outside Local limit, of every request, decided once: in the
+			// database, admitted (its limit is never reached), or from a block.
+			check("pgadmit_local_limits_total/"+promadmit.DecidedInDatabase, ok-srv)
+			check("pgadmit_local_limits_total/"+promadmit.DecidedByBlock, sent-(ok-srv))
 		}
 		check("pgadmit_db_operation_duration_seconds/reserve/exceeded", ref+shadowRefused)
 		check("pgadmit_combined_calls_total/reserve", ok+ref+shadowRefused)
@@ -462,6 +469,9 @@ func addCombiningSeries(m map[string]bool) {
 	}
 	for _, name := range []string{"blocks_granted", "blocks_no_room", "statement_failures", "blocks_abandoned"} {
 		m["pgadmit_local_"+name+"_total"] = true
+	}
+	for _, decided := range []string{promadmit.DecidedByBlock, promadmit.DecidedInDatabase} {
+		m["pgadmit_local_limits_total/"+decided] = true
 	}
 }
 
