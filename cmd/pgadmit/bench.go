@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -160,7 +161,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return usagef("--instances must be between 1 and --workers (%d), got %d", *workers, *instances)
 	}
 	if *duration < minDuration || *duration > time.Hour {
-		return usagef("--duration must be between %s and 1h, got %s", minDuration, operatorDuration(*duration))
+		return usagef("--duration must be between %s and 1h, got %s", minDuration, durationtext.Operator(*duration))
 	}
 	if *think < 0 || *think > time.Minute {
 		return usagef("--think must be between 0 and 1m, got %s", *think)

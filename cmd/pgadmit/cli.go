@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/internal/textcell"
@@ -379,7 +380,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		if h, ok := f.Value.(durationHint); ok {
 			shown.Value = h.Value // so that UnquoteUsage names its type
 			if d, err := time.ParseDuration(f.DefValue); err == nil {
-				defValue = operatorDuration(d) // 24h, not 24h0m0s
+				defValue = durationtext.Operator(d) // 24h, not 24h0m0s
 			}
 		}
 		typ, usage := flag.UnquoteUsage(&shown)

@@ -102,27 +102,3 @@ func TestHelpWritesDurationsAsTheREADMEDoes(t *testing.T) {
 		t.Errorf("prune --older-than 24h0m0s --task-retention 1h30m --progress 90m: exit %d, %q; want the flags read and a failure to connect", code, errOut)
 	}
 }
-
-func TestOperatorDuration(t *testing.T) {
-	t.Parallel()
-	for d, want := range map[time.Duration]string{
-		24 * time.Hour:                    "24h",
-		168 * time.Hour:                   "168h",
-		time.Minute:                       "1m",
-		90 * time.Minute:                  "1h30m",
-		time.Hour + 30*time.Second:        "1h0m30s",
-		30 * time.Second:                  "30s",
-		90 * time.Second:                  "1m30s",
-		500 * time.Millisecond:            "500ms",
-		1500 * time.Millisecond:           "1.5s",
-		10*time.Minute + time.Millisecond: "10m0.001s",
-		0:                                 "0s",
-	} {
-		if got := operatorDuration(d); got != want {
-			t.Errorf("operatorDuration(%s) = %q, want %q", d, got, want)
-		}
-		if back, err := time.ParseDuration(operatorDuration(d)); err != nil || back != d {
-			t.Errorf("operatorDuration(%s) = %q reads back as %s, %v", d, operatorDuration(d), back, err)
-		}
-	}
-}

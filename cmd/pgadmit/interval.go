@@ -1,6 +1,10 @@
 package main
 
-import "time"
+import (
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/durationtext"
+)
 
 // minInterval is the shortest interval but 0 of a flag that repeats something while a command
 // runs: bench's and doctor's --progress, recover's --every. A progress line every microsecond
@@ -12,7 +16,7 @@ const minInterval = 100 * time.Millisecond
 // included, but 0, which does what zero says ("never", "a single pass").
 func checkInterval(name string, d time.Duration, zero string) error {
 	if d != 0 && d < minInterval {
-		return usagef("--%s must be 0 (%s) or at least %s, got %s", name, zero, minInterval, operatorDuration(d))
+		return usagef("--%s must be 0 (%s) or at least %s, got %s", name, zero, minInterval, durationtext.Operator(d))
 	}
 	return nil
 }
@@ -28,7 +32,7 @@ const minDuration = minInterval
 // included.
 func checkDuration(name string, d time.Duration) error {
 	if d < minDuration {
-		return usagef("--%s must be at least %s, got %s", name, minDuration, operatorDuration(d))
+		return usagef("--%s must be at least %s, got %s", name, minDuration, durationtext.Operator(d))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/locktimeout"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -51,11 +52,11 @@ const maxLockTimeout = locktimeout.Max // 596h31m23.647s
 // checkLockTimeout refuses a negative --lock-timeout, and one past lock_timeout's range.
 func checkLockTimeout(d time.Duration) error {
 	if d < 0 {
-		return usagef("--lock-timeout must be >= 0 (0: no bound), got %s", operatorDuration(d))
+		return usagef("--lock-timeout must be >= 0 (0: no bound), got %s", durationtext.Operator(d))
 	}
 	if d > maxLockTimeout {
 		return usagef("--lock-timeout must be at most %s (PostgreSQL's lock_timeout: %d ms; 0: no bound), got %s",
-			operatorDuration(maxLockTimeout), math.MaxInt32, operatorDuration(d))
+			durationtext.Operator(maxLockTimeout), math.MaxInt32, durationtext.Operator(d))
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func checkLockTimeout(d time.Duration) error {
 // server's own lock_timeout (a role's or a database's setting).
 func gaveUpAfter(bound time.Duration) string {
 	if bound > 0 {
-		return operatorDuration(locktimeout.Applied(bound)) + " (--lock-timeout)"
+		return durationtext.Operator(locktimeout.Applied(bound)) + " (--lock-timeout)"
 	}
 	return "the server's own lock_timeout (--lock-timeout 0 sets none)"
 }
@@ -127,7 +128,7 @@ func (e *lockWaitError) Error() string {
 	// the run's own lock waits (errors.As would find one of those first).
 	if lw, steps := leaseLockWait(e.err); lw != nil {
 		if lw.Bound > 0 && lw.Bound < e.bound {
-			lease := fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", operatorDuration(lw.Bound), operatorDuration(e.bound))
+			lease := fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", durationtext.Operator(lw.Bound), durationtext.Operator(e.bound))
 			if steps {
 				after += ", and on its lease after " + lease
 			} else {
@@ -145,7 +146,7 @@ func (e *lockWaitError) Error() string {
 			// The same Maintenance takes it back; a new process's run is skipped until it expires,
 			// its TTL after the run last renewed it, which was before the release gave up.
 			then = fmt.Sprintf("run it again once that session lets go and the lease has expired, at most %s from now (a run before then is skipped)",
-				operatorDuration(ratelimit.DefaultMaintenanceLeaseTTL))
+				durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL))
 			if e.pass {
 				then = "the next pass takes it back once that session lets go"
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -127,7 +128,7 @@ func TestInspectSetsTheLockTimeoutItNames(t *testing.T) {
 		{maxLockTimeout, 2147483647},
 	} {
 		got, err := set(c.bound)
-		named, want := gaveUpAfter(c.bound), operatorDuration(time.Duration(c.want)*time.Millisecond)+" (--lock-timeout)"
+		named, want := gaveUpAfter(c.bound), durationtext.Operator(time.Duration(c.want)*time.Millisecond)+" (--lock-timeout)"
 		if err != nil || got != c.want || named != want {
 			t.Errorf("--lock-timeout %s: set lock_timeout to %dms (%v), named %q; want %dms, named %q", c.bound, got, err, named, c.want, want)
 		}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 )
 
 // A workload's books: what the counters and leases of its scopes hold once
@@ -59,15 +59,7 @@ func perWindow(w time.Duration) string {
 	case time.Hour:
 		return "/h"
 	}
-	// Duration.String without its zero tails: "2m0s" is "2m", "2h0m0s" "2h".
-	s := w.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return "/" + s
+	return "/" + durationtext.Operator(w)
 }
 
 func (r *runner) holdingsOf(ctx context.Context, label string, s scopeSet) (holdings, error) {
