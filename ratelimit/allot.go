@@ -300,17 +300,8 @@ func (a *allotments) beginRefill() bool {
 // be decided in the database instead: no block could be had for its amount
 // (the window is nearly full, or the amount is more than a block may be),
 // the window is about to end (every moment of a window not longer than
-// Margin is), or the Limiter is closed; LocalStats.InDatabase counts it.
+// Margin is), or the Limiter is closed.
 func (a *allotments) take(ctx context.Context, w windowLimit) *localAdmission {
-	la := a.takeFromBlock(ctx, w)
-	if la == nil {
-		a.counts.inDatabase.Add(1)
-	}
-	return la
-}
-
-// takeFromBlock is take without its count.
-func (a *allotments) takeFromBlock(ctx context.Context, w windowLimit) *localAdmission {
 	if !a.fitsBlock(w) {
 		return nil
 	}

@@ -19,8 +19,9 @@ type localTaken struct {
 // takeLocal admits the admission's Local window limits from this process's
 // blocks and removes them from a, which keeps what the database must
 // decide. A Local limit no block can serve stays in a: the database decides
-// it, exactly, like any other. With ctx already ended it takes nothing:
-// the database path then returns ctx's error, as it does for any limit.
+// it, exactly, like any other (counted in LocalStats.InDatabase). With ctx
+// already ended it takes nothing, and counts nothing: the database path
+// then returns ctx's error, as it does for any limit.
 func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 	if l.allot == nil || ctx.Err() != nil {
 		return nil
@@ -34,6 +35,7 @@ func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 		}
 		la := l.allot.take(ctx, w)
 		if la == nil {
+			l.allot.counts.inDatabase.Add(1)
 			keep = append(keep, w)
 			continue
 		}
