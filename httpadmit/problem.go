@@ -47,9 +47,12 @@ type Problem struct {
 
 // WriteProblem writes p as the response, with p.Status as its status; a
 // Status that is no HTTP status code (outside 100 to 999, as the zero
-// Problem's) is written as 500, in the body too.
+// Problem's) or no final one (1xx) is written as 500, in the body too.
 func WriteProblem(w http.ResponseWriter, p Problem) {
-	if p.Status < 100 || p.Status > 999 { // net/http panics on such a code
+	// net/http panics on a code outside 100 to 999, and sends a 1xx ahead
+	// of the response, whose body would then go out as a 200 OK (a 101
+	// switches protocols, and the body goes nowhere).
+	if p.Status < 200 || p.Status > 999 {
 		p.Status = http.StatusInternalServerError
 	}
 	body, err := json.Marshal(p)
