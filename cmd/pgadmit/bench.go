@@ -164,7 +164,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return usagef("--duration must be between %s and 1h, got %s", minDuration, durationtext.Operator(*duration))
 	}
 	if *think < 0 || *think > time.Minute {
-		return usagef("--think must be between 0 and 1m, got %s", *think)
+		return usagef("--think must be between 0 and 1m, got %s", durationtext.Operator(*think))
 	}
 	if *inFlight < 1 || *inFlight > 64 {
 		return usagef("--in-flight must be between 1 and 64, got %d", *inFlight)

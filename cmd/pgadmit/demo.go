@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -138,7 +139,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	}
 	switch {
 	case *duration < 5*time.Second || *duration > 10*time.Minute:
-		return usagef("--duration must be between 5s and 10m, got %s", *duration)
+		return usagef("--duration must be between 5s and 10m, got %s", durationtext.Operator(*duration))
 	case flagGiven(fs, "instances") && *httpMode:
 		// The HTTP demo runs one gateway: say so rather than ignore the flag.
 		return usagef("--instances does not apply to --http, which runs one gateway")
@@ -151,7 +152,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	case flagGiven(fs, "decision-timeout") && !*httpMode:
 		return usagef("--decision-timeout needs --http")
 	case *decisionTimeout < time.Millisecond || *decisionTimeout > time.Minute:
-		return usagef("--decision-timeout must be between 1ms and 1m, got %s", *decisionTimeout)
+		return usagef("--decision-timeout must be between 1ms and 1m, got %s", durationtext.Operator(*decisionTimeout))
 	}
 	if *httpMode {
 		return runHTTPDemo(ctx, a, *duration, *clients, *keys, *decisionTimeout)

@@ -146,7 +146,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--workers", "4", "--instances", "5"}, "--instances must be between 1 and --workers (4), got 5"},
 		{db, []string{"bench", "--duration", "-1s"}, "--duration must be between 100ms and 1h, got -1s"},
 		{db, []string{"bench", "--think", "-1ms"}, "--think must be between 0 and 1m, got -1ms"},
-		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m"},
+		{db, []string{"bench", "--think", "2m"}, "--think must be between 0 and 1m, got 2m (see"},
 		{db, []string{"bench", "--only", "W1,W10"}, `unknown workload "W10"`},
 		// Given empty (a script's unset variable), they are refused, not read as not given.
 		{db, []string{"bench", "--only", ""}, "--only is empty"},
@@ -168,6 +168,14 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--cpuprofile", "/nonexistent/dir/cpu.prof"}, "--cpuprofile: open /nonexistent/dir/cpu.prof: no such file or directory"},
 		{db, []string{"bench", "--json", "/nonexistent/dir/bench.json"}, "--json: open /nonexistent/dir/bench.json: no such file or directory"},
 		{db, []string{"demo", "--duration", "1s"}, "--duration must be between 5s and 10m"},
+		// A refused duration is named as the operator wrote it (durationtext.Operator), not as
+		// Go's Duration.String does (11m0s, -1h0m0s).
+		{db, []string{"demo", "--duration", "11m"}, "--duration must be between 5s and 10m, got 11m (see"},
+		{db, []string{"demo", "--http", "--decision-timeout", "2m"}, "--decision-timeout must be between 1ms and 1m, got 2m (see"},
+		{db, []string{"prune", "--older-than", "-1h"}, "--older-than must be positive, got -1h (see"},
+		{db, []string{"prune", "--task-retention", "-168h"}, "--task-retention must be >= 0, got -168h (see"},
+		{db, []string{"prune", "--progress", "-1m"}, "--progress must be >= 0, got -1m (see"},
+		{db, []string{"recover", "--progress", "-2h"}, "--progress must be >= 0, got -2h (see"},
 		{db, []string{"demo", "--instances", "1"}, "--instances must be between 2 and 16"},
 		{db, []string{"demo", "--decision-timeout", "2s"}, "--decision-timeout needs --http"},
 		{db, []string{"demo", "--http", "--instances", "4"}, "--instances does not apply to --http"},

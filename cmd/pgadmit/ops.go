@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -116,7 +117,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(a.stdout, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 	}
-	logf("recover: sweeping every %s (stop with Ctrl-C or SIGTERM)", every)
+	logf("recover: sweeping every %s (stop with Ctrl-C or SIGTERM)", durationtext.Operator(every))
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	var pool *pgxpool.Pool
@@ -130,7 +131,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 		if pool == nil {
 			var err error
 			if pool, err = a.open(ctx, a.dsn, cfg.Copy()); err != nil && ctx.Err() == nil {
-				logf("recover: %s; trying again in %s", err, every)
+				logf("recover: %s; trying again in %s", err, durationtext.Operator(every))
 			}
 			if pool != nil {
 				maint = ratelimit.NewMaintenance(pool, opts...)
@@ -241,13 +242,13 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if *olderThan <= 0 {
-		return usagef("--older-than must be positive, got %s", *olderThan)
+		return usagef("--older-than must be positive, got %s", durationtext.Operator(*olderThan))
 	}
 	if *batch < 1 || *batch > 1_000_000 {
 		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
 	}
 	if *taskRetention < 0 {
-		return usagef("--task-retention must be >= 0, got %s", *taskRetention)
+		return usagef("--task-retention must be >= 0, got %s", durationtext.Operator(*taskRetention))
 	}
 	if err := checkProgress(fs, *progress, false); err != nil {
 		return err
@@ -290,7 +291,7 @@ func progressFlag(fs *flag.FlagSet) *time.Duration {
 // already. bench's and doctor's have a floor: checkInterval refuses what is under it.
 func checkProgress(fs *flag.FlagSet, every time.Duration, sweeper bool) error {
 	if every < 0 {
-		return usagef("--progress must be >= 0, got %s", every)
+		return usagef("--progress must be >= 0, got %s", durationtext.Operator(every))
 	}
 	if sweeper && flagGiven(fs, "progress") {
 		return usagef("--progress is for a single run; with --every each pass is logged")

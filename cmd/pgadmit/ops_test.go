@@ -313,6 +313,31 @@ func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
 	}
 }
 
+// The sweeper names its interval as the operator wrote it (--every 1m: "every 1m", not Go's
+// "1m0s"), in its first line and in each retry.
+func TestRecoverSweeperWritesItsIntervalAsGiven(t *testing.T) {
+	t.Parallel()
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(sctx, []string{"--database-url", "postgres://u@127.0.0.1:1/db", "recover", "--every", "1m"},
+			&stdout, &stderr, func(string) string { return "" })
+	}()
+	awaitLog(t, &stdout, `trying again in`)
+	cancel()
+	if code := <-exit; code != exitOK || stderr.String() != "" {
+		t.Fatalf("recover --every 1m: exit %d, stderr %q", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"recover: sweeping every 1m (stop with Ctrl-C or SIGTERM)\n", "; trying again in 1m\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --every 1m output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // A sweeper stopped in the middle of a pass says what that pass did before it stopped: the
 // capacity it gave back is real. It used to log only "stopped", and the work went unreported.
 func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
