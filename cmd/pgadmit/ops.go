@@ -181,7 +181,12 @@ func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maint
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(passLockWaited(notMigrated(ctx, pool, err), lockTimeout).Error(), dsn))
+		msg := scrub(passLockWaited(notMigrated(ctx, pool, err), lockTimeout).Error(), dsn)
+		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
+			// Say which bound cut it off: the error itself says only "context deadline exceeded".
+			msg = fmt.Sprintf("cut off by --pass-timeout (%s): %s", durationtext.Operator(passTimeout), msg)
+		}
+		logf("recover: pass failed: %s", msg)
 	}
 }
 

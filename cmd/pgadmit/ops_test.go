@@ -238,8 +238,9 @@ func TestRecoverAndPruneSayWhatTheyDidPastARejectedRow(t *testing.T) {
 }
 
 // A sweeper pass that hangs (here, every query of it waits for a lock held by another
-// transaction) is cut off after --pass-timeout and logged as failed, and the sweeper goes on:
-// once the lock goes, its next pass runs. It used to wait for ever.
+// transaction) is cut off after --pass-timeout and logged as failed, naming the bound (it used
+// to say only "context deadline exceeded"), and the sweeper goes on: once the lock goes, its
+// next pass runs. It used to wait for ever.
 func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -262,7 +263,7 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 	go func() {
 		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "200ms", "--pass-timeout", "500ms"}, &stdout, &stderr, func(string) string { return "" })
 	}()
-	awaitLog(t, &stdout, `recover: pass failed: .*context deadline exceeded`)
+	awaitLog(t, &stdout, `recover: pass failed: cut off by --pass-timeout \(500ms\): .*context deadline exceeded`)
 	_ = tx.Rollback(ctx) // the lock goes
 	awaitLog(t, &stdout, `recover: nothing to recover`)
 	cancel()
@@ -272,7 +273,7 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 	}
 	assertSweeperLog(t, out,
-		`recover: pass failed: .*context deadline exceeded`,
+		`recover: pass failed: cut off by --pass-timeout \(500ms\): .*context deadline exceeded`,
 		`recover: nothing to recover \(\d+(\.\d+)?m?s\)$`,
 		`recover: stopped$`,
 	)
