@@ -59,7 +59,7 @@ func inspectRead(table string) {
 func runInspect(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	scope := fs.String("scope", "", "show only this scope, `TYPE:KEY` as inspect shows it (e.g. api_key:team-42, \"tier:gold\":\"team a\")")
-	limit := fs.Int("limit", 50, "print at most this many `rows` per table")
+	limit := fs.Int("limit", 50, "print at most this many `rows` per table, 1 to 1000000")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
