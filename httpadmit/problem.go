@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -88,7 +89,7 @@ func RefusalProblem(refusal *Refusal) Problem {
 		Quota: &quota, WindowSeconds: e.WindowSeconds, Remaining: &remaining, Requested: &requested,
 		Retryable: &retryable,
 	}
-	window := "in this window of " + (time.Duration(e.WindowSeconds) * time.Second).String()
+	window := "in this window of " + durationtext.Operator(time.Duration(e.WindowSeconds)*time.Second)
 	if e.Metric == ratelimit.MetricConcurrent {
 		window = "in flight"
 	}

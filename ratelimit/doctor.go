@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
@@ -137,7 +138,7 @@ func (p Problem) String() string {
 		where = append(where, textcell.Scope(p.ScopeType, p.ScopeKey)+" "+textcell.Show(p.Metric))
 	}
 	if p.Window > 0 {
-		where = append(where, fmt.Sprintf("window %s from %s", p.Window, p.WindowStart.UTC().Format(time.RFC3339)))
+		where = append(where, fmt.Sprintf("window %s from %s", durationtext.Operator(p.Window), p.WindowStart.UTC().Format(time.RFC3339)))
 	}
 	if p.TaskID != "" {
 		where = append(where, fmt.Sprintf("task %s (%s)", p.TaskID, p.TaskStatus))

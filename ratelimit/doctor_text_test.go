@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -27,9 +28,14 @@ func TestProblemStringIsOneLineWhateverTheScopeText(t *testing.T) {
 	if s := p.String(); strings.Contains(s, "\n") {
 		t.Errorf("problem spans lines: %q", s)
 	}
-	plain := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "api_key", ScopeKey: "équipe:42", Metric: "tokens"}
+	plain := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "api_key", ScopeKey: "équipe:42", Metric: "tokens",
+		Window: time.Hour, WindowStart: time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)}
 	if s := plain.String(); !strings.Contains(s, "api_key:équipe:42 tokens") {
 		t.Errorf("plain scope not printed as it is: %q", s)
+	}
+	// The window as an operator writes it, not as Go's 1h0m0s.
+	if s := plain.String(); !strings.Contains(s, "window 1h from 2026-12-05T21:00:00Z") {
+		t.Errorf("window not written as an operator writes it: %q", s)
 	}
 	spaced := ratelimit.Problem{Kind: ratelimit.ProblemCounterUsed, ScopeType: "api_key", ScopeKey: "team a", Metric: "tokens"}
 	if s := spaced.String(); !strings.Contains(s, `api_key:"team a" tokens:`) {
