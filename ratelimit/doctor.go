@@ -122,7 +122,8 @@ type Problem struct {
 	WindowStart time.Time
 	TaskID      string
 	TaskStatus  string
-	// RowID is the reservation, lease or attempt at fault.
+	// RowID is the reservation, lease, attempt or block (allotment) at
+	// fault.
 	RowID string
 	// AttemptID is the finished attempt that a reservation or lease of the
 	// *_of_finished_attempt kinds is attached to.

@@ -11,8 +11,10 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// RenewLeases extends each live lease to now() + lease.TTL (a heartbeat for
-// a long call) and returns the leases with their new expiry. The database
+// RenewLeases extends each live lease to lease.TTL past the database's
+// clock as the renewal reads it (clock_timestamp(); in a caller's
+// transaction, not its start), a heartbeat for a long call, and returns the
+// leases with their new expiry. The database
 // does not keep a lease's TTL: the one renewed by is the TTL of the Lease
 // given here, which Reserve sets to the TTL the lease was taken with
 // (DefaultLeaseTTL when the Limit's LeaseTTL was zero) and which a Grant

@@ -77,7 +77,8 @@ var epoch = time.Unix(0, 0).UTC()
 // own short statement: first it releases reservations still open in
 // windows that ended before the cutoff (nobody settled them; their window
 // no longer admits anything), then deletes counter windows, finished
-// reservations, released or expired leases, (WithPruneEvents) events of
+// reservations, released or expired leases, returned blocks of Local
+// limits (once their counter row is gone), (WithPruneEvents) events of
 // tasks finished before the cutoff, and tasks that finished longer ago than
 // the task retention (WithTaskRetention, default 7 days) with their
 // attempts, events and queue admissions (a task that still holds an open

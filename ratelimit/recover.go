@@ -91,7 +91,11 @@ func (r RecoveryResult) String() string {
 //     is no longer running are released (attempt_finished): what a dead
 //     worker's admission committed after recovery had reclaimed its task
 //     (the task lives on, queued again or running another attempt);
-//  7. queue admissions of finished tasks are deleted.
+//  7. queue admissions of finished tasks are deleted;
+//  8. blocks of Local limits whose window ended, and whose holder stopped
+//     reporting, more than WithLostAllotmentGrace ago are returned
+//     (holder_lost), charging the holder's last report; one whose holder
+//     reported since they were found is left to its holder.
 //
 // Each batch (WithRecoveryBatchSize rows) is its own short transaction that
 // leaves the books correct, locking counter rows first (the lock order), so

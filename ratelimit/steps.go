@@ -356,9 +356,8 @@ func isolate[T any](items []T, act func([]T) (int64, error), held func([]T) ([]T
 // counters first, the lock order), and adds how many it released to *count.
 // passed: the reservations that earlier steps left on a lock wait, shared
 // with later steps (see findStep), or nil. A batch is settleChunk
-// reservations at most, whatever batch says: pgadmit_settle's time grows
-// with the square of the reservations one call is given (8,000 stale ones,
-// Prune at WithPruneBatchSize(8000), took 6 s in one call).
+// reservations at most, whatever batch says (see there: the chunk bounds
+// how long one statement holds its counters' locks).
 func (m *Maintenance) releaseStep(ctx context.Context, batch int32, passed map[[16]byte]bool, find func(batch int32) ([]pgtype.UUID, error), reason string, count *int64) batchFunc {
 	return findHeldStep(min(batch, settleChunk), passed, uuidBytes, find, func(ids []pgtype.UUID) (int64, error) {
 		p := releaseIDs(ids, reason)
