@@ -25,18 +25,19 @@ reservations released, their leases released, their running attempt failed; a sy
 with server_restarted, an async task is requeued, or failed for good with
 requeue_limit_exceeded once requeued --max-requeues times); open reservations, live leases,
 running attempts and queue admissions of finished tasks are released; expired leases are marked
-released. It works in bounded batches of short transactions and is single-flight across
-processes (a lease row, no session state: it works through PgBouncer in transaction pooling
-mode): when another process is recovering, a pass is skipped. A batch waits at most
---lock-timeout (5s by default; 0: no bound) for each lock another session holds (a counter row
-that a transaction left idle in transaction keeps locked, or a table a migration alters, say;
-lock_timeout is set in the batch's own transaction, before the server parses its statement, and
-bounds each wait for a lock, so a batch that waits for several in turn can take several times
-that): past it, that batch is left whole to a later pass (one that releases reservations or
-reclaims tasks is tried once more without the rows whose counter is still held, and leaves only
-those; and the rest of its step, after a second such batch in the step or when the step is one
-statement), the other steps run, what was
-done is printed, and the command says what it left, exit 1 (with --every, the pass is logged as
+released; blocks of Local limits whose window ended, and whose holder stopped reporting, more
+than 5s ago are returned, charging the holder's last report. It works in bounded batches of
+short transactions and is single-flight across processes (a lease row, no session state: it
+works through PgBouncer in transaction pooling mode): when another process is recovering, a
+pass is skipped. A batch waits at most --lock-timeout (5s by default; 0: no bound) for each
+lock another session holds (a counter row that a transaction left idle in transaction keeps
+locked, or a table a migration alters, say; lock_timeout is set in the batch's own transaction,
+before the server parses its statement, and bounds each wait for a lock, so a batch that waits
+for several in turn can take several times that): past it, that batch is left whole to a later
+pass (one that releases reservations or reclaims tasks is tried once more without the rows
+whose counter is still held, and leaves only those; and the rest of its step, after a second
+such batch in the step or when the step is one statement), the other steps run, what was done
+is printed, and the command says what it left, exit 1 (with --every, the pass is logged as
 failed, after its counts, and the sweeper goes on).
 
 Without --every: one pass, then prints its counts. With --every (at least 100ms): a sweeper
