@@ -98,10 +98,6 @@ type localAdmission struct {
 	seq    uint64 // its LocalID's sequence
 	tag    uint64 // and random tag (see localID)
 	amount units
-	// remaining is what its block had left right after it was admitted
-	// (Reservation.Remaining), read under the lock that admitted it: read
-	// later, it counted the admissions in between.
-	remaining float64
 	// Guarded by set.mu: whether it was settled, how, and what was charged.
 	settled bool
 	status  string
@@ -181,7 +177,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
-			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: randomTag(), amount: u, remaining: max(b.free().approx(), 0)}
+			la := &localAdmission{set: s, b: b, seq: s.a.seq.Add(1), tag: randomTag(), amount: u}
 			if b.admissions == nil {
 				b.admissions = map[uint64]*localAdmission{}
 			}

@@ -13,6 +13,7 @@ type localTaken struct {
 	index     int // the limit's position in the caller's slice
 	admission *localAdmission
 	limit     windowLimit
+	remaining float64
 }
 
 // takeLocal admits the admission's Local window limits from this process's
@@ -38,7 +39,10 @@ func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 			keep = append(keep, w)
 			continue
 		}
-		taken = append(taken, localTaken{index: w.index, admission: la, limit: w})
+		la.set.mu.Lock()
+		remaining := la.b.free().approx()
+		la.set.mu.Unlock()
+		taken = append(taken, localTaken{index: w.index, admission: la, limit: w, remaining: remaining})
 	}
 	a.windows = keep
 	return taken
@@ -74,7 +78,7 @@ func (t localTaken) reservation() Reservation {
 	return Reservation{
 		ScopeType: w.Limit.Scope.Type, ScopeKey: w.Limit.Scope.Key, Metric: w.Limit.Metric,
 		Window: time.Duration(w.windowSeconds) * time.Second, WindowStart: b.windowStart, ResetAt: b.resetAt,
-		Limit: w.Limit.Limit, Amount: w.Limit.Amount, Remaining: t.admission.remaining,
+		Limit: w.Limit.Limit, Amount: w.Limit.Amount, Remaining: t.remaining,
 		Local: true, Allotment: idString(b.id), LocalID: t.admission.localID(), local: t.admission,
 	}
 }
