@@ -223,22 +223,15 @@ func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {
 	ctx := context.Background()
 	url, pool := newDatabase(t)
 	holdLocks(t, pool, dbtest.New().OpsLockTasks)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int, 1)
 	start := time.Now()
-	go func() {
-		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "200ms", "--lock-timeout", "300ms"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	awaitLog(t, &stdout, `recover: pass failed: another session held locks it needed .*: gave up on them after 300ms \(--lock-timeout\)`)
+	sweeper := startCLI(t, ctx, "--database-url", url, "recover", "--every", "200ms", "--lock-timeout", "300ms")
+	awaitLog(t, &sweeper.stdout, `recover: pass failed: another session held locks it needed .*: gave up on them after 300ms \(--lock-timeout\)`)
 	// Its five waits for the tasks table took 25 s at the default bound.
 	if took := time.Since(start); took >= 5*defaultLockTimeout {
 		t.Errorf("the sweeper's first pass gave up after %s, want about five times 300ms", took)
 	}
-	cancel()
-	if code := <-exit; code != exitOK || stderr.String() != "" {
-		t.Errorf("recover --every --lock-timeout 300ms: exit %d, stderr %q", code, stderr.String())
+	if code := sweeper.stop(); code != exitOK || sweeper.stderr.String() != "" {
+		t.Errorf("recover --every --lock-timeout 300ms: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
 	"strconv"
@@ -102,19 +101,12 @@ func TestRecoverDeadProcess(t *testing.T) {
 	// The sweeper finds it on its first pass, then nothing, until it is stopped:
 	// stopped once it said so, not after a fixed time (under load its first pass
 	// could take longer than the 1.2 s this test used to give the whole run).
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int, 1)
-	go func() {
-		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "300ms"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	awaitLog(t, &stdout, `recover: nothing to recover`)
-	cancel()
-	code := <-exit
-	out := stdout.String()
-	if code != exitOK || stderr.String() != "" {
-		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
+	sweeper := startCLI(t, ctx, "--database-url", url, "recover", "--every", "300ms")
+	awaitLog(t, &sweeper.stdout, `recover: nothing to recover`)
+	code := sweeper.stop()
+	out := sweeper.stdout.String()
+	if code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("recover --every: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 	assertSweeperLog(t, out,
 		`recover: sweeping every 300ms`,
@@ -256,21 +248,14 @@ func TestRecoverSweeperCutsOffAPassThatHangs(t *testing.T) {
 	// The lock goes once a pass was cut off, and the sweeper stops once a pass ran: on what it
 	// logs, not at fixed times (under load its first pass could start after the 1.5 s this test
 	// used to hold the lock, or the next one end after the 3 s it gave the whole run).
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int, 1)
-	go func() {
-		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "200ms", "--pass-timeout", "500ms"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	awaitLog(t, &stdout, `recover: pass failed: cut off by --pass-timeout \(500ms\): .*context deadline exceeded`)
+	sweeper := startCLI(t, ctx, "--database-url", url, "recover", "--every", "200ms", "--pass-timeout", "500ms")
+	awaitLog(t, &sweeper.stdout, `recover: pass failed: cut off by --pass-timeout \(500ms\): .*context deadline exceeded`)
 	_ = tx.Rollback(ctx) // the lock goes
-	awaitLog(t, &stdout, `recover: nothing to recover`)
-	cancel()
-	code := <-exit
-	out := stdout.String()
-	if code != exitOK || stderr.String() != "" {
-		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
+	awaitLog(t, &sweeper.stdout, `recover: nothing to recover`)
+	code := sweeper.stop()
+	out := sweeper.stdout.String()
+	if code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("recover --every: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 	assertSweeperLog(t, out,
 		`recover: pass failed: cut off by --pass-timeout \(500ms\): .*context deadline exceeded`,
@@ -289,20 +274,13 @@ func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
 	t.Parallel()
 	// Stopped once it tried twice, not after a fixed time: under load two tries could take
 	// longer than the 1.2 s this test used to give the whole run.
-	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int, 1)
-	go func() {
-		exit <- run(sctx, []string{"--database-url", "postgres://u:hunter2@127.0.0.1:1/db", "--connect-timeout", "200ms",
-			"recover", "--every", "300ms"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	awaitLog(t, &stdout, `(?s)trying again in 300ms.*trying again in 300ms`)
-	cancel()
-	code := <-exit
-	out := stdout.String()
-	if code != exitOK || stderr.String() != "" {
-		t.Fatalf("recover --every on an unreachable database: exit %d, stderr %q", code, stderr.String())
+	sweeper := startCLI(t, context.Background(), "--database-url", "postgres://u:hunter2@127.0.0.1:1/db", "--connect-timeout", "200ms",
+		"recover", "--every", "300ms")
+	awaitLog(t, &sweeper.stdout, `(?s)trying again in 300ms.*trying again in 300ms`)
+	code := sweeper.stop()
+	out := sweeper.stdout.String()
+	if code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("recover --every on an unreachable database: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 	ts := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `
 	tries := regexp.MustCompile(`(?m)^`+ts+`recover: cannot connect to postgres://u:xxxxx@127\.0\.0\.1:1/db: .*; trying again in 300ms$`).FindAllString(out, -1)
@@ -318,20 +296,12 @@ func TestRecoverSweeperWaitsForItsDatabase(t *testing.T) {
 // "1m0s"), in its first line and in each retry.
 func TestRecoverSweeperWritesItsIntervalAsGiven(t *testing.T) {
 	t.Parallel()
-	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int, 1)
-	go func() {
-		exit <- run(sctx, []string{"--database-url", "postgres://u@127.0.0.1:1/db", "recover", "--every", "1m"},
-			&stdout, &stderr, func(string) string { return "" })
-	}()
-	awaitLog(t, &stdout, `trying again in`)
-	cancel()
-	if code := <-exit; code != exitOK || stderr.String() != "" {
-		t.Fatalf("recover --every 1m: exit %d, stderr %q", code, stderr.String())
+	sweeper := startCLI(t, context.Background(), "--database-url", "postgres://u@127.0.0.1:1/db", "recover", "--every", "1m")
+	awaitLog(t, &sweeper.stdout, `trying again in`)
+	if code := sweeper.stop(); code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("recover --every 1m: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
-	out := stdout.String()
+	out := sweeper.stdout.String()
 	for _, want := range []string{"recover: sweeping every 1m (stop with Ctrl-C or SIGTERM)\n", "; trying again in 1m\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("recover --every 1m output lacks %q:\n%s", want, out)
@@ -371,30 +341,12 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond) // both execution leases expire
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	exit := make(chan int)
-	go func() {
-		exit <- run(sctx, []string{"--database-url", url, "recover", "--every", "1m", "--batch-size", "1"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		waiting, err := q.OpsBackendsWaitingOnLock(ctx, pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(waiting) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pass never waited for the locked counter")
-		}
-	}
-	cancel() // SIGINT
-	code := <-exit
-	out := stdout.String()
-	if code != exitOK || stderr.Len() != 0 {
-		t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
+	sweeper := startCLI(t, ctx, "--database-url", url, "recover", "--every", "1m", "--batch-size", "1")
+	awaitLockWait(t, pool, "the pass never waited for the locked counter")
+	code := sweeper.stop() // SIGINT
+	out := sweeper.stdout.String()
+	if code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("recover --every: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 	assertSweeperLog(t, out,
 		`recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+(\.\d+)?m?s\); stopped mid-pass$`,

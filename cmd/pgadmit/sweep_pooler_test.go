@@ -22,15 +22,10 @@ func TestRecoverSweeperBehindPgBouncerChecksTheExecMode(t *testing.T) {
 	}{{pooled, true}, {pooled + "&default_query_exec_mode=exec", false}} {
 		// Stopped once a pass ended (any warning comes before the first pass), not after a
 		// fixed time: under load the first pass could end after the 800ms this test used to give.
-		ctx, cancel := context.WithCancel(context.Background())
-		var stdout, stderr syncBuffer
-		exit := make(chan int, 1)
-		go func() {
-			exit <- run(ctx, []string{"--database-url", c.url, "recover", "--every", "100ms"}, &stdout, &stderr, func(string) string { return "" })
-		}()
-		awaitLog(t, &stdout, `recover: (nothing to recover|released|pass failed)`)
-		cancel()
-		code := <-exit
+		sweeper := startCLI(t, context.Background(), "--database-url", c.url, "recover", "--every", "100ms")
+		awaitLog(t, &sweeper.stdout, `recover: (nothing to recover|released|pass failed)`)
+		code := sweeper.stop()
+		stdout, stderr := &sweeper.stdout, &sweeper.stderr
 		if code != exitOK {
 			t.Fatalf("recover --every: exit %d, stderr %q", code, stderr.String())
 		}

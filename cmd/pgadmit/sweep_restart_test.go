@@ -35,6 +35,54 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// background is pgadmit running on its own goroutine (a sweeper, say) while
+// the test watches what it writes.
+type background struct {
+	stdout, stderr syncBuffer
+	cancel         context.CancelFunc
+	exit           chan int
+	once           sync.Once
+	code           int
+}
+
+// startCLI runs pgadmit with args in the background, in a context that
+// stop ends, as SIGINT or SIGTERM would; a test that ends first stops it.
+func startCLI(t *testing.T, ctx context.Context, args ...string) *background {
+	ctx, cancel := context.WithCancel(ctx)
+	b := &background{cancel: cancel, exit: make(chan int, 1)}
+	go func() { b.exit <- run(ctx, args, &b.stdout, &b.stderr, func(string) string { return "" }) }()
+	t.Cleanup(func() { b.stop() })
+	return b
+}
+
+// stop interrupts the command, waits for it to exit and returns its exit
+// code (the same one each time).
+func (b *background) stop() int {
+	b.once.Do(func() {
+		b.cancel()
+		b.code = <-b.exit
+	})
+	return b.code
+}
+
+// awaitLockWait waits until a session of pool's database waits for a lock,
+// at most 10s, and fails the test with failure otherwise.
+func awaitLockWait(t *testing.T, pool *pgxpool.Pool, failure string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waiting) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(failure)
+		}
+	}
+}
+
 // awaitLog waits until out matches re, at most 30s.
 func awaitLog(t *testing.T, out *syncBuffer, re string) {
 	t.Helper()
@@ -54,18 +102,13 @@ func TestRecoverSweeperOutlivesADatabaseRestart(t *testing.T) {
 	if _, errOut, code := cli(t, nil, "--database-url", url, "migrate", "up"); code != exitOK {
 		t.Fatalf("migrate up: exit %d, %s", code, errOut)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int)
-	go func() {
-		exit <- run(ctx, []string{"--database-url", url, "--connect-timeout", "500ms", "recover", "--every", "100ms"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	awaitLog(t, &stdout, `recover: nothing to recover`)
+	sweeper := startCLI(t, context.Background(), "--database-url", url, "--connect-timeout", "500ms", "recover", "--every", "100ms")
+	stdout := &sweeper.stdout
+	awaitLog(t, stdout, `recover: nothing to recover`)
 	if err := c.Crash(); err != nil {
 		t.Fatal(err)
 	}
-	awaitLog(t, &stdout, `(?s)pass failed.*pass failed.*pass failed`)
+	awaitLog(t, stdout, `(?s)pass failed.*pass failed.*pass failed`)
 	if err := c.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +118,8 @@ func TestRecoverSweeperOutlivesADatabaseRestart(t *testing.T) {
 			t.Fatalf("the sweeper never recovered after the restart:\n%s", stdout.String())
 		}
 	}
-	cancel()
-	if code := <-exit; code != exitOK || stderr.String() != "" {
-		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	if code := sweeper.stop(); code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 }
 
@@ -110,35 +152,19 @@ func TestRecoverSweeperTakesBackTheLeaseARestartLeft(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // the execution lease expires
 	lockCounters(t, pool)               // the pass stalls on the counter, its lease held
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stdout, stderr syncBuffer
-	exit := make(chan int)
-	go func() {
-		exit <- run(sctx, []string{"--database-url", url, "--connect-timeout", "500ms", "recover", "--every", "100ms"}, &stdout, &stderr, func(string) string { return "" })
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if waiting, err := dbtest.New().OpsBackendsWaitingOnLock(ctx, pool); err != nil {
-			t.Fatal(err)
-		} else if len(waiting) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pass never waited for the locked counter")
-		}
-	}
+	sweeper := startCLI(t, ctx, "--database-url", url, "--connect-timeout", "500ms", "recover", "--every", "100ms")
+	awaitLockWait(t, pool, "the pass never waited for the locked counter")
 	if err := c.Crash(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	awaitLog(t, &stdout, `failed 1 attempts|skipped`)
-	cancel()
-	if code := <-exit; code != exitOK || stderr.String() != "" {
-		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	awaitLog(t, &sweeper.stdout, `failed 1 attempts|skipped`)
+	if code := sweeper.stop(); code != exitOK || sweeper.stderr.String() != "" {
+		t.Fatalf("exit %d, stderr %q", code, sweeper.stderr.String())
 	}
-	out := stdout.String()
+	out := sweeper.stdout.String()
 	if strings.Contains(out, "skipped") || !strings.Contains(out, "failed 1 attempts") {
 		t.Errorf("after the restart, want the sweeper to recover at once, not to skip for its own lease:\n%s", out)
 	}
