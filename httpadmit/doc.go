@@ -105,8 +105,9 @@
 // only outside printable ASCII, which becomes '_') are told apart by their
 // metric ("gold-requests", "gold-tokens"), then by scope type and window.
 // When several limits count the same metric, the OpenAI and Anthropic headers
-// show the one with the least left. Limits whose quota is not a whole number
-// are left out of the IETF headers (q is a Structured Field Integer). A
+// show the one with the least left. Limits whose quota is not a whole number,
+// or is ratelimit.MaxAmount (16 digits), are left out of the IETF headers (q
+// is a Structured Field Integer, 15 digits at most). A
 // refusal tells the state of the limit that refused only. Behind several
 // middlewares (one for every route, another for a route's own limits), the
 // headers show the limits of all of them that send headers (not those of

@@ -331,7 +331,8 @@ func clearHeaders(h http.Header, families HeaderFamily) {
 	}
 }
 
-// setIETF sets RateLimit-Policy (every enforced limit with a whole quota)
+// setIETF sets RateLimit-Policy (every enforced limit with a whole quota
+// that a Structured Field Integer holds: below ratelimit.MaxAmount)
 // and RateLimit (those of them the decision told the state of).
 func setIETF(h http.Header, policies []policy) {
 	var pol, cur httpsfv.List

@@ -157,3 +157,25 @@ func TestOpenAIHeadersShowTheBindingLimit(t *testing.T) {
 		t.Errorf("tokens headers %v, want the team's", got)
 	}
 }
+
+// A quota of ratelimit.MaxAmount (16 digits) is left out of the IETF
+// headers, as one that is not a whole number is: q is a Structured Field
+// Integer, 15 digits at most. The largest quota that fits is shown.
+func TestIETFHeadersLeaveOutAQuotaNoIntegerHolds(t *testing.T) {
+	t.Parallel()
+	decided := time.Unix(1_800_000_000, 0)
+	limits := []Limit{limit("api_key", "tokens", ratelimit.MaxAmount, time.Minute), limit("team", "tokens", ratelimit.MaxAmount-1, time.Minute)}
+	grant := ratelimit.Grant{DecidedAt: decided, Reservations: []ratelimit.Reservation{
+		{ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "tokens", Window: time.Minute, Limit: ratelimit.MaxAmount, Remaining: 10, ResetAt: decided.Add(time.Second)},
+		{ScopeType: "team", ScopeKey: "k-team", Metric: "tokens", Window: time.Minute, Limit: ratelimit.MaxAmount - 1, Remaining: 20, ResetAt: decided.Add(time.Second)},
+	}}
+	h := http.Header{}
+	setHeaders(h, HeadersIETF, grantHeaders(limits, grant))
+	want := http.Header{
+		"Ratelimit-Policy": {`"team-tokens";q=999999999999999;pgadmit-qu="tokens";w=60`},
+		"Ratelimit":        {`"team-tokens";r=20;t=1`},
+	}
+	if diff := cmp.Diff(want, h); diff != "" {
+		t.Errorf("headers (-want +got):\n%s", diff)
+	}
+}
