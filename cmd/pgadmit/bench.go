@@ -37,15 +37,15 @@ workload keeps up to 8,388,608 latencies: past that many operations (W8 decides 
 million a second), its percentiles come from a uniform sample of them.
 
 ` + list.String() + `
-W1, W2, W3, W6, W7, W8 and W9 run for --duration; W4 (each part) and W5 run for 2 s. An
-operation is one Reserve and, where the workload says so, its Commit. Every run uses fresh
-scope keys (a random run id), so runs never disturb each other's counts or other data. The
-database is migrated first. Nothing is deleted: the rows of its scopes (bench-<run id>-...)
-stay until 'pgadmit prune' removes them once their windows ended before its cutoff. A Ctrl-C
-gives back what the workers hold (the grants of those in their --think pause, W4's admissions)
-and closes the Limiters, returning their Local blocks, for at most 5s: what a server that does
-not answer has not taken back by then stays held until a lease's TTL, its window's end or
-'pgadmit recover' frees it (a warning says so).
+W1, W2, W3, W6, W7, W8 and W9 run for --duration (W9 for two of its windows, 4 s, at least); W4
+(each part) and W5 run for 2 s. An operation is one Reserve and, where the workload says so,
+its Commit. Every run uses fresh scope keys (a random run id), so runs never disturb each
+other's counts or other data. The database is migrated first. Nothing is deleted: the rows of
+its scopes (bench-<run id>-...) stay until 'pgadmit prune' removes them once their windows
+ended before its cutoff. A Ctrl-C gives back what the workers hold (the grants of those in
+their --think pause, W4's admissions) and closes the Limiters, returning their Local blocks,
+for at most 5s: what a server that does not answer has not taken back by then stays held until
+a lease's TTL, its window's end or 'pgadmit recover' frees it (a warning says so).
 
 --think D pauses each operation between its Reserve and its Commit, for D on average (drawn
 from 0 to 2D), as a gateway waits for its upstream call: combining then batches the calls of
@@ -295,8 +295,8 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if cfg.Rounds > 1 {
 		shape += fmt.Sprintf(", %d rounds", cfg.Rounds)
 	}
-	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s per workload (W4, W5: %ds)%s, %s, schema version %d\n\n",
-		cfg.RunID, who, cfg.Duration, bench.ExactnessSeconds, shape, server.String(), version)
+	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s per workload (W4, W5: %ds; W9: %s at least)%s, %s, schema version %d\n\n",
+		cfg.RunID, who, cfg.Duration, bench.ExactnessSeconds, durationtext.Operator(bench.MinStrandingDuration), shape, server.String(), version)
 	fmt.Fprintf(out, "%-24s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	if err := profile.start(); err != nil {
 		return err

@@ -46,7 +46,7 @@ type Config struct {
 	// each instance combines only its own workers' calls. Instances contend with each other on
 	// the rows and scopes they share, as separate processes do. Zero means 1; at most Workers.
 	Instances int
-	// Duration is how long W1, W2, W3, W6, W7, W8 and W9 run.
+	// Duration is how long W1, W2, W3, W6, W7 and W8 run, and W9 (4 s at least).
 	Duration time.Duration
 	// ExactnessDuration is how long W4 (each part) and W5 run; zero means ExactnessSeconds.
 	ExactnessDuration time.Duration

@@ -72,7 +72,7 @@ func (r *runner) gateway(ctx context.Context, lims []*ratelimit.Limiter, local b
 	}
 	return r.checkingBooks(ctx, books, func() (Result, error) {
 		if local {
-			return r.measureLocal(ctx, lims, op)
+			return r.measureLocal(ctx, lims, r.cfg.Duration, op)
 		}
 		return r.measureWith(ctx, lims, r.cfg.Duration, op)
 	})
@@ -87,17 +87,17 @@ func (r *runner) w8(ctx context.Context) (Result, error) {
 	limit.Local = true
 	limits := []ratelimit.Limit{limit}
 	return r.checkingBooks(ctx, limitBooks("api key", limit), func() (Result, error) {
-		return r.measureLocal(ctx, lims, func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.measureLocal(ctx, lims, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 		})
 	})
 }
 
-// measureLocal is measureWith, for Duration, on lims, Limiters with Local
+// measureLocal is measureWith, for d, on lims, Limiters with Local
 // limits, which it closes once the workload ended well: each block charges
 // what it admitted as it goes back, before the books are read.
-func (r *runner) measureLocal(ctx context.Context, lims []*ratelimit.Limiter, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
-	res, err := r.measureWith(ctx, lims, r.cfg.Duration, op)
+func (r *runner) measureLocal(ctx context.Context, lims []*ratelimit.Limiter, d time.Duration, op func(ctx context.Context, worker int, rng *mrand.Rand) error) (Result, error) {
+	res, err := r.measureWith(ctx, lims, d, op)
 	if err == nil {
 		r.grace.Close(lims...)
 	}
