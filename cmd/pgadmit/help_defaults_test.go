@@ -1,0 +1,36 @@
+package main
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/durationtext"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// The commands' help texts are prose, so the defaults they state are written out; this test
+// holds them to the values the code uses, so that changing a default without its text fails.
+func TestHelpStatesTheDefaultsTheCodeUses(t *testing.T) {
+	lockTimeout := regexp.MustCompile(`--lock-timeout\s+\((\S+) by default`)
+	lostGrace := regexp.MustCompile(`more\s+than\s+(\S+)\s+ago\s+are\s+returned`)
+	seen := map[string]int{}
+	for _, c := range commands() {
+		for _, m := range lockTimeout.FindAllStringSubmatch(c.help, -1) {
+			seen["lock-timeout"]++
+			if want := durationtext.Operator(defaultLockTimeout); m[1] != want {
+				t.Errorf("%s --help: --lock-timeout is %s by default, it says %s", c.name, want, m[1])
+			}
+		}
+		for _, m := range lostGrace.FindAllStringSubmatch(c.help, -1) {
+			seen["lost grace"]++
+			if want := durationtext.Operator(ratelimit.DefaultLostAllotmentGrace); m[1] != want {
+				t.Errorf("%s --help: the lost-holder grace is %s, it says %s", c.name, want, m[1])
+			}
+		}
+	}
+	// Each text is found where it is written today: a rewording that the patterns miss fails
+	// here rather than passing with nothing checked.
+	if seen["lock-timeout"] != 4 || seen["lost grace"] != 1 {
+		t.Errorf("defaults found in the help texts: %v, want lock-timeout 4 and lost grace 1", seen)
+	}
+}
