@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -290,13 +291,13 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	who := benchWho(cfg.Workers, cfg.Instances)
 	shape := "" // what else the run does: a think time, rounds
 	if cfg.Think > 0 {
-		shape = fmt.Sprintf(", think %s", cfg.Think)
+		shape = ", think " + durationtext.Operator(cfg.Think)
 	}
 	if cfg.Rounds > 1 {
 		shape += fmt.Sprintf(", %d rounds", cfg.Rounds)
 	}
-	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s per workload (W4, W5: %ds; W9: %s at least)%s, %s, schema version %d\n\n",
-		cfg.RunID, who, cfg.Duration, bench.ExactnessSeconds, durationtext.Operator(bench.MinStrandingDuration), shape, server.String(), version)
+	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s%s, %s, schema version %d\n\n",
+		cfg.RunID, who, benchRunLengths(cfg.Duration, cfg.Only), shape, server.String(), version)
 	fmt.Fprintf(out, "%-24s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	if err := profile.start(); err != nil {
 		return err
@@ -591,4 +592,27 @@ func micros(ns int64) string {
 		return strconv.FormatFloat(float64(ns)/1000, 'f', 1, 64)
 	}
 	return strconv.FormatInt(ns/1000, 10)
+}
+
+// benchRunLengths says how long each workload of the run runs: --duration, and the workloads
+// that run another length, of those that run (only lists them; empty, they all do).
+func benchRunLengths(duration time.Duration, only []string) string {
+	runs := func(code string) bool { return len(only) == 0 || slices.Contains(only, code) }
+	var fixed, other []string
+	for _, code := range []string{"W4", "W5"} {
+		if runs(code) {
+			fixed = append(fixed, code)
+		}
+	}
+	if len(fixed) > 0 {
+		other = append(other, fmt.Sprintf("%s: %ds", strings.Join(fixed, ", "), bench.ExactnessSeconds))
+	}
+	if runs("W9") && duration < bench.MinStrandingDuration {
+		other = append(other, "W9: "+durationtext.Operator(bench.MinStrandingDuration))
+	}
+	s := durationtext.Operator(duration) + " per workload"
+	if len(other) > 0 {
+		s += " (" + strings.Join(other, "; ") + ")"
+	}
+	return s
 }
