@@ -396,9 +396,14 @@ func formatInt(v float64) string {
 	return strconv.FormatFloat(math.Floor(max(v, 0)), 'f', 0, 64)
 }
 
-// formatReset is a duration as OpenAI writes it: 1s, 6m0s, 17.342s, 20ms.
+// formatReset is a duration as OpenAI writes it: 1s, 6m0s, 17.342s, 20ms. It is rounded up
+// to the millisecond, as the IETF t is to the second: a reset 0.3 ms away is not "0s" (now).
 func formatReset(d time.Duration) string {
-	return max(d, 0).Round(time.Millisecond).String()
+	d = max(d, 0)
+	if rounded := d.Truncate(time.Millisecond); rounded < d {
+		d = rounded + time.Millisecond
+	}
+	return d.String()
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

@@ -179,3 +179,25 @@ func TestIETFHeadersLeaveOutAQuotaNoIntegerHolds(t *testing.T) {
 		t.Errorf("headers (-want +got):\n%s", diff)
 	}
 }
+
+// A reset is rounded up to the millisecond, as the IETF header's t is to the second: a quota
+// that resets in 0.3 ms does not read as resetting now ("0s").
+func TestFormatResetRoundsUpToTheMillisecond(t *testing.T) {
+	for _, tc := range []struct {
+		in   time.Duration
+		want string
+	}{
+		{300 * time.Microsecond, "1ms"},
+		{time.Nanosecond, "1ms"},
+		{time.Millisecond, "1ms"},
+		{1500 * time.Microsecond, "2ms"},
+		{17342 * time.Millisecond, "17.342s"},
+		{6 * time.Minute, "6m0s"},
+		{0, "0s"},
+		{-time.Second, "0s"},
+	} {
+		if got := formatReset(tc.in); got != tc.want {
+			t.Errorf("formatReset(%s) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
