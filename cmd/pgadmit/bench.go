@@ -377,7 +377,7 @@ func benchProgress(w io.Writer, every time.Duration, rounds int) func(bench.Prog
 	return func(p bench.Progress) {
 		name := inRound(bench.Result{Name: p.Workload, Round: p.Round}, rounds, p.Workload)
 		fmt.Fprintf(w, "pgadmit bench: %s: %s of %s, %d ops so far, %.0f ops/s over the last %s\n",
-			name, p.Elapsed.Round(unit), p.Total, p.Ops, p.OpsPerS, every)
+			name, durationtext.Operator(p.Elapsed.Round(unit)), durationtext.Operator(p.Total), p.Ops, p.OpsPerS, durationtext.Operator(every))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
@@ -245,7 +246,7 @@ func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // seconds formats a number of seconds as a duration rounded to the second.
 func seconds(s float64) string {
-	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+	return durationtext.Operator(time.Duration(s * float64(time.Second)).Round(time.Second))
 }
 
 // windowString formats a window length: 60s as 1m, 3600s as 1h, 86400s as 1d.
