@@ -124,10 +124,14 @@ var _ httpadmit.Observer = (*Metrics)(nil)
 // Option configures Metrics.
 type Option func(*Metrics)
 
-// WithNearLimit sets the utilization above which an admission counts in
-// pgadmit_http_near_limit_total (default DefaultNearLimit, 80%). A
-// threshold outside (0, 1], NaN included, makes New fail with a
-// *ratelimit.ValidationError on "WithNearLimit".
+// WithNearLimit sets the utilization from which an admission counts in
+// pgadmit_http_near_limit_total (default DefaultNearLimit, 80%): one that
+// left its limit at least that used, so that WithNearLimit(1) counts the
+// admissions that filled their limit. A Local limit admitted from this
+// process's block never counts: its decision did not read the window
+// (httpadmit.LimitOutcome.Utilization is 0). A threshold outside (0, 1],
+// NaN included, makes New fail with a *ratelimit.ValidationError on
+// "WithNearLimit".
 func WithNearLimit(threshold float64) Option {
 	return func(m *Metrics) { m.nearLimit = threshold }
 }
@@ -169,7 +173,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: "pgadmit_http_near_limit_total",
 		// One help whatever the threshold: a registry refuses two helps for
 		// one name, as two Metrics told apart by labels would have.
-		Help: "Admissions by an enforced limit that left it more used than the WithNearLimit threshold (default 0.8), by scope type and metric.",
+		Help: "Admissions by an enforced limit that left it at least as used as the WithNearLimit threshold (default 0.8), by scope type and metric.",
 	}, []string{"scope_type", "metric"})
 	// Warm statements take milliseconds. A boundary sits at each of
 	// httpadmit's default timeouts, so that a call cut off at one lands in
@@ -241,7 +245,9 @@ func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
 	for _, o := range outcomes {
 		scopeType, metric := m.labels(o.Limit.Scope.Type, o.Limit.Metric)
 		m.admissions.WithLabelValues(outcomeLabel(o.Outcome), modeLabel(o.Limit.Mode), scopeType, metric).Inc()
-		if o.Outcome == httpadmit.OutcomeAdmitted && o.Limit.Mode == httpadmit.Enforce && o.Utilization > m.nearLimit {
+		// At least the threshold, not above it: no admission leaves its
+		// limit more than full, so WithNearLimit(1) would count none.
+		if o.Outcome == httpadmit.OutcomeAdmitted && o.Limit.Mode == httpadmit.Enforce && o.Utilization >= m.nearLimit {
 			m.near.WithLabelValues(scopeType, metric).Inc()
 		}
 	}

@@ -95,8 +95,8 @@ func TestMetricsScrapedAfterTraffic(t *testing.T) {
 		`pgadmit_http_admissions_total{metric="requests",mode="shadow",outcome="admitted",scope_type="team"} 2`,
 		`pgadmit_http_admissions_total{metric="requests",mode="shadow",outcome="shadow_refused",scope_type="team"} 3`,
 		`pgadmit_http_admissions_total{metric="concurrent",mode="enforce",outcome="admitted",scope_type="model"} 5`,
-		// 4 of 5 and 5 of 5 requests are above 80%.
-		`pgadmit_http_near_limit_total{metric="requests",scope_type="api_key"} 1`,
+		// The fourth request left the limit 80% used, the fifth full.
+		`pgadmit_http_near_limit_total{metric="requests",scope_type="api_key"} 2`,
 		`pgadmit_http_leases_held 0`,
 		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="ok"} 5`,       // one per admitted request
 		`pgadmit_db_operation_duration_seconds_count{operation="reserve",result="exceeded"} 4`, // 3 shadow refusals and the 429
