@@ -5,8 +5,9 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics is one prometheus.Collector, registered as one by New: a
 // registry takes all its metrics or none, reg.Unregister(metrics) removes
 // them all (so that New can register again), and a second New on the same
-// registry fails with a prometheus.AlreadyRegisteredError whose
-// ExistingCollector is the Metrics already there.
+// registry fails with an error wrapping a prometheus.AlreadyRegisteredError
+// (errors.As finds it; a type assertion does not) whose ExistingCollector
+// is the Metrics already there.
 var _ prometheus.Collector = (*Metrics)(nil)
 
 // collectors are m's metrics; none for Metrics not made with New.
