@@ -81,7 +81,9 @@ const (
 // The locker waits for another migrator's lock row for as long as the context allows (and at
 // most 5 minutes), trying again every second, also after a lost connection or a connection
 // attempt that timed out (the database unreachable for a while), and gives its own up within 5
-// seconds, also when the context is done.
+// seconds, also when the context is done. A role the server refuses the lock table to (one that
+// may not migrate, as the roles of docs/privileges.sql) fails at once, with the server's error
+// (insufficient_privilege, SQLSTATE 42501).
 //
 // opts are appended to pgadmit's own options, for instance goose.WithVerbose or goose.WithSlog
 // for a CLI (a nil one sets nothing); options that set the table name, store or locker conflict
@@ -202,15 +204,26 @@ func (l *tableLocker) Unlock(ctx context.Context, db *sql.DB) error {
 // trying once the context ends). A context that ended, or a lock row that another migrator took
 // over after this one's lease lapsed ("not held by this instance"; goose's store has no error
 // value for it), will not get better; nor is a connect timeout tried again while it gives the
-// lock row up, which goose does without the context's deadline: the lease lapses instead.
+// lock row up, which goose does without the context's deadline: the lease lapses instead. Nor
+// will the server's refusal of the role (SQLSTATE class 42, as insufficient_privilege on the lock
+// table for a role that may not migrate, or class 28): tried again, it held such a migrator for
+// 5 minutes and then reported only that it could not take the lock.
 func (l *tableLocker) retry(err error) bool {
 	switch {
-	case strings.Contains(err.Error(), "not held by this instance"):
+	case strings.Contains(err.Error(), "not held by this instance"), refused(err):
 		return false
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return !l.releasing.Load() && connectTimedOut(err)
 	}
 	return true
+}
+
+// refused reports whether err is the server refusing the statement for what it is or who runs
+// it (SQLSTATE class 42, syntax error or access rule violation, or class 28, invalid
+// authorization), which no wait changes.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "42") || strings.HasPrefix(pgErr.Code, "28"))
 }
 
 // connectTimedOut reports whether err is a connection attempt that gave up at its connect

@@ -1,0 +1,46 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/schema"
+)
+
+// A role that may not migrate (the least-privilege roles: no grant on the lock table, no CREATE)
+// finds a migration pending: Migrate fails at once with the server's insufficient_privilege,
+// rather than trying the lock row again every second for 5 minutes as if another migrator held it.
+func TestMigrateAsARoleThatMayNotFailsFast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewURL(t)
+	owner := pgtest.OpenPool(t, dbURL)
+	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, dbURL)
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Down(ctx); err != nil { // the latest migration pending
+		t.Fatalf("Down: %v", err)
+	}
+	_ = p.Close()
+	for role, url := range map[string]string{"pgadmit_gateway": gatewayURL, "pgadmit_maintenance": maintenanceURL} {
+		mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		err = schema.Migrate(mctx, pgtest.OpenPool(t, url))
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("Migrate as a login role of %s with a migration pending = %v, want insufficient_privilege (42501)", role, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("Migrate as a login role of %s with a migration pending took %s, want a failure at once", role, took)
+		}
+	}
+}
