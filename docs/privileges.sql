@@ -74,5 +74,8 @@ GRANT SELECT, DELETE ON gateway_task_admissions TO pgadmit_maintenance;
 -- of events stopped (cursors, one row per job, kept).
 GRANT SELECT, INSERT, UPDATE, DELETE ON gateway_maintenance_leases TO pgadmit_maintenance;
 GRANT SELECT, INSERT, UPDATE ON gateway_maintenance_cursors TO pgadmit_maintenance;
--- The CLI reads the schema's version before it runs a command.
-GRANT SELECT ON pgadmit_goose_version TO pgadmit_maintenance;
+-- The schema's version: the CLI reads it before it runs a command, and schema.Migrate at a
+-- gateway's start-up (the README's quick start) reads it to find nothing pending. Neither role
+-- may migrate: with a migration pending, Migrate fails at once (insufficient_privilege on the
+-- lock table); apply it as the tables' owner first (pgadmit migrate up).
+GRANT SELECT ON pgadmit_goose_version TO pgadmit_gateway, pgadmit_maintenance;

@@ -13,6 +13,29 @@ import (
 	"github.com/pgadmit/pgadmit/schema"
 )
 
+// The README's quick start migrates at service start-up (schema.Migrate on the service's own
+// pool), and its roles section gives a gateway's login role the group pgadmit_gateway of
+// docs/privileges.sql. On a schema the owner has migrated, such a gateway's Migrate has
+// nothing to do, and the least-privilege roles can read the schema's version and status.
+func TestMigrateAsTheLeastPrivilegeRolesOnACurrentSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewURL(t) // migrated by its owner
+	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, dbURL)
+	for role, url := range map[string]string{"pgadmit_gateway": gatewayURL, "pgadmit_maintenance": maintenanceURL} {
+		pool := pgtest.OpenPool(t, url)
+		if err := schema.Migrate(ctx, pool); err != nil {
+			t.Errorf("Migrate as a login role of %s on a current schema: %v", role, err)
+		}
+		if _, err := schema.Version(ctx, pool); err != nil {
+			t.Errorf("Version as a login role of %s: %v", role, err)
+		}
+		if _, err := schema.Status(ctx, pool); err != nil {
+			t.Errorf("Status as a login role of %s: %v", role, err)
+		}
+	}
+}
+
 // A role that may not migrate (the least-privilege roles: no grant on the lock table, no CREATE)
 // finds a migration pending: Migrate fails at once with the server's insufficient_privilege,
 // rather than trying the lock row again every second for 5 minutes as if another migrator held it.
