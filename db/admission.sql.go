@@ -95,7 +95,10 @@ type AdmissionReserveRow struct {
 // that a counter row the batch found missing stays behind, empty.
 // Locks: window counter rows FOR UPDATE in primary-key order, then
 // transaction advisory locks of concurrency scopes in lock-key order, then
-// new reservation and lease rows (the lock order).
+// new reservation and lease rows (the lock order; FOR KEY SHARE on their
+// task and attempt rows, by the foreign keys), then
+// pg_advisory_xact_lock_shared on the fence key of each admitted task, in
+// key order (pgadmit_task_recheck).
 // Index: gateway_rate_limit_counters_pkey; gateway_concurrency_leases_live_scope_idx;
 // gateway_tasks_pkey and gateway_task_attempts_pkey for task guards.
 func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionReserveParams) ([]AdmissionReserveRow, error) {
@@ -187,19 +190,28 @@ type AdmissionReserveOneRow struct {
 	Refusal       string
 }
 
-// Admission and settlement: typed calls of the PL/pgSQL functions of
-// schema/00003_admission_functions.sql, whose bodies say, statement by
-// statement, what they lock and which index serves them. The *One calls
-// take scalars (one admission of one window limit, one reservation); the
-// others take batches. One call is one statement: one round trip, and one
-// implicit transaction unless the caller runs it inside its own.
+// Admission and settlement: typed calls of the PL/pgSQL functions that
+// schema/00003_admission_functions.sql created, whose bodies say, statement
+// by statement, what they lock and which index serves them. Later
+// migrations replaced most of them: the body in force is that of the last
+// migration that defines the function (pgadmit_reserve 00018,
+// pgadmit_reserve_one 00011, pgadmit_task_recheck 00020, pgadmit_settle
+// 00016, pgadmit_settle_one 00014, pgadmit_reserve_windows 00007), as \sf
+// in psql shows. The *One calls take scalars (one admission of one window
+// limit, one reservation); the others take batches. One call is one
+// statement: one round trip, and one implicit transaction unless the caller
+// runs it inside its own.
 // Decides one admission of one window limit: an upsert that adds the
 // amount to the window's counter row (creating it) only when it fits, and
 // the reservation row, in one statement. Returns the values the decision
 // used, on the database's clock; grant_id is NULL when refused (and then
 // nothing was written).
-// Locks: the counter row (by the upsert), then the new reservation row.
-// Index: gateway_rate_limit_counters_pkey.
+// Locks: the counter row (by the upsert), then the new reservation row
+// (FOR KEY SHARE on the task and attempt rows, by the foreign keys), then,
+// for a task, pg_advisory_xact_lock_shared on its fence key
+// (pgadmit_task_recheck).
+// Index: gateway_rate_limit_counters_pkey; gateway_tasks_pkey and
+// gateway_task_attempts_pkey for the task guards.
 func (q *Queries) AdmissionReserveOne(ctx context.Context, db DBTX, arg AdmissionReserveOneParams) (AdmissionReserveOneRow, error) {
 	row := db.QueryRow(ctx, AdmissionReserveOne,
 		arg.TaskID,

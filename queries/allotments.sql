@@ -1,6 +1,7 @@
 -- Allotments: gateway_rate_limit_allotments, blocks of a window's units that
 -- a process admits from in its own memory (Limit.Local). The functions they
--- call are in schema/00006_allotments.sql.
+-- call were created by schema/00006_allotments.sql; their bodies in force are
+-- those of 00013 (pgadmit_allot) and 00019 (pgadmit_allot_return).
 
 -- name: AllotmentTake :one
 -- Takes a block of the current window's units for @holder: @want units, or

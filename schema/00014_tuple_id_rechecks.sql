@@ -19,6 +19,12 @@
 -- UPDATE returns the newest version), the counter update of
 -- pgadmit_reserve (00011) runs after its upsert locked the rows, and the
 -- block functions (00013) update by id.
+-- (Note added later: that was wrong for pgadmit_settle's leases. A lease
+-- that a renewal changed after the statement's snapshot is locked in a
+-- version the snapshot does not see, and an update by tuple id missed it;
+-- 00016 releases leases by primary key, and 00017 renews them so. Its
+-- reservations are still updated by tuple id, rightly: whatever changes a
+-- reservation holds its counter, which pgadmit_settle locks first.)
 --
 -- pgadmit_hot_reserve, pgadmit_hot_reserve_windows and pgadmit_hot_settle
 -- are called by no pgadmit since the version of migration 00012, which

@@ -24,6 +24,13 @@
 -- released although it had been live. Nothing orders a renewal before the
 -- snapshot as the counter lock orders every change of a reservation.
 -- Down restores the body of 00003.
+--
+-- (Note added later: the body's header keeps the line of 00003, "Index:
+-- ... gateway_concurrency_leases_pkey (probes, one per row; updates by tuple
+-- id)". Since this migration only the reservations are updated by tuple id;
+-- the leases are updated by gateway_concurrency_leases_pkey, as the
+-- comment at their update says and EXPLAIN shows. The body is not edited
+-- here: it is what databases migrated with this file hold.)
 
 -- +goose Up
 SET LOCAL lock_timeout = '5s';
