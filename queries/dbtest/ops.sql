@@ -380,3 +380,25 @@ BEGIN
     REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC;
 END
 $$;
+
+-- name: OpsRevokeGatewayVersionRead :exec
+-- Revokes SELECT on pgadmit_goose_version (a grant of docs/privileges.sql)
+-- in this database from the gateway group, whatever name the test gave it
+-- (pgadmit_gateway_<suffix>): a role that may not read the schema version,
+-- for the tests of what the CLI says then. A DO block: goose makes the
+-- table, so sqlc's schema has none.
+-- Locks: pgadmit_goose_version's pg_class row.
+-- Index: none.
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee
+             FROM information_schema.role_table_grants
+             WHERE table_name = 'pgadmit_goose_version'
+               AND grantee LIKE 'pgadmit\_gateway%'
+    LOOP
+        EXECUTE format('REVOKE SELECT ON pgadmit_goose_version FROM %I', r);
+    END LOOP;
+END
+$$;
