@@ -104,8 +104,16 @@ func (c *combiner[Req, Res]) settledLocked() {
 // it returns ctx's error; a request not yet sent is then never sent, and
 // what a request sent was granted goes to abandoned. A caller alone in its
 // batch runs the statement on its own goroutine (start) and so returns
-// once it is answered, with ctx's error if ctx ended meanwhile.
+// once it is answered, with ctx's error if ctx ended meanwhile. A ctx
+// already over sends nothing, as a call not combined sends nothing
+// (runToAnswer): the statement, run without ctx's cancellation
+// (sendContext), would otherwise go out, grant what abandoned then gives
+// back, and hold it for nobody meanwhile.
 func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	if err := ctx.Err(); err != nil {
+		var zero Res
+		return zero, err
+	}
 	p := &combined[Req, Res]{req: req, ctx: ctx, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
