@@ -3,7 +3,12 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -57,4 +62,89 @@ func TestCallWithAnEndedContextSendsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Bad input sent at the same time as good requests, on one counter, by
+// several instances (one combining two batches in flight, one not
+// combining): each bad call is refused with a *ValidationError and writes
+// nothing, and the good ones around it are decided as if it had not come:
+// exactly the limit's worth admitted, in unit amounts, and committed with
+// good actual amounts while bad Commits of the same grants are refused and
+// settle nothing.
+func TestBadInputAmongCombinedCallsFailsAlone(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ls := []*ratelimit.Limiter{ratelimit.New(pool), ratelimit.New(pool, ratelimit.WithCombining(8, 2)), ratelimit.New(pool, ratelimit.WithoutCombining())}
+	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	key := uniqueKey("mixed")
+	const limit, workers, calls = 150, 18, 12 // 216 good calls for 150 units
+	good := func(amount float64) ratelimit.Limit {
+		l := window("api_key", key, "tokens", limit, amount)
+		l.Window = time.Hour
+		return l
+	}
+	bads := []ratelimit.Limit{good(math.NaN()), good(math.Inf(1)), good(-1), good(ratelimit.MaxAmount * 2), good(1e-12),
+		window("api_key", "", "tokens", limit, 1), window("api_key", " ", "tokens", limit, 1), window("api_key", key, "", limit, 1)}
+	bads[0].Window, bads[5].Window = time.Hour, time.Hour
+	var admitted, refused, committed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 5))
+			l := ls[w%len(ls)]
+			ctx := context.Background()
+			<-start
+			for i := range calls {
+				if rng.IntN(2) == 0 { // a bad call next to the good ones
+					bad := bads[rng.IntN(len(bads))]
+					_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{good(1), bad}[rng.IntN(2):])
+					var v *ratelimit.ValidationError
+					if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &v) {
+						t.Errorf("Reserve of %+v: %v, want a *ValidationError", bad, err)
+					}
+				}
+				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{good(1)})
+				if errors.Is(err, ratelimit.ErrExceeded) {
+					refused.Add(1)
+					continue
+				}
+				if err != nil {
+					t.Errorf("worker %d call %d: %v", w, i, err)
+					continue
+				}
+				admitted.Add(1)
+				actual := []float64{math.NaN(), math.Inf(-1), -2, 3e15}[rng.IntN(4)]
+				if _, err := l.Commit(ctx, g, map[string]float64{"tokens": actual}); !errors.Is(err, ratelimit.ErrInvalidInput) {
+					t.Errorf("Commit with actual %v: %v, want ErrInvalidInput", actual, err)
+				}
+				s, err := l.Commit(ctx, g, map[string]float64{"tokens": 1})
+				if err != nil || !s.Reservations[0].Settled {
+					t.Errorf("Commit: %+v, %v", s, err)
+					continue
+				}
+				committed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, l := range ls {
+		l.Close()
+	}
+	// Each admission of 1 was committed as 1: exactly the limit's worth.
+	if admitted.Load() != limit || admitted.Load()+refused.Load() != workers*calls {
+		t.Errorf("%d admitted, %d refused of %d; want %d admitted", admitted.Load(), refused.Load(), workers*calls, limit)
+	}
+	rows := counterRows(t, pool, "api_key", key)
+	if len(rows) != 1 || rows[0].UsedValue != float64(committed.Load()) || rows[0].ReservedValue != 0 {
+		t.Errorf("counter %+v, want used %d, nothing reserved", rows, committed.Load())
+	}
+	if n := rowCounts(t, pool).Reservations; n != admitted.Load() {
+		t.Errorf("%d reservations written, want the %d admitted", n, admitted.Load())
+	}
+	assertBooksBalance(t, pool, "api_key", key)
+	assertDoctorOK(t, pool)
 }
