@@ -15,6 +15,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,11 +24,36 @@ import (
 
 func main() {
 	// SIGINT and SIGTERM cancel ctx: long-running commands (recover --every, demo, bench) stop
-	// cleanly, and a throwaway cluster is removed. Once ctx is cancelled the signals get their
-	// default action back, so that a second Ctrl-C ends a cleanup that hangs.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// cleanly, and a throwaway cluster is removed. So does SIGHUP (the terminal closed), unless
+	// it is ignored (nohup), and so does the reader of stdout going away (`pgadmit demo | head`):
+	// left to their default action, both ended the process with its cluster still running. Once
+	// ctx is cancelled the signals get their default action back, so that a second Ctrl-C ends a
+	// cleanup that hangs.
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
+	ctx, cancel := context.WithCancel(ctx)
 	context.AfterFunc(ctx, stop)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
+	// A write to a closed pipe then fails with EPIPE, which cancels ctx, instead of the runtime
+	// ending the process on SIGPIPE.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	code := run(ctx, os.Args[1:], &cancelOnBrokenPipe{w: os.Stdout, cancel: cancel}, os.Stderr, os.Getenv)
+	cancel()
 	os.Exit(code)
+}
+
+// cancelOnBrokenPipe writes to w, and cancels when a write finds that nobody reads w any more.
+type cancelOnBrokenPipe struct {
+	w      io.Writer
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnBrokenPipe) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		c.cancel()
+	}
+	return n, err
 }

@@ -22,7 +22,13 @@ import (
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" { // a test runs pgadmit as a child process
+		os.Args = append([]string{"pgadmit"}, os.Args[1:]...)
+		main()
+	}
+	os.Exit(pgtest.Main(m))
+}
 
 // cli runs pgadmit in-process with args and an environment of its own (DATABASE_URL is never
 // inherited from the test process), and returns its output and exit code.
