@@ -201,7 +201,8 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	for _, m := range d.models {
 		fmt.Fprintf(d.out, " %s (max %g in flight)", m.name, m.concurrent)
 	}
-	fmt.Fprintf(d.out, "\nrunning for %s; the last instance is killed at %s\n\n", *duration, max((*duration/3).Round(time.Second), time.Second))
+	fmt.Fprintf(d.out, "\nrunning for %s; the last instance is killed at %s\n\n", durationtext.Operator(*duration),
+		durationtext.Operator(max((*duration/3).Round(time.Second), time.Second)))
 
 	// The gateway instances.
 	gws := make([]*gateway, *instances)

@@ -21,6 +21,7 @@ import (
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/deadserver"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -125,7 +126,7 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	fmt.Fprintf(d.out, "%d API keys (pro: %g req/min, %g tok/min; free from the 2nd on, every 5th: %g and %g), models large (%g in flight) and small (%g)\n",
 		keys, httpPlanPro.requestsMin, httpPlanPro.tokensMin, httpPlanFree.requestsMin, httpPlanFree.tokensMin,
 		httpModels[0].concurrent, httpModels[1].concurrent)
-	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %d clients for %s, every 8th cancels mid-stream\n\n", clients, duration)
+	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %d clients for %s, every 8th cancels mid-stream\n\n", clients, durationtext.Operator(duration))
 
 	d.load = newHTTPLoad(d, clients)
 	d.load.run(ctx, duration)
@@ -208,7 +209,7 @@ func printSample(w io.Writer, s *sample) {
 // connections and never answers, and at one that is stopped, and times a
 // request that fails closed and one that fails open against each.
 func (d *httpDemo) showFailurePolicy(ctx context.Context) error {
-	fmt.Fprintf(d.out, "\nWHEN THE DATABASE FAILS (decision timeout %s)\n", httpadmit.DefaultDecisionTimeout)
+	fmt.Fprintf(d.out, "\nWHEN THE DATABASE FAILS (decision timeout %s)\n", durationtext.Operator(httpadmit.DefaultDecisionTimeout))
 	hanging, err := deadserver.Hang()
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -139,7 +140,7 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 		case crash.clearedAt > 0:
 			fmt.Fprintf(out, "  all of it came back %.1fs after the crash (execution lease %s, sweeper every 1s); without recovery\n"+
 				"  the leases would have blocked their model's slots for their whole TTL (%s)\n",
-				(crash.clearedAt - crash.at).Seconds(), d.taskLease, d.leaseTTL)
+				(crash.clearedAt - crash.at).Seconds(), durationtext.Operator(d.taskLease), durationtext.Operator(d.leaseTTL))
 		default:
 			problems = append(problems, fmt.Sprintf("%s's capacity did not come back", crash.gw.name))
 		}

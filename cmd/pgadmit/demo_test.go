@@ -32,6 +32,9 @@ func TestDemo(t *testing.T) {
 		`gw-2's capacity is back, \d+\.\ds after the crash`,
 		`(?m)^\s+gw-2 \(killed\)(\s+\d+){7}\s+\d+\s`,
 		`what gw-2's tasks hold now: 0 tasks unfinished, 0 reservations, 0 leases`,
+		// Durations as an operator writes them (10m), not as Go does (10m0s).
+		`(?m)^running for 5s; the last instance is killed at 2s$`,
+		`\(execution lease 4s, sweeper every 1s\); without recovery\n\s+the leases would have blocked their model's slots for their whole TTL \(10m\)`,
 		`(?m)^\s+failed\s+server_restarted\s+\d+$`,
 		`(?m)^\s+succeeded\s+-\s+\d+$`,
 		`(?m)^\s+large\s+10\s+\d+ ok\s+\d+\s+\d+$`,
