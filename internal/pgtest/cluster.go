@@ -27,7 +27,8 @@ var (
 
 // startCluster starts the throwaway cluster of this test process (package pgcluster: a fresh
 // cluster on 127.0.0.1 at a free port, durability off, in /dev/shm when it can) and returns how
-// to reach it. The cluster is stopped by stopCluster, or when the process is interrupted.
+// to reach it. The cluster is stopped by stopCluster, or when the process is interrupted,
+// terminated or hung up on.
 func startCluster() (pgtestdb.Config, error) {
 	c, err := pgcluster.Start(context.Background())
 	if errors.Is(err, pgcluster.ErrNoPostgres) {
@@ -65,16 +66,20 @@ func stopCluster() {
 	}
 }
 
-// stopOnSignal stops the cluster when the process is interrupted or terminated, then lets the
-// signal take its default course.
+// stopOnSignal stops the cluster when the process is interrupted, terminated or hung up on
+// (SIGHUP, unless ignored: nohup), then lets the signal take its default course.
 func stopOnSignal() {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(ch, sigs...)
 	go func() {
 		sig := <-ch
 		stopPooler()
 		stopCluster()
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		signal.Reset(sigs...)
 		if s, ok := sig.(syscall.Signal); ok {
 			_ = syscall.Kill(os.Getpid(), s)
 		}

@@ -14,7 +14,12 @@ import (
 	"github.com/pgadmit/pgadmit/schema"
 )
 
-func TestMain(m *testing.M) { os.Exit(Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(holdClusterEnv) == "1" {
+		holdCluster()
+	}
+	os.Exit(Main(m))
+}
 
 // migrationCount is the number of embedded migrations, hence the version a migrated database
 // must report when versions are numbered 1, 2, 3...
