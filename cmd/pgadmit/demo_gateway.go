@@ -240,7 +240,10 @@ func (g *gateway) request(rng *mrand.Rand, zipf *mrand.Zipf) {
 		}
 	}
 
-	_, err = g.lim.Commit(g.ctx, grant, map[string]float64{ratelimit.MetricTokens: float64(actual)})
+	// Commit and the task's end are not cut off by a kill either (the next step sees it): one
+	// that landed after the server committed would leave the request out of the summary's
+	// completed requests and tokens, which the database counts.
+	_, err = g.lim.Commit(d.grace.Context(), grant, map[string]float64{ratelimit.MetricTokens: float64(actual)})
 	if g.dead(err) {
 		return
 	}
@@ -255,7 +258,7 @@ func (g *gateway) request(rng *mrand.Rand, zipf *mrand.Zipf) {
 	if actual > estimate {
 		g.st.overEstimate.Add(1)
 	}
-	_, err = g.lim.FinishTask(g.ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
+	_, err = g.lim.FinishTask(d.grace.Context(), task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded})
 	if g.dead(err) {
 		return
 	}

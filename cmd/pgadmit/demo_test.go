@@ -49,6 +49,13 @@ func TestDemo(t *testing.T) {
 	if strings.Contains(out, "PROBLEM") {
 		t.Errorf("demo reported a problem")
 	}
+	// The requests the instances count as completed are the tasks the database holds as
+	// succeeded, the killed instance's included.
+	completed := regexp.MustCompile(`(?m)^\s+total(?:\s+\d+){2}\s+(\d+)\s`).FindStringSubmatch(out)
+	succeeded := regexp.MustCompile(`(?m)^\s+succeeded\s+-\s+(\d+)$`).FindStringSubmatch(out)
+	if completed == nil || succeeded == nil || completed[1] != succeeded[1] {
+		t.Errorf("completed requests in the summary %v, succeeded tasks in the database %v: want the same count", completed, succeeded)
+	}
 	// The databases's doctor agrees after the demo.
 	cliOK(t, "--database-url", url, "doctor")
 }
