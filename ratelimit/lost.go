@@ -23,7 +23,10 @@ func (l *Limiter) countLost(n int, err error, cut bool) {
 // to its commit without its answer. An error the server sent (a
 // *pgconn.PgError, a cancelled statement's 57014 too) rolled it back, and
 // pgx marks what it did not send as safe to retry (a context already over,
-// a connection found closed first). A context's error says nothing by
+// a connection found closed first); a pool's Acquire that could not open a
+// connection (a *pgconn.ConnectError: the server or the pooler down or
+// restarting, a login refused) sent nothing of the statement either, though
+// pgx does not mark it so. A context's error says nothing by
 // itself: pgx reports a read that its context cut off, and a pool's Acquire
 // that its context ended (nothing sent), with the same bare error; cut says
 // that ConfigurePool's handler cancelled the statement while it ran on its
@@ -31,7 +34,8 @@ func (l *Limiter) countLost(n int, err error, cut bool) {
 // could not be read) came after some of it was written.
 func answerLost(err error, cut bool) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &pgErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err) {
 		return false
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
