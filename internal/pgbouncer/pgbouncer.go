@@ -294,11 +294,27 @@ func sweepStale() {
 		if err != nil || !errors.Is(syscall.Kill(owner, 0), syscall.ESRCH) {
 			continue // being set up, not ours, or its owner is alive
 		}
-		if pid, err := readPid(filepath.Join(dir, "pgbouncer.pid")); err == nil {
+		// A PgBouncer killed outright leaves its pid file: the pid may be another process's by
+		// now. Only a process that runs this directory's configuration is signalled.
+		if pid, err := readPid(filepath.Join(dir, "pgbouncer.pid")); err == nil && runs(pid, filepath.Join(dir, "pgbouncer.ini")) {
 			_ = syscall.Kill(pid, syscall.SIGTERM)
 		}
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// runs reports whether process pid runs with ini among its arguments (as pgbouncer ini does):
+// from /proc where there is one, else from ps. False when neither can tell.
+func runs(pid int, ini string) bool {
+	var args []string
+	if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); err == nil {
+		args = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	} else if _, err := os.Stat("/proc/self"); err == nil {
+		return false // Linux: no such process
+	} else if out, err := exec.Command("ps", "-o", "args=", "-p", strconv.Itoa(pid)).Output(); err == nil {
+		args = strings.Fields(string(out))
+	}
+	return slices.Contains(args, ini)
 }
 
 func readPid(path string) (int, error) {
