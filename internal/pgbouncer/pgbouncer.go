@@ -74,6 +74,9 @@ type Bouncer struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	mu      sync.Mutex // held by Restart and Stop: cmd and done change on Restart
+	stopped bool
 }
 
 // Start writes a configuration for c into a temporary directory and starts pgbouncer on it,
@@ -184,6 +187,37 @@ func (b *Bouncer) run(ctx context.Context, bin, ini string, cred *syscall.Creden
 	}
 }
 
+// Restart ends PgBouncer at once (SIGTERM: immediate shutdown, every client and server
+// connection closed, as a crash or a restart by an operator closes them) and starts it again on
+// the same port and configuration; it returns once the port accepts connections again.
+func (b *Bouncer) Restart(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return errors.New("throwaway pgbouncer: restart after Stop")
+	}
+	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
+	<-b.done
+	bin, err := findBinary()
+	if err != nil {
+		return err
+	}
+	cred, err := pgcluster.RunAs()
+	if err != nil {
+		return err
+	}
+	// The port was just released: PgBouncer binds it with SO_REUSEADDR, but try a few times.
+	for attempt := 1; ; attempt++ {
+		if err = b.run(ctx, bin, filepath.Join(b.root, "pgbouncer.ini"), cred); err == nil {
+			return nil
+		}
+		if attempt == 3 || ctx.Err() != nil {
+			return fmt.Errorf("restart throwaway pgbouncer in %s: %w", b.root, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // Port returns the TCP port PgBouncer listens on, at 127.0.0.1.
 func (b *Bouncer) Port() int { return b.port }
 
@@ -195,6 +229,9 @@ func (b *Bouncer) Dir() string { return b.root }
 // return the first call's result.
 func (b *Bouncer) Stop() error {
 	b.stopOnce.Do(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.stopped = true
 		var errs []error
 		if b.cmd != nil {
 			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)

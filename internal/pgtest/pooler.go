@@ -135,6 +135,19 @@ func NewPoolerURLIn(t testing.TB, poolMode string, poolSize int) (pooled, direct
 	return newOwnPoolerURL(t, poolMode, poolSize, startBouncer)
 }
 
+// NewRestartablePoolerURL is NewPoolerURLIn, and returns restart too, which ends the PgBouncer
+// at once (every client and server connection closed) and starts it again on the same port.
+func NewRestartablePoolerURL(t testing.TB, poolMode string, poolSize int) (pooled, direct string, restart func() error) {
+	t.Helper()
+	var b *pgbouncer.Bouncer
+	pooled, direct = newOwnPoolerURL(t, poolMode, poolSize, func(poolMode string, poolSize int) (*pgbouncer.Bouncer, error) {
+		var err error
+		b, err = startBouncer(poolMode, poolSize)
+		return b, err
+	})
+	return pooled, direct, func() error { return b.Restart(context.Background()) }
+}
+
 // NewSlowPoolerURL is NewPoolerURLIn with PgBouncer reaching the server through a proxy that
 // opens each server connection connectDelay late: a busy pooler, which takes that long to
 // forward a cancel request (PgBouncer opens a server connection for each).
