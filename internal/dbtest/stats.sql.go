@@ -258,6 +258,64 @@ func (q *Queries) LeaseLiveByScope(ctx context.Context, db DBTX, arg LeaseLiveBy
 	return i, err
 }
 
+const LeaseRowsByScope = `-- name: LeaseRowsByScope :many
+SELECT id, task_id, attempt_id, lease_value::numeric AS lease_value, limit_value::numeric AS limit_value,
+       expires_at, released_at, coalesce(reason, '')::text AS reason
+FROM gateway_concurrency_leases
+WHERE scope_type = $1
+  AND scope_key = $2
+ORDER BY id
+`
+
+type LeaseRowsByScopeParams struct {
+	ScopeType string
+	ScopeKey  string
+}
+
+type LeaseRowsByScopeRow struct {
+	ID         pgtype.UUID
+	TaskID     pgtype.UUID
+	AttemptID  pgtype.UUID
+	LeaseValue float64
+	LimitValue float64
+	ExpiresAt  time.Time
+	ReleasedAt *time.Time
+	Reason     string
+}
+
+// Every lease row of one scope, live or not, by id: what a test compares
+// before and after an operation that must change nothing.
+// Locks: none (MVCC read).
+// Index: none (sequential scan): for tests only.
+func (q *Queries) LeaseRowsByScope(ctx context.Context, db DBTX, arg LeaseRowsByScopeParams) ([]LeaseRowsByScopeRow, error) {
+	rows, err := db.Query(ctx, LeaseRowsByScope, arg.ScopeType, arg.ScopeKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseRowsByScopeRow{}
+	for rows.Next() {
+		var i LeaseRowsByScopeRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TaskID,
+			&i.AttemptID,
+			&i.LeaseValue,
+			&i.LimitValue,
+			&i.ExpiresAt,
+			&i.ReleasedAt,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const LedgerMismatchesByScope = `-- name: LedgerMismatchesByScope :many
 WITH ledger AS (
     SELECT r.metric, r.window_seconds, r.window_start,

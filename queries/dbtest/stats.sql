@@ -36,6 +36,18 @@ WHERE scope_type = @scope_type
   AND released_at IS NULL
   AND expires_at > now();
 
+-- name: LeaseRowsByScope :many
+-- Every lease row of one scope, live or not, by id: what a test compares
+-- before and after an operation that must change nothing.
+-- Locks: none (MVCC read).
+-- Index: none (sequential scan): for tests only.
+SELECT id, task_id, attempt_id, lease_value::numeric AS lease_value, limit_value::numeric AS limit_value,
+       expires_at, released_at, coalesce(reason, '')::text AS reason
+FROM gateway_concurrency_leases
+WHERE scope_type = @scope_type
+  AND scope_key = @scope_key
+ORDER BY id;
+
 -- name: CounterDecimalsByScope :many
 -- The window counters of one scope, newest first, with their values as
 -- numeric writes them: exact, where a float64 would round 5e14 and
