@@ -16,6 +16,18 @@ import (
 // window, as Reserve would admit it from the block (whose units the window
 // counts as reserved); any other is checked against its window. One round
 // trip (none when every limit passes from a block).
+//
+// For window limits Check's verdict, and the figures of its refusal, are
+// what Reserve would decide at that moment, with one exception: a Local
+// limit that this Limiter holds a block of, with too little room left for
+// the Amount, is checked against its window, which counts the block's
+// unused units as reserved, while Reserve first trims that block to what
+// it admitted (its unused units go back to the window) and takes a new
+// block or decides in the database with them free. Check may then refuse
+// an Amount that Reserve admits (one within the window's free units plus
+// the block's unused ones), and a refusal of both reports less reserved
+// from Reserve. Where Local is ignored (inside a caller's transaction, on
+// a single connection) there is no exception.
 func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 	if err := l.callable(ctx); err != nil {
 		return err

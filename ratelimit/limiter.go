@@ -122,6 +122,14 @@ func oneConnection(conn Executor) bool {
 // Doctor) is not a Limiter's: it runs its own transactions, on a
 // Maintenance built from a pool.
 //
+// What tx does not hold, tx's rollback does not undo: a Local reservation
+// (admitted outside tx, by this Limiter) that Commit or Release settles
+// through the returned Limiter settles in this process's memory at once,
+// as it does outside. When tx rolls back, the grant's rows are open again
+// but its Local reservations stay settled as that call left them: a
+// settle after the rollback settles the rows and reports the Local ones
+// with Settled false, charged as the first call said (once, never twice).
+//
 // WithTx of a Limiter not made with New (a zero or nil one) returns it
 // as it is: its operations fail as the Limiter's do.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
