@@ -32,6 +32,8 @@ func (r *runner) length(code string) time.Duration {
 		return 2 * r.cfg.ExactnessDuration
 	case "W5":
 		return r.cfg.ExactnessDuration
+	case "W9":
+		return r.w9Duration()
 	}
 	return r.cfg.Duration
 }

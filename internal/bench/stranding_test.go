@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,5 +63,33 @@ func TestStrandingChecksFailPastTheLimitAndPastTheBound(t *testing.T) {
 		if len(checks) != 2 || checks[0].OK != tc.overOK || checks[1].OK != tc.strandedOK || checks[1].Got != tc.stranded || checks[1].Want != 1000 {
 			t.Errorf("%s: %+v; want past the limit ok %t, stranding ok %t with %d of at most 1000", tc.name, checks, tc.overOK, tc.strandedOK, tc.stranded)
 		}
+	}
+}
+
+// W9 runs two of its windows (MinStrandingDuration) however short Duration is, and its
+// progress says so: the total it reports is how long it runs, and it is reported past
+// Duration. With Duration as its total, a 1 s run of W9 reported "900ms of 1s" and then
+// nothing for its last 3 s, as if its time were up.
+func TestW9ProgressCountsItsOwnLength(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var reports []Progress
+	cfg := Config{Workers: 4, Duration: 500 * time.Millisecond, Only: []string{"W9"}, ProgressEvery: 250 * time.Millisecond,
+		Progress: func(p Progress) { mu.Lock(); reports = append(reports, p); mu.Unlock() }}
+	out, err := Run(context.Background(), pgtest.NewPool(t), cfg, nil)
+	if err != nil || len(out) != 1 {
+		t.Fatalf("Run W9: %+v, %v", out, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var last time.Duration
+	for _, p := range reports {
+		if p.Total != MinStrandingDuration {
+			t.Errorf("W9 progress %+v: total %s, want the %s it runs", p, p.Total, MinStrandingDuration)
+		}
+		last = max(last, p.Elapsed)
+	}
+	if last < 2*time.Second {
+		t.Errorf("W9 of %s: last progress at %s (%d reports), want reports until near its end", MinStrandingDuration, last, len(reports))
 	}
 }
