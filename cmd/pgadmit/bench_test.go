@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -61,6 +63,54 @@ func TestBenchWhoPlural(t *testing.T) {
 	} {
 		if got := benchWho(c.workers, c.instances); got != c.want {
 			t.Errorf("benchWho(%d, %d) = %q, want %q", c.workers, c.instances, got, c.want)
+		}
+	}
+}
+
+// The README's --json row names every field of the report, of each result, check, steadiness
+// and waits row (server_time's settings are elided there, "..."): scripts read them, and a
+// field they cannot find documented is one they cannot rely on. It used to leave out each
+// result's "ok", "ops", "seconds", "workers" and "first_error".
+func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "### `pgadmit bench`")
+	_, row, _ := strings.Cut(section, "| `--json FILE` |")
+	row, _, _ = strings.Cut(row, "\n")
+	if row == "" {
+		t.Fatal("README: no --json row in the bench section")
+	}
+	// part is the row from the field that holds an object's list to the next such field.
+	part := func(from, to string) string {
+		_, after, ok := strings.Cut(row, `"`+from+`": [`)
+		if !ok {
+			t.Errorf("README's bench --json row has no %q list", from)
+		}
+		before, _, _ := strings.Cut(after, `"`+to+`"`)
+		return before
+	}
+	for _, c := range []struct {
+		v    any
+		text string
+	}{
+		{benchReport{}, row},
+		{bench.Result{}, part("results", "checks") + `"checks"`},
+		{bench.Check{}, part("checks", "steadiness")},
+		{bench.Steadiness{}, part("steadiness", "server_time")},
+		{workloadWaitsJSON{}, part("waits", "wal_pct` is")},
+	} {
+		typ := reflect.TypeOf(c.v)
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if !strings.Contains(c.text, `"`+name+`"`) {
+				t.Errorf("README's bench --json row does not name %s's field %q", typ, name)
+			}
 		}
 	}
 }
