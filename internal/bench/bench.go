@@ -112,7 +112,7 @@ func Workloads() []Workload {
 		{"W6", "W6 gateway, shared model", "a gateway request: requests/min and tokens/min (estimate 500) on api_key:K (K of 1,000), tokens/min on the ONE provider model every request uses, and a concurrent limit of 1,000 on it; commit actual tokens 420"},
 		{"W7", "W7 W6 with allotments", "W6 with the provider model's tokens/min admitted from local allotments (Limit.Local); the Limiter is closed at the end, returning its blocks, before its books are checked"},
 		{"W8", "W8 hot key, allotment", "W3 with the limit admitted from a local allotment: no round trip"},
-		{"W9", "W9 stranding", "one key with a limit of 2,000 per 2 s window, admitted from local allotments by at least 4 instances (fewer with fewer workers), far past it: in every window that refused a request, once the blocks went back, nothing admitted past the limit, and the units left unadmitted (stranded in blocks while requests were refused) at most instances x 2 x 1/16 of the limit"},
+		{"W9", "W9 stranding", "one key with a limit of 2,000 per 2 s window, admitted from local allotments by at least 4 instances (fewer with fewer workers), far past it: once the blocks went back, no window admitted past the limit, and in every window that refused a request the units left unadmitted (stranded in blocks while requests were refused) are at most instances x 2 x 1/16 of the limit"},
 	}
 }
 

@@ -16,11 +16,11 @@ import (
 // W9 measures stranding: one key at its limit, admitted from Local blocks
 // by several instances, so that one instance is refused while another's
 // blocks still hold units of the window. Once the Limiters are closed (each
-// block charging what it admitted), every window in which a request was
-// refused is read back: what it admitted may not pass its limit, and its
-// limit less what it admitted is what sat unused in blocks while requests
-// were refused, which may not pass the bound the README documents
-// (instances x 2 blocks x MaxShare x limit).
+// block charging what it admitted), its windows are read back: what one
+// admitted may not pass its limit, and, in one in which a request was
+// refused, its limit less what it admitted is what sat unused in blocks
+// while requests were refused, which may not pass the bound the README
+// documents (instances x 2 blocks x MaxShare x limit).
 
 const (
 	strandLimit  = 2_000
@@ -74,18 +74,18 @@ func (r *runner) w9Duration() time.Duration { return max(r.cfg.Duration, MinStra
 func windowEnd(resetAt time.Time) time.Time { return resetAt.UTC().Truncate(time.Second) }
 
 // strandingChecks are W9's checks of its windows, read back once its
-// blocks went back: of those whose end is in refused (a request was refused
-// in them), none admitted past the limit, and the most units one left
+// blocks went back: none admitted past the limit, and of those whose end is
+// in refused (a request was refused in them), the most units one left
 // unadmitted are within the bound for instances. No window that refused
 // fails the second: the limit was never reached, and nothing measured.
 func strandingChecks(windows []db.CounterListByScopeRow, refused map[time.Time]bool, instances int) []Check {
 	var over, stranded, refusing int64
 	for _, w := range windows {
+		over = max(over, int64(w.UsedValue)-strandLimit) // in any window, one that refused nothing too
 		if !refused[windowEnd(w.ResetAt)] {
 			continue
 		}
 		refusing++
-		over = max(over, int64(w.UsedValue)-strandLimit)
 		stranded = max(stranded, strandLimit-int64(w.UsedValue))
 	}
 	bound := int64(math.Floor(float64(instances) * 2 * ratelimit.DefaultAllotmentMaxShare * strandLimit))

@@ -36,9 +36,9 @@ func TestW9MeasuresStrandingWithinItsBound(t *testing.T) {
 	}
 }
 
-// strandingChecks reads only the windows that refused a request, and fails
-// one that admitted past its limit, one that left more units unadmitted
-// than the bound, and a run in which no window refused.
+// strandingChecks fails a window that admitted past its limit, one that
+// refused a request and left more units unadmitted than the bound (only
+// those are read for it), and a run in which no window refused.
 func TestStrandingChecksFailPastTheLimitAndPastTheBound(t *testing.T) {
 	t.Parallel()
 	end := time.Date(2026, 12, 5, 12, 0, 2, 0, time.UTC)
@@ -57,6 +57,9 @@ func TestStrandingChecksFailPastTheLimitAndPastTheBound(t *testing.T) {
 		{"a window that did not refuse is not read", []db.CounterListByScopeRow{window(end, 2000), window(end.Add(2*time.Second), 3)}, refused, true, true, 0},
 		{"past the bound", []db.CounterListByScopeRow{window(end, 999)}, refused, true, false, 1001},
 		{"past the limit", []db.CounterListByScopeRow{window(end, 2001)}, refused, false, true, 0},
+		// Admitting past the limit is wrong in any window, one that refused nothing (the run's
+		// last, say) too.
+		{"past the limit in a window that did not refuse", []db.CounterListByScopeRow{window(end, 1990), window(end.Add(2*time.Second), 2001)}, refused, false, true, 10},
 		{"no window refused", []db.CounterListByScopeRow{window(end, 2000)}, map[time.Time]bool{}, true, false, 0},
 	} {
 		checks := strandingChecks(tc.windows, tc.refused, 4)
