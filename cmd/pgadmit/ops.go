@@ -56,7 +56,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` (at least 100ms) is cut off and logged as failed")
 	batch := fs.Int("batch-size", 500, "rows one recovery transaction handles at most, 1 to 1000000")
 	maxRequeues := fs.Int("max-requeues", 5, "requeues of an async task before recovery fails it for good")
-	progress := progressFlag(fs)
+	progress := progressFlag(fs, 0)
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatchOrSweepOn)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
@@ -238,7 +238,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", 5000, "rows one delete statement removes at most, 1 to 1000000 (for tasks and --events: tasks, each with all its events)")
-	progress := progressFlag(fs)
+	progress := progressFlag(fs, 0)
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatch)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
@@ -283,9 +283,13 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 
 // progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the
 // command has --every (recover's, defined before it), its help says that --every refuses it
-// (checkProgress).
-func progressFlag(fs *flag.FlagSet) *time.Duration {
-	usage := "while the run lasts, print how far it has got on stderr every `interval` (0: never)"
+// (checkProgress); where it has a floor (bench's and doctor's: checkInterval), its help states it.
+func progressFlag(fs *flag.FlagSet, floor time.Duration) *time.Duration {
+	values := "0: never"
+	if floor > 0 {
+		values += "; else at least " + durationtext.Operator(floor)
+	}
+	usage := "while the run lasts, print how far it has got on stderr every `interval` (" + values + ")"
 	if fs.Lookup("every") != nil {
 		usage += "; refused with --every, which logs each pass instead"
 	}
@@ -345,7 +349,7 @@ exit 1, and says so. While the check runs, every --progress (10s by default, at 
 
 func runDoctor(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	progress := progressFlag(fs)
+	progress := progressFlag(fs, minInterval)
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
