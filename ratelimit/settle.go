@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -114,9 +113,9 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 	if err := l.callable(ctx); err != nil {
 		return Settlement{}, err
 	}
-	for metric, v := range actual {
-		if err := validateAmount("", v); err != nil {
-			return Settlement{}, within(fmt.Sprintf("actual[%q]", metric), err)
+	for _, v := range actual {
+		if validateAmount("", v) != nil {
+			return Settlement{}, badActual(actual)
 		}
 	}
 	amounts := make([]float64, len(grant.Reservations))
@@ -132,6 +131,24 @@ func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]flo
 		}
 	}
 	return l.settle(ctx, grant, StatusCommitted, reasonCommitted, amounts)
+}
+
+// badActual is the *ValidationError of Commit's actual amounts, which
+// hold at least one that is not a valid amount: it names the least metric
+// (in byte order) of those, so that the same call always names the same
+// one (a map's order is random), shown quoted and cut short as any text a
+// *ValidationError refused (shown), since the caller may have taken the
+// metric from a request. Only a refused call gets here: the loop that
+// finds a bad amount sorts nothing.
+func badActual(actual map[string]float64) error {
+	var first string
+	var firstErr error
+	for metric, v := range actual {
+		if err := validateAmount("", v); err != nil && (firstErr == nil || metric < first) {
+			first, firstErr = metric, err
+		}
+	}
+	return within("actual["+shown(first)+"]", firstErr)
 }
 
 const (

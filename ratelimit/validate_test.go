@@ -279,3 +279,20 @@ func TestExceededErrorOfZeroValueSaysLimitExceeded(t *testing.T) {
 		t.Errorf("(&ExceededError{}).Error() = %q, want %q", got, want)
 	}
 }
+
+// Commit given several actual amounts that are not valid names the same
+// one every time, the least metric: it named whichever the map's random
+// order met first, so that one call could log actual["tokens"] and the
+// next, with the same arguments, actual["cost"].
+func TestCommitNamesTheSameBadActualEveryTime(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t)
+	actual := map[string]float64{"tokens": math.NaN(), "cost": -1, "requests": 1, "images": math.Inf(1), "zzz": 2e15}
+	for range 50 {
+		_, err := l.Commit(context.Background(), ratelimit.Grant{}, actual)
+		var invalid *ratelimit.ValidationError
+		if !errors.As(err, &invalid) || invalid.Field != `actual["cost"]` || invalid.Value != -1.0 {
+			t.Fatalf("Commit with bad actual amounts of cost, images, tokens and zzz: err = %v, want a *ValidationError on actual[\"cost\"] (-1)", err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -15,7 +16,8 @@ import (
 // A *ValidationError shows the text it refused quoted and cut short, as
 // validateOptionalText always did, wherever the text comes from: an id, a
 // token, an async task's Worker, an outcome's Status, a queue limit's
-// Metric, blank text, the scope of two limits on one counter or queue. The message stays short, valid UTF-8, on one line
+// Metric, blank text, the scope of two limits on one counter or queue, the
+// metric an actual amount of Commit is given under. The message stays short, valid UTF-8, on one line
 // and without NUL bytes, whatever the caller passed (a header's value, say):
 // a malformed id used to be echoed whole and raw, 100 kB, a newline and
 // bytes that are not UTF-8 into the caller's log. Nothing is written.
@@ -44,6 +46,10 @@ func TestValidationErrorsShowRefusedTextQuotedAndShort(t *testing.T) {
 			_, err := l.Commit(ctx, ratelimit.Grant{Reservations: []ratelimit.Reservation{{ID: bad}}}, nil)
 			return err
 		}, "Reservations.ID[0]"},
+		{"Commit actual amount's metric", func() error {
+			_, err := l.Commit(ctx, ratelimit.Grant{}, map[string]float64{bad: -1})
+			return err
+		}, fmt.Sprintf("actual[%.60q]", bad)},
 		{"Release lease id", func() error {
 			_, err := l.Release(ctx, ratelimit.Grant{Leases: []ratelimit.Lease{{ID: bad}}}, "")
 			return err
