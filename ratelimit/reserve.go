@@ -316,7 +316,7 @@ func newAdmission(taskID, attemptID string, limits []Limit) (admission, error) {
 	if attempt.Valid && !task.Valid {
 		// FinishTask and recovery find a task's rows by its id: rows that
 		// named the attempt alone stayed open when the task finished.
-		return admission{}, &ValidationError{Field: "TaskID", Value: taskID, Reason: "must name the attempt's task when an attempt id is given"}
+		return admission{}, &ValidationError{Field: "TaskID", Value: shown(taskID), Reason: "must name the attempt's task when an attempt id is given"}
 	}
 	windows, leases, err := splitLimits(limits)
 	if err != nil {

@@ -128,7 +128,7 @@ func (l Limit) Validate() error {
 		return err
 	}
 	if l.Metric == MetricQueueSize {
-		return &ValidationError{Field: "Metric", Value: l.Metric,
+		return &ValidationError{Field: "Metric", Value: shown(l.Metric),
 			Reason: "queue_size limits are enforced when a task is created (Limiter.CreateTask), not by Check or Reserve"}
 	}
 	if l.Local && l.Metric == MetricConcurrent {
