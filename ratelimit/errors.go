@@ -34,6 +34,8 @@ var (
 
 // ValidationError reports an input that was refused before anything was
 // written. Field names the offending field, as in "Limits[2].Amount".
+// Find it with errors.As (it may come wrapped: a nil connection's names
+// the operation first), or match it with errors.Is(err, ErrInvalidInput).
 type ValidationError struct {
 	Field  string
 	Value  any
@@ -53,6 +55,7 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInp
 
 // ExceededError explains a refusal: which limit, how full it was, and when
 // retrying can help. Time-derived fields come from the database's clock.
+// Find it with errors.As, or match it with errors.Is(err, ErrExceeded).
 type ExceededError struct {
 	ScopeType     string
 	ScopeKey      string
@@ -92,7 +95,8 @@ func (e *ExceededError) Error() string {
 // Is makes errors.Is(err, ErrExceeded) true.
 func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
 
-// LeaseLostError names the leases RenewLeases could not renew.
+// LeaseLostError names the leases RenewLeases could not renew. Find it
+// with errors.As, or match it with errors.Is(err, ErrLeaseLost).
 type LeaseLostError struct {
 	LeaseIDs []string
 	Renewed  int

@@ -53,7 +53,8 @@ var ErrLockOrder = errors.New("ratelimit: operation out of lock order in this tr
 
 // LockOrderError refuses an operation that, run after Previous in the same
 // transaction, could deadlock with other transactions. Nothing was run. Run
-// it in a transaction of its own, or before Previous.
+// it in a transaction of its own, or before Previous. Find it with
+// errors.As, or match it with errors.Is(err, ErrLockOrder).
 type LockOrderError struct {
 	Op       string
 	Previous string

@@ -62,7 +62,8 @@ var (
 // TaskNotQueuedError refuses a CancelTask of a task that is not queued: a
 // worker claimed it (Status running; a sync task is never queued), or it
 // finished (an earlier CancelTask cancelled it, say). The task was not
-// changed.
+// changed. Find it with errors.As, or match it with
+// errors.Is(err, ErrTaskNotQueued).
 type TaskNotQueuedError struct {
 	TaskID string
 	// Status is the task's status when the call was refused.
@@ -84,7 +85,8 @@ func (e *TaskNotQueuedError) Is(target error) bool { return target == ErrTaskNot
 // wrote nothing; FinishTask wrote nothing when it found the token stale at
 // once, but when the token went stale between its two round trips, the
 // task finishing meanwhile, it still released the task's reservations that
-// were open when it read them (see FinishTask).
+// were open when it read them (see FinishTask). Find it with errors.As, or
+// match it with errors.Is(err, ErrStaleToken).
 type StaleTokenError struct {
 	TaskID string
 	// Status is the task's status when the call was refused.

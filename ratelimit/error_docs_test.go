@@ -1,0 +1,45 @@
+package ratelimit_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/gosrc"
+)
+
+// Every exported error type says, in its own doc, how a caller finds it:
+// with errors.As (it may come wrapped, as a nil connection's
+// *ValidationError does), or errors.Is with its sentinel. Only the Is
+// methods of six of them said so, which go doc shows apart from the type.
+func TestErrorTypesSayHowToMatchThem(t *testing.T) {
+	t.Parallel()
+	_, files, err := gosrc.ParseDir(".", parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, file := range files {
+		for _, decl := range file.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				ts, ok := spec.(*ast.TypeSpec)
+				if !ok || !ts.Name.IsExported() || !strings.HasSuffix(ts.Name.Name, "Error") {
+					continue
+				}
+				found++
+				doc := gen.Doc.Text() + ts.Doc.Text()
+				if !strings.Contains(doc, "errors.As") {
+					t.Errorf("the doc of %s does not say to find it with errors.As:\n%s", ts.Name.Name, doc)
+				}
+			}
+		}
+	}
+	if found < 8 {
+		t.Errorf("found %d exported error types, want at least 8", found)
+	}
+}
