@@ -10,6 +10,9 @@
 //				Metric: ratelimit.MetricRequests, Limit: 600, Amount: 1}},
 //		}, nil
 //	})
+//	if err != nil {
+//		return err // a *ratelimit.ValidationError naming the bad argument
+//	}
 //	http.Handle("/v1/chat/completions", mw(upstream))
 //
 // The handler reports what the request really used with ReportUsage

@@ -6,10 +6,19 @@
 //
 //	reg := prometheus.NewRegistry()
 //	metrics, err := promadmit.New(reg)
+//	if err != nil {
+//		return err
+//	}
 //	mw, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
+//	if err != nil {
+//		return err
+//	}
+//	http.Handle("/v1/chat/completions", mw(upstream))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //	// on a schedule:
-//	res, err := metrics.Recover(ctx, ratelimit.NewMaintenance(pool))
+//	if _, err := metrics.Recover(ctx, ratelimit.NewMaintenance(pool)); err != nil {
+//		log.Print(err)
+//	}
 //
 // Labels never carry a scope key: only outcomes, modes, operations, and
 // the scope types and metric names of the limits, which are configuration.

@@ -1,5 +1,6 @@
-// Package readme reads the Go blocks of the repository's README.md, for the
-// tests that hold them to the runnable examples they are copied from.
+// Package readme reads the Go blocks of the repository's README.md and the
+// code sketches of package comments, for the tests that hold them to the
+// runnable examples they are copied from or compile them as pasted.
 package readme
 
 import (
