@@ -11,10 +11,14 @@
 //	grant, err := limiter.Reserve(ctx, taskID, "", limits)
 //	var exceeded *ratelimit.ExceededError
 //	if errors.As(err, &exceeded) {
-//		// 429 with Retry-After: exceeded.RetryAfter
+//		return err // refused: 429 with Retry-After: exceeded.RetryAfter
+//	}
+//	if err != nil {
+//		return err // not decided (the database is down, say)
 //	}
 //	// ... call the upstream ...
 //	_, err = limiter.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: usedTokens})
+//	return err
 //
 // Tasks (CreateTask, ClaimTask, HeartbeatTask, FinishTask, CancelTask) tie
 // admissions to work that a process runs, with queue_size limits enforced
