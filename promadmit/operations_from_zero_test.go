@@ -27,16 +27,13 @@ func TestOperationsCountedFromZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	var results []string
-	for _, file := range files {
-		for _, decl := range file.Decls {
-			if gen, ok := decl.(*ast.GenDecl); ok && gen.Tok == token.CONST {
-				for _, spec := range gen.Specs {
-					for _, n := range spec.(*ast.ValueSpec).Names {
-						if strings.HasPrefix(n.Name, "Result") {
-							results = append(results, n.Name)
-						}
-					}
-				}
+	for gen, spec := range gosrc.Specs(files) {
+		if gen.Tok != token.CONST {
+			continue
+		}
+		for _, n := range spec.(*ast.ValueSpec).Names {
+			if strings.HasPrefix(n.Name, "Result") {
+				results = append(results, n.Name)
 			}
 		}
 	}

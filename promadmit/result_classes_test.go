@@ -76,32 +76,24 @@ func TestEveryRatelimitErrorHasAClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := 0
-	for _, file := range files {
-		for _, decl := range file.Decls {
-			gen, ok := decl.(*ast.GenDecl)
-			if !ok {
-				continue
+	for gen, spec := range gosrc.Specs(files) {
+		var names []string
+		switch s := spec.(type) {
+		case *ast.ValueSpec:
+			for _, n := range s.Names {
+				if gen.Tok == token.VAR && n.IsExported() && strings.HasPrefix(n.Name, "Err") {
+					names = append(names, n.Name)
+				}
 			}
-			for _, spec := range gen.Specs {
-				var names []string
-				switch s := spec.(type) {
-				case *ast.ValueSpec:
-					for _, n := range s.Names {
-						if gen.Tok == token.VAR && n.IsExported() && strings.HasPrefix(n.Name, "Err") {
-							names = append(names, n.Name)
-						}
-					}
-				case *ast.TypeSpec:
-					if s.Name.IsExported() && strings.HasSuffix(s.Name.Name, "Error") {
-						names = append(names, s.Name.Name)
-					}
-				}
-				for _, n := range names {
-					found++
-					if _, ok := resultClasses[n]; !ok {
-						t.Errorf("ratelimit.%s has no result class: add it to resultClasses (and to the README)", n)
-					}
-				}
+		case *ast.TypeSpec:
+			if s.Name.IsExported() && strings.HasSuffix(s.Name.Name, "Error") {
+				names = append(names, s.Name.Name)
+			}
+		}
+		for _, n := range names {
+			found++
+			if _, ok := resultClasses[n]; !ok {
+				t.Errorf("ratelimit.%s has no result class: add it to resultClasses (and to the README)", n)
 			}
 		}
 	}

@@ -20,23 +20,15 @@ func TestErrorTypesSayHowToMatchThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := 0
-	for _, file := range files {
-		for _, decl := range file.Decls {
-			gen, ok := decl.(*ast.GenDecl)
-			if !ok {
-				continue
-			}
-			for _, spec := range gen.Specs {
-				ts, ok := spec.(*ast.TypeSpec)
-				if !ok || !ts.Name.IsExported() || !strings.HasSuffix(ts.Name.Name, "Error") {
-					continue
-				}
-				found++
-				doc := gen.Doc.Text() + ts.Doc.Text()
-				if !strings.Contains(doc, "errors.As") {
-					t.Errorf("the doc of %s does not say to find it with errors.As:\n%s", ts.Name.Name, doc)
-				}
-			}
+	for gen, spec := range gosrc.Specs(files) {
+		ts, ok := spec.(*ast.TypeSpec)
+		if !ok || !ts.Name.IsExported() || !strings.HasSuffix(ts.Name.Name, "Error") {
+			continue
+		}
+		found++
+		doc := gen.Doc.Text() + ts.Doc.Text()
+		if !strings.Contains(doc, "errors.As") {
+			t.Errorf("the doc of %s does not say to find it with errors.As:\n%s", ts.Name.Name, doc)
 		}
 	}
 	if found < 8 {

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"iter"
 	"path/filepath"
 	"strings"
 )
@@ -31,4 +32,25 @@ func ParseDir(dir string, mode parser.Mode) (*token.FileSet, []*ast.File, error)
 		files = append(files, file)
 	}
 	return fset, files, nil
+}
+
+// Specs yields each spec of the general declarations (const, var, type,
+// import) of files, with the declaration it is in: its Tok says which kind,
+// its Doc holds the comment of a declaration of one spec.
+func Specs(files []*ast.File) iter.Seq2[*ast.GenDecl, ast.Spec] {
+	return func(yield func(*ast.GenDecl, ast.Spec) bool) {
+		for _, file := range files {
+			for _, decl := range file.Decls {
+				gen, ok := decl.(*ast.GenDecl)
+				if !ok {
+					continue
+				}
+				for _, spec := range gen.Specs {
+					if !yield(gen, spec) {
+						return
+					}
+				}
+			}
+		}
+	}
 }
