@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pgadmit/pgadmit/internal/pgcluster"
 )
 
 func main() {
@@ -29,11 +31,7 @@ func main() {
 	// left to their default action, both ended the process with its cluster still running. Once
 	// ctx is cancelled the signals get their default action back, so that a second Ctrl-C ends a
 	// cleanup that hangs.
-	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
-	if !signal.Ignored(syscall.SIGHUP) {
-		sigs = append(sigs, syscall.SIGHUP)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
+	ctx, stop := signal.NotifyContext(context.Background(), pgcluster.StopSignals()...)
 	ctx, cancel := context.WithCancel(ctx)
 	context.AfterFunc(ctx, stop)
 	// A write to a closed pipe then fails with EPIPE, which cancels ctx, instead of the runtime

@@ -69,10 +69,7 @@ func stopCluster() {
 // stopOnSignal stops the cluster when the process is interrupted, terminated or hung up on
 // (SIGHUP, unless ignored: nohup), then lets the signal take its default course.
 func stopOnSignal() {
-	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
-	if !signal.Ignored(syscall.SIGHUP) {
-		sigs = append(sigs, syscall.SIGHUP)
-	}
+	sigs := pgcluster.StopSignals()
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, sigs...)
 	go func() {
