@@ -297,7 +297,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		shape += fmt.Sprintf(", %d rounds", cfg.Rounds)
 	}
 	fmt.Fprintf(out, "pgadmit bench: run %s, %s, %s%s, %s, schema version %d\n\n",
-		cfg.RunID, who, benchRunLengths(cfg.Duration, cfg.Only), shape, server.String(), version)
+		cfg.RunID, who, benchRunLengths(cfg), shape, server.String(), version)
 	fmt.Fprintf(out, "%-24s %9s %8s %8s %9s %8s %7s\n", "WORKLOAD", "OPS/S", "P50 µs", "P99 µs", "ADMITTED", "REFUSED", "ERRORS")
 	if err := profile.start(); err != nil {
 		return err
@@ -595,9 +595,9 @@ func micros(ns int64) string {
 }
 
 // benchRunLengths says how long each workload of the run runs: --duration, and the workloads
-// that run another length, of those that run (only lists them; empty, they all do).
-func benchRunLengths(duration time.Duration, only []string) string {
-	runs := func(code string) bool { return len(only) == 0 || slices.Contains(only, code) }
+// that run another length, of those that run (cfg.Only lists them; empty, they all do).
+func benchRunLengths(cfg bench.Config) string {
+	runs := func(code string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, code) }
 	var fixed, other []string
 	for _, code := range []string{"W4", "W5"} {
 		if runs(code) {
@@ -607,10 +607,10 @@ func benchRunLengths(duration time.Duration, only []string) string {
 	if len(fixed) > 0 {
 		other = append(other, fmt.Sprintf("%s: %ds", strings.Join(fixed, ", "), bench.ExactnessSeconds))
 	}
-	if runs("W9") && duration < bench.MinStrandingDuration {
-		other = append(other, "W9: "+durationtext.Operator(bench.MinStrandingDuration))
+	if runs("W9") && cfg.StrandingDuration() != cfg.Duration {
+		other = append(other, "W9: "+durationtext.Operator(cfg.StrandingDuration()))
 	}
-	s := durationtext.Operator(duration) + " per workload"
+	s := durationtext.Operator(cfg.Duration) + " per workload"
 	if len(other) > 0 {
 		s += " (" + strings.Join(other, "; ") + ")"
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/bench"
 )
 
 func TestBenchHeaderSaysHowLongTheWorkloadsThatRunRun(t *testing.T) {
@@ -20,7 +22,7 @@ func TestBenchHeaderSaysHowLongTheWorkloadsThatRunRun(t *testing.T) {
 		{time.Second, []string{"W5"}, "1s per workload (W5: 2s)"},
 		{4 * time.Second, []string{"W9", "W4"}, "4s per workload (W4: 2s)"},
 	} {
-		if got := benchRunLengths(tc.duration, tc.only); got != tc.want {
+		if got := benchRunLengths(bench.Config{Duration: tc.duration, Only: tc.only}); got != tc.want {
 			t.Errorf("benchRunLengths(%s, %v) = %q, want %q", tc.duration, tc.only, got, tc.want)
 		}
 	}

@@ -33,7 +33,7 @@ func (r *runner) length(code string) time.Duration {
 	case "W5":
 		return r.cfg.ExactnessDuration
 	case "W9":
-		return r.w9Duration()
+		return r.cfg.StrandingDuration()
 	}
 	return r.cfg.Duration
 }

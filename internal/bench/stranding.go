@@ -44,7 +44,7 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 	var refusedMu sync.Mutex
 	refused := map[time.Time]bool{} // the windows (by their end) that refused a request
 	res, err := r.checkingBooks(ctx, limitBooks("api key", limit), func() (Result, error) {
-		return r.measureLocal(ctx, lims, r.w9Duration(), func(ctx context.Context, worker int, rng *mrand.Rand) error {
+		return r.measureLocal(ctx, lims, r.cfg.StrandingDuration(), func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			err := r.reserveCommitOn(ctx, lims, worker, rng, limits, nil)
 			if exceeded, ok := errors.AsType[*ratelimit.ExceededError](err); ok {
 				refusedMu.Lock()
@@ -65,8 +65,9 @@ func (r *runner) w9(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// w9Duration is how long W9 runs: Duration, and two of its windows at least.
-func (r *runner) w9Duration() time.Duration { return max(r.cfg.Duration, MinStrandingDuration) }
+// StrandingDuration is how long W9 runs: Duration, and two of its windows
+// (MinStrandingDuration) at least.
+func (c Config) StrandingDuration() time.Duration { return max(c.Duration, MinStrandingDuration) }
 
 // windowEnd keys W9's windows by their end, as a refusal names it
 // (ExceededError.ResetAt) and as the counters read back hold it: one
