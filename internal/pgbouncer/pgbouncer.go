@@ -68,6 +68,8 @@ type Config struct {
 // Bouncer is a running throwaway PgBouncer. Its methods are safe for concurrent use.
 type Bouncer struct {
 	root string
+	bin  string              // the pgbouncer binary Start found, which Restart runs again
+	cred *syscall.Credential // whom it runs as (nil: this process's user)
 	cmd  *exec.Cmd
 	port int
 	done chan struct{} // closed when the process has exited
@@ -105,7 +107,7 @@ func Start(ctx context.Context, c Config) (*Bouncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("throwaway pgbouncer: %w", err)
 	}
-	b := &Bouncer{root: root}
+	b := &Bouncer{root: root, bin: bin, cred: cred}
 	fail := func(err error) (*Bouncer, error) {
 		_ = b.Stop()
 		return nil, fmt.Errorf("throwaway pgbouncer in %s: %w", root, err)
@@ -132,7 +134,7 @@ func Start(ctx context.Context, c Config) (*Bouncer, error) {
 		if err := os.WriteFile(ini, []byte(configFile(root, b.port, c)), 0o644); err != nil {
 			return fail(err)
 		}
-		if err = b.run(ctx, bin, ini, cred); err == nil {
+		if err = b.run(ctx, ini); err == nil {
 			return b, nil
 		}
 		if attempt == 3 || ctx.Err() != nil {
@@ -142,17 +144,17 @@ func Start(ctx context.Context, c Config) (*Bouncer, error) {
 }
 
 // run starts pgbouncer in the foreground, in its own process group, and waits for its port.
-func (b *Bouncer) run(ctx context.Context, bin, ini string, cred *syscall.Credential) error {
+func (b *Bouncer) run(ctx context.Context, ini string) error {
 	out, err := os.Create(filepath.Join(b.root, "pgbouncer.out"))
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	cmd := exec.Command(bin, ini)
+	cmd := exec.Command(b.bin, ini)
 	cmd.Dir = b.root
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -196,22 +198,12 @@ func (b *Bouncer) Restart(ctx context.Context) error {
 	if b.stopped {
 		return errors.New("throwaway pgbouncer: restart after Stop")
 	}
-	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
-	<-b.done
-	bin, err := findBinary()
-	if err != nil {
-		return err
-	}
-	cred, err := pgcluster.RunAs()
-	if err != nil {
-		return err
-	}
+	b.terminate()
 	// The port was just released: PgBouncer binds it with SO_REUSEADDR, but try a few times.
 	for attempt := 1; ; attempt++ {
-		if err = b.run(ctx, bin, filepath.Join(b.root, "pgbouncer.ini"), cred); err == nil {
+		if err := b.run(ctx, filepath.Join(b.root, "pgbouncer.ini")); err == nil {
 			return nil
-		}
-		if attempt == 3 || ctx.Err() != nil {
+		} else if attempt == 3 || ctx.Err() != nil {
 			return fmt.Errorf("restart throwaway pgbouncer in %s: %w", b.root, err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -234,13 +226,7 @@ func (b *Bouncer) Stop() error {
 		b.stopped = true
 		var errs []error
 		if b.cmd != nil {
-			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-b.done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-				<-b.done
-			}
+			b.terminate()
 		}
 		if err := os.RemoveAll(b.root); err != nil {
 			errs = append(errs, fmt.Errorf("remove throwaway pgbouncer: %w", err))
@@ -248,6 +234,18 @@ func (b *Bouncer) Stop() error {
 		b.stopErr = errors.Join(errs...)
 	})
 	return b.stopErr
+}
+
+// terminate ends the running PgBouncer at once (SIGTERM: immediate shutdown, its connections
+// closed; SIGKILL if it has not exited 10 s later) and waits for it.
+func (b *Bouncer) terminate() {
+	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+		<-b.done
+	}
 }
 
 // configFile is pgbouncer.ini: every database of the server under its own name, trusted
