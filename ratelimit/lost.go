@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 // countLost counts n Reserve calls as lost (Stats.Lost) when err, their
@@ -26,7 +27,8 @@ func (l *Limiter) countLost(n int, err error, cut bool) {
 // a connection found closed first); a pool's Acquire that could not open a
 // connection (a *pgconn.ConnectError: the server or the pooler down or
 // restarting, a login refused) sent nothing of the statement either, though
-// pgx does not mark it so. A context's error says nothing by
+// pgx does not mark it so; nor did a pool that was closed (puddle's
+// ErrClosedPool, which pgxpool returns as it is). A context's error says nothing by
 // itself: pgx reports a read that its context cut off, and a pool's Acquire
 // that its context ended (nothing sent), with the same bare error; cut says
 // that ConfigurePool's handler cancelled the statement while it ran on its
@@ -35,7 +37,7 @@ func (l *Limiter) countLost(n int, err error, cut bool) {
 func answerLost(err error, cut bool) bool {
 	var pgErr *pgconn.PgError
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &pgErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err) {
+	if errors.As(err, &pgErr) || errors.As(err, &connectErr) || errors.Is(err, puddle.ErrClosedPool) || pgconn.SafeToRetry(err) {
 		return false
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

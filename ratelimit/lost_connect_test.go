@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/deadserver"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -54,6 +55,33 @@ func TestStatsLostCountsNoReserveWhosePoolCouldNotConnect(t *testing.T) {
 			}
 			l.Close()
 			assertLost(t, l, 0, "a Reserve whose pool could not connect (combining "+map[bool]string{true: "on", false: "off"}[combining]+", "+name+")")
+		}
+	}
+}
+
+// So a Reserve on a pool that was closed (a caller's mistake at shutdown: the
+// pool closed before the Limiter): pgxpool refuses it before anything is sent.
+func TestStatsLostCountsNoReserveOnAClosedPool(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	key := uniqueKey("closed-pool")
+	limits := map[string][]ratelimit.Limit{
+		"one window limit": {window("key", key, "requests", 10, 1)},
+		"several limits":   {window("key", key, "requests", 10, 1), concurrent("model", key, 10)},
+	}
+	pool.Close()
+	for _, combining := range []bool{true, false} {
+		for name, limits := range limits {
+			var opts []ratelimit.Option
+			if !combining {
+				opts = append(opts, ratelimit.WithoutCombining())
+			}
+			l := ratelimit.New(pool, opts...)
+			if _, err := l.Reserve(context.Background(), "", "", limits); err == nil {
+				t.Errorf("combining %v, %s: Reserve on a closed pool succeeded", combining, name)
+			}
+			l.Close()
+			assertLost(t, l, 0, "a Reserve on a closed pool (combining "+map[bool]string{true: "on", false: "off"}[combining]+", "+name+")")
 		}
 	}
 }
