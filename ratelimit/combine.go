@@ -108,7 +108,8 @@ func (c *combiner[Req, Res]) settledLocked() {
 // already over sends nothing, as a call not combined sends nothing
 // (runToAnswer): the statement, run without ctx's cancellation
 // (sendContext), would otherwise go out, grant what abandoned then gives
-// back, and hold it for nobody meanwhile.
+// back, and hold it for nobody meanwhile. Nor does a ctx that ends before
+// its batch is taken (takeLocked).
 func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	if err := ctx.Err(); err != nil {
 		var zero Res
@@ -210,14 +211,18 @@ func (c *combiner[Req, Res]) nextBatch() []*combined[Req, Res] {
 
 // takeLocked removes the next batch from the queue: requests whose caller
 // is still waiting, in arrival order, up to maxBatch, and up to maxWeight
-// when requests are weighed.
+// when requests are weighed. A request whose ctx has ended is left out
+// even if its caller has not yet run to withdraw it (gone): it is never
+// sent, and its caller, woken by the ctx, gets the ctx's error (do). Sent,
+// it would hold what it was granted for nobody until abandoned gave it
+// back. (ctx.Err of a context package's ctx is an atomic load.)
 func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 	var batch []*combined[Req, Res]
 	n, weight := 0, 0
 	for n < len(c.queue) && len(batch) < c.maxBatch {
 		p := c.queue[n]
 		p.mu.Lock()
-		if !p.gone {
+		if !p.gone && p.ctx.Err() == nil {
 			w := 0
 			if c.weight != nil {
 				w = c.weight(p.req)

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -147,4 +148,74 @@ func TestBadInputAmongCombinedCallsFailsAlone(t *testing.T) {
 	}
 	assertBooksBalance(t, pool, "api_key", key)
 	assertDoctorOK(t, pool)
+}
+
+// A queued Reserve whose ctx has ended when its batch is taken, before its
+// caller's goroutine ran to withdraw it, writes nothing: the batch leaves
+// it out, and the calls queued around it are admitted. It was sent, and
+// its grant written and then released as abandoned, holding its capacity
+// for nobody meanwhile.
+func TestCombinedCallWhoseCtxEndedBeforeItsBatchIsLeftOut(t *testing.T) {
+	t.Parallel()
+	l, pool := setup(t)
+	ctx := context.Background()
+	// A statement in flight, stuck behind a row lock that a transaction
+	// holds, so that the calls queued next go together in one batch.
+	blocker := hourLimits(t, pool, window("api_key", uniqueKey("blocker"), "requests", 100, 1))
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := l.WithTx(holder).Reserve(ctx, "", "", blocker); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() { _, err := l.Reserve(ctx, "", "", blocker); stuck <- err }()
+	pgtest.AwaitLockWaiters(t, pool, "the first statement")
+
+	keys := []string{uniqueKey("before"), uniqueKey("ended"), uniqueKey("after")}
+	admitted := make(chan error, 2)
+	reserve := func(key string) {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "requests", 100, 1)})
+		if err == nil && len(g.Reservations) != 1 {
+			err = fmt.Errorf("grant %+v", g)
+		}
+		admitted <- err
+	}
+	go reserve(keys[0])
+	awaitQueuedReserves(t, l, 1, "the first call")
+	ended, end := context.WithCancel(ctx)
+	end()
+	if err := l.QueueUnnoticedReserve(ended, []ratelimit.Limit{window("api_key", keys[1], "requests", 100, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	go reserve(keys[2])
+	awaitQueuedReserves(t, l, 3, "the last call")
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the first statement: %v", err)
+	}
+	for range 2 {
+		if err := <-admitted; err != nil {
+			t.Errorf("a call queued beside the ended one: %v", err)
+		}
+	}
+	l.Close() // waits for what went to abandoned to be given back
+	if rows := counterRows(t, pool, "api_key", keys[1]); len(rows) != 0 {
+		t.Errorf("the ended call's counter: %+v, want none", rows)
+	}
+	for _, key := range []string{keys[0], keys[2]} {
+		if rows := counterRows(t, pool, "api_key", key); len(rows) != 1 || rows[0].ReservedValue != 1 {
+			t.Errorf("counter of %s: %+v, want 1 reserved", key, rows)
+		}
+	}
+	if n := rowCounts(t, pool).Reservations; n != 3 {
+		t.Errorf("%d reservations, want 3 (the first statement's and the two live calls')", n)
+	}
+	if s := l.Stats().Reserve; s.Batches != 2 || s.Requests != 3 {
+		t.Errorf("stats %+v, want 2 statements of 3 calls", s)
+	}
 }

@@ -157,6 +157,21 @@ func (l *Limiter) QueuedReserves() int {
 	return len(l.reserves.queue)
 }
 
+// QueueUnnoticedReserve queues a Reserve of limits for ctx in l's
+// combiner as do queues a caller's, with no goroutine waiting on it: a
+// caller whose ctx has ended and whose goroutine has not run since to
+// withdraw its request when the batch is taken.
+func (l *Limiter) QueueUnnoticedReserve(ctx context.Context, limits []Limit) error {
+	a, err := newAdmission("", "", limits)
+	if err != nil {
+		return err
+	}
+	l.reserves.mu.Lock()
+	defer l.reserves.mu.Unlock()
+	l.reserves.queue = append(l.reserves.queue, &combined[*admission, Grant]{req: &a, ctx: ctx, done: make(chan struct{})})
+	return nil
+}
+
 // ReservesInFlight is how many in-flight places of the Reserve combiner
 // are taken (see combiner.inFlight).
 func (l *Limiter) ReservesInFlight() int {

@@ -1,0 +1,102 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+)
+
+// endsAfterCheck is a context that ends just after its first Err check
+// said it had not: a deadline that passes, or a cancel that lands, between
+// do's own check and the taking of the caller's batch.
+type endsAfterCheck struct {
+	context.Context
+	cancel  context.CancelFunc
+	checked atomic.Bool
+}
+
+func newEndsAfterCheck() *endsAfterCheck {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &endsAfterCheck{Context: ctx, cancel: cancel}
+}
+
+func (c *endsAfterCheck) Err() error {
+	err := c.Context.Err()
+	if c.checked.CompareAndSwap(false, true) {
+		c.cancel()
+	}
+	return err
+}
+
+// A caller whose ctx ends after do checked it, before its batch is taken
+// (while the caller that took an in-flight place waits for joiners, say),
+// is left out of the batch: nothing is sent for it, and it gets its ctx's
+// error. It was sent with the ctx's cancellation stripped, and what it was
+// granted went to abandoned, held for nobody until given back.
+func TestCombinerLeavesOutACallerWhoseCtxEndedBeforeItsBatchWasTaken(t *testing.T) {
+	var sent [][]int
+	c := newCombiner(8, 1, func(_ context.Context, reqs []int) ([]int, []error, error) {
+		sent = append(sent, slices.Clone(reqs))
+		return slices.Clone(reqs), make([]error, len(reqs)), nil
+	}, func(res int) { t.Errorf("request %d granted and abandoned", res) })
+	if _, err := c.do(newEndsAfterCheck(), 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("do: %v, want context.Canceled", err)
+	}
+	c.drain()
+	if len(sent) != 0 {
+		t.Errorf("sent %v, want nothing", sent)
+	}
+	if s := c.stats(); s.Batches != 0 || s.Requests != 0 {
+		t.Errorf("stats %+v, want no statement", s)
+	}
+	if res, err := c.do(context.Background(), 2); err != nil || res != 2 {
+		t.Fatalf("the next call: %d, %v", res, err)
+	}
+	if len(sent) != 1 || !slices.Equal(sent[0], []int{2}) {
+		t.Errorf("sent %v, want [[2]]", sent)
+	}
+}
+
+// A queued caller whose ctx has ended when the next batch is taken, though
+// its goroutine has not run since to withdraw its request (it is not
+// marked gone), is left out of the batch; the callers queued around it go.
+func TestCombinerNextBatchLeavesOutAnEndedCallerNotYetGone(t *testing.T) {
+	g := newGate()
+	abandoned := make(chan int, 4)
+	c := newCombiner(8, 1, g.run, func(res int) { abandoned <- res })
+	errs := make(chan error, 3)
+	call := func(n int) { _, err := c.do(context.Background(), n); errs <- err }
+	go call(1)
+	<-g.started
+	go call(2)
+	waitQueued(t, c, 1)
+	ended, end := context.WithCancel(context.Background())
+	end()
+	// As do queues it, with no goroutine waiting on it yet.
+	c.mu.Lock()
+	c.queue = append(c.queue, &combined[int, int]{req: 3, ctx: ended, done: make(chan struct{})})
+	c.mu.Unlock()
+	go call(4)
+	waitQueued(t, c, 3)
+	g.release <- struct{}{} // [1] ends; the next batch is taken
+	if next := <-g.started; !slices.Equal(next, []int{2, 4}) {
+		t.Fatalf("next batch %v, want [2 4] (3's ctx had ended)", next)
+	}
+	g.release <- struct{}{}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	c.drain()
+	select {
+	case res := <-abandoned:
+		t.Errorf("abandoned %d, want nothing", res)
+	default:
+	}
+	if s := c.stats(); s.Batches != 2 || s.Requests != 3 {
+		t.Errorf("stats %+v, want 2 statements of 3 requests", s)
+	}
+}
