@@ -23,10 +23,17 @@ const (
 // (ratelimit.Limiter.Stats), read at each scrape, by kind (reserve,
 // settle):
 //
-//	pgadmit_combined_statements_total      statements sent
+//	pgadmit_combined_statements_total      statements run
 //	pgadmit_combined_calls_total           calls they carried
 //	pgadmit_combined_hot_statements_total  of them hot batches
 //	pgadmit_combined_statement_seconds_total  their time from send to answer
+//
+// A statement counts once it returns, answered or failed (one that found
+// no connection, and so was never sent, too); one still running does not
+// yet. Each counts the calls it carried: a call whose batch the server
+// rejected for another call's input is sent again alone, and counts with
+// both statements, so the calls may exceed the Reserve (or Commit and
+// Release) calls made.
 //
 // and, with no label, pgadmit_lost_total: what the Limiter may have left
 // held with nobody to give it back (ratelimit.Stats.Lost), freed by a
@@ -66,8 +73,8 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 	}
 	return &combining{
 		limiter:    limiter,
-		statements: desc("pgadmit_combined_statements_total", "Combined statements sent, by kind (reserve, settle)."),
-		calls:      desc("pgadmit_combined_calls_total", "Calls the combined statements carried, by kind."),
+		statements: desc("pgadmit_combined_statements_total", "Combined statements run, by kind (reserve, settle), counted once they return, answered or failed."),
+		calls:      desc("pgadmit_combined_calls_total", "Calls the combined statements carried, by kind: a call sent again alone, after the server rejected its batch, counts with each statement."),
 		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
 		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
 		lost: prometheus.NewDesc("pgadmit_lost_total",

@@ -603,7 +603,7 @@ func (c *combiner[Req, Res]) leave(f *flight, cancel context.CancelFunc) {
 }
 
 // CombinerStats counts what one kind of operation sent since the Limiter
-// was made: Requests calls went out as Batches statements, Hot of them
+// was made: Batches statements carried Requests calls, Hot of them
 // batches on a hot counter or concurrency scope (two calls drawing on
 // one), which release its row or lock before their commit's flush and
 // answer after it. Busy is the statements' time from send to answer,
@@ -611,7 +611,10 @@ func (c *combiner[Req, Res]) leave(f *flight, cancel context.CancelFunc) {
 // flush, and decoding the answer. With one statement in flight, Busy over
 // the time elapsed is the share of it the stream was busy; the rest it
 // waited for callers. A statement counts once it returns, answered or
-// failed (cancelled on a database that does not answer, say).
+// failed (cancelled on a database that does not answer, say, or never sent
+// for want of a connection). Each counts the calls it carried: a call
+// whose batch the server rejected for another call's input is sent again
+// alone (runBatch), and counts with both statements.
 type CombinerStats struct {
 	Batches  int64
 	Requests int64

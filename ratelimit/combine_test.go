@@ -332,7 +332,7 @@ func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
 		{"57P01", []int{1, 3}},          // admin_shutdown
 	} {
 		t.Run(tc.code, func(t *testing.T) {
-			sizes, results := runWithBadRequest(t, tc.code)
+			sizes, results, stats := runWithBadRequest(t, tc.code)
 			for _, r := range results {
 				var pgErr *pgconn.PgError
 				retried := len(tc.sizes) > 2
@@ -346,6 +346,16 @@ func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
 			if !slices.Equal(sizes, tc.sizes) {
 				t.Errorf("batch sizes %v, want %v", sizes, tc.sizes)
 			}
+			// Each statement counts the calls it carried: a call sent in
+			// the rejected batch and then alone counts in both
+			// (CombinerStats, pgadmit_combined_calls_total).
+			carried := 0
+			for _, n := range tc.sizes {
+				carried += n
+			}
+			if stats.Batches != int64(len(tc.sizes)) || stats.Requests != int64(carried) {
+				t.Errorf("stats %+v, want %d statements carrying %d calls", stats, len(tc.sizes), carried)
+			}
 		})
 	}
 }
@@ -357,8 +367,8 @@ type badRequestResult struct {
 
 // runWithBadRequest sends requests 12, 13 and 14 in one batch, to a server
 // that fails any batch holding 13 with code, and returns the sizes of the
-// batches it ran and each request's result.
-func runWithBadRequest(t *testing.T, code string) ([]int, []badRequestResult) {
+// batches it ran, each request's result and the combiner's stats.
+func runWithBadRequest(t *testing.T, code string) ([]int, []badRequestResult, CombinerStats) {
 	var mu sync.Mutex
 	var sizes []int
 	block := make(chan struct{})
@@ -401,7 +411,7 @@ func runWithBadRequest(t *testing.T, code string) ([]int, []badRequestResult) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return slices.Clone(sizes), out
+	return slices.Clone(sizes), out, c.stats()
 }
 
 // A batch that panics answers every caller in it with an error, and the
