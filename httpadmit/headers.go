@@ -43,7 +43,7 @@ const (
 
 // VendorQuotaUnitParam is the RateLimit-Policy parameter that names the
 // unit of a quota whose unit the draft's registry lacks: a policy on
-// tokens reads "tokens";q=100000;w=60;pgadmit-qu="tokens". The draft
+// tokens reads "tokens";q=100000;pgadmit-qu="tokens";w=60. The draft
 // allows such vendor-prefixed parameters; its own qu parameter only takes
 // registered units (requests, the default, content-bytes and
 // concurrent-requests), so it is sent only for concurrent limits.
