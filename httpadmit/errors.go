@@ -42,7 +42,9 @@ var (
 
 // UnavailableError is a request refused because the database failed (Err:
 // its error, or context.DeadlineExceeded when it did not answer within the
-// decision timeout) and a limit fails closed.
+// decision timeout) and a limit fails closed. Find it with errors.As, or
+// match it with errors.Is(err, ErrUnavailable); Err stays in the chain
+// (errors.Is(err, context.DeadlineExceeded) for a timeout).
 type UnavailableError struct {
 	Err error
 	// Limits are the enforced limits whose FailClosed policy refused the
