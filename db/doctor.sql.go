@@ -230,7 +230,7 @@ type DoctorCheckRow struct {
 // all. Full scans of the counters and the reservation ledger: an operator
 // tool, not a hot path.
 // Lists every problem found, at most @max_problems of them, ordered by kind,
-// or, when there is none, one row whose kind is ” (and every other column
+// or, when there is none, one row whose kind is empty (and every other column
 // as for a kind it does not apply to, expected and actual 0); every row
 // carries checked_at, @now or the statement's now(), the time of the
 // snapshot it read. The kinds:
@@ -263,7 +263,7 @@ type DoctorCheckRow struct {
 //	  names the attempt (recovery frees these; expected 0, actual the
 //	  amount held).
 //
-// Columns that do not apply to a kind are ” (text), 0 (window_seconds),
+// Columns that do not apply to a kind are empty (text), 0 (window_seconds),
 // the epoch (window_start) or NULL (ids, task_status). A lease is live
 // until @now (NULL: the database's now()).
 // Locks: none (MVCC read).

@@ -176,7 +176,7 @@ type MaintenanceLeaseTakeRow struct {
 // nobody holds it or its holder's lease expired (or @holder holds it
 // already: then it is extended). acquired tells whether it was taken;
 // holder and expires_at are the lease's after the statement (the other
-// holder's when it was not taken; ” and now when the row was inserted by
+// holder's when it was not taken; empty and now when the row was inserted by
 // a transaction that committed after this statement began).
 // Locks: the lease row (insert, or FOR UPDATE through ON CONFLICT); waits
 // only for a concurrent take of the same job.

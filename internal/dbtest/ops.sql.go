@@ -276,7 +276,7 @@ type OpsHoldingsByAttemptRow struct {
 // Every reservation and lease attached to one attempt, with its state and
 // why it ended, so a test can check who released what: a reservation's
 // status (reserved, committed, released), a lease's 'unreleased' or
-// 'released'; reason ” while open.
+// 'released'; reason empty while open.
 // Locks: none (MVCC read).
 // Index: gateway_rate_limit_reservations_attempt_idx;
 // gateway_concurrency_leases_attempt_idx.

@@ -163,7 +163,7 @@ type ColumnCommentParams struct {
 	ColumnName string
 }
 
-// The COMMENT of one column of a table of the current schema (” when none).
+// The COMMENT of one column of a table of the current schema (empty when none).
 // Locks: none (catalog read).
 // Index: catalog indexes.
 func (q *Queries) ColumnComment(ctx context.Context, db DBTX, arg ColumnCommentParams) (string, error) {

@@ -194,7 +194,7 @@ WHERE p.pronamespace = current_schema()::regnamespace
 ORDER BY 1;
 
 -- name: ColumnComment :one
--- The COMMENT of one column of a table of the current schema ('' when none).
+-- The COMMENT of one column of a table of the current schema (empty when none).
 -- Locks: none (catalog read).
 -- Index: catalog indexes.
 SELECT coalesce(col_description(c.oid, a.attnum), '')::text AS comment
