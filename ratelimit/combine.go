@@ -622,7 +622,8 @@ type CombinerStats struct {
 	Busy     time.Duration
 }
 
-// MeanBatch is how many calls one statement carried on average.
+// MeanBatch is how many calls one statement carried on average (zero
+// before any statement was counted).
 func (s CombinerStats) MeanBatch() float64 {
 	if s.Batches == 0 {
 		return 0

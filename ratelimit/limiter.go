@@ -110,8 +110,9 @@ func oneConnection(conn Executor) bool {
 // short: the row and advisory locks its operations take are held until tx
 // ends.
 //
-// tx must be READ COMMITTED: in another level Reserve, CreateTask and
-// FinishTask refuse with ErrIsolation (the others do not check it).
+// tx must be READ COMMITTED: in another level Reserve, CreateTask,
+// FinishTask and CancelTask refuse with ErrIsolation (the others do not
+// check it).
 // Several operations may share tx only in the global lock order —
 // counters, then concurrency scopes, then queue scopes, then rows — for
 // example Reserve then CreateTask, but not Reserve twice or CreateTask then
@@ -131,7 +132,8 @@ func oneConnection(conn Executor) bool {
 // with Settled false, charged as the first call said (once, never twice).
 //
 // WithTx of a Limiter not made with New (a zero or nil one) returns it
-// as it is: its operations fail as the Limiter's do.
+// as it is: its operations fail as the Limiter's do. A nil tx makes every
+// operation fail with a *ValidationError on "tx", as a nil conn does New's.
 func (l *Limiter) WithTx(tx pgx.Tx) *Limiter {
 	if l.usable() != nil { // its operations fail as l's do
 		return l
@@ -186,7 +188,9 @@ const (
 // leases at most (a call with more goes alone). Each caller still gets its
 // own Grant, Settlement or error; a caller alone is sent at once. A
 // statement whose callers have all left stops counting against
-// maxInFlight (see Reserve on cancelling). Values below 1 mean 1.
+// maxInFlight (see Reserve on cancelling). Without the option, maxBatch is
+// DefaultCombineBatch and maxInFlight DefaultCombineInFlight. Values below
+// 1 mean 1, and a maxBatch above math.MaxInt32 is math.MaxInt32.
 func WithCombining(maxBatch, maxInFlight int) Option {
 	return func(o *options) {
 		o.combineBatch = min(max(maxBatch, 1), math.MaxInt32)

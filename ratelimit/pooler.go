@@ -139,7 +139,8 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // make the question moot. It returns one too, whatever the exec mode, when the holder or the
 // prober gets no server session within 5 s, rather than wait until ctx ends: behind a pooler in
 // session mode every client connection keeps the one it got (the holder too), and the pooler
-// may have none to spare. Run it at start-up or from a health check, not on a hot path.
+// may have none to spare. Run it at start-up or from a health check, not on a hot path. A nil
+// pool is a *ValidationError on "pool".
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool == nil {
 		return &ValidationError{Field: "pool", Value: nil, Reason: "must be a pool, not nil"}
