@@ -23,6 +23,8 @@ const (
 	Shadow
 )
 
+// String is the mode's name, "enforce" or "shadow" (the mode label of
+// package promadmit), or "Mode(n)" for another value.
 func (m Mode) String() string {
 	switch m {
 	case Enforce:
@@ -47,6 +49,8 @@ const (
 	FailOpen
 )
 
+// String is the policy's name, "fail_closed" or "fail_open", or
+// "FailurePolicy(n)" for another value.
 func (p FailurePolicy) String() string {
 	switch p {
 	case FailClosed:

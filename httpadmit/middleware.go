@@ -118,8 +118,8 @@ func WithObserver(o Observer) Option {
 }
 
 // WithLogger sets where shadow refusals, database failures, configuration
-// errors and settling errors are logged (default slog.Default(), which a
-// nil l also means).
+// errors and settling errors are logged (default slog.Default() as it is
+// when New runs, which a nil l also means).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

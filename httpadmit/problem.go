@@ -34,7 +34,8 @@ type Problem struct {
 	ScopeType string `json:"scope-type,omitempty"`
 	Metric    string `json:"metric,omitempty"`
 	// Quota is the limit; WindowSeconds its window (absent for concurrent
-	// limits); Remaining what it had left; Requested what the request
+	// limits); Remaining what it had left, rounded down to a whole number
+	// as the headers' remaining values are; Requested what the request
 	// needed.
 	Quota         *float64 `json:"quota,omitempty"`
 	WindowSeconds int      `json:"window-seconds,omitempty"`
