@@ -37,6 +37,7 @@ func Example() {
 	}
 	defer pool.Close()
 	limiter := ratelimit.New(pool)
+	defer limiter.Close() // once the server has stopped, before pool.Close
 
 	// What a request must fit, from its Authorization header and its body.
 	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
@@ -165,7 +166,9 @@ func ExampleReportUsage() {
 		return []httpadmit.Limit{{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "key_report_usage"},
 			Metric: ratelimit.MetricTokens, Limit: 100_000, Amount: 1000, Window: 24 * time.Hour}}}, nil
 	}
-	admit, err := httpadmit.New(ratelimit.New(pool), limits, httpadmit.WithDecisionTimeout(2*time.Second))
+	limiter := ratelimit.New(pool)
+	defer limiter.Close()
+	admit, err := httpadmit.New(limiter, limits, httpadmit.WithDecisionTimeout(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // tests, so that what is pasted is what was run.
 func TestReadmeShowsTheRunnableExample(t *testing.T) {
 	t.Parallel()
-	block := readme.Block(t, "../README.md", "", "limiter := ratelimit.New(pool)\n\n// What a request must fit")
+	block := readme.Block(t, "../README.md", "", "limiter := ratelimit.New(pool)\ndefer limiter.Close()")
 	example, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestReadmeShowsTheRunnableExample(t *testing.T) {
 // nothing else that Example declared before it.
 func TestReadmeExampleNeedsOnlyAPool(t *testing.T) {
 	t.Parallel()
-	block := readme.Block(t, "../README.md", "", "limiter := ratelimit.New(pool)\n\n// What a request must fit")
+	block := readme.Block(t, "../README.md", "", "limiter := ratelimit.New(pool)\ndefer limiter.Close()")
 	example, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)

@@ -124,6 +124,7 @@ func ExampleLimiter_Reserve() {
 	}
 	defer pool.Close()
 	limiter := ratelimit.New(pool)
+	defer limiter.Close() // runs before pool.Close: gives back what the Limiter holds
 
 	apiKey := ratelimit.Scope{Type: "api_key", Key: "key_123", Name: "Acme production"}
 	model := ratelimit.Scope{Type: "model", Key: "gpt-4o"}
@@ -171,6 +172,7 @@ func ExampleExceededError() {
 	}
 	defer pool.Close()
 	limiter := ratelimit.New(pool)
+	defer limiter.Close() // runs before pool.Close: gives back what the Limiter holds
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limits := []ratelimit.Limit{{

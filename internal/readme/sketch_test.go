@@ -115,7 +115,7 @@ func TestEveryReadmeGoBlockIsChecked(t *testing.T) {
 	checked := []string{
 		"import (\n", // ratelimit: TestReadmeShowsTheRunnableQuickstart
 		"// The gateway: one unfinished task at a time for this key.\n",            // ratelimit: TestReadmeShowsTheRunnableTaskFlow
-		"limiter := ratelimit.New(pool)\n\n// What a request must fit",             // httpadmit: TestReadmeShowsTheRunnableExample
+		"limiter := ratelimit.New(pool)\ndefer limiter.Close()",                    // httpadmit: TestReadmeShowsTheRunnableExample
 		"if err := schema.Migrate(ctx, pool); err != nil { // at service start-up", // TestSketchesCompileWhenPasted
 	}
 	readme, err := os.ReadFile("../../README.md")

@@ -1,0 +1,62 @@
+package readme
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every Example that makes a Limiter closes it, as Limiter.Close asks of a
+// process before it closes its pool: an Example is what a newcomer copies.
+// Four made one and closed only the pool.
+func TestExamplesCloseTheirLimiters(t *testing.T) {
+	t.Parallel()
+	found := 0
+	for _, dir := range []string{"../../ratelimit", "../../httpadmit", "../../promadmit", "../../schema"} {
+		names, err := filepath.Glob(filepath.Join(dir, "example*_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			fset := token.NewFileSet()
+			file, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, decl := range file.Decls {
+				fn, ok := decl.(*ast.FuncDecl)
+				if !ok || !strings.HasPrefix(fn.Name.Name, "Example") {
+					continue
+				}
+				made, closed := false, false
+				ast.Inspect(fn.Body, func(n ast.Node) bool {
+					call, ok := n.(*ast.CallExpr)
+					if !ok {
+						return true
+					}
+					if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+						if x, ok := sel.X.(*ast.Ident); ok && x.Name == "ratelimit" && sel.Sel.Name == "New" {
+							made = true
+						}
+						if x, ok := sel.X.(*ast.Ident); ok && x.Name == "limiter" && sel.Sel.Name == "Close" {
+							closed = true
+						}
+					}
+					return true
+				})
+				if made {
+					found++
+				}
+				if made && !closed {
+					t.Errorf("%s: %s makes a Limiter and never calls limiter.Close", fset.Position(fn.Pos()), fn.Name.Name)
+				}
+			}
+		}
+	}
+	if found < 10 {
+		t.Errorf("found %d Examples that make a Limiter, want at least 10", found)
+	}
+}
