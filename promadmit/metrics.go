@@ -154,9 +154,18 @@ func WithMaxSeries(n int) Option {
 }
 
 // New creates the metrics and registers them with reg, as one collector
-// (reg.Unregister(metrics) removes them all). A nil reg, or an
-// option out of its range, is a *ratelimit.ValidationError (errors.Is
-// ratelimit.ErrInvalidInput) whose Field names it ("reg",
+// (reg.Unregister(metrics) removes them all); in braces, their labels:
+//
+//	pgadmit_http_admissions_total          limits of requests decided {outcome, mode, scope_type, metric}
+//	pgadmit_http_near_limit_total          admissions that left an enforced limit near full {scope_type, metric}
+//	pgadmit_http_leases_held               leases held by requests in flight (a gauge)
+//	pgadmit_db_operation_duration_seconds  database operations' durations (a histogram) {operation, result}
+//	pgadmit_db_operations_total            the same operations counted {operation, result}
+//	pgadmit_recovered_total                what Recover gave back {kind}
+//	pgadmit_pruned_total                   what Prune released or deleted {kind}
+//
+// A nil reg, or an option out of its range, is a *ratelimit.ValidationError
+// (errors.Is ratelimit.ErrInvalidInput) whose Field names it ("reg",
 // "WithNearLimit", "WithMaxSeries").
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
