@@ -617,13 +617,20 @@ func (l *Limiter) Close() {
 // the time to send), which ends blocks early; against the middle of a call
 // that waited, it fell behind by half the wait, and blocks admitted past
 // their window's end.
+//
+// A request that was sent and lost its answer counts as lost (Stats.Lost,
+// see countLost): the server may have granted a block that this process
+// never learns of, and so never admits from, reports or returns; its units
+// stay reserved until Recover returns it after its window.
 func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (db.AllotmentTakeRow, error) {
+	ctx, cut := withCutMark(ctx)
 	var row db.AllotmentTakeRow
 	sent, err := a.onSession(ctx, func(conn db.DBTX) (err error) {
 		row, err = a.l.queries.AllotmentTake(ctx, conn, p)
 		return err
 	})
 	if err != nil {
+		a.l.countLost(1, err, cut.Load())
 		return row, err
 	}
 	a.readClock(row.DbNow, sent)

@@ -681,10 +681,12 @@ type Stats struct {
 	// ConfigurePool, the server never acknowledged the cancel request of a
 	// statement whose callers had all left; with pgx's default handler
 	// such a statement is not counted), which the server may have
-	// committed, and give-backs of what nobody held (a grant decided after
-	// its caller left, a task created or claimed so) that failed for good.
-	// What they hold stays held until a lease's TTL, its window's end or
-	// Recover ends it. Not counted: a statement the server failed (rolled
+	// committed, block requests of Local limits that lost their answer so
+	// (a block the server granted that this Limiter never learns of, held
+	// until Recover returns it after its window), and give-backs of what
+	// nobody held (a grant decided after its caller left, a task created or
+	// claimed so) that failed for good. What they hold stays held until a
+	// lease's TTL, its window's end or Recover ends it. Not counted: a statement the server failed (rolled
 	// back), one never sent (a pool that could not open a connection for
 	// it sent nothing), anything inside a caller's transaction (its
 	// rollback ends it). A Reserve that failed so with its caller still

@@ -9,10 +9,10 @@ import (
 	"github.com/jackc/puddle/v2"
 )
 
-// countLost counts n Reserve calls as lost (Stats.Lost) when err, their
-// statement's failure, says that the statement was sent and got no answer
-// (answerLost): the server may have committed their grants, which nobody
-// knows of. Inside a caller's transaction nothing is lost: the transaction
+// countLost counts n Reserve calls (or one block request of a Local limit)
+// as lost (Stats.Lost) when err, their statement's failure, says that the
+// statement was sent and got no answer (answerLost): the server may have
+// committed their grants (or the block), which nobody knows of. Inside a caller's transaction nothing is lost: the transaction
 // is gone with its answer, and rolled back.
 func (l *Limiter) countLost(n int, err error, cut bool) {
 	if !l.inTx && answerLost(err, cut) {
