@@ -63,16 +63,18 @@ const procLeaseTTL = 5 * time.Second
 // already full.
 const victimAdmissions = 100
 
-// The child's stdout, one event a line: "admit W" for each admission
+// The child's stdout, one event a line: "admit W B" for each admission
 // (written as it is made, so that the victim's count up to its death
-// reaches the parent), "refuse W" for the first refusal by the window
-// limit in window W, "error ..." and "done". W is the window's start,
-// RFC 3339 in UTC.
+// reaches the parent), B the block it came from (procInDB: decided in the
+// database), "refuse W" for the first refusal by the window limit in
+// window W, "error ..." and "done". W is the window's start, RFC 3339 in
+// UTC.
 const (
 	procAdmit  = "admit "
 	procRefuse = "refuse "
 	procError  = "error "
 	procDone   = "done"
+	procInDB   = "-"
 )
 
 func (o procOrders) limits() []ratelimit.Limit {
@@ -170,8 +172,20 @@ func TestProcessChild(t *testing.T) {
 					fmt.Printf("%s%v\n", procError, err)
 					return
 				}
-				slots.take(o.Proc)                                                         // the grant is in hand: its lease is live
-				fmt.Printf("%s%s\n", procAdmit, windowName(g.Reservations[0].WindowStart)) // one write: lines do not interleave
+				got := time.Now()
+				slots.take(o.Proc) // the grant is in hand: its lease is live
+				r := g.Reservations[0]
+				block := procInDB
+				if r.Local {
+					block = r.Allotment
+				}
+				fmt.Printf("%s%s %s\n", procAdmit, windowName(r.WindowStart), block) // one write: lines do not interleave
+				if r.WindowStart.After(got.Add(behind)) {
+					// Charged to a window that had not begun, on the
+					// database's clock, when the grant came back.
+					fmt.Printf("%sadmitted (Local %v) in window %s, which had not begun when the grant came at %s\n", procError,
+						r.Local, windowName(r.WindowStart), got.Add(behind).UTC().Format(time.RFC3339Nano))
+				}
 				if end := g.Reservations[0].WindowStart.Add(o.Window); !asked.Add(ahead).Before(end) {
 					// Charged to a window that had ended, on the database's
 					// clock, before the request was made: that window's

@@ -30,12 +30,17 @@ import (
 // and a window ends under that pressure). No window admits more than
 // 1,000 (counting every admission of every process, the victim's up to its
 // death), no request is charged to a window that had ended before it was
-// made (on the database's clock), never more than 10 requests hold a slot
-// at once (counted at every instant across the processes: heldSlots), a
-// window that refused admitted exactly 1,000 when combining and stranded no more than the documented
-// bound with allotments, no block is above its share of the limit, and once
+// made or had not begun when its grant came (on the database's clock),
+// never more than 10 requests hold a slot at once (counted at every instant
+// across the processes: heldSlots), a window that refused admitted exactly
+// 1,000 when combining and stranded no more than the documented bound with
+// allotments, no block is above its share of the limit nor admitted more
+// than it was granted (the victim's up to its death included), and once
 // Recover has given the dead process's blocks back, every counter equals its
-// ledger (when combining: the admissions too) and the doctor finds nothing.
+// ledger and the admissions: when combining, one per admission; with
+// allotments, what the blocks charged (a survivor's block exactly what it
+// admitted, the victim's its last report) and one per admission decided in
+// the database. The doctor then finds nothing.
 func TestExactAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four processes")
@@ -64,12 +69,16 @@ const (
 )
 
 // procTally gathers what the processes report: admissions per window
-// (the victim's apart) and the windows the limit refused in. It closes
-// stop once the limit refused in stressedWindows windows.
+// (the victim's apart), per block and in the database, and the windows the
+// limit refused in. It closes stop once the limit refused in
+// stressedWindows windows.
 type procTally struct {
 	mu          sync.Mutex
 	admitted    map[string]int // window -> admissions of the survivors
 	victim      map[string]int // window -> admissions of the victim before it died
+	fromBlock   map[string]int // block -> admissions from it, the victim's included
+	inDB        map[string]int // window -> admissions of the survivors decided in the database
+	victimInDB  map[string]int // window -> the victim's, before it died
 	refused     map[string]bool
 	victimSlots int64 // slots the victim held as it died
 	stop        chan struct{}
@@ -77,14 +86,25 @@ type procTally struct {
 }
 
 func newProcTally() *procTally {
-	return &procTally{admitted: map[string]int{}, victim: map[string]int{}, refused: map[string]bool{}, stop: make(chan struct{})}
+	return &procTally{admitted: map[string]int{}, victim: map[string]int{}, fromBlock: map[string]int{}, inDB: map[string]int{},
+		victimInDB: map[string]int{}, refused: map[string]bool{}, stop: make(chan struct{})}
 }
 
 func (p *procTally) halt() { p.stopOnce.Do(func() { close(p.stop) }) }
 
-func (p *procTally) admit(w string, victim bool) {
+// admit counts an admission in window w from block (procInDB: decided in
+// the database).
+func (p *procTally) admit(w, block string, victim bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	switch {
+	case block != procInDB:
+		p.fromBlock[block]++
+	case victim:
+		p.victimInDB[w]++
+	default:
+		p.inDB[w]++
+	}
 	if victim {
 		p.victim[w]++
 	} else {
@@ -187,13 +207,17 @@ func runProcesses(t *testing.T, local bool) {
 	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(500*time.Millisecond))
 	var recovered ratelimit.RecoveryResult
 	if local {
-		recovered = recoverVictim(t, pool, m, key, limit)
+		var victim string
+		recovered, victim = recoverVictim(t, pool, m, key, limit)
+		charged := blocksCharge(t, pool, key, victim, tally)
 		for _, c := range counterRows(t, pool, "api_key", key) {
-			// The victim's blocks charge its last report: at most what it
-			// admitted, which the count above may miss the last few of.
-			if survivors := tally.admitted[windowName(c.WindowStart)]; c.UsedValue < float64(survivors) || c.UsedValue > limit || c.ReservedValue != 0 {
-				t.Errorf("window %s after Recover: used %g, reserved %g; want at least the survivors' %d admissions, at most %d, nothing reserved",
-					c.WindowStart, c.UsedValue, c.ReservedValue, survivors, limit)
+			// What the blocks charged (the victim's its last report), and
+			// each admission decided in the database (the victim's
+			// committed: nothing is left reserved).
+			w := windowName(c.WindowStart)
+			if want := charged[w] + float64(tally.inDB[w]+tally.victimInDB[w]); c.UsedValue != want || c.UsedValue > limit || c.ReservedValue != 0 {
+				t.Errorf("window %s after Recover: used %g, reserved %g; want %g (blocks charged %g, %d+%d admitted in the database), at most %d, nothing reserved",
+					w, c.UsedValue, c.ReservedValue, want, charged[w], tally.inDB[w], tally.victimInDB[w], limit)
 			}
 		}
 	} else {
@@ -228,7 +252,8 @@ func withoutCommitFlush(t *testing.T, raw string) string {
 // recoverVictim checks the blocks of a run with allotments, no block above
 // its share of the limit, and that Recover returns the killed process's
 // blocks (the only ones open: the others closed) once their window is over.
-func recoverVictim(t *testing.T, pool *pgxpool.Pool, m *ratelimit.Maintenance, key string, limit float64) ratelimit.RecoveryResult {
+// It returns what Recover did and the killed process's holder.
+func recoverVictim(t *testing.T, pool *pgxpool.Pool, m *ratelimit.Maintenance, key string, limit float64) (ratelimit.RecoveryResult, string) {
 	t.Helper()
 	blocks := allotments(t, pool, "api_key", key)
 	var lastEnd time.Time
@@ -259,7 +284,45 @@ func recoverVictim(t *testing.T, pool *pgxpool.Pool, m *ratelimit.Maintenance, k
 			t.Errorf("block %+v still open after Recover", b)
 		}
 	}
-	return recovered
+	victim := ""
+	for h := range holders {
+		victim = h
+	}
+	return recovered, victim
+}
+
+// blocksCharge checks, once every block went back, that no block admitted
+// more than it was granted (the victim's, up to its death, included) and
+// that each survivor's block charged exactly what it admitted (each
+// request committed at its estimate, 1); the victim's charged its last
+// report, at most what it was granted. It returns what the blocks charged
+// per window.
+func blocksCharge(t *testing.T, pool *pgxpool.Pool, key, victim string, tally *procTally) map[string]float64 {
+	t.Helper()
+	charged := map[string]float64{}
+	seen := map[string]bool{}
+	for _, b := range allotments(t, pool, "api_key", key) {
+		id := b.ID.String()
+		seen[id] = true
+		n := float64(tally.fromBlock[id])
+		charged[windowName(b.WindowStart)] += b.Used
+		if n > b.Granted {
+			t.Errorf("block %s of %s admitted %g, granted %g", id, b.Holder, n, b.Granted)
+		}
+		if b.Holder == victim {
+			if b.Used > b.Granted {
+				t.Errorf("the killed process's block %s charged %g, granted %g (%s)", id, b.Used, b.Granted, b.Reason)
+			}
+		} else if b.Used != n {
+			t.Errorf("block %s of %s charged %g, admitted %g (%s)", id, b.Holder, b.Used, n, b.Reason)
+		}
+	}
+	for id, n := range tally.fromBlock {
+		if !seen[id] {
+			t.Errorf("%d admission(s) from block %s, which the database does not know", n, id)
+		}
+	}
+	return charged
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -306,7 +369,8 @@ func runChild(t *testing.T, o procOrders, tally *procTally, slots *heldSlots, po
 		line := scan.Text()
 		switch {
 		case strings.HasPrefix(line, procAdmit):
-			tally.admit(strings.TrimPrefix(line, procAdmit), o.Victim)
+			w, block, _ := strings.Cut(strings.TrimPrefix(line, procAdmit), " ")
+			tally.admit(w, block, o.Victim)
 		case strings.HasPrefix(line, procRefuse):
 			tally.refuse(strings.TrimPrefix(line, procRefuse))
 		case strings.HasPrefix(line, procError):
