@@ -34,8 +34,10 @@ type procOrders struct {
 	// MaxRun bounds the run should the parent never say stop (it closes
 	// the child's stdin once the window limit refused in enough windows).
 	MaxRun time.Duration
-	// Victim: SIGKILL itself at its victimAdmissions-th admission from a
-	// local block; it ignores stdin.
+	// Victim: SIGKILL itself at its victimAdmissions-th admission (with
+	// allotments, from a local block), while its other workers' calls are
+	// in flight (combined Reserve and Commit statements, or blocks taken
+	// and reported); it ignores stdin.
 	Victim bool
 	// HeldSlots is the file of the count of slots held by every process
 	// (heldSlots), in which this one is Proc.
@@ -55,12 +57,12 @@ type procOrders struct {
 // gave the slot back (leaseLapsed), the parent that the victim's were.
 const procLeaseTTL = 5 * time.Second
 
-// victimAdmissions is how many admissions the victim makes from its blocks
-// before it dies. It kills itself the instant it admits from a block, so
-// that block certainly has not gone back: a block with a request in flight
-// goes back only on Close or long after its window. Killed from outside a
-// moment later, it could have spent and returned its blocks in a window
-// already full.
+// victimAdmissions is how many admissions the victim makes (with
+// allotments, from its blocks) before it dies. It kills itself the instant
+// it admits from a block, so that block certainly has not gone back: a
+// block with a request in flight goes back only on Close or long after its
+// window. Killed from outside a moment later, it could have spent and
+// returned its blocks in a window already full.
 const victimAdmissions = 100
 
 // The child's stdout, one event a line: "admit W B" for each admission
@@ -147,7 +149,7 @@ func TestProcessChild(t *testing.T) {
 	}
 	var mu sync.Mutex
 	refused := map[string]bool{}
-	var fromBlocks atomic.Int64
+	var counted atomic.Int64 // the victim's admissions toward its death
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Add(1)
@@ -194,7 +196,7 @@ func TestProcessChild(t *testing.T) {
 						g.Reservations[0].Local, windowName(g.Reservations[0].WindowStart), end.UTC().Format(time.RFC3339Nano),
 						asked.Add(ahead).UTC().Format(time.RFC3339Nano))
 				}
-				if o.Victim && g.Reservations[0].Local && fromBlocks.Add(1) == victimAdmissions {
+				if o.Victim && (r.Local || !o.Local) && counted.Add(1) == victimAdmissions {
 					self, _ := os.FindProcess(os.Getpid())
 					_ = self.Kill() // SIGKILL: no deferred call, no Close
 				}
