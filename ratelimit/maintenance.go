@@ -175,14 +175,22 @@ func WithMaintenanceLeaseTTL(d time.Duration) MaintenanceOption {
 // for lost: once its window ended, and its holder last reported, this long
 // ago (default DefaultLostAllotmentGrace; a live holder returns its blocks
 // at their window's end and reports every second while requests admitted
-// from them are in flight). Zero or negative leaves the default.
+// from them are in flight). A d under two seconds is two seconds
+// (minLostAllotmentGrace): a shorter grace would take a live holder's block
+// for lost between two of its reports and return it charging the last one,
+// leaving what the holder admitted since uncharged. Zero or negative leaves
+// the default.
 func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
-			o.lostGrace = d
+			o.lostGrace = max(d, minLostAllotmentGrace)
 		}
 	}
 }
+
+// minLostAllotmentGrace is the shortest grace WithLostAllotmentGrace sets:
+// two of a live holder's report periods.
+const minLostAllotmentGrace = 2 * allotSyncEvery
 
 // WithDoctorLockTimeout bounds how long Doctor waits for a lock on a table it
 // reads (one that a migration's ALTER TABLE holds, for instance): past d it

@@ -219,7 +219,7 @@ func runProcesses(t *testing.T, local bool) {
 	// The victim's leases lapse, and Recover releases them.
 	waitPast(t, pool, tally.victimDied.Add(procLeaseTTL+time.Second))
 
-	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(500*time.Millisecond))
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(procLostGrace))
 	var recovered ratelimit.RecoveryResult
 	var leftOpen int64 // when combining: the victim's grants it never committed
 	if local {
@@ -284,6 +284,10 @@ func withoutCommitFlush(t *testing.T, raw string) string {
 	return u.String()
 }
 
+// procLostGrace is the lost-holder grace of the run's Recover, the
+// shortest there is (WithLostAllotmentGrace).
+const procLostGrace = 2 * time.Second
+
 // recoverVictim checks the blocks of a run with allotments, no block above
 // its share of the limit, and that Recover returns the killed process's
 // blocks (the only ones open: the others closed) once their window is over.
@@ -306,7 +310,7 @@ func recoverVictim(t *testing.T, pool *pgxpool.Pool, m *ratelimit.Maintenance, k
 	if open == 0 || len(holders) != 1 {
 		t.Fatalf("%d open block(s) of %d holder(s) once the survivors closed (%d blocks in all), want the killed process's", open, len(holders), len(blocks))
 	}
-	waitPast(t, pool, lastEnd.Add(time.Second+100*time.Millisecond)) // its window's end, plus the grace and a report period
+	waitPast(t, pool, lastEnd.Add(procLostGrace+100*time.Millisecond)) // its window's end, plus the grace (its last report was before)
 	recovered, err := m.Recover(context.Background())
 	if err != nil {
 		t.Fatal(err)
