@@ -630,7 +630,9 @@ func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (d
 		return err
 	})
 	if err != nil {
-		a.l.countLost(1, err, cut.Load())
+		if !sent.IsZero() { // the pool gave it a session: its error is the statement's
+			a.l.countLost(1, err, cut.Load())
+		}
 		return row, err
 	}
 	a.readClock(row.DbNow, sent)
@@ -638,7 +640,8 @@ func (a *allotments) allotTake(ctx context.Context, p db.AllotmentTakeParams) (d
 }
 
 // onSession runs query, which reads the database's clock, and returns when
-// it was sent: on a pool, once a session is acquired. Stamped before the
+// it was sent: on a pool, once a session is acquired (zero when none was:
+// nothing was sent). Stamped before the
 // wait for one, a reading put the estimate ahead by that wait, ending
 // blocks that much early: all of them at once, on a pool busy for longer
 // than a window's admitting part (a block of a one-second window taken

@@ -94,3 +94,22 @@ func TestLocalBlockWhoseAnswerWasLostIsCountedLost(t *testing.T) {
 	}
 	assertBooksBalance(t, admin, "model", key)
 }
+
+// A block request that the pool could not give a session to (the pool
+// closed) sent nothing: it is counted failed, not lost; nor is the Reserve
+// that then went to the database, on the closed pool, lost.
+func TestLocalBlockRequestNeverSentIsNotLost(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	awaitLocalWindow(t, pgtest.OpenPool(t, url))
+	p := pgtest.OpenPool(t, url)
+	l := ratelimit.New(p)
+	defer l.Close()
+	p.Close()
+	if _, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(uniqueKey("closedpool"), 1000, 1)}); err == nil {
+		t.Fatal("Reserve on a closed pool succeeded")
+	}
+	if s := l.Stats(); s.Local.Failed == 0 || s.Lost != 0 {
+		t.Errorf("Stats() = %+v after a block request on a closed pool, want it failed and nothing lost", s)
+	}
+}

@@ -686,10 +686,11 @@ type Stats struct {
 	// until Recover returns it after its window), and give-backs of what
 	// nobody held (a grant decided after its caller left, a task created or
 	// claimed so) that failed for good. What they hold stays held until a
-	// lease's TTL, its window's end or Recover ends it. Not counted: a statement the server failed (rolled
-	// back), one never sent (a pool that could not open a connection for
-	// it sent nothing), anything inside a caller's transaction (its
-	// rollback ends it). A Reserve that failed so with its caller still
+	// lease's TTL, its window's end or Recover ends it. Not counted: a
+	// statement the server failed (rolled back), one never sent (a pool
+	// that could not open a connection for it, or was closed, sent
+	// nothing), anything inside a caller's transaction (its rollback ends
+	// it). A Reserve that failed so with its caller still
 	// waiting counts too: its caller got an error, and nobody knows of what
 	// it may have been granted.
 	Lost int64
