@@ -272,7 +272,9 @@ func (q *Queries) TaskCancelAbandoned(ctx context.Context, db DBTX, arg TaskCanc
 
 const TaskClaimNext = `-- name: TaskClaimNext :one
 WITH clock AS (
-    SELECT coalesce($1::timestamptz, now()) AS now
+    SELECT coalesce($1::timestamptz, now()) AS now,
+           -- The lease's clock (see the head of this file).
+           coalesce($1::timestamptz, greatest(now(), clock_timestamp())) AS lease_now
 ),
 next AS (
     SELECT t.id
@@ -291,7 +293,7 @@ claimed AS (
         locked_at = clock.now,
         heartbeat_at = clock.now,
         execution_token = gen_random_uuid(),
-        execution_lease_expires_at = clock.now + make_interval(secs => $3::integer),
+        execution_lease_expires_at = clock.lease_now + make_interval(secs => $3::integer),
         attempt_count = t.attempt_count + 1,
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
@@ -428,7 +430,10 @@ verdict AS (
     SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
            current_setting('transaction_isolation') = 'read committed'
            AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted,
-           coalesce($4::timestamptz, now()) AS now
+           coalesce($4::timestamptz, now()) AS now,
+           -- The lease's clock: read by this statement, after the queue
+           -- scopes' locks (see the head of this file).
+           coalesce($4::timestamptz, greatest(now(), clock_timestamp())) AS lease_now
 ),
 created AS (
     INSERT INTO gateway_tasks (
@@ -445,7 +450,7 @@ created AS (
            CASE WHEN $5::boolean THEN NULL ELSE verdict.now END,
            CASE WHEN $5::boolean THEN NULL ELSE gen_random_uuid() END,
            CASE WHEN $5::boolean THEN NULL
-                ELSE verdict.now + make_interval(secs => $9::integer) END,
+                ELSE verdict.lease_now + make_interval(secs => $9::integer) END,
            CASE WHEN $5::boolean THEN 0 ELSE 1 END,
            1,
            verdict.now,
@@ -554,7 +559,14 @@ type TaskCreateRow struct {
 //
 // Each statement takes an optional @now (NULL: the database's now()) for
 // every time it records or compares, so tests drive time instead of
-// sleeping.
+// sleeping. An execution lease a statement sets (TaskCreate, TaskClaimNext,
+// TaskHeartbeat) runs from the clock read by that statement instead
+// (greatest(now(), clock_timestamp())), as a concurrency lease does
+// (schema/00018_lease_clock_after_locks.sql): now() is the transaction's
+// start, which for TaskCreate is before its wait for the queue scopes'
+// locks, and in a caller's transaction may be any time ago; a lease counted
+// from it was born expired when the wait, or the transaction, had lasted
+// longer than its TTL, and Recover took the task from its live worker.
 // Creates a task together with its queue admissions, all or nothing: the
 // task is inserted only when every queue scope holds fewer admissions than
 // its limit. A sync task (async_mode false) is created running, with its
@@ -1015,7 +1027,8 @@ beat AS (
     SET heartbeat_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                             THEN coalesce($3::timestamptz, now()) ELSE t.heartbeat_at END,
         execution_lease_expires_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
-                                          THEN coalesce($3::timestamptz, now()) + make_interval(secs => $4::integer)
+                                          THEN coalesce($3::timestamptz, greatest(now(), clock_timestamp()))
+                                               + make_interval(secs => $4::integer)
                                           ELSE t.execution_lease_expires_at END,
         updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                           THEN coalesce($3::timestamptz, now()) ELSE t.updated_at END
@@ -1048,8 +1061,9 @@ type TaskHeartbeatRow struct {
 	RenewedUntil *time.Time
 }
 
-// Extends the execution lease of a running task to now() + ttl, fenced by
-// the execution token. A claim stays valid until someone takes the task
+// Extends the execution lease of a running task to now + ttl (now as this
+// statement reads the clock, not the transaction's start: see the head of
+// this file), fenced by the execution token. A claim stays valid until someone takes the task
 // away (recovery reclaims only under this row's lock), so a heartbeat that
 // arrives after the lease expired but before recovery still succeeds.
 // Returns the task's status and the new expiry (NULL when not renewed: the

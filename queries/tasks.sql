@@ -28,7 +28,14 @@
 --
 -- Each statement takes an optional @now (NULL: the database's now()) for
 -- every time it records or compares, so tests drive time instead of
--- sleeping.
+-- sleeping. An execution lease a statement sets (TaskCreate, TaskClaimNext,
+-- TaskHeartbeat) runs from the clock read by that statement instead
+-- (greatest(now(), clock_timestamp())), as a concurrency lease does
+-- (schema/00018_lease_clock_after_locks.sql): now() is the transaction's
+-- start, which for TaskCreate is before its wait for the queue scopes'
+-- locks, and in a caller's transaction may be any time ago; a lease counted
+-- from it was born expired when the wait, or the transaction, had lasted
+-- longer than its TTL, and Recover took the task from its live worker.
 
 -- name: TaskCreate :one
 -- Creates a task together with its queue admissions, all or nothing: the
@@ -65,7 +72,10 @@ verdict AS (
     SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
            current_setting('transaction_isolation') = 'read committed'
            AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted,
-           coalesce(sqlc.narg('now')::timestamptz, now()) AS now
+           coalesce(sqlc.narg('now')::timestamptz, now()) AS now,
+           -- The lease's clock: read by this statement, after the queue
+           -- scopes' locks (see the head of this file).
+           coalesce(sqlc.narg('now')::timestamptz, greatest(now(), clock_timestamp())) AS lease_now
 ),
 created AS (
     INSERT INTO gateway_tasks (
@@ -82,7 +92,7 @@ created AS (
            CASE WHEN @async_mode::boolean THEN NULL ELSE verdict.now END,
            CASE WHEN @async_mode::boolean THEN NULL ELSE gen_random_uuid() END,
            CASE WHEN @async_mode::boolean THEN NULL
-                ELSE verdict.now + make_interval(secs => @lease_seconds::integer) END,
+                ELSE verdict.lease_now + make_interval(secs => @lease_seconds::integer) END,
            CASE WHEN @async_mode::boolean THEN 0 ELSE 1 END,
            1,
            verdict.now,
@@ -142,7 +152,9 @@ LEFT JOIN attempt ON attempt.task_id = created.id;
 -- Locks: FOR NO KEY UPDATE SKIP LOCKED on the claimed task row only.
 -- Index: gateway_tasks_runnable_idx (partial: queued async, by next_run_at).
 WITH clock AS (
-    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now,
+           -- The lease's clock (see the head of this file).
+           coalesce(sqlc.narg('now')::timestamptz, greatest(now(), clock_timestamp())) AS lease_now
 ),
 next AS (
     SELECT t.id
@@ -161,7 +173,7 @@ claimed AS (
         locked_at = clock.now,
         heartbeat_at = clock.now,
         execution_token = gen_random_uuid(),
-        execution_lease_expires_at = clock.now + make_interval(secs => @lease_seconds::integer),
+        execution_lease_expires_at = clock.lease_now + make_interval(secs => @lease_seconds::integer),
         attempt_count = t.attempt_count + 1,
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
@@ -368,8 +380,9 @@ FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
 
 -- name: TaskHeartbeat :one
--- Extends the execution lease of a running task to now() + ttl, fenced by
--- the execution token. A claim stays valid until someone takes the task
+-- Extends the execution lease of a running task to now + ttl (now as this
+-- statement reads the clock, not the transaction's start: see the head of
+-- this file), fenced by the execution token. A claim stays valid until someone takes the task
 -- away (recovery reclaims only under this row's lock), so a heartbeat that
 -- arrives after the lease expired but before recovery still succeeds.
 -- Returns the task's status and the new expiry (NULL when not renewed: the
@@ -398,7 +411,8 @@ beat AS (
     SET heartbeat_at = CASE WHEN (t.status = 'running' AND t.execution_token = @token::uuid) IS TRUE
                             THEN coalesce(sqlc.narg('now')::timestamptz, now()) ELSE t.heartbeat_at END,
         execution_lease_expires_at = CASE WHEN (t.status = 'running' AND t.execution_token = @token::uuid) IS TRUE
-                                          THEN coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::integer)
+                                          THEN coalesce(sqlc.narg('now')::timestamptz, greatest(now(), clock_timestamp()))
+                                               + make_interval(secs => @lease_seconds::integer)
                                           ELSE t.execution_lease_expires_at END,
         updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = @token::uuid) IS TRUE
                           THEN coalesce(sqlc.narg('now')::timestamptz, now()) ELSE t.updated_at END
