@@ -2,8 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,6 +64,18 @@ import (
 // Release statement that pgx could not write at all (nothing of it reached
 // the server) is sent once more on another connection (resendsUnsent).
 //
+// Its sessions write times in the ISO style (DateStyle ISO, sent with the
+// connection's start-up parameters, which PgBouncer passes on and keeps
+// per client): in the exec modes that read results as text (exec, which a
+// transaction pooler needs, and simple_protocol) pgx reads a time in that
+// style only, and a role or database whose DateStyle is another (SQL,
+// German, Postgres) failed every Reserve with a scan error. The order in
+// which the server reads a date written as text (DMY, MDY, YMD) is then
+// the server's default (postgresql.conf; MDY unless set), not the role's
+// or the database's: pgadmit writes none, but a caller that writes such
+// dates in its own statements on the pool can set its DateStyle in cfg
+// ("ISO, DMY"), which is kept, as is any DateStyle cfg already sets.
+//
 // It changes nothing else: exec mode, pool size and the rest of cfg are
 // left as they are. A nil cfg, or one not made by pgxpool.ParseConfig (a
 // nil ConnConfig), is left as it is: there is nothing to set up.
@@ -73,6 +87,22 @@ func ConfigurePool(cfg *pgxpool.Config) {
 		return &cancelRequestHandler{conn: c}
 	}
 	cfg.ShouldPing = pingEnded(cfg.ShouldPing)
+	isoDates(cfg.ConnConfig)
+}
+
+// isoDates has the sessions of cfg write times in the ISO style, the one
+// pgx reads as text, unless cfg sets a DateStyle of its own (a start-up
+// parameter's name is not case-sensitive).
+func isoDates(cfg *pgx.ConnConfig) {
+	for name := range cfg.RuntimeParams {
+		if strings.EqualFold(name, "datestyle") {
+			return
+		}
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["datestyle"] = "ISO"
 }
 
 // cancelAckTimeout is how long a connection whose statement was cancelled

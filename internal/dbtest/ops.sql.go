@@ -654,6 +654,46 @@ func (q *Queries) OpsRevokeLogicalMessages(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const OpsSessionClockSettings = `-- name: OpsSessionClockSettings :one
+SELECT current_setting('TimeZone')::text AS time_zone,
+       current_setting('DateStyle')::text AS date_style
+`
+
+type OpsSessionClockSettingsRow struct {
+	TimeZone  string
+	DateStyle string
+}
+
+// The session's TimeZone and DateStyle.
+// Locks: none.
+// Index: none.
+func (q *Queries) OpsSessionClockSettings(ctx context.Context, db DBTX) (OpsSessionClockSettingsRow, error) {
+	row := db.QueryRow(ctx, OpsSessionClockSettings)
+	var i OpsSessionClockSettingsRow
+	err := row.Scan(&i.TimeZone, &i.DateStyle)
+	return i, err
+}
+
+const OpsSetMyTimeZoneAndDateStyle = `-- name: OpsSetMyTimeZoneAndDateStyle :exec
+DO $$
+BEGIN
+    EXECUTE format('ALTER ROLE %I IN DATABASE %I SET TimeZone = %L', current_user, current_database(), 'Asia/Kathmandu');
+    EXECUTE format('ALTER ROLE %I IN DATABASE %I SET DateStyle = %L', current_user, current_database(), 'German, DMY');
+END
+$$
+`
+
+// Sets the session role's TimeZone in this database to Asia/Kathmandu
+// (+05:45) and its DateStyle to German (05.12.2026 18:45:00 +0545), as a
+// DBA of a gateway outside UTC might (ALTER ROLE ... IN DATABASE ... SET):
+// sessions opened later start with them.
+// Locks: pg_db_role_setting's row of the role and database.
+// Index: none.
+func (q *Queries) OpsSetMyTimeZoneAndDateStyle(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsSetMyTimeZoneAndDateStyle)
+	return err
+}
+
 const OpsStateSummary = `-- name: OpsStateSummary :one
 SELECT (SELECT count(*) FROM gateway_tasks WHERE status = 'queued')::bigint                 AS tasks_queued,
        (SELECT count(*) FROM gateway_tasks WHERE status = 'running')::bigint                AS tasks_running,

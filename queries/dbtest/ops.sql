@@ -366,6 +366,27 @@ BEGIN
 END
 $$;
 
+-- name: OpsSetMyTimeZoneAndDateStyle :exec
+-- Sets the session role's TimeZone in this database to Asia/Kathmandu
+-- (+05:45) and its DateStyle to German (05.12.2026 18:45:00 +0545), as a
+-- DBA of a gateway outside UTC might (ALTER ROLE ... IN DATABASE ... SET):
+-- sessions opened later start with them.
+-- Locks: pg_db_role_setting's row of the role and database.
+-- Index: none.
+DO $$
+BEGIN
+    EXECUTE format('ALTER ROLE %I IN DATABASE %I SET TimeZone = %L', current_user, current_database(), 'Asia/Kathmandu');
+    EXECUTE format('ALTER ROLE %I IN DATABASE %I SET DateStyle = %L', current_user, current_database(), 'German, DMY');
+END
+$$;
+
+-- name: OpsSessionClockSettings :one
+-- The session's TimeZone and DateStyle.
+-- Locks: none.
+-- Index: none.
+SELECT current_setting('TimeZone')::text AS time_zone,
+       current_setting('DateStyle')::text AS date_style;
+
 -- name: OpsRevokeLogicalMessages :exec
 -- Revokes EXECUTE on pg_logical_emit_message from PUBLIC in this database
 -- (pg_proc is the database's own), as a DBA hardening a server might: the
