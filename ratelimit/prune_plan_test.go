@@ -193,6 +193,63 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 	assertBatchReadsItsBatch(t, pool, "PruneAllotments", batch, pruneAllotments(cutoff, batch))
 }
 
+// A table whose blocks lie in an order unrelated to their windows (blocks
+// of a day's window among a minute's, the space of pruned blocks reused:
+// months of traffic) still has each batch of PruneAllotments walk the
+// ended blocks in expiry order and stop at its batch. The planner took a
+// block's "counter is gone" test to pass for 0.5% of blocks, so it
+// expected to need every ended block for a batch, and its custom plan
+// (every plan in pgx's exec mode, the mode advised behind PgBouncer) read
+// all of them, probed each one's counter and sorted them, in every batch.
+func TestPruneAllotmentsWalksScatteredBlocksInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const rows, batch = 40_000, 4_000
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.FixtureFillAllotmentsScattered(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFillAllotmentsScattered: %v", err)
+	}
+	cutoff := pruneOlderHalfOfCounters(t, pool, rows)
+	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
+		t.Fatalf("LedgersVacuumAnalyze: %v", err)
+	}
+	assertBatchReadsItsBatch(t, pool, "PruneAllotments", batch, pruneAllotments(cutoff, batch))
+}
+
+// The same for PruneTasks: FixtureFill's finish times cycle through 27
+// hours, so the finished tasks lie in an order unrelated to their finish
+// time, as they do once tasks of different lengths have run for a while.
+// The planner took each of the two "holds nothing" tests to pass for 0.5%
+// of tasks (0.0025% for both), read every task finished before the
+// cutoff, probed both ledgers for each and sorted them, in every batch.
+func TestPruneTasksWalksScatteredTasksInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const rows, batch = 40_000, 500
+	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
+		t.Fatalf("FixtureFill: %v", err)
+	}
+	if err := testq.TablesAnalyze(ctx, pool); err != nil {
+		t.Fatalf("TablesAnalyze: %v", err)
+	}
+	var cutoff time.Time
+	func() {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		cutoff = dayAgo(t, tx)
+	}()
+	assertBatchReadsItsBatch(t, pool, "PruneTasks", batch, func(tx pgx.Tx) (int64, error) {
+		return queries.PruneTasks(ctx, tx, db.PruneTasksParams{Cutoff: cutoff, BatchSize: batch})
+	})
+}
+
 // fillWithAllotments fills pool's database with the fixture of rows rows
 // (FixtureFill) and rows returned blocks in its windows (FixtureFillAllotments).
 func fillWithAllotments(t *testing.T, pool *pgxpool.Pool, rows int32) {

@@ -155,6 +155,33 @@ func (q *Queries) FixtureFillAllotments(ctx context.Context, db DBTX, rows int32
 	return err
 }
 
+const FixtureFillAllotmentsScattered = `-- name: FixtureFillAllotmentsScattered :exec
+INSERT INTO gateway_rate_limit_allotments (
+    holder, scope_type, scope_key, metric, window_seconds, window_start, expires_at, limit_value,
+    granted, consumed, returned_at, used, reason
+)
+SELECT 'fixture', 'fixture_key', 'k' || (g % 100)::text, 'tokens', 60, w.window_start,
+       w.window_start + interval '60 seconds', 1000000, 100, 100, w.window_start + interval '60 seconds', 100,
+       'fixture'
+FROM generate_series(1, $1::integer) AS g
+CROSS JOIN LATERAL (
+    SELECT date_bin(interval '60 seconds', now(), timestamptz 'epoch') - (g / 100) * interval '60 seconds' AS window_start
+) AS w
+ORDER BY md5(g::text)
+`
+
+// FixtureFillAllotments, with the blocks written to the table in an order
+// unrelated to their windows, as a table ends up after months of traffic:
+// blocks of a day's window lie among those of a minute's, and the space
+// that pruned blocks leave is reused by new ones. The planner then knows
+// that reading the blocks in expiry order costs a random read each.
+// Locks: row locks on the inserted rows only.
+// Index: the inserts maintain every index; no reads.
+func (q *Queries) FixtureFillAllotmentsScattered(ctx context.Context, db DBTX, rows int32) error {
+	_, err := db.Exec(ctx, FixtureFillAllotmentsScattered, rows)
+	return err
+}
+
 const FixtureFillOpenOfRunning = `-- name: FixtureFillOpenOfRunning :exec
 WITH running AS (
     SELECT t.id, a.id AS attempt_id, g
