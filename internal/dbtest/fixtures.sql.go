@@ -240,6 +240,21 @@ func (q *Queries) FixtureFillQueue(ctx context.Context, db DBTX, rows int32) err
 	return err
 }
 
+const JitForTransaction = `-- name: JitForTransaction :exec
+SELECT set_config('jit', $1::text, true), set_config('jit_above_cost', '100000', true)
+`
+
+// Turns JIT compilation on ('on') or off ('off') for the rest of the
+// current transaction, at a stock server's threshold (jit_above_cost
+// 100000): a statement the planner costs above it is compiled to machine
+// code on each execution, which takes tens to hundreds of milliseconds.
+// Locks: none.
+// Index: none.
+func (q *Queries) JitForTransaction(ctx context.Context, db DBTX, jit string) error {
+	_, err := db.Exec(ctx, JitForTransaction, jit)
+	return err
+}
+
 const LedgersVacuumAnalyze = `-- name: LedgersVacuumAnalyze :exec
 VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, gateway_concurrency_leases,
     gateway_rate_limit_allotments

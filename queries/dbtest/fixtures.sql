@@ -218,6 +218,15 @@ VACUUM (ANALYZE) gateway_rate_limit_counters, gateway_rate_limit_reservations, g
 -- Index: none.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
+-- name: JitForTransaction :exec
+-- Turns JIT compilation on ('on') or off ('off') for the rest of the
+-- current transaction, at a stock server's threshold (jit_above_cost
+-- 100000): a statement the planner costs above it is compiled to machine
+-- code on each execution, which takes tens to hundreds of milliseconds.
+-- Locks: none.
+-- Index: none.
+SELECT set_config('jit', @jit::text, true), set_config('jit_above_cost', '100000', true);
+
 -- name: TableScansInTransaction :many
 -- How the statements run so far in the current transaction read each
 -- pgadmit table: sequential scans of the table, scans of its indexes, and
