@@ -1,8 +1,9 @@
 // Package pgcluster starts throwaway local PostgreSQL clusters: initdb into a temporary
-// directory, a server on 127.0.0.1 at a free port with trust authentication, and, on Stop, an
-// immediate shutdown and the removal of the directory. By default a cluster is built for tests:
-// in memory (/dev/shm) when it can be, durability off. Option OnDisk makes one whose commits
-// cost what they cost on a real server, and Preload loads libraries such as pg_stat_statements.
+// directory, a server on 127.0.0.1 at a free port (TCP only, no Unix socket) with trust
+// authentication, and, on Stop, an immediate shutdown and the removal of the directory. By
+// default a cluster is built for tests: in memory (/dev/shm) when it can be, durability off.
+// Option OnDisk makes one whose commits cost what they cost on a real server, and Preload loads
+// libraries such as pg_stat_statements.
 //
 // The tests (package pgtest) and the commands that must run on a fresh machine without a
 // database (`pgadmit demo`, `pgadmit bench`) use it:
@@ -63,7 +64,7 @@ const ownerFile = "owner.pid"
 
 // Cluster is a running throwaway cluster. Its methods are safe for concurrent use.
 type Cluster struct {
-	root    string              // temporary directory: data/, the Unix socket, logs
+	root    string              // temporary directory: data/, logs
 	data    string              // data directory, root/data
 	pgCtl   string              // path of pg_ctl
 	cred    *syscall.Credential // user to run the binaries as when this process is root, else nil
@@ -159,9 +160,12 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
-// startServer starts the server of the initialized cluster on c.port.
+// startServer starts the server of the initialized cluster on c.port. It opens no Unix socket
+// (an empty -k): clients connect over TCP, and a socket in c.root failed wherever TMPDIR pointed
+// at a path that holds a quote (pg_ctl hands -o to a shell), a comma (unix_socket_directories is
+// a list), or that is long (a socket's path has at most 107 bytes).
 func (c *Cluster) startServer(ctx context.Context) error {
-	opts := fmt.Sprintf("-p %d -k '%s' -c listen_addresses=%s -c max_connections=300", c.port, c.root, Host)
+	opts := fmt.Sprintf("-p %d -k '' -c listen_addresses=%s -c max_connections=300", c.port, Host)
 	if !c.durable {
 		opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
@@ -198,7 +202,7 @@ func (c *Cluster) URL() string {
 // Port returns the TCP port the server listens on, at 127.0.0.1.
 func (c *Cluster) Port() int { return c.port }
 
-// Dir returns the cluster's temporary directory (data directory, socket, logs).
+// Dir returns the cluster's temporary directory (data directory, logs).
 func (c *Cluster) Dir() string { return c.root }
 
 // Startup returns how long Start took.

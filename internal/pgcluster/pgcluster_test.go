@@ -335,3 +335,48 @@ func blockedOnPipe(pids map[int]string) bool {
 	}
 	return false
 }
+
+// A cluster starts wherever TMPDIR points: in a directory whose name holds a quote, a comma or a
+// space, or that is long. The server opens no Unix socket there: its path was given to postgres
+// through pg_ctl's shell in single quotes (a quote ended them), as a comma-separated list (a
+// comma split it), and a socket's path may be at most 107 bytes. Not parallel: it sets TMPDIR.
+func TestStartWhereverTMPDIRPoints(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Skip(err)
+	}
+	for name, dir := range map[string]string{
+		"quote": "it's", "comma": "a,b", "space": "a b",
+		"long": strings.Repeat("long-", 16), // its socket's path would be 125 bytes or more
+	} {
+		t.Run(name, func(t *testing.T) {
+			parent, err := os.MkdirTemp("/var/tmp", "pgcluster-tmpdir-test-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(parent) })
+			tmp := filepath.Join(parent, dir)
+			for _, d := range []string{parent, tmp} { // reachable by the postgres user
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Setenv("TMPDIR", tmp)
+			ctx := context.Background()
+			c := start(t, ctx, OnDisk())
+			if !strings.HasPrefix(c.Dir(), tmp+"/") {
+				t.Errorf("cluster in %s, want it in TMPDIR %s", c.Dir(), tmp)
+			}
+			conn, err := pgx.Connect(ctx, c.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			if got := show(t, ctx, conn, "unix_socket_directories"); got != "" {
+				t.Errorf("unix_socket_directories = %q, want none", got)
+			}
+		})
+	}
+}
