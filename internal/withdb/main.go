@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
@@ -34,15 +35,18 @@ func main() {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+		// The signals that stop a command (pgcluster.StopSignals: SIGINT, SIGTERM, and SIGHUP
+		// unless ignored) go to the command, whose end withdb waits for, so that the database
+		// is dropped whatever way the command ends: left to their default, a terminal's Ctrl-C
+		// or hang-up ended withdb at once and left the database on the DATABASE_URL server.
+		// They are caught from before the command starts, so that one sent once it runs is
+		// never missed. (A throwaway cluster is stopped on them by package pgtest.)
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, pgcluster.StopSignals()...)
+		defer signal.Stop(sigs)
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		// SIGINT and SIGTERM go to the command, whose end withdb waits for, so that the
-		// database is dropped whatever way the command ends: left to their default, a
-		// terminal's Ctrl-C ended withdb at once and left the database on the DATABASE_URL
-		// server. (A throwaway cluster is stopped on those signals by package pgtest.)
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 		go func() {
 			for sig := range sigs {
 				_ = cmd.Process.Signal(sig)
