@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/runecut"
 )
 
 // nameLength bounds a name taken from a statement's text.
@@ -26,16 +27,13 @@ func nameOf(query string) string {
 // oneLine collapses every run of white space in s to one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// shorten cuts s to at most n bytes, ending it with "..." when cut.
+// shorten cuts s to at most n bytes (n >= 3), never inside a character, ending it with "..."
+// when cut.
 func shorten(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n - 3
-	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
-		cut--
-	}
-	return s[:cut] + "..."
+	return runecut.Prefix(s, n-3) + "..."
 }
 
 // Functions returns the source of pgadmit's PL/pgSQL functions by name, for Attribute.
