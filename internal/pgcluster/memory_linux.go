@@ -18,3 +18,13 @@ func inMemory(dir string) bool {
 	t := uint32(st.Type) // int64 or int32, by architecture
 	return t == tmpfsMagic || t == ramfsMagic
 }
+
+// freeBytes returns the space free in dir's file system for an unprivileged user, 0 when it
+// cannot tell.
+func freeBytes(dir string) uint64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return st.Bavail * uint64(st.Bsize)
+}

@@ -36,11 +36,24 @@ func Preload(libs ...string) Option {
 	}
 }
 
-// memoryDirs returns where a test cluster may live, best first: memory-backed /dev/shm (on a
-// disk, even with fsync off, each CREATE DATABASE takes ~250 ms instead of ~25 ms), then
-// os.TempDir().
+// shmDir is the memory-backed directory where a test cluster lives when it can (a variable for
+// the tests).
+var shmDir = "/dev/shm"
+
+// memoryRoom is the free space shmDir must have for a test cluster to live there: a cluster takes
+// 39 MB once started, each database 8 MB more, and its WAL may grow to max_wal_size (1 GB by
+// default) between checkpoints. Docker gives a container a /dev/shm of 64 MB, which a cluster
+// filled with its fourth database.
+const memoryRoom = 1 << 30
+
+// memoryDirs returns where a test cluster may live, best first: memory-backed /dev/shm when it
+// has room for one (on a disk, even with fsync off, each CREATE DATABASE takes ~250 ms instead of
+// ~25 ms), then os.TempDir().
 func memoryDirs() []string {
-	return []string{"/dev/shm", os.TempDir()}
+	if freeBytes(shmDir) < memoryRoom {
+		return []string{os.TempDir()}
+	}
+	return []string{shmDir, os.TempDir()}
 }
 
 // diskDirs returns where an OnDisk cluster may live, best first: $TMPDIR when set (the user's
@@ -53,10 +66,11 @@ func diskDirs() []string {
 	return append(dirs, "/var/tmp", os.TempDir())
 }
 
-// tempDirs returns every directory a throwaway cluster may live in, for sweeping stale ones.
+// tempDirs returns every directory a throwaway cluster may live in, for sweeping stale ones:
+// shmDir too when it has no room now.
 func tempDirs() []string {
 	var out []string
-	for _, d := range append(memoryDirs(), diskDirs()...) {
+	for _, d := range append([]string{shmDir, os.TempDir()}, diskDirs()...) {
 		d = filepath.Clean(d)
 		if !slices.Contains(out, d) {
 			out = append(out, d)

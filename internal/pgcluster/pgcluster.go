@@ -80,9 +80,9 @@ type Cluster struct {
 }
 
 // Start initializes and starts a throwaway cluster listening on 127.0.0.1 at a free port, with
-// max_connections 300. By default it lives in /dev/shm when it can, with durability switched
-// off (fsync, synchronous_commit and full_page_writes off: nothing in it is worth keeping);
-// see the options for other choices. When ctx ends before the server is up, Start stops what
+// max_connections 300. By default it lives in /dev/shm when that has room for it (1 GB free;
+// else in os.TempDir()), with durability switched off (fsync, synchronous_commit and
+// full_page_writes off: nothing in it is worth keeping); see the options for other choices. When ctx ends before the server is up, Start stops what
 // it started and returns ctx's error. The caller must Stop the cluster.
 func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	start := time.Now()

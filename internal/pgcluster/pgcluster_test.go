@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -378,5 +379,38 @@ func TestStartWhereverTMPDIRPoints(t *testing.T) {
 				t.Errorf("unix_socket_directories = %q, want none", got)
 			}
 		})
+	}
+}
+
+// A test cluster lives in /dev/shm only when it has room for one: Docker gives a container a
+// /dev/shm of 64 MB, which a cluster (39 MB once started) filled with its fourth database, and
+// every test after that failed ("No space left on device"). It then lives in os.TempDir(). The
+// test mounts a /dev/shm of that size of its own (it needs root). Not parallel: it sets shmDir.
+func TestSmallShmIsLeftAlone(t *testing.T) {
+	if _, err := findBinDir(); err != nil {
+		t.Skip(err)
+	}
+	small, err := os.MkdirTemp("", "pgcluster-small-shm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(small) })
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=1777", "tmpfs", small).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs of 64 MB: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", small).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", small, err, out)
+		}
+	})
+	defer func(dir string) { shmDir = dir }(shmDir)
+	shmDir = small
+
+	c := start(t, context.Background())
+	if strings.HasPrefix(c.Dir(), small+"/") {
+		t.Errorf("test cluster in %s, a tmpfs of 64 MB, want it in %s", c.Dir(), os.TempDir())
+	}
+	if !slices.Contains(tempDirs(), small) {
+		t.Errorf("tempDirs() = %v leaves out %s, where an earlier cluster may have been left", tempDirs(), small)
 	}
 }
