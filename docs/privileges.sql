@@ -5,8 +5,9 @@
 --   nothing but a task's queue places.
 -- pgadmit_maintenance: what Maintenance (Recover, Prune, Doctor) and the CLI's recover, prune,
 --   doctor and inspect need: they read and settle what gateways left, and delete history.
--- Neither may create, alter or drop anything: migrations run as the role that owns pgadmit's
--- tables (schema.Migrate, pgadmit migrate, goose), which needs no grant from here.
+-- Neither may create, alter or drop anything (the script revokes CREATE on pgadmit's schema from
+-- PUBLIC, as PostgreSQL 15 does on public): migrations run as the role that owns pgadmit's tables
+-- (schema.Migrate, pgadmit migrate, goose), which needs no grant from here.
 --
 -- Run it as a superuser, or as the role that owns pgadmit's tables and their schema if it has
 -- CREATEROLE (or the two roles exist already), in each database pgadmit was migrated into,
@@ -19,8 +20,10 @@
 --
 -- Functions need no grant: by default PostgreSQL lets every role execute them, and they run
 -- with the caller's privileges (none is SECURITY DEFINER), so these grants bound what they may
--- do too. Advisory locks, pg_logical_emit_message (hot batches) and cancel requests of a role's
--- own sessions need no privilege. pgadmit's tests run every flow as these two roles
+-- do too. They set their own search_path (pgadmit's schema, then pg_temp: migration 00021), so
+-- that what a caller's search_path adds is never called in their place. Advisory locks,
+-- pg_logical_emit_message (hot batches) and cancel requests of a role's own sessions need no
+-- privilege. pgadmit's tests run every flow as these two roles
 -- (TestLeastPrivilegeRolesRunEveryFlow, TestMaintenanceCommandsRunAsTheMaintenanceRole), and
 -- each privilege granted here fails one of them when it alone is revoked.
 
@@ -35,6 +38,13 @@ BEGIN
     -- The schema pgadmit was migrated into: the first of the search_path (public, or one of
     -- its own).
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO pgadmit_gateway, pgadmit_maintenance', current_schema());
+    -- And no role may create in it by default: PostgreSQL before 15 lets every role create in
+    -- public. A role that may create there can plant a function or an operator that a call of
+    -- pgadmit's matches more closely than PostgreSQL's own (an integer where pg_catalog's takes
+    -- a bigint), which then runs with the privileges of whoever calls pgadmit: a gateway could
+    -- run its code as the maintenance role or as the tables' owner. A role of yours that must
+    -- create there keeps a grant of its own (GRANT CREATE ON SCHEMA ... TO that_role).
+    EXECUTE format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC', current_schema());
 END
 $$;
 

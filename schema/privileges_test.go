@@ -67,3 +67,27 @@ func TestMigrateAsARoleThatMayNotFailsFast(t *testing.T) {
 		}
 	}
 }
+
+// docs/privileges.sql's roles may create nothing, in the schema pgadmit was migrated into too,
+// where PostgreSQL before 15 let every role create (public): a gateway that could would plant
+// there a function that pgadmit's own calls match more closely than PostgreSQL's, run next by the
+// maintenance role or the tables' owner with their privileges. The script revokes CREATE on the
+// schema from PUBLIC.
+func TestLeastPrivilegeRolesMayNotCreateInTheSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewURL(t)
+	if err := testq.OpsGrantCreateToPublic(ctx, pgtest.OpenPool(t, pgtest.AdminURL(t, dbURL))); err != nil {
+		t.Fatal(err)
+	}
+	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, dbURL)
+	for role, url := range map[string]string{"pgadmit_gateway": gatewayURL, "pgadmit_maintenance": maintenanceURL} {
+		may, err := testq.SchemaMayCreate(ctx, pgtest.OpenPool(t, url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if may {
+			t.Errorf("a login role of %s may create objects in pgadmit's schema", role)
+		}
+	}
+}

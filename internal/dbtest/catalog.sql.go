@@ -173,3 +173,17 @@ func (q *Queries) SchemaFunctionsSearchPath(ctx context.Context, db DBTX) ([]Sch
 	}
 	return items, nil
 }
+
+const SchemaMayCreate = `-- name: SchemaMayCreate :one
+SELECT has_schema_privilege(current_schema(), 'CREATE') AS may_create
+`
+
+// Whether the session's role may create objects in the current schema.
+// Locks: none (catalog read).
+// Index: pg_namespace_oid_index.
+func (q *Queries) SchemaMayCreate(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, SchemaMayCreate)
+	var may_create bool
+	err := row.Scan(&may_create)
+	return may_create, err
+}

@@ -249,6 +249,24 @@ func (q *Queries) OpsCreateSchemaOfItsOwn(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const OpsGrantCreateToPublic = `-- name: OpsGrantCreateToPublic :exec
+DO $$
+BEGIN
+    EXECUTE format('GRANT CREATE ON SCHEMA %I TO PUBLIC', current_schema());
+END
+$$
+`
+
+// Lets every role create objects in the current schema, as PostgreSQL
+// before 15 let every role create in public: for a test of what
+// docs/privileges.sql leaves its roles there.
+// Locks: pg_namespace's row of the schema.
+// Index: none.
+func (q *Queries) OpsGrantCreateToPublic(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsGrantCreateToPublic)
+	return err
+}
+
 const OpsHoldingsByAttempt = `-- name: OpsHoldingsByAttempt :many
 SELECT 'reservation'::text            AS kind,
        r.id,

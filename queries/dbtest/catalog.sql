@@ -109,3 +109,9 @@ SELECT (p.proname::text || '(' || pg_get_function_identity_arguments(p.oid) || '
 FROM pg_catalog.pg_proc AS p
 WHERE p.pronamespace = current_schema()::regnamespace
 ORDER BY 1;
+
+-- name: SchemaMayCreate :one
+-- Whether the session's role may create objects in the current schema.
+-- Locks: none (catalog read).
+-- Index: pg_namespace_oid_index.
+SELECT has_schema_privilege(current_schema(), 'CREATE') AS may_create;

@@ -451,3 +451,15 @@ BEGIN
     $f$;
 END
 $do$;
+
+-- name: OpsGrantCreateToPublic :exec
+-- Lets every role create objects in the current schema, as PostgreSQL
+-- before 15 let every role create in public: for a test of what
+-- docs/privileges.sql leaves its roles there.
+-- Locks: pg_namespace's row of the schema.
+-- Index: none.
+DO $$
+BEGIN
+    EXECUTE format('GRANT CREATE ON SCHEMA %I TO PUBLIC', current_schema());
+END
+$$;
