@@ -4,7 +4,7 @@
 // headers OpenAI, Anthropic and the IETF use.
 //
 //	mw, err := httpadmit.New(limiter, func(r *http.Request) ([]httpadmit.Limit, error) {
-//		key := r.Header.Get("Authorization")
+//		key := apiKeyID(r) // the id of the request's authenticated API key, never the key itself
 //		return []httpadmit.Limit{
 //			{Limit: ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: key},
 //				Metric: ratelimit.MetricRequests, Limit: 600, Amount: 1}},
@@ -14,6 +14,14 @@
 //		return err // a *ratelimit.ValidationError naming the bad argument
 //	}
 //	http.Handle("/v1/chat/completions", mw(upstream))
+//
+// A scope key is no secret: pgadmit stores it in plain text, pgadmit
+// inspect and doctor show it, and a shadow limit's log line and an
+// ExceededError's message name it (metrics and responses never do). Key an
+// API key's scope by the key's id or a digest of it (as Example does),
+// never by the key itself, and only once the key is authenticated: a key
+// read from a header that nothing checked gives each made-up key a quota of
+// its own.
 //
 // The handler reports what the request really used with ReportUsage
 // (tokens from the upstream's usage field); the middleware commits it when

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +42,8 @@ func Example() {
 	defer limiter.Close() // once the server has stopped, before pool.Close
 
 	// What a request must fit, from its Authorization header and its body.
+	// The API key's scope is keyed by a digest of the key, not the key:
+	// scope keys are stored, shown and logged in plain text.
 	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
 		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -56,7 +60,8 @@ func Example() {
 		if key == "" || json.Unmarshal(body, &req) != nil || req.Model == "" || !(req.MaxTokens > 0) {
 			return nil, fmt.Errorf("%w: want an API key and a JSON body naming a model and max_tokens", httpadmit.ErrBadRequest)
 		}
-		apiKey := ratelimit.Scope{Type: "api_key", Key: key}
+		digest := sha256.Sum256([]byte(key))
+		apiKey := ratelimit.Scope{Type: "api_key", Key: hex.EncodeToString(digest[:16])}
 		day := 24 * time.Hour
 		return []httpadmit.Limit{
 			{Limit: ratelimit.Limit{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: 3, Amount: 1, Window: day}},

@@ -37,7 +37,7 @@ func TestSketchesCompileWhenPasted(t *testing.T) {
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"`,
-		params: "limiter *ratelimit.Limiter, upstream http.Handler",
+		params: "limiter *ratelimit.Limiter, upstream http.Handler, apiKeyID func(*http.Request) string",
 	}, {
 		name: "package promadmit",
 		code: DocBlock(t, "../../promadmit", "reg := prometheus.NewRegistry()\n"),
