@@ -134,46 +134,6 @@ func (q *Queries) SchemaFingerprint(ctx context.Context, db DBTX) ([]SchemaFinge
 	return items, nil
 }
 
-const SchemaFunctionsSearchPath = `-- name: SchemaFunctionsSearchPath :many
-SELECT (p.proname::text || '(' || pg_get_function_identity_arguments(p.oid) || ')')::text AS name,
-       coalesce((SELECT substr(c, length('search_path=') + 1)
-                 FROM unnest(p.proconfig) AS c
-                 WHERE c LIKE 'search\_path=%'), '')::text AS search_path
-FROM pg_catalog.pg_proc AS p
-WHERE p.pronamespace = current_schema()::regnamespace
-ORDER BY 1
-`
-
-type SchemaFunctionsSearchPathRow struct {
-	Name       string
-	SearchPath string
-}
-
-// Each function and procedure of the current schema with the search_path it
-// sets for itself (” when it has none, and then resolves what it names
-// through its caller's).
-// Locks: none (catalog read).
-// Index: pg_proc_proname_args_nsp_index.
-func (q *Queries) SchemaFunctionsSearchPath(ctx context.Context, db DBTX) ([]SchemaFunctionsSearchPathRow, error) {
-	rows, err := db.Query(ctx, SchemaFunctionsSearchPath)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []SchemaFunctionsSearchPathRow{}
-	for rows.Next() {
-		var i SchemaFunctionsSearchPathRow
-		if err := rows.Scan(&i.Name, &i.SearchPath); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const SchemaMayCreate = `-- name: SchemaMayCreate :one
 SELECT has_schema_privilege(current_schema(), 'CREATE') AS may_create
 `

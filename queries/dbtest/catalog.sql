@@ -96,20 +96,6 @@ WHERE y.typnamespace = current_schema()::regnamespace
   AND y.typtype IN ('e', 'd')
 ORDER BY 1, 2, 3;
 
--- name: SchemaFunctionsSearchPath :many
--- Each function and procedure of the current schema with the search_path it
--- sets for itself ('' when it has none, and then resolves what it names
--- through its caller's).
--- Locks: none (catalog read).
--- Index: pg_proc_proname_args_nsp_index.
-SELECT (p.proname::text || '(' || pg_get_function_identity_arguments(p.oid) || ')')::text AS name,
-       coalesce((SELECT substr(c, length('search_path=') + 1)
-                 FROM unnest(p.proconfig) AS c
-                 WHERE c LIKE 'search\_path=%'), '')::text AS search_path
-FROM pg_catalog.pg_proc AS p
-WHERE p.pronamespace = current_schema()::regnamespace
-ORDER BY 1;
-
 -- name: SchemaMayCreate :one
 -- Whether the session's role may create objects in the current schema.
 -- Locks: none (catalog read).

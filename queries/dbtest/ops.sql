@@ -424,34 +424,6 @@ BEGIN
 END
 $$;
 
--- name: OpsPlantLookalikeFunctions :exec
--- Creates, in the schema public, functions that match calls in pgadmit's
--- functions more closely than PostgreSQL's own do: set_bit(bytea, integer,
--- integer) (pgadmit_uuidv7 passes an integer where pg_catalog.set_bit takes
--- a bigint) and make_interval(secs integer) (pgadmit_renew_leases passes an
--- integer where pg_catalog.make_interval takes a double precision). A role
--- that may create in a schema on a caller's search_path (public, on
--- PostgreSQL before 15) could plant them; these fail the statement that
--- calls them, naming the role they ran as.
--- Locks: none on pgadmit's tables (new functions).
--- Index: none.
-DO $do$
-BEGIN
-    CREATE FUNCTION public.set_bit(bytea, integer, integer) RETURNS bytea
-    LANGUAGE plpgsql AS $f$
-    BEGIN
-        RAISE EXCEPTION 'planted public.set_bit ran as %', current_user;
-    END
-    $f$;
-    CREATE FUNCTION public.make_interval(secs integer) RETURNS interval
-    LANGUAGE plpgsql AS $f$
-    BEGIN
-        RAISE EXCEPTION 'planted public.make_interval ran as %', current_user;
-    END
-    $f$;
-END
-$do$;
-
 -- name: OpsGrantCreateToPublic :exec
 -- Lets every role create objects in the current schema, as PostgreSQL
 -- before 15 let every role create in public: for a test of what
