@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -144,8 +145,10 @@ type allotments struct {
 	// counts are what Stats reports (LocalStats).
 	counts localCounts
 
-	mu      sync.Mutex
-	sets    map[counterKey]*blockSet
+	mu   sync.Mutex
+	sets map[counterKey]*blockSet
+	// peak is the most counters sets held since it was made (shrinkLocked).
+	peak    int
 	closed  bool
 	started bool
 	// refills counts blocks being taken from the database; Close waits for
@@ -274,6 +277,7 @@ func (a *allotments) set(k counterKey) *blockSet {
 	if s == nil {
 		s = &blockSet{a: a, key: k, lastTake: time.Now()} // not idle before its first request
 		a.sets[k] = s
+		a.peak = max(a.peak, len(a.sets))
 	}
 	if !a.started {
 		a.started = true
@@ -399,7 +403,29 @@ func (a *allotments) dropIdle(sets []*blockSet) {
 		}
 		s.mu.Unlock()
 	}
+	a.mu.Lock()
+	a.shrinkLocked()
+	a.mu.Unlock()
 }
+
+// shrinkLocked makes sets anew once it holds at most a quarter of the most
+// it held since it was made: a Go map keeps the table of its most entries
+// when they are deleted, and ranging over it walks all of that table. A
+// burst of keys (200,000 kept 18 MB, which the housekeeping walked ten
+// times a second) would otherwise be paid for as long as the process runs.
+// Copying the quarter left costs less than the deletions that came first.
+func (a *allotments) shrinkLocked() {
+	if a.peak < minShrinkPeak || 4*len(a.sets) > a.peak {
+		return
+	}
+	sets := make(map[counterKey]*blockSet, len(a.sets)) // maps.Clone copies the table as it is
+	maps.Copy(sets, a.sets)
+	a.sets, a.peak = sets, len(sets)
+}
+
+// minShrinkPeak is the fewest counters a map of sets must have held to be
+// made anew when it empties (shrinkLocked): a small one costs little.
+const minShrinkPeak = 1024
 
 // returning is a block on its way back, with what to charge and why.
 type returning struct {

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -264,4 +265,14 @@ func (m *Maintenance) LockTimeoutsSet(ctx context.Context) (statement, tx int64,
 	}
 	tx, err = q.OpsLockTimeoutMillis(ctx, t)
 	return statement, tx, err
+}
+
+// TouchAllotmentSets makes l keep the state of n counters of Local limits
+// (tokens of model keyPrefix0 ... keyPrefix(n-1), one-second windows), as a
+// request on each would that then took no block (its window about to end,
+// say): a burst of keys, with no statement sent.
+func (l *Limiter) TouchAllotmentSets(keyPrefix string, n int) {
+	for i := range n {
+		l.allot.set(counterKey{scopeType: "model", scopeKey: keyPrefix + strconv.Itoa(i), metric: MetricTokens, windowSeconds: 1})
+	}
 }
