@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -75,12 +76,13 @@ func TestSettleRefusesAGrantWhoseCounterNamesAreNotValidText(t *testing.T) {
 // are settled in memory, and have no id to check).
 func TestGrantFieldsAreNamedByTheirPlaceInTheGrant(t *testing.T) {
 	t.Parallel()
-	l, _ := setup(t)
+	l, pool := setup(t)
 	defer l.Close()
 	ctx := context.Background()
 	key := uniqueKey("k")
 	local := window("api_key", key, "requests", 1000, 1)
-	local.Local = true
+	local.Local, local.Window = true, time.Hour
+	awaitLocalWindow(t, pool) // at its window's end, a Local limit is decided in the database
 	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{local, window("api_key", key, "tokens", 100, 10)})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ var testOnlyMethods = map[string]bool{
 	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
 	"LocalAdmissionsKept": true, "AfterReserveStatements": true, "DBClock": true,
 	"ReservesInFlight": true, "ReleaseUnheld": true, "RetryUnheld": true, "LockTimeoutsSet": true,
+	"QueueUnnoticedReserve": true, "TouchAllotmentSets": true,
 }
 
 // callEveryMethod calls every exported method of recv (through
