@@ -1,8 +1,6 @@
 package httpadmit_test
 
 import (
-	"go/ast"
-	"go/parser"
 	"strings"
 	"testing"
 
@@ -14,23 +12,16 @@ import (
 // UnavailableError left it to its Is method, which go doc shows apart.
 func TestErrorTypesSayHowToMatchThem(t *testing.T) {
 	t.Parallel()
-	_, files, err := gosrc.ParseDir(".", parser.ParseComments)
+	docs, err := gosrc.ErrorTypeDocs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := 0
-	for gen, spec := range gosrc.Specs(files) {
-		ts, ok := spec.(*ast.TypeSpec)
-		if !ok || !ts.Name.IsExported() || !strings.HasSuffix(ts.Name.Name, "Error") {
-			continue
-		}
-		found++
-		doc := gen.Doc.Text() + ts.Doc.Text()
+	for name, doc := range docs {
 		if !strings.Contains(doc, "errors.As") {
-			t.Errorf("the doc of %s does not say to find it with errors.As:\n%s", ts.Name.Name, doc)
+			t.Errorf("the doc of %s does not say to find it with errors.As:\n%s", name, doc)
 		}
 	}
-	if found < 1 {
+	if len(docs) < 1 {
 		t.Errorf("found no exported error type, want UnavailableError")
 	}
 }

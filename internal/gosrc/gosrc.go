@@ -54,3 +54,19 @@ func Specs(files []*ast.File) iter.Seq2[*ast.GenDecl, ast.Spec] {
 		}
 	}
 }
+
+// ErrorTypeDocs returns the doc comment of each exported type of the package
+// in dir whose name ends in Error, by name.
+func ErrorTypeDocs(dir string) (map[string]string, error) {
+	_, files, err := ParseDir(dir, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	docs := map[string]string{}
+	for gen, spec := range Specs(files) {
+		if ts, ok := spec.(*ast.TypeSpec); ok && ts.Name.IsExported() && strings.HasSuffix(ts.Name.Name, "Error") {
+			docs[ts.Name.Name] = gen.Doc.Text() + ts.Doc.Text()
+		}
+	}
+	return docs, nil
+}
