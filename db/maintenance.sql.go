@@ -91,7 +91,8 @@ func (q *Queries) MaintenanceLeaseRelease(ctx context.Context, db DBTX, arg Main
 
 const MaintenanceLeaseRenew = `-- name: MaintenanceLeaseRenew :one
 UPDATE gateway_maintenance_leases AS l
-SET expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8)
+SET expires_at = coalesce($1::timestamptz, greatest(now(), clock_timestamp()))
+                 + make_interval(secs => $2::float8)
 WHERE l.name = $3::text
   AND l.holder = $4::text
 RETURNING l.expires_at
@@ -107,6 +108,13 @@ type MaintenanceLeaseRenewParams struct {
 // Extends @holder's lease of job @name to now + @ttl_seconds. No row when
 // @holder no longer holds it (it expired and another process took it
 // over): the job must stop.
+// The lease runs from the clock this statement reads (as the take's does),
+// not from now(), the statement's start: a renewal that waited for the
+// table (a migration) longer than the TTL extended the lease to a time
+// already past, and the run went on under a lease another process could
+// take over at once. The clock is read before the UPDATE waits for the row
+// itself, which only a take of the same job holds, for a few milliseconds
+// (a take that updated it made this renewal find another holder).
 // Locks: the lease row (UPDATE).
 // Index: gateway_maintenance_leases_pkey.
 func (q *Queries) MaintenanceLeaseRenew(ctx context.Context, db DBTX, arg MaintenanceLeaseRenewParams) (time.Time, error) {
@@ -125,13 +133,16 @@ const MaintenanceLeaseTake = `-- name: MaintenanceLeaseTake :one
 
 WITH taken AS (
     INSERT INTO gateway_maintenance_leases AS l (name, holder, acquired_at, expires_at)
-    VALUES ($1::text, $3::text, coalesce($2::timestamptz, now()),
-            coalesce($2::timestamptz, now()) + make_interval(secs => $4::float8))
+    VALUES ($1::text, $3::text, coalesce($2::timestamptz, greatest(now(), clock_timestamp())),
+            coalesce($2::timestamptz, greatest(now(), clock_timestamp()))
+            + make_interval(secs => $4::float8))
     ON CONFLICT (name) DO UPDATE
     SET holder = excluded.holder,
-        acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at ELSE excluded.acquired_at END,
-        expires_at = excluded.expires_at
-    WHERE l.expires_at <= excluded.acquired_at
+        acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at
+                           ELSE coalesce($2::timestamptz, greatest(now(), clock_timestamp())) END,
+        expires_at = coalesce($2::timestamptz, greatest(now(), clock_timestamp()))
+                     + make_interval(secs => $4::float8)
+    WHERE l.expires_at <= coalesce($2::timestamptz, greatest(now(), clock_timestamp()))
        OR l.holder = excluded.holder
     RETURNING l.holder, l.expires_at
 )
@@ -165,7 +176,8 @@ type MaintenanceLeaseTakeRow struct {
 // in one short statement each, so that it works the same through a
 // transaction-pooling proxy. A holder that dies stops renewing; its lease
 // lapses at expires_at and the next process takes the job over. Each
-// statement takes an optional @now (NULL: the database's now()), so tests
+// statement takes an optional @now (NULL: the database's clock: now(), or
+// for a lease's times the clock read after the statement's locks), so tests
 // drive time instead of sleeping.
 //
 // Each table holds a row per job or walk, a handful: the primary keys named
@@ -178,6 +190,19 @@ type MaintenanceLeaseTakeRow struct {
 // holder and expires_at are the lease's after the statement (the other
 // holder's when it was not taken; empty and now when the row was inserted by
 // a transaction that committed after this statement began).
+// The lease runs from the clock this statement reads after its locks
+// (greatest(now(), clock_timestamp()), as a concurrency lease's does since
+// schema/00018_lease_clock_after_locks.sql), not from now(), the
+// statement's start: a take that waited for the lease row (another
+// transaction held it locked) or for the table (a migration) longer than
+// the TTL, which its lock timeout allows (up to 4 s, the TTL 1 s at least),
+// wrote a lease expired already, and another process took the job over at
+// once while this one ran it. The VALUES are computed before any wait for
+// the row, so ON CONFLICT reads the clock again once it holds the row: it
+// is what decides whether the holder's lease expired, and when the new one
+// does. (A take that waits for another transaction's uncommitted insert of
+// the row, and inserts it once that rolls back, keeps the clock of its
+// VALUES: no statement of pgadmit's holds such an insert open.)
 // Locks: the lease row (insert, or FOR UPDATE through ON CONFLICT); waits
 // only for a concurrent take of the same job.
 // Index: gateway_maintenance_leases_pkey.

@@ -558,6 +558,49 @@ func (q *Queries) OpsLockTimeoutMillis(ctx context.Context, db DBTX) (int64, err
 	return lock_timeout_ms, err
 }
 
+const OpsMaintenanceLeaseLock = `-- name: OpsMaintenanceLeaseLock :execrows
+SELECT 1
+FROM gateway_maintenance_leases
+WHERE name = $1::text
+FOR UPDATE
+`
+
+// Locks the lease row of job @name until the transaction ends, without
+// changing it, so that a test can make a take of that lease wait for it.
+// Locks: the lease row, FOR UPDATE.
+// Index: gateway_maintenance_leases_pkey.
+func (q *Queries) OpsMaintenanceLeaseLock(ctx context.Context, db DBTX, name string) (int64, error) {
+	result, err := db.Exec(ctx, OpsMaintenanceLeaseLock, name)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const OpsMaintenanceLeasePlant = `-- name: OpsMaintenanceLeasePlant :exec
+INSERT INTO gateway_maintenance_leases AS l (name, holder, acquired_at, expires_at)
+VALUES ($1::text, $2::text, $3::timestamptz, $3::timestamptz)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at
+`
+
+type OpsMaintenanceLeasePlantParams struct {
+	Name      string
+	Holder    string
+	ExpiresAt time.Time
+}
+
+// Writes the lease of job @name as held by @holder until @expires_at, as a
+// process that took it and then died leaves it.
+// Locks: the lease row (upsert).
+// Index: gateway_maintenance_leases_pkey.
+func (q *Queries) OpsMaintenanceLeasePlant(ctx context.Context, db DBTX, arg OpsMaintenanceLeasePlantParams) error {
+	_, err := db.Exec(ctx, OpsMaintenanceLeasePlant, arg.Name, arg.Holder, arg.ExpiresAt)
+	return err
+}
+
 const OpsNotifyPeek = `-- name: OpsNotifyPeek :exec
 SELECT pg_notify('pgadmit_peek', $1::text)
 `

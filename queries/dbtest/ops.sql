@@ -273,6 +273,28 @@ FOR UPDATE;
 -- Index: none.
 LOCK TABLE gateway_maintenance_leases IN ACCESS EXCLUSIVE MODE;
 
+-- name: OpsMaintenanceLeasePlant :exec
+-- Writes the lease of job @name as held by @holder until @expires_at, as a
+-- process that took it and then died leaves it.
+-- Locks: the lease row (upsert).
+-- Index: gateway_maintenance_leases_pkey.
+INSERT INTO gateway_maintenance_leases AS l (name, holder, acquired_at, expires_at)
+VALUES (@name::text, @holder::text, @expires_at::timestamptz, @expires_at::timestamptz)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    acquired_at = excluded.acquired_at,
+    expires_at = excluded.expires_at;
+
+-- name: OpsMaintenanceLeaseLock :execrows
+-- Locks the lease row of job @name until the transaction ends, without
+-- changing it, so that a test can make a take of that lease wait for it.
+-- Locks: the lease row, FOR UPDATE.
+-- Index: gateway_maintenance_leases_pkey.
+SELECT 1
+FROM gateway_maintenance_leases
+WHERE name = @name::text
+FOR UPDATE;
+
 -- name: OpsTaskHeartbeatAt :one
 -- A task's heartbeat_at, which no public read returns: a test checks what
 -- each lifecycle step leaves in it.
