@@ -19,12 +19,13 @@ import (
 	"github.com/pgadmit/pgadmit/schema"
 )
 
-// An operator rolls the latest three migrations (00018-00020, which redefine pgadmit_reserve,
-// pgadmit_allot_return and pgadmit_task_recheck) back and forward while three gateways serve: two on
+// An operator rolls the latest three migrations (00019-00021, which redefine
+// pgadmit_allot_return and pgadmit_task_recheck, and make every function's calls of built-ins
+// exact, pgadmit_reserve's among them) back and forward while three gateways serve: two on
 // pools with pgx's statement cache (combined and hot batches), one on the simple protocol. A
 // fourth instance's combined Reserve waits in pgadmit_reserve for a counter row that a
 // transaction holds through every step. No call fails but the expected refusals, no step waits
-// (redefining a function takes no lock that a running call of it holds, and 00018 and 00020 keep
+// (redefining a function takes no lock that a running call of it holds, and 00020 and 00021 keep
 // their signatures, so the statements the pools prepared stay valid), the stuck call is admitted
 // once the row is free, and the books balance (docs/upgrading.md).
 func TestTrafficAcrossLiveMigrations(t *testing.T) {

@@ -457,3 +457,75 @@ BEGIN
     EXECUTE format('GRANT CREATE ON SCHEMA %I TO PUBLIC', current_schema());
 END
 $$;
+
+-- name: OpsPlantLookalikes :exec
+-- Creates, each in a schema of its own named lookalike_<what>, functions,
+-- aggregates and operators that match a call inside pgadmit's functions
+-- exactly where PostgreSQL's own needs a cast or is polymorphic: a
+-- set_bit(bytea, integer, integer) for pg_catalog's (bytea, bigint,
+-- integer), a numeric > integer for numeric > numeric, an array_agg(text)
+-- for array_agg(anynonarray), and so on, and a pgadmit_reserve that takes
+-- text where pgadmit's takes arrays (for a call that passes '{}'). A role
+-- that may create in a schema on a caller's search_path (public, before
+-- PostgreSQL 15) could plant them; each fails the statement that runs it,
+-- naming itself and the role it ran as.
+-- Locks: none on pgadmit's tables (new schemas).
+-- Index: none.
+DO $do$
+DECLARE
+    f text[];
+BEGIN
+    -- schema suffix, signature, result
+    FOREACH f SLICE 1 IN ARRAY ARRAY[
+        ['set_bit', 'set_bit(bytea, integer, integer)', 'bytea'],
+        ['make_interval', 'make_interval(secs integer)', 'interval'],
+        ['hashtextextended', 'hashtextextended(text, integer)', 'bigint'],
+        ['unnest', 'unnest(uuid[])', 'SETOF uuid'],
+        ['array_remove', 'array_remove(uuid[], uuid)', 'uuid[]'],
+        ['cardinality', 'cardinality(uuid[])', 'integer'],
+        ['cardinality', 'cardinality(text[])', 'integer'],
+        ['cardinality', 'cardinality(integer[])', 'integer'],
+        ['cardinality', 'cardinality(numeric[])', 'integer'],
+        ['array_fill', 'array_fill(text, integer[])', 'text[]'],
+        ['array_fill', 'array_fill(boolean, integer[])', 'boolean[]'],
+        ['array_fill', 'array_fill(numeric, integer[])', 'numeric[]'],
+        ['array_fill', 'array_fill(uuid, integer[])', 'uuid[]'],
+        ['array_fill', 'array_fill(integer, integer[])', 'integer[]'],
+        ['array_fill', 'array_fill(timestamptz, integer[])', 'timestamptz[]'],
+        ['array_agg', 'array_agg_step(anyarray, anyelement)', 'anyarray'],
+        ['numeric_times_integer', 'op(numeric, integer)', 'numeric'],
+        ['numeric_over_integer', 'op(numeric, integer)', 'numeric'],
+        ['numeric_gt_integer', 'op(numeric, integer)', 'boolean'],
+        ['numeric_eq_integer', 'op(numeric, integer)', 'boolean'],
+        ['integer_eq_numeric', 'op(integer, numeric)', 'boolean'],
+        ['text_array_contained', 'op(text[], text[])', 'boolean'],
+        ['pgadmit_reserve', 'pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], text, text, text, text, text, text, timestamptz)',
+         'TABLE(admission integer, is_lease boolean, ord integer, fits boolean, grant_id uuid, current_value numeric, reserved_value numeric, window_start timestamptz, reset_at timestamptz, db_now timestamptz, refusal text)']
+    ] LOOP
+        EXECUTE pg_catalog.format('CREATE SCHEMA IF NOT EXISTS %I', 'lookalike_' || f[1]);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION %I.%s RETURNS %s LANGUAGE plpgsql AS $f$BEGIN RAISE EXCEPTION %L, current_user; END$f$',
+            'lookalike_' || f[1], f[2], f[3], 'lookalike ' || f[1] || ' ' || f[2] || ' ran as %');
+    END LOOP;
+    CREATE OPERATOR lookalike_numeric_times_integer.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = lookalike_numeric_times_integer.op);
+    CREATE OPERATOR lookalike_numeric_over_integer./ (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = lookalike_numeric_over_integer.op);
+    CREATE OPERATOR lookalike_numeric_gt_integer.> (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = lookalike_numeric_gt_integer.op);
+    CREATE OPERATOR lookalike_numeric_eq_integer.= (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = lookalike_numeric_eq_integer.op);
+    CREATE OPERATOR lookalike_integer_eq_numeric.= (LEFTARG = integer, RIGHTARG = numeric, FUNCTION = lookalike_integer_eq_numeric.op);
+    CREATE OPERATOR lookalike_text_array_contained.<@ (LEFTARG = text[], RIGHTARG = text[], FUNCTION = lookalike_text_array_contained.op);
+    FOREACH f SLICE 1 IN ARRAY ARRAY[['text'], ['integer'], ['bigint'], ['numeric'], ['timestamptz'], ['uuid']] LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE AGGREGATE lookalike_array_agg.array_agg(%s) (SFUNC = lookalike_array_agg.array_agg_step, STYPE = %s[])',
+            f[1], f[1]);
+    END LOOP;
+END
+$do$;
+
+-- name: OpsLookalikeSchemas :many
+-- The schemas OpsPlantLookalikes created, by name.
+-- Locks: none.
+-- Index: none (catalog).
+SELECT n.nspname::text AS name
+FROM pg_catalog.pg_namespace AS n
+WHERE n.nspname LIKE 'lookalike\_%'
+ORDER BY n.nspname;
