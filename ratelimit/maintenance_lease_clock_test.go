@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -85,7 +86,13 @@ func TestMaintenanceLeaseTakenAfterALockWaitRunsItsTTLFromTheTake(t *testing.T) 
 				tx := heldTx(t, admin)
 				held.hold(t, admin, tx)
 				done := make(chan error, 1)
-				go func() { _, err := m.Recover(ctx); done <- err }()
+				go func() {
+					// Deferred, so that a check of report's that fails (t.Fatal ends
+					// this goroutine, not the test's) still lets the test go on.
+					err := errors.New("Recover's goroutine ended by a failed check")
+					defer func() { done <- err }()
+					_, err = m.Recover(ctx)
+				}()
 				pgtest.AwaitLockWaiters(t, admin, "the take of the recover lease")
 				waitPast(t, admin, pgtest.DBNow(t, admin).Add(ttl+300*time.Millisecond))
 				if err := tx.Rollback(ctx); err != nil {
@@ -138,9 +145,13 @@ func TestMaintenanceLeaseRenewedAfterALockWaitRunsItsTTLFromTheRenewal(t *testin
 			}
 			waited = make(chan error, 1)
 			go func() {
+				// Deferred, so that a failed wait (t.Fatal ends this goroutine,
+				// not the test's) still lets the test go on.
+				err := errors.New("the rollback's goroutine ended by a failed wait")
+				defer func() { waited <- err }()
 				pgtest.AwaitLockWaiters(t, admin, "the renewal of the recover lease")
 				waitPast(t, admin, pgtest.DBNow(t, admin).Add(ttl+300*time.Millisecond))
-				waited <- tx.Rollback(ctx)
+				err = tx.Rollback(ctx)
 			}()
 			time.Sleep(ttl/3 + 50*time.Millisecond) // the renewal is due before the next batch
 		case 2:
