@@ -1024,14 +1024,6 @@ WITH cur AS (
     FROM gateway_tasks AS t
     WHERE t.id = $1::uuid
 ),
-held AS (
-    SELECT t.id
-    FROM cur
-    JOIN gateway_tasks AS t ON t.id = cur.id
-    WHERE (cur.status = 'running') IS TRUE
-      AND cur.execution_token = $2::uuid
-    FOR NO KEY UPDATE OF t
-),
 beat AS (
     UPDATE gateway_tasks AS t
     SET heartbeat_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
@@ -1042,8 +1034,10 @@ beat AS (
                                           ELSE t.execution_lease_expires_at END,
         updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                           THEN coalesce($3::timestamptz, now()) ELSE t.updated_at END
-    FROM held
-    WHERE t.id = held.id
+    FROM cur
+    WHERE t.id = cur.id
+      AND (cur.status = 'running') IS TRUE
+      AND cur.execution_token = $2::uuid
     RETURNING t.id, t.status, t.execution_lease_expires_at,
               ((t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE) AS renewed
 ),
@@ -1078,25 +1072,14 @@ type TaskHeartbeatRow struct {
 // task is not running, or runs under another claim). No row for an unknown
 // task.
 // The row is updated whenever the statement's snapshot saw the task running
-// under the token (cur), and renewed only if its newest version, which
-// held locks and re-reads after any wait, still is: so a claim that
+// under the token (cur), and renewed only if its newest version, which the
+// UPDATE locks and re-reads after any wait, still is: so a claim that
 // changed while the statement waited for the lock is reported as it was
 // found under the lock, not as the snapshot saw it. That update writes the
 // row unchanged, once, in that race only. A task the snapshot saw otherwise
 // is reported as seen (it cannot be running under this token again).
-// The row is locked (held) before the UPDATE computes the new expiry: an
-// UPDATE computes its values before it waits for the row, and goes on with
-// them when the holder only locked it (no update to re-read), as an attach
-// does (FOR SHARE, AttemptAttachLock) until the end of a caller's
-// transaction: a heartbeat that waited for one longer than its TTL renewed
-// the lease to a time already past, and Recover took the task from its
-// live worker. Locked first, the UPDATE finds the row held and reads the
-// clock after the wait.
-// Locks: FOR NO KEY UPDATE on the task row (held, then the UPDATE, which
-// waits for nothing more), only when the snapshot saw the task running
-// under the token.
-// Index: gateway_tasks_pkey (cur, held and the UPDATE each probe it). The
-// status test is written `IS TRUE` so that
+// Locks: FOR NO KEY UPDATE on the task row (the UPDATE), once.
+// Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
 // the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 // partial index of running tasks: a generic plan made on few tasks read
 // every running task (and every dead entry) through it instead of probing
