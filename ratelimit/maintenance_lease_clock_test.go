@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -66,19 +67,7 @@ func TestMaintenanceLeaseTakenAfterALockWaitRunsItsTTLFromTheTake(t *testing.T) 
 				report := func(ratelimit.Progress) {
 					once.Do(func() {
 						reported = true
-						now := pgtest.DBNow(t, admin)
-						leases, err := testq.MaintenanceLeaseList(ctx, admin)
-						if err != nil || len(leases) != 1 {
-							t.Errorf("MaintenanceLeaseList mid-run = %v, %v; want the run's lease", leases, err)
-							return
-						}
-						if !leases[0].ExpiresAt.After(now) {
-							t.Errorf("lease taken after a lock wait longer than its %v TTL expires at %v, already past on the database's clock (%v)", ttl, leases[0].ExpiresAt, now)
-						}
-						res, err := ratelimit.NewMaintenance(admin).Recover(ctx)
-						if err != nil || !res.Skipped {
-							t.Errorf("a second Recover while the first runs: %+v, %v; want it skipped (the lease is held)", res, err)
-						}
+						assertRunLeaseHeld(t, admin, "taken", ttl)
 					})
 				}
 				m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLeaseTTL(ttl), ratelimit.WithProgress(0, report))
@@ -158,19 +147,7 @@ func TestMaintenanceLeaseRenewedAfterALockWaitRunsItsTTLFromTheRenewal(t *testin
 			if err := <-waited; err != nil {
 				t.Fatal(err)
 			}
-			now := pgtest.DBNow(t, admin)
-			leases, err := testq.MaintenanceLeaseList(ctx, admin)
-			if err != nil || len(leases) != 1 {
-				t.Errorf("MaintenanceLeaseList mid-run = %v, %v; want the run's lease", leases, err)
-				return
-			}
-			if !leases[0].ExpiresAt.After(now) {
-				t.Errorf("lease renewed after a lock wait longer than its %v TTL expires at %v, already past on the database's clock (%v)", ttl, leases[0].ExpiresAt, now)
-			}
-			res, err := ratelimit.NewMaintenance(admin).Recover(ctx)
-			if err != nil || !res.Skipped {
-				t.Errorf("a second Recover while the first runs: %+v, %v; want it skipped (the lease is held)", res, err)
-			}
+			assertRunLeaseHeld(t, admin, "renewed", ttl)
 		}
 	}
 	m := ratelimit.NewMaintenance(pool, ratelimit.WithMaintenanceLeaseTTL(ttl), ratelimit.WithRecoveryBatchSize(1),
@@ -180,5 +157,27 @@ func TestMaintenanceLeaseRenewedAfterALockWaitRunsItsTTLFromTheRenewal(t *testin
 	}
 	if reports < 2 {
 		t.Fatalf("Recover reported its progress %d times, want 2 at least: the renewal was never looked at", reports)
+	}
+}
+
+// assertRunLeaseHeld checks, in the middle of a Recover run whose lease was
+// taken or renewed (how) after a lock wait longer than its ttl, that the
+// run's lease is live on the database's clock and that a second Recover is
+// skipped for it.
+func assertRunLeaseHeld(t *testing.T, admin *pgxpool.Pool, how string, ttl time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	now := pgtest.DBNow(t, admin)
+	leases, err := testq.MaintenanceLeaseList(ctx, admin)
+	if err != nil || len(leases) != 1 {
+		t.Errorf("MaintenanceLeaseList mid-run = %v, %v; want the run's lease", leases, err)
+		return
+	}
+	if !leases[0].ExpiresAt.After(now) {
+		t.Errorf("lease %s after a lock wait longer than its %v TTL expires at %v, already past on the database's clock (%v)", how, ttl, leases[0].ExpiresAt, now)
+	}
+	res, err := ratelimit.NewMaintenance(admin).Recover(ctx)
+	if err != nil || !res.Skipped {
+		t.Errorf("a second Recover while the first runs: %+v, %v; want it skipped (the lease is held)", res, err)
 	}
 }

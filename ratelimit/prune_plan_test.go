@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -160,7 +161,7 @@ func TestPruneAllotmentsProbesCounters(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	const rows, batch = 40_000, 4_000
-	fillWithAllotments(t, pool, rows)
+	fillWithAllotments(t, pool, rows, testq.FixtureFillAllotments)
 	cutoff := pruneOlderHalfOfCounters(t, pool, rows)
 	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
@@ -182,7 +183,7 @@ func TestPruneAllotmentsProbesCountersOnStatisticsOfBeforeTheCountersStep(t *tes
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	const rows, batch = 40_000, 4_000
-	fillWithAllotments(t, pool, rows)
+	fillWithAllotments(t, pool, rows, testq.FixtureFillAllotments)
 	if err := testq.TablesAnalyze(ctx, pool); err != nil {
 		t.Fatalf("TablesAnalyze: %v", err)
 	}
@@ -206,12 +207,7 @@ func TestPruneAllotmentsWalksScatteredBlocksInOrder(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	const rows, batch = 40_000, 4_000
-	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFill: %v", err)
-	}
-	if err := testq.FixtureFillAllotmentsScattered(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFillAllotmentsScattered: %v", err)
-	}
+	fillWithAllotments(t, pool, rows, testq.FixtureFillAllotmentsScattered)
 	cutoff := pruneOlderHalfOfCounters(t, pool, rows)
 	if err := testq.LedgersVacuumAnalyze(ctx, pool); err != nil { // the allotments' statistics too
 		t.Fatalf("LedgersVacuumAnalyze: %v", err)
@@ -251,15 +247,16 @@ func TestPruneTasksWalksScatteredTasksInOrder(t *testing.T) {
 }
 
 // fillWithAllotments fills pool's database with the fixture of rows rows
-// (FixtureFill) and rows returned blocks in its windows (FixtureFillAllotments).
-func fillWithAllotments(t *testing.T, pool *pgxpool.Pool, rows int32) {
+// (FixtureFill) and rows returned blocks in its windows, written by fill
+// (FixtureFillAllotments, or FixtureFillAllotmentsScattered).
+func fillWithAllotments(t *testing.T, pool *pgxpool.Pool, rows int32, fill func(context.Context, dbtest.DBTX, int32) error) {
 	t.Helper()
 	ctx := context.Background()
 	if err := testq.FixtureFill(ctx, pool, rows); err != nil {
 		t.Fatalf("FixtureFill: %v", err)
 	}
-	if err := testq.FixtureFillAllotments(ctx, pool, rows); err != nil {
-		t.Fatalf("FixtureFillAllotments: %v", err)
+	if err := fill(ctx, pool, rows); err != nil {
+		t.Fatalf("filling the allotments: %v", err)
 	}
 }
 
