@@ -6,11 +6,20 @@ import (
 	"time"
 )
 
-// Every calls do every interval, on a goroutine of its own, until the returned stop is
-// called; stop returns once do no longer runs, so that nothing do does happens after it (a
-// progress line written, a heartbeat sent). A call of do that outlasts an interval delays the
-// next; none overlap.
+// MinInterval is the shortest interval Every ticks at: a shorter one, zero or negative
+// included, is taken as MinInterval. Every's callers have nowhere to report a bad interval
+// (a lease heartbeat every third of a TTL, progress lines), time.NewTicker panics on a
+// non-positive one (on Every's goroutine, where nothing can recover it: the process dies),
+// and a tick much shorter than this would only spin.
+const MinInterval = time.Millisecond
+
+// Every calls do every interval (at least MinInterval), on a goroutine of its own, until the
+// returned stop is called; stop returns once do no longer runs, so that nothing do does
+// happens after it (a progress line written, a heartbeat sent). A call of do that outlasts an
+// interval delays the next; none overlap. stop may be called more than once: a later call
+// returns once the first has.
 func Every(interval time.Duration, do func()) (stop func()) {
+	interval = max(interval, MinInterval)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -27,8 +36,9 @@ func Every(interval time.Duration, do func()) (stop func()) {
 			}
 		}
 	}()
+	var once sync.Once
 	return func() {
-		close(done)
+		once.Do(func() { close(done) })
 		wg.Wait()
 	}
 }

@@ -31,3 +31,40 @@ func TestEveryStopWaitsForARunningCallAndNoneStartsAfter(t *testing.T) {
 		t.Fatalf("%d call(s) after stop returned", n-after)
 	}
 }
+
+// An interval of zero or less does not panic (time.NewTicker would, on the goroutine, taking
+// the process down): it is taken as MinInterval, so do still runs, and not in a busy loop.
+func TestEveryNonPositiveIntervalIsClampedToMinInterval(t *testing.T) {
+	for _, interval := range []time.Duration{0, -time.Second} {
+		var calls atomic.Int64
+		ran := make(chan struct{}, 1)
+		start := time.Now()
+		stop := Every(interval, func() {
+			calls.Add(1)
+			select {
+			case ran <- struct{}{}:
+			default:
+			}
+		})
+		select {
+		case <-ran:
+		case <-time.After(5 * time.Second):
+			stop()
+			t.Fatalf("Every(%s): do never ran", interval)
+		}
+		time.Sleep(20 * time.Millisecond)
+		stop()
+		// At most one call a MinInterval since the start (and one more for the edge).
+		if n, most := calls.Load(), int64(time.Since(start)/MinInterval)+1; n > most {
+			t.Fatalf("Every(%s): %d calls in %s, more than one a %s", interval, n, time.Since(start), MinInterval)
+		}
+	}
+}
+
+// stop may be called more than once (a deferred stop after an explicit one): the later calls
+// return at once, and do no harm.
+func TestEveryStopIsIdempotent(t *testing.T) {
+	stop := Every(time.Hour, func() {})
+	stop()
+	stop()
+}
