@@ -36,9 +36,19 @@ type Freezer struct {
 	// inTransit how many reads are not passed on yet (AwaitQuiet).
 	passed    atomic.Int64
 	inTransit atomic.Int64
-	mu        sync.Mutex
-	conns     []net.Conn
-	watches   []*Watch
+	// afterAccept is a test's, run between an Accept and keeping what it
+	// accepted.
+	afterAccept func()
+	// accepting is closed when the accept loop has ended; stopDialing
+	// ends a connection attempt to the server it makes, for Close.
+	accepting   chan struct{}
+	stopDialing context.CancelFunc
+	mu          sync.Mutex
+	// closed: Close has begun, and has closed the connections kept; one
+	// kept after it is closed at once (keep).
+	closed  bool
+	conns   []net.Conn
+	watches []*Watch
 }
 
 // Watch is a text that clients send, and the connections on which they did.
@@ -52,29 +62,43 @@ type Watch struct {
 // New starts a Freezer to target (host:port) until the test ends.
 func New(t testing.TB, target string) *Freezer {
 	t.Helper()
+	return start(t, target, func() {})
+}
+
+func start(t testing.TB, target string, afterAccept func()) *Freezer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Freezer{ln: ln, sentFrozen: make(chan struct{}, 1)}
+	dialing, stopDialing := context.WithCancel(context.Background())
+	f := &Freezer{ln: ln, sentFrozen: make(chan struct{}, 1), afterAccept: afterAccept,
+		accepting: make(chan struct{}), stopDialing: stopDialing}
 	t.Cleanup(f.Close)
 	go func() {
+		defer close(f.accepting)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			f.keep(c)
+			f.afterAccept()
+			if !f.keep(c) {
+				return
+			}
 			if f.frozen.Load() || f.holding.Load() {
 				go f.awaitClose(c) // accepted, never answered
 				continue
 			}
-			s, err := net.Dial("tcp", target)
+			var d net.Dialer
+			s, err := d.DialContext(dialing, "tcp", target)
 			if err != nil {
 				c.Close()
 				continue
 			}
-			f.keep(s)
+			if !f.keep(s) {
+				return
+			}
 			go f.statements(c, s)
 			go f.answers(c, s)
 		}
@@ -181,16 +205,23 @@ func (w *Watch) Drop() {
 func (f *Freezer) SentFrozen() <-chan struct{} { return f.sentFrozen }
 
 // Close stops the proxy and drops its connections (the cancel requests
-// pgx sends on a frozen server's connections wait for them up to 15 s).
-// The test's end calls it too; calling it again does nothing more.
+// pgx sends on a frozen server's connections wait for them up to 15 s),
+// one accepted while it runs included, and returns once the accept loop
+// has ended. The test's end calls it too; calling it again does nothing
+// more.
 func (f *Freezer) Close() {
 	f.frozen.Store(false)
-	f.ln.Close()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.conns {
+	f.closed = true
+	conns := f.conns
+	f.conns = nil
+	f.mu.Unlock()
+	f.ln.Close()
+	f.stopDialing()
+	for _, c := range conns {
 		c.Close()
 	}
+	<-f.accepting
 }
 
 // awaitClose reads what the client of a connection left unanswered sends,
@@ -225,10 +256,17 @@ func (f *Freezer) saw(b []byte, client, server net.Conn) {
 	}
 }
 
-func (f *Freezer) keep(c net.Conn) {
+// keep keeps c, to be closed by Close, and reports whether it did: once
+// Close has begun, it closes c instead (and the accept loop, told so, ends).
+func (f *Freezer) keep(c net.Conn) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed {
+		c.Close()
+		return false
+	}
 	f.conns = append(f.conns, c)
+	return true
 }
 
 // statements passes on what client sends to server, and tells sentFrozen
