@@ -23,14 +23,15 @@ import (
 )
 
 // stoppedServer is the address of a port nothing listens on: connecting
-// is refused at once.
+// is refused at once. The port stays held until the test ends.
 func stoppedServer(t *testing.T) string {
 	t.Helper()
-	addr, err := deadserver.Stopped()
+	s, err := deadserver.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	t.Cleanup(s.Close)
+	return s.Addr()
 }
 
 // hangingServer accepts connections and never answers, as a database

@@ -22,10 +22,12 @@ import (
 // 187 lost Reserves, and no lease or reservation was left held).
 func TestStatsLostCountsNoReserveWhosePoolCouldNotConnect(t *testing.T) {
 	t.Parallel()
-	addr, err := deadserver.Stopped()
+	stopped, err := deadserver.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer stopped.Close()
+	addr := stopped.Addr()
 	cfg, err := pgxpool.ParseConfig("postgres://nobody@" + addr + "/none?sslmode=disable&default_query_exec_mode=exec&connect_timeout=5")
 	if err != nil {
 		t.Fatal(err)

@@ -144,15 +144,17 @@ func TestUnheldGiveBackDoesNotHoldACallerWhoLeft(t *testing.T) {
 // naming key are held back (heldAnswers), and down: once it is set, the
 // database is unreachable, as when it went down: every statement written
 // on a connection the pool holds fails, and every new connection is
-// refused (deadserver.Stopped). An answer already on its way still comes.
+// refused (deadserver.Stop). An answer already on its way still comes.
 func downPool(t *testing.T, admin *pgxpool.Pool, key string) (*pgxpool.Pool, *heldAnswers, *atomic.Bool) {
 	t.Helper()
 	h := &heldAnswers{key: []byte(key), let: make(chan struct{})}
 	t.Cleanup(h.release)
-	stopped, err := deadserver.Stopped()
+	stoppedServer, err := deadserver.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stoppedServer.Close)
+	stopped := stoppedServer.Addr()
 	cfg, err := pgxpool.ParseConfig(admin.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)

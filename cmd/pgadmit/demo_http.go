@@ -215,12 +215,13 @@ func (d *httpDemo) showFailurePolicy(ctx context.Context) error {
 		return err
 	}
 	defer hanging.Close()
-	stoppedAddr, err := deadserver.Stopped()
+	stopped, err := deadserver.Stop()
 	if err != nil {
 		return err
 	}
+	defer stopped.Close()
 
-	for _, server := range []struct{ name, addr string }{{"hangs", hanging.Addr()}, {"is stopped", stoppedAddr}} {
+	for _, server := range []struct{ name, addr string }{{"hangs", hanging.Addr()}, {"is stopped", stopped.Addr()}} {
 		for _, policy := range []httpadmit.FailurePolicy{httpadmit.FailClosed, httpadmit.FailOpen} {
 			if err := d.tryFailurePolicy(ctx, server.name, server.addr, policy); err != nil {
 				return err

@@ -4,9 +4,13 @@
 package deadserver
 
 import (
+	"fmt"
 	"net"
+	"net/netip"
+	"os"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
 )
@@ -74,11 +78,52 @@ func (h *Hanging) Close() {
 	<-h.held
 }
 
-// Stopped returns a host:port on 127.0.0.1 where nothing listens (it was free a moment ago).
-func Stopped() (string, error) {
-	port, err := pgcluster.FreePort()
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort(pgcluster.Host, strconv.Itoa(port)), nil
+// Stopped is a host:port on 127.0.0.1 where nothing listens: connecting is refused at once,
+// as by the host of a database that is down. It holds its port until Close, with a socket
+// bound to it that does not listen: a port found free and let go (as pgcluster.FreePort does)
+// could be taken meanwhile by another process's server, whose answer a test expecting a
+// refusal would get; and no outgoing connection is given it as its local port.
+type Stopped struct {
+	addr string
+	once sync.Once
+	fd   int
 }
+
+// Stop returns a Stopped address; Close lets its port go.
+func Stop() (*Stopped, error) {
+	// Close-on-exec set under ForkLock, as the net package does: a child started meanwhile
+	// (pg_ctl, say) must not inherit the socket, and hold the port after Close.
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	ip, err := netip.ParseAddr(pgcluster.Host)
+	if err != nil || !ip.Is4() {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("deadserver: host %q: not an IPv4 address", pgcluster.Host)
+	}
+	// Not listening, the socket takes no connection: the kernel refuses them. Without
+	// SO_REUSEADDR, no other socket may bind the port while it is open.
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: ip.As4()}); err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("bind", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("getsockname", err)
+	}
+	port := sa.(*syscall.SockaddrInet4).Port
+	return &Stopped{addr: net.JoinHostPort(pgcluster.Host, strconv.Itoa(port)), fd: fd}, nil
+}
+
+// Addr is the stopped server's host:port.
+func (s *Stopped) Addr() string { return s.addr }
+
+// Close lets the port go. Calling it again does nothing more.
+func (s *Stopped) Close() { s.once.Do(func() { syscall.Close(s.fd) }) }

@@ -3,6 +3,7 @@ package deadserver
 import (
 	"errors"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -64,4 +65,32 @@ func TestHangingCloseClosesAConnectionAcceptedDuringClose(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A Stopped address refuses a connection, and keeps its port until Close: a port only free a
+// moment ago could be taken meanwhile by another process's server, and a test expecting a
+// refusal would get that server's answer.
+func TestStoppedRefusesAndKeepsItsPort(t *testing.T) {
+	s, err := Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr()
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("dial %s: connected, want refused", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v, want ECONNREFUSED", addr, err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Fatalf("another server could listen on %s, the stopped server's port", addr)
+	}
+	s.Close()
+	s.Close() // a second Close does nothing more
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("after Close, listen on %s: %v, want the port let go", addr, err)
+	}
+	ln.Close()
 }
