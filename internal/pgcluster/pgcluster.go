@@ -40,6 +40,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/runecut"
 )
 
 // ErrNoPostgres is returned by Start when no PostgreSQL server binaries can be found.
@@ -304,17 +306,15 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// Tail returns the end of a log file, for error messages (pgbouncer uses it too).
+// Tail returns the end of a log file, at most 4000 bytes, for error messages (pgbouncer uses it
+// too). It begins where a character does: a cut inside one would leave invalid UTF-8 at the
+// start of the message.
 func Tail(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	const max = 4000
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return string(b)
+	return runecut.Suffix(string(b), 4000)
 }
 
 // findBinDir returns a directory holding initdb, pg_ctl and postgres: the one `pg_config

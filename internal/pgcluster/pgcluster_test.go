@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -412,5 +413,24 @@ func TestSmallShmIsLeftAlone(t *testing.T) {
 	}
 	if !slices.Contains(tempDirs(), small) {
 		t.Errorf("tempDirs() = %v leaves out %s, where an earlier cluster may have been left", tempDirs(), small)
+	}
+}
+
+// Tail keeps the end of a log whole: its cut falls where a character begins, not inside one
+// (a server's log quotes names and values in any script).
+func TestTailCutsNoCharacter(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "postgres.log")
+	// 4001 bytes: the last 4000 begin with the second byte of an é.
+	log := "é" + strings.Repeat("a", 3999)
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := Tail(path)
+	if !utf8.ValidString(got) {
+		t.Fatalf("Tail = %q..., not valid UTF-8", got[:8])
+	}
+	if want := strings.Repeat("a", 3999); got != want {
+		t.Fatalf("Tail: %d bytes, want the last %d (the whole é left out)", len(got), len(want))
 	}
 }

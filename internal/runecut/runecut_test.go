@@ -25,3 +25,28 @@ func TestPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestSuffix(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    string
+		max  int
+		want string
+	}{
+		{"abc", 3, "abc"},
+		{"abc", 5, "abc"},
+		{"abc", 2, "bc"},
+		{"éa", 2, "a"},                         // é is 2 bytes: not split
+		{"éa", 3, "éa"},                        // whole
+		{"x€", 2, ""},                          // € is 3 bytes
+		{"x€", 3, "€"},                         // from the boundary
+		{"abc", 0, ""},                         // nothing fits
+		{"abc", -1, ""},                        // nor with a negative bound
+		{"", 0, ""},                            // empty stays empty
+		{"a\x80\x80\x80\x80\x80b", 5, "\x80b"}, // invalid: not walked past a rune's length
+	} {
+		if got := Suffix(c.s, c.max); got != c.want {
+			t.Errorf("Suffix(%q, %d) = %q, want %q", c.s, c.max, got, c.want)
+		}
+	}
+}
