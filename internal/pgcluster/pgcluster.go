@@ -165,7 +165,11 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 // startServer starts the server of the initialized cluster on c.port. It opens no Unix socket
 // (an empty -k): clients connect over TCP, and a socket in c.root failed wherever TMPDIR pointed
 // at a path that holds a quote (pg_ctl hands -o to a shell), a comma (unix_socket_directories is
-// a list), or that is long (a socket's path has at most 107 bytes).
+// a list), or that is long (a socket's path has at most 107 bytes). The data directory and the
+// log are named relative to c.root, where run runs pg_ctl: pg_ctl start puts them in double
+// quotes in the shell command that starts the server, where a ", $ or ` of TMPDIR's path broke
+// the command (or ran one: `...`). The server makes its data directory's path absolute itself,
+// with no shell.
 func (c *Cluster) startServer(ctx context.Context) error {
 	opts := fmt.Sprintf("-p %d -k '' -c listen_addresses=%s -c max_connections=300", c.port, Host)
 	if !c.durable {
@@ -174,9 +178,13 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	if len(c.preloaded) > 0 {
 		opts += " -c shared_preload_libraries=" + strings.Join(c.preloaded, ",")
 	}
-	log := filepath.Join(c.root, "postgres.log")
-	if err := c.run(ctx, c.pgCtl, "-D", c.data, "-l", log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
-		return fmt.Errorf("%w\npostgres.log:\n%s", err, Tail(log))
+	data, err := filepath.Rel(c.root, c.data)
+	if err != nil {
+		return err
+	}
+	const log = "postgres.log"
+	if err := c.run(ctx, c.pgCtl, "-D", data, "-l", log, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+		return fmt.Errorf("%w\npostgres.log:\n%s", err, Tail(filepath.Join(c.root, log)))
 	}
 	return nil
 }

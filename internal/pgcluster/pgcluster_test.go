@@ -341,14 +341,17 @@ func blockedOnPipe(pids map[int]string) bool {
 // A cluster starts wherever TMPDIR points: in a directory whose name holds a quote, a comma or a
 // space, or that is long. The server opens no Unix socket there: its path was given to postgres
 // through pg_ctl's shell in single quotes (a quote ended them), as a comma-separated list (a
-// comma split it), and a socket's path may be at most 107 bytes. Not parallel: it sets TMPDIR.
+// comma split it), and a socket's path may be at most 107 bytes. Nor does it break on what a
+// shell reads inside double quotes (", $, `): pg_ctl start runs the server through a shell, the
+// data directory (-D) and log (-l) in double quotes. Not parallel: it sets TMPDIR.
 func TestStartWhereverTMPDIRPoints(t *testing.T) {
 	if _, err := findBinDir(); err != nil {
 		t.Skip(err)
 	}
 	for name, dir := range map[string]string{
 		"quote": "it's", "comma": "a,b", "space": "a b",
-		"long": strings.Repeat("long-", 16), // its socket's path would be 125 bytes or more
+		"long":  strings.Repeat("long-", 16), // its socket's path would be 125 bytes or more
+		"shell": `say "$HOME" ` + "`id`",
 	} {
 		t.Run(name, func(t *testing.T) {
 			parent, err := os.MkdirTemp("/var/tmp", "pgcluster-tmpdir-test-")
