@@ -8,12 +8,14 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/deadserver"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 	"github.com/pgadmit/pgadmit/schema"
@@ -87,5 +89,87 @@ func TestUnreachable(t *testing.T) {
 		if got := unreachable(err); got != want {
 			t.Errorf("unreachable(%v) = %v, want %v", err, got, want)
 		}
+	}
+}
+
+// connectError is the error of a connection attempt whose dial fails with cause, as pgconn
+// wraps it (a *pgconn.ConnectError; a server's refusal at startup is wrapped alike).
+func connectError(t *testing.T, cause error) error {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig("postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) { return nil, cause }
+	conn, err := pgconn.ConnectConfig(context.Background(), cfg)
+	if err == nil {
+		conn.Close(context.Background())
+		t.Fatal("connect with a failing dial succeeded")
+	}
+	return err
+}
+
+// A connection attempt that did not reach the server (refused, timed out, broken) counts as
+// unreachable; one that a live server refused (too many connections, a failed authentication,
+// no such database) or that failed in the client is an error of its own: a run that meets it
+// on every operation is not told the database is down, and goes on.
+func TestUnreachableConnect(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cause error
+		want  bool
+	}{
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ENETUNREACH}, true},
+		{&net.DNSError{Err: "no such host", Name: "db.invalid", IsNotFound: true}, true},
+		{context.DeadlineExceeded, true}, // connect_timeout: the server never answered
+		{io.EOF, true},                   // closed before it answered
+		{&pgconn.PgError{Code: "57P03", Message: "the database system is shutting down"}, true},
+		{&pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"}, false},
+		{&pgconn.PgError{Code: "28P01", Message: "password authentication failed"}, false},
+		{&pgconn.PgError{Code: "3D000", Message: "database does not exist"}, false},
+		{errors.New("failed SASL auth: invalid server signature"), false},
+		{context.Canceled, false},
+	} {
+		err := connectError(t, c.cause)
+		var connErr *pgconn.ConnectError
+		if !errors.As(err, &connErr) {
+			t.Fatalf("connect with dial failing with %v: %v, want a *pgconn.ConnectError", c.cause, err)
+		}
+		if got := unreachable(err); got != c.want {
+			t.Errorf("unreachable(%v) = %v, want %v", err, got, c.want)
+		}
+	}
+}
+
+// The same against real servers: one that is stopped is unreachable, one that answers that the
+// database does not exist is not.
+func TestUnreachableConnectToRealServers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stopped, err := deadserver.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopped.Close()
+	if _, err := pgconn.Connect(ctx, "postgres://nobody@"+stopped.Addr()+"/none?sslmode=disable&connect_timeout=5"); !unreachable(err) {
+		t.Errorf("unreachable(%v) = false for a stopped server, want true", err)
+	}
+	cfg, err := pgconn.ParseConfig(pgtest.NewEmptyURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = "pgadmit_no_such_database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err == nil {
+		conn.Close(ctx)
+		t.Fatal("connected to a database that does not exist")
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		t.Fatalf("connect to a database that does not exist: %v, want SQLSTATE 3D000", err)
+	}
+	if unreachable(err) {
+		t.Errorf("unreachable(%v) = true for a live server's refusal, want false", err)
 	}
 }
