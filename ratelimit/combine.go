@@ -238,10 +238,15 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 		p.mu.Unlock()
 		n++
 	}
-	c.queue = c.queue[n:]
-	if len(c.queue) == 0 {
-		c.queue, c.left = nil, 0
+	if n == len(c.queue) {
+		c.queue, c.left = nil, 0 // the array goes with what it held
+		return batch
 	}
+	// Requests stay queued behind those taken: the array stays, and its
+	// slots before them would keep what was taken (each caller's ctx,
+	// request and result) until the queue empties or outgrows it.
+	clear(c.queue[:n])
+	c.queue = c.queue[n:]
 	return batch
 }
 

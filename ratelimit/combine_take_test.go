@@ -100,3 +100,37 @@ func TestCombinerNextBatchLeavesOutAnEndedCallerNotYetGone(t *testing.T) {
 		t.Errorf("stats %+v, want 2 statements of 3 requests", s)
 	}
 }
+
+// The requests that takeLocked takes off the queue, sent or left out, are
+// no longer referenced by the queue's array: the queue reslices past them,
+// and its array (kept while requests stay queued behind them) used to hold
+// every caller of a burst, its ctx, request and result, until the queue
+// next emptied or outgrew it.
+func TestCombinerTakeLetsGoOfWhatItTakes(t *testing.T) {
+	c := newCombiner(2, 1, func(context.Context, []int) ([]int, []error, error) { return nil, nil, nil }, nil)
+	ended, end := context.WithCancel(context.Background())
+	end()
+	queued := func(req int, ctx context.Context, gone bool) *combined[int, int] {
+		return &combined[int, int]{req: req, ctx: ctx, done: make(chan struct{}), gone: gone}
+	}
+	live := context.Background()
+	c.queue = []*combined[int, int]{queued(1, live, false), queued(2, live, true), queued(3, ended, false), queued(4, live, false), queued(5, live, false)}
+	array := c.queue[:cap(c.queue)]
+	c.mu.Lock()
+	batch := c.takeLocked()
+	c.mu.Unlock()
+	if len(batch) != 2 || batch[0].req != 1 || batch[1].req != 4 {
+		t.Fatalf("took %d requests, want 1 and 4", len(batch))
+	}
+	if len(c.queue) != 1 || c.queue[0].req != 5 {
+		t.Fatalf("%d queued, want 5 alone", len(c.queue))
+	}
+	for i, p := range array[:4] {
+		if p != nil {
+			t.Errorf("slot %d of the queue's array still holds request %d, taken", i, p.req)
+		}
+	}
+	if array[4] == nil || array[4].req != 5 {
+		t.Errorf("slot 4 of the queue's array: %v, want request 5, still queued", array[4])
+	}
+}
