@@ -42,10 +42,16 @@ type combiner[Req, Res any] struct {
 	// batch returned: what it was granted must not stay held.
 	abandoned func(Res)
 
-	mu        sync.Mutex
-	queue     []*combined[Req, Res]
-	inFlight  int
-	left      int           // callers who left unsent since the queue was last compacted or emptied
+	mu       sync.Mutex
+	queue    []*combined[Req, Res]
+	inFlight int
+	// left counts the callers gone (leftUnsent) whose requests are still
+	// queued, which leftUnsent weighs against the queue's length:
+	// takeLocked subtracts those it drops. A caller who leaves as
+	// takeLocked drops its request may be counted after that: left is
+	// then one short for a moment, or one over until the queue next
+	// empties or is compacted.
+	left      int
 	releasing int           // abandoned calls, statements that every caller left (detached) and runs again of rejected batches, running
 	idle      *sync.Cond    // on mu: inFlight and releasing both fell to 0
 	batches   int64         // statements answered
@@ -62,9 +68,9 @@ type combined[Req, Res any] struct {
 	err  error
 	done chan struct{}
 
-	mu        sync.Mutex // guards gone, sent and delivered
+	mu        sync.Mutex // guards gone, taken and delivered
 	gone      bool       // the caller stopped waiting
-	sent      bool       // the request is in a batch
+	taken     bool       // takeLocked took the request off the queue: into a batch, or dropped as its ctx had ended
 	delivered bool       // res and err are set (and done is closed)
 }
 
@@ -139,16 +145,16 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 		return p.answer()
 	}
 	p.gone = true
-	sent := p.sent
+	taken := p.taken
 	p.mu.Unlock()
-	if !sent {
+	if !taken {
 		c.leftUnsent()
 	}
 	var zero Res
 	return zero, ctx.Err()
 }
 
-// leftUnsent counts a caller who left before its request was sent, and
+// leftUnsent counts a caller who left while its request was queued, and
 // drops such requests from the queue once they are most of it. takeLocked
 // skips them anyway, but behind a statement that stays stuck (one of its
 // callers has no deadline) the queue would otherwise grow with every
@@ -222,7 +228,11 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 	for n < len(c.queue) && len(batch) < c.maxBatch {
 		p := c.queue[n]
 		p.mu.Lock()
-		if !p.gone && p.ctx.Err() == nil {
+		if p.gone {
+			c.left-- // counted as its caller left (leftUnsent), no longer queued
+		} else if p.ctx.Err() != nil {
+			p.taken = true // its caller, withdrawing it, does not count it in left
+		} else {
 			w := 0
 			if c.weight != nil {
 				w = c.weight(p.req)
@@ -232,7 +242,7 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 				break // p goes first in the next batch
 			}
 			weight += w
-			p.sent = true
+			p.taken = true
 			batch = append(batch, p)
 		}
 		p.mu.Unlock()

@@ -134,3 +134,77 @@ func TestCombinerTakeLetsGoOfWhatItTakes(t *testing.T) {
 		t.Errorf("slot 4 of the queue's array: %v, want request 5, still queued", array[4])
 	}
 }
+
+// endedUnseen is a context that reports it ended (Err) before its Done
+// closes: a deadline past, seen by takeLocked before the runtime woke the
+// caller waiting on Done.
+type endedUnseen struct {
+	context.Context
+	ended atomic.Bool
+}
+
+func (c *endedUnseen) Err() error {
+	if c.ended.Load() {
+		return context.Canceled
+	}
+	return c.Context.Err()
+}
+
+// left counts the callers gone whose requests are still queued, which is
+// what leftUnsent weighs against the queue's length to decide to compact
+// it. A request that takeLocked drops, its caller gone or its ctx ended
+// (its caller withdrawing it later), is no longer queued: left counted it
+// all the same, until the queue next emptied, and compacted a long queue
+// under the combiner's lock when few of it, or none, had gone.
+func TestCombinerLeftCountsOnlyWhatIsStillQueued(t *testing.T) {
+	g := newGate()
+	c := newCombiner(1, 1, g.run, func(int) {})
+	var errs [6]chan error
+	call := func(ctx context.Context, n int) {
+		errs[n] = make(chan error, 1)
+		go func() { _, err := c.do(ctx, n); errs[n] <- err }()
+	}
+	call(context.Background(), 1)
+	<-g.started
+	unseen := &endedUnseen{}
+	var endUnseen context.CancelFunc
+	unseen.Context, endUnseen = context.WithCancel(context.Background())
+	defer endUnseen()
+	call(unseen, 2)
+	waitQueued(t, c, 1)
+	leaving, leave := context.WithCancel(context.Background())
+	call(leaving, 3)
+	waitQueued(t, c, 2)
+	call(context.Background(), 4)
+	waitQueued(t, c, 3)
+	call(context.Background(), 5)
+	waitQueued(t, c, 4)
+	leave()
+	if err := <-errs[3]; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller who left: %v", err)
+	}
+	unseen.ended.Store(true)
+	g.release <- struct{}{} // [1] is answered; the next batch leaves 2 and 3 out
+	if next := <-g.started; !slices.Equal(next, []int{4}) {
+		t.Fatalf("next batch %v, want [4]", next)
+	}
+	endUnseen() // 2's caller wakes and withdraws its request, taken already
+	if err := <-errs[2]; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller whose ctx ended unseen: %v", err)
+	}
+	c.mu.Lock()
+	left, queued := c.left, len(c.queue)
+	c.mu.Unlock()
+	if left != 0 || queued != 1 {
+		t.Errorf("left %d with %d queued (5, waiting), want 0", left, queued)
+	}
+	g.release <- struct{}{}
+	<-g.started
+	g.release <- struct{}{}
+	for _, n := range []int{1, 4, 5} {
+		if err := <-errs[n]; err != nil {
+			t.Errorf("call %d: %v", n, err)
+		}
+	}
+	c.drain()
+}
