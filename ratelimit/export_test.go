@@ -276,3 +276,8 @@ func (l *Limiter) TouchAllotmentSets(keyPrefix string, n int) {
 		l.allot.set(counterKey{scopeType: "model", scopeKey: keyPrefix + strconv.Itoa(i), metric: MetricTokens, windowSeconds: 1})
 	}
 }
+
+// GivingBackAtOnce is how many give-backs of what Reserve granted callers
+// who left run at once on a Limiter combining maxBatch calls a statement,
+// maxInFlight statements at once.
+func GivingBackAtOnce(maxBatch, maxInFlight int) int { return givingBackAtOnce(maxBatch, maxInFlight) }

@@ -1,0 +1,111 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A storm of callers who leave while their statements run, each one's
+// grant going to abandoned, runs at most givingBackAtOnce give-backs at
+// once, each on a goroutine, the rest waiting their turn: one goroutine
+// each, with no bound, used to pile up behind a slow give-back (the
+// Release statements of a pool stuck behind a lock). Every grant is still
+// given back exactly once, and drain waits for the last.
+func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
+	const maxBatch, maxInFlight, callers = 2, 2, 60
+	bound := givingBackAtOnce(maxBatch, maxInFlight)
+	if bound >= callers/2 {
+		t.Fatalf("bound %d: the storm of %d does not exceed it", bound, callers)
+	}
+	var (
+		mu              sync.Mutex
+		givenBack       = map[int]int{}
+		running, most   int
+		release         = make(chan struct{})
+		leaveEach       = map[int]context.CancelFunc{}
+		goroutinesAtTop int
+	)
+	before := runtime.NumGoroutine()
+	c := newCombiner(maxBatch, maxInFlight, func(_ context.Context, reqs []int) ([]int, []error, error) {
+		mu.Lock()
+		for _, r := range reqs {
+			leaveEach[r]() // its caller leaves before the answer
+		}
+		mu.Unlock()
+		return reqs, make([]error, len(reqs)), nil
+	}, func(res int) {
+		mu.Lock()
+		running++
+		if running > most {
+			most = running
+		}
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		givenBack[res]++
+		mu.Unlock()
+	})
+	for r := 1; r <= callers; r++ { // one at a time: each is sent, alone
+		ctx, leave := context.WithCancel(context.Background())
+		mu.Lock()
+		leaveEach[r] = leave
+		mu.Unlock()
+		if _, err := c.do(ctx, r); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call %d: %v, want context.Canceled", r, err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		r := running
+		mu.Unlock()
+		if r == bound {
+			break
+		}
+	}
+	goroutinesAtTop = runtime.NumGoroutine() - before
+	mu.Lock()
+	r, m := running, most
+	mu.Unlock()
+	if r != bound || m != bound {
+		t.Errorf("%d give-backs running, %d at most, want %d (the bound)", r, m, bound)
+	}
+	if goroutinesAtTop > bound+2 {
+		t.Errorf("%d goroutines more than before the storm, want %d (the give-backs running) or about", goroutinesAtTop, bound)
+	}
+	drained := make(chan struct{})
+	go func() { c.drain(); close(drained) }()
+	select {
+	case <-drained:
+		t.Fatal("drain returned while give-backs were held")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-drained
+	mu.Lock()
+	defer mu.Unlock()
+	for r := 1; r <= callers; r++ {
+		if givenBack[r] != 1 {
+			t.Errorf("grant %d given back %d times, want once", r, givenBack[r])
+		}
+	}
+	if most > bound {
+		t.Errorf("%d give-backs ran at once, want %d at most", most, bound)
+	}
+	c.mu.Lock()
+	if c.releasing != 0 || c.inFlight != 0 {
+		t.Errorf("drained with %d releasing, %d in flight", c.releasing, c.inFlight)
+	}
+	c.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after drain, %d before", n, before)
+	}
+}
