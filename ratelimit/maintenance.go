@@ -72,9 +72,9 @@ type maintenanceOptions struct {
 
 func defaultMaintenanceOptions() maintenanceOptions {
 	return maintenanceOptions{
-		recoveryBatchSize: 500,
-		maxRequeues:       5,
-		pruneBatchSize:    5000,
+		recoveryBatchSize: DefaultRecoveryBatchSize,
+		maxRequeues:       DefaultMaxRequeues,
+		pruneBatchSize:    DefaultPruneBatchSize,
 		taskRetention:     DefaultTaskRetention,
 		leaseTTL:          DefaultMaintenanceLeaseTTL,
 		lostGrace:         DefaultLostAllotmentGrace,
@@ -83,6 +83,16 @@ func defaultMaintenanceOptions() maintenanceOptions {
 
 // Defaults of the maintenance options.
 const (
+	// DefaultRecoveryBatchSize is how many rows one recovery transaction
+	// handles at most (WithRecoveryBatchSize).
+	DefaultRecoveryBatchSize = 500
+	// DefaultMaxRequeues is how many times Recover requeues an async task
+	// whose execution lease expired before it fails the task for good
+	// (WithMaxRequeues).
+	DefaultMaxRequeues = 5
+	// DefaultPruneBatchSize is how many rows one prune statement deletes at
+	// most (WithPruneBatchSize).
+	DefaultPruneBatchSize = 5000
 	// DefaultTaskRetention is how long Prune keeps a finished task, with its
 	// attempts and events, after it finished (WithTaskRetention).
 	DefaultTaskRetention = 7 * 24 * time.Hour
@@ -94,13 +104,17 @@ const (
 	// after its holder's last report, Recover (and Doctor) take an
 	// allotment for lost (WithLostAllotmentGrace).
 	DefaultLostAllotmentGrace = 5 * time.Second
+	// MinLostAllotmentGrace is the shortest grace WithLostAllotmentGrace
+	// sets: two of a live holder's report periods (it reports every second
+	// while requests admitted from its blocks are in flight).
+	MinLostAllotmentGrace = 2 * allotSyncEvery
 )
 
 // WithRecoveryBatchSize sets how many rows one recovery transaction handles
-// at most (default 500; reservations, those of reclaimed tasks included,
-// are released 256 at most per statement); Recover loops until nothing is
-// left. An n below 1 leaves the default; one above math.MaxInt32 is
-// math.MaxInt32.
+// at most (default DefaultRecoveryBatchSize, 500; reservations, those of
+// reclaimed tasks included, are released 256 at most per statement);
+// Recover loops until nothing is left. An n below 1 leaves the default; one
+// above math.MaxInt32 is math.MaxInt32.
 func WithRecoveryBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if n > 0 {
@@ -110,9 +124,9 @@ func WithRecoveryBatchSize(n int) MaintenanceOption {
 }
 
 // WithMaxRequeues sets how many times recovery requeues an async task whose
-// execution lease expired before it fails the task for good (default 5).
-// Zero fails it at its first expiry; a negative n leaves the default, and
-// one above math.MaxInt32 is math.MaxInt32.
+// execution lease expired before it fails the task for good (default
+// DefaultMaxRequeues, 5). Zero fails it at its first expiry; a negative n
+// leaves the default, and one above math.MaxInt32 is math.MaxInt32.
 func WithMaxRequeues(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if n >= 0 {
@@ -122,10 +136,10 @@ func WithMaxRequeues(n int) MaintenanceOption {
 }
 
 // WithPruneBatchSize sets how many rows one prune statement deletes at most
-// (default 5000; for tasks, how many tasks, each with its attempts and
-// events, and for events (WithPruneEvents) how many tasks' events; stale
-// reservations are released 256 at most per statement);
-// Prune loops until nothing is left. An n below 1 leaves the
+// (default DefaultPruneBatchSize, 5000; for tasks, how many tasks, each
+// with its attempts and events, and for events (WithPruneEvents) how many
+// tasks' events; stale reservations are released 256 at most per
+// statement); Prune loops until nothing is left. An n below 1 leaves the
 // default; one above math.MaxInt32 is math.MaxInt32.
 func WithPruneBatchSize(n int) MaintenanceOption {
 	return func(o *maintenanceOptions) {
@@ -159,10 +173,10 @@ func WithTaskRetention(d time.Duration) MaintenanceOption {
 }
 
 // WithMaintenanceLeaseTTL sets how long a Recover or Prune run holds its
-// job without renewing its lease (default DefaultMaintenanceLeaseTTL). A
-// run renews it whenever a third of it has passed. A d under one second is
-// one second, the shortest lease a run keeps renewed between its batches;
-// zero or negative leaves the default.
+// job without renewing its lease (default DefaultMaintenanceLeaseTTL,
+// 15 s). A run renews it whenever a third of it has passed. A d under one
+// second is one second, the shortest lease a run keeps renewed between its
+// batches; zero or negative leaves the default.
 func WithMaintenanceLeaseTTL(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
@@ -173,24 +187,20 @@ func WithMaintenanceLeaseTTL(d time.Duration) MaintenanceOption {
 
 // WithLostAllotmentGrace sets when Recover (and Doctor) take an allotment
 // for lost: once its window ended, and its holder last reported, this long
-// ago (default DefaultLostAllotmentGrace; a live holder returns its blocks
-// at their window's end and reports every second while requests admitted
-// from them are in flight). A d under two seconds is two seconds
-// (minLostAllotmentGrace): a shorter grace would take a live holder's block
+// ago (default DefaultLostAllotmentGrace, 5 s; a live holder returns its
+// blocks at their window's end and reports every second while requests
+// admitted from them are in flight). A d under MinLostAllotmentGrace, 2 s, is
+// MinLostAllotmentGrace: a shorter grace would take a live holder's block
 // for lost between two of its reports and return it charging the last one,
 // leaving what the holder admitted since uncharged. Zero or negative leaves
 // the default.
 func WithLostAllotmentGrace(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {
-			o.lostGrace = max(d, minLostAllotmentGrace)
+			o.lostGrace = max(d, MinLostAllotmentGrace)
 		}
 	}
 }
-
-// minLostAllotmentGrace is the shortest grace WithLostAllotmentGrace sets:
-// two of a live holder's report periods.
-const minLostAllotmentGrace = 2 * allotSyncEvery
 
 // WithDoctorLockTimeout bounds how long Doctor waits for a lock on a table it
 // reads (one that a migration's ALTER TABLE holds, for instance): past d it

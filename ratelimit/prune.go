@@ -80,10 +80,10 @@ var epoch = time.Unix(0, 0).UTC()
 // reservations, released or expired leases, returned blocks of Local
 // limits (once their counter row is gone), (WithPruneEvents) events of
 // tasks finished before the cutoff, and tasks that finished longer ago than
-// the task retention (WithTaskRetention, default 7 days) with their
-// attempts, events and queue admissions (a task that still holds an open
-// reservation or lease, taken concurrently with its finish, is kept until
-// Recover has released them). It never touches live state: a
+// the task retention (WithTaskRetention, default DefaultTaskRetention,
+// 7 days) with their attempts, events and queue admissions (a task that
+// still holds an open reservation or lease, taken concurrently with its
+// finish, is kept until Recover has released them). It never touches live state: a
 // window is kept while an open reservation draws on it, and a finished
 // reservation as long as its counter row exists, so every remaining counter
 // still equals the sum of its reservations (Doctor stays clean); the

@@ -1,0 +1,167 @@
+package ratelimit
+
+import (
+	"go/ast"
+	"go/parser"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/gosrc"
+)
+
+// The defaults of the options are exported constants (callers such as
+// pgadmit's own commands need them for flags and checks), and they are the
+// values the code starts from.
+func TestOptionDefaultsAreTheConstants(t *testing.T) {
+	t.Parallel()
+	got := defaultMaintenanceOptions()
+	want := maintenanceOptions{
+		recoveryBatchSize: DefaultRecoveryBatchSize,
+		maxRequeues:       DefaultMaxRequeues,
+		pruneBatchSize:    DefaultPruneBatchSize,
+		taskRetention:     DefaultTaskRetention,
+		leaseTTL:          DefaultMaintenanceLeaseTTL,
+		lostGrace:         DefaultLostAllotmentGrace,
+	}
+	if got.recoveryBatchSize != want.recoveryBatchSize || got.maxRequeues != want.maxRequeues ||
+		got.pruneBatchSize != want.pruneBatchSize || got.taskRetention != want.taskRetention ||
+		got.leaseTTL != want.leaseTTL || got.lostGrace != want.lostGrace {
+		t.Errorf("defaultMaintenanceOptions() = %+v, want the Default constants %+v", got, want)
+	}
+	var o maintenanceOptions
+	WithLostAllotmentGrace(time.Nanosecond)(&o)
+	if o.lostGrace != MinLostAllotmentGrace {
+		t.Errorf("WithLostAllotmentGrace(1ns) sets %v, want MinLostAllotmentGrace (%v)", o.lostGrace, MinLostAllotmentGrace)
+	}
+	allot := AllotmentOptions{}.withDefaults()
+	if allot.MaxShare != DefaultAllotmentMaxShare || allot.Horizon != DefaultAllotmentHorizon ||
+		allot.IdleAfter != DefaultAllotmentIdleAfter || allot.Margin != DefaultAllotmentMargin {
+		t.Errorf("AllotmentOptions{}.withDefaults() = %+v, want the DefaultAllotment constants", allot)
+	}
+}
+
+// The docs of the options name the constant of each default (go doc links
+// it, and a reader can use it), and where they also write its value out,
+// that value is the constant's: a default changed in code alone fails here.
+// No doc of the package writes a default as a bare number.
+func TestOptionDocsNameTheirDefaults(t *testing.T) {
+	t.Parallel()
+	// doc owner (a function, a method, or Type.Field) -> the constants its doc must name.
+	named := map[string][]string{
+		"WithRecoveryBatchSize":      {"DefaultRecoveryBatchSize"},
+		"WithMaxRequeues":            {"DefaultMaxRequeues"},
+		"WithPruneBatchSize":         {"DefaultPruneBatchSize"},
+		"WithTaskRetention":          {"DefaultTaskRetention"},
+		"Maintenance.Prune":          {"DefaultTaskRetention"},
+		"WithMaintenanceLeaseTTL":    {"DefaultMaintenanceLeaseTTL"},
+		"WithLostAllotmentGrace":     {"DefaultLostAllotmentGrace", "MinLostAllotmentGrace"},
+		"WithCombining":              {"DefaultCombineBatch", "DefaultCombineInFlight"},
+		"AllotmentOptions.MaxShare":  {"DefaultAllotmentMaxShare"},
+		"AllotmentOptions.Horizon":   {"DefaultAllotmentHorizon"},
+		"AllotmentOptions.IdleAfter": {"DefaultAllotmentIdleAfter"},
+		"AllotmentOptions.Margin":    {"DefaultAllotmentMargin"},
+	}
+	values := map[string]float64{
+		"DefaultRecoveryBatchSize":   DefaultRecoveryBatchSize,
+		"DefaultMaxRequeues":         DefaultMaxRequeues,
+		"DefaultPruneBatchSize":      DefaultPruneBatchSize,
+		"DefaultTaskRetention":       DefaultTaskRetention.Seconds(),
+		"DefaultMaintenanceLeaseTTL": DefaultMaintenanceLeaseTTL.Seconds(),
+		"DefaultLostAllotmentGrace":  DefaultLostAllotmentGrace.Seconds(),
+		"MinLostAllotmentGrace":      MinLostAllotmentGrace.Seconds(),
+		"DefaultCombineBatch":        DefaultCombineBatch,
+		"DefaultCombineInFlight":     DefaultCombineInFlight,
+		"DefaultAllotmentMaxShare":   DefaultAllotmentMaxShare,
+		"DefaultAllotmentHorizon":    DefaultAllotmentHorizon.Seconds(),
+		"DefaultAllotmentIdleAfter":  DefaultAllotmentIdleAfter.Seconds(),
+		"DefaultAllotmentMargin":     DefaultAllotmentMargin.Seconds(),
+	}
+	fset, files, err := gosrc.ParseDir(".", parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{} // owner -> doc
+	bare := regexp.MustCompile(`\(default [0-9]`)
+	for _, file := range files {
+		for _, group := range file.Comments {
+			if m := bare.FindString(group.Text()); m != "" {
+				t.Errorf("%s: %q: name the default's constant (default DefaultX, value)", fset.Position(group.Pos()), m)
+			}
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				name := n.Name.Name
+				if n.Recv != nil && len(n.Recv.List) == 1 {
+					typ := n.Recv.List[0].Type
+					if star, ok := typ.(*ast.StarExpr); ok {
+						typ = star.X
+					}
+					if id, ok := typ.(*ast.Ident); ok {
+						name = id.Name + "." + name
+					}
+				}
+				docs[name] = n.Doc.Text()
+			case *ast.TypeSpec:
+				if st, ok := n.Type.(*ast.StructType); ok {
+					for _, f := range st.Fields.List {
+						for _, id := range f.Names {
+							docs[n.Name.Name+"."+id.Name] = f.Doc.Text()
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	for owner, consts := range named {
+		doc := strings.Join(strings.Fields(docs[owner]), " ")
+		if doc == "" {
+			t.Errorf("%s: no doc found", owner)
+			continue
+		}
+		for _, c := range consts {
+			if !regexp.MustCompile(`\b` + c + `\b`).MatchString(doc) {
+				t.Errorf("%s's doc does not name %s", owner, c)
+				continue
+			}
+			// "Name, value" where the doc writes the value out.
+			for _, m := range regexp.MustCompile(`\b`+c+`, ([0-9][0-9/.]*(?: ?[a-z]+)?)`).FindAllStringSubmatch(doc, -1) {
+				v, ok := docValue(m[1])
+				if !ok {
+					t.Errorf("%s's doc: %s, %q: not a value this test reads", owner, c, m[1])
+				} else if v != values[c] {
+					t.Errorf("%s's doc says %s is %s, the code has %v", owner, c, m[1], values[c])
+				}
+			}
+		}
+	}
+}
+
+// docValue reads a value as the docs write it: 500, 1/16, 7 days, 15 s,
+// 100ms (durations in seconds).
+func docValue(s string) (float64, bool) {
+	if a, b, ok := strings.Cut(s, "/"); ok {
+		x, err1 := strconv.ParseFloat(a, 64)
+		y, err2 := strconv.ParseFloat(b, 64)
+		return x / y, err1 == nil && err2 == nil && y != 0
+	}
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		return n, true
+	}
+	num, unit, _ := strings.Cut(s, " ")
+	switch unit {
+	case "days", "day":
+		n, err := strconv.ParseFloat(num, 64)
+		return n * 24 * 3600, err == nil
+	case "":
+		d, err := time.ParseDuration(s)
+		return d.Seconds(), err == nil
+	default:
+		d, err := time.ParseDuration(num + unit)
+		return d.Seconds(), err == nil
+	}
+}
