@@ -151,7 +151,6 @@ func (q *Queries) AdmissionReserve(ctx context.Context, db DBTX, arg AdmissionRe
 }
 
 const AdmissionReserveOne = `-- name: AdmissionReserveOne :one
-
 SELECT r.fits::boolean               AS fits,
        r.grant_id::uuid              AS grant_id,
        r.current_value::numeric      AS current_value,
@@ -190,17 +189,6 @@ type AdmissionReserveOneRow struct {
 	Refusal       string
 }
 
-// Admission and settlement: typed calls of the PL/pgSQL functions that
-// schema/00003_admission_functions.sql created, whose bodies say, statement
-// by statement, what they lock and which index serves them. Later
-// migrations replaced most of them: the body in force is that of the last
-// migration that defines the function (pgadmit_reserve 00018,
-// pgadmit_reserve_one 00011, pgadmit_task_recheck 00020, pgadmit_settle
-// 00016, pgadmit_settle_one 00014, pgadmit_reserve_windows 00007), as \sf
-// in psql shows. The *One calls take scalars (one admission of one window
-// limit, one reservation); the others take batches. One call is one
-// statement: one round trip, and one implicit transaction unless the caller
-// runs it inside its own.
 // Decides one admission of one window limit: an upsert that adds the
 // amount to the window's counter row (creating it) only when it fits, and
 // the reservation row, in one statement. Returns the values the decision

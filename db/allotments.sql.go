@@ -116,7 +116,6 @@ func (q *Queries) AllotmentSync(ctx context.Context, db DBTX, arg AllotmentSyncP
 }
 
 const AllotmentTake = `-- name: AllotmentTake :one
-
 SELECT a.allotment_id::uuid         AS allotment_id,
        a.granted::text              AS granted,
        a.current_value::numeric     AS current_value,
@@ -155,10 +154,6 @@ type AllotmentTakeRow struct {
 	DbNow         time.Time
 }
 
-// Allotments: gateway_rate_limit_allotments, blocks of a window's units that
-// a process admits from in its own memory (Limit.Local). The functions they
-// call were created by schema/00006_allotments.sql; their bodies in force are
-// those of 00013 (pgadmit_allot) and 00019 (pgadmit_allot_return).
 // Takes a block of the current window's units for @holder: @want units, or
 // what the window has free when less, never less than @need and never more
 // than half of what is free when @want is more than that; granted 0 when

@@ -170,14 +170,14 @@ type AttemptAttachLockParams struct {
 // UPDATE on each given lease, in id order.
 // Index: gateway_task_attempts_pkey; gateway_tasks_pkey;
 // gateway_concurrency_leases_pkey.
-// The task first, then the leases: the order of the scalar subqueries.
+// The task first, then the leases: the order of the final SELECT's scalar
+// subqueries.
 func (q *Queries) AttemptAttachLock(ctx context.Context, db DBTX, arg AttemptAttachLockParams) error {
 	_, err := db.Exec(ctx, AttemptAttachLock, arg.AttemptID, arg.LeaseIds)
 	return err
 }
 
 const AttemptListByTask = `-- name: AttemptListByTask :many
-
 SELECT a.id,
        a.task_id,
        a.attempt_no,
@@ -192,11 +192,6 @@ WHERE a.task_id = $1::uuid
 ORDER BY a.attempt_no
 `
 
-// Attempts: gateway_task_attempts, one row per claim of a task.
-//
-// Attempt rows are written by the lifecycle statements themselves (TaskCreate
-// for a sync task, TaskClaimNext, TaskFinish, recovery); this file only
-// reads them.
 // Every attempt of one task, in attempt order.
 // Locks: none (MVCC read).
 // Index: gateway_task_attempts_task_id_attempt_no_key.

@@ -48,20 +48,9 @@ func (q *Queries) BenchFunctionSources(ctx context.Context, db DBTX) ([]BenchFun
 }
 
 const BenchServerSetting = `-- name: BenchServerSetting :one
-
 SELECT coalesce(current_setting($1::text, true), '')::text AS value
 `
 
-// Benchmark statements: what `pgadmit bench` reads, besides the workloads
-// themselves, to show where server time goes. The ratelimit package never
-// runs them. They read settings, catalogs and the statistics of the
-// pg_stat_statements extension (an optional contrib module: its library must
-// be in shared_preload_libraries), never pgadmit's tables.
-//
-// The extension is not part of pgadmit's migrations, so sqlc vet's
-// sqlc/db-prepare rule (run against a freshly migrated database) cannot
-// prepare the statement that calls it; it carries @sqlc-vet-disable, and
-// the tests of cmd/pgadmit run them on a cluster that preloads the library.
 // The value of a server setting as this session sees it (empty when there is
 // no such setting, as for an extension's settings before its library is
 // loaded).

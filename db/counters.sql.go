@@ -13,7 +13,6 @@ import (
 )
 
 const CounterCheckWindows = `-- name: CounterCheckWindows :many
-
 SELECT w.ord::integer                                       AS ord,
        (coalesce(c.used_value, 0) + coalesce(c.reserved_value, 0) + w.amount <= w.limit_value)::boolean AS fits,
        coalesce(c.used_value, 0)::numeric                   AS used_value,
@@ -66,18 +65,6 @@ type CounterCheckWindowsRow struct {
 	DbNow         time.Time
 }
 
-// Window counters: gateway_rate_limit_counters.
-//
-// Every window limit of an admission lives in one counter row keyed by
-// (scope_type, scope_key, metric, window_seconds, window_start). Windows are
-// fixed and aligned to the Unix epoch; their bounds are always computed from
-// the database's clock (now()), never the caller's.
-//
-// Lock order, followed by every statement that locks counter rows, so that
-// no two transactions can deadlock on them: counter rows first, sorted by
-// their primary key's columns in byte order (COLLATE "C", whatever the
-// database's collation); then (admission only) concurrency advisory locks,
-// sorted by lock key; rows of other tables after that.
 // Non-consuming preflight: whether each amount fits the current window of its
 // limit (decided in numeric, exactly as pgadmit_reserve decides), with the
 // window's usage and bounds and the database's now() so the caller computes

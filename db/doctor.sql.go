@@ -13,7 +13,6 @@ import (
 )
 
 const DoctorCheck = `-- name: DoctorCheck :many
-
 WITH entries AS (
     -- The ledger of every counter: reservations (open: their amount is
     -- reserved; committed: their actual amount is used) and allotments
@@ -223,12 +222,6 @@ type DoctorCheckRow struct {
 	CheckedAt     time.Time
 }
 
-// Doctor: checks that the books balance.
-//
-// One statement, so every check sees one snapshot of a live database: an
-// admission or a settlement in flight is either wholly visible or not at
-// all. Full scans of the counters and the reservation ledger: an operator
-// tool, not a hot path.
 // Lists every problem found, at most @max_problems of them, ordered by kind,
 // or, when there is none, one row whose kind is empty (and every other column
 // as for a kind it does not apply to, expected and actual 0); every row

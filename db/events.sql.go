@@ -13,7 +13,6 @@ import (
 )
 
 const EventAppend = `-- name: EventAppend :one
-
 WITH cur AS (
     SELECT t.id, t.status, t.execution_token
     FROM gateway_tasks AS t
@@ -75,13 +74,6 @@ type EventAppendRow struct {
 	CreatedAt *time.Time
 }
 
-// Events: gateway_task_events, the append-only log of a task.
-//
-// Sequence numbers come from gateway_tasks.last_event_seq, incremented by an
-// UPDATE whose row lock serializes the appends of one task: each append gets
-// the next number, with no gap and no repeat, whatever the concurrency (the
-// reference used MAX(seq) + 1, which two appenders can both read). The
-// unique (task_id, seq) constraint backs this up.
 // Appends one event to a running task with the next sequence number, fenced
 // by the execution token as TaskHeartbeat is: a worker whose claim was taken
 // away (recovery reclaimed the task, another worker claimed it again, or it

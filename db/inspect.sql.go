@@ -397,7 +397,6 @@ func (q *Queries) InspectTasksHolding(ctx context.Context, db DBTX, taskIds []pg
 }
 
 const InspectWindows = `-- name: InspectWindows :many
-
 SELECT c.scope_type,
        c.scope_key,
        c.metric,
@@ -441,16 +440,6 @@ type InspectWindowsRow struct {
 	TotalRows      int64
 }
 
-// Read-only views for `pgadmit inspect`: what the limits hold right now.
-//
-// None of these statements writes or locks anything; they are plain MVCC
-// reads, safe to run against a busy production database. inspect runs its
-// four (windows, leases, admissions, allotments) in one READ ONLY REPEATABLE
-// READ transaction, so that they share one snapshot and one now(). Each returns at
-// most @max_rows rows, plus the total number of matching rows (total_rows,
-// the same on every row) so the operator knows what was cut. An optional
-// scope (both scope_type and scope_key, or neither) narrows each view to
-// one scope.
 // Counters of the windows that have not ended yet (reset_at > now()), with
 // the time left until each resets on the database's clock.
 // Locks: none (plain MVCC read).

@@ -40,7 +40,6 @@ func (q *Queries) LeaseCountByKeyPrefix(ctx context.Context, db DBTX, arg LeaseC
 }
 
 const LeaseLockScopes = `-- name: LeaseLockScopes :exec
-
 SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
     SELECT DISTINCT hashtextextended(
@@ -66,11 +65,6 @@ type LeaseLockScopesParams struct {
 	LeaseIds   []pgtype.UUID
 }
 
-// Concurrency leases: gateway_concurrency_leases.
-//
-// A "concurrent" limit holds a lease row per admitted request. A lease counts
-// while released_at IS NULL AND expires_at > now(), so a lease of a crashed
-// process stops counting by itself at its expiry.
 // Serializes everything that changes whether a lease counts: one
 // transaction-scoped advisory lock per distinct (scope_type, scope_key),
 // taken in lock-key order (the lock order) after the counter rows. The

@@ -130,7 +130,6 @@ func (q *Queries) MaintenanceLeaseRenew(ctx context.Context, db DBTX, arg Mainte
 }
 
 const MaintenanceLeaseTake = `-- name: MaintenanceLeaseTake :one
-
 WITH taken AS (
     INSERT INTO gateway_maintenance_leases AS l (name, holder, acquired_at, expires_at)
     VALUES ($1::text, $3::text, coalesce($2::timestamptz, greatest(now(), clock_timestamp())),
@@ -168,22 +167,6 @@ type MaintenanceLeaseTakeRow struct {
 	ExpiresAt time.Time
 }
 
-// Maintenance leases and cursors: gateway_maintenance_leases,
-// gateway_maintenance_cursors.
-//
-// Single flight of Recover and Prune without session state: a job runs
-// while its process holds the job's lease row, taken, renewed and given up
-// in one short statement each, so that it works the same through a
-// transaction-pooling proxy. A holder that dies stops renewing; its lease
-// lapses at expires_at and the next process takes the job over. Each
-// statement takes an optional @now (NULL: the database's clock: now(), or
-// for a lease's times the clock read after the statement's locks), so tests
-// drive time instead of sleeping.
-//
-// Each table holds a row per job or walk, a handful: the primary keys named
-// below are what a statement probes, but once the tables are analyzed the
-// planner reads those few rows whole instead (a sequential scan of one
-// page), which is as cheap; neither table grows.
 // Takes the lease of job @name for @holder until now + @ttl_seconds, when
 // nobody holds it or its holder's lease expired (or @holder holds it
 // already: then it is extended). acquired tells whether it was taken;

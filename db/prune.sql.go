@@ -108,7 +108,6 @@ func (q *Queries) PruneCounters(ctx context.Context, db DBTX, arg PruneCountersP
 }
 
 const PruneCutoff = `-- name: PruneCutoff :one
-
 SELECT (coalesce($1::timestamptz, now())
         - make_interval(secs => $2::float8))::timestamptz AS cutoff
 `
@@ -118,18 +117,6 @@ type PruneCutoffParams struct {
 	OlderThanSeconds float64
 }
 
-// Retention: deletes history older than a cutoff, in bounded batches.
-//
-// Prune computes the cutoff once, on the database's clock (PruneCutoff), and
-// passes it to every batch, so all batches of one run agree on it. Nothing
-// here touches live state: a counter window is deleted only after it ended
-// and when no open reservation draws on it; a reservation only once it is
-// finished, its window ended and its counter row is gone (so the doctor's
-// "used equals the sum of committed amounts" holds for every counter that
-// remains); a lease only once released or expired; events only of finished
-// tasks; a task only once finished before its own, longer cutoff (the task
-// retention), with its attempts, events and admissions (ON DELETE CASCADE)
-// while the ledgers keep their rows (ON DELETE SET NULL).
 // @now (NULL: the database's now()) minus the retention.
 // Locks: none.
 // Index: none.

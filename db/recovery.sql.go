@@ -511,7 +511,6 @@ func (q *Queries) RecoveryReservationFindForFinishedTasks(ctx context.Context, d
 }
 
 const RecoveryTaskFindExpired = `-- name: RecoveryTaskFindExpired :many
-
 SELECT t.id,
        coalesce((SELECT array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
@@ -534,19 +533,6 @@ type RecoveryTaskFindExpiredRow struct {
 	OpenReservationIds []pgtype.UUID
 }
 
-// Recovery: gives back the capacity that dead processes still hold.
-//
-// Recover runs these in bounded batches, each batch its own short
-// transaction that leaves the books correct on its own, while it holds the
-// recover lease (maintenance.sql) so that one process at a time does the
-// work. Statements that settle reservations follow the lock order of
-// counters.sql: the batch locks the counter rows first
-// (CounterLockForReservations), then task rows, then attempts, leases,
-// admissions and events.
-//
-// Every statement takes an optional @now (NULL: the database's now()): what
-// has expired, and the time recorded on what recovery ends, are judged on
-// it, so tests drive time instead of sleeping.
 // A batch of running tasks whose execution lease expired, oldest expiry
 // first, each with the ids of its open reservations (whose counters the
 // batch locks next). Read only: RecoveryTaskReclaim re-checks every

@@ -10,7 +10,6 @@ import (
 )
 
 const TaskAdmissionLockScopes = `-- name: TaskAdmissionLockScopes :exec
-
 SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
     SELECT DISTINCT
@@ -35,17 +34,6 @@ type TaskAdmissionLockScopesParams struct {
 	ScopeKeys  []string
 }
 
-// Queue admissions: gateway_task_admissions.
-//
-// A queue_size limit admits a new task on a scope only while the scope holds
-// fewer admission rows than the limit. One row per (unfinished task, queue
-// scope); finishing the task (or recovery failing it) deletes its rows. A
-// requeued async task keeps its rows: it is still waiting in the queue.
-//
-// Exactness: there is no row to lock for "the queue of scope S", so creation
-// takes a transaction-scoped advisory lock per queue scope first
-// (TaskAdmissionLockScopes), then counts and inserts in one statement
-// (TaskCreate) whose snapshot is taken after the locks were granted.
 // Serializes task creation on the same queue scopes: one transaction-scoped
 // advisory lock per distinct (scope_type, scope_key), taken in lock-key order
 // so that creators listing scopes in different orders cannot deadlock. The

@@ -1,15 +1,3 @@
--- Admission and settlement: typed calls of the PL/pgSQL functions that
--- schema/00003_admission_functions.sql created, whose bodies say, statement
--- by statement, what they lock and which index serves them. Later
--- migrations replaced most of them: the body in force is that of the last
--- migration that defines the function (pgadmit_reserve 00018,
--- pgadmit_reserve_one 00011, pgadmit_task_recheck 00020, pgadmit_settle
--- 00016, pgadmit_settle_one 00014, pgadmit_reserve_windows 00007), as \sf
--- in psql shows. The *One calls take scalars (one admission of one window
--- limit, one reservation); the others take batches. One call is one
--- statement: one round trip, and one implicit transaction unless the caller
--- runs it inside its own.
-
 -- name: AdmissionReserveOne :one
 -- Decides one admission of one window limit: an upsert that adds the
 -- amount to the window's counter row (creating it) only when it fits, and
@@ -169,3 +157,17 @@ FROM pgadmit_settle(
 -- Locks: none of its own; its commit releases the batch's.
 -- Index: none.
 CALL pgadmit_hot_commit();
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Admission and settlement: typed calls of the PL/pgSQL functions that
+-- schema/00003_admission_functions.sql created, whose bodies say, statement
+-- by statement, what they lock and which index serves them. Later
+-- migrations replaced most of them: the body in force is that of the last
+-- migration that defines the function (pgadmit_reserve 00018,
+-- pgadmit_reserve_one 00011, pgadmit_task_recheck 00020, pgadmit_settle
+-- 00016, pgadmit_settle_one 00014, pgadmit_reserve_windows 00007), as \sf
+-- in psql shows. The *One calls take scalars (one admission of one window
+-- limit, one reservation); the others take batches. One call is one
+-- statement: one round trip, and one implicit transaction unless the caller
+-- runs it inside its own.

@@ -1,8 +1,3 @@
--- Allotments: gateway_rate_limit_allotments, blocks of a window's units that
--- a process admits from in its own memory (Limit.Local). The functions they
--- call were created by schema/00006_allotments.sql; their bodies in force are
--- those of 00013 (pgadmit_allot) and 00019 (pgadmit_allot_return).
-
 -- name: AllotmentTake :one
 -- Takes a block of the current window's units for @holder: @want units, or
 -- what the window has free when less, never less than @need and never more
@@ -77,3 +72,10 @@ WITH synced AS (
 )
 SELECT (SELECT count(*) FROM synced)::bigint AS synced,
        now()::timestamptz                  AS db_now;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Allotments: gateway_rate_limit_allotments, blocks of a window's units that
+-- a process admits from in its own memory (Limit.Local). The functions they
+-- call were created by schema/00006_allotments.sql; their bodies in force are
+-- those of 00013 (pgadmit_allot) and 00019 (pgadmit_allot_return).

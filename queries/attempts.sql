@@ -1,9 +1,3 @@
--- Attempts: gateway_task_attempts, one row per claim of a task.
---
--- Attempt rows are written by the lifecycle statements themselves (TaskCreate
--- for a sync task, TaskClaimNext, TaskFinish, recovery); this file only
--- reads them.
-
 -- name: AttemptListByTask :many
 -- Every attempt of one task, in attempt order.
 -- Locks: none (MVCC read).
@@ -43,6 +37,8 @@ ORDER BY a.attempt_no;
 -- UPDATE on each given lease, in id order.
 -- Index: gateway_task_attempts_pkey; gateway_tasks_pkey;
 -- gateway_concurrency_leases_pkey.
+-- The task first, then the leases: the order of the final SELECT's scalar
+-- subqueries.
 WITH task AS (
     SELECT t.id
     FROM gateway_tasks AS t
@@ -56,7 +52,6 @@ leases AS (
     ORDER BY l.id
     FOR UPDATE
 )
--- The task first, then the leases: the order of the scalar subqueries.
 SELECT (SELECT count(*) FROM task)   AS tasks,
        (SELECT count(*) FROM leases) AS leases;
 
@@ -144,3 +139,11 @@ SELECT coalesce((SELECT status FROM attempt), '')::text        AS attempt_status
        (SELECT n FROM missing)::integer                        AS missing_rows,
        (SELECT count(*) FROM attached_reservations)::integer   AS reservations,
        (SELECT count(*) FROM attached_leases)::integer         AS leases;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Attempts: gateway_task_attempts, one row per claim of a task.
+--
+-- Attempt rows are written by the lifecycle statements themselves (TaskCreate
+-- for a sync task, TaskClaimNext, TaskFinish, recovery); this file only
+-- reads them.

@@ -1,14 +1,3 @@
--- Benchmark statements: what `pgadmit bench` reads, besides the workloads
--- themselves, to show where server time goes. The ratelimit package never
--- runs them. They read settings, catalogs and the statistics of the
--- pg_stat_statements extension (an optional contrib module: its library must
--- be in shared_preload_libraries), never pgadmit's tables.
---
--- The extension is not part of pgadmit's migrations, so sqlc vet's
--- sqlc/db-prepare rule (run against a freshly migrated database) cannot
--- prepare the statement that calls it; it carries @sqlc-vet-disable, and
--- the tests of cmd/pgadmit run them on a cluster that preloads the library.
-
 -- name: BenchServerSetting :one
 -- The value of a server setting as this session sees it (empty when there is
 -- no such setting, as for an extension's settings before its library is
@@ -115,3 +104,16 @@ FROM pg_catalog.pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.application_name = @application_name::text
   AND a.pid <> pg_backend_pid();
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Benchmark statements: what `pgadmit bench` reads, besides the workloads
+-- themselves, to show where server time goes. The ratelimit package never
+-- runs them. They read settings, catalogs and the statistics of the
+-- pg_stat_statements extension (an optional contrib module: its library must
+-- be in shared_preload_libraries), never pgadmit's tables.
+--
+-- The extension is not part of pgadmit's migrations, so sqlc vet's
+-- sqlc/db-prepare rule (run against a freshly migrated database) cannot
+-- prepare the statement that calls it; it carries @sqlc-vet-disable, and
+-- the tests of cmd/pgadmit run them on a cluster that preloads the library.

@@ -1,16 +1,3 @@
--- Window counters: gateway_rate_limit_counters.
---
--- Every window limit of an admission lives in one counter row keyed by
--- (scope_type, scope_key, metric, window_seconds, window_start). Windows are
--- fixed and aligned to the Unix epoch; their bounds are always computed from
--- the database's clock (now()), never the caller's.
---
--- Lock order, followed by every statement that locks counter rows, so that
--- no two transactions can deadlock on them: counter rows first, sorted by
--- their primary key's columns in byte order (COLLATE "C", whatever the
--- database's collation); then (admission only) concurrency advisory locks,
--- sorted by lock key; rows of other tables after that.
-
 -- name: CounterCheckWindows :many
 -- Non-consuming preflight: whether each amount fits the current window of its
 -- limit (decided in numeric, exactly as pgadmit_reserve decides), with the
@@ -124,3 +111,18 @@ WHERE c.scope_type = @scope_type::text
   AND starts_with(c.scope_key, @key_prefix::text)
 GROUP BY c.metric
 ORDER BY c.metric;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Window counters: gateway_rate_limit_counters.
+--
+-- Every window limit of an admission lives in one counter row keyed by
+-- (scope_type, scope_key, metric, window_seconds, window_start). Windows are
+-- fixed and aligned to the Unix epoch; their bounds are always computed from
+-- the database's clock (now()), never the caller's.
+--
+-- Lock order, followed by every statement that locks counter rows, so that
+-- no two transactions can deadlock on them: counter rows first, sorted by
+-- their primary key's columns in byte order (COLLATE "C", whatever the
+-- database's collation); then (admission only) concurrency advisory locks,
+-- sorted by lock key; rows of other tables after that.

@@ -1,10 +1,3 @@
--- Doctor: checks that the books balance.
---
--- One statement, so every check sees one snapshot of a live database: an
--- admission or a settlement in flight is either wholly visible or not at
--- all. Full scans of the counters and the reservation ledger: an operator
--- tool, not a hot path.
-
 -- name: DoctorCheck :many
 -- Lists every problem found, at most @max_problems of them, ordered by kind,
 -- or, when there is none, one row whose kind is empty (and every other column
@@ -243,3 +236,12 @@ FROM checked AS c
 LEFT JOIN listed AS p ON true
 ORDER BY p.kind, p.scope_type, p.scope_key, p.metric, p.window_seconds, p.window_start,
          p.task_id, p.row_id;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Doctor: checks that the books balance.
+--
+-- One statement, so every check sees one snapshot of a live database: an
+-- admission or a settlement in flight is either wholly visible or not at
+-- all. Full scans of the counters and the reservation ledger: an operator
+-- tool, not a hot path.

@@ -1,11 +1,3 @@
--- Events: gateway_task_events, the append-only log of a task.
---
--- Sequence numbers come from gateway_tasks.last_event_seq, incremented by an
--- UPDATE whose row lock serializes the appends of one task: each append gets
--- the next number, with no gap and no repeat, whatever the concurrency (the
--- reference used MAX(seq) + 1, which two appenders can both read). The
--- unique (task_id, seq) constraint backs this up.
-
 -- name: EventAppend :one
 -- Appends one event to a running task with the next sequence number, fenced
 -- by the execution token as TaskHeartbeat is: a worker whose claim was taken
@@ -84,3 +76,13 @@ WHERE e.task_id = @task_id::uuid
   AND e.seq > @after_seq::integer
 ORDER BY e.seq
 LIMIT @max_rows::integer;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Events: gateway_task_events, the append-only log of a task.
+--
+-- Sequence numbers come from gateway_tasks.last_event_seq, incremented by an
+-- UPDATE whose row lock serializes the appends of one task: each append gets
+-- the next number, with no gap and no repeat, whatever the concurrency (the
+-- reference used MAX(seq) + 1, which two appenders can both read). The
+-- unique (task_id, seq) constraint backs this up.

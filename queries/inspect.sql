@@ -1,14 +1,3 @@
--- Read-only views for `pgadmit inspect`: what the limits hold right now.
---
--- None of these statements writes or locks anything; they are plain MVCC
--- reads, safe to run against a busy production database. inspect runs its
--- four (windows, leases, admissions, allotments) in one READ ONLY REPEATABLE
--- READ transaction, so that they share one snapshot and one now(). Each returns at
--- most @max_rows rows, plus the total number of matching rows (total_rows,
--- the same on every row) so the operator knows what was cut. An optional
--- scope (both scope_type and scope_key, or neither) narrows each view to
--- one scope.
-
 -- name: InspectWindows :many
 -- Counters of the windows that have not ended yet (reset_at > now()), with
 -- the time left until each resets on the database's clock.
@@ -179,3 +168,16 @@ WHERE a.returned_at IS NULL
 GROUP BY a.holder, a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start
 ORDER BY a.scope_type, a.scope_key, a.metric, a.window_seconds, a.window_start, a.holder
 LIMIT @max_rows::integer;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Read-only views for `pgadmit inspect`: what the limits hold right now.
+--
+-- None of these statements writes or locks anything; they are plain MVCC
+-- reads, safe to run against a busy production database. inspect runs its
+-- four (windows, leases, admissions, allotments) in one READ ONLY REPEATABLE
+-- READ transaction, so that they share one snapshot and one now(). Each returns at
+-- most @max_rows rows, plus the total number of matching rows (total_rows,
+-- the same on every row) so the operator knows what was cut. An optional
+-- scope (both scope_type and scope_key, or neither) narrows each view to
+-- one scope.

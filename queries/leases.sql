@@ -1,9 +1,3 @@
--- Concurrency leases: gateway_concurrency_leases.
---
--- A "concurrent" limit holds a lease row per admitted request. A lease counts
--- while released_at IS NULL AND expires_at > now(), so a lease of a crashed
--- process stops counting by itself at its expiry.
-
 -- name: LeaseLockScopes :exec
 -- Serializes everything that changes whether a lease counts: one
 -- transaction-scoped advisory lock per distinct (scope_type, scope_key),
@@ -60,3 +54,11 @@ FROM gateway_concurrency_leases AS l
 WHERE l.released_at IS NULL
   AND l.scope_type = @scope_type::text
   AND starts_with(l.scope_key, @key_prefix::text);
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Concurrency leases: gateway_concurrency_leases.
+--
+-- A "concurrent" limit holds a lease row per admitted request. A lease counts
+-- while released_at IS NULL AND expires_at > now(), so a lease of a crashed
+-- process stops counting by itself at its expiry.

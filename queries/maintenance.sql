@@ -1,20 +1,3 @@
--- Maintenance leases and cursors: gateway_maintenance_leases,
--- gateway_maintenance_cursors.
---
--- Single flight of Recover and Prune without session state: a job runs
--- while its process holds the job's lease row, taken, renewed and given up
--- in one short statement each, so that it works the same through a
--- transaction-pooling proxy. A holder that dies stops renewing; its lease
--- lapses at expires_at and the next process takes the job over. Each
--- statement takes an optional @now (NULL: the database's clock: now(), or
--- for a lease's times the clock read after the statement's locks), so tests
--- drive time instead of sleeping.
---
--- Each table holds a row per job or walk, a handful: the primary keys named
--- below are what a statement probes, but once the tables are analyzed the
--- planner reads those few rows whole instead (a sequential scan of one
--- page), which is as cheap; neither table grows.
-
 -- name: MaintenanceLeaseTake :one
 -- Takes the lease of job @name for @holder until now + @ttl_seconds, when
 -- nobody holds it or its holder's lease expired (or @holder holds it
@@ -112,3 +95,22 @@ SET position_at = excluded.position_at,
     position_id = excluded.position_id,
     updated_at = excluded.updated_at
 WHERE (c.position_at, c.position_id) < (excluded.position_at, excluded.position_id);
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Maintenance leases and cursors: gateway_maintenance_leases,
+-- gateway_maintenance_cursors.
+--
+-- Single flight of Recover and Prune without session state: a job runs
+-- while its process holds the job's lease row, taken, renewed and given up
+-- in one short statement each, so that it works the same through a
+-- transaction-pooling proxy. A holder that dies stops renewing; its lease
+-- lapses at expires_at and the next process takes the job over. Each
+-- statement takes an optional @now (NULL: the database's clock: now(), or
+-- for a lease's times the clock read after the statement's locks), so tests
+-- drive time instead of sleeping.
+--
+-- Each table holds a row per job or walk, a handful: the primary keys named
+-- above are what a statement probes, but once the tables are analyzed the
+-- planner reads those few rows whole instead (a sequential scan of one
+-- page), which is as cheap; neither table grows.

@@ -1,16 +1,3 @@
--- Retention: deletes history older than a cutoff, in bounded batches.
---
--- Prune computes the cutoff once, on the database's clock (PruneCutoff), and
--- passes it to every batch, so all batches of one run agree on it. Nothing
--- here touches live state: a counter window is deleted only after it ended
--- and when no open reservation draws on it; a reservation only once it is
--- finished, its window ended and its counter row is gone (so the doctor's
--- "used equals the sum of committed amounts" holds for every counter that
--- remains); a lease only once released or expired; events only of finished
--- tasks; a task only once finished before its own, longer cutoff (the task
--- retention), with its attempts, events and admissions (ON DELETE CASCADE)
--- while the ledgers keep their rows (ON DELETE SET NULL).
-
 -- name: PruneCutoff :one
 -- @now (NULL: the database's now()) minus the retention.
 -- Locks: none.
@@ -311,3 +298,18 @@ WHERE a.id = ANY(ARRAY(
     ORDER BY x.expires_at, x.id
     LIMIT @batch_size::integer
 ));
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Retention: deletes history older than a cutoff, in bounded batches.
+--
+-- Prune computes the cutoff once, on the database's clock (PruneCutoff), and
+-- passes it to every batch, so all batches of one run agree on it. Nothing
+-- here touches live state: a counter window is deleted only after it ended
+-- and when no open reservation draws on it; a reservation only once it is
+-- finished, its window ended and its counter row is gone (so the doctor's
+-- "used equals the sum of committed amounts" holds for every counter that
+-- remains); a lease only once released or expired; events only of finished
+-- tasks; a task only once finished before its own, longer cutoff (the task
+-- retention), with its attempts, events and admissions (ON DELETE CASCADE)
+-- while the ledgers keep their rows (ON DELETE SET NULL).

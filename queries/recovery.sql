@@ -1,17 +1,3 @@
--- Recovery: gives back the capacity that dead processes still hold.
---
--- Recover runs these in bounded batches, each batch its own short
--- transaction that leaves the books correct on its own, while it holds the
--- recover lease (maintenance.sql) so that one process at a time does the
--- work. Statements that settle reservations follow the lock order of
--- counters.sql: the batch locks the counter rows first
--- (CounterLockForReservations), then task rows, then attempts, leases,
--- admissions and events.
---
--- Every statement takes an optional @now (NULL: the database's now()): what
--- has expired, and the time recorded on what recovery ends, are judged on
--- it, so tests drive time instead of sleeping.
-
 -- name: RecoveryTaskFindExpired :many
 -- A batch of running tasks whose execution lease expired, oldest expiry
 -- first, each with the ids of its open reservations (whose counters the
@@ -481,3 +467,19 @@ FROM pgadmit_allot_return(
          sqlc.narg('now')::timestamptz,
          coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
      ) AS r;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Recovery: gives back the capacity that dead processes still hold.
+--
+-- Recover runs these in bounded batches, each batch its own short
+-- transaction that leaves the books correct on its own, while it holds the
+-- recover lease (maintenance.sql) so that one process at a time does the
+-- work. Statements that settle reservations follow the lock order of
+-- counters.sql: the batch locks the counter rows first
+-- (CounterLockForReservations), then task rows, then attempts, leases,
+-- admissions and events.
+--
+-- Every statement takes an optional @now (NULL: the database's now()): what
+-- has expired, and the time recorded on what recovery ends, are judged on
+-- it, so tests drive time instead of sleeping.

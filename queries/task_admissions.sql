@@ -1,15 +1,3 @@
--- Queue admissions: gateway_task_admissions.
---
--- A queue_size limit admits a new task on a scope only while the scope holds
--- fewer admission rows than the limit. One row per (unfinished task, queue
--- scope); finishing the task (or recovery failing it) deletes its rows. A
--- requeued async task keeps its rows: it is still waiting in the queue.
---
--- Exactness: there is no row to lock for "the queue of scope S", so creation
--- takes a transaction-scoped advisory lock per queue scope first
--- (TaskAdmissionLockScopes), then counts and inserts in one statement
--- (TaskCreate) whose snapshot is taken after the locks were granted.
-
 -- name: TaskAdmissionLockScopes :exec
 -- Serializes task creation on the same queue scopes: one transaction-scoped
 -- advisory lock per distinct (scope_type, scope_key), taken in lock-key order
@@ -40,3 +28,17 @@ FROM (
     ) AS q
 ) AS s
 ORDER BY s.lock_key;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Queue admissions: gateway_task_admissions.
+--
+-- A queue_size limit admits a new task on a scope only while the scope holds
+-- fewer admission rows than the limit. One row per (unfinished task, queue
+-- scope); finishing the task (or recovery failing it) deletes its rows. A
+-- requeued async task keeps its rows: it is still waiting in the queue.
+--
+-- Exactness: there is no row to lock for "the queue of scope S", so creation
+-- takes a transaction-scoped advisory lock per queue scope first
+-- (TaskAdmissionLockScopes), then counts and inserts in one statement
+-- (TaskCreate) whose snapshot is taken after the locks were granted.

@@ -1,42 +1,3 @@
--- Tasks: gateway_tasks, with the attempt, event and admission rows that each
--- lifecycle step writes in the same statement.
---
--- Life of a task: queued -> running -> succeeded | failed | cancelled.
--- An async task is created queued and claimed by a worker (TaskClaimNext); a
--- sync task is created already running (its caller runs it at once), so no
--- sync task ever sits queued without an owner. A running task carries an
--- execution token (fencing) and an execution lease; recovery reclaims a task
--- whose lease expired (recovery.sql).
---
--- Lock order (counters.sql): a transaction that also settles reservations
--- locks their counter rows before it touches a task row. Task rows are
--- locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
--- conflict with the FOR KEY SHARE that inserting a reservation, lease or
--- attempt takes on its task: admissions do not wait for a heartbeat, a
--- claim or recovery. FinishTask and CancelTask alone lock the row FOR
--- UPDATE (TaskFinishLock), which does conflict, and then take the task's
--- fence (TaskFenceLock), an advisory lock that an admission for the task
--- takes shared: an admission for the task and its finishing wait for each
--- other, so that what the admission writes is either settled by
--- FinishTask or rolled back (pgadmit_task_recheck). The fence, not the
--- row, is what makes them wait: PostgreSQL can grant a key share beside a
--- FOR UPDATE (schema/00020_task_fence_lock.sql).
--- An attach takes FOR SHARE on the task row (AttemptAttachLock), which
--- conflicts with every lifecycle step: an attach and a lifecycle step of
--- one task wait for each other, so that what the attach links is either
--- settled by the step or refused.
---
--- Each statement takes an optional @now (NULL: the database's now()) for
--- every time it records or compares, so tests drive time instead of
--- sleeping. An execution lease a statement sets (TaskCreate, TaskClaimNext,
--- TaskHeartbeat) runs from the clock read by that statement instead
--- (greatest(now(), clock_timestamp())), as a concurrency lease does
--- (schema/00018_lease_clock_after_locks.sql): now() is the transaction's
--- start, which for TaskCreate is before its wait for the queue scopes'
--- locks, and in a caller's transaction may be any time ago; a lease counted
--- from it was born expired when the wait, or the transaction, had lasted
--- longer than its TTL, and Recover took the task from its live worker.
-
 -- name: TaskCreate :one
 -- Creates a task together with its queue admissions, all or nothing: the
 -- task is inserted only when every queue scope holds fewer admissions than
@@ -780,3 +741,44 @@ CROSS JOIN LATERAL pgadmit_settle(
 ) AS s
 WHERE t.id = @task_id::uuid
   AND (t.status IN ('succeeded', 'failed', 'cancelled')) IS TRUE;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Tasks: gateway_tasks, with the attempt, event and admission rows that each
+-- lifecycle step writes in the same statement.
+--
+-- Life of a task: queued -> running -> succeeded | failed | cancelled.
+-- An async task is created queued and claimed by a worker (TaskClaimNext); a
+-- sync task is created already running (its caller runs it at once), so no
+-- sync task ever sits queued without an owner. A running task carries an
+-- execution token (fencing) and an execution lease; recovery reclaims a task
+-- whose lease expired (recovery.sql).
+--
+-- Lock order (counters.sql): a transaction that also settles reservations
+-- locks their counter rows before it touches a task row. Task rows are
+-- locked FOR NO KEY UPDATE (UPDATEs of non-key columns), which does not
+-- conflict with the FOR KEY SHARE that inserting a reservation, lease or
+-- attempt takes on its task: admissions do not wait for a heartbeat, a
+-- claim or recovery. FinishTask and CancelTask alone lock the row FOR
+-- UPDATE (TaskFinishLock), which does conflict, and then take the task's
+-- fence (TaskFenceLock), an advisory lock that an admission for the task
+-- takes shared: an admission for the task and its finishing wait for each
+-- other, so that what the admission writes is either settled by
+-- FinishTask or rolled back (pgadmit_task_recheck). The fence, not the
+-- row, is what makes them wait: PostgreSQL can grant a key share beside a
+-- FOR UPDATE (schema/00020_task_fence_lock.sql).
+-- An attach takes FOR SHARE on the task row (AttemptAttachLock), which
+-- conflicts with every lifecycle step: an attach and a lifecycle step of
+-- one task wait for each other, so that what the attach links is either
+-- settled by the step or refused.
+--
+-- Each statement takes an optional @now (NULL: the database's now()) for
+-- every time it records or compares, so tests drive time instead of
+-- sleeping. An execution lease a statement sets (TaskCreate, TaskClaimNext,
+-- TaskHeartbeat) runs from the clock read by that statement instead
+-- (greatest(now(), clock_timestamp())), as a concurrency lease does
+-- (schema/00018_lease_clock_after_locks.sql): now() is the transaction's
+-- start, which for TaskCreate is before its wait for the queue scopes'
+-- locks, and in a caller's transaction may be any time ago; a lease counted
+-- from it was born expired when the wait, or the transaction, had lasted
+-- longer than its TTL, and Recover took the task from its live worker.

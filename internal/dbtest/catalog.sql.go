@@ -10,7 +10,6 @@ import (
 )
 
 const SchemaFingerprint = `-- name: SchemaFingerprint :many
-
 WITH rels AS (
     SELECT c.oid, c.relname::text AS relname, c.relkind::text AS relkind
     FROM pg_catalog.pg_class AS c
@@ -103,9 +102,6 @@ type SchemaFingerprintRow struct {
 	Detail string
 }
 
-// Catalog reads for the migration tests: a fingerprint of everything pgadmit's
-// migrations create in the current schema, so that a test can check that each
-// Down restores exactly what the same version's Up left.
 // One row per schema object of the current schema (pgadmit's goose version and
 // lock tables excepted): its kind, a name that holds no OID, and a detail
 // that changes whenever its definition does (types, defaults, nullability,

@@ -47,7 +47,6 @@ func (q *Queries) FixtureAttachSettledToFinishedAttempts(ctx context.Context, db
 }
 
 const FixtureFill = `-- name: FixtureFill :exec
-
 WITH tasks AS (
     INSERT INTO gateway_tasks (
         status, async_mode, kind, attempt_count, last_event_seq, execution_lease_expires_at,
@@ -117,8 +116,6 @@ SELECT 'fixture_model', 'm' || (g % 10)::text, 1, 1000000,
 FROM generate_series(1, $1::integer) AS g
 `
 
-// Synthetic data for tests that need realistic table sizes (the index-use
-// test). Not for production databases.
 // Fills every table with @rows rows of realistic shape: most tasks finished,
 // a few running with a live execution lease, most reservations committed,
 // most leases released, many past windows per scope. Finish times spread

@@ -60,14 +60,9 @@ func (q *Queries) OpsBackendCountByApplication(ctx context.Context, db DBTX, app
 }
 
 const OpsBackendPid = `-- name: OpsBackendPid :one
-
 SELECT pg_backend_pid()::integer AS pid
 `
 
-// Operations and fault injection: statements for tests, drills and
-// operators. The ratelimit package never runs them. The Ops*Corrupt*
-// statements deliberately break the books, so that tests can check that the
-// doctor names each kind of damage; never run them on a real database.
 // The process id of the server backend running this session (to terminate
 // it from another session).
 // Locks: none.

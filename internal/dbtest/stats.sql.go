@@ -696,7 +696,6 @@ func (q *Queries) SchemaRoutines(ctx context.Context, db DBTX) ([]SchemaRoutines
 }
 
 const TableRowCounts = `-- name: TableRowCounts :one
-
 SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,
        (SELECT count(*) FROM gateway_task_attempts)::bigint           AS attempts,
        (SELECT count(*) FROM gateway_task_events)::bigint             AS events,
@@ -716,9 +715,6 @@ type TableRowCountsRow struct {
 	Leases       int64
 }
 
-// Read-only views of the books for tests: row counts, per-scope ledger
-// totals, live leases of a scope, the schema's comments. Full scans: never
-// on a production path.
 // Row count of every pgadmit table. Full scans: for tests and small
 // databases only, never on a hot path.
 // Locks: none (MVCC read).

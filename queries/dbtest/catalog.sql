@@ -1,7 +1,3 @@
--- Catalog reads for the migration tests: a fingerprint of everything pgadmit's
--- migrations create in the current schema, so that a test can check that each
--- Down restores exactly what the same version's Up left.
-
 -- name: SchemaFingerprint :many
 -- One row per schema object of the current schema (pgadmit's goose version and
 -- lock tables excepted): its kind, a name that holds no OID, and a detail
@@ -101,3 +97,9 @@ ORDER BY 1, 2, 3;
 -- Locks: none (catalog read).
 -- Index: pg_namespace_oid_index.
 SELECT has_schema_privilege(current_schema(), 'CREATE') AS may_create;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Catalog reads for the migration tests: a fingerprint of everything pgadmit's
+-- migrations create in the current schema, so that a test can check that each
+-- Down restores exactly what the same version's Up left.

@@ -1,6 +1,3 @@
--- Synthetic data for tests that need realistic table sizes (the index-use
--- test). Not for production databases.
-
 -- name: FixtureFill :exec
 -- Fills every table with @rows rows of realistic shape: most tasks finished,
 -- a few running with a live execution lease, most reservations committed,
@@ -249,3 +246,8 @@ WHERE t.relkind = 'r'
   AND t.relnamespace = current_schema()::regnamespace
   AND t.relname::text LIKE 'gateway\_%'
 ORDER BY t.relname;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Synthetic data for tests that need realistic table sizes (the index-use
+-- test). Not for production databases.

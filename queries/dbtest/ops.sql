@@ -1,8 +1,3 @@
--- Operations and fault injection: statements for tests, drills and
--- operators. The ratelimit package never runs them. The Ops*Corrupt*
--- statements deliberately break the books, so that tests can check that the
--- doctor names each kind of damage; never run them on a real database.
-
 -- name: OpsBackendPid :one
 -- The process id of the server backend running this session (to terminate
 -- it from another session).
@@ -529,3 +524,10 @@ SELECT n.nspname::text AS name
 FROM pg_catalog.pg_namespace AS n
 WHERE n.nspname LIKE 'lookalike\_%'
 ORDER BY n.nspname;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Operations and fault injection: statements for tests, drills and
+-- operators. The ratelimit package never runs them. The Ops*Corrupt*
+-- statements deliberately break the books, so that tests can check that the
+-- doctor names each kind of damage; never run them on a real database.

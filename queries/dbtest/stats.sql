@@ -1,7 +1,3 @@
--- Read-only views of the books for tests: row counts, per-scope ledger
--- totals, live leases of a scope, the schema's comments. Full scans: never
--- on a production path.
-
 -- name: TableRowCounts :one
 -- Row count of every pgadmit table. Full scans: for tests and small
 -- databases only, never on a hot path.
@@ -245,3 +241,9 @@ WHERE c.scope_type = @scope_type
   AND c.scope_key = @scope_key
   AND (c.reserved_value <> coalesce(t.open_amount, 0) OR c.used_value <> coalesce(t.committed_amount, 0))
 ORDER BY c.window_start, c.metric, c.window_seconds;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- Read-only views of the books for tests: row counts, per-scope ledger
+-- totals, live leases of a scope, the schema's comments. Full scans: never
+-- on a production path.
