@@ -209,3 +209,31 @@ func OnlyLockWaits(err error) bool {
 	}
 	return false
 }
+
+// errorf is fmt.Errorf for a message of this package, which starts
+// "ratelimit: ": an error among args whose own message starts so too (a
+// sentinel such as ErrUnknownTask, a *ValidationError, an error of this
+// package wrapped once already) is written without its prefix, so that
+// the message names the package once ("ratelimit: get task X: unknown task
+// or attempt", not "...: ratelimit: unknown task or attempt"). errors.Is
+// and errors.As find it as before.
+func errorf(format string, args ...any) error {
+	if strings.HasPrefix(format, errPrefix) {
+		for i, a := range args {
+			if err, ok := a.(error); ok && err != nil && strings.HasPrefix(err.Error(), errPrefix) {
+				args[i] = unprefixed{err}
+			}
+		}
+	}
+	return fmt.Errorf(format, args...)
+}
+
+// errPrefix starts the message of every error of this package.
+const errPrefix = "ratelimit: "
+
+// unprefixed is err, written without its "ratelimit: " inside a message
+// that says it already.
+type unprefixed struct{ err error }
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), errPrefix) }
+func (u unprefixed) Unwrap() error { return u.err }

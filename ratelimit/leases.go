@@ -236,7 +236,7 @@ func (l *Limiter) Attach(ctx context.Context, attemptID string, grant Grant) (Gr
 	}
 	if len(rids) == 0 && len(lids) == 0 && task.Valid && task != row.TaskID {
 		// No row to refuse it: the grant's task is all that names it.
-		return grant, fmt.Errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, grant.TaskID, ErrUnknownTask)
+		return grant, errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, grant.TaskID, ErrUnknownTask)
 	}
 	// A row that no longer exists refuses the whole grant (nothing was
 	// linked); a count short of the ids sent, which sameIDTwice leaves no
@@ -309,11 +309,11 @@ const leasesNamedOnce = "a call names each lease once"
 func attachRefusal(row db.AttemptAttachGrantRow, attemptID, taskID string) error {
 	switch {
 	case row.AttemptStatus == "":
-		return fmt.Errorf("ratelimit: attach: attempt %s: %w", attemptID, ErrUnknownTask)
+		return errorf("ratelimit: attach: attempt %s: %w", attemptID, ErrUnknownTask)
 	case row.AttemptStatus != "running":
-		return fmt.Errorf("ratelimit: attach: attempt %s: %w", attemptID, ErrTaskFinished)
+		return errorf("ratelimit: attach: attempt %s: %w", attemptID, ErrTaskFinished)
 	case row.OtherTaskRows > 0:
-		return fmt.Errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, taskID, ErrUnknownTask)
+		return errorf("ratelimit: attach: attempt %s is not of the grant's task %s: %w", attemptID, taskID, ErrUnknownTask)
 	}
 	return nil
 }

@@ -225,7 +225,7 @@ func (l *leftLeases) pop(job string) string {
 func newHolder() (string, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("ratelimit: maintenance lease holder: %w", err)
+		return "", errorf("ratelimit: maintenance lease holder: %w", err)
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {

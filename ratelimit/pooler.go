@@ -205,7 +205,7 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 	tx, err := holder.Begin(bctx)
 	if err != nil {
 		if bctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("ratelimit: pooler check: %w", errNoSpareSession)
+			return errorf("ratelimit: pooler check: %w", errNoSpareSession)
 		}
 		return failed(err)
 	}
@@ -294,7 +294,7 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	if mode == pgx.QueryExecModeCacheStatement {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return 0, fmt.Errorf("ratelimit: pooler check: %w", err)
+			return 0, errorf("ratelimit: pooler check: %w", err)
 		}
 		stmt = "pgadmit_pooler_probe_" + hex.EncodeToString(b[:])
 		if _, err := prober.Conn().Prepare(fctx, stmt, db.PoolerBackendPid); err != nil {

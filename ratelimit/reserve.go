@@ -529,15 +529,15 @@ func refusalError(refusal, taskID, attemptID string) error {
 	case "":
 		return nil
 	case "isolation":
-		return fmt.Errorf("ratelimit: reserve: %w", ErrIsolation)
+		return errorf("ratelimit: reserve: %w", ErrIsolation)
 	case "unknown_task":
-		return fmt.Errorf("ratelimit: reserve: task %s: %w", taskID, ErrUnknownTask)
+		return errorf("ratelimit: reserve: task %s: %w", taskID, ErrUnknownTask)
 	case "unknown_attempt":
-		return fmt.Errorf("ratelimit: reserve: attempt %s of task %s: %w", attemptID, taskID, ErrUnknownTask)
+		return errorf("ratelimit: reserve: attempt %s of task %s: %w", attemptID, taskID, ErrUnknownTask)
 	case "task_finished":
-		return fmt.Errorf("ratelimit: reserve: task %s: %w", taskID, ErrTaskFinished)
+		return errorf("ratelimit: reserve: task %s: %w", taskID, ErrTaskFinished)
 	case "attempt_finished":
-		return fmt.Errorf("ratelimit: reserve: attempt %s: %w", attemptID, ErrTaskFinished)
+		return errorf("ratelimit: reserve: attempt %s: %w", attemptID, ErrTaskFinished)
 	}
 	return fmt.Errorf("ratelimit: reserve: refused (%s)", refusal)
 }
@@ -566,14 +566,14 @@ func wrapDBError(ctx context.Context, op string, err error) error {
 		switch pgErr.Code {
 		case "57014": // query_canceled: by ctx's cancel request, or by a statement_timeout
 			if cerr := ctx.Err(); cerr != nil {
-				return fmt.Errorf("ratelimit: %s: %w: %w", op, cerr, err)
+				return errorf("ratelimit: %s: %w: %w", op, cerr, err)
 			}
 		case "23503": // foreign_key_violation
-			return fmt.Errorf("ratelimit: %s: %w (%s): %w", op, ErrUnknownTask, pgErr.ConstraintName, err)
+			return errorf("ratelimit: %s: %w (%s): %w", op, ErrUnknownTask, pgErr.ConstraintName, err)
 		case "40001": // serialization_failure: only possible above READ COMMITTED
-			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrIsolation, err)
+			return errorf("ratelimit: %s: %w: %w", op, ErrIsolation, err)
 		case sqlstateTaskFinished:
-			return fmt.Errorf("ratelimit: %s: %w: %w", op, ErrTaskFinished, err)
+			return errorf("ratelimit: %s: %w: %w", op, ErrTaskFinished, err)
 		case "26000", "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 			if poolerr.StatementCacheLost(err) {
 				return &PoolerError{Mode: "cache_statement", Cause: err, op: op}
@@ -584,5 +584,5 @@ func wrapDBError(ctx context.Context, op string, err error) error {
 			}
 		}
 	}
-	return fmt.Errorf("ratelimit: %s: %w", op, err)
+	return errorf("ratelimit: %s: %w", op, err)
 }

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -67,13 +66,13 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	// The token is not checked: the plan's token_matches is ignored.
 	plan, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return FinishResult{}, fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
+		return FinishResult{}, errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
 		return FinishResult{}, wrapDBError(ctx, "cancel task", err)
 	}
 	if !plan.ReadCommitted {
-		return FinishResult{}, fmt.Errorf("ratelimit: cancel task: %w", ErrIsolation)
+		return FinishResult{}, errorf("ratelimit: cancel task: %w", ErrIsolation)
 	}
 	if plan.Status != TaskQueued {
 		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: plan.Status}
@@ -112,7 +111,7 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 		// batch could find the task queued again (unclaimed, or requeued by
 		// Recover), and refuse it as "not queued (status queued)".
 		if len(*locked) == 0 {
-			return FinishResult{}, fmt.Errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
+			return FinishResult{}, errorf("ratelimit: cancel task %s: %w", taskID, ErrUnknownTask)
 		}
 		return FinishResult{}, &TaskNotQueuedError{TaskID: taskID, Status: (*locked)[0]}
 	}

@@ -79,7 +79,7 @@ func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreate
 		return Task{}, wrapDBError(ctx, "create task", err)
 	}
 	if !row.ReadCommitted {
-		return Task{}, fmt.Errorf("ratelimit: create task: %w", ErrIsolation)
+		return Task{}, errorf("ratelimit: create task: %w", ErrIsolation)
 	}
 	if !row.Admitted {
 		if len(row.QueueAdmitted) != len(queueLimits) {

@@ -69,7 +69,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 		Message: optText(e.Message), Payload: string(payload), Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Event{}, fmt.Errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)
+		return Event{}, errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
 		return Event{}, wrapDBError(ctx, "append event", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -23,7 +22,7 @@ func (l *Limiter) GetTask(ctx context.Context, taskID string) (Task, error) {
 	}
 	row, err := l.queries.TaskGet(ctx, l.conn, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Task{}, fmt.Errorf("ratelimit: get task %s: %w", taskID, ErrUnknownTask)
+		return Task{}, errorf("ratelimit: get task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
 		return Task{}, wrapDBError(ctx, "get task", err)
@@ -66,7 +65,7 @@ func (l *Limiter) TaskAttempts(ctx context.Context, taskID string) ([]Attempt, e
 func (l *Limiter) knownTask(ctx context.Context, op, taskID string, id pgtype.UUID) error {
 	_, err := l.queries.TaskGet(ctx, l.conn, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("ratelimit: %s %s: %w", op, taskID, ErrUnknownTask)
+		return errorf("ratelimit: %s %s: %w", op, taskID, ErrUnknownTask)
 	}
 	if err != nil {
 		return wrapDBError(ctx, op, err)

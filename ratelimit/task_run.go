@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -115,7 +114,7 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 	}
 	row, err := l.queries.TaskHeartbeat(ctx, l.conn, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds, Now: l.opts.clock.at()})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, fmt.Errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
+		return time.Time{}, errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
 		return time.Time{}, wrapDBError(ctx, "heartbeat task", err)
@@ -207,7 +206,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 
 	plan, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id, Token: tok})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return FinishResult{}, fmt.Errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
+		return FinishResult{}, errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
 	}
 	if err != nil {
 		return FinishResult{}, wrapDBError(ctx, "finish task", err)
@@ -215,7 +214,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	if !plan.ReadCommitted {
 		// TaskFinish would read the task's leases and reservations as of the
 		// transaction's snapshot, blind to those linked since.
-		return FinishResult{}, fmt.Errorf("ratelimit: finish task: %w", ErrIsolation)
+		return FinishResult{}, errorf("ratelimit: finish task: %w", ErrIsolation)
 	}
 	if plan.Status != TaskRunning || !plan.TokenMatches {
 		return FinishResult{}, staleToken(taskID, plan.Status)
@@ -262,7 +261,7 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		// status the batch locked. TaskFinish is fenced by status and token,
 		// so a task still running then was claimed again under another token.
 		if len(*locked) == 0 {
-			return FinishResult{}, fmt.Errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
+			return FinishResult{}, errorf("ratelimit: finish task %s: %w", taskID, ErrUnknownTask)
 		}
 		return FinishResult{}, staleToken(taskID, (*locked)[0])
 	}
