@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"go/ast"
 	"go/parser"
+	"go/token"
 	"regexp"
 	"strconv"
 	"strings"
@@ -79,11 +80,7 @@ func TestOptionDocsNameTheirDefaults(t *testing.T) {
 		"DefaultAllotmentIdleAfter":  DefaultAllotmentIdleAfter.Seconds(),
 		"DefaultAllotmentMargin":     DefaultAllotmentMargin.Seconds(),
 	}
-	fset, files, err := gosrc.ParseDir(".", parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := map[string]string{} // owner -> doc
+	fset, files, docs := packageDocs(t)
 	bare := regexp.MustCompile(`\(default [0-9]`)
 	for _, file := range files {
 		for _, group := range file.Comments {
@@ -91,31 +88,6 @@ func TestOptionDocsNameTheirDefaults(t *testing.T) {
 				t.Errorf("%s: %q: name the default's constant (default DefaultX, value)", fset.Position(group.Pos()), m)
 			}
 		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.FuncDecl:
-				name := n.Name.Name
-				if n.Recv != nil && len(n.Recv.List) == 1 {
-					typ := n.Recv.List[0].Type
-					if star, ok := typ.(*ast.StarExpr); ok {
-						typ = star.X
-					}
-					if id, ok := typ.(*ast.Ident); ok {
-						name = id.Name + "." + name
-					}
-				}
-				docs[name] = n.Doc.Text()
-			case *ast.TypeSpec:
-				if st, ok := n.Type.(*ast.StructType); ok {
-					for _, f := range st.Fields.List {
-						for _, id := range f.Names {
-							docs[n.Name.Name+"."+id.Name] = f.Doc.Text()
-						}
-					}
-				}
-			}
-			return true
-		})
 	}
 	for owner, consts := range named {
 		doc := strings.Join(strings.Fields(docs[owner]), " ")
@@ -164,4 +136,79 @@ func docValue(s string) (float64, bool) {
 		d, err := time.ParseDuration(num + unit)
 		return d.Seconds(), err == nil
 	}
+}
+
+// The docs also state bounds that are no option's, by value: the 256
+// reservations of one settle call (settleChunk) and the 5 s timeout of the
+// statements that take and give up a maintenance lease
+// (leaseStatementTimeout), within which they wait 4 s for a lock. Each
+// value written is the code's.
+func TestDocsStateTheCodesBounds(t *testing.T) {
+	t.Parallel()
+	chunk := strconv.Itoa(settleChunk)
+	timeout := strconv.Itoa(int(leaseStatementTimeout / time.Second))
+	lockWait := strconv.Itoa(int((leaseStatementTimeout - time.Second) / time.Second))
+	checks := []struct {
+		owner, pattern, want string
+	}{
+		{"WithCombining", `each of (\d+) reservations`, chunk},
+		{"WithRecoveryBatchSize", `released (\d+) at most per statement`, chunk},
+		{"WithPruneBatchSize", `released (\d+) at most per statement`, chunk},
+		{"Limiter.Commit", `more than (\d+) reservations`, chunk},
+		{"Limiter.Commit", `calls of (\d+) sent together`, chunk},
+		{"WithMaintenanceLockTimeout", `besides, (\d+) s`, timeout},
+		{"WithMaintenanceLockTimeout", `never more than (\d+) s`, lockWait},
+		{"WithMaintenanceLockTimeout", `wait (\d+) s at most too`, lockWait},
+	}
+	_, _, docs := packageDocs(t)
+	for _, c := range checks {
+		doc := strings.Join(strings.Fields(docs[c.owner]), " ")
+		m := regexp.MustCompile(c.pattern).FindStringSubmatch(doc)
+		switch {
+		case m == nil:
+			t.Errorf("%s's doc no longer says %q", c.owner, c.pattern)
+		case m[1] != c.want:
+			t.Errorf("%s's doc: %q is %s, the code's is %s", c.owner, m[0], m[1], c.want)
+		}
+	}
+}
+
+// packageDocs parses the package's source and returns the doc of each
+// function (Type.Method for a method) and each struct field (Type.Field),
+// by name.
+func packageDocs(t *testing.T) (*token.FileSet, []*ast.File, map[string]string) {
+	t.Helper()
+	fset, files, err := gosrc.ParseDir(".", parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	for _, file := range files {
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				name := n.Name.Name
+				if n.Recv != nil && len(n.Recv.List) == 1 {
+					typ := n.Recv.List[0].Type
+					if star, ok := typ.(*ast.StarExpr); ok {
+						typ = star.X
+					}
+					if id, ok := typ.(*ast.Ident); ok {
+						name = id.Name + "." + name
+					}
+				}
+				docs[name] = n.Doc.Text()
+			case *ast.TypeSpec:
+				if st, ok := n.Type.(*ast.StructType); ok {
+					for _, f := range st.Fields.List {
+						for _, id := range f.Names {
+							docs[n.Name.Name+"."+id.Name] = f.Doc.Text()
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	return fset, files, docs
 }
