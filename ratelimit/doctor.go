@@ -174,11 +174,18 @@ func (m *Maintenance) Doctor(ctx context.Context) (Report, error) {
 	if err := m.callable(ctx); err != nil {
 		return Report{}, err
 	}
+	return m.doctor(ctx, m.doctorConn())
+}
+
+// doctorConn is what Doctor's statement goes through: the pool behind
+// Doctor's lock bound (WithDoctorLockTimeout, else
+// WithMaintenanceLockTimeout's).
+func (m *Maintenance) doctorConn() Executor {
 	bound := m.opts.doctorLockTimeout
 	if bound <= 0 { // WithMaintenanceLockTimeout bounds Doctor too, unless it has its own
 		bound = m.opts.lockTimeout
 	}
-	return m.doctor(ctx, m.lockConn(bound))
+	return m.lockConn(bound)
 }
 
 // doctor is Doctor's statement, run on conn: m's pool, behind Doctor's

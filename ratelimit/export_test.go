@@ -267,6 +267,15 @@ func (m *Maintenance) LockTimeoutsSet(ctx context.Context) (statement, tx int64,
 	return statement, tx, err
 }
 
+// DoctorJIT reads back jit as Doctor's statement runs with it (sent as
+// Doctor's is, doctorConn), for tests.
+func (m *Maintenance) DoctorJIT(ctx context.Context) (string, error) {
+	if err := m.usable(); err != nil {
+		return "", err
+	}
+	return dbtest.New().OpsCurrentJIT(ctx, m.doctorConn())
+}
+
 // TouchAllotmentSets makes l keep the state of n counters of Local limits
 // (tokens of model keyPrefix0 ... keyPrefix(n-1), one-second windows), as a
 // request on each would that then took no block (its window about to end,

@@ -12,57 +12,57 @@ import (
 	"github.com/pgadmit/pgadmit/internal/locktimeout"
 )
 
-// lockBounded runs each statement sent through it with lock_timeout set
-// for that statement's transaction only, never on the server session (a
-// transaction-pooling proxy hands it to other clients), and in force
-// before the server first parses the statement, which already waits then
-// for the locks of the tables it reads (a migration's ALTER TABLE holds
-// one ACCESS EXCLUSIVE). A statement that waited too long fails with 55P03
-// and rolls back whole. SetLockTimeout and the statement go in one
-// pgx.Batch: one round trip, one implicit transaction. That holds only
-// where pgx sends a statement in the round trip that runs it; where it
-// prepares or describes it first (parsesFirst), it would do so before the
-// batch's setting ran, and lockBoundedTx serves instead.
+// lockBounded runs each statement sent through it with the maintenance
+// settings (SetMaintenanceSettings: jit off, and lock_timeout when it has a
+// bound) set for that statement's transaction only, never on the server
+// session (a transaction-pooling proxy hands it to other clients).
+// SetMaintenanceSettings and the statement go in one pgx.Batch: one round
+// trip, one implicit transaction. lock_timeout must be in force before the
+// server first parses the statement, which already waits then for the
+// locks of the tables it reads (a migration's ALTER TABLE holds one ACCESS
+// EXCLUSIVE): that holds only where pgx sends a statement in the round
+// trip that runs it; where it prepares or describes it first
+// (parsesFirst), it would do so before the batch's setting ran, and
+// lockBoundedTx serves instead when there is a bound. jit is read when the
+// statement is planned and run, after the setting in either case.
 // Begin and SendBatch pass through: a caller that opens a transaction of
-// its own sets lock_timeout in it first itself (boundTx).
+// its own sets them in it first itself (boundTx).
 type lockBounded struct {
 	Executor
 	queries *db.Queries
-	millis  int64 // lock_timeout, locktimeout.Millis of the bound
+	millis  int64 // lock_timeout, locktimeout.Millis of the bound; 0: none set
 }
 
 // stepConn is what the steps of Recover and Prune send their statements
-// through: the pool, behind lock_timeout with WithMaintenanceLockTimeout.
+// through: the pool, with jit off and behind lock_timeout with
+// WithMaintenanceLockTimeout.
 func (m *Maintenance) stepConn() Executor {
 	return m.lockConn(m.opts.lockTimeout)
 }
 
-// lockConn is the pool behind a lock_timeout of d (none when d is not positive).
+// lockConn is the pool with jit off, behind a lock_timeout of d (none when
+// d is not positive), for each statement's transaction.
 func (m *Maintenance) lockConn(d time.Duration) Executor {
-	if d <= 0 {
-		return m.pool
+	millis := locktimeout.Millis(d)
+	if millis > 0 && m.parsesFirst {
+		return lockBoundedTx{Executor: m.pool, queries: m.queries, millis: millis}
 	}
-	if m.parsesFirst {
-		return lockBoundedTx{Executor: m.pool, queries: m.queries, millis: locktimeout.Millis(d)}
-	}
-	return lockBounded{Executor: m.pool, queries: m.queries, millis: locktimeout.Millis(d)}
+	return lockBounded{Executor: m.pool, queries: m.queries, millis: millis}
 }
 
-// boundTx sets lock_timeout in tx, a transaction of its own just begun, in
-// a round trip of its own: pgx may prepare the statements of a batch sent
-// next before the batch runs (a no-op without WithMaintenanceLockTimeout).
+// boundTx sets the maintenance settings in tx, a transaction of its own
+// just begun, in a round trip of its own: pgx may prepare the statements
+// of a batch sent next before the batch runs (lock_timeout must be in
+// force then; jit off whether or not WithMaintenanceLockTimeout bounds it).
 func (m *Maintenance) boundTx(ctx context.Context, tx pgx.Tx) error {
-	if m.opts.lockTimeout <= 0 {
-		return nil
-	}
-	return m.queries.SetLockTimeout(ctx, tx, locktimeout.Millis(m.opts.lockTimeout))
+	return m.queries.SetMaintenanceSettings(ctx, tx, locktimeout.Millis(m.opts.lockTimeout))
 }
 
-// send sends SetLockTimeout and the statement, and reads the setting's
-// answer; the statement's is next in the results.
+// send sends SetMaintenanceSettings and the statement, and reads the
+// setting's answer; the statement's is next in the results.
 func (c lockBounded) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
-	queue(b, func(r db.DBTX) { _ = c.queries.SetLockTimeout(ctx, r, c.millis) })
+	queue(b, func(r db.DBTX) { _ = c.queries.SetMaintenanceSettings(ctx, r, c.millis) })
 	b.Queue(sql, args...)
 	br := c.Executor.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

@@ -22,13 +22,14 @@ type lockBoundedTx struct {
 	millis  int64 // lock_timeout, locktimeout.Millis of the bound
 }
 
-// begin begins the statement's own transaction and sets lock_timeout in it.
+// begin begins the statement's own transaction and sets lock_timeout (and
+// jit off) in it.
 func (c lockBoundedTx) begin(ctx context.Context) (pgx.Tx, error) {
 	tx, err := c.Executor.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.queries.SetLockTimeout(ctx, tx, c.millis); err != nil {
+	if err := c.queries.SetMaintenanceSettings(ctx, tx, c.millis); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, err
 	}

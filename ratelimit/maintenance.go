@@ -23,7 +23,11 @@ import (
 // ErrInvalidInput) and write nothing. A run that could not give its lease
 // up (the database restarted under it) leaves it to the next run of the
 // same Maintenance, which takes it back at once instead of waiting for it
-// to expire: keep one Maintenance for a process's runs.
+// to expire: keep one Maintenance for a process's runs. Every transaction
+// of Recover, Prune and Doctor runs with jit off (for that transaction
+// only, as lock_timeout is set: SetMaintenanceSettings): planned for whole
+// tables, their bounded batches passed jit_above_cost and spent more time
+// compiling than running.
 type Maintenance struct {
 	pool    Executor // a pool, or noConn for a nil one
 	queries *db.Queries

@@ -112,20 +112,36 @@ func TestPruneDeletesFinishedTasksAfterTheirRetention(t *testing.T) {
 	}
 }
 
-// statementCounter counts the statements a pool sends, by sqlc name.
+// statementCounter counts the statements a pool sends, by sqlc name: on
+// their own or in a batch (Maintenance sends each of its statements in a
+// batch behind its settings).
 type statementCounter struct {
 	name string
 	n    atomic.Int64
 }
 
-func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, "-- name: "+c.name+" ") {
+func (c *statementCounter) count(sql string) {
+	if strings.HasPrefix(sql, "-- name: "+c.name+" ") {
 		c.n.Add(1)
 	}
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.count(d.SQL)
 	return ctx
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.count(d.SQL)
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // countingPool is a pool of a fresh database whose statements named name
 // the returned counter counts.

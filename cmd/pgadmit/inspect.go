@@ -124,7 +124,7 @@ func readInspect(ctx context.Context, pool *pgxpool.Pool, scopeType, scopeKey pg
 	defer func() { _ = tx.Rollback(ctx) }()
 	q := db.New()
 	if err := boundLockWaits(ctx, q, tx, lockTimeout); err != nil {
-		return in, fmt.Errorf("set lock_timeout: %w", err)
+		return in, fmt.Errorf("set jit and lock_timeout: %w", err)
 	}
 	if in.windows, err = q.InspectWindows(ctx, tx, db.InspectWindowsParams{ScopeType: scopeType, ScopeKey: scopeKey, MaxRows: maxRows}); err != nil {
 		return in, fmt.Errorf("read windows: %w", err)

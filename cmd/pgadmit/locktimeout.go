@@ -71,13 +71,12 @@ func gaveUpAfter(bound time.Duration) string {
 	return "the server's own lock_timeout (--lock-timeout 0 sets none)"
 }
 
-// boundLockWaits sets lock_timeout to bound (--lock-timeout) in tx, for tx only, as inspect's
-// transaction's first statement; 0 sets nothing: the server's own applies.
+// boundLockWaits sets what inspect's transaction runs with, for tx only, as its first statement
+// (SetMaintenanceSettings): jit off (inspect's reads are bounded, but planned for every row of
+// the tables they read, where compiling costs more than it saves), and lock_timeout to bound
+// (--lock-timeout); 0 sets no lock_timeout: the server's own applies.
 func boundLockWaits(ctx context.Context, q *db.Queries, tx pgx.Tx, bound time.Duration) error {
-	if bound <= 0 {
-		return nil
-	}
-	return q.SetLockTimeout(ctx, tx, locktimeout.Millis(bound))
+	return q.SetMaintenanceSettings(ctx, tx, locktimeout.Millis(bound))
 }
 
 // lockTimeoutError is a command's failure when a table it reads stayed locked by another session

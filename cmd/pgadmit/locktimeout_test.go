@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -131,6 +133,61 @@ func TestInspectSetsTheLockTimeoutItNames(t *testing.T) {
 		named, want := gaveUpAfter(c.bound), durationtext.Operator(time.Duration(c.want)*time.Millisecond)+" (--lock-timeout)"
 		if err != nil || got != c.want || named != want {
 			t.Errorf("--lock-timeout %s: set lock_timeout to %dms (%v), named %q; want %dms, named %q", c.bound, got, err, named, c.want, want)
+		}
+	}
+}
+
+// inspect's transaction runs with jit off, with --lock-timeout and without (0, which leaves
+// lock_timeout as the session has it): its reads are planned for every row of the tables they
+// read, and compiling them cost more than it saved. The session's jit is as before after it.
+func TestInspectTurnsJITOffForItsTransactionOnly(t *testing.T) {
+	t.Parallel()
+	url, pool := newDatabase(t)
+	ctx := context.Background()
+	before, err := dbtest.New().OpsCurrentJIT(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != "on" {
+		t.Skipf("the server's jit is %q: nothing to turn off", before)
+	}
+	for _, bound := range []time.Duration{0, 5 * time.Second} {
+		func() {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if err := boundLockWaits(ctx, db.New(), tx, bound); err != nil {
+				t.Fatalf("--lock-timeout %s: %v", bound, err)
+			}
+			jit, err := dbtest.New().OpsCurrentJIT(ctx, tx)
+			if err != nil || jit != "off" {
+				t.Errorf("--lock-timeout %s: inspect's transaction runs with jit %q (%v), want off", bound, jit, err)
+			}
+			lt, err := dbtest.New().OpsLockTimeoutMillis(ctx, tx)
+			if want := bound.Milliseconds(); err != nil || lt != want {
+				t.Errorf("--lock-timeout %s: lock_timeout %dms (%v), want %dms", bound, lt, err, want)
+			}
+		}()
+	}
+	// inspect itself, on a pool of one session: the session's jit is on after it.
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	for _, bound := range []time.Duration{0, 5 * time.Second} {
+		if _, err := readInspect(ctx, one, pgtype.Text{}, pgtype.Text{}, 1, bound); err != nil {
+			t.Fatalf("readInspect(--lock-timeout %s): %v", bound, err)
+		}
+		if jit, err := dbtest.New().OpsCurrentJIT(ctx, one); err != nil || jit != "on" {
+			t.Errorf("after inspect (--lock-timeout %s) the session's jit is %q (%v), want on as before", bound, jit, err)
 		}
 	}
 }

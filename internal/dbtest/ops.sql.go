@@ -244,6 +244,21 @@ func (q *Queries) OpsCreateSchemaOfItsOwn(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const OpsCurrentJIT = `-- name: OpsCurrentJIT :one
+SELECT pg_catalog.current_setting('jit') AS jit
+`
+
+// Whether the server may JIT-compile the statements of this transaction:
+// jit as in force here (SHOW jit), 'on' or 'off'.
+// Locks: none.
+// Index: none (no table).
+func (q *Queries) OpsCurrentJIT(ctx context.Context, db DBTX) (string, error) {
+	row := db.QueryRow(ctx, OpsCurrentJIT)
+	var jit string
+	err := row.Scan(&jit)
+	return jit, err
+}
+
 const OpsGrantCreateToPublic = `-- name: OpsGrantCreateToPublic :exec
 DO $$
 BEGIN
@@ -542,7 +557,7 @@ WHERE s.name = 'lock_timeout'
 `
 
 // The lock_timeout in force in this transaction (what SHOW lock_timeout and
-// current_setting say), in milliseconds, its unit: what SetLockTimeout set
+// current_setting say), in milliseconds, its unit: what SetMaintenanceSettings set
 // before it.
 // Locks: none.
 // Index: none (no table).
@@ -738,6 +753,43 @@ $$
 // Index: none.
 func (q *Queries) OpsPutSchemaOfItsOwnFirstForMe(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, OpsPutSchemaOfItsOwnFirstForMe)
+	return err
+}
+
+const OpsRefuseWritesUnderJIT = `-- name: OpsRefuseWritesUnderJIT :exec
+DO $$
+DECLARE
+    t text;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET jit = on', pg_catalog.current_database());
+    CREATE FUNCTION pgadmit_test_refuse_under_jit() RETURNS trigger LANGUAGE plpgsql AS $f$
+    BEGIN
+        IF pg_catalog.current_setting('jit')::boolean THEN
+            RAISE EXCEPTION 'pgadmit test: jit is on: % on %', TG_OP, TG_TABLE_NAME;
+        END IF;
+        RETURN NULL;
+    END
+    $f$;
+    FOREACH t IN ARRAY ARRAY['gateway_tasks', 'gateway_task_attempts', 'gateway_task_events', 'gateway_task_admissions',
+                             'gateway_rate_limit_counters', 'gateway_rate_limit_reservations', 'gateway_concurrency_leases',
+                             'gateway_rate_limit_allotments', 'gateway_maintenance_leases', 'gateway_maintenance_cursors'] LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER pgadmit_test_refuse_under_jit AFTER INSERT OR UPDATE OR DELETE ON %I FOR EACH STATEMENT EXECUTE FUNCTION pgadmit_test_refuse_under_jit()', t);
+    END LOOP;
+END
+$$
+`
+
+// Makes sessions opened later in this database start with jit on (ALTER
+// DATABASE ... SET), and every statement that writes a table of pgadmit's
+// fail while jit is on in its transaction: a statement-level trigger on
+// each, which fires whether or not the statement changes a row, raises
+// "pgadmit test: jit is on" (SQLSTATE P0001). A test arms it to see that
+// the maintenance transactions turn jit off.
+// Locks: ACCESS EXCLUSIVE on each table briefly (CREATE TRIGGER).
+// Index: none.
+func (q *Queries) OpsRefuseWritesUnderJIT(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsRefuseWritesUnderJIT)
 	return err
 }
 

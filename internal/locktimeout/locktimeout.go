@@ -11,7 +11,7 @@ import (
 // Max is lock_timeout's largest value, INT_MAX milliseconds (596h31m23.647s).
 const Max = math.MaxInt32 * time.Millisecond
 
-// Millis returns d as lock_timeout is set to it (db's SetLockTimeout): rounded up to a whole
+// Millis returns d as lock_timeout is set to it (db's SetMaintenanceSettings): rounded up to a whole
 // millisecond, its unit, so that a positive bound never becomes 0 (none); past Max, Max; 0 for
 // a d that is not positive. It counts whole milliseconds: a thousand times d in float seconds
 // is not always whole (1.132s would be 1133ms).

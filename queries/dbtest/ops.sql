@@ -339,7 +339,7 @@ LOCK TABLE gateway_maintenance_cursors IN ACCESS EXCLUSIVE MODE;
 
 -- name: OpsLockTimeoutMillis :one
 -- The lock_timeout in force in this transaction (what SHOW lock_timeout and
--- current_setting say), in milliseconds, its unit: what SetLockTimeout set
+-- current_setting say), in milliseconds, its unit: what SetMaintenanceSettings set
 -- before it.
 -- Locks: none.
 -- Index: none (no table).
@@ -524,6 +524,44 @@ SELECT n.nspname::text AS name
 FROM pg_catalog.pg_namespace AS n
 WHERE n.nspname LIKE 'lookalike\_%'
 ORDER BY n.nspname;
+
+-- name: OpsCurrentJIT :one
+-- Whether the server may JIT-compile the statements of this transaction:
+-- jit as in force here (SHOW jit), 'on' or 'off'.
+-- Locks: none.
+-- Index: none (no table).
+SELECT pg_catalog.current_setting('jit') AS jit;
+
+-- name: OpsRefuseWritesUnderJIT :exec
+-- Makes sessions opened later in this database start with jit on (ALTER
+-- DATABASE ... SET), and every statement that writes a table of pgadmit's
+-- fail while jit is on in its transaction: a statement-level trigger on
+-- each, which fires whether or not the statement changes a row, raises
+-- "pgadmit test: jit is on" (SQLSTATE P0001). A test arms it to see that
+-- the maintenance transactions turn jit off.
+-- Locks: ACCESS EXCLUSIVE on each table briefly (CREATE TRIGGER).
+-- Index: none.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET jit = on', pg_catalog.current_database());
+    CREATE FUNCTION pgadmit_test_refuse_under_jit() RETURNS trigger LANGUAGE plpgsql AS $f$
+    BEGIN
+        IF pg_catalog.current_setting('jit')::boolean THEN
+            RAISE EXCEPTION 'pgadmit test: jit is on: % on %', TG_OP, TG_TABLE_NAME;
+        END IF;
+        RETURN NULL;
+    END
+    $f$;
+    FOREACH t IN ARRAY ARRAY['gateway_tasks', 'gateway_task_attempts', 'gateway_task_events', 'gateway_task_admissions',
+                             'gateway_rate_limit_counters', 'gateway_rate_limit_reservations', 'gateway_concurrency_leases',
+                             'gateway_rate_limit_allotments', 'gateway_maintenance_leases', 'gateway_maintenance_cursors'] LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER pgadmit_test_refuse_under_jit AFTER INSERT OR UPDATE OR DELETE ON %I FOR EACH STATEMENT EXECUTE FUNCTION pgadmit_test_refuse_under_jit()', t);
+    END LOOP;
+END
+$$;
 
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
