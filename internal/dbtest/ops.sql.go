@@ -457,6 +457,41 @@ func (q *Queries) OpsLeaseLock(ctx context.Context, db DBTX, id pgtype.UUID) (in
 	return result.RowsAffected(), nil
 }
 
+const OpsLedgerRowRelink = `-- name: OpsLedgerRowRelink :one
+WITH r AS (
+    UPDATE gateway_rate_limit_reservations
+    SET task_id = $1::uuid, attempt_id = $2::uuid
+    WHERE id = $3::uuid
+    RETURNING id
+),
+l AS (
+    UPDATE gateway_concurrency_leases
+    SET task_id = $1::uuid, attempt_id = $2::uuid
+    WHERE id = $3::uuid
+    RETURNING id
+)
+SELECT ((SELECT count(*) FROM r) + (SELECT count(*) FROM l))::bigint AS relinked
+`
+
+type OpsLedgerRowRelinkParams struct {
+	TaskID    pgtype.UUID
+	AttemptID pgtype.UUID
+	ID        pgtype.UUID
+}
+
+// Fault injection: points a reservation or lease (by id, in either ledger)
+// at the given task and attempt (NULL: none), as a writer other than
+// pgadmit's functions could: an attempt of another task than its own, or
+// an attempt without its task. Returns how many rows it changed.
+// Locks: row lock on that row.
+// Index: gateway_rate_limit_reservations_pkey, gateway_concurrency_leases_pkey.
+func (q *Queries) OpsLedgerRowRelink(ctx context.Context, db DBTX, arg OpsLedgerRowRelinkParams) (int64, error) {
+	row := db.QueryRow(ctx, OpsLedgerRowRelink, arg.TaskID, arg.AttemptID, arg.ID)
+	var relinked int64
+	err := row.Scan(&relinked)
+	return relinked, err
+}
+
 const OpsListenPeek = `-- name: OpsListenPeek :exec
 LISTEN pgadmit_peek
 `

@@ -733,3 +733,46 @@ func (q *Queries) TableRowCounts(ctx context.Context, db DBTX) (TableRowCountsRo
 	)
 	return i, err
 }
+
+const TupleWritesInTransaction = `-- name: TupleWritesInTransaction :many
+SELECT t.relname::text                                  AS table_name,
+       pg_stat_get_xact_tuples_updated(t.oid)::bigint   AS updated,
+       pg_stat_get_xact_tuples_deleted(t.oid)::bigint   AS deleted
+FROM pg_catalog.pg_class AS t
+WHERE t.relkind = 'r'
+  AND t.relnamespace = current_schema()::regnamespace
+  AND t.relname::text LIKE 'gateway\_%'
+ORDER BY t.relname
+`
+
+type TupleWritesInTransactionRow struct {
+	TableName string
+	Updated   int64
+	Deleted   int64
+}
+
+// How many rows the statements run so far in the current transaction
+// updated and deleted in each pgadmit table, those of foreign-key actions
+// and triggers included (the functions behind pg_stat_xact_user_tables:
+// n_tup_upd, n_tup_del): a row updated twice counts twice.
+// Locks: none.
+// Index: pg_class_relname_nsp_index (catalog).
+func (q *Queries) TupleWritesInTransaction(ctx context.Context, db DBTX) ([]TupleWritesInTransactionRow, error) {
+	rows, err := db.Query(ctx, TupleWritesInTransaction)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TupleWritesInTransactionRow{}
+	for rows.Next() {
+		var i TupleWritesInTransactionRow
+		if err := rows.Scan(&i.TableName, &i.Updated, &i.Deleted); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

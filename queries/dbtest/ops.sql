@@ -563,6 +563,27 @@ BEGIN
 END
 $$;
 
+-- name: OpsLedgerRowRelink :one
+-- Fault injection: points a reservation or lease (by id, in either ledger)
+-- at the given task and attempt (NULL: none), as a writer other than
+-- pgadmit's functions could: an attempt of another task than its own, or
+-- an attempt without its task. Returns how many rows it changed.
+-- Locks: row lock on that row.
+-- Index: gateway_rate_limit_reservations_pkey, gateway_concurrency_leases_pkey.
+WITH r AS (
+    UPDATE gateway_rate_limit_reservations
+    SET task_id = sqlc.narg('task_id')::uuid, attempt_id = sqlc.narg('attempt_id')::uuid
+    WHERE id = @id::uuid
+    RETURNING id
+),
+l AS (
+    UPDATE gateway_concurrency_leases
+    SET task_id = sqlc.narg('task_id')::uuid, attempt_id = sqlc.narg('attempt_id')::uuid
+    WHERE id = @id::uuid
+    RETURNING id
+)
+SELECT ((SELECT count(*) FROM r) + (SELECT count(*) FROM l))::bigint AS relinked;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Operations and fault injection: statements for tests, drills and

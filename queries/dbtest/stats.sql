@@ -242,6 +242,22 @@ WHERE c.scope_type = @scope_type
   AND (c.reserved_value <> coalesce(t.open_amount, 0) OR c.used_value <> coalesce(t.committed_amount, 0))
 ORDER BY c.window_start, c.metric, c.window_seconds;
 
+-- name: TupleWritesInTransaction :many
+-- How many rows the statements run so far in the current transaction
+-- updated and deleted in each pgadmit table, those of foreign-key actions
+-- and triggers included (the functions behind pg_stat_xact_user_tables:
+-- n_tup_upd, n_tup_del): a row updated twice counts twice.
+-- Locks: none.
+-- Index: pg_class_relname_nsp_index (catalog).
+SELECT t.relname::text                                  AS table_name,
+       pg_stat_get_xact_tuples_updated(t.oid)::bigint   AS updated,
+       pg_stat_get_xact_tuples_deleted(t.oid)::bigint   AS deleted
+FROM pg_catalog.pg_class AS t
+WHERE t.relkind = 'r'
+  AND t.relnamespace = current_schema()::regnamespace
+  AND t.relname::text LIKE 'gateway\_%'
+ORDER BY t.relname;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Read-only views of the books for tests: row counts, per-scope ledger
