@@ -342,10 +342,48 @@ SELECT t.id,
 FROM gateway_tasks AS t
 WHERE t.id = @task_id::uuid;
 
+-- name: TaskHeartbeatLock :exec
+-- First statement of HeartbeatTask's batch (one round trip, one
+-- transaction), before TaskHeartbeat: locks the task row when it runs under
+-- the token, so that TaskHeartbeat, whose snapshot follows this lock, finds
+-- the row held and waits for nothing, and reads the clock for the new
+-- expiry after any wait. An UPDATE computes its new values before it
+-- waits for the row, and goes on with them when the holder only locked it
+-- (no update to re-read), as an attach does (FOR SHARE, AttemptAttachLock)
+-- until the end of a caller's transaction: a heartbeat that waited for one
+-- longer than its TTL renewed the lease to a time already past, and Recover
+-- took the task from its live worker.
+-- A statement of its own, not a locking read in TaskHeartbeat's WITH: an
+-- UPDATE reaches a row only from the version its snapshot sees. When the
+-- row was updated after that snapshot (a heartbeat, an AppendEvent) beside
+-- an admission's FOR KEY SHARE still held (the old version's xmax then a
+-- MultiXact of the committed update and the live key share), the UPDATE
+-- asked for the old version's tuple lock while the locking read's lock on
+-- the newest version was held; a FinishTask (TaskFinishLock), an attach or
+-- another heartbeat that had the tuple lock waited under it for that
+-- newest version: SQLSTATE 40P01 (reverted 7bb0807;
+-- TestHeartbeatWaitingBesideFinishTaskForAnUpdatedRowDoesNotDeadlock).
+-- Here the row lock is acquired once, as the UPDATE alone acquired it, and
+-- TaskHeartbeat's snapshot sees the version this statement locked.
+-- No row (nothing locked, nothing waited for) when the task is not running
+-- under the token: TaskHeartbeat then reports it as it finds it.
+-- Locks: FOR NO KEY UPDATE on the task row (as TaskHeartbeat's UPDATE,
+-- which then waits for nothing more: only FOR KEY SHARE can be held beside
+-- it).
+-- Index: gateway_tasks_pkey (`IS TRUE` on the status, as in TaskHeartbeat).
+SELECT t.id
+FROM gateway_tasks AS t
+WHERE t.id = @task_id::uuid
+  AND (t.status = 'running') IS TRUE
+  AND t.execution_token = @token::uuid
+FOR NO KEY UPDATE;
+
 -- name: TaskHeartbeat :one
 -- Extends the execution lease of a running task to now + ttl (now as this
 -- statement reads the clock, not the transaction's start: see the head of
--- this file), fenced by the execution token. A claim stays valid until someone takes the task
+-- this file), fenced by the execution token. Run after TaskHeartbeatLock in
+-- the same transaction, which holds the row: the clock is read after any
+-- wait for it. A claim stays valid until someone takes the task
 -- away (recovery reclaims only under this row's lock), so a heartbeat that
 -- arrives after the lease expired but before recovery still succeeds.
 -- Returns the task's status and the new expiry (NULL when not renewed: the
@@ -356,9 +394,14 @@ WHERE t.id = @task_id::uuid;
 -- UPDATE locks and re-reads after any wait, still is: so a claim that
 -- changed while the statement waited for the lock is reported as it was
 -- found under the lock, not as the snapshot saw it. That update writes the
--- row unchanged, once, in that race only. A task the snapshot saw otherwise
--- is reported as seen (it cannot be running under this token again).
--- Locks: FOR NO KEY UPDATE on the task row (the UPDATE), once.
+-- row unchanged, once, in that race only, which TaskHeartbeatLock leaves
+-- no room for (this statement's snapshot follows its lock; in a caller's
+-- REPEATABLE READ transaction a row updated since the snapshot fails the
+-- lock instead); the statement stays right on its own. A task the
+-- snapshot saw otherwise is reported as seen (it cannot be running under
+-- this token again).
+-- Locks: FOR NO KEY UPDATE on the task row (the UPDATE; held since
+-- TaskHeartbeatLock when the task runs under the token).
 -- Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
 -- the planner cannot match it to gateway_tasks_lease_expiry_idx, the
 -- partial index of running tasks: a generic plan made on few tasks read

@@ -14,12 +14,15 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// HeartbeatTask and AppendEvent lock the task row once, in their UPDATE,
-// as they are raced against FinishTask (which locks it FOR UPDATE) and
-// Reserves for the task (FOR KEY SHARE). A version that first locked the
-// row in a locking read and then updated it in the same statement
-// deadlocked with a waiting FinishTask: 8 deadlocks in 300 rounds of this
-// test. Every call must end with its typed answer, and the books balance.
+// AppendEvent locks the task row once, in its UPDATE, and HeartbeatTask
+// in a statement of its own before its UPDATE (TaskHeartbeatLock), as they
+// are raced against FinishTask (which locks it FOR UPDATE) and Reserves
+// for the task (FOR KEY SHARE). A version that first locked the row in a
+// locking read and then updated it in the same statement deadlocked with a
+// waiting FinishTask, or another heartbeat: 8 deadlocks in 300 rounds of
+// this test (TestHeartbeatWaitingBesideFinishTaskForAnUpdatedRowDoesNotDeadlock
+// plays that race in order). Every call must end with its typed answer,
+// and the books balance.
 func TestTaskFencesRaceFinishTaskWithoutDeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

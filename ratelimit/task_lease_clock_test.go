@@ -100,3 +100,52 @@ func TestTaskLeasesInAnOldTransactionRunFromTheCall(t *testing.T) {
 	}
 	check("HeartbeatTask", until)
 }
+
+// A HeartbeatTask that waited for the task's row while an Attach for the
+// task held it (FOR SHARE, until the end of a transaction of the caller's)
+// longer than the lease's TTL renewed the lease to a time already past:
+// its UPDATE computed the expiry before it waited for the row, and a
+// holder that only locked the row makes it go on with that value. Recover
+// then took the task from its live worker.
+func TestHeartbeatThatWaitedForAnAttachRunsItsTTLFromTheWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, pool := setup(t)
+	const ttl = time.Second
+	task := startSync(t, l, time.Minute)
+	tx := heldTx(t, pool)
+	if _, err := l.WithTx(tx).Attach(ctx, task.AttemptID, ratelimit.Grant{}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		until time.Time
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		until, err := l.HeartbeatTask(ctx, task.ID, task.ExecutionToken, ttl)
+		done <- result{until, err}
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "HeartbeatTask")
+	waitPast(t, pool, pgtest.DBNow(t, pool).Add(ttl+300*time.Millisecond))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if now := pgtest.DBNow(t, pool); !r.until.After(now) {
+		t.Errorf("heartbeat that waited for an attach renewed the lease until %v, already past on the database's clock (%v)", r.until, now)
+	}
+	res, err := ratelimit.NewMaintenance(pool).Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FailedTasks != 0 {
+		t.Errorf("Recover right after the heartbeat failed %d sync tasks, want 0: %+v", res.FailedTasks, res)
+	}
+	if got := getTask(t, l, task.ID); got.Status != ratelimit.TaskRunning {
+		t.Errorf("task %s is %s right after its heartbeat, want running", got.ID, got.Status)
+	}
+}

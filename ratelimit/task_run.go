@@ -88,9 +88,12 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 // longer owns the task the error is a *StaleTokenError (errors.Is
 // ErrStaleToken) and the worker must stop. A claim stays valid until someone
 // takes the task away, so a heartbeat after the lease expired still succeeds
-// if recovery has not reclaimed the task yet. One round trip.
+// if recovery has not reclaimed the task yet. One round trip. The TTL runs
+// from the database's clock once the task row is locked: a heartbeat that
+// waited for the row (an Attach for the task holds it until the end of its
+// transaction) gets its whole TTL from the end of that wait.
 //
-// A retry is safe: when HeartbeatTask fails after its statement was sent
+// A retry is safe: when HeartbeatTask fails after its statements were sent
 // (its context ended, the connection broke), the lease may have been
 // extended all the same, and a retry with the same token extends it again.
 func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl time.Duration) (time.Time, error) {
@@ -112,13 +115,26 @@ func (l *Limiter) HeartbeatTask(ctx context.Context, taskID, token string, ttl t
 	if err := l.enter("HeartbeatTask", phaseRows, phaseRows); err != nil {
 		return time.Time{}, err
 	}
-	row, err := l.queries.TaskHeartbeat(ctx, l.conn, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds, Now: l.opts.clock.at()})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
-	}
-	if err != nil {
+	// The task row locked by a statement of its own first: TaskHeartbeat
+	// then reads the clock for the new expiry after any wait for the row
+	// (an Attach holds it until its transaction ends), and, its snapshot
+	// taken after the lock, updates the version it sees, which it holds
+	// (a lock in its own WITH deadlocked with FinishTask: TaskHeartbeatLock).
+	b := &pgx.Batch{}
+	queue(b, func(r db.DBTX) {
+		_ = l.queries.TaskHeartbeatLock(ctx, r, db.TaskHeartbeatLockParams{TaskID: id, Token: tok})
+	})
+	var rows []db.TaskHeartbeatRow
+	queueRows(b, &rows, func(r db.DBTX) {
+		_, _ = l.queries.TaskHeartbeat(ctx, r, db.TaskHeartbeatParams{TaskID: id, Token: tok, LeaseSeconds: seconds, Now: l.opts.clock.at()})
+	})
+	if err := runBatch(ctx, l.conn, b); err != nil {
 		return time.Time{}, wrapDBError(ctx, "heartbeat task", err)
 	}
+	if len(rows) == 0 {
+		return time.Time{}, errorf("ratelimit: heartbeat task %s: %w", taskID, ErrUnknownTask)
+	}
+	row := rows[0]
 	if row.RenewedUntil == nil {
 		return time.Time{}, staleToken(taskID, row.Status)
 	}
