@@ -76,8 +76,8 @@ WITH synced AS (
     SET consumed = greatest(u.consumed, 0),
         synced_at = now()
     FROM (
-        SELECT unnest($1::uuid[])          AS id,
-               unnest(($2::text[])::numeric[]) AS consumed
+        SELECT pg_catalog.unnest($1::uuid[])                   AS id,
+               pg_catalog.unnest(($2::text[])::numeric[]) AS consumed
     ) AS u
     WHERE a.id = u.id
       AND (a.returned_at IS NULL) IS TRUE
@@ -193,7 +193,7 @@ const AllotmentTrim = `-- name: AllotmentTrim :exec
 SELECT a.reserved_value::numeric AS reserved_value
 FROM pgadmit_allot(
          $1::text, $2::text, $3::text, $4::text, $5::integer,
-         $6::numeric, 0, 0, $7::uuid, ($8::text)::numeric, $9::timestamptz
+         $6::numeric, 0::numeric, 0::numeric, $7::uuid, ($8::text)::numeric, $9::timestamptz
      ) AS a
 `
 

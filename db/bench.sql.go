@@ -13,7 +13,7 @@ const BenchFunctionSources = `-- name: BenchFunctionSources :many
 SELECT p.proname::text AS name,
        p.prosrc::text  AS source
 FROM pg_catalog.pg_proc AS p
-WHERE p.proname LIKE 'pgadmit\_%'
+WHERE p.proname LIKE 'pgadmit\_%'::text
   AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language AS l WHERE l.lanname = 'plpgsql')
 ORDER BY p.proname
 `

@@ -18,19 +18,19 @@ SELECT w.ord::integer                                       AS ord,
        coalesce(c.used_value, 0)::numeric                   AS used_value,
        coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
        b.window_start::timestamptz                          AS window_start,
-       (b.window_start + make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
+       (b.window_start + pg_catalog.make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
        coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM (
-    SELECT generate_subscripts($2::text[], 1) AS ord,
-           unnest($2::text[])       AS scope_type,
-           unnest($3::text[])        AS scope_key,
-           unnest($4::text[])           AS metric,
-           unnest($5::integer[]) AS window_seconds,
-           unnest($6::numeric[])   AS limit_value,
-           unnest($7::numeric[])        AS amount
+    SELECT pg_catalog.generate_subscripts($2::text[], 1) AS ord,
+           pg_catalog.unnest($2::text[])       AS scope_type,
+           pg_catalog.unnest($3::text[])        AS scope_key,
+           pg_catalog.unnest($4::text[])           AS metric,
+           pg_catalog.unnest($5::integer[]) AS window_seconds,
+           pg_catalog.unnest($6::numeric[])   AS limit_value,
+           pg_catalog.unnest($7::numeric[])        AS amount
 ) AS w
 CROSS JOIN LATERAL (
-    SELECT date_bin(make_interval(secs => w.window_seconds), coalesce($1::timestamptz, now()), timestamptz 'epoch') AS window_start
+    SELECT date_bin(pg_catalog.make_interval(secs => w.window_seconds), coalesce($1::timestamptz, now()), timestamptz 'epoch') AS window_start
 ) AS b
 LEFT JOIN LATERAL (
     SELECT counter.used_value, counter.reserved_value

@@ -20,4 +20,11 @@
 // unbalanced (Maintenance.Doctor); use ratelimit. The reads of
 // `pgadmit inspect` (Inspect*) lock nothing. The API follows the SQL: a
 // release that changes it says so in docs/upgrading.md.
+//
+// The statements resolve what they name through the caller's search_path.
+// Every call of PostgreSQL's functions and operators in them matches
+// pg_catalog's exactly, or names pg_catalog, so that a lookalike in another
+// schema on the path never runs in its place (docs/lookalikes.md lists the
+// calls; TestFunctionsIgnoreLookalikesOutsideTheirSchema): a statement added
+// or changed must keep to that.
 package db

@@ -78,7 +78,7 @@ SELECT a.scope_type,
        (count(*) FILTER (WHERE t.status = 'queued'))::bigint                 AS queued,
        (count(*) FILTER (WHERE t.status = 'running'))::bigint                AS running,
        (count(*) FILTER (WHERE t.status NOT IN ('queued', 'running')))::bigint AS finished,
-       (array_agg(a.limit_value ORDER BY a.created_at DESC))[1]::numeric     AS limit_value,
+       (pg_catalog.array_agg(a.limit_value ORDER BY a.created_at DESC))[1]::numeric AS limit_value,
        extract(epoch FROM now() - min(a.created_at))::float8                 AS oldest_age_seconds,
        count(*) OVER ()                                                      AS total_rows
 FROM gateway_task_admissions AS a
@@ -233,7 +233,7 @@ SELECT l.scope_type,
        (count(*) FILTER (WHERE l.expires_at > now()))::bigint                 AS live_leases,
        coalesce(sum(l.lease_value) FILTER (WHERE l.expires_at > now()), 0)::numeric AS live_value,
        (count(*) FILTER (WHERE l.expires_at <= now()))::bigint                AS expired_leases,
-       (array_agg(l.limit_value ORDER BY l.created_at DESC))[1]::numeric     AS limit_value,
+       (pg_catalog.array_agg(l.limit_value ORDER BY l.created_at DESC))[1]::numeric AS limit_value,
        coalesce(extract(epoch FROM min(l.expires_at) FILTER (WHERE l.expires_at > now()) - now()), 0)::float8
                                                                              AS next_expiry_in_seconds,
        count(*) OVER ()                                                      AS total_rows

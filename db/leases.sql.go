@@ -42,13 +42,13 @@ func (q *Queries) LeaseCountByKeyPrefix(ctx context.Context, db DBTX, arg LeaseC
 const LeaseLockScopes = `-- name: LeaseLockScopes :exec
 SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
-    SELECT DISTINCT hashtextextended(
+    SELECT DISTINCT pg_catalog.hashtextextended(
                'pgadmit/concurrent/' || length(t.scope_type)::text || ':' || t.scope_type || '/' || t.scope_key,
                0
            ) AS lock_key
     FROM (
-        SELECT unnest($1::text[]) AS scope_type,
-               unnest($2::text[])  AS scope_key
+        SELECT pg_catalog.unnest($1::text[]) AS scope_type,
+               pg_catalog.unnest($2::text[])  AS scope_key
         UNION ALL
         SELECT lease.scope_type, lease.scope_key
         FROM gateway_concurrency_leases AS lease

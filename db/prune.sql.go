@@ -70,12 +70,12 @@ WHERE c.ctid = ANY (ARRAY(
     SELECT x.ctid
     FROM gateway_rate_limit_counters AS x
     WHERE x.reset_at < $1::timestamptz
-      AND x.reserved_value = 0
+      AND x.reserved_value = 0::numeric
     ORDER BY x.reset_at
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ))
-  AND c.reserved_value = 0
+  AND c.reserved_value = 0::numeric
 `
 
 type PruneCountersParams struct {
@@ -272,7 +272,7 @@ SELECT r.id
 FROM gateway_rate_limit_reservations AS r
 WHERE r.status = 'reserved'
   AND r.window_start < $1::timestamptz
-  AND r.window_start + make_interval(secs => r.window_seconds) < $1::timestamptz
+  AND r.window_start + pg_catalog.make_interval(secs => r.window_seconds) < $1::timestamptz
 ORDER BY r.window_start
 LIMIT $2::integer
 `

@@ -152,7 +152,7 @@ SELECT r.ord::integer      AS ord,
        r.returned::boolean AS returned
 FROM pgadmit_allot_return(
          $1::uuid[], NULL::numeric[],
-         array_fill($2::text, ARRAY[cardinality($1::uuid[])]),
+         pg_catalog.array_fill($2::text, ARRAY[pg_catalog.cardinality($1::uuid[])]),
          $3::timestamptz,
          coalesce($3::timestamptz, now()) - make_interval(secs => $4::float8)
      ) AS r
@@ -512,7 +512,7 @@ func (q *Queries) RecoveryReservationFindForFinishedTasks(ctx context.Context, d
 
 const RecoveryTaskFindExpired = `-- name: RecoveryTaskFindExpired :many
 SELECT t.id,
-       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+       coalesce((SELECT pg_catalog.array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
                    AND r.status = 'reserved'), '{}')::uuid[] AS open_reservation_ids
@@ -651,7 +651,7 @@ events AS (
            'task.' || reclaimed.status,
            reclaimed.status,
            reclaimed.error_message,
-           jsonb_strip_nulls(jsonb_build_object(
+           jsonb_strip_nulls(pg_catalog.jsonb_build_object(
                'reason', 'execution_lease_expired',
                'error_code', reclaimed.error_code,
                'attempt_no', reclaimed.attempt_count,

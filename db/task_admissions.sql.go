@@ -14,14 +14,14 @@ SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
     SELECT DISTINCT
            CASE WHEN $1::integer = 0
-                THEN hashtextextended(q.lock_text, 0)
+                THEN pg_catalog.hashtextextended(q.lock_text, 0)
                 ELSE (($1::integer)::bigint << 32) | (hashtext(q.lock_text)::bigint & 4294967295)
            END AS lock_key
     FROM (
         SELECT 'pgadmit/queue/' || length(u.scope_type)::text || ':' || u.scope_type || '/' || u.scope_key AS lock_text
         FROM (
-            SELECT unnest($2::text[]) AS scope_type,
-                   unnest($3::text[])  AS scope_key
+            SELECT pg_catalog.unnest($2::text[]) AS scope_type,
+                   pg_catalog.unnest($3::text[])  AS scope_key
         ) AS u
     ) AS q
 ) AS s

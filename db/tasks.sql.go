@@ -59,7 +59,7 @@ event AS (
            'task.cancelled',
            'cancelled',
            cancelled.error_message,
-           jsonb_build_object('error_code', cancelled.error_code),
+           pg_catalog.jsonb_build_object('error_code', cancelled.error_code),
            cancelled.finished_at
     FROM cancelled
     RETURNING task_id
@@ -85,7 +85,7 @@ SELECT cancelled.id,
        0::integer                               AS finished_attempts,
        (SELECT count(*) FROM released)::integer AS released_leases,
        (SELECT count(*) FROM dropped)::integer  AS deleted_admissions,
-       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+       coalesce((SELECT pg_catalog.array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = cancelled.id
                    AND (r.status = 'reserved') IS TRUE
@@ -234,7 +234,7 @@ event AS (
            'task.cancelled',
            'cancelled',
            cancelled.error_message,
-           jsonb_build_object('error_code', cancelled.error_code),
+           pg_catalog.jsonb_build_object('error_code', cancelled.error_code),
            cancelled.finished_at
     FROM cancelled
     RETURNING task_id
@@ -293,7 +293,7 @@ claimed AS (
         locked_at = clock.now,
         heartbeat_at = clock.now,
         execution_token = gen_random_uuid(),
-        execution_lease_expires_at = clock.lease_now + make_interval(secs => $3::integer),
+        execution_lease_expires_at = clock.lease_now + pg_catalog.make_interval(secs => $3::integer),
         attempt_count = t.attempt_count + 1,
         last_event_seq = t.last_event_seq + 1,
         updated_at = clock.now
@@ -316,7 +316,7 @@ event AS (
            claimed.last_event_seq,
            'task.running',
            'running',
-           jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by),
+           pg_catalog.jsonb_build_object('attempt_no', claimed.attempt_count, 'worker', claimed.locked_by),
            claimed.updated_at
     FROM claimed
     RETURNING task_id
@@ -421,7 +421,8 @@ WITH queue AS (
     -- of its admissions, so a queue of a few hundred tasks put the
     -- statement above jit_above_cost and it was compiled to machine code on
     -- every task created (90-170 ms, against 1-9 ms to run it).
-    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::numeric[]))
+    FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                    pg_catalog.unnest($3::numeric[]))
          WITH ORDINALITY AS q (scope_type, scope_key, limit_value, ord)
 ),
 verdict AS (
@@ -430,7 +431,7 @@ verdict AS (
     -- other isolation level rather than over-admit.
     SELECT current_setting('transaction_isolation') = 'read committed' AS read_committed,
            current_setting('transaction_isolation') = 'read committed'
-           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted >= queue.limit_value) AS admitted,
+           AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.admitted::numeric >= queue.limit_value) AS admitted,
            coalesce($4::timestamptz, now()) AS now,
            -- The lease's clock: read by this statement, after the queue
            -- scopes' locks (see the head of this file).
@@ -451,7 +452,7 @@ created AS (
            CASE WHEN $5::boolean THEN NULL ELSE verdict.now END,
            CASE WHEN $5::boolean THEN NULL ELSE gen_random_uuid() END,
            CASE WHEN $5::boolean THEN NULL
-                ELSE verdict.lease_now + make_interval(secs => $9::integer) END,
+                ELSE verdict.lease_now + pg_catalog.make_interval(secs => $9::integer) END,
            CASE WHEN $5::boolean THEN 0 ELSE 1 END,
            1,
            verdict.now,
@@ -482,14 +483,14 @@ event AS (
            1,
            'task.' || created.status,
            created.status,
-           jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue)),
+           pg_catalog.jsonb_build_object('queue_scopes', (SELECT count(*) FROM queue)),
            created.created_at
     FROM created
     RETURNING task_id
 )
 SELECT verdict.admitted::boolean                                                  AS admitted,
        verdict.read_committed::boolean                                            AS read_committed,
-       coalesce((SELECT array_agg(queue.admitted ORDER BY queue.ord) FROM queue),
+       coalesce((SELECT pg_catalog.array_agg(queue.admitted ORDER BY queue.ord) FROM queue),
                 '{}')::bigint[]                                                   AS queue_admitted,
        created.id                                                                 AS task_id,
        created.status                                                             AS status,
@@ -662,7 +663,7 @@ event AS (
            END,
            finished.status,
            finished.error_message,
-           jsonb_strip_nulls(jsonb_build_object('error_code', finished.error_code)),
+           jsonb_strip_nulls(pg_catalog.jsonb_build_object('error_code', finished.error_code)),
            finished.finished_at
     FROM finished
     RETURNING task_id
@@ -688,7 +689,7 @@ SELECT finished.id,
        (SELECT count(*) FROM attempt)::integer  AS finished_attempts,
        (SELECT count(*) FROM released)::integer AS released_leases,
        (SELECT count(*) FROM dropped)::integer  AS deleted_admissions,
-       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+       coalesce((SELECT pg_catalog.array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = finished.id
                    AND (r.status = 'reserved') IS TRUE
@@ -839,11 +840,11 @@ const TaskFinishPlan = `-- name: TaskFinishPlan :one
 SELECT t.status,
        (t.execution_token IS NOT DISTINCT FROM $1::uuid)::boolean AS token_matches,
        (current_setting('transaction_isolation') = 'read committed')::boolean AS read_committed,
-       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+       coalesce((SELECT pg_catalog.array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
                    AND (r.status = 'reserved') IS TRUE), '{}')::uuid[] AS open_reservation_ids,
-       coalesce((SELECT array_agg(x.id ORDER BY x.id)
+       coalesce((SELECT pg_catalog.array_agg(x.id ORDER BY x.id)
                  FROM gateway_concurrency_leases AS x
                  WHERE x.task_id = $2::uuid
                    AND (x.released_at IS NULL) IS TRUE), '{}')::uuid[] AS live_lease_ids
@@ -991,7 +992,7 @@ beat AS (
                             THEN coalesce($3::timestamptz, now()) ELSE t.heartbeat_at END,
         execution_lease_expires_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                                           THEN coalesce($3::timestamptz, greatest(now(), clock_timestamp()))
-                                               + make_interval(secs => $4::integer)
+                                               + pg_catalog.make_interval(secs => $4::integer)
                                           ELSE t.execution_lease_expires_at END,
         updated_at = CASE WHEN (t.status = 'running' AND t.execution_token = $2::uuid) IS TRUE
                           THEN coalesce($3::timestamptz, now()) ELSE t.updated_at END
@@ -1116,9 +1117,9 @@ SELECT count(*) FILTER (WHERE s.settled AND NOT s.is_lease)::integer AS released
 FROM gateway_tasks AS t
 CROSS JOIN LATERAL pgadmit_settle(
     $1::uuid[], NULL::text[], NULL::text[], NULL::text[], NULL::integer[], NULL::timestamptz[],
-    array_fill('released'::text, ARRAY[cardinality($1::uuid[])]),
-    array_fill(0::numeric, ARRAY[cardinality($1::uuid[])]),
-    array_fill('task_finished'::text, ARRAY[cardinality($1::uuid[])]),
+    pg_catalog.array_fill('released'::text, ARRAY[pg_catalog.cardinality($1::uuid[])]),
+    pg_catalog.array_fill(0::numeric, ARRAY[pg_catalog.cardinality($1::uuid[])]),
+    pg_catalog.array_fill('task_finished'::text, ARRAY[pg_catalog.cardinality($1::uuid[])]),
     '{}'::uuid[], '{}'::text[],
     -- t.finished_at (when the task was cancelled) makes the call lateral:
     -- it runs only for the row that passed the test below.
@@ -1193,7 +1194,7 @@ event AS (
            'task.queued',
            'queued',
            'the caller of ClaimTask left before its answer came back',
-           jsonb_build_object('reason', 'claim_abandoned', 'attempt_no', unclaimed.attempt_count),
+           pg_catalog.jsonb_build_object('reason', 'claim_abandoned', 'attempt_no', unclaimed.attempt_count),
            unclaimed.updated_at
     FROM unclaimed
     RETURNING task_id

@@ -30,7 +30,7 @@ FROM pgadmit_allot(
 SELECT a.reserved_value::numeric AS reserved_value
 FROM pgadmit_allot(
          @holder::text, @scope_type::text, @scope_key::text, @metric::text, @window_seconds::integer,
-         @limit_value::numeric, 0, 0, @trim_id::uuid, (@trim_to::text)::numeric, sqlc.narg('now')::timestamptz
+         @limit_value::numeric, 0::numeric, 0::numeric, @trim_id::uuid, (@trim_to::text)::numeric, sqlc.narg('now')::timestamptz
      ) AS a;
 
 -- name: AllotmentReturn :many
@@ -63,8 +63,8 @@ WITH synced AS (
     SET consumed = greatest(u.consumed, 0),
         synced_at = now()
     FROM (
-        SELECT unnest(@ids::uuid[])          AS id,
-               unnest((@consumed::text[])::numeric[]) AS consumed
+        SELECT pg_catalog.unnest(@ids::uuid[])                   AS id,
+               pg_catalog.unnest((@consumed::text[])::numeric[]) AS consumed
     ) AS u
     WHERE a.id = u.id
       AND (a.returned_at IS NULL) IS TRUE

@@ -99,10 +99,10 @@ missing AS (
     -- Given ids that name no row: checked before anything is written, not
     -- counted after, so that a refusal leaves the other rows as they were.
     SELECT (SELECT count(*)
-            FROM unnest(@reservation_ids::uuid[]) AS g(id)
+            FROM pg_catalog.unnest(@reservation_ids::uuid[]) AS g(id)
             WHERE NOT EXISTS (SELECT 1 FROM gateway_rate_limit_reservations AS r WHERE r.id = g.id))
          + (SELECT count(*)
-            FROM unnest(@lease_ids::uuid[]) AS g(id)
+            FROM pg_catalog.unnest(@lease_ids::uuid[]) AS g(id)
             WHERE NOT EXISTS (SELECT 1 FROM gateway_concurrency_leases AS l WHERE l.id = g.id)) AS n
 ),
 target AS (

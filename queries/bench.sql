@@ -85,7 +85,7 @@ WHERE s.dbid = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = 
 SELECT p.proname::text AS name,
        p.prosrc::text  AS source
 FROM pg_catalog.pg_proc AS p
-WHERE p.proname LIKE 'pgadmit\_%'
+WHERE p.proname LIKE 'pgadmit\_%'::text
   AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language AS l WHERE l.lanname = 'plpgsql')
 ORDER BY p.proname;
 

@@ -12,19 +12,19 @@ SELECT w.ord::integer                                       AS ord,
        coalesce(c.used_value, 0)::numeric                   AS used_value,
        coalesce(c.reserved_value, 0)::numeric               AS reserved_value,
        b.window_start::timestamptz                          AS window_start,
-       (b.window_start + make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
+       (b.window_start + pg_catalog.make_interval(secs => w.window_seconds))::timestamptz AS reset_at,
        coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM (
-    SELECT generate_subscripts(@scope_types::text[], 1) AS ord,
-           unnest(@scope_types::text[])       AS scope_type,
-           unnest(@scope_keys::text[])        AS scope_key,
-           unnest(@metrics::text[])           AS metric,
-           unnest(@window_seconds::integer[]) AS window_seconds,
-           unnest(@limit_values::numeric[])   AS limit_value,
-           unnest(@amounts::numeric[])        AS amount
+    SELECT pg_catalog.generate_subscripts(@scope_types::text[], 1) AS ord,
+           pg_catalog.unnest(@scope_types::text[])       AS scope_type,
+           pg_catalog.unnest(@scope_keys::text[])        AS scope_key,
+           pg_catalog.unnest(@metrics::text[])           AS metric,
+           pg_catalog.unnest(@window_seconds::integer[]) AS window_seconds,
+           pg_catalog.unnest(@limit_values::numeric[])   AS limit_value,
+           pg_catalog.unnest(@amounts::numeric[])        AS amount
 ) AS w
 CROSS JOIN LATERAL (
-    SELECT date_bin(make_interval(secs => w.window_seconds), coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch') AS window_start
+    SELECT date_bin(pg_catalog.make_interval(secs => w.window_seconds), coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch') AS window_start
 ) AS b
 LEFT JOIN LATERAL (
     SELECT counter.used_value, counter.reserved_value

@@ -10,13 +10,13 @@
 -- Index: gateway_concurrency_leases_pkey for the given leases.
 SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
-    SELECT DISTINCT hashtextextended(
+    SELECT DISTINCT pg_catalog.hashtextextended(
                'pgadmit/concurrent/' || length(t.scope_type)::text || ':' || t.scope_type || '/' || t.scope_key,
                0
            ) AS lock_key
     FROM (
-        SELECT unnest(@scope_types::text[]) AS scope_type,
-               unnest(@scope_keys::text[])  AS scope_key
+        SELECT pg_catalog.unnest(@scope_types::text[]) AS scope_type,
+               pg_catalog.unnest(@scope_keys::text[])  AS scope_key
         UNION ALL
         SELECT lease.scope_type, lease.scope_key
         FROM gateway_concurrency_leases AS lease

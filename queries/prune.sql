@@ -18,7 +18,7 @@ SELECT r.id
 FROM gateway_rate_limit_reservations AS r
 WHERE r.status = 'reserved'
   AND r.window_start < @cutoff::timestamptz
-  AND r.window_start + make_interval(secs => r.window_seconds) < @cutoff::timestamptz
+  AND r.window_start + pg_catalog.make_interval(secs => r.window_seconds) < @cutoff::timestamptz
 ORDER BY r.window_start
 LIMIT @batch_size::integer;
 
@@ -44,12 +44,12 @@ WHERE c.ctid = ANY (ARRAY(
     SELECT x.ctid
     FROM gateway_rate_limit_counters AS x
     WHERE x.reset_at < @cutoff::timestamptz
-      AND x.reserved_value = 0
+      AND x.reserved_value = 0::numeric
     ORDER BY x.reset_at
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 ))
-  AND c.reserved_value = 0;
+  AND c.reserved_value = 0::numeric;
 
 -- name: PruneReservationNextWindowLength :one
 -- The shortest window length of any reservation above @after_seconds (0:

@@ -7,7 +7,7 @@
 -- Index: gateway_tasks_lease_expiry_idx (partial: running, by lease expiry);
 -- gateway_rate_limit_reservations_open_task_idx.
 SELECT t.id,
-       coalesce((SELECT array_agg(r.id ORDER BY r.id)
+       coalesce((SELECT pg_catalog.array_agg(r.id ORDER BY r.id)
                  FROM gateway_rate_limit_reservations AS r
                  WHERE r.task_id = t.id
                    AND r.status = 'reserved'), '{}')::uuid[] AS open_reservation_ids
@@ -148,7 +148,7 @@ events AS (
            'task.' || reclaimed.status,
            reclaimed.status,
            reclaimed.error_message,
-           jsonb_strip_nulls(jsonb_build_object(
+           jsonb_strip_nulls(pg_catalog.jsonb_build_object(
                'reason', 'execution_lease_expired',
                'error_code', reclaimed.error_code,
                'attempt_no', reclaimed.attempt_count,
@@ -463,7 +463,7 @@ SELECT r.ord::integer      AS ord,
        r.returned::boolean AS returned
 FROM pgadmit_allot_return(
          @ids::uuid[], NULL::numeric[],
-         array_fill(@reason::text, ARRAY[cardinality(@ids::uuid[])]),
+         pg_catalog.array_fill(@reason::text, ARRAY[pg_catalog.cardinality(@ids::uuid[])]),
          sqlc.narg('now')::timestamptz,
          coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @grace_seconds::float8)
      ) AS r;

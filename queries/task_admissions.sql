@@ -16,14 +16,14 @@ SELECT pg_advisory_xact_lock(s.lock_key)
 FROM (
     SELECT DISTINCT
            CASE WHEN @lock_prefix::integer = 0
-                THEN hashtextextended(q.lock_text, 0)
+                THEN pg_catalog.hashtextextended(q.lock_text, 0)
                 ELSE ((@lock_prefix::integer)::bigint << 32) | (hashtext(q.lock_text)::bigint & 4294967295)
            END AS lock_key
     FROM (
         SELECT 'pgadmit/queue/' || length(u.scope_type)::text || ':' || u.scope_type || '/' || u.scope_key AS lock_text
         FROM (
-            SELECT unnest(@scope_types::text[]) AS scope_type,
-                   unnest(@scope_keys::text[])  AS scope_key
+            SELECT pg_catalog.unnest(@scope_types::text[]) AS scope_type,
+                   pg_catalog.unnest(@scope_keys::text[])  AS scope_key
         ) AS u
     ) AS q
 ) AS s

@@ -460,7 +460,13 @@ $$;
 -- set_bit(bytea, integer, integer) for pg_catalog's (bytea, bigint,
 -- integer), a numeric > integer for numeric > numeric, an array_agg(text)
 -- for array_agg(anynonarray), and so on, and a pgadmit_reserve that takes
--- text where pgadmit's takes arrays (for a call that passes '{}'). A role
+-- text where pgadmit's takes arrays (for a call that passes '{}'); and the
+-- same for the calls of the statements of queries/*.sql (docs/lookalikes.md):
+-- an unnest(text[]), a generate_subscripts(text[], integer), a
+-- jsonb_build_object of each list of argument types a statement passes
+-- (pg_catalog's takes VARIADIC "any"), a bigint >= numeric, a
+-- pgadmit_allot taking integers where a call passed 0, a name ~~ name (a
+-- LIKE of a name column and a literal). A role
 -- that may create in a schema on a caller's search_path (public, before
 -- PostgreSQL 15) could plant them; each fails the statement that runs it,
 -- naming itself and the role it ran as.
@@ -476,6 +482,17 @@ BEGIN
         ['make_interval', 'make_interval(secs integer)', 'interval'],
         ['hashtextextended', 'hashtextextended(text, integer)', 'bigint'],
         ['unnest', 'unnest(uuid[])', 'SETOF uuid'],
+        ['unnest', 'unnest(text[])', 'SETOF text'],
+        ['unnest', 'unnest(integer[])', 'SETOF integer'],
+        ['unnest', 'unnest(numeric[])', 'SETOF numeric'],
+        ['generate_subscripts', 'generate_subscripts(text[], integer)', 'SETOF integer'],
+        ['jsonb_build_object', 'jsonb_build_object(text, bigint)', 'jsonb'],
+        ['jsonb_build_object', 'jsonb_build_object(text, text)', 'jsonb'],
+        ['jsonb_build_object', 'jsonb_build_object(text, integer, text, text)', 'jsonb'],
+        ['jsonb_build_object', 'jsonb_build_object(text, text, text, integer)', 'jsonb'],
+        ['jsonb_build_object', 'jsonb_build_object(text, text, text, text, text, integer, text, integer)', 'jsonb'],
+        ['bigint_ge_numeric', 'op(bigint, numeric)', 'boolean'],
+        ['name_like_name', 'op(name, name)', 'boolean'],
         ['array_remove', 'array_remove(uuid[], uuid)', 'uuid[]'],
         ['cardinality', 'cardinality(uuid[])', 'integer'],
         ['cardinality', 'cardinality(text[])', 'integer'],
@@ -495,7 +512,9 @@ BEGIN
         ['integer_eq_numeric', 'op(integer, numeric)', 'boolean'],
         ['text_array_contained', 'op(text[], text[])', 'boolean'],
         ['pgadmit_reserve', 'pgadmit_reserve(uuid[], uuid[], integer[], text[], text[], text[], integer[], numeric[], numeric[], text, text, text, text, text, text, timestamptz)',
-         'TABLE(admission integer, is_lease boolean, ord integer, fits boolean, grant_id uuid, current_value numeric, reserved_value numeric, window_start timestamptz, reset_at timestamptz, db_now timestamptz, refusal text)']
+         'TABLE(admission integer, is_lease boolean, ord integer, fits boolean, grant_id uuid, current_value numeric, reserved_value numeric, window_start timestamptz, reset_at timestamptz, db_now timestamptz, refusal text)'],
+        ['pgadmit_allot', 'pgadmit_allot(text, text, text, text, integer, numeric, integer, integer, uuid, numeric, timestamptz)',
+         'TABLE(allotment_id uuid, granted numeric, current_value numeric, reserved_value numeric, window_start timestamptz, reset_at timestamptz, db_now timestamptz)']
     ] LOOP
         EXECUTE pg_catalog.format('CREATE SCHEMA IF NOT EXISTS %I', 'lookalike_' || f[1]);
         EXECUTE pg_catalog.format(
@@ -508,6 +527,8 @@ BEGIN
     CREATE OPERATOR lookalike_numeric_eq_integer.= (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = lookalike_numeric_eq_integer.op);
     CREATE OPERATOR lookalike_integer_eq_numeric.= (LEFTARG = integer, RIGHTARG = numeric, FUNCTION = lookalike_integer_eq_numeric.op);
     CREATE OPERATOR lookalike_text_array_contained.<@ (LEFTARG = text[], RIGHTARG = text[], FUNCTION = lookalike_text_array_contained.op);
+    CREATE OPERATOR lookalike_bigint_ge_numeric.>= (LEFTARG = bigint, RIGHTARG = numeric, FUNCTION = lookalike_bigint_ge_numeric.op);
+    CREATE OPERATOR lookalike_name_like_name.~~ (LEFTARG = name, RIGHTARG = name, FUNCTION = lookalike_name_like_name.op);
     FOREACH f SLICE 1 IN ARRAY ARRAY[['text'], ['integer'], ['bigint'], ['numeric'], ['timestamptz'], ['uuid']] LOOP
         EXECUTE pg_catalog.format(
             'CREATE AGGREGATE lookalike_array_agg.array_agg(%s) (SFUNC = lookalike_array_agg.array_agg_step, STYPE = %s[])',
