@@ -1,10 +1,11 @@
 package freezer
 
 import (
-	"errors"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/closecheck"
 )
 
 // A connection accepted while Close runs (Accept had returned it, the Freezer had not kept it
@@ -27,13 +28,7 @@ func closeDuringAccept(t *testing.T, hold bool) {
 	}
 	defer server.Close()
 	accepted, release := make(chan struct{}), make(chan struct{})
-	released := false
-	letGo := func() {
-		if !released {
-			released = true
-			close(release)
-		}
-	}
+	letGo := closecheck.LetGo(release)
 	defer letGo()
 	f := start(t, server.Addr().String(), func() {
 		accepted <- struct{}{}
@@ -42,51 +37,10 @@ func closeDuringAccept(t *testing.T, hold bool) {
 	if hold {
 		f.Hold()
 	}
-	c, err := net.Dial("tcp", f.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	<-accepted
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		f.Close()
-	}()
-	// Close has closed the listener once a new connection is refused.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		d, err := net.Dial("tcp", f.Addr())
-		if err != nil {
-			break
-		}
-		d.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("Close never closed the listener")
-		}
-	}
-	select {
-	case <-closed:
-		t.Fatal("Close returned while the accept loop still ran")
-	case <-time.After(50 * time.Millisecond):
-	}
-	letGo()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return once the accept loop could end")
-	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-		t.Fatalf("read on the connection accepted during Close: %v, want it closed by the Freezer", err)
-	}
+	closecheck.AcceptedDuringClose(t, f.Addr(), accepted, letGo, f.Close)
 	server.(*net.TCPListener).SetDeadline(time.Now().Add(100 * time.Millisecond))
 	if s, err := server.Accept(); err == nil {
 		s.Close()
 		t.Fatal("the Freezer connected to the server for a connection accepted during Close")
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
