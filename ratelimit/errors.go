@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -215,25 +216,62 @@ func OnlyLockWaits(err error) bool {
 // sentinel such as ErrUnknownTask, a *ValidationError, an error of this
 // package wrapped once already) is written without its prefix, so that
 // the message names the package once ("ratelimit: get task X: unknown task
-// or attempt", not "...: ratelimit: unknown task or attempt"). errors.Is
-// and errors.As find it as before.
+// or attempt", not "...: ratelimit: unknown task or attempt"). It wraps
+// what fmt.Errorf's %w wraps, the errors themselves: errors.Unwrap gives
+// the sentinel as before, and a sentinel wrapped beside the server's error
+// ("%w (%s): %w") is one of the errors wrapped, which promadmit takes as
+// the class of the whole (a wrapper around it made that "error").
 func errorf(format string, args ...any) error {
-	if strings.HasPrefix(format, errPrefix) {
-		for i, a := range args {
-			if err, ok := a.(error); ok && err != nil && strings.HasPrefix(err.Error(), errPrefix) {
-				args[i] = unprefixed{err}
+	err := fmt.Errorf(format, args...)
+	if !strings.HasPrefix(format, errPrefix) {
+		return err
+	}
+	var shown []any
+	for i, a := range args {
+		if e, ok := a.(error); ok && e != nil && strings.HasPrefix(e.Error(), errPrefix) {
+			if shown == nil {
+				shown = slices.Clone(args)
 			}
+			shown[i] = unprefixed{e}
 		}
 	}
-	return fmt.Errorf(format, args...)
+	if shown == nil {
+		return err
+	}
+	msg := fmt.Errorf(format, shown...).Error()
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return &prefixedOnce{msg: msg, err: u.Unwrap()}
+	case interface{ Unwrap() []error }:
+		return &prefixedOnceJoined{msg: msg, errs: u.Unwrap()}
+	}
+	return errors.New(msg)
 }
 
 // errPrefix starts the message of every error of this package.
 const errPrefix = "ratelimit: "
 
 // unprefixed is err, written without its "ratelimit: " inside a message
-// that says it already.
+// that says it already (errorf's message only: it wraps err itself).
 type unprefixed struct{ err error }
 
 func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), errPrefix) }
-func (u unprefixed) Unwrap() error { return u.err }
+
+// prefixedOnce and prefixedOnceJoined are errorf's errors: fmt.Errorf's
+// with one %w and with several, their message written with the package
+// named once.
+type prefixedOnce struct {
+	msg string
+	err error
+}
+
+func (e *prefixedOnce) Error() string { return e.msg }
+func (e *prefixedOnce) Unwrap() error { return e.err }
+
+type prefixedOnceJoined struct {
+	msg  string
+	errs []error
+}
+
+func (e *prefixedOnceJoined) Error() string   { return e.msg }
+func (e *prefixedOnceJoined) Unwrap() []error { return e.errs }

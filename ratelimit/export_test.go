@@ -290,3 +290,7 @@ func (l *Limiter) TouchAllotmentSets(keyPrefix string, n int) {
 // who left run at once on a Limiter combining maxBatch calls a statement,
 // maxInFlight statements at once.
 func GivingBackAtOnce(maxBatch, maxInFlight int) int { return givingBackAtOnce(maxBatch, maxInFlight) }
+
+// WrapDBError is what the operations make of a database error (op names
+// the operation), for tests.
+func WrapDBError(ctx context.Context, op string, err error) error { return wrapDBError(ctx, op, err) }
