@@ -107,7 +107,9 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	if olderThan <= 0 {
 		return PruneResult{}, &ValidationError{Field: "olderThan", Value: olderThan, Reason: "must be positive"}
 	}
-	q, conn, now := m.queries, m.pool, m.opts.clock.at() // both cutoffs from one instant
+	// Both cutoffs from one instant, each read as the steps send theirs (a
+	// statement of its own behind PgBouncer in describe_exec mode failed).
+	q, conn, now := m.queries, m.stepConn(), m.opts.clock.at()
 	cutoffOf := func(d time.Duration) (time.Time, error) {
 		return q.PruneCutoff(ctx, conn, db.PruneCutoffParams{OlderThanSeconds: d.Seconds(), Now: now})
 	}
