@@ -54,12 +54,14 @@ import (
 // matches fails too.
 //
 // Not covered: the statements of queries/dbtest/ (test-only, never run as the gateway; many
-// call built-ins loosely on purpose or without care), and the bodies of pgadmit's functions
-// in schema/ (00021 made them exact): PL/pgSQL analyses each statement of a body only when it
-// first runs it, branch by branch, and the tree it logs then does not carry the statement's
-// text, so that no static pass over them can be complete; TestFunctionsIgnoreLookalikesOutsideTheirSchema
-// (ratelimit) plants lookalikes of the calls they make instead. A utility statement (CALL,
-// CREATE EXTENSION) has no printable tree: each must be listed in utilityStatements.
+// call built-ins loosely), and the bodies of pgadmit's functions in schema/ (00021 made them
+// exact): PL/pgSQL analyses each statement of a body only when it first runs it, branch by
+// branch, and the tree it sends then does not carry the statement's text (which says whether
+// a call names pg_catalog), and a SQL-language body is analysed when called or inlined into
+// the caller's plan (which sends no tree), so that no pass like this one reaches them all;
+// TestFunctionsIgnoreLookalikesOutsideTheirSchema (ratelimit) plants lookalikes of the calls
+// they make instead. A utility statement (CALL, CREATE EXTENSION) has no printable tree: each
+// must be listed in utilityStatements.
 func TestStatementsCallBuiltinsExactly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
