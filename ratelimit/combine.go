@@ -39,10 +39,10 @@ type combiner[Req, Res any] struct {
 	run func(ctx context.Context, reqs []Req) ([]Res, []error, error)
 	// abandoned is called, off the caller's goroutine, with the result of a
 	// request whose caller stopped waiting (its context ended) before the
-	// batch returned: what it was granted must not stay held. At most
-	// giversMax calls run at once (deliver).
+	// batch returned: what it was granted must not stay held. They run
+	// givingBackAtOnce at a time, the rest waiting their turn (gives).
 	abandoned func(Res)
-	giversMax int
+	gives     *backlog[Res]
 
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
@@ -60,10 +60,6 @@ type combiner[Req, Res any] struct {
 	requests  int64         // requests they carried
 	busy      time.Duration // their time from send to answer, summed
 	hot       int64         // of them, those sent as hot batches (markHot)
-	// toGiveBack holds, oldest first, the results for abandoned that wait
-	// for one of the givers goroutines running it (giveBack).
-	toGiveBack []Res
-	givers     int
 }
 
 // combined is one request waiting for its batch.
@@ -82,7 +78,9 @@ type combined[Req, Res any] struct {
 
 func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res)) *combiner[Req, Res] {
 	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), leftGrace: leftStatementGrace, run: run, abandoned: abandoned}
-	c.giversMax = givingBackAtOnce(c.maxBatch, c.maxInFlight)
+	if abandoned != nil {
+		c.gives = newBacklog(givingBackAtOnce(c.maxBatch, c.maxInFlight), c.giveBack)
+	}
 	c.idle = sync.NewCond(&c.mu)
 	return c
 }
@@ -462,43 +460,20 @@ func (c *combiner[Req, Res]) deliver(p *combined[Req, Res], res Res, err error) 
 	}
 	c.mu.Lock()
 	c.releasing++ // before this batch's place is given back: drain sees it
-	c.toGiveBack = append(c.toGiveBack, res)
-	start := c.givers < c.giversMax
-	if start {
-		c.givers++
-	}
 	c.mu.Unlock()
-	if start {
-		go c.giveBack()
-	}
+	c.gives.add(res)
 }
 
-// giveBack runs abandoned on the results in toGiveBack, one after the
-// other, until none is left. A goroutine each, with no bound, piled up
-// behind give-backs that were slow (their Release statements behind a
-// lock, or retried while the database was unreachable) in a storm of
-// callers leaving; those waiting now take a slot of toGiveBack, and each
-// one's retries (retryUnheld) start when it does, so that with the
-// database unreachable drain may wait for several rounds of them. Each
-// counts as releasing until it returned: drain waits for the last.
-func (c *combiner[Req, Res]) giveBack() {
-	c.mu.Lock()
-	for len(c.toGiveBack) > 0 {
-		res := c.toGiveBack[0]
-		var zero Res
-		c.toGiveBack[0] = zero // the array must not keep it
-		c.toGiveBack = c.toGiveBack[1:]
-		if len(c.toGiveBack) == 0 {
-			c.toGiveBack = nil
-		}
-		c.mu.Unlock()
-		c.abandoned(res)
-		c.mu.Lock()
-		c.releasing--
-		c.settledLocked()
-	}
-	c.givers--
-	c.mu.Unlock()
+// giveBack runs abandoned on res, on one of the goroutines of gives: a
+// goroutine each, with no bound, piled up behind give-backs that were
+// slow (their Release statements behind a lock, or retried while the
+// database was unreachable) in a storm of callers leaving. Each one's
+// retries (retryUnheld) start when it runs, so that with the database
+// unreachable drain may wait for several rounds of them. Each counts as
+// releasing until it returned: drain waits for the last.
+func (c *combiner[Req, Res]) giveBack(res Res) {
+	c.abandoned(res)
+	c.releaseDone()
 }
 
 // hotMarkKey keys, in the context a combined statement runs with, the flag
