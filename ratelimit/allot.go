@@ -608,10 +608,14 @@ func (a *allotments) abandonUnreturned() {
 // release of what a Reserve granted a caller who had left, or what a hot
 // batch granted and could not confirm, and the undo of a task created or
 // claimed for a caller who had left. Each is tried again for up to 2 s
-// while it fails, 30 s at most in all (a try that hangs); the releases of
-// what Reserve granted run twice a combined statement's worth at a time
-// for each statement in flight (WithCombining), the rest waiting their
-// turn. All would be lost if the pool closed first. Call it when the process stops, once it
+// while it fails, 30 s at most in all (a try that hangs). They run a
+// bounded number at a time, the rest waiting their turn (their tries
+// start when they run): the releases of what a combined Reserve granted,
+// twice a combined statement's worth for each statement in flight
+// (WithCombining); the others, each a statement on a connection of its
+// own, half the pool's MaxConns (one at least; 4 on an Executor that is
+// not a *pgxpool.Pool), so that live calls keep the other half. All would
+// be lost if the pool closed first. Call it when the process stops, once it
 // makes no more calls (after http.Server.Shutdown, say), and before
 // closing the pool, which it does not close: blocks of a process that does
 // not close stay reserved until their window ends, and so do those a Close

@@ -3,9 +3,9 @@ package ratelimit
 import "sync"
 
 // backlog runs jobs off their callers' goroutines, on at most most
-// goroutines at once, oldest first: the combiner's give-backs of what
-// callers who left were granted (abandoned). A goroutine each, with no
-// bound, piled up in a storm of callers leaving behind give-backs that
+// goroutines at once, oldest first: the give-backs of what nobody holds
+// (giveBackUnheld, and the combiner's abandoned). A goroutine each, with
+// no bound, piled up in a storm of callers leaving behind give-backs that
 // were slow (their statements behind a lock, or retried while the
 // database was unreachable), each a stack, each statement on a connection
 // of the pool taken from the live calls. A job waiting its turn holds

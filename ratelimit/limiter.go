@@ -47,10 +47,10 @@ type Limiter struct {
 	// so there, and so does a copy of it decoded from JSON, by its
 	// LocalID.
 	admitted *allotments
-	// unheld counts the give-backs of what nobody holds running off their
-	// callers' goroutines (giveBackUnheld); Close waits for them. Nil in a
-	// WithTx copy, which runs none so.
-	unheld *unheldGiveBacks
+	// unheld runs the give-backs of what nobody holds off their callers'
+	// goroutines, unheldAtOnce at a time (giveBackUnheld); Close waits for
+	// them. Nil in a WithTx copy, which runs none so.
+	unheld *backlog[func()]
 	// lost counts what this Limiter may have left held for nobody
 	// (Stats.Lost). Shared with the Limiter's WithTx copies.
 	lost *atomic.Int64
@@ -68,7 +68,8 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, unheld: newUnheldGiveBacks(), lost: &atomic.Int64{}}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}}
+	l.unheld = newBacklog(unheldAtOnce(conn), runGiveBack)
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}

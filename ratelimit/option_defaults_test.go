@@ -141,8 +141,9 @@ func docValue(s string) (float64, bool) {
 // The docs also state bounds that are no option's, by value: the 256
 // reservations of one settle call (settleChunk) and the 5 s timeout of the
 // statements that take and give up a maintenance lease
-// (leaseStatementTimeout), within which they wait 4 s for a lock. Each
-// value written is the code's.
+// (leaseStatementTimeout), within which they wait 4 s for a lock, and the
+// give-backs Close waits for that run at once on an Executor other than a
+// pool (defaultUnheldAtOnce). Each value written is the code's.
 func TestDocsStateTheCodesBounds(t *testing.T) {
 	t.Parallel()
 	chunk := strconv.Itoa(settleChunk)
@@ -159,6 +160,7 @@ func TestDocsStateTheCodesBounds(t *testing.T) {
 		{"WithMaintenanceLockTimeout", `besides, (\d+) s`, timeout},
 		{"WithMaintenanceLockTimeout", `never more than (\d+) s`, lockWait},
 		{"WithMaintenanceLockTimeout", `wait (\d+) s at most too`, lockWait},
+		{"Limiter.Close", `(\d+) on an Executor that is not`, strconv.Itoa(defaultUnheldAtOnce)},
 	}
 	_, _, docs := packageDocs(t)
 	for _, c := range checks {
