@@ -608,9 +608,10 @@ func (a *allotments) abandonUnreturned() {
 // release of what a Reserve granted a caller who had left, or what a hot
 // batch granted and could not confirm, and the undo of a task created or
 // claimed for a caller who had left. Each is tried again for up to 2 s
-// while it fails, 30 s at most in all (a try that hangs). They run a
-// bounded number at a time, the rest waiting their turn (their tries
-// start when they run): the releases of what a combined Reserve granted,
+// while it fails, 30 s at most in all (a try that hangs), both counted
+// from when it was handed to the background. They run a bounded number
+// at a time, the rest waiting their turn (one waiting past its 2 s still
+// tries once): the releases of what a combined Reserve granted,
 // twice a combined statement's worth for each statement in flight
 // (WithCombining); the others, each a statement on a connection of its
 // own, half the pool's MaxConns (one at least; 4 on an Executor that is

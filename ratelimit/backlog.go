@@ -9,8 +9,8 @@ import "sync"
 // were slow (their statements behind a lock, or retried while the
 // database was unreachable), each a stack, each statement on a connection
 // of the pool taken from the live calls. A job waiting its turn holds
-// nothing but its slot in the queue, and its retries (retryUnheld) start
-// when it runs.
+// nothing but its slot in the queue; the give-backs time their tries from
+// when they were handed over, not from when their turn came (retryUnheld).
 //
 // A counter under a lock rather than a sync.WaitGroup: a job may be added
 // while wait waits, when none is pending too (an Add from zero, which a

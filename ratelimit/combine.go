@@ -41,8 +41,8 @@ type combiner[Req, Res any] struct {
 	// request whose caller stopped waiting (its context ended) before the
 	// batch returned: what it was granted must not stay held. They run
 	// givingBackAtOnce at a time, the rest waiting their turn (gives).
-	abandoned func(Res)
-	gives     *backlog[Res]
+	abandoned func(res Res, handedOver time.Time)
+	gives     *backlog[handedBack[Res]]
 
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
@@ -76,7 +76,7 @@ type combined[Req, Res any] struct {
 	delivered bool       // res and err are set (and done is closed)
 }
 
-func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res)) *combiner[Req, Res] {
+func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res, time.Time)) *combiner[Req, Res] {
 	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), leftGrace: leftStatementGrace, run: run, abandoned: abandoned}
 	if abandoned != nil {
 		c.gives = newBacklog(givingBackAtOnce(c.maxBatch, c.maxInFlight), c.giveBack)
@@ -461,18 +461,27 @@ func (c *combiner[Req, Res]) deliver(p *combined[Req, Res], res Res, err error) 
 	c.mu.Lock()
 	c.releasing++ // before this batch's place is given back: drain sees it
 	c.mu.Unlock()
-	c.gives.add(res)
+	c.gives.add(handedBack[Res]{res: res, at: time.Now()})
 }
 
-// giveBack runs abandoned on res, on one of the goroutines of gives: a
-// goroutine each, with no bound, piled up behind give-backs that were
+// handedBack is a result for abandoned, with when deliver handed it over:
+// its give-back's tries are timed from then, not from when its turn came
+// (retryUnheld).
+type handedBack[Res any] struct {
+	res Res
+	at  time.Time
+}
+
+// giveBack runs abandoned on a result, on one of the goroutines of gives:
+// a goroutine each, with no bound, piled up behind give-backs that were
 // slow (their Release statements behind a lock, or retried while the
 // database was unreachable) in a storm of callers leaving. Each one's
-// retries (retryUnheld) start when it runs, so that with the database
-// unreachable drain may wait for several rounds of them. Each counts as
-// releasing until it returned: drain waits for the last.
-func (c *combiner[Req, Res]) giveBack(res Res) {
-	c.abandoned(res)
+// tries are timed from when it was handed over (retryUnheld), so that
+// with the database unreachable those waiting their turn give up with
+// the others, and drain waits no longer than it did for a goroutine each.
+// Each counts as releasing until it returned: drain waits for the last.
+func (c *combiner[Req, Res]) giveBack(h handedBack[Res]) {
+	c.abandoned(h.res, h.at)
 	c.releaseDone()
 }
 

@@ -37,7 +37,7 @@ func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
 		}
 		mu.Unlock()
 		return reqs, make([]error, len(reqs)), nil
-	}, func(res int) {
+	}, func(res int, _ time.Time) {
 		mu.Lock()
 		running++
 		if running > most {
@@ -107,5 +107,60 @@ func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after drain, %d before", n, before)
+	}
+}
+
+// abandoned is told when each result was handed over (deliver), not when
+// its turn came: a give-back's tries are timed from then (retryUnheld),
+// so that one that waited behind slow ones gives up with them instead of
+// starting its span anew, which made a drain with the database
+// unreachable wait a span for every bound's worth of them.
+func TestCombinerHandsEachGiveBackItsHandOverTime(t *testing.T) {
+	const callers = 3
+	var (
+		mu        sync.Mutex
+		handed    = map[int]time.Time{}
+		ran       = map[int]time.Time{}
+		release   = make(chan struct{})
+		leaveEach = map[int]context.CancelFunc{}
+	)
+	c := newCombiner(1, 1, func(_ context.Context, reqs []int) ([]int, []error, error) {
+		mu.Lock()
+		for _, r := range reqs {
+			leaveEach[r]()
+		}
+		mu.Unlock()
+		return reqs, make([]error, len(reqs)), nil
+	}, func(res int, handedOver time.Time) {
+		mu.Lock()
+		handed[res], ran[res] = handedOver, time.Now()
+		mu.Unlock()
+		<-release // every give-back after the first waits its turn meanwhile
+	})
+	c.gives = newBacklog(1, c.giveBack) // one at a time
+	before := time.Now()
+	for r := 1; r <= callers; r++ {
+		ctx, leave := context.WithCancel(context.Background())
+		mu.Lock()
+		leaveEach[r] = leave
+		mu.Unlock()
+		if _, err := c.do(ctx, r); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call %d: %v, want context.Canceled", r, err)
+		}
+	}
+	after := time.Now()
+	time.Sleep(50 * time.Millisecond) // the last two wait their turn
+	close(release)
+	c.drain()
+	mu.Lock()
+	defer mu.Unlock()
+	for r := 1; r <= callers; r++ {
+		h := handed[r]
+		if h.Before(before) || h.After(after) {
+			t.Errorf("give-back %d handed over at %v, want between the first call (%v) and the last one's return (%v)", r, h, before, after)
+		}
+		if r > 1 && ran[r].Sub(h) < 50*time.Millisecond {
+			t.Errorf("give-back %d ran %v after it was handed over, want it to have waited its turn (50 ms or more)", r, ran[r].Sub(h))
+		}
 	}
 }

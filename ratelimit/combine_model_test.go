@@ -84,7 +84,7 @@ func (m *modelRun) run(ctx context.Context, reqs []int) ([]int, []error, error) 
 	return res, errs, nil
 }
 
-func (m *modelRun) abandon(res int) {
+func (m *modelRun) abandon(res int, _ time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.abandoned[res]++

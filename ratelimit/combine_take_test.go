@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // endsAfterCheck is a context that ends just after its first Err check
@@ -40,7 +41,7 @@ func TestCombinerLeavesOutACallerWhoseCtxEndedBeforeItsBatchWasTaken(t *testing.
 	c := newCombiner(8, 1, func(_ context.Context, reqs []int) ([]int, []error, error) {
 		sent = append(sent, slices.Clone(reqs))
 		return slices.Clone(reqs), make([]error, len(reqs)), nil
-	}, func(res int) { t.Errorf("request %d granted and abandoned", res) })
+	}, func(res int, _ time.Time) { t.Errorf("request %d granted and abandoned", res) })
 	if _, err := c.do(newEndsAfterCheck(), 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("do: %v, want context.Canceled", err)
 	}
@@ -65,7 +66,7 @@ func TestCombinerLeavesOutACallerWhoseCtxEndedBeforeItsBatchWasTaken(t *testing.
 func TestCombinerNextBatchLeavesOutAnEndedCallerNotYetGone(t *testing.T) {
 	g := newGate()
 	abandoned := make(chan int, 4)
-	c := newCombiner(8, 1, g.run, func(res int) { abandoned <- res })
+	c := newCombiner(8, 1, g.run, func(res int, _ time.Time) { abandoned <- res })
 	errs := make(chan error, 3)
 	call := func(n int) { _, err := c.do(context.Background(), n); errs <- err }
 	go call(1)
@@ -158,7 +159,7 @@ func (c *endedUnseen) Err() error {
 // under the combiner's lock when few of it, or none, had gone.
 func TestCombinerLeftCountsOnlyWhatIsStillQueued(t *testing.T) {
 	g := newGate()
-	c := newCombiner(1, 1, g.run, func(int) {})
+	c := newCombiner(1, 1, g.run, func(int, time.Time) {})
 	var errs [6]chan error
 	call := func(ctx context.Context, n int) {
 		errs[n] = make(chan error, 1)

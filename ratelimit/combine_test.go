@@ -264,7 +264,7 @@ func waitQueued(t *testing.T, c *combiner[int, int], n int) {
 func TestCombinerCallersWhoLeave(t *testing.T) {
 	g := newGate()
 	abandoned := make(chan int, 4)
-	c := newCombiner(8, 1, g.run, func(res int) { abandoned <- res })
+	c := newCombiner(8, 1, g.run, func(res int, _ time.Time) { abandoned <- res })
 
 	inFlight, leaveInFlight := context.WithCancel(context.Background())
 	errs := make(chan error, 2)
@@ -484,7 +484,7 @@ func TestCombinerStatementEveryCallerLeftRunsToItsAnswer(t *testing.T) {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
-	}, func(res int) { abandoned <- res })
+	}, func(res int, _ time.Time) { abandoned <- res })
 	c.leftGrace = time.Hour
 	errs := make(chan error, 3)
 
@@ -577,7 +577,7 @@ func TestCombinerStatementEveryCallerLeftRunsToItsAnswer(t *testing.T) {
 func TestCombinerCallerWhoSendsABatchOfSeveralCanLeave(t *testing.T) {
 	g := newGate()
 	abandoned := make(chan int, 1)
-	c := newCombiner(8, 1, g.run, func(res int) { abandoned <- res })
+	c := newCombiner(8, 1, g.run, func(res int, _ time.Time) { abandoned <- res })
 	// A caller without a deadline queued already (as one woken with the
 	// next is, by the time that one sends).
 	other := &combined[int, int]{req: 2, ctx: context.Background(), done: make(chan struct{})}

@@ -229,7 +229,7 @@ func (l *Limiter) AfterReserveStatements(hook func(requests int)) {
 
 // ReleaseUnheld gives back g as a grant nobody holds (releaseUnheld),
 // retrying as that does, and returns once it gave up or succeeded.
-func (l *Limiter) ReleaseUnheld(g Grant) { l.releaseUnheld(g, reasonAbandoned) }
+func (l *Limiter) ReleaseUnheld(g Grant) { l.releaseUnheld(g, reasonAbandoned, time.Now()) }
 
 // WithUnheldTryHook makes retryUnheld call hook before each of its tries
 // (of releaseUnheld, ReleaseUnheld, ...), on the goroutine that gives back,
@@ -239,7 +239,9 @@ func WithUnheldTryHook(hook func()) Option {
 }
 
 // RetryUnheld is retryUnheld, for tests.
-func (l *Limiter) RetryUnheld(giveBack func(context.Context) error) { l.retryUnheld(giveBack) }
+func (l *Limiter) RetryUnheld(giveBack func(context.Context) error) {
+	l.retryUnheld(time.Now(), giveBack)
+}
 
 // UnheldReleaseSpan is how long retryUnheld tries.
 const UnheldReleaseSpan = unheldReleaseSpan
@@ -294,3 +296,9 @@ func GivingBackAtOnce(maxBatch, maxInFlight int) int { return givingBackAtOnce(m
 // WrapDBError is what the operations make of a database error (op names
 // the operation), for tests.
 func WrapDBError(ctx context.Context, op string, err error) error { return wrapDBError(ctx, op, err) }
+
+// GiveBackUnheldInBackground hands giveBack to l's background give-backs
+// (giveBackUnheld), tried as retryUnheld tries, timed from now, for tests.
+func (l *Limiter) GiveBackUnheldInBackground(giveBack func(context.Context) error) {
+	l.giveBackUnheld(func(handedOver time.Time) { l.retryUnheld(handedOver, giveBack) })
+}

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -202,5 +203,5 @@ func (l *Limiter) releaseUnconfirmed(rows []db.AdmissionReserveRow) {
 	if len(g.Reservations)+len(g.Leases) == 0 {
 		return
 	}
-	l.giveBackUnheld(func() { l.releaseUnheld(g, reasonUnconfirmed) })
+	l.giveBackUnheld(func(handedOver time.Time) { l.releaseUnheld(g, reasonUnconfirmed, handedOver) })
 }

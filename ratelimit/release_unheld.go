@@ -13,8 +13,8 @@ import (
 // its caller left (reasonAbandoned), or one a hot batch decided whose
 // commit could not be confirmed (reasonUnconfirmed). Release is
 // idempotent, so it is tried again (retryUnheld).
-func (l *Limiter) releaseUnheld(g Grant, reason string) {
-	l.retryUnheld(func(ctx context.Context) error {
+func (l *Limiter) releaseUnheld(g Grant, reason string, handedOver time.Time) {
+	l.retryUnheld(handedOver, func(ctx context.Context) error {
 		_, err := l.Release(ctx, g, reason)
 		return err
 	})
@@ -31,18 +31,23 @@ func (l *Limiter) releaseUnheld(g Grant, reason string) {
 // without a word), so the tries go on for unheldReleaseSpan, not for a
 // number of tries. The span is short: Limiter.Close waits for the
 // give-backs, and on a single connection so does their caller
-// (giveBackUnheld). A give-back given up on counts as lost (Stats.Lost).
-func (l *Limiter) retryUnheld(giveBack func(context.Context) error) {
-	if !l.tryUnheld(giveBack) {
+// (giveBackUnheld). Both are timed from handedOver, when the give-back
+// was handed to the background, not from when its turn came to run: with
+// the database unreachable, a give-back that waited behind others
+// (backlog) tries once and gives up with them, so that Close waits no
+// longer than for a goroutine each. A give-back given up on counts as
+// lost (Stats.Lost).
+func (l *Limiter) retryUnheld(handedOver time.Time, giveBack func(context.Context) error) {
+	if !l.tryUnheld(handedOver, giveBack) {
 		l.lost.Add(1)
 	}
 }
 
 // tryUnheld runs retryUnheld's tries, and reports whether one succeeded.
-func (l *Limiter) tryUnheld(giveBack func(context.Context) error) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+func (l *Limiter) tryUnheld(handedOver time.Time, giveBack func(context.Context) error) bool {
+	ctx, cancel := context.WithDeadline(context.Background(), handedOver.Add(abandonedReleaseTimeout))
 	defer cancel()
-	giveUp := time.Now().Add(unheldReleaseSpan)
+	giveUp := handedOver.Add(unheldReleaseSpan)
 	pause := unheldReleasePause
 	for {
 		if l.opts.unheldTry != nil {

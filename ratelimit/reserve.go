@@ -132,7 +132,7 @@ func (l *Limiter) reserveAlone(ctx context.Context, a *admission) (Grant, error)
 // (WithTx) op runs in ctx as it is: a statement cancelled there ends the
 // transaction, and what it did is rolled back with it. Reserve, CreateTask
 // and ClaimTask share it.
-func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context) (T, error), abandon func(T)) (T, error) {
+func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context) (T, error), abandon func(T, time.Time)) (T, error) {
 	if l.inTx {
 		return op(ctx)
 	}
@@ -145,7 +145,7 @@ func runToAnswer[T any](l *Limiter, ctx context.Context, op func(context.Context
 	cancel()
 	if ctx.Err() != nil {
 		if err == nil {
-			l.giveBackUnheld(func() { abandon(res) })
+			l.giveBackUnheld(func(handedOver time.Time) { abandon(res, handedOver) })
 		}
 		return zero, ctx.Err()
 	}
@@ -277,7 +277,9 @@ func isDecision(err error) bool {
 
 // releaseAbandoned gives back what a Reserve granted after its caller had
 // stopped waiting (its context ended): nobody holds the grant.
-func (l *Limiter) releaseAbandoned(g Grant) { l.releaseUnheld(g, reasonAbandoned) }
+func (l *Limiter) releaseAbandoned(g Grant, handedOver time.Time) {
+	l.releaseUnheld(g, reasonAbandoned, handedOver)
+}
 
 const (
 	// reasonAbandoned is recorded on a grant released because the caller

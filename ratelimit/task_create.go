@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -121,7 +122,7 @@ func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreate
 // release is (retryUnheld). Fenced so, it runs in the background
 // (runToAnswer) without racing a later call on the task: one that claims,
 // finishes or requeues it first leaves it to that call.
-func (l *Limiter) cancelAbandonedTask(t Task) {
+func (l *Limiter) cancelAbandonedTask(t Task, handedOver time.Time) {
 	id, err := parseID("taskID", t.ID)
 	if err != nil {
 		return
@@ -131,7 +132,7 @@ func (l *Limiter) cancelAbandonedTask(t Task) {
 		return
 	}
 	p := db.TaskCancelAbandonedParams{TaskID: id, Token: token, Now: l.opts.clock.at()}
-	l.retryUnheld(func(ctx context.Context) error {
+	l.retryUnheld(handedOver, func(ctx context.Context) error {
 		_, err := l.queries.TaskCancelAbandoned(ctx, l.conn, p)
 		return err
 	})

@@ -65,7 +65,7 @@ func (l *Limiter) ClaimTask(ctx context.Context, workerID string, leaseTTL time.
 // tried again as a release is (retryUnheld), and it runs in the background
 // (runToAnswer) without racing a later call on the task: once recovery
 // reclaims the task it is left alone.
-func (l *Limiter) unclaimAbandoned(t Task) {
+func (l *Limiter) unclaimAbandoned(t Task, handedOver time.Time) {
 	id, err := parseID("taskID", t.ID)
 	if err != nil {
 		return
@@ -75,7 +75,7 @@ func (l *Limiter) unclaimAbandoned(t Task) {
 		return
 	}
 	p := db.TaskUnclaimParams{TaskID: id, Token: token, Now: l.opts.clock.at()}
-	l.retryUnheld(func(ctx context.Context) error {
+	l.retryUnheld(handedOver, func(ctx context.Context) error {
 		_, err := l.queries.TaskUnclaim(ctx, l.conn, p)
 		return err
 	})

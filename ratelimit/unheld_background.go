@@ -1,9 +1,14 @@
 package ratelimit
 
-import "github.com/jackc/pgx/v5/pgxpool"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // giveBackUnheld runs giveBack, which gives back what nobody holds
-// (retryUnheld: for up to unheldReleaseSpan while the database is down),
+// (retryUnheld: for up to unheldReleaseSpan from now while the database is
+// down, the time it may wait its turn included),
 // off the caller's goroutine: the caller's answer does not depend on it
 // (its context's error, or the failure it was told of), so a caller who
 // left is not held while the give-back retries. At most
@@ -13,12 +18,13 @@ import "github.com/jackc/pgx/v5/pgxpool"
 // not run beside the caller's next one (oneConnection); a single
 // connection that fails is closed, and the give-back stops at once
 // (hopeless).
-func (l *Limiter) giveBackUnheld(giveBack func()) {
+func (l *Limiter) giveBackUnheld(giveBack func(handedOver time.Time)) {
+	handedOver := time.Now()
 	if l.inTx || oneConnection(l.conn) || l.unheld == nil {
-		giveBack()
+		giveBack(handedOver)
 		return
 	}
-	l.unheld.add(giveBack)
+	l.unheld.add(func() { giveBack(handedOver) })
 }
 
 // unheldAtOnce is how many give-backs giveBackUnheld runs at once on

@@ -20,7 +20,7 @@ import (
 var testOnlyMethods = map[string]bool{
 	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
 	"LocalAdmissionsKept": true, "AfterReserveStatements": true, "DBClock": true,
-	"ReservesInFlight": true, "ReleaseUnheld": true, "RetryUnheld": true, "LockTimeoutsSet": true, "DoctorJIT": true,
+	"ReservesInFlight": true, "ReleaseUnheld": true, "RetryUnheld": true, "GiveBackUnheldInBackground": true, "LockTimeoutsSet": true, "DoctorJIT": true,
 	"QueueUnnoticedReserve": true, "TouchAllotmentSets": true,
 }
 
