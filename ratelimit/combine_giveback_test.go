@@ -16,26 +16,22 @@ import (
 // Release statements of a pool stuck behind a lock). Every grant is still
 // given back exactly once, and drain waits for the last.
 func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
-	const maxBatch, maxInFlight, callers = 2, 2, 60
+	const maxBatch, maxInFlight, storm = 2, 2, 60
 	bound := givingBackAtOnce(maxBatch, maxInFlight)
-	if bound >= callers/2 {
-		t.Fatalf("bound %d: the storm of %d does not exceed it", bound, callers)
+	if bound >= storm/2 {
+		t.Fatalf("bound %d: the storm of %d does not exceed it", bound, storm)
 	}
 	var (
 		mu              sync.Mutex
 		givenBack       = map[int]int{}
 		running, most   int
 		release         = make(chan struct{})
-		leaveEach       = map[int]context.CancelFunc{}
+		callers         leavingCallers
 		goroutinesAtTop int
 	)
 	before := runtime.NumGoroutine()
 	c := newCombiner(maxBatch, maxInFlight, func(_ context.Context, reqs []int) ([]int, []error, error) {
-		mu.Lock()
-		for _, r := range reqs {
-			leaveEach[r]() // its caller leaves before the answer
-		}
-		mu.Unlock()
+		callers.leave(reqs)
 		return reqs, make([]error, len(reqs)), nil
 	}, func(res int, _ time.Time) {
 		mu.Lock()
@@ -50,15 +46,7 @@ func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
 		givenBack[res]++
 		mu.Unlock()
 	})
-	for r := 1; r <= callers; r++ { // one at a time: each is sent, alone
-		ctx, leave := context.WithCancel(context.Background())
-		mu.Lock()
-		leaveEach[r] = leave
-		mu.Unlock()
-		if _, err := c.do(ctx, r); !errors.Is(err, context.Canceled) {
-			t.Fatalf("call %d: %v, want context.Canceled", r, err)
-		}
-	}
+	callers.call(t, c, storm)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		mu.Lock()
 		r := running
@@ -88,7 +76,7 @@ func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
 	<-drained
 	mu.Lock()
 	defer mu.Unlock()
-	for r := 1; r <= callers; r++ {
+	for r := 1; r <= storm; r++ {
 		if givenBack[r] != 1 {
 			t.Errorf("grant %d given back %d times, want once", r, givenBack[r])
 		}
@@ -116,20 +104,16 @@ func TestCombinerGivesBackAStormOnBoundedGoroutines(t *testing.T) {
 // starting its span anew, which made a drain with the database
 // unreachable wait a span for every bound's worth of them.
 func TestCombinerHandsEachGiveBackItsHandOverTime(t *testing.T) {
-	const callers = 3
+	const calls = 3
 	var (
-		mu        sync.Mutex
-		handed    = map[int]time.Time{}
-		ran       = map[int]time.Time{}
-		release   = make(chan struct{})
-		leaveEach = map[int]context.CancelFunc{}
+		mu      sync.Mutex
+		handed  = map[int]time.Time{}
+		ran     = map[int]time.Time{}
+		release = make(chan struct{})
+		callers leavingCallers
 	)
 	c := newCombiner(1, 1, func(_ context.Context, reqs []int) ([]int, []error, error) {
-		mu.Lock()
-		for _, r := range reqs {
-			leaveEach[r]()
-		}
-		mu.Unlock()
+		callers.leave(reqs)
 		return reqs, make([]error, len(reqs)), nil
 	}, func(res int, handedOver time.Time) {
 		mu.Lock()
@@ -139,22 +123,14 @@ func TestCombinerHandsEachGiveBackItsHandOverTime(t *testing.T) {
 	})
 	c.gives = newBacklog(1, c.giveBack) // one at a time
 	before := time.Now()
-	for r := 1; r <= callers; r++ {
-		ctx, leave := context.WithCancel(context.Background())
-		mu.Lock()
-		leaveEach[r] = leave
-		mu.Unlock()
-		if _, err := c.do(ctx, r); !errors.Is(err, context.Canceled) {
-			t.Fatalf("call %d: %v, want context.Canceled", r, err)
-		}
-	}
+	callers.call(t, c, calls)
 	after := time.Now()
 	time.Sleep(50 * time.Millisecond) // the last two wait their turn
 	close(release)
 	c.drain()
 	mu.Lock()
 	defer mu.Unlock()
-	for r := 1; r <= callers; r++ {
+	for r := 1; r <= calls; r++ {
 		h := handed[r]
 		if h.Before(before) || h.After(after) {
 			t.Errorf("give-back %d handed over at %v, want between the first call (%v) and the last one's return (%v)", r, h, before, after)
@@ -162,5 +138,40 @@ func TestCombinerHandsEachGiveBackItsHandOverTime(t *testing.T) {
 		if r > 1 && ran[r].Sub(h) < 50*time.Millisecond {
 			t.Errorf("give-back %d ran %v after it was handed over, want it to have waited its turn (50 ms or more)", r, ran[r].Sub(h))
 		}
+	}
+}
+
+// leavingCallers makes calls 1 to n on a combiner one at a time (each
+// sent alone), each caller leaving while its statement runs: the
+// combiner's run calls leave with its requests, so that what each was
+// granted goes to abandoned.
+type leavingCallers struct {
+	mu     sync.Mutex
+	leaves map[int]context.CancelFunc
+}
+
+// call makes the calls, and fails t unless each returns context.Canceled.
+func (lc *leavingCallers) call(t *testing.T, c *combiner[int, int], n int) {
+	t.Helper()
+	for r := 1; r <= n; r++ {
+		ctx, leave := context.WithCancel(context.Background())
+		lc.mu.Lock()
+		if lc.leaves == nil {
+			lc.leaves = map[int]context.CancelFunc{}
+		}
+		lc.leaves[r] = leave
+		lc.mu.Unlock()
+		if _, err := c.do(ctx, r); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call %d: %v, want context.Canceled", r, err)
+		}
+	}
+}
+
+// leave makes the callers of reqs leave.
+func (lc *leavingCallers) leave(reqs []int) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, r := range reqs {
+		lc.leaves[r]()
 	}
 }
