@@ -170,8 +170,10 @@ func staleToken(taskID, status string) *StaleTokenError {
 // FinishTask and is refused with ErrTaskFinished, writing nothing. The
 // reservations linked to the task after FinishTask's first read (by such
 // an Attach or Reserve) are released once the task has finished, in one
-// more round trip, only when there are any; an error then comes with the
-// FinishResult of the finished task. In a caller's transaction (WithTx)
+// more round trip, only when there are any, which runs to its answer once
+// sent; when ctx ended before it, or it failed, they are released in the
+// background (as what a Reserve whose caller left obtained is), and an
+// error comes with the FinishResult of the finished task. In a caller's transaction (WithTx)
 // they stay open until Recover releases them: their counters cannot be
 // locked after the task row.
 //
@@ -310,8 +312,13 @@ func finishResult(f db.TaskFinishRow) FinishResult {
 // FinishTask planned what to settle (an Attach or a Reserve that committed
 // in between), once the task has finished, and returns how many it
 // released. In a transaction of its own: their counters come before the
-// task row in the lock order. In a caller's transaction, which holds the
-// task row until it ends, they stay open until Recover releases them.
+// task row in the lock order. Nobody holds them now, so the caller's
+// leaving does not keep them: the statement, once sent, runs to its answer
+// (statementContext), and when it cannot be sent (ctx is over) or fails,
+// it is tried again in the background as a Reserve whose caller left is
+// given back (giveBackUnheld), and the caller gets the error. In a
+// caller's transaction, which holds the task row until it ends, they stay
+// open until Recover releases them.
 // op names the call in its error ("finish task", "cancel task").
 func (l *Limiter) releaseLate(ctx context.Context, op string, ids []pgtype.UUID, now *time.Time) (int, error) {
 	if len(ids) == 0 || l.inTx {
@@ -319,12 +326,28 @@ func (l *Limiter) releaseLate(ctx context.Context, op string, ids []pgtype.UUID,
 	}
 	sp := releaseIDs(ids, reasonTaskFinished)
 	sp.Now = now
-	settled, err := l.queries.AdmissionSettle(ctx, l.conn, sp)
-	if err != nil {
-		// The task has finished: Recover releases them.
-		return 0, wrapDBError(ctx, op+": release the reservations linked to the task since it was read", err)
+	const what = ": release the reservations linked to the task since it was read"
+	err := ctx.Err()
+	if err == nil {
+		sctx, cancel := statementContext(ctx, l.opts.leftGrace)
+		settled, serr := l.queries.AdmissionSettle(sctx, l.conn, sp)
+		cancel()
+		if serr == nil {
+			return int(settledCount(settled)), nil
+		}
+		err = wrapDBError(ctx, op+what, serr)
+	} else {
+		err = errorf("ratelimit: %s%s: %w", op, what, err)
 	}
-	return int(settledCount(settled)), nil
+	// The task has finished: released in the background (idempotent), and
+	// by Recover should that give up.
+	l.giveBackUnheld(func(handedOver time.Time) {
+		l.retryUnheld(handedOver, func(ctx context.Context) error {
+			_, err := l.queries.AdmissionSettle(ctx, l.conn, sp)
+			return err
+		})
+	})
+	return 0, err
 }
 
 func finishParams(id, tok pgtype.UUID, out Outcome) (db.TaskFinishParams, error) {
