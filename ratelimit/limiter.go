@@ -109,7 +109,11 @@ func oneConnection(conn Executor) bool {
 // transaction: admission then commits or rolls back with the caller's own
 // writes. Use one such Limiter per transaction, and keep the transaction
 // short: the row and advisory locks its operations take are held until tx
-// ends.
+// ends. Windows are chosen on the database's now(), which in tx is when tx
+// began: a Reserve in tx counts in the windows tx began in, however long
+// it has been open since. One open longer than Prune's retention may count
+// in a window whose counter Prune deleted, which starts again empty for it
+// (its limit granted once more).
 //
 // tx must be READ COMMITTED: in another level Reserve, CreateTask,
 // FinishTask and CancelTask refuse with ErrIsolation (the others do not
