@@ -209,15 +209,18 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- The foreign keys would do all of that (ON DELETE CASCADE, SET NULL), a
 -- statement per row and key: seven per task, the ledger rows updated twice
 -- (task_id, then attempt_id once the attempt goes), three quarters of the
--- time. The statement does it itself first, a statement per table for the
--- whole batch, each ledger row updated once, exactly as the keys would
--- (attempt_id only where its attempt goes); the keys' actions, which still
--- fire for every task and attempt, find nothing left: a batch of 5,000
--- tasks with 10,000 reservations, 5,000 leases and 15,000 events took
--- 0.72-1.26 s, now 0.41-0.74 s. Left to the keys: a ledger row that names
--- a deleted attempt but not its task (task_id NULL), and queue admissions,
--- which FinishTask and Recover delete before (a DELETE of its own read
--- that table whole on a small one).
+-- time. The statement does the ledgers' part and the events itself first,
+-- a statement per table for the whole batch, each ledger row updated once,
+-- exactly as the keys would (attempt_id only where its attempt goes); the
+-- keys' actions, which still fire for every task and attempt, find nothing
+-- left of it: a batch of 5,000 tasks with 10,000 reservations, 5,000 leases
+-- and 15,000 events took 0.72-1.26 s, 0.41-0.74 s with the attempts
+-- deleted here too. Left to the keys: the attempts (a probe a task, 40-75
+-- ms of such a batch: the maintenance role may not delete them, and an
+-- upgrade must not need a new grant), a ledger row that names a deleted
+-- attempt but not its task (task_id NULL), and queue admissions, which
+-- FinishTask and Recover delete before (a DELETE of its own read that
+-- table whole on a small one).
 -- Deleted tasks leave the index, so the next batch starts past them: no
 -- position to keep (the few kept are read again).
 -- Locks: row locks on the deleted tasks, taken as they are chosen, FOR
@@ -226,8 +229,8 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- run, never waited for. Waiting deadlocked: this statement locks its batch
 -- in one order, while a combined Reserve naming several of its tasks takes
 -- their FOR KEY SHARE in its arrival order. Then row locks on the rows of
--- those tasks it deletes or updates (attempts, ledgers, events, queue
--- admissions).
+-- those tasks it deletes or updates (ledgers, events, and through the
+-- keys attempts and queue admissions).
 -- Index: gateway_tasks_finished_id_idx (oldest finished first, no sort);
 -- gateway_tasks_pkey (the delete); gateway_task_attempts_task_id_attempt_no_key,
 -- gateway_task_events_task_seq_key, gateway_task_admissions_pkey,
@@ -275,13 +278,15 @@ WITH doomed AS (
     ) AS ids
 ),
 attempts AS (
-    DELETE FROM gateway_task_attempts AS a
-    USING doomed
+    -- Read, not deleted: their key deletes them (ON DELETE CASCADE runs as
+    -- the table's owner; docs/privileges.sql grants maintenance no DELETE
+    -- on attempts), after the ledgers let go of them here.
+    SELECT a.id
+    FROM gateway_task_attempts AS a, doomed
     WHERE a.task_id = ANY(doomed.ids)
-    RETURNING a.id
 ),
 reservations AS (
-    -- attempt_id tested against the attempts deleted (hashed): an
+    -- attempt_id tested against the attempts that go (hashed): an
     -- attempt of another task, were one named, stays.
     UPDATE gateway_rate_limit_reservations AS r
     SET task_id = NULL,
