@@ -16,12 +16,15 @@ SELECT c.scope_type,
        c.window_seconds,
        c.window_start,
        c.reset_at,
-       c.limit_value,
-       c.used_value,
-       c.reserved_value,
-       -- The room left, exact as the numeric columns are (in float64,
-       -- 1 - 0.9 would print as 0.09999999999999998).
-       greatest(c.limit_value - c.used_value - c.reserved_value, 0)::numeric AS free_value,
+       -- The amounts as numeric's text, exactly, without trailing zeros (a
+       -- sum keeps its terms' scale: 0.5 + 0.5 is 1.0): numeric sums of
+       -- amounts may need more digits than a float64 holds (1e14 + 1e-9 is
+       -- 100000000000000.000000001), and the room left in float64 would
+       -- have been inexact too (1 - 0.9 as 0.09999999999999998).
+       pg_catalog.trim_scale(c.limit_value)::text                                      AS limit_value,
+       pg_catalog.trim_scale(c.used_value)::text                                       AS used_value,
+       pg_catalog.trim_scale(c.reserved_value)::text                                   AS reserved_value,
+       pg_catalog.trim_scale(greatest(c.limit_value - c.used_value - c.reserved_value, 0))::text AS free_value,
        extract(epoch FROM c.reset_at - now())::float8 AS reset_in_seconds,
        count(*) OVER ()                               AS total_rows
 FROM gateway_rate_limit_counters AS c
@@ -43,9 +46,10 @@ LIMIT @max_rows::integer;
 SELECT l.scope_type,
        l.scope_key,
        (count(*) FILTER (WHERE l.expires_at > now()))::bigint                 AS live_leases,
-       coalesce(sum(l.lease_value) FILTER (WHERE l.expires_at > now()), 0)::numeric AS live_value,
+       -- Amounts as numeric's text, exactly (as InspectWindows).
+       pg_catalog.trim_scale(coalesce(sum(l.lease_value) FILTER (WHERE l.expires_at > now()), 0))::text AS live_value,
        (count(*) FILTER (WHERE l.expires_at <= now()))::bigint                AS expired_leases,
-       (pg_catalog.array_agg(l.limit_value ORDER BY l.created_at DESC))[1]::numeric AS limit_value,
+       pg_catalog.trim_scale((pg_catalog.array_agg(l.limit_value ORDER BY l.created_at DESC))[1])::text AS limit_value,
        coalesce(extract(epoch FROM min(l.expires_at) FILTER (WHERE l.expires_at > now()) - now()), 0)::float8
                                                                              AS next_expiry_in_seconds,
        count(*) OVER ()                                                      AS total_rows
@@ -71,7 +75,8 @@ SELECT a.scope_type,
        (count(*) FILTER (WHERE t.status = 'queued'))::bigint                 AS queued,
        (count(*) FILTER (WHERE t.status = 'running'))::bigint                AS running,
        (count(*) FILTER (WHERE t.status NOT IN ('queued', 'running')))::bigint AS finished,
-       (pg_catalog.array_agg(a.limit_value ORDER BY a.created_at DESC))[1]::numeric AS limit_value,
+       -- As numeric's text, exactly (as InspectWindows).
+       pg_catalog.trim_scale((pg_catalog.array_agg(a.limit_value ORDER BY a.created_at DESC))[1])::text AS limit_value,
        extract(epoch FROM now() - min(a.created_at))::float8                 AS oldest_age_seconds,
        count(*) OVER ()                                                      AS total_rows
 FROM gateway_task_admissions AS a
@@ -156,8 +161,9 @@ SELECT a.holder,
        a.metric,
        a.window_seconds,
        count(*)::bigint                                                  AS blocks,
-       sum(a.granted)::numeric                                           AS granted,
-       sum(a.consumed)::numeric                                          AS consumed,
+       -- Amounts as numeric's text, exactly (as InspectWindows).
+       pg_catalog.trim_scale(sum(a.granted))::text                       AS granted,
+       pg_catalog.trim_scale(sum(a.consumed))::text                      AS consumed,
        extract(epoch FROM now() - max(a.synced_at))::float8              AS reported_ago_seconds,
        extract(epoch FROM min(a.expires_at) - now())::float8             AS ends_in_seconds,
        count(*) OVER ()                                                  AS total_rows
@@ -181,3 +187,9 @@ LIMIT @max_rows::integer;
 -- the same on every row) so the operator knows what was cut. An optional
 -- scope (both scope_type and scope_key, or neither) narrows each view to
 -- one scope.
+--
+-- Amounts (limits, used, reserved, free, slots, granted, admitted) come back
+-- as numeric's text, exactly and without trailing zeros, not as float64: a
+-- window's sums are exact in numeric and may need more digits than a
+-- float64 holds (CounterListByScope, for tests and the demo, reads them as
+-- float64).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,7 +40,11 @@ func holdsOf(t *testing.T, pool *pgxpool.Pool) dbHolds {
 		t.Fatal(err)
 	}
 	for _, w := range windows {
-		h.reserved += w.ReservedValue
+		reserved, err := strconv.ParseFloat(w.ReservedValue, 64) // numeric's text
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.reserved += reserved
 	}
 	leases, err := q.InspectLeases(ctx, pool, db.InspectLeasesParams{MaxRows: 1_000_000})
 	if err != nil {

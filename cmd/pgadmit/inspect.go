@@ -162,13 +162,15 @@ func printAllotments(w io.Writer, rows []db.InspectAllotmentsRow) error {
 			ends = "ended " + seconds(-r.EndsInSeconds) + " ago"
 		}
 		t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), textcell.Show(r.Holder),
-			strconv.FormatInt(r.Blocks, 10), num(r.Granted), num(r.Consumed), seconds(r.ReportedAgoSeconds)+" ago", ends)
+			strconv.FormatInt(r.Blocks, 10), r.Granted, r.Consumed, seconds(r.ReportedAgoSeconds)+" ago", ends)
 	}
 	_, _ = t.WriteTo(bw) // an error stays in bw, for Flush
 	return bw.Flush()
 }
 
-// printInspect writes the three inspect tables. Their columns are lined up by
+// printInspect writes the three inspect tables. Amounts are printed as the queries return them,
+// numeric's text: exact, without exponent or trailing zeros (as float64, a window's sum
+// 100000000000000.000000001 was printed 100000000000000). Their columns are lined up by
 // the width of their text on a terminal (textcell.Table), so that a scope key
 // of East Asian wide characters shifts none.
 func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.InspectLeasesRow, admissions []db.InspectAdmissionsRow) error {
@@ -181,8 +183,8 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 		var t textcell.Table
 		t.Row("SCOPE", "METRIC", "WINDOW", "USED", "RESERVED", "LIMIT", "FREE", "RESET IN")
 		for _, r := range windows {
-			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), num(r.UsedValue),
-				num(r.ReservedValue), num(r.LimitValue), num(r.FreeValue), seconds(r.ResetInSeconds))
+			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), textcell.Show(r.Metric), windowString(int64(r.WindowSeconds)), r.UsedValue,
+				r.ReservedValue, r.LimitValue, r.FreeValue, seconds(r.ResetInSeconds))
 		}
 		_, _ = t.WriteTo(bw)
 	}
@@ -198,7 +200,7 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 			if r.LiveLeases > 0 {
 				next = seconds(r.NextExpiryInSeconds)
 			}
-			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.LiveLeases, 10), num(r.LiveValue), num(r.LimitValue),
+			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.LiveLeases, 10), r.LiveValue, r.LimitValue,
 				strconv.FormatInt(r.ExpiredLeases, 10), next)
 		}
 		_, _ = t.WriteTo(bw)
@@ -211,7 +213,7 @@ func printInspect(w io.Writer, windows []db.InspectWindowsRow, leases []db.Inspe
 		var t textcell.Table
 		t.Row("SCOPE", "ADMITTED", "LIMIT", "QUEUED", "RUNNING", "FINISHED", "OLDEST")
 		for _, r := range admissions {
-			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.Admitted, 10), num(r.LimitValue),
+			t.Row(textcell.Scope(r.ScopeType, r.ScopeKey), strconv.FormatInt(r.Admitted, 10), r.LimitValue,
 				strconv.FormatInt(r.Queued, 10), strconv.FormatInt(r.Running, 10), strconv.FormatInt(r.Finished, 10), seconds(r.OldestAgeSeconds))
 		}
 		_, _ = t.WriteTo(bw)
@@ -240,9 +242,6 @@ func trimParen(s string) string {
 	}
 	return "per scope" + s
 }
-
-// num formats an amount without exponent or trailing zeros.
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // seconds formats a number of seconds as a duration rounded to the second.
 func seconds(s float64) string {

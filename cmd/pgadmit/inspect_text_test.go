@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -20,7 +21,7 @@ func TestInspectPrintsOddScopeTextOnOneLine(t *testing.T) {
 	odd := "evil\nkey\x1b[31mRED\ttab\u202e"
 	var out bytes.Buffer
 	if err := printInspect(&out,
-		[]db.InspectWindowsRow{{ScopeType: "api_key", ScopeKey: odd, Metric: "req\nuests", WindowSeconds: 60, LimitValue: 10, TotalRows: 1}},
+		[]db.InspectWindowsRow{{ScopeType: "api_key", ScopeKey: odd, Metric: "req\nuests", WindowSeconds: 60, LimitValue: "10", TotalRows: 1}},
 		[]db.InspectLeasesRow{{ScopeType: "model", ScopeKey: odd, LiveLeases: 1, TotalRows: 1}},
 		[]db.InspectAdmissionsRow{{ScopeType: "queue", ScopeKey: odd, Admitted: 1, TotalRows: 1}},
 	); err != nil {
@@ -152,10 +153,13 @@ func TestInspectLinesUpColumnsOfWideText(t *testing.T) {
 	)
 	for i, key := range keys {
 		n := int64(len(keys))
-		windows = append(windows, db.InspectWindowsRow{ScopeType: "api_key", ScopeKey: key, Metric: "requests", WindowSeconds: 60, UsedValue: float64(i), TotalRows: n})
-		leases = append(leases, db.InspectLeasesRow{ScopeType: "model", ScopeKey: key, LiveLeases: int64(i), TotalRows: n})
-		admissions = append(admissions, db.InspectAdmissionsRow{ScopeType: "queue", ScopeKey: key, Admitted: int64(i), TotalRows: n})
-		allotments = append(allotments, db.InspectAllotmentsRow{Holder: "gw-" + key, ScopeType: "api_key", ScopeKey: key, Metric: "tokens", WindowSeconds: 60, Blocks: 1, TotalRows: n})
+		used := strconv.Itoa(i)
+		windows = append(windows, db.InspectWindowsRow{ScopeType: "api_key", ScopeKey: key, Metric: "requests", WindowSeconds: 60,
+			UsedValue: used, ReservedValue: "0", LimitValue: "10", FreeValue: "10", TotalRows: n})
+		leases = append(leases, db.InspectLeasesRow{ScopeType: "model", ScopeKey: key, LiveLeases: int64(i), LiveValue: used, LimitValue: "4", TotalRows: n})
+		admissions = append(admissions, db.InspectAdmissionsRow{ScopeType: "queue", ScopeKey: key, Admitted: int64(i), LimitValue: "5", TotalRows: n})
+		allotments = append(allotments, db.InspectAllotmentsRow{Holder: "gw-" + key, ScopeType: "api_key", ScopeKey: key, Metric: "tokens", WindowSeconds: 60,
+			Blocks: 1, Granted: "100", Consumed: used, TotalRows: n})
 	}
 	var out bytes.Buffer
 	if err := printInspect(&out, windows, leases, admissions); err != nil {

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -86,7 +88,13 @@ func (r *runner) w4(ctx context.Context) (_ Result, err error) {
 	var held int64 = -1
 	for _, w := range windows {
 		if time.Duration(w.WindowSeconds)*time.Second == window {
-			held = int64(w.UsedValue + w.ReservedValue)
+			// numeric's text; every amount of W4 is 1, so the sums are whole numbers.
+			used, err1 := strconv.ParseInt(w.UsedValue, 10, 64)
+			reserved, err2 := strconv.ParseInt(w.ReservedValue, 10, 64)
+			if err := errors.Join(err1, err2); err != nil {
+				return Result{}, fmt.Errorf("read back W4 window: %w", err)
+			}
+			held = used + reserved
 		}
 	}
 	leases, err := q.InspectLeases(ctx, r.reads, db.InspectLeasesParams{ScopeType: text(conScope.Type), ScopeKey: text(conScope.Key), MaxRows: 10})

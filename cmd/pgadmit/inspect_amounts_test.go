@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// inspect prints amounts exactly as the database holds them. A window's,
+// lease set's or holder's amount is a numeric sum of amounts, which may need
+// more digits than a float64 holds: 1e14 and 1e-9 reserved (each a valid
+// amount) are 100000000000000.000000001, which inspect printed as
+// 100000000000000, and the room left as 900000000000000, though it is
+// 899999999999999.999999999. A sum is also printed without the trailing
+// zeros numeric keeps (0.5 + 0.5 is 1.0 there): 1, not 1.0.
+func TestInspectPrintsExactAmounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	lim := ratelimit.New(pool)
+	reserve := func(l ratelimit.Limit) {
+		t.Helper()
+		if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{l}); err != nil {
+			t.Fatalf("reserve %+v: %v", l, err)
+		}
+	}
+	for _, amount := range []float64{1e14, 1e-9} {
+		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "big"}, Metric: ratelimit.MetricTokens, Limit: 1e15, Amount: amount})
+		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "model", Key: "big"}, Metric: ratelimit.MetricConcurrent, Limit: 1e15, Amount: amount})
+		p := db.AllotmentTakeParams{
+			Holder: "gw-1", ScopeType: "provider", ScopeKey: "big", Metric: "tokens", WindowSeconds: 60,
+			LimitValue: 1e15, Want: amount, Need: amount,
+		}
+		if _, err := db.New().AllotmentTake(ctx, pool, p); err != nil {
+			t.Fatalf("take a block: %v", err)
+		}
+	}
+	for range 2 {
+		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "halves"}, Metric: ratelimit.MetricTokens, Limit: 10, Amount: 0.5})
+	}
+
+	out := cliOK(t, "--database-url", url, "inspect")
+	for _, re := range []string{
+		`(?m)^api_key:big\s+tokens\s+1m\s+0\s+100000000000000\.000000001\s+1000000000000000\s+899999999999999\.999999999\s`,
+		`(?m)^api_key:halves\s+tokens\s+1m\s+0\s+1\s+10\s+9\s`,
+		`(?m)^provider:big\s+tokens\s+1m\s+0\s+100000000000000\.000000001\s+1000000000000000\s+899999999999999\.999999999\s`,
+		`(?m)^model:big\s+2\s+100000000000000\.000000001\s+1000000000000000\s+0\s`,
+		`(?m)^provider:big\s+tokens\s+1m\s+gw-1\s+2\s+100000000000000\.000000001\s+0\s`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("inspect output does not match %s:\n%s", re, out)
+		}
+	}
+}
