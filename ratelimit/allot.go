@@ -492,11 +492,14 @@ func sessionLost(err error) bool {
 // trimming is a block closed for want of room, to be trimmed to what it
 // admitted while requests admitted from it are still in flight, so that
 // its unused units go back to the window now rather than when they end;
-// and again as they settle below their estimates, or are released.
+// and again as they settle below their estimates, or are released. limit
+// is its set's latest limit (blockSet.limit), for the counter's
+// limit_value.
 type trimming struct {
-	set *blockSet
-	b   *block
-	to  units
+	set   *blockSet
+	b     *block
+	to    units
+	limit float64
 }
 
 // trim trims one block; a failed trim is tried again on the next round.
@@ -506,7 +509,7 @@ func (a *allotments) trim(t trimming) {
 	defer cancel()
 	err := a.l.queries.AllotmentTrim(ctx, a.l.conn, db.AllotmentTrimParams{
 		Holder: a.opts.Holder, ScopeType: k.scopeType, ScopeKey: k.scopeKey, Metric: k.metric,
-		WindowSeconds: k.windowSeconds, LimitValue: t.b.limit, TrimID: t.b.id, TrimTo: t.to.text(),
+		WindowSeconds: k.windowSeconds, LimitValue: t.limit, TrimID: t.b.id, TrimTo: t.to.text(),
 	})
 	if err != nil {
 		a.counts.fail(err)

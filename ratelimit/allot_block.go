@@ -29,6 +29,11 @@ type blockSet struct {
 	rate      float64
 	// lastRefillGranted: the last block taken from the database was granted.
 	lastRefillGranted bool
+	// limit is the limit of the latest block asked for (set before any
+	// block is): the housekeeping's trims write it to the counter's
+	// limit_value, as the take wrote it, rather than the limit the trimmed
+	// block was taken under, which set a lowered limit back.
+	limit float64
 	// Until pauseUntil (on the estimate of the database's clock) no block
 	// is asked for a request of pauseNeed or more: a block asked for with
 	// room for pauseNeed found none in its window (see noRoomBackoff), or
@@ -304,6 +309,7 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 		return false
 	}
 	s.refill = make(chan struct{})
+	s.limit = w.Limit.Limit
 	var trim *block
 	var trimTo units
 	if b := s.cur; trimCurrent && b != nil {
@@ -523,7 +529,7 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 		default:
 			// A block of an ended window is left alone by a trim.
 			if b.reason == reasonTrimmed && b.free().sign() > 0 && now.Before(b.resetAt) {
-				trims = append(trims, trimming{set: s, b: b, to: b.spent()})
+				trims = append(trims, trimming{set: s, b: b, to: b.spent(), limit: s.limit})
 			}
 			keep = append(keep, b)
 		}
