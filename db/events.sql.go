@@ -31,7 +31,7 @@ allocated AS (
 ),
 appended AS (
     INSERT INTO gateway_task_events (
-        task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id
+        task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id, created_at
     )
     SELECT allocated.id,
            allocated.last_event_seq,
@@ -42,7 +42,8 @@ appended AS (
            $7::text,
            $8::jsonb,
            $9::boolean,
-           $10::text
+           $10::text,
+           coalesce($11::timestamptz, now())
     FROM allocated
     WHERE allocated.fenced
     RETURNING task_id, seq, created_at
@@ -66,6 +67,7 @@ type EventAppendParams struct {
 	Payload    string
 	Simulated  bool
 	PlatformID pgtype.Text
+	Now        *time.Time
 }
 
 type EventAppendRow struct {
@@ -82,7 +84,9 @@ type EventAppendRow struct {
 // running, or runs under another claim). No row for an unknown task. As TaskHeartbeat: the row is
 // updated whenever the snapshot saw the task running under the token, and
 // the event appended only if the newest version, locked, still is; the
-// status reported is the one found under the lock.
+// status reported is the one found under the lock. The event's time is
+// @now (NULL: the database's now()), as the events the other task
+// statements write.
 // Locks: FOR NO KEY UPDATE on the task row until the transaction ends
 // (serializes appends to one task; other tasks are not affected), once.
 // Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that
@@ -101,6 +105,7 @@ func (q *Queries) EventAppend(ctx context.Context, db DBTX, arg EventAppendParam
 		arg.Payload,
 		arg.Simulated,
 		arg.PlatformID,
+		arg.Now,
 	)
 	var i EventAppendRow
 	err := row.Scan(&i.Status, &i.Seq, &i.CreatedAt)

@@ -7,7 +7,9 @@
 -- running, or runs under another claim). No row for an unknown task. As TaskHeartbeat: the row is
 -- updated whenever the snapshot saw the task running under the token, and
 -- the event appended only if the newest version, locked, still is; the
--- status reported is the one found under the lock.
+-- status reported is the one found under the lock. The event's time is
+-- @now (NULL: the database's now()), as the events the other task
+-- statements write.
 -- Locks: FOR NO KEY UPDATE on the task row until the transaction ends
 -- (serializes appends to one task; other tasks are not affected), once.
 -- Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that
@@ -32,7 +34,7 @@ allocated AS (
 ),
 appended AS (
     INSERT INTO gateway_task_events (
-        task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id
+        task_id, seq, event_type, status, phase, progress, message, payload, simulated, platform_id, created_at
     )
     SELECT allocated.id,
            allocated.last_event_seq,
@@ -43,7 +45,8 @@ appended AS (
            sqlc.narg('message')::text,
            @payload::jsonb,
            @simulated::boolean,
-           sqlc.narg('platform_id')::text
+           sqlc.narg('platform_id')::text,
+           coalesce(sqlc.narg('now')::timestamptz, now())
     FROM allocated
     WHERE allocated.fenced
     RETURNING task_id, seq, created_at

@@ -67,6 +67,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 	row, err := l.queries.EventAppend(ctx, l.conn, db.EventAppendParams{
 		TaskID: id, Token: tok, EventType: e.Type, Status: optText(e.Status), Phase: optText(e.Phase), Progress: e.Progress,
 		Message: optText(e.Message), Payload: string(payload), Simulated: e.Simulated, PlatformID: optText(e.PlatformID),
+		Now: l.opts.clock.at(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Event{}, errorf("ratelimit: append event to task %s: %w", taskID, ErrUnknownTask)
