@@ -17,7 +17,7 @@ const MinInterval = time.Millisecond
 // returned stop is called; stop returns once do no longer runs, so that nothing do does
 // happens after it (a progress line written, a heartbeat sent). A call of do that outlasts an
 // interval delays the next; none overlap. stop may be called more than once: a later call
-// returns once the first has.
+// returns once the first has. do must not call stop, which would wait for do to return.
 func Every(interval time.Duration, do func()) (stop func()) {
 	interval = max(interval, MinInterval)
 	done := make(chan struct{})
