@@ -1,6 +1,9 @@
 package ratelimit
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // backlog runs jobs off their callers' goroutines, on at most most
 // goroutines at once, oldest first: the give-backs of what nobody holds
@@ -9,24 +12,31 @@ import "sync"
 // were slow (their statements behind a lock, or retried while the
 // database was unreachable), each a stack, each statement on a connection
 // of the pool taken from the live calls. A job waiting its turn holds
-// nothing but its slot in the queue; the give-backs time their tries from
-// when they were handed over, not from when their turn came (retryUnheld).
+// nothing but its slot in the queue, and run is told when it was added:
+// the give-backs time their tries from then, not from when their turn
+// came (retryUnheld).
 //
 // A counter under a lock rather than a sync.WaitGroup: a job may be added
 // while wait waits, when none is pending too (an Add from zero, which a
 // WaitGroup forbids during its Wait), and wait then waits for it.
 type backlog[T any] struct {
-	run  func(T)
+	run  func(job T, added time.Time)
 	most int
 
 	mu      sync.Mutex
-	queue   []T // oldest first, waiting for a worker
-	workers int // goroutines running jobs
-	pending int // jobs queued or running
+	queue   []queued[T] // oldest first, waiting for a worker
+	workers int         // goroutines running jobs
+	pending int         // jobs queued or running
 	idle    *sync.Cond
 }
 
-func newBacklog[T any](most int, run func(T)) *backlog[T] {
+// queued is a job and when it was added.
+type queued[T any] struct {
+	job   T
+	added time.Time
+}
+
+func newBacklog[T any](most int, run func(T, time.Time)) *backlog[T] {
 	b := &backlog[T]{run: run, most: max(most, 1)}
 	b.idle = sync.NewCond(&b.mu)
 	return b
@@ -36,7 +46,7 @@ func newBacklog[T any](most int, run func(T)) *backlog[T] {
 func (b *backlog[T]) add(job T) {
 	b.mu.Lock()
 	b.pending++
-	b.queue = append(b.queue, job)
+	b.queue = append(b.queue, queued[T]{job, time.Now()})
 	start := b.workers < b.most
 	if start {
 		b.workers++
@@ -51,15 +61,14 @@ func (b *backlog[T]) add(job T) {
 func (b *backlog[T]) work() {
 	b.mu.Lock()
 	for len(b.queue) > 0 {
-		job := b.queue[0]
-		var zero T
-		b.queue[0] = zero // the array must not keep it
+		q := b.queue[0]
+		b.queue[0] = queued[T]{} // the array must not keep it
 		b.queue = b.queue[1:]
 		if len(b.queue) == 0 {
 			b.queue = nil
 		}
 		b.mu.Unlock()
-		b.run(job)
+		b.run(q.job, q.added)
 		b.mu.Lock()
 		b.pending--
 		if b.pending == 0 {

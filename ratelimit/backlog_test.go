@@ -18,7 +18,7 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 		ran           []int
 	)
 	hold := make(chan struct{})
-	b := newBacklog(most, func(j int) {
+	b := newBacklog(most, func(j int, _ time.Time) {
 		mu.Lock()
 		running++
 		peak = max(peak, running)
@@ -73,10 +73,14 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 	// On one goroutine, oldest first; added while wait waits: waited for
 	// too.
 	block := make(chan struct{})
-	var order []int
-	b2 := newBacklog(1, func(j int) {
+	var (
+		order       []int
+		added, runs []time.Time
+	)
+	b2 := newBacklog(1, func(j int, at time.Time) {
 		<-block
 		order = append(order, j) // one goroutine at a time: wait orders it before the reads below
+		added, runs = append(added, at), append(runs, time.Now())
 	})
 	for j := range 5 {
 		b2.add(j)
@@ -89,6 +93,19 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 	<-waited
 	if fmt.Sprint(order) != "[0 1 2 3 4 5]" {
 		t.Errorf("ran %v, want [0 1 2 3 4 5]: oldest first, and wait waited for the last", order)
+	}
+	// Each job is told when it was added, not when it ran: the last was
+	// added 5 ms after the others, all of which waited for block.
+	for i := range added {
+		if i < 5 && runs[i].Sub(added[i]) < 5*time.Millisecond {
+			t.Errorf("job %d told it was added %v before it ran, want the time it was added (5 ms or more before)", i, runs[i].Sub(added[i]))
+		}
+		if i > 0 && added[i].Before(added[i-1]) {
+			t.Errorf("job %d added at %v, before job %d (%v)", i, added[i], i-1, added[i-1])
+		}
+	}
+	if len(added) == 6 && added[5].Sub(added[4]) < 5*time.Millisecond {
+		t.Errorf("the last job added %v after the one before, want the 5 ms the test slept between", added[5].Sub(added[4]))
 	}
 	b2.mu.Lock()
 	if b2.pending != 0 || b2.queue != nil {

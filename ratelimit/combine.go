@@ -42,7 +42,7 @@ type combiner[Req, Res any] struct {
 	// batch returned: what it was granted must not stay held. They run
 	// givingBackAtOnce at a time, the rest waiting their turn (gives).
 	abandoned func(res Res, handedOver time.Time)
-	gives     *backlog[handedBack[Res]]
+	gives     *backlog[Res]
 
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
@@ -461,27 +461,19 @@ func (c *combiner[Req, Res]) deliver(p *combined[Req, Res], res Res, err error) 
 	c.mu.Lock()
 	c.releasing++ // before this batch's place is given back: drain sees it
 	c.mu.Unlock()
-	c.gives.add(handedBack[Res]{res: res, at: time.Now()})
-}
-
-// handedBack is a result for abandoned, with when deliver handed it over:
-// its give-back's tries are timed from then, not from when its turn came
-// (retryUnheld).
-type handedBack[Res any] struct {
-	res Res
-	at  time.Time
+	c.gives.add(res)
 }
 
 // giveBack runs abandoned on a result, on one of the goroutines of gives:
 // a goroutine each, with no bound, piled up behind give-backs that were
 // slow (their Release statements behind a lock, or retried while the
 // database was unreachable) in a storm of callers leaving. Each one's
-// tries are timed from when it was handed over (retryUnheld), so that
+// tries are timed from when deliver handed it over (retryUnheld), so that
 // with the database unreachable those waiting their turn give up with
 // the others, and drain waits no longer than it did for a goroutine each.
 // Each counts as releasing until it returned: drain waits for the last.
-func (c *combiner[Req, Res]) giveBack(h handedBack[Res]) {
-	c.abandoned(h.res, h.at)
+func (c *combiner[Req, Res]) giveBack(res Res, handedOver time.Time) {
+	c.abandoned(res, handedOver)
 	c.releaseDone()
 }
 

@@ -50,7 +50,7 @@ type Limiter struct {
 	// unheld runs the give-backs of what nobody holds off their callers'
 	// goroutines, unheldAtOnce at a time (giveBackUnheld); Close waits for
 	// them. Nil in a WithTx copy, which runs none so.
-	unheld *backlog[func()]
+	unheld *backlog[func(handedOver time.Time)]
 	// lost counts what this Limiter may have left held for nobody
 	// (Stats.Lost). Shared with the Limiter's WithTx copies.
 	lost *atomic.Int64

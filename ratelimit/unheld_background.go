@@ -19,12 +19,11 @@ import (
 // connection that fails is closed, and the give-back stops at once
 // (hopeless).
 func (l *Limiter) giveBackUnheld(giveBack func(handedOver time.Time)) {
-	handedOver := time.Now()
 	if l.inTx || oneConnection(l.conn) || l.unheld == nil {
-		giveBack(handedOver)
+		giveBack(time.Now())
 		return
 	}
-	l.unheld.add(func() { giveBack(handedOver) })
+	l.unheld.add(giveBack) // the backlog tells it when it was added
 }
 
 // unheldAtOnce is how many give-backs giveBackUnheld runs at once on
@@ -47,4 +46,4 @@ func unheldAtOnce(conn Executor) int {
 const defaultUnheldAtOnce = 4
 
 // runGiveBack is how the Limiter's backlog (unheld) runs a job.
-func runGiveBack(giveBack func()) { giveBack() }
+func runGiveBack(giveBack func(time.Time), handedOver time.Time) { giveBack(handedOver) }
