@@ -1,8 +1,8 @@
-// Package leakcheck finds goroutines of pgadmit's library packages that
-// are still running once a test has torn down what started them (a
-// Limiter closed, a server shut down). Compare against a Snapshot taken
-// before, in a test that is not parallel: goroutines of other tests
-// running meanwhile would count too.
+// Package leakcheck finds goroutines of pgadmit's library packages (or of
+// other packages named, a test server's say) that are still running once a
+// test has torn down what started them (a Limiter closed, a server shut
+// down). Compare against a Snapshot taken before, in a test that is not
+// parallel: goroutines of other tests running meanwhile would count too.
 package leakcheck
 
 import (
@@ -47,10 +47,15 @@ func Snapshot() Goroutines {
 
 // Library lists the goroutines of gs that run, or were started by, code of
 // the library's packages.
-func (gs Goroutines) Library() []string {
+func (gs Goroutines) Library() []string { return gs.In(libraryFrames...) }
+
+// In lists the goroutines of gs that run, or were started by, code whose
+// stack frames begin with one of frames (a package's import path and a
+// dot: "github.com/pgadmit/pgadmit/internal/freezer.").
+func (gs Goroutines) In(frames ...string) []string {
 	var out []string
 	for _, g := range gs {
-		if slices.ContainsFunc(libraryFrames, func(f string) bool { return strings.Contains(g, f) }) {
+		if slices.ContainsFunc(frames, func(f string) bool { return strings.Contains(g, f) }) {
 			out = append(out, g)
 		}
 	}
@@ -60,12 +65,16 @@ func (gs Goroutines) Library() []string {
 
 // New lists the goroutines of the library running now that before did
 // not list.
-func New(before Goroutines) []string {
+func New(before Goroutines) []string { return NewIn(before, libraryFrames...) }
+
+// NewIn lists the goroutines of frames (see In) running now that before
+// did not list.
+func NewIn(before Goroutines, frames ...string) []string {
 	now := Snapshot()
 	for id := range before {
 		delete(now, id)
 	}
-	return now.Library()
+	return now.In(frames...)
 }
 
 // AwaitNone fails t, with their stacks, when goroutines of the library
@@ -74,9 +83,16 @@ func New(before Goroutines) []string {
 // place of a combiner after Close saw it given back) do not count.
 func AwaitNone(t testing.TB, before Goroutines, d time.Duration) {
 	t.Helper()
+	AwaitNoneIn(t, before, d, libraryFrames...)
+}
+
+// AwaitNoneIn is AwaitNone for the goroutines of frames (see In). A d of 0
+// checks once: a Close that waits for what it started leaves none.
+func AwaitNoneIn(t testing.TB, before Goroutines, d time.Duration, frames ...string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		left := New(before)
+		left := NewIn(before, frames...)
 		if len(left) == 0 {
 			return
 		}

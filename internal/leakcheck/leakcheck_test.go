@@ -25,3 +25,25 @@ func TestNewListsLibraryGoroutinesStartedSince(t *testing.T) {
 	stop()
 	AwaitNone(t, before, time.Second)
 }
+
+// NewIn lists the goroutines of the frames it is given (here this test's
+// package's), which New, listing the library's, does not; and
+// AwaitNoneIn passes once they ended.
+func TestNewInListsGoroutinesOfTheFramesGiven(t *testing.T) {
+	const frames = "github.com/pgadmit/pgadmit/internal/leakcheck."
+	before := Snapshot()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-stop
+	}()
+	if left := NewIn(before, frames); len(left) != 1 {
+		t.Errorf("NewIn listed %d goroutines started since, want 1:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	if left := New(before); len(left) != 0 {
+		t.Errorf("New listed %d goroutines of the library, want none:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	close(stop)
+	<-stopped
+	AwaitNoneIn(t, before, time.Second, frames)
+}
