@@ -12,17 +12,15 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/pgadmit/pgadmit/internal/connset"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
 )
 
 // Hanging is a TCP server on 127.0.0.1 that accepts connections and never answers.
 type Hanging struct {
 	ln          net.Listener
-	afterAccept func()        // a test's, between an Accept and keeping what it accepted
-	held        chan struct{} // closed when hold returns
-	mu          sync.Mutex
-	closed      bool // under mu: Close has begun; hold closes what it accepts
-	conns       []net.Conn
+	afterAccept func()      // a test's, between an Accept and keeping what it accepted
+	conns       connset.Set // the connections held, and the accept loop (its only goroutine)
 }
 
 // Hang starts a Hanging server; Close stops it.
@@ -33,8 +31,8 @@ func hang(afterAccept func()) (*Hanging, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hanging{ln: ln, afterAccept: afterAccept, held: make(chan struct{})}
-	go h.hold()
+	h := &Hanging{ln: ln, afterAccept: afterAccept}
+	h.conns.Go(h.hold)
 	return h, nil
 }
 
@@ -42,21 +40,15 @@ func hang(afterAccept func()) (*Hanging, error) {
 // returns once Close has begun (it took the connection before the listener closed) is closed
 // at once: Close has already closed those kept.
 func (h *Hanging) hold() {
-	defer close(h.held)
 	for {
 		c, err := h.ln.Accept()
 		if err != nil {
 			return
 		}
 		h.afterAccept()
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			c.Close()
+		if !h.conns.Keep(c) {
 			return
 		}
-		h.conns = append(h.conns, c)
-		h.mu.Unlock()
 	}
 }
 
@@ -66,16 +58,8 @@ func (h *Hanging) Addr() string { return h.ln.Addr().String() }
 // Close stops accepting and drops the connections held, one accepted meanwhile included,
 // and returns once the accept loop has ended. Calling it again does nothing more.
 func (h *Hanging) Close() {
-	h.mu.Lock()
-	h.closed = true
-	conns := h.conns
-	h.conns = nil
-	h.mu.Unlock()
 	h.ln.Close()
-	for _, c := range conns {
-		c.Close()
-	}
-	<-h.held
+	h.conns.Close()
 }
 
 // Stopped is a host:port on 127.0.0.1 where nothing listens: connecting is refused at once,

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/internal/connset"
 )
 
 // Freezer is a proxy to one server, closed at the end of the test that
@@ -39,15 +41,13 @@ type Freezer struct {
 	// afterAccept is a test's, run between an Accept and keeping what it
 	// accepted.
 	afterAccept func()
-	// accepting is closed when the accept loop has ended; stopDialing
-	// ends a connection attempt to the server it makes, for Close.
-	accepting   chan struct{}
+	// stopDialing ends a connection attempt to the server that the accept
+	// loop makes, for Close.
 	stopDialing context.CancelFunc
-	mu          sync.Mutex
-	// closed: Close has begun, and has closed the connections kept; one
-	// kept after it is closed at once (keep).
-	closed  bool
-	conns   []net.Conn
+	// conns are the connections to clients and to the server, and the
+	// goroutines: the accept loop and those of each connection.
+	conns   connset.Set
+	mu      sync.Mutex // guards watches, and the conns of each
 	watches []*Watch
 }
 
@@ -72,38 +72,41 @@ func start(t testing.TB, target string, afterAccept func()) *Freezer {
 		t.Fatal(err)
 	}
 	dialing, stopDialing := context.WithCancel(context.Background())
-	f := &Freezer{ln: ln, sentFrozen: make(chan struct{}, 1), afterAccept: afterAccept,
-		accepting: make(chan struct{}), stopDialing: stopDialing}
+	f := &Freezer{ln: ln, sentFrozen: make(chan struct{}, 1), afterAccept: afterAccept, stopDialing: stopDialing}
 	t.Cleanup(f.Close)
-	go func() {
-		defer close(f.accepting)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.afterAccept()
-			if !f.keep(c) {
-				return
-			}
-			if f.frozen.Load() || f.holding.Load() {
-				go f.awaitClose(c) // accepted, never answered
-				continue
-			}
-			var d net.Dialer
-			s, err := d.DialContext(dialing, "tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			if !f.keep(s) {
-				return
-			}
-			go f.statements(c, s)
-			go f.answers(c, s)
-		}
-	}()
+	f.conns.Go(func() { f.accept(dialing, target) })
 	return f
+}
+
+// accept takes connections until Close: it passes each on to a connection of its own to
+// target, or leaves it unanswered while frozen or holding. One that Accept returns once
+// Close has begun is closed at once (Keep), and the loop ends.
+func (f *Freezer) accept(dialing context.Context, target string) {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.afterAccept()
+		if !f.conns.Keep(c) {
+			return
+		}
+		if f.frozen.Load() || f.holding.Load() {
+			f.conns.Go(func() { f.awaitClose(c) }) // accepted, never answered
+			continue
+		}
+		var d net.Dialer
+		s, err := d.DialContext(dialing, "tcp", target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !f.conns.Keep(s) {
+			return
+		}
+		f.conns.Go(func() { f.statements(c, s) })
+		f.conns.Go(func() { f.answers(c, s) })
+	}
 }
 
 // NewPool opens a pool of a copy of cfg whose connections go through a new
@@ -206,22 +209,15 @@ func (f *Freezer) SentFrozen() <-chan struct{} { return f.sentFrozen }
 
 // Close stops the proxy and drops its connections (the cancel requests
 // pgx sends on a frozen server's connections wait for them up to 15 s),
-// one accepted while it runs included, and returns once the accept loop
-// has ended. The test's end calls it too; calling it again does nothing
-// more.
+// one accepted while it runs included, and returns once every goroutine
+// the Freezer started has returned: the accept loop and those passing on
+// or awaiting what each connection sends. The test's end calls it too;
+// calling it again does nothing more.
 func (f *Freezer) Close() {
-	f.frozen.Store(false)
-	f.mu.Lock()
-	f.closed = true
-	conns := f.conns
-	f.conns = nil
-	f.mu.Unlock()
+	f.frozen.Store(false) // answers stops holding what the server sent
 	f.ln.Close()
 	f.stopDialing()
-	for _, c := range conns {
-		c.Close()
-	}
-	<-f.accepting
+	f.conns.Close()
 }
 
 // awaitClose reads what the client of a connection left unanswered sends,
@@ -254,19 +250,6 @@ func (f *Freezer) saw(b []byte, client, server net.Conn) {
 		}
 		w.conns = append(w.conns, client, server)
 	}
-}
-
-// keep keeps c, to be closed by Close, and reports whether it did: once
-// Close has begun, it closes c instead (and the accept loop, told so, ends).
-func (f *Freezer) keep(c net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		c.Close()
-		return false
-	}
-	f.conns = append(f.conns, c)
-	return true
 }
 
 // statements passes on what client sends to server, and tells sentFrozen

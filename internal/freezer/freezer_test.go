@@ -2,10 +2,14 @@ package freezer
 
 import (
 	"net"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/closecheck"
+	"github.com/pgadmit/pgadmit/internal/leakcheck"
 )
 
 // A connection accepted while Close runs (Accept had returned it, the Freezer had not kept it
@@ -42,5 +46,73 @@ func closeDuringAccept(t *testing.T, hold bool) {
 	if s, err := server.Accept(); err == nil {
 		s.Close()
 		t.Fatal("the Freezer connected to the server for a connection accepted during Close")
+	}
+}
+
+// Close returns once every goroutine the Freezer started has returned: its accept loop and
+// those of each connection, passed on (one goroutine each way) or left unanswered. One still
+// running when Close returned outlives the test that started the Freezer, and shows in the
+// next test's leak check. Here one holds a frozen server's answer, and sleeps between looks
+// at whether it still must. Each round is a race that a Close not waiting lost most times,
+// not always (its goroutines end soon after it); eight rounds lose it.
+func TestCloseWaitsForEveryGoroutine(t *testing.T) {
+	for range 8 {
+		closeLeavesNoGoroutine(t)
+	}
+}
+
+func closeLeavesNoGoroutine(t *testing.T) {
+	const frames = "github.com/pgadmit/pgadmit/internal/freezer."
+	server, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	before := leakcheck.Snapshot()
+	f := New(t, server.Addr().String())
+	passed := dial(t, f.Addr())
+	defer passed.Close()
+	s, err := server.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f.Freeze()
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); f.inTransit.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Freezer did not read the server's answer in 5s")
+		}
+	}
+	held := dial(t, f.Addr()) // frozen: left unanswered
+	defer held.Close()
+	awaitGoroutine(t, before, frames, "(*Freezer).awaitClose")
+	// On one processor the goroutines Close wakes run only when it lets them (waiting).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f.Close()
+	leakcheck.AwaitNoneIn(t, before, 0, frames)
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// awaitGoroutine waits until a goroutine of frames started since before runs fn.
+func awaitGoroutine(t *testing.T, before leakcheck.Goroutines, frames, fn string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if slices.ContainsFunc(leakcheck.NewIn(before, frames), func(g string) bool { return strings.Contains(g, fn) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine ran %s in 5s", fn)
+		}
 	}
 }
