@@ -1,6 +1,8 @@
 // Package deadserver stands in for a database that fails: one whose host froze (it accepts
 // connections and never answers) and one that is down (connecting is refused at once). The
-// demo and the tests of the failure policies point pgx at them.
+// demo and the tests of the failure policies point pgx at them. Unlike the test helpers of
+// internal/ (freezer.New, say), their constructors take no testing.TB: the demo, no test,
+// starts them too. Each caller closes what it started (a test with t.Cleanup).
 package deadserver
 
 import (
@@ -23,7 +25,8 @@ type Hanging struct {
 	conns       connset.Set // the connections held, and the accept loop (its only goroutine)
 }
 
-// Hang starts a Hanging server; Close stops it.
+// Hang starts a Hanging server; Close stops it. One never closed holds its port, its
+// connections and its accept loop until the process exits.
 func Hang() (*Hanging, error) { return hang(func() {}) }
 
 func hang(afterAccept func()) (*Hanging, error) {
@@ -73,7 +76,10 @@ type Stopped struct {
 	fd   int
 }
 
-// Stop returns a Stopped address; Close lets its port go.
+// Stop returns a Stopped address; Close lets its port go. Call it once done with the address
+// (a test: t.Cleanup(s.Close)): one never closed holds its port and a file descriptor until
+// the process exits. Nothing closes it when it is garbage: its address may still be in use
+// (a pool's config holds it, not the Stopped), and a port let go could be taken meanwhile.
 func Stop() (*Stopped, error) {
 	// Close-on-exec set under ForkLock, as the net package does: a child started meanwhile
 	// (pg_ctl, say) must not inherit the socket, and hold the port after Close.
