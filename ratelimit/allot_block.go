@@ -34,13 +34,16 @@ type blockSet struct {
 	// limit_value, as the take wrote it, rather than the limit the trimmed
 	// block was taken under, which set a lowered limit back.
 	limit float64
-	// Until pauseUntil (on the estimate of the database's clock) no block
-	// is asked for a request of pauseNeed or more: a block asked for with
-	// room for pauseNeed found none in its window (see noRoomBackoff), or
-	// the request failed (pauseNeed 0: see failedBlockPause).
+	// Until pauseUntil no block is asked for a request of pauseNeed or
+	// more: a block asked for with room for pauseNeed found none in its
+	// window (see noRoomBackoff), or the request failed (pauseNeed 0: see
+	// failedBlockPause). It is on this host's monotonic clock, a pause being
+	// a time from when it began: on the estimate of the database's clock, a
+	// step back of that clock (read by a sync) lengthened it by the step.
 	pauseUntil time.Time
 	pauseNeed  float64
-	// lastTake is when a request last came for a block of this counter;
+	// lastTake is when a request last came for a block of this counter, on
+	// this host's clock (idleness is a time in this process; see IdleAfter);
 	// dropped says the set left allotments.sets (dropIdle): a request that
 	// finds it so gets the counter's new set instead.
 	lastTake time.Time
@@ -134,7 +137,7 @@ func (s *blockSet) take(ctx context.Context, w windowLimit) (la *localAdmission,
 			if s.a.windowEnding(w.windowSeconds) {
 				return nil, false // the window's last moments are decided in the database
 			}
-			if s.pausedLocked(now, amount) {
+			if s.pausedLocked(amount) {
 				return nil, false // a full window, or a failing block request: decided in the database
 			}
 			if !s.refillLocked(w, amount, true) {
@@ -271,7 +274,7 @@ func (s *blockSet) installLocked(b *block) {
 // database's clock.
 func (s *blockSet) prefetchLocked(w windowLimit, now time.Time) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free().approx() > b.granted.approx()/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(now, w.Limit.Amount) {
+	if b == nil || s.next != nil || s.refill != nil || b.free().approx() > b.granted.approx()/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(w.Limit.Amount) {
 		return
 	}
 	s.refillLocked(w, w.Limit.Amount, false)
@@ -363,7 +366,7 @@ type taken struct {
 	block *block // nil when none was granted, or the request failed
 	ran   bool   // the statement took effect, and so did its trim
 	// No block is to be asked for a request of pauseNeed or more until
-	// pauseUntil (zero: none is put off).
+	// pauseUntil, on this host's clock (zero: none is put off).
 	pauseUntil time.Time
 	pauseNeed  float64
 }
@@ -388,20 +391,17 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 	row, err := s.a.allotTake(ctx, p)
 	if err != nil {
 		s.a.counts.fail(err)
-		return taken{pauseUntil: s.a.dbNow().Add(min(noRoomBackoff(w.windowSeconds), failedBlockPause))}
+		return failedTake(w)
 	}
 	granted, ok := parseUnits(row.Granted)
 	if !ok {
 		s.a.counts.fail(fmt.Errorf("ratelimit: block granted %q: not a number", row.Granted))
-		return taken{pauseUntil: s.a.dbNow().Add(min(noRoomBackoff(w.windowSeconds), failedBlockPause))}
+		return failedTake(w)
 	}
 	if !row.AllotmentID.Valid || granted.sign() <= 0 {
 		s.a.counts.noRoom.Add(1)
-		until := row.DbNow.Add(noRoomBackoff(w.windowSeconds))
-		if until.After(row.ResetAt) {
-			until = row.ResetAt
-		}
-		return taken{ran: true, pauseUntil: until, pauseNeed: need}
+		pause := min(noRoomBackoff(w.windowSeconds), row.ResetAt.Sub(row.DbNow)) // past the window's end by the statement's time at most
+		return taken{ran: true, pauseUntil: time.Now().Add(pause), pauseNeed: need}
 	}
 	s.a.counts.granted.Add(1)
 	now := time.Now()
@@ -409,6 +409,12 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 		limit: w.Limit.Limit, lastUse: now, endsLocal: now.Add(row.ResetAt.Sub(s.a.dbNow()))}
 	b.granted = granted
 	return taken{ran: true, block: b}
+}
+
+// failedTake is what a block request that failed came to: no block of its
+// counter is asked for until failedBlockPause (or noRoomBackoff) is over.
+func failedTake(w windowLimit) taken {
+	return taken{pauseUntil: time.Now().Add(min(noRoomBackoff(w.windowSeconds), failedBlockPause))}
 }
 
 // wantLocked sizes the next block: what this process admits on the
@@ -452,8 +458,8 @@ func (s *blockSet) wantLocked(limit, need float64) float64 {
 // pausedLocked reports whether no block is to be asked for with room for
 // need: one asked for with room for as much came back empty within
 // noRoomBackoff, or one asked for failed within failedBlockPause.
-func (s *blockSet) pausedLocked(now time.Time, need float64) bool {
-	return now.Before(s.pauseUntil) && need >= s.pauseNeed
+func (s *blockSet) pausedLocked(need float64) bool {
+	return time.Now().Before(s.pauseUntil) && need >= s.pauseNeed
 }
 
 // rateSpan is the shortest span the rate that sizes blocks is measured
