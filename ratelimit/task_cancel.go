@@ -40,9 +40,16 @@ import (
 // does, so a transaction cancels or finishes one task at most
 // (*LockOrderError).
 //
-// Not undone when ctx ends after the second round trip was sent: the task
-// may have been cancelled all the same, and a retry is safe (it is then
-// refused with Status cancelled; GetTask shows the task).
+// Cancelling works as for FinishTask: when ctx ends before CancelTask
+// returns, it returns ctx's error, with the FinishResult of the task when
+// its batch cancelled it, which is not undone. A batch once sent runs to
+// its answer, and the reservations linked to the task since the first
+// read, which only that answer names, are released in the background;
+// one still unanswered 100 ms after ctx ended is cancelled. When
+// CancelTask fails otherwise after its second round trip was sent (the
+// connection broke, its batch was cancelled so), the task may have been
+// cancelled all the same, and a retry is safe (it is then refused with
+// Status cancelled; GetTask shows the task).
 //
 // Two round trips, as FinishTask: a read of the task's status and open
 // reservations, then one batch that locks their counters (lock order), then
@@ -99,13 +106,16 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 		_, _ = l.queries.TaskCancel(ctx, r, db.TaskCancelParams{PlannedReservationIds: rids, Now: now, Reason: optText(reason), TaskID: id})
 	})
 	released := l.queueReleaseIfFinished(ctx, b, id, rids)
-	if err := runBatch(ctx, l.conn, b); err != nil {
-		return FinishResult{}, wrapDBError(ctx, "cancel task", err)
+	if err := l.runEndBatch(ctx, b); err != nil {
+		return FinishResult{}, l.endBatchError(ctx, "cancel task", taskID, err)
 	}
 	if hook := l.opts.cancelBatchHook; hook != nil {
 		hook()
 	}
 	if len(cancelled) == 0 {
+		if left := callerLeft(ctx, "cancel task", taskID); left != nil {
+			return FinishResult{}, left
+		}
 		// A worker claimed the task (or it finished) between the two round
 		// trips: refused with the status the batch locked. A read after the
 		// batch could find the task queued again (unclaimed, or requeued by
@@ -119,6 +129,9 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 	res := finishResult(c)
 	late, err := l.releaseLate(ctx, "cancel task", c.LateReservationIds, now)
 	res.ReleasedReservations = int(*released) + late
+	if err == nil {
+		err = callerLeft(ctx, "cancel task", taskID)
+	}
 	return res, err
 }
 

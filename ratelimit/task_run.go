@@ -177,6 +177,21 @@ func staleToken(taskID, status string) *StaleTokenError {
 // they stay open until Recover releases them: their counters cannot be
 // locked after the task row.
 //
+// Cancelling: when ctx ends before FinishTask returns, it returns ctx's
+// error (errors.Is), with the FinishResult of the task when its batch
+// finished it. The task is not put back: a finish is not undone. A batch
+// once sent is not cancelled for the caller: the server may commit it all
+// the same, and only its answer names the reservations linked late. It
+// runs to its answer, and when it finished the task those reservations
+// are released in the background, as above (Limiter.Close waits for it;
+// on a single connection it is done before FinishTask returns). A batch
+// still unanswered 100 ms after ctx ended (waiting for the task row, say)
+// is cancelled, as a Reserve's statement is: rolled back, the task still
+// running; one the server committed before the cancel landed may leave
+// those reservations to Recover. Inside a caller's transaction, a
+// cancelled statement ends the transaction, and what it did is rolled
+// back with it.
+//
 // Outside READ COMMITTED (a REPEATABLE READ transaction of yours, say) it
 // refuses with ErrIsolation and writes nothing.
 //
@@ -192,11 +207,11 @@ func staleToken(taskID, status string) *StaleTokenError {
 // only the task is the task's). Either way, do not retry with the same token.
 //
 // When FinishTask fails otherwise after its second round trip was sent
-// (its context ended, the connection broke), the task may have finished
-// all the same. A retry with the same token is safe: it writes nothing
-// and, if the task finished, gets a *StaleTokenError whose Status is the
-// finished status; GetTask then shows the outcome that finished it (the
-// one sent, or recovery's: server_restarted for a sync task,
+// (the connection broke, its batch was cancelled as above), the task may
+// have finished all the same. A retry with the same token is safe: it
+// writes nothing and, if the task finished, gets a *StaleTokenError whose
+// Status is the finished status; GetTask then shows the outcome that
+// finished it (the one sent, or recovery's: server_restarted for a sync task,
 // requeue_limit_exceeded for an async one past its requeues; its attempt
 // says execution_lease_expired).
 //
@@ -268,13 +283,16 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	// Released only when the task is finished now: a stale token whose
 	// task runs under another claim (or is queued again) leaves them to it.
 	released := l.queueReleaseIfFinished(ctx, b, id, rids)
-	if err := runBatch(ctx, l.conn, b); err != nil {
-		return FinishResult{}, wrapDBError(ctx, "finish task", err)
+	if err := l.runEndBatch(ctx, b); err != nil {
+		return FinishResult{}, l.endBatchError(ctx, "finish task", taskID, err)
 	}
 	if hook := l.opts.finishBatchHook; hook != nil {
 		hook()
 	}
 	if len(finished) == 0 {
+		if left := callerLeft(ctx, "finish task", taskID); left != nil {
+			return FinishResult{}, left
+		}
 		// The claim changed between the two round trips: refused with the
 		// status the batch locked. TaskFinish is fenced by status and token,
 		// so a task still running then was claimed again under another token.
@@ -288,7 +306,54 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	res.ReleasedReservations = int(*released)
 	late, err := l.releaseLate(ctx, "finish task", f.LateReservationIds, p.Now)
 	res.ReleasedReservations += late
+	if err == nil {
+		err = callerLeft(ctx, "finish task", taskID)
+	}
 	return res, err
+}
+
+// runEndBatch sends FinishTask's or CancelTask's batch, which, once sent,
+// runs to its answer when ctx ends meanwhile (statementContext), as the
+// statement of a Reserve or a ClaimTask does (runToAnswer): the server may
+// commit it all the same, and only its answer names the reservations
+// linked to the task since the call's first read, which nobody else
+// releases before Recover (the caller releases them, in the background
+// once ctx is over: releaseLate). Still unanswered leftGrace after ctx
+// ended, it is cancelled. A ctx already over sends nothing. Inside a
+// caller's transaction it runs in ctx as it is: a cancelled statement
+// ends the transaction, and what it did is rolled back with it.
+func (l *Limiter) runEndBatch(ctx context.Context, b *pgx.Batch) error {
+	if l.inTx {
+		return runBatch(ctx, l.conn, b)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
+	defer cancel()
+	return runBatch(sctx, l.conn, b)
+}
+
+// endBatchError is the error of op's batch (runEndBatch) of taskID: ctx's
+// once the caller left, as callerLeft says, whatever ended the batch (the
+// cancel leftGrace later, say); inside a caller's transaction, or while ctx
+// lasts, the batch's own (wrapDBError).
+func (l *Limiter) endBatchError(ctx context.Context, op, taskID string, err error) error {
+	if left := callerLeft(ctx, op, taskID); left != nil && !l.inTx {
+		return left
+	}
+	return wrapDBError(ctx, op, err)
+}
+
+// callerLeft is the error of a FinishTask or CancelTask (op) of taskID
+// whose caller left (ctx ended) before it returned: ctx's, whether or not
+// its batch, which runs to its answer, ended the task. Nil while ctx
+// lasts.
+func callerLeft(ctx context.Context, op, taskID string) error {
+	if err := ctx.Err(); err != nil {
+		return errorf("ratelimit: %s %s: %w", op, taskID, err)
+	}
+	return nil
 }
 
 // finishResult is what a TaskFinish row says (or a TaskCancel row, of the
