@@ -614,7 +614,9 @@ func (a *allotments) abandonUnreturned() {
 // while it fails, 30 s at most in all (a try that hangs), both counted
 // from when it was handed to the background. They run a bounded number
 // at a time, the rest waiting their turn (one waiting past its 2 s still
-// tries once): the releases of what a combined Reserve granted,
+// tries once; 200 waiting per one running at most, 65536 in all, beyond
+// which each new one drops the oldest waiting, counted in Stats.Lost):
+// the releases of what a combined Reserve granted,
 // twice a combined statement's worth for each statement in flight
 // (WithCombining); the others, each a statement on a connection of its
 // own, half the pool's MaxConns (one at least; 4 on an Executor that is

@@ -16,12 +16,19 @@ import (
 // the give-backs time their tries from then, not from when their turn
 // came (retryUnheld).
 //
+// The queue keeps queuedAtMost(most) jobs: one added beyond them drops
+// the oldest waiting, which drop is told of (the give-backs count it as
+// lost, Stats.Lost, as one whose tries ran out): its turn would have come
+// late in its span, if at all.
+//
 // A counter under a lock rather than a sync.WaitGroup: a job may be added
 // while wait waits, when none is pending too (an Add from zero, which a
 // WaitGroup forbids during its Wait), and wait then waits for it.
 type backlog[T any] struct {
-	run  func(job T, added time.Time)
-	most int
+	run       func(job T, added time.Time)
+	drop      func(job T, added time.Time) // a job that waited beyond maxQueued
+	most      int
+	maxQueued int
 
 	mu      sync.Mutex
 	queue   []queued[T] // oldest first, waiting for a worker
@@ -36,17 +43,24 @@ type queued[T any] struct {
 	added time.Time
 }
 
-func newBacklog[T any](most int, run func(T, time.Time)) *backlog[T] {
-	b := &backlog[T]{run: run, most: max(most, 1)}
+func newBacklog[T any](most int, run, drop func(T, time.Time)) *backlog[T] {
+	b := &backlog[T]{run: run, drop: drop, most: max(most, 1), maxQueued: queuedAtMost(most)}
 	b.idle = sync.NewCond(&b.mu)
 	return b
 }
 
 // add queues job, and starts a worker for it unless most run already.
+// With maxQueued waiting already, the oldest of them is dropped; it
+// counts as pending until drop returned, so that wait waits for it too.
 func (b *backlog[T]) add(job T) {
 	b.mu.Lock()
 	b.pending++
 	b.queue = append(b.queue, queued[T]{job, time.Now()})
+	var old queued[T]
+	over := len(b.queue) > b.maxQueued
+	if over {
+		old = b.pop()
+	}
 	start := b.workers < b.most
 	if start {
 		b.workers++
@@ -55,25 +69,42 @@ func (b *backlog[T]) add(job T) {
 	if start {
 		go b.work()
 	}
+	if over {
+		b.drop(old.job, old.added)
+		b.mu.Lock()
+		b.doneLocked()
+		b.mu.Unlock()
+	}
+}
+
+// pop takes the oldest job off the queue. Under mu.
+func (b *backlog[T]) pop() queued[T] {
+	q := b.queue[0]
+	b.queue[0] = queued[T]{} // the array must not keep it
+	b.queue = b.queue[1:]
+	if len(b.queue) == 0 {
+		b.queue = nil
+	}
+	return q
+}
+
+// doneLocked ends a pending job: run or dropped. Under mu.
+func (b *backlog[T]) doneLocked() {
+	b.pending--
+	if b.pending == 0 {
+		b.idle.Broadcast()
+	}
 }
 
 // work runs the queued jobs, one after the other, until none is left.
 func (b *backlog[T]) work() {
 	b.mu.Lock()
 	for len(b.queue) > 0 {
-		q := b.queue[0]
-		b.queue[0] = queued[T]{} // the array must not keep it
-		b.queue = b.queue[1:]
-		if len(b.queue) == 0 {
-			b.queue = nil
-		}
+		q := b.pop()
 		b.mu.Unlock()
 		b.run(q.job, q.added)
 		b.mu.Lock()
-		b.pending--
-		if b.pending == 0 {
-			b.idle.Broadcast()
-		}
+		b.doneLocked()
 	}
 	b.workers--
 	b.mu.Unlock()
@@ -87,3 +118,31 @@ func (b *backlog[T]) wait() {
 		b.idle.Wait()
 	}
 }
+
+// queuedAtMost is how many jobs a backlog of most workers keeps waiting
+// their turn: a job added beyond it drops the oldest waiting (see add).
+// A give-back's tries are timed from its hand-over (retryUnheld), so one
+// that would start more than unheldReleaseSpan after it was added tries
+// once, past its span, and with the database unreachable fails: at a
+// give-back every backlogTurn at best per worker (a database slow enough
+// for them to pile up), a queue of most × unheldReleaseSpan/backlogTurn
+// is as much as starts within the span. Beyond it, entries only hold
+// memory (a closure and its grant each), piling up while the database
+// answers Reserves and not the give-backs, until their 30 s run out.
+// queuedCeiling caps it for a backlog of many workers.
+func queuedAtMost(most int) int {
+	perWorker := int(unheldReleaseSpan / backlogTurn)
+	if most >= queuedCeiling/perWorker {
+		return queuedCeiling
+	}
+	return max(most, 1) * perWorker
+}
+
+const (
+	// backlogTurn is the least time queuedAtMost reckons a give-back's turn
+	// takes on a worker, once they queue.
+	backlogTurn = 10 * time.Millisecond
+	// queuedCeiling bounds queuedAtMost: 64 Ki waiting give-backs, some
+	// tens of MB at most (a grant of a few reservations each).
+	queuedCeiling = 1 << 16
+)

@@ -18,6 +18,7 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 		ran           []int
 	)
 	hold := make(chan struct{})
+	noDrop := func(j int, _ time.Time) { t.Errorf("job %d dropped, under the queue's bound", j) }
 	b := newBacklog(most, func(j int, _ time.Time) {
 		mu.Lock()
 		running++
@@ -30,7 +31,7 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 		mu.Lock()
 		running--
 		mu.Unlock()
-	})
+	}, noDrop)
 	for j := range jobs {
 		b.add(j)
 	}
@@ -81,7 +82,7 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 		<-block
 		order = append(order, j) // one goroutine at a time: wait orders it before the reads below
 		added, runs = append(added, at), append(runs, time.Now())
-	})
+	}, noDrop)
 	for j := range 5 {
 		b2.add(j)
 	}
@@ -112,4 +113,73 @@ func TestBacklogRunsJobsBoundedInOrderAndWaitWaitsForAll(t *testing.T) {
 		t.Errorf("after wait: %d pending, queue %v", b2.pending, b2.queue)
 	}
 	b2.mu.Unlock()
+}
+
+// A backlog keeps queuedAtMost(most) jobs waiting: each one added beyond
+// them drops the oldest waiting, which never runs and is handed to drop
+// with when it was added (on add's goroutine, before add returns), and
+// every other job runs, oldest first.
+func TestBacklogDropsTheOldestWaitingBeyondItsBound(t *testing.T) {
+	const over = 4
+	bound := queuedAtMost(1)
+	if bound != int(unheldReleaseSpan/backlogTurn) || queuedAtMost(1<<14) != queuedCeiling || queuedAtMost(0) != bound {
+		t.Errorf("queuedAtMost: %d for one worker, %d for 1<<14, %d for none; want %d, %d, %d",
+			bound, queuedAtMost(1<<14), queuedAtMost(0), int(unheldReleaseSpan/backlogTurn), queuedCeiling, bound)
+	}
+	var (
+		mu      sync.Mutex
+		ran     []int
+		dropped []int
+		added   []time.Time
+	)
+	started, hold := make(chan struct{}), make(chan struct{})
+	b := newBacklog(1, func(j int, _ time.Time) {
+		if j == 0 {
+			close(started)
+			<-hold
+		}
+		mu.Lock()
+		ran = append(ran, j)
+		mu.Unlock()
+	}, func(j int, at time.Time) {
+		mu.Lock()
+		dropped, added = append(dropped, j), append(added, at)
+		mu.Unlock()
+	})
+	b.add(0)
+	<-started // the worker holds job 0: the others wait
+	before := time.Now()
+	for j := 1; j <= bound; j++ {
+		b.add(j)
+	}
+	for j := bound + 1; j <= bound+over; j++ {
+		b.add(j)
+	}
+	b.mu.Lock()
+	if len(b.queue) != bound || b.pending != 1+bound {
+		t.Errorf("%d queued, %d pending; want %d (the bound), %d", len(b.queue), b.pending, bound, 1+bound)
+	}
+	b.mu.Unlock()
+	close(hold)
+	b.wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(dropped) != fmt.Sprint([]int{1, 2, 3, 4}) {
+		t.Errorf("dropped %v, want [1 2 3 4]: the oldest waiting, once each", dropped)
+	}
+	for i, at := range added {
+		if at.Before(before) {
+			t.Errorf("drop %d told the job was added at %v, before it was (%v)", i, at, before)
+		}
+	}
+	want := []int{0}
+	for j := 1 + over; j <= bound+over; j++ {
+		want = append(want, j)
+	}
+	if fmt.Sprint(ran) != fmt.Sprint(want) {
+		t.Errorf("ran %d jobs %v, want the %d not dropped, oldest first", len(ran), ran, len(want))
+	}
+	if b.pending != 0 || b.queue != nil {
+		t.Errorf("after wait: %d pending, %d queued", b.pending, len(b.queue))
+	}
 }

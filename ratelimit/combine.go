@@ -42,7 +42,10 @@ type combiner[Req, Res any] struct {
 	// batch returned: what it was granted must not stay held. They run
 	// givingBackAtOnce at a time, the rest waiting their turn (gives).
 	abandoned func(res Res, handedOver time.Time)
-	gives     *backlog[Res]
+	// dropped is told of each result that gives dropped, waiting beyond
+	// its bound, before abandoned ran on it (nil: nobody is).
+	dropped func(res Res)
+	gives   *backlog[Res]
 
 	mu       sync.Mutex
 	queue    []*combined[Req, Res]
@@ -79,7 +82,7 @@ type combined[Req, Res any] struct {
 func newCombiner[Req, Res any](maxBatch, maxInFlight int, run func(context.Context, []Req) ([]Res, []error, error), abandoned func(Res, time.Time)) *combiner[Req, Res] {
 	c := &combiner[Req, Res]{maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), leftGrace: leftStatementGrace, run: run, abandoned: abandoned}
 	if abandoned != nil {
-		c.gives = newBacklog(givingBackAtOnce(c.maxBatch, c.maxInFlight), c.giveBack)
+		c.gives = newBacklog(givingBackAtOnce(c.maxBatch, c.maxInFlight), c.giveBack, c.dropGiveBack)
 	}
 	c.idle = sync.NewCond(&c.mu)
 	return c
@@ -477,6 +480,16 @@ func (c *combiner[Req, Res]) giveBack(res Res, handedOver time.Time) {
 	c.releaseDone()
 }
 
+// dropGiveBack ends a result that gives dropped, beyond its bound, before
+// abandoned ran on it: dropped counts it, and it no longer counts as
+// releasing.
+func (c *combiner[Req, Res]) dropGiveBack(res Res, _ time.Time) {
+	if c.dropped != nil {
+		c.dropped(res)
+	}
+	c.releaseDone()
+}
+
 // hotMarkKey keys, in the context a combined statement runs with, the flag
 // that markHot sets.
 type hotMarkKey struct{}
@@ -729,8 +742,10 @@ type Stats struct {
 	// (a block the server granted that this Limiter never learns of, held
 	// until Recover returns it after its window), and give-backs of what
 	// nobody held (a grant decided after its caller left, a task created or
-	// claimed so) that failed for good. What they hold stays held until a
-	// lease's TTL, its window's end or Recover ends it. Not counted: a
+	// claimed so) that failed for good, or that waited their turn beyond
+	// the bound of those waiting (dropped, see Limiter.Close). What they
+	// hold stays held until a lease's TTL, its window's end or Recover
+	// ends it. Not counted: a
 	// statement the server failed (rolled back), one never sent (a pool
 	// that could not open a connection for it, or was closed, sent
 	// nothing), anything inside a caller's transaction (its rollback ends

@@ -121,7 +121,7 @@ func TestCombinerHandsEachGiveBackItsHandOverTime(t *testing.T) {
 		mu.Unlock()
 		<-release // every give-back after the first waits its turn meanwhile
 	})
-	c.gives = newBacklog(1, c.giveBack) // one at a time
+	c.gives = newBacklog(1, c.giveBack, c.dropGiveBack) // one at a time
 	before := time.Now()
 	callers.call(t, c, calls)
 	after := time.Now()

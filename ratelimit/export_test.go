@@ -302,3 +302,7 @@ func WrapDBError(ctx context.Context, op string, err error) error { return wrapD
 func (l *Limiter) GiveBackUnheldInBackground(giveBack func(context.Context) error) {
 	l.giveBackUnheld(func(handedOver time.Time) { l.retryUnheld(handedOver, giveBack) })
 }
+
+// QueuedAtMost is how many give-backs wait their turn, at most, behind
+// most running at once (queuedAtMost); one more drops the oldest.
+func QueuedAtMost(most int) int { return queuedAtMost(most) }

@@ -69,7 +69,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 	}
 	conn = orNoConn(conn, "conn")
 	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}}
-	l.unheld = newBacklog(unheldAtOnce(conn), runGiveBack)
+	l.unheld = newBacklog(unheldAtOnce(conn), runGiveBack, l.dropGiveBack)
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
@@ -83,6 +83,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		// A statement of settleChunk rows at most (see there).
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil).weighed(settleChunk, (*settleRequest).rows)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
+		l.reserves.dropped = func(Grant) { l.lost.Add(1) } // as releaseAbandoned's give-up would
 	}
 	l.allot = newAllotments(l, o.allot)
 	l.admitted = l.allot

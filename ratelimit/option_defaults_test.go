@@ -143,7 +143,8 @@ func docValue(s string) (float64, bool) {
 // statements that take and give up a maintenance lease
 // (leaseStatementTimeout), within which they wait 4 s for a lock, and the
 // give-backs Close waits for that run at once on an Executor other than a
-// pool (defaultUnheldAtOnce). Each value written is the code's.
+// pool (defaultUnheldAtOnce), and how many of them wait their turn at most
+// (queuedAtMost). Each value written is the code's.
 func TestDocsStateTheCodesBounds(t *testing.T) {
 	t.Parallel()
 	chunk := strconv.Itoa(settleChunk)
@@ -161,6 +162,8 @@ func TestDocsStateTheCodesBounds(t *testing.T) {
 		{"WithMaintenanceLockTimeout", `never more than (\d+) s`, lockWait},
 		{"WithMaintenanceLockTimeout", `wait (\d+) s at most too`, lockWait},
 		{"Limiter.Close", `(\d+) on an Executor that is not`, strconv.Itoa(defaultUnheldAtOnce)},
+		{"Limiter.Close", `(\d+) waiting per one running`, strconv.Itoa(queuedAtMost(1))},
+		{"Limiter.Close", `(\d+) in all, beyond`, strconv.Itoa(queuedCeiling)},
 	}
 	_, _, docs := packageDocs(t)
 	for _, c := range checks {

@@ -45,5 +45,12 @@ func unheldAtOnce(conn Executor) int {
 // 2; an Executor of one's own, wrapping a pool or several, may have more.
 const defaultUnheldAtOnce = 4
 
+// dropGiveBack is how the Limiter's backlog (unheld) ends a give-back it
+// dropped, waiting beyond its bound (queuedAtMost): it never runs, and
+// what it would have given back stays held (until a window, a lease's TTL
+// or Recover ends it), counted lost as a give-back whose tries ran out is
+// (retryUnheld).
+func (l *Limiter) dropGiveBack(func(time.Time), time.Time) { l.lost.Add(1) }
+
 // runGiveBack is how the Limiter's backlog (unheld) runs a job.
 func runGiveBack(giveBack func(time.Time), handedOver time.Time) { giveBack(handedOver) }
