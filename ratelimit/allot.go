@@ -616,13 +616,16 @@ func (a *allotments) abandonUnreturned() {
 // at a time, the rest waiting their turn (one waiting past its 2 s still
 // tries once; 200 waiting per one running at most, 65536 in all, beyond
 // which each new one drops the oldest waiting, counted in Stats.Lost):
-// the releases of what a combined Reserve granted,
-// twice a combined statement's worth for each statement in flight
-// (WithCombining); the others, each a statement on a connection of its
-// own, half the pool's MaxConns (one at least; 4 on an Executor that is
-// not a *pgxpool.Pool), so that live calls keep the other half. All would
-// be lost if the pool closed first. Call it when the process stops, once it
-// makes no more calls (after http.Server.Shutdown, say), and before
+// the releases of what a combined Reserve granted, twice a combined
+// statement's worth for each statement in flight (WithCombining); the
+// others, each a statement on a connection of its own, half the pool's
+// MaxConns (one at least; on an Executor of one's own that embeds no
+// *pgxpool.Pool, half of pgxpool's default, which is 4 or the number of
+// CPUs, whichever is more), so that live calls keep the other half. On a
+// single connection they run before the call that handed them over
+// returns. All would be lost if the pool closed first. Call it when the
+// process stops, once it makes no more calls (after http.Server.Shutdown,
+// say), and before
 // closing the pool, which it does not close: blocks of a process that does
 // not close stay reserved until their window ends, and so do those a Close
 // could not return (the database unreachable): Maintenance.Recover returns

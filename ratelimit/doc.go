@@ -89,7 +89,8 @@
 // process that dies strands its blocks until their window ends, and
 // Maintenance.Recover then returns them, charging its last report. Local
 // is ignored inside a caller's transaction (WithTx) and on a Limiter made
-// from a single connection (a *pgx.Conn or *pgxpool.Conn), which cannot run
+// from a single connection (a *pgx.Conn or *pgxpool.Conn, or a type of
+// one's own that embeds one), which cannot run
 // the blocks' own statements alongside the caller's. The README's "Local
 // allotments" says more, with measurements.
 //

@@ -88,7 +88,8 @@ type Limit struct {
 	// concurrent limit, or a queue_size one of TaskSpec.QueueLimits, with
 	// Local set is a *ValidationError. Ignored inside a caller's
 	// transaction, on a Limiter made from a single connection (*pgx.Conn,
-	// *pgxpool.Conn), and for a Window not longer than
+	// *pgxpool.Conn, or a type of one's own that embeds one), and for a
+	// Window not longer than
 	// AllotmentOptions.Margin (a block stops admitting Margin before its
 	// window ends, so it would admit nothing). A Reserve for a task whose
 	// limits were all admitted from blocks reads the task and attempt

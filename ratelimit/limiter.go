@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 )
@@ -49,7 +48,8 @@ type Limiter struct {
 	admitted *allotments
 	// unheld runs the give-backs of what nobody holds off their callers'
 	// goroutines, unheldAtOnce at a time (giveBackUnheld); Close waits for
-	// them. Nil in a WithTx copy, which runs none so.
+	// them. Nil on a single connection or a transaction (New's own, or a
+	// WithTx copy's), which runs none so: one statement at a time there.
 	unheld *backlog[func(handedOver time.Time)]
 	// lost counts what this Limiter may have left held for nobody
 	// (Stats.Lost). Shared with the Limiter's WithTx copies.
@@ -69,15 +69,15 @@ func New(conn Executor, opts ...Option) *Limiter {
 	}
 	conn = orNoConn(conn, "conn")
 	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}}
-	l.unheld = newBacklog(unheldAtOnce(conn), runGiveBack, l.dropGiveBack)
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
 		return l
 	}
 	if oneConnection(conn) {
-		return l // nothing combined, Local limits decided in the database
+		return l // nothing combined, Local limits decided in the database, give-backs on the caller's goroutine
 	}
+	l.unheld = newBacklog(unheldAtOnce(conn), runGiveBack, l.dropGiveBack)
 	if o.combineBatch > 0 {
 		l.reserves = newCombiner(o.combineBatch, o.combineInFlight, l.reserveBatch, l.releaseAbandoned)
 		// A statement of settleChunk rows at most (see there).
@@ -91,7 +91,10 @@ func New(conn Executor, opts ...Option) *Limiter {
 }
 
 // oneConnection reports whether conn is a single connection (a *pgx.Conn,
-// or a pool's *pgxpool.Conn), which runs one statement at a time. Statements
+// a pool's *pgxpool.Conn, or an Executor of one's own that wraps either,
+// told by their methods Config() *pgx.ConnConfig and Conn() *pgx.Conn, as
+// execMode tells them; a pgx.Tx has the latter too, and is one
+// connection), which runs one statement at a time. Statements
 // sent off the caller's path would run on it alongside the caller's own
 // ("conn busy", pgx's state raced, statements crossed): the blocks of Local
 // limits, taken ahead, reported and returned so, and combined statements,
@@ -100,7 +103,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 // in the database, as inside a caller's transaction.
 func oneConnection(conn Executor) bool {
 	switch conn.(type) {
-	case *pgx.Conn, *pgxpool.Conn:
+	case interface{ Config() *pgx.ConnConfig }, interface{ Conn() *pgx.Conn }:
 		return true
 	}
 	return false

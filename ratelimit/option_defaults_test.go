@@ -5,10 +5,13 @@ import (
 	"go/parser"
 	"go/token"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/gosrc"
 )
@@ -142,8 +145,8 @@ func docValue(s string) (float64, bool) {
 // reservations of one settle call (settleChunk) and the 5 s timeout of the
 // statements that take and give up a maintenance lease
 // (leaseStatementTimeout), within which they wait 4 s for a lock, and the
-// give-backs Close waits for that run at once on an Executor other than a
-// pool (defaultUnheldAtOnce), and how many of them wait their turn at most
+// give-backs Close waits for that run at once on an Executor of one's own
+// that shows no pool (half of pgxpool's default MaxConns), and how many of them wait their turn at most
 // (queuedAtMost). Each value written is the code's.
 func TestDocsStateTheCodesBounds(t *testing.T) {
 	t.Parallel()
@@ -161,7 +164,7 @@ func TestDocsStateTheCodesBounds(t *testing.T) {
 		{"WithMaintenanceLockTimeout", `besides, (\d+) s`, timeout},
 		{"WithMaintenanceLockTimeout", `never more than (\d+) s`, lockWait},
 		{"WithMaintenanceLockTimeout", `wait (\d+) s at most too`, lockWait},
-		{"Limiter.Close", `(\d+) on an Executor that is not`, strconv.Itoa(defaultUnheldAtOnce)},
+		{"Limiter.Close", `which is (\d+) or the number of CPUs`, strconv.Itoa(pgxpoolLeastMaxConns)},
 		{"Limiter.Close", `(\d+) waiting per one running`, strconv.Itoa(queuedAtMost(1))},
 		{"Limiter.Close", `(\d+) in all, beyond`, strconv.Itoa(queuedCeiling)},
 	}
@@ -216,4 +219,20 @@ func packageDocs(t *testing.T) (*token.FileSet, []*ast.File, map[string]string) 
 		})
 	}
 	return fset, files, docs
+}
+
+// pgxpoolLeastMaxConns is pgxpool's: a pool_max_conns not set is the
+// number of CPUs, pgxpoolLeastMaxConns at least.
+func TestPgxpoolLeastMaxConnsIsPgxpools(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := max(pgxpoolLeastMaxConns, runtime.NumCPU()); int(cfg.MaxConns) != want {
+		t.Errorf("pgxpool's default MaxConns is %d, want %d (the number of CPUs, %d at least)", cfg.MaxConns, want, pgxpoolLeastMaxConns)
+	}
+	if got := defaultUnheldAtOnce(); got != int(cfg.MaxConns)/2 {
+		t.Errorf("defaultUnheldAtOnce() = %d, want %d: half of pgxpool's default MaxConns", got, cfg.MaxConns/2)
+	}
 }

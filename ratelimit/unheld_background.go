@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,23 +28,32 @@ func (l *Limiter) giveBackUnheld(giveBack func(handedOver time.Time)) {
 }
 
 // unheldAtOnce is how many give-backs giveBackUnheld runs at once on
-// conn: half a pool's connections (MaxConns), one at least, so that in a
-// storm of callers leaving the live calls keep the other half (each
-// give-back's statement takes a connection of its own: a Release
-// WithoutCombining, a task's undo, a hot batch's release of what it could
-// not confirm on a Limiter that does not combine); defaultUnheldAtOnce on
-// an Executor of another kind.
+// conn, an Executor that runs statements side by side (New makes no
+// backlog on a single connection or a transaction, where they run on the
+// caller's goroutine, one at a time): half its pool's connections
+// (MaxConns), one at least, so that in a storm of callers leaving the live
+// calls keep the other half (each give-back's statement takes a
+// connection of its own: a Release WithoutCombining, a task's undo, a hot
+// batch's release of what it could not confirm on a Limiter that does not
+// combine). The pool is a *pgxpool.Pool, or one that an Executor of one's
+// own embeds (its Config method, as execMode finds it). An Executor of one's
+// own that shows no pool is taken for one of pgxpool's default size
+// (defaultUnheldAtOnce).
 func unheldAtOnce(conn Executor) int {
-	if pool, ok := conn.(*pgxpool.Pool); ok && pool != nil {
+	if pool, ok := conn.(interface{ Config() *pgxpool.Config }); ok {
 		return max(int(pool.Config().MaxConns)/2, 1)
 	}
-	return defaultUnheldAtOnce
+	return defaultUnheldAtOnce()
 }
 
-// defaultUnheldAtOnce is unheldAtOnce's bound on an Executor that is not
-// a *pgxpool.Pool: half of pgxpool's least default MaxConns (4) would be
-// 2; an Executor of one's own, wrapping a pool or several, may have more.
-const defaultUnheldAtOnce = 4
+// defaultUnheldAtOnce is unheldAtOnce's bound on an Executor of one's own
+// that shows no pool: half of pgxpool's default MaxConns, which is the
+// number of CPUs, pgxpoolLeastMaxConns at least.
+func defaultUnheldAtOnce() int { return max(pgxpoolLeastMaxConns, runtime.NumCPU()) / 2 }
+
+// pgxpoolLeastMaxConns is the least of pgxpool's default MaxConns (a
+// pool_max_conns not set), which is the number of CPUs when more.
+const pgxpoolLeastMaxConns = 4
 
 // dropGiveBack is how the Limiter's backlog (unheld) ends a give-back it
 // dropped, waiting beyond its bound (queuedAtMost): it never runs, and
