@@ -78,8 +78,9 @@ func TestUnheldGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T
 // A storm of callers who leave while their combined Reserve statements
 // run, with the give-backs held: beyond GivingBackAtOnce running and
 // QueuedAtMost of that waiting, each grant handed over drops the oldest
-// waiting, counted lost; the others are all given back. Nothing else is
-// lost, and what stays held is exactly what was dropped.
+// waiting, counted lost; the others are all given back, their Releases
+// combined. Nothing else is lost, and what stays held is exactly what was
+// dropped.
 func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T) {
 	t.Parallel()
 	const maxBatch, maxInFlight, callers, over = 2, 1, 6, 10
@@ -137,6 +138,10 @@ func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing
 	assertLost(t, l, dropped, "Close")
 	if got := tries.Load(); got != keep {
 		t.Errorf("%d tries, want %d: one each of the give-backs not dropped", got, keep)
+	}
+	// Their Releases go through the settle combiner: many to a statement.
+	if st := l.Stats().Settle; st.Requests != keep || st.Batches >= keep {
+		t.Errorf("Stats().Settle %+v: want the %d releases, combined in fewer statements", st, keep)
 	}
 	s := summary(t, pool)
 	if s.ReservationsOpen != dropped || s.ReservationsReleased != keep || s.LeasesUnreleased != dropped {
