@@ -193,6 +193,13 @@ SELECT coalesce(p.kind, '')::text                               AS kind,
        p.attempt_id,
        coalesce(p.expected, 0)::numeric                         AS expected,
        coalesce(p.actual, 0)::numeric                           AS actual,
+       -- The same amounts as numeric's text, exactly, without trailing
+       -- zeros (as InspectWindows; a sum keeps its terms' scale: 0.5 + 0.5
+       -- is 1.0): a ledger's sum may need more digits than a float64 holds
+       -- (1e14 + 1e-9 is 100000000000000.000000001), so expected and actual
+       -- can differ where their float64s do not.
+       pg_catalog.trim_scale(coalesce(p.expected, 0))::text     AS expected_text,
+       pg_catalog.trim_scale(coalesce(p.actual, 0))::text       AS actual_text,
        c.checked_at
 FROM checked AS c
 LEFT JOIN listed AS p ON true
@@ -219,12 +226,16 @@ type DoctorCheckRow struct {
 	AttemptID     pgtype.UUID
 	Expected      float64
 	Actual        float64
+	ExpectedText  string
+	ActualText    string
 	CheckedAt     time.Time
 }
 
 // Lists every problem found, at most @max_problems of them, ordered by kind,
 // or, when there is none, one row whose kind is empty (and every other column
-// as for a kind it does not apply to, expected and actual 0); every row
+// as for a kind it does not apply to, expected and actual 0, their texts
+// "0"); expected_text and actual_text are expected and actual as numeric's
+// text, exact where the numeric columns' float64s may round; every row
 // carries checked_at, @now or the statement's now(), the time of the
 // snapshot it read. The kinds:
 //
@@ -298,6 +309,8 @@ func (q *Queries) DoctorCheck(ctx context.Context, db DBTX, arg DoctorCheckParam
 			&i.AttemptID,
 			&i.Expected,
 			&i.Actual,
+			&i.ExpectedText,
+			&i.ActualText,
 			&i.CheckedAt,
 		); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,8 +129,19 @@ type Problem struct {
 	// AttemptID is the finished attempt that a reservation or lease of the
 	// *_of_finished_attempt kinds is attached to.
 	AttemptID string
-	Expected  float64
-	Actual    float64
+	// Expected and Actual are the amounts the books should hold and do
+	// hold (which amounts, each Kind says), as the nearest float64s. The
+	// database keeps them exactly, in numeric, and may need more digits
+	// than a float64 holds: a counter 1e-9 off a sum of 1e14 and 1e-9 has
+	// Expected and Actual both 1e14. Compare or show ExpectedText and
+	// ActualText instead.
+	Expected float64
+	Actual   float64
+	// ExpectedText and ActualText are Expected and Actual exactly, as
+	// numeric's text without trailing zeros ("100000000000000.000000001",
+	// "1", "0"); Doctor always sets them. Parse them with big.Rat.SetString.
+	ExpectedText string
+	ActualText   string
 }
 
 // String describes the problem on one line, for logs and the CLI.
@@ -150,7 +162,18 @@ func (p Problem) String() string {
 	if p.RowID != "" {
 		where = append(where, "row "+p.RowID)
 	}
-	return fmt.Sprintf("%s: %s: expected %g, actual %g", p.Kind, strings.Join(where, ", "), p.Expected, p.Actual)
+	return fmt.Sprintf("%s: %s: expected %s, actual %s", p.Kind, strings.Join(where, ", "), amountText(p.ExpectedText, p.Expected),
+		amountText(p.ActualText, p.Actual))
+}
+
+// amountText is an amount of a Problem as String shows it: its exact text
+// when it has one (Doctor sets it), else its float64 in full and without
+// an exponent, as numeric's text would be (a Problem a caller built).
+func amountText(text string, f float64) string {
+	if text != "" {
+		return text
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 // Doctor checks the books in one statement (one snapshot of a live
@@ -220,6 +243,7 @@ func problemFromRow(row db.DoctorCheckRow) Problem {
 		Kind: ProblemKind(row.Kind), ScopeType: row.ScopeType, ScopeKey: row.ScopeKey, Metric: row.Metric,
 		TaskID: idString(row.TaskID), TaskStatus: row.TaskStatus.String, RowID: idString(row.RowID),
 		AttemptID: idString(row.AttemptID), Expected: row.Expected, Actual: row.Actual,
+		ExpectedText: row.ExpectedText, ActualText: row.ActualText,
 	}
 	if row.WindowSeconds > 0 {
 		p.Window = time.Duration(row.WindowSeconds) * time.Second

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,6 +156,10 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 			l, m := clocked(pool, &clock)
 			assertDoctorOK(t, pool)
 			want := tc.corrupt(t, l, m, &clock, pool)
+			// Every amount here is a whole number: its exact text is its
+			// float64's, in full.
+			want.ExpectedText = strconv.FormatFloat(want.Expected, 'f', -1, 64)
+			want.ActualText = strconv.FormatFloat(want.Actual, 'f', -1, 64)
 
 			report, err := m.Doctor(ctx)
 			if err != nil {
