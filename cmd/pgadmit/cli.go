@@ -119,7 +119,9 @@ func newApp(stdout, stderr io.Writer, getenv func(string) string) *app {
 // runApp is run with a made: a test may change a's defaults first.
 func runApp(ctx context.Context, a *app, args []string) int {
 	stderr := a.stderr
-	err := statementCacheAdvice(a.main(ctx, args))
+	out := &outputWriter{w: a.stdout}
+	a.stdout = out
+	err := out.lost(statementCacheAdvice(a.main(ctx, args)))
 	prefix := a.prefix()
 	var sbe *schemaBehindError
 	if a.schemaBehind != "" && !errors.As(err, &sbe) {
@@ -152,6 +154,32 @@ func runApp(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
 		return exitFailure
 	}
+}
+
+// outputWriter is a command's stdout. It remembers the first write that failed, so that a
+// command whose output was lost (a full disk, a reader that went away) does not exit 0: a
+// script that ran `pgadmit migrate version > v` or `pgadmit doctor >> log` would read success.
+type outputWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil && o.err == nil {
+		o.err = err
+	}
+	return n, err
+}
+
+// lost returns err, the command's outcome, unless a write of its output failed and the command
+// succeeded (or printed its help) or failed for that very write: then it says that the output
+// was lost. A command that failed for another reason keeps its own error.
+func (o *outputWriter) lost(err error) error {
+	if o.err == nil || (err != nil && !errors.Is(err, errHelp) && !errors.Is(err, o.err)) {
+		return err
+	}
+	return fmt.Errorf("cannot write its output: %w", o.err)
 }
 
 // prefix begins each line pgadmit says on stderr: "pgadmit", or "pgadmit demo" once the command
