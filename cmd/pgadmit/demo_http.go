@@ -297,7 +297,7 @@ func (d *httpDemo) showMetrics(ctx context.Context) error {
 	for line := range strings.Lines(string(body)) {
 		// promadmit makes some counters at 0 for every label value (75
 		// series), lest increase miss a first count: the demo shows what it counted.
-		zero := strings.Contains(line, "_total{") && strings.HasSuffix(line, "} 0\n")
+		zero := zeroCounter(line)
 		if strings.HasPrefix(line, "pgadmit_") && !strings.Contains(line, "_bucket{") && !zero {
 			fmt.Fprintf(d.out, "  %s", line)
 		}
@@ -309,6 +309,14 @@ func (d *httpDemo) showMetrics(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// zeroCounter says whether line, of a Prometheus text page, is a counter's series (its name
+// ending in _total, with labels or without) at 0.
+func zeroCounter(line string) bool {
+	line = strings.TrimSpace(line)
+	name := line[:strings.IndexAny(line+" ", "{ ")]
+	return strings.HasSuffix(name, "_total") && strings.HasSuffix(line, " 0")
 }
 
 // checkNothingHeld waits until this run's scopes hold no reservation and

@@ -60,6 +60,11 @@ func TestDemoHTTP(t *testing.T) {
 	if strings.Contains(out, "PROBLEM") {
 		t.Errorf("demo --http reported a problem")
 	}
+	// The page is shown "without histogram buckets and counters at 0": those without labels
+	// too (pgadmit_lost_total 0, pgadmit_local_blocks_granted_total 0 were shown).
+	if zero := regexp.MustCompile(`(?m)^  pgadmit_\w+_total(\{[^}]*\})? 0$`).FindAllString(out, -1); len(zero) > 0 {
+		t.Errorf("demo --http shows counters at 0: %q", zero)
+	}
 	if regexp.MustCompile(`(?m)^  pgadmit_.*sk-demo`).MatchString(out) {
 		t.Errorf("a metric shows an API key")
 	}
