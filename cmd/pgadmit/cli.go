@@ -242,7 +242,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	err := fs.Parse(args)
 	a.noteGiven(fs)
 	if err != nil {
-		return usagef("%v", err)
+		return flagError(fs, err)
 	}
 	rest := fs.Args()
 	if *help || (len(rest) > 0 && rest[0] == "help" && len(rest) == 1) {
@@ -323,7 +323,7 @@ func (a *app) parse(c *command, fs *flag.FlagSet, args []string) ([]string, erro
 				a.printCommandHelp(a.stdout, c, fs)
 				return nil, errHelp
 			}
-			return nil, usagef("%v", err)
+			return nil, flagError(fs, err)
 		}
 		if fs.NArg() == 0 {
 			break

@@ -19,13 +19,13 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"prune", "--older-than", "7d"}, `invalid value "7d" for flag -older-than: unknown unit "d" in duration "7d" ` + hint},
-		{[]string{"prune", "--task-retention=30d"}, `invalid value "30d" for flag -task-retention: unknown unit "d" in duration "30d" ` + hint},
-		{[]string{"recover", "--every", "30"}, `invalid value "30" for flag -every: missing unit in duration "30" ` + hint},
-		{[]string{"--connect-timeout", "5", "doctor"}, `invalid value "5" for flag -connect-timeout: missing unit in duration "5" ` + hint},
-		{[]string{"inspect", "--connect-timeout", "soon"}, `invalid value "soon" for flag -connect-timeout: invalid duration "soon" ` + hint},
-		{[]string{"bench", "--duration", "1sec"}, `invalid value "1sec" for flag -duration: unknown unit "sec" in duration "1sec" ` + hint},
-		{[]string{"doctor", "--lock-timeout", "5"}, `invalid value "5" for flag -lock-timeout: missing unit in duration "5" ` + hint},
+		{[]string{"prune", "--older-than", "7d"}, `invalid value "7d" for --older-than: unknown unit "d" in duration "7d" ` + hint},
+		{[]string{"prune", "--task-retention=30d"}, `invalid value "30d" for --task-retention: unknown unit "d" in duration "30d" ` + hint},
+		{[]string{"recover", "--every", "30"}, `invalid value "30" for --every: missing unit in duration "30" ` + hint},
+		{[]string{"--connect-timeout", "5", "doctor"}, `invalid value "5" for --connect-timeout: missing unit in duration "5" ` + hint},
+		{[]string{"inspect", "--connect-timeout", "soon"}, `invalid value "soon" for --connect-timeout: invalid duration "soon" ` + hint},
+		{[]string{"bench", "--duration", "1sec"}, `invalid value "1sec" for --duration: unknown unit "sec" in duration "1sec" ` + hint},
+		{[]string{"doctor", "--lock-timeout", "5"}, `invalid value "5" for --lock-timeout: missing unit in duration "5" ` + hint},
 	} {
 		out, errOut, code := cli(t, db, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" {

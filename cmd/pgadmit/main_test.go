@@ -109,10 +109,10 @@ func TestUsageErrors(t *testing.T) {
 		want string // in the message
 	}{
 		{nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
-		{nil, []string{"--nope", "migrate"}, "flag provided but not defined: -nope"},
+		{nil, []string{"--nope", "migrate"}, "unknown flag --nope"},
 		{nil, []string{"help", "migrate", "up"}, `unexpected argument "up" after help migrate`},
 		{nil, []string{"help", "nosuch"}, `unknown command "nosuch"`},
-		{db, []string{"migrate", "--nope", "up"}, "flag provided but not defined: -nope"},
+		{db, []string{"migrate", "--nope", "up"}, "unknown flag --nope"},
 		{db, []string{"migrate"}, "missing subcommand"},
 		{db, []string{"migrate", "sideways"}, `unknown subcommand "sideways"`},
 		{db, []string{"migrate", "--to", "1", "status"}, "--to applies to up and down"},
@@ -158,7 +158,15 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"bench", "--only", ""}, "--only is empty"},
 		{db, []string{"bench", "--json="}, "--json is empty"},
 		{db, []string{"bench", "--cpuprofile", ""}, "--cpuprofile is empty"},
-		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for flag -workers`},
+		{db, []string{"bench", "--workers", "many"}, `invalid value "many" for --workers: want a whole number (see`},
+		// The flag package's errors name a flag -name, and said "parse error" of a value that is
+		// not a number or not a boolean: they name it as --help and the README do, and say what
+		// it wants.
+		{db, []string{"migrate", "up", "--to", "latest"}, `invalid value "latest" for --to: want a whole number (see`},
+		{db, []string{"demo", "--http=maybe"}, `invalid value "maybe" for --http: want true or false (see`},
+		{db, []string{"inspect", "--limit"}, `--limit needs a value (see`},
+		{nil, []string{"--database-url"}, `--database-url needs a value (see`},
+		{db, []string{"recover", "--batch-size", "99999999999999999999"}, `invalid value "99999999999999999999" for --batch-size: value out of range (see`},
 		{db, []string{"bench", "--combining=false", "--in-flight", "4"}, "--in-flight needs --combining"},
 		{db, []string{"bench", "--rounds", "0"}, "--rounds must be between 1 and 1000, got 0"},
 		{db, []string{"bench", "--rounds", "1001"}, "--rounds must be between 1 and 1000"},
@@ -203,7 +211,7 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"recover", "--lock-timeout", "1000h"}, "--lock-timeout must be at most 596h31m23.647s"},
 		{db, []string{"prune", "--lock-timeout", "2562047h"}, "--lock-timeout must be at most 596h31m23.647s"},
 		// migrate has a lock_timeout of its own for its migrations; demo and bench wait for no lock of another session.
-		{db, []string{"migrate", "up", "--lock-timeout", "1s"}, "flag provided but not defined: -lock-timeout"},
+		{db, []string{"migrate", "up", "--lock-timeout", "1s"}, "unknown flag --lock-timeout"},
 	} {
 		out, errOut, code := cli(t, tc.env, tc.args...)
 		if code != exitUsage {
