@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/servertime"
 )
 
 // A bench interrupted before any workload finished ran no check: it does not say that all of them
@@ -101,6 +102,8 @@ func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
 		{bench.Check{}, part("checks", "steadiness")},
 		{bench.Steadiness{}, part("steadiness", "server_time")},
 		{workloadWaitsJSON{}, part("waits", "wal_pct` is")},
+		{workloadServerTimeJSON{}, part("workloads", "waits")},
+		{servertime.Statement{}, part("statements", "waits")},
 	} {
 		typ := reflect.TypeOf(c.v)
 		for i := range typ.NumField() {
@@ -110,6 +113,22 @@ func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
 			}
 			if !strings.Contains(c.text, `"`+name+`"`) {
 				t.Errorf("README's bench --json row does not name %s's field %q", typ, name)
+			}
+		}
+	}
+	// A field that is left out when it does not apply (omitempty: hot_percent when no batch was
+	// hot, though the table prints "0% hot") is one a script must default: the row says which.
+	_, leftOut, ok := strings.Cut(row, "left out when they do not apply")
+	leftOut, _, _ = strings.Cut(leftOut, ";")
+	if !ok {
+		t.Error("README's bench --json row does not say which fields are left out when they do not apply")
+	}
+	for _, v := range []any{benchReport{}, bench.Result{}, bench.Check{}, serverTimeReport{}, servertime.Status{}, servertime.Statement{}} {
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			if strings.Contains(opts, "omitempty") && !strings.Contains(leftOut, "`"+name+"`") {
+				t.Errorf("README's bench --json row does not say that %s's field %q is left out when it does not apply", typ, name)
 			}
 		}
 	}
