@@ -316,8 +316,12 @@ func (a *app) progressOption(every time.Duration) ratelimit.MaintenanceOption {
 		return nil
 	}
 	return ratelimit.WithProgress(every, func(p ratelimit.Progress) {
-		fmt.Fprintf(a.stderr, "pgadmit %s: so far (%s, %d batches, now at %q): %s\n",
-			p.Job, p.Elapsed.Round(time.Second), p.Batches, p.Step, p.Summary)
+		batches := "batches"
+		if p.Batches == 1 {
+			batches = "batch"
+		}
+		fmt.Fprintf(a.stderr, "pgadmit %s: so far (%s, %d %s, now at %q): %s\n",
+			p.Job, p.Elapsed.Round(time.Second), p.Batches, batches, p.Step, p.Summary)
 	})
 }
 

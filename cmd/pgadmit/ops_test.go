@@ -375,14 +375,15 @@ func TestPruneAndRecoverPrintTheirProgress(t *testing.T) {
 		if code != exitOK || !regexp.MustCompile(c.result).MatchString(out) {
 			t.Errorf("%s --progress 1ns: exit %d, stdout:\n%s", c.cmd, code, out)
 		}
-		line := regexp.MustCompile(`^pgadmit ` + c.cmd + `: so far \(\d+s, (\d+) batches, now at "[a-z ]+"\): ` + c.summary)
+		// "1 batch", "2 batches": the first line said "1 batches".
+		line := regexp.MustCompile(`^pgadmit ` + c.cmd + `: so far \(\d+s, (\d+) batch(es)?, now at "[a-z ]+"\): ` + c.summary)
 		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
 		if len(lines) < 6 {
 			t.Errorf("%s --progress 1ns: %d progress lines, want one per batch:\n%s", c.cmd, len(lines), errOut)
 		}
 		for i, l := range lines {
 			m := line.FindStringSubmatch(l)
-			if m == nil || m[1] != strconv.Itoa(i+1) {
+			if m == nil || m[1] != strconv.Itoa(i+1) || (m[2] == "") != (i == 0) {
 				t.Errorf("%s progress line %d does not match %s:\n%s", c.cmd, i+1, line, l)
 			}
 		}
