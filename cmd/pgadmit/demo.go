@@ -119,9 +119,9 @@ func (d *demo) pickModel(rng *mrand.Rand) *demoModel {
 func runDemo(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	duration := fs.Duration("duration", 20*time.Second, "how long the gateway runs, 5s to 10m (the crash comes at about a third) (default 20s; 10s with --http)")
-	instances := fs.Int("instances", 3, "gateway instances, each with its own pool, 2 to 16; the last one is killed (not with --http)")
-	clients := fs.Int("clients", 12, "concurrent clients per instance, 1 to 64")
-	keys := fs.Int("keys", 150, "API keys, 2 to 1000000 (default 150; 20 with --http)")
+	instances := fs.Int("instances", 3, "`N` gateway instances, each with its own pool, 2 to 16; the last one is killed (not with --http)")
+	clients := fs.Int("clients", 12, "`N` concurrent clients per instance, 1 to 64")
+	keys := fs.Int("keys", 150, "`N` API keys, 2 to 1000000 (default 150; 20 with --http)")
 	httpMode := fs.Bool("http", false, "run an HTTP gateway (package httpadmit) in front of a fake streaming upstream instead")
 	decisionTimeout := fs.Duration("decision-timeout", 500*time.Millisecond, "with --http: how long the gateway waits for a decision before its failure policy answers (503, fail closed), 1ms to 1m")
 	args, err := a.parse(a.cmd, fs, args)

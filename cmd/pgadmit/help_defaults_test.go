@@ -34,3 +34,18 @@ func TestHelpStatesTheDefaultsTheCodeUses(t *testing.T) {
 		t.Errorf("defaults found in the help texts: %v, want lock-timeout 4 and lost grace 1", seen)
 	}
 }
+
+// Every flag that takes a value names it in --help as the README's CLI reference does (--workers
+// N, --every interval, --json file), never by the Go type the flag package falls back to: demo's
+// --clients, --instances and --keys, recover's --batch-size and --max-requeues and prune's
+// --batch-size showed "int", where bench's like flags and the README say N.
+func TestHelpNamesEveryFlagValue(t *testing.T) {
+	t.Parallel()
+	goType := regexp.MustCompile(`(?m)^  (--[a-z-]+) (int|int64|uint|uint64|float|string|value)$`)
+	for _, c := range commands() {
+		out := cliOK(t, c.name, "--help")
+		for _, m := range goType.FindAllStringSubmatch(out, -1) {
+			t.Errorf("pgadmit %s --help: %s takes a value named by its Go type, %q", c.name, m[1], m[2])
+		}
+	}
+}
