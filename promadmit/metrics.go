@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -164,11 +165,12 @@ func WithMaxSeries(n int) Option {
 //	pgadmit_recovered_total                what Recover gave back {kind}
 //	pgadmit_pruned_total                   what Prune released or deleted {kind}
 //
-// A nil reg, or an option out of its range, is a *ratelimit.ValidationError
-// (errors.Is ratelimit.ErrInvalidInput) whose Field names it ("reg",
-// "WithNearLimit", "WithMaxSeries").
+// A nil reg (a nil *prometheus.Registry in it too), or an option out of its
+// range, is a *ratelimit.ValidationError (errors.Is
+// ratelimit.ErrInvalidInput) whose Field names it ("reg", "WithNearLimit",
+// "WithMaxSeries").
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
-	if reg == nil {
+	if nilRegisterer(reg) {
 		return nil, invalidOption("New", "reg", nil, "must not be nil")
 	}
 	m := &Metrics{nearLimit: DefaultNearLimit, maxSeries: DefaultMaxSeries, series: map[[2]string]bool{}}
@@ -245,6 +247,17 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("promadmit: New: %w", err)
 	}
 	return m, nil
+}
+
+// nilRegisterer reports whether reg is nil, or a nil pointer in the
+// interface (a *prometheus.Registry declared and never made), whose
+// Register would panic.
+func nilRegisterer(reg prometheus.Registerer) bool {
+	if reg == nil {
+		return true
+	}
+	v := reflect.ValueOf(reg)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Decided counts each limit's outcome, and the admissions that left an
