@@ -36,8 +36,11 @@ const (
 // Release) calls made.
 //
 // and, with no label, pgadmit_lost_total: what the Limiter may have left
-// held with nobody to give it back (ratelimit.Stats.Lost), freed by a
-// lease's TTL, its window's end or Recover. Any increase is worth an alert.
+// held with nobody to give it back (ratelimit.Stats.Lost: a Reserve call
+// or a Local limit's block request that lost its answer, a give-back of
+// what nobody held that failed for good or was dropped from a full queue),
+// freed by a lease's TTL, its window's end or Recover. Any increase is
+// worth an alert.
 // What came of the blocks of Local limits (ratelimit.Stats.Local), also
 // with no label:
 //
@@ -78,7 +81,7 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
 		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
 		lost: prometheus.NewDesc("pgadmit_lost_total",
-			"Reserve calls whose statement got no answer, and give-backs of grants nobody held that failed: what may stay held until a lease's TTL, a window's end or Recover.", nil, nil),
+			"What may stay held for nobody until a lease's TTL, a window's end or Recover: Reserve calls and block requests of Local limits whose statement was sent and got no answer, and give-backs of what nobody held (a grant or task whose caller left) that failed for good or were dropped beyond the bound of those waiting.", nil, nil),
 		blocksGranted:   prometheus.NewDesc("pgadmit_local_blocks_granted_total", "Blocks of Local limits the database granted.", nil, nil),
 		blocksNoRoom:    prometheus.NewDesc("pgadmit_local_blocks_no_room_total", "Block requests of Local limits that found no room in their window.", nil, nil),
 		localFailures:   prometheus.NewDesc("pgadmit_local_statement_failures_total", "Statements that take, report, trim or return blocks of Local limits and failed.", nil, nil),
