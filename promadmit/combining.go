@@ -64,9 +64,18 @@ const (
 // mean time rate(seconds) / rate(statements), and rate(seconds) the
 // statements in flight on average: with one in flight per kind (the
 // default), a kind near 1 has callers waiting for every statement, and
-// well under 1 leaves time to spare. A second Limiter needs its own labels:
-// register it through prometheus.WrapRegistererWith. A nil limiter is a
-// *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput).
+// well under 1 leaves time to spare.
+//
+// Each Limiter of a process that has several registers its collector
+// through prometheus.WrapRegistererWith with one label name, the first too:
+// a registry refuses one name with different label names, and keeps a
+// name's label names past Unregister. A Limiter replaced (a reload) takes
+// a collector of its own: unregister the old one, which would go on
+// serving the closed Limiter's counts (a Register beside it fails with a
+// prometheus.AlreadyRegisteredError whose ExistingCollector it is); the
+// new one's counts start at 0, which rate and increase read as a reset. A
+// nil limiter is a *ratelimit.ValidationError (errors.Is
+// ratelimit.ErrInvalidInput).
 func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, error) {
 	if limiter == nil {
 		return nil, invalidOption("NewCombiningCollector", "limiter", nil, "must not be nil")
