@@ -21,7 +21,7 @@ var (
 	promqlSelector = regexp.MustCompile(`(pgadmit_[a-z_]+)(\{[^}]*\})?(\[[0-9a-z]+\])?`)
 	promqlMatcher  = regexp.MustCompile(`([a-z_]+)(=~|!~|!=|=)"([^"]*)"`)
 	promqlBy       = regexp.MustCompile(`by \(([^)]*)\)`)
-	inlinePromQL   = regexp.MustCompile("`([^`]*(?:rate|histogram_quantile)\\([^`]*)`")
+	inlinePromQL   = regexp.MustCompile("`([^`]*(?:rate|increase|histogram_quantile)\\([^`]*)`")
 )
 
 // Every PromQL query of the README (its promql blocks and the inline ones)
@@ -183,4 +183,19 @@ func labelValues(f *dto.MetricFamily) map[string]map[string]bool {
 		}
 	}
 	return values
+}
+
+// readmeQueries finds an inline query under any of PromQL's range
+// functions the README uses: the inline alert on pgadmit_lost_total, an
+// increase, went unchecked (the pattern named rate and histogram_quantile
+// only). Spans naming pgadmit's SQL functions are no queries.
+func TestReadmeQueriesFindsInlineOnes(t *testing.T) {
+	t.Parallel()
+	text := "worth an alert: `increase(pgadmit_lost_total[10m]) > 0`, and `rate(pgadmit_combined_calls_total[1m])`;\n" +
+		"`irate(pgadmit_db_operations_total[1m])`; the SQL of `pgadmit_reserve(...)` and `CALL pgadmit_hot_commit()`\n"
+	got := readmeQueries(text)
+	want := []string{"increase(pgadmit_lost_total[10m]) > 0", "rate(pgadmit_combined_calls_total[1m])", "irate(pgadmit_db_operations_total[1m])"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("readmeQueries = %q, want %q", got, want)
+	}
 }
