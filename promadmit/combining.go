@@ -114,8 +114,11 @@ func (c *combining) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (c *combining) Collect(ch chan<- prometheus.Metric) {
-	s := c.limiter.Stats()
+func (c *combining) Collect(ch chan<- prometheus.Metric) { c.collect(ch, c.limiter.Stats()) }
+
+// collect sends the metrics of s, one reading of the Limiter's Stats, so
+// that a scrape's series agree with each other.
+func (c *combining) collect(ch chan<- prometheus.Metric, s ratelimit.Stats) {
 	for _, k := range []struct {
 		kind  string
 		stats ratelimit.CombinerStats
