@@ -735,9 +735,10 @@ func (q *Queries) TableRowCounts(ctx context.Context, db DBTX) (TableRowCountsRo
 }
 
 const TupleWritesInTransaction = `-- name: TupleWritesInTransaction :many
-SELECT t.relname::text                                  AS table_name,
-       pg_stat_get_xact_tuples_updated(t.oid)::bigint   AS updated,
-       pg_stat_get_xact_tuples_deleted(t.oid)::bigint   AS deleted
+SELECT t.relname::text                                      AS table_name,
+       pg_stat_get_xact_tuples_updated(t.oid)::bigint       AS updated,
+       pg_stat_get_xact_tuples_deleted(t.oid)::bigint       AS deleted,
+       pg_stat_get_xact_tuples_hot_updated(t.oid)::bigint   AS hot_updated
 FROM pg_catalog.pg_class AS t
 WHERE t.relkind = 'r'
   AND t.relnamespace = current_schema()::regnamespace
@@ -746,15 +747,19 @@ ORDER BY t.relname
 `
 
 type TupleWritesInTransactionRow struct {
-	TableName string
-	Updated   int64
-	Deleted   int64
+	TableName  string
+	Updated    int64
+	Deleted    int64
+	HotUpdated int64
 }
 
 // How many rows the statements run so far in the current transaction
 // updated and deleted in each pgadmit table, those of foreign-key actions
 // and triggers included (the functions behind pg_stat_xact_user_tables:
-// n_tup_upd, n_tup_del): a row updated twice counts twice.
+// n_tup_upd, n_tup_del, n_tup_hot_upd): a row updated twice counts twice.
+// hot_updated: those of the updates that were heap-only (HOT): no column
+// any index names changed and the new version fit on the row's page, so no
+// index was written.
 // Locks: none.
 // Index: pg_class_relname_nsp_index (catalog).
 func (q *Queries) TupleWritesInTransaction(ctx context.Context, db DBTX) ([]TupleWritesInTransactionRow, error) {
@@ -766,7 +771,12 @@ func (q *Queries) TupleWritesInTransaction(ctx context.Context, db DBTX) ([]Tupl
 	items := []TupleWritesInTransactionRow{}
 	for rows.Next() {
 		var i TupleWritesInTransactionRow
-		if err := rows.Scan(&i.TableName, &i.Updated, &i.Deleted); err != nil {
+		if err := rows.Scan(
+			&i.TableName,
+			&i.Updated,
+			&i.Deleted,
+			&i.HotUpdated,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -246,12 +246,16 @@ ORDER BY c.window_start, c.metric, c.window_seconds;
 -- How many rows the statements run so far in the current transaction
 -- updated and deleted in each pgadmit table, those of foreign-key actions
 -- and triggers included (the functions behind pg_stat_xact_user_tables:
--- n_tup_upd, n_tup_del): a row updated twice counts twice.
+-- n_tup_upd, n_tup_del, n_tup_hot_upd): a row updated twice counts twice.
+-- hot_updated: those of the updates that were heap-only (HOT): no column
+-- any index names changed and the new version fit on the row's page, so no
+-- index was written.
 -- Locks: none.
 -- Index: pg_class_relname_nsp_index (catalog).
-SELECT t.relname::text                                  AS table_name,
-       pg_stat_get_xact_tuples_updated(t.oid)::bigint   AS updated,
-       pg_stat_get_xact_tuples_deleted(t.oid)::bigint   AS deleted
+SELECT t.relname::text                                      AS table_name,
+       pg_stat_get_xact_tuples_updated(t.oid)::bigint       AS updated,
+       pg_stat_get_xact_tuples_deleted(t.oid)::bigint       AS deleted,
+       pg_stat_get_xact_tuples_hot_updated(t.oid)::bigint   AS hot_updated
 FROM pg_catalog.pg_class AS t
 WHERE t.relkind = 'r'
   AND t.relnamespace = current_schema()::regnamespace
