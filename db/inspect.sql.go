@@ -383,8 +383,8 @@ type InspectTasksHoldingRow struct {
 // The demo watches a killed instance's tasks with it.
 // Locks: none (plain MVCC read).
 // Index: gateway_tasks_pkey (the expired count may read
-// gateway_tasks_lease_expiry_idx instead, every running task on an expired
-// lease, filtered on the ids); gateway_rate_limit_reservations_open_task_idx;
+// gateway_tasks_running_idx instead, filtered on the ids and the expiry);
+// gateway_rate_limit_reservations_open_task_idx;
 // gateway_concurrency_leases_live_task_idx.
 func (q *Queries) InspectTasksHolding(ctx context.Context, db DBTX, taskIds []pgtype.UUID) (InspectTasksHoldingRow, error) {
 	row := db.QueryRow(ctx, InspectTasksHolding, taskIds)

@@ -538,7 +538,10 @@ type RecoveryTaskFindExpiredRow struct {
 // batch locks next). Read only: RecoveryTaskReclaim re-checks every
 // condition under the task row's lock.
 // Locks: none (MVCC read).
-// Index: gateway_tasks_lease_expiry_idx (partial: running, by lease expiry);
+// Index: gateway_tasks_running_idx (partial: running; read whole, live
+// state, and the batch whose leases expired first kept by a top-N sort:
+// keyed on id, not on the expiry, so that heartbeats are HOT updates,
+// schema/00022_hot_heartbeats.sql);
 // gateway_rate_limit_reservations_open_task_idx.
 func (q *Queries) RecoveryTaskFindExpired(ctx context.Context, db DBTX, arg RecoveryTaskFindExpiredParams) ([]RecoveryTaskFindExpiredRow, error) {
 	rows, err := db.Query(ctx, RecoveryTaskFindExpired, arg.Now, arg.BatchSize)

@@ -1049,10 +1049,13 @@ type TaskHeartbeatRow struct {
 // Locks: FOR NO KEY UPDATE on the task row (the UPDATE; held since
 // TaskHeartbeatLock when the task runs under the token).
 // Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
-// the planner cannot match it to gateway_tasks_lease_expiry_idx, the
-// partial index of running tasks: a generic plan made on few tasks read
-// every running task (and every dead entry) through it instead of probing
-// the primary key (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
+// the planner cannot match it to the partial index of running tasks: a
+// generic plan made on few tasks read every running task (and every dead
+// entry) through it instead of probing the primary key, when it was
+// gateway_tasks_lease_expiry_idx (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
+// The update is HOT (no index written): it changes no column that an
+// index names (gateway_tasks_running_idx is keyed on id since
+// schema/00022_hot_heartbeats.sql; TestHotPathUpdatesAreHeapOnly).
 func (q *Queries) TaskHeartbeat(ctx context.Context, db DBTX, arg TaskHeartbeatParams) (TaskHeartbeatRow, error) {
 	row := db.QueryRow(ctx, TaskHeartbeat,
 		arg.TaskID,

@@ -13,7 +13,7 @@
 -- Locks: FOR NO KEY UPDATE on the task row until the transaction ends
 -- (serializes appends to one task; other tasks are not affected), once.
 -- Index: gateway_tasks_pkey (the status test is written `IS TRUE` so that
--- the planner cannot match it to gateway_tasks_lease_expiry_idx, the
+-- the planner cannot match it to gateway_tasks_running_idx, the
 -- partial index of running tasks, and read every running task through it);
 -- gateway_task_events_task_seq_key (insert).
 WITH cur AS (

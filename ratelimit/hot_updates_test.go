@@ -18,15 +18,18 @@ import (
 // INCLUDE column or in a predicate), so PostgreSQL writes no index entry
 // for them and reclaims their old versions on the page, vacuum or not.
 // Those are the counter updates of every reserve, settle and block
-// function, a block's report (AllotmentSync) and trim, and a task's event
-// sequence (AppendEvent). An index that named reserved_value, used_value,
-// limit_value or updated_at of the counters, consumed, synced_at or
-// granted of the blocks, or last_event_seq of the tasks would make each of
-// them write every index of its table again; this test fails then.
-// (Settling a reservation, releasing or renewing a lease, claiming,
-// heartbeating or finishing a task and returning a block are not HOT: each
-// changes a column of a partial index of live rows that recovery, prune or
-// admission reads.)
+// function, a block's report (AllotmentSync) and trim, and a running
+// task's event sequence (AppendEvent) and heartbeat. An index that named
+// reserved_value, used_value, limit_value or updated_at of the counters,
+// consumed, synced_at or granted of the blocks, or last_event_seq,
+// heartbeat_at, execution_lease_expires_at or updated_at of the tasks
+// would make each of them write every index of its table again; this test
+// fails then (a heartbeat did while the partial index of running tasks was
+// keyed on the lease's expiry: schema/00022_hot_heartbeats.sql).
+// (Settling a reservation, releasing or renewing a lease, claiming or
+// finishing a task and returning a block are not HOT: each changes a
+// column of a partial index of live rows, or an expiry an index is keyed
+// on, that recovery, prune or admission reads.)
 func TestHotPathUpdatesAreHeapOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,7 +154,7 @@ func TestHotPathUpdatesAreHeapOnly(t *testing.T) {
 		}
 	})
 
-	// A running task's event (its sequence number).
+	// A running task's event (its sequence number) and heartbeat.
 	var task ratelimit.Task
 	inTx(func() {
 		var err error
@@ -162,6 +165,11 @@ func TestHotPathUpdatesAreHeapOnly(t *testing.T) {
 	heapOnly("AppendEvent", "gateway_tasks", func() {
 		if _, err := l.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "task.progress"}); err != nil {
 			t.Fatalf("AppendEvent: %v", err)
+		}
+	})
+	heapOnly("TaskHeartbeat", "gateway_tasks", func() {
+		if _, err := l.HeartbeatTask(ctx, task.ID, task.ExecutionToken, time.Minute); err != nil {
+			t.Fatalf("HeartbeatTask: %v", err)
 		}
 	})
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/pgadmit/pgadmit/schema"
 )
 
-// An operator rolls the latest three migrations (00019-00021, which redefine
+// An operator rolls three migrations (00019-00021, which redefine
 // pgadmit_allot_return and pgadmit_task_recheck, and make every function's calls of built-ins
 // exact, pgadmit_reserve's among them) back and forward while three gateways serve: two on
 // pools with pgx's statement cache (combined and hot batches), one on the simple protocol. A
@@ -27,7 +27,10 @@ import (
 // transaction holds through every step. No call fails but the expected refusals, no step waits
 // (redefining a function takes no lock that a running call of it holds, and 00020 and 00021 keep
 // their signatures, so the statements the pools prepared stay valid), the stuck call is admitted
-// once the row is free, and the books balance (docs/upgrading.md).
+// once the row is free, and the books balance (docs/upgrading.md). The migrations above them
+// (00022) build an index CONCURRENTLY, which waits, by design, for every transaction older than
+// itself, the held one among them: they are rolled back before the traffic starts, and applied
+// under it once the held transaction has ended, each within the same bound.
 func TestTrafficAcrossLiveMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -42,6 +45,8 @@ func TestTrafficAcrossLiveMigrations(t *testing.T) {
 	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1]), ratelimit.New(simple)}
 	hot, model := uniqueKey("hot"), uniqueKey("model")
 	keys := []string{hot}
+	const lastRedefinition = 21 // 00021; the steps below go down three from it
+	migrateDownTo(t, pools[3], lastRedefinition)
 
 	// The stuck call: its counter row held by a transaction of the operator's pool.
 	stuckKey := uniqueKey("stuck")
@@ -106,8 +111,8 @@ func TestTrafficAcrossLiveMigrations(t *testing.T) {
 	}
 	defer p.Close()
 	progress("at the latest version")
-	steps := []string{"down", "down", "down", "up", "up", "up", "down", "up"} // latest, three down, up again, one down, up
-	for _, step := range steps {
+	stepUnderTraffic := func(step string) {
+		t.Helper()
 		run := p.UpByOne
 		if step == "down" {
 			run = p.Down
@@ -117,8 +122,9 @@ func TestTrafficAcrossLiveMigrations(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s under traffic: %v", step, err)
 		}
-		// Each step is one transaction that sets lock_timeout to 5 s: well below it, it
-		// waited for nothing.
+		// Each step is one transaction that sets lock_timeout to 5 s, or an index built
+		// concurrently once no transaction is held: well below it, it waited for nothing but
+		// the traffic's own short transactions.
 		took := time.Since(start)
 		if took > 4*time.Second {
 			t.Errorf("%s %s took %v under traffic", step, res.Source.Path, took)
@@ -126,20 +132,28 @@ func TestTrafficAcrossLiveMigrations(t *testing.T) {
 		t.Logf("%s %s: %v", step, res.Source.Path, took.Round(time.Millisecond))
 		progress(step + " " + res.Source.Path)
 	}
-	close(stop)
-	wg.Wait()
-	close(failed)
-	for err := range failed {
-		t.Errorf("a call failed while the schema changed: %v", err)
-	}
-	if v, err := schema.Version(ctx, pools[3]); err != nil || v != p.ListSources()[len(p.ListSources())-1].Version {
-		t.Fatalf("Version = %d, %v; want the latest", v, err)
+	steps := []string{"down", "down", "down", "up", "up", "up", "down", "up"} // 00021, three down, up again, one down, up
+	for _, step := range steps {
+		stepUnderTraffic(step)
 	}
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-stuck; err != nil {
 		t.Fatalf("the Reserve that waited in pgadmit_reserve through the steps: %v", err)
+	}
+	latest := p.ListSources()[len(p.ListSources())-1].Version
+	for v := int64(lastRedefinition); v < latest; v++ {
+		stepUnderTraffic("up")
+	}
+	close(stop)
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Errorf("a call failed while the schema changed: %v", err)
+	}
+	if v, err := schema.Version(ctx, pools[3]); err != nil || v != latest {
+		t.Fatalf("Version = %d, %v; want the latest, %d", v, err, latest)
 	}
 	var hotStatements int64
 	for _, l := range ls[:2] {

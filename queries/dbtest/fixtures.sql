@@ -135,7 +135,7 @@ FROM tasks;
 -- state in the proportion that made a custom plan hash the whole task table
 -- rather than probe it (the books are not kept: only for plans).
 -- Locks: row locks on the inserted rows only.
--- Index: gateway_tasks_lease_expiry_idx (partial: running) or a sequential
+-- Index: gateway_tasks_running_idx (partial: running) or a sequential
 -- scan of gateway_tasks; gateway_task_attempts_running_idx; the inserts
 -- maintain every index.
 WITH running AS (
