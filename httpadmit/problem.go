@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/durationtext"
@@ -95,13 +96,20 @@ func RefusalProblem(refusal *Refusal) Problem {
 		window = "in flight"
 	}
 	if !e.Retryable {
-		p.Detail = fmt.Sprintf("%s: the request needs %g, more than the whole quota of %g; retrying cannot help", refusal.Policy, e.Amount, e.Limit)
+		p.Detail = fmt.Sprintf("%s: the request needs %s, more than the whole quota of %s; retrying cannot help",
+			refusal.Policy, amountText(e.Amount), amountText(e.Limit))
 		return p
 	}
 	p.RetryAfterSeconds = ceilSeconds(e.RetryAfter)
-	p.Detail = fmt.Sprintf("%s: the request needs %g, %g of %g left %s; retry after %ds",
-		refusal.Policy, e.Amount, remaining, e.Limit, window, p.RetryAfterSeconds)
+	p.Detail = fmt.Sprintf("%s: the request needs %s, %s of %s left %s; retry after %ds",
+		refusal.Policy, amountText(e.Amount), amountText(remaining), amountText(e.Limit), window, p.RetryAfterSeconds)
 	return p
+}
+
+// amountText is an amount in full and without an exponent, as the JSON
+// members carry it: %g wrote a tokens quota of two million as 2e+06.
+func amountText(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // DefaultRefusalHandler answers 429 with RefusalProblem's body. The
