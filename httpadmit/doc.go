@@ -32,7 +32,10 @@
 // instead when the handler calls Discard, or when it ends abnormally
 // without having reported usage: it panics (any panic, http.ErrAbortHandler
 // included; the panic goes on after the release), its client disconnects
-// (ReasonClientDisconnected), its context's deadline passes
+// (ReasonClientDisconnected; over HTTP/1, net/http sees a client leave only
+// once the request's body was read to its end, by the LimitsFunc or the
+// handler: one that leaves it unread learns of it only from a write that
+// fails), its context's deadline passes
 // (ReasonRequestDeadlineExceeded: http.TimeoutHandler, a server's request
 // timeout), or a write to the client fails (a cut stream). When it had reported
 // usage, that usage is committed even then: the upstream spent it. A
