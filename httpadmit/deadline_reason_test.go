@@ -64,6 +64,24 @@ func TestDeadlinePassedIsNoDisconnect(t *testing.T) {
 		}
 		e.releasedAs(key, deadline)
 	})
+	t.Run("http.TimeoutHandler inside the middleware", func(t *testing.T) {
+		// Its 503 is the handler's own answer, given as it returns: the
+		// middleware learns of no deadline, and commits the request. The
+		// package documentation says to put it around the middleware.
+		e := setup(t)
+		key := uniqueKey("k")
+		upstream := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		h := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(http.TimeoutHandler(upstream, 50*time.Millisecond, "timeout"))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("code %d, want TimeoutHandler's 503", rec.Code)
+		}
+		e.nothingHeld()
+		if got, want := e.books("api_key", key, ratelimit.MetricRequests), (book{Used: 1}); got != want {
+			t.Errorf("requests = %+v, want %+v: committed", got, want)
+		}
+	})
 	t.Run("client gone", func(t *testing.T) {
 		e := setup(t)
 		key := uniqueKey("k")

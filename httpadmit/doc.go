@@ -36,8 +36,10 @@
 // once the request's body was read to its end, by the LimitsFunc or the
 // handler: one that leaves it unread learns of it only from a write that
 // fails), its context's deadline passes
-// (ReasonRequestDeadlineExceeded: http.TimeoutHandler, a server's request
-// timeout), or a write to the client fails (a cut stream). When it had reported
+// (ReasonRequestDeadlineExceeded: http.TimeoutHandler around the
+// middleware, a server's request timeout; a TimeoutHandler inside it
+// answers its 503 as a handler that returned, and the request is
+// committed), or a write to the client fails (a cut stream). When it had reported
 // usage, that usage is committed even then: the upstream spent it. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow
