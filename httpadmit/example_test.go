@@ -47,8 +47,8 @@ func Example() {
 	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
 		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil {
-			return nil, err
+		if err != nil { // the client's upload broke off: a 400, not the 500 of an error not marked
+			return nil, fmt.Errorf("%w: reading the body: %w", httpadmit.ErrBadRequest, err)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body)) // the upstream handler reads it again
 		var req struct {
