@@ -2,8 +2,12 @@ package httpadmit_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -82,6 +86,44 @@ func TestDeadlinePassedIsNoDisconnect(t *testing.T) {
 			t.Errorf("requests = %+v, want %+v: committed", got, want)
 		}
 	})
+	// A stream the server cuts at its WriteTimeout: the write fails on its
+	// deadline, and net/http cancels the request's context as it does for
+	// a client that left (which the middleware took it for), though the
+	// client was still reading.
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("server's WriteTimeout, HTTP/2 %v", h2), func(t *testing.T) {
+			e := setup(t)
+			key := uniqueKey("k")
+			failed := make(chan error, 1)
+			h := e.middleware(fixed(window("api_key", key, ratelimit.MetricRequests, 100, 1)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rc := http.NewResponseController(w)
+				for i := range 100 { // 5s at most; the server's WriteTimeout cuts it at 300ms
+					_, _ = fmt.Fprintf(w, "data: token %d\n\n", i)
+					if err := rc.Flush(); err != nil {
+						failed <- err
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				failed <- nil
+			}))
+			srv := httptest.NewUnstartedServer(h)
+			srv.Config.WriteTimeout = 300 * time.Millisecond
+			srv.EnableHTTP2 = h2
+			srv.StartTLS()
+			defer srv.Close()
+			resp, err := srv.Client().Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body) // the client reads to the end the server gives
+			_ = resp.Body.Close()
+			if err := <-failed; !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the handler's flush: %v, want the server's write deadline", err)
+			}
+			e.releasedAs(key, deadline)
+		})
+	}
 	t.Run("client gone", func(t *testing.T) {
 		e := setup(t)
 		key := uniqueKey("k")

@@ -39,7 +39,9 @@
 // (ReasonRequestDeadlineExceeded: http.TimeoutHandler around the
 // middleware, a server's request timeout; a TimeoutHandler inside it
 // answers its 503 as a handler that returned, and the request is
-// committed), or a write to the client fails (a cut stream). When it had reported
+// committed), or a write to the client fails (ReasonStreamCut;
+// ReasonRequestDeadlineExceeded when it failed on its deadline, as the
+// server's WriteTimeout cuts a long stream). When it had reported
 // usage, that usage is committed even then: the upstream spent it. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow

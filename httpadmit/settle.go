@@ -7,6 +7,7 @@ import (
 	stdlog "log"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"time"
 
@@ -22,8 +23,12 @@ const (
 	// ReasonClientDisconnected releases a request whose context was
 	// cancelled while its handler ran: its client went away.
 	// ReasonRequestDeadlineExceeded releases one whose context's deadline
-	// passed instead (http.TimeoutHandler, a server's request timeout): its
-	// client may still be waiting.
+	// passed instead (http.TimeoutHandler, a server's request timeout), or
+	// whose write to the client failed on its deadline (the server's
+	// WriteTimeout, a ResponseController's SetWriteDeadline), which
+	// net/http also cancels the context of: its client may still be
+	// waiting. ReasonStreamCut releases one whose write failed otherwise
+	// with its context still live.
 	ReasonClientDisconnected      = "client_disconnected"
 	ReasonRequestDeadlineExceeded = "request_deadline_exceeded"
 	ReasonStreamCut               = "stream_cut"
@@ -77,13 +82,11 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 		switch {
 		case panicked:
 			reason = ReasonHandlerPanic
-		case r.Context().Err() != nil:
+		case r.Context().Err() != nil, rw.err != nil:
 			// Checked before the handler's return reaches the server, which
-			// cancels the context only afterwards: the client went away, or
-			// the request's deadline passed.
-			reason = endedReason(r.Context())
-		case rw.err != nil:
-			reason = ReasonStreamCut
+			// cancels the context only afterwards: the client went away, the
+			// request's deadline passed, or a write failed.
+			reason = endedReason(r.Context(), rw.err)
 		}
 		release := releaseFor(rep, reason)
 		if release == "" && a.outer != nil {
@@ -102,16 +105,23 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 	panicked = false
 }
 
-// endedReason is the reason a request whose context ended is released
-// with: ReasonRequestDeadlineExceeded when a deadline passed (the
-// context's own, or one its canceller gave as the cause), else
-// ReasonClientDisconnected (net/http cancels the context of a request
-// whose client left).
-func endedReason(ctx context.Context) string {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+// endedReason is the reason a request whose context ended, or whose write
+// to the client failed (writeErr), is released with:
+// ReasonRequestDeadlineExceeded when a deadline passed (the context's own,
+// one its canceller gave as the cause, or the write's: the server's
+// WriteTimeout, a SetWriteDeadline), else ReasonClientDisconnected for a
+// context that ended (net/http cancels the context of a request whose
+// client left, and of one whose write failed, on its deadline too), else
+// ReasonStreamCut.
+func endedReason(ctx context.Context, writeErr error) string {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(context.Cause(ctx), context.DeadlineExceeded),
+		errors.Is(writeErr, os.ErrDeadlineExceeded):
 		return ReasonRequestDeadlineExceeded
+	case ctx.Err() != nil:
+		return ReasonClientDisconnected
 	}
-	return ReasonClientDisconnected
+	return ReasonStreamCut
 }
 
 // releaseFor says how a request is settled after its handler ended (""
