@@ -42,7 +42,12 @@
 // committed), or a write to the client fails (ReasonStreamCut;
 // ReasonRequestDeadlineExceeded when it failed on its deadline, as the
 // server's WriteTimeout cuts a long stream). When it had reported
-// usage, that usage is committed even then: the upstream spent it. A
+// usage, that usage is committed even then: the upstream spent it. So a
+// client that leaves before the handler's first report pays nothing, not
+// even its request: a handler whose upstream charges once it starts
+// reports as soon as the upstream took the request (its running total, or
+// the requests alone, which commits the other metrics at their estimate),
+// lest leaving early be a way around the limits. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow
 // refusal) releases it too (ReasonHandlerPanic), and goes on. A panic in

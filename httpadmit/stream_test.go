@@ -81,11 +81,14 @@ func TestStreaming(t *testing.T) {
 }
 
 // A client that goes away mid-stream: the request is released when it
-// reported nothing, committed with what it reported otherwise.
+// reported nothing, committed with what it reported otherwise, and the
+// metrics it did not report at their estimate (a handler that reports the
+// request alone as its upstream starts has its tokens committed at the
+// estimate, as the package documentation says).
 func TestClientCancels(t *testing.T) {
 	t.Parallel()
-	for _, reported := range []bool{false, true} {
-		t.Run(fmt.Sprintf("reported=%v", reported), func(t *testing.T) {
+	for _, reported := range []string{"", ratelimit.MetricTokens, ratelimit.MetricRequests} {
+		t.Run(fmt.Sprintf("reported %q", reported), func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
 			key := uniqueKey("key")
@@ -96,8 +99,11 @@ func TestClientCancels(t *testing.T) {
 			))
 			handlerDone := make(chan error, 1)
 			srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if reported {
+				switch reported {
+				case ratelimit.MetricTokens:
 					_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 30})
+				case ratelimit.MetricRequests:
+					_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricRequests: 1})
 				}
 				_, _ = io.WriteString(w, "data: first\n\n")
 				http.NewResponseController(w).Flush()
@@ -129,16 +135,15 @@ func TestClientCancels(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.nothingHeld()
-			want := book{} // released
-			if reported {
-				want = book{Used: 30}
+			want, wantRequests := book{}, book{} // released
+			switch reported {
+			case ratelimit.MetricTokens:
+				want, wantRequests = book{Used: 30}, book{Used: 1} // requests committed at its estimate
+			case ratelimit.MetricRequests:
+				want, wantRequests = book{Used: 1000}, book{Used: 1} // tokens committed at their estimate
 			}
 			if got := e.books("api_key", key, ratelimit.MetricTokens); got != want {
 				t.Errorf("tokens = %+v, want %+v", got, want)
-			}
-			wantRequests := book{Used: 0}
-			if reported {
-				wantRequests = book{Used: 1} // committed at its estimate
 			}
 			if got := e.books("api_key", key, ratelimit.MetricRequests); got != wantRequests {
 				t.Errorf("requests = %+v, want %+v", got, wantRequests)
