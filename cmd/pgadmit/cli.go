@@ -245,6 +245,12 @@ func (a *app) main(ctx context.Context, args []string) error {
 		return flagError(fs, err)
 	}
 	rest := fs.Args()
+	if *help && len(rest) > 0 && rest[0] != "help" {
+		// pgadmit --help <command> [...]: that command's help, as `pgadmit help <command>`
+		// shows it; what follows the command is not read.
+		rest = []string{rest[0], "--help"}
+		*help = false
+	}
 	if *help || (len(rest) > 0 && rest[0] == "help" && len(rest) == 1) {
 		a.printUsage(a.stdout, fs)
 		return errHelp

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// --help before the command shows that command's help, as `pgadmit help <command>` and
+// `pgadmit <command> --help` do: `pgadmit --help migrate` printed the global help. An unknown
+// command after it is a usage error, as it is after `help`.
+func TestHelpBeforeTheCommandShowsItsHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands() {
+		want := cliOK(t, c.name, "--help")
+		for _, args := range [][]string{
+			{"--help", c.name},
+			{"-h", c.name},
+			{"--database-url", "postgres://u@127.0.0.1:1/db", "--help", c.name},
+			{"--help", c.name, "--batch-size", "3"},
+		} {
+			out, errOut, code := cli(t, nil, args...)
+			if code != exitOK || out != want || errOut != "" {
+				t.Errorf("pgadmit %s: exit %d, stderr %q, stdout:\n%s\nwant exit 0 and:\n%s", strings.Join(args, " "), code, errOut, out, want)
+			}
+		}
+	}
+	if out := cliOK(t, "--help", "migrate", "up"); out != cliOK(t, "migrate", "--help") {
+		t.Errorf("pgadmit --help migrate up:\n%s", out)
+	}
+	if out := cliOK(t, "--help", "help"); !strings.HasPrefix(out, "pgadmit operates") {
+		t.Errorf("pgadmit --help help:\n%s", out)
+	}
+	out, errOut, code := cli(t, nil, "--help", "nosuch")
+	if code != exitUsage || out != "" || errOut != "pgadmit: unknown command \"nosuch\" (see pgadmit --help)\n" {
+		t.Errorf("pgadmit --help nosuch: exit %d, stdout %q, stderr %q; want a usage error", code, out, errOut)
+	}
+}
