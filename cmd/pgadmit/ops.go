@@ -42,7 +42,8 @@ failed, after its counts, and the sweeper goes on).
 
 Without --every: one pass, then prints its counts. With --every (at least 100ms): a sweeper
 that runs a pass at that interval and logs each pass's counts until SIGINT or SIGTERM, then
-exits 0. A failed pass is logged and retried at the next interval. At start-up it checks the
+exits 0. A failed pass is logged and retried at the next interval. A log line it cannot write (a
+full disk, a reader that went away) stops it at once, exit 1: it does not sweep on unseen. At start-up it checks the
 connection as doctor does, and warns when it goes through a transaction-pooling proxy in an
 exec mode that needs session state (it says what to add to the connection string).`,
 		db:  dbRequired,
@@ -115,10 +116,20 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 	if err != nil {
 		return err // a bad URL: no retry will mend it
 	}
+	// A sweeper whose log cannot be written (a full disk, a reader that went away) stops: it
+	// would sweep on unseen, every pass and every failure of one unlogged, and whatever
+	// supervises it would see it run. Exit 1 (runApp's outputWriter) tells the supervisor.
+	var lost error
 	logf := func(format string, args ...any) {
-		fmt.Fprintf(a.stdout, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
+		_, err := fmt.Fprintf(a.stdout, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
+		if lost == nil {
+			lost = err
+		}
 	}
 	logf("recover: sweeping every %s (stop with Ctrl-C or SIGTERM)", durationtext.Operator(every))
+	if lost != nil {
+		return lost
+	}
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	var pool *pgxpool.Pool
@@ -149,6 +160,9 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 		}
 		if pool != nil {
 			recoverPass(ctx, pool, maint, passTimeout, lockTimeout, logf, a.dsn)
+		}
+		if lost != nil {
+			return lost
 		}
 		select {
 		case <-ctx.Done():
