@@ -197,7 +197,11 @@ func TestUsageErrors(t *testing.T) {
 		// The floor of every interval flag (minInterval), in the words of bench's --progress.
 		{db, []string{"recover", "--every", "1ms"}, "--every must be 0 (a single pass) or at least 100ms, got 1ms"},
 		{db, []string{"recover", "--every", "-1m"}, "--every must be 0 (a single pass) or at least 100ms, got -1m"},
-		{db, []string{"recover", "--pass-timeout", "5s"}, "--pass-timeout needs --every"},
+		// A one-shot run takes --pass-timeout too (TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout),
+		// with the same floor; 0 is not "no bound", which leaving it out means.
+		{db, []string{"recover", "--pass-timeout", "0s"}, "--pass-timeout must be at least 100ms, got 0s"},
+		{db, []string{"prune", "--pass-timeout", "99ms"}, "--pass-timeout must be at least 100ms, got 99ms"},
+		{db, []string{"prune", "--pass-timeout", "-1m"}, "--pass-timeout must be at least 100ms, got -1m"},
 		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
 		{db, []string{"doctor", "now"}, `unexpected argument "now"`},
 		{db, []string{"inspect", "--lock-timeout", "-1s"}, "--lock-timeout must be >= 0 (0: no bound), got -1s"},

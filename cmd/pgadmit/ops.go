@@ -40,12 +40,17 @@ such batch in the step or when the step is one statement), the other steps run, 
 is printed, and the command says what it left, exit 1 (with --every, the pass is logged as
 failed, after its counts, and the sweeper goes on).
 
-Without --every: one pass, then prints its counts. With --every (at least 100ms): a sweeper
-that runs a pass at that interval and logs each pass's counts until SIGINT or SIGTERM, then
-exits 0. A failed pass is logged and retried at the next interval. A log line it cannot write (a
-full disk, a reader that went away) stops it at once, exit 1: it does not sweep on unseen. At start-up it checks the
-connection as doctor does, and warns when it goes through a transaction-pooling proxy in an
-exec mode that needs session state (it says what to add to the connection string).`,
+Without --every: one pass, then prints its counts. While it runs, every --progress it says on
+stderr how far it has got, after a batch, or, while no batch ends, that it still waits for the
+database: a lock held with --lock-timeout 0, or a server that stopped answering, which no
+lock_timeout ends (the server is not there to apply it). --pass-timeout cuts the pass off (no
+bound by default): what it did is printed, and it exits 1 naming the bound. With --every (at
+least 100ms): a sweeper that runs a pass at that interval and logs each pass's counts until
+SIGINT or SIGTERM, then exits 0. A failed pass is logged and retried at the next interval. A
+log line it cannot write (a full disk, a reader that went away) stops it at once, exit 1: it
+does not sweep on unseen. At start-up it checks the connection as doctor does, and warns when
+it goes through a transaction-pooling proxy in an exec mode that needs session state (it says
+what to add to the connection string).`,
 		db:  dbRequired,
 		run: runRecover,
 	}
@@ -54,7 +59,8 @@ exec mode that needs session state (it says what to add to the connection string
 func runRecover(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	every := fs.Duration("every", 0, "run as a sweeper: one pass every `interval` (e.g. 30s; at least "+minInterval.String()+") until interrupted")
-	passTimeout := fs.Duration("pass-timeout", time.Minute, "with --every: a pass still running after `duration` (at least 100ms) is cut off and logged as failed")
+	passTimeout := passTimeoutFlag(fs, "cut off a pass still running after `duration` (at least 100ms): with --every it is logged as failed and the sweeper "+
+		"goes on (default "+durationtext.Operator(defaultPassTimeout)+"); a single pass, unbounded unless given, prints what it did and exits 1")
 	batch := fs.Int("batch-size", ratelimit.DefaultRecoveryBatchSize, "at most `N` rows in one recovery transaction, 1 to 1000000")
 	maxRequeues := fs.Int("max-requeues", ratelimit.DefaultMaxRequeues, "requeue an async task `N` times before recovery fails it for good")
 	progress := progressFlag(fs, 0)
@@ -69,12 +75,11 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if err := checkInterval("every", *every, "a single pass"); err != nil {
 		return err
 	}
-	if err := checkDuration("pass-timeout", *passTimeout); err != nil {
+	if err := checkPassTimeout(fs, passTimeout); err != nil {
 		return err
 	}
-	if flagGiven(fs, "pass-timeout") && *every == 0 {
-		// A single pass has no timeout of its own: say so rather than ignore the flag.
-		return usagef("--pass-timeout needs --every")
+	if *every > 0 && !flagGiven(fs, "pass-timeout") {
+		*passTimeout = defaultPassTimeout
 	}
 	if *batch < 1 || *batch > 1_000_000 {
 		return usagef("--batch-size must be between 1 and 1000000, got %d", *batch)
@@ -97,15 +102,41 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer grace.CloseOnExit(ctx, pool)
+	pctx, cancel := passContext(ctx, *passTimeout)
+	defer cancel()
+	// A pass cut off on a frozen server leaves a connection that pgx closes once its cancel
+	// request gives up, up to 15 s: the pool is not waited for then, as after Ctrl-C.
+	defer grace.CloseOnExit(pctx, pool)
+	prog := newRunProgress(a.stderr, "recover", *progress, *passTimeout)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
-		ratelimit.WithMaintenanceLockTimeout(*lockTimeout), a.progressOption(*progress))
+		ratelimit.WithMaintenanceLockTimeout(*lockTimeout), prog.option())
 	start := time.Now()
-	res, err := maint.Recover(ctx)
+	stopProgress := prog.watch(ctx, pctx)
+	res, err := maint.Recover(pctx)
+	stopProgress()
 	if line, ok := passReport(res, err, start); ok {
 		fmt.Fprintln(a.stdout, line)
 	}
-	return lockWaited(notMigrated(ctx, pool, err), *lockTimeout)
+	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(ctx, pool, err), *lockTimeout))
+}
+
+// defaultPassTimeout is recover --every's --pass-timeout when it is not given; a one-shot run
+// has no bound unless it is given (a first prune after months of history may rightly take hours).
+const defaultPassTimeout = time.Minute
+
+// passTimeoutFlag adds --pass-timeout to recover and prune, 0 when not given (usage says the
+// default, which depends on --every).
+func passTimeoutFlag(fs *flag.FlagSet, usage string) *time.Duration {
+	return fs.Duration("pass-timeout", 0, usage)
+}
+
+// checkPassTimeout refuses a --pass-timeout given under minDuration, 0 included: a pass cut
+// off at once does nothing (no bound is what leaving it out means).
+func checkPassTimeout(fs *flag.FlagSet, d *time.Duration) error {
+	if flagGiven(fs, "pass-timeout") {
+		return checkDuration("pass-timeout", *d)
+	}
+	return nil
 }
 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
@@ -196,12 +227,7 @@ func recoverPass(ctx context.Context, pool *pgxpool.Pool, maint *ratelimit.Maint
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		msg := scrub(passLockWaited(notMigrated(ctx, pool, err), lockTimeout).Error(), dsn)
-		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
-			// Say which bound cut it off: the error itself says only "context deadline exceeded".
-			msg = fmt.Sprintf("cut off by --pass-timeout (%s): %s", durationtext.Operator(passTimeout), msg)
-		}
-		logf("recover: pass failed: %s", msg)
+		logf("recover: pass failed: %s", scrub(cutOff(ctx, pctx, passTimeout, passLockWaited(notMigrated(ctx, pool, err), lockTimeout)).Error(), dsn))
 	}
 }
 
@@ -240,7 +266,8 @@ Live state is never touched, and the books still balance afterwards. Single-flig
 processes, like recover, and like it a batch waits at most --lock-timeout (5s by default; 0: no
 bound) for each lock another session holds: that batch is left to a later run (and the rest of
 its step, as for recover), the other steps run, what was done is printed, and it exits 1 saying
-so.`,
+so. As recover's, its progress says that it still waits while no batch ends, and --pass-timeout
+(no bound by default) cuts the run off, exit 1.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -253,6 +280,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", ratelimit.DefaultPruneBatchSize, "at most `N` rows in one delete statement, 1 to 1000000 (for tasks and --events: tasks, each with all its events)")
 	progress := progressFlag(fs, 0)
+	passTimeout := passTimeoutFlag(fs, "cut off a run still going after `duration` (at least 100ms): it prints what it did and exits 1 (default: no bound)")
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatch)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
@@ -273,6 +301,9 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err := checkProgress(fs, *progress, false); err != nil {
 		return err
 	}
+	if err := checkPassTimeout(fs, passTimeout); err != nil {
+		return err
+	}
 	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return err
 	}
@@ -284,15 +315,20 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer grace.CloseOnExit(ctx, pool)
+	pctx, cancel := passContext(ctx, *passTimeout)
+	defer cancel()
+	defer grace.CloseOnExit(pctx, pool) // as recover's
+	prog := newRunProgress(a.stderr, "prune", *progress, *passTimeout)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
-		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(*lockTimeout), a.progressOption(*progress))
+		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(*lockTimeout), prog.option())
 	start := time.Now()
-	res, err := maint.Prune(ctx, *olderThan)
+	stopProgress := prog.watch(ctx, pctx)
+	res, err := maint.Prune(pctx, *olderThan)
+	stopProgress()
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return lockWaited(notMigrated(ctx, pool, err), *lockTimeout)
+	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(ctx, pool, err), *lockTimeout))
 }
 
 // progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the
@@ -311,7 +347,8 @@ func progressFlag(fs *flag.FlagSet, floor time.Duration) *time.Duration {
 }
 
 // checkProgress refuses a negative --progress of recover or prune (which take any other value:
-// a line comes only after a batch), and one given to a sweeper, whose passes are each logged
+// a line of how far the run has got comes only after a batch, and the one that says that it
+// still waits for one every minInterval at most: runProgress), and one given to a sweeper, whose passes are each logged
 // already. bench's and doctor's have a floor: checkInterval refuses what is under it.
 func checkProgress(fs *flag.FlagSet, every time.Duration, sweeper bool) error {
 	if every < 0 {
@@ -321,22 +358,6 @@ func checkProgress(fs *flag.FlagSet, every time.Duration, sweeper bool) error {
 		return usagef("--progress is for a single run; with --every each pass is logged")
 	}
 	return nil
-}
-
-// progressOption prints a long run's progress on stderr every interval, so that an operator
-// watching a first prune after months of history sees it move; nil (no option) for 0.
-func (a *app) progressOption(every time.Duration) ratelimit.MaintenanceOption {
-	if every == 0 {
-		return nil
-	}
-	return ratelimit.WithProgress(every, func(p ratelimit.Progress) {
-		batches := "batches"
-		if p.Batches == 1 {
-			batches = "batch"
-		}
-		fmt.Fprintf(a.stderr, "pgadmit %s: so far (%s, %d %s, now at %q): %s\n",
-			p.Job, p.Elapsed.Round(time.Second), p.Batches, batches, p.Step, p.Summary)
-	})
 }
 
 func doctorCommand() *command {

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// stillWaiting is the line a one-shot recover or prune says on stderr, every --progress, while
+// no batch of it ends.
+const stillWaiting = `pgadmit (recover|prune): so far \(\d+s, \d+ batch(es)?(, now at "[a-z ]+"\)|\)): ([^\n]*; )?` +
+	`no batch has ended for \d+s: still waiting for the database \(a lock another session holds, or a server that stopped answering; ` +
+	`(--pass-timeout bounds the run, Ctrl-C stops it|it is cut off at --pass-timeout \(\d+s\))\)\n`
+
+// A one-shot recover or prune whose batch waits (here behind a table lock another session holds,
+// with --lock-timeout 0; elsewhere on a server that stopped answering) says on stderr, every
+// --progress, that it is still waiting, as doctor says it is still checking: its progress lines
+// came only after a batch, so it printed nothing until Ctrl-C. Once the lock goes it ends as
+// usual, its result on stdout alone.
+func TestRecoverAndPruneSayTheyAreStillWaiting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cmd, result string
+		lock        func(context.Context, dbtest.DBTX) error // the table its batch waits for
+	}{
+		{"recover", `^nothing to recover \(\d+(\.\d+)?m?s\)\n$`, dbtest.New().OpsLockTasks},
+		{"prune", `^pruned before \S+: released 0 stale reservations; .* \(\d+(\.\d+)?m?s\)\n$`, dbtest.New().OpsLockCounters},
+	} {
+		t.Run(c.cmd, func(t *testing.T) {
+			t.Parallel()
+			url, pool := newDatabase(t)
+			release := holdLocks(t, pool, c.lock)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+			go func() {
+				exited <- run(ctx, []string{"--database-url", url, c.cmd, "--progress", "200ms", "--lock-timeout", "0"},
+					stdout, stderr, func(string) string { return "" })
+			}()
+			pgtest.AwaitLockWaiters(t, pool, c.cmd)
+			awaitLog(t, stderr, `(?m)^`+stillWaiting+`(.*\n)*`+stillWaiting)
+			release()
+			if code := <-exited; code != exitOK || !regexp.MustCompile(c.result).MatchString(stdout.String()) {
+				t.Errorf("%s once the table was free: exit %d, stdout %q, stderr %q", c.cmd, code, stdout.String(), stderr.String())
+			}
+			batch := `pgadmit ` + c.cmd + `: so far \(\d+s, \d+ batch(es)?, now at "[a-z ]+"\): [^\n]*\n`
+			if !regexp.MustCompile(`^(` + batch + `|` + stillWaiting + `)+$`).MatchString(stderr.String()) {
+				t.Errorf("%s --progress 200ms behind a table lock: stderr %q", c.cmd, stderr.String())
+			}
+		})
+	}
+}
+
+// A one-shot recover or prune on a server that stopped answering (its host froze while a batch
+// waited: no lock_timeout can end that wait, the server is not there to apply it) says that it
+// is still waiting, and --pass-timeout cuts it off, exit 1, naming the bound, as it cuts off a
+// pass of the sweeper: --pass-timeout was refused without --every, and the run hung until Ctrl-C.
+func TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout(t *testing.T) {
+	t.Parallel()
+	for cmd, lock := range map[string]func(context.Context, dbtest.DBTX) error{
+		"recover": dbtest.New().OpsLockTasks, "prune": dbtest.New().OpsLockCounters,
+	} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			dbURL, pool := newDatabase(t)
+			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
+			holdLocks(t, pool, lock)
+			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+			started := time.Now()
+			go func() {
+				exited <- run(context.Background(), []string{"--database-url", frozenURL, cmd, "--progress", "500ms", "--pass-timeout", "3s"},
+					stdout, stderr, func(string) string { return "" })
+			}()
+			pgtest.AwaitLockWaiters(t, pool, cmd)
+			f.Freeze()
+			select {
+			case code := <-exited:
+				took := time.Since(started)
+				t.Logf("%s returned %s after it started; stdout %q, stderr:\n%s", cmd, took.Round(time.Millisecond), stdout.String(), stderr.String())
+				last := stderr.String()[strings.LastIndex(strings.TrimSuffix(stderr.String(), "\n"), "\n")+1:]
+				if code != exitFailure || !strings.HasPrefix(last, "pgadmit "+cmd+": cut off by --pass-timeout (3s): ") {
+					t.Errorf("%s --pass-timeout 3s on a frozen server: exit %d, stdout %q, stderr %q; want exit 1, cut off by --pass-timeout",
+						cmd, code, stdout.String(), stderr.String())
+				}
+				// While frozen it says that it still waits; once cut off, while its statement is
+				// cancelled and its lease given back (a few seconds on a frozen server), that it is
+				// still ending, never that it still waits.
+				ending := `pgadmit ` + cmd + `: so far \(\d+s, \d+ batch(es)?(, now at "[a-z ]+"\)|\)): ([^\n]*; )?` +
+					`cut off by --pass-timeout \(3s\): still ending \(cancelling its statement and giving back the run's lease\)\n`
+				if !regexp.MustCompile(`^(`+stillWaiting+`|pgadmit prune: so far [^\n]*now at "release stale reservations"\): [^\n]*\n)+(`+
+					ending+`)*pgadmit `+cmd+`: cut off by --pass-timeout \(3s\): [^\n]*\n$`).MatchString(stderr.String()) ||
+					!strings.Contains(stderr.String(), "still waiting") {
+					t.Errorf("%s on a frozen server: stderr %q; want that it still waits, then that it still ends, then cut off", cmd, stderr.String())
+				}
+				// 3s, then the cancel request and the release of the run's lease on a server
+				// that does not answer (5s at most), and room for a loaded machine.
+				if took > 20*time.Second {
+					t.Errorf("%s --pass-timeout 3s on a frozen server returned after %s", cmd, took.Round(time.Millisecond))
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%s --pass-timeout 3s on a frozen server did not return within 60s; stderr %q", cmd, stderr.String())
+			}
+		})
+	}
+}
