@@ -142,7 +142,10 @@ func leaveMidBatch(t *testing.T, pool *pgxpool.Pool, l *ratelimit.Limiter, msg s
 // A batch of FinishTask or CancelTask still unanswered the grace after its
 // caller left (stuck behind the task row's lock) is cancelled: the caller
 // gets its context's error (here a deadline's), and the task is left as it
-// was, holding the reservation linked to it meanwhile.
+// was, holding the reservation linked to it meanwhile and the one it held
+// before. With pgx's default, the connection is given up unread; the task
+// has not ended once pgx has closed it, so its reservations are not
+// released then (releaseIfEndedUnread; l.Close waits for it).
 func TestTaskEndBatchStuckPastTheGraceIsCancelled(t *testing.T) {
 	t.Parallel()
 	for _, op := range []string{"FinishTask", "CancelTask"} {
@@ -160,7 +163,10 @@ func TestTaskEndBatchStuckPastTheGraceIsCancelled(t *testing.T) {
 			} else {
 				task, want = createAsync(t, l), ratelimit.TaskQueued
 			}
-			key := uniqueKey("stuck")
+			key, before := uniqueKey("stuck"), uniqueKey("before")
+			if _, err := l.Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", before, ratelimit.MetricTokens, 100, 100)}); err != nil {
+				t.Fatalf("Reserve for the task: %v", err)
+			}
 			tx := heldTx(t, pool)
 			if _, err := l.WithTx(tx).Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 100, 100)}); err != nil {
 				t.Fatalf("Reserve for the task in a transaction: %v", err)
@@ -183,8 +189,11 @@ func TestTaskEndBatchStuckPastTheGraceIsCancelled(t *testing.T) {
 			if got := getTask(t, l, task.ID); got.Status != want {
 				t.Fatalf("task after its batch was cancelled: %s; want %s", got.Status, want)
 			}
-			if open := openReservations(t, pool, "api_key", key); open != 1 {
-				t.Fatalf("%d reservations open; want the task's one", open)
+			l.Close()
+			for _, k := range []string{key, before} {
+				if open := openReservations(t, pool, "api_key", k); open != 1 {
+					t.Fatalf("%s: %d reservations open; want the task's one", k, open)
+				}
 			}
 		})
 	}

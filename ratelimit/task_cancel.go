@@ -45,8 +45,12 @@ import (
 // its batch cancelled it, which is not undone. A batch once sent runs to
 // its answer, and the reservations linked to the task since the first
 // read, which only that answer names, are released in the background;
-// one still unanswered 100 ms after ctx ended is cancelled. When
-// CancelTask fails otherwise after its second round trip was sent (the
+// one still unanswered 100 ms after ctx ended is cancelled. One whose
+// answer pgx gave up unread (committed before its cancel landed, on a pool
+// without ConfigurePool; a connection broken) is followed, on a
+// *pgxpool.Pool, once pgx has closed that connection, by the release of
+// the task's open reservations if it has ended by then; FinishTask says
+// what is left to Recover. When CancelTask fails otherwise after its second round trip was sent (the
 // connection broke, its batch was cancelled so), the task may have been
 // cancelled all the same, and a retry is safe (it is then refused with
 // Status cancelled; GetTask shows the task).
@@ -106,7 +110,10 @@ func (l *Limiter) CancelTask(ctx context.Context, taskID, reason string) (Finish
 		_, _ = l.queries.TaskCancel(ctx, r, db.TaskCancelParams{PlannedReservationIds: rids, Now: now, Reason: optText(reason), TaskID: id})
 	})
 	released := l.queueReleaseIfFinished(ctx, b, id, rids)
-	if err := l.runEndBatch(ctx, b); err != nil {
+	if unread, err := l.runEndBatch(ctx, b); err != nil {
+		if unread != nil {
+			l.releaseIfEndedUnread(unread, id, now)
+		}
 		return FinishResult{}, l.endBatchError(ctx, "cancel task", taskID, err)
 	}
 	if hook := l.opts.cancelBatchHook; hook != nil {

@@ -187,10 +187,32 @@ func staleToken(taskID, status string) *StaleTokenError {
 // on a single connection it is done before FinishTask returns). A batch
 // still unanswered 100 ms after ctx ended (waiting for the task row, say)
 // is cancelled, as a Reserve's statement is: rolled back, the task still
-// running; one the server committed before the cancel landed may leave
-// those reservations to Recover. Inside a caller's transaction, a
-// cancelled statement ends the transaction, and what it did is rolled
-// back with it.
+// running. The server may commit it before the cancel request lands (the
+// task row freed in that moment). On a pool set up with ConfigurePool,
+// pgx then reads its answer, and those reservations are released as
+// above. With pgx's default (or when ConfigurePool's connection gives up
+// waiting: no acknowledgement of the cancel within 1 s, no answer 250 ms
+// after it), or when the connection breaks after the batch was sent, pgx
+// gives the connection up unread: FinishTask returns no FinishResult and
+// does not know whether the task finished. When the Limiter's Executor is
+// a *pgxpool.Pool, once pgx has closed that connection (it sends a cancel
+// request, then a Terminate, which the server reads after the batch, and
+// waits for the server to close: the batch's transaction is over,
+// committed or rolled back), the task's open reservations are released in
+// the background if the task has finished by then, whoever finished it
+// (an open reservation of a finished task is Recover's to release; Close
+// waits for it). What is left to Recover: on another Executor (a
+// *pgx.Conn, whose connection is gone; an Executor of one's own, whose
+// connections FinishTask cannot see), the reservations linked late to a
+// task whose batch committed unread; on a pool, those of a batch that
+// committed after pgx stopped waiting: pgx waits 15 s at most for the
+// server to close (a batch whose cancel request was lost and whose lock
+// is still held runs on), a connection that broke may leave the server
+// running the batch after pgx closed its end, and a pooler (PgBouncer)
+// closes pgx's connection at once, whatever its server connection still
+// runs; and those whose release still fails after 2 s of tries. Inside a
+// caller's transaction, a cancelled statement ends the transaction, and
+// what it did is rolled back with it.
 //
 // Outside READ COMMITTED (a REPEATABLE READ transaction of yours, say) it
 // refuses with ErrIsolation and writes nothing.
@@ -218,7 +240,8 @@ func staleToken(taskID, status string) *StaleTokenError {
 // Two round trips: a read of the task's open reservations, then one batch
 // that locks their counters first (lock order), then the task row,
 // finishes the task and settles the reservations, as one transaction
-// (and a third, rarely, as said above).
+// (and a third, rarely, as said above; after a batch's answer was lost, a
+// read and a release in the background).
 func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outcome) (FinishResult, error) {
 	if err := l.callable(ctx); err != nil {
 		return FinishResult{}, err
@@ -283,7 +306,10 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 	// Released only when the task is finished now: a stale token whose
 	// task runs under another claim (or is queued again) leaves them to it.
 	released := l.queueReleaseIfFinished(ctx, b, id, rids)
-	if err := l.runEndBatch(ctx, b); err != nil {
+	if unread, err := l.runEndBatch(ctx, b); err != nil {
+		if unread != nil {
+			l.releaseIfEndedUnread(unread, id, p.Now)
+		}
 		return FinishResult{}, l.endBatchError(ctx, "finish task", taskID, err)
 	}
 	if hook := l.opts.finishBatchHook; hook != nil {
@@ -310,28 +336,6 @@ func (l *Limiter) FinishTask(ctx context.Context, taskID, token string, out Outc
 		err = callerLeft(ctx, "finish task", taskID)
 	}
 	return res, err
-}
-
-// runEndBatch sends FinishTask's or CancelTask's batch, which, once sent,
-// runs to its answer when ctx ends meanwhile (statementContext), as the
-// statement of a Reserve or a ClaimTask does (runToAnswer): the server may
-// commit it all the same, and only its answer names the reservations
-// linked to the task since the call's first read, which nobody else
-// releases before Recover (the caller releases them, in the background
-// once ctx is over: releaseLate). Still unanswered leftGrace after ctx
-// ended, it is cancelled. A ctx already over sends nothing. Inside a
-// caller's transaction it runs in ctx as it is: a cancelled statement
-// ends the transaction, and what it did is rolled back with it.
-func (l *Limiter) runEndBatch(ctx context.Context, b *pgx.Batch) error {
-	if l.inTx {
-		return runBatch(ctx, l.conn, b)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	sctx, cancel := statementContext(ctx, l.opts.leftGrace)
-	defer cancel()
-	return runBatch(sctx, l.conn, b)
 }
 
 // endBatchError is the error of op's batch (runEndBatch) of taskID: ctx's
