@@ -91,6 +91,13 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 	if len(call) == 0 {
 		return decision{}
 	}
+	// The statements below are detached from the request's context (a
+	// Reserve cancelled midway may have been applied, and must be owned):
+	// a request whose context already ended would be reserved, served on
+	// a dead context and released, two round trips for nothing.
+	if err := requestEnded(ctx); err != nil {
+		return decision{err: err}
+	}
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.decisionTimeout)
 	defer cancel()
@@ -144,6 +151,19 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 			return f
 		}
 	}
+}
+
+// requestEnded is the error of a request whose context ended (ErrRequestEnded
+// with the context's error and its cause), or nil.
+func requestEnded(ctx context.Context) error {
+	err := ctx.Err()
+	switch cause := context.Cause(ctx); {
+	case err == nil:
+		return nil
+	case cause != err:
+		return fmt.Errorf("%w: %w (%w)", ErrRequestEnded, err, cause)
+	}
+	return fmt.Errorf("%w: %w", ErrRequestEnded, err)
 }
 
 // enforcedCall lists the enforced limits with an amount, the ones Reserve

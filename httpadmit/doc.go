@@ -47,7 +47,13 @@
 // even its request: a handler whose upstream charges once it starts
 // reports as soon as the upstream took the request (its running total, or
 // the requests alone, which commits the other metrics at their estimate),
-// lest leaving early be a way around the limits. A
+// lest leaving early be a way around the limits. A request whose context
+// had ended before its Reserve was sent (its client left while the
+// LimitsFunc read the body, its deadline passed) is not reserved at all,
+// nor served: the ErrorHandler gets ErrRequestEnded (the default one
+// answers StatusClientClosedRequest, 499, or 503 for a deadline), the
+// Observer no decision; one whose context ends later is admitted and
+// settled as above. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow
 // refusal) releases it too (ReasonHandlerPanic), and goes on. A panic in

@@ -30,6 +30,17 @@ var (
 	// second), and the default error handler answers 500: the configuration
 	// is wrong, not the request.
 	ErrInvalidLimit = errors.New("httpadmit: invalid limit")
+	// ErrRequestEnded is matched by the error a request gets when its
+	// context had ended before its Reserve was sent: its client left
+	// (context.Canceled is in the chain too; over HTTP/1 net/http sees it
+	// once the body was read, by the LimitsFunc say) or its deadline passed
+	// (context.DeadlineExceeded, from the context or as its cause). Nothing
+	// is reserved and the handler does not run; the Observer is told of no
+	// decision. The default error handler answers 503 for a deadline and
+	// StatusClientClosedRequest (499) for a client gone, to whom nothing
+	// goes. A context that ends once the Reserve was sent is not looked at:
+	// the request is admitted and settled as the package documentation says.
+	ErrRequestEnded = errors.New("httpadmit: the request ended before its admission was decided")
 	// ErrNoAdmission is returned by ReportUsage and Discard for a context
 	// that did not come through the middleware (a nil one too).
 	ErrNoAdmission = errors.New("httpadmit: no admission in this context")

@@ -36,7 +36,9 @@ type RefusalHandler func(w http.ResponseWriter, r *http.Request, refusal *Refusa
 // ErrInvalidLimit (limits no request can be decided on), wraps the
 // *ratelimit.ValidationError of a Limiter that cannot run (made from a nil
 // pool: Field "conn") or of a middleware given a nil http.Handler (Field
-// "next"), or is whatever the LimitsFunc returned. Invalid limits, a
+// "next"), wraps ErrRequestEnded (the request's context ended before it
+// was reserved: its client left, or its deadline passed), or is whatever
+// the LimitsFunc returned. Invalid limits, a
 // Limiter that cannot run and a nil handler are the configuration's errors,
 // also logged (at most one line a second). Behind
 // another middleware, the same holds as for a RefusalHandler: call Discard

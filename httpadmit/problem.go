@@ -1,6 +1,7 @@
 package httpadmit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,10 +124,17 @@ func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refu
 	WriteProblem(w, RefusalProblem(refusal))
 }
 
+// StatusClientClosedRequest (499, nginx's) is the status DefaultErrorHandler
+// gives a request whose client left before it was admitted (ErrRequestEnded
+// with context.Canceled): no client reads it, but access logs and metrics
+// tell it from a server's error.
+const StatusClientClosedRequest = 499
+
 // DefaultErrorHandler answers 400 for ErrBadRequest (with its message; for a
 // limit that ratelimit refused, the field and the reason, never the value,
-// which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable, and
-// 500 otherwise, ErrInvalidLimit included (without the error's text, which
+// which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable,
+// for ErrRequestEnded 503 when the request's deadline passed and
+// StatusClientClosedRequest when its client left, and 500 otherwise, ErrInvalidLimit included (without the error's text, which
 // may hold internals). Like DefaultRefusalHandler, it releases the request's
 // admissions by middlewares around this one (ReasonUndecidedInside).
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
@@ -142,6 +150,12 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 		WriteProblem(w, Problem{Type: "about:blank", Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "admission control is unavailable; retry shortly"})
+	case errors.Is(err, ErrRequestEnded) && errors.Is(err, context.DeadlineExceeded):
+		WriteProblem(w, Problem{Type: "about:blank", Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the request's deadline passed before it was admitted"})
+	case errors.Is(err, ErrRequestEnded):
+		WriteProblem(w, Problem{Type: "about:blank", Title: "Client Closed Request", Status: StatusClientClosedRequest,
+			Detail: "the client left before the request was admitted"})
 	default:
 		WriteProblem(w, Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError})
 	}
