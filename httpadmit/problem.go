@@ -51,11 +51,19 @@ type Problem struct {
 
 // WriteProblem writes p as the response, with p.Status as its status; a
 // Status that is no HTTP status code (outside 100 to 999, as the zero
-// Problem's) or no final one (1xx) is written as 500, in the body too.
+// Problem's), no final one (1xx), or one whose response has no content
+// (204, 205, 304), and so cannot carry the problem, is written as 500, in
+// the body too.
 func WriteProblem(w http.ResponseWriter, p Problem) {
 	// net/http panics on a code outside 100 to 999, and sends a 1xx ahead
 	// of the response, whose body would then go out as a 200 OK (a 101
-	// switches protocols, and the body goes nowhere).
+	// switches protocols, and the body goes nowhere). It drops the body of
+	// a 204 or 304, over HTTP/2 not its Content-Length, so the client's
+	// read fails; RFC 9110 forbids content in a 205, which net/http sends.
+	switch p.Status {
+	case http.StatusNoContent, http.StatusResetContent, http.StatusNotModified:
+		p.Status = http.StatusInternalServerError
+	}
 	if p.Status < 200 || p.Status > 999 {
 		p.Status = http.StatusInternalServerError
 	}
