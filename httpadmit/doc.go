@@ -65,7 +65,15 @@
 // one) go out after the request was settled, so a client that leaves then
 // is not seen, and the request, whose upstream ran to the end, is
 // committed. (A write that succeeds only says the kernel took the bytes,
-// not that the client got them.) A
+// not that the client got them.) A write past the Content-Length the
+// handler set (its bug: a length copied from an upstream whose body it
+// changed) fails, and nothing of it is sent: the client got a truncated
+// answer, and the request is released as a cut stream (ReasonStreamCut),
+// unless it reported usage; HTTP/2 returns an error of its own there, not
+// http.ErrContentLength. Over HTTP/2 net/http checks the length only once
+// the header went out: a first write past it that the handler does not
+// flush goes out whole when the handler returns, the client's read fails,
+// and the middleware, which saw no failed write, commits the request. A
 // handler that takes the connection (Hijack, a WebSocket upgrade) is
 // settled the same way when it returns, but what happens on the connection
 // is its own: a write, copy or flush of the writer afterwards is refused with

@@ -184,7 +184,10 @@ func (w *responseWriter) note(err error) {
 	// A body written after a status that has none (204, 304) is refused
 	// by the server before the client: the response went out whole. So is
 	// a write after the handler took the connection (Hijack): what it
-	// served there is its own, and nothing was cut on the way.
+	// served there is its own, and nothing was cut on the way. A write
+	// past the declared Content-Length (http.ErrContentLength) is no such
+	// case: it is refused and the client gets a truncated answer, a cut
+	// stream whatever its cause.
 	if errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrHijacked) {
 		return
 	}
