@@ -3,11 +3,11 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
@@ -168,12 +168,13 @@ func (p Problem) String() string {
 
 // amountText is an amount of a Problem as String shows it: its exact text
 // when it has one (Doctor sets it), else its float64 in full and without
-// an exponent, as numeric's text would be (a Problem a caller built).
+// an exponent (amounttext.Full), as numeric's text would be (a Problem a
+// caller built).
 func amountText(text string, f float64) string {
 	if text != "" {
 		return text
 	}
-	return strconv.FormatFloat(f, 'f', -1, 64)
+	return amounttext.Full(f)
 }
 
 // Doctor checks the books in one statement (one snapshot of a live

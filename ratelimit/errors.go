@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 )
 
 var (
@@ -48,7 +50,11 @@ func (e *ValidationError) Error() string {
 	if field == "" { // about no field in particular (ValidateAmount's, for its caller to name)
 		field = "value"
 	}
-	return fmt.Sprintf("ratelimit: invalid %s (%v): %s", field, e.Value, e.Reason)
+	value := e.Value
+	if f, ok := value.(float64); ok { // an amount: in full, as the reasons' bounds are
+		value = amounttext.Full(f)
+	}
+	return fmt.Sprintf("ratelimit: invalid %s (%v): %s", field, value, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrInvalidInput) true.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
@@ -494,13 +495,15 @@ func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.T
 		WindowSeconds: int(w.windowSeconds), ResetAt: resetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
-		e.Message = fmt.Sprintf("rate limit exceeded: %s amount %g is greater than limit %g on %s", textcell.Show(l.Metric), l.Amount, l.Limit, l.Scope.text())
+		e.Message = fmt.Sprintf("rate limit exceeded: %s amount %s is greater than limit %s on %s", textcell.Show(l.Metric),
+			amounttext.Full(l.Amount), amounttext.Full(l.Limit), l.Scope.text())
 		return e
 	}
 	e.Retryable = true
 	e.RetryAfter = max(resetAt.Sub(dbNow), time.Second)
-	e.Message = fmt.Sprintf("rate limit exceeded: %s window of %s has %g of %g left, %g needed; retry after %s",
-		textcell.Show(l.Metric), l.Scope.text(), max(l.Limit-current, 0), l.Limit, l.Amount, e.RetryAfter.Round(time.Second))
+	e.Message = fmt.Sprintf("rate limit exceeded: %s window of %s has %s of %s left, %s needed; retry after %s",
+		textcell.Show(l.Metric), l.Scope.text(), amounttext.Full(max(l.Limit-current, 0)), amounttext.Full(l.Limit),
+		amounttext.Full(l.Amount), e.RetryAfter.Round(time.Second))
 	return e
 }
 
@@ -515,13 +518,14 @@ func leaseExceeded(c leaseLimit, row db.AdmissionReserveRow) *ExceededError {
 		ResetAt: row.ResetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
-		e.Message = fmt.Sprintf("rate limit exceeded: concurrent amount %g is greater than limit %g on %s", l.Amount, l.Limit, l.Scope.text())
+		e.Message = fmt.Sprintf("rate limit exceeded: concurrent amount %s is greater than limit %s on %s",
+			amounttext.Full(l.Amount), amounttext.Full(l.Limit), l.Scope.text())
 		return e
 	}
 	e.Retryable = true
 	e.RetryAfter = min(max(row.ResetAt.Sub(row.DbNow), time.Second), 5*time.Second)
-	e.Message = fmt.Sprintf("rate limit exceeded: concurrent active %g plus request %g is greater than limit %g on %s",
-		active, l.Amount, l.Limit, l.Scope.text())
+	e.Message = fmt.Sprintf("rate limit exceeded: concurrent active %s plus request %s is greater than limit %s on %s",
+		amounttext.Full(active), amounttext.Full(l.Amount), amounttext.Full(l.Limit), l.Scope.text())
 	return e
 }
 

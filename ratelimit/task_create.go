@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 )
 
 // CreateTask creates a task together with its queue admissions, all or
@@ -248,10 +249,10 @@ func queueExceeded(ql Limit, admitted int64) *ExceededError {
 		Current: current, Used: current, Projected: current + 1, Policy: ql.Policy,
 	}
 	if ql.Limit < 1 {
-		e.Message = fmt.Sprintf("rate limit exceeded: queue_size limit %g of %s admits no task", ql.Limit, ql.Scope.text())
+		e.Message = fmt.Sprintf("rate limit exceeded: queue_size limit %s of %s admits no task", amounttext.Full(ql.Limit), ql.Scope.text())
 		return e
 	}
 	e.Retryable = true
-	e.Message = fmt.Sprintf("rate limit exceeded: queue %s holds %d of %g tasks; retry when one finishes", ql.Scope.text(), admitted, ql.Limit)
+	e.Message = fmt.Sprintf("rate limit exceeded: queue %s holds %d of %s tasks; retry when one finishes", ql.Scope.text(), admitted, amounttext.Full(ql.Limit))
 	return e
 }

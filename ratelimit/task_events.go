@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 )
 
 // AppendEvent appends e to the log of a running task and returns it with
@@ -55,7 +55,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 	}
 	if p := math.Abs(e.Progress); math.IsNaN(p) || math.IsInf(p, 0) || p > MaxAmount || (p > 0 && p < MinAmount) {
 		return Event{}, &ValidationError{Field: "Event.Progress", Value: e.Progress,
-			Reason: fmt.Sprintf("must be zero or a finite number of magnitude %g to %g", float64(MinAmount), float64(MaxAmount))}
+			Reason: "must be zero or a finite number of magnitude " + amounttext.Full(MinAmount) + " to " + amounttext.Full(MaxAmount)}
 	}
 	payload, err := jsonOrEmptyObject("Event.Payload", e.Payload)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
@@ -235,9 +236,9 @@ func validateAmount(field string, v float64) error {
 	case v < 0:
 		return &ValidationError{Field: field, Value: v, Reason: "must not be negative"}
 	case v > MaxAmount:
-		return &ValidationError{Field: field, Value: v, Reason: fmt.Sprintf("must be at most %g", float64(MaxAmount))}
+		return &ValidationError{Field: field, Value: v, Reason: "must be at most " + amounttext.Full(MaxAmount)}
 	case v > 0 && v < MinAmount:
-		return &ValidationError{Field: field, Value: v, Reason: fmt.Sprintf("must be zero or at least %g", float64(MinAmount))}
+		return &ValidationError{Field: field, Value: v, Reason: "must be zero or at least " + amounttext.Full(MinAmount)}
 	}
 	return nil
 }
