@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -290,7 +291,7 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 			out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(held, l.Limit.Limit)})
 			continue
 		}
-		m.logShadow(ctx, l, ratio(held, l.Limit.Limit), fmt.Sprintf("would hold %g of %g", held, l.Limit.Limit))
+		m.logShadow(ctx, l, ratio(held, l.Limit.Limit), "would hold "+amounttext.Full(held)+" of "+amounttext.Full(l.Limit.Limit))
 		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(held, l.Limit.Limit)})
 	}
 	return out

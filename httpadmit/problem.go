@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -106,19 +106,13 @@ func RefusalProblem(refusal *Refusal) Problem {
 	}
 	if !e.Retryable {
 		p.Detail = fmt.Sprintf("%s: the request needs %s, more than the whole quota of %s; retrying cannot help",
-			refusal.Policy, amountText(e.Amount), amountText(e.Limit))
+			refusal.Policy, amounttext.Full(e.Amount), amounttext.Full(e.Limit))
 		return p
 	}
 	p.RetryAfterSeconds = ceilSeconds(e.RetryAfter)
 	p.Detail = fmt.Sprintf("%s: the request needs %s, %s of %s left %s; retry after %ds",
-		refusal.Policy, amountText(e.Amount), amountText(remaining), amountText(e.Limit), window, p.RetryAfterSeconds)
+		refusal.Policy, amounttext.Full(e.Amount), amounttext.Full(remaining), amounttext.Full(e.Limit), window, p.RetryAfterSeconds)
 	return p
-}
-
-// amountText is an amount in full and without an exponent, as the JSON
-// members carry it: %g wrote a tokens quota of two million as 2e+06.
-func amountText(v float64) string {
-	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // DefaultRefusalHandler answers 429 with RefusalProblem's body. The
