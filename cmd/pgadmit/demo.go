@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
@@ -199,7 +200,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	}
 	fmt.Fprintf(d.out, ", %d API keys (every 5th on the free plan), models:", *keys)
 	for _, m := range d.models {
-		fmt.Fprintf(d.out, " %s (max %g in flight)", m.name, m.concurrent)
+		fmt.Fprintf(d.out, " %s (max %s in flight)", m.name, amounttext.Full(m.concurrent))
 	}
 	fmt.Fprintf(d.out, "\nrunning for %s; the last instance is killed at %s\n\n", durationtext.Operator(*duration),
 		durationtext.Operator(max((*duration/3).Round(time.Second), time.Second)))

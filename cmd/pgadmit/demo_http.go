@@ -19,6 +19,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/deadserver"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
@@ -123,9 +124,9 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 
 	fmt.Fprintf(d.out, "pgadmit demo --http: schema version %d; scopes of this run start with %q\n", version, d.prefix)
 	fmt.Fprintf(d.out, "fake upstream %s streams tokens; gateway %s admits each request (/metrics is Prometheus)\n", upstream.url, gw.url)
-	fmt.Fprintf(d.out, "%d API keys (pro: %g req/min, %g tok/min; free from the 2nd on, every 5th: %g and %g), models large (%g in flight) and small (%g)\n",
-		keys, httpPlanPro.requestsMin, httpPlanPro.tokensMin, httpPlanFree.requestsMin, httpPlanFree.tokensMin,
-		httpModels[0].concurrent, httpModels[1].concurrent)
+	fmt.Fprintf(d.out, "%d API keys (pro: %s req/min, %s tok/min; free from the 2nd on, every 5th: %s and %s), models large (%s in flight) and small (%s)\n",
+		keys, amounttext.Full(httpPlanPro.requestsMin), amounttext.Full(httpPlanPro.tokensMin), amounttext.Full(httpPlanFree.requestsMin),
+		amounttext.Full(httpPlanFree.tokensMin), amounttext.Full(httpModels[0].concurrent), amounttext.Full(httpModels[1].concurrent))
 	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %d clients for %s, every 8th cancels mid-stream\n\n", clients, durationtext.Operator(duration))
 
 	d.load = newHTTPLoad(d, clients)
@@ -356,10 +357,10 @@ func (d *httpDemo) checkNothingHeld(ctx context.Context, conn *pgxpool.Pool) err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	fmt.Fprintf(d.out, "\nAFTERWARDS: this run's scopes hold %g reserved and %d live leases", reserved, leases)
+	fmt.Fprintf(d.out, "\nAFTERWARDS: this run's scopes hold %s reserved and %d live leases", amounttext.Full(reserved), leases)
 	if reserved != 0 || leases != 0 {
 		fmt.Fprintln(d.out)
-		d.problem("capacity still held after every request ended: %g reserved, %d leases", reserved, leases)
+		d.problem("capacity still held after every request ended: %s reserved, %d leases", amounttext.Full(reserved), leases)
 	} else {
 		fmt.Fprintln(d.out, ": nothing held")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -109,9 +110,9 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 		verdict := "ok"
 		if float64(m.peak.Load()) > m.concurrent {
 			verdict = "ABOVE LIMIT"
-			problems = append(problems, fmt.Sprintf("model %s had %d live leases, above its limit of %g", m.name, m.peak.Load(), m.concurrent))
+			problems = append(problems, fmt.Sprintf("model %s had %d live leases, above its limit of %s", m.name, m.peak.Load(), amounttext.Full(m.concurrent)))
 		}
-		fmt.Fprintf(tw, "%s\t%g\t%d %s\t%d\t%d\t\n", m.name, m.concurrent, m.peak.Load(), verdict, m.admitted.Load(), m.refusedConc.Load())
+		fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%d\t\n", m.name, amounttext.Full(m.concurrent), m.peak.Load(), verdict, m.admitted.Load(), m.refusedConc.Load())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -283,8 +284,8 @@ func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 			switch {
 			case w.Metric == ratelimit.MetricRequests && w.UsedValue+w.ReservedValue > w.LimitValue:
 				requestsOver++
-				*problems = append(*problems, fmt.Sprintf("%s: %g requests in the window from %s, above its limit of %g",
-					k.scope.Key, w.UsedValue+w.ReservedValue, w.WindowStart.Format(time.TimeOnly), w.LimitValue))
+				*problems = append(*problems, fmt.Sprintf("%s: %s requests in the window from %s, above its limit of %s",
+					k.scope.Key, amounttext.Full(w.UsedValue+w.ReservedValue), w.WindowStart.Format(time.TimeOnly), amounttext.Full(w.LimitValue)))
 			case w.Metric == ratelimit.MetricTokens && w.UsedValue+w.ReservedValue > w.LimitValue:
 				tokenOver++
 			}
@@ -316,8 +317,8 @@ func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
 		for _, st := range starts {
 			r, t := byStart[st][0], byStart[st][1]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%g\t%s\t%s\t\n", strings.TrimPrefix(k.scope.Key, d.prefix), k.plan.name,
-				st.Local().Format("15:04"), r.UsedValue+r.ReservedValue, r.LimitValue,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", strings.TrimPrefix(k.scope.Key, d.prefix), k.plan.name,
+				st.Local().Format("15:04"), amounttext.Full(r.UsedValue+r.ReservedValue), amounttext.Full(r.LimitValue),
 				thousands(int64(t.UsedValue+t.ReservedValue)), thousands(int64(t.LimitValue)))
 		}
 	}
