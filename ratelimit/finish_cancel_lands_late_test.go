@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -76,29 +77,33 @@ func TestTaskEndBatchThatCommitsBeforeItsCancelLands(t *testing.T) {
 // connection gives up waiting for the acknowledgement (1 s).
 const cancelGrace, cancelLandsLate = 50 * time.Millisecond, 600 * time.Millisecond
 
-// taskEnd is FinishTask or CancelTask, with how to make a task it ends and
-// the status it ends it with.
+// taskEnd is FinishTask or CancelTask, with how to make a task it ends,
+// the status it ends it with, and how the ops summary shows it ended. end
+// sends msg as the outcome's error message or the cancel's reason.
 type taskEnd struct {
 	name   string
 	status string
 	create func(*testing.T, *ratelimit.Limiter) ratelimit.Task
-	end    func(context.Context, *ratelimit.Limiter, ratelimit.Task) (ratelimit.FinishResult, error)
+	end    func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task, msg string) (ratelimit.FinishResult, error)
+	ended  func(dbtest.OpsStateSummaryRow) bool
 }
 
 var taskEnds = []taskEnd{
 	{
 		name: "FinishTask", status: ratelimit.TaskFailed,
 		create: func(t *testing.T, l *ratelimit.Limiter) ratelimit.Task { return startSync(t, l, time.Hour) },
-		end: func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task) (ratelimit.FinishResult, error) {
-			return l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed})
+		end: func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task, msg string) (ratelimit.FinishResult, error) {
+			return l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, ErrorMessage: msg})
 		},
+		ended: func(s dbtest.OpsStateSummaryRow) bool { return s.TasksFailed == 1 },
 	},
 	{
 		name: "CancelTask", status: ratelimit.TaskCancelled,
 		create: func(t *testing.T, l *ratelimit.Limiter) ratelimit.Task { return createAsync(t, l) },
-		end: func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task) (ratelimit.FinishResult, error) {
-			return l.CancelTask(ctx, task.ID, "")
+		end: func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task, msg string) (ratelimit.FinishResult, error) {
+			return l.CancelTask(ctx, task.ID, msg)
 		},
+		ended: func(s dbtest.OpsStateSummaryRow) bool { return s.TasksCancelled == 1 },
 	},
 }
 
@@ -129,7 +134,7 @@ func endThenUnblockBeforeTheCancelLands(t *testing.T, pool *pgxpool.Pool, l *rat
 	}
 	done := make(chan ended, 1)
 	go func() {
-		res, err := e.end(cctx, l, task)
+		res, err := e.end(cctx, l, task, "")
 		done <- ended{res, err}
 	}()
 	pgtest.AwaitLockWaiters(t, pool, e.name+"'s batch")

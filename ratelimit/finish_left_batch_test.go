@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -23,31 +22,7 @@ import (
 // reservations held their counter's capacity until the next Recover.
 func TestTaskEndWhoseCallerLeftMidBatchReleasesLateReservations(t *testing.T) {
 	t.Parallel()
-	ends := []struct {
-		name   string
-		status string
-		create func(*testing.T, *ratelimit.Limiter) ratelimit.Task
-		end    func(context.Context, *ratelimit.Limiter, ratelimit.Task, string) (ratelimit.FinishResult, error)
-		ended  func(dbtest.OpsStateSummaryRow) bool
-	}{
-		{
-			name: "FinishTask", status: ratelimit.TaskFailed,
-			create: func(t *testing.T, l *ratelimit.Limiter) ratelimit.Task { return startSync(t, l, time.Hour) },
-			end: func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task, msg string) (ratelimit.FinishResult, error) {
-				return l.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskFailed, ErrorMessage: msg})
-			},
-			ended: func(s dbtest.OpsStateSummaryRow) bool { return s.TasksFailed == 1 },
-		},
-		{
-			name: "CancelTask", status: ratelimit.TaskCancelled,
-			create: func(t *testing.T, l *ratelimit.Limiter) ratelimit.Task { return createAsync(t, l) },
-			end: func(ctx context.Context, l *ratelimit.Limiter, task ratelimit.Task, msg string) (ratelimit.FinishResult, error) {
-				return l.CancelTask(ctx, task.ID, msg)
-			},
-			ended: func(s dbtest.OpsStateSummaryRow) bool { return s.TasksCancelled == 1 },
-		},
-	}
-	for _, e := range ends {
+	for _, e := range taskEnds {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
 			// The caller leaves while the batch waits for the task row; the
