@@ -44,16 +44,12 @@ import (
 // returns, it returns ctx's error, with the FinishResult of the task when
 // its batch cancelled it, which is not undone. A batch once sent runs to
 // its answer, and the reservations linked to the task since the first
-// read, which only that answer names, are released in the background;
-// one still unanswered 100 ms after ctx ended is cancelled. One whose
-// answer pgx gave up unread (committed before its cancel landed, on a pool
-// without ConfigurePool; a connection broken) is followed, on a
-// *pgxpool.Pool, once pgx has closed that connection, by the release of
-// the task's open reservations if it has ended by then; FinishTask says
-// what is left to Recover. When CancelTask fails otherwise after its second round trip was sent (the
-// connection broke, its batch was cancelled so), the task may have been
-// cancelled all the same, and a retry is safe (it is then refused with
-// Status cancelled; GetTask shows the task).
+// read, which only that answer names, are released in the background; one
+// still unanswered 100 ms after ctx ended is cancelled, and FinishTask's
+// doc says what a lost answer leaves to Recover. When CancelTask fails
+// otherwise after its second round trip was sent (the connection broke),
+// the task may have been cancelled all the same, and a retry is safe (it
+// is then refused with Status cancelled; GetTask shows the task).
 //
 // Two round trips, as FinishTask: a read of the task's status and open
 // reservations, then one batch that locks their counters (lock order), then

@@ -179,40 +179,23 @@ func staleToken(taskID, status string) *StaleTokenError {
 //
 // Cancelling: when ctx ends before FinishTask returns, it returns ctx's
 // error (errors.Is), with the FinishResult of the task when its batch
-// finished it. The task is not put back: a finish is not undone. A batch
-// once sent is not cancelled for the caller: the server may commit it all
-// the same, and only its answer names the reservations linked late. It
-// runs to its answer, and when it finished the task those reservations
-// are released in the background, as above (Limiter.Close waits for it;
-// on a single connection it is done before FinishTask returns). A batch
-// still unanswered 100 ms after ctx ended (waiting for the task row, say)
-// is cancelled, as a Reserve's statement is: rolled back, the task still
-// running. The server may commit it before the cancel request lands (the
-// task row freed in that moment). On a pool set up with ConfigurePool,
-// pgx then reads its answer, and those reservations are released as
-// above. With pgx's default (or when ConfigurePool's connection gives up
-// waiting: no acknowledgement of the cancel within 1 s, no answer 250 ms
-// after it), or when the connection breaks after the batch was sent, pgx
-// gives the connection up unread: FinishTask returns no FinishResult and
-// does not know whether the task finished. When the Limiter's Executor is
-// a *pgxpool.Pool, once pgx has closed that connection (it sends a cancel
-// request, then a Terminate, which the server reads after the batch, and
-// waits for the server to close: the batch's transaction is over,
-// committed or rolled back), the task's open reservations are released in
-// the background if the task has finished by then, whoever finished it
-// (an open reservation of a finished task is Recover's to release; Close
-// waits for it). What is left to Recover: on another Executor (a
-// *pgx.Conn, whose connection is gone; an Executor of one's own, whose
-// connections FinishTask cannot see), the reservations linked late to a
-// task whose batch committed unread; on a pool, those of a batch that
-// committed after pgx stopped waiting: pgx waits 15 s at most for the
-// server to close (a batch whose cancel request was lost and whose lock
-// is still held runs on), a connection that broke may leave the server
-// running the batch after pgx closed its end, and a pooler (PgBouncer)
-// closes pgx's connection at once, whatever its server connection still
-// runs; and those whose release still fails after 2 s of tries. Inside a
-// caller's transaction, a cancelled statement ends the transaction, and
-// what it did is rolled back with it.
+// finished it; a finish is not undone. A batch once sent runs to its
+// answer, which alone names the reservations linked late, and they are
+// released in the background (Limiter.Close waits for it; on a single
+// connection, before FinishTask returns). A batch still unanswered 100 ms
+// after ctx ended (waiting for the task row, say) is cancelled, as a
+// Reserve's statement is. If the server committed it before the cancel
+// landed, a pool set up with ConfigurePool reads its answer all the same;
+// with pgx's default, or a connection that broke, the answer is lost and
+// FinishTask cannot know whether the task finished. On a *pgxpool.Pool the
+// task's open reservations are then released once pgx has closed that
+// connection (the batch's transaction is over by then), if the task has
+// finished. Left to Recover: the late reservations of a batch that
+// committed unread on another Executor, or after pgx stopped waiting for
+// the server to close (15 s), or behind a pooler that closes the client's
+// connection at once; and releases that still fail after 2 s of tries.
+// Inside a caller's transaction, a cancelled statement ends the
+// transaction, and what it did is rolled back with it.
 //
 // Outside READ COMMITTED (a REPEATABLE READ transaction of yours, say) it
 // refuses with ErrIsolation and writes nothing.
