@@ -136,8 +136,9 @@ const StatusClientClosedRequest = 499
 // limit that ratelimit refused, the field and the reason, never the value,
 // which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable,
 // for ErrRequestEnded 503 when the request's deadline passed and
-// StatusClientClosedRequest when its client left, and 500 otherwise, ErrInvalidLimit included (without the error's text, which
-// may hold internals). Like DefaultRefusalHandler, it releases the request's
+// StatusClientClosedRequest when its client left, and 500 otherwise,
+// ErrInvalidLimit included (without the error's text, which may hold
+// internals). Like DefaultRefusalHandler, it releases the request's
 // admissions by middlewares around this one (ReasonUndecidedInside).
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	answeredInside(r, ReasonUndecidedInside)

@@ -146,8 +146,9 @@ func docValue(s string) (float64, bool) {
 // statements that take and give up a maintenance lease
 // (leaseStatementTimeout), within which they wait 4 s for a lock, and the
 // give-backs Close waits for that run at once on an Executor of one's own
-// that shows no pool (half of pgxpool's default MaxConns), and how many of them wait their turn at most
-// (queuedAtMost). Each value written is the code's.
+// that shows no pool (half of pgxpool's default MaxConns), and how many of
+// them wait their turn at most (queuedAtMost). Each value written is the
+// code's.
 func TestDocsStateTheCodesBounds(t *testing.T) {
 	t.Parallel()
 	chunk := strconv.Itoa(settleChunk)

@@ -348,8 +348,9 @@ func progressFlag(fs *flag.FlagSet, floor time.Duration) *time.Duration {
 
 // checkProgress refuses a negative --progress of recover or prune (which take any other value:
 // a line of how far the run has got comes only after a batch, and the one that says that it
-// still waits for one every minInterval at most: runProgress), and one given to a sweeper, whose passes are each logged
-// already. bench's and doctor's have a floor: checkInterval refuses what is under it.
+// still waits for one every minInterval at most: runProgress), and one given to a sweeper,
+// whose passes are each logged already. bench's and doctor's have a floor: checkInterval
+// refuses what is under it.
 func checkProgress(fs *flag.FlagSet, every time.Duration, sweeper bool) error {
 	if every < 0 {
 		return usagef("--progress must be >= 0, got %s", durationtext.Operator(every))
