@@ -120,24 +120,8 @@ func endThenUnblockBeforeTheCancelLands(t *testing.T, pool *pgxpool.Pool, l *rat
 	ctx := context.Background()
 	direct := ratelimit.New(pool)
 	defer direct.Close()
-	task := e.create(t, direct)
-
-	tx := heldTx(t, pool)
-	if _, err := direct.WithTx(tx).Reserve(ctx, task.ID, "", []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 100, 100)}); err != nil {
-		t.Fatalf("Reserve for the task in a transaction: %v", err)
-	}
-	cctx, leave := context.WithCancel(ctx)
+	task, tx, leave, done := endBehindALateReserve(t, pool, direct, l, key, e.create, e.end, "", e.name+"'s batch")
 	defer leave()
-	type ended struct {
-		res ratelimit.FinishResult
-		err error
-	}
-	done := make(chan ended, 1)
-	go func() {
-		res, err := e.end(cctx, l, task, "")
-		done <- ended{res, err}
-	}()
-	pgtest.AwaitLockWaiters(t, pool, e.name+"'s batch")
 	slow.Store(true)
 	leave()
 	time.Sleep(cancelGrace + 400*time.Millisecond) // the batch is being cancelled

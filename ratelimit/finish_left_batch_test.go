@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -70,26 +71,9 @@ func leaveMidBatch(t *testing.T, pool *pgxpool.Pool, l *ratelimit.Limiter, msg s
 	ctx := context.Background()
 	direct := ratelimit.New(pool)
 	defer direct.Close()
-	task := create(t, direct)
 	key := uniqueKey("late")
-	limits := []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 100, 100)}
-
-	tx := heldTx(t, pool)
-	if _, err := direct.WithTx(tx).Reserve(ctx, task.ID, "", limits); err != nil {
-		t.Fatalf("Reserve for the task in a transaction: %v", err)
-	}
-	cctx, leave := context.WithCancel(ctx)
+	task, tx, leave, done := endBehindALateReserve(t, pool, direct, l, key, create, end, msg, "the batch")
 	defer leave()
-	type ended struct {
-		res ratelimit.FinishResult
-		err error
-	}
-	done := make(chan ended, 1)
-	go func() {
-		res, err := end(cctx, l, task, msg)
-		done <- ended{res, err}
-	}()
-	pgtest.AwaitLockWaiters(t, pool, "the batch")
 	var commitErr error
 	leaveAndCommit(leave, func() { commitErr = tx.Commit(ctx) })
 	if commitErr != nil {
@@ -172,4 +156,37 @@ func TestTaskEndBatchStuckPastTheGraceIsCancelled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// taskEnded is what FinishTask or CancelTask returned.
+type taskEnded struct {
+	res ratelimit.FinishResult
+	err error
+}
+
+// endBehindALateReserve creates a task (create, on direct), has a
+// transaction of its own (tx, held open: the caller commits it) reserve on
+// key for it, a late reservation that the end's first read cannot see, and
+// ends the task with l (end, sending msg) in a context that leave ends. It
+// returns once the end's batch waits for the task row; done gives what the
+// end returned.
+func endBehindALateReserve(t *testing.T, pool *pgxpool.Pool, direct, l *ratelimit.Limiter, key string,
+	create func(*testing.T, *ratelimit.Limiter) ratelimit.Task,
+	end func(context.Context, *ratelimit.Limiter, ratelimit.Task, string) (ratelimit.FinishResult, error),
+	msg, batch string,
+) (task ratelimit.Task, tx pgx.Tx, leave context.CancelFunc, done <-chan taskEnded) {
+	t.Helper()
+	task = create(t, direct)
+	tx = heldTx(t, pool)
+	if _, err := direct.WithTx(tx).Reserve(context.Background(), task.ID, "", []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 100, 100)}); err != nil {
+		t.Fatalf("Reserve for the task in a transaction: %v", err)
+	}
+	cctx, leave := context.WithCancel(context.Background())
+	ended := make(chan taskEnded, 1)
+	go func() {
+		res, err := end(cctx, l, task, msg)
+		ended <- taskEnded{res, err}
+	}()
+	pgtest.AwaitLockWaiters(t, pool, batch)
+	return task, tx, leave, ended
 }
