@@ -59,6 +59,9 @@ func TestCombiningCollectorReportsLimiterStats(t *testing.T) {
 		fmt.Sprintf(`pgadmit_combined_calls_total{kind="settle"} %d`, s.Settle.Requests),
 		fmt.Sprintf(`pgadmit_combined_statement_seconds_total{kind="reserve"} %v`, s.Reserve.Busy.Seconds()),
 		"pgadmit_lost_total 0",
+		"pgadmit_give_backs_dropped_total 0",
+		"# TYPE pgadmit_give_backs_waiting gauge",
+		"pgadmit_give_backs_waiting 0",
 	} {
 		if !strings.Contains(page, want+"\n") {
 			t.Errorf("/metrics lacks %s", want)

@@ -615,7 +615,9 @@ func (a *allotments) abandonUnreturned() {
 // from when it was handed to the background. They run a bounded number
 // at a time, the rest waiting their turn (one waiting past its 2 s still
 // tries once; 200 waiting per one running at most, 65536 in all, beyond
-// which each new one drops the oldest waiting, counted in Stats.Lost):
+// which each new one drops the oldest waiting, counted in
+// Stats.GiveBacksDropped and Stats.Lost; Stats.GiveBacksWaiting says how
+// many wait now):
 // the releases of what a combined Reserve granted, twice a combined
 // statement's worth for each statement in flight (WithCombining); the
 // others, each a statement on a connection of its own, half the pool's

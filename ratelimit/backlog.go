@@ -18,8 +18,9 @@ import (
 //
 // The queue keeps queuedAtMost(most) jobs: one added beyond them drops
 // the oldest waiting, which drop is told of (the give-backs count it as
-// lost, Stats.Lost, as one whose tries ran out): its turn would have come
-// late in its span, if at all.
+// dropped, Stats.GiveBacksDropped, and lost, Stats.Lost, as one whose
+// tries ran out): its turn would have come late in its span, if at all.
+// waiting says how many wait now (Stats.GiveBacksWaiting).
 //
 // A counter under a lock rather than a sync.WaitGroup: a job may be added
 // while wait waits, when none is pending too (an Add from zero, which a
@@ -108,6 +109,18 @@ func (b *backlog[T]) work() {
 	}
 	b.workers--
 	b.mu.Unlock()
+}
+
+// waiting is how many jobs are queued now, waiting for a worker. Zero for
+// a nil backlog (none: on a single connection, in a transaction, or a
+// combiner that gives nothing back).
+func (b *backlog[T]) waiting() int {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
 }
 
 // wait returns once no job is queued or runs.

@@ -717,6 +717,15 @@ func (s CombinerStats) Add(t CombinerStats) CombinerStats {
 	}
 }
 
+// givesWaiting is how many results wait their turn to be given back
+// (gives), 0 for a nil combiner.
+func (c *combiner[Req, Res]) givesWaiting() int {
+	if c == nil {
+		return 0
+	}
+	return c.gives.waiting()
+}
+
 func (c *combiner[Req, Res]) stats() CombinerStats {
 	if c == nil {
 		return CombinerStats{}
@@ -727,8 +736,9 @@ func (c *combiner[Req, Res]) stats() CombinerStats {
 }
 
 // Stats says how this Limiter combined Reserve calls and Commit/Release
-// calls (zero without combining), what it may have left held, and what
-// came of the statements of its Local limits' blocks.
+// calls (zero without combining), what it may have left held, how many
+// give-backs wait their turn, and what came of the statements of its Local
+// limits' blocks.
 type Stats struct {
 	Reserve CombinerStats
 	Settle  CombinerStats
@@ -743,7 +753,8 @@ type Stats struct {
 	// until Recover returns it after its window), and give-backs of what
 	// nobody held (a grant decided after its caller left, a task created or
 	// claimed so) that failed for good, or that waited their turn beyond
-	// the bound of those waiting (dropped, see Limiter.Close). What they
+	// the bound of those waiting (dropped, see Limiter.Close; counted in
+	// GiveBacksDropped too, which tells them apart). What they
 	// hold stays held until a lease's TTL, its window's end or Recover
 	// ends it. Not counted: a
 	// statement the server failed (rolled back), one never sent (a pool
@@ -753,6 +764,24 @@ type Stats struct {
 	// waiting counts too: its caller got an error, and nobody knows of what
 	// it may have been granted.
 	Lost int64
+	// GiveBacksDropped counts, of Lost, the give-backs of what nobody held
+	// that were dropped, never tried, because the queue of those waiting
+	// their turn was full (see Limiter.Close). Lost keeps its total: Lost
+	// minus GiveBacksDropped is what lost its answer or failed for good
+	// (the database or the network), while a rising GiveBacksDropped is
+	// give-backs handed over faster than the database takes them (a storm
+	// of callers leaving, a slow or locked database). A reading of Stats
+	// never has it above Lost.
+	GiveBacksDropped int64
+	// GiveBacksWaiting is a gauge, not a count: the give-backs of what
+	// nobody held that are queued now, waiting their turn, not yet
+	// running (in the Limiter's two queues: the releases of what combined
+	// Reserves granted callers who left, and the others; see
+	// Limiter.Close). It falls back to 0 once they ran, as Close waits
+	// for; a queue that stays full drops the oldest. Always 0 on a single
+	// connection and inside a caller's transaction, where they run on the
+	// caller's goroutine.
+	GiveBacksWaiting int64
 	// Local counts what the statements of Local limits' blocks did, and
 	// their failures (zero without a Local limit).
 	Local LocalStats
@@ -764,5 +793,7 @@ func (l *Limiter) Stats() Stats {
 	if l.usable() != nil {
 		return Stats{}
 	}
-	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load(), Local: l.allot.localStats()}
+	dropped := l.dropped.Load() // before lost (countDropped)
+	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load(), GiveBacksDropped: dropped,
+		GiveBacksWaiting: int64(l.unheld.waiting() + l.reserves.givesWaiting()), Local: l.allot.localStats()}
 }

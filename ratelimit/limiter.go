@@ -52,8 +52,10 @@ type Limiter struct {
 	// WithTx copy's), which runs none so: one statement at a time there.
 	unheld *backlog[func(handedOver time.Time)]
 	// lost counts what this Limiter may have left held for nobody
-	// (Stats.Lost). Shared with the Limiter's WithTx copies.
-	lost *atomic.Int64
+	// (Stats.Lost), dropped of them the give-backs dropped from a full
+	// queue (Stats.GiveBacksDropped; countDropped). Shared with the
+	// Limiter's WithTx copies.
+	lost, dropped *atomic.Int64
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -68,7 +70,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}, dropped: &atomic.Int64{}}
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}
@@ -83,7 +85,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 		// A statement of settleChunk rows at most (see there).
 		l.settles = newCombiner(o.combineBatch, o.combineInFlight, l.settleBatch, nil).weighed(settleChunk, (*settleRequest).rows)
 		l.reserves.leftGrace, l.settles.leftGrace = o.leftGrace, o.leftGrace
-		l.reserves.dropped = func(Grant) { l.lost.Add(1) } // as releaseAbandoned's give-up would
+		l.reserves.dropped = func(Grant) { l.countDropped() }
 	}
 	l.allot = newAllotments(l, o.allot)
 	l.admitted = l.allot

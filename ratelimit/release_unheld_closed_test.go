@@ -42,6 +42,7 @@ func TestUnheldReleaseOnAClosedPoolStopsAtOnce(t *testing.T) {
 				t.Errorf("the give-back on a closed pool made %d tries in %v, want it to stop at once, after one (span %v)", tries.Load(), took, ratelimit.UnheldReleaseSpan)
 			}
 			assertLost(t, l, 1, "a grant nobody holds left held on a closed pool")
+			assertGiveBacks(t, l, 0, 0, "a give-back that failed for good (not dropped)")
 		})
 	}
 }

@@ -58,9 +58,18 @@ const pgxpoolLeastMaxConns = 4
 // dropGiveBack is how the Limiter's backlog (unheld) ends a give-back it
 // dropped, waiting beyond its bound (queuedAtMost): it never runs, and
 // what it would have given back stays held (until a window, a lease's TTL
-// or Recover ends it), counted lost as a give-back whose tries ran out is
-// (retryUnheld).
-func (l *Limiter) dropGiveBack(func(time.Time), time.Time) { l.lost.Add(1) }
+// or Recover ends it), counted (countDropped).
+func (l *Limiter) dropGiveBack(func(time.Time), time.Time) { l.countDropped() }
+
+// countDropped counts a give-back dropped from a full queue, the
+// Limiter's (dropGiveBack) or its Reserve combiner's: lost, as a
+// give-back whose tries ran out is (retryUnheld), and dropped. Lost
+// first: Stats reads dropped first, so that no reading has more dropped
+// than lost.
+func (l *Limiter) countDropped() {
+	l.lost.Add(1)
+	l.dropped.Add(1)
+}
 
 // runGiveBack is how the Limiter's backlog (unheld) runs a job.
 func runGiveBack(giveBack func(time.Time), handedOver time.Time) { giveBack(handedOver) }

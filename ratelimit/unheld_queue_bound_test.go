@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,9 +15,12 @@ import (
 
 // Give-backs handed over while the background's one worker is held and
 // QueuedAtMost(1) wait their turn: each one more drops the oldest waiting,
-// which counts as lost (Stats.Lost) at once and stays reserved; every
-// other one is given back once the worker is let go. The queue had no
-// bound: a closure and its grant each, for as long as their 30 s.
+// which counts as lost (Stats.Lost) and as dropped (Stats.GiveBacksDropped)
+// at once and stays reserved; every other one is given back once the
+// worker is let go. Stats.GiveBacksWaiting counts those queued, one more
+// with each hand-over up to the bound, and 0 once Close returned. The
+// queue had no bound: a closure and its grant each, for as long as their
+// 30 s.
 func TestUnheldGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T) {
 	t.Parallel()
 	const over = 3
@@ -46,13 +50,17 @@ func TestUnheldGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T
 	}
 	giveBack(grants[0])
 	awaitCount(t, &tries, 1, "the first give-back's try") // the worker holds it: the rest wait
-	for _, g := range grants[1:] {
+	assertGiveBacks(t, l, 0, 0, "the first give-back, running")
+	for i, g := range grants[1:] {
 		giveBack(g)
+		n := int64(i + 1)
+		assertGiveBacks(t, l, max(n-int64(queued), 0), min(n, int64(queued)), fmt.Sprintf("%d give-backs handed over behind the running one", n))
 	}
 	assertLost(t, l, over, "give-backs handed over beyond the queue's bound")
 	close(hold)
 	l.Close()
 	assertLost(t, l, over, "Close")
+	assertGiveBacks(t, l, over, 0, "Close")
 	if got, want := tries.Load(), int64(1+queued); got != want {
 		t.Errorf("%d tries, want %d: one each of the give-backs not dropped", got, want)
 	}
@@ -78,9 +86,10 @@ func TestUnheldGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T
 // A storm of callers who leave while their combined Reserve statements
 // run, with the give-backs held: beyond GivingBackAtOnce running and
 // QueuedAtMost of that waiting, each grant handed over drops the oldest
-// waiting, counted lost; the others are all given back, their Releases
-// combined. Nothing else is lost, and what stays held is exactly what was
-// dropped.
+// waiting, counted lost and dropped, with the queue full
+// (Stats.GiveBacksWaiting); the others are all given back, their Releases
+// combined, and none waits once Close returned. Nothing else is lost, and
+// what stays held is exactly what was dropped.
 func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T) {
 	t.Parallel()
 	const maxBatch, maxInFlight, callers, over = 2, 1, 6, 10
@@ -138,9 +147,11 @@ func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing
 		time.Sleep(time.Millisecond)
 	}
 	assertLost(t, l, dropped, "the storm")
+	assertGiveBacks(t, l, dropped, int64(ratelimit.QueuedAtMost(bound)), "the storm")
 	close(hold)
 	l.Close()
 	assertLost(t, l, dropped, "Close")
+	assertGiveBacks(t, l, dropped, 0, "Close")
 	if got := tries.Load(); got != keep {
 		t.Errorf("%d tries, want %d: one each of the give-backs not dropped", got, keep)
 	}
@@ -154,6 +165,16 @@ func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing
 			s.ReservationsOpen, s.ReservationsReleased, s.LeasesUnreleased, dropped, keep, dropped)
 	}
 	assertBooksBalance(t, pool, "api_key", key)
+}
+
+// assertGiveBacks checks what l counts of the give-backs of what nobody
+// held: dropped from a full queue (Stats.GiveBacksDropped), and queued now
+// (Stats.GiveBacksWaiting).
+func assertGiveBacks(t *testing.T, l *ratelimit.Limiter, dropped, waiting int64, after string) {
+	t.Helper()
+	if s := l.Stats(); s.GiveBacksDropped != dropped || s.GiveBacksWaiting != waiting {
+		t.Errorf("after %s: Stats() GiveBacksDropped %d, GiveBacksWaiting %d; want %d, %d", after, s.GiveBacksDropped, s.GiveBacksWaiting, dropped, waiting)
+	}
 }
 
 // awaitCount waits until n reaches want.
