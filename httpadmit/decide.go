@@ -346,13 +346,29 @@ func (m *middleware) invalidLimits(ctx context.Context, err error) decision {
 	return decision{err: err}
 }
 
-// logShadow logs a shadow limit that would have refused a request. Logs
-// may name the scope key; metrics never do.
+// logShadow logs a shadow limit that would have refused a request, at
+// most one line a second per shadow limit (its counter and quota), with
+// how many of its lines were held back since its last: a hot key refused
+// on every request would flood the log, and the Observer counts every
+// refusal anyway. Logs may name the scope key; metrics never do.
 func (m *middleware) logShadow(ctx context.Context, l Limit, utilization float64, why string) {
+	log, suppressed := m.shadows.allow(shadowLine{counter: keyOf(l.Limit), quota: l.Limit.Limit}, time.Now())
+	if !log {
+		return
+	}
 	m.logger.LogAttrs(ctx, slog.LevelInfo, "pgadmit: shadow limit would refuse",
 		slog.String("scope_type", l.Scope.Type), slog.String("scope_key", l.Scope.Key),
 		slog.String("metric", l.Metric), slog.Float64("limit", l.Limit.Limit), slog.Float64("amount", l.Amount),
-		slog.Float64("utilization", utilization), slog.String("policy", l.Policy), slog.String("why", why))
+		slog.Float64("utilization", utilization), slog.String("policy", l.Policy), slog.String("why", why),
+		slog.Int("similar_lines_suppressed", suppressed))
+}
+
+// shadowLine keys the throttle of shadow refusals' lines: one shadow limit,
+// by its counter and its quota (two limits being tried out on one enforced
+// counter each log their own).
+type shadowLine struct {
+	counter key
+	quota   float64
 }
 
 // logInvalidShadow logs a shadow limit that was set aside because

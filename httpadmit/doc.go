@@ -160,7 +160,12 @@
 //
 // A limit in Shadow mode is evaluated and recorded but never refuses; a
 // request it would have refused is counted (OutcomeShadowRefused) and
-// logged, then served. Shadow limits go into the same Reserve call as the
+// logged, then served. The log gets at most one line a second per shadow
+// limit (its scope, metric, window and quota), with how many of its lines
+// were held back since its last (similar_lines_suppressed), so that a hot
+// key refused on every request does not flood it; the Observer counts
+// every refusal. Past 1,024 shadow limits logged within a second, the
+// others share one line a second. Shadow limits go into the same Reserve call as the
 // enforced ones, after them. Reserve is all or nothing and reports the
 // first limit in that order that did not fit, so when it names a shadow
 // limit, every enforced limit fit: that shadow limit is dropped and Reserve

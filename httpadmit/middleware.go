@@ -138,6 +138,8 @@ type middleware struct {
 	settles        throttle // of the lines about failed commits and releases
 	renewalPanics  throttle // of the lines about panics in lease renewals
 	settlePanics   throttle // of the lines about panics settling a panicking request
+
+	shadows keyedThrottle[shadowLine] // of the lines about shadow refusals, one per shadow limit
 }
 
 // New returns the middleware: for each request, limits says what it must
