@@ -53,7 +53,9 @@
 // nor served: the ErrorHandler gets ErrRequestEnded (the default one
 // answers StatusClientClosedRequest, 499, or 503 for a deadline), the
 // Observer no decision; one whose context ends later is admitted and
-// settled as above. A
+// settled as above. One with nothing to reserve (no limits, or none with
+// an amount) goes to the handler whatever its context, as it would without
+// the middleware. A
 // panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow
 // refusal) releases it too (ReasonHandlerPanic), and goes on. A panic in

@@ -112,3 +112,35 @@ func TestRequestEndedBetweenMiddlewares(t *testing.T) {
 	}
 	e.nothingHeld()
 }
+
+// A request with nothing to reserve (no limits, or only limits with a zero
+// amount) goes to the handler whatever its context, as it would without
+// the middleware: ErrRequestEnded spares the two round trips of reserving
+// and releasing a request nobody waits for, which such a request does not
+// cost, and the middleware does not answer requests it does not limit.
+// The handler sees the context ended.
+func TestRequestEndedWithNothingToReserveIsServed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	key := uniqueKey("k")
+	for name, limits := range map[string][]httpadmit.Limit{
+		"no limits":   nil,
+		"zero amount": {window("api_key", key, ratelimit.MetricRequests, 100, 0)},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var seen error
+		mw := e.middleware(fixed(limits...), httpadmit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+			t.Errorf("%s: error handler got %v, want the handler to run", name, err)
+		}))
+		mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.Context().Err() })).
+			ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx))
+		if !errors.Is(seen, context.Canceled) {
+			t.Errorf("%s: the handler saw %v, want context.Canceled (did it run?)", name, seen)
+		}
+	}
+	if calls := e.obs.callCounts(); len(calls) != 0 {
+		t.Errorf("database calls %v, want none", calls)
+	}
+	e.nothingHeld()
+}

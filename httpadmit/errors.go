@@ -40,6 +40,10 @@ var (
 	// StatusClientClosedRequest (499) for a client gone, to whom nothing
 	// goes. A context that ends once the Reserve was sent is not looked at:
 	// the request is admitted and settled as the package documentation says.
+	// A request with nothing to reserve (no limits, or none with an amount)
+	// goes to the handler whatever its context, as it would without the
+	// middleware: the error spares the round trips of reserving and
+	// releasing a request nobody waits for, which it does not cost.
 	ErrRequestEnded = errors.New("httpadmit: the request ended before its admission was decided")
 	// ErrNoAdmission is returned by ReportUsage and Discard for a context
 	// that did not come through the middleware (a nil one too).
