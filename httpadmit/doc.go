@@ -29,8 +29,10 @@
 // later (from a goroutine the handler left running) return
 // ErrHandlerReturned and are not charged, so a handler that streams from
 // another goroutine waits for it. The request's reservation is released
-// instead when the handler calls Discard, or when it ends abnormally
-// without having reported usage: it panics (any panic, http.ErrAbortHandler
+// instead when the handler calls Discard (the upstream failed; a
+// httputil.ReverseProxy does so with DiscardOnProxyError as its
+// ErrorHandler, without which its 502 is committed), or when it ends
+// abnormally without having reported usage: it panics (any panic, http.ErrAbortHandler
 // included; the panic goes on after the release), its client disconnects
 // (ReasonClientDisconnected; over HTTP/1, net/http sees a client leave only
 // once the request's body was read to its end, by the LimitsFunc or the
