@@ -98,9 +98,15 @@
 // whatever is reported). Concurrency leases are renewed while a request
 // runs longer than a third of their TTL, so long streams keep their slots.
 // Nothing stays held: a settle that fails is logged (at most one line a
-// second, with how many like it were held back), and what it left
-// lapses by itself (a lease at its TTL, a reservation when its window
-// ends).
+// second, with how many like it were held back) and reported to the
+// Observer as a failed DatabaseCall, and what it left lapses by itself (a
+// lease at its TTL, a reservation when its window ends: until then the
+// window counts the request at its estimate, a Release that failed
+// included). The middleware does not try a failed settle again, as the end
+// of the response waits for it (see below), and when the database fails,
+// every request's settle fails alike. ratelimit sends a statement once
+// more when none of it reached the server, and one it sent may still be
+// applied after the settle timed out (ratelimit.Limiter.Release says when).
 //
 // # Responses
 //

@@ -157,7 +157,9 @@ func releaseFor(rep report, abnormal string) string {
 // Release, so the grant never stays held. Errors are logged, at most one
 // line a second (when the database is down, every request's settle fails
 // alike); what a failed settle leaves held lapses by itself (leases at
-// their TTL, reservations when their window ends).
+// their TTL, reservations when their window ends). A failed settle is not
+// tried again: the end of the response waits for this, and ratelimit
+// already sends once more a statement none of which reached the server.
 func (m *middleware) settle(ctx context.Context, grant ratelimit.Grant, usage map[string]float64, release string) {
 	if grant.Empty() {
 		return
