@@ -18,14 +18,15 @@ const ReasonUpstreamError = "upstream_error"
 // reached or did not answer (a transport error: refused, reset, timed out,
 // the client gone), or when ModifyResponse returned an error, and then
 // returns normally: without this, the middleware commits the request like
-// any that its handler served. (A request whose client left is released
-// either way; with this, its reason is ReasonUpstreamError, not
-// ReasonClientDisconnected: the proxy's error does not tell the client's
-// end from a timeout of the gateway's own for the upstream call.) The handler returned Discards the request
+// any that its handler served. The handler returned Discards the request
 // (ReasonUpstreamError), then calls h, or answers 502 Bad Gateway as
 // ReverseProxy's own ErrorHandler does (without its log line) when h is
-// nil. A ModifyResponse that refuses an answer the upstream charged for
-// should report the usage and return nil, not an error.
+// nil. A request whose client left is released either way; with this, its
+// reason is ReasonUpstreamError, not ReasonClientDisconnected: the proxy's
+// error does not tell the client's end from a timeout of the gateway's own
+// for the upstream call. A ModifyResponse that refuses an answer the
+// upstream charged for should report the usage and return nil, not an
+// error.
 //
 // An upstream that answers with an error status (a 500, a 503) is a
 // response the proxy passes on, not an error: to release those too,
