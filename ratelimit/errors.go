@@ -102,6 +102,46 @@ func (e *ExceededError) Error() string {
 // Is makes errors.Is(err, ErrExceeded) true.
 func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
 
+// Remaining is what the limit had left for the request: Limit - Current,
+// never below 0, subtracted in decimal as the database's numeric does
+// (each as its shortest decimal form, as pgx sends and reads them), so a
+// limit of 0.3 with 0.2 used has 0.1 left, where float64's 0.3 - 0.2 is
+// 0.09999999999999998. It is the nearest float64; RemainingText writes
+// the difference exactly.
+func (e *ExceededError) Remaining() float64 {
+	if left, ok := e.exactRemaining(); ok {
+		return left.approx()
+	}
+	return max(e.Limit-e.Current, 0)
+}
+
+// RemainingText is Remaining exactly, in full and without an exponent, as
+// the message shows it: "0.1", and "999999999999999.999999999" for a limit
+// of 1e15 with 1e-9 used (a float64 rounds it to 1e15).
+func (e *ExceededError) RemainingText() string {
+	if left, ok := e.exactRemaining(); ok {
+		return left.text()
+	}
+	return amounttext.Full(e.Remaining())
+}
+
+// exactRemaining is Limit - Current, at least 0, in decimal. It is not ok
+// for a Limit or Current that no limit or counter holds (NaN, an infinity,
+// a negative number, one beyond 1e21 or below MinAmount: an error built
+// by hand), whose difference is then float64's; such a value in decimal
+// could run to hundreds of digits.
+func (e *ExceededError) exactRemaining() (units, bool) {
+	held := func(v float64) bool { return v == 0 || v >= MinAmount && v <= 1e21 } // false for NaN
+	if !held(e.Limit) || !held(e.Current) {
+		return units{}, false
+	}
+	left := unitsOf(e.Limit).minus(unitsOf(e.Current))
+	if left.sign() <= 0 {
+		return units{}, true // not -0, which a Limit of -0 would leave
+	}
+	return left, true
+}
+
 // LeaseLostError names the leases RenewLeases could not renew. Find it
 // with errors.As, or match it with errors.Is(err, ErrLeaseLost).
 type LeaseLostError struct {

@@ -487,11 +487,11 @@ func (c leaseLimit) scopeKey() counterKey {
 // space or a newline of them must not split the caller's log line.
 func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.Time) *ExceededError {
 	l := w.Limit
-	current := used + reserved
+	current := unitsOf(used).plus(unitsOf(reserved)) // numeric's sum: 0.1 + 0.2 is 0.3
 	e := &ExceededError{
 		ScopeType: l.Scope.Type, ScopeKey: l.Scope.Key, ScopeName: l.Scope.Name, ScopeMetadata: l.Scope.Metadata,
 		Metric: l.Metric, Limit: l.Limit, Amount: l.Amount,
-		Current: current, Used: used, Reserved: reserved, Projected: current + l.Amount,
+		Current: current.approx(), Used: used, Reserved: reserved, Projected: current.plus(unitsOf(l.Amount)).approx(),
 		WindowSeconds: int(w.windowSeconds), ResetAt: resetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
@@ -502,7 +502,7 @@ func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.T
 	e.Retryable = true
 	e.RetryAfter = max(resetAt.Sub(dbNow), time.Second)
 	e.Message = fmt.Sprintf("rate limit exceeded: %s window of %s has %s of %s left, %s needed; retry after %s",
-		textcell.Show(l.Metric), l.Scope.text(), amounttext.Full(max(l.Limit-current, 0)), amounttext.Full(l.Limit),
+		textcell.Show(l.Metric), l.Scope.text(), e.RemainingText(), amounttext.Full(l.Limit),
 		amounttext.Full(l.Amount), e.RetryAfter.Round(time.Second))
 	return e
 }
@@ -514,7 +514,7 @@ func leaseExceeded(c leaseLimit, row db.AdmissionReserveRow) *ExceededError {
 	e := &ExceededError{
 		ScopeType: l.Scope.Type, ScopeKey: l.Scope.Key, ScopeName: l.Scope.Name, ScopeMetadata: l.Scope.Metadata,
 		Metric: l.Metric, Limit: l.Limit, Amount: l.Amount,
-		Current: active, Used: active, Projected: active + l.Amount,
+		Current: active, Used: active, Projected: unitsOf(active).plus(unitsOf(l.Amount)).approx(),
 		ResetAt: row.ResetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
