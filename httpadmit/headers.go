@@ -121,7 +121,7 @@ func refusalHeaders(limits []Limit, r *Refusal) []policy {
 	for _, l := range enforced {
 		p := policy{name: names[keyOf(l.Limit)], limit: l}
 		if keyOf(l.Limit) == keyOfExceeded(e) {
-			st := limitState{quota: e.Limit, amount: e.Amount, remaining: max(e.Limit-e.Current, 0),
+			st := limitState{quota: e.Limit, amount: e.Amount, remaining: e.Remaining(),
 				window: time.Duration(e.WindowSeconds) * time.Second, resetAt: e.ResetAt}
 			if st.window > 0 && e.Retryable {
 				st.resetIn = e.RetryAfter // ResetAt minus the database's now, at least 1s

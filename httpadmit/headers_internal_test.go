@@ -201,3 +201,19 @@ func TestFormatResetRoundsUpToTheMillisecond(t *testing.T) {
 		}
 	}
 }
+
+// A refusal's remaining headers round down what the limit had left exactly:
+// a tokens limit of 2.3 with 0.3 used has 2 left, which float64's 2.3 - 0.3
+// (1.9999999999999998) rounded down to 1.
+func TestRefusalHeadersRoundDownWhatIsExactlyLeft(t *testing.T) {
+	t.Parallel()
+	l := limit("api_key", "tokens", 2.3, time.Minute)
+	h := http.Header{}
+	setHeaders(h, HeadersOpenAI|HeadersAnthropic, refusalHeaders([]Limit{l}, &Refusal{Limit: l, Policy: "tokens", Exceeded: &ratelimit.ExceededError{
+		ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "tokens", WindowSeconds: 60,
+		Limit: 2.3, Current: 0.3, Amount: 3, RetryAfter: time.Second, Retryable: true,
+	}}))
+	if got := [2]string{h.Get("x-ratelimit-remaining-tokens"), h.Get("anthropic-ratelimit-tokens-remaining")}; got != [2]string{"2", "2"} {
+		t.Errorf("remaining headers %q, want 2 and 2", got)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"time"
 
@@ -36,8 +35,9 @@ type Problem struct {
 	ScopeType string `json:"scope-type,omitempty"`
 	Metric    string `json:"metric,omitempty"`
 	// Quota is the limit; WindowSeconds its window (absent for concurrent
-	// limits); Remaining what it had left, rounded down to a whole number
-	// as the headers' remaining values are; Requested what the request
+	// limits); Remaining what it had left (ExceededError.Remaining: 0.1 of
+	// a cost limit of 0.3 with 0.2 used; only the headers, whose remaining
+	// values are integers, round it down); Requested what the request
 	// needed.
 	Quota         *float64 `json:"quota,omitempty"`
 	WindowSeconds int      `json:"window-seconds,omitempty"`
@@ -89,7 +89,7 @@ func RefusalProblem(refusal *Refusal) Problem {
 	if e == nil {
 		e = &ratelimit.ExceededError{}
 	}
-	remaining := math.Floor(max(e.Limit-e.Current, 0))
+	remaining := e.Remaining()
 	quota, requested, retryable := e.Limit, e.Amount, e.Retryable
 	p := Problem{
 		Type:             ProblemTypeQuotaExceeded,
@@ -111,7 +111,7 @@ func RefusalProblem(refusal *Refusal) Problem {
 	}
 	p.RetryAfterSeconds = ceilSeconds(e.RetryAfter)
 	p.Detail = fmt.Sprintf("%s: the request needs %s, %s of %s left %s; retry after %ds",
-		refusal.Policy, amounttext.Full(e.Amount), amounttext.Full(remaining), amounttext.Full(e.Limit), window, p.RetryAfterSeconds)
+		refusal.Policy, amounttext.Full(e.Amount), e.RemainingText(), amounttext.Full(e.Limit), window, p.RetryAfterSeconds)
 	return p
 }
 
