@@ -8,7 +8,8 @@ import (
 // execMode is the default exec mode of conn's connections: a pool's, a
 // connection's, or that of the connection under a pgx.Tx or a
 // *pgxpool.Conn. Of an Executor of another kind (a wrapper of the
-// caller's own) it is pgx's default, QueryExecModeCacheStatement.
+// caller's own) it is pgx's default, QueryExecModeCacheStatement. conn is
+// not nil, nor a wrapper of a nil one (orNoConn): their methods would panic.
 func execMode(conn Executor) pgx.QueryExecMode {
 	switch c := conn.(type) {
 	case interface{ Config() *pgxpool.Config }:

@@ -60,8 +60,9 @@ type Limiter struct {
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
 // database must have been migrated (schema.Migrate). A nil conn (a nil
-// *pgxpool.Pool too) makes every operation fail with a *ValidationError
-// naming "conn" (errors.Is ErrInvalidInput).
+// *pgxpool.Pool too, or an Executor of one's own that embeds one) makes
+// every operation fail with a *ValidationError naming "conn" (errors.Is
+// ErrInvalidInput).
 func New(conn Executor, opts ...Option) *Limiter {
 	o := defaultOptions()
 	for _, opt := range opts {

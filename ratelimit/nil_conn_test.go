@@ -3,10 +3,12 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -16,7 +18,9 @@ import (
 // its error went unchecked), a nil Executor or a nil transaction fails
 // every operation with a *ValidationError naming it: they used to panic
 // inside pgx (or, combined, fail with an untyped "a combined batch
-// panicked"), and CheckPooler too.
+// panicked"), and CheckPooler too. So does an Executor of one's own that
+// embeds a nil pool, connection or transaction: New panicked on it,
+// reading the pool's or the connection's settings.
 func TestNilConnFailsWithValidationError(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
@@ -45,13 +49,20 @@ func TestNilConnFailsWithValidationError(t *testing.T) {
 		"New(nil)":                        same(ratelimit.New(nil)),
 		"New(nil pool)":                   same(ratelimit.New((*pgxpool.Pool)(nil))),
 		"New(nil pool, WithoutCombining)": same(ratelimit.New((*pgxpool.Pool)(nil), ratelimit.WithoutCombining())),
+		"New(own nil pool)":               same(ratelimit.New(ownPool{})),
+		"New(&own nil pool)":              same(ratelimit.New(&ownPool{})),
+		"New(own nil conn)":               same(ratelimit.New(ownConn{})),
+		"New(own nil pool conn)":          same(ratelimit.New(struct{ *pgxpool.Conn }{})),
+		"New(own nil Executor)":           same(ratelimit.New(struct{ ratelimit.Executor }{})),
+		"New(own, nested, nil pool)":      same(ratelimit.New(struct{ ownPool }{})),
 		// A new one per operation: a transaction takes its operations in
 		// lock order, failed ones included.
-		"WithTx(nil)": func() *ratelimit.Limiter { return inTx.WithTx(nil) },
+		"WithTx(nil)":        func() *ratelimit.Limiter { return inTx.WithTx(nil) },
+		"WithTx(own nil tx)": func() *ratelimit.Limiter { return inTx.WithTx(struct{ pgx.Tx }{}) },
 	}
 	for name, mk := range limiters {
 		field := "conn"
-		if name == "WithTx(nil)" {
+		if strings.HasPrefix(name, "WithTx(") {
 			field = "tx"
 		}
 		_, err := mk().Reserve(ctx, "", "", limits)

@@ -72,19 +72,47 @@ func notMade(typ, constructor string, isNil bool) error {
 	return &ValidationError{Field: typ, Value: value, Reason: "not made with " + constructor}
 }
 
-// orNoConn returns conn, or, when conn is nil (a nil interface, or a nil
-// *pgxpool.Pool, *pgx.Conn or pgx.Tx in one: a pool whose creation failed,
-// unchecked), an Executor on which every statement fails with a
-// *ValidationError naming field, so that each operation returns an error
-// rather than panic deep inside pgx.
+// orNoConn returns conn, or, when conn is nil (see isNilConn: a pool
+// whose creation failed, unchecked, perhaps in a wrapper of one's own), an
+// Executor on which every statement fails with a *ValidationError naming
+// field, so that each operation returns an error rather than panic deep
+// inside pgx. What New and WithTx keep is thus never nil, and execMode,
+// oneConnection and unheldAtOnce may call the methods they find on it.
 func orNoConn(conn Executor, field string) Executor {
-	if conn != nil {
-		if v := reflect.ValueOf(conn); v.Kind() != reflect.Pointer || !v.IsNil() {
-			return conn
-		}
+	if conn != nil && !isNilConn(reflect.ValueOf(conn), 0) {
+		return conn
 	}
 	return noConn{&ValidationError{Field: field, Value: nil, Reason: "must be a pool, connection or transaction, not nil"}}
 }
+
+// isNilConn reports whether v, an Executor, is nil: a nil pointer (a nil
+// *pgxpool.Pool, *pgx.Conn or pgx.Tx in an Executor), or an Executor of
+// one's own (a struct, or a pointer to one) that embeds a nil one, from
+// which it takes its methods (Exec, Config, Conn...): pgx would panic in
+// them. Embedded Executors are followed nilConnDepth deep at most, so that
+// a cycle of pointers ends.
+func isNilConn(v reflect.Value, depth int) bool {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return true
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct || depth >= nilConnDepth {
+		return false
+	}
+	for i := range v.NumField() {
+		if f := v.Type().Field(i); f.Anonymous && f.Type.Implements(executorType) && isNilConn(v.Field(i), depth+1) {
+			return true
+		}
+	}
+	return false
+}
+
+var executorType = reflect.TypeFor[Executor]()
+
+// nilConnDepth bounds how deep isNilConn follows embedded Executors.
+const nilConnDepth = 8
 
 // noConn is the Executor of a nil conn: everything fails with err.
 type noConn struct{ err error }

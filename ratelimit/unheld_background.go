@@ -38,7 +38,8 @@ func (l *Limiter) giveBackUnheld(giveBack func(handedOver time.Time)) {
 // combine). The pool is a *pgxpool.Pool, or one that an Executor of one's
 // own embeds (its Config method, as execMode finds it). An Executor of one's
 // own that shows no pool is taken for one of pgxpool's default size
-// (defaultUnheldAtOnce).
+// (defaultUnheldAtOnce). conn is not a nil pool, nor a wrapper of one
+// (orNoConn).
 func unheldAtOnce(conn Executor) int {
 	if pool, ok := conn.(interface{ Config() *pgxpool.Config }); ok {
 		return max(int(pool.Config().MaxConns)/2, 1)
