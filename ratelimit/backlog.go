@@ -78,6 +78,23 @@ func (b *backlog[T]) add(job T) {
 	}
 }
 
+// addAfter adds job once wait returns, which it calls on a goroutine of
+// its own that holds no worker: a job that must wait for something first
+// keeps no other from its turn meanwhile. It is pending from now, so that
+// the backlog's wait waits for it too.
+func (b *backlog[T]) addAfter(wait func(), job T) {
+	b.mu.Lock()
+	b.pending++
+	b.mu.Unlock()
+	go func() {
+		wait()
+		b.add(job) // pending once more before this wait is done: never 0 between
+		b.mu.Lock()
+		b.doneLocked()
+		b.mu.Unlock()
+	}()
+}
+
 // pop takes the oldest job off the queue. Under mu.
 func (b *backlog[T]) pop() queued[T] {
 	q := b.queue[0]

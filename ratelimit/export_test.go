@@ -306,3 +306,16 @@ func (l *Limiter) GiveBackUnheldInBackground(giveBack func(context.Context) erro
 // QueuedAtMost is how many give-backs wait their turn, at most, behind
 // most running at once (queuedAtMost); one more drops the oldest.
 func QueuedAtMost(most int) int { return queuedAtMost(most) }
+
+// ReleaseIfEndedUnread releases the open reservations of the task taskID,
+// if it has ended, once unread is closed, as FinishTask and CancelTask do
+// when pgx gave their batch's connection up unread (releaseIfEndedUnread),
+// for tests.
+func (l *Limiter) ReleaseIfEndedUnread(unread <-chan struct{}, taskID string) error {
+	id, err := parseID("taskID", taskID)
+	if err != nil {
+		return err
+	}
+	l.releaseIfEndedUnread(unread, id, nil)
+	return nil
+}

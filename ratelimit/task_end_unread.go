@@ -78,12 +78,17 @@ func (l *Limiter) runEndBatch(ctx context.Context, b *pgx.Batch) (unread <-chan 
 // closes the client's connection without waiting for its server's), and
 // leaves them to Recover.
 func (l *Limiter) releaseIfEndedUnread(unread <-chan struct{}, id pgtype.UUID, now *time.Time) {
-	l.giveBackUnheld(func(time.Time) {
-		select { // in a worker of the give-backs' backlog, which Close waits for
+	closed := func() {
+		select {
 		case <-unread:
 		case <-time.After(unreadCloseWait): // pgx's own bound is 15 s: a bound of ours too
 		}
-		l.retryUnheld(time.Now(), func(ctx context.Context) error {
+	}
+	// Waiting for it holds none of the give-backs' turns (which, on a pool
+	// not set up with ConfigurePool, a storm of task ends whose callers left
+	// would all take, for seconds each); Close waits for it.
+	l.giveBackUnheldAfter(closed, func(handedOver time.Time) {
+		l.retryUnheld(handedOver, func(ctx context.Context) error {
 			plan, err := l.queries.TaskFinishPlan(ctx, l.conn, db.TaskFinishPlanParams{TaskID: id})
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil // pruned

@@ -20,8 +20,24 @@ import (
 // connection that fails is closed, and the give-back stops at once
 // (hopeless).
 func (l *Limiter) giveBackUnheld(giveBack func(handedOver time.Time)) {
+	l.giveBackUnheldAfter(nil, giveBack)
+}
+
+// giveBackUnheldAfter is giveBackUnheld of a give-back that must wait
+// first, until wait returns (nil: it need not). Off the caller's
+// goroutine, it waits on a goroutine of its own, and only then takes its
+// turn: a give-back that waits holds none of the turns of the others
+// meanwhile. Close waits for it all the same.
+func (l *Limiter) giveBackUnheldAfter(wait func(), giveBack func(handedOver time.Time)) {
 	if l.inTx || oneConnection(l.conn) || l.unheld == nil {
+		if wait != nil {
+			wait()
+		}
 		giveBack(time.Now())
+		return
+	}
+	if wait != nil {
+		l.unheld.addAfter(wait, giveBack)
 		return
 	}
 	l.unheld.add(giveBack) // the backlog tells it when it was added

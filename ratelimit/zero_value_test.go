@@ -21,7 +21,7 @@ var testOnlyMethods = map[string]bool{
 	"ReserveCombined": true, "CommitCombined": true, "QueuedReserves": true, "QueuedSettles": true, "AllotmentSets": true,
 	"LocalAdmissionsKept": true, "AfterReserveStatements": true, "DBClock": true,
 	"ReservesInFlight": true, "ReleaseUnheld": true, "RetryUnheld": true, "GiveBackUnheldInBackground": true, "LockTimeoutsSet": true, "DoctorJIT": true,
-	"QueueUnnoticedReserve": true, "TouchAllotmentSets": true,
+	"QueueUnnoticedReserve": true, "TouchAllotmentSets": true, "ReleaseIfEndedUnread": true,
 }
 
 // callEveryMethod calls every exported method of recv (through
