@@ -3,10 +3,8 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -22,22 +20,10 @@ func TestCancelStormGivesBackEverythingOnBoundedGoroutines(t *testing.T) {
 	t.Parallel()
 	const maxBatch, maxInFlight, rounds, callers = 2, 1, 24, 6
 	bound := ratelimit.GivingBackAtOnce(maxBatch, maxInFlight)
-	var (
-		mu            sync.Mutex
-		holding, most int
-	)
 	hold := make(chan struct{})
+	tries := &atOnce{hold: hold}
 	pool := pgtest.NewPool(t)
-	l := ratelimit.New(pool, ratelimit.WithCombining(maxBatch, maxInFlight), ratelimit.WithUnheldTryHook(func() {
-		mu.Lock()
-		holding++
-		most = max(most, holding)
-		mu.Unlock()
-		<-hold
-		mu.Lock()
-		holding--
-		mu.Unlock()
-	}))
+	l := ratelimit.New(pool, ratelimit.WithCombining(maxBatch, maxInFlight), ratelimit.WithUnheldTryHook(tries.hook))
 	var leaveRound atomic.Pointer[context.CancelFunc]
 	var sent atomic.Int64
 	l.AfterReserveStatements(func(requests int) {
@@ -64,20 +50,10 @@ func TestCancelStormGivesBackEverythingOnBoundedGoroutines(t *testing.T) {
 	if abandoned <= int64(bound) {
 		t.Fatalf("%d grants abandoned, the storm should exceed the bound %d", abandoned, bound)
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		h := holding
-		mu.Unlock()
-		if h >= bound {
-			break
-		}
-	}
-	time.Sleep(20 * time.Millisecond) // more would come now
-	mu.Lock()
-	if most != bound {
+	tries.awaitHolding(bound)
+	if most := tries.mostAtOnce(); most != bound {
 		t.Errorf("%d give-backs of %d ran at once, want %d (the bound)", most, abandoned, bound)
 	}
-	mu.Unlock()
 	close(hold)
 	l.Close() // waits for every give-back
 	if lost := l.Stats().Lost; lost != 0 {

@@ -32,11 +32,8 @@ func TestCancelStormWithoutCombiningGivesBackOnBoundedGoroutines(t *testing.T) {
 	const bound = maxConns / 2 // of a pool's connections, for give-backs
 	bg := context.Background()
 	base := pgtest.NewPool(t)
-	var (
-		mu            sync.Mutex
-		running, most [instances]int
-	)
 	hold := make(chan struct{})
+	var tries [instances]atOnce
 	var letGo sync.Once
 	release := func() { letGo.Do(func() { close(hold) }) }
 	pools := make([]*pgxpool.Pool, instances)
@@ -50,17 +47,9 @@ func TestCancelStormWithoutCombiningGivesBackOnBoundedGoroutines(t *testing.T) {
 		}
 		t.Cleanup(pool.Close)
 		pools[i] = pool
+		tries[i].hold = hold
 		ls[i] = ratelimit.New(pool, ratelimit.WithoutCombining(), ratelimit.WithLeftStatementGrace(time.Minute),
-			ratelimit.WithUnheldTryHook(func() {
-				mu.Lock()
-				running[i]++
-				most[i] = max(most[i], running[i])
-				mu.Unlock()
-				<-hold
-				mu.Lock()
-				running[i]--
-				mu.Unlock()
-			}))
+			ratelimit.WithUnheldTryHook(tries[i].hook))
 	}
 	defer release() // on a failure before the end
 	key := uniqueKey("storm")
@@ -121,31 +110,20 @@ func TestCancelStormWithoutCombiningGivesBackOnBoundedGoroutines(t *testing.T) {
 		t.Fatalf("%d give-backs an instance: the storm should exceed the bound %d", perInstance, bound)
 	}
 
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		full := true
-		for i := range instances {
-			full = full && running[i] >= bound
-		}
-		mu.Unlock()
-		if full {
-			break
-		}
+	for i := range tries {
+		tries[i].awaitHolding(bound)
 	}
-	time.Sleep(20 * time.Millisecond) // more would start now
 	// Each give-back running waits in the hook on a goroutine of its own;
 	// one waiting its turn has none. The callers have all returned.
 	if more, want := runtime.NumGoroutine()-before, instances*bound; more > want+goroutineSlack {
 		t.Errorf("%d goroutines more than before the storm, want %d (the give-backs running) or about", more, want)
 	}
-	mu.Lock()
-	for i := range instances {
-		if most[i] != bound {
+	for i := range tries {
+		if most := tries[i].mostAtOnce(); most != bound {
 			t.Errorf("instance %d: %d of its %d give-backs ran at once, each on a goroutine, want %d (half its pool's %d connections)",
-				i, most[i], perInstance, bound, maxConns)
+				i, most, perInstance, bound, maxConns)
 		}
 	}
-	mu.Unlock()
 
 	release()
 	for _, l := range ls {

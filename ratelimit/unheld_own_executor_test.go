@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,21 +27,9 @@ func TestUnheldGiveBacksOnAPoolOfOnesOwnRunHalfItsConnections(t *testing.T) {
 	t.Parallel()
 	const maxConns, giveBacks = 6, 12
 	pool := pgtest.OpenPool(t, pgtest.NewURL(t)+"&pool_max_conns=6")
-	var (
-		mu            sync.Mutex
-		holding, most int
-	)
 	hold := make(chan struct{})
-	l := ratelimit.New(ownPool{pool}, ratelimit.WithUnheldTryHook(func() {
-		mu.Lock()
-		holding++
-		most = max(most, holding)
-		mu.Unlock()
-		<-hold
-		mu.Lock()
-		holding--
-		mu.Unlock()
-	}))
+	tries := &atOnce{hold: hold}
+	l := ratelimit.New(ownPool{pool}, ratelimit.WithUnheldTryHook(tries.hook))
 	var ran atomic.Int64
 	for range giveBacks {
 		l.GiveBackUnheldInBackground(func(ctx context.Context) error {
@@ -51,20 +38,10 @@ func TestUnheldGiveBacksOnAPoolOfOnesOwnRunHalfItsConnections(t *testing.T) {
 			return err
 		})
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		mu.Lock()
-		h := holding
-		mu.Unlock()
-		if h >= maxConns/2 {
-			break
-		}
-	}
-	time.Sleep(20 * time.Millisecond) // more would start now
-	mu.Lock()
-	if most != maxConns/2 {
+	tries.awaitHolding(maxConns / 2)
+	if most := tries.mostAtOnce(); most != maxConns/2 {
 		t.Errorf("%d give-backs ran at once on a pool of %d of one's own, want %d (half its connections)", most, maxConns, maxConns/2)
 	}
-	mu.Unlock()
 	close(hold)
 	l.Close()
 	if got := ran.Load(); got != giveBacks {
