@@ -2,6 +2,7 @@ package httpadmit_test
 
 import (
 	"os"
+	"path"
 	"strings"
 	"testing"
 
@@ -42,5 +43,42 @@ func TestReadmeExampleNeedsOnlyAPool(t *testing.T) {
 		if !given[name] {
 			t.Errorf("the README's middleware example uses %s, which it neither declares nor imports, and which is not pool", name)
 		}
+	}
+}
+
+// The README says, just before the middleware's example, which packages it
+// imports, so that it can be pasted into a main package as it stands: the
+// list (backquoted import paths between "it imports " and the next ";")
+// must name exactly the packages the block uses.
+func TestReadmeExampleNamesItsImports(t *testing.T) {
+	t.Parallel()
+	block := readme.Block(t, "../README.md", "", "limiter := ratelimit.New(pool)\ndefer limiter.Close()")
+	text, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := strings.Cut(string(text), "```go\n"+block)
+	_, list, ok := strings.Cut(before[max(0, len(before)-1500):], "it imports ")
+	list, _, ok2 := strings.Cut(list, ";")
+	if !ok || !ok2 {
+		t.Fatalf("the README does not say, before the middleware's example, \"it imports ...;\"")
+	}
+	listed := map[string]bool{}
+	for i, part := range strings.Split(list, "`") {
+		if i%2 == 1 {
+			listed[path.Base(part)] = true
+		}
+	}
+	for _, name := range readme.FreeNames(t, block) {
+		if name == "pool" {
+			continue
+		}
+		if !listed[name] {
+			t.Errorf("the README's middleware example uses package %s, which the list of its imports leaves out", name)
+		}
+		delete(listed, name)
+	}
+	for name := range listed {
+		t.Errorf("the README lists %s among the middleware example's imports, which the example does not use", name)
 	}
 }
