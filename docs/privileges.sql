@@ -20,10 +20,12 @@
 --
 -- Functions need no grant: by default PostgreSQL lets every role execute them, and they run
 -- with the caller's privileges (none is SECURITY DEFINER), so these grants bound what they may
--- do too. They set their own search_path (pgadmit's schema, then pg_temp: migration 00021), so
--- that what a caller's search_path adds is never called in their place. Advisory locks,
--- pg_logical_emit_message (hot batches) and cancel requests of a role's own sessions need no
--- privilege. pgadmit's tests run every flow as these two roles
+-- do too. They set no search_path of their own: they find pgadmit's tables and functions through
+-- the caller's, and call PostgreSQL's own by exact types or by their pg_catalog name (migration
+-- 00021), so that no lookalike on the path runs in their place; keep the schemas on a gateway's
+-- search_path closed to roles you do not trust, as the REVOKE below does for pgadmit's.
+-- Advisory locks, pg_logical_emit_message (hot batches) and cancel requests of a role's own
+-- sessions need no privilege. pgadmit's tests run every flow as these two roles
 -- (TestLeastPrivilegeRolesRunEveryFlow, TestMaintenanceCommandsRunAsTheMaintenanceRole), and
 -- each privilege granted here fails one of them when it alone is revoked.
 
