@@ -1158,6 +1158,54 @@ func (q *Queries) TaskReleaseIfFinished(ctx context.Context, db DBTX, arg TaskRe
 	return released_reservations, err
 }
 
+const TaskTotalsByKind = `-- name: TaskTotalsByKind :one
+WITH kind_tasks AS (
+    SELECT t.id, t.status
+    FROM gateway_tasks AS t
+    WHERE t.kind = $1::text
+)
+SELECT (SELECT count(*) FROM kind_tasks AS k WHERE k.status IN ('queued', 'running'))::bigint AS unfinished,
+       (SELECT count(*) FROM kind_tasks AS k WHERE k.status = 'succeeded')::bigint            AS succeeded,
+       (SELECT count(*)
+        FROM gateway_task_admissions AS a
+        WHERE a.task_id IN (SELECT k.id FROM kind_tasks AS k))::bigint                   AS queue_places,
+       (SELECT count(*)
+        FROM gateway_rate_limit_reservations AS r
+        WHERE r.task_id IN (SELECT k.id FROM kind_tasks AS k)
+          AND r.status = 'reserved')::bigint                                             AS open_reservations
+`
+
+type TaskTotalsByKindRow struct {
+	Unfinished       int64
+	Succeeded        int64
+	QueuePlaces      int64
+	OpenReservations int64
+}
+
+// What the tasks of one kind left: how many are unfinished (queued or
+// running) and how many succeeded, the queue places
+// (queue_size admissions) they still hold and their reservations still
+// open. `pgadmit bench` reads it after its task workload (T1), whose tasks
+// take a kind of their own in each run and round, and checks that every
+// task ended and left nothing held.
+// Locks: none (MVCC read).
+// Index: none for the tasks: a sequential scan of gateway_tasks (kind is a
+// label for operators, not indexed); a check after a benchmark, not a path
+// any request takes. What they hold: gateway_task_admissions_pkey (leading
+// task_id) and gateway_rate_limit_reservations_open_task_idx (partial:
+// open reservations), or a hash join over them when the tasks are many.
+func (q *Queries) TaskTotalsByKind(ctx context.Context, db DBTX, kind string) (TaskTotalsByKindRow, error) {
+	row := db.QueryRow(ctx, TaskTotalsByKind, kind)
+	var i TaskTotalsByKindRow
+	err := row.Scan(
+		&i.Unfinished,
+		&i.Succeeded,
+		&i.QueuePlaces,
+		&i.OpenReservations,
+	)
+	return i, err
+}
+
 const TaskUnclaim = `-- name: TaskUnclaim :execrows
 WITH clock AS (
     SELECT coalesce($1::timestamptz, now()) AS now

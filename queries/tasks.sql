@@ -789,6 +789,34 @@ CROSS JOIN LATERAL pgadmit_settle(
 WHERE t.id = @task_id::uuid
   AND (t.status IN ('succeeded', 'failed', 'cancelled')) IS TRUE;
 
+-- name: TaskTotalsByKind :one
+-- What the tasks of one kind left: how many are unfinished (queued or
+-- running) and how many succeeded, the queue places
+-- (queue_size admissions) they still hold and their reservations still
+-- open. `pgadmit bench` reads it after its task workload (T1), whose tasks
+-- take a kind of their own in each run and round, and checks that every
+-- task ended and left nothing held.
+-- Locks: none (MVCC read).
+-- Index: none for the tasks: a sequential scan of gateway_tasks (kind is a
+-- label for operators, not indexed); a check after a benchmark, not a path
+-- any request takes. What they hold: gateway_task_admissions_pkey (leading
+-- task_id) and gateway_rate_limit_reservations_open_task_idx (partial:
+-- open reservations), or a hash join over them when the tasks are many.
+WITH kind_tasks AS (
+    SELECT t.id, t.status
+    FROM gateway_tasks AS t
+    WHERE t.kind = @kind::text
+)
+SELECT (SELECT count(*) FROM kind_tasks AS k WHERE k.status IN ('queued', 'running'))::bigint AS unfinished,
+       (SELECT count(*) FROM kind_tasks AS k WHERE k.status = 'succeeded')::bigint            AS succeeded,
+       (SELECT count(*)
+        FROM gateway_task_admissions AS a
+        WHERE a.task_id IN (SELECT k.id FROM kind_tasks AS k))::bigint                   AS queue_places,
+       (SELECT count(*)
+        FROM gateway_rate_limit_reservations AS r
+        WHERE r.task_id IN (SELECT k.id FROM kind_tasks AS k)
+          AND r.status = 'reserved')::bigint                                             AS open_reservations;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Tasks: gateway_tasks, with the attempt, event and admission rows that each
