@@ -38,21 +38,28 @@ workload keeps up to 8,388,608 latencies: past that many operations (W8 decides 
 million a second), its percentiles come from a uniform sample of them.
 
 ` + list.String() + `
-W1, W2, W3, W6, W7, W8 and W9 run for --duration (W9 for two of its windows, 4 s, at least); W4
-(each part) and W5 run for 2 s. An operation is one Reserve and, where the workload says so,
-its Commit. Every run uses fresh scope keys (a random run id), so runs never disturb each
-other's counts or other data. The database is migrated first. Nothing is deleted: the rows of
-its scopes (bench-<run id>-...) stay until 'pgadmit prune' removes them once their windows
-ended before its cutoff. A Ctrl-C gives back what the workers hold (the grants of those in
-their --think pause, W4's admissions) and closes the Limiters, returning their Local blocks,
-for at most 5s: what a server that does not answer has not taken back by then stays held until
-a lease's TTL, its window's end or 'pgadmit recover' frees it (a warning says so).
+W1, W2, W3, W6, W7, W8, W9 and T1 run for --duration (W9 for two of its windows, 4 s, at
+least); W4 (each part) and W5 run for 2 s. An operation is one Reserve and, where the workload
+says so, its Commit; in T1, a task from its creation to its end, seven calls (each call's p50
+and p99 follow its row). Every run uses fresh scope keys (a random run id), so runs never
+disturb each other's counts or other data. The database is migrated first. Nothing is deleted:
+the rows of its scopes (bench-<run id>-...) stay until 'pgadmit prune' removes them once their
+windows ended before its cutoff. A Ctrl-C gives back what the workers hold (the grants of those
+in their --think pause, W4's admissions, T1's tasks, which it finishes) and closes the
+Limiters, returning their Local blocks, for at most 5s: what a server that does not answer has
+not taken back by then stays held until a lease's TTL, its window's end or 'pgadmit recover'
+frees it (a warning says so).
 
---think D pauses each operation between its Reserve and its Commit, for D on average (drawn
-from 0 to 2D), as a gateway waits for its upstream call: combining then batches the calls of
-workers that arrive on their own, not back to back. Latencies leave the pause out; ops/s counts
-it, so raise --workers with it, as a gateway has many more requests under way than
-connections (say --workers 128 --think 10ms).
+T1 runs only when --only names it (--only T1, or W2,T1): a run without --only is W1 to W9. Its
+tasks are sync tasks of kind bench-<run id>-t1-r<round>, which 'pgadmit prune' deletes once
+they finished before its task cutoff. It claims no task: ClaimTask takes the next due async
+task of the whole database, another application's too, which a benchmark must not take.
+
+--think D pauses each operation between its Reserve and its Commit (T1: before each of its
+three heartbeats), for D on average (drawn from 0 to 2D), as a gateway waits for its upstream
+call: combining then batches the calls of workers that arrive on their own, not back to back.
+Latencies leave the pause out; ops/s counts it, so raise --workers with it, as a gateway has
+many more requests under way than connections (say --workers 128 --think 10ms).
 
 --instances N spreads the workers over N Limiters, as N gateway instances sharing the database
 would be (--workers 64 --instances 4: four instances of 16 workers): each combines only its
@@ -87,15 +94,18 @@ as without.
 
 Every workload but W4 (whose admissions stay held) checks its books once it ends: per scope set
 (the API keys, the models, the provider model) and metric, the usage its counters gained equals
-what its workers committed (a request per limit and, in W2, W6 and W7, 420 tokens per
+what its workers committed (a request per limit and, in W2, W6, W7 and T1, 420 tokens per
 admission), nothing is left reserved (W7, W8 and W9: once their Limiters are closed and their
-blocks returned), and no lease is left held; a workload any of whose operations failed is not
-checked, nor are its scopes after it (what a failed operation left is unknown). Exits 1 when a
-check fails (a book, a W4 count, a W5 deadlock) or any operation failed. When every operation
-of a workload failed to reach the database (the server is down), bench stops there, after its
-row, rather than run the others to the same end. Interrupted (Ctrl-C), it prints the checks of
-the workloads that finished (their rows came as each ended) and writes their --json
-("interrupted": true, "ok": false, no server time), then says "interrupted" and exits 1.`,
+blocks returned), and no lease is left held. T1 also reads its tasks back: every one
+succeeded, none is left unfinished, holding a queue place or an open reservation, and no
+FinishTask released a reservation left uncommitted. A workload any of whose operations failed
+is not checked, nor are its scopes after it (what a failed operation left is unknown). Exits 1
+when a check fails (a book, a W4 count, a W5 deadlock, a T1 task) or any operation failed.
+When every operation of a workload failed to reach the database (the server is down), bench
+stops there, after its row, rather than run the others to the same end. Interrupted (Ctrl-C),
+it prints the checks of the workloads that finished (their rows came as each ended) and writes
+their --json ("interrupted": true, "ok": false, no server time), then says "interrupted" and
+exits 1.`,
 		db:  dbOptional,
 		run: runBench,
 	}
@@ -137,9 +147,9 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "`N` concurrent workers, each with its own connection, 1 to 256")
 	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
-	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7, W8 and W9 each run, 100ms to 1h")
+	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7, W8, W9 and T1 each run, 100ms to 1h")
 	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call, at most 1m (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
-	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4")
+	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4 (T1 runs only when listed)")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
 	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")
 	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "`N` combined statements of one kind in flight at once, 1 to 64")
@@ -565,12 +575,20 @@ func wrap(text string, indent, width int) string {
 	return b.String()
 }
 
-// benchRowNotes is what follows a workload's row: for one of Local limits,
+// benchRowNotes is what follows a workload's row: for one whose operations
+// are several calls (T1), each call's p50 and p99; for one of Local limits,
 // the blocks it took and how many of its Local limits the database decided
 // (W8's few in each window's last moments would otherwise read as if W8
 // sent statements); then how its calls were combined.
 func benchRowNotes(r bench.Result) string {
 	var notes []string
+	if len(r.Steps) > 0 {
+		var steps []string
+		for _, s := range r.Steps {
+			steps = append(steps, fmt.Sprintf("%s %d/%d", s.Name, s.P50us, s.P99us))
+		}
+		notes = append(notes, "p50/p99 µs per call: "+strings.Join(steps, ", "))
+	}
 	if r.LocalBlocks > 0 {
 		notes = append(notes, fmt.Sprintf("local: %d blocks taken, %d limits decided in the database", r.LocalBlocks, r.LocalInDatabase))
 	}

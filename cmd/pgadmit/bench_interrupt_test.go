@@ -27,6 +27,7 @@ type dbHolds struct {
 	leases   int64   // unreleased concurrency leases, live or expired
 	reserved float64 // reserved value of the windows that have not ended
 	blocks   int64   // open allotment blocks
+	queued   int64   // queue places (queue_size admissions) of unfinished tasks
 }
 
 // holdsOf reads what pool's database holds.
@@ -59,6 +60,13 @@ func holdsOf(t *testing.T, pool *pgxpool.Pool) dbHolds {
 	}
 	for _, a := range allots {
 		h.blocks += a.Blocks
+	}
+	admissions, err := q.InspectAdmissions(ctx, pool, db.InspectAdmissionsParams{MaxRows: 1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range admissions {
+		h.queued += a.Admitted
 	}
 	return h
 }
@@ -93,9 +101,9 @@ func awaitInterrupted(t *testing.T, stdout, stderr *syncBuffer, exited chan int,
 
 // A Ctrl-C gives back what the workers hold before bench exits: the grants of the workers in
 // their --think pause (W7's reservations, its leases and its Local admissions), W4's admissions
-// (held on purpose until its checks have read them), and the blocks of W7's Limiters. Nothing
-// stays open in the database: no lease until its TTL, no reservation or block until its window
-// ends.
+// (held on purpose until its checks have read them), the blocks of W7's Limiters, and T1's
+// tasks, which it finishes. Nothing stays open in the database: no lease until its TTL, no
+// reservation or block until its window ends, no task (nor its queue place) until Recover.
 func TestBenchInterruptedLeavesNothingHeld(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -108,6 +116,8 @@ func TestBenchInterruptedLeavesNothingHeld(t *testing.T) {
 			"the 4 workers' leases and a block", func(h dbHolds) bool { return h.leases == 4 && h.blocks > 0 }},
 		{"W4", []string{"--only", "W4", "--workers", "4"},
 			"W4's 10 leases", func(h dbHolds) bool { return h.leases == 10 }},
+		{"T1 in --think", []string{"--only", "T1", "--workers", "4", "--think", "20s", "--duration", "1m"},
+			"the 4 workers' tasks and leases", func(h dbHolds) bool { return h.queued == 4 && h.leases == 4 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

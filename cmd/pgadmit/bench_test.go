@@ -51,6 +51,18 @@ func TestPrintBenchChecksNamesTheRound(t *testing.T) {
 	}
 }
 
+// A workload whose operations are several calls (T1) says each call's p50 and p99 after its
+// row, before how its calls were combined.
+func TestBenchRowNotesSayEachCallsLatency(t *testing.T) {
+	t.Parallel()
+	r := bench.Result{Steps: []bench.Step{{Name: "create", P50us: 812, P99us: 2100}, {Name: "heartbeat", P50us: 402, P99us: 950}},
+		ReservesPerStatement: 2, SettlesPerStatement: 1}
+	want := "  (p50/p99 µs per call: create 812/2100, heartbeat 402/950; combined: "
+	if got := benchRowNotes(r); !strings.HasPrefix(got, want) {
+		t.Errorf("benchRowNotes = %q, want it to begin %q", got, want)
+	}
+}
+
 // The header counts workers and instances in the singular when there is one.
 func TestBenchWhoPlural(t *testing.T) {
 	t.Parallel()
@@ -99,6 +111,7 @@ func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
 	}{
 		{benchReport{}, row},
 		{bench.Result{}, part("results", "checks") + `"checks"`},
+		{bench.Step{}, part("steps", "checks")},
 		{bench.Check{}, part("checks", "steadiness")},
 		{bench.Steadiness{}, part("steadiness", "server_time")},
 		{workloadWaitsJSON{}, part("waits", "wal_pct` is")},

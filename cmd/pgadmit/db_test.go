@@ -160,7 +160,18 @@ func TestBench(t *testing.T) {
 	start := time.Now()
 	out := cliOK(t, "--database-url", url, "bench", "--workers", "4", "--duration", "200ms", "--json", jsonPath)
 	t.Logf("bench took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	// The default run: every workload but those that run only when --only names them (T1).
+	var workloads []bench.Workload
 	for _, w := range bench.Workloads() {
+		if w.OptIn() {
+			if strings.Contains(out, w.Name) {
+				t.Errorf("bench without --only ran %q", w.Name)
+			}
+			continue
+		}
+		workloads = append(workloads, w)
+	}
+	for _, w := range workloads {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(w.Name) + `\s+\d+\s+[\d.]+\s+[\d.]+\s+\d+\s+\d+\s+0( |$)`).MatchString(out) {
 			t.Errorf("bench output has no row for %q with 0 errors", w.Name)
 		}
@@ -202,14 +213,14 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("bench JSON: %v\n%s", err, b)
 	}
-	if want := len(bench.Workloads()); !rep.OK || len(rep.Results) != want || rep.Rounds != 1 || rep.Steadiness != nil {
+	if want := len(workloads); !rep.OK || len(rep.Results) != want || rep.Rounds != 1 || rep.Steadiness != nil {
 		t.Fatalf("bench JSON: ok %v, %d results, %d rounds, steadiness %v; want ok, %d, 1 and none\n%s", rep.OK, len(rep.Results), rep.Rounds, rep.Steadiness, want, b)
 	}
 	if st := rep.ServerTime; st == nil || st.Available != preloaded || (!preloaded && st.Reason != "pg_stat_statements is not loaded") {
 		t.Errorf("bench JSON: server_time %+v", st)
 	}
 	for i, r := range rep.Results {
-		code := bench.Workloads()[i].Code
+		code := workloads[i].Code
 		if !strings.HasPrefix(r.Name, code+" ") || r.Round != 1 {
 			t.Errorf("result %d is named %q, round %d; want it to start with %q, round 1", i, r.Name, r.Round, code)
 		}
@@ -304,6 +315,34 @@ func TestBenchInstances(t *testing.T) {
 	}
 	if w7.Admitted == 0 || w7.Errors != 0 {
 		t.Errorf("W7 in 2 instances: %+v", w7)
+	}
+}
+
+// T1 runs gateway requests as tasks when --only names it: its row says each call's latency,
+// its checks pass, and its JSON result lists its steps.
+func TestBenchTaskWorkload(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	stdout, stderr, code := cli(t, nil, "--database-url", url, "bench", "--workers", "4", "--duration", "300ms",
+		"--only", "t1", "--statements", "0", "--json", "-")
+	if code != exitOK {
+		t.Fatalf("bench --only t1: exit %d\n%s", code, stderr)
+	}
+	row := regexp.MustCompile(`(?m)^T1 gateway tasks\s+\d+\s+[\d.]+\s+[\d.]+\s+\d+\s+0\s+0  \(p50/p99 µs per call: create \d+/\d+, reserve \d+/\d+, heartbeat \d+/\d+, commit \d+/\d+, finish \d+/\d+; combined: `)
+	if !row.MatchString(stderr) || !strings.Contains(stderr, "T1: tasks unfinished (queued or running): 0 (want 0) ok\n") ||
+		!strings.Contains(stderr, "all checks passed") {
+		t.Errorf("bench --only t1: no T1 row with its calls' latencies, or a check off:\n%s", stderr)
+	}
+	var rep struct {
+		OK      bool           `json:"ok"`
+		Results []bench.Result `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || !rep.OK || len(rep.Results) != 1 {
+		t.Fatalf("bench --only t1 JSON: %v\n%s", err, stdout)
+	}
+	res := rep.Results[0]
+	if res.Name != "T1 gateway tasks" || res.Admitted == 0 || len(res.Steps) != 5 || res.Steps[2].Name != "heartbeat" || res.Steps[2].Calls != 3*res.Admitted {
+		t.Errorf("bench --only t1 JSON result: %+v", res)
 	}
 }
 

@@ -1,7 +1,7 @@
-// Package bench holds the workloads of `pgadmit bench`: nine fixed definitions, W1..W5, which
-// mirror the reference harness of the seed gateway, the gateway-shaped W6..W8, and W9, which
-// measures stranding, run by N
-// concurrent workers against a migrated database through the public ratelimit API.
+// Package bench holds the workloads of `pgadmit bench`: ten fixed definitions, W1..W5, which
+// mirror the reference harness of the seed gateway, the gateway-shaped W6..W8, W9, which
+// measures stranding, and T1, gateway requests run as tasks, which runs only when asked for; run
+// by N concurrent workers against a migrated database through the public ratelimit API.
 //
 // Every run draws a random run id and puts it in every scope key it touches, so runs never
 // disturb each other, or a database's other data.
@@ -46,11 +46,12 @@ type Config struct {
 	// each instance combines only its own workers' calls. Instances contend with each other on
 	// the rows and scopes they share, as separate processes do. Zero means 1; at most Workers.
 	Instances int
-	// Duration is how long W1, W2, W3, W6, W7 and W8 run, and W9 (4 s at least).
+	// Duration is how long W1, W2, W3, W6, W7, W8 and T1 run, and W9 (4 s at least).
 	Duration time.Duration
 	// ExactnessDuration is how long W4 (each part) and W5 run; zero means ExactnessSeconds.
 	ExactnessDuration time.Duration
-	// Only lists the workload codes to run ("W1", "W4"...); empty runs them all.
+	// Only lists the workload codes to run ("W1", "W4"...); empty runs them all but those
+	// that run only when listed (Workload.OptIn: T1).
 	Only []string
 	// RunID goes into every scope key; empty draws a random one. The workloads' book
 	// checks take its scopes to be empty when the run starts: a RunID used before in the
@@ -96,9 +97,21 @@ var ErrLeftHeld = grace.ErrLeftHeld
 
 // Workload describes one workload.
 type Workload struct {
-	Code        string // W1..W9
+	Code        string // W1..W9, T1
 	Name        string // starts with Code, e.g. "W1 window, many keys"
 	Description string
+}
+
+// OptIn reports whether the workload runs only when Config.Only lists it: T1, so that the
+// default run stays W1..W9, as measured and compared over the days, and writes no tasks.
+func (w Workload) OptIn() bool { return w.Code == "T1" }
+
+// runs reports whether cfg runs w.
+func (c Config) runs(w Workload) bool {
+	if len(c.Only) == 0 {
+		return !w.OptIn()
+	}
+	return slices.Contains(c.Only, w.Code)
 }
 
 // Workloads returns the workloads, in order.
@@ -113,6 +126,7 @@ func Workloads() []Workload {
 		{"W7", "W7 W6 with allotments", "W6 with the provider model's tokens/min admitted from local allotments (Limit.Local); the Limiter is closed at the end, returning its blocks, before its books are checked"},
 		{"W8", "W8 hot key, allotment", "W3 with the limit admitted from a local allotment: no round trip"},
 		{"W9", "W9 stranding", "one key with a limit of 2,000 per 2 s window, admitted from local allotments by at least 4 instances (fewer with fewer workers), far past it: once the blocks went back, no window admitted past the limit, and in every window that refused a request the units left unadmitted (stranded in blocks while requests were refused) are at most instances x 2 x 1/16 of the limit"},
+		{"T1", "T1 gateway tasks", "a long gateway request run as a sync task: create it on api_key:K (K of 1,000) with a queue_size limit of 1,000, reserve W2's limits for its attempt, heartbeat it 3 times (with --think, a pause before each), commit actual tokens 420 and finish it; the row's latency is the whole task's, and its steps' latencies follow"},
 	}
 }
 
@@ -151,6 +165,14 @@ type Check struct {
 	OK   bool   `json:"ok"`
 	// AtMost says Want is a bound, not the value: Got may be below it.
 	AtMost bool `json:"at_most,omitempty"`
+}
+
+// Step is the latency of one kind of call of a workload's operations.
+type Step struct {
+	Name  string `json:"name"` // "heartbeat"
+	Calls int64  `json:"calls"`
+	P50us int64  `json:"p50_us"`
+	P99us int64  `json:"p99_us"`
 }
 
 // Result is what one workload measured. Its JSON names are those of the reference harness.
@@ -198,8 +220,11 @@ type Result struct {
 	LocalFailures   int64 `json:"local_failures,omitempty"`
 	LocalInDatabase int64 `json:"local_in_database,omitempty"`
 	// FirstError is the message of the first error, if any.
-	FirstError string  `json:"first_error,omitempty"`
-	Checks     []Check `json:"checks,omitempty"`
+	FirstError string `json:"first_error,omitempty"`
+	// Steps are the latencies of each kind of call of the operations (T1's: one operation
+	// is several calls), of the calls that succeeded.
+	Steps  []Step  `json:"steps,omitempty"`
+	Checks []Check `json:"checks,omitempty"`
 	// unreachable counts the Errors that did not reach the database (see Run's ErrUnreachable).
 	unreachable int64
 	// OK is false when an error occurred or a check failed.
@@ -274,12 +299,12 @@ func (r *runner) run(ctx context.Context, done func(Result)) ([]Result, error) {
 	cfg := r.cfg
 	runs := map[string]func(context.Context) (Result, error){
 		"W1": r.w1, "W2": r.w2, "W3": r.w3, "W4": r.w4, "W5": r.w5,
-		"W6": r.w6, "W7": r.w7, "W8": r.w8, "W9": r.w9,
+		"W6": r.w6, "W7": r.w7, "W8": r.w8, "W9": r.w9, "T1": r.t1,
 	}
 	var out []Result
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, w := range Workloads() {
-			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.Code) {
+			if !cfg.runs(w) {
 				continue
 			}
 			if cfg.BeforeEach != nil {
@@ -288,6 +313,7 @@ func (r *runner) run(ctx context.Context, done func(Result)) ([]Result, error) {
 				}
 			}
 			stop := r.watch(w, round)
+			r.round = round
 			res, err := runs[w.Code](ctx)
 			stop()
 			if err != nil {
@@ -330,6 +356,8 @@ type runner struct {
 	counts []opsCounter
 	// keep is how many latencies each worker keeps (latencies); 0: maxLatencies over the workers.
 	keep int
+	// round is the round running, from 1.
+	round int
 	// grace bounds what the run gives back: it ends Config.Grace after Run's ctx, and notes
 	// what it left held.
 	grace *grace.Grace
@@ -451,6 +479,14 @@ type errCommit struct{ err error }
 
 func (e errCommit) Error() string { return "commit: " + e.err.Error() }
 func (e errCommit) Unwrap() error { return e.err }
+func (errCommit) afterAdmission() {}
+
+// afterAdmission is an error that came after an admitted Reserve (errCommit, errTaskStep):
+// drive counts the admission, and the error too.
+type afterAdmission interface {
+	error
+	afterAdmission()
+}
 
 // limiters returns one Limiter per instance, on the workers' pool.
 func (r *runner) limiters() []*ratelimit.Limiter {
@@ -626,7 +662,7 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 					r.counts[w].Add(1)
 					t.lat.add(el, keep, sampling)
 				}
-				var commitErr errCommit
+				var after afterAdmission
 				switch {
 				case err == nil:
 					t.admitted++
@@ -635,7 +671,7 @@ func (r *runner) drive(ctx context.Context, d time.Duration, op func(ctx context
 				default:
 					// Not an operation of the measure: one that failed (the database
 					// down, say) may take microseconds, and would count as the fastest.
-					if errors.As(err, &commitErr) {
+					if errors.As(err, &after) {
 						t.admitted++
 					}
 					t.errors++

@@ -67,6 +67,7 @@ func TestWorkloadsBooksCatchAUnitChargedBehindTheCallersBacks(t *testing.T) {
 		{"W7", "provider_model", "gpt", ratelimit.MetricTokens, "provider model tokens/min: tokens charged"},
 		{"W7", "api_key", "g", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
 		{"W8", "api_key", "local-hot", ratelimit.MetricRequests, "api key requests/min: requests charged"},
+		{"T1", "api_key", "t1-k", ratelimit.MetricTokens, "api keys tokens/min: tokens charged"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.code+"/"+tc.scopeType+"/"+tc.metric, func(t *testing.T) {
