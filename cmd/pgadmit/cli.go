@@ -245,7 +245,11 @@ func (a *app) main(ctx context.Context, args []string) error {
 		return flagError(fs, err)
 	}
 	rest := fs.Args()
-	if *help && len(rest) > 0 && rest[0] != "help" {
+	switch {
+	case *help && len(rest) > 0 && rest[0] == "help":
+		// pgadmit --help help [...]: help itself, read as `pgadmit help [...]` is.
+		*help = false
+	case *help && len(rest) > 0:
 		// pgadmit --help <command> [...]: that command's help, as `pgadmit help <command>`
 		// shows it; what follows the command is not read.
 		rest = []string{rest[0], "--help"}

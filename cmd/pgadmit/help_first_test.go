@@ -30,6 +30,27 @@ func TestHelpBeforeTheCommandShowsItsHelp(t *testing.T) {
 	if out := cliOK(t, "--help", "help"); !strings.HasPrefix(out, "pgadmit operates") {
 		t.Errorf("pgadmit --help help:\n%s", out)
 	}
+	// --help before help is help itself: `pgadmit --help help migrate` printed the global help.
+	for _, args := range [][]string{{"--help", "help", "migrate"}, {"-h", "help", "migrate"}} {
+		out, errOut, code := cli(t, nil, args...)
+		if code != exitOK || out != cliOK(t, "migrate", "--help") || errOut != "" {
+			t.Errorf("pgadmit %s: exit %d, stderr %q, stdout:\n%s\nwant migrate's help", strings.Join(args, " "), code, errOut, out)
+		}
+	}
+	for _, args := range [][]string{{"--help", "help", "help"}, {"--help", "help", "--help"}} {
+		if out := cliOK(t, args...); !strings.HasPrefix(out, "pgadmit operates") {
+			t.Errorf("pgadmit %s:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	for args, want := range map[string]string{
+		"--help help nosuch":     `unknown command "nosuch"`,
+		"--help help migrate up": `unexpected argument "up" after help migrate`,
+	} {
+		out, errOut, code := cli(t, nil, strings.Fields(args)...)
+		if code != exitUsage || out != "" || errOut != "pgadmit: "+want+" (see pgadmit --help)\n" {
+			t.Errorf("pgadmit %s: exit %d, stdout %q, stderr %q; want a usage error, as without --help", args, code, out, errOut)
+		}
+	}
 	out, errOut, code := cli(t, nil, "--help", "nosuch")
 	if code != exitUsage || out != "" || errOut != "pgadmit: unknown command \"nosuch\" (see pgadmit --help)\n" {
 		t.Errorf("pgadmit --help nosuch: exit %d, stdout %q, stderr %q; want a usage error", code, out, errOut)
