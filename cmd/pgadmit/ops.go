@@ -43,14 +43,16 @@ failed, after its counts, and the sweeper goes on).
 Without --every: one pass, then prints its counts. While it runs, every --progress it says on
 stderr how far it has got, after a batch, or, while no batch ends, that it still waits for the
 database: a lock held with --lock-timeout 0, or a server that stopped answering, which no
-lock_timeout ends (the server is not there to apply it). --pass-timeout cuts the pass off (no
-bound by default): what it did is printed, and it exits 1 naming the bound. With --every (at
+lock_timeout ends (the server is not there to apply it). --pass-timeout cuts the run off (no
+bound by default; counted from its start, connecting and reading the schema version included):
+what it did is printed, and it exits 1 naming the bound. With --every (at
 least 100ms): a sweeper that runs a pass at that interval and logs each pass's counts until
 SIGINT or SIGTERM, then exits 0. A failed pass is logged and retried at the next interval. A
 log line it cannot write (a full disk, a reader that went away) stops it at once, exit 1: it
 does not sweep on unseen. At start-up it checks the connection as doctor does, and warns when
 it goes through a transaction-pooling proxy in an exec mode that needs session state (it says
-what to add to the connection string).`,
+what to add to the connection string); these checks, and that of the schema version, are
+bounded by --pass-timeout as a pass is, and past it skipped with a warning.`,
 		db:  dbRequired,
 		run: runRecover,
 	}
@@ -98,12 +100,12 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		return sweep(ctx, a, *every, *passTimeout, *lockTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
 			ratelimit.WithMaintenanceLockTimeout(*lockTimeout))
 	}
-	pool, err := a.connectOperator(ctx)
+	pctx, cancel := passContext(ctx, *passTimeout)
+	defer cancel()
+	pool, err := a.connectPass(ctx, pctx, *passTimeout)
 	if err != nil {
 		return err
 	}
-	pctx, cancel := passContext(ctx, *passTimeout)
-	defer cancel()
 	// A pass cut off on a frozen server leaves a connection that pgx closes once its cancel
 	// request gives up, up to 15 s: the pool is not waited for then, as after Ctrl-C.
 	defer grace.CloseOnExit(pctx, pool)
@@ -137,6 +139,25 @@ func checkPassTimeout(fs *flag.FlagSet, d *time.Duration) error {
 		return checkDuration("pass-timeout", *d)
 	}
 	return nil
+}
+
+// connectPass connects a one-shot recover or prune and reads the schema version
+// (connectOperator) within the run's --pass-timeout, pctx (passContext of ctx): they came before
+// the bound, and a server that stopped answering while the version was read hung the run for
+// ever. A cut-off is an error that names the bound, as one of the pass is.
+func (a *app) connectPass(ctx, pctx context.Context, passTimeout time.Duration) (*pgxpool.Pool, error) {
+	pool, err := a.connectOperator(pctx)
+	if err != nil {
+		if errors.Is(err, pctx.Err()) { // open's error is ctx's own then, which says nothing more
+			err = fmt.Errorf("connecting: %w", err)
+		}
+		return nil, cutOff(ctx, pctx, passTimeout, err)
+	}
+	if err := pctx.Err(); err != nil {
+		grace.CloseOnExit(pctx, pool)
+		return nil, cutOff(ctx, pctx, passTimeout, fmt.Errorf("reading the schema version: %w", err))
+	}
+	return pool, nil
 }
 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
@@ -178,15 +199,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 			}
 			if pool != nil {
 				maint = ratelimit.NewMaintenance(pool, opts...)
-				if behind := a.checkOperatorSchema(ctx, pool); behind != "" {
-					a.warn("%s", behind)
-				}
-				// A connection string that does not suit a transaction pooler works while the
-				// sweeper has the pooler to itself, and fails once other clients share it: say
-				// so now, as doctor does, not months later.
-				if err := ratelimit.CheckPooler(ctx, pool); errors.Is(err, ratelimit.ErrPoolerMismatch) || errors.Is(err, ratelimit.ErrStatementPooling) {
-					a.warn("%s", scrub(err.Error(), a.dsn))
-				}
+				a.sweepChecks(ctx, pool, passTimeout)
 			}
 		}
 		if pool != nil {
@@ -201,6 +214,27 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 			return nil
 		case <-ticker.C:
 		}
+	}
+}
+
+// sweepChecks checks, as the sweeper starts on a new pool, the schema version and the connection
+// pooler, warning of what is wrong. They are bounded by passTimeout, as a pass is: on a server
+// that stopped answering they hung the sweeper, its passes never run.
+func (a *app) sweepChecks(ctx context.Context, pool *pgxpool.Pool, passTimeout time.Duration) {
+	cctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	if behind := a.checkOperatorSchema(cctx, pool); behind != "" {
+		a.warn("%s", behind)
+	}
+	// A connection string that does not suit a transaction pooler works while the sweeper has
+	// the pooler to itself, and fails once other clients share it: say so now, as doctor does,
+	// not months later.
+	if err := ratelimit.CheckPooler(cctx, pool); errors.Is(err, ratelimit.ErrPoolerMismatch) || errors.Is(err, ratelimit.ErrStatementPooling) {
+		a.warn("%s", scrub(err.Error(), a.dsn))
+	}
+	if ctx.Err() == nil && cctx.Err() != nil {
+		a.warn("the start-up checks (the schema version, the connection pooler) were cut off by --pass-timeout (%s): not checked",
+			durationtext.Operator(passTimeout))
 	}
 }
 
@@ -267,7 +301,8 @@ processes, like recover, and like it a batch waits at most --lock-timeout (5s by
 bound) for each lock another session holds: that batch is left to a later run (and the rest of
 its step, as for recover), the other steps run, what was done is printed, and it exits 1 saying
 so. As recover's, its progress says that it still waits while no batch ends, and --pass-timeout
-(no bound by default) cuts the run off, exit 1.`,
+(no bound by default; counted from the run's start, connecting and reading the schema version
+included) cuts the run off, exit 1.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -311,12 +346,12 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if retention == 0 {
 		retention = -1 // keep finished tasks
 	}
-	pool, err := a.connectOperator(ctx)
+	pctx, cancel := passContext(ctx, *passTimeout)
+	defer cancel()
+	pool, err := a.connectPass(ctx, pctx, *passTimeout)
 	if err != nil {
 		return err
 	}
-	pctx, cancel := passContext(ctx, *passTimeout)
-	defer cancel()
 	defer grace.CloseOnExit(pctx, pool) // as recover's
 	prog := newRunProgress(a.stderr, "prune", *progress, *passTimeout)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),

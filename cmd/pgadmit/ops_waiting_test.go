@@ -108,3 +108,62 @@ func TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A one-shot recover or prune whose server stops answering while it reads the schema version
+// (here the read waits for a lock on the version table when the server freezes) is cut off by
+// --pass-timeout as its pass is: the read came before the bound started, and waited for ever.
+func TestRecoverAndPruneOnAFrozenServerAreCutOffWhileReadingTheSchemaVersion(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"recover", "prune"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			dbURL, pool := newDatabase(t)
+			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
+			holdLocks(t, pool, dbtest.New().OpsLockVersionTable)
+			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+			go func() {
+				exited <- run(context.Background(), []string{"--database-url", frozenURL, cmd, "--progress", "0", "--pass-timeout", "2s"},
+					stdout, stderr, func(string) string { return "" })
+			}()
+			pgtest.AwaitLockWaiters(t, pool, cmd)
+			waited := time.Now()
+			f.Freeze()
+			select {
+			case code := <-exited:
+				t.Logf("%s returned %s after it waited; stderr %q", cmd, time.Since(waited).Round(time.Millisecond), stderr.String())
+				want := "pgadmit " + cmd + ": cut off by --pass-timeout (2s): reading the schema version: context deadline exceeded\n"
+				if code != exitFailure || stdout.String() != "" || stderr.String() != want {
+					t.Errorf("%s --pass-timeout 2s, frozen while it read the schema version: exit %d, stdout %q, stderr %q; want exit 1 and %q",
+						cmd, code, stdout.String(), stderr.String(), want)
+				}
+				// 2s at most since it waited, then the cancel request's wait for a server that
+				// does not answer (1s), the pool's close (1s at most), and room for a loaded
+				// machine.
+				if took := time.Since(waited); took > 8*time.Second {
+					t.Errorf("%s --pass-timeout 2s returned %s after it waited for the schema version", cmd, took.Round(time.Millisecond))
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s --pass-timeout 2s, frozen while it read the schema version, did not return within 30s; stderr %q", cmd, stderr.String())
+			}
+		})
+	}
+}
+
+// The sweeper's start-up checks (the schema version, the connection pooler) are bounded by
+// --pass-timeout as its passes are: on a server that stopped answering during them, it hung at
+// start-up, no pass run or logged, until a signal.
+func TestRecoverSweeperOnAFrozenServerCutsOffItsStartUpChecks(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := newDatabase(t)
+	f, frozenURL := throughFreezer(t, dbURL, pool, nil)
+	holdLocks(t, pool, dbtest.New().OpsLockVersionTable)
+	sweeper := startCLI(t, context.Background(), "--database-url", frozenURL, "--connect-timeout", "500ms",
+		"recover", "--every", "200ms", "--pass-timeout", "1s")
+	pgtest.AwaitLockWaiters(t, pool, "recover --every")
+	f.Freeze()
+	awaitLog(t, &sweeper.stdout, `recover: pass failed: `)
+	t.Logf("stdout:\n%s\nstderr:\n%s", sweeper.stdout.String(), sweeper.stderr.String())
+	if want := "pgadmit recover: warning: the start-up checks (the schema version, the connection pooler) were cut off by --pass-timeout (1s)"; !strings.Contains(sweeper.stderr.String(), want) {
+		t.Errorf("recover --every on a server frozen during its start-up checks: stderr %q, want it to contain %q", sweeper.stderr.String(), want)
+	}
+}

@@ -603,6 +603,24 @@ func (q *Queries) OpsLockTimeoutMillis(ctx context.Context, db DBTX) (int64, err
 	return lock_timeout_ms, err
 }
 
+const OpsLockVersionTable = `-- name: OpsLockVersionTable :exec
+DO $$
+BEGIN
+    LOCK TABLE pgadmit_goose_version IN ACCESS EXCLUSIVE MODE;
+END
+$$
+`
+
+// Locks pgadmit's schema version table until the transaction ends, so that
+// a test can make the CLI's read of the schema version wait. A DO block:
+// goose makes the table, so sqlc's schema has none.
+// Locks: ACCESS EXCLUSIVE on pgadmit_goose_version.
+// Index: none.
+func (q *Queries) OpsLockVersionTable(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsLockVersionTable)
+	return err
+}
+
 const OpsLookalikeSchemas = `-- name: OpsLookalikeSchemas :many
 SELECT n.nspname::text AS name
 FROM pg_catalog.pg_namespace AS n

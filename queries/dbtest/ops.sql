@@ -605,6 +605,18 @@ l AS (
 )
 SELECT ((SELECT count(*) FROM r) + (SELECT count(*) FROM l))::bigint AS relinked;
 
+-- name: OpsLockVersionTable :exec
+-- Locks pgadmit's schema version table until the transaction ends, so that
+-- a test can make the CLI's read of the schema version wait. A DO block:
+-- goose makes the table, so sqlc's schema has none.
+-- Locks: ACCESS EXCLUSIVE on pgadmit_goose_version.
+-- Index: none.
+DO $$
+BEGIN
+    LOCK TABLE pgadmit_goose_version IN ACCESS EXCLUSIVE MODE;
+END
+$$;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Operations and fault injection: statements for tests, drills and
