@@ -13,6 +13,8 @@ import (
 func TestHelpStatesTheDefaultsTheCodeUses(t *testing.T) {
 	lockTimeout := regexp.MustCompile(`--lock-timeout\s+\((\S+) by default`)
 	lostGrace := regexp.MustCompile(`more\s+than\s+(\S+)\s+ago\s+are\s+returned`)
+	endWaits := regexp.MustCompile(`waits\s+(\S+)\s+at\s+most\s+for\s+its\s+statement's\s+cancel`)
+	leaseTTL := regexp.MustCompile(`until\s+it\s+expires\s+\((\S+)\s+at\s+most`)
 	seen := map[string]int{}
 	for _, c := range commands() {
 		for _, m := range lockTimeout.FindAllStringSubmatch(c.help, -1) {
@@ -27,11 +29,23 @@ func TestHelpStatesTheDefaultsTheCodeUses(t *testing.T) {
 				t.Errorf("%s --help: the lost-holder grace is %s, it says %s", c.name, want, m[1])
 			}
 		}
+		for _, m := range endWaits.FindAllStringSubmatch(c.help, -1) {
+			seen["end wait"]++
+			if want := durationtext.Operator(endWait); m[1] != want {
+				t.Errorf("%s --help: a run cut off waits %s at most for its statement and lease, it says %s", c.name, want, m[1])
+			}
+		}
+		for _, m := range leaseTTL.FindAllStringSubmatch(c.help, -1) {
+			seen["lease TTL"]++
+			if want := durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL); m[1] != want {
+				t.Errorf("%s --help: a run's lease expires %s after its last renewal, it says %s", c.name, want, m[1])
+			}
+		}
 	}
 	// Each text is found where it is written today: a rewording that the patterns miss fails
 	// here rather than passing with nothing checked.
-	if seen["lock-timeout"] != 4 || seen["lost grace"] != 1 {
-		t.Errorf("defaults found in the help texts: %v, want lock-timeout 4 and lost grace 1", seen)
+	if seen["lock-timeout"] != 4 || seen["lost grace"] != 1 || seen["end wait"] != 2 || seen["lease TTL"] != 1 {
+		t.Errorf("defaults found in the help texts: %v, want lock-timeout 4, lost grace 1, end wait 2 and lease TTL 1", seen)
 	}
 }
 

@@ -45,14 +45,18 @@ stderr how far it has got, after a batch, or, while no batch ends, that it still
 database: a lock held with --lock-timeout 0, or a server that stopped answering, which no
 lock_timeout ends (the server is not there to apply it). --pass-timeout cuts the run off (no
 bound by default; counted from its start, connecting and reading the schema version included):
-what it did is printed, and it exits 1 naming the bound. With --every (at
-least 100ms): a sweeper that runs a pass at that interval and logs each pass's counts until
-SIGINT or SIGTERM, then exits 0. A failed pass is logged and retried at the next interval. A
-log line it cannot write (a full disk, a reader that went away) stops it at once, exit 1: it
-does not sweep on unseen. At start-up it checks the connection as doctor does, and warns when
-it goes through a transaction-pooling proxy in an exec mode that needs session state (it says
-what to add to the connection string); these checks, and that of the schema version, are
-bounded by --pass-timeout as a pass is, and past it skipped with a warning.`,
+what it did is printed, and it exits 1 naming the bound. Cut off or interrupted, it waits 2s at
+most for its statement's cancel and the release of its single-flight lease, which a live server
+answers in milliseconds: on one that does not, it exits without them, saying that the lease may
+stay held until it expires (15s at most; a run before then is skipped).
+
+With --every (at least 100ms): a sweeper that runs a pass at that interval and logs each pass's
+counts until SIGINT or SIGTERM, then exits 0. A failed pass is logged and retried at the next
+interval. A log line it cannot write (a full disk, a reader that went away) stops it at once,
+exit 1: it does not sweep on unseen. At start-up it checks the connection as doctor does, and
+warns when it goes through a transaction-pooling proxy in an exec mode that needs session state
+(it says what to add to the connection string); these checks, and that of the schema version,
+are bounded by --pass-timeout as a pass is, and past it skipped with a warning.`,
 		db:  dbRequired,
 		run: runRecover,
 	}
@@ -108,14 +112,19 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	}
 	// A pass cut off on a frozen server leaves a connection that pgx closes once its cancel
 	// request gives up, up to 15 s: the pool is not waited for then, as after Ctrl-C.
-	defer grace.CloseOnExit(pctx, pool)
+	o := &oneShot{pctx: pctx, pool: pool}
+	defer o.close()
 	prog := newRunProgress(a.stderr, "recover", *progress, *passTimeout)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
 		ratelimit.WithMaintenanceLockTimeout(*lockTimeout), prog.option())
 	start := time.Now()
 	stopProgress := prog.watch(ctx, pctx)
-	res, err := maint.Recover(pctx)
+	var res ratelimit.RecoveryResult
+	returned := o.run(func() { res, err = maint.Recover(pctx) })
 	stopProgress()
+	if !returned {
+		return a.gaveUp(ctx, o, *passTimeout, prog, start, ratelimit.RecoveryResult{}.String())
+	}
 	if line, ok := passReport(res, err, start); ok {
 		fmt.Fprintln(a.stdout, line)
 	}
@@ -302,7 +311,8 @@ bound) for each lock another session holds: that batch is left to a later run (a
 its step, as for recover), the other steps run, what was done is printed, and it exits 1 saying
 so. As recover's, its progress says that it still waits while no batch ends, and --pass-timeout
 (no bound by default; counted from the run's start, connecting and reading the schema version
-included) cuts the run off, exit 1.`,
+included) cuts the run off, exit 1; cut off or interrupted, it waits 2s at most for its
+statement's cancel and its lease's release, as recover does.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -352,14 +362,19 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer grace.CloseOnExit(pctx, pool) // as recover's
+	o := &oneShot{pctx: pctx, pool: pool} // as recover's
+	defer o.close()
 	prog := newRunProgress(a.stderr, "prune", *progress, *passTimeout)
 	maint := ratelimit.NewMaintenance(pool, ratelimit.WithPruneBatchSize(*batch), ratelimit.WithPruneEvents(*events),
 		ratelimit.WithTaskRetention(retention), ratelimit.WithMaintenanceLockTimeout(*lockTimeout), prog.option())
 	start := time.Now()
 	stopProgress := prog.watch(ctx, pctx)
-	res, err := maint.Prune(pctx, *olderThan)
+	var res ratelimit.PruneResult
+	returned := o.run(func() { res, err = maint.Prune(pctx, *olderThan) })
 	stopProgress()
+	if !returned {
+		return a.gaveUp(ctx, o, *passTimeout, prog, start, "") // a prune's summary says its cutoff
+	}
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}

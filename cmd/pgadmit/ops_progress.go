@@ -8,7 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadmit/pgadmit/internal/durationtext"
+	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -28,17 +31,16 @@ type runProgress struct {
 	last    ratelimit.Progress
 	batchAt time.Time // when the latest batch ended; the run's start before one did
 	saidAt  time.Time // when a line was last said; the run's start before one was
+	over    bool      // watch's stop was called: a pass given up on (oneShot) says nothing more
 }
 
 func newRunProgress(out io.Writer, job string, every, passTimeout time.Duration) *runProgress {
 	return &runProgress{out: out, job: job, every: every, passTimeout: passTimeout}
 }
 
-// option reports the run's batches to p; nil (no option) when p says nothing.
+// option reports the run's batches to p, also when p says nothing: what the run did so far is
+// what it printed if it was given up on (oneShot).
 func (p *runProgress) option() ratelimit.MaintenanceOption {
-	if p.every == 0 {
-		return nil
-	}
 	return ratelimit.WithProgress(0, p.batch)
 }
 
@@ -47,9 +49,12 @@ func (p *runProgress) option() ratelimit.MaintenanceOption {
 func (p *runProgress) batch(pr ratelimit.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.over {
+		return
+	}
 	now := time.Now()
 	p.last, p.batchAt = pr, now
-	if now.Sub(p.saidAt) >= p.every {
+	if p.every > 0 && now.Sub(p.saidAt) >= p.every {
 		p.saidAt = now
 		p.sayBatch()
 	}
@@ -70,17 +75,22 @@ func countBatches(n int64) string {
 
 // watch starts saying, while the run in pctx lasts, what it waits for when nothing was said for
 // an interval (at least minInterval: a line every nanosecond would flood stderr); stop returns
-// once nothing more is written. It looks a few times an interval, so that a run that stalls
-// just after a line is said to be waiting about an interval later, not two.
+// once nothing more is written, after a batch either. It looks a few times an interval, so that
+// a run that stalls just after a line is said to be waiting about an interval later, not two.
 func (p *runProgress) watch(ctx, pctx context.Context) (stop func()) {
+	over := func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.over = true
+	}
 	if p.every == 0 {
-		return func() {}
+		return over
 	}
 	wait := max(p.every, minInterval)
 	p.mu.Lock()
 	p.batchAt, p.saidAt = time.Now(), time.Now()
 	p.mu.Unlock()
-	return stillRunning(wait/4, func(elapsed time.Duration) {
+	stopWatch := stillRunning(wait/4, func(elapsed time.Duration) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		now := time.Now()
@@ -98,6 +108,10 @@ func (p *runProgress) watch(ctx, pctx context.Context) (stop func()) {
 		}
 		p.sayWaiting(elapsed, now.Sub(p.batchAt))
 	})
+	return func() {
+		stopWatch()
+		over()
+	}
 }
 
 // sayWaiting says that no batch has ended for idle, elapsed into the run: how far the run has
@@ -114,7 +128,7 @@ func (p *runProgress) sayWaiting(elapsed, idle time.Duration) {
 
 // sayEnding says that the run, cut off by --pass-timeout (else interrupted), has not ended yet:
 // on a server that stopped answering, its statement's cancel request and the release of its
-// lease (ratelimit's, which runs on past its context) wait for an answer, a few seconds at most.
+// lease (ratelimit's, which runs on past its context) wait for an answer, endWait at most.
 func (p *runProgress) sayEnding(elapsed time.Duration, cut bool) {
 	sofar, done := p.sofar(elapsed)
 	why := "interrupted"
@@ -134,6 +148,69 @@ func (p *runProgress) sofar(elapsed time.Duration) (sofar, done string) {
 		done = p.last.Summary + "; "
 	}
 	return sofar, done
+}
+
+// lastSummary is what the run did so far, as its last batch said it
+// (ratelimit.Progress.Summary); false before a batch ended.
+func (p *runProgress) lastSummary() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last.Summary, p.last.Batches > 0
+}
+
+// endWait is how long a one-shot recover or prune, once cut off by --pass-timeout or
+// interrupted, waits for its pass to return: for its statement's cancel and the release of its
+// lease, which a live server answers in milliseconds. On a server that stopped answering they
+// took 6-7 s more (the cancel request's wait, then the release's own 5 s bound), for a lease
+// that could not be given back there anyway: the run exits without them.
+const endWait = 2 * time.Second
+
+// oneShot is the pool of a one-shot recover or prune, and the context its pass runs in
+// (passContext).
+type oneShot struct {
+	pctx context.Context
+	pool *pgxpool.Pool
+	// gaveUp: run gave up on the pass, which runs on in the background until the process exits.
+	gaveUp bool
+}
+
+// run runs pass and waits for it, at most endWait once pctx ended. It reports whether pass
+// returned: when it did not, what pass sets must not be read.
+func (o *oneShot) run(pass func()) bool {
+	g := grace.After(o.pctx, endWait)
+	defer g.End()
+	o.gaveUp = !g.Wait(pass)
+	return !o.gaveUp
+}
+
+// close closes the pool, the command's last step: once the pass was given up on, in the
+// background (the pool's Close would wait for its statements), else as grace.CloseOnExit does.
+func (o *oneShot) close() {
+	if o.gaveUp {
+		go o.pool.Close()
+		return
+	}
+	grace.CloseOnExit(o.pctx, o.pool)
+}
+
+// gaveUp is the end of a one-shot recover or prune that gave up on its pass (oneShot.run): it
+// prints what the pass did as far as its last batch said, unless it was nothing (nothing: what
+// the job's result says then; "" when it always says something), and returns the error that
+// says the lease may stay held.
+func (a *app) gaveUp(ctx context.Context, o *oneShot, passTimeout time.Duration, prog *runProgress, start time.Time, nothing string) error {
+	if summary, ok := prog.lastSummary(); ok && summary != nothing {
+		fmt.Fprintf(a.stdout, "%s (%s)\n", summary, time.Since(start).Round(time.Millisecond))
+	}
+	left := func(of string) string {
+		return fmt.Sprintf("the database did not answer within %s of %s: its statement's cancel and the release of its lease "+
+			"were not waited for, and the lease may stay held, at most %s from now (a run before then is skipped)",
+			durationtext.Operator(endWait), of, durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL))
+	}
+	if ctx.Err() != nil {
+		a.warn("%s", left("the interrupt")) // runApp says only "interrupted"
+		return ctx.Err()
+	}
+	return cutOff(ctx, o.pctx, passTimeout, fmt.Errorf("%s: %w", left("it"), o.pctx.Err()))
 }
 
 // passContext is ctx bounded by --pass-timeout, for a one-shot recover or prune (0: no bound).

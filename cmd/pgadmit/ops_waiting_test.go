@@ -60,6 +60,8 @@ func TestRecoverAndPruneSayTheyAreStillWaiting(t *testing.T) {
 // waited: no lock_timeout can end that wait, the server is not there to apply it) says that it
 // is still waiting, and --pass-timeout cuts it off, exit 1, naming the bound, as it cuts off a
 // pass of the sweeper: --pass-timeout was refused without --every, and the run hung until Ctrl-C.
+// Once cut off it waits endWait at most for its statement's cancel and its lease's release,
+// which the server does not answer, and says that the lease may stay held: it waited 6-7 s more.
 func TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout(t *testing.T) {
 	t.Parallel()
 	for cmd, lock := range map[string]func(context.Context, dbtest.DBTX) error{
@@ -71,25 +73,30 @@ func TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout(t *testing.T) {
 			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
 			holdLocks(t, pool, lock)
 			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
-			started := time.Now()
 			go func() {
 				exited <- run(context.Background(), []string{"--database-url", frozenURL, cmd, "--progress", "500ms", "--pass-timeout", "3s"},
 					stdout, stderr, func(string) string { return "" })
 			}()
 			pgtest.AwaitLockWaiters(t, pool, cmd)
+			waited := time.Now()
 			f.Freeze()
 			select {
 			case code := <-exited:
-				took := time.Since(started)
-				t.Logf("%s returned %s after it started; stdout %q, stderr:\n%s", cmd, took.Round(time.Millisecond), stdout.String(), stderr.String())
+				took := time.Since(waited)
+				t.Logf("%s returned %s after it waited; stdout %q, stderr:\n%s", cmd, took.Round(time.Millisecond), stdout.String(), stderr.String())
 				last := stderr.String()[strings.LastIndex(strings.TrimSuffix(stderr.String(), "\n"), "\n")+1:]
-				if code != exitFailure || !strings.HasPrefix(last, "pgadmit "+cmd+": cut off by --pass-timeout (3s): ") {
-					t.Errorf("%s --pass-timeout 3s on a frozen server: exit %d, stdout %q, stderr %q; want exit 1, cut off by --pass-timeout",
-						cmd, code, stdout.String(), stderr.String())
+				if code != exitFailure || !strings.HasPrefix(last, "pgadmit "+cmd+": cut off by --pass-timeout (3s): ") ||
+					!strings.Contains(last, "the lease may stay held, at most 15s from now (a run before then is skipped)") {
+					t.Errorf("%s --pass-timeout 3s on a frozen server: exit %d, stdout %q, stderr %q; want exit 1, cut off by --pass-timeout, "+
+						"its lease perhaps left held", cmd, code, stdout.String(), stderr.String())
+				}
+				// What it did is printed, as after any cut-off: prune's first step was done.
+				if want := map[string]string{"recover": `^$`, "prune": `^pruned before \S+: released 0 stale reservations; .* \(\d+(\.\d+)?m?s\)\n$`}[cmd]; !regexp.MustCompile(want).MatchString(stdout.String()) {
+					t.Errorf("%s cut off on a frozen server: stdout %q, want it to match %s", cmd, stdout.String(), want)
 				}
 				// While frozen it says that it still waits; once cut off, while its statement is
-				// cancelled and its lease given back (a few seconds on a frozen server), that it is
-				// still ending, never that it still waits.
+				// cancelled and its lease given back (endWait at most), that it is still ending,
+				// never that it still waits.
 				ending := `pgadmit ` + cmd + `: so far \(\d+s, \d+ batch(es)?(, now at "[a-z ]+"\)|\)): ([^\n]*; )?` +
 					`cut off by --pass-timeout \(3s\): still ending \(cancelling its statement and giving back the run's lease\)\n`
 				if !regexp.MustCompile(`^(`+stillWaiting+`|pgadmit prune: so far [^\n]*now at "release stale reservations"\): [^\n]*\n)+(`+
@@ -97,9 +104,9 @@ func TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout(t *testing.T) {
 					!strings.Contains(stderr.String(), "still waiting") {
 					t.Errorf("%s on a frozen server: stderr %q; want that it still waits, then that it still ends, then cut off", cmd, stderr.String())
 				}
-				// 3s, then the cancel request and the release of the run's lease on a server
-				// that does not answer (5s at most), and room for a loaded machine.
-				if took > 20*time.Second {
+				// 3s at most since it waited, then endWait (2s) for the cancel request and the
+				// release of the run's lease, and room for a loaded machine.
+				if took > 3*time.Second+endWait+1500*time.Millisecond {
 					t.Errorf("%s --pass-timeout 3s on a frozen server returned after %s", cmd, took.Round(time.Millisecond))
 				}
 			case <-time.After(60 * time.Second):
@@ -165,5 +172,73 @@ func TestRecoverSweeperOnAFrozenServerCutsOffItsStartUpChecks(t *testing.T) {
 	t.Logf("stdout:\n%s\nstderr:\n%s", sweeper.stdout.String(), sweeper.stderr.String())
 	if want := "pgadmit recover: warning: the start-up checks (the schema version, the connection pooler) were cut off by --pass-timeout (1s)"; !strings.Contains(sweeper.stderr.String(), want) {
 		t.Errorf("recover --every on a server frozen during its start-up checks: stderr %q, want it to contain %q", sweeper.stderr.String(), want)
+	}
+}
+
+// A one-shot recover or prune interrupted on a server that stopped answering waits endWait at
+// most for its statement's cancel and its lease's release, as one cut off does, and says that
+// the lease may stay held: it waited 6-7 s more.
+func TestRecoverAndPruneInterruptedOnAFrozenServerEndWithinEndWait(t *testing.T) {
+	t.Parallel()
+	for cmd, lock := range map[string]func(context.Context, dbtest.DBTX) error{
+		"recover": dbtest.New().OpsLockTasks, "prune": dbtest.New().OpsLockCounters,
+	} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			dbURL, pool := newDatabase(t)
+			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
+			holdLocks(t, pool, lock)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+			go func() {
+				exited <- run(ctx, []string{"--database-url", frozenURL, cmd, "--progress", "0"}, stdout, stderr, func(string) string { return "" })
+			}()
+			pgtest.AwaitLockWaiters(t, pool, cmd)
+			f.Freeze()
+			cancel()
+			interrupted := time.Now()
+			select {
+			case code := <-exited:
+				took := time.Since(interrupted)
+				t.Logf("%s returned %s after the interrupt; stdout %q, stderr %q", cmd, took.Round(time.Millisecond), stdout.String(), stderr.String())
+				want := "pgadmit " + cmd + ": warning: the database did not answer within 2s of the interrupt: its statement's cancel and the " +
+					"release of its lease were not waited for, and the lease may stay held, at most 15s from now (a run before then is skipped)\n" +
+					"pgadmit " + cmd + ": interrupted\n"
+				if code != exitFailure || stderr.String() != want {
+					t.Errorf("%s interrupted on a frozen server: exit %d, stderr %q; want exit 1 and %q", cmd, code, stderr.String(), want)
+				}
+				if took > endWait+1500*time.Millisecond {
+					t.Errorf("%s interrupted on a frozen server returned %s after the interrupt", cmd, took.Round(time.Millisecond))
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s interrupted on a frozen server did not return within 30s; stderr %q", cmd, stderr.String())
+			}
+		})
+	}
+}
+
+// On a live server a one-shot recover or prune cut off by --pass-timeout (here behind a table
+// lock, with --lock-timeout 0) has its statement cancelled and its lease given back well within
+// endWait: a run right after it is not skipped.
+func TestRecoverAndPruneCutOffOnALiveServerGiveTheirLeaseBack(t *testing.T) {
+	t.Parallel()
+	for cmd, lock := range map[string]func(context.Context, dbtest.DBTX) error{
+		"recover": dbtest.New().OpsLockTasks, "prune": dbtest.New().OpsLockCounters,
+	} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			url, pool := newDatabase(t)
+			release := holdLocks(t, pool, lock)
+			_, errOut, code := cli(t, nil, "--database-url", url, cmd, "--progress", "0", "--lock-timeout", "0", "--pass-timeout", "1s")
+			if code != exitFailure || !strings.HasPrefix(errOut, "pgadmit "+cmd+": cut off by --pass-timeout (1s): ") || strings.Contains(errOut, "may stay held") {
+				t.Errorf("%s --pass-timeout 1s behind a lock: exit %d, stderr %q; want cut off, its lease given back", cmd, code, errOut)
+			}
+			release()
+			out, errOut, code := cli(t, nil, "--database-url", url, cmd, "--progress", "0")
+			if code != exitOK || strings.Contains(out, "skipped") || errOut != "" {
+				t.Errorf("%s right after a run cut off: exit %d, stdout %q, stderr %q; want it run, not skipped", cmd, code, out, errOut)
+			}
+		})
 	}
 }
