@@ -93,8 +93,10 @@ type AdmissionReserveRow struct {
 // limit with the values its decision used, on the database's clock; an
 // admitted limit has its grant_id. Refused admissions write nothing, except
 // that a counter row the batch found missing stays behind, empty.
-// Locks: window counter rows FOR UPDATE in primary-key order, then
-// transaction advisory locks of concurrency scopes in lock-key order, then
+// Locks: window counter rows in primary-key order (the lock order), by an
+// upsert, which locks them FOR NO KEY UPDATE (as pg_locks and pgrowlocks
+// show; it excludes the FOR UPDATE of settlement all the same: no foreign
+// key references a counter), then transaction advisory locks of concurrency scopes in lock-key order, then
 // new reservation and lease rows (the lock order; FOR KEY SHARE on their
 // task and attempt rows, by the foreign keys), then
 // pg_advisory_xact_lock_shared on the fence key of each admitted task, in
@@ -273,8 +275,8 @@ type AdmissionReserveWindowsRow struct {
 // a counter is taken at once where it fits whole. Returns one row per
 // admission; refused admissions write nothing, except that a counter row
 // the batch found missing stays behind, empty.
-// Locks: the counter rows FOR UPDATE in primary-key order (the lock order),
-// then the new reservation rows.
+// Locks: the counter rows in primary-key order (the lock order), FOR NO KEY
+// UPDATE by an upsert (as AdmissionReserve), then the new reservation rows.
 // Index: gateway_rate_limit_counters_pkey.
 func (q *Queries) AdmissionReserveWindows(ctx context.Context, db DBTX, arg AdmissionReserveWindowsParams) ([]AdmissionReserveWindowsRow, error) {
 	rows, err := db.Query(ctx, AdmissionReserveWindows,

@@ -42,8 +42,10 @@ SELECT pgadmit_task_refusal(sqlc.narg('task_id')::uuid, sqlc.narg('attempt_id'):
 -- limit with the values its decision used, on the database's clock; an
 -- admitted limit has its grant_id. Refused admissions write nothing, except
 -- that a counter row the batch found missing stays behind, empty.
--- Locks: window counter rows FOR UPDATE in primary-key order, then
--- transaction advisory locks of concurrency scopes in lock-key order, then
+-- Locks: window counter rows in primary-key order (the lock order), by an
+-- upsert, which locks them FOR NO KEY UPDATE (as pg_locks and pgrowlocks
+-- show; it excludes the FOR UPDATE of settlement all the same: no foreign
+-- key references a counter), then transaction advisory locks of concurrency scopes in lock-key order, then
 -- new reservation and lease rows (the lock order; FOR KEY SHARE on their
 -- task and attempt rows, by the foreign keys), then
 -- pg_advisory_xact_lock_shared on the fence key of each admitted task, in
@@ -77,8 +79,8 @@ FROM pgadmit_reserve(
 -- a counter is taken at once where it fits whole. Returns one row per
 -- admission; refused admissions write nothing, except that a counter row
 -- the batch found missing stays behind, empty.
--- Locks: the counter rows FOR UPDATE in primary-key order (the lock order),
--- then the new reservation rows.
+-- Locks: the counter rows in primary-key order (the lock order), FOR NO KEY
+-- UPDATE by an upsert (as AdmissionReserve), then the new reservation rows.
 -- Index: gateway_rate_limit_counters_pkey.
 SELECT r.admission::integer          AS admission,
        r.is_lease::boolean           AS is_lease,
@@ -163,11 +165,12 @@ CALL pgadmit_hot_commit();
 -- Admission and settlement: typed calls of the PL/pgSQL functions that
 -- schema/00003_admission_functions.sql created, whose bodies say, statement
 -- by statement, what they lock and which index serves them. Later
--- migrations replaced most of them: the body in force is that of the last
--- migration that defines the function (pgadmit_reserve 00018,
--- pgadmit_reserve_one 00011, pgadmit_task_recheck 00020, pgadmit_settle
--- 00016, pgadmit_settle_one 00014, pgadmit_reserve_windows 00007), as \sf
--- in psql shows. The *One calls take scalars (one admission of one window
+-- migrations replaced most of them: the definition in force is that of the
+-- last migration that defines the function, as \sf in psql shows: 00021
+-- for all but pgadmit_settle_one (00014). 00021 only made their calls of
+-- PostgreSQL's functions exact; their bodies, plans and locks are those of
+-- pgadmit_reserve 00018, pgadmit_reserve_one 00011, pgadmit_task_recheck
+-- 00020, pgadmit_settle 00016 and pgadmit_reserve_windows 00007. The *One calls take scalars (one admission of one window
 -- limit, one reservation); the others take batches. One call is one
 -- statement: one round trip, and one implicit transaction unless the caller
 -- runs it inside its own.

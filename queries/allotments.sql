@@ -77,5 +77,7 @@ SELECT (SELECT count(*) FROM synced)::bigint AS synced,
 --
 -- Allotments: gateway_rate_limit_allotments, blocks of a window's units that
 -- a process admits from in its own memory (Limit.Local). The functions they
--- call were created by schema/00006_allotments.sql; their bodies in force are
--- those of 00013 (pgadmit_allot) and 00019 (pgadmit_allot_return).
+-- call were created by schema/00006_allotments.sql; their definitions in
+-- force are 00021's, which only made their calls of PostgreSQL's functions
+-- exact in the bodies of 00013 (pgadmit_allot) and 00019
+-- (pgadmit_allot_return).

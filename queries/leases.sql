@@ -33,9 +33,10 @@ ORDER BY s.lock_key;
 -- LeaseLockScopes of the same leases; "now" is @now, else clock_timestamp()
 -- (not the transaction's start, so a renewal in a long transaction cannot
 -- revive a lease that expired meanwhile). The function (as
--- schema/00017_renew_leases_by_key.sql defines it) updates each lease by its
--- primary key alone, one statement per lease in the order given, its plans
--- forced to index probes (00015) even on a table never analysed.
+-- schema/00017_renew_leases_by_key.sql defined it; 00021 only made its calls
+-- of PostgreSQL's functions exact) updates each lease by its primary key
+-- alone, one statement per lease in the order given, its plans forced to
+-- index probes (00015) even on a table never analysed.
 -- Locks: row lock on each renewed lease.
 -- Index: gateway_concurrency_leases_pkey.
 SELECT r.id::uuid AS id, r.expires_at::timestamptz AS expires_at

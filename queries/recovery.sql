@@ -350,7 +350,9 @@ LIMIT @batch_size::integer;
 -- above).
 -- Locks: row locks on the released leases (SKIP LOCKED); attempts only read.
 -- Index: gateway_concurrency_leases_live_attempt_idx (partial: unreleased
--- and attached to an attempt; exactly the rows this starts from);
+-- and attached to an attempt; exactly the rows this starts from), or on a
+-- custom plan gateway_concurrency_leases_live_task_idx, read whole and
+-- sorted (live state: it did with 600 unreleased leases of 300,600);
 -- gateway_task_attempts_pkey; gateway_concurrency_leases_pkey for the
 -- update (a plan, custom or generic, may hash the batch with every
 -- unreleased lease, read by a bitmap scan of
