@@ -28,9 +28,9 @@ import (
 // (redefining a function takes no lock that a running call of it holds, and 00020 and 00021 keep
 // their signatures, so the statements the pools prepared stay valid), the stuck call is admitted
 // once the row is free, and the books balance (docs/upgrading.md). The migrations above them
-// (00022) build an index CONCURRENTLY, which waits, by design, for every transaction older than
-// itself, the held one among them: they are rolled back before the traffic starts, and applied
-// under it once the held transaction has ended, each within the same bound.
+// (00022 builds an index CONCURRENTLY, which waits, by design, for every transaction older than
+// itself, the held one among them; 00023 changes comments) are rolled back before the traffic
+// starts, and applied under it once the held transaction has ended, each within the same bound.
 func TestTrafficAcrossLiveMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
