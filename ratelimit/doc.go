@@ -33,11 +33,13 @@
 // # How admission stays exact and cheap
 //
 // Reserve is one statement: a call of the PL/pgSQL function
-// pgadmit_reserve (schema/00003_admission_functions.sql; its typed call is
-// AdmissionReserve in queries/admission.sql), which the server runs as one
-// implicit transaction (a combined batch of task-less one-window admissions
-// calls pgadmit_reserve_windows instead, which decides the same in fewer
-// statements). It locks the current windows' counter rows FOR
+// pgadmit_reserve (its typed call is AdmissionReserve in
+// queries/admission.sql, whose overview names the migration that defines
+// the body in force), which the server runs as one implicit transaction.
+// A lone admission of one window limit calls pgadmit_reserve_one instead,
+// and a combined batch of task-less one-window admissions
+// pgadmit_reserve_windows, which decide the same in fewer statements.
+// It locks the current windows' counter rows FOR
 // UPDATE in primary-key order (creating missing ones), takes advisory locks
 // on the concurrency scopes in key order, decides, and writes. Every
 // statement in the function is a primary-key probe or an insert of the rows
@@ -45,8 +47,9 @@
 // plan. The sorted lock order makes admissions deadlock-free whatever order
 // callers list limits in, and row locks are held only while the server
 // executes the call, never across a network round trip. Commit and Release
-// are one call of pgadmit_settle, which locks the counters of the grant's
-// reservations in the same order.
+// are one call of pgadmit_settle (pgadmit_settle_one for a lone grant of one
+// reservation and no lease), which locks the counters of the grant's reservations in
+// the same order.
 //
 // Every time-derived value (window bounds, lease expiry, reset time,
 // retry-after) comes from the database's clock.

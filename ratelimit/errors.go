@@ -64,6 +64,10 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInp
 // retrying can help. Time-derived fields come from the database's clock.
 // Find it with errors.As, or match it with errors.Is(err, ErrExceeded).
 type ExceededError struct {
+	// ScopeType, ScopeKey, Metric, Limit, Amount and Policy are the refused
+	// Limit's (Scope.Type, Scope.Key, ...), and ScopeName and ScopeMetadata
+	// its Scope's Name and Metadata. Amount is 1 for a queue_size limit,
+	// whatever the Limit's: a task takes one place.
 	ScopeType     string
 	ScopeKey      string
 	ScopeName     string
@@ -71,23 +75,33 @@ type ExceededError struct {
 	Metric        string
 	Limit         float64
 	Amount        float64
-	// Current is Used + Reserved (window) or the live lease total (concurrent).
-	Current  float64
+	// Current is what the limit already counted: Used + Reserved for a
+	// window limit, the live leases' total for a concurrent one, the
+	// scope's unfinished tasks for a queue_size one (CreateTask).
+	Current float64
+	// Used and Reserved are a window's committed amounts and its open
+	// reservations (Local blocks' units included). For a concurrent or
+	// queue_size limit, Used is Current and Reserved 0.
 	Used     float64
 	Reserved float64
 	// Projected is Current + Amount.
 	Projected float64
-	// WindowSeconds is the window limit's window; 0 for a concurrent limit,
-	// which has none (the reference gateway store reported its default, 60).
+	// WindowSeconds is the window limit's window; 0 for a concurrent or
+	// queue_size limit, which has none (the reference gateway store
+	// reported its default, 60).
 	WindowSeconds int
 	// ResetAt is the end of the window, or the earliest expiry of a live
-	// lease; RetryAfter is ResetAt minus the database's now(), at least 1s
+	// lease; zero for a queue_size limit, whose places free when tasks
+	// finish. RetryAfter is ResetAt minus the database's now(), at least 1s
 	// (and at most 5s for concurrent limits, whose slots usually free early),
-	// or 0 when the refusal is not Retryable.
+	// or 0 when the refusal is not Retryable, and for a queue_size limit,
+	// Retryable or not (nothing predicts when a task finishes).
 	ResetAt    time.Time
 	RetryAfter time.Duration
 	Policy     string
-	Message    string
+	// Message is the error's text (Error): the metric, the scope and why
+	// the amount did not fit.
+	Message string
 	// Retryable is false when the amount can never fit (it exceeds the limit).
 	Retryable bool
 }
