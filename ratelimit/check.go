@@ -8,10 +8,10 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// Check is a non-consuming preflight of the window limits: it returns an
-// *ExceededError for the first one whose current window could not take its
-// Amount, and writes nothing. Concurrent limits are not checked (a slot is
-// only meaningful when taken; Reserve decides them). A Local limit that a
+// Check tells, without reserving anything, whether the window limits'
+// current windows could take their Amounts: nil, or an *ExceededError for
+// the first one that could not. It writes nothing. Concurrent limits are
+// not checked (a slot is only meaningful when taken; Reserve decides them). A Local limit that a
 // block this Limiter holds has room for passes without a look at its
 // window, as Reserve would admit it from the block (whose units the window
 // counts as reserved); any other is checked against its window. One round

@@ -787,8 +787,11 @@ type Stats struct {
 	Local LocalStats
 }
 
-// Stats reports how concurrent calls were combined so far, and what was
-// lost (nothing, for a Limiter not made with New).
+// Stats returns this Limiter's counts since New: how its Reserve and
+// Commit/Release calls were combined, what it may have left held with
+// nobody to give it back (Lost), the give-backs waiting their turn, and
+// what the statements of its Local limits' blocks did. A Limiter not made
+// with New (a zero or nil one) reports zeros.
 func (l *Limiter) Stats() Stats {
 	if l.usable() != nil {
 		return Stats{}

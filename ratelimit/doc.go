@@ -60,7 +60,9 @@
 // units that the Limiter took in advance, in memory, with no round trip
 // (an admission for a task reads its task and attempt, to be fenced to
 // them, as Reserve says). A block is one row of
-// gateway_rate_limit_allotments, and its granted
+// gateway_rate_limit_allotments (an allotment, as the API's names call it:
+// Reservation.Allotment, AllotmentOptions, WithAllotments,
+// RecoveryResult.ReturnedAllotments), and its granted
 // units are reserved in the window's counter, so all processes together
 // never admit more than the limit; no reservation row is written per
 // request (the Reservation has Local set, no ID, and names its block in

@@ -177,8 +177,12 @@ func amountText(text string, f float64) string {
 	return amounttext.Full(f)
 }
 
-// Doctor checks the books in one statement (one snapshot of a live
-// database): for every counter, reserved equals the sum of its open
+// Doctor checks the books, that every counter equals its ledger and that
+// nothing finished still holds capacity, and reports the problems it
+// finds; it writes nothing.
+//
+// It checks in one statement (one snapshot of a live database): for every
+// counter, reserved equals the sum of its open
 // reservations and open Local blocks (allotments), and used the sum of its
 // committed actual amounts and returned blocks' used amounts; no open
 // reservation or block lacks its counter; every reservation's status,
@@ -187,8 +191,8 @@ func amountText(text string, f float64) string {
 // task still holds an open reservation, a live lease, a queue admission or
 // a running attempt; and no attempt that is over still holds an open
 // reservation or a live lease (after Recover has run, there should be none
-// of the kinds it repairs: ProblemKind.Recoverable). It writes nothing, and costs one round trip
-// whatever it finds (with WithDoctorLockTimeout or
+// of the kinds it repairs: ProblemKind.Recoverable). It costs one round
+// trip whatever it finds (with WithDoctorLockTimeout or
 // WithMaintenanceLockTimeout in pgx's exec modes that prepare a statement
 // first, its default among them, four: its transaction's begin, setting
 // and end): Report.CheckedAt is that statement's time. Full scans of the

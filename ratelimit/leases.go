@@ -11,20 +11,23 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// RenewLeases extends each live lease to lease.TTL past the database's
-// clock as the renewal reads it (clock_timestamp(); in a caller's
-// transaction, not its start), a heartbeat for a long call, and returns the
-// leases with their new expiry. The database
-// does not keep a lease's TTL: the one renewed by is the TTL of the Lease
-// given here, which Reserve sets to the TTL the lease was taken with
-// (DefaultLeaseTTL when the Limit's LeaseTTL was zero) and which a Grant
-// keeps through JSON. Renew the Leases Reserve returned; a Lease built by
-// hand with a zero TTL is renewed by DefaultLeaseTTL. When some lease
-// had already expired or been released, the others are still renewed and
-// the error matches ErrLeaseLost; errors.As gives a *LeaseLostError naming
-// the lost ones. A malformed id, a TTL that is not a whole number of
-// seconds up to MaxLeaseTTL, or a lease listed twice (whatever the case of
-// its id) is a *ValidationError, and nothing is sent. One round trip.
+// RenewLeases extends the given leases, the heartbeat of a long call: each
+// live lease now expires its TTL past the database's clock, and the leases
+// come back with their new ExpiresAt. When some lease had already expired
+// or been released, the others are still renewed (and returned) and the
+// error matches ErrLeaseLost; errors.As gives a *LeaseLostError naming the
+// lost ones. One round trip.
+//
+// The clock is read by the renewal (clock_timestamp(); in a caller's
+// transaction, not the transaction's start). The database does not keep a
+// lease's TTL: the one renewed by is the TTL of the Lease given here,
+// which Reserve sets to the TTL the lease was taken with (DefaultLeaseTTL
+// when the Limit's LeaseTTL was zero) and which a Grant keeps through
+// JSON. Renew the Leases Reserve returned; a Lease built by hand with a
+// zero TTL is renewed by DefaultLeaseTTL. A malformed id, a TTL that is not
+// a whole number of seconds up to MaxLeaseTTL, or a lease listed twice
+// (whatever the case of its id) is a *ValidationError, and nothing is
+// sent.
 func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, error) {
 	if err := l.callable(ctx); err != nil {
 		return nil, err
@@ -91,8 +94,9 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 	return renewed, nil
 }
 
-// ReleaseLeases ends leases early and returns how many it released; leases
-// already released are skipped (idempotent). reason is recorded on each,
+// ReleaseLeases ends leases early, without settling the grant's
+// reservations, and returns how many it released; leases already released
+// are skipped (idempotent). reason is recorded on each,
 // and validated as Release's is. A malformed id, or a lease listed twice,
 // is a *ValidationError, and nothing is sent. One round trip.
 func (l *Limiter) ReleaseLeases(ctx context.Context, leases []Lease, reason string) (int, error) {

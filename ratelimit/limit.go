@@ -111,7 +111,10 @@ type Grant struct {
 	Leases       []Lease
 	// DecidedAt is the database's clock when the admission was decided:
 	// ResetAt minus DecidedAt is the time left in a window on that clock,
-	// whatever this host's clock says.
+	// whatever this host's clock says. For an admission from Local blocks
+	// alone it is this process's estimate of that clock
+	// (AllotmentOptions.Margin says how it is kept); zero for an admission
+	// with nothing to reserve.
 	DecidedAt time.Time
 }
 
@@ -160,7 +163,9 @@ type Reservation struct {
 	index int             // the limit's position in the caller's slice
 }
 
-// Lease is a held concurrency slot.
+// Lease is a held concurrency slot: the lease of a concurrent limit. A
+// task's execution lease (Task.LeaseExpiresAt, HeartbeatTask) and a
+// Recover or Prune run's lease (WithMaintenanceLeaseTTL) are other things.
 type Lease struct {
 	// ID is its row in gateway_concurrency_leases (a UUID, as
 	// "123e4567-e89b-12d3-a456-426614174000"), which RenewLeases,

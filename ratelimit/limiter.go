@@ -19,7 +19,8 @@ type Executor interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Limiter admits requests against limits kept in PostgreSQL. It is safe for
+// Limiter admits requests against limits kept in PostgreSQL: Reserve
+// admits one, Commit or Release settles what it took. It is safe for
 // concurrent use; many Limiters in many processes may share one database.
 // Make one with New: every operation of a zero Limiter, or of a nil
 // *Limiter, fails with a *ValidationError on "Limiter" (errors.Is

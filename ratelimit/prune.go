@@ -71,20 +71,27 @@ const cursorPruneEvents = "prune/events"
 // the tables is older.
 var epoch = time.Unix(0, 0).UTC()
 
-// Prune deletes history that ended more than olderThan ago (olderThan > 0:
-// otherwise a *ValidationError on "olderThan", and nothing runs), on the
-// database's clock, in batches of WithPruneBatchSize rows, each its
-// own short statement: first it releases reservations still open in
-// windows that ended before the cutoff (nobody settled them; their window
-// no longer admits anything), then deletes counter windows, finished
-// reservations, released or expired leases, returned blocks of Local
-// limits (once their counter row is gone), (WithPruneEvents) events of
-// tasks finished before the cutoff, and tasks that finished longer ago than
-// the task retention (WithTaskRetention, default DefaultTaskRetention,
-// 7 days) with their attempts, events and queue admissions (a task that
-// still holds an open reservation or lease, taken concurrently with its
-// finish, is kept until Recover has released them). It never touches live state: a
-// window is kept while an open reservation draws on it, and a finished
+// Prune deletes history that ended more than olderThan ago, on the
+// database's clock, and never live state, keeping the tables bounded.
+// olderThan must be positive: otherwise it is a *ValidationError on
+// "olderThan", and nothing runs.
+//
+// It works in batches of WithPruneBatchSize rows, each its own short
+// statement. First it releases reservations still open in windows that
+// ended before the cutoff (nobody settled them; their window no longer
+// admits anything). Then it deletes:
+//
+//   - counter windows, finished reservations, and released or expired
+//     leases;
+//   - returned blocks of Local limits (once their counter row is gone);
+//   - with WithPruneEvents, events of tasks finished before the cutoff;
+//   - tasks that finished longer ago than the task retention
+//     (WithTaskRetention, default DefaultTaskRetention, 7 days), with their
+//     attempts, events and queue admissions (a task that still holds an
+//     open reservation or lease, taken concurrently with its finish, is
+//     kept until Recover has released them).
+//
+// A window is kept while an open reservation draws on it, and a finished
 // reservation as long as its counter row exists, so every remaining counter
 // still equals the sum of its reservations (Doctor stays clean); the
 // ledger rows of a deleted task stay, with no task.

@@ -16,11 +16,14 @@ import (
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
-// Reserve admits a request against every limit, all or nothing: window
-// limits reserve their Amount in the current window, concurrent limits take
-// a lease. When any limit does not fit, no counter value, reservation or
-// lease is written and the error is an *ExceededError for the first limit
-// (in the caller's order) that did not fit. The counter rows of windows that
+// Reserve admits a request against every limit, all or nothing, and
+// returns a Grant of what it took: window limits reserve their Amount in
+// the current window, concurrent limits take a lease. Settle the grant with
+// Commit (what was used) or Release (unused) when the request is over.
+//
+// When any limit does not fit, the error is an *ExceededError for the
+// first limit (in the caller's order) that did not fit, and no counter
+// value, reservation or lease is written. The counter rows of windows that
 // had none may be left behind, empty, when the call had several limits or
 // was combined with concurrent calls: the statement creates them to lock
 // them before it decides (Prune deletes them with their window).
@@ -28,45 +31,49 @@ import (
 // taskID and attemptID are optional UUIDs ("" for none); an attempt id
 // needs its task's id (a *ValidationError on TaskID otherwise). A task id
 // lets FinishTask settle the grant and Recover give the capacity back when
-// the task's process dies. A task that
-// is finished, or an attempt that no longer runs, gives ErrTaskFinished (a
-// task or attempt id that names no row, ErrUnknownTask) and, as for a
-// refusal, no counter value, reservation or lease is written (a call of
-// several limits may leave empty counter rows behind, as a refused one
-// may), also when FinishTask finished the task while the
-// admission was decided (the task is checked again once the rows are
-// written, under a lock that FinishTask waits for; the statement is then
-// rolled back). Inside a caller's transaction (WithTx) the two differ: a
-// task already finished when Reserve starts is refused and the
-// transaction goes on, but one finished while the admission was decided
-// fails the statement (SQLSTATE P0T01, the server's *pgconn.PgError in the
-// error's chain), which ends the transaction, as any failed statement
-// does: roll it back.
+// the task's process dies. Reserve refuses with ErrTaskFinished a task that
+// is finished or an attempt that no longer runs, and with ErrUnknownTask
+// an id that names no row. As for a refusal, nothing is written then (a
+// call of several limits may leave empty counter rows behind, as a refused
+// one may), also when FinishTask finished the task while the admission was
+// decided: the task is checked again once the rows are written, under a
+// lock that FinishTask waits for, and the statement is then rolled back.
+// Inside a caller's transaction (WithTx) the two differ: a task already
+// finished when Reserve starts is refused and the transaction goes on, but
+// one finished while the admission was decided fails the statement
+// (SQLSTATE P0T01, the server's *pgconn.PgError in the error's chain),
+// which ends the transaction, as any failed statement does: roll it back.
+// An admission with nothing to reserve (no limits, or every Amount 0)
+// sends nothing and checks no task: it returns an empty Grant with the ids
+// given and a zero DecidedAt.
 //
 // Cost: one round trip, one statement (a call of pgadmit_reserve, or of a
 // cheaper function for a common shape), in which counter rows are locked in
 // a global order (no deadlocks whatever order callers list limits in) and
-// held only while the server executes it.
+// held only while the server executes it. A Reserve whose limits were all
+// admitted from Local blocks sends nothing, or, for a task, one read that
+// locks nothing (see Limit.Local).
 //
 // Cancelling: when ctx ends before the call returns, Reserve returns ctx's
 // error and the caller holds nothing. A request not yet sent is never
-// sent. A statement once sent is not cancelled for the caller: the server
-// may already have committed it, and only its answer names the grants. It
-// runs to its answer, and what it granted the caller who left is released
+// sent. A caller whose request is combined with others returns when ctx
+// ends; a caller alone in its statement, combined or not, returns once the
+// statement is answered, not waiting for the release described next.
+//
+// A statement once sent is not cancelled for the caller: the server may
+// already have committed it, and only its answer names the grants. It runs
+// to its answer, and what it granted the caller who left is released
 // (reason "abandoned") in the background, tried again for up to 2 s while
 // it fails (Limiter.Close waits for such releases; on a single connection
-// it is done before Reserve returns). A caller whose request
-// is combined with others returns when ctx ends; a caller alone in its
-// statement, combined or not, returns once the statement is answered, not
-// waiting for the release. A statement still unanswered 100 ms after all
-// its callers left (stuck behind a row lock, say) is cancelled. On a pool
-// set up with ConfigurePool, pgx sends the server a cancel request and
-// reads the answer: the statement is rolled back, or it committed and what
-// it granted is released. With pgx's default, pgx gives the connection
-// up at once and never reads the answer, and a statement the server committed before the request landed
-// (its lock released in that moment, say) leaves what it granted to lapse
-// as after a lost connection (reservations with their window, leases at
-// their TTL).
+// it is done before Reserve returns). A statement still unanswered 100 ms
+// after all its callers left (stuck behind a row lock, say) is cancelled.
+// On a pool set up with ConfigurePool, pgx sends the server a cancel
+// request and reads the answer: the statement is rolled back, or it
+// committed and what it granted is released. With pgx's default, pgx gives
+// the connection up at once and never reads the answer, and a statement
+// the server committed before the request landed (its lock released in
+// that moment, say) leaves what it granted to lapse as after a lost
+// connection (reservations with their window, leases at their TTL).
 // Inside a caller's transaction (WithTx), a cancelled statement ends the
 // transaction, and what it did is rolled back with it.
 func (l *Limiter) Reserve(ctx context.Context, taskID, attemptID string, limits []Limit) (Grant, error) {

@@ -92,23 +92,35 @@ func (s Settlement) Overages() []ReservationOutcome {
 	return out
 }
 
-// Commit settles a grant with what was really used: each reservation's
-// window moves from reserved to used by actual[metric] (the estimate when
-// the metric is absent, but 0 when actual[metric] is 0; an actual above the
-// estimate is recorded in full and reported in Settlement.Overages). The
-// grant's leases are released: the request is over. A committed
+// Commit settles a grant with the amounts really used and ends its
+// leases: the request is over. Release instead gives a grant back unused.
+//
+// Each reservation is charged actual[metric], or its estimate (its Amount)
+// when actual has no entry for its metric; an entry of 0 charges 0. Its
+// window's counter drops the estimate from reserved and adds that amount
+// to used; an actual above the estimate is recorded in full and reported in
+// Settlement.Overages. Every reservation of one metric (a key's tokens and
+// its team's, say) is charged the same entry; an entry for a metric the
+// grant reserved nothing of is validated, then ignored. A committed
 // reservation records the reason "success", its leases "committed".
+//
 // Idempotent: reservations already committed or released are left alone
-// and reported with Settled false. An actual amount, or an
-// estimate charged in its place, that is not a valid amount is a
-// *ValidationError, and nothing is written; so is a reservation whose
-// ScopeType, ScopeKey or Metric is not valid UTF-8, holds a NUL byte or
-// is longer than MaxScopeBytes, or whose WindowStart PostgreSQL cannot
-// hold (Commit and Release send them as the grant has them), and so is a
-// grant that names one reservation or lease twice (not one Reserve
-// returned), a Local one too (by its LocalID, whatever its spelling).
-// One round trip: a grant of more than 256 reservations (joined from many
-// Reserves) is settled in calls of 256 sent together, in one transaction.
+// and reported with Settled false, so a call may be repeated (Release says
+// what a ctx that ends leaves).
+//
+// Bad input is a *ValidationError, and nothing is written: an actual
+// amount, or an estimate charged in its place, that is not a valid amount
+// (ValidateAmount); a reservation whose ScopeType, ScopeKey or Metric is
+// not valid UTF-8, holds a NUL byte or is longer than MaxScopeBytes, or
+// whose WindowStart PostgreSQL cannot hold (Commit and Release send them
+// as the grant has them); a grant that names one reservation or lease
+// twice (not one Reserve returned), a Local one too (by its LocalID,
+// whatever its spelling).
+//
+// One round trip (none for a grant of Local reservations alone, which
+// settle in memory): a grant of more than 256 reservations (joined from
+// many Reserves) is settled in calls of 256 sent together, in one
+// transaction.
 func (l *Limiter) Commit(ctx context.Context, grant Grant, actual map[string]float64) (Settlement, error) {
 	if err := l.callable(ctx); err != nil {
 		return Settlement{}, err
@@ -160,11 +172,15 @@ const (
 	reasonSuccess   = "success"
 )
 
-// Release gives a grant back unused: reservations are released, leases
-// ended. reason is recorded on each (at most MaxReasonBytes of valid UTF-8
-// without NUL bytes; a *ValidationError otherwise, and nothing is
-// written), and a grant Commit refuses as bad input (its estimates apart)
-// Release refuses too. Idempotent like Commit. One round trip.
+// Release gives a grant back unused: its reservations are released (their
+// windows no longer count them) and its leases end. Commit instead charges
+// what was used.
+//
+// reason is recorded on each reservation and lease: at most
+// MaxReasonBytes of valid UTF-8 without NUL bytes, or a *ValidationError,
+// and nothing is written. A grant Commit refuses as bad input Release
+// refuses too, but for its estimates, which Release does not charge.
+// Idempotent like Commit. One round trip, as for Commit.
 //
 // A Commit or Release whose ctx ends before it returns gets ctx's error,
 // and the grant may or may not be settled: a combined statement once sent

@@ -213,16 +213,27 @@ type Attempt struct {
 // Event is one entry of a task's event log.
 type Event struct {
 	// Seq is allocated by AppendEvent: 1, 2, 3... per task, without gaps.
-	Seq        int
-	Type       string
-	Status     string
-	Phase      string
-	Progress   float64
-	Message    string
-	Payload    json.RawMessage
+	Seq int
+	// Type is what happened (required): pgadmit writes task.queued,
+	// task.running, task.completed, task.failed and task.cancelled; any
+	// other is the caller's.
+	Type string
+	// Status is the task status the event reports, Phase a caller-defined
+	// phase within it ("streaming"), Progress a caller-defined measure and
+	// Message a note for people; all optional.
+	Status   string
+	Phase    string
+	Progress float64
+	Message  string
+	// Payload is caller data, any JSON value of at most MaxPayloadBytes;
+	// empty means {}.
+	Payload json.RawMessage
+	// Simulated marks an event of a dry run, and PlatformID names the
+	// upstream platform the event concerns; both optional, stored as given.
 	Simulated  bool
 	PlatformID string
-	CreatedAt  time.Time
+	// CreatedAt is when the event was appended, on the database's clock.
+	CreatedAt time.Time
 }
 
 // leaseSeconds validates an execution lease TTL (zero: the default).

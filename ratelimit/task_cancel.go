@@ -10,14 +10,16 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 )
 
-// CancelTask cancels a queued task for its owner (a gateway whose client
-// went away, say): the task becomes cancelled (ErrorCode
-// ErrorCodeCancelledWhileQueued, ErrorMessage reason, which may be empty)
-// with a task.cancelled event, and gives back what it holds while it
-// waits: its queue places are deleted (they count again), and the
-// reservations and leases taken for it (a Reserve naming only the task)
-// are released (reason task_finished). FinishResult says how much; its
-// Task is the cancelled task. No worker claims it afterwards.
+// CancelTask cancels a queued task and gives back what it holds while it
+// waits; no worker claims it afterwards. It is for the task's owner (a
+// gateway whose client went away, say).
+//
+// The task becomes cancelled (ErrorCode ErrorCodeCancelledWhileQueued,
+// ErrorMessage reason, which may be empty) with a task.cancelled event.
+// Its queue places are deleted (they count again), and the reservations
+// and leases taken for it (a Reserve naming only the task) are released
+// (reason task_finished). FinishResult says how much; its Task is the
+// cancelled task.
 //
 // Only a queued task is cancelled, once: one that is not (a worker claimed
 // it, it finished, or an earlier CancelTask cancelled it) is refused with

@@ -154,13 +154,17 @@ func staleToken(taskID, status string) *StaleTokenError {
 	return e
 }
 
-// FinishTask ends a running task, fenced by its execution token: the task
-// takes out.Status (succeeded, failed or cancelled) with its error, its
-// running attempt finishes with the same status, its concurrency leases are
-// released, its queue admissions deleted (the places count again), a final
-// event appended (task.completed, task.failed or task.cancelled), and the
-// task's open reservations are released (reason task_finished;
-// FinishResult says how many: commit grants before finishing).
+// FinishTask ends a running task with out.Status and gives back what the
+// task holds; token, the execution token of the worker's claim, must still
+// own the task (a *StaleTokenError otherwise, see below).
+//
+// The task takes out.Status (succeeded, failed or cancelled) with its
+// error, its running attempt finishes with the same status, its
+// concurrency leases are released, its queue admissions deleted (the
+// places count again), a final event appended (task.completed, task.failed
+// or task.cancelled), and the task's open reservations are released
+// (reason task_finished; FinishResult says how many: commit grants before
+// finishing).
 //
 // FinishTask waits for an Attach to the task in flight and settles what it
 // linked (an Attach that comes later finds the task finished). Likewise
