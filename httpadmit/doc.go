@@ -23,90 +23,105 @@
 // read from a header that nothing checked gives each made-up key a quota of
 // its own.
 //
+// # Settling a request
+//
 // The handler reports what the request really used with ReportUsage
 // (tokens from the upstream's usage field); the middleware commits it when
 // the handler returns. Reports end there: ReportUsage and Discard called
 // later (from a goroutine the handler left running) return
 // ErrHandlerReturned and are not charged, so a handler that streams from
-// another goroutine waits for it. The request's reservation is released
-// instead when the handler calls Discard (the upstream failed; a
-// httputil.ReverseProxy does so with DiscardOnProxyError as its
-// ErrorHandler, without which its 502 is committed), or when it ends
-// abnormally without having reported usage: it panics (any panic, http.ErrAbortHandler
-// included; the panic goes on after the release), its client disconnects
-// (ReasonClientDisconnected; over HTTP/1, net/http sees a client leave only
-// once the request's body was read to its end, by the LimitsFunc or the
-// handler: one that leaves it unread learns of it only from a write that
-// fails), its context's deadline passes
-// (ReasonRequestDeadlineExceeded: http.TimeoutHandler around the
-// middleware, a server's request timeout; a TimeoutHandler inside it
-// answers its 503 as a handler that returned, and the request is
-// committed), or a write to the client fails (ReasonStreamCut;
-// ReasonRequestDeadlineExceeded when it failed on its deadline, as the
-// server's WriteTimeout cuts a long stream). When it had reported
-// usage, that usage is committed even then: the upstream spent it. So a
-// client that leaves before the handler's first report pays nothing, not
-// even its request: a handler whose upstream charges once it starts
-// reports as soon as the upstream took the request (its running total, or
-// the requests alone, which commits the other metrics at their estimate),
-// lest leaving early be a way around the limits. A request whose context
-// had ended before its Reserve was sent (its client left while the
-// LimitsFunc read the body, its deadline passed) is not reserved at all,
-// nor served: the ErrorHandler gets ErrRequestEnded (the default one
-// answers StatusClientClosedRequest, 499, or 503 for a deadline), the
-// Observer no decision; one whose context ends later is admitted and
-// settled as above. One with nothing to reserve (no limits, or none with
-// an amount) goes to the handler whatever its context, as it would without
-// the middleware. A
-// panic in code the middleware calls for an admitted request before its
+// another goroutine waits for it.
+//
+// The request's reservation is released instead when the handler calls
+// Discard (the upstream failed; a httputil.ReverseProxy does so with
+// DiscardOnProxyError as its ErrorHandler, without which its 502 is
+// committed), or when it ends abnormally without having reported usage:
+//
+//   - it panics (any panic, http.ErrAbortHandler included; the panic goes
+//     on after the release);
+//   - its client disconnects (ReasonClientDisconnected; over HTTP/1,
+//     net/http sees a client leave only once the request's body was read to
+//     its end, by the LimitsFunc or the handler: one that leaves it unread
+//     learns of it only from a write that fails);
+//   - its context's deadline passes (ReasonRequestDeadlineExceeded:
+//     http.TimeoutHandler around the middleware, a server's request
+//     timeout; a TimeoutHandler inside it answers its 503 as a handler that
+//     returned, and the request is committed);
+//   - a write to the client fails (ReasonStreamCut;
+//     ReasonRequestDeadlineExceeded when it failed on its deadline, as the
+//     server's WriteTimeout cuts a long stream).
+//
+// When it had reported usage, that usage is committed even then: the
+// upstream spent it. So a client that leaves before the handler's first
+// report pays nothing, not even its request: a handler whose upstream
+// charges once it starts reports as soon as the upstream took the request
+// (its running total, or the requests alone, which commits the other
+// metrics at their estimate), lest leaving early be a way around the
+// limits.
+//
+// A request whose context had ended before its Reserve was sent (its
+// client left while the LimitsFunc read the body, its deadline passed) is
+// not reserved at all, nor served: the ErrorHandler gets ErrRequestEnded
+// (the default one answers StatusClientClosedRequest, 499, or 503 for a
+// deadline), the Observer no decision; one whose context ends later is
+// admitted and settled as above. One with nothing to reserve (no limits,
+// or none with an amount) goes to the handler whatever its context, as it
+// would without the middleware.
+//
+// A panic in code the middleware calls for an admitted request before its
 // handler runs (an Observer's method, the logger's handler on a shadow
 // refusal) releases it too (ReasonHandlerPanic), and goes on. A panic in
 // code the middleware calls to settle such a request (the Observer, the
 // logger) does not replace the first one, which net/http is to show: it
-// is logged with its stack (at most one line a second). Only
-// what happens while the handler runs is seen: the bytes still buffered
-// when it returns (by net/http, a few KB, or by a middleware around this
-// one) go out after the request was settled, so a client that leaves then
-// is not seen, and the request, whose upstream ran to the end, is
-// committed. (A write that succeeds only says the kernel took the bytes,
-// not that the client got them.) A write past the Content-Length the
-// handler set (its bug: a length copied from an upstream whose body it
+// is logged with its stack (at most one line a second).
+//
+// Only what happens while the handler runs is seen: the bytes still
+// buffered when it returns (by net/http, a few KB, or by a middleware
+// around this one) go out after the request was settled, so a client that
+// leaves then is not seen, and the request, whose upstream ran to the end,
+// is committed. (A write that succeeds only says the kernel took the
+// bytes, not that the client got them.) A write past the Content-Length
+// the handler set (its bug: a length copied from an upstream whose body it
 // changed) fails, and nothing of it is sent: the client got a truncated
 // answer, and the request is released as a cut stream (ReasonStreamCut),
 // unless it reported usage; HTTP/2 returns an error of its own there, not
 // http.ErrContentLength. Over HTTP/2 net/http checks the length only once
 // the header went out: a first write past it that the handler does not
 // flush goes out whole when the handler returns, the client's read fails,
-// and the middleware, which saw no failed write, commits the request. A
-// handler that takes the connection (Hijack, a WebSocket upgrade) is
+// and the middleware, which saw no failed write, commits the request.
+//
+// A handler that takes the connection (Hijack, a WebSocket upgrade) is
 // settled the same way when it returns, but what happens on the connection
-// is its own: a write, copy or flush of the writer afterwards is refused with
-// http.ErrHijacked and cuts nothing, and the server no longer cancels the
-// request's context when the client leaves. Such a session is thus
+// is its own: a write, copy or flush of the writer afterwards is refused
+// with http.ErrHijacked and cuts nothing, and the server no longer cancels
+// the request's context when the client leaves. Such a session is thus
 // committed unless the handler calls Discard, or panics (before or after
 // the hijack) without having reported usage; one that spends as it goes
 // reports its running total. A hijack through http.ResponseController
 // that goes around the middleware's writer (another middleware's writer
-// outside it, with Unwrap but no Hijack) is settled alike. A request
-// behind several middlewares (one for every route, another for a route's
-// own limits) has what its handler reports settle
-// the admission of each; when an inner one refuses it or cannot decide it,
-// its default handlers release the outer ones' admissions unless the
-// handler reports usage, or another middleware inside admits the request
-// and commits it (or has no limits for it and lets it through), which say
-// an upstream ran after all (a custom handler calls Discard to release them
-// whatever is reported). Concurrency leases are renewed while a request
-// runs longer than a third of their TTL, so long streams keep their slots.
-// Nothing stays held: a settle that fails is logged (at most one line a
-// second, with how many like it were held back) and reported to the
-// Observer as a failed DatabaseCall, and what it left lapses by itself (a
-// lease at its TTL, a reservation when its window ends: until then the
-// window counts the request at its estimate, a Release that failed
-// included). The middleware does not try a failed settle again, as the end
-// of the response waits for it (see below), and when the database fails,
-// every request's settle fails alike. ratelimit sends a statement once
-// more when none of it reached the server, and one it sent may still be
-// applied after the settle timed out (ratelimit.Limiter.Release says when).
+// outside it, with Unwrap but no Hijack) is settled alike.
+//
+// A request behind several middlewares (one for every route, another for a
+// route's own limits) has what its handler reports settle the admission of
+// each; when an inner one refuses it or cannot decide it, its default
+// handlers release the outer ones' admissions unless the handler reports
+// usage, or another middleware inside admits the request and commits it
+// (or has no limits for it and lets it through), which say an upstream ran
+// after all (a custom handler calls Discard to release them whatever is
+// reported).
+//
+// Concurrency leases are renewed while a request runs longer than a third
+// of their TTL, so long streams keep their slots. Nothing stays held: a
+// settle that fails is logged (at most one line a second, with how many
+// like it were held back) and reported to the Observer as a failed
+// DatabaseCall, and what it left lapses by itself (a lease at its TTL, a
+// reservation when its window ends: until then the window counts the
+// request at its estimate, a Release that failed included). The middleware
+// does not try a failed settle again, as the end of the response waits for
+// it (see below), and when the database fails, every request's settle
+// fails alike. ratelimit sends a statement once more when none of it
+// reached the server, and one it sent may still be applied after the
+// settle timed out (ratelimit.Limiter.Release says when).
 //
 // # Responses
 //
