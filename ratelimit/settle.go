@@ -98,7 +98,7 @@ func (s Settlement) Overages() []ReservationOutcome {
 // Each reservation is charged actual[metric], or its estimate (its Amount)
 // when actual has no entry for its metric; an entry of 0 charges 0. Its
 // window's counter drops the estimate from reserved and adds that amount
-// to used; an actual above the estimate is recorded in full and reported in
+// to used (a Local reservation's, when its block is returned); an actual above the estimate is recorded in full and reported in
 // Settlement.Overages. Every reservation of one metric (a key's tokens and
 // its team's, say) is charged the same entry; an entry for a metric the
 // grant reserved nothing of is validated, then ignored. A committed
