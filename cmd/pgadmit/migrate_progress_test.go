@@ -55,7 +55,9 @@ func TestMigrateSaysItWaitsForTheLock(t *testing.T) {
 		t.Errorf("migrate up once the lock was free: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 	for line := range strings.Lines(stderr.String()) {
-		if !strings.HasPrefix(line, "pgadmit migrate: waited ") {
+		// Once the lock was free, a slow machine may take more than an interval over a
+		// migration, which it says too (CI under load saw "still applying 00001_init.sql").
+		if !strings.HasPrefix(line, "pgadmit migrate: waited ") && !strings.HasPrefix(line, "pgadmit migrate: still applying ") {
 			t.Errorf("migrate up behind the lock: stderr line %q", line)
 		}
 	}
