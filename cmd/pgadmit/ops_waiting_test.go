@@ -69,19 +69,10 @@ func TestRecoverAndPruneOnAFrozenServerAreCutOffByPassTimeout(t *testing.T) {
 	} {
 		t.Run(cmd, func(t *testing.T) {
 			t.Parallel()
-			dbURL, pool := newDatabase(t)
-			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
-			holdLocks(t, pool, lock)
-			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
-			go func() {
-				exited <- run(context.Background(), []string{"--database-url", frozenURL, cmd, "--progress", "500ms", "--pass-timeout", "3s"},
-					stdout, stderr, func(string) string { return "" })
-			}()
-			pgtest.AwaitLockWaiters(t, pool, cmd)
-			waited := time.Now()
-			f.Freeze()
+			r := runUntilFrozen(t, context.Background(), lock, cmd, "--progress", "500ms", "--pass-timeout", "3s")
+			stdout, stderr, waited := r.stdout, r.stderr, r.frozen
 			select {
-			case code := <-exited:
+			case code := <-r.exited:
 				took := time.Since(waited)
 				t.Logf("%s returned %s after it waited; stdout %q, stderr:\n%s", cmd, took.Round(time.Millisecond), stdout.String(), stderr.String())
 				last := stderr.String()[strings.LastIndex(strings.TrimSuffix(stderr.String(), "\n"), "\n")+1:]
@@ -124,19 +115,10 @@ func TestRecoverAndPruneOnAFrozenServerAreCutOffWhileReadingTheSchemaVersion(t *
 	for _, cmd := range []string{"recover", "prune"} {
 		t.Run(cmd, func(t *testing.T) {
 			t.Parallel()
-			dbURL, pool := newDatabase(t)
-			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
-			holdLocks(t, pool, dbtest.New().OpsLockVersionTable)
-			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
-			go func() {
-				exited <- run(context.Background(), []string{"--database-url", frozenURL, cmd, "--progress", "0", "--pass-timeout", "2s"},
-					stdout, stderr, func(string) string { return "" })
-			}()
-			pgtest.AwaitLockWaiters(t, pool, cmd)
-			waited := time.Now()
-			f.Freeze()
+			r := runUntilFrozen(t, context.Background(), dbtest.New().OpsLockVersionTable, cmd, "--progress", "0", "--pass-timeout", "2s")
+			stdout, stderr, waited := r.stdout, r.stderr, r.frozen
 			select {
-			case code := <-exited:
+			case code := <-r.exited:
 				t.Logf("%s returned %s after it waited; stderr %q", cmd, time.Since(waited).Round(time.Millisecond), stderr.String())
 				want := "pgadmit " + cmd + ": cut off by --pass-timeout (2s): reading the schema version: context deadline exceeded\n"
 				if code != exitFailure || stdout.String() != "" || stderr.String() != want {
@@ -185,21 +167,14 @@ func TestRecoverAndPruneInterruptedOnAFrozenServerEndWithinEndWait(t *testing.T)
 	} {
 		t.Run(cmd, func(t *testing.T) {
 			t.Parallel()
-			dbURL, pool := newDatabase(t)
-			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
-			holdLocks(t, pool, lock)
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
-			go func() {
-				exited <- run(ctx, []string{"--database-url", frozenURL, cmd, "--progress", "0"}, stdout, stderr, func(string) string { return "" })
-			}()
-			pgtest.AwaitLockWaiters(t, pool, cmd)
-			f.Freeze()
+			r := runUntilFrozen(t, ctx, lock, cmd, "--progress", "0")
+			stdout, stderr := r.stdout, r.stderr
 			cancel()
 			interrupted := time.Now()
 			select {
-			case code := <-exited:
+			case code := <-r.exited:
 				took := time.Since(interrupted)
 				t.Logf("%s returned %s after the interrupt; stdout %q, stderr %q", cmd, took.Round(time.Millisecond), stdout.String(), stderr.String())
 				want := "pgadmit " + cmd + ": warning: the database did not answer within 2s of the interrupt: its statement's cancel and the " +
@@ -241,4 +216,30 @@ func TestRecoverAndPruneCutOffOnALiveServerGiveTheirLeaseBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// frozenRun is a run of the CLI whose server stopped answering while its statement waited for a
+// lock (runUntilFrozen).
+type frozenRun struct {
+	stdout, stderr *syncBuffer
+	exited         chan int // its exit code
+	frozen         time.Time
+}
+
+// runUntilFrozen runs the CLI with args, after --database-url, in ctx, on a database of its own
+// reached through a freezer where lock is held; once the command's statement waits for it, the
+// server stops answering.
+func runUntilFrozen(t *testing.T, ctx context.Context, lock func(context.Context, dbtest.DBTX) error, cmd string, args ...string) frozenRun {
+	t.Helper()
+	dbURL, pool := newDatabase(t)
+	f, frozenURL := throughFreezer(t, dbURL, pool, nil)
+	holdLocks(t, pool, lock)
+	r := frozenRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan int, 1)}
+	go func() {
+		r.exited <- run(ctx, append([]string{"--database-url", frozenURL, cmd}, args...), r.stdout, r.stderr, func(string) string { return "" })
+	}()
+	pgtest.AwaitLockWaiters(t, pool, cmd)
+	f.Freeze()
+	r.frozen = time.Now()
+	return r
 }
