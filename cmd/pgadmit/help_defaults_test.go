@@ -3,6 +3,7 @@ package main
 import (
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -11,34 +12,27 @@ import (
 // The commands' help texts are prose, so the defaults they state are written out; this test
 // holds them to the values the code uses, so that changing a default without its text fails.
 func TestHelpStatesTheDefaultsTheCodeUses(t *testing.T) {
-	lockTimeout := regexp.MustCompile(`--lock-timeout\s+\((\S+) by default`)
-	lostGrace := regexp.MustCompile(`more\s+than\s+(\S+)\s+ago\s+are\s+returned`)
-	endWaits := regexp.MustCompile(`waits\s+(\S+)\s+at\s+most\s+for\s+its\s+statement's\s+cancel`)
-	leaseTTL := regexp.MustCompile(`until\s+it\s+expires\s+\((\S+)\s+at\s+most`)
+	defaults := []struct {
+		name string
+		text *regexp.Regexp // its first group is the duration the help states
+		want time.Duration
+		what string // what it is, in the error
+	}{
+		{"lock-timeout", regexp.MustCompile(`--lock-timeout\s+\((\S+) by default`), defaultLockTimeout, "--lock-timeout by default"},
+		{"lost grace", regexp.MustCompile(`more\s+than\s+(\S+)\s+ago\s+are\s+returned`), ratelimit.DefaultLostAllotmentGrace, "the lost-holder grace"},
+		{"end wait", regexp.MustCompile(`waits\s+(\S+)\s+at\s+most\s+for\s+its\s+statement's\s+cancel`), endWait,
+			"how long a run cut off waits at most for its statement and lease"},
+		{"lease TTL", regexp.MustCompile(`until\s+it\s+expires\s+\((\S+)\s+at\s+most`), ratelimit.DefaultMaintenanceLeaseTTL,
+			"how long after its last renewal a run's lease expires"},
+	}
 	seen := map[string]int{}
 	for _, c := range commands() {
-		for _, m := range lockTimeout.FindAllStringSubmatch(c.help, -1) {
-			seen["lock-timeout"]++
-			if want := durationtext.Operator(defaultLockTimeout); m[1] != want {
-				t.Errorf("%s --help: --lock-timeout is %s by default, it says %s", c.name, want, m[1])
-			}
-		}
-		for _, m := range lostGrace.FindAllStringSubmatch(c.help, -1) {
-			seen["lost grace"]++
-			if want := durationtext.Operator(ratelimit.DefaultLostAllotmentGrace); m[1] != want {
-				t.Errorf("%s --help: the lost-holder grace is %s, it says %s", c.name, want, m[1])
-			}
-		}
-		for _, m := range endWaits.FindAllStringSubmatch(c.help, -1) {
-			seen["end wait"]++
-			if want := durationtext.Operator(endWait); m[1] != want {
-				t.Errorf("%s --help: a run cut off waits %s at most for its statement and lease, it says %s", c.name, want, m[1])
-			}
-		}
-		for _, m := range leaseTTL.FindAllStringSubmatch(c.help, -1) {
-			seen["lease TTL"]++
-			if want := durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL); m[1] != want {
-				t.Errorf("%s --help: a run's lease expires %s after its last renewal, it says %s", c.name, want, m[1])
+		for _, d := range defaults {
+			for _, m := range d.text.FindAllStringSubmatch(c.help, -1) {
+				seen[d.name]++
+				if want := durationtext.Operator(d.want); m[1] != want {
+					t.Errorf("%s --help: %s is %s, it says %s", c.name, d.what, want, m[1])
+				}
 			}
 		}
 	}
