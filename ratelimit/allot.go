@@ -449,7 +449,7 @@ func (a *allotments) giveBack(rs []returning) error {
 	p := db.AllotmentReturnParams{}
 	for _, r := range rs {
 		p.Ids = append(p.Ids, r.b.id)
-		p.Used = append(p.Used, r.used.text())
+		p.Used = append(p.Used, r.used.Text())
 		p.Reasons = append(p.Reasons, r.reason)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), allotCallTimeout)
@@ -509,7 +509,7 @@ func (a *allotments) trim(t trimming) {
 	defer cancel()
 	err := a.l.queries.AllotmentTrim(ctx, a.l.conn, db.AllotmentTrimParams{
 		Holder: a.opts.Holder, ScopeType: k.scopeType, ScopeKey: k.scopeKey, Metric: k.metric,
-		WindowSeconds: k.windowSeconds, LimitValue: t.limit, TrimID: t.b.id, TrimTo: t.to.text(),
+		WindowSeconds: k.windowSeconds, LimitValue: t.limit, TrimID: t.b.id, TrimTo: t.to.Text(),
 	})
 	if err != nil {
 		a.counts.fail(err)
@@ -531,7 +531,7 @@ func (a *allotments) sync() {
 		s.mu.Lock()
 		for _, b := range s.open() {
 			p.Ids = append(p.Ids, b.id)
-			p.Consumed = append(p.Consumed, b.spent().text())
+			p.Consumed = append(p.Consumed, b.spent().Text())
 		}
 		s.mu.Unlock()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/decimal"
 )
 
 // blockSet is one counter's blocks in this process.
@@ -82,10 +83,10 @@ type block struct {
 
 // spent is what b admitted: the settled admissions' actual amounts and the
 // estimates of those in flight.
-func (b *block) spent() units { return b.used.plus(b.reserved) }
+func (b *block) spent() units { return b.used.Plus(b.reserved) }
 
 // free is what b has left to admit.
-func (b *block) free() units { return b.granted.minus(b.spent()) }
+func (b *block) free() units { return b.granted.Minus(b.spent()) }
 
 // trimmedTo records a trim to what b admitted, to: its requests in flight
 // that settle below their estimate, or are released, then free units that
@@ -94,7 +95,7 @@ func (b *block) free() units { return b.granted.minus(b.spent()) }
 // a block waiting for its slowest request held all the units its others
 // had not used until then (TestLocalStrandingAcrossLimitersStaysWithinTheBound).
 func (b *block) trimmedTo(to units) {
-	if to.cmp(b.granted) < 0 {
+	if to.Cmp(b.granted) < 0 {
 		b.granted = to
 	}
 }
@@ -180,8 +181,8 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 			s.cur, s.next = s.next, nil
 			continue
 		}
-		if u := unitsOf(amount); s.hasRoom(b, u, limit) {
-			b.reserved = b.reserved.plus(u)
+		if u := decimal.Of(amount); s.hasRoom(b, u, limit) {
+			b.reserved = b.reserved.Plus(u)
 			b.inflight++
 			b.lastUse = time.Now()
 			s.units += amount
@@ -202,7 +203,7 @@ func (s *blockSet) tryLocked(now time.Time, amount, limit float64) *localAdmissi
 
 // hasRoom reports whether b can admit amount under limit (see tryLocked).
 func (s *blockSet) hasRoom(b *block, amount units, limit float64) bool {
-	return b.limit <= limit && b.free().cmp(amount) >= 0 && len(b.admissions) < s.a.maxAdmissions
+	return b.limit <= limit && b.free().Cmp(amount) >= 0 && len(b.admissions) < s.a.maxAdmissions
 }
 
 // retireLocked closes the blocks that may no longer admit: their window
@@ -274,7 +275,7 @@ func (s *blockSet) installLocked(b *block) {
 // database's clock.
 func (s *blockSet) prefetchLocked(w windowLimit, now time.Time) {
 	b := s.cur
-	if b == nil || s.next != nil || s.refill != nil || b.free().approx() > b.granted.approx()/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(w.Limit.Amount) {
+	if b == nil || s.next != nil || s.refill != nil || b.free().Approx() > b.granted.Approx()/2 || s.outlastsWindowLocked(b, now) || s.pausedLocked(w.Limit.Amount) {
 		return
 	}
 	s.refillLocked(w, w.Limit.Amount, false)
@@ -289,7 +290,7 @@ func (s *blockSet) outlastsWindowLocked(b *block, now time.Time) bool {
 	if s.rateSince.IsZero() || s.units <= 0 || el <= 0 {
 		return false
 	}
-	return b.free().approx()/s.units*el >= b.resetAt.Add(-s.a.opts.Margin).Sub(now).Seconds()
+	return b.free().Approx()/s.units*el >= b.resetAt.Add(-s.a.opts.Margin).Sub(now).Seconds()
 }
 
 // refillLocked starts taking a block of at least need units from the
@@ -342,7 +343,7 @@ func (s *blockSet) refillLocked(w windowLimit, need float64, trimCurrent bool) b
 // returned), if any.
 func (s *blockSet) setAsideLocked() *block {
 	for _, b := range s.draining {
-		if b.reason == reasonTrimmed && !b.gone && b.free().sign() > 0 {
+		if b.reason == reasonTrimmed && !b.gone && b.free().Sign() > 0 {
 			return b
 		}
 	}
@@ -386,19 +387,19 @@ func (s *blockSet) takeBlock(ctx context.Context, w windowLimit, need float64, t
 		WindowSeconds: s.key.windowSeconds, LimitValue: w.Limit.Limit, Want: want, Need: need,
 	}
 	if trim != nil {
-		p.TrimID, p.TrimTo = trim.id, pgtype.Text{String: trimTo.text(), Valid: true}
+		p.TrimID, p.TrimTo = trim.id, pgtype.Text{String: trimTo.Text(), Valid: true}
 	}
 	row, err := s.a.allotTake(ctx, p)
 	if err != nil {
 		s.a.counts.fail(err)
 		return failedTake(w)
 	}
-	granted, ok := parseUnits(row.Granted)
+	granted, ok := decimal.Parse(row.Granted)
 	if !ok {
 		s.a.counts.fail(fmt.Errorf("ratelimit: block granted %q: not a number", row.Granted))
 		return failedTake(w)
 	}
-	if !row.AllotmentID.Valid || granted.sign() <= 0 {
+	if !row.AllotmentID.Valid || granted.Sign() <= 0 {
 		s.a.counts.noRoom.Add(1)
 		pause := min(noRoomBackoff(w.windowSeconds), row.ResetAt.Sub(row.DbNow)) // past the window's end by the statement's time at most
 		return taken{ran: true, pauseUntil: time.Now().Add(pause), pauseNeed: need}
@@ -534,7 +535,7 @@ func (s *blockSet) collect(closing bool) (done []returning, trims []trimming) {
 			b.gone = true
 		default:
 			// A block of an ended window is left alone by a trim.
-			if b.reason == reasonTrimmed && b.free().sign() > 0 && now.Before(b.resetAt) {
+			if b.reason == reasonTrimmed && b.free().Sign() > 0 && now.Before(b.resetAt) {
 				trims = append(trims, trimming{set: s, b: b, to: b.spent(), limit: s.limit})
 			}
 			keep = append(keep, b)
@@ -591,17 +592,17 @@ func (la *localAdmission) settle(commit bool, actual float64) (status string, ch
 	if la.b.closed {
 		delete(la.b.admissions, la.seq) // see forgetSettledLocked
 	}
-	la.b.reserved = la.b.reserved.minus(la.amount)
+	la.b.reserved = la.b.reserved.Minus(la.amount)
 	la.b.inflight--
 	switch {
 	case la.b.gone:
 		// Charged at its estimate by the return, or by the next one if
 		// this return fails and the block is requeued (used counts it).
-		la.b.used = la.b.used.plus(la.amount)
-		la.status, la.charged = StatusCommitted, la.amount.approx()
+		la.b.used = la.b.used.Plus(la.amount)
+		la.status, la.charged = StatusCommitted, la.amount.Approx()
 		return la.status, la.charged, false
 	case commit:
-		la.b.used = la.b.used.plus(unitsOf(actual))
+		la.b.used = la.b.used.Plus(decimal.Of(actual))
 		la.status, la.charged = StatusCommitted, actual
 	default:
 		la.status = StatusReleased
@@ -634,7 +635,7 @@ func (a *allotments) canTake(w windowLimit) bool {
 	}
 	now := a.dbNow()
 	for _, b := range []*block{s.cur, s.next} { // tryLocked moves on to next when cur has no room
-		if b != nil && !b.closed && a.admits(now, b) && s.hasRoom(b, unitsOf(l.Amount), l.Limit) {
+		if b != nil && !b.closed && a.admits(now, b) && s.hasRoom(b, decimal.Of(l.Amount), l.Limit) {
 			return true
 		}
 	}

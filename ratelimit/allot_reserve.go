@@ -40,7 +40,7 @@ func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 			continue
 		}
 		la.set.mu.Lock()
-		remaining := la.b.free().approx()
+		remaining := la.b.free().Approx()
 		la.set.mu.Unlock()
 		taken = append(taken, localTaken{index: w.index, admission: la, limit: w, remaining: remaining})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/amounttext"
+	"github.com/pgadmit/pgadmit/internal/decimal"
 )
 
 var (
@@ -124,7 +125,7 @@ func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
 // the difference exactly.
 func (e *ExceededError) Remaining() float64 {
 	if left, ok := e.exactRemaining(); ok {
-		return left.approx()
+		return left.Approx()
 	}
 	return max(e.Limit-e.Current, 0)
 }
@@ -134,7 +135,7 @@ func (e *ExceededError) Remaining() float64 {
 // of 1e15 with 1e-9 used (a float64 rounds it to 1e15).
 func (e *ExceededError) RemainingText() string {
 	if left, ok := e.exactRemaining(); ok {
-		return left.text()
+		return left.Text()
 	}
 	return amounttext.Full(e.Remaining())
 }
@@ -149,8 +150,8 @@ func (e *ExceededError) exactRemaining() (units, bool) {
 	if !held(e.Limit) || !held(e.Current) {
 		return units{}, false
 	}
-	left := unitsOf(e.Limit).minus(unitsOf(e.Current))
-	if left.sign() <= 0 {
+	left := decimal.Of(e.Limit).Minus(decimal.Of(e.Current))
+	if left.Sign() <= 0 {
 		return units{}, true // not -0, which a Limit of -0 would leave
 	}
 	return left, true

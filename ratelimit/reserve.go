@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/amounttext"
+	"github.com/pgadmit/pgadmit/internal/decimal"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
@@ -494,11 +495,11 @@ func (c leaseLimit) scopeKey() counterKey {
 // space or a newline of them must not split the caller's log line.
 func windowExceeded(w windowLimit, used, reserved float64, resetAt, dbNow time.Time) *ExceededError {
 	l := w.Limit
-	current := unitsOf(used).plus(unitsOf(reserved)) // numeric's sum: 0.1 + 0.2 is 0.3
+	current := decimal.Of(used).Plus(decimal.Of(reserved)) // numeric's sum: 0.1 + 0.2 is 0.3
 	e := &ExceededError{
 		ScopeType: l.Scope.Type, ScopeKey: l.Scope.Key, ScopeName: l.Scope.Name, ScopeMetadata: l.Scope.Metadata,
 		Metric: l.Metric, Limit: l.Limit, Amount: l.Amount,
-		Current: current.approx(), Used: used, Reserved: reserved, Projected: current.plus(unitsOf(l.Amount)).approx(),
+		Current: current.Approx(), Used: used, Reserved: reserved, Projected: current.Plus(decimal.Of(l.Amount)).Approx(),
 		WindowSeconds: int(w.windowSeconds), ResetAt: resetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
@@ -521,7 +522,7 @@ func leaseExceeded(c leaseLimit, row db.AdmissionReserveRow) *ExceededError {
 	e := &ExceededError{
 		ScopeType: l.Scope.Type, ScopeKey: l.Scope.Key, ScopeName: l.Scope.Name, ScopeMetadata: l.Scope.Metadata,
 		Metric: l.Metric, Limit: l.Limit, Amount: l.Amount,
-		Current: active, Used: active, Projected: unitsOf(active).plus(unitsOf(l.Amount)).approx(),
+		Current: active, Used: active, Projected: decimal.Of(active).Plus(decimal.Of(l.Amount)).Approx(),
 		ResetAt: row.ResetAt, Policy: l.Policy,
 	}
 	if l.Amount > l.Limit {
