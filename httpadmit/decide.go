@@ -276,7 +276,7 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 	out := make([]LimitOutcome, 0, len(call)+len(judged))
 	for _, l := range call {
 		st := states[keyOf(l.Limit)]
-		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(st.quota-st.remaining, st.quota)})
+		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(st.quota-st.remaining.Approx(), st.quota)})
 	}
 	for _, l := range judged {
 		st, ok := states[keyOf(l.Limit)]
@@ -286,7 +286,7 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 		}
 		// st.quota - st.remaining is what the counter holds with the
 		// enforced amount counted; the shadow limit counts its own amount.
-		held := st.quota - st.remaining - st.amount + l.Amount
+		held := st.quota - st.remaining.Approx() - st.amount + l.Amount
 		if held <= l.Limit.Limit {
 			out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(held, l.Limit.Limit)})
 			continue

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/pgadmit/pgadmit/internal/decimal"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -55,10 +56,13 @@ const maxSFInteger = 999_999_999_999_999
 // limitState is what a decision said about one limit.
 type limitState struct {
 	quota, amount float64
-	remaining     float64       // capacity left with this request counted
-	window        time.Duration // zero for concurrent limits
-	resetIn       time.Duration // on the database's clock; zero when unknown
-	resetAt       time.Time
+	// remaining is the capacity left with this request counted, exactly,
+	// for the headers to round down (as a float64, 2.3 - 0.3 is
+	// 1.9999999999999998, shown as 1).
+	remaining decimal.Units
+	window    time.Duration // zero for concurrent limits
+	resetIn   time.Duration // on the database's clock; zero when unknown
+	resetAt   time.Time
 }
 
 // grantStates is the state of every limit in a grant, by key.
@@ -72,12 +76,12 @@ func grantStates(g ratelimit.Grant) map[key]limitState {
 			continue
 		}
 		k := key{scopeType: r.ScopeType, scopeKey: r.ScopeKey, metric: r.Metric, window: r.Window}
-		out[k] = limitState{quota: r.Limit, amount: r.Amount, remaining: r.Remaining, window: r.Window,
+		out[k] = limitState{quota: r.Limit, amount: r.Amount, remaining: decimal.Of(r.Remaining), window: r.Window,
 			resetIn: max(r.ResetAt.Sub(g.DecidedAt), 0), resetAt: r.ResetAt}
 	}
 	for _, l := range g.Leases {
 		k := key{scopeType: l.ScopeType, scopeKey: l.ScopeKey, metric: ratelimit.MetricConcurrent}
-		out[k] = limitState{quota: l.Limit, amount: l.Amount, remaining: l.Remaining}
+		out[k] = limitState{quota: l.Limit, amount: l.Amount, remaining: decimal.Of(l.Remaining)}
 	}
 	return out
 }
@@ -121,7 +125,7 @@ func refusalHeaders(limits []Limit, r *Refusal) []policy {
 	for _, l := range enforced {
 		p := policy{name: names[keyOf(l.Limit)], limit: l}
 		if keyOf(l.Limit) == keyOfExceeded(e) {
-			st := limitState{quota: e.Limit, amount: e.Amount, remaining: e.Remaining(),
+			st := limitState{quota: e.Limit, amount: e.Amount, remaining: exceededRemaining(e),
 				window: time.Duration(e.WindowSeconds) * time.Second, resetAt: e.ResetAt}
 			if st.window > 0 && e.Retryable {
 				st.resetIn = e.RetryAfter // ResetAt minus the database's now, at least 1s
@@ -131,6 +135,16 @@ func refusalHeaders(limits []Limit, r *Refusal) []policy {
 		out = append(out, p)
 	}
 	return out
+}
+
+// exceededRemaining is what e's limit had left, exactly (RemainingText):
+// Remaining, the nearest float64, holds 1e8 less 1e-9 as 1e8, which the
+// headers would show as the whole quota left.
+func exceededRemaining(e *ratelimit.ExceededError) decimal.Units {
+	if left, ok := decimal.Parse(e.RemainingText()); ok {
+		return left
+	}
+	return decimal.Of(e.Remaining()) // NaN or an infinity, in an error built by hand: 0
 }
 
 // withOuter is what the headers show of a request decided by several
@@ -184,11 +198,14 @@ func withOuter(outer, own []policy) []policy {
 // it (st: an outer middleware's, or a shadow limit's reserved on the counter
 // of l, an enforced limit with a zero Amount), against l's quota: what the
 // counter held then (st's quota less its remaining, that request counted)
-// is the same for both limits. Its window and reset are the counter's.
+// is the same for both limits, subtracted exactly (in float64, a quota of
+// 2.3 on a counter that a quota of 0.5 had 0.2 of left had
+// 1.9999999999999998 left). Its window and reset are the counter's.
 func outerState(st *limitState, l Limit) *limitState {
 	out := *st
 	out.quota, out.amount = l.Limit.Limit, l.Amount
-	out.remaining = l.Limit.Limit - (st.quota - st.remaining)
+	held := decimal.Of(st.quota).Minus(st.remaining)
+	out.remaining = decimal.Of(l.Limit.Limit).Minus(held)
 	return &out
 }
 
@@ -285,7 +302,7 @@ func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
 			if p, ok := binding(policies, metric); ok {
 				h.Set("x-ratelimit-limit-"+metric, formatInt(p.state.quota))
-				h.Set("x-ratelimit-remaining-"+metric, formatInt(p.state.remaining))
+				h.Set("x-ratelimit-remaining-"+metric, formatInt(p.state.remaining.Floor()))
 				if p.state.resetIn > 0 { // unknown for a refusal that retrying cannot cure: not "0s"
 					h.Set("x-ratelimit-reset-"+metric, formatReset(p.state.resetIn))
 				}
@@ -296,7 +313,7 @@ func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 		for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
 			if p, ok := binding(policies, metric); ok {
 				h.Set("anthropic-ratelimit-"+metric+"-limit", formatInt(p.state.quota))
-				h.Set("anthropic-ratelimit-"+metric+"-remaining", formatInt(p.state.remaining))
+				h.Set("anthropic-ratelimit-"+metric+"-remaining", formatInt(p.state.remaining.Floor()))
 				if p.state.resetIn > 0 { // as for OpenAI: a window's end is no time to retry a request it never takes
 					h.Set("anthropic-ratelimit-"+metric+"-reset", p.state.resetAt.UTC().Format(time.RFC3339))
 				}
@@ -357,7 +374,7 @@ func setIETF(h http.Header, policies []policy) {
 			continue
 		}
 		st := httpsfv.NewItem(p.name)
-		st.Params.Add("r", int64(min(math.Floor(max(p.state.remaining, 0)), maxSFInteger)))
+		st.Params.Add("r", int64(min(max(p.state.remaining.Floor(), 0), maxSFInteger)))
 		if p.state.window > 0 && p.state.resetIn > 0 { // t=0 would say the quota resets now
 			st.Params.Add("t", ceilSeconds(p.state.resetIn))
 		}
@@ -384,7 +401,7 @@ func binding(policies []policy, metric string) (policy, bool) {
 		if p.limit.Metric != metric || p.state == nil || p.state.window == 0 {
 			continue
 		}
-		if !found || p.state.remaining < best.state.remaining {
+		if !found || p.state.remaining.Cmp(best.state.remaining) < 0 {
 			best, found = p, true
 		}
 	}

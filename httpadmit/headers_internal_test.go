@@ -217,3 +217,19 @@ func TestRefusalHeadersRoundDownWhatIsExactlyLeft(t *testing.T) {
 		t.Errorf("remaining headers %q, want 2 and 2", got)
 	}
 }
+
+// A refusal's remaining headers round down the exact difference, not its
+// nearest float64: a limit of 1e8 with 1e-9 used has 99999999.999999999
+// left, which a float64 holds as 1e8, the whole quota.
+func TestRefusalHeadersRoundDownBeforeFloat64Rounds(t *testing.T) {
+	t.Parallel()
+	l := limit("api_key", "tokens", 1e8, time.Minute)
+	h := http.Header{}
+	setHeaders(h, allHeaders, refusalHeaders([]Limit{l}, &Refusal{Limit: l, Policy: "tokens", Exceeded: &ratelimit.ExceededError{
+		ScopeType: "api_key", ScopeKey: "k-api_key", Metric: "tokens", WindowSeconds: 60,
+		Limit: 1e8, Current: 1e-9, Amount: 1e8, RetryAfter: time.Second, Retryable: true,
+	}}))
+	if got := [3]string{h.Get("x-ratelimit-remaining-tokens"), h.Get("anthropic-ratelimit-tokens-remaining"), h.Get(HeaderRateLimit)}; got != [3]string{"99999999", "99999999", `"tokens";r=99999999;t=1`} {
+		t.Errorf("remaining headers %q, want 99999999 in each", got)
+	}
+}
