@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/amounttext"
+	"github.com/pgadmit/pgadmit/internal/decimal"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -117,13 +118,14 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 				return decision{err: fmt.Errorf("httpadmit: refusal names no limit of the request: %w", err)}
 			}
 			l := call[i]
+			utilization := ratio(decimal.Of(exceeded.Projected), decimal.Of(exceeded.Limit))
 			if l.Mode == Enforce {
 				d.refusal = &Refusal{Exceeded: exceeded, Limit: l, Policy: policyNames(enforcedOf(limits))[keyOf(l.Limit)]}
-				d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeRefused, Utilization: ratio(exceeded.Projected, exceeded.Limit)})
+				d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeRefused, Utilization: utilization})
 				return d
 			}
-			m.logShadow(ctx, l, ratio(exceeded.Projected, exceeded.Limit), exceeded.Message)
-			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(exceeded.Projected, exceeded.Limit)})
+			m.logShadow(ctx, l, utilization, exceeded.Message)
+			d.outcomes = append(d.outcomes, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: utilization})
 			skip[at[i]] = true
 			call = append(call[:i:i], call[i+1:]...)
 			at = append(at[:i:i], at[i+1:]...)
@@ -276,7 +278,8 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 	out := make([]LimitOutcome, 0, len(call)+len(judged))
 	for _, l := range call {
 		st := states[keyOf(l.Limit)]
-		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(st.quota-st.remaining.Approx(), st.quota)})
+		quota := decimal.Of(st.quota)
+		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(quota.Minus(st.remaining), quota)})
 	}
 	for _, l := range judged {
 		st, ok := states[keyOf(l.Limit)]
@@ -286,13 +289,17 @@ func (m *middleware) admittedOutcomes(ctx context.Context, call, judged []Limit,
 		}
 		// st.quota - st.remaining is what the counter holds with the
 		// enforced amount counted; the shadow limit counts its own amount.
-		held := st.quota - st.remaining.Approx() - st.amount + l.Amount
-		if held <= l.Limit.Limit {
-			out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: ratio(held, l.Limit.Limit)})
+		// Exactly: in float64, 0.4 - 0.3 - 0.1 + 0.1 is 0.10000000000000003,
+		// which a shadow limit of 0.1 would refuse.
+		held := decimal.Of(st.quota).Minus(st.remaining).Minus(decimal.Of(st.amount)).Plus(decimal.Of(l.Amount))
+		quota := decimal.Of(l.Limit.Limit)
+		utilization := ratio(held, quota)
+		if held.Cmp(quota) <= 0 {
+			out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeAdmitted, Utilization: utilization})
 			continue
 		}
-		m.logShadow(ctx, l, ratio(held, l.Limit.Limit), "would hold "+amounttext.Full(held)+" of "+amounttext.Full(l.Limit.Limit))
-		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: ratio(held, l.Limit.Limit)})
+		m.logShadow(ctx, l, utilization, "would hold "+held.Text()+" of "+amounttext.Full(l.Limit.Limit))
+		out = append(out, LimitOutcome{Limit: l, Outcome: OutcomeShadowRefused, Utilization: utilization})
 	}
 	return out
 }
@@ -435,12 +442,14 @@ func enforcedOf(limits []Limit) []Limit {
 	return out
 }
 
-// ratio is held over quota, 1 for a zero quota that holds something.
-func ratio(held, quota float64) float64 {
+// ratio is held over quota, 1 for a zero quota that holds something. It
+// divides exactly: float64's (1.3 - 0.13) / 1.3 is 0.8999999999999999, below
+// a near-limit threshold of 0.9.
+func ratio(held, quota decimal.Units) float64 {
 	switch {
-	case quota > 0:
-		return held / quota
-	case held > 0:
+	case quota.Sign() > 0:
+		return held.Ratio(quota)
+	case held.Sign() > 0:
 		return 1
 	}
 	return 0

@@ -41,7 +41,9 @@ type LimitOutcome struct {
 	Outcome Outcome
 	// Utilization is the share of the limit in use with this request
 	// counted (used, reserved or live, plus this request's amount, over the
-	// limit), as the decision saw it: above 1 for a refusal. It is set for
+	// limit), as the decision saw it: above 1 for a refusal. It is the
+	// nearest float64 to the exact ratio (0.56 of a limit of 0.7 is 0.8, a
+	// near-limit threshold's; float64's was 0.7999999999999999). It is set for
 	// OutcomeAdmitted, OutcomeRefused and OutcomeShadowRefused, and 0 for
 	// failures (no decision was made) and for a Local limit admitted from
 	// this process's block (and a shadow limit on its counter): such a
