@@ -673,10 +673,14 @@ func (c *combiner[Req, Res]) leave(f *flight, cancel context.CancelFunc) {
 // whose batch the server rejected for another call's input is sent again
 // alone (runBatch), and counts with both statements.
 type CombinerStats struct {
-	Batches  int64
+	// Batches counts the statements sent.
+	Batches int64
+	// Requests counts the calls those statements carried.
 	Requests int64
-	Hot      int64
-	Busy     time.Duration
+	// Hot counts, of Batches, those on a hot counter or concurrency scope.
+	Hot int64
+	// Busy is the statements' time from send to answer, summed.
+	Busy time.Duration
 }
 
 // MeanBatch is how many calls one statement carried on average (zero
@@ -740,6 +744,8 @@ func (c *combiner[Req, Res]) stats() CombinerStats {
 // give-backs wait their turn, and what came of the statements of its Local
 // limits' blocks.
 type Stats struct {
+	// Reserve counts the statements of combined Reserve calls, and Settle
+	// those of combined Commit and Release calls (zero without combining).
 	Reserve CombinerStats
 	Settle  CombinerStats
 	// Lost counts what this Limiter may have left held with nobody to give

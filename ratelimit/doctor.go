@@ -86,7 +86,9 @@ type Report struct {
 	// CheckedAt is the database's clock when the books were read (all checks
 	// read one snapshot).
 	CheckedAt time.Time
-	Problems  []Problem
+	// Problems lists what does not balance, ordered by Kind, scope, metric
+	// and window; none when the books balance.
+	Problems []Problem
 	// Truncated is true when more than DoctorMaxProblems problems exist.
 	Truncated bool
 }
@@ -114,15 +116,21 @@ func (r Report) String() string {
 // Problem is one inconsistency. Fields that do not apply to its Kind are
 // zero.
 type Problem struct {
-	Kind      ProblemKind
+	// Kind is what is wrong; Kind.Recoverable says whether Recover repairs it.
+	Kind ProblemKind
+	// ScopeType, ScopeKey and Metric name the counter or scope at fault
+	// (Metric concurrent for a lease, queue_size for a queue place); empty
+	// for a running attempt.
 	ScopeType string
 	ScopeKey  string
 	Metric    string
 	// Window and WindowStart identify a counter window.
 	Window      time.Duration
 	WindowStart time.Time
-	TaskID      string
-	TaskStatus  string
+	// TaskID is the task the row at fault belongs to (empty when none), and
+	// TaskStatus that task's status where the check read it.
+	TaskID     string
+	TaskStatus string
 	// RowID is the reservation, lease, attempt or block (allotment) at
 	// fault.
 	RowID string

@@ -41,8 +41,12 @@ var (
 // Find it with errors.As (it may come wrapped: a nil connection's names
 // the operation first), or match it with errors.Is(err, ErrInvalidInput).
 type ValidationError struct {
-	Field  string
-	Value  any
+	// Field is the refused input's name; empty when it is about no field in
+	// particular (the message then says "value").
+	Field string
+	// Value is the refused value, as given.
+	Value any
+	// Reason says why it was refused.
 	Reason string
 }
 
@@ -99,7 +103,8 @@ type ExceededError struct {
 	// Retryable or not (nothing predicts when a task finishes).
 	ResetAt    time.Time
 	RetryAfter time.Duration
-	Policy     string
+	// Policy is the refused Limit's Policy.
+	Policy string
 	// Message is the error's text (Error): the metric, the scope and why
 	// the amount did not fit.
 	Message string
@@ -160,8 +165,11 @@ func (e *ExceededError) exactRemaining() (units, bool) {
 // LeaseLostError names the leases RenewLeases could not renew. Find it
 // with errors.As, or match it with errors.Is(err, ErrLeaseLost).
 type LeaseLostError struct {
+	// LeaseIDs are the leases not renewed (expired, released or gone), as
+	// given and in the order given.
 	LeaseIDs []string
-	Renewed  int
+	// Renewed counts the others, which were renewed (and returned).
+	Renewed int
 }
 
 func (e *LeaseLostError) Error() string {

@@ -56,7 +56,11 @@ var ErrLockOrder = errors.New("ratelimit: operation out of lock order in this tr
 // it in a transaction of its own, or before Previous. Find it with
 // errors.As, or match it with errors.Is(err, ErrLockOrder).
 type LockOrderError struct {
-	Op       string
+	// Op is the refused operation, by its method's name ("Reserve",
+	// "FinishTask", ...).
+	Op string
+	// Previous is the earlier operation of the transaction whose locks Op
+	// would have followed out of order.
 	Previous string
 
 	leases bool // refused for a lease below one Previous locked

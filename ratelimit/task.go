@@ -65,6 +65,7 @@ var (
 // changed. Find it with errors.As, or match it with
 // errors.Is(err, ErrTaskNotQueued).
 type TaskNotQueuedError struct {
+	// TaskID is the task, as the call named it.
 	TaskID string
 	// Status is the task's status when the call was refused.
 	Status string
@@ -88,9 +89,12 @@ func (e *TaskNotQueuedError) Is(target error) bool { return target == ErrTaskNot
 // were open when it read them (see FinishTask). Find it with errors.As, or
 // match it with errors.Is(err, ErrStaleToken).
 type StaleTokenError struct {
+	// TaskID is the task, as the call named it.
 	TaskID string
 	// Status is the task's status when the call was refused.
 	Status string
+	// Reason says why the token is stale: the task is not running, or
+	// another claim replaced this one.
 	Reason string
 }
 
@@ -134,8 +138,14 @@ type TaskSpec struct {
 
 // Task is a task as stored. The execution fields are set while it runs.
 type Task struct {
-	ID      string
-	Status  string
+	// ID is the task's UUID, which its attempts, events, reservations,
+	// leases and queue admissions refer to.
+	ID string
+	// Status is TaskQueued, TaskRunning, or one of the final three
+	// (TaskSucceeded, TaskFailed, TaskCancelled).
+	Status string
+	// Async, Kind and Payload are the TaskSpec's, Payload as jsonb
+	// stores it.
 	Async   bool
 	Kind    string
 	Payload json.RawMessage
@@ -152,13 +162,24 @@ type Task struct {
 	// zero unless running.
 	LeaseExpiresAt time.Time
 	// AttemptID is the running attempt; empty unless running.
-	AttemptID    string
+	AttemptID string
+	// AttemptCount counts the attempts started (claims): the last one's
+	// Number.
 	AttemptCount int
+	// RequeueCount counts the times recovery requeued the task after its
+	// execution lease expired; past WithMaxRequeues it fails the task.
 	RequeueCount int
+	// LastEventSeq is the Seq of the task's last event; AppendEvent takes
+	// the next.
 	LastEventSeq int
-	NextRunAt    time.Time
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// NextRunAt is when a queued async task becomes due: ClaimTask claims
+	// none before it, and the oldest first. It is the creation time, or
+	// when recovery last requeued the task.
+	NextRunAt time.Time
+	// CreatedAt is when the task was created and UpdatedAt when its row
+	// last changed, on the database's clock.
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// FinishedAt is zero until the task reaches a final status.
 	FinishedAt time.Time
 }
@@ -185,6 +206,7 @@ type Outcome struct {
 
 // FinishResult reports what FinishTask, or CancelTask, did.
 type FinishResult struct {
+	// Task is the task as the call left it.
 	Task Task
 	// ReleasedReservations counts the task's open reservations that
 	// FinishTask (or CancelTask) released (reason task_finished). Commit a
@@ -199,15 +221,29 @@ type FinishResult struct {
 
 // Attempt is one execution attempt (one claim) of a task.
 type Attempt struct {
-	ID           string
-	TaskID       string
-	Number       int
-	Status       string
-	Retryable    bool
+	// ID is the attempt's UUID, which reservations and leases attached to
+	// it name (Task.AttemptID while it runs).
+	ID string
+	// TaskID is the task it runs.
+	TaskID string
+	// Number is its 1-based number within the task.
+	Number int
+	// Status is TaskRunning until the attempt ends, then TaskSucceeded,
+	// TaskFailed or TaskCancelled.
+	Status string
+	// Retryable is whether another attempt might succeed, as recorded when
+	// the attempt ended (FinishTask records Outcome.Retryable); false while
+	// it runs.
+	Retryable bool
+	// ErrorCode and ErrorMessage say why a failed or cancelled attempt
+	// ended (execution_lease_expired, task_finished, abandoned, or the
+	// Outcome's).
 	ErrorCode    string
 	ErrorMessage string
-	StartedAt    time.Time
-	FinishedAt   time.Time
+	// StartedAt is when it began (its claim, or a sync task's creation),
+	// and FinishedAt when it ended; zero while it runs.
+	StartedAt  time.Time
+	FinishedAt time.Time
 }
 
 // Event is one entry of a task's event log.
