@@ -749,26 +749,29 @@ type Stats struct {
 	Reserve CombinerStats
 	Settle  CombinerStats
 	// Lost counts what this Limiter may have left held with nobody to give
-	// it back, combining or not: Reserve calls whose statement was sent and
-	// then got no answer (its connection failed, or, on a pool set up with
-	// ConfigurePool, the server never acknowledged the cancel request of a
-	// statement whose callers had all left; with pgx's default handler
-	// such a statement is not counted), which the server may have
-	// committed, block requests of Local limits that lost their answer so
-	// (a block the server granted that this Limiter never learns of, held
-	// until Recover returns it after its window), and give-backs of what
-	// nobody held (a grant decided after its caller left, a task created or
-	// claimed so) that failed for good, or that waited their turn beyond
-	// the bound of those waiting (dropped, see Limiter.Close; counted in
-	// GiveBacksDropped too, which tells them apart). What they
-	// hold stays held until a lease's TTL, its window's end or Recover
-	// ends it. Not counted: a
-	// statement the server failed (rolled back), one never sent (a pool
-	// that could not open a connection for it, or was closed, sent
-	// nothing), anything inside a caller's transaction (its rollback ends
-	// it). A Reserve that failed so with its caller still
-	// waiting counts too: its caller got an error, and nobody knows of what
-	// it may have been granted.
+	// it back, combining or not. What they hold stays held until a lease's
+	// TTL, its window's end or Recover ends it. It counts:
+	//   - Reserve calls whose statement was sent and then got no answer,
+	//     which the server may have committed: its connection failed, or,
+	//     on a pool set up with ConfigurePool, the server never
+	//     acknowledged the cancel request of a statement whose callers had
+	//     all left (with pgx's default handler such a statement is not
+	//     counted). A Reserve that failed so with its caller still waiting
+	//     counts too: its caller got an error, and nobody knows of what it
+	//     may have been granted.
+	//   - block requests of Local limits that lost their answer so: a block
+	//     the server granted that this Limiter never learns of, held until
+	//     Recover returns it after its window.
+	//   - give-backs of what nobody held (a grant decided after its caller
+	//     left, a task created or claimed so) that failed for good, or that
+	//     waited their turn beyond the bound of those waiting: dropped (see
+	//     Limiter.Close), and counted in GiveBacksDropped too, which tells
+	//     them apart.
+	//
+	// Not counted: a statement the server failed (rolled back); one never
+	// sent (a pool that could not open a connection for it, or was closed,
+	// sent nothing); anything inside a caller's transaction (its rollback
+	// ends it).
 	Lost int64
 	// GiveBacksDropped counts, of Lost, the give-backs of what nobody held
 	// that were dropped, never tried, because the queue of those waiting

@@ -228,51 +228,58 @@ func WithDoctorLockTimeout(d time.Duration) MaintenanceOption {
 }
 
 // WithMaintenanceLockTimeout bounds how long a batch of Recover and Prune
-// waits for each lock another transaction holds (a counter row that a
-// gateway's transaction left idle keeps locked, say). lock_timeout bounds
-// each wait for a lock, not the batch: a batch that waits for several locks
-// in turn can take several times d. Past d the server gives up with
-// lock_not_available (SQLSTATE 55P03) and the batch rolls back whole.
-// Recover and Prune then leave that batch's rows to a later run (and the
-// rest of its step, after a second such batch in the step or when the step
-// is one statement), go on with the rest, and report what they left with a
-// *LockWaitError. A batch that releases reservations (or reclaims tasks
-// holding them) is first tried once more without those whose counter
-// another transaction still holds, found without waiting: only they are
-// left then. It bounds the wait for a table's lock too (one a
-// migration's ALTER TABLE holds), which the server meets already when it
-// parses a statement. It bounds the take, renewal and release of a run's
-// lease too: a take that gives up fails the run, which did nothing, with a
-// *LockWaitError for the step "take the recover lease" (or "take the prune
-// lease"); a renewal that gives up stops the run with a *LockWaitError for
-// the step it was in; a release that gives up leaves the lease held (until
-// its TTL, or this Maintenance's next run takes it back) with a
-// *LockWaitError for the step "release the recover lease" (or "release the
-// prune lease"). (The take and the release have a timeout of their own
-// besides, 5 s, within which they wait for a lock at most d, never more
-// than 4 s. Without this option they wait 4 s at most too, and give up so,
-// in pgx.QueryExecModeExec and the simple protocol, where the setting
-// costs nothing; in the exec modes that prepare a statement first their
-// own timeout ends them, with a client timeout (context.DeadlineExceeded).
-// A *LockWaitError's Bound is the bound the server gave up after.)
+// waits for each lock another transaction holds, such as a counter row
+// that a gateway's transaction left idle. Default 0: no bound but the
+// context's.
+//
+// Past d the server gives up with lock_not_available (SQLSTATE 55P03) and
+// the batch rolls back whole. Recover and Prune then leave that batch's
+// rows to a later run, go on with the rest, and report what they left with
+// a *LockWaitError. They leave the rest of the step too after a second
+// such batch in the step, or when the step is one statement. A batch that
+// releases reservations, or reclaims tasks holding them, is first tried
+// once more without those whose counter another transaction still holds,
+// found without waiting: only they are left then.
+//
+// lock_timeout bounds each wait for a lock, not the batch: a batch that
+// waits for several locks in turn can take several times d. It bounds the
+// wait for a table's lock too (one a migration's ALTER TABLE holds), which
+// the server meets already when it parses a statement.
+//
+// It bounds the take, renewal and release of a run's lease too:
+//   - a take that gives up fails the run, which did nothing, with a
+//     *LockWaitError for the step "take the recover lease" (or "take the
+//     prune lease");
+//   - a renewal that gives up stops the run with a *LockWaitError for the
+//     step it was in;
+//   - a release that gives up leaves the lease held (until its TTL, or this
+//     Maintenance's next run takes it back) with a *LockWaitError for the
+//     step "release the recover lease" (or "release the prune lease").
+//
+// The take and the release have a timeout of their own besides, 5 s,
+// within which they wait for a lock at most d, never more than 4 s.
+// Without this option they wait 4 s at most too, and give up so, in
+// pgx.QueryExecModeExec and the simple protocol, where the setting costs
+// nothing. In the exec modes that prepare a statement first their own
+// timeout ends them, with a client timeout (context.DeadlineExceeded). A
+// *LockWaitError's Bound is the bound the server gave up after.
 //
 // lock_timeout is set for each batch's transaction only, never for the
-// session (safe behind a transaction-pooling proxy), and before the server
-// parses the batch's statement: in the statement's own round trip where
-// pgx sends it in one (pgx.QueryExecModeExec, the simple protocol); where
-// pgx prepares or describes a statement first (its default,
-// cache_statement, and cache_describe, describe_exec) the statement runs in
-// a transaction of its own, begun and bounded in round trips of their own
-// (three more per statement; a proxy that pools by statement refuses the
-// transaction block). A batch that reclaims expired tasks, a transaction
-// of its own already, sets it in a round trip of its own before the
-// batch, whatever the exec mode.
+// session, so it is safe behind a transaction-pooling proxy. It is set
+// before the server parses the batch's statement: in the statement's own
+// round trip where pgx sends it in one (pgx.QueryExecModeExec, the simple
+// protocol). Where pgx prepares or describes a statement first (its
+// default, cache_statement, and cache_describe, describe_exec), the
+// statement runs in a transaction of its own, begun and bounded in round
+// trips of their own: three more per statement, and a proxy that pools by
+// statement refuses the transaction block. A batch that reclaims expired
+// tasks, a transaction of its own already, sets it in a round trip of its
+// own before the batch, whatever the exec mode.
 //
 // It bounds Doctor too, as WithDoctorLockTimeout(d) would, unless
-// WithDoctorLockTimeout gives Doctor a bound of its own. Default 0: no
-// bound but the context's. d is rounded up to a millisecond, lock_timeout's
-// unit, and past lock_timeout's range (about 24.8 days) is that range's
-// end; zero or negative sets nothing.
+// WithDoctorLockTimeout gives Doctor a bound of its own. d is rounded up to
+// a millisecond, lock_timeout's unit, and past lock_timeout's range (about
+// 24.8 days) is that range's end; zero or negative sets nothing.
 func WithMaintenanceLockTimeout(d time.Duration) MaintenanceOption {
 	return func(o *maintenanceOptions) {
 		if d > 0 {

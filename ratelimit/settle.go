@@ -17,17 +17,22 @@ const (
 	StatusReserved  = "reserved"
 	StatusCommitted = "committed"
 	StatusReleased  = "released"
-	// StatusUnknown is reported for a reservation id that names no row
-	// (pruned long ago, or never written), and for a Local reservation of a
-	// copy of a grant (decoded from JSON) settled on another Limiter than
-	// the one that admitted it, or after its block was returned, or
-	// without a LocalID (encoded before there was one): its block charges
-	// the estimate when it is returned, unless it was settled (a copy of an
-	// admission already settled, once its block admits no more). It is
-	// reported too for a Local reservation, the grant's own or a copy's,
-	// whose block Close could not return (the database unreachable):
-	// Maintenance.Recover returns that block once its window is over,
-	// charging its holder's last report.
+	// StatusUnknown is what Commit and Release report for a reservation they
+	// cannot find: no row has its id, or, for a Local one, no block of this
+	// Limiter holds it.
+	//
+	// A reservation id names no row when it was pruned long ago, or never
+	// written. A Local reservation is not found for a copy of a grant
+	// (decoded from JSON) settled on another Limiter than the one that
+	// admitted it, or after its block was returned, or without a LocalID
+	// (encoded before there was one). Its block charges the estimate when
+	// it is returned, unless it was settled (a copy of an admission already
+	// settled, once its block admits no more).
+	//
+	// It is reported too for a Local reservation, the grant's own or a
+	// copy's, whose block Close could not return (the database
+	// unreachable): Maintenance.Recover returns that block once its window
+	// is over, charging its holder's last report.
 	StatusUnknown = "unknown"
 )
 

@@ -181,23 +181,30 @@ func staleToken(taskID, status string) *StaleTokenError {
 // they stay open until Recover releases them: their counters cannot be
 // locked after the task row.
 //
-// Cancelling: when ctx ends before FinishTask returns, it returns ctx's
-// error (errors.Is), with the FinishResult of the task when its batch
-// finished it; a finish is not undone. A batch once sent runs to its
-// answer, which alone names the reservations linked late, and they are
-// released in the background (Limiter.Close waits for it; on a single
-// connection, before FinishTask returns). A batch still unanswered 100 ms
-// after ctx ended (waiting for the task row, say) is cancelled, as a
-// Reserve's statement is. If the server committed it before the cancel
-// landed, a pool set up with ConfigurePool reads its answer all the same;
-// with pgx's default, or a connection that broke, the answer is lost and
-// FinishTask cannot know whether the task finished. On a *pgxpool.Pool the
-// task's open reservations are then released once pgx has closed that
-// connection (the batch's transaction is over by then), if the task has
-// finished. Left to Recover: the late reservations of a batch that
-// committed unread on another Executor, or after pgx stopped waiting for
-// the server to close (15 s), or behind a pooler that closes the client's
-// connection at once; and releases that still fail after 2 s of tries.
+// Cancelling: if ctx ends before FinishTask returns, the task may still
+// finish. FinishTask returns ctx's error (errors.Is), with the FinishResult
+// of the task when its batch finished it; a finish is not undone.
+//
+// A batch once sent runs to its answer, which alone names the reservations
+// linked late, and they are released in the background (Limiter.Close
+// waits for it; on a single connection, before FinishTask returns). A
+// batch still unanswered 100 ms after ctx ended (waiting for the task row,
+// say) is cancelled, as a Reserve's statement is.
+//
+// If the server committed that batch before the cancel landed, a pool set
+// up with ConfigurePool reads its answer all the same. With pgx's default,
+// or a connection that broke, the answer is lost and FinishTask cannot
+// know whether the task finished. On a *pgxpool.Pool the task's open
+// reservations are then released once pgx has closed that connection (the
+// batch's transaction is over by then), if the task has finished.
+//
+// Left to Recover:
+//   - the late reservations of a batch that committed unread on another
+//     Executor, or after pgx stopped waiting for the server to close
+//     (15 s), or behind a pooler that closes the client's connection at
+//     once;
+//   - releases that still fail after 2 s of tries.
+//
 // Inside a caller's transaction, a cancelled statement ends the
 // transaction, and what it did is rolled back with it.
 //
