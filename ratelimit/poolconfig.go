@@ -35,7 +35,7 @@ import (
 // statement's answer: the statement is rolled back (SQLSTATE 57014), or it
 // committed and its answer names the grants, which the Limiter then
 // releases. A combined batch on a hot counter is committed by a procedure
-// sent after it (hotbatch.go). A request that lands while it commits fails
+// sent after it. A request that lands while it commits fails
 // the procedure (57014) once the batch has answered; the Limiter then tells
 // the callers the batch failed and releases what the answer names (reason
 // "unconfirmed") in the background (Close waits for it).
@@ -45,8 +45,8 @@ import (
 // the pooler) to acknowledge the cancel request, a round trip, and for the
 // statement's answer. It is not used again until 100 ms after the
 // acknowledgement, so that the request cannot cancel the next statement.
-// If the acknowledgement has not come within cancelAckTimeout (1 s), or the
-// answer within cancelAnswerTimeout (250 ms) after it, the connection is
+// If the acknowledgement has not come within 1 s, or the answer within
+// 250 ms after it, the connection is
 // closed instead, as pgx's default does at once: a call waits at most
 // 1.25 s for a cancelled statement.
 //
@@ -74,7 +74,7 @@ import (
 // between the check and the statement, still fails its statement. A
 // Reserve, Commit or Release statement that pgx could not write at all
 // (nothing of it reached the server) is sent once more on another
-// connection (resendsUnsent).
+// connection.
 //
 // Times in the ISO style. DateStyle ISO is sent with the connection's
 // start-up parameters, which PgBouncer passes on and keeps per client. In
