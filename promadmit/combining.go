@@ -42,8 +42,10 @@ const (
 // freed by a lease's TTL, its window's end or Recover. Any increase is
 // worth an alert. Of it, pgadmit_give_backs_dropped_total counts the
 // give-backs dropped from a full queue (ratelimit.Stats.GiveBacksDropped):
-// handed over faster than the database takes them, where the rest of
-// pgadmit_lost_total is answers lost and give-backs that failed for good.
+// handed over faster than the database takes them, and
+// pgadmit_give_backs_failed_total those that failed for good
+// (ratelimit.Stats.GiveBacksFailed): the database or the network down for
+// their tries; the rest of pgadmit_lost_total is answers lost.
 // The gauge pgadmit_give_backs_waiting is how many give-backs wait in
 // those queues now (ratelimit.Stats.GiveBacksWaiting).
 // What came of the blocks of Local limits (ratelimit.Stats.Local), also
@@ -95,9 +97,11 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
 		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
 		lost: prometheus.NewDesc("pgadmit_lost_total",
-			"What may stay held for nobody until a lease's TTL, a window's end or Recover: Reserve calls and block requests of Local limits whose statement was sent and got no answer, and give-backs of what nobody held (a grant or task whose caller left) that failed for good or were dropped beyond the bound of those waiting (those also in pgadmit_give_backs_dropped_total).", nil, nil),
+			"What may stay held for nobody until a lease's TTL, a window's end or Recover: Reserve calls and block requests of Local limits whose statement was sent and got no answer, and give-backs of what nobody held (a grant or task whose caller left) that failed for good or were dropped beyond the bound of those waiting (those also in pgadmit_give_backs_failed_total and pgadmit_give_backs_dropped_total).", nil, nil),
 		giveBacksDropped: prometheus.NewDesc("pgadmit_give_backs_dropped_total",
 			"Give-backs of what nobody held (a grant or task whose caller left) dropped, never tried, because the queue of those waiting their turn was full; each counts in pgadmit_lost_total too.", nil, nil),
+		giveBacksFailed: prometheus.NewDesc("pgadmit_give_backs_failed_total",
+			"Give-backs of what nobody held (a grant or task whose caller left) that were tried and failed for good: a failure no later try could mend, or tries that ran out with the database or the network down; each counts in pgadmit_lost_total too.", nil, nil),
 		giveBacksWaiting: prometheus.NewDesc("pgadmit_give_backs_waiting",
 			"Give-backs of what nobody held queued now, waiting their turn; a full queue drops its oldest (pgadmit_give_backs_dropped_total).", nil, nil),
 		blocksGranted:   prometheus.NewDesc("pgadmit_local_blocks_granted_total", "Blocks of Local limits the database granted.", nil, nil),
@@ -113,13 +117,13 @@ type combining struct {
 	limiter                               *ratelimit.Limiter
 	statements, calls, hot, seconds, lost *prometheus.Desc
 	// Of the give-backs of what nobody held.
-	giveBacksDropped, giveBacksWaiting *prometheus.Desc
+	giveBacksDropped, giveBacksFailed, giveBacksWaiting *prometheus.Desc
 	// Of Local limits' blocks.
 	blocksGranted, blocksNoRoom, localFailures, blocksAbandoned, localLimits *prometheus.Desc
 }
 
 func (c *combining) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost, c.giveBacksDropped, c.giveBacksWaiting,
+	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost, c.giveBacksDropped, c.giveBacksFailed, c.giveBacksWaiting,
 		c.blocksGranted, c.blocksNoRoom, c.localFailures, c.blocksAbandoned, c.localLimits} {
 		ch <- d
 	}
@@ -141,6 +145,7 @@ func (c *combining) collect(ch chan<- prometheus.Metric, s ratelimit.Stats) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(s.Lost))
 	ch <- prometheus.MustNewConstMetric(c.giveBacksDropped, prometheus.CounterValue, float64(s.GiveBacksDropped))
+	ch <- prometheus.MustNewConstMetric(c.giveBacksFailed, prometheus.CounterValue, float64(s.GiveBacksFailed))
 	ch <- prometheus.MustNewConstMetric(c.giveBacksWaiting, prometheus.GaugeValue, float64(s.GiveBacksWaiting))
 	for _, m := range []struct {
 		desc  *prometheus.Desc

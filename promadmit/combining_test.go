@@ -60,6 +60,7 @@ func TestCombiningCollectorReportsLimiterStats(t *testing.T) {
 		fmt.Sprintf(`pgadmit_combined_statement_seconds_total{kind="reserve"} %v`, s.Reserve.Busy.Seconds()),
 		"pgadmit_lost_total 0",
 		"pgadmit_give_backs_dropped_total 0",
+		"pgadmit_give_backs_failed_total 0",
 		"# TYPE pgadmit_give_backs_waiting gauge",
 		"pgadmit_give_backs_waiting 0",
 	} {

@@ -298,6 +298,7 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		// never took a connection, so nothing was sent to it.
 		check("pgadmit_lost_total", 0)
 		check("pgadmit_give_backs_dropped_total", 0)
+		check("pgadmit_give_backs_failed_total", 0)
 		// Only the local instance takes blocks, and none of its block
 		// statements fails (Close returns them later, unseen here).
 		check("pgadmit_local_statement_failures_total", 0)
@@ -468,7 +469,7 @@ func addCombiningSeries(m map[string]bool) {
 			m["pgadmit_combined_"+name+"_total/"+kind] = true
 		}
 	}
-	m["pgadmit_give_backs_dropped_total"], m["pgadmit_give_backs_waiting"] = true, true
+	m["pgadmit_give_backs_dropped_total"], m["pgadmit_give_backs_failed_total"], m["pgadmit_give_backs_waiting"] = true, true, true
 	for _, name := range []string{"blocks_granted", "blocks_no_room", "statement_failures", "blocks_abandoned"} {
 		m["pgadmit_local_"+name+"_total"] = true
 	}

@@ -765,8 +765,8 @@ type Stats struct {
 	//   - give-backs of what nobody held (a grant decided after its caller
 	//     left, a task created or claimed so) that failed for good, or that
 	//     waited their turn beyond the bound of those waiting: dropped (see
-	//     Limiter.Close), and counted in GiveBacksDropped too, which tells
-	//     them apart.
+	//     Limiter.Close). Each is counted in GiveBacksFailed or
+	//     GiveBacksDropped too, which tell them apart.
 	//
 	// Not counted: a statement the server failed (rolled back); one never
 	// sent (a pool that could not open a connection for it, or was closed,
@@ -776,12 +776,18 @@ type Stats struct {
 	// GiveBacksDropped counts, of Lost, the give-backs of what nobody held
 	// that were dropped, never tried, because the queue of those waiting
 	// their turn was full (see Limiter.Close). Lost keeps its total: Lost
-	// minus GiveBacksDropped is what lost its answer or failed for good
-	// (the database or the network), while a rising GiveBacksDropped is
-	// give-backs handed over faster than the database takes them (a storm
-	// of callers leaving, a slow or locked database). A reading of Stats
-	// never has it above Lost.
+	// minus GiveBacksDropped and GiveBacksFailed is the Reserve calls and
+	// block requests that lost their answer, while a rising
+	// GiveBacksDropped is give-backs handed over faster than the database
+	// takes them (a storm of callers leaving, a slow or locked database).
 	GiveBacksDropped int64
+	// GiveBacksFailed counts, of Lost, the give-backs of what nobody held
+	// that were tried and failed for good: a failure no later try could
+	// mend (a closed pool or connection), or tries that ran out, for about
+	// 2 s from their hand-over, with the database or the network down. A
+	// reading of Stats never has GiveBacksDropped and GiveBacksFailed
+	// together above Lost.
+	GiveBacksFailed int64
 	// GiveBacksWaiting is a gauge, not a count: the give-backs of what
 	// nobody held that are queued now, waiting their turn, not yet
 	// running (in the Limiter's two queues: the releases of what combined
@@ -805,7 +811,7 @@ func (l *Limiter) Stats() Stats {
 	if l.usable() != nil {
 		return Stats{}
 	}
-	dropped := l.dropped.Load() // before lost (countDropped)
+	dropped, failed := l.dropped.Load(), l.failed.Load() // before lost (countDropped, retryUnheld)
 	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load(), GiveBacksDropped: dropped,
-		GiveBacksWaiting: int64(l.unheld.waiting() + l.reserves.givesWaiting()), Local: l.allot.localStats()}
+		GiveBacksFailed: failed, GiveBacksWaiting: int64(l.unheld.waiting() + l.reserves.givesWaiting()), Local: l.allot.localStats()}
 }

@@ -54,9 +54,10 @@ type Limiter struct {
 	unheld *backlog[func(handedOver time.Time)]
 	// lost counts what this Limiter may have left held for nobody
 	// (Stats.Lost), dropped of them the give-backs dropped from a full
-	// queue (Stats.GiveBacksDropped; countDropped). Shared with the
+	// queue (Stats.GiveBacksDropped; countDropped), failed those whose
+	// tries ran out (Stats.GiveBacksFailed; retryUnheld). Shared with the
 	// Limiter's WithTx copies.
-	lost, dropped *atomic.Int64
+	lost, dropped, failed *atomic.Int64
 }
 
 // New returns a Limiter that runs on conn, usually a *pgxpool.Pool. The
@@ -72,7 +73,8 @@ func New(conn Executor, opts ...Option) *Limiter {
 		}
 	}
 	conn = orNoConn(conn, "conn")
-	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}, dropped: &atomic.Int64{}}
+	l := &Limiter{conn: conn, queries: db.New(), opts: o, oneQueryBatches: &atomic.Bool{}, lost: &atomic.Int64{}, dropped: &atomic.Int64{},
+		failed: &atomic.Int64{}}
 	l.oneQueryBatches.Store(simpleProtocol(conn))
 	if _, ok := conn.(pgx.Tx); ok {
 		l.inTx, l.order = true, &txOrder{}

@@ -42,7 +42,7 @@ func TestUnheldReleaseOnAClosedPoolStopsAtOnce(t *testing.T) {
 				t.Errorf("the give-back on a closed pool made %d tries in %v, want it to stop at once, after one (span %v)", tries.Load(), took, ratelimit.UnheldReleaseSpan)
 			}
 			assertLost(t, l, 1, "a grant nobody holds left held on a closed pool")
-			assertGiveBacks(t, l, 0, 0, "a give-back that failed for good (not dropped)")
+			assertGiveBacks(t, l, 0, 1, 0, "a give-back that failed for good (not dropped)")
 		})
 	}
 }
@@ -69,6 +69,7 @@ func TestUnheldReleaseOnAClosedConnectionStopsAtOnce(t *testing.T) {
 		t.Errorf("the give-back on a closed connection made %d tries in %v, want it to stop at once, after one (span %v)", tries.Load(), took, ratelimit.UnheldReleaseSpan)
 	}
 	assertLost(t, l, 1, "a grant nobody holds left held on a closed connection")
+	assertGiveBacks(t, l, 0, 1, 0, "a give-back that failed for good on a closed connection")
 }
 
 // A give-back that succeeds, at once or after a failed try, loses nothing.
@@ -92,6 +93,7 @@ func TestUnheldReleaseThatSucceedsLosesNothing(t *testing.T) {
 		return nil
 	})
 	assertLost(t, l, 0, "give-backs that succeeded")
+	assertGiveBacks(t, l, 0, 0, 0, "give-backs that succeeded")
 }
 
 // assertLost checks what l counts as lost (Stats.Lost).

@@ -80,9 +80,9 @@ func (l *Limiter) dropGiveBack(func(time.Time), time.Time) { l.countDropped() }
 
 // countDropped counts a give-back dropped from a full queue, the
 // Limiter's (dropGiveBack) or its Reserve combiner's: lost, as a
-// give-back whose tries ran out is (retryUnheld), and dropped. Lost
-// first: Stats reads dropped first, so that no reading has more dropped
-// than lost.
+// give-back whose tries ran out is (retryUnheld, counted failed), and
+// dropped. Lost first: Stats reads dropped first, so that no reading has
+// more dropped than lost.
 func (l *Limiter) countDropped() {
 	l.lost.Add(1)
 	l.dropped.Add(1)

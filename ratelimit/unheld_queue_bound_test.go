@@ -50,17 +50,17 @@ func TestUnheldGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing.T
 	}
 	giveBack(grants[0])
 	awaitCount(t, &tries, 1, "the first give-back's try") // the worker holds it: the rest wait
-	assertGiveBacks(t, l, 0, 0, "the first give-back, running")
+	assertGiveBacks(t, l, 0, 0, 0, "the first give-back, running")
 	for i, g := range grants[1:] {
 		giveBack(g)
 		n := int64(i + 1)
-		assertGiveBacks(t, l, max(n-int64(queued), 0), min(n, int64(queued)), fmt.Sprintf("%d give-backs handed over behind the running one", n))
+		assertGiveBacks(t, l, max(n-int64(queued), 0), 0, min(n, int64(queued)), fmt.Sprintf("%d give-backs handed over behind the running one", n))
 	}
 	assertLost(t, l, over, "give-backs handed over beyond the queue's bound")
 	close(hold)
 	l.Close()
 	assertLost(t, l, over, "Close")
-	assertGiveBacks(t, l, over, 0, "Close")
+	assertGiveBacks(t, l, over, 0, 0, "Close")
 	if got, want := tries.Load(), int64(1+queued); got != want {
 		t.Errorf("%d tries, want %d: one each of the give-backs not dropped", got, want)
 	}
@@ -147,11 +147,11 @@ func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing
 		time.Sleep(time.Millisecond)
 	}
 	assertLost(t, l, dropped, "the storm")
-	assertGiveBacks(t, l, dropped, int64(ratelimit.QueuedAtMost(bound)), "the storm")
+	assertGiveBacks(t, l, dropped, 0, int64(ratelimit.QueuedAtMost(bound)), "the storm")
 	close(hold)
 	l.Close()
 	assertLost(t, l, dropped, "Close")
-	assertGiveBacks(t, l, dropped, 0, "Close")
+	assertGiveBacks(t, l, dropped, 0, 0, "Close")
 	if got := tries.Load(); got != keep {
 		t.Errorf("%d tries, want %d: one each of the give-backs not dropped", got, keep)
 	}
@@ -168,12 +168,13 @@ func TestCombinedGiveBacksBeyondTheQueueDropTheOldestAndCountThemLost(t *testing
 }
 
 // assertGiveBacks checks what l counts of the give-backs of what nobody
-// held: dropped from a full queue (Stats.GiveBacksDropped), and queued now
-// (Stats.GiveBacksWaiting).
-func assertGiveBacks(t *testing.T, l *ratelimit.Limiter, dropped, waiting int64, after string) {
+// held: dropped from a full queue (Stats.GiveBacksDropped), failed for
+// good (Stats.GiveBacksFailed), and queued now (Stats.GiveBacksWaiting).
+func assertGiveBacks(t *testing.T, l *ratelimit.Limiter, dropped, failed, waiting int64, after string) {
 	t.Helper()
-	if s := l.Stats(); s.GiveBacksDropped != dropped || s.GiveBacksWaiting != waiting {
-		t.Errorf("after %s: Stats() GiveBacksDropped %d, GiveBacksWaiting %d; want %d, %d", after, s.GiveBacksDropped, s.GiveBacksWaiting, dropped, waiting)
+	if s := l.Stats(); s.GiveBacksDropped != dropped || s.GiveBacksFailed != failed || s.GiveBacksWaiting != waiting {
+		t.Errorf("after %s: Stats() GiveBacksDropped %d, GiveBacksFailed %d, GiveBacksWaiting %d; want %d, %d, %d",
+			after, s.GiveBacksDropped, s.GiveBacksFailed, s.GiveBacksWaiting, dropped, failed, waiting)
 	}
 }
 
