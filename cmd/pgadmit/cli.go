@@ -265,14 +265,18 @@ func (a *app) main(ctx context.Context, args []string) error {
 	}
 	name := rest[0]
 	if name == "help" { // pgadmit help <command>
-		if len(rest) > 2 {
-			return usagef("unexpected argument %q after help %s", rest[2], rest[1])
+		// A --help before or after the command asks for the same help: it is dropped.
+		args := slices.DeleteFunc(slices.Clone(rest[1:]), func(arg string) bool {
+			return slices.Contains([]string{"-h", "--h", "-help", "--help"}, arg)
+		})
+		if len(args) > 1 {
+			return usagef("unexpected argument %q after help %s", args[1], args[0])
 		}
-		if slices.Contains([]string{"help", "-h", "--help", "-help"}, rest[1]) {
+		if len(args) == 0 || args[0] == "help" {
 			a.printUsage(a.stdout, fs)
 			return errHelp
 		}
-		name, rest = rest[1], []string{rest[1], "--help"}
+		name, rest = args[0], []string{args[0], "--help"}
 	}
 	for _, c := range commands() {
 		if c.name == name {

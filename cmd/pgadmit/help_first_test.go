@@ -37,7 +37,18 @@ func TestHelpBeforeTheCommandShowsItsHelp(t *testing.T) {
 			t.Errorf("pgadmit %s: exit %d, stderr %q, stdout:\n%s\nwant migrate's help", strings.Join(args, " "), code, errOut, out)
 		}
 	}
-	for _, args := range [][]string{{"--help", "help", "help"}, {"--help", "help", "--help"}} {
+	// --help after or around help <command> changes nothing either: `pgadmit help migrate --help`
+	// and `pgadmit help --help migrate` were usage errors.
+	for _, args := range [][]string{
+		{"help", "migrate", "--help"}, {"help", "--help", "migrate"}, {"help", "-h", "migrate", "--help"},
+		{"--help", "help", "migrate", "--help"}, {"--help", "help", "--help", "migrate"},
+	} {
+		out, errOut, code := cli(t, nil, args...)
+		if code != exitOK || out != cliOK(t, "migrate", "--help") || errOut != "" {
+			t.Errorf("pgadmit %s: exit %d, stderr %q, stdout:\n%s\nwant migrate's help", strings.Join(args, " "), code, errOut, out)
+		}
+	}
+	for _, args := range [][]string{{"--help", "help", "help"}, {"--help", "help", "--help"}, {"help", "--help", "-h"}, {"help", "help", "--help"}} {
 		if out := cliOK(t, args...); !strings.HasPrefix(out, "pgadmit operates") {
 			t.Errorf("pgadmit %s:\n%s", strings.Join(args, " "), out)
 		}
@@ -45,6 +56,8 @@ func TestHelpBeforeTheCommandShowsItsHelp(t *testing.T) {
 	for args, want := range map[string]string{
 		"--help help nosuch":     `unknown command "nosuch"`,
 		"--help help migrate up": `unexpected argument "up" after help migrate`,
+		"help migrate --help up": `unexpected argument "up" after help migrate`,
+		"help --help nosuch":     `unknown command "nosuch"`,
 	} {
 		out, errOut, code := cli(t, nil, strings.Fields(args)...)
 		if code != exitUsage || out != "" || errOut != "pgadmit: "+want+" (see pgadmit --help)\n" {
