@@ -166,7 +166,9 @@ func (p *runProgress) lastSummary() (string, bool) {
 const endWait = 2 * time.Second
 
 // oneShot is the pool of a one-shot recover or prune, and the context its pass runs in
-// (passContext).
+// (passContext). The sweeper (recover --every) has one too, for its passes, with its own context
+// as pctx: a pass interrupted is waited for endWait at most, one cut off by --pass-timeout as
+// long as it takes, as the next pass must not overlap it.
 type oneShot struct {
 	pctx context.Context
 	pool *pgxpool.Pool
@@ -201,16 +203,18 @@ func (a *app) gaveUp(ctx context.Context, o *oneShot, passTimeout time.Duration,
 	if summary, ok := prog.lastSummary(); ok && summary != nothing {
 		fmt.Fprintf(a.stdout, "%s (%s)\n", summary, time.Since(start).Round(time.Millisecond))
 	}
-	left := func(of string) string {
-		return fmt.Sprintf("the database did not answer within %s of %s: its statement's cancel and the release of its lease "+
-			"were not waited for, and the lease may stay held, at most %s from now (a run before then is skipped)",
-			durationtext.Operator(endWait), of, durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL))
-	}
 	if ctx.Err() != nil {
-		a.warn("%s", left("the interrupt")) // runApp says only "interrupted"
+		a.warn("%s", leaseLeft("the interrupt")) // runApp says only "interrupted"
 		return ctx.Err()
 	}
-	return cutOff(ctx, o.pctx, passTimeout, fmt.Errorf("%s: %w", left("it"), o.pctx.Err()))
+	return cutOff(ctx, o.pctx, passTimeout, fmt.Errorf("%s: %w", leaseLeft("it"), o.pctx.Err()))
+}
+
+// leaseLeft says that a pass was given up on endWait after of (oneShot.run), and what it left.
+func leaseLeft(of string) string {
+	return fmt.Sprintf("the database did not answer within %s of %s: its statement's cancel and the release of its lease "+
+		"were not waited for, and the lease may stay held, at most %s from now (a run before then is skipped)",
+		durationtext.Operator(endWait), of, durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL))
 }
 
 // passContext is ctx bounded by --pass-timeout, for a one-shot recover or prune (0: no bound).

@@ -243,3 +243,33 @@ func runUntilFrozen(t *testing.T, ctx context.Context, lock func(context.Context
 	r.frozen = time.Now()
 	return r
 }
+
+// The sweeper interrupted mid-pass on a server that stopped answering waits endWait at most for
+// the pass's statement's cancel and its lease's release, as a one-shot recover does, logs that
+// the lease may stay held, and stops as usual (exit 0): its pass ran in the sweeper's loop, which
+// waited 6-7 s more.
+func TestRecoverSweeperInterruptedOnAFrozenServerEndsWithinEndWait(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := runUntilFrozen(t, ctx, dbtest.New().OpsLockTasks, "recover", "--every", "200ms", "--pass-timeout", "1m")
+	cancel()
+	interrupted := time.Now()
+	select {
+	case code := <-r.exited:
+		took := time.Since(interrupted)
+		t.Logf("recover --every returned %s after the interrupt; stdout:\n%s\nstderr %q", took.Round(time.Millisecond), r.stdout.String(), r.stderr.String())
+		end := `(?m)^\S+ recover: stopped mid-pass: the database did not answer within 2s of the interrupt: its statement's cancel and the ` +
+			`release of its lease were not waited for, and the lease may stay held, at most 15s from now \(a run before then is skipped\)\n` +
+			`\S+ recover: stopped\n\z`
+		if code != exitOK || r.stderr.String() != "" || !regexp.MustCompile(end).MatchString(r.stdout.String()) {
+			t.Errorf("recover --every interrupted on a frozen server: exit %d, stdout %q, stderr %q; want its pass given up on, "+
+				"its lease perhaps left held, then stopped", code, r.stdout.String(), r.stderr.String())
+		}
+		if took > endWait+1500*time.Millisecond {
+			t.Errorf("recover --every interrupted on a frozen server returned %s after the interrupt", took.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("recover --every interrupted on a frozen server did not return within 30s; stdout %q", r.stdout.String())
+	}
+}
