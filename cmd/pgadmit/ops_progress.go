@@ -172,7 +172,8 @@ const endWait = 2 * time.Second
 type oneShot struct {
 	pctx context.Context
 	pool *pgxpool.Pool
-	// gaveUp: run gave up on the pass, which runs on in the background until the process exits.
+	// gaveUp: run gave up on a pass, which runs on in the background until the process exits.
+	// It stays set: a sweeper's pass after it (its ticker was due too) returns at once.
 	gaveUp bool
 }
 
@@ -181,8 +182,9 @@ type oneShot struct {
 func (o *oneShot) run(pass func()) bool {
 	g := grace.After(o.pctx, endWait)
 	defer g.End()
-	o.gaveUp = !g.Wait(pass)
-	return !o.gaveUp
+	returned := g.Wait(pass)
+	o.gaveUp = o.gaveUp || !returned
+	return returned
 }
 
 // close closes the pool, the command's last step: once the pass was given up on, in the
