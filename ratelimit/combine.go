@@ -811,7 +811,7 @@ func (l *Limiter) Stats() Stats {
 	if l.usable() != nil {
 		return Stats{}
 	}
-	dropped, failed := l.dropped.Load(), l.failed.Load() // before lost (countDropped, retryUnheld)
+	dropped, failed := l.dropped.Load(), l.failed.Load() // before lost (countLostGiveBack)
 	return Stats{Reserve: l.reserves.stats(), Settle: l.settles.stats(), Lost: l.lost.Load(), GiveBacksDropped: dropped,
 		GiveBacksFailed: failed, GiveBacksWaiting: int64(l.unheld.waiting() + l.reserves.givesWaiting()), Local: l.allot.localStats()}
 }

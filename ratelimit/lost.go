@@ -20,6 +20,15 @@ func (l *Limiter) countLost(n int, err error, cut bool) {
 	}
 }
 
+// countLostGiveBack counts a give-back of what nobody held that will not
+// be given back as lost (Stats.Lost) and in part, the kind it is (dropped
+// or failed). Lost first: Stats reads the parts first, so that no reading
+// has them above Lost.
+func (l *Limiter) countLostGiveBack(part *atomic.Int64) {
+	l.lost.Add(1)
+	part.Add(1)
+}
+
 // answerLost reports whether a statement that failed with err may have run
 // to its commit without its answer. An error the server sent (a
 // *pgconn.PgError, a cancelled statement's 57014 too) rolled it back, and

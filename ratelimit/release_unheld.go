@@ -36,12 +36,10 @@ func (l *Limiter) releaseUnheld(g Grant, reason string, handedOver time.Time) {
 // the database unreachable, a give-back that waited behind others
 // (backlog) tries once and gives up with them, so that Close waits no
 // longer than for a goroutine each. A give-back given up on counts as
-// lost (Stats.Lost) and as failed (Stats.GiveBacksFailed). Lost first:
-// Stats reads failed first, so that no reading has more failed than lost.
+// lost and failed (countLostGiveBack).
 func (l *Limiter) retryUnheld(handedOver time.Time, giveBack func(context.Context) error) {
 	if !l.tryUnheld(handedOver, giveBack) {
-		l.lost.Add(1)
-		l.failed.Add(1)
+		l.countLostGiveBack(l.failed)
 	}
 }
 

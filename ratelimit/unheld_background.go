@@ -79,14 +79,9 @@ const pgxpoolLeastMaxConns = 4
 func (l *Limiter) dropGiveBack(func(time.Time), time.Time) { l.countDropped() }
 
 // countDropped counts a give-back dropped from a full queue, the
-// Limiter's (dropGiveBack) or its Reserve combiner's: lost, as a
-// give-back whose tries ran out is (retryUnheld, counted failed), and
-// dropped. Lost first: Stats reads dropped first, so that no reading has
-// more dropped than lost.
-func (l *Limiter) countDropped() {
-	l.lost.Add(1)
-	l.dropped.Add(1)
-}
+// Limiter's (dropGiveBack) or its Reserve combiner's, as lost and dropped
+// (countLostGiveBack).
+func (l *Limiter) countDropped() { l.countLostGiveBack(l.dropped) }
 
 // runGiveBack is how the Limiter's backlog (unheld) runs a job.
 func runGiveBack(giveBack func(time.Time), handedOver time.Time) { giveBack(handedOver) }
