@@ -54,10 +54,11 @@ With --every (at least 100ms): a sweeper that runs a pass at that interval and l
 counts until SIGINT or SIGTERM, then exits 0; a pass in flight then is waited for 2s at most,
 as a single run is, and logged, with the lease it may leave held. A failed pass is logged and
 retried at the next interval. A log line it cannot write (a full disk, a reader that went away)
-stops it at once, exit 1: it does not sweep on unseen. At start-up it checks the connection as doctor does, and
-warns when it goes through a transaction-pooling proxy in an exec mode that needs session state
-(it says what to add to the connection string); these checks, and that of the schema version,
-are bounded by --pass-timeout as a pass is, and past it skipped with a warning.`,
+stops it at once, exit 1: it does not sweep on unseen. At start-up it checks the connection as
+doctor does, and warns when it goes through a transaction-pooling proxy in an exec mode that
+needs session state (it says what to add to the connection string); these checks, and that of
+the schema version, are bounded by --pass-timeout as a pass is, and past it skipped with a
+warning.`,
 		db:  dbRequired,
 		run: runRecover,
 	}
