@@ -414,21 +414,33 @@ func (r *runner) w1(ctx context.Context) (Result, error) {
 }
 
 func (r *runner) w2(ctx context.Context) (Result, error) {
-	books := []booked{
-		gatewayKeyBooks(r.key("k")),
-		{label: "models", scopes: scopeSet{"model", r.key("m")}, leases: true},
-	}
-	return r.checkingBooks(ctx, books, func() (Result, error) {
+	return r.checkingBooks(ctx, r.requestBooks("k", "m"), func() (Result, error) {
 		return r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
-			apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN("k", rng.IntN(1_000))}
-			model := ratelimit.Scope{Type: "model", Key: r.keyN("m", rng.IntN(5))}
-			return r.reserveCommit(ctx, worker, rng, []ratelimit.Limit{
-				{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
-				{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
-				{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
-			}, gatewayActual)
+			return r.reserveCommit(ctx, worker, rng, r.requestLimits(rng, "k", "m"), gatewayActual)
 		})
 	})
+}
+
+// requestLimits are the limits of one W2 request (and of T1's task's): the requests/min and
+// tokens/min of one of 1,000 API keys named key, and the concurrency of one of 5 models named
+// model.
+func (r *runner) requestLimits(rng *mrand.Rand, key, model string) []ratelimit.Limit {
+	apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN(key, rng.IntN(1_000))}
+	m := ratelimit.Scope{Type: "model", Key: r.keyN(model, rng.IntN(5))}
+	return []ratelimit.Limit{
+		{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
+		{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
+		{Scope: m, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
+	}
+}
+
+// requestBooks are the books of requestLimits' scopes: the API keys charged a request and its
+// actual tokens each, the models' leases all given back.
+func (r *runner) requestBooks(key, model string) []booked {
+	return []booked{
+		gatewayKeyBooks(r.key(key)),
+		{label: "models", scopes: scopeSet{"model", r.key(model)}, leases: true},
+	}
 }
 
 func (r *runner) w3(ctx context.Context) (Result, error) {

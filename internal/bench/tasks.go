@@ -78,11 +78,7 @@ func (r *runner) t1(ctx context.Context) (Result, error) {
 	for w := range workers {
 		workers[w].sampler = mrand.New(mrand.NewPCG(uint64(w)+2<<32, seed))
 	}
-	books := []booked{
-		gatewayKeyBooks(r.key("t1-k")),
-		{label: "models", scopes: scopeSet{"model", r.key("t1-m")}, leases: true},
-	}
-	res, err := r.checkingBooks(ctx, books, func() (Result, error) {
+	res, err := r.checkingBooks(ctx, r.requestBooks("t1-k", "t1-m"), func() (Result, error) {
 		res, err := r.measure(ctx, r.cfg.Duration, func(ctx context.Context, worker int, rng *mrand.Rand) error {
 			return r.task(ctx, worker, rng, kind, &workers[worker], keep)
 		})
@@ -117,8 +113,8 @@ func (r *runner) t1(ctx context.Context) (Result, error) {
 // its end. A task it leaves running, interrupted or after a step failed, it ends (endTask).
 func (r *runner) task(ctx context.Context, worker int, rng *mrand.Rand, kind string, tw *taskWorker, keep int) (err error) {
 	lim := instance(r.lims, worker)
-	apiKey := ratelimit.Scope{Type: "api_key", Key: r.keyN("t1-k", rng.IntN(1_000))}
-	model := ratelimit.Scope{Type: "model", Key: r.keyN("t1-m", rng.IntN(5))}
+	limits := r.requestLimits(rng, "t1-k", "t1-m")
+	apiKey := limits[0].Scope // the task's queue place is its API key's
 	// timed runs one step's call and keeps its latency when it succeeded.
 	timed := func(step int, call func() error) error {
 		start := time.Now()
@@ -149,11 +145,7 @@ func (r *runner) task(ctx context.Context, worker int, rng *mrand.Rand, kind str
 
 	var g ratelimit.Grant
 	err = timed(stepReserve, func() (err error) {
-		g, err = lim.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{
-			{Scope: apiKey, Metric: ratelimit.MetricRequests, Limit: unlimitedRequests, Amount: 1, Window: time.Minute},
-			{Scope: apiKey, Metric: ratelimit.MetricTokens, Limit: unlimitedTokens, Amount: 500, Window: time.Minute},
-			{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1_000, Amount: 1},
-		})
+		g, err = lim.Reserve(ctx, task.ID, task.AttemptID, limits)
 		return err
 	})
 	if err != nil {
