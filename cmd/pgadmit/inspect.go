@@ -41,7 +41,14 @@ transaction pooler):
 begins with a quote Go-quoted ("tier:gold":"team a"), any other the text itself. A table that
 another session holds locked (a migration that alters it) is waited for at most --lock-timeout
 (5s by default; 0: no bound; lock_timeout, for inspect's transaction only); then inspect fails,
-exit 1, and says so.`,
+exit 1, and says so.
+
+A server that stopped answering (its host froze, the network drops packets) is not there to
+apply lock_timeout: inspect would wait until Ctrl-C. --pass-timeout cuts the run off (no bound
+by default, as for doctor; give one to an inspect that a script runs; counted from its start,
+connecting and reading the schema version included): it says that no table was shown (they are
+printed once all four are read) and exits 1. Cut off or interrupted, it ends within about 2s on a
+server that does not answer (its statement's cancel, then its connections' close, 1s each).`,
 		db:  dbRequired,
 		run: runInspect,
 	}
@@ -62,6 +69,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	scope := fs.String("scope", "", "show only this scope, `TYPE:KEY` as inspect shows it (e.g. api_key:team-42, \"tier:gold\":\"team a\")")
 	limit := fs.Int("limit", 50, "print at most this many `rows` per table, 1 to 1000000")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
+	passTimeout := passTimeoutFlag(fs, "cut off the run after `duration`, at least 100ms, and exit 1 (default: no bound)")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -75,6 +83,9 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return err
 	}
+	if err := checkPassTimeout(fs, passTimeout); err != nil {
+		return err
+	}
 	var scopeType, scopeKey pgtype.Text
 	// A --scope given empty (an unset shell variable) is refused, not read as "every scope".
 	if flagGiven(fs, "scope") {
@@ -86,14 +97,19 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		scopeKey = pgtype.Text{String: key, Valid: true}
 	}
 
-	pool, err := a.connectOperator(ctx)
+	// Bounded as doctor is: its tables are printed once all four are read, so a run cut off
+	// shows none.
+	pctx, cancel := passContext(ctx, *passTimeout)
+	defer cancel()
+	const unshown = "no table was shown"
+	pool, err := a.connectPass(ctx, pctx, *passTimeout, unshown)
 	if err != nil {
 		return err
 	}
-	defer grace.CloseOnExit(ctx, pool)
-	in, err := readInspect(ctx, pool, scopeType, scopeKey, int32(*limit), *lockTimeout)
+	defer grace.CloseOnExit(pctx, pool)
+	in, err := readInspect(pctx, pool, scopeType, scopeKey, int32(*limit), *lockTimeout)
 	if err != nil {
-		return lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout)
+		return cutOffLeaving(ctx, pctx, *passTimeout, unshown, lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout))
 	}
 	if err := printInspect(a.stdout, in.windows, in.leases, in.admissions); err != nil {
 		return err

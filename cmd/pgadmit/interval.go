@@ -22,9 +22,10 @@ func checkInterval(name string, d time.Duration, zero string) error {
 }
 
 // minDuration is the shortest value of a flag that bounds how long something waits or runs:
-// --connect-timeout, recover's and prune's --pass-timeout, bench's --duration. Under it nothing useful
-// fits: no connection is made within 1ns (the command fails, "no answer within 1ns"), a pass
-// cut off at once does nothing, and a workload of 1ns ran no operation and passed its checks.
+// --connect-timeout, --pass-timeout (recover, prune, doctor, inspect), bench's --duration. Under
+// it nothing useful fits: no connection is made within 1ns (the command fails, "no answer within
+// 1ns"), a pass cut off at once does nothing, and a workload of 1ns ran no operation and passed
+// its checks.
 // It is minInterval, so that one floor holds for every such flag.
 const minDuration = minInterval
 

@@ -202,6 +202,8 @@ func TestUsageErrors(t *testing.T) {
 		{db, []string{"recover", "--pass-timeout", "0s"}, "--pass-timeout must be at least 100ms, got 0s"},
 		{db, []string{"prune", "--pass-timeout", "99ms"}, "--pass-timeout must be at least 100ms, got 99ms"},
 		{db, []string{"prune", "--pass-timeout", "-1m"}, "--pass-timeout must be at least 100ms, got -1m"},
+		{db, []string{"doctor", "--pass-timeout", "0s"}, "--pass-timeout must be at least 100ms, got 0s"},
+		{db, []string{"inspect", "--pass-timeout", "99ms"}, "--pass-timeout must be at least 100ms, got 99ms"},
 		{db, []string{"prune", "--batch-size", "0"}, "--batch-size must be between"},
 		{db, []string{"doctor", "now"}, `unexpected argument "now"`},
 		{db, []string{"inspect", "--lock-timeout", "-1s"}, "--lock-timeout must be >= 0 (0: no bound), got -1s"},

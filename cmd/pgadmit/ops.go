@@ -108,7 +108,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	}
 	pctx, cancel := passContext(ctx, *passTimeout)
 	defer cancel()
-	pool, err := a.connectPass(ctx, pctx, *passTimeout)
+	pool, err := a.connectPass(ctx, pctx, *passTimeout, "")
 	if err != nil {
 		return err
 	}
@@ -137,8 +137,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 // has no bound unless it is given (a first prune after months of history may rightly take hours).
 const defaultPassTimeout = time.Minute
 
-// passTimeoutFlag adds --pass-timeout to recover and prune, 0 when not given (usage says the
-// default, which depends on --every).
+// passTimeoutFlag adds --pass-timeout to recover, prune, doctor and inspect, 0 when not given
+// (usage says the default, which depends on recover's --every).
 func passTimeoutFlag(fs *flag.FlagSet, usage string) *time.Duration {
 	return fs.Duration("pass-timeout", 0, usage)
 }
@@ -152,21 +152,22 @@ func checkPassTimeout(fs *flag.FlagSet, d *time.Duration) error {
 	return nil
 }
 
-// connectPass connects a one-shot recover or prune and reads the schema version
+// connectPass connects a one-shot recover, prune, doctor or inspect and reads the schema version
 // (connectOperator) within the run's --pass-timeout, pctx (passContext of ctx): they came before
 // the bound, and a server that stopped answering while the version was read hung the run for
-// ever. A cut-off is an error that names the bound, as one of the pass is.
-func (a *app) connectPass(ctx, pctx context.Context, passTimeout time.Duration) (*pgxpool.Pool, error) {
+// ever. A cut-off is an error that names the bound, as one of the pass is, and what the run left
+// undone (cutOffLeaving; "": nothing said).
+func (a *app) connectPass(ctx, pctx context.Context, passTimeout time.Duration, undone string) (*pgxpool.Pool, error) {
 	pool, err := a.connectOperator(pctx)
 	if err != nil {
 		if errors.Is(err, pctx.Err()) { // open's error is ctx's own then, which says nothing more
 			err = fmt.Errorf("connecting: %w", err)
 		}
-		return nil, cutOff(ctx, pctx, passTimeout, err)
+		return nil, cutOffLeaving(ctx, pctx, passTimeout, undone, err)
 	}
 	if err := pctx.Err(); err != nil {
 		grace.CloseOnExit(pctx, pool)
-		return nil, cutOff(ctx, pctx, passTimeout, fmt.Errorf("reading the schema version: %w", err))
+		return nil, cutOffLeaving(ctx, pctx, passTimeout, undone, fmt.Errorf("reading the schema version: %w", err))
 	}
 	return pool, nil
 }
@@ -368,7 +369,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	}
 	pctx, cancel := passContext(ctx, *passTimeout)
 	defer cancel()
-	pool, err := a.connectPass(ctx, pctx, *passTimeout)
+	pool, err := a.connectPass(ctx, pctx, *passTimeout, "")
 	if err != nil {
 		return err
 	}
@@ -433,15 +434,22 @@ its committed actual amounts and returned blocks' used amounts; no open reservat
 lack its counter; a reservation's status, finalized_at and actual_amount must agree; no block may
 stay open well past its window (a dead holder's); no finished task may still hold an open
 reservation, a live lease, a queue admission or a running attempt, nor an attempt that is over an
-open reservation or a live lease. It also checks the
-connection: when it goes through a transaction-pooling proxy (PgBouncer, pool_mode =
-transaction) while pgx's exec mode needs session state (cache_statement, the default, or
-describe_exec), it says what to add to the connection string. Prints what is wrong and exits 1
-when anything is. Full scans of the counters, reservations and blocks: an operator's tool. A table that
-another session holds locked (a migration that alters it) is waited for at most --lock-timeout
-(5s by default; 0: no bound; lock_timeout, for doctor's transaction only); then doctor fails,
-exit 1, and says so. While the check runs, every --progress (10s by default, at least 100ms;
-0: never) it says on stderr that it is still checking, and for how long.`,
+open reservation or a live lease. It also checks the connection: when it goes through a
+transaction-pooling proxy (PgBouncer, pool_mode = transaction) while pgx's exec mode needs
+session state (cache_statement, the default, or describe_exec), it says what to add to the
+connection string. Prints what is wrong and exits 1 when anything is. Full scans of the counters,
+reservations and blocks: an operator's tool. A table that another session holds locked (a
+migration that alters it) is waited for at most --lock-timeout (5s by default; 0: no bound;
+lock_timeout, for doctor's transaction only); then doctor fails, exit 1, and says so. While the
+check runs, every --progress (10s by default, at least 100ms; 0: never) it says on stderr that it
+is still checking, and for how long.
+
+A server that stopped answering (its host froze, the network drops packets) is not there to
+apply lock_timeout: doctor would wait until Ctrl-C. --pass-timeout cuts the run off (no bound by
+default, as a check of a large database may rightly take long; give one to a doctor that cron or
+a script runs; counted from its start, connecting and reading the schema version included): it
+says what it did not check and exits 1. Cut off or interrupted, it ends within about 2s on a
+server that does not answer (its statement's cancel, then its connections' close, 1s each).`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -451,6 +459,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	progress := progressFlag(fs, minInterval)
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
+	passTimeout := passTimeoutFlag(fs, "cut off the run after `duration`, at least 100ms, and exit 1 (default: no bound)")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -464,12 +473,21 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err := checkLockTimeout(*lockTimeout); err != nil {
 		return err
 	}
-	pool, err := a.connectOperator(ctx)
+	if err := checkPassTimeout(fs, passTimeout); err != nil {
+		return err
+	}
+	// Bounded as a one-shot recover is (connectPass): on a server that stopped answering, no
+	// lock_timeout ends a wait, and doctor hung until Ctrl-C. Its statement cut off there is
+	// given up 1s after its cancel request, and the pool's close waits 1s at most (pctx ended).
+	pctx, cancel := passContext(ctx, *passTimeout)
+	defer cancel()
+	const unchecked = "the connection and the books were not checked"
+	pool, err := a.connectPass(ctx, pctx, *passTimeout, unchecked)
 	if err != nil {
 		return err
 	}
-	defer grace.CloseOnExit(ctx, pool)
-	if err := ratelimit.CheckPooler(ctx, pool); err != nil {
+	defer grace.CloseOnExit(pctx, pool)
+	if err := ratelimit.CheckPooler(pctx, pool); err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
 			// Said, not failed: a pooler in session mode always looks so.
@@ -481,14 +499,14 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
 			return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
 		default:
-			return err
+			return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, err)
 		}
 	}
 	stopProgress := doctorProgress(a.stderr, *progress)
-	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(ctx)
+	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(pctx)
 	stopProgress()
 	if err != nil {
-		return lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout)
+		return cutOffLeaving(ctx, pctx, *passTimeout, "the books were not checked", lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout))
 	}
 	return a.printDoctor(rep)
 }

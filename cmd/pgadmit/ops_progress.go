@@ -219,7 +219,8 @@ func leaseLeft(of string) string {
 		durationtext.Operator(endWait), of, durationtext.Operator(ratelimit.DefaultMaintenanceLeaseTTL))
 }
 
-// passContext is ctx bounded by --pass-timeout, for a one-shot recover or prune (0: no bound).
+// passContext is ctx bounded by --pass-timeout, for a one-shot recover, prune, doctor or
+// inspect (0: no bound).
 func passContext(ctx context.Context, passTimeout time.Duration) (context.Context, context.CancelFunc) {
 	if passTimeout == 0 {
 		return context.WithCancel(ctx)
@@ -230,8 +231,18 @@ func passContext(ctx context.Context, passTimeout time.Duration) (context.Contex
 // cutOff names --pass-timeout in err, the error of a pass run in pctx (passContext of ctx), when
 // that bound ended it: the error itself says only "context deadline exceeded".
 func cutOff(ctx, pctx context.Context, passTimeout time.Duration, err error) error {
-	if err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("cut off by --pass-timeout (%s): %w", durationtext.Operator(passTimeout), err)
+	return cutOffLeaving(ctx, pctx, passTimeout, "", err)
+}
+
+// cutOffLeaving is cutOff for a run that shows nothing until it ends (doctor, inspect): cut off,
+// it also says what it left undone ("the books were not checked"), where recover and prune
+// print what they did. "" says nothing more, as cutOff.
+func cutOffLeaving(ctx, pctx context.Context, passTimeout time.Duration, undone string, err error) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		return err
 	}
-	return err
+	if undone != "" {
+		err = fmt.Errorf("%s: %w", undone, err)
+	}
+	return fmt.Errorf("cut off by --pass-timeout (%s): %w", durationtext.Operator(passTimeout), err)
 }
