@@ -36,6 +36,9 @@ func Of(x float64) Units {
 	if x == math.Trunc(x) && math.Abs(x) <= maxWhole {
 		return Units{f: x}
 	}
+	if r, ok := fraction(x); ok {
+		return Units{r: r}
+	}
 	r, ok := new(big.Rat).SetString(strconv.FormatFloat(x, 'g', -1, 64))
 	if !ok {
 		return Units{}
