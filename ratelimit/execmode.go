@@ -9,7 +9,8 @@ import (
 // connection's, or that of the connection under a pgx.Tx or a
 // *pgxpool.Conn. Of an Executor of another kind (a wrapper of the
 // caller's own) it is pgx's default, QueryExecModeCacheStatement. conn is
-// not nil, nor a wrapper of a nil one (orNoConn): their methods would panic.
+// not nil, nor a released *pgxpool.Conn, nor a wrapper of either (orNoConn):
+// their methods would panic.
 func execMode(conn Executor) pgx.QueryExecMode {
 	switch c := conn.(type) {
 	case interface{ Config() *pgxpool.Config }:

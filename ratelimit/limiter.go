@@ -64,7 +64,8 @@ type Limiter struct {
 // database must have been migrated (schema.Migrate). A nil conn (a nil
 // *pgxpool.Pool too, or an Executor of one's own that embeds one) makes
 // every operation fail with a *ValidationError naming "conn" (errors.Is
-// ErrInvalidInput).
+// ErrInvalidInput), and so does a *pgxpool.Conn already released to its
+// pool (or hijacked from it): its methods would panic. Nothing is written.
 func New(conn Executor, opts ...Option) *Limiter {
 	o := defaultOptions()
 	for _, opt := range opts {

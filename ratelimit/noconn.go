@@ -2,19 +2,20 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Receivers that their constructor did not make, and nil connections: each
-// operation returns a *ValidationError (errors.Is ErrInvalidInput) naming
-// what is missing, writes nothing, and never panics. The receiver is
-// checked first, then a nil context, by callable at the top of every
+// Receivers that their constructor did not make, and nil connections (or
+// pool connections already released): each operation returns a
+// *ValidationError (errors.Is ErrInvalidInput) naming what is missing,
+// writes nothing, and never panics. The receiver is checked first, then a nil context, by callable at the top of every
 // exported method that returns an error (two nil checks on the hot path);
-// a nil connection, by the statements themselves (noConn), after the
-// arguments were validated.
+// a nil or released connection, by the statements themselves (noConn),
+// after the arguments were validated.
 // A zero Limiter lacks more than its connection (its queries, hot
 // counters, options), so it is refused whole rather than given a noConn.
 
@@ -72,29 +73,37 @@ func notMade(typ, constructor string, isNil bool) error {
 	return &ValidationError{Field: typ, Value: value, Reason: "not made with " + constructor}
 }
 
-// orNoConn returns conn, or, when conn is nil (see isNilConn: a pool
-// whose creation failed, unchecked, perhaps in a wrapper of one's own), an
-// Executor on which every statement fails with a *ValidationError naming
-// field, so that each operation returns an error rather than panic deep
-// inside pgx. What New and WithTx keep is thus never nil, and execMode,
-// oneConnection and unheldAtOnce may call the methods they find on it.
+// orNoConn returns conn, or, when conn is nil (see isNil: a pool whose
+// creation failed, unchecked, perhaps in a wrapper of one's own) or a
+// *pgxpool.Conn already released (see released), an Executor on which
+// every statement fails with a *ValidationError naming field, so that each
+// operation returns an error rather than panic deep inside pgx. What New
+// and WithTx keep is thus never nil, and execMode, oneConnection and
+// unheldAtOnce may call the methods they find on it.
 func orNoConn(conn Executor, field string) Executor {
-	if conn != nil && !isNilConn(reflect.ValueOf(conn), 0) {
-		return conn
+	v := reflect.ValueOf(conn)
+	switch {
+	case conn == nil || anyConn(v, 0, isNil):
+		return noConn{&ValidationError{Field: field, Value: nil, Reason: "must be a pool, connection or transaction, not nil"}}
+	case anyConn(v, 0, released):
+		return noConn{&ValidationError{Field: field, Value: fmt.Sprintf("%T", conn),
+			Reason: "must be a connection still acquired from its pool, not one released (or hijacked) from it"}}
 	}
-	return noConn{&ValidationError{Field: field, Value: nil, Reason: "must be a pool, connection or transaction, not nil"}}
+	return conn
 }
 
-// isNilConn reports whether v, an Executor, is nil: a nil pointer (a nil
-// *pgxpool.Pool, *pgx.Conn or pgx.Tx in an Executor), or an Executor of
-// one's own (a struct, or a pointer to one) that embeds a nil one, from
-// which it takes its methods (Exec, Config, Conn...): pgx would panic in
-// them. Embedded Executors are followed nilConnDepth deep at most, so that
-// a cycle of pointers ends.
-func isNilConn(v reflect.Value, depth int) bool {
+// anyConn reports whether is holds for v, an Executor, or for an Executor
+// it embeds: an Executor of one's own (a struct, or a pointer to one)
+// takes its methods (Exec, Config, Conn...) from those it embeds, and pgx
+// would panic in them. Embedded Executors are followed nilConnDepth deep
+// at most, so that a cycle of pointers ends.
+func anyConn(v reflect.Value, depth int, is func(reflect.Value) bool) bool {
+	if is(v) {
+		return true
+	}
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
-			return true
+			return false
 		}
 		v = v.Elem()
 	}
@@ -102,16 +111,49 @@ func isNilConn(v reflect.Value, depth int) bool {
 		return false
 	}
 	for i := range v.NumField() {
-		if f := v.Type().Field(i); f.Anonymous && f.Type.Implements(executorType) && isNilConn(v.Field(i), depth+1) {
+		if f := v.Type().Field(i); f.Anonymous && f.Type.Implements(executorType) && anyConn(v.Field(i), depth+1, is) {
 			return true
 		}
 	}
 	return false
 }
 
+// isNil reports whether v is a nil pointer or interface (a nil
+// *pgxpool.Pool, *pgx.Conn or pgx.Tx in an Executor), or points to one.
+func isNil(v reflect.Value) bool {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return true
+		}
+		v = v.Elem()
+	}
+	return false
+}
+
+// released reports whether v, not nil (isNil), has a Conn() that panics:
+// a *pgxpool.Conn released to its pool or hijacked from it, whose methods
+// all dereference the resource Release cleared, or a wrapper that reaches
+// one. pgxpool has no other way to tell (the resource is unexported), so
+// Conn(), which execMode calls too and is otherwise harmless, runs here
+// under recover: the one recover of the input checks. One that reflect
+// reached through an unexported field cannot be called (reflect refuses);
+// its Conn, when promoted, is called on the wrapper.
+func released(v reflect.Value) (panicked bool) {
+	if !v.CanInterface() {
+		return false
+	}
+	c, ok := v.Interface().(interface{ Conn() *pgx.Conn })
+	if !ok {
+		return false
+	}
+	defer func() { panicked = recover() != nil }()
+	c.Conn()
+	return false
+}
+
 var executorType = reflect.TypeFor[Executor]()
 
-// nilConnDepth bounds how deep isNilConn follows embedded Executors.
+// nilConnDepth bounds how deep anyConn follows embedded Executors.
 const nilConnDepth = 8
 
 // noConn is the Executor of a nil conn: everything fails with err.
