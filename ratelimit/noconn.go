@@ -12,8 +12,9 @@ import (
 // Receivers that their constructor did not make, and nil connections (or
 // pool connections already released): each operation returns a
 // *ValidationError (errors.Is ErrInvalidInput) naming what is missing,
-// writes nothing, and never panics. The receiver is checked first, then a nil context, by callable at the top of every
-// exported method that returns an error (two nil checks on the hot path);
+// writes nothing, and never panics. The receiver is checked first, then a
+// nil context, by callable at the top of every exported method that
+// returns an error (two nil checks on the hot path);
 // a nil or released connection, by the statements themselves (noConn),
 // after the arguments were validated.
 // A zero Limiter lacks more than its connection (its queries, hot
