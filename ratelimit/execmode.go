@@ -1,18 +1,25 @@
 package ratelimit
 
 import (
+	"reflect"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // execMode is the default exec mode of conn's connections: a pool's, a
 // connection's, or that of the connection under a pgx.Tx or a
-// *pgxpool.Conn. Of an Executor of another kind (a wrapper of the
-// caller's own) it is pgx's default, QueryExecModeCacheStatement. conn is
-// not nil, nor a released *pgxpool.Conn, nor a wrapper of either (orNoConn):
-// their methods would panic.
+// *pgxpool.Conn, found in conn or in an Executor it embeds (shownConn). Of
+// an Executor of another kind (a wrapper of the caller's own that shows
+// none) it is pgx's default, QueryExecModeCacheStatement. conn is not nil,
+// nor a released *pgxpool.Conn, nor a wrapper of either (orNoConn): their
+// methods would panic.
 func execMode(conn Executor) pgx.QueryExecMode {
-	switch c := conn.(type) {
+	v, ok := shownConn(conn)
+	if !ok || !v.CanInterface() { // reached through an unexported field: reflect cannot call it
+		return pgx.QueryExecModeCacheStatement
+	}
+	switch c := v.Interface().(type) {
 	case interface{ Config() *pgxpool.Config }:
 		return c.Config().ConnConfig.DefaultQueryExecMode
 	case interface{ Config() *pgx.ConnConfig }:
@@ -24,6 +31,41 @@ func execMode(conn Executor) pgx.QueryExecMode {
 	}
 	return pgx.QueryExecModeCacheStatement
 }
+
+// shownConn returns what conn runs on, as far as it shows: conn itself
+// when it has one of the methods that tell (a pool's Config()
+// *pgxpool.Config, a connection's Config() *pgx.ConnConfig, the Conn()
+// *pgx.Conn of a pool's connection or a pgx.Tx), else the first Executor
+// it embeds that has one (findConn). A wrapper of one's own need not have
+// them itself: in struct{ *pgxpool.Conn } the embedded field, named Conn,
+// hides the connection's Conn method, and struct{ Executor } shows only
+// Executor's methods. ok is false when nothing shows one.
+func shownConn(conn Executor) (v reflect.Value, ok bool) {
+	return findConn(reflect.ValueOf(conn), 0, showsConn)
+}
+
+// showsConn reports whether v, or the value in v when v is an interface,
+// has a method that tells what it runs on (shownConn).
+func showsConn(v reflect.Value) bool {
+	for v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return false
+		}
+		v = v.Elem()
+	}
+	if !v.IsValid() {
+		return false
+	}
+	t := v.Type()
+	return t.Implements(poolConfigType) || t.Implements(connConfigType) || t.Implements(connOfType)
+}
+
+// The methods showsConn looks for.
+var (
+	poolConfigType = reflect.TypeFor[interface{ Config() *pgxpool.Config }]()
+	connConfigType = reflect.TypeFor[interface{ Config() *pgx.ConnConfig }]()
+	connOfType     = reflect.TypeFor[interface{ Conn() *pgx.Conn }]()
+)
 
 // parsesFirst reports whether pgx, in mode, sends a statement new to its
 // connection to the server in a round trip of its own before it runs it

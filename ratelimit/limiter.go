@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"math"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +22,8 @@ type Executor interface {
 
 // Limiter admits requests against limits kept in PostgreSQL: Reserve
 // admits one, Commit or Release settles what it took. It is safe for
-// concurrent use; many Limiters in many processes may share one database.
+// concurrent use (one made from a single connection serves one call at a
+// time: see New); many Limiters in many processes may share one database.
 // Make one with New: every operation of a zero Limiter, or of a nil
 // *Limiter, fails with a *ValidationError on "Limiter" (errors.Is
 // ErrInvalidInput) and writes nothing.
@@ -66,6 +68,15 @@ type Limiter struct {
 // every operation fail with a *ValidationError naming "conn" (errors.Is
 // ErrInvalidInput), and so does a *pgxpool.Conn already released to its
 // pool (or hijacked from it): its methods would panic. Nothing is written.
+//
+// conn may be a single connection instead: a *pgx.Conn, a pool's
+// *pgxpool.Conn, or an Executor of one's own that embeds one, directly
+// (struct{ *pgxpool.Conn }, a pointer to one), in an embedded Executor
+// (struct{ Executor }) or nested. A Limiter on it runs one statement at a
+// time: it combines nothing and decides Local limits in the database. Like
+// the connection, it serves one call at a time: calls made at once from
+// several goroutines fail ("conn busy"). An Executor of one's own that
+// holds its connection in a field not embedded is taken for a pool.
 func New(conn Executor, opts ...Option) *Limiter {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -97,23 +108,27 @@ func New(conn Executor, opts ...Option) *Limiter {
 	return l
 }
 
-// oneConnection reports whether conn is a single connection (a *pgx.Conn,
-// a pool's *pgxpool.Conn, or an Executor of one's own that wraps either,
-// told by their methods Config() *pgx.ConnConfig and Conn() *pgx.Conn, as
-// execMode tells them; a pgx.Tx has the latter too, and is one
-// connection), which runs one statement at a time. Statements
-// sent off the caller's path would run on it alongside the caller's own
-// ("conn busy", pgx's state raced, statements crossed): the blocks of Local
-// limits, taken ahead, reported and returned so, and combined statements,
-// which run on when their callers leave. There, nothing is combined (each
-// call returns once its statement is answered) and Local limits are decided
-// in the database, as inside a caller's transaction.
+// oneConnection reports whether conn is a single connection, which runs
+// one statement at a time: a *pgx.Conn, a pool's *pgxpool.Conn, a pgx.Tx,
+// or an Executor of one's own that embeds one, told by their methods
+// Config() *pgx.ConnConfig and Conn() *pgx.Conn where execMode finds them
+// (shownConn: in conn, else in what it embeds, since a wrapper's field
+// named Conn hides the Conn method). Statements sent off the caller's path
+// would run on it alongside the caller's own ("conn busy", pgx's state
+// raced, statements crossed): the blocks of Local limits, taken ahead,
+// reported and returned so, and combined statements, which run on when
+// their callers leave. There, nothing is combined (each call returns once
+// its statement is answered) and Local limits are decided in the database,
+// as inside a caller's transaction.
 func oneConnection(conn Executor) bool {
-	switch conn.(type) {
-	case interface{ Config() *pgx.ConnConfig }, interface{ Conn() *pgx.Conn }:
-		return true
+	v, ok := shownConn(conn)
+	if !ok {
+		return false
 	}
-	return false
+	for v.Kind() == reflect.Interface {
+		v = v.Elem() // not nil: showsConn held
+	}
+	return !v.Type().Implements(poolConfigType)
 }
 
 // WithTx returns a Limiter that runs every operation inside tx, the caller's

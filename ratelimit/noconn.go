@@ -96,27 +96,37 @@ func orNoConn(conn Executor, field string) Executor {
 // anyConn reports whether is holds for v, an Executor, or for an Executor
 // it embeds: an Executor of one's own (a struct, or a pointer to one)
 // takes its methods (Exec, Config, Conn...) from those it embeds, and pgx
-// would panic in them. Embedded Executors are followed nilConnDepth deep
-// at most, so that a cycle of pointers ends.
+// would panic in them (findConn walks them).
 func anyConn(v reflect.Value, depth int, is func(reflect.Value) bool) bool {
+	_, ok := findConn(v, depth, is)
+	return ok
+}
+
+// findConn returns the first of v, an Executor, and the Executors it
+// embeds (depth first, in the order of the fields) for which is holds.
+// Embedded Executors are followed nilConnDepth deep at most, so that a
+// cycle of pointers ends.
+func findConn(v reflect.Value, depth int, is func(reflect.Value) bool) (reflect.Value, bool) {
 	if is(v) {
-		return true
+		return v, true
 	}
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
-			return false
+			return reflect.Value{}, false
 		}
 		v = v.Elem()
 	}
 	if v.Kind() != reflect.Struct || depth >= nilConnDepth {
-		return false
+		return reflect.Value{}, false
 	}
 	for i := range v.NumField() {
-		if f := v.Type().Field(i); f.Anonymous && f.Type.Implements(executorType) && anyConn(v.Field(i), depth+1, is) {
-			return true
+		if f := v.Type().Field(i); f.Anonymous && f.Type.Implements(executorType) {
+			if found, ok := findConn(v.Field(i), depth+1, is); ok {
+				return found, true
+			}
 		}
 	}
-	return false
+	return reflect.Value{}, false
 }
 
 // isNil reports whether v is a nil pointer or interface (a nil
@@ -154,7 +164,7 @@ func released(v reflect.Value) (panicked bool) {
 
 var executorType = reflect.TypeFor[Executor]()
 
-// nilConnDepth bounds how deep anyConn follows embedded Executors.
+// nilConnDepth bounds how deep findConn follows embedded Executors.
 const nilConnDepth = 8
 
 // noConn is the Executor of a nil conn: everything fails with err.

@@ -52,13 +52,15 @@ func (l *Limiter) giveBackUnheldAfter(wait func(), giveBack func(handedOver time
 // connection of its own: a Release WithoutCombining, a task's undo, a hot
 // batch's release of what it could not confirm on a Limiter that does not
 // combine). The pool is a *pgxpool.Pool, or one that an Executor of one's
-// own embeds (its Config method, as execMode finds it). An Executor of one's
-// own that shows no pool is taken for one of pgxpool's default size
-// (defaultUnheldAtOnce). conn is not a nil pool, nor a wrapper of one
-// (orNoConn).
+// own embeds (its Config method, where execMode finds it: shownConn). An
+// Executor of one's own that shows no pool is taken for one of pgxpool's
+// default size (defaultUnheldAtOnce). conn is not a nil pool, nor a
+// wrapper of one (orNoConn).
 func unheldAtOnce(conn Executor) int {
-	if pool, ok := conn.(interface{ Config() *pgxpool.Config }); ok {
-		return max(int(pool.Config().MaxConns)/2, 1)
+	if v, ok := shownConn(conn); ok && v.CanInterface() {
+		if pool, ok := v.Interface().(interface{ Config() *pgxpool.Config }); ok {
+			return max(int(pool.Config().MaxConns)/2, 1)
+		}
 	}
 	return defaultUnheldAtOnce()
 }
