@@ -129,12 +129,19 @@ func (e *schemaBehindError) Unwrap() error { return e.err }
 // column or function that is missing (SQLSTATE 42P01, 42703, 42883) and pool's database has
 // not applied every migration this binary embeds. Other errors pass through unchanged. It
 // looks at the schema only after a failure, so that a command costs nothing more when it works.
-func notMigrated(ctx context.Context, pool *pgxpool.Pool, err error) error {
+//
+// pctx, the context of the run's pass (passContext, or a sweeper's pass), bounds that read as it
+// bounds the rest of the run: with the run's ctx, a server that stopped answering right after
+// the refusal hung the run past --pass-timeout, and a sweeper for good. Once pctx has ended
+// (cut off, interrupted), the version is not read and err passes unchanged, under the cut-off's
+// message: a short bound of its own would keep the run past the bound it was given, for a hint
+// that the server's own "does not exist" already points to.
+func notMigrated(pctx context.Context, pool *pgxpool.Pool, err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || !slices.Contains([]string{"42P01", "42703", "42883"}, pgErr.Code) {
+	if !errors.As(err, &pgErr) || !slices.Contains([]string{"42P01", "42703", "42883"}, pgErr.Code) || pctx.Err() != nil {
 		return err
 	}
-	have, latest, verr := schemaVersions(ctx, pool)
+	have, latest, verr := schemaVersions(pctx, pool)
 	if verr != nil || have >= latest {
 		return err
 	}

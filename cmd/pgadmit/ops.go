@@ -130,7 +130,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if line, ok := passReport(res, err, start); ok {
 		fmt.Fprintln(a.stdout, line)
 	}
-	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(ctx, pool, err), *lockTimeout))
+	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(pctx, pool, err), *lockTimeout))
 }
 
 // defaultPassTimeout is recover --every's --pass-timeout when it is not given; a one-shot run
@@ -281,7 +281,7 @@ func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, 
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(cutOff(ctx, pctx, passTimeout, passLockWaited(notMigrated(ctx, o.pool, err), lockTimeout)).Error(), dsn))
+		logf("recover: pass failed: %s", scrub(cutOff(ctx, pctx, passTimeout, passLockWaited(notMigrated(pctx, o.pool, err), lockTimeout)).Error(), dsn))
 	}
 }
 
@@ -389,7 +389,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(ctx, pool, err), *lockTimeout))
+	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(pctx, pool, err), *lockTimeout))
 }
 
 // progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the
@@ -506,7 +506,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(pctx)
 	stopProgress()
 	if err != nil {
-		return cutOffLeaving(ctx, pctx, *passTimeout, "the books were not checked", lockTimedOut(notMigrated(ctx, pool, err), *lockTimeout))
+		return cutOffLeaving(ctx, pctx, *passTimeout, "the books were not checked", lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout))
 	}
 	return a.printDoctor(rep)
 }

@@ -277,6 +277,26 @@ func (q *Queries) OpsGrantCreateToPublic(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const OpsHideCountersAndTasks = `-- name: OpsHideCountersAndTasks :exec
+DO $$
+BEGIN
+    ALTER TABLE gateway_rate_limit_counters RENAME TO gateway_rate_limit_counters_hidden;
+    ALTER TABLE gateway_tasks RENAME TO gateway_tasks_hidden;
+END
+$$
+`
+
+// Renames the tables of counters and tasks (adding _hidden), so that a
+// test can make a statement that waited for a lock on one of them fail as
+// it does on a database that lacks it (42P01, undefined_table). A DO
+// block: sqlc's schema would lose the tables.
+// Locks: ACCESS EXCLUSIVE on gateway_rate_limit_counters and gateway_tasks.
+// Index: none.
+func (q *Queries) OpsHideCountersAndTasks(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsHideCountersAndTasks)
+	return err
+}
+
 const OpsHoldingsByAttempt = `-- name: OpsHoldingsByAttempt :many
 SELECT 'reservation'::text            AS kind,
        r.id,

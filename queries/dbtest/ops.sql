@@ -617,6 +617,20 @@ BEGIN
 END
 $$;
 
+-- name: OpsHideCountersAndTasks :exec
+-- Renames the tables of counters and tasks (adding _hidden), so that a
+-- test can make a statement that waited for a lock on one of them fail as
+-- it does on a database that lacks it (42P01, undefined_table). A DO
+-- block: sqlc's schema would lose the tables.
+-- Locks: ACCESS EXCLUSIVE on gateway_rate_limit_counters and gateway_tasks.
+-- Index: none.
+DO $$
+BEGIN
+    ALTER TABLE gateway_rate_limit_counters RENAME TO gateway_rate_limit_counters_hidden;
+    ALTER TABLE gateway_tasks RENAME TO gateway_tasks_hidden;
+END
+$$;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Operations and fault injection: statements for tests, drills and

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// After a statement the server refused for a missing table (here one renamed while the statement
+// waited for its lock), recover, prune, doctor and inspect read the schema version to say what
+// to run; a server that stopped answering then (the read waits for a lock on the version table
+// when it freezes) is cut off by --pass-timeout, as the rest of the run is: the read had no
+// bound but the run's interrupt, and the one-shot commands and the sweeper hung there for ever.
+func TestCommandsFrozenWhileReadingTheVersionAfterAMissingTableAreCutOff(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		args []string
+		lock func(context.Context, dbtest.DBTX) error // what its statement waits for before it fails
+		want string                                   // on stderr (stdout for the sweeper)
+	}{
+		{"recover", []string{"recover", "--progress", "0", "--pass-timeout", "2s"}, dbtest.New().OpsLockTasks,
+			`^pgadmit recover: cut off by --pass-timeout \(2s\): [^\n]*"gateway_tasks" does not exist[^\n]*\n$`},
+		{"prune", []string{"prune", "--progress", "0", "--pass-timeout", "2s"}, dbtest.New().OpsLockCounters,
+			`^pgadmit prune: cut off by --pass-timeout \(2s\): [^\n]*does not exist[^\n]*\n$`},
+		{"doctor", []string{"doctor", "--lock-timeout", "0", "--pass-timeout", "2s"}, dbtest.New().OpsLockCounters,
+			`^pgadmit doctor: cut off by --pass-timeout \(2s\): the books were not checked: [^\n]*does not exist[^\n]*\n$`},
+		{"inspect", []string{"inspect", "--lock-timeout", "0", "--pass-timeout", "2s"}, dbtest.New().OpsLockCounters,
+			`^pgadmit inspect: cut off by --pass-timeout \(2s\): no table was shown: [^\n]*does not exist[^\n]*\n$`},
+		{"recover --every", []string{"recover", "--every", "200ms", "--pass-timeout", "2s"}, dbtest.New().OpsLockTasks,
+			`(?m)^\S+ recover: pass failed: cut off by --pass-timeout \(2s\): [^\n]*"gateway_tasks" does not exist[^\n]*\n`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dbURL, pool := newDatabase(t)
+			f, frozenURL := throughFreezer(t, dbURL, pool, nil)
+			ctx := context.Background()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tx.Rollback(ctx) })
+			if err := c.lock(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			cli := startCLI(t, ctx, append([]string{"--database-url", frozenURL}, c.args...)...)
+			pgtest.AwaitLockWaiters(t, pool, c.name)
+			// Its statement waits; the version table is locked, then its table renamed: the
+			// statement fails, and the read of the version that follows waits, and freezes.
+			holdLocks(t, pool, dbtest.New().OpsLockVersionTable)
+			if err := dbtest.New().OpsHideCountersAndTasks(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.AwaitLockWaiters(t, pool, c.name+"'s read of the schema version")
+			f.Freeze()
+			frozen := time.Now()
+			out := &cli.stderr
+			if strings.Contains(c.name, "--every") {
+				out = &cli.stdout
+			}
+			for deadline := time.Now().Add(30 * time.Second); !regexp.MustCompile(c.want).MatchString(out.String()); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s, frozen while it read the schema version after a missing table, did not end within 30s: "+
+						"stdout %q, stderr %q; want it cut off by --pass-timeout", c.name, cli.stdout.String(), cli.stderr.String())
+				}
+			}
+			took := time.Since(frozen)
+			t.Logf("%s: cut off %s after it froze; stdout %q, stderr %q", c.name, took.Round(time.Millisecond), cli.stdout.String(), cli.stderr.String())
+			// 2s at most since it froze, then the cancel request's wait for a server that does
+			// not answer (1s), and room for a loaded machine.
+			if took > 2*time.Second+endWait+1500*time.Millisecond {
+				t.Errorf("%s, frozen while it read the schema version after a missing table, was cut off %s after it froze",
+					c.name, took.Round(time.Millisecond))
+			}
+		})
+	}
+}
