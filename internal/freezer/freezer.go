@@ -47,8 +47,16 @@ type Freezer struct {
 	// conns are the connections to clients and to the server, and the
 	// goroutines: the accept loop and those of each connection.
 	conns   connset.Set
-	mu      sync.Mutex // guards watches, and the conns of each
+	mu      sync.Mutex // guards watches, and the conns of each, and freezeAts
 	watches []*Watch
+	// freezeAts are the texts whose sending freezes the Freezer (FreezeAt).
+	freezeAts []*freezeAt
+}
+
+// freezeAt freezes the Freezer once a client has sent text left more times.
+type freezeAt struct {
+	text []byte
+	left int
 }
 
 // Watch is a text that clients send, and the connections on which they did.
@@ -189,6 +197,17 @@ func (f *Freezer) Watch(text string) *Watch {
 	return w
 }
 
+// FreezeAt freezes the Freezer as a client sends text (a statement's text, or a prepared
+// statement's name, which pgx sends with each use) for the nth time, n >= 1, counted over all
+// connections: before it reaches the server, so that the statement gets no answer, as when the
+// server's host froze just as it came. A Watch's Sent comes too late for that: a local server
+// answers in microseconds, before a test can call Freeze.
+func (f *Freezer) FreezeAt(text string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.freezeAts = append(f.freezeAts, &freezeAt{text: []byte(text), left: n})
+}
+
 // Sent is closed once a client has sent the text.
 func (w *Watch) Sent() <-chan struct{} { return w.sent }
 
@@ -233,10 +252,18 @@ func (f *Freezer) awaitClose(c net.Conn) {
 }
 
 // saw tells the watches whose text b holds that it was sent on client's
-// connection to server.
+// connection to server, and freezes the Freezer when b is the send that a
+// FreezeAt waits for.
 func (f *Freezer) saw(b []byte, client, server net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, at := range f.freezeAts {
+		if at.left > 0 && bytes.Contains(b, at.text) {
+			if at.left--; at.left == 0 {
+				f.Freeze()
+			}
+		}
+	}
 	for _, w := range f.watches {
 		if !bytes.Contains(b, w.text) {
 			continue

@@ -116,3 +116,44 @@ func awaitGoroutine(t *testing.T, before leakcheck.Goroutines, frames, fn string
 		}
 	}
 }
+
+// FreezeAt freezes as the text is sent for the nth time, before the server's answer can pass:
+// the first sending is answered, the second not (a Freeze after Watch's Sent raced the answer).
+func TestFreezeAtHoldsTheAnswerToTheNthSending(t *testing.T) {
+	server, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	go func() { // an echo server
+		s, err := server.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		buf := make([]byte, 64)
+		for {
+			n, err := s.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := s.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	f := New(t, server.Addr().String())
+	f.FreezeAt("probe", 2)
+	c := dial(t, f.Addr())
+	defer c.Close()
+	buf := make([]byte, 64)
+	for i, answered := range []bool{true, false} {
+		if _, err := c.Write([]byte("a probe")); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Read(buf); (err == nil) != answered {
+			t.Fatalf("sending %d: read error %v, want it answered: %t", i+1, err, answered)
+		}
+	}
+}
