@@ -266,7 +266,7 @@ func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.schemaBehind = a.checkOperatorSchema(ctx, pool)
+	a.schemaBehind = checkOperatorSchema(ctx, pool, a.warn)
 	return pool, nil
 }
 
@@ -278,16 +278,17 @@ func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 // latest migration), but a gateway built with this pgadmit would not. A failure to read the
 // version is left to the command's own statements to report, except a role that may not read
 // it (the version table's SELECT missing from its grants), which is warned of: the commands
-// may work without it, but the check would be skipped in silence.
-func (a *app) checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool) (behind string) {
+// may work without it, but the check would be skipped in silence. It warns with warn (a.warn, or
+// the sweeper's, which says only what checks that returned found).
+func checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool, warn func(string, ...any)) (behind string) {
 	v, latest, err := schemaVersions(ctx, pool)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
-		a.warn("cannot read the schema version, so it is not checked against this pgadmit's migrations: %s; the grants of docs/privileges.sql let a role read %s", pgErr.Message, schema.VersionTable)
+		warn("cannot read the schema version, so it is not checked against this pgadmit's migrations: %s; the grants of docs/privileges.sql let a role read %s", pgErr.Message, schema.VersionTable)
 	case err != nil:
 	case v > latest:
-		a.warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
+		warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
 	case v < latest:
 		return fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
 	}

@@ -213,7 +213,7 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 			if pool != nil {
 				o = &oneShot{pctx: ctx, pool: pool}
 				maint = ratelimit.NewMaintenance(pool, opts...)
-				a.sweepChecks(ctx, pool, passTimeout)
+				a.sweepChecks(ctx, o, passTimeout)
 			}
 		}
 		if pool != nil {
@@ -231,20 +231,32 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 	}
 }
 
-// sweepChecks checks, as the sweeper starts on a new pool, the schema version and the connection
-// pooler, warning of what is wrong. They are bounded by passTimeout, as a pass is: on a server
-// that stopped answering they hung the sweeper, its passes never run.
-func (a *app) sweepChecks(ctx context.Context, pool *pgxpool.Pool, passTimeout time.Duration) {
+// sweepChecks checks, as the sweeper starts on a new pool (o's), the schema version and the
+// connection pooler, warning of what is wrong. They are bounded by passTimeout, as a pass is,
+// and waited for endWait at most once that bound or ctx ended (o.within): on a server that
+// stopped answering they hung the sweeper, its passes never run, and CheckPooler's probe ended
+// neither at --pass-timeout nor at an interrupt. Given up on, they run on in the background, and
+// what they find then is not said.
+func (a *app) sweepChecks(ctx context.Context, o *oneShot, passTimeout time.Duration) {
 	cctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
-	if behind := a.checkOperatorSchema(cctx, pool); behind != "" {
-		a.warn("%s", behind)
-	}
-	// A connection string that does not suit a transaction pooler works while the sweeper has
-	// the pooler to itself, and fails once other clients share it: say so now, as doctor does,
-	// not months later.
-	if err := ratelimit.CheckPooler(cctx, pool); errors.Is(err, ratelimit.ErrPoolerMismatch) || errors.Is(err, ratelimit.ErrStatementPooling) {
-		a.warn("%s", scrub(err.Error(), a.dsn))
+	var warnings []string
+	warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
+	returned := o.within(cctx, func() {
+		if behind := checkOperatorSchema(cctx, o.pool, warn); behind != "" {
+			warn("%s", behind)
+		}
+		// A connection string that does not suit a transaction pooler works while the sweeper
+		// has the pooler to itself, and fails once other clients share it: say so now, as
+		// doctor does, not months later.
+		if err := ratelimit.CheckPooler(cctx, o.pool); errors.Is(err, ratelimit.ErrPoolerMismatch) || errors.Is(err, ratelimit.ErrStatementPooling) {
+			warn("%s", scrub(err.Error(), a.dsn))
+		}
+	})
+	if returned {
+		for _, w := range warnings {
+			a.warn("%s", w)
+		}
 	}
 	if ctx.Err() == nil && cctx.Err() != nil {
 		a.warn("the start-up checks (the schema version, the connection pooler) were cut off by --pass-timeout (%s): not checked",
@@ -486,8 +498,15 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer grace.CloseOnExit(pctx, pool)
-	if err := ratelimit.CheckPooler(pctx, pool); err != nil {
+	// CheckPooler's probe on a server that stopped answering ended neither at --pass-timeout nor
+	// at Ctrl-C: it is waited for endWait at most once pctx ended, and left to run on.
+	o := &oneShot{pctx: pctx, pool: pool}
+	defer o.close()
+	var perr error
+	if !o.run(func() { perr = ratelimit.CheckPooler(pctx, pool) }) {
+		return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, fmt.Errorf("checking the connection pooler: %w", pctx.Err()))
+	}
+	if err := perr; err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
 			// Said, not failed: a pooler in session mode always looks so.

@@ -179,8 +179,12 @@ type oneShot struct {
 
 // run runs pass and waits for it, at most endWait once pctx ended. It reports whether pass
 // returned: when it did not, what pass sets must not be read.
-func (o *oneShot) run(pass func()) bool {
-	g := grace.After(o.pctx, endWait)
+func (o *oneShot) run(pass func()) bool { return o.within(o.pctx, pass) }
+
+// within is run bounded by ctx instead of pctx: a step on o's pool with a bound of its own (the
+// sweeper's start-up checks, doctor's pooler check).
+func (o *oneShot) within(ctx context.Context, pass func()) bool {
+	g := grace.After(ctx, endWait)
 	defer g.End()
 	returned := g.Wait(pass)
 	o.gaveUp = o.gaveUp || !returned
