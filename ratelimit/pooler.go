@@ -139,8 +139,17 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // make the question moot. It returns one too, whatever the exec mode, when the holder or the
 // prober gets no server session within 5 s, rather than wait until ctx ends: behind a pooler in
 // session mode every client connection keeps the one it got (the holder too), and the pooler
-// may have none to spare. Run it at start-up or from a health check, not on a hot path. A nil
-// pool is a *ValidationError on "pool".
+// may have none to spare.
+//
+// When ctx ends, CheckPooler returns an error matching ctx's error (errors.Is) as soon as the
+// statement in flight gives up: at once with pgx's handling of a context's end, and with
+// ConfigurePool's, which asks the server to cancel the statement, within about a second on a
+// server that does not answer. It waits for no clean-up then: it closes its connections instead
+// of rolling back or deallocating (the pool drops the one it took). Its clean-ups wait 5 s at
+// most; its statements, but for the waits above, as long as ctx allows.
+//
+// Run it at start-up or from a health check, not on a hot path. A nil pool is a
+// *ValidationError on "pool".
 func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool == nil {
 		return &ValidationError{Field: "pool", Value: nil, Reason: "must be a pool, not nil"}
@@ -158,7 +167,7 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return wrapDBError(ctx, "pooler check", err)
 	}
-	defer func() { _ = holder.Close(context.WithoutCancel(ctx)) }()
+	defer closeProbeConn(ctx, holder)
 	if err := checkTransaction(ctx, holder, mode); err != nil {
 		return err
 	}
@@ -187,7 +196,7 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 // with StatementPooling set when the proxy refuses it (PgBouncer in statement mode closes the
 // connection with FATAL 08P01, transaction blocks not allowed in statement pooling mode) or runs
 // its statements on different sessions.
-func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecMode) error {
+func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecMode) (err error) {
 	statementPooling := func(cause error) error {
 		return &PoolerError{Mode: execModeName(mode), StatementPooling: true, Cause: cause}
 	}
@@ -209,7 +218,7 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 		}
 		return failed(err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
 	var pids [2]int32
 	for i := range pids {
 		if pids[i], err = db.New().PoolerBackendPid(ctx, tx); err != nil {
@@ -254,7 +263,7 @@ func execModeName(mode pgx.QueryExecMode) string {
 }
 
 // probePooler runs CheckPooler's probe once on a connection of pool and holder.
-func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode) (probeSaw, error) {
+func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode) (_ probeSaw, err error) {
 	prober, err := pool.Acquire(ctx)
 	if err != nil {
 		return 0, wrapDBError(ctx, "pooler check", err)
@@ -300,7 +309,9 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		if _, err := prober.Conn().Prepare(fctx, stmt, db.PoolerBackendPid); err != nil {
 			return 0, first(err)
 		}
-		defer func() { _ = prober.Conn().Deallocate(context.WithoutCancel(ctx), stmt) }()
+		// The prober goes back to the pool: kept, but for a failed deallocation.
+		deallocate := func(ctx context.Context) error { return prober.Conn().Deallocate(ctx, stmt) }
+		defer undoOrClose(ctx, prober.Conn(), true, deallocate)
 	}
 	var before int32
 	if err := prober.QueryRow(fctx, stmt).Scan(&before); err != nil {
@@ -311,7 +322,8 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	if err != nil {
 		return 0, wrapDBError(ctx, "pooler check", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// The holder is used again when the probe saw nothing and the check goes on.
+	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
 	held, err := db.New().PoolerBackendPid(ctx, tx)
 	if err != nil {
 		return 0, wrapDBError(ctx, "pooler check", err)
@@ -347,4 +359,33 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	default:
 		return 0, failed(err)
 	}
+}
+
+// cleanupWait bounds a clean-up of CheckPooler's (a rollback, a deallocation, a close), which
+// one round trip does on a session that has just answered.
+const cleanupWait = 5 * time.Second
+
+// undoOrClose undoes with undo what CheckPooler left on conn (a transaction, a prepared
+// statement) when conn is used again (keep), ctx has not ended, and the server answers within
+// cleanupWait; else it closes conn, which undoes it on the server without waiting for an answer
+// (a pooled connection closed is dropped by its pool). A server that stopped answering then
+// holds CheckPooler neither for ever nor past ctx's end.
+func undoOrClose(ctx context.Context, conn *pgx.Conn, keep bool, undo func(context.Context) error) {
+	if keep && ctx.Err() == nil {
+		uctx, cancel := context.WithTimeout(ctx, cleanupWait)
+		err := undo(uctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	closeProbeConn(ctx, conn)
+}
+
+// closeProbeConn closes a connection of CheckPooler's, also when ctx has ended, within
+// cleanupWait: it sends the server a goodbye and waits for no answer, but for a write.
+func closeProbeConn(ctx context.Context, conn *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+	defer cancel()
+	_ = conn.Close(cctx)
 }
