@@ -139,7 +139,9 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // make the question moot. It returns one too, whatever the exec mode, when the holder or the
 // prober gets no server session within 5 s, rather than wait until ctx ends: behind a pooler in
 // session mode every client connection keeps the one it got (the holder too), and the pooler
-// may have none to spare.
+// may have none to spare. When the prober's statement run again gets no answer within 2 s on a
+// direct connection (no pooler could make it wait for a session), it returns an error saying
+// that the server gave none.
 //
 // When ctx ends, CheckPooler returns an error matching ctx's error (errors.Is) as soon as the
 // statement in flight gives up: at once with pgx's handling of a context's end, and with
@@ -342,24 +344,41 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		}
 		// The proxy keeps the statement under a name of its own: see whether it runs elsewhere.
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, proberWait)
 	defer cancel()
 	var after int32
 	err = prober.QueryRow(pctx, stmt).Scan(&after)
+	// A connection whose backend process id given at login is its session's is direct: a proxy
+	// gives its own.
+	direct := prober.Conn().PgConn().PID() == uint32(before)
 	switch {
 	case err == nil && after != before && mode == pgx.QueryExecModeCacheStatement:
 		return probeCarriedOver, nil
 	case err == nil && after != before:
 		return 0, mismatch(fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after))
-	case err == nil && prober.Conn().PgConn().PID() == uint32(before):
+	case err == nil && direct:
 		return probeDirect, nil
-	case err == nil, pctx.Err() != nil && ctx.Err() == nil:
-		// One session; or no other one to run on while the holder's transaction is open.
+	case err == nil:
+		return probeOneSession, nil
+	case pctx.Err() != nil && ctx.Err() == nil && direct:
+		// No pooler to wait for a session from: the server stopped answering, which tells
+		// nothing of a pooler. The cause is not wrapped: ctx did not end.
+		return 0, fmt.Errorf("ratelimit: pooler check: the server gave no answer within %s to a statement on a "+
+			"direct connection (no pooler that could make it wait for a server session): %v", proberWait, err)
+	case pctx.Err() != nil && ctx.Err() == nil:
+		// Through a proxy, which may have had no other session to give the prober while the
+		// holder's transaction is open (one server connection, and PgBouncer 1.21+ keeping the
+		// prepared statement under a name of its own): a probe that saw nothing, as one that
+		// saw one session.
 		return probeOneSession, nil
 	default:
 		return 0, failed(err)
 	}
 }
+
+// proberWait bounds the prober's second statement, which a proxy may have no server session
+// for while the holder's transaction is open.
+const proberWait = 2 * time.Second
 
 // cleanupWait bounds a clean-up of CheckPooler's (a rollback, a deallocation, a close), which
 // one round trip does on a session that has just answered.

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,35 @@ func TestCheckPoolerOnAFrozenServerEndsWithItsContext(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// On a direct connection (no pooler between it and the server) whose second statement got no
+// answer within the prober's 2 s, CheckPooler fails, saying so: nothing made it wait for a server
+// session, so the server stopped answering. It used to take that for a probe that saw one session,
+// and probe on (its rollback then waited for ever), as if a frozen server told something of a
+// pooler.
+func TestCheckPoolerOnAFrozenDirectConnectionFails(t *testing.T) {
+	t.Parallel()
+	for _, s := range frozenPoolerSetups {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			fr, pool := poolFrozenInPoolerProbe(t, s.configure)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs := checkPoolerUntilFrozen(t, ctx, fr, pool)
+			frozen := time.Now()
+			select {
+			case err := <-errs:
+				t.Logf("CheckPooler ended %s after the freeze: %v", time.Since(frozen).Round(time.Millisecond), err)
+				if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ratelimit.ErrPoolerUnknown) ||
+					errors.Is(err, ratelimit.ErrPoolerMismatch) || !strings.Contains(err.Error(), "no answer") {
+					t.Errorf("CheckPooler on a frozen direct connection = %v, want an error saying the server gave no answer", err)
+				}
+			case <-time.After(2*time.Second + frozenPoolerEnd):
+				t.Errorf("CheckPooler on a frozen direct connection: not ended %s after the freeze", 2*time.Second+frozenPoolerEnd)
+			}
+		})
 	}
 }
 
