@@ -234,9 +234,9 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 // sweepChecks checks, as the sweeper starts on a new pool (o's), the schema version and the
 // connection pooler, warning of what is wrong. They are bounded by passTimeout, as a pass is,
 // and waited for endWait at most once that bound or ctx ended (o.within): on a server that
-// stopped answering they hung the sweeper, its passes never run, and CheckPooler's probe ended
-// neither at --pass-timeout nor at an interrupt. Given up on, they run on in the background, and
-// what they find then is not said.
+// stopped answering they hung the sweeper, its passes never run. CheckPooler now ends about 1s
+// after its context does; o.within stays as the backstop of a check that would not. Given up
+// on, they run on in the background, and what they find then is not said.
 func (a *app) sweepChecks(ctx context.Context, o *oneShot, passTimeout time.Duration) {
 	cctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
@@ -498,8 +498,8 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	// CheckPooler's probe on a server that stopped answering ended neither at --pass-timeout nor
-	// at Ctrl-C: it is waited for endWait at most once pctx ended, and left to run on.
+	// CheckPooler ends about 1s after pctx on a server that stopped answering; should it not, it
+	// is waited for endWait at most once pctx ended, and left to run on (as sweepChecks).
 	o := &oneShot{pctx: pctx, pool: pool}
 	defer o.close()
 	var perr error
