@@ -240,11 +240,12 @@ const poolerProbes = 5
 const sessionWait = 5 * time.Second
 
 // errNoSpareSession is CheckPooler's answer when one of its connections got no server session
-// within sessionWait.
+// within sessionWait (directness cannot be told before a first answer, so a frozen server is
+// named among the causes).
 var errNoSpareSession = fmt.Errorf("%w: a connection of the check got no server session within %s: a pooler "+
 	"in session mode whose server connections are all taken does that (each client connection keeps one, and "+
 	"the check needs one more, two with cache_statement or describe_exec), a transaction pooler only when its "+
-	"connections stay busy", ErrPoolerUnknown, sessionWait)
+	"connections stay busy, and so does a server that stopped answering", ErrPoolerUnknown, sessionWait)
 
 // probeSaw is what one run of CheckPooler's probe saw, when it saw no mismatch.
 type probeSaw int
