@@ -29,15 +29,15 @@ func TestChecksOnAFrozenServerEndWithinEndWait(t *testing.T) {
 			interrupt: true, stdout: `(?m)^\S+ recover: stopped\n\z`},
 		{name: "sweeper interrupted in the pooler check", args: []string{"recover", "--every", "200ms"},
 			probe: true, interrupt: true, stdout: `(?m)^\S+ recover: stopped\n\z`},
-		{name: "sweeper cut off in the pooler check", args: []string{"recover", "--every", "200ms", "--pass-timeout", "1s"},
-			probe: true, bound: time.Second, want: `^pgadmit recover: warning: the start-up checks \(the schema version, the connection pooler\) ` +
-				`were cut off by --pass-timeout \(1s\): not checked\n`},
+		{name: "sweeper cut off in the pooler check", args: []string{"recover", "--every", "200ms", "--pass-timeout", "2s"},
+			probe: true, bound: 2 * time.Second, want: `^pgadmit recover: warning: the start-up checks \(the schema version, the connection pooler\) ` +
+				`were cut off by --pass-timeout \(2s\): not checked\n`},
 		{name: "doctor interrupted in the pooler check", args: []string{"doctor"}, probe: true, interrupt: true,
 			want: `^pgadmit doctor: interrupted\n$`},
 		// CheckPooler ends with its context now, within endWait: its own error, that of the
 		// prober's statement cut off; or, given up on after endWait (a slow machine), doctor's.
-		{name: "doctor cut off in the pooler check", args: []string{"doctor", "--pass-timeout", "1s"}, probe: true, bound: time.Second,
-			want: `^pgadmit doctor: cut off by --pass-timeout \(1s\): the connection and the books were not checked: ` +
+		{name: "doctor cut off in the pooler check", args: []string{"doctor", "--pass-timeout", "2s"}, probe: true, bound: 2 * time.Second,
+			want: `^pgadmit doctor: cut off by --pass-timeout \(2s\): the connection and the books were not checked: ` +
 				`(ratelimit: pooler check: timeout|checking the connection pooler): context deadline exceeded\n$`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
