@@ -58,9 +58,11 @@ type ownPoolConn struct{ *pgxpool.Conn }
 // a Limiter made from conn, a single connection (one caller: like the
 // connection, the Limiter serves one call at a time), and checks that
 // every call succeeded and the counters charged exactly what they
-// committed.
+// committed. A wrapper taken for a pool fails from the first calls on (the
+// Local limit's block is taken beside them): 20 calls caught it in 63 of 64
+// subtests without -race, 200 calls in 22 of 24; more calls add commits.
 func callsOnOneConn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, conn ratelimit.Executor) {
-	const calls, tokens = 200, 10
+	const calls, tokens = 20, 10
 	l := ratelimit.New(conn)
 	key := uniqueKey("ownpoolconn")
 	local := window("model", key, ratelimit.MetricTokens, 1e9, tokens)
