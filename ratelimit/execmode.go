@@ -39,9 +39,14 @@ func execMode(conn Executor) pgx.QueryExecMode {
 // it embeds that has one (findConn). A wrapper of one's own need not have
 // them itself: in struct{ *pgxpool.Conn } the embedded field, named Conn,
 // hides the connection's Conn method, and struct{ Executor } shows only
-// Executor's methods. ok is false when nothing shows one.
+// Executor's methods. v is the value itself, not an interface holding it
+// (an embedded Executor field). ok is false when nothing shows one.
 func shownConn(conn Executor) (v reflect.Value, ok bool) {
-	return findConn(reflect.ValueOf(conn), 0, showsConn)
+	v, ok = findConn(reflect.ValueOf(conn), 0, showsConn)
+	for ok && v.Kind() == reflect.Interface {
+		v = v.Elem() // not nil: showsConn held
+	}
+	return v, ok
 }
 
 // showsConn reports whether v, or the value in v when v is an interface,

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"math"
-	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -122,13 +121,7 @@ func New(conn Executor, opts ...Option) *Limiter {
 // as inside a caller's transaction.
 func oneConnection(conn Executor) bool {
 	v, ok := shownConn(conn)
-	if !ok {
-		return false
-	}
-	for v.Kind() == reflect.Interface {
-		v = v.Elem() // not nil: showsConn held
-	}
-	return !v.Type().Implements(poolConfigType)
+	return ok && !v.Type().Implements(poolConfigType)
 }
 
 // WithTx returns a Limiter that runs every operation inside tx, the caller's
