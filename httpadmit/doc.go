@@ -132,7 +132,15 @@
 // Retry-After, and no reset on the database's clock either (no t in
 // RateLimit, no x-ratelimit-reset-*, no anthropic-ratelimit-*-reset). Every response of a decided request, success, refusal or
 // stream, carries the rate-limit headers, set before the handler writes a
-// byte; WithHeaders picks the families:
+// byte, and sent with the middleware's values alone: a value a handler adds
+// to one of them (a httputil.ReverseProxy adds the upstream's headers to
+// the writer's, and OpenAI and Anthropic answer with x-ratelimit-* and
+// anthropic-ratelimit-* about the gateway's account with them) does not go
+// out, lest a client read the field as both (Python's and JavaScript's
+// header maps join them: "99000, 1999000"). A field the handler sets
+// (Header().Set) replaces the middleware's, and one the middleware has no
+// value for is the handler's: delete the upstream's in a ReverseProxy's
+// ModifyResponse to keep them from clients. WithHeaders picks the families:
 //
 //   - HeadersIETF: RateLimit-Policy and RateLimit from
 //     draft-ietf-httpapi-ratelimit-headers-10, Structured Fields serialized

@@ -330,20 +330,47 @@ func setHeaders(h http.Header, families HeaderFamily, policies []policy) {
 // a state) would speak of it alone. A single middleware deletes nothing:
 // headers set around it are not its own.
 func clearHeaders(h http.Header, families HeaderFamily) {
+	for _, name := range headerFields(families) {
+		h.Del(name)
+	}
+}
+
+// headerFields are the names of the fields of families, canonical (as
+// keys of an http.Header).
+func headerFields(families HeaderFamily) []string {
+	var names []string
 	if families&HeadersIETF != 0 {
-		h.Del(HeaderRateLimitPolicy)
-		h.Del(HeaderRateLimit)
+		names = append(names, HeaderRateLimitPolicy, HeaderRateLimit)
 	}
 	for _, metric := range []string{ratelimit.MetricRequests, ratelimit.MetricTokens} {
 		if families&HeadersOpenAI != 0 {
-			h.Del("x-ratelimit-limit-" + metric)
-			h.Del("x-ratelimit-remaining-" + metric)
-			h.Del("x-ratelimit-reset-" + metric)
+			names = append(names, "x-ratelimit-limit-"+metric, "x-ratelimit-remaining-"+metric, "x-ratelimit-reset-"+metric)
 		}
 		if families&HeadersAnthropic != 0 {
-			h.Del("anthropic-ratelimit-" + metric + "-limit")
-			h.Del("anthropic-ratelimit-" + metric + "-remaining")
-			h.Del("anthropic-ratelimit-" + metric + "-reset")
+			names = append(names, "anthropic-ratelimit-"+metric+"-limit", "anthropic-ratelimit-"+metric+"-remaining",
+				"anthropic-ratelimit-"+metric+"-reset")
+		}
+	}
+	for i, name := range names {
+		names[i] = http.CanonicalHeaderKey(name)
+	}
+	return names
+}
+
+// firstValues keeps the first value of each field of names (canonical)
+// that h holds several of: the one the middleware set, before the handler
+// added others (a httputil.ReverseProxy adds the upstream's headers to the
+// writer's, and LLM providers answer with rate-limit headers of their
+// own, about the gateway's account with them). A field sent twice is read
+// as both values joined ("99000, 1999000"), by Python's and JavaScript's
+// header maps, or as a list of policies: the client would see the
+// provider's numbers as its own. A field the handler set (Set, which
+// replaces the middleware's value) or that the middleware has no value for
+// is left as the handler made it.
+func firstValues(h http.Header, names []string) {
+	for _, name := range names {
+		if v := h[name]; len(v) > 1 {
+			h[name] = v[:1:1]
 		}
 	}
 }

@@ -134,6 +134,7 @@ type middleware struct {
 	failures       throttle // of the failure log lines
 	invalidShadows throttle // of the lines about shadow limits set aside
 	misconfigured  throttle // of the lines about limits no request can be decided on
+	fields         []string // the names of the header families' fields (headerFields)
 	renewals       throttle // of the lines about failed lease renewals
 	settles        throttle // of the lines about failed commits and releases
 	renewalPanics  throttle // of the lines about panics in lease renewals
@@ -196,7 +197,7 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	m := &middleware{config: c, limiter: limiter, limits: limits}
+	m := &middleware{config: c, limiter: limiter, limits: limits, fields: headerFields(c.headers)}
 	return func(next http.Handler) http.Handler {
 		if next == nil { // the middleware cannot return an error: each request gets it
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -26,6 +26,12 @@ type responseWriter struct {
 	// Hijack, so http.ResponseController hijacks the server's writer
 	// through it and this one never knows.
 	probe bool
+	// fields are the rate-limit headers of the middleware's families
+	// (canonical names), kept to their first value (firstValues) each time
+	// the header goes out, until it went out with its final status
+	// (headerOut).
+	fields    []string
+	headerOut bool
 }
 
 // hijackWriter is a responseWriter over a server's writer that can be
@@ -83,7 +89,28 @@ func wrap(w http.ResponseWriter) (rw *responseWriter, forHandler http.ResponseWr
 	return rw, rw
 }
 
+// WriteHeader sends the header with status code, the rate-limit headers
+// kept to the middleware's values (sending): an informational status
+// (1xx but 101) sends the header too, ahead of the final one.
+func (w *responseWriter) WriteHeader(code int) {
+	w.sending(code >= 200 || code == http.StatusSwitchingProtocols)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// sending keeps the middleware's rate-limit headers to their first value
+// (firstValues) before the header goes out, unless it went out already
+// with its final status; final says it goes out with it now. A write, a
+// copy or a flush sends it with 200 when WriteHeader was not called.
+func (w *responseWriter) sending(final bool) {
+	if w.headerOut {
+		return
+	}
+	firstValues(w.ResponseWriter.Header(), w.fields)
+	w.headerOut = final
+}
+
 func (w *responseWriter) Write(b []byte) (int, error) {
+	w.sending(true)
 	n, err := w.ResponseWriter.Write(b)
 	w.note(err)
 	return n, err
@@ -98,6 +125,7 @@ func (w *responseWriter) WriteString(s string) (int, error) {
 	if !ok {
 		return w.Write([]byte(s))
 	}
+	w.sending(true)
 	n, err := sw.WriteString(s)
 	w.note(err)
 	return n, err
@@ -120,6 +148,7 @@ func (w *responseWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.hijacked {
 		return 0, http.ErrHijacked
 	}
+	w.sending(true)
 	rf, ok := w.ResponseWriter.(io.ReaderFrom)
 	if !ok || !kernelCopies(src) {
 		return io.Copy(writerOnly{w}, src)
@@ -154,6 +183,7 @@ func (w *responseWriter) Flush() { _ = w.FlushError() }
 // Hijack), and a flush at the end of a handler, whatever happened, is a
 // common pattern. A hijack made around this writer is found too (taken).
 func (w *responseWriter) FlushError() error {
+	w.sending(true) // before taken, whose probe sends the header too
 	if w.taken() {
 		return http.ErrHijacked
 	}
