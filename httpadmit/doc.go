@@ -38,7 +38,9 @@
 // committed), or when it ends abnormally without having reported usage:
 //
 //   - it panics (any panic, http.ErrAbortHandler included; the panic goes
-//     on after the release);
+//     on after the release), ReasonHandlerPanic, unless its client had
+//     left, its deadline passed or a write failed, which give the reason
+//     below (a httputil.ReverseProxy whose stream was cut panics so);
 //   - its client disconnects (ReasonClientDisconnected; over HTTP/1,
 //     net/http sees a client leave only once the request's body was read to
 //     its end, by the LimitsFunc or the handler: one that leaves it unread

@@ -33,7 +33,10 @@ const ReasonUpstreamError = "upstream_error"
 // Discard them in ModifyResponse, whose res.Request carries the
 // request's context (as the example does). A stream the proxy fails to
 // copy to the client ends in a panic (http.ErrAbortHandler), which the
-// middleware releases unless usage was reported.
+// middleware releases unless usage was reported: as
+// ReasonClientDisconnected when its client left (or for the cause that
+// ended it: a deadline, a write that failed), as ReasonHandlerPanic when
+// the upstream broke off.
 func DiscardOnProxyError(h func(http.ResponseWriter, *http.Request, error)) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if r != nil {

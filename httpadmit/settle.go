@@ -18,7 +18,11 @@ import (
 // Reasons recorded on reservations and leases the middleware releases.
 const (
 	// ReasonHandlerPanic releases a request whose handler panicked, or
-	// code the middleware called before it (an Observer, the logger).
+	// code the middleware called before it (an Observer, the logger),
+	// with its context live and no write failed: a panic once its client
+	// left, its deadline passed or a write failed (http.ErrAbortHandler
+	// from a httputil.ReverseProxy whose stream was cut) is released with
+	// the reason below that says so.
 	ReasonHandlerPanic = "handler_panic"
 	// ReasonClientDisconnected releases a request whose context was
 	// cancelled while its handler ran: its client went away.
@@ -81,13 +85,17 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 		stopRenewing()
 		reason := ""
 		switch {
-		case panicked:
-			reason = ReasonHandlerPanic
 		case r.Context().Err() != nil, rw.err != nil:
 			// Checked before the handler's return reaches the server, which
 			// cancels the context only afterwards: the client went away, the
-			// request's deadline passed, or a write failed.
+			// request's deadline passed, or a write failed. A handler that
+			// panics then is most often aborting the response
+			// (http.ErrAbortHandler: a httputil.ReverseProxy whose copy to
+			// the client failed), and any other panic net/http logs with
+			// its stack: the reason tells what ended the request.
 			reason = endedReason(r.Context(), rw.err)
+		case panicked:
+			reason = ReasonHandlerPanic
 		}
 		release := releaseFor(rep, reason)
 		if release == "" && a.outer != nil {
