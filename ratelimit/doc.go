@@ -7,7 +7,8 @@
 // per fixed window) and concurrent limits (leases on in-flight slots), all
 // or nothing, in one round trip:
 //
-//	limiter := ratelimit.New(pool)
+//	limiter := ratelimit.New(pool) // one for the process
+//	defer limiter.Close()          // at shutdown, before pool.Close: gives back what it holds
 //	grant, err := limiter.Reserve(ctx, taskID, "", limits)
 //	var exceeded *ratelimit.ExceededError
 //	if errors.As(err, &exceeded) {

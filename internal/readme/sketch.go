@@ -18,23 +18,36 @@ import (
 // it fails t when there is none.
 func DocBlock(t testing.TB, dir, first string) string {
 	t.Helper()
+	for _, code := range DocBlocks(t, dir) {
+		if strings.HasPrefix(code, first) {
+			return code
+		}
+	}
+	t.Fatalf("the package comment in %s has no code block starting %q", dir, first)
+	return ""
+}
+
+// DocBlocks returns every code block of the package comment of the package
+// in dir, as go doc shows them.
+func DocBlocks(t testing.TB, dir string) []string {
+	t.Helper()
 	_, files, err := gosrc.ParseDir(dir, parser.ParseComments|parser.PackageClauseOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var p comment.Parser
+	var blocks []string
 	for _, file := range files {
 		if file.Doc == nil {
 			continue
 		}
 		for _, block := range p.Parse(file.Doc.Text()).Content {
-			if code, ok := block.(*comment.Code); ok && strings.HasPrefix(code.Text, first) {
-				return code.Text
+			if code, ok := block.(*comment.Code); ok {
+				blocks = append(blocks, code.Text)
 			}
 		}
 	}
-	t.Fatalf("the package comment in %s has no code block starting %q", dir, first)
-	return ""
+	return blocks
 }
 
 // Vet compiles and vets src, a main package of one file, with the go

@@ -22,7 +22,7 @@ func TestSketchesCompileWhenPasted(t *testing.T) {
 		name, code, imports, params string
 	}{{
 		name: "package ratelimit",
-		code: DocBlock(t, "../../ratelimit", "limiter := ratelimit.New(pool)\n"),
+		code: DocBlock(t, "../../ratelimit", "limiter := ratelimit.New(pool)"),
 		imports: `"context"
 	"errors"
 
