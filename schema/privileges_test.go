@@ -3,6 +3,7 @@ package schema_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,6 +89,64 @@ func TestLeastPrivilegeRolesMayNotCreateInTheSchema(t *testing.T) {
 		}
 		if may {
 			t.Errorf("a login role of %s may create objects in pgadmit's schema", role)
+		}
+	}
+}
+
+// docs/privileges.sql grants what pgadmit needs and no more, as it and the README say: the
+// gateway group deletes nothing but a task's queue places, the maintenance group inserts into
+// no ledger (nor a counter, lease or task: only its own leases and cursors, and the events of
+// the tasks it fails or requeues), neither may truncate, reference or trigger anything nor
+// touch goose's lock table (so neither migrates), and the file grants 54 table privileges in
+// all, as the README counts them.
+func TestLeastPrivilegeRolesHoldNoMore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewURL(t)
+	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, dbURL)
+	held := func(url string) map[string][]string { // privilege -> tables
+		rows, err := testq.SchemaTablePrivileges(ctx, pgtest.OpenPool(t, url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string][]string{}
+		for _, r := range rows {
+			m[r.Privilege] = append(m[r.Privilege], r.TableName)
+		}
+		return m
+	}
+	gateway, maintenance := held(gatewayURL), held(maintenanceURL)
+	count := func(m map[string][]string) (n int) {
+		for _, tables := range m {
+			n += len(tables)
+		}
+		return n
+	}
+	if n := count(gateway) + count(maintenance); n != 54 {
+		t.Errorf("the two groups hold %d table privileges, want the README's 54:\ngateway %v\nmaintenance %v", n, gateway, maintenance)
+	}
+	for _, c := range []struct {
+		role      string
+		privilege string
+		got, want []string // tables, sorted
+	}{
+		{"pgadmit_gateway", "DELETE", gateway["DELETE"], []string{"gateway_task_admissions"}},
+		{"pgadmit_maintenance", "INSERT", maintenance["INSERT"], []string{"gateway_maintenance_cursors", "gateway_maintenance_leases", "gateway_task_events"}},
+	} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s may %s on %q, want %q only", c.role, c.privilege, c.got, c.want)
+		}
+	}
+	for role, m := range map[string]map[string][]string{"pgadmit_gateway": gateway, "pgadmit_maintenance": maintenance} {
+		for _, privilege := range []string{"TRUNCATE", "REFERENCES", "TRIGGER"} {
+			if tables := m[privilege]; len(tables) > 0 {
+				t.Errorf("%s may %s on %q", role, privilege, tables)
+			}
+		}
+		for privilege, tables := range m {
+			if slices.Contains(tables, "pgadmit_goose_lock") {
+				t.Errorf("%s may %s on pgadmit_goose_lock: it could take the migration lock", role, privilege)
+			}
 		}
 	}
 }

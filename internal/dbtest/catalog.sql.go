@@ -143,3 +143,43 @@ func (q *Queries) SchemaMayCreate(ctx context.Context, db DBTX) (bool, error) {
 	err := row.Scan(&may_create)
 	return may_create, err
 }
+
+const SchemaTablePrivileges = `-- name: SchemaTablePrivileges :many
+SELECT c.relname::text AS table_name, p.privilege::text AS privilege
+FROM pg_catalog.pg_class AS c
+CROSS JOIN pg_catalog.unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']::text[]) AS p (privilege)
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relkind IN ('r', 'p')
+  AND pg_catalog.has_table_privilege(c.oid, p.privilege)
+ORDER BY 1, 2
+`
+
+type SchemaTablePrivilegesRow struct {
+	TableName string
+	Privilege string
+}
+
+// The privileges the session's role holds on the tables of the current schema, those of
+// the groups it belongs to included: one row per table and privilege, in that order (the
+// test of docs/privileges.sql's roles, which must hold what the file grants and no more).
+// Locks: none (catalog read).
+// Index: none (a scan of pg_class, a few hundred rows).
+func (q *Queries) SchemaTablePrivileges(ctx context.Context, db DBTX) ([]SchemaTablePrivilegesRow, error) {
+	rows, err := db.Query(ctx, SchemaTablePrivileges)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SchemaTablePrivilegesRow{}
+	for rows.Next() {
+		var i SchemaTablePrivilegesRow
+		if err := rows.Scan(&i.TableName, &i.Privilege); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

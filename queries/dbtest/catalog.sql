@@ -98,8 +98,24 @@ ORDER BY 1, 2, 3;
 -- Index: pg_namespace_oid_index.
 SELECT has_schema_privilege(current_schema(), 'CREATE') AS may_create;
 
+-- name: SchemaTablePrivileges :many
+-- The privileges the session's role holds on the tables of the current schema, those of
+-- the groups it belongs to included: one row per table and privilege, in that order (the
+-- test of docs/privileges.sql's roles, which must hold what the file grants and no more).
+-- Locks: none (catalog read).
+-- Index: none (a scan of pg_class, a few hundred rows).
+SELECT c.relname::text AS table_name, p.privilege::text AS privilege
+FROM pg_catalog.pg_class AS c
+CROSS JOIN pg_catalog.unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']::text[]) AS p (privilege)
+WHERE c.relnamespace = current_schema()::regnamespace
+  AND c.relkind IN ('r', 'p')
+  AND pg_catalog.has_table_privilege(c.oid, p.privilege)
+ORDER BY 1, 2;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Catalog reads for the migration tests: a fingerprint of everything pgadmit's
 -- migrations create in the current schema, so that a test can check that each
--- Down restores exactly what the same version's Up left.
+-- Down restores exactly what the same version's Up left; and what a role may do in
+-- that schema (create objects, read and write its tables), for the tests of
+-- docs/privileges.sql's roles.
