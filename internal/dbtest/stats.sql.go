@@ -695,6 +695,60 @@ func (q *Queries) SchemaRoutines(ctx context.Context, db DBTX) ([]SchemaRoutines
 	return items, nil
 }
 
+const SessionStateLeft = `-- name: SessionStateLeft :one
+SELECT coalesce((SELECT pg_catalog.array_agg(s.name || ' = ' || s.setting ORDER BY s.name)
+                 FROM pg_catalog.pg_settings AS s
+                 WHERE s.source = 'session'), '{}')::text[]                  AS settings,
+       coalesce((SELECT pg_catalog.array_agg(p.name ORDER BY p.name)
+                 FROM pg_catalog.pg_prepared_statements AS p), '{}')::text[] AS prepared_statements,
+       coalesce((SELECT pg_catalog.array_agg(c.channel ORDER BY c.channel)
+                 FROM pg_catalog.pg_listening_channels() AS c (channel)), '{}')::text[] AS listening_channels,
+       coalesce((SELECT pg_catalog.array_agg(k.name ORDER BY k.name)
+                 FROM pg_catalog.pg_cursors AS k
+                 WHERE k.name <> ''), '{}')::text[]                            AS cursors,
+       (SELECT pg_catalog.count(*)
+        FROM pg_catalog.pg_locks AS l
+        WHERE l.pid = pg_catalog.pg_backend_pid()
+          AND l.locktype = 'advisory')::bigint                            AS advisory_locks,
+       coalesce((SELECT pg_catalog.array_agg(r.relname::text ORDER BY r.relname)
+                 FROM pg_catalog.pg_class AS r
+                 WHERE r.relnamespace = pg_catalog.pg_my_temp_schema()), '{}')::text[] AS temp_relations
+`
+
+type SessionStateLeftRow struct {
+	Settings           []string
+	PreparedStatements []string
+	ListeningChannels  []string
+	Cursors            []string
+	AdvisoryLocks      int64
+	TempRelations      []string
+}
+
+// What this session holds beyond its transaction: settings changed for the
+// session (SET, set_config(..., false); a start-up parameter's source is
+// client, a function's SET clause ends with the call), prepared statements,
+// LISTEN channels, open cursors (WITH HOLD; the unnamed portal is this
+// statement's own), advisory locks (outside a
+// transaction block only a session-level one is held past its statement)
+// and temporary relations. Behind a transaction pooler the next client of
+// the server session would inherit all of it (PgBouncer runs no
+// server_reset_query in transaction mode): pgadmit must leave none.
+// Locks: none.
+// Index: none (in-memory views of this session).
+func (q *Queries) SessionStateLeft(ctx context.Context, db DBTX) (SessionStateLeftRow, error) {
+	row := db.QueryRow(ctx, SessionStateLeft)
+	var i SessionStateLeftRow
+	err := row.Scan(
+		&i.Settings,
+		&i.PreparedStatements,
+		&i.ListeningChannels,
+		&i.Cursors,
+		&i.AdvisoryLocks,
+		&i.TempRelations,
+	)
+	return i, err
+}
+
 const TableRowCounts = `-- name: TableRowCounts :one
 SELECT (SELECT count(*) FROM gateway_tasks)::bigint                   AS tasks,
        (SELECT count(*) FROM gateway_task_attempts)::bigint           AS attempts,
