@@ -20,7 +20,8 @@ import (
 // them: no setting changed for the session, no prepared statement, no LISTEN,
 // no open cursor, no advisory lock, no temporary table. Checked on the
 // sessions themselves, over direct connections: through a pooler a check
-// cannot tell which session it lands on.
+// cannot tell which session it lands on. Nor do operations in a caller's
+// transaction (WithTx) change a setting for the rest of it.
 func TestEveryOperationLeavesItsServerSessionsAsItFoundThem(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
@@ -62,6 +63,38 @@ func TestEveryOperationLeavesItsServerSessionsAsItFoundThem(t *testing.T) {
 			}
 			if err := ratelimit.CheckPooler(ctx, pool); err != nil {
 				t.Fatalf("CheckPooler: %v", err)
+			}
+			// Nor does an operation change a setting of a caller's transaction for the
+			// rest of it (a function's SET clause ends with the call).
+			var g ratelimit.Grant
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				in := ratelimit.New(pool).WithTx(tx)
+				key := uniqueKey("tx")
+				var err error
+				if g, err = in.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 100, 1), concurrent("model", key, 10)}); err != nil {
+					return err
+				}
+				task, err := in.CreateTask(ctx, ratelimit.TaskSpec{Worker: "w", QueueLimits: []ratelimit.Limit{queueLimit(key, 10)}})
+				if err != nil {
+					return err
+				}
+				if _, err := in.AppendEvent(ctx, task.ID, task.ExecutionToken, ratelimit.Event{Type: "task.progress"}); err != nil {
+					return err
+				}
+				if _, err := in.FinishTask(ctx, task.ID, task.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil {
+					return err
+				}
+				state, err := testq.SessionStateLeft(ctx, tx)
+				if err == nil && len(state.Settings) != 0 {
+					t.Errorf("settings changed in the caller's transaction: %q; want none", state.Settings)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("operations in a caller's transaction: %v", err)
+			}
+			if _, err := l.Commit(ctx, g, nil); err != nil {
+				t.Fatalf("Commit: %v", err)
 			}
 
 			for i, p := range pools {
