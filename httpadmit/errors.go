@@ -9,9 +9,12 @@ var (
 	// ErrBadRequest marks an error that is the request's fault: the default
 	// error handler answers 400. Wrap it in errors a LimitsFunc returns for
 	// requests it cannot map to limits (no API key, a body that is not
-	// JSON); a limit that ratelimit refuses as invalid in what the request
-	// sets (a negative estimate in Amount, an empty Scope.Key), or two on
-	// one counter, are reported with it too.
+	// JSON); the default error handler answers 413 instead for one that
+	// also holds an *http.MaxBytesError (a body read through
+	// http.MaxBytesReader that was over its bound). A limit that ratelimit
+	// refuses as invalid in what the request sets (a negative estimate in
+	// Amount, an empty Scope.Key), or two on one counter, are reported with
+	// it too.
 	ErrBadRequest = errors.New("httpadmit: bad request")
 	// ErrUnavailable is matched by the *UnavailableError a request gets when
 	// the database failed or did not answer in time and one of its enforced

@@ -46,8 +46,8 @@ func Example() {
 	// scope keys are stored, shown and logged in plain text.
 	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
 		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil { // the client's upload broke off: a 400, not the 500 of an error not marked
+		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
+		if err != nil { // over 1 MiB: a 413; an upload that broke off: a 400; not the 500 of an error not marked
 			return nil, fmt.Errorf("%w: reading the body: %w", httpadmit.ErrBadRequest, err)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body)) // the upstream handler reads it again
@@ -124,6 +124,16 @@ func Example() {
 			resp.Header.Get("x-ratelimit-remaining-requests"), resp.Header.Get("x-ratelimit-remaining-tokens"), tokens(body))
 	}
 
+	// A body over the 1 MiB the limits read is refused before anything is reserved.
+	big, err := http.Post(gateway.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.Repeat(" ", 1<<20+1)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var problem httpadmit.Problem
+	_ = json.NewDecoder(big.Body).Decode(&problem)
+	big.Body.Close()
+	fmt.Println(big.StatusCode, problem.Detail)
+
 	resp, err := http.Get(gateway.URL + "/metrics")
 	if err != nil {
 		log.Fatal(err)
@@ -141,6 +151,7 @@ func Example() {
 	// 200 remaining: requests 1, tokens 98580; streamed "Hello, world"
 	// 200 remaining: requests 0, tokens 98160; streamed "Hello, world"
 	// 429 Retry-After set: true violated-policies: [requests]
+	// 413 the request body is larger than the 1048576 bytes it may hold
 	// pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="admitted",scope_type="api_key"} 3
 	// pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="refused",scope_type="api_key"} 1
 }

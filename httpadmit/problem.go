@@ -132,7 +132,10 @@ func DefaultRefusalHandler(w http.ResponseWriter, r *http.Request, refusal *Refu
 // tell it from a server's error.
 const StatusClientClosedRequest = 499
 
-// DefaultErrorHandler answers 400 for ErrBadRequest (with its message; for a
+// DefaultErrorHandler answers 413 for an error holding an
+// *http.MaxBytesError (a LimitsFunc that read the body through
+// http.MaxBytesReader met a body over its bound; marked ErrBadRequest or
+// not), 400 for ErrBadRequest (with its message; for a
 // limit that ratelimit refused, the field and the reason, never the value,
 // which may be a scope key), 503 with Retry-After: 1 for ErrUnavailable,
 // for ErrRequestEnded 503 when the request's deadline passed and
@@ -142,7 +145,12 @@ const StatusClientClosedRequest = 499
 // admissions by middlewares around this one (ReasonUndecidedInside).
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	answeredInside(r, ReasonUndecidedInside)
+	tooLarge := (*http.MaxBytesError)(nil)
 	switch {
+	case errors.As(err, &tooLarge):
+		WriteProblem(w, Problem{Type: "about:blank", Title: http.StatusText(http.StatusRequestEntityTooLarge),
+			Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("the request body is larger than the %d bytes it may hold", tooLarge.Limit)})
 	case errors.Is(err, ErrBadRequest):
 		detail := err.Error()
 		if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) {

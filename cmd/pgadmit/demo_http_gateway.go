@@ -100,7 +100,7 @@ func gatewayLimits(prefix string, plans map[string]httpPlan) httpadmit.LimitsFun
 		if !ok || !known {
 			return nil, fmt.Errorf("%w: unknown API key", httpadmit.ErrBadRequest)
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading the body: %w", httpadmit.ErrBadRequest, err)
 		}
