@@ -113,7 +113,11 @@
 // reported).
 //
 // Concurrency leases are renewed while a request runs longer than a third
-// of their TTL, so long streams keep their slots. Nothing stays held: a
+// of their TTL, so long streams keep their slots. A lease a renewal finds
+// lost (it expired while the database was away, or was released by
+// someone else) is reported once, as that renewal's failed DatabaseCall,
+// and no longer renewed; the request's other leases are, and it is
+// settled as any other. Nothing stays held: a
 // settle that fails is logged (at most one line a second, with how many
 // like it were held back) and reported to the Observer as a failed
 // DatabaseCall, and what it left lapses by itself (a lease at its TTL, a

@@ -54,7 +54,8 @@ type LimitOutcome struct {
 // Observer is told what the middleware decides and how long the database
 // takes; package promadmit implements it with Prometheus metrics. Its
 // methods are called on the request's goroutine (DatabaseCall of
-// OpRenewLeases on the goroutine that renews the request's leases) and
+// OpRenewLeases, and LeasesHeld for a lease a renewal found lost, on the
+// goroutine that renews the request's leases) and
 // must be fast and safe for concurrent use. A panic in a method goes on,
 // as a handler's does, once the request's grant is settled (see the
 // package documentation), but one while another panic unwinds (the
@@ -87,7 +88,9 @@ type Observer interface {
 	// refuses as invalid never reach the database either.
 	DatabaseCall(op string, took time.Duration, err error)
 	// LeasesHeld reports the concurrency leases requests in flight hold:
-	// +n when a request is admitted with n leases, -n once it is settled.
+	// +n when a request is admitted with n leases, -n once it is settled;
+	// a lease that a renewal found lost (a *ratelimit.LeaseLostError in
+	// that DatabaseCall) is taken back then, and not again at the settle.
 	LeasesHeld(delta int)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/ticking"
@@ -62,6 +63,7 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 	// Observer's LeasesHeld included): serve has handed the grant over.
 	stopRenewing := func() {}
 	leasesHeld := false // told to the Observer, to be taken back
+	leasesLost := 0     // of those, taken back by the renewals, which found them lost
 	panicked := true
 	defer func() {
 		// While the handler's panic unwinds, a panic in code the settle
@@ -76,7 +78,8 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 		// logger) panics.
 		defer func() {
 			if leasesHeld {
-				guard(func() { m.observer.LeasesHeld(-len(grant.Leases)) })
+				stopRenewing() // leasesLost is the renewals' until they have stopped
+				guard(func() { m.observer.LeasesHeld(leasesLost - len(grant.Leases)) })
 			}
 		}()
 		// Reports end with the handler, before anything else: a report
@@ -109,7 +112,7 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 	a.outer, _ = admissionFrom(r.Context())
 	m.observer.LeasesHeld(len(grant.Leases))
 	leasesHeld = true
-	stopRenewing = m.renewLeases(r.Context(), grant)
+	stopRenewing = m.renewLeases(r.Context(), grant, &leasesLost)
 	next.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), contextKey{}, a)))
 	panicked = false
 }
@@ -239,8 +242,14 @@ func unknownGrant(op string, grant ratelimit.Grant, settled ratelimit.Settlement
 
 // renewLeases heartbeats the grant's leases while the request runs, every
 // third of their shortest TTL, so that a stream longer than the TTL keeps
-// its slots. The returned stop ends the heartbeat and waits for it.
-func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (stop func()) {
+// its slots. A lease a renewal finds lost (a *ratelimit.LeaseLostError:
+// expired, or released by someone else) is reported once, as that
+// renewal's failed DatabaseCall, and not sent again: every later renewal
+// of the request would fail alike, its other leases renewed all the same.
+// It is taken out of the Observer's LeasesHeld then, and counted in *lost,
+// which the caller reads once stop has returned; the settle still names it.
+// The returned stop ends the heartbeat and waits for it.
+func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant, lost *int) (stop func()) {
 	if len(grant.Leases) == 0 {
 		return func() {}
 	}
@@ -252,13 +261,29 @@ func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant) (st
 		ttl = ratelimit.DefaultLeaseTTL
 	}
 	ctx = context.WithoutCancel(ctx)
+	leases := slices.Clone(grant.Leases) // those not found lost
 	return ticking.Every(ttl/3, func() {
 		defer m.recoverRenewal(ctx)
+		if len(leases) == 0 {
+			return
+		}
 		rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
 		start := time.Now()
-		_, err := m.limiter.RenewLeases(rctx, grant.Leases)
+		_, err := m.limiter.RenewLeases(rctx, leases)
 		cancel()
+		dropped := 0
+		if gone := (*ratelimit.LeaseLostError)(nil); errors.As(err, &gone) {
+			before := len(leases)
+			leases = slices.DeleteFunc(leases, func(l ratelimit.Lease) bool { return slices.Contains(gone.LeaseIDs, l.ID) })
+			dropped = before - len(leases)
+		}
 		m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
+		if dropped > 0 {
+			// Counted as told before the call: should it panic, the settle
+			// does not take them back a second time.
+			*lost += dropped
+			m.observer.LeasesHeld(-dropped)
+		}
 		// At most one line a second: when the database is down, every
 		// long request's renewals fail alike.
 		if err == nil {

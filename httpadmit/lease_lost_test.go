@@ -1,0 +1,98 @@
+package httpadmit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/httpadmit"
+)
+
+// A lease of a request in flight can be lost (released by an operator,
+// expired while the database was away): RenewLeases reports it once with a
+// LeaseLostError. The middleware sent it again on every later renewal, so
+// each one of that request failed (its other leases renewed, yet every
+// call counted as an error) and the LeasesHeld gauge kept counting it until
+// the settle. A lost lease is no longer renewed and is taken out of the
+// gauge when it is reported lost; the request is still settled as before.
+func TestALostLeaseIsReportedOnceAndNoLongerRenewed(t *testing.T) {
+	t.Parallel()
+	for name, leases := range map[string]int{"one of two leases": 2, "its only lease": 1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			var limits []httpadmit.Limit
+			for range leases {
+				slot := concurrent("model", uniqueKey("model"), 10)
+				slot.LeaseTTL = time.Second // renewed every 333 ms
+				limits = append(limits, slot)
+			}
+			// renewals counts the lease renewals reported, by result.
+			renewals := func() (ok, failed int) {
+				n := e.obs.callCounts()
+				return n["renew_leases ok"], n["renew_leases error"]
+			}
+			h := e.middleware(fixed(limits...))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				grant, _ := httpadmit.GrantFrom(r.Context())
+				if len(grant.Leases) != leases {
+					t.Errorf("%d leases, want %d", len(grant.Leases), leases)
+					return
+				}
+				if n, err := e.limiter.ReleaseLeases(context.Background(), grant.Leases[:1], "test_lost"); n != 1 || err != nil {
+					t.Errorf("ReleaseLeases: %d, %v", n, err)
+					return
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for _, failed := renewals(); failed == 0; _, failed = renewals() {
+					if time.Now().After(deadline) {
+						t.Errorf("no renewal reported the lost lease in 10s: %v", e.obs.callCounts())
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				for e.obs.heldLeases() != leases-1 { // told after the renewal's DatabaseCall
+					if time.Now().After(deadline) {
+						t.Errorf("LeasesHeld sums to %d once a lease was reported lost, want %d", e.obs.heldLeases(), leases-1)
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				// The other lease's renewals succeed (two of them), or, with
+				// no lease left, none is sent (for three ticks); the lost
+				// lease is not reported again.
+				okBefore, _ := renewals()
+				if leases == 1 {
+					time.Sleep(time.Second + 100*time.Millisecond)
+				}
+				for ok, _ := renewals(); leases > 1 && ok < okBefore+2; ok, _ = renewals() {
+					if time.Now().After(deadline) {
+						t.Errorf("no two renewals succeeded after the loss in 10s: %v", e.obs.callCounts())
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				ok, failed := renewals()
+				if failed != 1 {
+					t.Errorf("%d renewals failed, want 1 (the one that found the lease lost): %v", failed, e.obs.callCounts())
+				}
+				if leases == 1 && ok != okBefore {
+					t.Errorf("%d renewals of no lease left: %v", ok-okBefore, e.obs.callCounts())
+				}
+			}))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+			if rec.Code != http.StatusOK {
+				t.Errorf("%d %s", rec.Code, rec.Body)
+			}
+			if got := e.obs.callCounts()["commit ok"]; got != 1 {
+				t.Errorf("%d commits, want 1: %v", got, e.obs.callCounts())
+			}
+			if got := e.obs.heldLeases(); got != 0 {
+				t.Errorf("LeasesHeld sums to %d after the settle, want 0", got)
+			}
+			e.nothingHeld()
+		})
+	}
+}
