@@ -146,7 +146,12 @@
 // header maps join them: "99000, 1999000"). A field the handler sets
 // (Header().Set) replaces the middleware's, and one the middleware has no
 // value for is the handler's: delete the upstream's in a ReverseProxy's
-// ModifyResponse to keep them from clients. WithHeaders picks the families:
+// ModifyResponse to keep them from clients. An informational status (103
+// Early Hints) carries them too, and a header map cleared after it (a
+// ReverseProxy clears it once it forwarded an upstream's 1xx) gets them
+// back before the handler fills it for the final status, which then
+// carries the middleware's values, not the upstream's. WithHeaders picks
+// the families:
 //
 //   - HeadersIETF: RateLimit-Policy and RateLimit from
 //     draft-ietf-httpapi-ratelimit-headers-10, Structured Fields serialized

@@ -71,12 +71,30 @@ func TestUpstreamRateLimitHeadersDoNotDoubleTheMiddlewares(t *testing.T) {
 	}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	// An upstream that sends 103 Early Hints first: the ReverseProxy
+	// forwards it, then clears the whole header map (net/http does not for
+	// a 1xx), the middleware's values with it, and copies the final
+	// response's headers into the empty map.
+	hinting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		addUpstream(w.Header())
+		_, _ = io.WriteString(w, "data: ok\n\n")
+	}))
+	t.Cleanup(hinting.Close)
+	hintingURL, err := url.Parse(hinting.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hintingProxy := httputil.NewSingleHostReverseProxy(hintingURL)
+	hintingProxy.ErrorLog = log.New(io.Discard, "", 0)
 
 	for _, c := range []struct {
 		name    string
 		handler http.Handler
 	}{
 		{"ReverseProxy", proxy},
+		{"ReverseProxy, 103 Early Hints first", hintingProxy},
 		{"WriteHeader", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			addUpstream(w.Header())
 			w.WriteHeader(http.StatusOK)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"syscall"
 )
 
@@ -32,6 +33,13 @@ type responseWriter struct {
 	// (headerOut).
 	fields    []string
 	headerOut bool
+	// hinted holds the rate-limit headers (of fields) as they went out
+	// with the first informational status, put back in a header map found
+	// empty afterwards (restoreCleared). A httputil.ReverseProxy clears the
+	// whole map once it forwarded an upstream's 1xx (103 Early Hints), then
+	// copies the final response's headers in: the upstream's rate-limit
+	// values went out in place of the middleware's.
+	hinted http.Header
 }
 
 // hijackWriter is a responseWriter over a server's writer that can be
@@ -97,15 +105,50 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Header returns the server's header map, with the rate-limit headers
+// put back in if it was cleared since an informational status went out
+// (restoreCleared).
+func (w *responseWriter) Header() http.Header {
+	h := w.ResponseWriter.Header()
+	w.restoreCleared(h)
+	return h
+}
+
+// restoreCleared puts the rate-limit headers that went out with the first
+// informational status (hinted) back in h when h is empty and the final
+// status has not gone out: the map was cleared (as a httputil.ReverseProxy
+// does after forwarding a 1xx), not edited field by field, so what the
+// handler adds next goes beside them, and one it sets replaces them, as
+// before the 1xx.
+func (w *responseWriter) restoreCleared(h http.Header) {
+	if w.hinted == nil || w.headerOut || len(h) > 0 {
+		return
+	}
+	for name, values := range w.hinted {
+		h[name] = slices.Clone(values)
+	}
+}
+
 // sending keeps the middleware's rate-limit headers to their first value
 // (firstValues) before the header goes out, unless it went out already
 // with its final status; final says it goes out with it now. A write, a
-// copy or a flush sends it with 200 when WriteHeader was not called.
+// copy or a flush sends it with 200 when WriteHeader was not called. The
+// first informational status keeps the values it sends (hinted).
 func (w *responseWriter) sending(final bool) {
 	if w.headerOut {
 		return
 	}
-	firstValues(w.ResponseWriter.Header(), w.fields)
+	h := w.ResponseWriter.Header()
+	w.restoreCleared(h)
+	firstValues(h, w.fields)
+	if !final && w.hinted == nil {
+		w.hinted = http.Header{}
+		for _, name := range w.fields {
+			if v, ok := h[name]; ok {
+				w.hinted[name] = slices.Clone(v)
+			}
+		}
+	}
 	w.headerOut = final
 }
 
