@@ -127,10 +127,11 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if !returned {
 		return a.gaveUp(ctx, o, *passTimeout, prog, start, ratelimit.RecoveryResult{}.String())
 	}
-	if line, ok := passReport(res, err, start); ok {
+	line, counted := passReport(res, err, start)
+	if counted {
 		fmt.Fprintln(a.stdout, line)
 	}
-	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(pctx, pool, err), *lockTimeout))
+	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(notMigrated(pctx, pool, err), *lockTimeout), "recover", counted))
 }
 
 // defaultPassTimeout is recover --every's --pass-timeout when it is not given; a one-shot run
@@ -293,7 +294,8 @@ func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, 
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		logf("recover: pass failed: %s", scrub(cutOff(ctx, pctx, passTimeout, passLockWaited(notMigrated(pctx, o.pool, err), lockTimeout)).Error(), dsn))
+		err = privilegeDenied(passLockWaited(notMigrated(pctx, o.pool, err), lockTimeout), "recover", ok)
+		logf("recover: pass failed: %s", scrub(cutOff(ctx, pctx, passTimeout, err).Error(), dsn))
 	}
 }
 
@@ -398,10 +400,13 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if !returned {
 		return a.gaveUp(ctx, o, *passTimeout, prog, start, "") // a prune's summary says its cutoff
 	}
-	if err == nil || !res.Cutoff.IsZero() { // a step the server rejected: the others still ran
+	// A run that failed before its cutoff was read, or its lease taken, did nothing: its result
+	// says so by a zero cutoff, which is not printed (it read 0001-01-01T00:00:00Z).
+	counted := err == nil || !res.Cutoff.IsZero()
+	if counted { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return cutOff(ctx, pctx, *passTimeout, lockWaited(notMigrated(pctx, pool, err), *lockTimeout))
+	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(notMigrated(pctx, pool, err), *lockTimeout), "prune", counted))
 }
 
 // progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +58,59 @@ func TestMaintenanceCommandsRunAsTheMaintenanceRole(t *testing.T) {
 	pgtest.RecordNewerMigration(t, owner, 99999)
 	if _, errOut, _ := cli(t, nil, append(sweeper, "doctor")...); !strings.Contains(errOut, "this pgadmit may misread it") {
 		t.Errorf("doctor as the maintenance role on a schema a newer pgadmit migrated warns nothing:\n%s", errOut)
+	}
+}
+
+// A role without docs/privileges.sql's maintenance grants (the gateway's) may not take
+// recover's or prune's lease: the run never starts. Nothing it prints may look like work done (a
+// prune's cutoff of 0001-01-01, zero counts, a progress line of a batch), one-shot or as a
+// sweeper's pass, and its error says that the run did nothing, why, and what grants it needs.
+func TestRecoverAndPruneAsARoleWithoutTheirGrants(t *testing.T) {
+	t.Parallel()
+	url, _ := newDatabase(t)
+	gatewayURL, _ := pgtest.LeastPrivilegeURLs(t, url)
+	saysWhy := func(what, msg string) {
+		t.Helper()
+		for _, want := range []string{"did nothing", "SQLSTATE 42501", "pgadmit_maintenance", "docs/privileges.sql"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s does not say %q:\n%s", what, want, msg)
+			}
+		}
+		if strings.Contains(msg, "0001-01-01") {
+			t.Errorf("%s shows a zero time:\n%s", what, msg)
+		}
+	}
+	for _, cmd := range []string{"prune", "recover"} {
+		out, errOut, code := cli(t, nil, "--database-url", gatewayURL, cmd, "--progress", "1ns")
+		if code != exitFailure || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "pgadmit "+cmd+": ") {
+			t.Errorf("%s as the gateway's role: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, one line of error", cmd, code, out, errOut)
+		}
+		saysWhy(cmd+"'s error", errOut)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"--database-url", gatewayURL, "recover", "--every", "100ms"}, &out, &errOut, func(string) string { return "" })
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(out.String(), "pass failed") < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if code := <-exited; code != exitOK {
+		t.Errorf("recover --every as the gateway's role: exit %d once stopped, stderr %q", code, errOut.String())
+	}
+	log := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(log) < 4 {
+		t.Fatalf("recover --every as the gateway's role logged no two passes in 10s:\n%s", out.String())
+	}
+	for _, line := range log[1 : len(log)-1] { // between "sweeping every" and "stopped": failed passes alone
+		if !regexp.MustCompile(`^\S+ recover: pass failed: `).MatchString(line) {
+			t.Errorf("recover --every as the gateway's role logged a line other than a failed pass: %q", line)
+		}
+		saysWhy("recover --every's log", line)
 	}
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A refused privilege is told as such however deep in a run's joined errors it lies, and says
+// whether the run did anything: a step refused after others ran (a table a newer migration made,
+// before docs/privileges.sql was run again) left counts that were printed. Other errors pass
+// through as they are.
+func TestPrivilegeDenied(t *testing.T) {
+	t.Parallel()
+	refused := &pgconn.PgError{Code: "42501", Message: "permission denied for table gateway_task_events"}
+	err := errors.Join(errors.New("prune: reservations: rejected"), fmt.Errorf("prune: events: %w", refused))
+	for _, c := range []struct {
+		counted bool
+		says    string
+	}{{false, "it did nothing"}, {true, "what it did is counted"}} {
+		got := privilegeDenied(err, "prune", c.counted)
+		var pe *privilegeError
+		if !errors.As(got, &pe) || !errors.Is(got, refused) {
+			t.Errorf("privilegeDenied(counted %t) = %#v; want a *privilegeError wrapping the refusal", c.counted, got)
+			continue
+		}
+		msg := got.Error()
+		for _, want := range []string{"privilege that prune needs", c.says, "pgadmit_maintenance", "docs/privileges.sql", "gateway_task_events"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("privilegeDenied(counted %t) does not say %q: %s", c.counted, want, msg)
+			}
+		}
+	}
+	other := fmt.Errorf("recover: %w", &pgconn.PgError{Code: "55P03"})
+	if got := privilegeDenied(other, "recover", false); got != other {
+		t.Errorf("privilegeDenied of a lock wait = %v; want it unchanged", got)
+	}
+	if got := privilegeDenied(nil, "recover", false); got != nil {
+		t.Errorf("privilegeDenied(nil) = %v", got)
+	}
+}
