@@ -2,7 +2,8 @@
 --
 -- pgadmit_gateway: what a gateway process needs for every method of ratelimit.Limiter
 --   (admissions, Local blocks, leases, tasks and their events) and for httpadmit. It deletes
---   nothing but a task's queue places.
+--   nothing but a task's queue places. Doctor and the CLI's doctor and inspect only read: it
+--   runs them too.
 -- pgadmit_maintenance: what Maintenance (Recover, Prune, Doctor) and the CLI's recover, prune,
 --   doctor and inspect need: they read and settle what gateways left, and delete history.
 -- Neither may create, alter or drop anything (the script revokes CREATE on pgadmit's schema from

@@ -19,7 +19,8 @@ import (
 )
 
 // docs/privileges.sql grants two group roles what pgadmit needs: gateways
-// every method of a Limiter, maintenance Recover, Prune and Doctor. Every
+// every method of a Limiter (and Doctor, which only reads), maintenance
+// Recover, Prune and Doctor. Every
 // flow runs here as a login role of each group (two gateway instances, one
 // sweeper): combined and hot batches, Local blocks, leases, tasks sync and
 // async, a caller's transaction, and the state gateways leave behind
@@ -153,6 +154,13 @@ func TestLeastPrivilegeRolesRunEveryFlow(t *testing.T) {
 	report := mustGet(t, "Doctor", func() (ratelimit.Report, error) { return sweeper.Doctor(ctx) })
 	if !report.OK() {
 		t.Errorf("Doctor as the maintenance role:\n%s", report)
+	}
+	// Doctor only reads: a gateway's role may run it too, as the README says.
+	report = mustGet(t, "Doctor as the gateway's role", func() (ratelimit.Report, error) {
+		return ratelimit.NewMaintenance(pgtest.OpenPool(t, gatewayURL)).Doctor(ctx)
+	})
+	if !report.OK() {
+		t.Errorf("Doctor as the gateway's role:\n%s", report)
 	}
 	if left := rowCounts(t, owner); left != (dbtest.TableRowCountsRow{}) {
 		t.Errorf("rows left after Recover and Prune as the maintenance role: %+v", left)
