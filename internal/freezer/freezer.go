@@ -148,6 +148,11 @@ func (f *Freezer) Port() uint16 { return uint16(f.ln.Addr().(*net.TCPAddr).Port)
 // connections.
 func (f *Freezer) Freeze() { f.frozen.Store(true) }
 
+// Unfreeze passes on the server's answers again, those held while frozen first, and answers
+// new connections: a server that was slow for a while, or a pooler that queued a statement
+// until a session came free, rather than one that froze for good.
+func (f *Freezer) Unfreeze() { f.frozen.Store(false) }
+
 // Hold leaves new connections unanswered until Thaw; the ones answered
 // so far go on.
 func (f *Freezer) Hold() { f.holding.Store(true) }

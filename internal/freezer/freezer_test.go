@@ -118,7 +118,8 @@ func awaitGoroutine(t *testing.T, before leakcheck.Goroutines, frames, fn string
 }
 
 // FreezeAt freezes as the text is sent for the nth time, before the server's answer can pass:
-// the first sending is answered, the second not (a Freeze after Watch's Sent raced the answer).
+// the first sending is answered, the second not (a Freeze after Watch's Sent raced the answer)
+// until Unfreeze, which passes on the answer held.
 func TestFreezeAtHoldsTheAnswerToTheNthSending(t *testing.T) {
 	server, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -155,5 +156,10 @@ func TestFreezeAtHoldsTheAnswerToTheNthSending(t *testing.T) {
 		if _, err := c.Read(buf); (err == nil) != answered {
 			t.Fatalf("sending %d: read error %v, want it answered: %t", i+1, err, answered)
 		}
+	}
+	f.Unfreeze()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "a probe" {
+		t.Fatalf("after Unfreeze: read %q, %v; want the held answer %q", buf[:n], err, "a probe")
 	}
 }
