@@ -136,7 +136,9 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // first probe. When no probe saw sessions shared or moved through a proxy, CheckPooler cannot tell
 // a pooler in session mode from a transaction pooler that gave the prober its session back every
 // time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes above
-// make the question moot. It returns one too, whatever the exec mode, when the holder or the
+// make the question moot. Its message says how many probes saw the prober keep its session and
+// how many saw its second statement wait for one in vain (2 s) while the holder's transaction
+// was open: a proxy with no other session to spare queues it so, and that probe sees nothing. It returns one too, whatever the exec mode, when the holder or the
 // prober gets no server session within 5 s, rather than wait until ctx ends: behind a pooler in
 // session mode every client connection keeps the one it got (the holder too), and the pooler
 // may have none to spare. When the prober's statement run again gets no answer within 2 s on a
@@ -176,6 +178,7 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
 		return nil
 	}
+	waited := 0 // probes whose prober's second statement got no session (probeWaited)
 	for range poolerProbes {
 		saw, err := probePooler(ctx, pool, holder, mode)
 		switch {
@@ -186,12 +189,33 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 			return err
 		case saw == probeCarriedOver, saw == probeDirect:
 			return nil
+		case saw == probeWaited:
+			waited++
 		}
 	}
 	return fmt.Errorf("%w: pgx's %s exec mode needs one, and in %d probes through a proxy (the connection's "+
-		"backend process id is the proxy's, not its session's) the connection kept its server session and no "+
-		"other connection was given it: a pooler in session mode does that, and one in transaction mode may by "+
-		"chance; default_query_exec_mode=exec needs no session state", ErrPoolerUnknown, execModeName(mode), poolerProbes)
+		"backend process id is the proxy's, not its session's)%s; default_query_exec_mode=exec needs no session state",
+		ErrPoolerUnknown, execModeName(mode), poolerProbes, probesSaw(poolerProbes-waited, waited))
+}
+
+// probesSaw says what CheckPooler's probes saw when none told (after "in 5 probes through a
+// proxy (...)"): in kept of them the prober kept its session (probeOneSession), in waited its
+// second statement waited for one in vain (probeWaited). A probe that only waited saw neither
+// where the prober's statement would run nor whether another connection got its session.
+func probesSaw(kept, waited int) string {
+	const keptSaw = "the connection kept its server session and no other connection was given it"
+	const keptWhy = "a pooler in session mode does that, and one in transaction mode may by chance"
+	waitedSaw := fmt.Sprintf("second statement got no server session within %s while the check's other connection "+
+		"held a transaction open", proberWait)
+	const waitedWhy = "the proxy queued it, having no other server session to spare, or the server stopped answering: " +
+		"where it would run was not seen"
+	switch {
+	case waited == 0:
+		return " " + keptSaw + ": " + keptWhy
+	case kept == 0:
+		return " the connection's " + waitedSaw + " (" + waitedWhy + ")"
+	}
+	return fmt.Sprintf(": in %d %s (%s), and in %d its %s (%s)", kept, keptSaw, keptWhy, waited, waitedSaw, waitedWhy)
 }
 
 // checkTransaction runs a transaction of two statements on holder and returns a *PoolerError
@@ -258,6 +282,9 @@ const (
 	probeDirect
 	// probeCarriedOver: the prober's prepared statement ran on two sessions.
 	probeCarriedOver
+	// probeWaited: through a proxy, the prober's second statement got no server session within
+	// proberWait while the holder's transaction was open, so it was not seen where it runs.
+	probeWaited
 )
 
 // execModeName names mode as pgx's connection strings do.
@@ -369,9 +396,9 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	case pctx.Err() != nil && ctx.Err() == nil:
 		// Through a proxy, which may have had no other session to give the prober while the
 		// holder's transaction is open (one server connection, and PgBouncer 1.21+ keeping the
-		// prepared statement under a name of its own): a probe that saw nothing, as one that
-		// saw one session.
-		return probeOneSession, nil
+		// prepared statement under a name of its own): a probe that saw nothing. It is told
+		// apart from one that saw one session, which it did not.
+		return probeWaited, nil
 	default:
 		return 0, failed(err)
 	}

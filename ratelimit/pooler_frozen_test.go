@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,93 @@ func checkPoolerUntilFrozen(t *testing.T, ctx context.Context, fr *freezer.Freez
 		t.Fatal("CheckPooler never ran its probe's prepared statement twice")
 	}
 	return errs
+}
+
+// Through a proxy that gave the probe's connection no server session for its second statement
+// while the check's other connection held a transaction open (a proxy with none to spare queues
+// it; here a freezer in front of a PgBouncer holds its answer past the prober's 2 s, then lets
+// it go), CheckPooler could not tell, and its error says what the probes saw: it used to say of
+// every probe that the connection kept its server session and no other connection was given
+// it, also of those whose statement never ran. Probes that did keep their session (the freezer
+// let them be) are still said to have.
+func TestCheckPoolerSaysWhichProbesWaitedForASession(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		waited int
+		says   []string
+	}{
+		{2, []string{
+			"in 5 probes through a proxy", "in 3 the connection kept its server session and no other connection was given it",
+			"in 2 its second statement got no server session within 2s while the check's other connection held a transaction open",
+		}},
+		{5, []string{
+			"in 5 probes through a proxy", "the connection's second statement got no server session within 2s while the check's " +
+				"other connection held a transaction open",
+		}},
+	} {
+		t.Run(fmt.Sprintf("%d of 5 waited", c.waited), func(t *testing.T) {
+			t.Parallel()
+			err := checkPoolerQueued(t, c.waited)
+			t.Logf("CheckPooler: %v", err)
+			if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) {
+				t.Fatalf("CheckPooler through a proxy that queued %d probes = %v, want ErrPoolerUnknown", c.waited, err)
+			}
+			for _, s := range c.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("CheckPooler through a proxy that queued %d probes = %v\nwant it to say %q", c.waited, err, s)
+				}
+			}
+			if c.waited == 5 && strings.Contains(err.Error(), "kept its server session") {
+				t.Errorf("CheckPooler through a proxy that queued every probe says a connection kept its session: %v", err)
+			}
+		})
+	}
+}
+
+// checkPoolerQueued runs CheckPooler (cache_statement) through a freezer in front of a PgBouncer
+// in session mode (each client connection keeps its server session), whose answer to the prober's second statement the freezer holds in the
+// first waited probes, for 3 s (past the prober's 2 s, within the holder's 5 s rollback), and
+// returns its error.
+func checkPoolerQueued(t *testing.T, waited int) error {
+	t.Helper()
+	// A server connection for the holder, one for each prober given up on (pgx's cancel request
+	// for it, which the freezer leaves unanswered while frozen, keeps its client connection, and
+	// so in session mode its server connection, up to 15 s), and one for the next prober.
+	pooled, _ := pgtest.NewPoolerURLIn(t, "session", waited+2)
+	cfg, err := pgxpool.ParseConfig(pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, pool := freezer.NewPool(t, cfg, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const probe = "pgadmit_pooler_probe_" // sent to prepare it, run it, and run it again
+	fr.FreezeAt(probe, 3)
+	errs := make(chan error, 1)
+	go func() { errs <- ratelimit.CheckPooler(ctx, pool) }()
+	for i := range waited {
+		select {
+		case <-fr.SentFrozen():
+		case err := <-errs:
+			t.Fatalf("CheckPooler ended before its probe %d froze: %v", i+1, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("CheckPooler never ran its probe %d's prepared statement twice", i+1)
+		}
+		time.Sleep(3 * time.Second)
+		if i+1 < waited {
+			fr.FreezeAt(probe, 3)
+		}
+		select { // the holder's rollback, sent while frozen, told it too
+		case <-fr.SentFrozen():
+		default:
+		}
+		fr.Unfreeze()
+	}
+	select {
+	case err := <-errs:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("CheckPooler did not end 30s after its last queued probe")
+		return nil
+	}
 }

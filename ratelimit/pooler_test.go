@@ -95,8 +95,10 @@ func TestCheckPoolerBehindAPgBouncerOfOneServerConnection(t *testing.T) {
 
 // Behind a PgBouncer in session mode each client connection keeps its server session, which
 // the probe cannot tell from a transaction pooler that happened to give the prober its session
-// back every time: it says so (ErrPoolerUnknown), where it used to report no mismatch. The exec
-// modes that keep no session state pass.
+// back every time: it says so (ErrPoolerUnknown), where it used to report no mismatch, and that
+// every probe kept its session (none waited for one, as in
+// TestCheckPoolerSaysWhichProbesWaitedForASession). The exec modes that keep no session state
+// pass.
 func TestCheckPoolerBehindAPgBouncerInSessionMode(t *testing.T) {
 	t.Parallel()
 	pooled, _ := pgtest.NewPoolerURLIn(t, "session", pgtest.PoolerSize)
@@ -104,6 +106,10 @@ func TestCheckPoolerBehindAPgBouncerInSessionMode(t *testing.T) {
 		err := ratelimit.CheckPooler(context.Background(), poolsOn(t, pooled, 1, mode)[0])
 		if !errors.Is(err, ratelimit.ErrPoolerUnknown) || errors.Is(err, ratelimit.ErrPoolerMismatch) {
 			t.Errorf("CheckPooler(%s behind a PgBouncer in session mode) = %v, want ErrPoolerUnknown", mode, err)
+		} else if msg := err.Error(); !strings.Contains(msg, "in 5 probes through a proxy") ||
+			!strings.Contains(msg, "the connection kept its server session and no other connection was given it") ||
+			strings.Contains(msg, "got no server session") {
+			t.Errorf("CheckPooler(%s behind a PgBouncer in session mode) = %v, want it to say that every probe kept its session", mode, err)
 		}
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeSimpleProtocol} {
