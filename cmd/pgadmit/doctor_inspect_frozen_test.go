@@ -78,3 +78,27 @@ func TestDoctorAndInspectWithinPassTimeoutRunAsUsual(t *testing.T) {
 		})
 	}
 }
+
+// Cut off by --pass-timeout on a server that stopped answering, doctor says every --progress,
+// until it ends, that it was cut off and is ending, as recover and prune do: its line went on
+// saying that it was still checking the books, with what was left of a bound that had passed.
+func TestDoctorCutOffOnAFrozenServerSaysItIsEnding(t *testing.T) {
+	t.Parallel()
+	r := runUntilFrozen(t, context.Background(), dbtest.New().OpsLockCounters, "doctor", "--lock-timeout", "0", "--pass-timeout", "2s",
+		"--progress", "200ms")
+	select {
+	case code := <-r.exited:
+		t.Logf("doctor returned %s after it waited; stderr:\n%s", time.Since(r.frozen).Round(time.Millisecond), r.stderr.String())
+		checking := `pgadmit doctor: so far \(\d+s\): still checking the books \(one statement over one snapshot: it reports when it ends; ` +
+			`it is cut off at --pass-timeout \(2s\), \d+s from now\)\n`
+		ending := `pgadmit doctor: so far \(\d+s\): cut off by --pass-timeout \(2s\): still ending \(cancelling its statement\)\n`
+		end := `pgadmit doctor: cut off by --pass-timeout \(2s\): the books were not checked: ratelimit: doctor: [^\n]*\n`
+		want := `^(` + checking + `)+(` + ending + `)+` + end + `$`
+		if code != exitFailure || r.stdout.String() != "" || !regexp.MustCompile(want).MatchString(r.stderr.String()) {
+			t.Errorf("doctor --progress 200ms --pass-timeout 2s on a frozen server: exit %d, stdout %q, stderr %q; want exit 1, stderr matching %s",
+				code, r.stdout.String(), r.stderr.String(), want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("doctor --pass-timeout 2s on a frozen server did not return within 30s; stderr %q", r.stderr.String())
+	}
+}

@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A doctor that runs long (here behind a table lock another session holds; elsewhere a scan of a
-// large database) says on stderr, every --progress, that it is still checking, as recover and
-// prune say how far they have got; the report still goes to stdout alone. A quick doctor prints
+// large database) says on stderr, every --progress, that it is still checking, and what bounds
+// it, as recover and prune say how far they have got and what bounds them: with --pass-timeout,
+// when it is cut off, counted from the run's start (its line said nothing of the bound); without,
+// that --pass-timeout would bound it. The report still goes to stdout alone. A quick doctor prints
 // nothing there, and a negative interval, or one under 100ms (but 0), is a usage error: a line
 // every nanosecond would print continuously.
 func TestDoctorPrintsItsProgress(t *testing.T) {
@@ -17,21 +22,39 @@ func TestDoctorPrintsItsProgress(t *testing.T) {
 	if out, errOut, code := cli(t, nil, "--database-url", url, "doctor"); code != exitOK || errOut != "" {
 		t.Errorf("a quick doctor: exit %d, stdout %q, stderr %q; want exit 0 and nothing on stderr", code, out, errOut)
 	}
-	release := lockCounters(t, pool)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
-	go func() {
-		exited <- run(ctx, []string{"--database-url", url, "doctor", "--progress", "100ms"}, stdout, stderr, func(string) string { return "" })
-	}()
-	const line = `pgadmit doctor: so far \(\d+s\): still checking the books \(one statement over one snapshot: it reports when it ends\)\n`
-	awaitLog(t, stderr, `^`+line)
-	release()
-	if code := <-exited; code != exitOK || stdout.String() != "doctor: the books balance\n" {
-		t.Errorf("doctor --progress 100ms once the table was free: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
-	}
-	if !regexp.MustCompile(`^(` + line + `)+$`).MatchString(stderr.String()) {
-		t.Errorf("doctor --progress 100ms behind a table lock: stderr %q", stderr.String())
+	const checking = `pgadmit doctor: so far \(\d+s\): still checking the books \(one statement over one snapshot: it reports when it ends; `
+	for _, c := range []struct {
+		args  []string
+		bound string // the end of its line
+	}{
+		{nil, `--pass-timeout bounds the run, Ctrl-C stops it\)\n`},
+		{[]string{"--pass-timeout", "1m"}, `it is cut off at --pass-timeout \(1m\), (\d+s|1m) from now\)\n`},
+	} {
+		release := lockCounters(t, pool)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		stdout, stderr, exited := &syncBuffer{}, &syncBuffer{}, make(chan int, 1)
+		started := time.Now()
+		go func() {
+			exited <- run(ctx, append([]string{"--database-url", url, "doctor", "--progress", "100ms"}, c.args...), stdout, stderr,
+				func(string) string { return "" })
+		}()
+		line := checking + c.bound
+		awaitLog(t, stderr, `^`+line)
+		release()
+		if code := <-exited; code != exitOK || stdout.String() != "doctor: the books balance\n" {
+			t.Errorf("doctor --progress 100ms %v once the table was free: exit %d, stdout %q, stderr %q", c.args, code, stdout.String(), stderr.String())
+		}
+		if !regexp.MustCompile(`^(` + line + `)+$`).MatchString(stderr.String()) {
+			t.Errorf("doctor --progress 100ms %v behind a table lock: stderr %q", c.args, stderr.String())
+		}
+		// What is left of the bound: at most what it was, less the time the run has taken.
+		for _, m := range regexp.MustCompile(`(\d+)s from now`).FindAllStringSubmatch(stderr.String(), -1) {
+			if left, _ := strconv.Atoi(m[1]); time.Duration(left)*time.Second > time.Minute-time.Since(started)+time.Second {
+				t.Errorf("doctor --pass-timeout 1m said %s of its bound was left, %s into its run", strings.TrimSpace(m[0]),
+					time.Since(started).Round(time.Millisecond))
+			}
+		}
 	}
 	for _, every := range []string{"-1s", "1ns", "1ms", "99ms"} {
 		out, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--progress", every)

@@ -43,12 +43,13 @@ failed, after its counts, and the sweeper goes on).
 Without --every: one pass, then prints its counts. While it runs, every --progress it says on
 stderr how far it has got, after a batch, or, while no batch ends, that it still waits for the
 database: a lock held with --lock-timeout 0, or a server that stopped answering, which no
-lock_timeout ends (the server is not there to apply it). --pass-timeout cuts the run off (no
-bound by default; counted from its start, connecting and reading the schema version included):
-what it did is printed, and it exits 1 naming the bound. Cut off or interrupted, it waits 2s at
-most for its statement's cancel and the release of its single-flight lease, which a live server
-answers in milliseconds: on one that does not, it exits without them, saying that the lease may
-stay held until it expires (15s at most; a run before then is skipped).
+lock_timeout ends (the server is not there to apply it), and when --pass-timeout cuts it off
+(or that none does). --pass-timeout cuts the run off (no bound by default; counted from its
+start, connecting and reading the schema version included): what it did is printed, and it
+exits 1 naming the bound. Cut off or interrupted, it waits 2s at most for its statement's cancel
+and the release of its single-flight lease, which a live server answers in milliseconds: on one
+that does not, it exits without them, saying that the lease may stay held until it expires (15s
+at most; a run before then is skipped).
 
 With --every (at least 100ms): a sweeper that runs a pass at that interval and logs each pass's
 counts until SIGINT or SIGTERM, then exits 0; a pass in flight then is waited for 2s at most,
@@ -459,7 +460,7 @@ reservations and blocks: an operator's tool. A table that another session holds 
 migration that alters it) is waited for at most --lock-timeout (5s by default; 0: no bound;
 lock_timeout, for doctor's transaction only); then doctor fails, exit 1, and says so. While the
 check runs, every --progress (10s by default, at least 100ms; 0: never) it says on stderr that it
-is still checking, and for how long.
+is still checking, for how long, and when --pass-timeout cuts it off (or that none does).
 
 A server that stopped answering (its host froze, the network drops packets) is not there to
 apply lock_timeout: doctor would wait until Ctrl-C. --pass-timeout cuts the run off (no bound by
@@ -526,7 +527,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 			return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, err)
 		}
 	}
-	stopProgress := doctorProgress(a.stderr, *progress)
+	stopProgress := doctorProgress(ctx, pctx, a.stderr, *progress, *passTimeout)
 	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(pctx)
 	stopProgress()
 	if err != nil {

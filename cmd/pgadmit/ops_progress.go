@@ -99,14 +99,14 @@ func (p *runProgress) watch(ctx, pctx context.Context) (stop func()) {
 		}
 		p.saidAt = now
 		if pctx.Err() != nil {
-			p.sayEnding(elapsed, ctx.Err() == nil)
+			p.sayEnding(elapsed, endedBy(ctx, p.passTimeout))
 			return
 		}
 		if p.batchAt.After(now.Add(-wait)) && p.last.Batches > 0 {
 			p.sayBatch() // batches ended since the last line, faster than one an interval
 			return
 		}
-		p.sayWaiting(elapsed, now.Sub(p.batchAt))
+		p.sayWaiting(elapsed, now.Sub(p.batchAt), passBound(pctx, p.passTimeout))
 	})
 	return func() {
 		stopWatch()
@@ -115,28 +115,41 @@ func (p *runProgress) watch(ctx, pctx context.Context) (stop func()) {
 }
 
 // sayWaiting says that no batch has ended for idle, elapsed into the run: how far the run has
-// got, as after a batch, and what it may be waiting for.
-func (p *runProgress) sayWaiting(elapsed, idle time.Duration) {
+// got, as after a batch, what it may be waiting for, and what bounds it (passBound).
+func (p *runProgress) sayWaiting(elapsed, idle time.Duration, bound string) {
 	sofar, done := p.sofar(elapsed)
-	bound := "--pass-timeout bounds the run, Ctrl-C stops it"
-	if p.passTimeout > 0 {
-		bound = fmt.Sprintf("it is cut off at --pass-timeout (%s)", durationtext.Operator(p.passTimeout))
-	}
 	fmt.Fprintf(p.out, "pgadmit %s: so far (%s): %sno batch has ended for %s: still waiting for the database "+
 		"(a lock another session holds, or a server that stopped answering; %s)\n", p.job, sofar, done, idle.Round(time.Second), bound)
 }
 
-// sayEnding says that the run, cut off by --pass-timeout (else interrupted), has not ended yet:
-// on a server that stopped answering, its statement's cancel request and the release of its
-// lease (ratelimit's, which runs on past its context) wait for an answer, endWait at most.
-func (p *runProgress) sayEnding(elapsed time.Duration, cut bool) {
+// sayEnding says that the run, ended as why says (endedBy), has not ended yet: on a server that
+// stopped answering, its statement's cancel request and the release of its lease (ratelimit's,
+// which runs on past its context) wait for an answer, endWait at most.
+func (p *runProgress) sayEnding(elapsed time.Duration, why string) {
 	sofar, done := p.sofar(elapsed)
-	why := "interrupted"
-	if cut {
-		why = fmt.Sprintf("cut off by --pass-timeout (%s)", durationtext.Operator(p.passTimeout))
-	}
 	fmt.Fprintf(p.out, "pgadmit %s: so far (%s): %s%s: still ending (cancelling its statement and giving back the run's lease)\n",
 		p.job, sofar, done, why)
+}
+
+// passBound says, for a progress line of a one-shot recover, prune or doctor, what bounds the
+// run in pctx (passContext) whose --pass-timeout is passTimeout (0: none): when it is cut off,
+// counted from the run's start, and how long from now; else that --pass-timeout would bound it.
+func passBound(pctx context.Context, passTimeout time.Duration) string {
+	deadline, ok := pctx.Deadline()
+	if passTimeout == 0 || !ok {
+		return "--pass-timeout bounds the run, Ctrl-C stops it"
+	}
+	left := max(time.Until(deadline), 0).Round(time.Second)
+	return fmt.Sprintf("it is cut off at --pass-timeout (%s), %s from now", durationtext.Operator(passTimeout), durationtext.Operator(left))
+}
+
+// endedBy says, for a progress line, what ended a run whose pass context ended: the interrupt
+// (ctx's end) or --pass-timeout.
+func endedBy(ctx context.Context, passTimeout time.Duration) string {
+	if ctx.Err() != nil {
+		return "interrupted"
+	}
+	return fmt.Sprintf("cut off by --pass-timeout (%s)", durationtext.Operator(passTimeout))
 }
 
 // sofar is how far the run has got, elapsed into it, for the parentheses after "so far", and
