@@ -156,7 +156,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	rounds := fs.Int("rounds", 1, "run the selected workloads `N` times in the same database, 1 to 1000, and compare the last round with the first")
 	statements := fs.Int("statements", defaultBenchStatements, "show the `N` statements per workload that took the most server time (pg_stat_statements), 0 to 100; 0: no report")
 	waits := fs.Bool("waits", false, "sample the workers' sessions (pg_stat_activity) every 10 ms and show what their statements waited for")
-	progress := progressFlag(fs, minInterval)
+	progress := progressFlag(fs, minInterval, "how far it has got")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile while the workloads run to this `file`, for go tool pprof")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {

@@ -62,13 +62,13 @@ warning says so).
 With --http, it runs an HTTP gateway instead (package httpadmit): a real server on 127.0.0.1
 admitting each request with the middleware, in front of a fake upstream that streams tokens
 as server-sent events, and --clients real HTTP clients on --keys API keys (default 20) for
---duration (default 10s), every 8th request cancelled mid-stream. It prints the rate-limit headers of admitted
-responses and of a 429 with its problem body, what a request gets when the database hangs or
-is stopped (fail closed: 503; fail open: 200; through a second middleware with httpadmit's
-default decision timeout, 250ms, whatever --decision-timeout says: a hanging database answers
-within it plus up to 100 ms, as package httpadmit says), and the gateway's /metrics page;
-then checks that nothing stays held and the books balance. Exits 1 when one of these checks
-fails.`,
+--duration (default 10s), every 8th request cancelled mid-stream. It prints the rate-limit
+headers of admitted responses and of a 429 with its problem body, what a request gets when the
+database hangs or is stopped (fail closed: 503; fail open: 200; through a second middleware
+with httpadmit's default decision timeout, 250ms, whatever --decision-timeout says: a hanging
+database answers within it plus up to 100 ms, as package httpadmit says), and the gateway's
+/metrics page; then checks that nothing stays held and the books balance. Exits 1 when one of
+these checks fails.`,
 		db:  dbOptional,
 		run: runDemo,
 	}

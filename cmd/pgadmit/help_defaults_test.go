@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +57,87 @@ func TestHelpNamesEveryFlagValue(t *testing.T) {
 		for _, m := range goType.FindAllStringSubmatch(out, -1) {
 			t.Errorf("pgadmit %s --help: %s takes a value named by its Go type, %q", c.name, m[1], m[2])
 		}
+	}
+}
+
+// The help texts' prose keeps the width of the rest (96 columns, a few 97): demo's --http
+// paragraph had a line of 110. Flag usages, one line each, are left to the terminal.
+func TestHelpProseKeepsItsWidth(t *testing.T) {
+	t.Parallel()
+	helps := map[string]string{"pgadmit": cliOK(t, "--help")}
+	for _, c := range commands() {
+		helps[c.name] = cliOK(t, c.name, "--help")
+	}
+	for name, out := range helps {
+		for line := range strings.SplitSeq(out, "\n") {
+			if len(line) > 97 && !strings.HasPrefix(line, "      ") {
+				t.Errorf("%s --help has a line of %d columns: %q", name, len(line), line)
+			}
+		}
+	}
+}
+
+// doctor's --progress says what doctor prints every interval, that it is still checking and what
+// bounds it, as its help and the README do: it said "how far it has got", recover's and prune's
+// words, of a check that has nothing to count until it ends.
+func TestDoctorHelpSaysWhatItsProgressPrints(t *testing.T) {
+	t.Parallel()
+	out := cliOK(t, "doctor", "--help")
+	_, after, _ := strings.Cut(out, "\n  --progress interval\n")
+	usage, _, _ := strings.Cut(after, "\n")
+	if want := "that it is still checking, and when --pass-timeout cuts it off"; !strings.Contains(usage, want) ||
+		strings.Contains(usage, "how far it has got") {
+		t.Errorf("doctor --help of --progress: %q, want it to say %q", usage, want)
+	}
+}
+
+// Every --pass-timeout says in --help, in the same words, what it cuts off, its floor, what the
+// run cut off leaves and its default: doctor's and inspect's said "cut off the run after
+// duration, at least 100ms, and exit 1", not what they left unchecked or unshown, as prune's
+// says what it did.
+func TestPassTimeoutHelpSaysWhatACutOffRunLeaves(t *testing.T) {
+	t.Parallel()
+	for cmd, want := range map[string]string{
+		"recover": "cut off a pass still running after duration (at least 100ms): with --every it is logged as failed and the " +
+			"sweeper goes on (default 1m); a single pass, unbounded unless given, prints what it did and exits 1",
+		"prune":   "cut off a run still going after duration (at least 100ms): it prints what it did and exits 1 (default: no bound)",
+		"doctor":  "cut off a run still going after duration (at least 100ms): it says what it did not check and exits 1 (default: no bound)",
+		"inspect": "cut off a run still going after duration (at least 100ms): it shows no table and exits 1 (default: no bound)",
+	} {
+		out := cliOK(t, cmd, "--help")
+		_, after, _ := strings.Cut(out, "\n  --pass-timeout duration\n      ")
+		if usage, _, _ := strings.Cut(after, "\n"); usage != want {
+			t.Errorf("%s --help of --pass-timeout: %q, want %q", cmd, usage, want)
+		}
+	}
+}
+
+// Every flag that the README's CLI reference gives a count, `--flag N`, names it N in --help too:
+// inspect's --limit said "rows" where every other count (--batch-size, --workers, --keys) says N.
+func TestHelpNamesACountNAsTheREADMEDoes(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ref, ok := strings.Cut(string(readme), "\n## CLI reference\n")
+	if !ok {
+		t.Fatal("README.md has no CLI reference")
+	}
+	row := regexp.MustCompile("(?m)^\\| `(--[a-z-]+) N` \\|")
+	heading := regexp.MustCompile("(?m)^### `pgadmit ([a-z]+)")
+	checked := 0
+	for i, section := range heading.Split(ref, -1)[1:] {
+		cmd := heading.FindAllStringSubmatch(ref, -1)[i][1]
+		help := cliOK(t, cmd, "--help")
+		for _, m := range row.FindAllStringSubmatch(section, -1) {
+			checked++
+			if !strings.Contains(help, "\n  "+m[1]+" N\n") {
+				t.Errorf("pgadmit %s --help does not name the value of %s N, as the README does", cmd, m[1])
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("checked %d counts of the README, want every one (at least 10)", checked)
 	}
 }

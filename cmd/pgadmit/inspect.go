@@ -67,9 +67,9 @@ func inspectRead(table string) {
 func runInspect(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	scope := fs.String("scope", "", "show only this scope, `TYPE:KEY` as inspect shows it (e.g. api_key:team-42, \"tier:gold\":\"team a\")")
-	limit := fs.Int("limit", 50, "print at most this many `rows` per table, 1 to 1000000")
+	limit := fs.Int("limit", 50, "print at most `N` rows per table, 1 to 1000000")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
-	passTimeout := passTimeoutFlag(fs, "cut off the run after `duration`, at least 100ms, and exit 1 (default: no bound)")
+	passTimeout := passTimeoutFlag(fs, "cut off a run still going after `duration` (at least 100ms): it shows no table and exits 1 (default: no bound)")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err

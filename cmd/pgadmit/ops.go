@@ -72,7 +72,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 		"goes on (default "+durationtext.Operator(defaultPassTimeout)+"); a single pass, unbounded unless given, prints what it did and exits 1")
 	batch := fs.Int("batch-size", ratelimit.DefaultRecoveryBatchSize, "at most `N` rows in one recovery transaction, 1 to 1000000")
 	maxRequeues := fs.Int("max-requeues", ratelimit.DefaultMaxRequeues, "requeue an async task `N` times before recovery fails it for good")
-	progress := progressFlag(fs, 0)
+	progress := progressFlag(fs, 0, "how far it has got")
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatchOrSweepOn)
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
@@ -350,7 +350,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", ratelimit.DefaultPruneBatchSize, "at most `N` rows in one delete statement, 1 to 1000000 (for tasks and --events: tasks, each with all its events)")
-	progress := progressFlag(fs, 0)
+	progress := progressFlag(fs, 0, "how far it has got")
 	passTimeout := passTimeoutFlag(fs, "cut off a run still going after `duration` (at least 100ms): it prints what it did and exits 1 (default: no bound)")
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatch)
 	args, err := a.parse(a.cmd, fs, args)
@@ -410,15 +410,16 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(notMigrated(pctx, pool, err), *lockTimeout), "prune", counted))
 }
 
-// progressFlag adds --progress to a one-shot recover, prune or doctor (and bench). Where the
-// command has --every (recover's, defined before it), its help says that --every refuses it
-// (checkProgress); where it has a floor (bench's and doctor's: checkInterval), its help states it.
-func progressFlag(fs *flag.FlagSet, floor time.Duration) *time.Duration {
+// progressFlag adds --progress to a one-shot recover, prune or doctor (and bench), whose usage
+// says what its line tells (says: "how far it has got"). Where the command has --every
+// (recover's, defined before it), its help says that --every refuses it (checkProgress); where
+// it has a floor (bench's and doctor's: checkInterval), its help states it.
+func progressFlag(fs *flag.FlagSet, floor time.Duration, says string) *time.Duration {
 	values := "0: never"
 	if floor > 0 {
 		values += "; else at least " + durationtext.Operator(floor)
 	}
-	usage := "while the run lasts, print how far it has got on stderr every `interval` (" + values + ")"
+	usage := "while the run lasts, print " + says + " on stderr every `interval` (" + values + ")"
 	if fs.Lookup("every") != nil {
 		usage += "; refused with --every, which logs each pass instead"
 	}
@@ -475,9 +476,9 @@ server that does not answer (its statement's cancel, then its connections' close
 
 func runDoctor(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	progress := progressFlag(fs, minInterval)
+	progress := progressFlag(fs, minInterval, "that it is still checking, and when --pass-timeout cuts it off,")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
-	passTimeout := passTimeoutFlag(fs, "cut off the run after `duration`, at least 100ms, and exit 1 (default: no bound)")
+	passTimeout := passTimeoutFlag(fs, "cut off a run still going after `duration` (at least 100ms): it says what it did not check and exits 1 (default: no bound)")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
