@@ -15,7 +15,6 @@ import (
 // neither ended at all: the probe's clean-up waited for the server with no bound.
 func TestChecksOnAFrozenServerEndWithinEndWait(t *testing.T) {
 	t.Parallel()
-	const sweeper = "recover --every"
 	for _, c := range []struct {
 		name      string
 		args      []string
