@@ -124,7 +124,7 @@ func TestProcessChild(t *testing.T) {
 	// plus behind (after its first).
 	before := time.Now()
 	dbNow := pgtest.DBNow(t, pool)
-	ahead, behind := dbNow.Sub(time.Now()), dbNow.Sub(before)
+	ahead, behind := time.Until(dbNow), dbNow.Sub(before)
 	slots, err := mapHeldSlots(o.HeldSlots)
 	if err != nil {
 		t.Fatal(err)
