@@ -109,7 +109,7 @@ func (r *runner) w4(ctx context.Context) (_ Result, err error) {
 	for _, g := range grants.Reservations {
 		starts[g.WindowStart] = true
 	}
-	var windowsUsed int64 = int64(len(starts))
+	windowsUsed := int64(len(starts))
 	if windowsUsed == 0 {
 		windowsUsed = 1 // nothing admitted: the admitted check fails on its own
 	}
