@@ -16,7 +16,7 @@ SQLC := cd tools && $(GO) tool sqlc -f ../sqlc.yaml
 GENERATED := db internal/dbtest
 
 .DEFAULT_GOAL := help
-.PHONY: help generate check-generated vet lint-sql sqlc-vet test query-coverage fuzz bench demo demo-http build goose ci
+.PHONY: help generate check-generated vet staticcheck lint-sql sqlc-vet test query-coverage fuzz bench demo demo-http build goose ci
 
 help: ## list the targets
 	@echo "usage: make TARGET"
@@ -41,6 +41,12 @@ vet: ## go vet, gofmt and go mod tidy (of both modules) must find nothing
 	$(GO) mod tidy -diff
 	cd tools && $(GO) mod tidy -diff
 	@echo "vet: ok"
+
+# The pinned staticcheck, built from the tools module (tools/go.mod) but run from the repository's
+# root, so that it analyses this module's packages; its checks are in staticcheck.conf.
+staticcheck: ## staticcheck (pinned in tools/go.mod; checks in staticcheck.conf) must find nothing
+	$(GO) tool -modfile=tools/go.mod staticcheck ./...
+	@echo "staticcheck: ok"
 
 lint-sql: ## fail when hand-written Go (outside db/) holds SQL text, or a query in queries/ selects *
 	bash .ci/lint-sql
