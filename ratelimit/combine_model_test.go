@@ -159,7 +159,7 @@ func TestCombinerRandomCallsAddUp(t *testing.T) {
 						case refused(req) && err.Error() == fmt.Sprintf("refused %d", req):
 						case bad(req) && errors.As(err, &pgErr) && pgErr.Message == fmt.Sprintf("request %d", req):
 						case err.Error() == "connection lost":
-						case err != nil && len(err.Error()) > 40 && err.Error()[:40] == "ratelimit: a combined batch panicked: bo":
+						case len(err.Error()) > 40 && err.Error()[:40] == "ratelimit: a combined batch panicked: bo":
 						default:
 							t.Errorf("request %d: %v", req, err)
 						}
