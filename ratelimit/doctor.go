@@ -96,8 +96,13 @@ type Report struct {
 // OK reports whether the books balance.
 func (r Report) OK() bool { return len(r.Problems) == 0 }
 
-// String lists the problems, one per line, or says the books balance.
+// String lists the problems, one per line, or says the books balance. The
+// zero report, which Doctor returns with an error, says that the books were
+// not checked.
 func (r Report) String() string {
+	if r.OK() && r.CheckedAt.IsZero() {
+		return "doctor: the books were not checked"
+	}
 	if r.OK() {
 		return "doctor: the books balance"
 	}

@@ -47,10 +47,15 @@ type PruneResult struct {
 	Skipped bool
 }
 
-// String summarizes what was deleted, for logs and the CLI.
+// String summarizes what was deleted, for logs and the CLI. The zero
+// result, which Prune returns with an error that came before it took the
+// prune lease, says that the call did nothing.
 func (r PruneResult) String() string {
 	if r.Skipped {
 		return "prune skipped: another process holds the prune lease"
+	}
+	if r == (PruneResult{}) {
+		return "prune did nothing: it ended before it took the prune lease"
 	}
 	tasks := "finished tasks kept"
 	if !r.TaskCutoff.IsZero() {
