@@ -124,11 +124,17 @@ func (p *runProgress) sayWaiting(elapsed, idle time.Duration, bound string) {
 
 // sayEnding says that the run, ended as why says (endedBy), has not ended yet: on a server that
 // stopped answering, its statement's cancel request and the release of its lease (ratelimit's,
-// which runs on past its context) wait for an answer, endWait at most.
+// which runs on past its context) wait for an answer, endWait at most. The lease is certain only
+// once a batch ended (a run reports batches only while it holds its lease): before, the run may
+// have been reading its cutoff or taking the lease, or been refused it.
 func (p *runProgress) sayEnding(elapsed time.Duration, why string) {
 	sofar, done := p.sofar(elapsed)
-	fmt.Fprintf(p.out, "pgadmit %s: so far (%s): %s%s: still ending (cancelling its statement and giving back the run's lease)\n",
-		p.job, sofar, done, why)
+	lease := "the run's lease"
+	if p.last.Batches == 0 {
+		lease += " if it took one"
+	}
+	fmt.Fprintf(p.out, "pgadmit %s: so far (%s): %s%s: still ending (cancelling its statement and giving back %s)\n",
+		p.job, sofar, done, why, lease)
 }
 
 // passBound says, for a progress line of a one-shot recover, prune or doctor, what bounds the
