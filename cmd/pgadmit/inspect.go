@@ -109,7 +109,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	defer grace.CloseOnExit(pctx, pool)
 	in, err := readInspect(pctx, pool, scopeType, scopeKey, int32(*limit), *lockTimeout)
 	if err != nil {
-		return cutOffLeaving(ctx, pctx, *passTimeout, unshown, lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout))
+		return cutOffLeaving(ctx, pctx, *passTimeout, unshown, privilegeDenied(lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout), "inspect", false))
 	}
 	if err := printInspect(a.stdout, in.windows, in.leases, in.admissions); err != nil {
 		return err

@@ -532,7 +532,8 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(pctx)
 	stopProgress()
 	if err != nil {
-		return cutOffLeaving(ctx, pctx, *passTimeout, "the books were not checked", lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout))
+		return cutOffLeaving(ctx, pctx, *passTimeout, "the books were not checked",
+			privilegeDenied(lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout), "doctor", false))
 	}
 	return a.printDoctor(rep)
 }

@@ -34,6 +34,19 @@ func TestPrivilegeDenied(t *testing.T) {
 			}
 		}
 	}
+	// doctor and inspect only read: the gateway's role runs them too, and what they left undone
+	// is what a cut-off of theirs says.
+	for job, undone := range map[string]string{"doctor": "the books were not checked", "inspect": "no table was shown"} {
+		msg := privilegeDenied(fmt.Errorf("%s: %w", job, refused), job, false).Error()
+		for _, want := range []string{"privilege that " + job + " needs", undone, "pgadmit_gateway or pgadmit_maintenance", "docs/privileges.sql"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("privilegeDenied of %s does not say %q: %s", job, want, msg)
+			}
+		}
+		if strings.Contains(msg, "recover") || strings.Contains(msg, "prune") {
+			t.Errorf("privilegeDenied of %s speaks of recover or prune: %s", job, msg)
+		}
+	}
 	other := fmt.Errorf("recover: %w", &pgconn.PgError{Code: "55P03"})
 	if got := privilegeDenied(other, "recover", false); got != other {
 		t.Errorf("privilegeDenied of a lock wait = %v; want it unchanged", got)

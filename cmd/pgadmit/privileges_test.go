@@ -118,3 +118,27 @@ func TestRecoverAndPruneAsARoleWithoutTheirGrants(t *testing.T) {
 		saysWhy("recover --every's log", line)
 	}
 }
+
+// doctor and inspect run by a role with no grant on pgadmit's tables (not even the gateway's of
+// docs/privileges.sql) say what they left undone, and which roles of docs/privileges.sql run
+// them, as recover and prune do: they showed only the server's "permission denied for table".
+func TestDoctorAndInspectAsARoleWithoutGrants(t *testing.T) {
+	t.Parallel()
+	url, owner := newDatabase(t)
+	gatewayURL, _ := pgtest.LeastPrivilegeURLs(t, url)
+	if err := dbtest.New().OpsRevokeGatewayTableGrants(context.Background(), owner); err != nil {
+		t.Fatal(err)
+	}
+	for cmd, undone := range map[string]string{"doctor": "the books were not checked", "inspect": "no table was shown"} {
+		out, errOut, code := cli(t, nil, "--database-url", gatewayURL, cmd)
+		last := errOut[strings.LastIndex(strings.TrimSuffix(errOut, "\n"), "\n")+1:]
+		if code != exitFailure || out != "" || !strings.HasPrefix(last, "pgadmit "+cmd+": ") {
+			t.Errorf("%s as a role without grants: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, an error", cmd, code, out, errOut)
+		}
+		for _, want := range []string{"SQLSTATE 42501", undone, "pgadmit_gateway or pgadmit_maintenance", "docs/privileges.sql"} {
+			if !strings.Contains(last, want) {
+				t.Errorf("%s's error as a role without grants does not say %q: %s", cmd, want, last)
+			}
+		}
+	}
+}

@@ -906,6 +906,35 @@ func (q *Queries) OpsReservationCorruptFinalized(ctx context.Context, db DBTX, r
 	return result.RowsAffected(), nil
 }
 
+const OpsRevokeGatewayTableGrants = `-- name: OpsRevokeGatewayTableGrants :exec
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee
+             FROM information_schema.role_table_grants
+             WHERE table_schema = pg_catalog.current_schema()
+               AND grantee LIKE 'pgadmit\_gateway%'
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM %I', pg_catalog.current_schema(), r);
+    END LOOP;
+END
+$$
+`
+
+// Revokes every privilege on the tables of the current schema (what
+// docs/privileges.sql grants there) in this database from the gateway
+// group, whatever name the test gave it (pgadmit_gateway_<suffix>): a role
+// with no grant at all on pgadmit's tables, for the tests of what the CLI
+// says then. A DO block: GRANT and REVOKE name their roles, which the test
+// names.
+// Locks: the pg_class rows of the schema's tables.
+// Index: none.
+func (q *Queries) OpsRevokeGatewayTableGrants(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, OpsRevokeGatewayTableGrants)
+	return err
+}
+
 const OpsRevokeGatewayVersionRead = `-- name: OpsRevokeGatewayVersionRead :exec
 DO $$
 DECLARE

@@ -441,6 +441,29 @@ BEGIN
 END
 $$;
 
+-- name: OpsRevokeGatewayTableGrants :exec
+-- Revokes every privilege on the tables of the current schema (what
+-- docs/privileges.sql grants there) in this database from the gateway
+-- group, whatever name the test gave it (pgadmit_gateway_<suffix>): a role
+-- with no grant at all on pgadmit's tables, for the tests of what the CLI
+-- says then. A DO block: GRANT and REVOKE name their roles, which the test
+-- names.
+-- Locks: the pg_class rows of the schema's tables.
+-- Index: none.
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOR r IN SELECT DISTINCT grantee
+             FROM information_schema.role_table_grants
+             WHERE table_schema = pg_catalog.current_schema()
+               AND grantee LIKE 'pgadmit\_gateway%'
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM %I', pg_catalog.current_schema(), r);
+    END LOOP;
+END
+$$;
+
 -- name: OpsGrantCreateToPublic :exec
 -- Lets every role create objects in the current schema, as PostgreSQL
 -- before 15 let every role create in public: for a test of what
