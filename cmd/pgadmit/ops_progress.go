@@ -140,12 +140,18 @@ func (p *runProgress) sayEnding(elapsed time.Duration, why string) {
 // passBound says, for a progress line of a one-shot recover, prune or doctor, what bounds the
 // run in pctx (passContext) whose --pass-timeout is passTimeout (0: none): when it is cut off,
 // counted from the run's start, and how long from now; else that --pass-timeout would bound it.
+// The time left is rounded up to the second, and is 1s at least: rounded to the nearest second,
+// the lines of the last half second before the cut-off said "0s from now". (Nothing is left only
+// in the instant between the deadline and pctx's end; callers look at pctx.Err first.)
 func passBound(pctx context.Context, passTimeout time.Duration) string {
 	deadline, ok := pctx.Deadline()
 	if passTimeout == 0 || !ok {
 		return "--pass-timeout bounds the run, Ctrl-C stops it"
 	}
-	left := max(time.Until(deadline), 0).Round(time.Second)
+	left := max(time.Until(deadline), time.Nanosecond)
+	if rest := left % time.Second; rest > 0 {
+		left += time.Second - rest
+	}
 	return fmt.Sprintf("it is cut off at --pass-timeout (%s), %s from now", durationtext.Operator(passTimeout), durationtext.Operator(left))
 }
 

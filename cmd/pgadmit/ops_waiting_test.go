@@ -15,7 +15,7 @@ import (
 // no batch of it ends.
 const stillWaiting = `pgadmit (recover|prune): so far \(\d+s, \d+ batch(es)?(, now at "[a-z ]+"\)|\)): ([^\n]*; )?` +
 	`no batch has ended for \d+s: still waiting for the database \(a lock another session holds, or a server that stopped answering; ` +
-	`(--pass-timeout bounds the run, Ctrl-C stops it|it is cut off at --pass-timeout \(\d+s\), \d+s from now)\)\n`
+	`(--pass-timeout bounds the run, Ctrl-C stops it|it is cut off at --pass-timeout \(\d+s\), [1-9]\d*s from now)\)\n`
 
 // A one-shot recover or prune whose batch waits (here behind a table lock another session holds,
 // with --lock-timeout 0; elsewhere on a server that stopped answering) says on stderr, every
