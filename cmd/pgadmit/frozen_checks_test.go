@@ -38,6 +38,16 @@ func TestChecksOnAFrozenServerEndWithinEndWait(t *testing.T) {
 		{name: "doctor cut off in the pooler check", args: []string{"doctor", "--pass-timeout", "2s"}, probe: true, bound: 2 * time.Second,
 			want: `^pgadmit doctor: cut off by --pass-timeout \(2s\): the connection and the books were not checked: ` +
 				`(ratelimit: pooler check: timeout|checking the connection pooler): context deadline exceeded\n$`},
+		// Its progress says, from the start, that it checks the connection, and what bounds it (never
+		// "0s from now"): it said nothing until the books' check, 10 s or more behind a proxy that
+		// queued its probes.
+		{name: "doctor cut off in the pooler check, saying so every --progress", args: []string{"doctor", "--pass-timeout", "2s", "--progress", "100ms"},
+			probe: true, bound: 2 * time.Second,
+			want: `^(pgadmit doctor: so far \(\d+s\): still checking the connection \(whether a pooler in between keeps its server session: ` +
+				`it reports when it ends; it is cut off at --pass-timeout \(2s\), [1-9]\d*s from now\)\n)+` +
+				`(pgadmit doctor: so far \(\d+s\): cut off by --pass-timeout \(2s\): still ending \(cancelling its statement\)\n)*` +
+				`pgadmit doctor: cut off by --pass-timeout \(2s\): the connection and the books were not checked: ` +
+				`(ratelimit: pooler check: timeout|checking the connection pooler): context deadline exceeded\n$`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

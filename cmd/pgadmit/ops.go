@@ -461,7 +461,8 @@ reservations and blocks: an operator's tool. A table that another session holds 
 migration that alters it) is waited for at most --lock-timeout (5s by default; 0: no bound;
 lock_timeout, for doctor's transaction only); then doctor fails, exit 1, and says so. While the
 check runs, every --progress (10s by default, at least 100ms; 0: never) it says on stderr that it
-is still checking, for how long, and when --pass-timeout cuts it off (or that none does).
+is still checking (the connection, then the books), for how long, and when --pass-timeout cuts
+it off (or that none does).
 
 A server that stopped answering (its host froze, the network drops packets) is not there to
 apply lock_timeout: doctor would wait until Ctrl-C. --pass-timeout cuts the run off (no bound by
@@ -509,6 +510,8 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	// is waited for endWait at most once pctx ended, and left to run on (as sweepChecks).
 	o := &oneShot{pctx: pctx, pool: pool}
 	defer o.close()
+	books, stopProgress := doctorProgress(ctx, pctx, a.stderr, *progress, *passTimeout)
+	defer stopProgress() // before o.close: nothing is said after the run's error
 	var perr error
 	if !o.run(func() { perr = ratelimit.CheckPooler(pctx, pool) }) {
 		return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, fmt.Errorf("checking the connection pooler: %w", pctx.Err()))
@@ -528,7 +531,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 			return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, err)
 		}
 	}
-	stopProgress := doctorProgress(ctx, pctx, a.stderr, *progress, *passTimeout)
+	books()
 	rep, err := ratelimit.NewMaintenance(pool, ratelimit.WithDoctorLockTimeout(*lockTimeout)).Doctor(pctx)
 	stopProgress()
 	if err != nil {
