@@ -143,13 +143,25 @@ const (
 	defaultBenchStatements = 10
 )
 
+// defaultWorkloads names the workloads a run without --only runs, those not opt-in (T1 is), for
+// --only's help: "W1 to W9".
+func defaultWorkloads() string {
+	var codes []string
+	for _, w := range bench.Workloads() {
+		if !w.OptIn() {
+			codes = append(codes, w.Code)
+		}
+	}
+	return codes[0] + " to " + codes[len(codes)-1]
+}
+
 func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
 	workers := fs.Int("workers", bench.DefaultWorkers, "`N` concurrent workers, each with its own connection, 1 to 256")
 	instances := fs.Int("instances", 1, "spread the workers over `N` Limiters, as N gateway instances sharing the database, 1 to --workers")
 	duration := fs.Duration("duration", bench.DefaultDuration, "how long W1, W2, W3, W6, W7, W8, W9 and T1 each run, 100ms to 1h")
 	think := fs.Duration("think", 0, "mean pause between Reserve and Commit, as a gateway's upstream call, at most 1m (each drawn from 0 to twice it; latency leaves it out); raise --workers with it")
-	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4 (T1 runs only when listed)")
+	only := fs.String("only", "", "run only these workloads, a comma-separated `list` such as W1,W4 (T1 runs only when listed; default "+defaultWorkloads()+")")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (- for stdout; the table then goes to stderr)")
 	combining := fs.Bool("combining", true, "combine concurrent calls into one statement (ratelimit.WithCombining); false sends each alone")
 	inFlight := fs.Int("in-flight", ratelimit.DefaultCombineInFlight, "`N` combined statements of one kind in flight at once, 1 to 64")

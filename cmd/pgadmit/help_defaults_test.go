@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -139,5 +140,50 @@ func TestHelpNamesACountNAsTheREADMEDoes(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Errorf("checked %d counts of the README, want every one (at least 10)", checked)
+	}
+}
+
+// Flags whose limits or defaults only a usage error or the README told say them in --help, in the
+// words of the usage error, and the README's CLI rows say the same: recover --max-requeues (must
+// be >= 0) and prune --older-than (must be positive) named no limit, and bench --only no default
+// (the workloads that are not opt-in, W1 to W9).
+func TestHelpSaysTheLimitsAndDefaultsTheCodeUses(t *testing.T) {
+	t.Parallel()
+	var dflt []string
+	for _, w := range bench.Workloads() {
+		if !w.OptIn() {
+			dflt = append(dflt, w.Code)
+		}
+	}
+	workloads := dflt[0] + " to " + dflt[len(dflt)-1]
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDB := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?sslmode=disable"}
+	for _, c := range []struct {
+		cmd, flag, value string // the flag as --help and the README show it, with its value's name
+		bad              string // a value the code refuses ("": none)
+		says             string // what its --help usage, its usage error and its README row say
+		row              string // its README row's start, default included
+	}{
+		{"recover", "--max-requeues", "N", "-1", "must be >= 0", "| `--max-requeues N` | `5` |"},
+		{"prune", "--older-than", "duration", "0s", "must be positive", "| `--older-than D` | `24h` |"},
+		{"bench", "--only", "list", "", "default " + workloads, "| `--only LIST` | " + workloads + " |"},
+	} {
+		_, after, ok := strings.Cut(cliOK(t, c.cmd, "--help"), "\n  "+c.flag+" "+c.value+"\n")
+		if usage, _, _ := strings.Cut(after, "\n"); !ok || !strings.Contains(usage, c.says) {
+			t.Errorf("pgadmit %s --help of %s: %q, want it to say %q", c.cmd, c.flag, usage, c.says)
+		}
+		if c.bad != "" {
+			want := "pgadmit " + c.cmd + ": " + c.flag + " " + c.says + ", got " + c.bad
+			if _, errOut, code := cli(t, noDB, c.cmd, c.flag, c.bad); code != exitUsage || !strings.HasPrefix(errOut, want) {
+				t.Errorf("pgadmit %s %s %s: exit %d, stderr %q; want exit %d, %q", c.cmd, c.flag, c.bad, code, errOut, exitUsage, want)
+			}
+		}
+		_, after, ok = strings.Cut(string(readme), "\n"+c.row)
+		if row, _, _ := strings.Cut(after, "\n"); !ok || !strings.Contains(c.row+row, strings.TrimPrefix(c.says, "default ")) {
+			t.Errorf("README.md's row of %s %s: %q, want one starting %q that says %q", c.cmd, c.flag, c.row+row, c.row, c.says)
+		}
 	}
 }

@@ -71,7 +71,7 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	passTimeout := passTimeoutFlag(fs, "cut off a pass still running after `duration` (at least 100ms): with --every it is logged as failed and the sweeper "+
 		"goes on (default "+durationtext.Operator(defaultPassTimeout)+"); a single pass, unbounded unless given, prints what it did and exits 1")
 	batch := fs.Int("batch-size", ratelimit.DefaultRecoveryBatchSize, "at most `N` rows in one recovery transaction, 1 to 1000000")
-	maxRequeues := fs.Int("max-requeues", ratelimit.DefaultMaxRequeues, "requeue an async task `N` times before recovery fails it for good")
+	maxRequeues := fs.Int("max-requeues", ratelimit.DefaultMaxRequeues, "requeue an async task `N` times before recovery fails it for good; N must be >= 0 (0: fail it at its lease's first expiry)")
 	progress := progressFlag(fs, 0, "how far it has got")
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatchOrSweepOn)
 	args, err := a.parse(a.cmd, fs, args)
@@ -346,7 +346,7 @@ statement's cancel and its lease's release, as recover does.`,
 
 func runPrune(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago")
+	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago, which must be positive")
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", ratelimit.DefaultPruneBatchSize, "at most `N` rows in one delete statement, 1 to 1000000 (for tasks and --events: tasks, each with all its events)")
