@@ -33,3 +33,43 @@ func TestAwaitRoomInWindow(t *testing.T) {
 		time.Sleep(700 * time.Millisecond) // into the part of the window that has too little left
 	}
 }
+
+// windowWithRoom keeps w while its window has need left, and near the window's end picks a
+// length a few minutes longer whose window has: a test on it then starts at once, where
+// AwaitRoomInWindow on w would sleep until the next window (up to need). Over a week of
+// moments, every length it returns has need left, is w whenever w's window has, and is a
+// whole number of seconds at most a quarter of an hour longer; it finds none only where no
+// length it tries has need left, at a few moments at most.
+func TestWindowWithRoom(t *testing.T) {
+	t.Parallel()
+	const w, need = time.Hour, 5 * time.Minute
+	hour := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	if d, ok := windowWithRoom(hour.Add(58*time.Minute), w, need); !ok || d == w || leftInWindow(hour.Add(58*time.Minute), d) < need {
+		t.Errorf("windowWithRoom 2 minutes before the hour = %v, %v; want a longer window with %v left", d, ok, need)
+	}
+	nearEnd, none := 0, 0
+	for now := hour; now.Before(hour.Add(7 * 24 * time.Hour)); now = now.Add(10 * time.Second) {
+		if leftInWindow(now, w) < need {
+			nearEnd++
+		}
+		d, ok := windowWithRoom(now, w, need)
+		switch {
+		case !ok:
+			none++
+			for _, extra := range windowExtras {
+				if left := leftInWindow(now, w+extra); left >= need {
+					t.Fatalf("at %v: none found, but a window of %v has %v left", now, w+extra, left)
+				}
+			}
+		case leftInWindow(now, d) < need:
+			t.Fatalf("at %v: a window of %v, with %v left; want %v", now, d, leftInWindow(now, d), need)
+		case d != w && leftInWindow(now, w) >= need:
+			t.Fatalf("at %v: a window of %v, though one of %v has %v left", now, d, w, leftInWindow(now, w))
+		case d < w || d > w+15*time.Minute || d%time.Second != 0:
+			t.Fatalf("at %v: a window of %v; want a whole number of seconds from %v to a quarter of an hour more", now, d, w)
+		}
+	}
+	if nearEnd == 0 || none > nearEnd/100 {
+		t.Errorf("none found at %d of the %d moments near the end of an hour's window; want at most 1%%", none, nearEnd)
+	}
+}
