@@ -109,7 +109,7 @@ func checkThenReserve(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool, li
 func TestCheckAgreesWithReserveOnWindowLimits(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, 2*time.Minute)
+	hour := pgtest.WindowWithRoom(t, pool, time.Hour, 2*time.Minute) // an hour or a few minutes more
 	l := ratelimit.New(pool)
 	ctx := context.Background()
 	seed := time.Now().UnixNano()
@@ -120,7 +120,7 @@ func TestCheckAgreesWithReserveOnWindowLimits(t *testing.T) {
 	scales := []float64{4 * ratelimit.MinAmount, 0.1, 1, 1000, ratelimit.MaxAmount / 16}
 	mk := func(key string, scale, limit, amount float64, metric string) ratelimit.Limit {
 		w := window("api_key", key, metric, limit*scale, amount*scale)
-		w.Window = time.Hour
+		w.Window = hour
 		w.Policy = "p-" + metric
 		return w
 	}

@@ -64,10 +64,10 @@ func TestHotBatchCancelledInItsCommitOnAPoolHoldsNothingUnknownAfterClose(t *tes
 func cancelHotCommits(t *testing.T, pool *pgxpool.Pool, l *ratelimit.Limiter, pid int32, settled func()) {
 	ctx := context.Background()
 	key, model := uniqueKey("hot"), uniqueKey("model")
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, 2*time.Minute)
+	hour := pgtest.WindowWithRoom(t, pool, time.Hour, 2*time.Minute) // an hour or a few minutes more
 	request := func(lease bool) ratelimit.BatchRequest {
 		limits := []ratelimit.Limit{window("api_key", key, "tokens", 1e9, 1)}
-		limits[0].Window = time.Hour
+		limits[0].Window = hour
 		if lease {
 			limits = append(limits, concurrent("model", model, 1e9))
 		}

@@ -77,15 +77,15 @@ func TestTaskFencesRaceFinishTaskWithoutDeadlock(t *testing.T) {
 
 // fenceRace sets up a task-fence race: three pools, three limiters (the
 // second without combining), and the limits every Reserve of it takes: a
-// window of an hour on one key that never refuses, and a concurrency limit
-// on it.
+// window of an hour or a few minutes more (one with five minutes left, so
+// that every round meets on its counter) on one key that never refuses, and
+// a concurrency limit on it.
 func fenceRace(t *testing.T, prefix string) ([]*pgxpool.Pool, []*ratelimit.Limiter, []ratelimit.Limit) {
 	t.Helper()
 	pools := pgtest.NewPools(t, 3)
 	ls := []*ratelimit.Limiter{ratelimit.New(pools[0]), ratelimit.New(pools[1], ratelimit.WithoutCombining()), ratelimit.New(pools[2])}
 	key := uniqueKey(prefix)
 	limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10), concurrent("key", key, 1e9)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, 5*time.Minute)
+	limits[0].Window = pgtest.WindowWithRoom(t, pools[0], time.Hour, 5*time.Minute)
 	return pools, ls, limits
 }

@@ -34,8 +34,7 @@ func TestHeartbeatWaitingBesideFinishTaskForAnUpdatedRowDoesNotDeadlock(t *testi
 	l, pool := ratelimit.New(pools[0]), pools[1]
 	key := uniqueKey("beat")
 	limits := []ratelimit.Limit{window("key", key, "tokens", 1e12, 10)}
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, 5*time.Minute)
+	limits[0].Window = pgtest.WindowWithRoom(t, pool, time.Hour, 5*time.Minute)
 	task := startSync(t, l, time.Minute)
 
 	admission := heldTx(t, pool)

@@ -36,10 +36,9 @@ func TestSettleOneAndRenewRaceRecoverRelease(t *testing.T) {
 	}
 	key := uniqueKey("k")
 	win := window("key", key, "tokens", 1e12, 10)
-	win.Window = time.Hour
+	win.Window = pgtest.WindowWithRoom(t, pools[0], time.Hour, 5*time.Minute)
 	conc := concurrent("key", key, 1e9)
 	conc.LeaseTTL = time.Hour
-	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, 5*time.Minute)
 
 	// At least minRounds; more, up to maxRounds, until each side has won
 	// once (on a loaded machine one side can win a dozen rounds whole).
