@@ -31,7 +31,7 @@ func (e *privilegeError) Error() string {
 		did = "it left what was refused (what it did is counted)"
 	}
 	return fmt.Sprintf("the database refused this role a privilege that %s needs, and %s: run it as a member of %s, "+
-		"which docs/privileges.sql grants what %s needs (%v)", e.job, did, roles, e.job, e.err)
+		"to which docs/privileges.sql grants what %s needs (%v)", e.job, did, roles, e.job, e.err)
 }
 
 func (e *privilegeError) Unwrap() error { return e.err }
