@@ -3,9 +3,13 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -38,14 +42,21 @@ func (r tableRows) byTable() map[string]int64 {
 
 // A gateway runs for three months, each day the same traffic: a task that
 // finishes after a committed admission and an event, an admission nobody
-// settles, a sync task whose caller dies holding an admission, an async
-// task whose worker dies (requeued each day, failed past the requeue cap),
-// a block of a Local limit returned and one whose holder stops reporting;
-// then Recover and Prune, with their default options and a day's cutoff,
-// as the README's schedule has them. Every table levels off once the task
-// retention and the requeue cap have passed: none holds more rows in the
-// last two months than it did in the first weeks after that, and the
-// books still balance.
+// settles, a sync task whose caller dies holding an admission and one it
+// attached (Attach), a task that finishes holding one it attached, a
+// queued task cancelled holding a reservation and a lease, an async task
+// holding them whose worker dies and which its owner cancels once it is
+// requeued, an async task whose worker dies (requeued each day, failed
+// past the requeue cap), a claim whose claimer left (put back, claimed
+// again), refusals of a new key's admissions, alone and in a combined
+// batch, that leave its windows' rows empty, a hot batch on one key and a
+// burst of callers on it, blocks of a Local limit returned and one whose
+// holder stops reporting; then Recover and Prune, with their default
+// options and a day's cutoff, as the README's schedule has them. Every
+// table levels off once the task retention and the requeue cap have
+// passed: none holds more rows in the last two months than it did in the
+// first weeks after that; each day's maintenance leaves nothing running or
+// held; and the books still balance.
 func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -87,6 +98,43 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 		}
 		*peak = maxRows(*peak, allTableRows(t, pool))
 	}
+	// holding creates an async task that holds a reservation and a lease
+	// while it waits (a Reserve naming only the task).
+	holding := func() ratelimit.Task {
+		t.Helper()
+		task := createAsync(t, l, queue)
+		reserve(task.ID, "")
+		return task
+	}
+	// cancelWaiting has the owner of a queued task cancel it, which gives
+	// back its queue place and the reservations and leases it holds.
+	cancelWaiting := func(day int, task ratelimit.Task, holds int) {
+		t.Helper()
+		if res, err := l.CancelTask(ctx, task.ID, "client left"); err != nil || res.ReleasedReservations != holds || res.ReleasedLeases != holds || res.DeletedAdmissions != 1 {
+			t.Fatalf("day %d: CancelTask = %+v, %v; want its queue place, %d reservations and %d leases given back", day, res, err, holds, holds)
+		}
+	}
+	// burst has callers come at once on one key, each reserving and
+	// committing: their calls go together in combined (hot) batches.
+	burst := func(day int) {
+		t.Helper()
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{hourly, slot})
+				if err == nil {
+					_, err = l.Commit(ctx, g, nil)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("day %d: burst: %v", day, err)
+		}
+	}
+	var retried ratelimit.Task // an async task with a reservation, requeued once, cancelled the day after its worker died
 	for day := range days {
 		done := startSync(t, l, time.Hour, queue)
 		if _, err := l.Commit(ctx, reserve(done.ID, done.AttemptID), nil); err != nil {
@@ -100,18 +148,64 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 		}
 		reserve("", "") // never settled
 		crashed := startSync(t, l, time.Minute, queue)
-		reserve(crashed.ID, crashed.AttemptID) // its caller dies
+		reserve(crashed.ID, crashed.AttemptID) // its caller dies, holding it and one it attached
+		if _, err := l.Attach(ctx, crashed.AttemptID, reserve("", "")); err != nil {
+			t.Fatalf("day %d: Attach(crashed): %v", day, err)
+		}
+		attached := startSync(t, l, time.Hour, queue)
+		if _, err := l.Attach(ctx, attached.AttemptID, reserve("", "")); err != nil {
+			t.Fatalf("day %d: Attach: %v", day, err)
+		}
+		if res, err := l.FinishTask(ctx, attached.ID, attached.ExecutionToken, ratelimit.Outcome{Status: ratelimit.TaskSucceeded}); err != nil || res.ReleasedReservations != 1 || res.ReleasedLeases != 1 {
+			t.Fatalf("day %d: FinishTask(attached) = %+v, %v; want the attached reservation and lease released", day, res, err)
+		}
+		cancelWaiting(day, holding(), 1) // its owner's client leaves while it waits
+		if retried.ID != "" {
+			if got := getTask(t, l, retried.ID); got.Status != ratelimit.TaskQueued || got.RequeueCount != 1 {
+				t.Fatalf("day %d: yesterday's task is %s, requeued %d times; want queued after one requeue", day, got.Status, got.RequeueCount)
+			}
+			cancelWaiting(day, retried, 0) // requeued, its owner gives up on it (Recover gave back what it held)
+		}
+		retried = holding() // its worker dies today
 		createAsync(t, l, queue)
-		for { // workers claim every due task, and die
-			if _, err := l.ClaimTask(ctx, "w", time.Minute); errors.Is(err, ratelimit.ErrNoTask) {
+		for first := true; ; first = false { // workers claim every due task, and die
+			claimed, err := l.ClaimTask(ctx, "w", time.Minute)
+			if errors.Is(err, ratelimit.ErrNoTask) {
 				break
 			} else if err != nil {
 				t.Fatalf("day %d: ClaimTask: %v", day, err)
 			}
+			if first { // its claimer left before the answer: put back as ClaimTask does, and claimed again
+				p := db.TaskUnclaimParams{TaskID: mustUUID(t, claimed.ID), Token: mustUUID(t, claimed.ExecutionToken), Now: new(clock.now())}
+				if n, err := queries.TaskUnclaim(ctx, pool, p); err != nil || n != 1 {
+					t.Fatalf("day %d: TaskUnclaim = %d, %v; want the claim put back", day, n, err)
+				}
+			}
 		}
+		// A key first seen today, whose admissions are refused: the refusals
+		// leave rows of its windows behind, empty (Reserve's doc).
+		fresh := uniqueKey("new")
+		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", fresh, ratelimit.MetricTokens, 1e12, 1), window("team", fresh, ratelimit.MetricRequests, 1, 2)}); !errors.Is(err, ratelimit.ErrExceeded) {
+			t.Fatalf("day %d: Reserve(refused) = %v, want ErrExceeded", day, err)
+		}
+		// A batch as the combiner sends for concurrent callers, hot on
+		// hourly's counter and slot's scope, committed as one hot batch too.
+		hot := []ratelimit.BatchRequest{{Limits: []ratelimit.Limit{hourly, slot}}, {Limits: []ratelimit.Limit{hourly, slot}}, {Limits: []ratelimit.Limit{hourly, slot}},
+			{Limits: []ratelimit.Limit{window("model", fresh, ratelimit.MetricTokens, 10, 11)}}} // refused in the batch
+		grants, errs, err := l.ReserveCombined(ctx, hot)
+		if err != nil || errs[0] != nil || errs[1] != nil || errs[2] != nil || !errors.Is(errs[3], ratelimit.ErrExceeded) {
+			t.Fatalf("day %d: ReserveCombined = %v, %v; want three grants and a refusal", day, errs, err)
+		}
+		if _, err := l.CommitCombined(ctx, grants[:3]); err != nil {
+			t.Fatalf("day %d: CommitCombined: %v", day, err)
+		}
+		burst(day) // many callers on one key at once
 		returned := local()
 		if _, err := returned.Release(ctx, reserveLocal(t, returned, key, 1e9, 1), "done"); err != nil {
 			t.Fatalf("day %d: Release(Local): %v", day, err)
+		}
+		if _, err := returned.Commit(ctx, reserveLocal(t, returned, key, 1e9, 1), nil); err != nil {
+			t.Fatalf("day %d: Commit(Local): %v", day, err)
 		}
 		returned.Close()
 		local() // its holder is never heard from again (on the test clock)
@@ -129,6 +223,12 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 			t.Fatalf("day %d: Prune(WithPruneEvents): %v", day, err)
 		}
 		observe(day) // what the next day starts with
+		if day > 0 { // day 0's unsettled reservation is in a window that has not ended a day before the clock yet
+			assertMaintainedHoldsNothing(t, pool, key, day)
+		}
+	}
+	if s := l.Stats(); s.Reserve.Hot == 0 || s.Settle.Hot == 0 {
+		t.Fatalf("Stats = %+v; want hot reserve and settle batches among each day's", s)
 	}
 	for table, n := range late.byTable() {
 		if was := early.byTable()[table]; n > was {
@@ -140,6 +240,21 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 		t.Fatalf("rows at most in days %d-%d: %+v; want each day's history there until it is pruned", settled, days-1, late.byTable())
 	}
 	assertDoctorOK(t, pool)
+}
+
+// assertMaintainedHoldsNothing fails the test when anything is still
+// running or held after a day's Recover and Prune: a task or an attempt
+// running, an open reservation, an unreleased lease, reserved counter
+// value, an open block of the Local limit of key.
+func assertMaintainedHoldsNothing(t *testing.T, pool *pgxpool.Pool, key string, day int) {
+	t.Helper()
+	s := summary(t, pool)
+	if s.TasksRunning != 0 || s.AttemptsRunning != 0 || s.ReservationsOpen != 0 || s.LeasesUnreleased != 0 || s.CountersReserved != 0 {
+		t.Fatalf("day %d: after Recover and Prune %+v; want nothing running or held", day, s)
+	}
+	if open := openBlocks(t, pool, key); len(open) != 0 {
+		t.Fatalf("day %d: after Recover and Prune %d blocks are open: %+v", day, len(open), open)
+	}
 }
 
 // maxRows is the larger count of each table.
