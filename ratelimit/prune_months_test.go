@@ -46,9 +46,10 @@ func (r tableRows) byTable() map[string]int64 {
 // attached (Attach), a task that finishes holding one it attached, a
 // queued task cancelled holding a reservation and a lease, an async task
 // holding them whose worker dies and which its owner cancels once it is
-// requeued, an async task whose worker dies (requeued each day, failed
-// past the requeue cap), a claim whose claimer left (put back, claimed
-// again), refusals of a new key's admissions, alone and in a combined
+// requeued, a task whose creator leaves while CreateTask runs (cancelled
+// in the background), an async task whose worker dies (requeued each day,
+// failed past the requeue cap), a claim whose claimer left (put back,
+// claimed again), refusals of a new key's admissions, alone and in a combined
 // batch, that leave its windows' rows empty, a hot batch on one key and a
 // burst of callers on it, blocks of a Local limit returned and one whose
 // holder stops reporting; then Recover and Prune, with their default
@@ -134,6 +135,48 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 			t.Fatalf("day %d: burst: %v", day, err)
 		}
 	}
+	// abandoned has a caller of CreateTask leave while its statement waits
+	// for its queue's lock, which a creation in an open transaction holds:
+	// the statement runs to its answer once the lock is free, and the task
+	// it created for nobody is cancelled in the background
+	// (TaskCancelAbandoned), its queue place given back. An async task on
+	// even days, a sync one on odd days.
+	leftQueue := queueLimit(uniqueKey("left"), 1)
+	abandoned := func(day int) {
+		t.Helper()
+		blocker, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatalf("day %d: Begin: %v", day, err)
+		}
+		defer func() { _ = blocker.Rollback(ctx) }()
+		if _, err := ratelimit.New(pool).WithTx(blocker).CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{leftQueue}}); err != nil {
+			t.Fatalf("day %d: CreateTask(WithTx): %v", day, err)
+		}
+		spec := ratelimit.TaskSpec{Async: day%2 == 0, Kind: "test", QueueLimits: []ratelimit.Limit{leftQueue}}
+		if !spec.Async {
+			spec.Worker, spec.LeaseTTL = "w-left", time.Hour
+		}
+		leaving := ratelimit.New(pool, ratelimit.WithClock(clock.now), ratelimit.WithLeftStatementGrace(time.Minute))
+		before := summary(t, pool)
+		callerCtx, leave := context.WithCancel(ctx)
+		defer leave()
+		errs := make(chan error, 1)
+		go func() { _, err := leaving.CreateTask(callerCtx, spec); errs <- err }()
+		pgtest.AwaitLockWaiters(t, pool, "CreateTask")
+		leave()
+		if err := blocker.Rollback(ctx); err != nil {
+			t.Fatalf("day %d: Rollback: %v", day, err)
+		}
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("day %d: CreateTask after its caller left: %v, want context.Canceled", day, err)
+		}
+		leaving.Close() // waits for the cancelling, done in the background
+		after := summary(t, pool)
+		if after.TasksCancelled != before.TasksCancelled+1 || after.TasksQueued != before.TasksQueued || after.TasksRunning != before.TasksRunning ||
+			after.AttemptsRunning != before.AttemptsRunning || after.Admissions != before.Admissions {
+			t.Fatalf("day %d: after a creator left %+v, before %+v; want one more task cancelled and nothing else changed", day, after, before)
+		}
+	}
 	var retried ratelimit.Task // an async task with a reservation, requeued once, cancelled the day after its worker died
 	for day := range days {
 		done := startSync(t, l, time.Hour, queue)
@@ -160,6 +203,7 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 			t.Fatalf("day %d: FinishTask(attached) = %+v, %v; want the attached reservation and lease released", day, res, err)
 		}
 		cancelWaiting(day, holding(), 1) // its owner's client leaves while it waits
+		abandoned(day)                   // its creator leaves before CreateTask answers
 		if retried.ID != "" {
 			if got := getTask(t, l, retried.ID); got.Status != ratelimit.TaskQueued || got.RequeueCount != 1 {
 				t.Fatalf("day %d: yesterday's task is %s, requeued %d times; want queued after one requeue", day, got.Status, got.RequeueCount)
