@@ -19,6 +19,16 @@ const MinInterval = time.Millisecond
 // interval delays the next; none overlap. stop may be called more than once: a later call
 // returns once the first has. do must not call stop, which would wait for do to return.
 func Every(interval time.Duration, do func()) (stop func()) {
+	return EveryNext(interval, func() time.Duration {
+		do()
+		return interval
+	})
+}
+
+// EveryNext is Every whose do returns the interval until its next call (at least
+// MinInterval, as the first): a heartbeat whose leases change, say. The first call comes
+// interval after EveryNext.
+func EveryNext(interval time.Duration, do func() (next time.Duration)) (stop func()) {
 	interval = max(interval, MinInterval)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -32,7 +42,10 @@ func Every(interval time.Duration, do func()) (stop func()) {
 			case <-done:
 				return
 			case <-tick.C:
-				do()
+				if next := max(do(), MinInterval); next != interval {
+					interval = next
+					tick.Reset(interval)
+				}
 			}
 		}
 	}()

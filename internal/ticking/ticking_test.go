@@ -68,3 +68,28 @@ func TestEveryStopIsIdempotent(t *testing.T) {
 	stop()
 	stop()
 }
+
+// The interval do returns is the one until its next call: longer, the
+// calls slow down; shorter, they speed up.
+func TestEveryNextTicksAtTheIntervalDoReturns(t *testing.T) {
+	var calls atomic.Int64
+	stop := EveryNext(time.Millisecond, func() time.Duration {
+		if calls.Add(1) == 1 {
+			return time.Hour
+		}
+		return time.Millisecond
+	})
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d calls in 100 ms, want 1: the first asked for the next an hour later", n)
+	}
+
+	calls.Store(0)
+	stop = EveryNext(50*time.Millisecond, func() time.Duration { calls.Add(1); return time.Millisecond })
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	if n := calls.Load(); n < 10 {
+		t.Fatalf("%d calls in 200 ms, the first after 50 ms and the next 1 ms apart, want at least 10", n)
+	}
+}
