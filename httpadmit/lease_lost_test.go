@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // A lease of a request in flight can be lost (released by an operator,
@@ -95,4 +97,64 @@ func TestALostLeaseIsReportedOnceAndNoLongerRenewed(t *testing.T) {
 			e.nothingHeld()
 		})
 	}
+}
+
+// Leases are renewed every third of the shortest TTL among them. Once the
+// lease with the shortest TTL is found lost, the others are renewed every
+// third of the shortest TTL among them: they were renewed at the lost
+// one's pace until the request ended, a round trip every 333 ms here
+// where one every 2 s keeps them.
+func TestRenewalsTakeThePaceOfTheLeasesLeftOnceOneIsLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	short := concurrent("model", uniqueKey("model"), 10)
+	short.LeaseTTL = time.Second // renewed every 333 ms while it is held
+	long := concurrent("key", uniqueKey("key"), 10)
+	long.LeaseTTL = 6 * time.Second // every 2 s alone
+	renewals := func() (ok, failed int) {
+		n := e.obs.callCounts()
+		return n["renew_leases ok"], n["renew_leases error"]
+	}
+	h := e.middleware(fixed(short, long))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		grant, _ := httpadmit.GrantFrom(r.Context())
+		i := slices.IndexFunc(grant.Leases, func(l ratelimit.Lease) bool { return l.TTL == time.Second })
+		if len(grant.Leases) != 2 || i < 0 {
+			t.Errorf("leases %+v, want two, one of them with a TTL of 1s", grant.Leases)
+			return
+		}
+		if n, err := e.limiter.ReleaseLeases(context.Background(), grant.Leases[i:i+1], "test_lost"); n != 1 || err != nil {
+			t.Errorf("ReleaseLeases: %d, %v", n, err)
+			return
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for _, failed := renewals(); failed == 0; _, failed = renewals() {
+			if time.Now().After(deadline) {
+				t.Errorf("no renewal reported the lost lease in 10s: %v", e.obs.callCounts())
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		okBefore, _ := renewals()
+		time.Sleep(1500 * time.Millisecond) // four ticks at the lost lease's pace, none at the other's
+		if ok, failed := renewals(); ok > okBefore+1 || failed != 1 {
+			t.Errorf("in 1.5 s after the loss %d renewals succeeded and %d failed in all, want at most 1 (every 2 s) and 1 (the one that found the lease lost): %v",
+				ok-okBefore, failed, e.obs.callCounts())
+		}
+		for ok, _ := renewals(); ok < okBefore+1; ok, _ = renewals() { // the lease left is still renewed
+			if time.Now().After(deadline) {
+				t.Errorf("the lease left was not renewed in 10s: %v", e.obs.callCounts())
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("%d %s", rec.Code, rec.Body)
+	}
+	if got := e.obs.heldLeases(); got != 0 {
+		t.Errorf("LeasesHeld sums to %d after the settle, want 0", got)
+	}
+	e.nothingHeld()
 }

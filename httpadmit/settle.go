@@ -245,55 +245,74 @@ func unknownGrant(op string, grant ratelimit.Grant, settled ratelimit.Settlement
 // its slots. A lease a renewal finds lost (a *ratelimit.LeaseLostError:
 // expired, or released by someone else) is reported once, as that
 // renewal's failed DatabaseCall, and not sent again: every later renewal
-// of the request would fail alike, its other leases renewed all the same.
-// It is taken out of the Observer's LeasesHeld then, and counted in *lost,
-// which the caller reads once stop has returned; the settle still names it.
-// The returned stop ends the heartbeat and waits for it.
+// of the request would fail alike, its other leases renewed all the same,
+// from then on every third of their own shortest TTL. It is taken out of
+// the Observer's LeasesHeld then, and counted in *lost, which the caller
+// reads once stop has returned; the settle still names it. The returned
+// stop ends the heartbeat and waits for it.
 func (m *middleware) renewLeases(ctx context.Context, grant ratelimit.Grant, lost *int) (stop func()) {
 	if len(grant.Leases) == 0 {
 		return func() {}
 	}
-	ttl := grant.Leases[0].TTL
-	for _, l := range grant.Leases {
-		ttl = min(ttl, l.TTL)
+	ctx = context.WithoutCancel(ctx)
+	leases := slices.Clone(grant.Leases) // those not found lost
+	return ticking.EveryNext(renewalInterval(leases), func() time.Duration {
+		leases = m.renewOnce(ctx, leases, lost)
+		return renewalInterval(leases)
+	})
+}
+
+// renewalInterval is a third of the shortest TTL of leases (of
+// DefaultLeaseTTL for a lease without one, or when none is left).
+func renewalInterval(leases []ratelimit.Lease) time.Duration {
+	ttl := ratelimit.DefaultLeaseTTL
+	for i, l := range leases {
+		if i == 0 || l.TTL < ttl {
+			ttl = l.TTL
+		}
 	}
 	if ttl <= 0 {
 		ttl = ratelimit.DefaultLeaseTTL
 	}
-	ctx = context.WithoutCancel(ctx)
-	leases := slices.Clone(grant.Leases) // those not found lost
-	return ticking.Every(ttl/3, func() {
-		defer m.recoverRenewal(ctx)
-		if len(leases) == 0 {
-			return
-		}
-		rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
-		start := time.Now()
-		_, err := m.limiter.RenewLeases(rctx, leases)
-		cancel()
-		dropped := 0
-		if gone := (*ratelimit.LeaseLostError)(nil); errors.As(err, &gone) {
-			before := len(leases)
-			leases = slices.DeleteFunc(leases, func(l ratelimit.Lease) bool { return slices.Contains(gone.LeaseIDs, l.ID) })
-			dropped = before - len(leases)
-		}
-		m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
-		if dropped > 0 {
-			// Counted as told before the call: should it panic, the settle
-			// does not take them back a second time.
-			*lost += dropped
-			m.observer.LeasesHeld(-dropped)
-		}
-		// At most one line a second: when the database is down, every
-		// long request's renewals fail alike.
-		if err == nil {
-			return
-		}
-		if log, suppressed := m.renewals.allow(time.Now()); log {
-			m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()),
-				slog.Int("similar_lines_suppressed", suppressed))
-		}
-	})
+	return ttl / 3
+}
+
+// renewOnce is one renewal of renewLeases: it renews leases and returns
+// those not found lost. A panic in code it calls is recovered
+// (recoverRenewal), and leases found lost before it are dropped all the
+// same.
+func (m *middleware) renewOnce(ctx context.Context, leases []ratelimit.Lease, lost *int) (left []ratelimit.Lease) {
+	left = leases
+	defer m.recoverRenewal(ctx)
+	if len(leases) == 0 {
+		return left
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.settleTimeout)
+	start := time.Now()
+	_, err := m.limiter.RenewLeases(rctx, leases)
+	cancel()
+	dropped := 0
+	if gone := (*ratelimit.LeaseLostError)(nil); errors.As(err, &gone) {
+		left = slices.DeleteFunc(leases, func(l ratelimit.Lease) bool { return slices.Contains(gone.LeaseIDs, l.ID) })
+		dropped = len(leases) - len(left)
+	}
+	m.observer.DatabaseCall(OpRenewLeases, time.Since(start), err)
+	if dropped > 0 {
+		// Counted as told before the call: should it panic, the settle
+		// does not take them back a second time.
+		*lost += dropped
+		m.observer.LeasesHeld(-dropped)
+	}
+	// At most one line a second: when the database is down, every
+	// long request's renewals fail alike.
+	if err == nil {
+		return left
+	}
+	if log, suppressed := m.renewals.allow(time.Now()); log {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "pgadmit: renewing leases failed", slog.String("error", err.Error()),
+			slog.Int("similar_lines_suppressed", suppressed))
+	}
+	return left
 }
 
 // whilePanicking runs f, part of settling a request while a panic (its
