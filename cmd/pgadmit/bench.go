@@ -50,7 +50,7 @@ Limiters, returning their Local blocks, for at most 5s: what a server that does 
 not taken back by then stays held until a lease's TTL, its window's end or 'pgadmit recover'
 frees it (a warning says so).
 
-T1 runs only when --only names it (--only T1, or W2,T1): a run without --only is W1 to W9. Its
+T1 runs only when --only names it (--only T1, or W2,T1): a run without --only is ` + defaultWorkloads() + `. Its
 tasks are sync tasks of kind bench-<run id>-t1-r<round>, which 'pgadmit prune' deletes once
 they finished before its task cutoff. It claims no task: ClaimTask takes the next due async
 task of the whole database, another application's too, which a benchmark must not take.
@@ -144,7 +144,7 @@ const (
 )
 
 // defaultWorkloads names the workloads a run without --only runs, those not opt-in (T1 is), for
-// --only's help: "W1 to W9".
+// the help, --only's and the long one: "W1 to W9".
 func defaultWorkloads() string {
 	var codes []string
 	for _, w := range bench.Workloads() {

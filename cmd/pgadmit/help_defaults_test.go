@@ -146,7 +146,8 @@ func TestHelpNamesACountNAsTheREADMEDoes(t *testing.T) {
 // Flags whose limits or defaults only a usage error or the README told say them in --help, in the
 // words of the usage error, and the README's CLI rows say the same: recover --max-requeues (must
 // be >= 0) and prune --older-than (must be positive) named no limit, and bench --only no default
-// (the workloads that are not opt-in, W1 to W9).
+// (the workloads that are not opt-in, W1 to W9). bench's long help and the README's T1 paragraph
+// name that default too.
 func TestHelpSaysTheLimitsAndDefaultsTheCodeUses(t *testing.T) {
 	t.Parallel()
 	var dflt []string
@@ -185,5 +186,11 @@ func TestHelpSaysTheLimitsAndDefaultsTheCodeUses(t *testing.T) {
 		if row, _, _ := strings.Cut(after, "\n"); !ok || !strings.Contains(c.row+row, strings.TrimPrefix(c.says, "default ")) {
 			t.Errorf("README.md's row of %s %s: %q, want one starting %q that says %q", c.cmd, c.flag, c.row+row, c.row, c.says)
 		}
+	}
+	if help, want := cliOK(t, "bench", "--help"), "a run without --only is "+workloads+"."; !strings.Contains(help, want) {
+		t.Errorf("pgadmit bench --help does not say %q", want)
+	}
+	if want := "compare, stays " + workloads + " ("; !strings.Contains(string(readme), want) {
+		t.Errorf("README.md's T1 paragraph does not say the default run %q", want)
 	}
 }
