@@ -54,7 +54,8 @@ func TestExceededMessagesWriteAmountsInFull(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
 	ctx := context.Background()
-	// An hour's window with a minute left: both Reserves meet one counter.
+	// An hour's window (or a few minutes more) with a minute left: both
+	// Reserves meet one counter.
 	full := hourLimits(t, pool, window("api_key", uniqueKey("k"), ratelimit.MetricTokens, 2_000_000, 2_000_000))[0]
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
 		t.Fatalf("first Reserve: %v", err)

@@ -195,8 +195,8 @@ var callerModes = []struct {
 
 // holdCounter returns the limits of a caller who will wait for a lock, and
 // the open transaction that holds it: it reserved on the same counter row
-// (an hour's window, so that no window ends meanwhile). Roll it back to
-// release the lock; the test's end does.
+// (an hour's window or a few minutes more, so that no window ends
+// meanwhile). Roll it back to release the lock; the test's end does.
 func holdCounter(t *testing.T, pool *pgxpool.Pool, key string) ([]ratelimit.Limit, pgx.Tx) {
 	t.Helper()
 	limits := hourLimits(t, pool, window("key", key, "requests", 100, 1), concurrent("key", key, 10))

@@ -522,8 +522,9 @@ func TestCombinedCallerLeavesAStuckStatement(t *testing.T) {
 	l, pool := setup(t)
 	ctx := context.Background()
 	key := uniqueKey("stuck")
-	// An hour's window with room left: the holder and the stuck statement
-	// meet on one counter row even when a minute ends between them.
+	// An hour's window (or a few minutes more) with room left: the holder
+	// and the stuck statement meet on one counter row even when a minute
+	// ends between them.
 	limit := hourLimits(t, pool, window("api_key", key, "requests", 100, 1))[0]
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -635,8 +636,9 @@ func stageVanishingTask(t *testing.T, l *ratelimit.Limiter, pool *pgxpool.Pool) 
 	t.Helper()
 	ctx := context.Background()
 	v := &vanishingTask{t: t, pool: pool, task: startSync(t, l, time.Minute), stuck: make(chan error, 1)}
-	// An hour's window with room left: the holder and the stuck statement
-	// meet on one counter row even when a minute ends between them.
+	// An hour's window (or a few minutes more) with room left: the holder
+	// and the stuck statement meet on one counter row even when a minute
+	// ends between them.
 	blocker := hourLimits(t, pool, window("api_key", uniqueKey("blocker"), "requests", 100, 1))
 	var err error
 	if v.holder, err = pool.Begin(ctx); err != nil {

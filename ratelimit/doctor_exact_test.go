@@ -24,9 +24,12 @@ func TestDoctorShowsExactAmounts(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	l := ratelimit.New(pool)
 	big, halves := uniqueKey("big"), uniqueKey("halves")
+	hour := hourWindow(t, pool) // one window for all: each key's Reserves meet on one counter row
 	reserve := func(key string, limit, amount float64) ratelimit.Grant {
 		t.Helper()
-		g, err := l.Reserve(ctx, "", "", hourLimits(t, pool, window("api_key", key, ratelimit.MetricTokens, limit, amount)))
+		w := window("api_key", key, ratelimit.MetricTokens, limit, amount)
+		w.Window = hour
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{w})
 		if err != nil {
 			t.Fatalf("Reserve %g of %s: %v", amount, key, err)
 		}

@@ -39,14 +39,22 @@ func window(scopeType, key, metric string, limit, amount float64) ratelimit.Limi
 	return ratelimit.Limit{Scope: ratelimit.Scope{Type: scopeType, Key: key}, Metric: metric, Limit: limit, Amount: amount}
 }
 
-// hourLimits makes the first of limits a window of an hour and waits until
-// the hour's window has a minute left: the calls of a test that must meet
-// on one counter row then do, however slowly the test runs.
+// hourLimits makes the first of limits a window of hourWindow's: the calls
+// of a test that must meet on one counter row then do, however slowly the
+// test runs. Each call picks a length of its own: calls that must meet on
+// one row take the limits, or the Window, of one call.
 func hourLimits(t *testing.T, pool *pgxpool.Pool, limits ...ratelimit.Limit) []ratelimit.Limit {
 	t.Helper()
-	limits[0].Window = time.Hour
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	limits[0].Window = hourWindow(t, pool)
 	return limits
+}
+
+// hourWindow returns the length of a window, an hour or a few minutes more
+// (pgtest.WindowWithRoom), whose current window has a minute left at least;
+// it waits only when none of those lengths has.
+func hourWindow(t *testing.T, conn db.DBTX) time.Duration {
+	t.Helper()
+	return pgtest.WindowWithRoom(t, conn, time.Hour, time.Minute)
 }
 
 func concurrent(scopeType, key string, limit float64) ratelimit.Limit {

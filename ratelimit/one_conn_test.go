@@ -30,9 +30,9 @@ func TestOneConnectionIsFreeWhenACallerWhoLeftCallsAgain(t *testing.T) {
 	l := ratelimit.New(conn, ratelimit.WithLeftStatementGrace(time.Minute))
 	defer l.Close()
 	key := uniqueKey("oneconn")
-	// An hour's window with a minute left: the second Reserve must meet the
-	// locked counter of the first (CI once saw a minute's window end between
-	// them, and the second never waited).
+	// An hour's window (or a few minutes more) with a minute left: the
+	// second Reserve must meet the locked counter of the first (CI once saw
+	// a minute's window end between them, and the second never waited).
 	limits := hourLimits(t, pool, window("model", key, ratelimit.MetricRequests, 10, 1))
 	if _, err := l.Reserve(ctx, "", "", limits); err != nil { // the counter row, to lock
 		t.Fatal(err)

@@ -510,8 +510,9 @@ func TestAttachKeepsAGrantWithItsTask(t *testing.T) {
 	ctx := context.Background()
 	mine, other := startSync(t, l, time.Minute), startSync(t, l, time.Minute)
 	key := uniqueKey("key")
-	// An hour's window with a minute left: both Reserves must meet on one
-	// counter, which assertCounter reads (a minute's could end between them).
+	// An hour's window (or a few minutes more) with a minute left: both
+	// Reserves must meet on one counter, which assertCounter reads (a
+	// minute's could end between them).
 	limits := hourLimits(t, pool, window("api_key", key, "tokens", 1000, 100), concurrent("model", key, 5))
 	owned, err := l.Reserve(ctx, mine.ID, "", limits)
 	if err != nil {
@@ -560,11 +561,13 @@ func TestSettlingAGrantThatNamesAnotherCounterIsNoNoOp(t *testing.T) {
 	l, pool := setup(t)
 	ctx := context.Background()
 	key := uniqueKey("k")
-	// Hours' windows with a minute left: both grants must charge the one
-	// tokens counter that assertCounter reads (a minute's could end between them).
+	// One window of an hour or a few minutes more, with a minute left: both
+	// grants must charge the one tokens counter that assertCounter reads (a
+	// minute's could end between them).
+	one := hourLimits(t, pool, window("api_key", key, "tokens", 100, 10), window("api_key", key, "requests", 100, 1))
 	for _, limits := range [][]ratelimit.Limit{
-		hourLimits(t, pool, window("api_key", key, "tokens", 100, 10)),                                             // pgadmit_settle_one
-		hourLimits(t, pool, window("api_key", key, "tokens", 100, 10), window("api_key", key, "requests", 100, 1)), // pgadmit_settle
+		one[:1], // pgadmit_settle_one
+		one,     // pgadmit_settle
 	} {
 		grant, err := l.Reserve(ctx, "", "", limits)
 		if err != nil {

@@ -151,8 +151,9 @@ func TestMetricInMessagesIsUnambiguous(t *testing.T) {
 		return e.Error()
 	}
 	tooBig := refusal(t, window("api_key", uniqueKey("k"), metric, 1, 2))
-	// Hours' windows with a minute left: each refusal must meet the window
-	// its first Reserve filled (a minute's could end between them).
+	// Windows of an hour (or a few minutes more) with a minute left: each
+	// refusal must meet the window its first Reserve filled (a minute's
+	// could end between them).
 	full := hourLimits(t, pool, window("api_key", uniqueKey("k"), metric, 1, 1))[0]
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
 		t.Fatalf("first Reserve: %v", err)

@@ -23,10 +23,11 @@ func TestSettleOfALongGrantIsFastAndWhole(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey("long")
 	const reserves = 2000 // each: two window limits and a lease
-	// Hour windows (awaiting one with a minute left): every reservation in one counter each.
+	// Windows of an hour or a few minutes more, with a minute left: every
+	// reservation in one counter each.
 	limits := hourLimits(t, pool,
 		window("api_key", key, "requests", 1e9, 1), window("api_key", key, "tokens", 1e9, 5), concurrent("model", key, 1e9))
-	limits[1].Window = time.Hour
+	limits[1].Window = limits[0].Window
 	limits[2].LeaseTTL = time.Hour
 	var mu sync.Mutex
 	var grant ratelimit.Grant
