@@ -58,8 +58,8 @@ func TestCallsCancelledAtAnyMomentLeaveNothingUnknownHeld(t *testing.T) {
 		ls[i] = ratelimit.New(pools[i], opts...)
 	}
 
-	pgtest.AwaitRoomInWindow(t, base, time.Hour, time.Minute)
-	hourly := func(l ratelimit.Limit) ratelimit.Limit { l.Window = time.Hour; return l }
+	hour := hourWindow(t, base) // an hour or a few minutes more, with a minute left
+	hourly := func(l ratelimit.Limit) ratelimit.Limit { l.Window = hour; return l }
 	hot := hourly(window("provider", uniqueKey("hot"), "tokens", 1e7, 10))
 	keys := []string{uniqueKey("key"), uniqueKey("key"), uniqueKey("key")}
 	model := uniqueKey("model")

@@ -105,10 +105,11 @@ func TestCallersLeavingAtRandomOnConfiguredPools(t *testing.T) {
 		ls[i] = ratelimit.New(pools[i], opts...)
 	}
 
-	// Every window is an hour's, with a minute of it left at least: no
-	// window ends during the run, and each counter has one row.
-	pgtest.AwaitRoomInWindow(t, base, time.Hour, time.Minute)
-	hourly := func(l ratelimit.Limit) ratelimit.Limit { l.Window = time.Hour; return l }
+	// Every window is an hour's (or a few minutes more), with a minute of
+	// it left at least: no window ends during the run, and each counter has
+	// one row.
+	hour := hourWindow(t, base)
+	hourly := func(l ratelimit.Limit) ratelimit.Limit { l.Window = hour; return l }
 	hot := hourly(window("provider", uniqueKey("hot"), "tokens", 9000, 100)) // every batch's
 	keys := []string{uniqueKey("key"), uniqueKey("key"), uniqueKey("key")}
 	model := uniqueKey("model")

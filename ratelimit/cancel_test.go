@@ -269,8 +269,7 @@ func TestReserveCallersWhoAllLeaveABatchHoldNothing(t *testing.T) {
 	l := ratelimit.New(held, ratelimit.WithLeftStatementGrace(time.Minute))
 	first := uniqueKey("first")
 	firstLimits := []ratelimit.Limit{window("key", first, "requests", 100, 1)}
-	firstLimits[0].Window = time.Hour // the blocker and the first Reserve meet on one counter row
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	firstLimits[0].Window = hourWindow(t, pool) // the blocker and the first Reserve meet on one counter row
 	limits := []ratelimit.Limit{window("key", key, "requests", 100, 1), concurrent("key", key, 100)}
 
 	// A caller who stays holds the stream, stuck behind a lock, while the

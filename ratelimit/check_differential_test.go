@@ -173,7 +173,6 @@ func TestCheckAgreesWithReserveOnWindowLimits(t *testing.T) {
 func TestCheckAgreesWithReserveOnConcurrentLimits(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
 	ctx := context.Background()
 	key := uniqueKey("c")
 	c := concurrent("model", key, 2)
@@ -186,7 +185,9 @@ func TestCheckAgreesWithReserveOnConcurrentLimits(t *testing.T) {
 		t.Fatalf("Check of a concurrent limit: %v, want nil (not checked)", err)
 	}
 	w := window("api_key", key, "requests", 1, 1)
-	w.Window = time.Hour
+	// An hour's window (or a few minutes more) with a minute left: the
+	// second checkThenReserve meets the window the first filled.
+	w.Window = hourWindow(t, pool)
 	c.Amount = 0.5 // fits beside the live 1.5
 	g2 := checkThenReserve(t, l, pool, []ratelimit.Limit{c, w}, "room in both")
 	for _, g := range []ratelimit.Grant{g, g2} {

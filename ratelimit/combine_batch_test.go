@@ -367,22 +367,23 @@ func reserveConcurrently(t *testing.T, callers, tries int, reserve func(caller i
 func TestReserveWindowsDecidesAsReserve(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
-	// Both functions must decide in the same hour and day windows.
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
-	pgtest.AwaitRoomInWindow(t, pool, 24*time.Hour, time.Minute)
+	// Both functions must decide in the same hour and day windows: of an
+	// hour and a day, or a few minutes more, each with a minute left.
+	hour := int32(hourWindow(t, pool) / time.Second)
+	day := int32(pgtest.WindowWithRoom(t, pool, 24*time.Hour, time.Minute) / time.Second)
 	ctx := context.Background()
 	run := uniqueKey("same")
 	batches := [][]oneWindow{
-		{{run + "-fits", 3600, 10, 4}, {run + "-fits", 3600, 12, 5}},                               // whole, at once
-		{{run + "-fits", 3600, 10, 4}, {run + "-fits", 3600, 12, 1}, {run + "-other", 3600, 5, 5}}, // one counter whole, one not
-		{{run + "-new", 3600, 10, 20}, {run + "-new", 3600, 14, 20}},                               // a new counter, all refused
-		{{run + "-new2", 3600, 10, 6}, {run + "-new2", 3600, 14, 6}, {run + "-new2", 86400, 3, 4}}, // a new counter, half admitted
+		{{run + "-fits", hour, 10, 4}, {run + "-fits", hour, 12, 5}},                               // whole, at once
+		{{run + "-fits", hour, 10, 4}, {run + "-fits", hour, 12, 1}, {run + "-other", hour, 5, 5}}, // one counter whole, one not
+		{{run + "-new", hour, 10, 20}, {run + "-new", hour, 14, 20}},                               // a new counter, all refused
+		{{run + "-new2", hour, 10, 6}, {run + "-new2", hour, 14, 6}, {run + "-new2", day, 3, 4}},   // a new counter, half admitted
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
 	for round := range 40 {
 		var batch []oneWindow
 		for range 1 + rng.IntN(12) {
-			w := oneWindow{key: fmt.Sprintf("%s-%d", run, rng.IntN(4)), seconds: []int32{3600, 86400}[rng.IntN(2)],
+			w := oneWindow{key: fmt.Sprintf("%s-%d", run, rng.IntN(4)), seconds: []int32{hour, day}[rng.IntN(2)],
 				limit: float64(8 + rng.IntN(8)), amount: float64(1 + rng.IntN(9))}
 			if rng.IntN(3) == 0 {
 				w.key = fmt.Sprintf("%s-%d-%d", run, round, rng.IntN(2)) // a counter this batch creates

@@ -32,8 +32,9 @@ func TestCombinedBatchDecidesAsCallsOneAtATime(t *testing.T) {
 	combined := ratelimit.New(pools[0])
 	alone := ratelimit.New(pools[1], ratelimit.WithoutCombining())
 	ctx := context.Background()
-	pgtest.AwaitRoomInWindow(t, pools[0], time.Hour, time.Minute)
-	pgtest.AwaitRoomInWindow(t, pools[0], 24*time.Hour, time.Minute)
+	// Windows of an hour and of a day, or a few minutes more, each with a
+	// minute left: both sides decide in the same ones.
+	hour, day := hourWindow(t, pools[0]), pgtest.WindowWithRoom(t, pools[0], 24*time.Hour, time.Minute)
 
 	// Tasks and their attempts by index, the same on both sides: 0
 	// running, 1 finished.
@@ -52,8 +53,8 @@ func TestCombinedBatchDecidesAsCallsOneAtATime(t *testing.T) {
 		window                 time.Duration
 	}
 	menu := []menuLimit{
-		{"api_key", "k0", "tokens", time.Hour}, {"api_key", "k1", "tokens", time.Hour},
-		{"api_key", "k0", "tokens", 24 * time.Hour}, {"org", "o0", "requests", time.Hour},
+		{"api_key", "k0", "tokens", hour}, {"api_key", "k1", "tokens", hour},
+		{"api_key", "k0", "tokens", day}, {"org", "o0", "requests", hour},
 		{"model", "m0", ratelimit.MetricConcurrent, 0}, {"model", "m1", ratelimit.MetricConcurrent, 0},
 	}
 	type request struct {
@@ -349,12 +350,12 @@ func TestCloseRacingCallsLeavesNothingHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, 10*time.Second)
+	hour := pgtest.WindowWithRoom(t, pool, time.Hour, 10*time.Second) // an hour or a few minutes more
 	before := runtime.NumGoroutine()
 	l := ratelimit.New(pool)
 	limits := func(rng *rand.Rand) []ratelimit.Limit {
 		ls := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: fmt.Sprintf("k%d", rng.IntN(2))},
-			Metric: "tokens", Limit: 300, Amount: float64(1 + rng.IntN(3)), Window: time.Hour}}
+			Metric: "tokens", Limit: 300, Amount: float64(1 + rng.IntN(3)), Window: hour}}
 		if rng.IntN(2) == 0 {
 			ls = append(ls, ratelimit.Limit{Scope: ratelimit.Scope{Type: "model", Key: "m"}, Metric: ratelimit.MetricConcurrent, Limit: 6, Amount: 1})
 		}

@@ -212,16 +212,16 @@ func TestRefusalChangesNoOtherRow(t *testing.T) {
 			if last == "concurrent" {
 				lastLimit = concurrent("team", full, 1)
 			}
-			// Hour-long windows with a minute left: a new window would add
-			// counter rows of its own.
-			pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+			// Windows of an hour (or a few minutes more) with a minute left:
+			// a new window would add counter rows of its own.
+			hour := hourWindow(t, pool)
 			for i := range others {
 				if others[i].Metric != ratelimit.MetricConcurrent {
-					others[i].Window = time.Hour
+					others[i].Window = hour
 				}
 			}
 			if lastLimit.Metric != ratelimit.MetricConcurrent {
-				lastLimit.Window = time.Hour
+				lastLimit.Window = hour
 			}
 			// Make every row exist, then fill the last limit.
 			if _, err := l.Reserve(ctx, "", "", others); err != nil {

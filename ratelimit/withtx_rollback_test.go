@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -53,14 +52,14 @@ func takeTxSnapshot(t *testing.T, pool *pgxpool.Pool, window, slots ratelimit.Sc
 func TestWithTxRolledBackLeavesNoTrace(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	hour := hourWindow(t, pool) // an hour or a few minutes more, with a minute left
 	ctx := context.Background()
 	key := uniqueKey("tx")
 	apiKey, model := ratelimit.Scope{Type: "api_key", Key: key}, ratelimit.Scope{Type: "model", Key: key}
 	requests := window("api_key", key, ratelimit.MetricRequests, 2, 1)
-	requests.Window = time.Hour
+	requests.Window = hour
 	tokens := window("api_key", key, ratelimit.MetricTokens, 100, 10)
-	tokens.Window = time.Hour
+	tokens.Window = hour
 	slots := concurrent("model", key, 1.5)
 	slots.LeaseTTL = time.Minute
 	limits := []ratelimit.Limit{requests, tokens, slots}
