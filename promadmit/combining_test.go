@@ -146,13 +146,13 @@ func TestCombiningCollectorReportsWhatWasLost(t *testing.T) {
 func TestCombiningCollectorReportsLocalBlocks(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Hour, time.Minute)
+	hour := pgtest.WindowWithRoom(t, pool, time.Hour, time.Minute) // an hour or a few minutes more: one block serves all
 	limiter := ratelimit.New(pool)
 	defer limiter.Close()
 	reg := prometheus.NewRegistry()
 	registerCombining(t, reg, limiter)
 	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "model", Key: fmt.Sprintf("local-%d", time.Now().UnixNano())},
-		Metric: ratelimit.MetricTokens, Limit: 1000, Amount: 1, Window: time.Hour, Local: true}}
+		Metric: ratelimit.MetricTokens, Limit: 1000, Amount: 1, Window: hour, Local: true}}
 	for range 5 {
 		if _, err := limiter.Reserve(context.Background(), "", "", limits); err != nil {
 			t.Fatal(err)
