@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -49,25 +48,13 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 // flags still read any form Go reads, 24h0m0s included.
 func TestHelpWritesDurationsAsTheREADMEDoes(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ref, ok := strings.Cut(string(readme), "\n## CLI reference\n")
-	if !ok {
-		t.Fatal("README.md has no CLI reference")
-	}
 	// A table row of a duration flag and its default: | `--older-than D` | `24h` | ...
 	row := regexp.MustCompile("(?m)^\\| `(--[a-z-]+) D` \\| `([^`]+)`")
-	heading := regexp.MustCompile("(?m)^### `pgadmit ([a-z]+)")
 	checked := 0
-	for i, section := range heading.Split(ref, -1) {
-		args := []string{"--help"} // the global flags come before the first command's heading
-		if i > 0 {
-			args = []string{heading.FindAllStringSubmatch(ref, -1)[i-1][1], "--help"}
-		}
+	for _, section := range readmeCLISections(t) {
+		args := section.helpArgs
 		help := cliOK(t, args...)
-		for _, m := range row.FindAllStringSubmatch(section, -1) {
+		for _, m := range row.FindAllStringSubmatch(section.text, -1) {
 			flag, def := m[1], m[2]
 			if d, err := time.ParseDuration(def); err != nil || d == 0 {
 				continue // not a duration, or off: --help shows no default

@@ -117,21 +117,12 @@ func TestPassTimeoutHelpSaysWhatACutOffRunLeaves(t *testing.T) {
 // inspect's --limit said "rows" where every other count (--batch-size, --workers, --keys) says N.
 func TestHelpNamesACountNAsTheREADMEDoes(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ref, ok := strings.Cut(string(readme), "\n## CLI reference\n")
-	if !ok {
-		t.Fatal("README.md has no CLI reference")
-	}
 	row := regexp.MustCompile("(?m)^\\| `(--[a-z-]+) N` \\|")
-	heading := regexp.MustCompile("(?m)^### `pgadmit ([a-z]+)")
 	checked := 0
-	for i, section := range heading.Split(ref, -1)[1:] {
-		cmd := heading.FindAllStringSubmatch(ref, -1)[i][1]
+	for _, section := range readmeCLISections(t)[1:] {
+		cmd := section.helpArgs[0]
 		help := cliOK(t, cmd, "--help")
-		for _, m := range row.FindAllStringSubmatch(section, -1) {
+		for _, m := range row.FindAllStringSubmatch(section.text, -1) {
 			checked++
 			if !strings.Contains(help, "\n  "+m[1]+" N\n") {
 				t.Errorf("pgadmit %s --help does not name the value of %s N, as the README does", cmd, m[1])
