@@ -31,11 +31,7 @@ func TestALostLeaseIsReportedOnceAndNoLongerRenewed(t *testing.T) {
 				slot.LeaseTTL = time.Second // renewed every 333 ms
 				limits = append(limits, slot)
 			}
-			// renewals counts the lease renewals reported, by result.
-			renewals := func() (ok, failed int) {
-				n := e.obs.callCounts()
-				return n["renew_leases ok"], n["renew_leases error"]
-			}
+			renewals := e.obs.renewals
 			h := e.middleware(fixed(limits...))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				grant, _ := httpadmit.GrantFrom(r.Context())
 				if len(grant.Leases) != leases {
@@ -47,12 +43,8 @@ func TestALostLeaseIsReportedOnceAndNoLongerRenewed(t *testing.T) {
 					return
 				}
 				deadline := time.Now().Add(10 * time.Second)
-				for _, failed := renewals(); failed == 0; _, failed = renewals() {
-					if time.Now().After(deadline) {
-						t.Errorf("no renewal reported the lost lease in 10s: %v", e.obs.callCounts())
-						return
-					}
-					time.Sleep(20 * time.Millisecond)
+				if !e.obs.awaitFailedRenewal(t, deadline, 20*time.Millisecond) {
+					return
 				}
 				for e.obs.heldLeases() != leases-1 { // told after the renewal's DatabaseCall
 					if time.Now().After(deadline) {
@@ -111,10 +103,7 @@ func TestRenewalsTakeThePaceOfTheLeasesLeftOnceOneIsLost(t *testing.T) {
 	short.LeaseTTL = time.Second // renewed every 333 ms while it is held
 	long := concurrent("key", uniqueKey("key"), 10)
 	long.LeaseTTL = 6 * time.Second // every 2 s alone
-	renewals := func() (ok, failed int) {
-		n := e.obs.callCounts()
-		return n["renew_leases ok"], n["renew_leases error"]
-	}
+	renewals := e.obs.renewals
 	h := e.middleware(fixed(short, long))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		grant, _ := httpadmit.GrantFrom(r.Context())
 		i := slices.IndexFunc(grant.Leases, func(l ratelimit.Lease) bool { return l.TTL == time.Second })
@@ -127,12 +116,8 @@ func TestRenewalsTakeThePaceOfTheLeasesLeftOnceOneIsLost(t *testing.T) {
 			return
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for _, failed := renewals(); failed == 0; _, failed = renewals() {
-			if time.Now().After(deadline) {
-				t.Errorf("no renewal reported the lost lease in 10s: %v", e.obs.callCounts())
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !e.obs.awaitFailedRenewal(t, deadline, 5*time.Millisecond) {
+			return
 		}
 		okBefore, _ := renewals()
 		time.Sleep(1500 * time.Millisecond) // four ticks at the lost lease's pace, none at the other's
@@ -157,4 +142,25 @@ func TestRenewalsTakeThePaceOfTheLeasesLeftOnceOneIsLost(t *testing.T) {
 		t.Errorf("LeasesHeld sums to %d after the settle, want 0", got)
 	}
 	e.nothingHeld()
+}
+
+// renewals counts the lease renewals r was told of, by result.
+func (r *recorder) renewals() (ok, failed int) {
+	n := r.callCounts()
+	return n["renew_leases ok"], n["renew_leases error"]
+}
+
+// awaitFailedRenewal waits, polling every poll, until a renewal told r it failed (a lost lease
+// reported); false, with t failed (Errorf: it may run in a handler's goroutine), when none did by
+// deadline.
+func (r *recorder) awaitFailedRenewal(t *testing.T, deadline time.Time, poll time.Duration) bool {
+	t.Helper()
+	for _, failed := r.renewals(); failed == 0; _, failed = r.renewals() {
+		if time.Now().After(deadline) {
+			t.Errorf("no renewal reported the lost lease by the deadline: %v", r.callCounts())
+			return false
+		}
+		time.Sleep(poll)
+	}
+	return true
 }
