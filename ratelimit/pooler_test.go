@@ -416,13 +416,26 @@ func TestCheckPoolerBehindABusyPgBouncer(t *testing.T) {
 // poolsOn opens n pools on url executing statements in mode, closed when t ends.
 func poolsOn(t *testing.T, url string, n int, mode pgx.QueryExecMode) []*pgxpool.Pool {
 	t.Helper()
+	return poolsFrom(t, modeConfig(t, url, mode), n)
+}
+
+// modeConfig is url's pool configuration, executing statements in mode.
+func modeConfig(t *testing.T, url string, mode pgx.QueryExecMode) *pgxpool.Config {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.DefaultQueryExecMode = mode
+	return cfg
+}
+
+// poolsFrom opens n pools of cfg, closed when t ends.
+func poolsFrom(t *testing.T, cfg *pgxpool.Config, n int) []*pgxpool.Pool {
+	t.Helper()
 	pools := make([]*pgxpool.Pool, n)
 	for i := range pools {
+		var err error
 		if pools[i], err = pgxpool.NewWithConfig(context.Background(), cfg.Copy()); err != nil {
 			t.Fatal(err)
 		}

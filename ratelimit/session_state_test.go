@@ -137,18 +137,7 @@ func assertSessionsAsFound(t *testing.T, pool *pgxpool.Pool, index int) {
 // behind a pooler: ConfigurePool, and exec mode mode.
 func configuredPoolsOn(t *testing.T, url string, n int, mode pgx.QueryExecMode) []*pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg := modeConfig(t, url, mode)
 	ratelimit.ConfigurePool(cfg)
-	pools := make([]*pgxpool.Pool, n)
-	for i := range pools {
-		if pools[i], err = pgxpool.NewWithConfig(context.Background(), cfg.Copy()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pools[i].Close)
-	}
-	return pools
+	return poolsFrom(t, cfg, n)
 }
