@@ -2,7 +2,6 @@ package readme
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,14 +17,7 @@ import (
 // names the checks .ci/run makes, and those it does not.
 func TestReadmeDevelopmentTableIsTheMakefiles(t *testing.T) {
 	t.Parallel()
-	read := func(path string) string {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	for _, problem := range developmentProblems(read("../../README.md"), read("../../Makefile"), read("../../.ci/run"), read("../../tools/go.mod")) {
+	for _, problem := range developmentProblems(readText(t, "../../README.md"), readText(t, "../../Makefile"), readText(t, "../../.ci/run"), readText(t, "../../tools/go.mod")) {
 		t.Error(problem)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -118,11 +117,7 @@ func TestEveryReadmeGoBlockIsChecked(t *testing.T) {
 		"limiter := ratelimit.New(pool)\ndefer limiter.Close()",                    // httpadmit: TestReadmeShowsTheRunnableExample
 		"if err := schema.Migrate(ctx, pool); err != nil { // at service start-up", // TestSketchesCompileWhenPasted
 	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := strings.Split(string(readme), "```go\n")[1:]
+	blocks := strings.Split(readText(t, "../../README.md"), "```go\n")[1:]
 	if len(blocks) == 0 {
 		t.Fatal("README.md has no Go block")
 	}

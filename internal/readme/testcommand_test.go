@@ -1,7 +1,6 @@
 package readme
 
 import (
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,14 +16,7 @@ import (
 // it) until that was seen.
 func TestOneTestCommandInTheReadmeTheMakefileAndCI(t *testing.T) {
 	t.Parallel()
-	read := func(path string) string {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	readme, makefile, ci := read("../../README.md"), read("../../Makefile"), read("../../.ci/run")
+	readme, makefile, ci := readText(t, "../../README.md"), readText(t, "../../Makefile"), readText(t, "../../.ci/run")
 
 	want, mentions, problems := testCommands(readme, makefile, ci)
 	for _, problem := range problems {
