@@ -138,10 +138,11 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // time, and returns an error matching ErrPoolerUnknown rather than passing; the exec modes above
 // make the question moot. Its message says how many probes saw the prober keep its session and
 // how many saw its second statement wait for one in vain (2 s) while the holder's transaction
-// was open: a proxy with no other session to spare queues it so, and that probe sees nothing. It returns one too, whatever the exec mode, when the holder or the
-// prober gets no server session within 5 s, rather than wait until ctx ends: behind a pooler in
-// session mode every client connection keeps the one it got (the holder too), and the pooler
-// may have none to spare. When the prober's statement run again gets no answer within 2 s on a
+// was open: a proxy with no other session to spare queues it so, and that probe sees nothing.
+// It returns one too, whatever the exec mode, when the holder or the prober gets no server
+// session within 5 s, rather than wait until ctx ends: behind a pooler in session mode every
+// client connection keeps the one it got (the holder too), and the pooler may have none to
+// spare. When the prober's statement run again gets no answer within 2 s on a
 // direct connection (no pooler could make it wait for a session), it returns an error saying
 // that the server gave none.
 //
