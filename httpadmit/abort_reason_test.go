@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -56,13 +54,7 @@ func TestProxyAbortIsReleasedForWhatCutIt(t *testing.T) {
 		}
 	}))
 	t.Cleanup(upstream.Close)
-	u, err := url.Parse(upstream.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	proxy.ErrorLog = log.New(io.Discard, "", 0)
-	proxy.ErrorHandler = httpadmit.DiscardOnProxyError(nil)
+	proxy := quietProxy(t, upstream.URL, httpadmit.DiscardOnProxyError(nil))
 
 	for _, c := range []struct {
 		path, want string

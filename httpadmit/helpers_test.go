@@ -7,9 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -316,4 +320,18 @@ func (a *atomicMax) max() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.top
+}
+
+// quietProxy is a httputil.ReverseProxy to the server at to, whose own log lines go nowhere (a
+// cut stream's are expected) and whose errors go to errorHandler (nil: the proxy's 502).
+func quietProxy(t *testing.T, to string, errorHandler func(http.ResponseWriter, *http.Request, error)) *httputil.ReverseProxy {
+	t.Helper()
+	u, err := url.Parse(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := httputil.NewSingleHostReverseProxy(u)
+	p.ErrorLog = log.New(io.Discard, "", 0)
+	p.ErrorHandler = errorHandler
+	return p
 }

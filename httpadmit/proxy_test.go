@@ -3,11 +3,9 @@ package httpadmit_test
 import (
 	"errors"
 	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
-	"net/url"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -27,22 +25,12 @@ func TestDiscardOnProxyError(t *testing.T) {
 	t.Cleanup(live.Close)
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close() // nothing listens there any more
-	proxy := func(to string, errorHandler func(http.ResponseWriter, *http.Request, error)) *httputil.ReverseProxy {
-		u, err := url.Parse(to)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := httputil.NewSingleHostReverseProxy(u)
-		p.ErrorLog = log.New(io.Discard, "", 0)
-		p.ErrorHandler = errorHandler
-		return p
-	}
 	var ownGot error
 	own := func(w http.ResponseWriter, r *http.Request, err error) {
 		ownGot = err
 		w.WriteHeader(http.StatusGatewayTimeout)
 	}
-	refusing := proxy(live.URL, httpadmit.DiscardOnProxyError(nil))
+	refusing := quietProxy(t, live.URL, httpadmit.DiscardOnProxyError(nil))
 	refusing.ModifyResponse = func(*http.Response) error { return errors.New("the gateway refuses the upstream's answer") }
 	for _, c := range []struct {
 		name     string
@@ -50,11 +38,11 @@ func TestDiscardOnProxyError(t *testing.T) {
 		status   int
 		released bool
 	}{
-		{"ReverseProxy's own ErrorHandler", proxy(dead.URL, nil), http.StatusBadGateway, false}, // why the helper is there
-		{"upstream unreachable", proxy(dead.URL, httpadmit.DiscardOnProxyError(nil)), http.StatusBadGateway, true},
+		{"ReverseProxy's own ErrorHandler", quietProxy(t, dead.URL, nil), http.StatusBadGateway, false}, // why the helper is there
+		{"upstream unreachable", quietProxy(t, dead.URL, httpadmit.DiscardOnProxyError(nil)), http.StatusBadGateway, true},
 		{"ModifyResponse failed", refusing, http.StatusBadGateway, true},
-		{"a handler of one's own", proxy(dead.URL, httpadmit.DiscardOnProxyError(own)), http.StatusGatewayTimeout, true},
-		{"upstream served", proxy(live.URL, httpadmit.DiscardOnProxyError(nil)), http.StatusOK, false},
+		{"a handler of one's own", quietProxy(t, dead.URL, httpadmit.DiscardOnProxyError(own)), http.StatusGatewayTimeout, true},
+		{"upstream served", quietProxy(t, live.URL, httpadmit.DiscardOnProxyError(nil)), http.StatusOK, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := setup(t)

@@ -2,11 +2,8 @@ package httpadmit_test
 
 import (
 	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,12 +62,7 @@ func TestUpstreamRateLimitHeadersDoNotDoubleTheMiddlewares(t *testing.T) {
 		_, _ = io.WriteString(w, "data: ok\n\n")
 	}))
 	t.Cleanup(upstream.Close)
-	u, err := url.Parse(upstream.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	proxy := quietProxy(t, upstream.URL, nil)
 	// An upstream that sends 103 Early Hints first: the ReverseProxy
 	// forwards it, then clears the whole header map (net/http does not for
 	// a 1xx), the middleware's values with it, and copies the final
@@ -82,12 +74,7 @@ func TestUpstreamRateLimitHeadersDoNotDoubleTheMiddlewares(t *testing.T) {
 		_, _ = io.WriteString(w, "data: ok\n\n")
 	}))
 	t.Cleanup(hinting.Close)
-	hintingURL, err := url.Parse(hinting.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hintingProxy := httputil.NewSingleHostReverseProxy(hintingURL)
-	hintingProxy.ErrorLog = log.New(io.Discard, "", 0)
+	hintingProxy := quietProxy(t, hinting.URL, nil)
 
 	for _, c := range []struct {
 		name    string
