@@ -11,10 +11,13 @@ var (
 	// requests it cannot map to limits (no API key, a body that is not
 	// JSON); the default error handler answers 413 instead for one that
 	// also holds an *http.MaxBytesError (a body read through
-	// http.MaxBytesReader that was over its bound). A limit that ratelimit
-	// refuses as invalid in what the request sets (a negative estimate in
-	// Amount, an empty Scope.Key), or two on one counter, are reported with
-	// it too.
+	// http.MaxBytesReader that was over its bound). MaxBytesReader needs no
+	// writer there (nil): when the 413 goes out, net/http reads what is left
+	// of the body, up to 256 KiB, and keeps the connection, or else closes
+	// it (Connection: close), so the rest is never read as a request. A
+	// limit that ratelimit refuses as invalid in what the request sets (a
+	// negative estimate in Amount, an empty Scope.Key), or two on one
+	// counter, are reported with it too.
 	ErrBadRequest = errors.New("httpadmit: bad request")
 	// ErrUnavailable is matched by the *UnavailableError a request gets when
 	// the database failed or did not answer in time and one of its enforced
