@@ -150,8 +150,11 @@
 // Early Hints) carries them too, and a header map cleared after it (a
 // ReverseProxy clears it once it forwarded an upstream's 1xx) gets them
 // back before the handler fills it for the final status, which then
-// carries the middleware's values, not the upstream's. WithHeaders picks
-// the families:
+// carries the middleware's values, not the upstream's. Behind several
+// middlewares, each gets its own back, as long as a writer of another kind
+// that a middleware put between two of them has Unwrap: without it, the
+// fields of the families that only the inner one sends go out with the
+// upstream's values. WithHeaders picks the families:
 //
 //   - HeadersIETF: RateLimit-Policy and RateLimit from
 //     draft-ietf-httpapi-ratelimit-headers-10, Structured Fields serialized

@@ -35,7 +35,7 @@ type responseWriter struct {
 	headerOut bool
 	// hinted holds the rate-limit headers (of fields) as they went out
 	// with the first informational status, put back in a header map found
-	// empty afterwards (restoreCleared). A httputil.ReverseProxy clears the
+	// empty afterwards (cleared). A httputil.ReverseProxy clears the
 	// whole map once it forwarded an upstream's 1xx (103 Early Hints), then
 	// copies the final response's headers in: the upstream's rate-limit
 	// values went out in place of the middleware's.
@@ -107,27 +107,51 @@ func (w *responseWriter) WriteHeader(code int) {
 
 // Header returns the server's header map, with the rate-limit headers
 // put back in if it was cleared since an informational status went out
-// (restoreCleared).
+// (cleared).
 func (w *responseWriter) Header() http.Header {
+	cleared := w.cleared() // before the writers around put theirs back
 	h := w.ResponseWriter.Header()
-	w.restoreCleared(h)
+	if cleared {
+		for name, values := range w.hinted {
+			h[name] = slices.Clone(values)
+		}
+	}
 	return h
 }
 
-// restoreCleared puts the rate-limit headers that went out with the first
-// informational status (hinted) back in h when h is empty and the final
-// status has not gone out: the map was cleared (as a httputil.ReverseProxy
-// does after forwarding a 1xx), not edited field by field, so what the
-// handler adds next goes beside them, and one it sets replaces them, as
-// before the 1xx.
-func (w *responseWriter) restoreCleared(h http.Header) {
-	if w.hinted == nil || w.headerOut || len(h) > 0 {
-		return
-	}
-	for name, values := range w.hinted {
-		h[name] = slices.Clone(values)
+// cleared reports whether the rate-limit headers that went out with the
+// first informational status (hinted) are to be put back in the header
+// map: the final status has not gone out, and the map is empty. It was
+// cleared (as a httputil.ReverseProxy does after forwarding a 1xx), not
+// edited field by field, so what the handler adds next goes beside them,
+// and one it sets replaces them, as before the 1xx. The map is looked at
+// under the writers of the middlewares around this one (untouchedHeader),
+// whose Header puts their own fields back first: behind one that sends
+// other families, this one's would be lost, and the upstream's values of
+// them go out.
+func (w *responseWriter) cleared() bool {
+	return w.hinted != nil && !w.headerOut && len(untouchedHeader(w.ResponseWriter)) == 0
+}
+
+// untouchedHeader is the header map of w as the handler left it, read
+// without a writer of this package putting its fields back: through the
+// first such writer found under w (through Unwrap too), from under the
+// outermost of them; else w's.
+func untouchedHeader(w http.ResponseWriter) http.Header {
+	for under := w; ; {
+		if ours, ok := under.(interface{ untouchedHeader() http.Header }); ok {
+			return ours.untouchedHeader()
+		}
+		u, ok := under.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w.Header()
+		}
+		under = u.Unwrap()
 	}
 }
+
+// untouchedHeader is the header map under w, as the handler left it.
+func (w *responseWriter) untouchedHeader() http.Header { return untouchedHeader(w.ResponseWriter) }
 
 // sending keeps the middleware's rate-limit headers to their first value
 // (firstValues) before the header goes out, unless it went out already
@@ -138,8 +162,7 @@ func (w *responseWriter) sending(final bool) {
 	if w.headerOut {
 		return
 	}
-	h := w.ResponseWriter.Header()
-	w.restoreCleared(h)
+	h := w.Header()
 	firstValues(h, w.fields)
 	if !final && w.hinted == nil {
 		w.hinted = http.Header{}
