@@ -150,7 +150,9 @@
 // Early Hints) carries them too, and a header map cleared after it (a
 // ReverseProxy clears it once it forwarded an upstream's 1xx) gets them
 // back before the handler fills it for the final status, which then
-// carries the middleware's values, not the upstream's. Behind several
+// carries the middleware's values, not the upstream's (a field the
+// middleware has no value for that went out with the 1xx does not come
+// back: it is the handler's, cleared with the rest). Behind several
 // middlewares, each gets its own back, as long as a writer of another kind
 // that a middleware put between two of them has Unwrap: without it, the
 // fields of the families that only the inner one sends go out with the

@@ -357,8 +357,21 @@ func headerFields(families HeaderFamily) []string {
 	return names
 }
 
-// firstValues keeps the first value of each field of names (canonical)
-// that h holds several of: the one the middleware set, before the handler
+// heldFields are those of names (canonical) that h holds a value for: of
+// the fields of the middleware's families, those it set before the handler
+// runs (or a middleware around it did). The others are the handler's.
+func heldFields(h http.Header, names []string) []string {
+	var held []string
+	for _, name := range names {
+		if len(h[name]) > 0 {
+			held = append(held, name)
+		}
+	}
+	return held
+}
+
+// firstValues keeps the first value of each field of names (canonical,
+// heldFields) that h holds several of: the one the middleware set, before the handler
 // added others (a httputil.ReverseProxy adds the upstream's headers to the
 // writer's, and LLM providers answer with rate-limit headers of their
 // own, about the gateway's account with them). A field sent twice is read

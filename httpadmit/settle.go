@@ -58,7 +58,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant, policies []policy) {
 	a := &admission{grant: shown, policies: policies}
 	rw, hw := wrap(w)
-	rw.fields = m.fields
+	rw.fields = heldFields(w.Header(), m.fields)
 	// The deferred settle is in place before any code that may panic (the
 	// Observer's LeasesHeld included): serve has handed the grant over.
 	stopRenewing := func() {}

@@ -28,9 +28,11 @@ type responseWriter struct {
 	// through it and this one never knows.
 	probe bool
 	// fields are the rate-limit headers of the middleware's families
-	// (canonical names), kept to their first value (firstValues) each time
-	// the header goes out, until it went out with its final status
-	// (headerOut).
+	// (canonical names) that held a value when the handler started
+	// (heldFields), kept to their first value (firstValues) each time the
+	// header goes out, until it went out with its final status
+	// (headerOut). The others are the handler's, and are not put back
+	// after a 1xx either (hinted).
 	fields    []string
 	headerOut bool
 	// hinted holds the rate-limit headers (of fields) as they went out
@@ -124,11 +126,13 @@ func (w *responseWriter) Header() http.Header {
 // map: the final status has not gone out, and the map is empty. It was
 // cleared (as a httputil.ReverseProxy does after forwarding a 1xx), not
 // edited field by field, so what the handler adds next goes beside them,
-// and one it sets replaces them, as before the 1xx. The map is looked at
-// under the writers of the middlewares around this one (untouchedHeader),
-// whose Header puts their own fields back first: behind one that sends
-// other families, this one's would be lost, and the upstream's values of
-// them go out.
+// and one it sets replaces them, as before the 1xx. (A handler that
+// deletes every field after a 1xx, one by one, gets them back too: that
+// cannot be told from a clear. Deleted before the 1xx, they stay deleted.)
+// The map is looked at under the writers of the middlewares around this
+// one (untouchedHeader), whose Header puts their own fields back first:
+// behind one that sends other families, this one's would be lost, and the
+// upstream's values of them go out.
 func (w *responseWriter) cleared() bool {
 	return w.hinted != nil && !w.headerOut && len(untouchedHeader(w.ResponseWriter)) == 0
 }
