@@ -93,14 +93,19 @@ type Report struct {
 	Truncated bool
 }
 
-// OK reports whether the books balance.
-func (r Report) OK() bool { return len(r.Problems) == 0 }
+// OK reports whether the books were checked and balance. It is false for
+// the zero Report, which Doctor returns with its error: nothing was checked.
+func (r Report) OK() bool { return r.checked() && len(r.Problems) == 0 }
+
+// checked reports whether r is a Doctor's reading of the books, not the
+// zero Report returned with an error.
+func (r Report) checked() bool { return !r.CheckedAt.IsZero() }
 
 // String lists the problems, one per line, or says the books balance. The
 // zero report, which Doctor returns with an error, says that the books were
 // not checked.
 func (r Report) String() string {
-	if r.OK() && r.CheckedAt.IsZero() {
+	if !r.checked() && len(r.Problems) == 0 {
 		return "doctor: the books were not checked"
 	}
 	if r.OK() {

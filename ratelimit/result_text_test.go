@@ -41,3 +41,24 @@ func TestZeroResultsSayNothingRan(t *testing.T) {
 		t.Errorf("a check that found nothing: %q", s)
 	}
 }
+
+// TestZeroReportIsNotOK: the zero Report, which Doctor returns with its
+// error, checked nothing, so code that reads OK without the error must not
+// take a failed Doctor for books that balance.
+func TestZeroReportIsNotOK(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		report ratelimit.Report
+		want   bool
+	}{
+		{"the zero Report", ratelimit.Report{}, false},
+		{"a check that found nothing", ratelimit.Report{CheckedAt: at}, true},
+		{"a check that found a problem", ratelimit.Report{CheckedAt: at, Problems: []ratelimit.Problem{{}}}, false},
+	} {
+		if got := c.report.OK(); got != c.want {
+			t.Errorf("%s: OK() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
