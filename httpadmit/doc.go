@@ -195,11 +195,14 @@
 // or is ratelimit.MaxAmount (16 digits), are left out of the IETF headers (q
 // is a Structured Field Integer, 15 digits at most). A
 // refusal tells the state of the limit that refused only. Behind several
-// middlewares (one for every route, another for a route's own limits), the
-// headers show the limits of all of them that send headers (not those of
-// one with WithHeaders(0)), each as the middleware that applied it decided
-// it, named apart over them all, and the OpenAI and Anthropic headers the
-// one with the least left among them; a counter that two of them limit is
+// middlewares (one for every route, another for a route's own limits),
+// every family that one of them sends shows the limits of all of them
+// that send headers (not those of one with WithHeaders(0), nor of one that
+// failed open), whichever of them chose the family: an inner middleware
+// sends its families and those of the ones around it. Each limit is shown
+// as the middleware that applied it decided it, named apart over them all,
+// and the OpenAI and Anthropic headers show the one with the least left
+// among them; a counter that two of them limit is
 // shown as the inner one decided it, or, when that decision did not read
 // it (a zero Amount, a Local limit admitted from the block, a limit other
 // than the one a refusal names), with what the outer one read, against the

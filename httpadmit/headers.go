@@ -147,6 +147,13 @@ func exceededRemaining(e *ratelimit.ExceededError) decimal.Units {
 	return decimal.Of(e.Remaining()) // NaN or an infinity, in an error built by hand: 0
 }
 
+// shownHeaders is what a request's rate-limit headers show: the families
+// sent and the limits in them, of a middleware and of those around it.
+type shownHeaders struct {
+	families HeaderFamily
+	policies []policy
+}
+
 // withOuter is what the headers show of a request decided by several
 // middlewares (one for every route, another for a route's own limits):
 // the policies of those around this one (outer, as they showed them), then

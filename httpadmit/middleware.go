@@ -96,7 +96,9 @@ func WithSettleTimeout(d time.Duration) Option {
 }
 
 // WithHeaders chooses the families of rate-limit headers sent on every
-// response (default DefaultHeaders); 0 sends none.
+// response (default DefaultHeaders); 0 sends none. Behind another
+// middleware, the families it sends are sent too, and all of them show
+// the limits of both; 0 keeps this middleware's limits out of them.
 func WithHeaders(f HeaderFamily) Option {
 	return func(c *config) { c.headers = f }
 }
@@ -228,9 +230,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	outer, behind := admissionFrom(r.Context())
-	var outerPolicies []policy // of the middlewares around this one: the headers show theirs too
+	var around shownHeaders // by the middlewares around this one: the headers show theirs too
 	if behind {
-		outerPolicies = outer.policies
+		around = outer.headers
 	}
 	if len(limits) == 0 {
 		if behind {
@@ -239,7 +241,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// around learn whether its upstream ran (servedInside) or one
 			// further in answered it (answeredInside). GrantFrom still
 			// finds theirs.
-			m.runAs(w, r, next, ratelimit.Grant{}, outer.grant, outerPolicies)
+			m.runAs(w, r, next, ratelimit.Grant{}, outer.grant, around)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -263,9 +265,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case d.err != nil:
 		m.onError(w, r, d.err)
 	case d.refusal != nil:
-		policies := withOuter(outerPolicies, refusalHeaders(limits, d.refusal))
+		policies := withOuter(around.policies, refusalHeaders(limits, d.refusal))
 		d.refusal.Policy = nameOf(policies, d.refusal.Limit) // as the headers name it among the outer ones'
-		m.setHeaders(w.Header(), policies, outerPolicies)
+		m.setHeaders(w.Header(), m.shown(around, policies), around)
 		if e := d.refusal.Exceeded; e.Retryable {
 			w.Header().Set("Retry-After", fmt.Sprint(ceilSeconds(e.RetryAfter)))
 		}
@@ -273,22 +275,45 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	default:
 		// Failed open, it has no decision to show; sending no headers, it
 		// shows none: the outer ones' stand, and only they are passed on.
-		policies := outerPolicies
+		shown := around
 		if !d.failedOpen && m.headers != 0 {
-			policies = withOuter(outerPolicies, grantHeaders(limits, d.grant))
-			m.setHeaders(w.Header(), policies, outerPolicies)
+			shown = m.shown(around, withOuter(around.policies, grantHeaders(limits, d.grant)))
+			m.setHeaders(w.Header(), shown, around)
 		}
 		held = ratelimit.Grant{} // run settles it, whatever way it ends
-		m.run(w, r, next, d.grant, policies)
+		m.run(w, r, next, d.grant, shown)
 	}
 }
 
-// setHeaders sets the headers of policies on h. Behind a middleware that
-// showed policies (outer), it first deletes that one's headers: policies
-// include them (withOuter).
-func (m *middleware) setHeaders(h http.Header, policies, outer []policy) {
-	if len(outer) > 0 {
-		clearHeaders(h, m.headers)
+// shown is what the headers show of a request this middleware decided,
+// behind those around it (around): policies (withOuter), in its families
+// and in theirs, so that a family only they send does not leave out its
+// limits (a 429 of its own whose x-ratelimit-remaining-requests, set
+// around it, tells quota left). A middleware with WithHeaders(0) shows
+// nothing: its limits are not for clients to see.
+func (m *middleware) shown(around shownHeaders, policies []policy) shownHeaders {
+	if m.headers == 0 {
+		return shownHeaders{}
 	}
-	setHeaders(h, m.headers, policies)
+	return shownHeaders{families: m.headers | around.families, policies: policies}
+}
+
+// setHeaders sets the headers of shown on h. Behind a middleware that
+// showed policies (around), it first deletes the fields of the families
+// it sets: shown includes those policies (withOuter).
+func (m *middleware) setHeaders(h http.Header, shown, around shownHeaders) {
+	if len(around.policies) > 0 {
+		clearHeaders(h, shown.families)
+	}
+	setHeaders(h, shown.families, shown.policies)
+}
+
+// fieldsOf are the fields of families (headerFields): m.fields, made
+// once, when they are the middleware's own, as they are unless a
+// middleware around it sends others.
+func (m *middleware) fieldsOf(families HeaderFamily) []string {
+	if families == m.headers {
+		return m.fields
+	}
+	return headerFields(families)
 }

@@ -46,19 +46,21 @@ const (
 
 // run serves an admitted request and settles it, whatever way the handler
 // ends: returning, panicking (the panic goes on after settling), or
-// finding its client gone. policies are the limits its headers show
-// (withOuter), for a middleware inside to show too.
-func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant, policies []policy) {
-	m.runAs(w, r, next, grant, grant, policies)
+// finding its client gone. headers is what its headers show (families
+// and limits), for a middleware inside to show too.
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, grant ratelimit.Grant, headers shownHeaders) {
+	m.runAs(w, r, next, grant, grant, headers)
 }
 
 // runAs is run, with shown the grant that GrantFrom returns to the
 // handler: grant, or, for a request this middleware has no limits for
 // behind another one (an empty grant), the outer one's.
-func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant, policies []policy) {
-	a := &admission{grant: shown, policies: policies}
+func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Handler, grant, shown ratelimit.Grant, headers shownHeaders) {
+	a := &admission{grant: shown, headers: headers}
 	rw, hw := wrap(w)
-	rw.fields = heldFields(w.Header(), m.fields)
+	// Its writer keeps the fields of its families and of those sent around
+	// it, which it sets too (shown).
+	rw.fields = heldFields(w.Header(), m.fieldsOf(m.headers|headers.families))
 	// The deferred settle is in place before any code that may panic (the
 	// Observer's LeasesHeld included): serve has handed the grant over.
 	stopRenewing := func() {}

@@ -18,10 +18,9 @@ import (
 type admission struct {
 	grant ratelimit.Grant // empty when the request failed open
 	outer *admission      // of a middleware around this one, on the same request
-	// policies are the limits the request's headers show, this
-	// middleware's and those of the ones around it (withOuter), for a
-	// middleware inside to add its own to.
-	policies []policy
+	// headers is what the request's headers show, of this middleware and
+	// the ones around it, for a middleware inside to add its own to.
+	headers shownHeaders
 
 	mu      sync.Mutex
 	usage   map[string]float64
