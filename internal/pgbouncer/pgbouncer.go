@@ -30,10 +30,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
+	"github.com/pgadmit/pgadmit/internal/process"
 )
 
 // ErrNoPgBouncer is returned by Start when no pgbouncer binary can be found.
@@ -69,7 +69,7 @@ type Config struct {
 type Bouncer struct {
 	root string
 	bin  string              // the pgbouncer binary Start found, which Restart runs again
-	cred *syscall.Credential // whom it runs as (nil: this process's user)
+	cred *process.Credential // whom it runs as (nil: this process's user)
 	cmd  *exec.Cmd
 	port int
 	done chan struct{} // closed when the process has exited
@@ -154,7 +154,10 @@ func (b *Bouncer) run(ctx context.Context, ini string) error {
 	cmd.Dir = b.root
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Setpgid: true}
+	if err := process.AsUser(cmd, b.cred); err != nil {
+		return err
+	}
+	process.OwnGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -176,13 +179,13 @@ func (b *Bouncer) run(ctx context.Context, ini string) error {
 		case <-done:
 			return fmt.Errorf("pgbouncer exited: %v\n%s", waitErr, pgcluster.Tail(filepath.Join(b.root, "pgbouncer.out")))
 		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = process.KillGroup(cmd.Process)
 			<-done
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = process.KillGroup(cmd.Process)
 			<-done
 			return errors.New("pgbouncer did not listen within 10 s")
 		}
@@ -239,11 +242,11 @@ func (b *Bouncer) Stop() error {
 // terminate ends the running PgBouncer at once (SIGTERM: immediate shutdown, its connections
 // closed; SIGKILL if it has not exited 10 s later) and waits for it.
 func (b *Bouncer) terminate() {
-	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
+	_ = process.TerminateGroup(b.cmd.Process)
 	select {
 	case <-b.done:
 	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+		_ = process.KillGroup(b.cmd.Process)
 		<-b.done
 	}
 }
@@ -326,13 +329,13 @@ func sweepStale() {
 	}
 	for _, dir := range dirs {
 		owner, err := readPid(filepath.Join(dir, ownerFile))
-		if err != nil || !errors.Is(syscall.Kill(owner, 0), syscall.ESRCH) {
+		if err != nil || !process.Gone(owner) {
 			continue // being set up, not ours, or its owner is alive
 		}
 		// A PgBouncer killed outright leaves its pid file: the pid may be another process's by
 		// now. Only a process that runs this directory's configuration is signalled.
 		if pid, err := readPid(filepath.Join(dir, "pgbouncer.pid")); err == nil && runs(pid, filepath.Join(dir, "pgbouncer.ini")) {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
+			_ = process.Terminate(pid)
 		}
 		_ = os.RemoveAll(dir)
 	}

@@ -38,9 +38,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/process"
 	"github.com/pgadmit/pgadmit/internal/runecut"
 )
 
@@ -69,7 +69,7 @@ type Cluster struct {
 	root    string              // temporary directory: data/, logs
 	data    string              // data directory, root/data
 	pgCtl   string              // path of pg_ctl
-	cred    *syscall.Credential // user to run the binaries as when this process is root, else nil
+	cred    *process.Credential // user to run the binaries as when this process is root, else nil
 	port    int
 	startup time.Duration
 
@@ -253,11 +253,11 @@ func (c *Cluster) stop() error {
 // sweepStale removes throwaway clusters whose owning process is gone (it panicked, hit a test
 // -timeout or was killed): it stops their server and deletes their directory. A directory
 // without an owner file is removed only when ownerlessStale says so.
-func sweepStale(pgCtl string, cred *syscall.Credential) { sweepStaleIn(tempDirs(), pgCtl, cred) }
+func sweepStale(pgCtl string, cred *process.Credential) { sweepStaleIn(tempDirs(), pgCtl, cred) }
 
 // sweepStaleIn is sweepStale over the clusters in the directories parents (tests give theirs
 // one of their own, where no other process's sweep removes what they look at meanwhile).
-func sweepStaleIn(parents []string, pgCtl string, cred *syscall.Credential) {
+func sweepStaleIn(parents []string, pgCtl string, cred *process.Credential) {
 	var dirs []string
 	for _, tmp := range parents {
 		found, _ := filepath.Glob(filepath.Join(tmp, dirPrefix+"*"))
@@ -279,7 +279,7 @@ func sweepStaleIn(parents []string, pgCtl string, cred *syscall.Credential) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		if !process.Gone(pid) {
 			continue // owner alive (or not ours to judge)
 		}
 		_ = (&Cluster{root: dir, data: filepath.Join(dir, "data"), pgCtl: pgCtl, cred: cred}).Stop()
@@ -303,11 +303,14 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	if err := process.AsUser(cmd, c.cred); err != nil {
+		return err
+	}
+	process.OwnGroup(cmd)
 	// When ctx ends, kill the whole process group, not the binary alone: initdb runs its backends
 	// through a shell and feeds them through a pipe, and a backend whose initdb died goes on
 	// writing into the directory that Stop is removing (and then keeps it there).
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Cancel = func() error { return process.KillGroup(cmd.Process) }
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, Tail(outPath))
 	}
@@ -368,7 +371,7 @@ func isExec(path string) bool {
 
 // RunAs returns the credential to run PostgreSQL's binaries (and PgBouncer) with: nil unless this
 // process is root, which they refuse to run as; then the "postgres" system user.
-func RunAs() (*syscall.Credential, error) {
+func RunAs() (*process.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -386,7 +389,7 @@ func RunAs() (*syscall.Credential, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gid of postgres: %w", err)
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	return &process.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -434,5 +437,5 @@ func ownerlessStale(dir string, now time.Time) bool {
 	if err != nil || pid <= 0 {
 		return false
 	}
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	return process.Gone(pid)
 }

@@ -8,13 +8,13 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/peterldowns/pgtestdb"
 
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
+	"github.com/pgadmit/pgadmit/internal/process"
 )
 
 var (
@@ -77,10 +77,9 @@ func stopOnSignal() {
 		stopPooler()
 		stopCluster()
 		signal.Reset(sigs...)
-		if s, ok := sig.(syscall.Signal); ok {
-			_ = syscall.Kill(os.Getpid(), s)
-		}
-		time.Sleep(time.Second) // the default action normally ends the process before this
+		process.Raise(sig)
+		// The default action normally ends the process before this (off Unix, nothing is raised).
+		time.Sleep(time.Second)
 		os.Exit(1)
 	}()
 }
