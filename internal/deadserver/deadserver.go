@@ -73,7 +73,7 @@ func (h *Hanging) Close() {
 type Stopped struct {
 	addr string
 	once sync.Once
-	fd   int
+	fd   socket
 }
 
 // Stop returns a Stopped address; Close lets its port go. Call it once done with the address
