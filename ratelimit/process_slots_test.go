@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"unsafe"
 )
 
@@ -58,7 +57,7 @@ func mapHeldSlots(path string) (*heldSlots, error) {
 		return nil, err
 	}
 	defer f.Close() // the mapping outlives the descriptor
-	mem, err := syscall.Mmap(int(f.Fd()), 0, heldSlotsSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := mapShared(f, heldSlotsSize)
 	if err != nil {
 		return nil, fmt.Errorf("mapping %s: %w", path, err)
 	}
@@ -97,4 +96,4 @@ func total(held int64) int64 {
 	return n
 }
 
-func (h *heldSlots) unmap() error { return syscall.Munmap(h.mem) }
+func (h *heldSlots) unmap() error { return unmapShared(h.mem) }

@@ -1,3 +1,7 @@
+//go:build unix
+
+// The test hangs up on withdb (SIGHUP) and kills its process group: Unix only.
+
 package main
 
 import (
