@@ -108,6 +108,42 @@ func (q *Queries) OpsBackendsWaitingOnLock(ctx context.Context, db DBTX) ([]int3
 	return items, nil
 }
 
+const OpsBackendsWaitingOnTable = `-- name: OpsBackendsWaitingOnTable :many
+SELECT l.pid::integer AS pid
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'relation'
+  AND NOT l.granted
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+  AND l.relation = pg_catalog.to_regclass($1::text)::oid
+  AND l.pid <> pg_catalog.pg_backend_pid()
+ORDER BY l.pid
+`
+
+// Backends of the current database waiting for a lock on one table (named
+// as the search_path finds it), so a test can tell which of a run's
+// statements waits: a wait on any lock may still be an earlier one's.
+// Locks: none.
+// Index: none (pg_locks is an in-memory view).
+func (q *Queries) OpsBackendsWaitingOnTable(ctx context.Context, db DBTX, tableName string) ([]int32, error) {
+	rows, err := db.Query(ctx, OpsBackendsWaitingOnTable, tableName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var pid int32
+		if err := rows.Scan(&pid); err != nil {
+			return nil, err
+		}
+		items = append(items, pid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const OpsCancelBackend = `-- name: OpsCancelBackend :one
 SELECT pg_cancel_backend($1::integer)::boolean AS cancelled
 `

@@ -27,8 +27,29 @@ func LockWaiters(t testing.TB, pool *pgxpool.Pool) []int32 {
 // seconds.
 func AwaitLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) []int32 {
 	t.Helper()
+	return awaitWaiters(t, what, func() []int32 { return LockWaiters(t, pool) })
+}
+
+// AwaitLockWaitersOn is AwaitLockWaiters for a wait on one table (named as the search_path
+// finds it): right after a statement waited on another lock, a wait on any lock may still be
+// that one's.
+func AwaitLockWaitersOn(t testing.TB, pool *pgxpool.Pool, table, what string) []int32 {
+	t.Helper()
+	return awaitWaiters(t, what, func() []int32 {
+		waiting, err := dbtest.New().OpsBackendsWaitingOnTable(context.Background(), pool, table)
+		if err != nil {
+			t.Fatalf("OpsBackendsWaitingOnTable: %v", err)
+		}
+		return waiting
+	})
+}
+
+// awaitWaiters polls waiters until it returns some, and fails t, naming what, when it has
+// returned none for 20 seconds.
+func awaitWaiters(t testing.TB, what string, waiters func() []int32) []int32 {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		waiting := LockWaiters(t, pool)
+		waiting := waiters()
 		if len(waiting) > 0 {
 			return waiting
 		}

@@ -34,6 +34,21 @@ WHERE a.datname = current_database()
   AND a.pid <> pg_backend_pid()
 ORDER BY a.pid;
 
+-- name: OpsBackendsWaitingOnTable :many
+-- Backends of the current database waiting for a lock on one table (named
+-- as the search_path finds it), so a test can tell which of a run's
+-- statements waits: a wait on any lock may still be an earlier one's.
+-- Locks: none.
+-- Index: none (pg_locks is an in-memory view).
+SELECT l.pid::integer AS pid
+FROM pg_catalog.pg_locks AS l
+WHERE l.locktype = 'relation'
+  AND NOT l.granted
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+  AND l.relation = pg_catalog.to_regclass(@table_name::text)::oid
+  AND l.pid <> pg_catalog.pg_backend_pid()
+ORDER BY l.pid;
+
 -- name: OpsNow :one
 -- The database's clock, for tests that wait for a lease or window to end.
 -- Locks: none.
