@@ -7,8 +7,8 @@ SELECT pg_backend_pid()::integer AS pid;
 
 -- name: PoolerStatementPrepared :one
 -- Whether this session holds a prepared statement named @name: one that
--- another client connection prepared, when a pooler shares sessions
--- between client connections and keeps their statement names.
+-- this connection has just prepared by that name, unless a pooler in
+-- between carries prepared statements over under names of its own.
 -- Locks: none.
 -- Index: none (pg_prepared_statements lists this session's statements).
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements AS s WHERE s.name = @name::text) AS prepared;

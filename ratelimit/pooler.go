@@ -119,16 +119,24 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // ran, on one session.
 //
 // The probe takes a connection of the pool (the prober) and opens one of its own (the holder)
-// for a moment. The prober runs a statement (for cache_statement, one it prepared by name); the
-// holder opens a transaction and runs one too, which behind a transaction pooler takes the
-// session the prober just gave back (PgBouncer hands out the most recently released server
-// connection first); then the prober runs its statement again. It is a mismatch when the holder
-// lands on the prober's session (sessions are shared between client connections: for
-// cache_statement, when the prober's prepared statement is there under its own name, which the
-// statement caches of other connections then meet), or when the prober's second statement
-// fails, or, for describe_exec, runs on another session. A cache_statement whose prepared
-// statement runs on two sessions was carried over by the proxy (PgBouncer 1.21+ with
-// max_prepared_statements): that passes.
+// for a moment. For cache_statement the holder first prepares a statement by name in a
+// transaction, sees whether its session holds it under that name, and deallocates it there: a
+// direct connection, and a pooler that does not carry prepared statements over (PgBouncer
+// before 1.21, or without max_prepared_statements), keep the name; one that does renames it.
+// The prober runs a statement (for describe_exec in that mode; for cache_statement, where names
+// are kept, in exec mode, else one it prepared by name); the holder opens a transaction and
+// runs one too, which behind a transaction pooler takes the session the prober just gave back
+// (PgBouncer hands out the most recently released server connection first); then the prober
+// runs its statement again. It is a mismatch when the holder lands on the prober's session
+// (sessions are shared between client connections: for cache_statement, where names are kept,
+// the statement caches of the connections that share one meet each other's statements), or
+// when the prober's second statement runs on another session, or fails as the exec mode does
+// there. A statement the prober prepared by name that runs on two sessions was carried over by
+// the proxy (PgBouncer 1.21+ with max_prepared_statements): that passes. CheckPooler leaves no
+// statement of its own on a server session: where names are kept it prepares one only in a
+// transaction and deallocates it there (it used to prepare the prober's outside one, and its
+// deallocation could land on another session); behind a proxy that renames them the server's
+// copies are the proxy's.
 //
 // Behind a busy proxy another client may take the prober's session instead, and the prober may
 // land back on its own by chance, so the probe runs up to five times. A connection whose backend
@@ -173,7 +181,8 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 		return wrapDBError(ctx, "pooler check", err)
 	}
 	defer closeProbeConn(ctx, holder)
-	if err := checkTransaction(ctx, holder, mode); err != nil {
+	namesKept, err := checkTransaction(ctx, holder, mode)
+	if err != nil {
 		return err
 	}
 	if mode != pgx.QueryExecModeCacheStatement && mode != pgx.QueryExecModeDescribeExec {
@@ -181,7 +190,7 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	waited := 0 // probes whose prober's second statement got no session (probeWaited)
 	for range poolerProbes {
-		saw, err := probePooler(ctx, pool, holder, mode)
+		saw, err := probePooler(ctx, pool, holder, mode, namesKept)
 		switch {
 		case errors.Is(err, errNoSpareSession):
 			return fmt.Errorf("ratelimit: pooler check: pgx's %s exec mode needs one server session per "+
@@ -222,8 +231,9 @@ func probesSaw(kept, waited int) string {
 // checkTransaction runs a transaction of two statements on holder and returns a *PoolerError
 // with StatementPooling set when the proxy refuses it (PgBouncer in statement mode closes the
 // connection with FATAL 08P01, transaction blocks not allowed in statement pooling mode) or runs
-// its statements on different sessions.
-func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecMode) (err error) {
+// its statements on different sessions. For cache_statement it also tells whether a statement
+// prepared by name is on the session under that name (namesKept; see preparedNameKept).
+func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecMode) (namesKept bool, err error) {
 	statementPooling := func(cause error) error {
 		return &PoolerError{Mode: execModeName(mode), StatementPooling: true, Cause: cause}
 	}
@@ -241,21 +251,58 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 	tx, err := holder.Begin(bctx)
 	if err != nil {
 		if bctx.Err() != nil && ctx.Err() == nil {
-			return errorf("ratelimit: pooler check: %w", errNoSpareSession)
+			return false, errorf("ratelimit: pooler check: %w", errNoSpareSession)
 		}
-		return failed(err)
+		return false, failed(err)
 	}
 	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
 	var pids [2]int32
 	for i := range pids {
 		if pids[i], err = db.New().PoolerBackendPid(ctx, tx); err != nil {
-			return failed(err)
+			return false, failed(err)
 		}
 	}
 	if pids[0] != pids[1] {
-		return statementPooling(fmt.Errorf("one transaction's statements ran on server sessions %d and %d", pids[0], pids[1]))
+		return false, statementPooling(fmt.Errorf("one transaction's statements ran on server sessions %d and %d", pids[0], pids[1]))
 	}
-	return nil
+	if mode != pgx.QueryExecModeCacheStatement {
+		return false, nil
+	}
+	if namesKept, err = preparedNameKept(ctx, holder, tx); err != nil {
+		return false, failed(err)
+	}
+	return namesKept, nil
+}
+
+// preparedNameKept prepares a statement by name on holder, in its transaction tx, tells whether
+// the session holds it under that name, and deallocates it, all on the session tx holds: it
+// leaves nothing there. A proxy that carries prepared statements over between server sessions
+// (PgBouncer 1.21+ with max_prepared_statements) prepares it under a name of its own; a direct
+// connection, a pooler that does not (PgBouncer before 1.21, or without max_prepared_statements),
+// under the client's. Behind the latter, client connections that share a session meet each
+// other's statements: the sessions alone then tell the mismatch, and the probe prepares nothing.
+func preparedNameKept(ctx context.Context, holder *pgx.Conn, tx pgx.Tx) (kept bool, err error) {
+	name, err := probeStatementName()
+	if err != nil {
+		return false, err
+	}
+	if _, err := holder.Prepare(ctx, name, db.PoolerBackendPid); err != nil {
+		return false, err
+	}
+	if kept, err = db.New().PoolerStatementPrepared(ctx, tx, name); err != nil {
+		return false, err
+	}
+	return kept, holder.Deallocate(ctx, name)
+}
+
+// probeStatementName is a name for a statement that CheckPooler prepares: a random one, so that
+// checks never collide on a shared session.
+func probeStatementName() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", errorf("ratelimit: pooler check: %w", err)
+	}
+	return "pgadmit_pooler_probe_" + hex.EncodeToString(b[:]), nil
 }
 
 // poolerProbes bounds the runs of CheckPooler's probe that see neither sessions shared nor moved.
@@ -293,8 +340,9 @@ func execModeName(mode pgx.QueryExecMode) string {
 	return strings.ReplaceAll(mode.String(), " ", "_")
 }
 
-// probePooler runs CheckPooler's probe once on a connection of pool and holder.
-func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode) (_ probeSaw, err error) {
+// probePooler runs CheckPooler's probe once on a connection of pool and holder. namesKept is
+// checkTransaction's: whether a statement prepared by name is on the session under that name.
+func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode, namesKept bool) (_ probeSaw, err error) {
 	prober, err := pool.Acquire(ctx)
 	if err != nil {
 		return 0, wrapDBError(ctx, "pooler check", err)
@@ -328,24 +376,31 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		return failed(err)
 	}
 
-	// What the prober runs: for cache_statement, a statement it prepared by name (a random
-	// one, so that probes never collide on a shared session); else the statement itself.
-	stmt := db.PoolerBackendPid
-	if mode == pgx.QueryExecModeCacheStatement {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return 0, errorf("ratelimit: pooler check: %w", err)
+	// What the prober runs. For cache_statement behind a proxy that keeps prepared statements
+	// under names of its own, a statement it prepared by name: whether it runs on another
+	// session tells whether the proxy carries it over. Else the statement itself: for
+	// describe_exec in that mode, whose two round trips are what is probed; for cache_statement
+	// in exec mode, so that the prober leaves no statement on a session, where the sessions alone
+	// tell (see preparedNameKept).
+	stmt, args := db.PoolerBackendPid, []any(nil)
+	named := mode == pgx.QueryExecModeCacheStatement && !namesKept
+	switch {
+	case named:
+		if stmt, err = probeStatementName(); err != nil {
+			return 0, err
 		}
-		stmt = "pgadmit_pooler_probe_" + hex.EncodeToString(b[:])
 		if _, err := prober.Conn().Prepare(fctx, stmt, db.PoolerBackendPid); err != nil {
 			return 0, first(err)
 		}
-		// The prober goes back to the pool: kept, but for a failed deallocation.
+		// The prober goes back to the pool: kept, but for a failed deallocation. What the
+		// server sessions hold of the statement is the proxy's, under its own names.
 		deallocate := func(ctx context.Context) error { return prober.Conn().Deallocate(ctx, stmt) }
 		defer undoOrClose(ctx, prober.Conn(), true, deallocate)
+	case mode == pgx.QueryExecModeCacheStatement:
+		args = []any{pgx.QueryExecModeExec}
 	}
 	var before int32
-	if err := prober.QueryRow(fctx, stmt).Scan(&before); err != nil {
+	if err := prober.QueryRow(fctx, stmt, args...).Scan(&before); err != nil {
 		return 0, first(err)
 	}
 	fcancel()
@@ -356,32 +411,26 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	// The holder is used again when the probe saw nothing and the check goes on.
 	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
 	held, err := db.New().PoolerBackendPid(ctx, tx)
-	if err != nil {
+	switch {
+	case err != nil:
 		return 0, wrapDBError(ctx, "pooler check", err)
-	}
-	if held == before {
+	case held == before && mode == pgx.QueryExecModeDescribeExec:
 		// Another client connection got the prober's session between its transactions.
-		if mode == pgx.QueryExecModeDescribeExec {
-			return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which this connection had just used", held))
-		}
-		prepared, err := db.New().PoolerStatementPrepared(ctx, tx, stmt)
-		if err != nil {
-			return 0, wrapDBError(ctx, "pooler check", err)
-		}
-		if prepared {
-			return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which holds this connection's prepared statement %q", held, stmt))
-		}
-		// The proxy keeps the statement under a name of its own: see whether it runs elsewhere.
+		return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which this connection had just used", held))
+	case held == before && !named:
+		return 0, mismatch(fmt.Errorf("another connection's transaction ran on server session %d, which this connection had just "+
+			"used, and which keeps a statement prepared by name under that name: the statement caches of the connections "+
+			"that share it meet each other's statements", held))
 	}
 	pctx, cancel := context.WithTimeout(ctx, proberWait)
 	defer cancel()
 	var after int32
-	err = prober.QueryRow(pctx, stmt).Scan(&after)
+	err = prober.QueryRow(pctx, stmt, args...).Scan(&after)
 	// A connection whose backend process id given at login is its session's is direct: a proxy
 	// gives its own.
 	direct := prober.Conn().PgConn().PID() == uint32(before)
 	switch {
-	case err == nil && after != before && mode == pgx.QueryExecModeCacheStatement:
+	case err == nil && after != before && named:
 		return probeCarriedOver, nil
 	case err == nil && after != before:
 		return 0, mismatch(fmt.Errorf("one connection's statements ran on server sessions %d and %d", before, after))

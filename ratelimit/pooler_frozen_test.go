@@ -28,7 +28,7 @@ var frozenPoolerSetups = []struct {
 }{{"pgx's context handling", nil}, {"ConfigurePool", ratelimit.ConfigurePool}}
 
 // CheckPooler ends when its context ends, on a server that stopped answering while the probe held
-// a transaction open (frozen as the prober runs its prepared statement the second time), with
+// a transaction open (frozen as the prober runs its statement the second time), with
 // ctx's error. Its clean-ups (the holder's rollback, the prober's deallocation) waited for the
 // server's answer with no bound, so that neither a deadline nor a cancel ended it.
 func TestCheckPoolerOnAFrozenServerEndsWithItsContext(t *testing.T) {
@@ -102,8 +102,8 @@ func TestCheckPoolerOnAFrozenDirectConnectionFails(t *testing.T) {
 }
 
 // poolFrozenInPoolerProbe opens a pool (set up by configure) through a freezer that freezes as
-// CheckPooler's prober runs its prepared statement the second time (its name's third sending,
-// after its preparation and first run), while the holder's transaction is open.
+// CheckPooler's prober runs its statement the second time in its first probe, while the holder's
+// transaction is open.
 func poolFrozenInPoolerProbe(t *testing.T, configure func(*pgxpool.Config)) (*freezer.Freezer, *pgxpool.Pool) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
@@ -111,9 +111,21 @@ func poolFrozenInPoolerProbe(t *testing.T, configure func(*pgxpool.Config)) (*fr
 		t.Fatal(err)
 	}
 	fr, pool := freezer.NewPool(t, cfg, configure)
-	fr.FreezeAt("pgadmit_pooler_probe_", 3)
+	fr.FreezeAt(probeText, checkSends+probeSends)
 	return fr, pool
 }
+
+// probeText is in the statement whose server session CheckPooler follows (PoolerBackendPid),
+// which a check of a pool in cache_statement mode on a direct connection, or behind a pooler
+// that keeps prepared statements under their own names (PgBouncer 1.18), sends checkSends times
+// in its transaction of two statements (the two, and a preparation of it by name, deallocated
+// there) and probeSends times in each probe: the prober's statement, the holder's, and the
+// prober's again.
+const (
+	probeText  = "pg_backend_pid"
+	checkSends = 3
+	probeSends = 3
+)
 
 // checkPoolerUntilFrozen starts CheckPooler(ctx, pool) and returns, once fr froze, the channel
 // that its error comes on.
@@ -126,7 +138,7 @@ func checkPoolerUntilFrozen(t *testing.T, ctx context.Context, fr *freezer.Freez
 	case err := <-errs:
 		t.Fatalf("CheckPooler ended before its probe froze: %v", err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("CheckPooler never ran its probe's prepared statement twice")
+		t.Fatal("CheckPooler never ran its probe's statement twice")
 	}
 	return errs
 }
@@ -189,8 +201,7 @@ func checkPoolerQueued(t *testing.T, waited int) error {
 	fr, pool := freezer.NewPool(t, cfg, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const probe = "pgadmit_pooler_probe_" // sent to prepare it, run it, and run it again
-	fr.FreezeAt(probe, 3)
+	fr.FreezeAt(probeText, checkSends+probeSends)
 	errs := make(chan error, 1)
 	go func() { errs <- ratelimit.CheckPooler(ctx, pool) }()
 	for i := range waited {
@@ -199,11 +210,11 @@ func checkPoolerQueued(t *testing.T, waited int) error {
 		case err := <-errs:
 			t.Fatalf("CheckPooler ended before its probe %d froze: %v", i+1, err)
 		case <-time.After(30 * time.Second):
-			t.Fatalf("CheckPooler never ran its probe %d's prepared statement twice", i+1)
+			t.Fatalf("CheckPooler never ran its probe %d's statement twice", i+1)
 		}
 		time.Sleep(3 * time.Second)
 		if i+1 < waited {
-			fr.FreezeAt(probe, 3)
+			fr.FreezeAt(probeText, probeSends)
 		}
 		select { // the holder's rollback, sent while frozen, told it too
 		case <-fr.SentFrozen():

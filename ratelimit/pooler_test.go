@@ -70,7 +70,7 @@ func TestCheckPoolerOnAPoolOfOneConnection(t *testing.T) {
 // and describe_exec binds theirs: a mismatch, which the probe used to report as none (its
 // connection's second statement waited for the session the holder held, and it gave up
 // concluding nothing). The probe now sees the holder's transaction run on the session the prober
-// left, and the prober's prepared statement there.
+// left, where (for cache_statement) a statement prepared by name keeps its name.
 func TestCheckPoolerBehindAPgBouncerOfOneServerConnection(t *testing.T) {
 	t.Parallel()
 	pooled, _ := pgtest.NewPoolerURLIn(t, "transaction", 1)
@@ -375,22 +375,7 @@ func TestOperationsBehindAPgBouncerInStatementMode(t *testing.T) {
 func TestCheckPoolerBehindABusyPgBouncer(t *testing.T) {
 	t.Parallel()
 	pooled, _ := pgtest.NewPoolerURL(t)
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, p := range poolsOn(t, pooled, 4, pgx.QueryExecModeExec) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := ratelimit.New(p)
-			key := uniqueKey("load")
-			for ctx.Err() == nil {
-				if g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, ratelimit.MetricTokens, 1e12, 1)}); err == nil {
-					_, _ = l.Release(ctx, g, "done")
-				}
-			}
-		}()
-	}
-	defer func() { stop(); wg.Wait() }()
+	defer keepBusy(t, pooled)()
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeDescribeExec} {
 		probe := poolsOn(t, pooled, 1, mode)[0]
 		found, unknown := 0, 0

@@ -93,14 +93,16 @@ func TestChecksOnAFrozenServerEndWithinEndWait(t *testing.T) {
 }
 
 // runFrozenInPoolerProbe runs the CLI with args, after --database-url, in ctx, on a database of
-// its own reached through a freezer that freezes as CheckPooler's prober runs its prepared
-// statement the second time (its name's third sending, after its preparation and first run):
-// the holder's transaction is open then.
+// its own reached through a freezer that freezes as CheckPooler's prober runs its statement the
+// second time in its first probe: the holder's transaction is open then. That statement
+// (PoolerBackendPid, pg_backend_pid) is sent three times before the first probe, in the check's
+// transaction (two runs, and a preparation by name deallocated there), and three times in a
+// probe (the prober's run, the holder's, the prober's again).
 func runFrozenInPoolerProbe(t *testing.T, ctx context.Context, args ...string) frozenRun {
 	t.Helper()
 	dbURL, pool := newDatabase(t)
 	f, frozenURL := throughFreezer(t, dbURL, pool, nil)
-	f.FreezeAt("pgadmit_pooler_probe_", 3)
+	f.FreezeAt("pg_backend_pid", 3+3)
 	r := frozenRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan int, 1)}
 	go func() {
 		r.exited <- run(ctx, append([]string{"--database-url", frozenURL}, args...), r.stdout, r.stderr, func(string) string { return "" })
