@@ -148,18 +148,23 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // how many saw its second statement wait for one in vain (2 s) while the holder's transaction
 // was open: a proxy with no other session to spare queues it so, and that probe sees nothing.
 // It returns one too, whatever the exec mode, when the holder or the prober gets no server
-// session within 5 s, rather than wait until ctx ends: behind a pooler in session mode every
-// client connection keeps the one it got (the holder too), and the pooler may have none to
-// spare. When the prober's statement run again gets no answer within 2 s on a
-// direct connection (no pooler could make it wait for a session), it returns an error saying
-// that the server gave none.
+// session within 5 s (nor an answer to its connection's start-up), or the prober no connection
+// of the pool, every one in use, rather than wait until ctx ends: behind a pooler in session
+// mode every client connection keeps the one it got (the holder too), and the pooler may have
+// none to spare. When the prober's statement run again gets no answer within 2 s on a direct
+// connection (no pooler could make it wait for a session), or a statement of the holder's in
+// its transaction none within 5 s, it returns an error saying that the server gave none.
 //
 // When ctx ends, CheckPooler returns an error matching ctx's error (errors.Is) as soon as the
 // statement in flight gives up: at once with pgx's handling of a context's end, and with
 // ConfigurePool's, which asks the server to cancel the statement, within about a second on a
 // server that does not answer. It waits for no clean-up then: it closes its connections instead
 // of rolling back or deallocating (the pool drops the one it took). Its clean-ups wait 5 s at
-// most; its statements, but for the waits above, as long as ctx allows.
+// most. So no wait of its own outlasts its bound, ctx's deadline or none: on a server that stops
+// answering anywhere in it, CheckPooler(context.Background(), pool) ends within about 11 s (a
+// wait and a clean-up, and with ConfigurePool's handling a second for a cancel request left
+// unanswered), where it used to wait for ever for the holder's connection or for the answer to a
+// statement in one of its transactions.
 //
 // Run it at start-up or from a health check, not on a hot path. A nil pool is a
 // *ValidationError on "pool".
@@ -176,9 +181,9 @@ func CheckPooler(ctx context.Context, pool *pgxpool.Pool) error {
 	// in exec mode, so that it leaves no statement of its own on the sessions it lands on.
 	cfg := pool.Config().ConnConfig.Copy()
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-	holder, err := pgx.ConnectConfig(ctx, cfg)
+	holder, err := connectHolder(ctx, cfg)
 	if err != nil {
-		return wrapDBError(ctx, "pooler check", err)
+		return err
 	}
 	defer closeProbeConn(ctx, holder)
 	namesKept, err := checkTransaction(ctx, holder, mode)
@@ -228,6 +233,21 @@ func probesSaw(kept, waited int) string {
 	return fmt.Sprintf(": in %d %s (%s), and in %d its %s (%s)", kept, keptSaw, keptWhy, waited, waitedSaw, waitedWhy)
 }
 
+// connectHolder opens CheckPooler's own connection of cfg, waiting sessionWait at most for the
+// server's (or the pooler's) answer.
+func connectHolder(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, sessionWait)
+	defer cancel()
+	holder, err := pgx.ConnectConfig(cctx, cfg)
+	switch {
+	case err == nil:
+		return holder, nil
+	case cctx.Err() != nil && ctx.Err() == nil:
+		return nil, errorf("ratelimit: pooler check: %w", errNoSpareSession)
+	}
+	return nil, wrapDBError(ctx, "pooler check", err)
+}
+
 // checkTransaction runs a transaction of two statements on holder and returns a *PoolerError
 // with StatementPooling set when the proxy refuses it (PgBouncer in statement mode closes the
 // connection with FATAL 08P01, transaction blocks not allowed in statement pooling mode) or runs
@@ -239,7 +259,10 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 	}
 	failed := func(err error) error {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "08P01" && pgErr.Severity == "FATAL" {
+		switch {
+		case errors.Is(err, errNoAnswer):
+			return err
+		case errors.As(err, &pgErr) && pgErr.Code == "08P01" && pgErr.Severity == "FATAL":
 			return statementPooling(err)
 		}
 		return wrapDBError(ctx, "pooler check", err)
@@ -258,7 +281,11 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
 	var pids [2]int32
 	for i := range pids {
-		if pids[i], err = db.New().PoolerBackendPid(ctx, tx); err != nil {
+		err := answered(ctx, func(ctx context.Context) (err error) {
+			pids[i], err = db.New().PoolerBackendPid(ctx, tx)
+			return err
+		})
+		if err != nil {
 			return false, failed(err)
 		}
 	}
@@ -286,13 +313,21 @@ func preparedNameKept(ctx context.Context, holder *pgx.Conn, tx pgx.Tx) (kept bo
 	if err != nil {
 		return false, err
 	}
-	if _, err := holder.Prepare(ctx, name, db.PoolerBackendPid); err != nil {
+	err = answered(ctx, func(ctx context.Context) error {
+		_, err := holder.Prepare(ctx, name, db.PoolerBackendPid)
+		return err
+	})
+	if err != nil {
 		return false, err
 	}
-	if kept, err = db.New().PoolerStatementPrepared(ctx, tx, name); err != nil {
+	err = answered(ctx, func(ctx context.Context) (err error) {
+		kept, err = db.New().PoolerStatementPrepared(ctx, tx, name)
+		return err
+	})
+	if err != nil {
 		return false, err
 	}
-	return kept, holder.Deallocate(ctx, name)
+	return kept, answered(ctx, func(ctx context.Context) error { return holder.Deallocate(ctx, name) })
 }
 
 // probeStatementName is a name for a statement that CheckPooler prepares: a random one, so that
@@ -303,6 +338,28 @@ func probeStatementName() (string, error) {
 		return "", errorf("ratelimit: pooler check: %w", err)
 	}
 	return "pgadmit_pooler_probe_" + hex.EncodeToString(b[:]), nil
+}
+
+// answerWait bounds how long CheckPooler waits for the answer to a statement on a session that
+// its connection holds in a transaction: no pooler can make that wait for a session.
+const answerWait = 5 * time.Second
+
+// errNoAnswer is CheckPooler's error when the server gave no answer within answerWait to a
+// statement in a transaction of its own (answered).
+var errNoAnswer = fmt.Errorf("ratelimit: pooler check: the server gave no answer within %s to a statement in "+
+	"a transaction (no pooler could make it wait for a server session)", answerWait)
+
+// answered runs a statement of CheckPooler's (run) on a session held in a transaction, with ctx
+// bounded by answerWait: when that bound passes first, the error is errNoAnswer, which does not
+// wrap run's (ctx did not end).
+func answered(ctx context.Context, run func(context.Context) error) error {
+	actx, cancel := context.WithTimeout(ctx, answerWait)
+	defer cancel()
+	err := run(actx)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("%w: %v", errNoAnswer, err)
+	}
+	return err
 }
 
 // poolerProbes bounds the runs of CheckPooler's probe that see neither sessions shared nor moved.
@@ -318,6 +375,11 @@ var errNoSpareSession = fmt.Errorf("%w: a connection of the check got no server 
 	"in session mode whose server connections are all taken does that (each client connection keeps one, and "+
 	"the check needs one more, two with cache_statement or describe_exec), a transaction pooler only when its "+
 	"connections stay busy, and so does a server that stopped answering", ErrPoolerUnknown, sessionWait)
+
+// errNoPoolConn is CheckPooler's answer when every connection of the pool stayed in use for
+// sessionWait, so that its probe got none.
+var errNoPoolConn = fmt.Errorf("%w: no connection of the pool came free within %s for the check's probe "+
+	"(every one was in use)", ErrPoolerUnknown, sessionWait)
 
 // probeSaw is what one run of CheckPooler's probe saw, when it saw no mismatch.
 type probeSaw int
@@ -343,11 +405,6 @@ func execModeName(mode pgx.QueryExecMode) string {
 // probePooler runs CheckPooler's probe once on a connection of pool and holder. namesKept is
 // checkTransaction's: whether a statement prepared by name is on the session under that name.
 func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode pgx.QueryExecMode, namesKept bool) (_ probeSaw, err error) {
-	prober, err := pool.Acquire(ctx)
-	if err != nil {
-		return 0, wrapDBError(ctx, "pooler check", err)
-	}
-	defer prober.Release()
 	mismatch := func(cause error) error { return &PoolerError{Mode: execModeName(mode), Cause: cause} }
 	// Behind a transaction pooler the prober's own first round trips may already land on
 	// different server sessions (another client took the one it prepared on): that is the
@@ -364,9 +421,10 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		return wrapDBError(ctx, "pooler check", err)
 	}
 
-	// The prober's first round trip waits for a server session. Behind a pooler in session
-	// mode with none to spare (the holder keeps the one it got) it would wait for ever, or
-	// for the pooler's query_wait_timeout: give up after sessionWait, and say so.
+	// The prober's first round trips wait for a connection of the pool and for a server
+	// session. Behind a pooler in session mode with none to spare (the holder keeps the one it
+	// got) the session would come never, or at the pooler's query_wait_timeout: give up after
+	// sessionWait, and say so.
 	fctx, fcancel := context.WithTimeout(ctx, sessionWait)
 	defer fcancel()
 	first := func(err error) error {
@@ -375,6 +433,14 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		}
 		return failed(err)
 	}
+	prober, err := pool.Acquire(fctx)
+	if err != nil {
+		if fctx.Err() != nil && ctx.Err() == nil && pool.Stat().AcquiredConns() >= pool.Config().MaxConns {
+			return 0, errNoPoolConn
+		}
+		return 0, first(err)
+	}
+	defer prober.Release()
 
 	// What the prober runs. For cache_statement behind a proxy that keeps prepared statements
 	// under names of its own, a statement it prepared by name: whether it runs on another
@@ -404,14 +470,26 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		return 0, first(err)
 	}
 	fcancel()
-	tx, err := holder.Begin(ctx)
+	// The holder waits for a server session again, as the prober did.
+	bctx, bcancel := context.WithTimeout(ctx, sessionWait)
+	defer bcancel()
+	tx, err := holder.Begin(bctx)
 	if err != nil {
+		if bctx.Err() != nil && ctx.Err() == nil {
+			return 0, errNoSpareSession
+		}
 		return 0, wrapDBError(ctx, "pooler check", err)
 	}
 	// The holder is used again when the probe saw nothing and the check goes on.
 	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
-	held, err := db.New().PoolerBackendPid(ctx, tx)
+	var held int32
+	err = answered(ctx, func(ctx context.Context) (err error) {
+		held, err = db.New().PoolerBackendPid(ctx, tx)
+		return err
+	})
 	switch {
+	case errors.Is(err, errNoAnswer):
+		return 0, err
 	case err != nil:
 		return 0, wrapDBError(ctx, "pooler check", err)
 	case held == before && mode == pgx.QueryExecModeDescribeExec:
