@@ -29,7 +29,7 @@ const frozenCheckBound = 12 * time.Second
 // prober's second statement, 5 s for a clean-up) left the other waits to ctx, and with no
 // deadline it waited for ever for the holder's connection and for each of the holder's
 // statements in its transactions (7 of the 13 sends of a check on a direct connection). The
-// checks wait out their bounds at once, not one after the other.
+// checks wait out their bounds a dozen at once, not one after the other.
 func TestCheckPoolerWithoutADeadlineEndsOnAFrozenServer(t *testing.T) {
 	t.Parallel()
 	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
@@ -37,14 +37,21 @@ func TestCheckPoolerWithoutADeadlineEndsOnAFrozenServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const sends = 25 // more than a check on a direct connection sends
+	// Checks at once: each holds up to two server connections until it ends, and the database
+	// server's max_connections (100 on the machine's) is shared with the tests running beside
+	// this one.
+	slots := make(chan struct{}, 12)
 	var wg sync.WaitGroup
 	for _, s := range frozenPoolerSetups {
 		var unfrozen atomic.Int32
 		var checks sync.WaitGroup
 		for n := 1; n <= sends; n++ {
-			fr, pool := freezer.NewPool(t, cfg, s.configure)
-			fr.FreezeAt("", n) // every send holds the empty text
+			fr, pool := freezer.NewPool(t, cfg, s.configure) // connects on first use
+			fr.FreezeAt("", n)                               // every send holds the empty text
 			checks.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				defer func() { fr.Close(); pool.Close() }() // its server connections end with it
 				errs := make(chan error, 1)
 				go func() { errs <- ratelimit.CheckPooler(context.Background(), pool) }()
 				select {
