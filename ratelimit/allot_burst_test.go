@@ -24,7 +24,7 @@ import (
 func TestLocalBurstAfterAQuietSpellGrowsItsBlocks(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
 	defer l.Close()
@@ -33,7 +33,7 @@ func TestLocalBurstAfterAQuietSpellGrowsItsBlocks(t *testing.T) {
 	const blockCap = limit * ratelimit.DefaultAllotmentMaxShare
 	var inDatabase atomic.Int64
 	admit := func() { // from the burst's goroutines too: no t.Fatal
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, limit, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, limit, 1)})
 		if err != nil {
 			t.Error(err)
 			return

@@ -23,12 +23,12 @@ func TestLocalSettleAfterAFailedCloseIsUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, admin := lockBoundedPools(t)
-	awaitLocalWindow(t, admin)
+	hour := hourWindow(t, admin)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	defer l.Close()
 	key := uniqueKey("closefailed")
-	grant := reserveLocal(t, l, key, 1000, 10)
-	copied := throughJSON(t, reserveLocal(t, l, key, 1000, 10))
+	grant := reserveLocal(t, l, hour, key, 1000, 10)
+	copied := throughJSON(t, reserveLocal(t, l, hour, key, 1000, 10))
 
 	unlock := lockCounter(t, admin, key)
 	l.Close() // its return waits for the counter's lock, and times out

@@ -30,11 +30,11 @@ func TestLocalOnOneConnectionIsDecidedInTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	awaitLocalWindow(t, conn)
+	hour := hourWindow(t, conn)
 	l := ratelimit.New(conn, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	defer l.Close()
 	key := uniqueKey("oneconn")
-	limits := []ratelimit.Limit{localWindow(key, 1e6, 1), window("user", key, ratelimit.MetricRequests, 1e6, 1)}
+	limits := []ratelimit.Limit{localWindow(hour, key, 1e6, 1), window("user", key, ratelimit.MetricRequests, 1e6, 1)}
 	// Blocks of 16, then sized by the rate: many are taken ahead, each
 	// while the next call's database part runs.
 	for i := range 300 {
@@ -61,9 +61,9 @@ func TestLocalOnOneConnectionIsDecidedInTheDatabase(t *testing.T) {
 // to fail their return and stay reserved until their window ended.
 func TestLocalSecondCloseWaitsForTheFirst(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	key := uniqueKey("closetwice")
-	reserveLocal(t, l, key, 1000, 1)
+	reserveLocal(t, l, hour, key, 1000, 1)
 	unlock := lockCounter(t, pool, key)
 	defer unlock()
 	first, second := make(chan struct{}), make(chan struct{})
@@ -93,12 +93,12 @@ func TestLocalSecondCloseWaitsForTheFirst(t *testing.T) {
 // when decided in the database and granted when Local.
 func TestLocalReserveWithAnEndedContextHoldsNothing(t *testing.T) {
 	t.Parallel()
-	l, _ := localLimiter(t)
+	l, _, hour := localLimiter(t)
 	key := uniqueKey("ended")
-	reserveLocal(t, l, key, 1000, 1) // a block with room is there
+	reserveLocal(t, l, hour, key, 1000, 1) // a block with room is there
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if !errors.Is(err, context.Canceled) || len(g.Reservations) > 0 {
 		t.Fatalf("Reserve with an ended ctx: %+v, %v; want context.Canceled and nothing held", g, err)
 	}
@@ -134,11 +134,11 @@ func TestLocalCloseReturnsBlocksAfterTheServerEndedItsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	awaitLocalWindow(t, admin)
+	hour := hourWindow(t, admin)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	defer l.Close()
 	key := uniqueKey("closeended")
-	if _, err := l.Commit(ctx, reserveLocal(t, l, key, 1000, 1), nil); err != nil {
+	if _, err := l.Commit(ctx, reserveLocal(t, l, hour, key, 1000, 1), nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -192,11 +192,11 @@ func TestLocalCloseReturnsBlocksAfterTheStatementCacheMissedBehindAPooler(t *tes
 	}
 	defer pool.Close()
 	direct := poolsOn(t, directURL, 1, pgx.QueryExecModeExec)[0]
-	awaitLocalWindow(t, direct)
+	hour := hourWindow(t, direct)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	defer l.Close()
 	key := uniqueKey("closecache")
-	if _, err := l.Commit(ctx, reserveLocal(t, l, key, 1000, 1), nil); err != nil {
+	if _, err := l.Commit(ctx, reserveLocal(t, l, hour, key, 1000, 1), nil); err != nil {
 		t.Fatal(err)
 	}
 

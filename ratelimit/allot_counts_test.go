@@ -15,7 +15,7 @@ import (
 // once.
 func TestLocalStatsCountWhereEachLocalLimitWasDecided(t *testing.T) {
 	t.Parallel()
-	l, _ := localLimiter(t)
+	l, _, hour := localLimiter(t)
 	key := uniqueKey("counts")
 	const workers, each = 8, 250
 	var fromBlocks atomic.Int64
@@ -25,7 +25,7 @@ func TestLocalStatsCountWhereEachLocalLimitWasDecided(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, 1e6, 1)})
+				g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(hour, key, 1e6, 1)})
 				if err != nil {
 					t.Error(err)
 					return
@@ -46,7 +46,7 @@ func TestLocalStatsCountWhereEachLocalLimitWasDecided(t *testing.T) {
 	// An amount above MaxShare of its limit (a sixteenth by default) is no
 	// block's: the database decides it, and it counts there.
 	before := l.Stats().Local
-	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(uniqueKey("large"), 160, 11)})
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(hour, uniqueKey("large"), 160, 11)})
 	if err != nil || g.Reservations[0].Local {
 		t.Fatalf("Reserve of 11 of 160: %+v, %v; want it decided in the database", g, err)
 	}
@@ -58,7 +58,7 @@ func TestLocalStatsCountWhereEachLocalLimitWasDecided(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	before = l.Stats().Local
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1e6, 1)}); err == nil {
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1e6, 1)}); err == nil {
 		t.Fatal("Reserve with an ended context succeeded")
 	}
 	if s := l.Stats().Local; s.InDatabase != before.InDatabase || s.FromBlocks != before.FromBlocks {

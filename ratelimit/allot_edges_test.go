@@ -59,7 +59,7 @@ func lockCounter(t *testing.T, pool *pgxpool.Pool, key string) (unlock func()) {
 func TestAllotSetAsideBlockIsTrimmed(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	// A share of 1/16 of 1600: blocks of at most 100. A horizon of an hour
 	// sizes every block at the cap.
@@ -71,7 +71,7 @@ func TestAllotSetAsideBlockIsTrimmed(t *testing.T) {
 	total := 0.0
 	var grants []ratelimit.Grant
 	for _, amount := range []float64{10, 10, 10, 10, 10, 60, 60, 60, 60, 60, 60} {
-		g := reserveLocal(t, l, key, 1600, amount)
+		g := reserveLocal(t, l, hour, key, 1600, amount)
 		inFlight[g.Reservations[0].Allotment] += amount
 		total += amount
 		grants = append(grants, g)
@@ -124,11 +124,11 @@ func TestAllotSetAsideBlockIsTrimmed(t *testing.T) {
 func TestAllotRequestTriesTheBlockItTook(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	key := uniqueKey("tookblock")
 	other := ratelimit.New(pool)
-	plain := localWindow(key, 100, 60)
+	plain := localWindow(hour, key, 100, 60)
 	plain.Local = false
 	if _, err := other.Reserve(ctx, "", "", []ratelimit.Limit{plain}); err != nil {
 		t.Fatal(err)
@@ -136,12 +136,12 @@ func TestAllotRequestTriesTheBlockItTook(t *testing.T) {
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{MaxShare: 0.5, IdleAfter: time.Minute}))
 	defer l.Close()
 	for range 7 {
-		reserveLocal(t, l, key, 100, 1)
+		reserveLocal(t, l, hour, key, 100, 1)
 	}
 	unlock := lockCounter(t, pool, key)
 	defer unlock()
 	// The eighth spends half of the block: the next is taken ahead, and stalls.
-	reserveLocal(t, l, key, 100, 1)
+	reserveLocal(t, l, hour, key, 100, 1)
 	pgtest.AwaitLockWaiters(t, pool, "the block taken ahead")
 	type result struct {
 		g   ratelimit.Grant
@@ -149,7 +149,7 @@ func TestAllotRequestTriesTheBlockItTook(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 20)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 100, 20)})
 		done <- result{g, err}
 	}()
 	if !awaitParkedIn(t.Name(), "(*blockSet).take", 2*time.Second) {
@@ -192,13 +192,13 @@ func TestAllotFailedReturnIsRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, admin := lockBoundedPools(t)
-	awaitLocalWindow(t, admin)
+	hour := hourWindow(t, admin)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 300 * time.Millisecond}))
 	defer l.Close()
 	key := uniqueKey("retry")
 	var grants []ratelimit.Grant
 	for range 3 {
-		grants = append(grants, reserveLocal(t, l, key, 1000, 1))
+		grants = append(grants, reserveLocal(t, l, hour, key, 1000, 1))
 	}
 	// Locked before anything settles, so before the block can be idle.
 	unlock := lockCounter(t, admin, key)
@@ -237,14 +237,14 @@ func TestAllotFailedReturnIsRetried(t *testing.T) {
 func TestAllotFractionalAmountsLeaveABlockIdle(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 300 * time.Millisecond}))
 	defer l.Close()
 	key := uniqueKey("fraction")
 	var grants []ratelimit.Grant
 	for _, amount := range []float64{0.1, 0.2} {
-		grants = append(grants, reserveLocal(t, l, key, 1000, amount))
+		grants = append(grants, reserveLocal(t, l, hour, key, 1000, amount))
 	}
 	for _, g := range grants {
 		if s, err := l.Release(ctx, g, "done"); err != nil || !s.Reservations[0].Settled {
@@ -267,7 +267,7 @@ func TestAllotFractionalAmountsLeaveABlockIdle(t *testing.T) {
 func TestAllotLocalPartSettlesWhenTheDatabasePartFails(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	// Without combining: a combined Commit is sent by its caller's batch
 	// even when that caller's context is already cancelled.
@@ -275,7 +275,7 @@ func TestAllotLocalPartSettlesWhenTheDatabasePartFails(t *testing.T) {
 		ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: 300 * time.Millisecond}))
 	defer l.Close()
 	key := uniqueKey("halfsettled")
-	limits := []ratelimit.Limit{localWindow(key, 1000, 1), window("api_key", key, "requests", 10, 1)}
+	limits := []ratelimit.Limit{localWindow(hour, key, 1000, 1), window("api_key", key, "requests", 10, 1)}
 	reserve := func() ratelimit.Grant {
 		g, err := l.Reserve(ctx, "", "", limits)
 		if err != nil || !g.Reservations[0].Local || g.Reservations[1].Local || g.Reservations[1].ID == "" {
@@ -325,18 +325,18 @@ func TestAllotLocalPartSettlesWhenTheDatabasePartFails(t *testing.T) {
 func TestAllotClockIsNotBehindAfterALockWait(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{MaxShare: 0.5, IdleAfter: time.Minute}))
 	defer l.Close()
 	key := uniqueKey("clock")
-	reserveLocal(t, l, key, 1000, 1) // the first block, 16 units, taken without waiting
+	reserveLocal(t, l, hour, key, 1000, 1) // the first block, 16 units, taken without waiting
 	unlock := lockCounter(t, pool, key)
 	defer unlock()
 	done := make(chan error, 1)
 	go func() {
 		// No room for 100 in the first block: a block is taken, and waits.
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 100)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 100)})
 		if err == nil && !g.Reservations[0].Local {
 			err = fmt.Errorf("decided in the database: %+v", g.Reservations[0])
 		}
@@ -349,7 +349,7 @@ func TestAllotClockIsNotBehindAfterALockWait(t *testing.T) {
 		t.Fatalf("request of 100: %v", err)
 	}
 	before := pgtest.DBNow(t, pool)
-	g := reserveLocal(t, l, key, 1000, 1)
+	g := reserveLocal(t, l, hour, key, 1000, 1)
 	if behind := before.Sub(g.DecidedAt); behind > ratelimit.DefaultAllotmentMargin {
 		t.Errorf("the holder's estimate of the database's clock is %v behind it (a block admits that long past its window's end), want at most the margin %v",
 			behind, ratelimit.DefaultAllotmentMargin)
@@ -364,14 +364,14 @@ func TestAllotClockIsNotBehindAfterALockWait(t *testing.T) {
 // went on admitting requests whose limit is 10, 11 units in all.
 func TestAllotBlockOfAHigherLimitAdmitsNothingUnderALowerOne(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("lowered")
-	reserveLocal(t, l, key, 1000, 1) // a block of 16, under a limit of 1000
+	reserveLocal(t, l, hour, key, 1000, 1) // a block of 16, under a limit of 1000
 	admitted := 1.0
 	var grants []ratelimit.Grant
 	for range 20 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 10, 0.5)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 10, 0.5)})
 		if errors.Is(err, ratelimit.ErrExceeded) {
 			continue
 		}
@@ -403,7 +403,7 @@ func TestAllotBlockOfAHigherLimitAdmitsNothingUnderALowerOne(t *testing.T) {
 func TestAllotSetAsideBlocksHoldNoMoreThanTwoBlocks(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	// Blocks of 100 (1/16 of 1600), sized at the cap by a horizon of an hour.
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Horizon: time.Hour, IdleAfter: time.Minute}))
 	defer l.Close()
@@ -412,14 +412,14 @@ func TestAllotSetAsideBlocksHoldNoMoreThanTwoBlocks(t *testing.T) {
 	inFlight := 0.0
 	named := map[string]bool{} // the blocks requests were admitted from
 	for range 51 {
-		named[reserveLocal(t, l, key, 1600, 1).Reservations[0].Allotment] = true
+		named[reserveLocal(t, l, hour, key, 1600, 1).Reservations[0].Allotment] = true
 		inFlight++
 	}
 	// Each request of 60 sets the current block aside (it has 49, then 40,
 	// left), is admitted from the next and takes one more ahead.
 	const sixties = 6
 	for range sixties {
-		named[reserveLocal(t, l, key, 1600, 60).Reservations[0].Allotment] = true
+		named[reserveLocal(t, l, hour, key, 1600, 60).Reservations[0].Allotment] = true
 		inFlight += 60
 	}
 	// The last request of 60 took the next block ahead: wait for it.

@@ -20,7 +20,7 @@ import (
 func TestLocalFailedBlockRequestIsCountedAndPutsOffTheNext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, pool, takes := blockCountingLimiter(t)
+	l, pool, takes, hour := blockCountingLimiter(t)
 	if err := testq.OpsAllotmentsRefuseBlocks(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestLocalFailedBlockRequestIsCountedAndPutsOffTheNext(t *testing.T) {
 
 	start := time.Now()
 	for i := range 200 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1e6, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1e6, 1)})
 		if err != nil {
 			t.Fatalf("Reserve %d with blocks failing: %v, want it decided in the database", i, err)
 		}
@@ -58,7 +58,7 @@ func TestLocalFailedBlockRequestIsCountedAndPutsOffTheNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	reserveLocal(t, l, key, 1e6, 1)
+	reserveLocal(t, l, hour, key, 1e6, 1)
 	if s := l.Stats().Local; s.Granted != 1 || s.Failed != failed || takes.n.Load() != failed+1 || s.FromBlocks != 1 || s.InDatabase != 200 {
 		t.Errorf("after the pause: Stats().Local = %+v, %d block requests; want 1 granted, the %d failures, %d requests, 1 limit admitted from it", s, takes.n.Load(), failed, failed+1)
 	}

@@ -17,9 +17,9 @@ import (
 func TestLocalFullWindowAsksForNoBlockPerRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, _, takes := blockCountingLimiter(t)
+	l, _, takes, hour := blockCountingLimiter(t)
 	key := uniqueKey("full")
-	plain := localWindow(key, 100, 1)
+	plain := localWindow(hour, key, 100, 1)
 	plain.Local = false // the same counter, decided in the database
 	held, err := l.Reserve(ctx, "", "", []ratelimit.Limit{plain})
 	if err != nil {
@@ -27,7 +27,7 @@ func TestLocalFullWindowAsksForNoBlockPerRequest(t *testing.T) {
 	}
 	grants := []ratelimit.Grant{held}
 	for {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 100, 1)})
 		if errors.Is(err, ratelimit.ErrExceeded) {
 			break
 		}
@@ -41,7 +41,7 @@ func TestLocalFullWindowAsksForNoBlockPerRequest(t *testing.T) {
 	}
 	before := takes.n.Load()
 	for range 200 {
-		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 1)}); !errors.Is(err, ratelimit.ErrExceeded) {
+		if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 100, 1)}); !errors.Is(err, ratelimit.ErrExceeded) {
 			t.Fatalf("Reserve on a full window: %v, want a refusal", err)
 		}
 	}
@@ -59,10 +59,10 @@ func TestLocalFullWindowAsksForNoBlockPerRequest(t *testing.T) {
 	if _, err := l.Release(ctx, held, "done"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 1)}); err != nil {
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 100, 1)}); err != nil {
 		t.Errorf("Reserve after a release: %v, want it admitted", err)
 	}
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 100, 1)}); !errors.Is(err, ratelimit.ErrExceeded) {
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 100, 1)}); !errors.Is(err, ratelimit.ErrExceeded) {
 		t.Errorf("Reserve past the limit again: %v, want a refusal", err)
 	}
 }

@@ -20,13 +20,13 @@ import (
 // blocks again.
 func TestAllotDropsIdleCounters(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiterIdleAfter(t, 20*time.Millisecond)
+	l, pool, hour := localLimiterIdleAfter(t, 20*time.Millisecond)
 	ctx := context.Background()
 	const n = 40
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = uniqueKey(fmt.Sprintf("gone%d", i))
-		g := reserveLocal(t, l, keys[i], 1000, 1)
+		g := reserveLocal(t, l, hour, keys[i], 1000, 1)
 		if _, err := l.Commit(ctx, g, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestAllotDropsIdleCounters(t *testing.T) {
 		}
 	}
 	// A key that comes back is admitted from a block again.
-	g := reserveLocal(t, l, keys[0], 1000, 1)
+	g := reserveLocal(t, l, hour, keys[0], 1000, 1)
 	if _, err := l.Commit(ctx, g, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,12 @@ import (
 func TestLocalHolderIsRecordedAsText(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw\x00-1\xff"}))
 	defer l.Close()
 	key := uniqueKey("holder")
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 func TestClosedBlockKeepsOnlyItsAdmissionsInFlight(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	const most, blocks = 3, 8
 	l := ratelimit.New(pool, ratelimit.WithBlockAdmissions(most),
 		ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
@@ -36,7 +36,7 @@ func TestClosedBlockKeepsOnlyItsAdmissionsInFlight(t *testing.T) {
 	var pinned, later []ratelimit.Grant
 	admitted := 0
 	for len(blockOf) <= blocks {
-		g := reserveLocal(t, l, key, 1000, 1)
+		g := reserveLocal(t, l, hour, key, 1000, 1)
 		admitted++
 		id := g.Reservations[0].Allotment
 		n, seen := blockOf[id]

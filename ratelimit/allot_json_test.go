@@ -63,18 +63,18 @@ func throughOldJSON(t *testing.T, g ratelimit.Grant) ratelimit.Grant {
 // whichever copy of its grant comes first.
 func TestLocalGrantThroughJSONSettlesOnTheLimiterThatAdmittedIt(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("jsonlocal")
 	elsewhere := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	t.Cleanup(elsewhere.Close)
-	reserveLocal(t, elsewhere, key, 1000, 1) // elsewhere holds a block of the same counter
+	reserveLocal(t, elsewhere, hour, key, 1000, 1) // elsewhere holds a block of the same counter
 	unknown := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusUnknown, Reserved: 10}
 
-	committed := reserveLocal(t, l, key, 1000, 10)
-	released := reserveLocal(t, l, key, 1000, 10)
-	old := reserveLocal(t, l, key, 1000, 10)
-	raced := reserveLocal(t, l, key, 1000, 10)
+	committed := reserveLocal(t, l, hour, key, 1000, 10)
+	released := reserveLocal(t, l, hour, key, 1000, 10)
+	old := reserveLocal(t, l, hour, key, 1000, 10)
+	raced := reserveLocal(t, l, hour, key, 1000, 10)
 	if id := committed.Reservations[0].LocalID; id == "" || id == released.Reservations[0].LocalID {
 		t.Fatalf("LocalIDs %q and %q: want each admission its own", id, released.Reservations[0].LocalID)
 	}
@@ -150,10 +150,10 @@ func TestLocalGrantThroughJSONSettlesOnTheLimiterThatAdmittedIt(t *testing.T) {
 // copy settled after that is unknown, as any grant decoded elsewhere.
 func TestLocalGrantThroughJSONIsForgottenWithItsBlock(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiterIdleAfter(t, 20*time.Millisecond)
+	l, pool, hour := localLimiterIdleAfter(t, 20*time.Millisecond)
 	ctx := context.Background()
 	key := uniqueKey("jsonforgot")
-	g := reserveLocal(t, l, key, 1000, 10)
+	g := reserveLocal(t, l, hour, key, 1000, 10)
 	decoded := throughJSON(t, g)
 	if n := l.LocalAdmissionsKept(); n != 1 {
 		t.Fatalf("admissions kept = %d, want 1", n)
@@ -184,7 +184,7 @@ func TestLocalGrantThroughJSONIsForgottenWithItsBlock(t *testing.T) {
 func TestLocalBlockAdmitsABoundedNumberOfRequests(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	const most = 3
 	l := ratelimit.New(pool, ratelimit.WithBlockAdmissions(most),
 		ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
@@ -194,7 +194,7 @@ func TestLocalBlockAdmitsABoundedNumberOfRequests(t *testing.T) {
 	perBlock := map[string]int{}
 	var grants []ratelimit.Grant
 	for range 2*most + 1 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,9 +229,9 @@ func TestLocalBlockAdmitsABoundedNumberOfRequests(t *testing.T) {
 // right instance and sequence with another tag settles nothing.
 func TestLocalIDWithAGuessedTagSettlesNothing(t *testing.T) {
 	t.Parallel()
-	l, _ := localLimiter(t)
+	l, _, hour := localLimiter(t)
 	key := uniqueKey("jsonguess")
-	held := reserveLocal(t, l, key, 1000, 10)
+	held := reserveLocal(t, l, hour, key, 1000, 10)
 	forged := throughJSON(t, held)
 	id := forged.Reservations[0].LocalID
 	cut := strings.LastIndex(id, "-")

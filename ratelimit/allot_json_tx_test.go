@@ -16,12 +16,12 @@ import (
 // still settle it afterwards.
 func TestLocalGrantThroughJSONSettlesInsideATransactionOfItsLimiter(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("jsontx")
 
 	for _, commit := range []bool{true, false} {
-		g := reserveLocal(t, l, key, 1000, 10)
+		g := reserveLocal(t, l, hour, key, 1000, 10)
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -18,18 +18,18 @@ import (
 // memory, the counter moves no more, and the doctor finds nothing.
 func TestLocalIDSettlesAfterClose(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("idclose")
 	other := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	t.Cleanup(other.Close)
-	reserveLocal(t, other, key, 1000, 1) // another process's block of the same counter, in flight until other closes
+	reserveLocal(t, other, hour, key, 1000, 1) // another process's block of the same counter, in flight until other closes
 
-	original := reserveLocal(t, l, key, 1000, 10)
-	copied := reserveLocal(t, l, key, 1000, 10)
-	elsewhere := reserveLocal(t, l, key, 1000, 10)
-	settledBefore := reserveLocal(t, l, key, 1000, 10)
-	released := reserveLocal(t, l, key, 1000, 10)
+	original := reserveLocal(t, l, hour, key, 1000, 10)
+	copied := reserveLocal(t, l, hour, key, 1000, 10)
+	elsewhere := reserveLocal(t, l, hour, key, 1000, 10)
+	settledBefore := reserveLocal(t, l, hour, key, 1000, 10)
+	released := reserveLocal(t, l, hour, key, 1000, 10)
 	unknown := ratelimit.ReservationOutcome{Metric: ratelimit.MetricTokens, Status: ratelimit.StatusUnknown, Reserved: 10}
 
 	if s, err := other.Commit(ctx, throughJSON(t, elsewhere), map[string]float64{ratelimit.MetricTokens: 3}); err != nil || s.Reservations[0] != unknown {
@@ -104,14 +104,14 @@ func TestLocalIDSettlesAfterClose(t *testing.T) {
 // ones say so (committed at the estimate, or unknown for a copy).
 func TestLocalSettlesRacingClose(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("idcloserace")
 	const n, estimate, actual = 200, 1.0, 3.0
 	grants := make([]ratelimit.Grant, n)
 	copies := make([]ratelimit.Grant, n)
 	for i := range grants {
-		grants[i] = reserveLocal(t, l, key, 100000, estimate)
+		grants[i] = reserveLocal(t, l, hour, key, 100000, estimate)
 		copies[i] = throughJSON(t, grants[i])
 	}
 	type answer struct {

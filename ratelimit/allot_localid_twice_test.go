@@ -18,11 +18,11 @@ import (
 // reported as not settled by this call, though this very call had.
 func TestSettleRefusesAGrantNamingALocalReservationTwice(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("localtwice")
 	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{
-		localWindow(key, 1000, 10), window("api_key", key, "requests", 10, 1), concurrent("model", key, 2),
+		localWindow(hour, key, 1000, 10), window("api_key", key, "requests", 10, 1), concurrent("model", key, 2),
 	})
 	if err != nil || !grant.Reservations[0].Local || grant.Reservations[0].LocalID == "" || grant.Reservations[1].Local {
 		t.Fatalf("Reserve: %+v, %v; want a Local reservation with a LocalID, then a database one", grant, err)
@@ -71,7 +71,7 @@ func TestSettleRefusesAGrantNamingALocalReservationTwice(t *testing.T) {
 
 	// Local reservations of two admissions are two: a grant joined from
 	// two Reserves settles both.
-	a, b := reserveLocal(t, l, key, 1000, 10), reserveLocal(t, l, key, 1000, 10)
+	a, b := reserveLocal(t, l, hour, key, 1000, 10), reserveLocal(t, l, hour, key, 1000, 10)
 	joined := ratelimit.Grant{Reservations: append(slices.Clone(a.Reservations), b.Reservations...)}
 	if s, err := l.Release(ctx, joined, "joined"); err != nil || len(s.Reservations) != 2 || !s.Reservations[0].Settled || !s.Reservations[1].Settled {
 		t.Fatalf("Release of a grant joined from two Local admissions = %+v, %v; want both released", s, err)

@@ -21,14 +21,14 @@ func TestLocalBlockWhoseAnswerWasLostIsCountedLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	admin := pgtest.NewPool(t)
-	awaitLocalWindow(t, admin)
+	hour := hourWindow(t, admin)
 	fr, p := freezer.NewPool(t, admin.Config(), nil)
 	l := ratelimit.New(p)
 	defer l.Close()
 	key := uniqueKey("lostblock")
 
 	// The counter row, for the test to lock.
-	inDB := localWindow(key, 1000, 1)
+	inDB := localWindow(hour, key, 1000, 1)
 	inDB.Local = false
 	direct := ratelimit.New(admin)
 	defer direct.Close()
@@ -50,7 +50,7 @@ func TestLocalBlockWhoseAnswerWasLostIsCountedLost(t *testing.T) {
 	defer cancel()
 	reserved := make(chan error, 1)
 	go func() {
-		_, err := l.Reserve(reserveCtx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		_, err := l.Reserve(reserveCtx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 		reserved <- err
 	}()
 	select {
@@ -101,12 +101,12 @@ func TestLocalBlockWhoseAnswerWasLostIsCountedLost(t *testing.T) {
 func TestLocalBlockRequestNeverSentIsNotLost(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	awaitLocalWindow(t, pgtest.OpenPool(t, url))
+	hour := hourWindow(t, pgtest.OpenPool(t, url))
 	p := pgtest.OpenPool(t, url)
 	l := ratelimit.New(p)
 	defer l.Close()
 	p.Close()
-	if _, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(uniqueKey("closedpool"), 1000, 1)}); err == nil {
+	if _, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(hour, uniqueKey("closedpool"), 1000, 1)}); err == nil {
 		t.Fatal("Reserve on a closed pool succeeded")
 	}
 	if s := l.Stats(); s.Local.Failed == 0 || s.Lost != 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -19,7 +18,7 @@ import (
 func TestLocalMaxShareAboveOneIsOne(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	for _, c := range []struct {
 		share float64
@@ -31,7 +30,7 @@ func TestLocalMaxShareAboveOneIsOne(t *testing.T) {
 		t.Run(fmt.Sprint(c.share), func(t *testing.T) {
 			l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{MaxShare: c.share}))
 			defer l.Close()
-			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(uniqueKey("maxshare"), 1000, 500)})
+			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, uniqueKey("maxshare"), 1000, 500)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,12 +52,12 @@ func TestLocalMaxShareAboveOneIsOne(t *testing.T) {
 func TestLocalWindowNotLongerThanMarginTakesNoBlock(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: time.Hour}))
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: hour}))
 	defer l.Close()
 	key := uniqueKey("margin")
-	limit := localWindow(key, 1000, 1) // an hour's window: as long as Margin
+	limit := localWindow(hour, key, 1000, 1) // a window as long as Margin
 	for range 5 {
 		if err := l.Check(ctx, []ratelimit.Limit{limit}); err != nil {
 			t.Fatal(err)

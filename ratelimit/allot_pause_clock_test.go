@@ -20,12 +20,12 @@ func TestLocalFailedBlockPauseIsASecondOnThisHostsClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, takes := countingPool(t, "AllotmentTake")
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	step := new(atomic.Int64)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
 		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
 	t.Cleanup(l.Close)
-	reserveLocal(t, l, uniqueKey("pausesync"), 1e6, 1) // an open block: each sync reads the clock
+	reserveLocal(t, l, hour, uniqueKey("pausesync"), 1e6, 1) // an open block: each sync reads the clock
 
 	if err := testq.OpsAllotmentsRefuseBlocks(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestLocalFailedBlockPauseIsASecondOnThisHostsClock(t *testing.T) {
 	key := uniqueKey("pausefailed")
 	before := takes.n.Load()
 	failedAt := time.Now()
-	if g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1e6, 1)}); err != nil || g.Reservations[0].Local {
+	if g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1e6, 1)}); err != nil || g.Reservations[0].Local {
 		t.Fatalf("Reserve while blocks fail: %+v, %v; want it decided in the database", g, err)
 	}
 	if n := takes.n.Load() - before; n != 1 {
@@ -47,7 +47,7 @@ func TestLocalFailedBlockPauseIsASecondOnThisHostsClock(t *testing.T) {
 	awaitDBClockBefore(t, l, time.Now().Add(-30*time.Minute))
 	time.Sleep(time.Until(failedAt.Add(1100 * time.Millisecond)))
 	before = takes.n.Load()
-	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1e6, 1)}); err != nil {
+	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1e6, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	// The block taken admits nothing (its window, on the estimate an hour back, has not begun):

@@ -13,9 +13,7 @@ import (
 
 // localSecond is a Local limit of a one-second window.
 func localSecond(key string, limit, amount float64) ratelimit.Limit {
-	w := localWindow(key, limit, amount)
-	w.Window = time.Second
-	return w
+	return localWindow(time.Second, key, limit, amount)
 }
 
 // A block is taken ahead when the current one is half spent, to be used

@@ -17,11 +17,14 @@ func TestPruneDeletesBlocksOfEndedWindowsOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
+	// One length for the lost block and the hour's: both windows end
+	// before lostPast.
+	hour := hourWindow(t, pool)
 	lostKey := uniqueKey("lost")
-	_, lostPast := lostBlock(t, pool, lostKey)
+	_, lostPast := lostBlock(t, pool, hour, lostKey)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
-	hour, month := uniqueKey("hour"), uniqueKey("month")
-	for _, lim := range []ratelimit.Limit{localWindow(hour, 1000, 1), monthLocal(month)} {
+	hourly, month := uniqueKey("hour"), uniqueKey("month")
+	for _, lim := range []ratelimit.Limit{localWindow(hour, hourly, 1000, 1), monthLocal(month)} {
 		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 		if err != nil || !g.Reservations[0].Local {
 			t.Fatalf("Reserve %s: %+v, %v; want a Local admission", lim.Scope.Key, g, err)
@@ -48,7 +51,7 @@ func TestPruneDeletesBlocksOfEndedWindowsOnly(t *testing.T) {
 	if res.Allotments != 2 || res.Counters != 2 {
 		t.Errorf("Prune = %+v; want the hour's and the lost block and their 2 counters", res)
 	}
-	for _, key := range []string{hour, lostKey} {
+	for _, key := range []string{hourly, lostKey} {
 		if n := len(allotments(t, pool, "model", key)); n != 0 {
 			t.Errorf("%s: %d blocks left after prune, want 0", key, n)
 		}
@@ -61,7 +64,5 @@ func TestPruneDeletesBlocksOfEndedWindowsOnly(t *testing.T) {
 
 // monthLocal is a Local window limit of 30 days.
 func monthLocal(key string) ratelimit.Limit {
-	w := localWindow(key, 1e9, 1)
-	w.Window = 30 * 24 * time.Hour
-	return w
+	return localWindow(30*24*time.Hour, key, 1e9, 1)
 }

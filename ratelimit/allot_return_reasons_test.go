@@ -39,8 +39,7 @@ func TestAllotReturnsItsRest(t *testing.T) {
 			l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: c.idle}))
 			defer l.Close()
 			key := uniqueKey("rest")
-			lim := localWindow(key, 1000, 1)
-			lim.Window = w
+			lim := localWindow(w, key, 1000, 1)
 			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 			if err != nil || !g.Reservations[0].Local {
 				t.Fatalf("Reserve: %+v, %v; want a Local admission", g, err)

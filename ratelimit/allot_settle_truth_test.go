@@ -18,11 +18,11 @@ import (
 func TestLocalSettlementAfterItsBlockIsReturnedSaysWhatWasCharged(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool)
 	key := uniqueKey("latecommit")
-	g := reserveLocal(t, l, key, 1000, 1)
+	g := reserveLocal(t, l, hour, key, 1000, 1)
 	l.Close() // returns the block, charging the request in flight at its estimate
 
 	s, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 5})
@@ -45,10 +45,10 @@ func TestLocalSettlementAfterItsBlockIsReturnedSaysWhatWasCharged(t *testing.T) 
 // after a Commit used to report it released, with nothing committed.
 func TestLocalSecondSettlementReportsTheFirst(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("settletwice")
-	g := reserveLocal(t, l, key, 1000, 1)
+	g := reserveLocal(t, l, hour, key, 1000, 1)
 	if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 3}); err != nil {
 		t.Fatal(err)
 	}

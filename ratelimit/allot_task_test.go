@@ -17,12 +17,12 @@ import (
 // is settled and the Limiter closed, the counter holds what was admitted.
 func TestLocalReserveIsFencedToItsTask(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("localtask")
-	admitted := []ratelimit.Grant{reserveLocal(t, l, key, 1000, 1)} // a block with room is held
+	admitted := []ratelimit.Grant{reserveLocal(t, l, hour, key, 1000, 1)} // a block with room is held
 	finished, live := startSync(t, l, time.Minute), startSync(t, l, time.Minute)
-	g, err := l.Reserve(ctx, finished.ID, finished.AttemptID, []ratelimit.Limit{localWindow(key, 1000, 1)})
+	g, err := l.Reserve(ctx, finished.ID, finished.AttemptID, []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if err != nil || !g.Reservations[0].Local || g.TaskID != finished.ID || g.AttemptID != finished.AttemptID {
 		t.Fatalf("Reserve of a Local limit for a running attempt = %+v, %v; want a Local admission of its task", g, err)
 	}
@@ -44,10 +44,10 @@ func TestLocalReserveIsFencedToItsTask(t *testing.T) {
 		if last := admitted[len(admitted)-1].Reservations[0]; last.Remaining < 2 {
 			t.Fatalf("%s: the block has %g left, too little for an admission of 2 from it", c.name, last.Remaining)
 		}
-		if g, err := l.Reserve(ctx, c.task, c.attempt, []ratelimit.Limit{localWindow(key, 1000, 2)}); !errors.Is(err, c.want) {
+		if g, err := l.Reserve(ctx, c.task, c.attempt, []ratelimit.Limit{localWindow(hour, key, 1000, 2)}); !errors.Is(err, c.want) {
 			t.Errorf("%s: Reserve of a Local limit = %+v, %v; want %v", c.name, g, err, c.want)
 		}
-		admitted = append(admitted, reserveLocal(t, l, key, 1000, 1))
+		admitted = append(admitted, reserveLocal(t, l, hour, key, 1000, 1))
 	}
 
 	want := 0.0

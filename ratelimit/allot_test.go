@@ -15,50 +15,46 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// localWindow is a Local window limit of an hour. A test of it starts with
-// awaitLocalWindow, so that it does not straddle two of its windows.
-func localWindow(key string, limit, amount float64) ratelimit.Limit {
+// localWindow is a Local window limit of length hour. A test of it takes
+// hour from hourWindow (an hour, or a few minutes more, whose current window
+// has a minute left), once, for all its Local limits, so that they do not
+// straddle two of their windows.
+func localWindow(hour time.Duration, key string, limit, amount float64) ratelimit.Limit {
 	w := window("model", key, ratelimit.MetricTokens, limit, amount)
 	w.Local = true
-	w.Window = time.Hour
+	w.Window = hour
 	return w
 }
 
-// awaitLocalWindow returns when the current hour has a minute left.
-func awaitLocalWindow(t *testing.T, conn db.DBTX) {
-	t.Helper()
-	pgtest.AwaitRoomInWindow(t, conn, time.Hour, time.Minute)
-}
-
-// blockCountingLimiter returns a Limiter on a new database, once the current
-// hour has a minute left, and the count of its block requests
+// blockCountingLimiter returns a Limiter on a new database, the length of
+// its Local windows (hourWindow), and the count of its block requests
 // (AllotmentTake); the Limiter is closed when the test ends.
-func blockCountingLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool, *statementCounter) {
+func blockCountingLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool, *statementCounter, time.Duration) {
 	t.Helper()
 	pool, takes := countingPool(t, "AllotmentTake")
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	l := ratelimit.New(pool)
 	t.Cleanup(l.Close)
-	return l, pool, takes
+	return l, pool, takes, hour
 }
 
 // localLimiter returns a Limiter whose blocks stay open while the test
-// runs (IdleAfter a minute), on a new database, once the current hour has a
-// minute left; it is closed when the test ends.
-func localLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool) {
+// runs (IdleAfter a minute), on a new database, and the length of its
+// Local windows (hourWindow); it is closed when the test ends.
+func localLimiter(t *testing.T) (*ratelimit.Limiter, *pgxpool.Pool, time.Duration) {
 	t.Helper()
 	return localLimiterIdleAfter(t, time.Minute)
 }
 
 // localLimiterIdleAfter is localLimiter with blocks returned once idle
 // for idle.
-func localLimiterIdleAfter(t *testing.T, idle time.Duration) (*ratelimit.Limiter, *pgxpool.Pool) {
+func localLimiterIdleAfter(t *testing.T, idle time.Duration) (*ratelimit.Limiter, *pgxpool.Pool, time.Duration) {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: idle}))
 	t.Cleanup(l.Close)
-	return l, pool
+	return l, pool, hour
 }
 
 // lockBoundedPools makes a database and two pools on it, closed when the
@@ -81,11 +77,11 @@ func lockBoundedPools(t *testing.T) (bounded, admin *pgxpool.Pool) {
 	return bounded, pgtest.OpenPool(t, url)
 }
 
-// reserveLocal reserves amount of a localWindow, failing the test unless
-// it is admitted from a block.
-func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount float64) ratelimit.Grant {
+// reserveLocal reserves amount of a localWindow of length hour, failing the
+// test unless it is admitted from a block.
+func reserveLocal(t *testing.T, l *ratelimit.Limiter, hour time.Duration, key string, limit, amount float64) ratelimit.Grant {
 	t.Helper()
-	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, limit, amount)})
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(hour, key, limit, amount)})
 	if err != nil || !g.Reservations[0].Local {
 		t.Fatalf("Reserve of %g: %+v, %v; want a Local admission", amount, g, err)
 	}
@@ -93,15 +89,15 @@ func reserveLocal(t *testing.T, l *ratelimit.Limiter, key string, limit, amount 
 }
 
 // lostBlock has a holder that stops reporting take a block of
-// localWindow(key, 1000, ...) (an hour's window), and returns the block and
-// a time on clock past its window's end and the grace, when Recover returns
-// it and the doctor names it. The holder is closed when the test ends.
-func lostBlock(t *testing.T, pool *pgxpool.Pool, key string) (dbtest.AllotmentListByScopeRow, time.Time) {
+// localWindow(hour, key, 1000, ...), hour from hourWindow, and returns the
+// block and a time on clock past its window's end and the grace, when
+// Recover returns it and the doctor names it. The holder is closed when the
+// test ends.
+func lostBlock(t *testing.T, pool *pgxpool.Pool, hour time.Duration, key string) (dbtest.AllotmentListByScopeRow, time.Time) {
 	t.Helper()
-	awaitLocalWindow(t, pool)
 	holder := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
 	t.Cleanup(holder.Close)
-	reserveLocal(t, holder, key, 1000, 10)
+	reserveLocal(t, holder, hour, key, 1000, 10)
 	open := openBlocks(t, pool, key)
 	if len(open) != 1 {
 		t.Fatalf("open blocks = %d, want 1", len(open))
@@ -109,7 +105,7 @@ func lostBlock(t *testing.T, pool *pgxpool.Pool, key string) (dbtest.AllotmentLi
 	return open[0], open[0].ExpiresAt.Add(ratelimit.DefaultLostAllotmentGrace + time.Minute)
 }
 
-// openBlocks reads the blocks of localWindow(key, ...) not returned yet.
+// openBlocks reads the blocks of the Local limits of key not returned yet.
 func openBlocks(t *testing.T, conn db.DBTX, key string) []dbtest.AllotmentListByScopeRow {
 	t.Helper()
 	var open []dbtest.AllotmentListByScopeRow
@@ -137,13 +133,13 @@ func allotments(t *testing.T, conn db.DBTX, scopeType, key string) []dbtest.Allo
 func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "test-holder"}))
 	key := uniqueKey("local")
 	var grants []ratelimit.Grant
 	for range 50 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +197,7 @@ func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 	}
 	assertDoctorOK(t, pool)
 	// Closed: Local limits are decided in the database now.
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if err != nil || g.Reservations[0].Local || g.Reservations[0].ID == "" {
 		t.Fatalf("Reserve after Close: %+v, %v; want a reservation row", g, err)
 	}
@@ -213,11 +209,11 @@ func TestLocalLimitAdmitsFromABlock(t *testing.T) {
 func TestLocalLimitFallsBackToTheDatabase(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	defer l.Close()
 	key := uniqueKey("big")
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 100), window("api_key", key, "requests", 10, 1)})
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 100), window("api_key", key, "requests", 10, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +225,7 @@ func TestLocalLimitFallsBackToTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	g, err = l.WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	g, err = l.WithTx(tx).Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if err != nil || g.Reservations[0].Local {
 		t.Fatalf("Reserve in a transaction: %+v, %v; want a reservation row", g, err)
 	}
@@ -240,18 +236,18 @@ func TestLocalLimitFallsBackToTheDatabase(t *testing.T) {
 func TestLocalUnitsGoBackWhenTheDatabaseRefuses(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	defer l.Close()
 	key := uniqueKey("mixed")
 	full := window("api_key", key, "requests", 0, 1)
 	for range 20 {
-		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 10), full})
+		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 10), full})
 		if !errors.Is(err, ratelimit.ErrExceeded) {
 			t.Fatalf("Reserve: %v, want refused by the full requests window", err)
 		}
 	}
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 10)})
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 10)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +276,7 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 	t.Parallel()
 	const instances, workers, limit = 4, 8, 400
 	pools := pgtest.NewPools(t, instances)
-	awaitLocalWindow(t, pools[0])
+	hour := hourWindow(t, pools[0])
 	key := uniqueKey("shared")
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -297,7 +293,7 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 			defer wg.Done()
 			l := limiters[w%instances]
 			for time.Now().Before(deadline) {
-				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, limit, 1)})
+				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, limit, 1)})
 				if errors.Is(err, ratelimit.ErrExceeded) {
 					mu.Lock()
 					refused++
@@ -368,12 +364,12 @@ func TestLocalLimitIsExactAcrossInstances(t *testing.T) {
 // in flight, which is what Recover charges should the holder die.
 func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("report")
 	var grants []ratelimit.Grant
 	for range 5 {
-		grants = append(grants, reserveLocal(t, l, key, 1000, 3))
+		grants = append(grants, reserveLocal(t, l, hour, key, 1000, 3))
 	}
 	for _, g := range grants[:2] {
 		if _, err := l.Commit(ctx, g, map[string]float64{ratelimit.MetricTokens: 1}); err != nil {
@@ -413,7 +409,7 @@ func TestLocalBlockReportsWhatItAdmitted(t *testing.T) {
 func TestCloseReturnsABlockTakenMeanwhile(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	for i := range 20 {
 		l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
@@ -421,7 +417,7 @@ func TestCloseReturnsABlockTakenMeanwhile(t *testing.T) {
 		// The first block is 16 units for amount 1; past half of it the
 		// next one is taken ahead, and Close follows at once.
 		for range 9 {
-			if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)}); err != nil {
+			if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)}); err != nil {
 				t.Fatal(err)
 			}
 		}

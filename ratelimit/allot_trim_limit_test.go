@@ -22,18 +22,18 @@ import (
 // trimming that one; the housekeeping then trims the first.
 func TestAllotTrimKeepsTheLatestLimit(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	key := uniqueKey("trimlimit")
 	var grants []ratelimit.Grant
 	for range 9 {
-		grants = append(grants, reserveLocal(t, l, key, 1600, 1))
+		grants = append(grants, reserveLocal(t, l, hour, key, 1600, 1))
 	}
 	for deadline := time.Now().Add(3 * time.Second); len(openBlocks(t, pool, key)) < 2; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no block taken ahead within 3s: %+v", openBlocks(t, pool, key))
 		}
 	}
-	grants = append(grants, reserveLocal(t, l, key, 800, 1))
+	grants = append(grants, reserveLocal(t, l, hour, key, 800, 1))
 	before := counterRows(t, pool, "model", key)[0]
 	if before.LimitValue != 800 {
 		t.Fatalf("counter after a block taken under 800: %+v, want limit_value 800", before)

@@ -18,17 +18,19 @@ import (
 // all the same (up to three each, every one written to the counter and
 // the allotments table, then returned) before falling back. A Margin a
 // moment shorter than the window makes nearly every moment such a last
-// moment (one not shorter takes no block at all: allot_options_test.go).
+// moment (one not shorter takes no block at all: allot_options_test.go); the
+// window is hourWindow's, an hour or a few minutes more, and the Margin a
+// moment shorter than that.
 func TestLocalTakesNoBlockInTheLastMomentsOfAWindow(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: time.Hour - time.Millisecond}))
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Margin: hour - time.Millisecond}))
 	defer l.Close()
 	key := uniqueKey("lastmoments")
 	for range 10 {
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,23 +59,23 @@ func TestLocalTakesNoBlockInTheLastMomentsOfAWindow(t *testing.T) {
 func TestLocalBlockEndsWhenTheHostSleptPastItsWindow(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	var slept atomic.Int64
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
 		ratelimit.WithWallClock(func() time.Time { return time.Now().Add(time.Duration(slept.Load())) }))
 	defer l.Close()
 	key := uniqueKey("slept")
-	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
+	first := reserveLocal(t, l, hour, key, 1000, 1).Reservations[0]
 	slept.Store(int64(2 * time.Hour)) // the wall clock moved two hours on, the monotonic one did not
-	reserveNotFrom(t, l, key, first.Allotment, "after the host slept two hours")
+	reserveNotFrom(t, l, hour, key, first.Allotment, "after the host slept two hours")
 }
 
-// reserveNotFrom reserves 1 of localWindow(key, 1000, 1) on l and fails t
-// if it was admitted from the block named block, which what happened
-// (after) should have ended.
-func reserveNotFrom(t *testing.T, l *ratelimit.Limiter, key, block, after string) ratelimit.Grant {
+// reserveNotFrom reserves 1 of localWindow(hour, key, 1000, 1) on l and
+// fails t if it was admitted from the block named block, which what
+// happened (after) should have ended.
+func reserveNotFrom(t *testing.T, l *ratelimit.Limiter, hour time.Duration, key, block, after string) ratelimit.Grant {
 	t.Helper()
-	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,17 +87,18 @@ func reserveNotFrom(t *testing.T, l *ratelimit.Limiter, key, block, after string
 
 // clockSteppedLimiter is a Limiter on a new database whose blocks stay
 // open while idle for an hour, and whose estimate of the database's clock
-// is moved on by what step holds (WithDBClockStep), once the current hour
-// has a minute left; it is closed when the test ends.
-func clockSteppedLimiter(t *testing.T) (l *ratelimit.Limiter, pool *pgxpool.Pool, step *atomic.Int64) {
+// is moved on by what step holds (WithDBClockStep), with the length of its
+// Local windows (hourWindow: two hours' step moves past any of them); it is
+// closed when the test ends.
+func clockSteppedLimiter(t *testing.T) (l *ratelimit.Limiter, pool *pgxpool.Pool, step *atomic.Int64, hour time.Duration) {
 	t.Helper()
 	pool = pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour = hourWindow(t, pool)
 	step = new(atomic.Int64)
 	l = ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}),
 		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }))
 	t.Cleanup(l.Close)
-	return l, pool, step
+	return l, pool, step, hour
 }
 
 // awaitDBClockBefore waits until l's estimate of the database's clock is
@@ -121,9 +124,9 @@ func awaitDBClockBefore(t *testing.T, l *ratelimit.Limiter, at time.Time) {
 // from a window the database had ended.
 func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *testing.T) {
 	t.Parallel()
-	l, _, step := clockSteppedLimiter(t)
+	l, _, step, hour := clockSteppedLimiter(t)
 	key := uniqueKey("dbstep")
-	first := reserveLocal(t, l, key, 1000, 1).Reservations[0]
+	first := reserveLocal(t, l, hour, key, 1000, 1).Reservations[0]
 	step.Store(int64(2 * time.Hour)) // the database's clock is two hours on
 	// The housekeeping syncs every second (allotSyncEvery), on a 100ms
 	// tick, and returns the block at its next tick once the sync ended it
@@ -134,7 +137,7 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 	for deadline := time.Now().Add(10 * time.Second); l.LocalAdmissionsKept() > 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	reserveNotFrom(t, l, key, first.Allotment, "a sync after the database's clock stepped two hours on")
+	reserveNotFrom(t, l, hour, key, first.Allotment, "a sync after the database's clock stepped two hours on")
 }
 
 // A database whose clock steps back before a block's window (an NTP step
@@ -146,13 +149,13 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsPastItsWindow(t *test
 // back charging it.
 func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t *testing.T) {
 	t.Parallel()
-	l, pool, step := clockSteppedLimiter(t)
+	l, pool, step, hour := clockSteppedLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("dbstepback")
-	first := reserveLocal(t, l, key, 1000, 1)
-	step.Store(int64(-2 * time.Hour)) // the database's clock is two hours back, before the block's hour
+	first := reserveLocal(t, l, hour, key, 1000, 1)
+	step.Store(int64(-2 * time.Hour)) // the database's clock is two hours back, before the block's window
 	awaitDBClockBefore(t, l, first.Reservations[0].WindowStart)
-	g := reserveNotFrom(t, l, key, first.Reservations[0].Allotment, "a sync after the database's clock stepped two hours back")
+	g := reserveNotFrom(t, l, hour, key, first.Reservations[0].Allotment, "a sync after the database's clock stepped two hours back")
 	s, err := l.Commit(ctx, first, map[string]float64{ratelimit.MetricTokens: 3})
 	if err != nil || !s.Reservations[0].Settled || s.Reservations[0].Actual != 3 {
 		t.Fatalf("Commit of the request admitted before the step: %+v, %v; want it settled at 3", s, err)
@@ -191,7 +194,7 @@ func TestLocalBlockEndsWithinASyncWhenTheDatabaseClockStepsBackBeforeItsWindow(t
 func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool)
+	hour := hourWindow(t, pool)
 	ctx := context.Background()
 	var step atomic.Int64
 	var armed atomic.Bool
@@ -205,7 +208,7 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 			return
 		}
 		step.Store(0) // the database's clock is right again: the block taken reads it
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 		if err != nil {
 			t.Error(err)
 		}
@@ -216,7 +219,7 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 		ratelimit.WithDBClockStep(func() time.Duration { return time.Duration(step.Load()) }),
 		ratelimit.WithHousekeepHook(hook))
 	defer l.Close()
-	first := reserveLocal(t, l, key, 1000, 1)
+	first := reserveLocal(t, l, hour, key, 1000, 1)
 	if _, err := l.Commit(ctx, first, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +245,7 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 	if _, err := l.Commit(ctx, g, nil); err != nil {
 		t.Fatal(err)
 	}
-	again := reserveLocal(t, l, key, 1000, 1).Reservations[0]
+	again := reserveLocal(t, l, hour, key, 1000, 1).Reservations[0]
 	if again.Allotment != r.Allotment {
 		for _, b := range allotments(t, pool, "model", key) {
 			t.Logf("block %s window from %s returned %v reason %q", b.ID, b.WindowStart, b.ReturnedAt, b.Reason)
@@ -258,10 +261,10 @@ func TestLocalBlockTakenDuringAHousekeepingRoundIsNotClosedByIt(t *testing.T) {
 // estimate, whose later Commit changes nothing.
 func TestCloseReturnsABlockOfAWindowNotBegunWithARequestInFlight(t *testing.T) {
 	t.Parallel()
-	l, pool, step := clockSteppedLimiter(t)
+	l, pool, step, hour := clockSteppedLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("closenotbegun")
-	inFlight := reserveLocal(t, l, key, 1000, 2)
+	inFlight := reserveLocal(t, l, hour, key, 1000, 2)
 	step.Store(int64(-2 * time.Hour))
 	awaitDBClockBefore(t, l, inFlight.Reservations[0].WindowStart) // a sync reads the clock two hours back: the block closes
 	if b := allotments(t, pool, "model", key)[0]; b.ReturnedAt != nil {
@@ -305,8 +308,7 @@ func TestLocalBlockOfAWindowNotBegunGoesBackAfterItsWindowWithARequestInFlight(t
 		ratelimit.WithStuckAfter(time.Second))
 	defer l.Close()
 	key := uniqueKey("notbegunstuck")
-	lim := localWindow(key, 1000, 2)
-	lim.Window = window
+	lim := localWindow(window, key, 1000, 2)
 	start := time.Now()
 	inFlight, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 	if err != nil || !inFlight.Reservations[0].Local {

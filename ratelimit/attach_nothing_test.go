@@ -16,10 +16,10 @@ import (
 // row, or no longer runs, was accepted, and TaskID stayed empty.
 func TestAttachOfAGrantWithNothingToLinkChecksTheAttempt(t *testing.T) {
 	t.Parallel()
-	l, _ := localLimiter(t)
+	l, _, hour := localLimiter(t)
 	ctx := context.Background()
 	const unknown = "123e4567-e89b-12d3-a456-426614174000"
-	local := reserveLocal(t, l, uniqueKey("attachlocal"), 1000, 1)
+	local := reserveLocal(t, l, hour, uniqueKey("attachlocal"), 1000, 1)
 	for name, g := range map[string]ratelimit.Grant{"empty": {}, "Local only": local} {
 		if _, err := l.Attach(ctx, unknown, g); !errors.Is(err, ratelimit.ErrUnknownTask) {
 			t.Errorf("%s grant, unknown attempt: err = %v, want ErrUnknownTask", name, err)

@@ -14,10 +14,10 @@ import (
 // 0.30000000000000004), and a counter put off its ledger by 0.1 is found.
 func TestBooksOffComparesExactly(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("books")
-	plain := localWindow(key, 1000, 0.1)
+	plain := localWindow(hour, key, 1000, 0.1)
 	plain.Local = false // the same counter, decided in the database
 	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{plain})
 	if err != nil {
@@ -26,7 +26,7 @@ func TestBooksOffComparesExactly(t *testing.T) {
 	if _, err := l.Commit(ctx, g, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Commit(ctx, reserveLocal(t, l, key, 1000, 0.2), nil); err != nil {
+	if _, err := l.Commit(ctx, reserveLocal(t, l, hour, key, 1000, 0.2), nil); err != nil {
 		t.Fatal(err)
 	}
 	l.Close() // returns the block, charging its 0.2

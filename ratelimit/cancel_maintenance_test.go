@@ -27,7 +27,8 @@ func TestRecoverCutOffInItsLastStepOnAConfiguredPoolReturnsTheContextsError(t *t
 	// A holder that stopped reporting: its block is lost once the
 	// maintenance clock passes its end and the grace.
 	key := uniqueKey("lost")
-	_, lost := lostBlock(t, base, key)
+	hour := hourWindow(t, base) // one length for the block and the counter row below: they meet on one row
+	_, lost := lostBlock(t, base, hour, key)
 	var clock testClock
 	clock.pass(lost)
 
@@ -37,7 +38,7 @@ func TestRecoverCutOffInItsLastStepOnAConfiguredPoolReturnsTheContextsError(t *t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = blocker.Rollback(context.Background()) })
-	onCounter := localWindow(key, 1000, 1)
+	onCounter := localWindow(hour, key, 1000, 1)
 	onCounter.Local = false
 	if _, err := ratelimit.New(base).WithTx(blocker).Reserve(context.Background(), "", "", []ratelimit.Limit{onCounter}); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -20,10 +19,10 @@ import (
 // units, which Reserve admits. Past that, the two agree again.
 func TestCheckOfALocalLimitCountsThisLimitersBlockAsReserved(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("trim")
-	reserveLocal(t, l, key, 1600, 1)
+	reserveLocal(t, l, hour, key, 1600, 1)
 	blocks, err := testq.AllotmentListByScope(ctx, pool, dbtest.AllotmentListByScopeParams{ScopeType: "model", ScopeKey: key})
 	if err != nil || len(blocks) != 1 {
 		t.Fatalf("AllotmentListByScope: %+v, %v; want one block", blocks, err)
@@ -31,13 +30,13 @@ func TestCheckOfALocalLimitCountsThisLimitersBlockAsReserved(t *testing.T) {
 	granted := blocks[0].Granted // 1 of it admitted, granted-1 unused
 	other := ratelimit.New(pool)
 	rest := window("model", key, ratelimit.MetricTokens, 1600, 1600-granted-10)
-	rest.Window = time.Hour
+	rest.Window = hour
 	if _, err := other.Reserve(ctx, "", "", []ratelimit.Limit{rest}); err != nil {
 		t.Fatalf("filling the window: %v", err)
 	}
 	// 10 free in the window, granted-1 unused in the block: granted+5 fits
 	// the two together, neither alone.
-	lim := localWindow(key, 1600, granted+5)
+	lim := localWindow(hour, key, 1600, granted+5)
 	var ce *ratelimit.ExceededError
 	if err := l.Check(ctx, []ratelimit.Limit{lim}); !errors.As(err, &ce) || ce.Reserved != 1600-10-granted+granted || ce.Used != 0 {
 		t.Fatalf("Check: %v; want a refusal counting the block's %v units as reserved", err, granted)
@@ -46,5 +45,5 @@ func TestCheckOfALocalLimitCountsThisLimitersBlockAsReserved(t *testing.T) {
 	if err != nil || !g.Reservations[0].Local {
 		t.Fatalf("Reserve: %+v, %v; want it admitted from a new block", g, err)
 	}
-	checkThenReserve(t, l, pool, []ratelimit.Limit{localWindow(key, 1600, granted+5)}, "window and blocks spent")
+	checkThenReserve(t, l, pool, []ratelimit.Limit{localWindow(hour, key, 1600, granted+5)}, "window and blocks spent")
 }

@@ -79,14 +79,15 @@ func TestDoctorNamesEachKindOfDamage(t *testing.T) {
 		}},
 		ratelimit.ProblemAllotmentOutlivedWindow: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, pool *pgxpool.Pool) ratelimit.Problem {
 			// A holder that stops reporting: its block of an hour's window
-			// stays open, and the doctor's clock passes the window's end and
-			// the grace.
+			// (or a few minutes more) stays open, and the doctor's clock
+			// passes the window's end and the grace.
 			key := uniqueKey("lost")
-			b, lost := lostBlock(t, pool, key)
+			hour := hourWindow(t, pool)
+			b, lost := lostBlock(t, pool, hour, key)
 			clock.pass(lost)
 			return ratelimit.Problem{
 				Kind: ratelimit.ProblemAllotmentOutlivedWindow, ScopeType: "model", ScopeKey: key, Metric: ratelimit.MetricTokens,
-				Window: time.Hour, WindowStart: b.WindowStart, RowID: b.ID.String(), Expected: 0, Actual: b.Granted,
+				Window: hour, WindowStart: b.WindowStart, RowID: b.ID.String(), Expected: 0, Actual: b.Granted,
 			}
 		}, repaired: ratelimit.RecoveryResult{ReturnedAllotments: 1}},
 		ratelimit.ProblemReservationLifeCycle: {corrupt: func(t *testing.T, l *ratelimit.Limiter, m *ratelimit.Maintenance, clock *testClock, conn *pgxpool.Pool) ratelimit.Problem {
@@ -238,8 +239,8 @@ func oneOpenBlock(t *testing.T, pool *pgxpool.Pool, key string) (*ratelimit.Limi
 	t.Helper()
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
 	t.Cleanup(l.Close)
-	awaitLocalWindow(t, pool)
-	g := reserveLocal(t, l, key, 1000, 10)
+	hour := hourWindow(t, pool)
+	g := reserveLocal(t, l, hour, key, 1000, 10)
 	open := openBlocks(t, pool, key)
 	if len(open) != 1 {
 		t.Fatalf("open blocks = %d, want 1", len(open))

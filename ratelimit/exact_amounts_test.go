@@ -98,13 +98,13 @@ func TestLocalBlocksDecideAsTheDatabaseInExactDecimal(t *testing.T) {
 			t.Run(c.name+"/"+mode, func(t *testing.T) {
 				t.Parallel()
 				pool := pgtest.NewPool(t)
-				awaitLocalWindow(t, pool)
+				hour := hourWindow(t, pool)
 				ctx := context.Background()
 				l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{MaxShare: 1, IdleAfter: time.Minute}))
 				key := uniqueKey("exact")
 				used := new(big.Rat)
 				for i, s := range c.steps {
-					lim := localWindow(key, c.limit, s.amount)
+					lim := localWindow(hour, key, c.limit, s.amount)
 					lim.Local = s.local && mode == "local"
 					g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 					if err != nil && !errors.Is(err, ratelimit.ErrExceeded) {
@@ -147,7 +147,7 @@ func TestLocalFractionalCostsChargeWhatWasCommitted(t *testing.T) {
 			t.Parallel()
 			const limit = 5.0
 			pools := pgtest.NewPools(t, 2)
-			awaitLocalWindow(t, pools[0])
+			hour := hourWindow(t, pools[0])
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(seed, 11))
 			var limiters []*ratelimit.Limiter
@@ -161,7 +161,7 @@ func TestLocalFractionalCostsChargeWhatWasCommitted(t *testing.T) {
 			for range 600 {
 				l := limiters[rng.IntN(len(limiters))]
 				cost := float64(1+rng.IntN(4000)) * prices[rng.IntN(len(prices))]
-				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, limit, cost)})
+				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, limit, cost)})
 				if errors.Is(err, ratelimit.ErrExceeded) {
 					continue
 				}

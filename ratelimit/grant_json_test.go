@@ -19,13 +19,13 @@ import (
 // allot_json_test.go).
 func TestGrantThatWentThroughJSONSettlesItsDatabasePart(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key, model := uniqueKey("json"), uniqueKey("json-model")
 	reserve := func() ratelimit.Grant {
 		t.Helper()
 		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{
-			localWindow(key, 1000, 10), window("api_key", key, "requests", 10, 1), concurrent("model", model, 2),
+			localWindow(hour, key, 1000, 10), window("api_key", key, "requests", 10, 1), concurrent("model", model, 2),
 		})
 		if err != nil || !g.Reservations[0].Local || g.Reservations[1].Local {
 			t.Fatalf("Reserve: %+v, %v; want a Local reservation then a database one", g, err)

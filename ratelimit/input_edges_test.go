@@ -162,12 +162,12 @@ func TestGrantOfAnotherDatabaseSettlesNothingThere(t *testing.T) {
 // nothing is held.
 func TestLocalLimitThatCanNeverFitIsRefused(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("k")
 	for name, lim := range map[string]ratelimit.Limit{
-		"limit 0":                localWindow(key, 0, 1),
-		"amount above the limit": localWindow(key+"-2", 10, 11),
+		"limit 0":                localWindow(hour, key, 0, 1),
+		"amount above the limit": localWindow(hour, key+"-2", 10, 11),
 	} {
 		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 		var ex *ratelimit.ExceededError

@@ -37,7 +37,7 @@ func TestLeastPrivilegeRolesRunEveryFlow(t *testing.T) {
 	gatewayPool := pgtest.OpenPool(t, gatewayURL)
 	gateway := ratelimit.New(gatewayPool)
 	hot, team := uniqueKey("hot"), uniqueKey("team")
-	awaitLocalWindow(t, owner) // the Local limit's hour does not end during the test
+	hour := hourWindow(t, owner) // the Local limit's window (an hour or a few minutes more) does not end during the test
 	var local atomic.Int64
 
 	// Many workers at once on both instances: combined and hot batches,
@@ -49,7 +49,7 @@ func TestLeastPrivilegeRolesRunEveryFlow(t *testing.T) {
 				return fmt.Errorf("CreateTask: %w", err)
 			}
 			grant, err := l.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{
-				window("api_key", hot, "requests", 1e6, 1), localWindow(hot, 1e6, 10), concurrent("model", hot, 1000),
+				window("api_key", hot, "requests", 1e6, 1), localWindow(hour, hot, 1e6, 10), concurrent("model", hot, 1000),
 			})
 			if err != nil {
 				return fmt.Errorf("Reserve: %w", err)
@@ -132,7 +132,7 @@ func TestLeastPrivilegeRolesRunEveryFlow(t *testing.T) {
 	// What a gateway that dies leaves: a task whose claim expires with its
 	// admission, a grant nobody settles, and a block it stopped reporting.
 	lost := uniqueKey("lost")
-	lostBlock(t, pgtest.OpenPool(t, gatewayURL), lost)
+	lostBlock(t, pgtest.OpenPool(t, gatewayURL), hourWindow(t, owner), lost)
 	dying := mustGet(t, "CreateTask", func() (ratelimit.Task, error) {
 		return gateway.CreateTask(ctx, ratelimit.TaskSpec{Worker: "dies", LeaseTTL: time.Second, QueueLimits: []ratelimit.Limit{queueLimit(team, 1000)}})
 	})

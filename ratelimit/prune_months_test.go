@@ -62,13 +62,15 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	awaitLocalWindow(t, pool) // every day's windows are the current hour's (the test takes seconds)
+	// Every day's windows are the current one of an hour, or a few minutes
+	// more, with a minute left (the test takes seconds).
+	hour := hourWindow(t, pool)
 	var clock testClock
 	l, m := clocked(pool, &clock)
 	_, withEvents := clocked(pool, &clock, ratelimit.WithPruneEvents(true))
 	key := uniqueKey("gw")
 	hourly := window("api_key", key, ratelimit.MetricTokens, 1e12, 10)
-	hourly.Window = time.Hour // every day's admissions in one counter, as its Local blocks
+	hourly.Window = hour // every day's admissions in one counter, as its Local blocks
 	slot := concurrent("model", key, 1e6)
 	queue := queueLimit(key, 1e6)
 	reserve := func(taskID, attemptID string) ratelimit.Grant {
@@ -82,7 +84,7 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 	local := func() *ratelimit.Limiter {
 		h := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
 		t.Cleanup(h.Close)
-		reserveLocal(t, h, key, 1e9, 1)
+		reserveLocal(t, h, hour, key, 1e9, 1)
 		return h
 	}
 
@@ -245,10 +247,10 @@ func TestPruneKeepsEveryTableBoundedForMonths(t *testing.T) {
 		}
 		burst(day) // many callers on one key at once
 		returned := local()
-		if _, err := returned.Release(ctx, reserveLocal(t, returned, key, 1e9, 1), "done"); err != nil {
+		if _, err := returned.Release(ctx, reserveLocal(t, returned, hour, key, 1e9, 1), "done"); err != nil {
 			t.Fatalf("day %d: Release(Local): %v", day, err)
 		}
-		if _, err := returned.Commit(ctx, reserveLocal(t, returned, key, 1e9, 1), nil); err != nil {
+		if _, err := returned.Commit(ctx, reserveLocal(t, returned, hour, key, 1e9, 1), nil); err != nil {
 			t.Fatalf("day %d: Commit(Local): %v", day, err)
 		}
 		returned.Close()

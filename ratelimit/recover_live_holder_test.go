@@ -25,8 +25,7 @@ func TestRecoverWithAShortGraceLeavesALiveHoldersBlock(t *testing.T) {
 	l := ratelimit.New(pool)
 	defer l.Close()
 	key := uniqueKey("livegrace")
-	lim := localWindow(key, 1000, 1)
-	lim.Window = windowLen
+	lim := localWindow(windowLen, key, 1000, 1)
 
 	var grants []ratelimit.Grant
 	for range 3 {

@@ -16,11 +16,11 @@ import (
 // is counted once, never twice.
 func TestLocalReservationSettledInARolledBackTransactionStaysSettled(t *testing.T) {
 	t.Parallel()
-	l, pool := localLimiter(t)
+	l, pool, hour := localLimiter(t)
 	ctx := context.Background()
 	key := uniqueKey("txlocal")
 	remote := window("api_key", key, ratelimit.MetricTokens, 100, 10)
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(key, 1000, 10), remote})
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 10), remote})
 	if err != nil || !g.Reservations[0].Local || g.Reservations[1].Local {
 		t.Fatalf("Reserve: %+v, %v; want one Local reservation and one row", g, err)
 	}
