@@ -186,7 +186,7 @@ func gatewayCallsWithLookalikes(t *testing.T, pool *pgxpool.Pool) {
 
 	// pgadmit_allot, then pgadmit_allot_return when the Limiter closes.
 	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
-	lw := localWindow(time.Hour, key+"/local", 1e6, 1)
+	lw := localWindow(hourWindow(t, pool), key+"/local", 1e6, 1)
 	g, err := local.Reserve(ctx, "", "", []ratelimit.Limit{lw})
 	local.Close()
 	if err != nil {

@@ -40,7 +40,7 @@ func TestEveryOperationLeavesItsServerSessionsAsItFoundThem(t *testing.T) {
 			// with lock_timeout set per batch; Doctor with its own bound; the
 			// pooler check.
 			local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{}))
-			if _, err := local.Commit(ctx, reserveLocal(t, local, time.Hour, uniqueKey("local"), 1e6, 1), nil); err != nil {
+			if _, err := local.Commit(ctx, reserveLocal(t, local, hourWindow(t, pool), uniqueKey("local"), 1e6, 1), nil); err != nil {
 				t.Fatalf("Commit(Local): %v", err)
 			}
 			local.Close()
