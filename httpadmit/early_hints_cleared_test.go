@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -76,24 +75,16 @@ func TestAClearedHeaderMapGetsTheMiddlewaresFieldsBackAlone(t *testing.T) {
 				httpadmit.WithHeaders(httpadmit.HeadersIETF|httpadmit.HeadersOpenAI|httpadmit.HeadersAnthropic))
 			srv := httptest.NewServer(mw(c.handler))
 			defer srv.Close()
-			resp, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
+			header := postServed(t, srv.URL)
 			for name, want := range c.want {
-				if got := resp.Header.Values(name); !slices.Equal(got, want) {
+				if got := header.Values(name); !slices.Equal(got, want) {
 					t.Errorf("%s = %q, want %q", name, got, want)
 				}
 			}
 			if _, emptied := c.want[httpadmit.HeaderRateLimitPolicy]; !emptied {
 				for _, name := range ours {
-					if len(resp.Header.Values(name)) != 1 {
-						t.Errorf("%s = %q, want the middleware's value", name, resp.Header.Values(name))
+					if len(header.Values(name)) != 1 {
+						t.Errorf("%s = %q, want the middleware's value", name, header.Values(name))
 					}
 				}
 			}

@@ -69,16 +69,7 @@ func TestNestedMiddlewaresOfOtherFamiliesKeepTheirHeadersAfterEarlyHints(t *test
 				}
 				srv := httptest.NewServer(outer(h))
 				defer srv.Close()
-				resp, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("status %d", resp.StatusCode)
-				}
-				return resp.Header
+				return postServed(t, srv.URL)
 			}
 			want, got := rateLimitFields(t, serve(plain)), rateLimitFields(t, serve(hinting))
 			if len(want) == 0 {

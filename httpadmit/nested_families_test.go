@@ -191,15 +191,7 @@ func TestNestedMiddlewareKeepsTheFamiliesSentAroundItToItsValues(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))))
 	defer srv.Close()
-	resp, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
+	header := postServed(t, srv.URL)
 	for name, want := range map[string][]string{
 		"x-ratelimit-limit-requests":             {"2"},
 		"x-ratelimit-remaining-requests":         {"1"},
@@ -208,11 +200,11 @@ func TestNestedMiddlewareKeepsTheFamiliesSentAroundItToItsValues(t *testing.T) {
 		// The inner middleware has no tokens limit: those are the upstream's.
 		"x-ratelimit-remaining-tokens": {upstreamRateLimitHeaders["x-ratelimit-remaining-tokens"]},
 	} {
-		if got := resp.Header.Values(name); !cmp.Equal(want, got) {
+		if got := header.Values(name); !cmp.Equal(want, got) {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
-	if diff := cmp.Diff([]sfItem{{"requests", map[string]any{"r": int64(1)}}}, withoutT(parseList(t, resp.Header, httpadmit.HeaderRateLimit))); diff != "" {
+	if diff := cmp.Diff([]sfItem{{"requests", map[string]any{"r": int64(1)}}}, withoutT(parseList(t, header, httpadmit.HeaderRateLimit))); diff != "" {
 		t.Errorf("RateLimit (-want +got):\n%s", diff)
 	}
 	e.nothingHeld()

@@ -131,17 +131,9 @@ func TestUpstreamRateLimitHeadersDoNotDoubleTheMiddlewares(t *testing.T) {
 			), httpadmit.WithHeaders(httpadmit.HeadersIETF|httpadmit.HeadersOpenAI|httpadmit.HeadersAnthropic))
 			srv := httptest.NewServer(mw(c.handler))
 			defer srv.Close()
-			resp, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
+			header := postServed(t, srv.URL)
 			for name, theirs := range upstreamRateLimitHeaders {
-				got := resp.Header.Values(name)
+				got := header.Values(name)
 				switch {
 				case strings.HasPrefix(name, "x-request") || strings.HasPrefix(name, "openai-") ||
 					strings.HasPrefix(name, "anthropic-organization") || strings.HasSuffix(name, "-per-hour"):
@@ -152,7 +144,7 @@ func TestUpstreamRateLimitHeadersDoNotDoubleTheMiddlewares(t *testing.T) {
 					t.Errorf("%s = %q, want the middleware's value alone", name, got)
 				}
 			}
-			if got := resp.Header.Get("x-ratelimit-remaining-tokens"); got != "99000" {
+			if got := header.Get("x-ratelimit-remaining-tokens"); got != "99000" {
 				t.Errorf("x-ratelimit-remaining-tokens = %q, want 99000", got)
 			}
 			e.nothingHeld()
@@ -181,4 +173,20 @@ func TestUpstreamRateLimitHeadersTheMiddlewareDoesNotSetPassOn(t *testing.T) {
 		t.Errorf("x-ratelimit-remaining-requests = %q, want the middleware's 99 alone", got)
 	}
 	e.nothingHeld()
+}
+
+// postServed posts an empty JSON object to url, reads the answer's body to its end and returns
+// the answer's header, failing the test unless its status is 200.
+func postServed(t *testing.T, url string) http.Header {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return resp.Header
 }
