@@ -267,25 +267,17 @@ func checkTransaction(ctx context.Context, holder *pgx.Conn, mode pgx.QueryExecM
 		}
 		return wrapDBError(ctx, "pooler check", err)
 	}
-	// Behind a pooler in session mode whose server connections are all kept by other client
-	// connections, the holder waits for one for ever (or the pooler's query_wait_timeout).
-	bctx, cancel := context.WithTimeout(ctx, sessionWait)
-	defer cancel()
-	tx, err := holder.Begin(bctx)
+	tx, err := beginWithin(ctx, holder)
+	if errors.Is(err, errNoSpareSession) {
+		return false, errorf("ratelimit: pooler check: %w", err)
+	}
 	if err != nil {
-		if bctx.Err() != nil && ctx.Err() == nil {
-			return false, errorf("ratelimit: pooler check: %w", errNoSpareSession)
-		}
 		return false, failed(err)
 	}
 	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
 	var pids [2]int32
 	for i := range pids {
-		err := answered(ctx, func(ctx context.Context) (err error) {
-			pids[i], err = db.New().PoolerBackendPid(ctx, tx)
-			return err
-		})
-		if err != nil {
+		if pids[i], err = sessionOf(ctx, tx); err != nil {
 			return false, failed(err)
 		}
 	}
@@ -328,6 +320,30 @@ func preparedNameKept(ctx context.Context, holder *pgx.Conn, tx pgx.Tx) (kept bo
 		return false, err
 	}
 	return kept, answered(ctx, func(ctx context.Context) error { return holder.Deallocate(ctx, name) })
+}
+
+// beginWithin begins a transaction on holder, waiting sessionWait at most for a server session:
+// behind a pooler in session mode whose server connections all stay with other client
+// connections, it would wait for ever (or the pooler's query_wait_timeout). When that bound
+// passed first (ctx did not end), the error is errNoSpareSession; else it is Begin's.
+func beginWithin(ctx context.Context, holder *pgx.Conn) (pgx.Tx, error) {
+	bctx, cancel := context.WithTimeout(ctx, sessionWait)
+	defer cancel()
+	tx, err := holder.Begin(bctx)
+	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
+		return nil, errNoSpareSession
+	}
+	return tx, err
+}
+
+// sessionOf reads the backend process id of the server session that tx holds, waiting
+// answerWait at most for the answer (answered).
+func sessionOf(ctx context.Context, tx pgx.Tx) (pid int32, err error) {
+	err = answered(ctx, func(ctx context.Context) (err error) {
+		pid, err = db.New().PoolerBackendPid(ctx, tx)
+		return err
+	})
+	return pid, err
 }
 
 // probeStatementName is a name for a statement that CheckPooler prepares: a random one, so that
@@ -471,22 +487,16 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 	}
 	fcancel()
 	// The holder waits for a server session again, as the prober did.
-	bctx, bcancel := context.WithTimeout(ctx, sessionWait)
-	defer bcancel()
-	tx, err := holder.Begin(bctx)
+	tx, err := beginWithin(ctx, holder)
+	if errors.Is(err, errNoSpareSession) {
+		return 0, err
+	}
 	if err != nil {
-		if bctx.Err() != nil && ctx.Err() == nil {
-			return 0, errNoSpareSession
-		}
 		return 0, wrapDBError(ctx, "pooler check", err)
 	}
 	// The holder is used again when the probe saw nothing and the check goes on.
 	defer func() { undoOrClose(ctx, holder, err == nil, tx.Rollback) }()
-	var held int32
-	err = answered(ctx, func(ctx context.Context) (err error) {
-		held, err = db.New().PoolerBackendPid(ctx, tx)
-		return err
-	})
+	held, err := sessionOf(ctx, tx)
 	switch {
 	case errors.Is(err, errNoAnswer):
 		return 0, err
