@@ -26,6 +26,9 @@ import (
 type Freezer struct {
 	ln     net.Listener
 	frozen atomic.Bool
+	// closed is set by Close: answers are held no more, whatever freezes
+	// the Freezer after (a FreezeAt met by a connection's last sending).
+	closed atomic.Bool
 	// sentFrozen is told when a client sent something while frozen (a
 	// statement that will get no answer).
 	sentFrozen chan struct{}
@@ -238,7 +241,8 @@ func (f *Freezer) SentFrozen() <-chan struct{} { return f.sentFrozen }
 // or awaiting what each connection sends. The test's end calls it too;
 // calling it again does nothing more.
 func (f *Freezer) Close() {
-	f.frozen.Store(false) // answers stops holding what the server sent
+	f.closed.Store(true)  // answers stops holding what the server sent,
+	f.frozen.Store(false) // frozen again or not
 	f.ln.Close()
 	f.stopDialing()
 	f.conns.Close()
@@ -318,7 +322,7 @@ func (f *Freezer) answers(client, server net.Conn) {
 		if n > 0 {
 			f.inTransit.Add(1)
 		}
-		for f.frozen.Load() {
+		for f.frozen.Load() && !f.closed.Load() {
 			time.Sleep(time.Millisecond)
 		}
 		if n > 0 {

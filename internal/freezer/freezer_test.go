@@ -163,3 +163,53 @@ func TestFreezeAtHoldsTheAnswerToTheNthSending(t *testing.T) {
 		t.Fatalf("after Unfreeze: read %q, %v; want the held answer %q", buf[:n], err, "a probe")
 	}
 }
+
+// Close returns, and the connections' goroutines end, also when the Freezer is frozen again
+// while Close runs: a FreezeAt whose nth sending is a connection's last words (a pool closing a
+// connection that a check had used sends its Terminate then) froze it after Close had stopped
+// holding the server's answers, and the goroutine passing them on held them for good, so that
+// Close waited for it for ever (a test that closed its Freezer early hung until go test's
+// timeout). Here Freeze is called again and again while Close runs.
+func TestCloseReturnsWhenFrozenAgainWhileClosing(t *testing.T) {
+	server, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	f := New(t, server.Addr().String())
+	c := dial(t, f.Addr())
+	defer c.Close()
+	s, err := server.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stop := make(chan struct{})
+	freezing := make(chan struct{})
+	go func() {
+		defer close(freezing)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				f.Freeze()
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}()
+	closed := make(chan struct{})
+	go func() {
+		f.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Error("Close did not return within 5s of a Freeze while it ran")
+	}
+	close(stop)
+	<-freezing
+	f.Unfreeze()
+	<-closed // unfrozen, and frozen no more, it returns either way
+}
