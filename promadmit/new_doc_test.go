@@ -4,28 +4,29 @@ import (
 	"go/ast"
 	"go/parser"
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/internal/gosrc"
 	"github.com/pgadmit/pgadmit/promadmit"
+	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// New's doc names every metric New registers, as NewCombiningCollector's
-// names its own: go doc is where a reader looks for what a scrape holds.
+// New's doc names every metric New registers, and NewCombiningCollector's
+// every metric of its collector: go doc is where a reader looks for what a
+// scrape holds.
 func TestNewNamesItsMetrics(t *testing.T) {
 	t.Parallel()
 	_, files, err := gosrc.ParseDir(".", parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := ""
+	docs := map[string]string{}
 	for _, file := range files {
 		for _, decl := range file.Decls {
-			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "New" {
-				doc = fn.Doc.Text()
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil {
+				docs[fn.Name.Name] = fn.Doc.Text()
 			}
 		}
 	}
@@ -33,22 +34,28 @@ func TestNewNamesItsMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan *prometheus.Desc, 64)
-	m.Describe(ch)
-	close(ch)
-	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	found := 0
-	for desc := range ch {
-		match := fqName.FindStringSubmatch(desc.String())
-		if match == nil {
-			t.Fatalf("no name in %s", desc)
-		}
-		found++
-		if !strings.Contains(doc, match[1]+" ") {
-			t.Errorf("New's doc does not name %s", match[1])
-		}
+	combining, err := promadmit.NewCombiningCollector(&ratelimit.Limiter{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if found < 7 {
-		t.Errorf("New registers %d metrics, want at least 7", found)
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for fn, c := range map[string]prometheus.Collector{"New": m, "NewCombiningCollector": combining} {
+		ch := make(chan *prometheus.Desc, 64)
+		c.Describe(ch)
+		close(ch)
+		found := 0
+		for desc := range ch {
+			match := fqName.FindStringSubmatch(desc.String())
+			if match == nil {
+				t.Fatalf("no name in %s", desc)
+			}
+			found++
+			if !regexp.MustCompile(`\b` + match[1] + `\b`).MatchString(docs[fn]) {
+				t.Errorf("%s's doc does not name %s", fn, match[1])
+			}
+		}
+		if found < 7 {
+			t.Errorf("%s's collector has %d metrics, want at least 7", fn, found)
+		}
 	}
 }
