@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -139,17 +140,19 @@ func readmeQueries(readme string) []string {
 }
 
 // scrapedFamilies is a scrape of Metrics and a combining collector that
-// saw every outcome, mode, operation and result.
+// saw every outcome, mode, operation and result, and a pair of scope type
+// and metric past WithMaxSeries (counted as other).
 func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	pool := pgtest.OpenPool(t, "postgres://postgres@127.0.0.1:1/postgres") // never connects: Stats reads memory
-	reg, m := newRegistered(t)
+	reg, m := newRegistered(t, promadmit.WithMaxSeries(1))
 	registerCombining(t, reg, ratelimit.New(pool))
 	for _, o := range []httpadmit.Outcome{httpadmit.OutcomeAdmitted, httpadmit.OutcomeRefused, httpadmit.OutcomeShadowRefused, httpadmit.OutcomeFailedOpen, httpadmit.OutcomeFailedClosed} {
 		for _, mode := range []httpadmit.Mode{httpadmit.Enforce, httpadmit.Shadow} {
 			m.Decided([]httpadmit.LimitOutcome{{Limit: limit("api_key", "k", ratelimit.MetricRequests, 10, 1, mode), Outcome: o, Utilization: 0.9}})
 		}
 	}
+	m.Decided([]httpadmit.LimitOutcome{{Limit: limit("model", "k", ratelimit.MetricTokens, 10, 1, httpadmit.Enforce), Outcome: httpadmit.OutcomeAdmitted}})
 	results := []error{nil, &ratelimit.ExceededError{}, fmt.Errorf("x: %w", context.DeadlineExceeded),
 		errors.New("connection refused"), &ratelimit.LeaseLostError{}, ratelimit.ErrUnknownGrant, ratelimit.ErrUnknownTask}
 	for _, op := range []string{httpadmit.OpReserve, httpadmit.OpCommit, httpadmit.OpRelease, httpadmit.OpRenewLeases} {
