@@ -76,6 +76,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The Limiter's own counts, which alerts need: what it may have left held for nobody
+	// (pgadmit_lost_total), its give-backs and its Local limits' blocks.
+	combining, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		log.Fatal(err)
+	}
+	reg.MustRegister(combining)
 	admit, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics),
 		// The default (250 ms) suits a warm pool; this example's first request also prepares
 		// its statements on a cold connection of a busy test database.
@@ -141,7 +148,7 @@ func Example() {
 	defer resp.Body.Close()
 	lines := bufio.NewScanner(resp.Body)
 	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), `pgadmit_http_admissions_total{metric="requests"`) {
+		if strings.HasPrefix(lines.Text(), `pgadmit_http_admissions_total{metric="requests"`) || strings.HasPrefix(lines.Text(), "pgadmit_lost_total ") {
 			fmt.Println(lines.Text())
 		}
 	}
@@ -154,6 +161,7 @@ func Example() {
 	// 413 the request body is larger than the 1048576 bytes it may hold
 	// pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="admitted",scope_type="api_key"} 3
 	// pgadmit_http_admissions_total{metric="requests",mode="enforce",outcome="refused",scope_type="api_key"} 1
+	// pgadmit_lost_total 0
 }
 
 // tokens joins the data of a server-sent event stream.

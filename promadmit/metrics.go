@@ -9,6 +9,12 @@
 //	if err != nil {
 //		return err
 //	}
+//	// The Limiter's own counts, which alerts need (pgadmit_lost_total):
+//	combining, err := promadmit.NewCombiningCollector(limiter)
+//	if err != nil {
+//		return err
+//	}
+//	reg.MustRegister(combining)
 //	mw, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
 //	if err != nil {
 //		return err
