@@ -27,7 +27,7 @@ var (
 
 // Every PromQL query of the README (its promql blocks and the inline ones)
 // names metrics, labels and label values a real scrape has, takes the rate
-// of counters only, and the quantile of a histogram's _bucket by le, and
+// of counters only, over ranges of at least 4m, and the quantile of a histogram's _bucket by le, and
 // counts calls by pgadmit_db_operations_total, whose series are all there
 // from New (not the histogram's _count, whose are not). There
 // is no PromQL parser among the module's dependencies: this checks names
@@ -73,6 +73,13 @@ func TestReadmePromQL(t *testing.T) {
 				}
 				if hasRange && !regexp.MustCompile(`(rate|increase)\($`).MatchString(q[:sel[0]]) {
 					t.Errorf("%s: a range vector not under rate or increase", name)
+				}
+				if hasRange {
+					// Prometheus scrapes every minute unless told otherwise, and rate needs
+					// two samples in its range: one under four intervals is often empty.
+					if d, err := time.ParseDuration(q[sel[6]+1 : sel[7]-1]); err != nil || d < 4*time.Minute {
+						t.Errorf("%s: range %s, want at least 4m (four of Prometheus' default scrape interval): %v", name, q[sel[6]:sel[7]], err)
+					}
 				}
 				values := labelValues(f)
 				if suffix == "_bucket" {
