@@ -80,21 +80,22 @@ func TestInspect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	// Everything below reads back the one-minute windows it reserved in.
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	// Everything below reads back the windows it reserved in, as current ones.
+	win := readBackWindow(t, pool)
+	wt := windowText(win)
 
 	lim := ratelimit.New(pool)
 	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}
 	model := ratelimit.Scope{Type: "model", Key: "large"}
 	g, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: key, Metric: ratelimit.MetricRequests, Limit: 100, Amount: 1},
-		{Scope: key, Metric: ratelimit.MetricTokens, Limit: 10000, Amount: 500},
+		{Scope: key, Metric: ratelimit.MetricRequests, Limit: 100, Amount: 1, Window: win},
+		{Scope: key, Metric: ratelimit.MetricTokens, Limit: 10000, Amount: 500, Window: win},
 		{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 8, Amount: 1},
 	})
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
-	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "other"}, Metric: ratelimit.MetricRequests, Limit: 5, Amount: 2}}); err != nil {
+	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "other"}, Metric: ratelimit.MetricRequests, Limit: 5, Amount: 2, Window: win}}); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
 
@@ -102,7 +103,7 @@ func TestInspect(t *testing.T) {
 	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1"}))
 	defer local.Close()
 	if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Local: true},
+		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Window: win, Local: true},
 	}); err != nil {
 		t.Fatalf("reserve local: %v", err)
 	}
@@ -118,12 +119,12 @@ func TestInspect(t *testing.T) {
 
 	out := cliOK(t, "--database-url", url, "inspect")
 	for _, re := range []string{
-		`(?m)^api_key:team-42\s+requests\s+1m\s+0\s+1\s+100\s+99\s+(1m|\d+s)$`,
-		`(?m)^api_key:team-42\s+tokens\s+1m\s+0\s+500\s+10000\s+9500\s+(1m|\d+s)$`,
-		`(?m)^api_key:other\s+requests\s+1m\s+0\s+2\s+5\s+3\s+(1m|\d+s)$`,
+		`(?m)^api_key:team-42\s+requests\s+` + wt + `\s+0\s+1\s+100\s+99\s+` + leftText + `$`,
+		`(?m)^api_key:team-42\s+tokens\s+` + wt + `\s+0\s+500\s+10000\s+9500\s+` + leftText + `$`,
+		`(?m)^api_key:other\s+requests\s+` + wt + `\s+0\s+2\s+5\s+3\s+` + leftText + `$`,
 		`(?m)^model:large\s+1\s+1\s+8\s+0\s+\d+m(\d+s)?$`,
 		`(?m)^queue:team-42\s+2\s+5\s+2\s+0\s+0\s+\d+s$`,
-		`(?m)^provider:gpt\s+tokens\s+1m\s+gw-1\s+1\s+1600\s+0\s+\d+s ago\s+(1m|\d+s)$`, // a block of 16 requests' worth, nothing reported yet
+		`(?m)^provider:gpt\s+tokens\s+` + wt + `\s+gw-1\s+1\s+1600\s+0\s+\d+s ago\s+` + leftText + `$`, // a block of 16 requests' worth, nothing reported yet
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)
@@ -144,7 +145,7 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("commit: %v", err)
 	}
 	out = cliOK(t, "--database-url", url, "inspect", "--scope", "api_key:team-42")
-	if !regexp.MustCompile(`(?m)^api_key:team-42\s+tokens\s+1m\s+420\s+0\s+10000\s+9580\s`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^api_key:team-42\s+tokens\s+` + wt + `\s+420\s+0\s+10000\s+9580\s`).MatchString(out) {
 		t.Errorf("inspect after commit:\n%s", out)
 	}
 	out = cliOK(t, "--database-url", url, "inspect", "--scope", "model:large")
@@ -606,15 +607,15 @@ func TestInspectFreeIsExact(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	win := readBackWindow(t, pool)
 	lim := ratelimit.New(pool)
 	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "cents"}, Metric: "cost", Limit: 1, Amount: 0.9},
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "cents"}, Metric: "cost", Limit: 1, Amount: 0.9, Window: win},
 	}); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
 	out := cliOK(t, "--database-url", url, "inspect", "--scope", "api_key:cents")
-	if !regexp.MustCompile(`(?m)^api_key:cents\s+cost\s+1m\s+0\s+0\.9\s+1\s+0\.1\s`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^api_key:cents\s+cost\s+` + windowText(win) + `\s+0\s+0\.9\s+1\s+0\.1\s`).MatchString(out) {
 		t.Errorf("inspect of a window of 1 with 0.9 reserved:\n%s", out)
 	}
 }
@@ -626,19 +627,20 @@ func TestInspectScopeNamesATypeWithAColon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	win := readBackWindow(t, pool)
+	wt := windowText(win)
 	lim := ratelimit.New(pool)
 	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "tier:gold", Key: "c"}, Metric: "requests", Limit: 10, Amount: 1},
-		{Scope: ratelimit.Scope{Type: "tier", Key: "gold:c"}, Metric: "requests", Limit: 10, Amount: 2},
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "team a"}, Metric: "requests", Limit: 10, Amount: 3},
+		{Scope: ratelimit.Scope{Type: "tier:gold", Key: "c"}, Metric: "requests", Limit: 10, Amount: 1, Window: win},
+		{Scope: ratelimit.Scope{Type: "tier", Key: "gold:c"}, Metric: "requests", Limit: 10, Amount: 2, Window: win},
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "team a"}, Metric: "requests", Limit: 10, Amount: 3, Window: win},
 	}); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
 	for scope, want := range map[string]string{
-		`"tier:gold":c`:    `(?m)^"tier:gold":c\s+requests\s+1m\s+0\s+1\s`,
-		"tier:gold:c":      `(?m)^tier:gold:c\s+requests\s+1m\s+0\s+2\s`,
-		`api_key:"team a"`: `(?m)^api_key:"team a"\s+requests\s+1m\s+0\s+3\s`,
+		`"tier:gold":c`:    `(?m)^"tier:gold":c\s+requests\s+` + wt + `\s+0\s+1\s`,
+		"tier:gold:c":      `(?m)^tier:gold:c\s+requests\s+` + wt + `\s+0\s+2\s`,
+		`api_key:"team a"`: `(?m)^api_key:"team a"\s+requests\s+` + wt + `\s+0\s+3\s`,
 	} {
 		out := cliOK(t, "--database-url", url, "inspect", "--scope", scope)
 		if !regexp.MustCompile(want).MatchString(out) || !strings.Contains(out, "WINDOWS (current)\nSCOPE") || strings.Count(out, "requests") != 1 {

@@ -4,10 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -19,10 +18,10 @@ func TestDoctorPrintsExactAmounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	win := readBackWindow(t, pool) // both Reserves meet on one counter row
 	lim := ratelimit.New(pool)
 	for _, amount := range []float64{1e14, 1e-9} {
-		l := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "big"}, Metric: ratelimit.MetricTokens, Limit: ratelimit.MaxAmount, Amount: amount}
+		l := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "big"}, Metric: ratelimit.MetricTokens, Limit: ratelimit.MaxAmount, Amount: amount, Window: win}
 		if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{l}); err != nil {
 			t.Fatalf("reserve %g: %v", amount, err)
 		}
@@ -35,7 +34,7 @@ func TestDoctorPrintsExactAmounts(t *testing.T) {
 	}
 
 	out, errOut, code := cli(t, nil, "--database-url", url, "doctor")
-	const want = "counter_reserved_mismatch: api_key:big tokens, window 1m from "
+	want := "counter_reserved_mismatch: api_key:big tokens, window " + durationtext.Operator(win) + " from "
 	const amounts = ": expected 100000000000000.000000001, actual 100000000000000.000000002\n"
 	if code != exitFailure || !strings.Contains(out, want) || !strings.Contains(out, amounts) {
 		t.Errorf("doctor: exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d and a line %q...%q", code, out, errOut, exitFailure, want, amounts)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/db"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
 
 // A holder whose block of an ended window is still open (it is slow to
@@ -20,25 +19,28 @@ func TestInspectShowsEachWindowOfAHolderApart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	win := readBackWindow(t, pool) // the second block's window is shown as current
 	take := func(want float64, now *time.Time) {
 		t.Helper()
 		p := db.AllotmentTakeParams{
-			Holder: "gw-1", ScopeType: "provider", ScopeKey: "gpt", Metric: "tokens", WindowSeconds: 60,
+			Holder: "gw-1", ScopeType: "provider", ScopeKey: "gpt", Metric: "tokens", WindowSeconds: int32(win / time.Second),
 			LimitValue: 10_000, Want: want, Need: 1, Now: now,
 		}
 		if r, err := db.New().AllotmentTake(ctx, pool, p); err != nil || r.Granted != strconv.FormatFloat(want, 'f', -1, 64) {
 			t.Fatalf("take a block: %+v, %v", r, err)
 		}
 	}
-	past := time.Now().Add(-3 * time.Minute)
+	// A block of a window that ended three minutes ago at least.
+	ago := win + 3*time.Minute
+	past := time.Now().Add(-ago)
 	take(300, &past)
 	take(100, nil)
 
 	out := cliOK(t, "--database-url", url, "inspect", "--scope", "provider:gpt")
+	wt := windowText(win)
 	for _, re := range []string{
-		`(?m)^provider:gpt\s+tokens\s+1m\s+gw-1\s+1\s+300\s+0\s+3m(\d+s)? ago\s+ended \d+m(\d+s)? ago$`,
-		`(?m)^provider:gpt\s+tokens\s+1m\s+gw-1\s+1\s+100\s+0\s+\d+s ago\s+(1m|\d+s)$`,
+		`(?m)^provider:gpt\s+tokens\s+` + wt + `\s+gw-1\s+1\s+300\s+0\s+` + strconv.Itoa(int(ago/time.Minute)) + `m(\d+s)? ago\s+ended \d+m(\d+s)? ago$`,
+		`(?m)^provider:gpt\s+tokens\s+` + wt + `\s+gw-1\s+1\s+100\s+0\s+\d+s ago\s+` + leftText + `$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)

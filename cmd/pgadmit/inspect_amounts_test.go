@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pgadmit/pgadmit/db"
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -22,7 +21,7 @@ func TestInspectPrintsExactAmounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	win := readBackWindow(t, pool)
 	lim := ratelimit.New(pool)
 	reserve := func(l ratelimit.Limit) {
 		t.Helper()
@@ -31,10 +30,10 @@ func TestInspectPrintsExactAmounts(t *testing.T) {
 		}
 	}
 	for _, amount := range []float64{1e14, 1e-9} {
-		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "big"}, Metric: ratelimit.MetricTokens, Limit: 1e15, Amount: amount})
+		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "big"}, Metric: ratelimit.MetricTokens, Limit: 1e15, Amount: amount, Window: win})
 		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "model", Key: "big"}, Metric: ratelimit.MetricConcurrent, Limit: 1e15, Amount: amount})
 		p := db.AllotmentTakeParams{
-			Holder: "gw-1", ScopeType: "provider", ScopeKey: "big", Metric: "tokens", WindowSeconds: 60,
+			Holder: "gw-1", ScopeType: "provider", ScopeKey: "big", Metric: "tokens", WindowSeconds: int32(win / time.Second),
 			LimitValue: 1e15, Want: amount, Need: amount,
 		}
 		if _, err := db.New().AllotmentTake(ctx, pool, p); err != nil {
@@ -42,16 +41,17 @@ func TestInspectPrintsExactAmounts(t *testing.T) {
 		}
 	}
 	for range 2 {
-		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "halves"}, Metric: ratelimit.MetricTokens, Limit: 10, Amount: 0.5})
+		reserve(ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "halves"}, Metric: ratelimit.MetricTokens, Limit: 10, Amount: 0.5, Window: win})
 	}
 
 	out := cliOK(t, "--database-url", url, "inspect")
+	wt := windowText(win)
 	for _, re := range []string{
-		`(?m)^api_key:big\s+tokens\s+1m\s+0\s+100000000000000\.000000001\s+1000000000000000\s+899999999999999\.999999999\s`,
-		`(?m)^api_key:halves\s+tokens\s+1m\s+0\s+1\s+10\s+9\s`,
-		`(?m)^provider:big\s+tokens\s+1m\s+0\s+100000000000000\.000000001\s+1000000000000000\s+899999999999999\.999999999\s`,
+		`(?m)^api_key:big\s+tokens\s+` + wt + `\s+0\s+100000000000000\.000000001\s+1000000000000000\s+899999999999999\.999999999\s`,
+		`(?m)^api_key:halves\s+tokens\s+` + wt + `\s+0\s+1\s+10\s+9\s`,
+		`(?m)^provider:big\s+tokens\s+` + wt + `\s+0\s+100000000000000\.000000001\s+1000000000000000\s+899999999999999\.999999999\s`,
 		`(?m)^model:big\s+2\s+100000000000000\.000000001\s+1000000000000000\s+0\s`,
-		`(?m)^provider:big\s+tokens\s+1m\s+gw-1\s+2\s+100000000000000\.000000001\s+0\s`,
+		`(?m)^provider:big\s+tokens\s+` + wt + `\s+gw-1\s+2\s+100000000000000\.000000001\s+0\s`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)

@@ -5,9 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -19,12 +17,12 @@ import (
 func TestInspectReadsOneSnapshot(t *testing.T) {
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 20*time.Second)
+	win := readBackWindow(t, pool)
 	lim := ratelimit.New(pool)
 	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-late"}))
 	defer local.Close()
 	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "early"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1},
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "early"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1, Window: win},
 	}); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
@@ -37,7 +35,7 @@ func TestInspectReadsOneSnapshot(t *testing.T) {
 		}
 		// A gateway admits a request meanwhile: a window, a lease, a queue admission, a block.
 		if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-			{Scope: ratelimit.Scope{Type: "api_key", Key: "late"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1},
+			{Scope: ratelimit.Scope{Type: "api_key", Key: "late"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1, Window: win},
 			{Scope: ratelimit.Scope{Type: "model", Key: "late"}, Metric: ratelimit.MetricConcurrent, Limit: 4, Amount: 1},
 		}); err != nil {
 			t.Errorf("reserve between inspect's reads: %v", err)
@@ -48,7 +46,7 @@ func TestInspectReadsOneSnapshot(t *testing.T) {
 			t.Errorf("create task between inspect's reads: %v", err)
 		}
 		if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
-			{Scope: ratelimit.Scope{Type: "provider", Key: "late"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Local: true},
+			{Scope: ratelimit.Scope{Type: "provider", Key: "late"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Window: win, Local: true},
 		}); err != nil {
 			t.Errorf("reserve a block between inspect's reads: %v", err)
 		}

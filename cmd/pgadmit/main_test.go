@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/freezer"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
@@ -582,6 +584,27 @@ func newDatabase(t *testing.T) (string, *pgxpool.Pool) {
 	pool := pgtest.OpenPool(t, url)
 	return url, pool
 }
+
+// readBackWindow returns the length of a window, a minute or a few minutes more
+// (pgtest.WindowWithRoom), whose current window has 20 s left at least, for a test that
+// reserves in it and then reads it back as the current window (inspect shows current windows
+// only) or needs its calls to meet on one counter row. pgtest.AwaitRoomInWindow on a minute
+// alone slept up to 20 s, a third of the time; this waits only when none of the lengths has
+// room. The test prints the length it got with windowText.
+func readBackWindow(t *testing.T, pool *pgxpool.Pool) time.Duration {
+	t.Helper()
+	return pgtest.WindowWithRoom(t, pool, time.Minute, 20*time.Second)
+}
+
+// windowText is a window's length as inspect and doctor print it (1m, 8m), quoted for a
+// regular expression.
+func windowText(w time.Duration) string {
+	return regexp.QuoteMeta(durationtext.Operator(w))
+}
+
+// leftText matches what is left of a current window as inspect prints it (RESET IN, ENDS IN)
+// for a window of a quarter of an hour at most: 8m, 7m59s, 42s.
+const leftText = `(\d+m(\d+s)?|\d+s)`
 
 // throughFreezer returns a freezer in front of pool's server and dbURL
 // pointed at it, with the given query parameters set (connect_timeout, say).

@@ -15,9 +15,10 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// gatewayRequest starts a sync task on pool and admits it against a requests window and a
-// concurrent limit, as a gateway does before its upstream call.
-func gatewayRequest(t *testing.T, pool *pgxpool.Pool, leaseTTL time.Duration) (ratelimit.Task, ratelimit.Grant) {
+// gatewayRequest starts a sync task on pool and admits it against a requests window (of length
+// window, 0 for ratelimit.DefaultWindow) and a concurrent limit, as a gateway does before its
+// upstream call.
+func gatewayRequest(t *testing.T, pool *pgxpool.Pool, leaseTTL, window time.Duration) (ratelimit.Task, ratelimit.Grant) {
 	t.Helper()
 	ctx := context.Background()
 	lim := ratelimit.New(pool)
@@ -26,7 +27,7 @@ func gatewayRequest(t *testing.T, pool *pgxpool.Pool, leaseTTL time.Duration) (r
 		t.Fatalf("create task: %v", err)
 	}
 	g, err := lim.Reserve(ctx, task.ID, task.AttemptID, []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "api_key", Key: "k1"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1},
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k1"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1, Window: window},
 		{Scope: ratelimit.Scope{Type: "model", Key: "m1"}, Metric: ratelimit.MetricConcurrent, Limit: 2, Amount: 1},
 	})
 	if err != nil {
@@ -49,7 +50,7 @@ func TestDoctorAndRecover(t *testing.T) {
 
 	// A task marked finished behind the library's back still holds its reservation, lease and
 	// attempt: the doctor names them and exits 1; recover gives them back; the doctor is happy.
-	task, _ := gatewayRequest(t, pool, time.Minute)
+	task, _ := gatewayRequest(t, pool, time.Minute, 0)
 	var id pgtype.UUID
 	if err := id.Scan(task.ID); err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestRecoverDeadProcess(t *testing.T) {
 	url, pool := newDatabase(t)
 
 	// The process that ran this request died: nobody heartbeats its 1 s execution lease.
-	gatewayRequest(t, pool, time.Second)
+	gatewayRequest(t, pool, time.Second, 0)
 	time.Sleep(1500 * time.Millisecond)
 
 	// The sweeper finds it on its first pass, then nothing, until it is stopped:
@@ -124,7 +125,7 @@ func TestPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, pool := newDatabase(t)
-	task, g := gatewayRequest(t, pool, time.Minute)
+	task, g := gatewayRequest(t, pool, time.Minute, 0)
 	lim := ratelimit.New(pool)
 	if _, err := lim.Commit(ctx, g, nil); err != nil {
 		t.Fatal(err)
