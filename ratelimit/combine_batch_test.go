@@ -34,9 +34,11 @@ func testCombinedBatchAdmitsInArrivalOrder(t *testing.T, l *ratelimit.Limiter, p
 	ctx := context.Background()
 	for _, fresh := range []bool{true, false} { // a counter row the batch creates, then one that exists
 		key := uniqueKey("arrival")
-		pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // one counter row: the batch meets the row made before it
+		lim := window("api_key", key, "tokens", 10, 0)
+		lim.Window = pgtest.WindowWithRoom(t, pool, time.Minute, 5*time.Second) // one counter row: the batch meets the row made before it
 		if !fresh {
-			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 10, 1)})
+			lim.Amount = 1
+			g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +48,8 @@ func testCombinedBatchAdmitsInArrivalOrder(t *testing.T, l *ratelimit.Limiter, p
 		}
 		var reqs []ratelimit.BatchRequest
 		for _, amount := range []float64{4, 4, 4, 1} {
-			reqs = append(reqs, ratelimit.BatchRequest{Limits: []ratelimit.Limit{window("api_key", key, "tokens", 10, amount)}})
+			lim.Amount = amount
+			reqs = append(reqs, ratelimit.BatchRequest{Limits: []ratelimit.Limit{lim}})
 		}
 		grants, errs, err := l.ReserveCombined(ctx, reqs)
 		if err != nil {

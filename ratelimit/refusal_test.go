@@ -24,11 +24,13 @@ func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
 	var clock testClock
 	l, m := clocked(pool, &clock)
 	key := uniqueKey("k")
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // it fills a window, then expects a refusal in it
+	// A minute, or a few minutes more: it fills a window, then expects a refusal in it.
+	win := pgtest.WindowWithRoom(t, pool, time.Minute, 5*time.Second)
+	inWin := func(l ratelimit.Limit) ratelimit.Limit { l.Window = win; return l }
 
 	// One window limit that can never fit: no row at all.
 	before := rowCounts(t, pool)
-	_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 10, 11)})
+	_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{inWin(window("api_key", key, "tokens", 10, 11))})
 	if !errors.Is(err, ratelimit.ErrExceeded) {
 		t.Fatalf("Reserve = %v, want ErrExceeded", err)
 	}
@@ -38,13 +40,13 @@ func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
 
 	// Several limits, refused by the last: the windows that had no row get
 	// one, empty; no value, reservation or lease changes.
-	full := window("team", key, "requests", 1, 1)
+	full := inWin(window("team", key, "requests", 1, 1))
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
 		t.Fatalf("Reserve(fill): %v", err)
 	}
 	before = rowCounts(t, pool)
 	_, err = l.Reserve(ctx, "", "", []ratelimit.Limit{
-		window("api_key", key, "requests", 100, 1), window("api_key", key, "tokens", 1000, 10), concurrent("model", key, 5), full,
+		inWin(window("api_key", key, "requests", 100, 1)), inWin(window("api_key", key, "tokens", 1000, 10)), concurrent("model", key, 5), full,
 	})
 	if !errors.Is(err, ratelimit.ErrExceeded) {
 		t.Fatalf("Reserve = %v, want ErrExceeded", err)
@@ -70,7 +72,7 @@ func TestRefusalWritesNoValueButMayLeaveEmptyWindows(t *testing.T) {
 	assertDoctorOK(t, pool)
 
 	// Once their window ended, prune takes the empty rows with the full one.
-	clock.pass(time.Now().Add(2 * ratelimit.DefaultWindow))
+	clock.pass(time.Now().Add(2 * win))
 	got, err := m.Prune(ctx, time.Minute)
 	if err != nil || got.Counters != 3 || got.Reservations != 1 {
 		t.Fatalf("Prune = %+v, %v; want the 3 windows and the one reservation", got, err)

@@ -65,8 +65,9 @@ func TestCommitAboveEstimateIsRecordedAndReported(t *testing.T) {
 	l, pool := setup(t)
 	ctx := context.Background()
 	key := uniqueKey("key")
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // the second Reserve must meet the first's window
-	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 500)})
+	lim := window("api_key", key, "tokens", 1000, 500)
+	lim.Window = pgtest.WindowWithRoom(t, pool, time.Minute, 5*time.Second) // the second Reserve must meet the first's window
+	grant, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
@@ -80,7 +81,8 @@ func TestCommitAboveEstimateIsRecordedAndReported(t *testing.T) {
 	}
 	// Recorded in full, past the limit: the window now refuses everything.
 	assertCounter(t, pool, key, "tokens", 1700, 0)
-	_, err = l.Reserve(ctx, "", "", []ratelimit.Limit{window("api_key", key, "tokens", 1000, 1)})
+	lim.Amount = 1
+	_, err = l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
 	var exceeded *ratelimit.ExceededError
 	if !errors.As(err, &exceeded) || !exceeded.Retryable || exceeded.Used != 1700 {
 		t.Fatalf("Reserve after overage: err = %v, want a retryable *ExceededError with Used 1700", err)
@@ -256,11 +258,13 @@ func TestExceededErrorExplainsTheRefusal(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
 	ctx := context.Background()
-	pgtest.AwaitRoomInWindow(t, pool, 30*time.Second, 5*time.Second) // the refused Reserve must meet the first's window
+	// Half a minute, or a few minutes more: the refused Reserve must meet the first's window.
+	win := pgtest.WindowWithRoom(t, pool, 30*time.Second, 5*time.Second)
+	secs := int(win / time.Second)
 	key, model := uniqueKey("key"), uniqueKey("model")
 	meta := map[string]any{"tier": "free"}
 	full := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: key, Name: "Acme prod", Metadata: meta},
-		Metric: "tokens", Limit: 1000, Amount: 600, Window: 30 * time.Second, Policy: "free-tier"}
+		Metric: "tokens", Limit: 1000, Amount: 600, Window: win, Policy: "free-tier"}
 	if _, err := l.Reserve(ctx, "", "", []ratelimit.Limit{full}); err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
@@ -270,13 +274,13 @@ func TestExceededErrorExplainsTheRefusal(t *testing.T) {
 	if !errors.As(err, &got) {
 		t.Fatalf("Reserve: err = %v, want *ExceededError", err)
 	}
-	if got.RetryAfter < time.Second || got.RetryAfter > 30*time.Second || got.ResetAt.Unix()%30 != 0 {
-		t.Errorf("RetryAfter = %s, ResetAt = %s; want 1s..30s until a 30 s boundary", got.RetryAfter, got.ResetAt)
+	if got.RetryAfter < time.Second || got.RetryAfter > win || got.ResetAt.Unix()%int64(secs) != 0 {
+		t.Errorf("RetryAfter = %s, ResetAt = %s; want 1s..%s until a %d s boundary", got.RetryAfter, got.ResetAt, win, secs)
 	}
 	want := ratelimit.ExceededError{
 		ScopeType: "api_key", ScopeKey: key, ScopeName: "Acme prod", ScopeMetadata: meta, Metric: "tokens",
 		Limit: 1000, Amount: 600, Current: 600, Used: 0, Reserved: 600, Projected: 1200,
-		WindowSeconds: 30, Policy: "free-tier", Retryable: true,
+		WindowSeconds: secs, Policy: "free-tier", Retryable: true,
 	}
 	if diff := cmp.Diff(want, *got, cmpopts.IgnoreFields(ratelimit.ExceededError{}, "ResetAt", "RetryAfter", "Message")); diff != "" {
 		t.Errorf("ExceededError (-want +got):\n%s", diff)
@@ -327,7 +331,7 @@ func TestCheckConsumesNothing(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey("key")
 	limits := []ratelimit.Limit{window("api_key", key, "requests", 2, 1), concurrent("model", "m", 1)}
-	pgtest.AwaitRoomInWindow(t, pool, time.Minute, 5*time.Second) // the last Check must see the Reserves' window
+	limits[0].Window = pgtest.WindowWithRoom(t, pool, time.Minute, 5*time.Second) // the last Check must see the Reserves' window
 	for range 3 {
 		if err := l.Check(ctx, limits); err != nil {
 			t.Fatalf("Check: %v", err)
