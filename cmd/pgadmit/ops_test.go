@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -343,7 +344,7 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // both execution leases expire
 
 	sweeper := startCLI(t, ctx, "--database-url", url, "recover", "--every", "1m", "--batch-size", "1")
-	awaitLockWait(t, pool, "the pass never waited for the locked counter")
+	pgtest.AwaitLockWaiters(t, pool, "recover's pass, on the locked counter,")
 	code := sweeper.stop() // SIGINT
 	out := sweeper.stdout.String()
 	if code != exitOK || sweeper.stderr.String() != "" {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -63,24 +62,6 @@ func (b *background) stop() int {
 		b.code = <-b.exit
 	})
 	return b.code
-}
-
-// awaitLockWait waits until a session of pool's database waits for a lock,
-// at most 10s, and fails the test with failure otherwise.
-func awaitLockWait(t *testing.T, pool *pgxpool.Pool, failure string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		waiting, err := dbtest.New().OpsBackendsWaitingOnLock(context.Background(), pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(waiting) > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(failure)
-		}
-	}
 }
 
 // awaitLog waits until out matches re, at most 30s.
@@ -153,7 +134,7 @@ func TestRecoverSweeperTakesBackTheLeaseARestartLeft(t *testing.T) {
 	lockCounters(t, pool)               // the pass stalls on the counter, its lease held
 
 	sweeper := startCLI(t, ctx, "--database-url", url, "--connect-timeout", "500ms", "recover", "--every", "100ms")
-	awaitLockWait(t, pool, "the pass never waited for the locked counter")
+	pgtest.AwaitLockWaiters(t, pool, "recover's pass, on the locked counter,")
 	if err := c.Crash(); err != nil {
 		t.Fatal(err)
 	}
