@@ -3,11 +3,12 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"sync"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -53,13 +54,31 @@ func TestCheckPoolerLeavesNoPreparedStatementBehindPgBouncer(t *testing.T) {
 }
 
 // keepBusy runs Reserves and Releases from four pools in exec mode through the pooler at pooled
-// until the returned stop is called, which waits for them to end.
+// until the returned stop is called, which waits for them to end and closes their pools: for
+// keepBusyStopWait at most, after which it fails the test naming the loops that did not stop,
+// with every goroutine's stack, and leaves their pools open (a pool's Close waits for the
+// connection a hung loop holds). It used to wait for ever: a hung loop held the test until go
+// test's timeout, and its dump was all there was to read.
 func keepBusy(t *testing.T, pooled string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, p := range poolsOn(t, pooled, 4, pgx.QueryExecModeExec) {
-		wg.Go(func() {
+	cfg := modeConfig(t, pooled, pgx.QueryExecModeExec)
+	pools := make([]*pgxpool.Pool, 4)
+	for i := range pools {
+		var err error
+		if pools[i], err = pgxpool.NewWithConfig(context.Background(), cfg.Copy()); err != nil {
+			cancel()
+			for _, p := range pools[:i] {
+				p.Close()
+			}
+			t.Fatal(err)
+		}
+	}
+	done := make([]chan struct{}, len(pools))
+	for i, p := range pools {
+		done[i] = make(chan struct{})
+		go func() {
+			defer close(done[i])
 			l := ratelimit.New(p)
 			key := uniqueKey("load")
 			for ctx.Err() == nil {
@@ -67,9 +86,44 @@ func keepBusy(t *testing.T, pooled string) (stop func()) {
 					_, _ = l.Release(ctx, g, "done")
 				}
 			}
-		})
+		}()
 	}
-	return func() { cancel(); wg.Wait() }
+	return func() {
+		t.Helper()
+		cancel()
+		deadline := time.NewTimer(keepBusyStopWait)
+		defer deadline.Stop()
+	wait:
+		for _, d := range done {
+			select {
+			case <-d:
+			case <-deadline.C:
+				break wait
+			}
+		}
+		if stuck := closeStopped(pools, done); len(stuck) > 0 {
+			buf := make([]byte, 1<<20)
+			t.Errorf("the Reserve and Release loops of busy pools %v (of %d) did not stop within %s of their context's cancellation; their pools are left open; goroutines:\n%s",
+				stuck, len(pools), keepBusyStopWait, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+// keepBusyStopWait bounds how long keepBusy's stop waits for its loops.
+const keepBusyStopWait = 30 * time.Second
+
+// closeStopped closes each pool whose loop is done (done[i] closed) and returns the indexes
+// of the others, whose loops still run.
+func closeStopped(pools []*pgxpool.Pool, done []chan struct{}) (running []int) {
+	for i, p := range pools {
+		select {
+		case <-done[i]:
+			p.Close()
+		default:
+			running = append(running, i)
+		}
+	}
+	return running
 }
 
 // preparedOnEveryServerSession returns the prepared statements of each of the size server
