@@ -21,15 +21,19 @@ import (
 // characters, the longest window and lease, the largest and smallest
 // amounts, in a plain admission, a combined batch on one counter (a hot
 // batch), a block of a Local limit and a queue; and the largest durations
-// the maintenance calls take.
+// and sizes the maintenance calls and options take (a lease of MaxInt64,
+// batches capped at MaxInt32).
 func TestBoundaryValuesReachTheFunctions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Minute}))
 	t.Cleanup(l.Close)
-	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(time.Duration(math.MaxInt64)),
-		ratelimit.WithTaskRetention(time.Duration(math.MaxInt64)))
+	longest := time.Duration(math.MaxInt64)
+	m := ratelimit.NewMaintenance(pool, ratelimit.WithLostAllotmentGrace(longest), ratelimit.WithTaskRetention(longest),
+		ratelimit.WithMaintenanceLeaseTTL(longest), ratelimit.WithRecoveryBatchSize(math.MaxInt), ratelimit.WithPruneBatchSize(math.MaxInt),
+		ratelimit.WithMaxRequeues(math.MaxInt), ratelimit.WithPruneEvents(true), ratelimit.WithProgress(longest, func(ratelimit.Progress) {}),
+		ratelimit.WithMaintenanceLockTimeout(longest))
 
 	long := func(prefix string) string { // 512 bytes, mostly two per character
 		n := ratelimit.MaxScopeBytes - len(prefix)
