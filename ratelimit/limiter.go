@@ -237,9 +237,11 @@ func WithoutCombining() Option {
 // Every process creating tasks in one database must use the same prefix,
 // or queue_size limits are no longer exact.
 //
-// The advisory locks of concurrency scopes are taken inside the function
-// pgadmit_reserve (and by RenewLeases, which must match them) and keep
-// their 64-bit hashed keys ('pgadmit/concurrent/...') whatever the prefix.
+// The advisory locks of concurrency scopes, taken inside the function
+// pgadmit_reserve (and by RenewLeases, which must match them), and the
+// task fences, which an admission for a task takes shared and FinishTask
+// and CancelTask exclusively, keep their 64-bit hashed keys
+// ('pgadmit/concurrent/...', 'pgadmit/task/...') whatever the prefix.
 // Maintenance and migrations take no advisory locks: they use lease rows.
 func WithAdvisoryLockPrefix(prefix int32) Option {
 	return func(o *options) { o.lockPrefix = prefix }

@@ -4,6 +4,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -235,5 +237,45 @@ func TestPgxpoolLeastMaxConnsIsPgxpools(t *testing.T) {
 	}
 	if got := defaultUnheldAtOnce(); got != int(cfg.MaxConns)/2 {
 		t.Errorf("defaultUnheldAtOnce() = %d, want %d: half of pgxpool's default MaxConns", got, cfg.MaxConns/2)
+	}
+}
+
+// WithAdvisoryLockPrefix's doc names every family of advisory-lock keys
+// the schema and the queries take ('pgadmit/<family>/...'): the queue
+// scopes', which take the prefix, and each family that keeps its hashed
+// keys whatever the prefix, so that a host application choosing its own
+// keys knows all of pgadmit's. It named the concurrency scopes' alone,
+// not the task fences' ('pgadmit/task/...', schema 00020).
+func TestAdvisoryLockPrefixDocNamesEveryLockFamily(t *testing.T) {
+	t.Parallel()
+	family := regexp.MustCompile(`'pgadmit/([a-z_]+)/`)
+	found := map[string]bool{}
+	for _, glob := range []string{"../schema/*.sql", "../queries/*.sql"} {
+		files, err := filepath.Glob(glob)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: %v, %d files", glob, err, len(files))
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range family.FindAllStringSubmatch(string(b), -1) {
+				found[m[1]] = true
+			}
+		}
+	}
+	if !found["queue"] || !found["concurrent"] {
+		t.Fatalf("lock families found %v, want queue and concurrent among them", found)
+	}
+	_, _, docs := packageDocs(t)
+	doc := strings.Join(strings.Fields(docs["WithAdvisoryLockPrefix"]), " ")
+	for f := range found {
+		if f == "queue" { // the one under the prefix
+			continue
+		}
+		if !strings.Contains(doc, "'pgadmit/"+f+"/...'") {
+			t.Errorf("WithAdvisoryLockPrefix's doc does not name the keys of 'pgadmit/%s/...', which keep their hash whatever the prefix", f)
+		}
 	}
 }
