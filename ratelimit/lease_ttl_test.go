@@ -52,4 +52,23 @@ func TestRenewLeasesKeepsTheTTLTheLeaseWasTakenWith(t *testing.T) {
 			t.Errorf("lease %d renewed to %v, want now + %v (between %v and %v)", i, at, want, before.Add(want), after.Add(want))
 		}
 	}
+
+	// A Lease built by hand with a zero TTL is renewed by DefaultLeaseTTL,
+	// whatever TTL it was taken with.
+	byHand := grant.Leases[0]
+	byHand.TTL = 0
+	if before, err = testq.OpsNow(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err = l.RenewLeases(ctx, []ratelimit.Lease{byHand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err = testq.OpsNow(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	want := ratelimit.DefaultLeaseTTL
+	if at := renewed[0].ExpiresAt; at.Before(before.Add(want)) || at.After(after.Add(want)) {
+		t.Errorf("a lease of zero TTL renewed to %v, want now + DefaultLeaseTTL (between %v and %v)", at, before.Add(want), after.Add(want))
+	}
 }
