@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/internal/gosrc"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
 // New's doc names every metric New registers, and NewCombiningCollector's
-// every metric of its collector: go doc is where a reader looks for what a
-// scrape holds.
+// and NewPoolCollector's every metric of their collectors: go doc is where
+// a reader looks for what a scrape holds.
 func TestNewNamesItsMetrics(t *testing.T) {
 	t.Parallel()
 	_, files, err := gosrc.ParseDir(".", parser.ParseComments)
@@ -38,8 +39,12 @@ func TestNewNamesItsMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool, err := promadmit.NewPoolCollector(pgtest.OpenPool(t, "postgres://postgres@127.0.0.1:1/postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for fn, c := range map[string]prometheus.Collector{"New": m, "NewCombiningCollector": combining} {
+	for fn, c := range map[string]prometheus.Collector{"New": m, "NewCombiningCollector": combining, "NewPoolCollector": pool} {
 		ch := make(chan *prometheus.Desc, 64)
 		c.Describe(ch)
 		close(ch)
