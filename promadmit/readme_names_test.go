@@ -13,7 +13,7 @@ import (
 var (
 	// metricToken is a name of pgadmit with a metric's suffix: SQL objects
 	// (pgadmit_reserve, pgadmit_goose_lock) have none.
-	metricToken = regexp.MustCompile(`\bpgadmit_[a-z_]+?_(?:total|seconds|held|waiting)(?:_bucket|_sum|_count)?\b`)
+	metricToken = regexp.MustCompile(`\bpgadmit_[a-z_]+?_(?:total|seconds|held|waiting|connections)(?:_bucket|_sum|_count)?\b`)
 	anyToken    = regexp.MustCompile(`\bpgadmit_[a-z_]+\b`)
 )
 
