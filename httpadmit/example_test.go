@@ -82,7 +82,12 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	reg.MustRegister(combining)
+	// And its pool's: statements waiting for a connection (pgadmit_pool_empty_acquires_total).
+	poolStats, err := promadmit.NewPoolCollector(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	reg.MustRegister(combining, poolStats)
 	admit, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics),
 		// The default (250 ms) suits a warm pool; this example's first request also prepares
 		// its statements on a cold connection of a busy test database.

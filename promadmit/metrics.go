@@ -1,8 +1,9 @@
 // Package promadmit exports what pgadmit does as Prometheus metrics: the
 // decisions of the HTTP middleware (package httpadmit), the latency of
 // every database operation, the leases requests in flight hold, what
-// Recover and Prune give back, and (NewCombiningCollector) how a Limiter
-// combines concurrent calls into statements.
+// Recover and Prune give back, (NewCombiningCollector) how a Limiter
+// combines concurrent calls into statements, and (NewPoolCollector) how
+// busy the pgx pool it runs on is.
 //
 //	reg := prometheus.NewRegistry()
 //	metrics, err := promadmit.New(reg)
@@ -14,7 +15,12 @@
 //	if err != nil {
 //		return err
 //	}
-//	reg.MustRegister(combining)
+//	// And its pool's: statements waiting for a connection.
+//	poolStats, err := promadmit.NewPoolCollector(pool)
+//	if err != nil {
+//		return err
+//	}
+//	reg.MustRegister(combining, poolStats)
 //	mw, err := httpadmit.New(limiter, limits, httpadmit.WithObserver(metrics))
 //	if err != nil {
 //		return err
