@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,9 +97,20 @@ func TestPoolCollectorSaturatedPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	// Every connection the test takes, released before pool.Close, which
+	// waits for them, when a failure ends the test while it holds some.
+	var taken []*pgxpool.Conn
+	t.Cleanup(func() {
+		for _, c := range taken {
+			c.Release()
+		}
+	})
 	reg := poolRegistry(t, pool)
 
 	stop, scraped := make(chan struct{}), make(chan error, 1)
+	var stopOnce sync.Once
+	stopScraping := func() { stopOnce.Do(func() { close(stop) }) }
+	t.Cleanup(stopScraping)
 	go func() {
 		last := map[string]float64{}
 		for scrapes := 0; ; scrapes++ {
@@ -134,6 +146,7 @@ func TestPoolCollectorSaturatedPool(t *testing.T) {
 		if held[i], err = pool.Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
+		taken = append(taken, held[i])
 	}
 	// Each opened a connection: it found none idle.
 	got := wantPool(t, reg, "both held", map[string]float64{poolAcquired: 2, poolIdle: 0, poolConstructing: 0,
@@ -156,22 +169,41 @@ func TestPoolCollectorSaturatedPool(t *testing.T) {
 		took time.Duration
 		err  error
 	}
-	started, done := make(chan struct{}), make(chan acquired, 1)
-	go func() {
-		start := time.Now()
-		close(started)
-		c, err := pool.Acquire(ctx)
-		done <- acquired{c, time.Since(start), err}
-	}()
-	<-started
-	time.Sleep(100 * time.Millisecond) // the acquire waits for a connection
-	held[0].Release()
-	waiter := <-done
-	if waiter.err != nil {
-		t.Fatal(waiter.err)
+	// An acquire that waits for a connection released. Nothing tells when
+	// it has begun to wait: one whose goroutine was held up until after
+	// the release finds the connection idle (an acquire, not an empty one,
+	// and no wait), and then holds it as the released one was held, so
+	// the step is tried again (late counts the tries that came late).
+	var waiter acquired
+	late := 0
+	for {
+		started, done := make(chan struct{}), make(chan acquired, 1)
+		go func() {
+			start := time.Now()
+			close(started)
+			c, err := pool.Acquire(ctx)
+			done <- acquired{c, time.Since(start), err}
+		}()
+		<-started
+		time.Sleep(100 * time.Millisecond) // the acquire waits for a connection
+		held[0].Release()
+		waiter = <-done
+		if waiter.err != nil {
+			t.Fatal(waiter.err)
+		}
+		taken = append(taken, waiter.conn)
+		got = wantPool(t, reg, "one acquired after a release", map[string]float64{poolAcquired: 2, poolIdle: 0, poolConstructing: 0,
+			poolAcquires: float64(3 + late), poolCanceled: 1})
+		if got[poolEmpty] == 3 {
+			break
+		}
+		wantPool(t, reg, "one came after the release", map[string]float64{poolEmpty: 2, poolWait: opening})
+		if late++; late == 5 {
+			t.Fatalf("in %d tries, no acquire waited for the connection released 100ms after it began", late)
+		}
+		t.Logf("try %d: the acquire came after the release; again", late)
+		held[0] = waiter.conn
 	}
-	got = wantPool(t, reg, "one waited", map[string]float64{poolAcquired: 2, poolIdle: 0, poolConstructing: 0,
-		poolAcquires: 3, poolEmpty: 3, poolCanceled: 1})
 	if waited := got[poolWait] - opening; !(waited > 0) || waited > waiter.took.Seconds() {
 		t.Errorf("one waited: %s rose by %v, want above 0 and at most the %v its Acquire took", poolWait, waited, waiter.took)
 	}
@@ -179,20 +211,21 @@ func TestPoolCollectorSaturatedPool(t *testing.T) {
 	waiter.conn.Release()
 	held[1].Release()
 	got = wantPool(t, reg, "all released", map[string]float64{poolAcquired: 0, poolIdle: 2, poolConstructing: 0,
-		poolAcquires: 3, poolEmpty: 3, poolCanceled: 1})
+		poolAcquires: float64(3 + late), poolEmpty: 3, poolCanceled: 1})
 	// An idle connection taken: an acquire, not an empty one, and no wait.
 	idle, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	taken = append(taken, idle)
 	wantPool(t, reg, "an idle one taken", map[string]float64{poolAcquired: 1, poolIdle: 1, poolConstructing: 0,
-		poolAcquires: 4, poolEmpty: 3, poolWait: got[poolWait], poolCanceled: 1})
+		poolAcquires: float64(4 + late), poolEmpty: 3, poolWait: got[poolWait], poolCanceled: 1})
 	idle.Release()
 	pool.Close()
 	wantPool(t, reg, "closed", map[string]float64{poolAcquired: 0, poolIdle: 0, poolConstructing: 0, poolMax: 2,
-		poolAcquires: 4, poolEmpty: 3, poolWait: got[poolWait], poolCanceled: 1})
+		poolAcquires: float64(4 + late), poolEmpty: 3, poolWait: got[poolWait], poolCanceled: 1})
 
-	close(stop)
+	stopScraping()
 	if err := <-scraped; err != nil {
 		t.Errorf("a scrape in the background: %v", err)
 	}
