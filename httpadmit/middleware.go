@@ -158,6 +158,23 @@ type middleware struct {
 // http.Handler (a *ratelimit.ValidationError on "next"), which reserves
 // nothing.
 func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(limiter, limits, opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil { // the middleware cannot return an error: each request gets it
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				m.onError(w, r, m.invalidLimits(r.Context(), errNilHandler).err)
+			})
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+// newMiddleware checks New's arguments, applies the options over their
+// defaults and checks what they set.
+func newMiddleware(limiter *ratelimit.Limiter, limits LimitsFunc, opts []Option) (*middleware, error) {
 	if limiter == nil {
 		return nil, invalidConfig("limiter", nil, "must not be nil")
 	}
@@ -199,15 +216,7 @@ func New(limiter *ratelimit.Limiter, limits LimitsFunc, opts ...Option) (func(ht
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	m := &middleware{config: c, limiter: limiter, limits: limits, fields: headerFields(c.headers)}
-	return func(next http.Handler) http.Handler {
-		if next == nil { // the middleware cannot return an error: each request gets it
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				m.onError(w, r, m.invalidLimits(r.Context(), errNilHandler).err)
-			})
-		}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
-	}, nil
+	return &middleware{config: c, limiter: limiter, limits: limits, fields: headerFields(c.headers)}, nil
 }
 
 // errNilHandler is what each request gets from a middleware given a nil
