@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,9 +14,9 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// The timeouts at the ends of what New takes (TestOptionsKeepTheirDocumentedBounds
-// holds what it refuses), on a request that is reserved, renews its lease
-// and is committed. The largest duration neither overflows nor ends a
+// The timeouts at the ends of what New takes, on a request that is
+// reserved, renews its lease and is committed (what New refuses,
+// TestOptionsKeepTheirDocumentedBounds holds). The largest duration neither overflows nor ends a
 // call early: the request is admitted, its lease renewed and its usage
 // committed. The smallest, 1ns, ends every decision at once: "past it, the
 // failure policy of its limits applies", a 503 with an *UnavailableError
@@ -76,6 +77,53 @@ func TestTimeoutsAtTheirBounds(t *testing.T) {
 	}
 	if b := e.books("api_key", key, ratelimit.MetricRequests); b != (book{Used: 1}) {
 		t.Errorf("after the 1ns decisions: books %+v, want used 1 still", b)
+	}
+	e.nothingHeld()
+}
+
+// WithHeaders sends the families it names, on an admitted response and on
+// a refusal alike: "(default DefaultHeaders); 0 sends none" (Retry-After,
+// no rate-limit header, still goes with a refusal).
+func TestWithHeadersSendsTheFamiliesItNames(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ietf := []string{"Ratelimit", "Ratelimit-Policy"}
+	openAI := []string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"}
+	anthropic := []string{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"}
+	every := slices.Concat(ietf, openAI, anthropic)
+	for _, c := range []struct {
+		name string
+		opts []httpadmit.Option
+		want []string
+	}{
+		{"none given", nil, slices.Concat(ietf, openAI)},
+		{"WithHeaders(0)", []httpadmit.Option{httpadmit.WithHeaders(0)}, nil},
+		{"WithHeaders(IETF)", []httpadmit.Option{httpadmit.WithHeaders(httpadmit.HeadersIETF)}, ietf},
+		{"WithHeaders(OpenAI)", []httpadmit.Option{httpadmit.WithHeaders(httpadmit.HeadersOpenAI)}, openAI},
+		{"WithHeaders(Anthropic)", []httpadmit.Option{httpadmit.WithHeaders(httpadmit.HeadersAnthropic)}, anthropic},
+		{"WithHeaders(all)", []httpadmit.Option{httpadmit.WithHeaders(httpadmit.HeadersIETF | httpadmit.HeadersOpenAI | httpadmit.HeadersAnthropic)}, every},
+	} {
+		h := e.middleware(fixed(window("api_key", uniqueKey("families"), ratelimit.MetricRequests, 1, 1)), c.opts...)(
+			http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		for _, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if rec.Code != want {
+				t.Fatalf("%s: status %d, want %d", c.name, rec.Code, want)
+			}
+			var got []string
+			for _, field := range every {
+				if len(rec.Header().Values(field)) > 0 {
+					got = append(got, field)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("%s, %d: fields %v, want %v", c.name, want, got, c.want)
+			}
+			if want == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "" {
+				t.Errorf("%s: a refusal without Retry-After", c.name)
+			}
+		}
 	}
 	e.nothingHeld()
 }
