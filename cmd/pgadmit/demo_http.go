@@ -93,6 +93,13 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	if err := reg.Register(combining); err != nil {
 		return err
 	}
+	pooled, err := promadmit.NewPoolCollector(pool)
+	if err != nil {
+		return err
+	}
+	if err := reg.Register(pooled); err != nil {
+		return err
+	}
 	admit, err := httpadmit.New(limiter, gatewayLimits(d.prefix, d.plans), httpadmit.WithObserver(metrics),
 		httpadmit.WithHeaders(httpadmit.HeadersIETF|httpadmit.HeadersOpenAI|httpadmit.HeadersAnthropic),
 		// A 2-core machine running the load and the database: a few ms would

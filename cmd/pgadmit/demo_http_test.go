@@ -49,6 +49,8 @@ func TestDemoHTTP(t *testing.T) {
 		`(?m)^  pgadmit_http_leases_held 0$`,
 		`(?m)^  pgadmit_combined_calls_total\{kind="reserve"\} [1-9]\d*$`,
 		`(?m)^  pgadmit_combined_statement_seconds_total\{kind="settle"\} [0-9.e-]+$`,
+		`(?m)^  pgadmit_pool_acquires_total [1-9]\d*$`,
+		`(?m)^  pgadmit_pool_max_connections [1-9]\d*$`,
 		`this run's scopes hold 0 reserved and 0 live leases: nothing held`,
 		`doctor: the books balance`,
 		`(?m)^demo --http: ok$`,
