@@ -25,8 +25,56 @@ func DBNow(t testing.TB, conn dbtest.DBTX) time.Time {
 func AwaitRoomInWindow(t testing.TB, conn dbtest.DBTX, w, need time.Duration) {
 	t.Helper()
 	if left := leftInWindow(DBNow(t, conn), w); left < need {
-		time.Sleep(left + 50*time.Millisecond)
+		time.Sleep(left + awaitPastStart)
 	}
+}
+
+// awaitPastStart is how far into the next window AwaitRoomInWindow and ShortWindowWithRoom
+// sleep, when they sleep: past its start on the database's clock, whatever the round trip.
+const awaitPastStart = 50 * time.Millisecond
+
+// ShortWindowWithRoom returns one of lengths (short windows, whole seconds, each longer than need
+// by more than awaitPastStart) whose current window on the database's clock has at least need
+// left, for a test that does need's work in one window and then waits for that window to END
+// (WindowWithRoom's longer windows would hold it minutes): of those, the one that ends soonest,
+// counting for each length whose window has less than need left a sleep until its next window.
+// It sleeps, as AwaitRoomInWindow does, only when a next window ends sooner than every current
+// one with need left, or none has; AwaitRoomInWindow on one length sleeps whenever its window
+// has less than need left (three times in four for a 12 s window and 9 s needed).
+func ShortWindowWithRoom(t testing.TB, conn dbtest.DBTX, lengths []time.Duration, need time.Duration) time.Duration {
+	t.Helper()
+	for _, d := range lengths {
+		if d%time.Second != 0 || d < need+awaitPastStart {
+			t.Fatalf("ShortWindowWithRoom: a window of %v; want whole seconds, more than %v (need %v)", d, need+awaitPastStart, need)
+		}
+	}
+	if len(lengths) == 0 {
+		t.Fatalf("ShortWindowWithRoom: no lengths")
+	}
+	w, wait := shortWindowWithRoom(DBNow(t, conn), lengths, need)
+	if wait > 0 {
+		time.Sleep(wait)
+	}
+	return w
+}
+
+// shortWindowWithRoom returns the length of lengths whose window, of need left or more, ends
+// soonest after now, and how long to sleep first: nothing when that window holds now, or until
+// just past the start of the next one (awaitPastStart) when the one holding now has less than
+// need left. Every length is at least need+awaitPastStart; the first of equals wins.
+func shortWindowWithRoom(now time.Time, lengths []time.Duration, need time.Duration) (w, wait time.Duration) {
+	var bestEnd time.Duration
+	for i, d := range lengths {
+		left, sleep := leftInWindow(now, d), time.Duration(0)
+		if left < need {
+			sleep = left + awaitPastStart
+			left = d - awaitPastStart
+		}
+		if end := sleep + left; i == 0 || end < bestEnd {
+			w, wait, bestEnd = d, sleep, end
+		}
+	}
+	return w, wait
 }
 
 // WindowWithRoom returns the length of a window, w or a few minutes more, whose current window

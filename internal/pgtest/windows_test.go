@@ -73,3 +73,70 @@ func TestWindowWithRoom(t *testing.T) {
 		t.Errorf("none found at %d of the %d moments near the end of an hour's window; want at most 1%%", none, nearEnd)
 	}
 }
+
+// shortWindowWithRoom, over a week of moments with windows of 12 to 20 s and 9 s needed (the
+// stranding test's): the window it picks has 9 s left once its sleep, if any, is over; it sleeps
+// only when the window it picks would not have; and that window ends no later than any other
+// length's with 9 s left (the current window or, after a sleep, the next). Sleeps are rare and
+// short (under one moment in ten, about 1.4 s; at under 1% of moments no current window has 9 s
+// left), where AwaitRoomInWindow on 12 s alone sleeps at three moments in four, up to 9 s; on
+// average the window ends after under 11 s, where the 12 s one ends after 15 s.
+func TestShortWindowWithRoom(t *testing.T) {
+	t.Parallel()
+	const need = 9 * time.Second
+	var lengths []time.Duration
+	for s := 12; s <= 20; s++ {
+		lengths = append(lengths, time.Duration(s)*time.Second)
+	}
+	endOf := func(now time.Time, d time.Duration) time.Duration { // as AwaitRoomInWindow has it
+		if left := leftInWindow(now, d); left >= need {
+			return left
+		}
+		return leftInWindow(now, d) + d
+	}
+	start := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	moments, slept, none := 0, 0, 0
+	var sumEnd, sumOld, sumWait time.Duration
+	for now := start; now.Before(start.Add(7 * 24 * time.Hour)); now = now.Add(997*time.Millisecond + 13*time.Microsecond) {
+		w, wait := shortWindowWithRoom(now, lengths, need)
+		left := leftInWindow(now.Add(wait), w)
+		switch {
+		case w < lengths[0] || w > lengths[len(lengths)-1]:
+			t.Fatalf("at %v: a window of %v, not one of %v", now, w, lengths)
+		case left < need:
+			t.Fatalf("at %v: a window of %v with %v left after a sleep of %v; want %v", now, w, left, wait, need)
+		case wait > 0 && leftInWindow(now, w) >= need:
+			t.Fatalf("at %v: a sleep of %v, though the window of %v had %v left", now, wait, w, leftInWindow(now, w))
+		case wait > 0 && left != w-awaitPastStart:
+			t.Fatalf("at %v: a sleep of %v woke with %v of a %v window left; want just past its start", now, wait, left, w)
+		}
+		end := wait + left
+		for _, d := range lengths {
+			if other := endOf(now, d); other < end-awaitPastStart {
+				t.Fatalf("at %v: the window of %v ends in %v, the one of %v with %v left in %v", now, w, end, d, need, other)
+			}
+		}
+		moments++
+		if wait > 0 {
+			slept++
+			sumWait += wait
+		}
+		room := false
+		for _, d := range lengths {
+			room = room || leftInWindow(now, d) >= need
+		}
+		if !room {
+			none++
+		}
+		sumEnd += end
+		sumOld += endOf(now, lengths[0])
+	}
+	mean, old := sumEnd/time.Duration(moments), sumOld/time.Duration(moments)
+	meanWait := sumWait / time.Duration(max(slept, 1))
+	t.Logf("%d moments: slept at %d (%.1f%%, %v on average), %d with no window of %v left; the window ends after %v on average, the 12 s one after %v",
+		moments, slept, 100*float64(slept)/float64(moments), meanWait.Round(time.Millisecond), none, need, mean.Round(time.Millisecond), old.Round(time.Millisecond))
+	if slept > moments/10 || meanWait > 2*time.Second || none > moments/100 || mean > need+2*time.Second {
+		t.Errorf("slept at %d of %d moments, %v on average (%d with no window of %v left), the window ending after %v on average; want at most 10%%, 2s, 1%%, %v",
+			slept, moments, meanWait, none, need, mean, need+2*time.Second)
+	}
+}
