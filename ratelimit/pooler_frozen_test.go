@@ -185,9 +185,10 @@ func TestCheckPoolerSaysWhichProbesWaitedForASession(t *testing.T) {
 }
 
 // checkPoolerQueued runs CheckPooler (cache_statement) through a freezer in front of a PgBouncer
-// in session mode (each client connection keeps its server session), whose answer to the prober's second statement the freezer holds in the
-// first waited probes, for 3 s (past the prober's 2 s, within the holder's 5 s rollback), and
-// returns its error.
+// in session mode (each client connection keeps its server session), whose answer to the prober's
+// second statement the freezer holds in the first waited probes, until the prober gave up (its
+// 2 s) and the holder sent its rollback (answered within 5 s), and returns its error. It used to
+// hold it a fixed 3 s.
 func checkPoolerQueued(t *testing.T, waited int) error {
 	t.Helper()
 	// A server connection for the holder, one for each prober given up on (pgx's cancel request
@@ -212,7 +213,16 @@ func checkPoolerQueued(t *testing.T, waited int) error {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("CheckPooler never ran its probe %d's statement twice", i+1)
 		}
-		time.Sleep(3 * time.Second)
+		// The prober gives up after its 2 s, and the holder then rolls its transaction back:
+		// the answer is held until then, not a fixed 3 s, and let go within the holder's 5 s.
+		rolledBack := fr.Watch("rollback")
+		select {
+		case <-rolledBack.Sent():
+		case err := <-errs:
+			t.Fatalf("CheckPooler ended before its probe %d's holder rolled back: %v", i+1, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the holder of CheckPooler's probe %d never rolled back: its prober never gave up on its frozen statement", i+1)
+		}
 		if i+1 < waited {
 			fr.FreezeAt(probeText, probeSends)
 		}
