@@ -74,7 +74,7 @@ func TestWindowWithRoom(t *testing.T) {
 	}
 }
 
-// shortWindowWithRoom, over a week of moments with windows of 12 to 20 s and 9 s needed (the
+// shortWindowWithRoom, over three days of moments, with windows of 12 to 20 s and 9 s needed (the
 // stranding test's): the window it picks has 9 s left once its sleep, if any, is over; it sleeps
 // only when the window it picks would not have; and that window ends no later than any other
 // length's with 9 s left (the current window or, after a sleep, the next). Sleeps are rare and
@@ -97,7 +97,7 @@ func TestShortWindowWithRoom(t *testing.T) {
 	start := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
 	moments, slept, none := 0, 0, 0
 	var sumEnd, sumOld, sumWait time.Duration
-	for now := start; now.Before(start.Add(7 * 24 * time.Hour)); now = now.Add(997*time.Millisecond + 13*time.Microsecond) {
+	for now := start; now.Before(start.Add(3 * 24 * time.Hour)); now = now.Add(997*time.Millisecond + 13*time.Microsecond) {
 		w, wait := shortWindowWithRoom(now, lengths, need)
 		left := leftInWindow(now.Add(wait), w)
 		switch {
