@@ -199,6 +199,11 @@ func checkPoolerQueued(t *testing.T, waited int) error {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pool's connections likewise: one given up on stays acquired while it closes, up to
+	// those 15 s. The default (4 on two processors) left the fifth probe none once the four
+	// before it were given up on within 15 s: it failed with "no connection of the pool came
+	// free within 5s", or waited most of that.
+	cfg.MaxConns = int32(waited + 2)
 	fr, pool := freezer.NewPool(t, cfg, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
