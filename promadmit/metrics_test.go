@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -137,6 +138,16 @@ func newRegistered(t *testing.T, opts ...promadmit.Option) (*prometheus.Registry
 func registerCombining(t *testing.T, reg prometheus.Registerer, limiter *ratelimit.Limiter) {
 	t.Helper()
 	collector, err := promadmit.NewCombiningCollector(limiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(collector)
+}
+
+// registerPool registers a pool collector of pool on reg.
+func registerPool(t *testing.T, reg prometheus.Registerer, pool *pgxpool.Pool) {
+	t.Helper()
+	collector, err := promadmit.NewPoolCollector(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,12 +33,8 @@ const (
 // poolRegistry registers pool's collector on a registry of its own.
 func poolRegistry(t *testing.T, pool *pgxpool.Pool) *prometheus.Registry {
 	t.Helper()
-	c, err := promadmit.NewPoolCollector(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
+	registerPool(t, reg, pool)
 	return reg
 }
 
@@ -295,11 +291,7 @@ func TestPoolCollectorsOfSeveralPools(t *testing.T) {
 		"gateway":     gateway,
 		"maintenance": pgtest.OpenPool(t, "postgres://postgres@127.0.0.1:1/postgres?pool_max_conns=1"),
 	} {
-		c, err := promadmit.NewPoolCollector(pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prometheus.WrapRegistererWith(prometheus.Labels{"pool": name}, reg).MustRegister(c)
+		registerPool(t, prometheus.WrapRegistererWith(prometheus.Labels{"pool": name}, reg), pool)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP pgadmit_pool_max_connections The most connections the pgx pool opens (MaxConns).

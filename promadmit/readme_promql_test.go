@@ -154,11 +154,7 @@ func scrapedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	pool := pgtest.OpenPool(t, "postgres://postgres@127.0.0.1:1/postgres") // never connects: Stats reads memory
 	reg, m := newRegistered(t, promadmit.WithMaxSeries(1))
 	registerCombining(t, reg, ratelimit.New(pool))
-	poolCollector, err := promadmit.NewPoolCollector(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(poolCollector)
+	registerPool(t, reg, pool)
 	for _, o := range []httpadmit.Outcome{httpadmit.OutcomeAdmitted, httpadmit.OutcomeRefused, httpadmit.OutcomeShadowRefused, httpadmit.OutcomeFailedOpen, httpadmit.OutcomeFailedClosed} {
 		for _, mode := range []httpadmit.Mode{httpadmit.Enforce, httpadmit.Shadow} {
 			m.Decided([]httpadmit.LimitOutcome{{Limit: limit("api_key", "k", ratelimit.MetricRequests, 10, 1, mode), Outcome: o, Utilization: 0.9}})
