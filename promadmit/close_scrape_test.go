@@ -85,10 +85,8 @@ func TestScrapesWhileTheLimiterCloses(t *testing.T) {
 			t.Fatalf("scrape %d: %v", scrapes, err)
 		}
 		now := counterValues(families)
-		for series, v := range last {
-			if now[series] < v {
-				t.Errorf("scrape %d (closing %v, %d scrapes after Close): %s went down from %g to %g", scrapes, closing.Load(), afterClose, series, v, now[series])
-			}
+		for _, down := range wentDown(last, now) {
+			t.Errorf("scrape %d (closing %v, %d scrapes after Close): %s", scrapes, closing.Load(), afterClose, down)
 		}
 		if lost := now["pgadmit_lost_total"]; now["pgadmit_give_backs_dropped_total"]+now["pgadmit_give_backs_failed_total"] > lost {
 			t.Errorf("scrape %d: give-backs dropped %g and failed %g, above lost %g", scrapes,

@@ -60,10 +60,8 @@ func TestScrapesWhileTrafficRuns(t *testing.T) {
 			t.Fatalf("Gather during traffic: %v", err)
 		}
 		now := counterValues(families)
-		for series, v := range now {
-			if v < last[series] {
-				t.Errorf("scrape %d: %s went down from %g to %g", scrapes, series, last[series], v)
-			}
+		for _, down := range wentDown(last, now) {
+			t.Errorf("scrape %d: %s", scrapes, down)
 		}
 		for _, kind := range []string{promadmit.KindReserve, promadmit.KindSettle} {
 			statements := now["pgadmit_combined_statements_total/"+kind]
@@ -81,6 +79,18 @@ func TestScrapesWhileTrafficRuns(t *testing.T) {
 	if scrapes < 10 || last["pgadmit_combined_statements_total/"+promadmit.KindReserve] == 0 {
 		t.Fatalf("%d scrapes, last %v: the test did not scrape traffic", scrapes, last)
 	}
+}
+
+// wentDown says which series of last (counterValues) went down in now, a
+// later scrape, or are gone from it.
+func wentDown(last, now map[string]float64) []string {
+	var down []string
+	for series, v := range last {
+		if now[series] < v {
+			down = append(down, fmt.Sprintf("%s went down from %g to %g", series, v, now[series]))
+		}
+	}
+	return down
 }
 
 // counterValues flattens the counters and histogram counts of families by name and label
