@@ -226,25 +226,27 @@ func TestLimiterOptionsKeepTheirDocumentedBounds(t *testing.T) {
 func TestAllotmentOptionsKeepTheirDocumentedBounds(t *testing.T) {
 	t.Parallel()
 	maxDur, minDur := time.Duration(math.MaxInt64), time.Duration(math.MinInt64)
+	defaults := AllotmentOptions{MaxShare: DefaultAllotmentMaxShare, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}
+	share := func(s float64) AllotmentOptions { // the defaults but MaxShare
+		o := defaults
+		o.MaxShare = s
+		return o
+	}
 	for _, c := range []struct {
 		in, want AllotmentOptions
 	}{
-		{AllotmentOptions{}, AllotmentOptions{MaxShare: DefaultAllotmentMaxShare, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
-		{AllotmentOptions{MaxShare: -1, Horizon: -1, IdleAfter: -1, Margin: -1},
-			AllotmentOptions{MaxShare: DefaultAllotmentMaxShare, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
-		{AllotmentOptions{MaxShare: math.Inf(-1), Horizon: minDur, IdleAfter: minDur, Margin: minDur},
-			AllotmentOptions{MaxShare: DefaultAllotmentMaxShare, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
+		{AllotmentOptions{}, defaults},
+		{AllotmentOptions{MaxShare: -1, Horizon: -1, IdleAfter: -1, Margin: -1}, defaults},
+		{AllotmentOptions{MaxShare: math.Inf(-1), Horizon: minDur, IdleAfter: minDur, Margin: minDur}, defaults},
 		{AllotmentOptions{MaxShare: math.NaN(), Horizon: 1, IdleAfter: 1, Margin: 1}, AllotmentOptions{MaxShare: DefaultAllotmentMaxShare, Horizon: 1, IdleAfter: 1, Margin: 1}},
 		{AllotmentOptions{MaxShare: 0.5, Horizon: maxDur, IdleAfter: maxDur, Margin: maxDur}, AllotmentOptions{MaxShare: 0.5, Horizon: maxDur, IdleAfter: maxDur, Margin: maxDur}},
-		{AllotmentOptions{MaxShare: math.SmallestNonzeroFloat64}, AllotmentOptions{MaxShare: math.SmallestNonzeroFloat64, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
-		{AllotmentOptions{MaxShare: 1}, AllotmentOptions{MaxShare: 1, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
-		{AllotmentOptions{MaxShare: 1 + 1e-15}, AllotmentOptions{MaxShare: 1, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
-		{AllotmentOptions{MaxShare: math.Inf(1)}, AllotmentOptions{MaxShare: 1, Horizon: DefaultAllotmentHorizon, IdleAfter: DefaultAllotmentIdleAfter, Margin: DefaultAllotmentMargin}},
+		{AllotmentOptions{MaxShare: math.SmallestNonzeroFloat64}, share(math.SmallestNonzeroFloat64)},
+		{AllotmentOptions{MaxShare: 1}, share(1)},
+		{AllotmentOptions{MaxShare: 1 + 1e-15}, share(1)},
+		{AllotmentOptions{MaxShare: math.Inf(1)}, share(1)},
 	} {
 		c.in.Holder, c.want.Holder = "h", "h"
-		got := New(nil, WithAllotments(c.in)).allot.opts
-		if !(got.MaxShare == c.want.MaxShare && got.Horizon == c.want.Horizon && got.IdleAfter == c.want.IdleAfter &&
-			got.Margin == c.want.Margin && got.Holder == c.want.Holder) {
+		if got := New(nil, WithAllotments(c.in)).allot.opts; got != c.want {
 			t.Errorf("WithAllotments(%+v): blocks sized by %+v, want %+v", c.in, got, c.want)
 		}
 	}
