@@ -74,7 +74,6 @@ func stopOnSignal() {
 	signal.Notify(ch, sigs...)
 	go func() {
 		sig := <-ch
-		stopPooler()
 		stopCluster()
 		signal.Reset(sigs...)
 		process.Raise(sig)

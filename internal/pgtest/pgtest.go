@@ -12,11 +12,10 @@
 // --bindir`, and stops it when the tests end. Running as root, it runs those binaries as the
 // "postgres" system user.
 //
-// [NewPoolerURL] and [NewPoolerPools] reach such a database through a PgBouncer in transaction
-// pooling mode (package pgbouncer), which the test process starts on first use in front of the
-// same server and stops when the tests end; PgBouncer must be installed (`apt-get install
-// pgbouncer`). [NewPoolerURLIn] starts a PgBouncer of the test's own, in a pool mode and size
-// of its choosing.
+// [NewPoolerURL] and [NewPoolerPools] reach such a database through a PgBouncer of the test's
+// own in transaction pooling mode (package pgbouncer), started in front of the same server and
+// stopped when the test ends; PgBouncer must be installed (`apt-get install pgbouncer`).
+// [NewPoolerURLIn] chooses the pool mode and size.
 //
 // Every test package that uses pgtest declares:
 //
@@ -58,7 +57,7 @@ import (
 var mainCalled atomic.Bool
 
 // Main runs the tests of m and returns their exit code; afterwards, also when tests failed, it
-// stops the throwaway cluster and the PgBouncer if this process started them. Call it from
+// stops the throwaway cluster if this process started one. Call it from
 // TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -69,7 +68,6 @@ var mainCalled atomic.Bool
 func Main(m *testing.M) int {
 	mainCalled.Store(true)
 	defer stopCluster()
-	defer stopPooler()          // before the cluster stops
 	defer dropExampleDatabase() // before the cluster stops
 	return m.Run()
 }

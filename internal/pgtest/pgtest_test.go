@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
@@ -203,5 +208,42 @@ func TestStopClusterTwiceWaitsForTheStop(t *testing.T) {
 		clusterMu.Lock()
 		running = saved
 		clusterMu.Unlock()
+	}
+}
+
+// When a NewPoolerURL test ends, its PgBouncer is gone before the database is dropped: nothing
+// can open a server connection to the database during the drop (a shared PgBouncer finishing a
+// late login once made it fail with "being accessed by other users"), and the drop succeeds.
+func TestPoolerStopsBeforeTheDrop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var pooled, direct string
+	t.Run("pooler", func(t *testing.T) {
+		pooled, direct = NewPoolerURL(t)
+		conn, err := pgx.Connect(ctx, pooled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	u, err := url.Parse(pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("the PgBouncer at %s still accepts connections after its test ended", u.Host)
+	}
+	conn, err := pgx.Connect(ctx, direct)
+	if err == nil {
+		_ = conn.Close(ctx)
+	}
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		t.Errorf("connecting to the test's database after it ended: %v, want it dropped (3D000)", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,30 +21,6 @@ import (
 // the client connections of a test's pools, so that their transactions share server
 // connections, as they do in production behind a pooler.
 const PoolerSize = 4
-
-var (
-	poolerMu   sync.Mutex
-	poolerOnce sync.Once
-	pooler     *pgbouncer.Bouncer // the started PgBouncer (stopPooler stops it)
-	poolerErr  error
-)
-
-// startPooler starts, once per test process, a PgBouncer in transaction pooling mode in front of
-// the test server (DATABASE_URL's, or the throwaway cluster), which the test role and the
-// server's own role may log in through.
-func startPooler() (*pgbouncer.Bouncer, error) {
-	poolerOnce.Do(func() {
-		b, err := startBouncer("transaction", PoolerSize)
-		if err != nil {
-			poolerErr = err
-			return
-		}
-		poolerMu.Lock()
-		pooler = b
-		poolerMu.Unlock()
-	})
-	return pooler, poolerErr
-}
 
 // startBouncer starts a PgBouncer in poolMode with poolSize server connections per database in
 // front of the test server, which the test role and the server's own role may log in through.
@@ -83,16 +58,6 @@ func startBouncerTo(host string, port int, base pgtestdb.Config, poolMode string
 	return b, nil
 }
 
-// stopPooler stops the PgBouncer, if one runs. It is safe to call more than once.
-func stopPooler() {
-	poolerMu.Lock()
-	b := pooler
-	poolerMu.Unlock()
-	if b != nil {
-		_ = b.Stop() // Stop runs once; a concurrent call waits for it, as stopCluster's
-	}
-}
-
 // serverAddress is where PgBouncer reaches the test server: a TCP host and port, or a Unix
 // socket directory (given as host= in the connection options) and port.
 func serverAddress(c pgtestdb.Config) (string, int, error) {
@@ -111,20 +76,18 @@ func serverAddress(c pgtestdb.Config) (string, int, error) {
 }
 
 // NewPoolerURL creates a fresh database migrated to pgadmit's latest schema, as NewURL does, and
-// returns its connection string through the test process's PgBouncer, in transaction pooling
-// mode with PoolerSize server connections (started on first use, stopped by [Main]), and the
-// direct one. The database is dropped when t passes, after the connections PgBouncer keeps to it
-// are terminated; connections of the test to it must be closed by then.
+// returns its connection string through a PgBouncer of t's own, in transaction pooling mode with
+// PoolerSize server connections, and the direct one. The PgBouncer is stopped when t ends, so
+// that nothing can open a connection to the database any more, and then the database is dropped
+// if t passed; connections of the test to it must be closed by then.
+//
+// A PgBouncer shared by the tests of a process would keep opening server connections after a
+// test's end: one it began logging in for a client that has since gone finishes its login
+// later, and then the drop fails with "database is being accessed by other users" (it did once
+// in CI).
 func NewPoolerURL(t testing.TB) (pooled, direct string) {
 	t.Helper()
-	if !mainCalled.Load() {
-		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
-	}
-	b, err := startPooler()
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	return poolerURL(t, b.Port)
+	return NewPoolerURLIn(t, "transaction", PoolerSize)
 }
 
 // NewPoolerURLIn is NewPoolerURL through a PgBouncer of t's own, started in poolMode (session,
@@ -211,8 +174,8 @@ func poolerURL(t testing.TB, port func() int) (pooled, direct string) {
 	return u.String(), conf.URL()
 }
 
-// NewPoolerPools returns n pgx pools on one fresh migrated database, all through the test
-// process's PgBouncer in transaction pooling mode, executing statements in mode. The pools are
+// NewPoolerPools returns n pgx pools on one fresh migrated database, all through a PgBouncer of
+// t's own ([NewPoolerURL]) in transaction pooling mode, executing statements in mode. The pools are
 // closed, and the database dropped, when t ends (kept if t failed).
 func NewPoolerPools(t testing.TB, n int, mode pgx.QueryExecMode) []*pgxpool.Pool {
 	t.Helper()
