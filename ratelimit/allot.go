@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
+	"github.com/pgadmit/pgadmit/internal/runecut"
 )
 
 // AllotmentOptions size and time the blocks that Local limits are admitted
@@ -27,7 +28,9 @@ import (
 type AllotmentOptions struct {
 	// Holder names this process in gateway_rate_limit_allotments; the
 	// default is host/pid/random. Text PostgreSQL cannot hold (NUL bytes,
-	// invalid UTF-8) is dropped or replaced by U+FFFD.
+	// invalid UTF-8) is dropped or replaced by U+FFFD, and the holder is at
+	// most MaxScopeBytes bytes, as a scope is: a longer one is cut to them,
+	// never inside a character.
 	Holder string
 	// MaxShare caps a block at this fraction of its limit (default
 	// DefaultAllotmentMaxShare, 1/16), so that no process sits on more than
@@ -81,8 +84,9 @@ func WithAllotments(o AllotmentOptions) Option {
 func (o AllotmentOptions) withDefaults() AllotmentOptions {
 	// A holder the database refuses would fail every block taken: Local
 	// limits would silently all be decided in the database, a failed
-	// statement more per request.
-	o.Holder = strings.ToValidUTF8(strings.ReplaceAll(o.Holder, "\x00", ""), "\uFFFD")
+	// statement more per request. One of megabytes would be written to
+	// every block's row.
+	o.Holder = runecut.Prefix(strings.ToValidUTF8(strings.ReplaceAll(o.Holder, "\x00", ""), "\uFFFD"), MaxScopeBytes)
 	if o.Holder == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 3)

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -29,5 +30,33 @@ func TestLocalHolderIsRecordedAsText(t *testing.T) {
 	}
 	if blocks := allotments(t, pool, "model", key); len(blocks) != 1 || blocks[0].Holder != "gw-1\uFFFD" {
 		t.Fatalf("blocks %+v, want one held by %q", blocks, "gw-1\uFFFD")
+	}
+}
+
+// A Holder of a megabyte was written whole to every block's row: it is
+// recorded as its first MaxScopeBytes bytes, cut at a character's start.
+func TestLocalHolderIsRecordedCutToMaxScopeBytes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	hour := hourWindow(t, pool)
+	ctx := context.Background()
+	holder := strings.Repeat("€", 1<<20/3) // 3 bytes each
+	want := strings.Repeat("€", ratelimit.MaxScopeBytes/3)
+	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: holder}))
+	defer l.Close()
+	key := uniqueKey("holder")
+	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Reservations[0].Local {
+		t.Fatalf("reservation %+v, want a Local one", g.Reservations[0])
+	}
+	blocks := allotments(t, pool, "model", key)
+	if len(blocks) != 1 {
+		t.Fatalf("%d blocks, want 1", len(blocks))
+	}
+	if got := blocks[0].Holder; got != want {
+		t.Fatalf("block held by %.60q (%d bytes), want %.60q (%d bytes)", got, len(got), want, len(want))
 	}
 }

@@ -221,7 +221,8 @@ func TestLimiterOptionsKeepTheirDocumentedBounds(t *testing.T) {
 // AllotmentOptions: "Zero fields take their defaults, and so do a negative
 // Horizon, IdleAfter or Margin and a negative or NaN MaxShare; a MaxShare
 // above 1 is 1." Holder text PostgreSQL cannot hold is dropped (NUL) or
-// replaced (invalid UTF-8); an empty one is host/pid/random. The Limiter's
+// replaced (invalid UTF-8), and one longer than MaxScopeBytes is cut at a
+// character's start; an empty one is host/pid/random. The Limiter's
 // blocks take them so (New applies withDefaults).
 func TestAllotmentOptionsKeepTheirDocumentedBounds(t *testing.T) {
 	t.Parallel()
@@ -250,9 +251,24 @@ func TestAllotmentOptionsKeepTheirDocumentedBounds(t *testing.T) {
 			t.Errorf("WithAllotments(%+v): blocks sized by %+v, want %+v", c.in, got, c.want)
 		}
 	}
-	for in, want := range map[string]string{"a\x00b": "ab", "a\xffb": "a\uFFFDb", "gw-1": "gw-1"} {
-		if got := (AllotmentOptions{Holder: in}).withDefaults().Holder; got != want {
-			t.Errorf("Holder %q is %q, want %q", in, got, want)
+	a := func(n int) string { return strings.Repeat("a", n) }
+	for _, c := range []struct{ name, in, want string }{
+		{"NUL", "a\x00b", "ab"},
+		{"invalid UTF-8", "a\xffb", "a\uFFFDb"},
+		{"text", "gw-1", "gw-1"},
+		// "at most MaxScopeBytes bytes: a longer one is cut to them, never
+		// inside a character", as PostgreSQL gets it (after the NUL bytes
+		// go and the U+FFFD come).
+		{"MaxScopeBytes", a(MaxScopeBytes), a(MaxScopeBytes)},
+		{"MaxScopeBytes+1", a(MaxScopeBytes + 1), a(MaxScopeBytes)},
+		{"a megabyte", a(1 << 20), a(MaxScopeBytes)},
+		{"é across the bound", a(MaxScopeBytes-1) + "é", a(MaxScopeBytes - 1)},
+		{"é up to the bound", a(MaxScopeBytes-2) + "é", a(MaxScopeBytes-2) + "é"},
+		{"U+FFFD across the bound", a(MaxScopeBytes-2) + "\xff", a(MaxScopeBytes - 2)},
+		{"NUL past the bound", a(MaxScopeBytes) + "\x00", a(MaxScopeBytes)},
+	} {
+		if got := (AllotmentOptions{Holder: c.in}).withDefaults().Holder; got != c.want {
+			t.Errorf("Holder %s (%d bytes) is %.60q (%d bytes), want %.60q (%d bytes)", c.name, len(c.in), got, len(got), c.want, len(c.want))
 		}
 	}
 	for _, in := range []string{"", "\x00", "\x00\x00"} {
