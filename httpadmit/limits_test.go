@@ -240,6 +240,7 @@ func TestInvalidLimitIsBlamedOnWhatSetIt(t *testing.T) {
 		"window of 1.5s":             {bad(func(l *httpadmit.Limit) { l.Window = 1500 * time.Millisecond }), httpadmit.ErrInvalidLimit, "Limits[1].Window"},
 		"lease TTL of two days":      {bad(func(l *httpadmit.Limit) { l.LeaseTTL = 48 * time.Hour }), httpadmit.ErrInvalidLimit, "Limits[1].LeaseTTL"},
 		"queue_size metric":          {bad(func(l *httpadmit.Limit) { l.Metric = ratelimit.MetricQueueSize }), httpadmit.ErrInvalidLimit, "Limits[1].Metric"},
+		"a Local concurrent limit":   {bad(func(l *httpadmit.Limit) { l.Metric, l.Local = ratelimit.MetricConcurrent, true }), httpadmit.ErrInvalidLimit, "Limits[1].Local"},
 		"negative estimate":          {bad(func(l *httpadmit.Limit) { l.Amount = -5 }), httpadmit.ErrBadRequest, "Limits[1].Amount"},
 		"estimate past MaxAmount":    {bad(func(l *httpadmit.Limit) { l.Amount = 2 * ratelimit.MaxAmount }), httpadmit.ErrBadRequest, "Limits[1].Amount"},
 		"no scope key":               {bad(func(l *httpadmit.Limit) { l.Scope.Key = "" }), httpadmit.ErrBadRequest, "Limits[1].Scope.Key"},
