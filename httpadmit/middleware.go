@@ -96,9 +96,11 @@ func WithSettleTimeout(d time.Duration) Option {
 }
 
 // WithHeaders chooses the families of rate-limit headers sent on every
-// response (default DefaultHeaders); 0 sends none. Behind another
-// middleware, the families it sends are sent too, and all of them show
-// the limits of both; 0 keeps this middleware's limits out of them.
+// response (default DefaultHeaders); 0 sends none. Retry-After is not one
+// of them but HTTP's own (RFC 9110): it is set on a refusal that retrying
+// can cure whatever f, 0 included. Behind another middleware, the families
+// it sends are sent too, and all of them show the limits of both; 0 keeps
+// this middleware's limits out of them.
 func WithHeaders(f HeaderFamily) Option {
 	return func(c *config) { c.headers = f }
 }

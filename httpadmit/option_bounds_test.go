@@ -82,8 +82,9 @@ func TestTimeoutsAtTheirBounds(t *testing.T) {
 }
 
 // WithHeaders sends the families it names, on an admitted response and on
-// a refusal alike: "(default DefaultHeaders); 0 sends none" (Retry-After,
-// no rate-limit header, still goes with a refusal).
+// a refusal alike: "(default DefaultHeaders); 0 sends none", and
+// "Retry-After is not one of them ...: it is set on a refusal that
+// retrying can cure whatever f, 0 included".
 func TestWithHeadersSendsTheFamiliesItNames(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
