@@ -13,7 +13,7 @@ import (
 // phony, and what a row says of its target is what the Makefile has: every
 // path, command and name a row quotes is in its target's help text or
 // recipe, the row that says what `make` alone does is the default goal's,
-// and the sqlc version it names is tools/go.mod's. The paragraph after it
+// and the sqlc and staticcheck versions it names are tools/go.mod's. The paragraph after it
 // names the checks .ci/run makes, and those it does not.
 func TestReadmeDevelopmentTableIsTheMakefiles(t *testing.T) {
 	t.Parallel()
@@ -25,7 +25,7 @@ func TestReadmeDevelopmentTableIsTheMakefiles(t *testing.T) {
 // Each way the table and the Makefile can part is told: a target the
 // README lacks, one it has twice or no longer in the Makefile, a phony
 // target without help (make help leaves it out), a quoted name the
-// target no longer has, a moved default goal, another sqlc, a check CI
+// target no longer has, a moved default goal, another sqlc or staticcheck, a check CI
 // stopped running or started on.
 func TestDevelopmentProblemsFindsEachDrift(t *testing.T) {
 	t.Parallel()
@@ -41,7 +41,7 @@ func TestDevelopmentProblemsFindsEachDrift(t *testing.T) {
 		"| `make help` | list the targets (also what `make` alone does) |\n\n" +
 		"CI runs it: the checks above (`vet`, a short `fuzz`; not `build`).\n"
 	ci := "make --no-print-directory vet\nDATABASE_URL=x make --no-print-directory fuzz FUZZTIME=15s\n"
-	tools := "require github.com/sqlc-dev/sqlc v1.31.1 // indirect\n"
+	tools := "require github.com/sqlc-dev/sqlc v1.31.1 // indirect\n\thonnef.co/go/tools v0.8.2 // indirect\n"
 	if problems := developmentProblems(readme, makefile, ci, tools); len(problems) > 0 {
 		t.Fatalf("a README and Makefile that agree: %q", problems)
 	}
@@ -66,6 +66,8 @@ func TestDevelopmentProblemsFindsEachDrift(t *testing.T) {
 			"README.md's row of make help says it is what `make` alone does; the Makefile's .DEFAULT_GOAL is build"},
 		{"another sqlc", strings.Replace(readme, "fuzz `Reserve`'s input", "fuzz `Reserve`'s input (sqlc v1.30.0)", 1), makefile, ci, tools,
 			"README.md's Development table names sqlc v1.30.0; tools/go.mod requires github.com/sqlc-dev/sqlc v1.31.1"},
+		{"another staticcheck", strings.Replace(readme, "fuzz `Reserve`'s input", "fuzz `Reserve`'s input ([staticcheck](https://staticcheck.dev) (v0.8.1))", 1), makefile, ci, tools,
+			"README.md's Development table names staticcheck v0.8.1; tools/go.mod requires honnef.co/go/tools v0.8.2"},
 		{"a check CI no longer runs", readme, makefile, "make --no-print-directory vet\n", tools,
 			"README.md says CI runs make [vet fuzz] and not [build]; .ci/run makes [vet]"},
 		{"a target CI runs that the README says it does not", readme, makefile, ci + "make build\n", tools,
@@ -86,10 +88,17 @@ var (
 	// A row of the Development table: `make TARGET [ARGS]` | what it does.
 	developmentRow = regexp.MustCompile("^\\| `make ([a-z][a-z-]*)((?: [^`]*)?)` \\| (.*) \\|$")
 	codeSpan       = regexp.MustCompile("`([^`]+)`")
-	sqlcVersion    = regexp.MustCompile(`sqlc \(?(v\d+\.\d+\.\d+)`)
-	toolsSqlc      = regexp.MustCompile(`(?m)^\s*(?:require\s+)?github\.com/sqlc-dev/sqlc (v\S+)`)
-	ciChecks       = regexp.MustCompile(`the checks above \(([^)]*); not ([^)]*)\)`)
-	ciMake         = regexp.MustCompile(`\bmake (?:--[a-z-]+ )*([a-z][a-z-]*)`)
+	// The pinned tools the table names with a version (sqlc (v1.31.1, [staticcheck](...)
+	// (v0.8.2, ...) and the module tools/go.mod requires each from.
+	pinnedTools = []struct {
+		name, module string
+		named        *regexp.Regexp
+	}{
+		{"sqlc", "github.com/sqlc-dev/sqlc", regexp.MustCompile(`sqlc \(?(v\d+\.\d+\.\d+)`)},
+		{"staticcheck", "honnef.co/go/tools", regexp.MustCompile(`staticcheck(?:\]\([^)]*\))? \(?(v\d+\.\d+\.\d+)`)},
+	}
+	ciChecks = regexp.MustCompile(`the checks above \(([^)]*); not ([^)]*)\)`)
+	ciMake   = regexp.MustCompile(`\bmake (?:--[a-z-]+ )*([a-z][a-z-]*)`)
 )
 
 // makeTarget is a target that make help lists, with its help text and
@@ -185,13 +194,18 @@ func developmentProblems(readme, makefile, ci, toolsMod string) []string {
 		problems = append(problems, fmt.Sprintf("README.md's Development table lists %v; the Makefile's targets, as make help lists them, are %v", rows, listed))
 	}
 
-	if m := sqlcVersion.FindStringSubmatch(section); m != nil {
-		if t := toolsSqlc.FindStringSubmatch(toolsMod); t == nil || t[1] != m[1] {
-			pinned := "no github.com/sqlc-dev/sqlc"
+	for _, tool := range pinnedTools {
+		m := tool.named.FindStringSubmatch(section)
+		if m == nil {
+			continue
+		}
+		required := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(tool.module) + ` (v\S+)`)
+		if t := required.FindStringSubmatch(toolsMod); t == nil || t[1] != m[1] {
+			pinned := "no " + tool.module
 			if t != nil {
-				pinned = "github.com/sqlc-dev/sqlc " + t[1]
+				pinned = tool.module + " " + t[1]
 			}
-			problems = append(problems, fmt.Sprintf("README.md's Development table names sqlc %s; tools/go.mod requires %s", m[1], pinned))
+			problems = append(problems, fmt.Sprintf("README.md's Development table names %s %s; tools/go.mod requires %s", tool.name, m[1], pinned))
 		}
 	}
 
