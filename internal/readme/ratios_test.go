@@ -10,11 +10,11 @@ import (
 )
 
 // The README's table of ratios (the lowest and the highest run of all the
-// days, and the latest day's range) and its sentence on the runs that took
-// W3 past 10x summarise the performance log's table of ratios day by day,
-// which each day extends: a day added to the log and not to them leaves
-// them behind (the sentence said "four runs" from day 49 on, past the 10x
-// of days 52 and 54).
+// days, and the latest day's range), the days its text says the table
+// covers, and its sentence on the runs that took W3 past 10x summarise the
+// performance log's table of ratios day by day, which each day extends: a
+// day added to the log and not to them leaves them behind (the sentence
+// said "four runs" from day 49 on, past the 10x of days 52 and 54).
 func TestReadmeRatiosAreThePerformanceLogs(t *testing.T) {
 	t.Parallel()
 	for _, problem := range ratioProblems(readText(t, "../../README.md"), readText(t, "../../docs/performance.md")) {
@@ -29,7 +29,8 @@ func TestRatioProblemsFindsEachDrift(t *testing.T) {
 		"| W1 window | ≥ 2x | 0.43x | 1.83–2.17x | 1.46x | 2.00–3.66x |\n" +
 		"| W3 hot key, 16 workers | ≥ 10x | 0.78x | 5.23–7.32x | **8.09–10.85x** | 9.10–10.14x |\n\n## Next\n"
 	readme := func(w1, w3, sentence string) string {
-		return "| workload | target | before | lowest run | highest run | day 3² |\n| --- | --- | --- | --- | --- | --- |\n" +
+		return "Ratios: the lowest and the highest run of days 1 to 3, then the latest day's range.\n\n" +
+			"| workload | target | before | lowest run | highest run | day 3² |\n| --- | --- | --- | --- | --- | --- |\n" +
 			w1 + "\n" + w3 + "\n\nCombining " + sentence + "; every other run gave 5.23–9.95x.\n"
 	}
 	w1 := "| W1 window | ≥ 2x | 0.43x | 1.46x (day 2) | 3.66x (day 3)¹ | 2.00–3.66x |"
@@ -41,6 +42,8 @@ func TestRatioProblemsFindsEachDrift(t *testing.T) {
 		{readme(w1, w3, tenX), ""},
 		{strings.Replace(readme(w1, w3, tenX), "day 3²", "day 2²", 1),
 			"README.md's ratio table ends at day 2; the performance log's at day 3"},
+		{strings.Replace(readme(w1, w3, tenX), "days 1 to 3", "days 1 to 2", 1),
+			"README.md says its table has the lowest and the highest run of days 1 to 2; the performance log's table ends at day 3"},
 		{readme(strings.Replace(w1, "1.46x (day 2)", "1.83x (day 1)", 1), w3, tenX),
 			"README.md's lowest run of W1 window is 1.83x (day 1); the performance log's is 1.46x (day 2)"},
 		{readme(strings.Replace(w1, "3.66x (day 3)¹", "3.66x (day 2)", 1), w3, tenX),
@@ -69,6 +72,7 @@ var (
 	ratioCell     = regexp.MustCompile(`\d+\.\d+`)
 	readmeRatioAt = regexp.MustCompile(`^(\d+\.\d+)x \(day (\d+)\)`)
 	readmeLastDay = regexp.MustCompile(`^day (\d+)`)
+	readmeDays    = regexp.MustCompile(`lowest\s+and\s+the\s+highest\s+run\s+of\s+days\s+1\s+to\s+(\d+)`)
 	readmeTenX    = regexp.MustCompile(`reaches\s+10x\s+on\s+a\s+hot\s+key\s+in\s+(\w+)\s+runs?\s+of\s+all\s+these\s+days\s+\(([^)]*)\)`)
 	tenXRun       = regexp.MustCompile(`(\d+\.\d+)x(?:\s+and\s+(\d+\.\d+)x)?\s+on\s+day\s+(\d+)`)
 	countWords    = []string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
@@ -155,6 +159,13 @@ func ratioProblems(readme, log string) []string {
 	}
 	if latest != "day "+lastDay {
 		problems = append(problems, fmt.Sprintf("README.md's ratio table ends at %s; the performance log's at day %s", latest, lastDay))
+	}
+	if m := readmeDays.FindStringSubmatch(readme); m == nil || m[1] != lastDay {
+		said := "no \"lowest and the highest run of days 1 to N\""
+		if m != nil {
+			said = "the lowest and the highest run of days 1 to " + m[1]
+		}
+		problems = append(problems, fmt.Sprintf("README.md says its table has %s; the performance log's table ends at day %s", said, lastDay))
 	}
 	var logNames, readmeNames []string
 	byName := map[string]ratioRow{}
