@@ -27,6 +27,13 @@ const (
 //	pgadmit_combined_calls_total           calls they carried
 //	pgadmit_combined_hot_statements_total  of them hot batches
 //	pgadmit_combined_statement_seconds_total  their time from send to answer
+//	pgadmit_combined_waiting               calls waiting now (a gauge)
+//
+// pgadmit_combined_waiting is the calls in the combiner at the scrape
+// (ratelimit.CombinerStats.Waiting): queued for its next statement, or
+// carried by one in flight, until it returns. Above 0 at most scrapes,
+// calls queue in the process: each waits for the statement ahead of its
+// own too.
 //
 // A statement counts once it returns, answered or failed (one that found
 // no connection, and so was never sent, too); one still running does not
@@ -96,6 +103,7 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		calls:      desc("pgadmit_combined_calls_total", "Calls the combined statements carried, by kind: a call sent again alone, after the server rejected its batch, counts with each statement."),
 		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
 		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
+		waiting:    desc("pgadmit_combined_waiting", "Calls waiting in the combiner now, by kind: queued for its next statement, or carried by one in flight until it returns."),
 		lost: prometheus.NewDesc("pgadmit_lost_total",
 			"What may stay held for nobody until a lease's TTL, a window's end or Recover: Reserve calls and block requests of Local limits whose statement was sent and got no answer, and give-backs of what nobody held (a grant or task whose caller left) that failed for good or were dropped beyond the bound of those waiting (those also in pgadmit_give_backs_failed_total and pgadmit_give_backs_dropped_total).", nil, nil),
 		giveBacksDropped: prometheus.NewDesc("pgadmit_give_backs_dropped_total",
@@ -116,6 +124,7 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 type combining struct {
 	limiter                               *ratelimit.Limiter
 	statements, calls, hot, seconds, lost *prometheus.Desc
+	waiting                               *prometheus.Desc // a gauge
 	// Of the give-backs of what nobody held.
 	giveBacksDropped, giveBacksFailed, giveBacksWaiting *prometheus.Desc
 	// Of Local limits' blocks.
@@ -123,7 +132,7 @@ type combining struct {
 }
 
 func (c *combining) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.lost, c.giveBacksDropped, c.giveBacksFailed, c.giveBacksWaiting,
+	for _, d := range []*prometheus.Desc{c.statements, c.calls, c.hot, c.seconds, c.waiting, c.lost, c.giveBacksDropped, c.giveBacksFailed, c.giveBacksWaiting,
 		c.blocksGranted, c.blocksNoRoom, c.localFailures, c.blocksAbandoned, c.localLimits} {
 		ch <- d
 	}
@@ -142,6 +151,7 @@ func (c *combining) collect(ch chan<- prometheus.Metric, s ratelimit.Stats) {
 		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(k.stats.Requests), k.kind)
 		ch <- prometheus.MustNewConstMetric(c.hot, prometheus.CounterValue, float64(k.stats.Hot), k.kind)
 		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, k.stats.Busy.Seconds(), k.kind)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(k.stats.Waiting), k.kind)
 	}
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(s.Lost))
 	ch <- prometheus.MustNewConstMetric(c.giveBacksDropped, prometheus.CounterValue, float64(s.GiveBacksDropped))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -299,6 +299,9 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		check("pgadmit_lost_total", 0)
 		check("pgadmit_give_backs_dropped_total", 0)
 		check("pgadmit_give_backs_failed_total", 0)
+		// Every call returned: none waits in a combiner.
+		check("pgadmit_combined_waiting/"+promadmit.KindReserve, 0)
+		check("pgadmit_combined_waiting/"+promadmit.KindSettle, 0)
 		// Only the local instance takes blocks, and none of its block
 		// statements fails (Close returns them later, unseen here).
 		check("pgadmit_local_statement_failures_total", 0)
@@ -469,6 +472,9 @@ func addCombiningSeries(m map[string]bool) {
 			m["pgadmit_combined_"+name+"_total/"+kind] = true
 		}
 	}
+	for _, kind := range []string{promadmit.KindReserve, promadmit.KindSettle} {
+		m["pgadmit_combined_waiting/"+kind] = true
+	}
 	m["pgadmit_give_backs_dropped_total"], m["pgadmit_give_backs_failed_total"], m["pgadmit_give_backs_waiting"] = true, true, true
 	for _, name := range []string{"blocks_granted", "blocks_no_room", "statement_failures", "blocks_abandoned"} {
 		m["pgadmit_local_"+name+"_total"] = true
@@ -478,7 +484,7 @@ func addCombiningSeries(m map[string]bool) {
 	}
 }
 
-// seriesValues is counterValues with the gauges too.
+// seriesValues is counterValues with the gauges too (gaugeValues).
 func seriesValues(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -486,13 +492,6 @@ func seriesValues(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		t.Fatal(err)
 	}
 	out := counterValues(families)
-	for _, f := range families {
-		if f.GetType() != dto.MetricType_GAUGE {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			out[f.GetName()] = m.GetGauge().GetValue()
-		}
-	}
+	maps.Copy(out, gaugeValues(families))
 	return out
 }

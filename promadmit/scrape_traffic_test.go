@@ -17,7 +17,8 @@ import (
 )
 
 // Scrapes while traffic runs see consistent counters: none goes down between scrapes, hot
-// statements never outnumber statements, and calls never fall short of statements.
+// statements never outnumber statements, and calls never fall short of statements; the calls
+// waiting are never below 0 nor above the callers.
 func TestScrapesWhileTrafficRuns(t *testing.T) {
 	t.Parallel()
 	limiter := ratelimit.New(pgtest.NewPool(t))
@@ -28,7 +29,8 @@ func TestScrapesWhileTrafficRuns(t *testing.T) {
 	hot := limit("api_key", key, ratelimit.MetricRequests, 1e9, 1, httpadmit.Enforce)
 	var traffic sync.WaitGroup
 	var stop atomic.Bool
-	for range 12 {
+	const callers = 12
+	for range callers {
 		traffic.Go(func() {
 			for !stop.Load() {
 				start := time.Now()
@@ -59,11 +61,15 @@ func TestScrapesWhileTrafficRuns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Gather during traffic: %v", err)
 		}
-		now := counterValues(families)
+		now, gauges := counterValues(families), gaugeValues(families)
 		for _, down := range wentDown(last, now) {
 			t.Errorf("scrape %d: %s", scrapes, down)
 		}
 		for _, kind := range []string{promadmit.KindReserve, promadmit.KindSettle} {
+			// Each of the callers makes one call at a time.
+			if w := gauges["pgadmit_combined_waiting/"+kind]; w < 0 || w > callers {
+				t.Errorf("scrape %d: %s: %g calls waiting, of %d callers", scrapes, kind, w, callers)
+			}
 			statements := now["pgadmit_combined_statements_total/"+kind]
 			if h := now["pgadmit_combined_hot_statements_total/"+kind]; h > statements {
 				t.Errorf("scrape %d: %s: %g hot statements of %g statements", scrapes, kind, h, statements)
@@ -109,6 +115,25 @@ func counterValues(families []*dto.MetricFamily) map[string]float64 {
 			case m.GetHistogram() != nil:
 				out[series] = float64(m.GetHistogram().GetSampleCount())
 			}
+		}
+	}
+	return out
+}
+
+// gaugeValues flattens the gauges of families by name and label values, as counterValues
+// does the counters.
+func gaugeValues(families []*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetType() != dto.MetricType_GAUGE {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			series := f.GetName()
+			for _, l := range m.GetLabel() {
+				series += "/" + l.GetValue()
+			}
+			out[series] = m.GetGauge().GetValue()
 		}
 	}
 	return out

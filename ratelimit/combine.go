@@ -63,6 +63,11 @@ type combiner[Req, Res any] struct {
 	requests  int64         // requests they carried
 	busy      time.Duration // their time from send to answer, summed
 	hot       int64         // of them, those sent as hot batches (markHot)
+	// waiting counts the calls queued (do) or carried by a statement in
+	// flight, until withdrawn (leftUnsent, takeLocked, runBatch) or their
+	// statement returns (answered): CombinerStats.Waiting. It moves only
+	// under mu, taken anyway at each of those.
+	waiting int64
 }
 
 // combined is one request waiting for its batch.
@@ -146,6 +151,7 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	p := &combined[Req, Res]{req: req, ctx: ctx, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
+	c.waiting++
 	start := c.inFlight < c.maxInFlight
 	if start {
 		c.inFlight++
@@ -186,6 +192,7 @@ func (c *combiner[Req, Res]) leftUnsent() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.left++
+	c.waiting--
 	if c.left < minCompaction || 2*c.left < len(c.queue) {
 		return
 	}
@@ -254,6 +261,7 @@ func (c *combiner[Req, Res]) takeLocked() []*combined[Req, Res] {
 			c.left-- // counted as its caller left (leftUnsent), no longer queued
 		} else if p.ctx.Err() != nil {
 			p.taken = true // its caller, withdrawing it, does not count it in left
+			c.waiting--    // nor as waiting
 		} else {
 			w := 0
 			if c.weight != nil {
@@ -385,11 +393,16 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 	ctx = withCallers(ctx, func() bool { return allWait(batch) })
 	sent := time.Now()
 	res, errs, err := c.runGuarded(ctx, reqs)
-	detached = c.answered(f, len(batch), time.Since(sent), hot.Load())
+	rerun := err != nil && len(batch) > 1 && rejectedInput(err)
+	answeredCalls := len(batch)
+	if rerun {
+		answeredCalls = 0 // they wait on, for a statement each
+	}
+	detached = c.answered(f, len(batch), answeredCalls, time.Since(sent), hot.Load())
 	if detached {
 		defer c.releaseDone()
 	}
-	if err != nil && len(batch) > 1 && rejectedInput(err) {
+	if rerun {
 		// The run again counts as releasing until its last request is
 		// answered: once one of them gives the batch's place up (leave),
 		// the others run on none, and drain must still wait for them and
@@ -404,6 +417,9 @@ func (c *combiner[Req, Res]) runBatch(batch []*combined[Req, Res], holdsPlace bo
 				// request is withdrawn, as one not yet sent is. Sent again,
 				// it would hold capacity that the requests after it may
 				// need until its grant is released as abandoned.
+				c.mu.Lock()
+				c.waiting--
+				c.mu.Unlock()
 				c.deliver(p, *new(Res), p.ctx.Err())
 				continue
 			}
@@ -506,14 +522,16 @@ func markHot(ctx context.Context) {
 
 // answered records a statement of n requests, answered after took, hot if
 // it went as a hot batch (a statement counts once answered, so that Busy,
-// Hot and Batches always describe the same statements), and closes f: its
-// callers leaving no longer detaches it. It reports whether f was detached
-// before.
-func (c *combiner[Req, Res]) answered(f *flight, n int, took time.Duration, hot bool) (detached bool) {
+// Hot and Batches always describe the same statements), of which done no
+// longer wait (all of them, or none when they go again alone: runBatch),
+// and closes f: its callers leaving no longer detaches it. It reports
+// whether f was detached before.
+func (c *combiner[Req, Res]) answered(f *flight, n, done int, took time.Duration, hot bool) (detached bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.batches++
 	c.requests += int64(n)
+	c.waiting -= int64(done)
 	c.busy += took
 	if hot {
 		c.hot++
@@ -671,7 +689,8 @@ func (c *combiner[Req, Res]) leave(f *flight, cancel context.CancelFunc) {
 // failed (cancelled on a database that does not answer, say, or never sent
 // for want of a connection). Each counts the calls it carried: a call
 // whose batch the server rejected for another call's input is sent again
-// alone (runBatch), and counts with both statements.
+// alone (runBatch), and counts with both statements. Waiting, a gauge, is
+// the calls that wait in the combiner now.
 type CombinerStats struct {
 	// Batches counts the statements sent.
 	Batches int64
@@ -681,6 +700,21 @@ type CombinerStats struct {
 	Hot int64
 	// Busy is the statements' time from send to answer, summed.
 	Busy time.Duration
+	// Waiting is a gauge, not a count: the calls in the combiner now,
+	// those queued for its next statement and those that the statements
+	// in flight carry. A call counts from when it queued until its
+	// statement returns; a call sent again alone, after the server
+	// rejected its batch for another call's input, until its own
+	// statement returns. One whose caller left while it was queued stops
+	// counting as it is withdrawn (its caller returns, or the next batch
+	// is taken without it); one whose caller left after it was sent
+	// counts until its statement returns (what it was granted is then
+	// given back). A call outside the combiner (inside a caller's
+	// transaction, on one connection, without combining, a Commit or
+	// Release of more reservations and leases than a statement takes, or
+	// one that needs no statement) never counts. Sub keeps the later
+	// reading's; Add sums them.
+	Waiting int64
 }
 
 // MeanBatch is how many calls one statement carried on average (zero
@@ -708,6 +742,7 @@ func (s CombinerStats) Sub(before CombinerStats) CombinerStats {
 		Requests: s.Requests - before.Requests,
 		Hot:      s.Hot - before.Hot,
 		Busy:     s.Busy - before.Busy,
+		Waiting:  s.Waiting, // a gauge: now's
 	}
 }
 
@@ -718,6 +753,7 @@ func (s CombinerStats) Add(t CombinerStats) CombinerStats {
 		Requests: s.Requests + t.Requests,
 		Hot:      s.Hot + t.Hot,
 		Busy:     s.Busy + t.Busy,
+		Waiting:  s.Waiting + t.Waiting,
 	}
 }
 
@@ -736,7 +772,7 @@ func (c *combiner[Req, Res]) stats() CombinerStats {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CombinerStats{Batches: c.batches, Requests: c.requests, Hot: c.hot, Busy: c.busy}
+	return CombinerStats{Batches: c.batches, Requests: c.requests, Hot: c.hot, Busy: c.busy, Waiting: c.waiting}
 }
 
 // Stats says how this Limiter combined Reserve calls and Commit/Release

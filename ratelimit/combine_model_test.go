@@ -29,6 +29,10 @@ type modelRun struct {
 	ended     map[int]bool
 	running   atomic.Int64
 	maxSeen   atomic.Int64
+	// waiting reads the combiner's Stats.Waiting; undercounted records
+	// a statement that found fewer calls waiting than it carried.
+	waiting      func() int64
+	undercounted atomic.Pointer[string]
 }
 
 func (m *modelRun) random(n int) int {
@@ -48,6 +52,10 @@ func (m *modelRun) run(ctx context.Context, reqs []int) ([]int, []error, error) 
 		if n <= seen || m.maxSeen.CompareAndSwap(seen, n) {
 			break
 		}
+	}
+	if w := m.waiting(); w < int64(len(reqs)) {
+		msg := fmt.Sprintf("a statement of %d calls ran with %d waiting", len(reqs), w)
+		m.undercounted.CompareAndSwap(nil, &msg)
 	}
 	m.mu.Lock()
 	for _, r := range reqs {
@@ -97,8 +105,9 @@ func (m *modelRun) abandon(res int, _ time.Time) {
 // never neither; a request whose ctx had ended before the call is never
 // sent; a caller that cannot leave always gets the statement's own answer
 // (its grant, its refusal, or the batch's error, errors.As-able); a bad
-// request fails alone. Once drained, nothing is in flight or queued and
-// the goroutines are gone.
+// request fails alone. Every statement runs with at least its calls
+// counted waiting (Stats.Waiting). Once drained, nothing is in flight,
+// queued or counted waiting, and the goroutines are gone.
 func TestCombinerRandomCallsAddUp(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for seed := range uint64(8) {
@@ -107,6 +116,7 @@ func TestCombinerRandomCallsAddUp(t *testing.T) {
 		maxBatch, maxInFlight := 1+rng.IntN(16), 1+rng.IntN(3)
 		c := newCombiner(maxBatch, maxInFlight, m.run, m.abandon)
 		c.leftGrace = time.Duration(rng.IntN(2000)) * time.Microsecond
+		m.waiting = func() int64 { return c.stats().Waiting }
 		if rng.IntN(2) == 0 {
 			c.weighed(4, func(r int) int { return 1 + r%3 })
 		}
@@ -187,6 +197,12 @@ func TestCombinerRandomCallsAddUp(t *testing.T) {
 			t.Errorf("seed %d: drained with %d in flight, %d releasing, %d queued", seed, c.inFlight, c.releasing, len(c.queue))
 		}
 		c.mu.Unlock()
+		if w := c.stats().Waiting; w != 0 {
+			t.Errorf("seed %d: drained with %d calls counted waiting", seed, w)
+		}
+		if msg := m.undercounted.Load(); msg != nil {
+			t.Errorf("seed %d: %s", seed, *msg)
+		}
 		t.Logf("seed %d: batch %d, in flight %d (most running at once %d): %s", seed, maxBatch, maxInFlight, m.maxSeen.Load(), c.stats())
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -200,5 +216,5 @@ func TestCombinerRandomCallsAddUp(t *testing.T) {
 }
 
 func (s CombinerStats) String() string {
-	return fmt.Sprintf("%d requests in %d statements (%.2f each)", s.Requests, s.Batches, s.MeanBatch())
+	return fmt.Sprintf("%d requests in %d statements (%.2f each), %d waiting", s.Requests, s.Batches, s.MeanBatch(), s.Waiting)
 }

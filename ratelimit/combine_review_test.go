@@ -214,7 +214,7 @@ func TestCombinedCallWhoseCtxEndedBeforeItsBatchIsLeftOut(t *testing.T) {
 	if n := rowCounts(t, pool).Reservations; n != 3 {
 		t.Errorf("%d reservations, want 3 (the first statement's and the two live calls')", n)
 	}
-	if s := l.Stats().Reserve; s.Batches != 2 || s.Requests != 3 {
-		t.Errorf("stats %+v, want 2 statements of 3 calls", s)
+	if s := l.Stats().Reserve; s.Batches != 2 || s.Requests != 3 || s.Waiting != 0 {
+		t.Errorf("stats %+v, want 2 statements of 3 calls, none waiting", s)
 	}
 }

@@ -62,7 +62,8 @@ func TestCombinerLeavesOutACallerWhoseCtxEndedBeforeItsBatchWasTaken(t *testing.
 
 // A queued caller whose ctx has ended when the next batch is taken, though
 // its goroutine has not run since to withdraw its request (it is not
-// marked gone), is left out of the batch; the callers queued around it go.
+// marked gone), is left out of the batch, and no longer counts as waiting;
+// the callers queued around it go.
 func TestCombinerNextBatchLeavesOutAnEndedCallerNotYetGone(t *testing.T) {
 	g := newGate()
 	abandoned := make(chan int, 4)
@@ -78,13 +79,16 @@ func TestCombinerNextBatchLeavesOutAnEndedCallerNotYetGone(t *testing.T) {
 	// As do queues it, with no goroutine waiting on it yet.
 	c.mu.Lock()
 	c.queue = append(c.queue, &combined[int, int]{req: 3, ctx: ended, done: make(chan struct{})})
+	c.waiting++
 	c.mu.Unlock()
 	go call(4)
 	waitQueued(t, c, 3)
+	wantWaiting(t, c, 4, "[1] in flight, 2, 3 and 4 queued")
 	g.release <- struct{}{} // [1] ends; the next batch is taken
 	if next := <-g.started; !slices.Equal(next, []int{2, 4}) {
 		t.Fatalf("next batch %v, want [2 4] (3's ctx had ended)", next)
 	}
+	wantWaiting(t, c, 2, "[2 4] in flight, 3 left out")
 	g.release <- struct{}{}
 	for range 3 {
 		if err := <-errs; err != nil {
@@ -97,8 +101,8 @@ func TestCombinerNextBatchLeavesOutAnEndedCallerNotYetGone(t *testing.T) {
 		t.Errorf("abandoned %d, want nothing", res)
 	default:
 	}
-	if s := c.stats(); s.Batches != 2 || s.Requests != 3 {
-		t.Errorf("stats %+v, want 2 statements of 3 requests", s)
+	if s := c.stats(); s.Batches != 2 || s.Requests != 3 || s.Waiting != 0 {
+		t.Errorf("stats %+v, want 2 statements of 3 requests, none waiting", s)
 	}
 }
 

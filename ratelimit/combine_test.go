@@ -146,6 +146,13 @@ func TestCombinerTimesItsStatements(t *testing.T) {
 	if sum := s.Add(s); sum.Busy != 2*s.Busy || sum.Requests != 2*statements {
 		t.Errorf("Add gave %+v", sum)
 	}
+	// Waiting is a gauge: Sub keeps the later reading's, Add sums.
+	if d := (CombinerStats{Waiting: 3}).Sub(CombinerStats{Waiting: 5}); d.Waiting != 3 {
+		t.Errorf("Sub gave Waiting %d, want the later reading's 3", d.Waiting)
+	}
+	if sum := (CombinerStats{Waiting: 3}).Add(CombinerStats{Waiting: 5}); sum.Waiting != 8 {
+		t.Errorf("Add gave Waiting %d, want 8", sum.Waiting)
+	}
 }
 
 // Callers woken together (as the callers of one batch are when it answers)
@@ -258,9 +265,19 @@ func waitQueued(t *testing.T, c *combiner[int, int], n int) {
 	t.Fatalf("never saw %d requests queued", n)
 }
 
+// wantWaiting fails t unless c's Stats count want calls waiting.
+func wantWaiting(t *testing.T, c *combiner[int, int], want int64, when string) {
+	t.Helper()
+	if got := c.stats().Waiting; got != want {
+		t.Fatalf("%s: %d calls waiting, want %d", when, got, want)
+	}
+}
+
 // A caller whose context ends while it waits in the queue leaves, and its
 // request is never sent. One that leaves after its request was sent gets
 // its context's error, and what the batch granted it goes to abandoned.
+// Stats count a call waiting until it leaves the queue, or, once sent,
+// until its statement is answered (CombinerStats.Waiting).
 func TestCombinerCallersWhoLeave(t *testing.T) {
 	g := newGate()
 	abandoned := make(chan int, 4)
@@ -274,14 +291,17 @@ func TestCombinerCallersWhoLeave(t *testing.T) {
 	go func() { _, err := c.do(queued, 2); errs <- err }()
 	waitQueued(t, c, 1)
 
+	wantWaiting(t, c, 2, "one call in flight, one queued")
 	leaveQueued()
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued caller: %v, want context.Canceled", err)
 	}
+	wantWaiting(t, c, 1, "the queued caller gone")
 	// Request 1, alone, runs on its caller's goroutine: the caller who
 	// leaves returns once its statement is answered, with its context's
 	// error, and what it was granted goes to abandoned.
 	leaveInFlight()
+	wantWaiting(t, c, 1, "the caller in flight gone, its statement not answered")
 	g.release <- struct{}{}
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("in-flight caller that ran its own batch, after leaving: %v, want context.Canceled", err)
@@ -289,25 +309,34 @@ func TestCombinerCallersWhoLeave(t *testing.T) {
 	if res := <-abandoned; res != 10 {
 		t.Fatalf("abandoned %d, want 10 (request 1's result)", res)
 	}
+	wantWaiting(t, c, 0, "its statement answered")
 
 	// Now leave while another goroutine runs the batch.
-	go func() { _, _ = c.do(context.Background(), 3) }()
+	three := make(chan error, 1)
+	go func() { _, err := c.do(context.Background(), 3); three <- err }()
 	<-g.started
 	ctx, leave := context.WithCancel(context.Background())
 	go func() { _, err := c.do(ctx, 4); errs <- err }()
 	waitQueued(t, c, 1)
+	wantWaiting(t, c, 2, "[3] in flight, 4 queued")
 	g.release <- struct{}{} // [3] ends, [4] is sent
 	if got := <-g.started; !slices.Equal(got, []int{4}) {
 		t.Fatalf("batch %v, want [4] (request 2 was withdrawn)", got)
 	}
+	if err := <-three; err != nil {
+		t.Fatal(err)
+	}
+	wantWaiting(t, c, 1, "[4] in flight")
 	leave()
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("caller who left a sent request: %v, want context.Canceled", err)
 	}
+	wantWaiting(t, c, 1, "[4]'s caller gone, its statement not answered")
 	g.release <- struct{}{}
 	if res := <-abandoned; res != 40 {
 		t.Fatalf("abandoned %d, want 40 (request 4's result)", res)
 	}
+	wantWaiting(t, c, 0, "[4] answered")
 	for _, b := range g.batches {
 		if slices.Contains(b, 2) {
 			t.Fatalf("withdrawn request 2 was sent: %v", g.batches)
@@ -353,8 +382,8 @@ func TestCombinerIsolatesARequestTheServerRejects(t *testing.T) {
 			for _, n := range tc.sizes {
 				carried += n
 			}
-			if stats.Batches != int64(len(tc.sizes)) || stats.Requests != int64(carried) {
-				t.Errorf("stats %+v, want %d statements carrying %d calls", stats, len(tc.sizes), carried)
+			if stats.Batches != int64(len(tc.sizes)) || stats.Requests != int64(carried) || stats.Waiting != 0 {
+				t.Errorf("stats %+v, want %d statements carrying %d calls, none waiting", stats, len(tc.sizes), carried)
 			}
 		})
 	}

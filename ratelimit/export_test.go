@@ -65,7 +65,7 @@ func runCounted[Req, Res any](ctx context.Context, c *combiner[Req, Res], n int,
 	start := time.Now()
 	err := run(context.WithValue(ctx, hotMarkKey{}, &hot))
 	if c != nil {
-		c.answered(nil, n, time.Since(start), hot.Load())
+		c.answered(nil, n, 0, time.Since(start), hot.Load()) // no call of it waited in c
 	}
 	return err
 }
@@ -170,6 +170,7 @@ func (l *Limiter) QueueUnnoticedReserve(ctx context.Context, limits []Limit) err
 	l.reserves.mu.Lock()
 	defer l.reserves.mu.Unlock()
 	l.reserves.queue = append(l.reserves.queue, &combined[*admission, Grant]{req: &a, ctx: ctx, done: make(chan struct{})})
+	l.reserves.waiting++
 	return nil
 }
 
