@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -438,7 +439,7 @@ func idleMaintenanceSeries(series string, value float64) bool {
 }
 
 var expectedSeries = func() map[string]bool {
-	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_lost_total": true}
+	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_lost_total": true, buildInfoSeries: true}
 	m["pgadmit_http_near_limit_total/requests/user"] = true
 	for _, s := range []string{ // metric, mode, outcome, scope type: the labels in order
 		"requests/enforce/admitted/route", "concurrent/enforce/admitted/route",
@@ -456,7 +457,8 @@ var expectedSeries = func() map[string]bool {
 
 // The series an instance whose database hangs may have.
 var expectedBrokenSeries = func() map[string]bool {
-	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_lost_total": true, "pgadmit_db_operation_duration_seconds/reserve/timeout": true}
+	m := map[string]bool{"pgadmit_http_leases_held": true, "pgadmit_lost_total": true, buildInfoSeries: true,
+		"pgadmit_db_operation_duration_seconds/reserve/timeout": true}
 	for _, s := range []string{"requests/enforce/failed_open/route", "concurrent/enforce/failed_open/route",
 		"requests/enforce/failed_open/user", "requests/enforce/failed_closed/user", "requests/shadow/failed_open/shadow"} {
 		m["pgadmit_http_admissions_total/"+s] = true
@@ -464,6 +466,10 @@ var expectedBrokenSeries = func() map[string]bool {
 	addCombiningSeries(m)
 	return m
 }()
+
+// buildInfoSeries is New's pgadmit_build_info, labelled (goversion,
+// version) as a test binary built in this tree is.
+var buildInfoSeries = "pgadmit_build_info/" + runtime.Version() + "/(devel)"
 
 // addCombiningSeries adds the series of NewCombiningCollector to m.
 func addCombiningSeries(m map[string]bool) {

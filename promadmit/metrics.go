@@ -1,7 +1,8 @@
 // Package promadmit exports what pgadmit does as Prometheus metrics: the
 // decisions of the HTTP middleware (package httpadmit), the latency of
 // every database operation, the leases requests in flight hold, what
-// Recover and Prune give back, (NewCombiningCollector) how a Limiter
+// Recover and Prune give back, which pgadmit the process runs
+// (pgadmit_build_info), (NewCombiningCollector) how a Limiter
 // combines concurrent calls into statements, and (NewPoolCollector) how
 // busy the pgx pool it runs on is.
 //
@@ -136,6 +137,7 @@ type Metrics struct {
 	leases     prometheus.Gauge
 	recovered  *prometheus.CounterVec
 	pruned     *prometheus.CounterVec
+	build      prometheus.Gauge
 
 	mu     sync.Mutex
 	series map[[2]string]bool // scope type and metric pairs given labels of their own
@@ -176,6 +178,13 @@ func WithMaxSeries(n int) Option {
 //	pgadmit_db_operations_total            the same operations counted {operation, result}
 //	pgadmit_recovered_total                what Recover gave back {kind}
 //	pgadmit_pruned_total                   what Prune released or deleted {kind}
+//	pgadmit_build_info                     1: which pgadmit the process runs {version, goversion}
+//
+// pgadmit_build_info's version is that of pgadmit's module in the
+// process's build (runtime/debug.ReadBuildInfo): "(devel)" built in
+// pgadmit's tree, or with the module replaced by a directory; goversion
+// is runtime.Version(). Join it on instance to tell which processes run
+// which release (a rollout half done, say).
 //
 // A nil reg (a nil *prometheus.Registry in it too), or an option out of its
 // range, is a *ratelimit.ValidationError (errors.Is
@@ -253,6 +262,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	for kind := range prunedKinds(ratelimit.PruneResult{}) {
 		m.pruned.WithLabelValues(kind)
 	}
+	m.build = newBuildInfo()
 	// One Register: the registry checks every metric before it takes any,
 	// so that a failure leaves nothing behind on reg.
 	if err := reg.Register(m); err != nil {
