@@ -31,9 +31,10 @@ const (
 //
 // pgadmit_combined_waiting is the calls in the combiner at the scrape
 // (ratelimit.CombinerStats.Waiting): queued for its next statement, or
-// carried by one in flight, until it returns. Above 0 at most scrapes,
-// calls queue in the process: each waits for the statement ahead of its
-// own too.
+// carried by one in flight, until it returns: a sample at each scrape.
+// Well above the calls per statement (below), with one statement in
+// flight per kind (the default), calls queue behind the statement in
+// flight.
 //
 // A statement counts once it returns, answered or failed (one that found
 // no connection, and so was never sent, too); one still running does not
