@@ -3,11 +3,13 @@ package schema_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
@@ -65,6 +67,45 @@ func TestMigrateAsARoleThatMayNotFailsFast(t *testing.T) {
 		}
 		if took := time.Since(start); took > 5*time.Second {
 			t.Errorf("Migrate as a login role of %s with a migration pending took %s, want a failure at once", role, took)
+		}
+	}
+}
+
+// A session that may not write (a hot standby, or default_transaction_read_only on) finds a
+// migration pending: Migrate fails at once with the server's read_only_sql_transaction, as Down
+// does, rather than trying the lock row again every second for 5 minutes.
+func TestMigrateOnAReadOnlySessionFailsFast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewURL(t)
+	owner := pgtest.OpenPool(t, dbURL)
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Down(ctx); err != nil { // the latest migration pending
+		t.Fatalf("Down: %v", err)
+	}
+	_ = p.Close()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_read_only", "on")
+	u.RawQuery = q.Encode()
+	readOnly := pgtest.OpenPool(t, u.String())
+	for name, step := range map[string]func(context.Context, *pgxpool.Pool) error{"Migrate": schema.Migrate, "Down": schema.Down} {
+		mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		start := time.Now()
+		err := step(mctx, readOnly)
+		cancel()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+			t.Errorf("%s on a read-only session = %v, want read_only_sql_transaction (25006)", name, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s on a read-only session took %s, want a failure at once", name, took)
 		}
 	}
 }

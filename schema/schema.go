@@ -83,7 +83,8 @@ const (
 // attempt that timed out (the database unreachable for a while), and gives its own up within 5
 // seconds, also when the context is done. A role the server refuses the lock table to (one that
 // may not migrate, as the roles of docs/privileges.sql) fails at once, with the server's error
-// (insufficient_privilege, SQLSTATE 42501).
+// (insufficient_privilege, SQLSTATE 42501), and so does a session that may not write at all (a
+// hot standby, or default_transaction_read_only on: read_only_sql_transaction, SQLSTATE 25006).
 //
 // opts are appended to pgadmit's own options, for instance goose.WithVerbose or goose.WithSlog
 // for a CLI (a nil one sets nothing); options that set the table name, store or locker conflict
@@ -206,8 +207,10 @@ func (l *tableLocker) Unlock(ctx context.Context, db *sql.DB) error {
 // value for it), will not get better; nor is a connect timeout tried again while it gives the
 // lock row up, which goose does without the context's deadline: the lease lapses instead. Nor
 // will the server's refusal of the role (SQLSTATE class 42, as insufficient_privilege on the lock
-// table for a role that may not migrate, or class 28): tried again, it held such a migrator for
-// 5 minutes and then reported only that it could not take the lock.
+// table for a role that may not migrate, or class 28), nor of the write itself on a session that
+// may only read (25006, read_only_sql_transaction: a hot standby, or default_transaction_read_only
+// on): tried again, it held such a migrator for 5 minutes, said to wait for another migrator's
+// lock row, and then reported only that it could not take the lock.
 func (l *tableLocker) retry(err error) bool {
 	switch {
 	case strings.Contains(err.Error(), "not held by this instance"), refused(err):
@@ -220,10 +223,12 @@ func (l *tableLocker) retry(err error) bool {
 
 // refused reports whether err is the server refusing the statement for what it is or who runs
 // it (SQLSTATE class 42, syntax error or access rule violation, or class 28, invalid
-// authorization), which no wait changes.
+// authorization), or a write in a session that may only read (25006, read_only_sql_transaction),
+// which no wait changes.
 func refused(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "42") || strings.HasPrefix(pgErr.Code, "28"))
+	return errors.As(err, &pgErr) &&
+		(strings.HasPrefix(pgErr.Code, "42") || strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "25006")
 }
 
 // connectTimedOut reports whether err is a connection attempt that gave up at its connect

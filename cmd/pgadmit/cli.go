@@ -121,7 +121,7 @@ func runApp(ctx context.Context, a *app, args []string) int {
 	stderr := a.stderr
 	out := &outputWriter{w: a.stdout}
 	a.stdout = out
-	err := out.lost(statementCacheAdvice(a.main(ctx, args)))
+	err := out.lost(readOnlyAdvice(statementCacheAdvice(a.main(ctx, args))))
 	prefix := a.prefix()
 	var sbe *schemaBehindError
 	if a.schemaBehind != "" && !errors.As(err, &sbe) {

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// readOnlyURL returns dbURL with every transaction of its sessions read-only, as on a hot
+// standby, or for a role or database with default_transaction_read_only on: the server refuses
+// their writes with SQLSTATE 25006 (read_only_sql_transaction).
+func readOnlyURL(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_read_only", "on")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// An operator whose DATABASE_URL points at a hot standby (or a role that may only read) runs
+// migrate up or down with a migration to apply or revert: the server refuses the lock row's write,
+// as it always will there. The run fails at once, in one line that says the session is read-only
+// and where to run it, and migrates nothing, where it said every 5s for 5 minutes that another
+// migrator held the lock. recover and prune, which write too, say the same; status and version,
+// which only read, work.
+func TestMigrateOnAReadOnlyDatabaseFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	latest := strings.TrimSpace(cliOK(t, "--database-url", dbURL, "migrate", "version"))
+	cliOK(t, "--database-url", dbURL, "migrate", "down") // the latest migration pending
+	below := strings.TrimSpace(cliOK(t, "--database-url", dbURL, "migrate", "version"))
+	if below == latest {
+		t.Fatalf("migrate down left version %s", below)
+	}
+	ro := readOnlyURL(t, dbURL)
+
+	failsAtOnce := func(args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		var out, errOut bytes.Buffer
+		start := time.Now()
+		code := run(ctx, append([]string{"--database-url", ro}, args...), &out, &errOut, func(string) string { return "" })
+		took := time.Since(start)
+		what := "pgadmit " + strings.Join(args, " ") + " on a read-only database"
+		if code != exitFailure {
+			t.Errorf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", what, code, exitFailure, out.String(), errOut.String())
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s took %s, want a failure at once", what, took.Round(time.Millisecond))
+		}
+		oneLine(t, what+"'s stderr", errOut.String())
+		for _, want := range []string{"SQLSTATE 25006", "read-only", "primary"} {
+			if !strings.Contains(errOut.String(), want) {
+				t.Errorf("%s does not say %q:\n%s", what, want, errOut.String())
+			}
+		}
+		if strings.Contains(errOut.String(), "another migrator") {
+			t.Errorf("%s blames another migrator:\n%s", what, errOut.String())
+		}
+	}
+	failsAtOnce("migrate", "up")
+	failsAtOnce("migrate", "down")
+	if v := strings.TrimSpace(cliOK(t, "--database-url", ro, "migrate", "version")); v != below {
+		t.Errorf("migrate version on the read-only database = %q, want %q: nothing migrated", v, below)
+	}
+	if out := cliOK(t, "--database-url", ro, "migrate", "status"); !strings.Contains(out, "pending") {
+		t.Errorf("migrate status on the read-only database shows nothing pending:\n%s", out)
+	}
+
+	cliOK(t, "--database-url", dbURL, "migrate", "up")
+	failsAtOnce("recover")
+	failsAtOnce("prune")
+}
