@@ -295,7 +295,7 @@ func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, 
 		logf("recover: %s", line)
 	}
 	if err != nil {
-		err = privilegeDenied(passLockWaited(notMigrated(pctx, o.pool, err), lockTimeout), "recover", ok)
+		err = readOnlyAdvice(privilegeDenied(passLockWaited(notMigrated(pctx, o.pool, err), lockTimeout), "recover", ok))
 		logf("recover: pass failed: %s", scrub(cutOff(ctx, pctx, passTimeout, err).Error(), dsn))
 	}
 }

@@ -31,7 +31,7 @@ func readOnlyURL(t *testing.T, dbURL string) string {
 // as it always will there. The run fails at once, in one line that says the session is read-only
 // and where to run it, and migrates nothing, where it said every 5s for 5 minutes that another
 // migrator held the lock. recover and prune, which write too, say the same; status and version,
-// which only read, work.
+// which only read, work. A sweeper logs each pass as failed, with that advice, and sweeps on.
 func TestMigrateOnAReadOnlyDatabaseFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
@@ -80,4 +80,12 @@ func TestMigrateOnAReadOnlyDatabaseFailsAtOnce(t *testing.T) {
 	cliOK(t, "--database-url", dbURL, "migrate", "up")
 	failsAtOnce("recover")
 	failsAtOnce("prune")
+
+	// A sweeper pointed at a standby logs each pass as failed, with the same advice, and sweeps
+	// on: a failover may make that server the primary.
+	sweeper := startCLI(t, context.Background(), "--database-url", ro, "recover", "--every", "100ms")
+	awaitLog(t, &sweeper.stdout, `(?m)^\S+ recover: pass failed: .*SQLSTATE 25006.*read-only.*primary.*\n`)
+	if code := sweeper.stop(); code != exitOK {
+		t.Errorf("recover --every on a read-only database, stopped: exit %d\n%s%s", code, sweeper.stdout.String(), sweeper.stderr.String())
+	}
 }
