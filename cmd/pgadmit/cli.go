@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"flag"
 	"fmt"
@@ -205,13 +206,15 @@ func (a *app) warnLeftHeld() { a.warn("%v", grace.ErrLeftHeld) }
 // SIGTERM): ctx's own error, or the server's cancellation of the statement in flight (SQLSTATE
 // 57014, query_canceled), which is what the pool's cancel-request handler (ratelimit.ConfigurePool)
 // makes of an interrupt mid-statement, and what goose reports, wrapped in its partial migration
-// error, when a migration is interrupted.
+// error, when a migration is interrupted; or database/sql's driver.ErrBadConn, which goose's
+// connection gives, once the cancellation of a statement closed it, to the next statement of a
+// migration that runs outside a transaction (CREATE INDEX CONCURRENTLY).
 func interrupted(ctx context.Context, err error) bool {
 	if ctx.Err() == nil {
 		return false
 	}
 	var pgErr *pgconn.PgError
-	return errors.Is(err, context.Canceled) || (errors.As(err, &pgErr) && pgErr.Code == "57014")
+	return errors.Is(err, context.Canceled) || (errors.As(err, &pgErr) && pgErr.Code == "57014") || errors.Is(err, driver.ErrBadConn)
 }
 
 // statementCacheAdvice adds to err, when it is the server refusing one of pgx's cached

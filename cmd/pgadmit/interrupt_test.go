@@ -3,14 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql/driver"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/schema"
 )
 
 // lockCounters holds an ACCESS EXCLUSIVE lock on the counters table of pool's database, as a
@@ -65,6 +73,70 @@ func TestInterruptDuringMigration(t *testing.T) {
 			pgtest.AwaitNoLockWaiters(t, pool, "the migration")
 		})
 	}
+}
+
+// A Ctrl-C that stops migrate up after some migrations were applied still prints each of
+// those, as an uninterrupted run does, before "interrupted": it printed only "interrupted", so an
+// operator could not tell what the database had got (goose returns what it applied in its
+// partial migration error, not in its results). Stopped in a migration that runs outside a
+// transaction (CREATE INDEX CONCURRENTLY), it says "interrupted" too, not database/sql's
+// "driver: bad connection" for the connection the interrupt closed.
+func TestInterruptedMigrateSaysWhatItApplied(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t)
+	cliOK(t, "--database-url", url, "migrate", "up", "--to", "2")
+	pool := pgtest.OpenPool(t, url)
+	// Migrations 3 and 4 create functions and tables of their own; 00005's CREATE INDEX
+	// CONCURRENTLY, outside a transaction, waits for every transaction whose snapshot is older
+	// than its index to end: this one, until the interrupt.
+	tx, err := pool.BeginTx(context.Background(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := func() { _ = tx.Rollback(context.Background()) }
+	t.Cleanup(release)
+	if _, err := db.New().BenchServerSetting(context.Background(), tx, "fsync"); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"--database-url", url, "migrate", "up"}, &out, &errOut, func(string) string { return "" })
+	}()
+	pgtest.AwaitLockWaiters(t, pool, "the migration")
+	cancel()
+	code := <-exited
+	release()
+	if code != exitFailure || errOut.String() != "pgadmit migrate: interrupted\n" {
+		t.Errorf("migrate up interrupted: exit %d, stderr %q; want exit 1, \"interrupted\"", code, errOut.String())
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != 4 {
+		t.Fatalf("migrate up interrupted at version %d: want 4, 00005 waiting", v)
+	}
+	var want strings.Builder
+	for _, name := range migrationFiles(t)[2:v] {
+		fmt.Fprintf(&want, "up   %s (", name)
+	}
+	got := regexp.MustCompile(`\d+(\.\d+)?[µm]?s\)\n`).ReplaceAllString(out.String(), "")
+	if got != want.String() {
+		t.Errorf("migrate up interrupted at version %d printed:\n%s\nwant a line for each migration it applied, 3 and 4", v, out.String())
+	}
+}
+
+// migrationFiles lists the names of pgadmit's migrations, in order.
+func migrationFiles(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(schema.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
 }
 
 // inspect and doctor read tables that a long migration (or another session) may hold locked:
@@ -205,5 +277,25 @@ func TestOperatorCommandsInterruptedOnAFrozenServerReturnSoon(t *testing.T) {
 				t.Fatalf("%s interrupted on a frozen server did not return within 60s; stderr %q", cmd, stderr.String())
 			}
 		})
+	}
+}
+
+// A Ctrl-C that lands between the statements of a migration that runs outside a transaction
+// (00005, 00010, 00022: CREATE INDEX CONCURRENTLY) finds goose's connection closed by the
+// cancellation of the statement before: database/sql says "driver: bad connection", which, once
+// ctx is cancelled, is the interrupt too. One in ten interrupted migrate ups said
+// "up 00005_maintenance_indexes.sql failed: driver: bad connection" instead of "interrupted".
+// Before an interrupt, a closed connection is a failure.
+func TestInterruptedCountsTheConnectionItClosed(t *testing.T) {
+	t.Parallel()
+	// As migrateUpDown words goose's partial migration error.
+	failed := fmt.Errorf("up 00005_maintenance_indexes.sql failed: %w", driver.ErrBadConn)
+	ctx, cancel := context.WithCancel(context.Background())
+	if interrupted(ctx, failed) {
+		t.Errorf("interrupted(%v) before the interrupt = true, want a failure", failed)
+	}
+	cancel()
+	if !interrupted(ctx, failed) {
+		t.Errorf("interrupted(%v) once ctx was cancelled = false, want true", failed)
 	}
 }

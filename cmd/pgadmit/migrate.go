@@ -197,8 +197,8 @@ func pendingUpTo(ctx context.Context, pool *pgxpool.Pool, to int64) (bool, error
 }
 
 // migrateUpDown runs an up or down step with pgadmit's provider, once it holds the migration
-// lock row (schema.Locked), and prints each migration it applied or reverted, then the resulting
-// version, and what passed says of it. While the step runs, it says on stderr what a long one
+// lock row (schema.Locked), and prints each migration it applied or reverted (also when a later
+// one failed or was interrupted), then the resulting version, and what passed says of it. While the step runs, it says on stderr what a long one
 // waits for (doing: "applying" or "reverting"). A nil step is one with nothing to do.
 func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing string, passed func(version int64) string,
 	step func(*goose.Provider) ([]*goose.MigrationResult, error)) error {
@@ -221,6 +221,12 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		}, goose.WithVerbose(true), goose.WithSlog(slog.New(watch)))
 		stop()
 	}
+	// A step that failed, or was interrupted, after some migrations: goose returns those in its
+	// partial migration error, not in its results. They are done, and said as a step's are.
+	var perr *goose.PartialError
+	if errors.As(err, &perr) {
+		results = perr.Applied
+	}
 	for _, r := range results {
 		if r.Error != nil {
 			continue
@@ -232,7 +238,6 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		results, err = nil, nil
 	}
 	if err != nil {
-		var perr *goose.PartialError
 		if errors.As(err, &perr) && perr.Failed != nil {
 			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
 		}
