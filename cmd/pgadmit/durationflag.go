@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -14,10 +16,21 @@ type durationHint struct{ flag.Value }
 
 func (d durationHint) Set(s string) error {
 	if _, err := time.ParseDuration(s); err != nil {
+		// Go says "invalid duration" of a value past what a Duration holds too, where the hint
+		// would show the operator the form they wrote.
+		switch {
+		case wellFormedDuration.MatchString(s) && strings.HasPrefix(s, "-"):
+			return errors.New("out of range: a duration is at least -2562047h")
+		case wellFormedDuration.MatchString(s):
+			return errors.New("out of range: a duration is at most 2562047h")
+		}
 		return fmt.Errorf("%s (write a duration such as 500ms, 30s, 15m or 168h; a day is 24h)", strings.TrimPrefix(err.Error(), "time: "))
 	}
 	return d.Value.Set(s)
 }
+
+// wellFormedDuration matches what time.ParseDuration reads, whatever its size.
+var wellFormedDuration = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // explainDurations makes every duration flag of fs a durationHint.
 func explainDurations(fs *flag.FlagSet) {

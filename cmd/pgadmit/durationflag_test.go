@@ -25,6 +25,11 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 		{[]string{"inspect", "--connect-timeout", "soon"}, `invalid value "soon" for --connect-timeout: invalid duration "soon" ` + hint},
 		{[]string{"bench", "--duration", "1sec"}, `invalid value "1sec" for --duration: unknown unit "sec" in duration "1sec" ` + hint},
 		{[]string{"doctor", "--lock-timeout", "5"}, `invalid value "5" for --lock-timeout: missing unit in duration "5" ` + hint},
+		// Well written, but past what a duration holds: Go says "invalid duration", and the hint
+		// would show the operator the form they used.
+		{[]string{"prune", "--older-than", "3000000h"}, `invalid value "3000000h" for --older-than: out of range: a duration is at most 2562047h`},
+		{[]string{"recover", "--every", "99999999999h"}, `invalid value "99999999999h" for --every: out of range: a duration is at most 2562047h`},
+		{[]string{"--connect-timeout=-9999999999999s", "doctor"}, `invalid value "-9999999999999s" for --connect-timeout: out of range: a duration is at least -2562047h`},
 	} {
 		out, errOut, code := cli(t, db, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" {
