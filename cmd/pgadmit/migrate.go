@@ -241,6 +241,13 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		if errors.As(err, &perr) && perr.Failed != nil {
 			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
 		}
+		// A role that may not migrate (docs/privileges.sql's, refused the lock table): the
+		// server names a table, not who may.
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			err = fmt.Errorf("%w: the database refused this role a privilege that migrate needs: run it as the role that owns "+
+				"pgadmit's tables (the roles of docs/privileges.sql, pgadmit_gateway and pgadmit_maintenance, may not migrate)", err)
+		}
 		// A pooler in statement mode refuses the migration's transaction: say what to change.
 		return poolerr.Wrap(err, poolerr.MigrationsNeed)
 	}

@@ -141,3 +141,32 @@ func TestDoctorAndInspectAsARoleWithoutGrants(t *testing.T) {
 		}
 	}
 }
+
+// migrate up and down run by a role of docs/privileges.sql, which may not migrate, with a
+// migration pending: the server refuses the lock table, and the error says to run them as the
+// role that owns pgadmit's tables, where it gave only goose's "acquire lock ... after retries:
+// ... permission denied for table pgadmit_goose_lock" (it had tried once). status and version,
+// which those roles may read, work.
+func TestMigrateAsARoleThatMayNotSaysWhoMay(t *testing.T) {
+	t.Parallel()
+	url, _ := newDatabase(t)
+	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, url)
+	cliOK(t, "--database-url", url, "migrate", "down") // the latest migration pending
+	for role, roleURL := range map[string]string{"pgadmit_gateway": gatewayURL, "pgadmit_maintenance": maintenanceURL} {
+		for _, sub := range []string{"up", "down"} {
+			out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", sub)
+			what := "migrate " + sub + " as a login role of " + role
+			if code != exitFailure || out != "" || !strings.HasPrefix(errOut, "pgadmit migrate: ") {
+				t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout", what, code, out, errOut)
+			}
+			oneLine(t, what+"'s error", errOut)
+			for _, want := range []string{"SQLSTATE 42501", "the role that owns pgadmit's tables", "docs/privileges.sql"} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("%s does not say %q:\n%s", what, want, errOut)
+				}
+			}
+		}
+		cliOK(t, "--database-url", roleURL, "migrate", "status")
+		cliOK(t, "--database-url", roleURL, "migrate", "version")
+	}
+}
