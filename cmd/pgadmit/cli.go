@@ -44,6 +44,9 @@ type app struct {
 
 	// migrateProgressEvery is how often migrate up and down say what a long step waits for.
 	migrateProgressEvery time.Duration
+	// migrated, when not nil, is called as each migration of migrate up or down completes, with
+	// its file: a test's hook (an interrupt at that point).
+	migrated func(source string)
 
 	// cmd is the command being run, for messages.
 	cmd *command

@@ -204,8 +204,9 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 	step func(*goose.Provider) ([]*goose.MigrationResult, error)) error {
 	var results []*goose.MigrationResult
 	var err error
+	var watch *migrateWatch
 	if step != nil {
-		watch := &migrateWatch{}
+		watch = &migrateWatch{migrated: a.migrated}
 		reach := func(ctx context.Context) error {
 			if err := pool.Ping(ctx); err != nil {
 				return errors.New(scrub(err.Error(), a.dsn))
@@ -222,10 +223,11 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		stop()
 	}
 	// A step that failed, or was interrupted, after some migrations: goose returns those in its
-	// partial migration error, not in its results. They are done, and said as a step's are.
-	var perr *goose.PartialError
-	if errors.As(err, &perr) {
-		results = perr.Applied
+	// partial migration error, not in its results, or, interrupted once the last was done (as it
+	// read the version reached, for its log), none at all. They are done, and said as a step's
+	// are, from goose's log of them.
+	if err != nil && watch != nil {
+		results = watch.completed()
 	}
 	for _, r := range results {
 		if r.Error != nil {
@@ -238,6 +240,7 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		results, err = nil, nil
 	}
 	if err != nil {
+		var perr *goose.PartialError
 		if errors.As(err, &perr) && perr.Failed != nil {
 			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
 		}

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/pressly/goose/v3"
 
 	"github.com/pgadmit/pgadmit/internal/ticking"
 )
@@ -26,6 +29,12 @@ type migrateWatch struct {
 	locked  bool      // the step holds the lock
 	running string    // file of the migration being applied or reverted, "" between them
 	since   time.Time // when running began
+	// done lists the migrations the step completed, as goose logs them: goose's own list is lost
+	// when the step fails after them (its partial migration error has it), or after the last
+	// (reading the version it reached for its log, which an interrupt fails: then it has none).
+	done []*goose.MigrationResult
+	// migrated, when not nil, is called as each migration completes, with its file (for tests).
+	migrated func(source string)
 }
 
 // Enabled, WithAttrs and WithGroup make migrateWatch a slog.Handler that sees every record.
@@ -34,15 +43,21 @@ func (w *migrateWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
 func (w *migrateWatch) WithGroup(string) slog.Handler            { return w }
 
 func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
-	source := ""
+	source, direction, seconds := "", "", 0.0
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "source" {
+		switch a.Key {
+		case "source":
 			source = a.Value.String()
+		case "direction":
+			direction = a.Value.String()
+		case "duration_seconds":
+			if a.Value.Kind() == slog.KindFloat64 {
+				seconds = a.Value.Float64()
+			}
 		}
 		return true
 	})
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	switch r.Message {
 	case "executing statement":
 		if source != w.running {
@@ -50,8 +65,21 @@ func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
 		}
 	case "migration completed":
 		w.running = ""
+		w.done = append(w.done, &goose.MigrationResult{Source: &goose.Source{Path: source}, Direction: direction,
+			Duration: time.Duration(seconds * float64(time.Second))})
+	}
+	w.mu.Unlock()
+	if r.Message == "migration completed" && w.migrated != nil {
+		w.migrated(source)
 	}
 	return nil
+}
+
+// completed returns the migrations the step completed, as goose logged them.
+func (w *migrateWatch) completed() []*goose.MigrationResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.done)
 }
 
 // holdLock records that the step holds the migration lock row.
