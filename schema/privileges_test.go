@@ -3,7 +3,6 @@ package schema_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -45,22 +44,13 @@ func TestMigrateAsTheLeastPrivilegeRolesOnACurrentSchema(t *testing.T) {
 func TestMigrateAsARoleThatMayNotFailsFast(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewURL(t)
-	owner := pgtest.OpenPool(t, dbURL)
+	dbURL := latestPendingURL(t)
 	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, dbURL)
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(owner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Down(ctx); err != nil { // the latest migration pending
-		t.Fatalf("Down: %v", err)
-	}
-	_ = p.Close()
 	for role, url := range map[string]string{"pgadmit_gateway": gatewayURL, "pgadmit_maintenance": maintenanceURL} {
 		mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		start := time.Now()
-		err = schema.Migrate(mctx, pgtest.OpenPool(t, url))
+		err := schema.Migrate(mctx, pgtest.OpenPool(t, url))
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 			t.Errorf("Migrate as a login role of %s with a migration pending = %v, want insufficient_privilege (42501)", role, err)
@@ -77,24 +67,8 @@ func TestMigrateAsARoleThatMayNotFailsFast(t *testing.T) {
 func TestMigrateOnAReadOnlySessionFailsFast(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewURL(t)
-	owner := pgtest.OpenPool(t, dbURL)
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(owner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Down(ctx); err != nil { // the latest migration pending
-		t.Fatalf("Down: %v", err)
-	}
-	_ = p.Close()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("default_transaction_read_only", "on")
-	u.RawQuery = q.Encode()
-	readOnly := pgtest.OpenPool(t, u.String())
+	dbURL := latestPendingURL(t)
+	readOnly := pgtest.OpenPool(t, pgtest.ReadOnlyURL(t, dbURL))
 	for name, step := range map[string]func(context.Context, *pgxpool.Pool) error{"Migrate": schema.Migrate, "Down": schema.Down} {
 		mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		start := time.Now()
@@ -190,4 +164,20 @@ func TestLeastPrivilegeRolesHoldNoMore(t *testing.T) {
 			}
 		}
 	}
+}
+
+// latestPendingURL is a fresh database (NewURL) whose owner reverted its latest migration: one
+// migration pending, for Migrate to apply.
+func latestPendingURL(t *testing.T) string {
+	t.Helper()
+	dbURL := pgtest.NewURL(t)
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pgtest.OpenPool(t, dbURL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Down(context.Background()); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	return dbURL
 }

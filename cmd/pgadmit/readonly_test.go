@@ -3,28 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 )
-
-// readOnlyURL returns dbURL with every transaction of its sessions read-only, as on a hot
-// standby, or for a role or database with default_transaction_read_only on: the server refuses
-// their writes with SQLSTATE 25006 (read_only_sql_transaction).
-func readOnlyURL(t *testing.T, dbURL string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("default_transaction_read_only", "on")
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // An operator whose DATABASE_URL points at a hot standby (or a role that may only read) runs
 // migrate up or down with a migration to apply or revert: the server refuses the lock row's write,
@@ -41,7 +25,7 @@ func TestMigrateOnAReadOnlyDatabaseFailsAtOnce(t *testing.T) {
 	if below == latest {
 		t.Fatalf("migrate down left version %s", below)
 	}
-	ro := readOnlyURL(t, dbURL)
+	ro := pgtest.ReadOnlyURL(t, dbURL)
 
 	failsAtOnce := func(args ...string) {
 		t.Helper()

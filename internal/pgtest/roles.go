@@ -110,3 +110,18 @@ func AdminURL(t testing.TB, dbURL string) string {
 	t.Helper()
 	return adminURL(t, dbURL)
 }
+
+// ReadOnlyURL returns dbURL with every transaction of its sessions read-only, as on a hot
+// standby, or for a role or database with default_transaction_read_only on: the server refuses
+// their writes with SQLSTATE 25006 (read_only_sql_transaction).
+func ReadOnlyURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	q := u.Query()
+	q.Set("default_transaction_read_only", "on")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
