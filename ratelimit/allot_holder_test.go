@@ -15,21 +15,8 @@ import (
 // cleaned instead.
 func TestLocalHolderIsRecordedAsText(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	hour := hourWindow(t, pool)
-	ctx := context.Background()
-	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw\x00-1\xff"}))
-	defer l.Close()
-	key := uniqueKey("holder")
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !g.Reservations[0].Local {
-		t.Fatalf("reservation %+v, want a Local one", g.Reservations[0])
-	}
-	if blocks := allotments(t, pool, "model", key); len(blocks) != 1 || blocks[0].Holder != "gw-1\uFFFD" {
-		t.Fatalf("blocks %+v, want one held by %q", blocks, "gw-1\uFFFD")
+	if got, want := recordedHolder(t, "gw\x00-1\xff"), "gw-1\uFFFD"; got != want {
+		t.Fatalf("block held by %q, want %q", got, want)
 	}
 }
 
@@ -37,15 +24,23 @@ func TestLocalHolderIsRecordedAsText(t *testing.T) {
 // recorded as its first MaxScopeBytes bytes, cut at a character's start.
 func TestLocalHolderIsRecordedCutToMaxScopeBytes(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	hour := hourWindow(t, pool)
-	ctx := context.Background()
 	holder := strings.Repeat("€", 1<<20/3) // 3 bytes each
 	want := strings.Repeat("€", ratelimit.MaxScopeBytes/3)
+	if got := recordedHolder(t, holder); got != want {
+		t.Fatalf("block held by %.60q (%d bytes), want %.60q (%d bytes)", got, len(got), want, len(want))
+	}
+}
+
+// recordedHolder is the holder recorded on the block that a Limiter with
+// AllotmentOptions{Holder: holder} takes for a Local limit's first request.
+func recordedHolder(t *testing.T, holder string) string {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	hour := hourWindow(t, pool)
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: holder}))
 	defer l.Close()
 	key := uniqueKey("holder")
-	g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
+	g, err := l.Reserve(context.Background(), "", "", []ratelimit.Limit{localWindow(hour, key, 1000, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +51,5 @@ func TestLocalHolderIsRecordedCutToMaxScopeBytes(t *testing.T) {
 	if len(blocks) != 1 {
 		t.Fatalf("%d blocks, want 1", len(blocks))
 	}
-	if got := blocks[0].Holder; got != want {
-		t.Fatalf("block held by %.60q (%d bytes), want %.60q (%d bytes)", got, len(got), want, len(want))
-	}
+	return blocks[0].Holder
 }
