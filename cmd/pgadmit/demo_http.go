@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/httpadmit"
@@ -112,7 +109,7 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/chat/completions", admit(proxyHandler(&http.Client{}, upstream.url+"/v1/chat/completions")))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metricsPage(reg))
 	gw, err := serve(mux)
 	if err != nil {
 		return err
@@ -381,29 +378,4 @@ func (d *httpDemo) checkNothingHeld(ctx context.Context, conn *pgxpool.Pool) err
 	}
 	fmt.Fprintln(d.out, "doctor: the books balance")
 	return nil
-}
-
-// server is an HTTP server on 127.0.0.1 at a free port.
-type server struct {
-	url string
-	srv *http.Server
-}
-
-func serve(h http.Handler) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s := &server{url: "http://" + ln.Addr().String(), srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
-}
-
-// Close stops the server, waiting briefly for requests in flight.
-func (s *server) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := s.srv.Shutdown(ctx); errors.Is(err, context.DeadlineExceeded) {
-		_ = s.srv.Close()
-	}
 }
