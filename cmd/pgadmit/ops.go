@@ -59,7 +59,16 @@ stops it at once, exit 1: it does not sweep on unseen. At start-up it checks the
 doctor does, and warns when it goes through a transaction-pooling proxy in an exec mode that
 needs session state (it says what to add to the connection string); these checks, and that of
 the schema version, are bounded by --pass-timeout as a pass is, and past it skipped with a
-warning.`,
+warning.
+
+With --every and --http ADDR (HOST:PORT; :PORT listens on every interface), it serves Prometheus
+metrics at http://ADDR/metrics while it sweeps, and says on stderr where: package promadmit's,
+each pass counted as metrics.Recover counts a run (pgadmit_db_operations_total and
+pgadmit_db_operation_duration_seconds, operation "recover", by result: ok, skipped when another
+process was recovering, error, timeout, ...; what it gave back in pgadmit_recovered_total), its
+pool's (pgadmit_pool_*) and pgadmit_build_info. An ADDR it cannot bind (another process listens
+there) fails at once, exit 1, before any pass; the server closes as the sweeper stops. --http
+without --every is a usage error: a single pass ends before anything could read its metrics.`,
 		db:  dbRequired,
 		run: runRecover,
 	}
@@ -74,6 +83,8 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	maxRequeues := fs.Int("max-requeues", ratelimit.DefaultMaxRequeues, "requeue an async task `N` times before recovery fails it for good; N must be >= 0 (0: fail it at its lease's first expiry)")
 	progress := progressFlag(fs, 0, "how far it has got")
 	lockTimeout := lockTimeoutFlag(fs, pastLeaveBatchOrSweepOn)
+	httpAddr := fs.String("http", "", "with --every: serve Prometheus metrics of the passes and of the pool at http://`ADDR`/metrics "+
+		"(HOST:PORT; :PORT listens on every interface, port 0 on a free one); an ADDR it cannot bind fails at once, exit 1")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -102,9 +113,27 @@ func runRecover(ctx context.Context, a *app, args []string) error {
 	if err := checkProgress(fs, *progress, *every > 0); err != nil {
 		return err
 	}
+	serveMetrics := flagGiven(fs, "http")
+	if serveMetrics && *every == 0 {
+		return usagef("--http needs --every: a single pass ends before anything could read its metrics")
+	}
+	if serveMetrics {
+		if err := checkListenAddr(*httpAddr); err != nil {
+			return err
+		}
+	}
 
 	if *every > 0 {
-		return sweep(ctx, a, *every, *passTimeout, *lockTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
+		var metrics *sweepMetrics // nil: none served
+		if serveMetrics {
+			// Bound before the sweeper starts: an address taken fails the command at once, not
+			// a sweeper that runs unseen.
+			if metrics, err = a.serveSweepMetrics(*httpAddr); err != nil {
+				return err
+			}
+			defer metrics.close() // after the sweeper's last pass and its "stopped"
+		}
+		return sweep(ctx, a, metrics, *every, *passTimeout, *lockTimeout, ratelimit.WithRecoveryBatchSize(*batch), ratelimit.WithMaxRequeues(*maxRequeues),
 			ratelimit.WithMaintenanceLockTimeout(*lockTimeout))
 	}
 	pctx, cancel := passContext(ctx, *passTimeout)
@@ -176,8 +205,9 @@ func (a *app) connectPass(ctx, pctx context.Context, passTimeout time.Duration, 
 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
 // reach, at start or later, is logged and tried again at the next interval. lockTimeout is the
-// bound that opts give a batch's wait for a lock, for the log of a pass that gave up.
-func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Duration, opts ...ratelimit.MaintenanceOption) error {
+// bound that opts give a batch's wait for a lock, for the log of a pass that gave up. metrics, when
+// not nil (--http), counts each pass and exports the pool once it is open.
+func sweep(ctx context.Context, a *app, metrics *sweepMetrics, every, passTimeout, lockTimeout time.Duration, opts ...ratelimit.MaintenanceOption) error {
 	cfg, err := a.poolConfig(a.dsn, 2)
 	if err != nil {
 		return err // a bad URL: no retry will mend it
@@ -215,11 +245,14 @@ func sweep(ctx context.Context, a *app, every, passTimeout, lockTimeout time.Dur
 			if pool != nil {
 				o = &oneShot{pctx: ctx, pool: pool}
 				maint = ratelimit.NewMaintenance(pool, opts...)
+				if err := metrics.addPool(pool); err != nil {
+					a.warn("the pool's metrics are not served: %s", err)
+				}
 				a.sweepChecks(ctx, o, passTimeout)
 			}
 		}
 		if pool != nil {
-			recoverPass(ctx, o, maint, passTimeout, lockTimeout, logf, a.dsn)
+			recoverPass(ctx, o, maint, metrics, passTimeout, lockTimeout, logf, a.dsn)
 		}
 		if lost != nil {
 			return lost
@@ -269,14 +302,19 @@ func (a *app) sweepChecks(ctx context.Context, o *oneShot, passTimeout time.Dura
 // recoverPass runs one pass of the sweeper and logs it. A pass that hangs (a server that
 // stopped answering, a lock held for ever) must not stop the sweeper: after passTimeout it is
 // cut off, and the next pass goes on where it stopped. Interrupted, it is waited for endWait at
-// most (o.run), as a one-shot recover is: on a frozen server it took 6-7 s more.
-func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, passTimeout, lockTimeout time.Duration, logf func(string, ...any), dsn string) {
+// most (o.run), as a one-shot recover is: on a frozen server it took 6-7 s more. metrics counts
+// the pass as metrics.Recover counts a run, when it ends.
+func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, metrics *sweepMetrics, passTimeout, lockTimeout time.Duration, logf func(string, ...any), dsn string) {
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
 	var res ratelimit.RecoveryResult
 	var err error
-	if !o.run(func() { res, err = maint.Recover(pctx) }) {
+	if !o.run(func() {
+		began := time.Now()
+		res, err = maint.Recover(pctx)
+		metrics.observe(res, err, time.Since(began))
+	}) {
 		logf("recover: stopped mid-pass: %s", leaseLeft("the interrupt"))
 		return
 	}
