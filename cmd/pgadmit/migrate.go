@@ -48,10 +48,10 @@ while another process migrates.`,
 	}
 }
 
-func runMigrate(ctx context.Context, a *app, args []string) error {
+func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 	fs := a.flags(a.cmd)
 	to := fs.Int64("to", -1, "target `version` for up and down (default: up to the latest, down by one)")
-	args, err := a.parse(a.cmd, fs, args)
+	args, err = a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
 	}
@@ -96,6 +96,7 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer grace.CloseOnExit(ctx, pool)
+	defer func() { err = migratePrivilegeAdvice(err, sub) }()
 
 	// A database that a newer pgadmit migrated: goose cannot revert a migration it does not
 	// embed ("version not found"), and lists only the ones it knows. (up says so after its
@@ -172,6 +173,24 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 }
 
+// migratePrivilegeAdvice adds to err, when the server refused the role a privilege (SQLSTATE
+// 42501) in migrate's subcommand sub, which roles may run it: the server names a table, not who
+// may. up and down need the owner of pgadmit's tables (a role of docs/privileges.sql is refused
+// the lock table); status and version only read the version table, which docs/privileges.sql
+// lets its roles read too.
+func migratePrivilegeAdvice(err error, sub string) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return err
+	}
+	who := "the roles of docs/privileges.sql, pgadmit_gateway and pgadmit_maintenance, may not migrate"
+	if sub == "status" || sub == "version" {
+		who = "or as a member of pgadmit_gateway or pgadmit_maintenance, to which docs/privileges.sql grants the read of " + schema.VersionTable
+	}
+	return fmt.Errorf("%w: the database refused this role a privilege that migrate %s needs: run it as the role that owns "+
+		"pgadmit's tables (%s)", err, sub, who)
+}
+
 // nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says
 // so and the version, and exits 0, without opening goose's provider, which would create the
 // version and lock tables there.
@@ -243,13 +262,6 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		var perr *goose.PartialError
 		if errors.As(err, &perr) && perr.Failed != nil {
 			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
-		}
-		// A role that may not migrate (docs/privileges.sql's, refused the lock table): the
-		// server names a table, not who may.
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
-			err = fmt.Errorf("%w: the database refused this role a privilege that migrate needs: run it as the role that owns "+
-				"pgadmit's tables (the roles of docs/privileges.sql, pgadmit_gateway and pgadmit_maintenance, may not migrate)", err)
 		}
 		// A pooler in statement mode refuses the migration's transaction: say what to change.
 		return poolerr.Wrap(err, poolerr.MigrationsNeed)

@@ -146,10 +146,12 @@ func TestDoctorAndInspectAsARoleWithoutGrants(t *testing.T) {
 // migration pending: the server refuses the lock table, and the error says to run them as the
 // role that owns pgadmit's tables, where it gave only goose's "acquire lock ... after retries:
 // ... permission denied for table pgadmit_goose_lock" (it had tried once). status and version,
-// which those roles may read, work.
+// which those roles may read, work; run by a role that may not read the version table (the
+// gateway's, that grant revoked) they say which roles may, where they gave only goose's
+// "permission denied for table pgadmit_goose_version".
 func TestMigrateAsARoleThatMayNotSaysWhoMay(t *testing.T) {
 	t.Parallel()
-	url, _ := newDatabase(t)
+	url, owner := newDatabase(t)
 	gatewayURL, maintenanceURL := pgtest.LeastPrivilegeURLs(t, url)
 	cliOK(t, "--database-url", url, "migrate", "down") // the latest migration pending
 	for role, roleURL := range map[string]string{"pgadmit_gateway": gatewayURL, "pgadmit_maintenance": maintenanceURL} {
@@ -168,5 +170,22 @@ func TestMigrateAsARoleThatMayNotSaysWhoMay(t *testing.T) {
 		}
 		cliOK(t, "--database-url", roleURL, "migrate", "status")
 		cliOK(t, "--database-url", roleURL, "migrate", "version")
+	}
+
+	if err := dbtest.New().OpsRevokeGatewayVersionRead(context.Background(), owner); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"status", "version"} {
+		out, errOut, code := cli(t, nil, "--database-url", gatewayURL, "migrate", sub)
+		what := "migrate " + sub + " as a role that may not read the version table"
+		if code != exitFailure || out != "" || !strings.HasPrefix(errOut, "pgadmit migrate: ") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout", what, code, out, errOut)
+		}
+		oneLine(t, what+"'s error", errOut)
+		for _, want := range []string{"SQLSTATE 42501", "the role that owns pgadmit's tables", "pgadmit_gateway or pgadmit_maintenance", "docs/privileges.sql"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s does not say %q:\n%s", what, want, errOut)
+			}
+		}
 	}
 }
