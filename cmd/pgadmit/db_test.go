@@ -514,12 +514,14 @@ func TestBenchOnThrowawayCluster(t *testing.T) {
 
 // On a database that pgadmit has not migrated, or not fully, the commands that need its tables
 // say so and what to run, in one line, instead of passing on the server's "relation ... does
-// not exist".
+// not exist". Nothing they print may pass for work done: at version 5, where prune's lease and
+// first steps find their tables, prune printed its line of zero counts, for the steps that
+// failed too (as recover and doctor print nothing there).
 func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	latest := strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version"))
-	for _, to := range []string{"3", "0"} {
+	for _, to := range []string{"5", "3", "0"} {
 		cliOK(t, "--database-url", url, "migrate", "down", "--to", to)
 		for _, args := range [][]string{{"doctor"}, {"inspect"}, {"recover"}, {"prune"}} {
 			out, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)

@@ -442,10 +442,24 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	// A run that failed before its cutoff was read, or its lease taken, did nothing: its result
 	// says so by a zero cutoff, which is not printed (it read 0001-01-01T00:00:00Z).
 	counted := err == nil || !res.Cutoff.IsZero()
+	// On a schema older than this pgadmit's, steps fail for tables or functions it lacks: a
+	// line of zero counts would say that those ran and found nothing. As recover's there, it is
+	// printed only when the steps that ran did something; the error says what to run.
+	err = notMigrated(pctx, pool, err)
+	if sbe := (*schemaBehindError)(nil); errors.As(err, &sbe) && pruneDidNothing(res) {
+		counted = false
+	}
 	if counted { // a step the server rejected: the others still ran
 		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
 	}
-	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(notMigrated(pctx, pool, err), *lockTimeout), "prune", counted))
+	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(err, *lockTimeout), "prune", counted))
+}
+
+// pruneDidNothing says whether a prune's result counts nothing released or deleted, whatever
+// its cutoffs.
+func pruneDidNothing(r ratelimit.PruneResult) bool {
+	r.Cutoff, r.TaskCutoff = time.Time{}, time.Time{}
+	return r == (ratelimit.PruneResult{})
 }
 
 // progressFlag adds --progress to a one-shot recover, prune or doctor (and bench), whose usage
