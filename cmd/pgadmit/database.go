@@ -65,8 +65,12 @@ func describeCluster(c *pgcluster.Cluster) string {
 
 // migrate applies pending migrations on pool's database and reports the resulting version. It
 // warns when a newer pgadmit migrated the database (bench and demo would then run this one's
-// statements against functions and tables it may misread).
+// statements against functions and tables it may misread). A session that may not write fails
+// first (checkWritable), before anything runs.
 func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	if err := checkWritable(ctx, pool); err != nil {
+		return 0, err
+	}
 	if err := schema.Migrate(ctx, pool); err != nil {
 		return 0, err
 	}

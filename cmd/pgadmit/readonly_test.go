@@ -73,3 +73,34 @@ func TestMigrateOnAReadOnlyDatabaseFailsAtOnce(t *testing.T) {
 		t.Errorf("recover --every on a read-only database, stopped: exit %d\n%s%s", code, sweeper.stdout.String(), sweeper.stderr.String())
 	}
 }
+
+// demo and bench pointed at a read-only session (a hot standby, default_transaction_read_only
+// on) fail at once with the read-only advice, exit 1, having printed nothing on stdout: demo
+// ran its whole duration with every request failing, printed a full summary (capacity "back
+// 0.0s after the crash") and only then failed; bench ran every workload, each op an error, and
+// blamed the checks.
+func TestDemoAndBenchOnAReadOnlyDatabaseFailAtOnce(t *testing.T) {
+	t.Parallel()
+	ro := pgtest.ReadOnlyURL(t, pgtest.NewURL(t))
+	for _, args := range [][]string{{"demo", "--duration", "5s"}, {"demo", "--http", "--duration", "5s"}, {"bench", "--duration", "1s"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var out, errOut bytes.Buffer
+		start := time.Now()
+		code := run(ctx, append([]string{"--database-url", ro}, args...), &out, &errOut, func(string) string { return "" })
+		took := time.Since(start)
+		cancel()
+		what := "pgadmit " + strings.Join(args, " ") + " on a read-only database"
+		if code != exitFailure || out.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q; want exit %d, nothing on stdout", what, code, out.String(), exitFailure)
+		}
+		if took > 3*time.Second {
+			t.Errorf("%s took %s, want a failure at once", what, took.Round(time.Millisecond))
+		}
+		oneLine(t, what+"'s stderr", errOut.String())
+		for _, want := range []string{"pgadmit " + args[0] + ": ", "may not write", "read-only", "primary", "nothing was written"} {
+			if !strings.Contains(errOut.String(), want) {
+				t.Errorf("%s does not say %q:\n%s", what, want, errOut.String())
+			}
+		}
+	}
+}
