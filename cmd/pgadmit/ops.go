@@ -376,7 +376,16 @@ its step, as for recover), the other steps run, what was done is printed, and it
 so. As recover's, its progress says that it still waits while no batch ends, and --pass-timeout
 (no bound by default; counted from the run's start, connecting and reading the schema version
 included) cuts the run off, exit 1; cut off or interrupted, it waits 2s at most for its
-statement's cancel and its lease's release, as recover does.`,
+statement's cancel and its lease's release, as recover does.
+
+A request still in flight when prune releases its reservation (a response that streams on past
+its window's end by more than --older-than) is not settled: its gateway's Commit reports that
+reservation StatusUnknown (once deleted, which the same run does; StatusReleased until then),
+without an error, and still releases its leases, but its actual amount is recorded nowhere. The
+window is over, so no admission is affected; the ended window's used amount and the overage
+report miss it. Choose --older-than longer than the longest request, from its admission to its
+Commit or Release, with room to spare (the default 24h, or 1h); seconds only where requests are
+that short.`,
 		db:  dbRequired,
 		run: runPrune,
 	}
@@ -384,7 +393,7 @@ statement's cancel and its lease's release, as recover does.`,
 
 func runPrune(ctx context.Context, a *app, args []string) error {
 	fs := a.flags(a.cmd)
-	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago, which must be positive")
+	olderThan := fs.Duration("older-than", 24*time.Hour, "delete what ended more than this `duration` ago, which must be positive and longer than the longest request (see above)")
 	events := fs.Bool("events", false, "also delete the events of tasks that finished before the cutoff")
 	taskRetention := fs.Duration("task-retention", ratelimit.DefaultTaskRetention, "delete finished tasks this `duration` after they finished (0 keeps them)")
 	batch := fs.Int("batch-size", ratelimit.DefaultPruneBatchSize, "at most `N` rows in one delete statement, 1 to 1000000 (for tasks and --events: tasks, each with all its events)")
