@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,7 +219,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer profile.stop()
-	report, err := createBenchJSON(*jsonPath)
+	report, err := createJSONFile(*jsonPath)
 	if err != nil {
 		return err
 	}
@@ -491,79 +488,6 @@ func inRound(r bench.Result, rounds int, single string) string {
 		return fmt.Sprintf("%s round %d/%d", r.Code(), r.Round, rounds)
 	}
 	return single
-}
-
-// benchJSONFile is bench's --json file, or stdout for "-".
-type benchJSONFile struct {
-	file    *os.File // nil for stdout
-	created bool     // the file did not exist before this run: abandon removes it
-	written bool
-}
-
-// createBenchJSON opens --json's file before anything else runs, as --cpuprofile does, so
-// that a bad path fails the command at once, not after every workload has run; nil when path
-// is empty. A file that exists already (an earlier run's report, or /dev/stdout) is opened
-// without being truncated: it is replaced only when the report is written, and left as it was
-// when the run fails.
-func createBenchJSON(path string) (*benchJSONFile, error) {
-	switch path {
-	case "":
-		return nil, nil
-	case "-":
-		return &benchJSONFile{}, nil
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if err == nil {
-		return &benchJSONFile{file: f, created: true}, nil
-	}
-	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(path, os.O_WRONLY, 0)
-	}
-	if err != nil {
-		return nil, usagef("--json: %v", err)
-	}
-	return &benchJSONFile{file: f}, nil
-}
-
-// write writes v as indented JSON to the file, or to stdout, and closes the file.
-func (j *benchJSONFile) write(stdout io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode JSON: %w", err)
-	}
-	b = append(b, '\n')
-	if j.file == nil {
-		_, err := stdout.Write(b)
-		return err
-	}
-	j.written = true
-	// An earlier report in the file: drop it (a device or pipe has nothing to drop).
-	if st, serr := j.file.Stat(); serr == nil && st.Mode().IsRegular() {
-		err = j.file.Truncate(0)
-	}
-	if err == nil {
-		_, err = j.file.Write(b)
-	}
-	if cerr := j.file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write --json: %w", err)
-	}
-	return nil
-}
-
-// abandon closes the file when the run ended before its report was written, and removes it
-// when this run created it (an empty file is no JSON document); a file that existed before is
-// left as it was.
-func (j *benchJSONFile) abandon() {
-	if j == nil || j.file == nil || j.written {
-		return
-	}
-	j.file.Close()
-	if j.created {
-		os.Remove(j.file.Name())
-	}
 }
 
 // wrap word-wraps text to lines of at most width columns, each indented by indent spaces.

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// jsonFile is the --json file of bench, doctor or inspect, or stdout for "-".
+type jsonFile struct {
+	file    *os.File // nil for stdout
+	created bool     // the file did not exist before this run: abandon removes it
+	written bool
+}
+
+// createJSONFile opens --json's file before anything else runs (as bench's --cpuprofile is),
+// so that a bad path fails the command at once, not after every workload has run or the books
+// were checked; nil when path is empty. A file that exists already (an earlier run's report, or /dev/stdout) is opened
+// without being truncated: it is replaced only when the report is written, and left as it was
+// when the run fails.
+func createJSONFile(path string) (*jsonFile, error) {
+	switch path {
+	case "":
+		return nil, nil
+	case "-":
+		return &jsonFile{}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err == nil {
+		return &jsonFile{file: f, created: true}, nil
+	}
+	if errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
+	if err != nil {
+		return nil, usagef("--json: %v", err)
+	}
+	return &jsonFile{file: f}, nil
+}
+
+// write writes v as indented JSON to the file, or to stdout, and closes the file.
+func (j *jsonFile) write(stdout io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	b = append(b, '\n')
+	if j.file == nil {
+		_, err := stdout.Write(b)
+		return err
+	}
+	j.written = true
+	// An earlier report in the file: drop it (a device or pipe has nothing to drop).
+	if st, serr := j.file.Stat(); serr == nil && st.Mode().IsRegular() {
+		err = j.file.Truncate(0)
+	}
+	if err == nil {
+		_, err = j.file.Write(b)
+	}
+	if cerr := j.file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write --json: %w", err)
+	}
+	return nil
+}
+
+// abandon closes the file when the run ended before its report was written, and removes it
+// when this run created it (an empty file is no JSON document); a file that existed before is
+// left as it was.
+func (j *jsonFile) abandon() {
+	if j == nil || j.file == nil || j.written {
+		return
+	}
+	j.file.Close()
+	if j.created {
+		os.Remove(j.file.Name())
+	}
+}
