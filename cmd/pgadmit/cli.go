@@ -54,6 +54,9 @@ type app struct {
 	// schemaBehind, when not "", says that the database lacks migrations of this pgadmit
 	// (connectOperator): run warns with it unless the command failed for that very reason.
 	schemaBehind string
+	// schemaVersion is the database's pgadmit schema version as connectOperator read it, nil when
+	// it could not: doctor's and inspect's --json say it.
+	schemaVersion *int64
 }
 
 // command is a subcommand of pgadmit.

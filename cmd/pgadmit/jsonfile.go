@@ -3,11 +3,28 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 )
+
+// jsonFlag adds doctor's and inspect's --json, which writes what (their "report", "tables") as
+// JSON, as bench's --json writes its results.
+func jsonFlag(flags *flag.FlagSet, what string) *string {
+	return flags.String("json", "", "also write the "+what+" as JSON to this `file` (- for stdout; the text then goes to stderr); none when the run cannot end (an error, a cut-off, an interrupt)")
+}
+
+// openJSONFlag refuses a --json given empty (a script's unset variable: no file would be
+// written), then opens its file (createJSONFile); nil when it was not given.
+func openJSONFlag(flags *flag.FlagSet, path string) (*jsonFile, error) {
+	if flagGiven(flags, "json") && strings.TrimSpace(path) == "" {
+		return nil, usagef("--json is empty")
+	}
+	return createJSONFile(path)
+}
 
 // jsonFile is the --json file of bench, doctor or inspect, or stdout for "-".
 type jsonFile struct {
@@ -41,8 +58,12 @@ func createJSONFile(path string) (*jsonFile, error) {
 	return &jsonFile{file: f}, nil
 }
 
-// write writes v as indented JSON to the file, or to stdout, and closes the file.
+// write writes v as indented JSON to the file, or to stdout, and closes the file; nothing
+// when --json was not given (j nil).
 func (j *jsonFile) write(stdout io.Writer, v any) error {
+	if j == nil {
+		return nil
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode JSON: %w", err)

@@ -293,7 +293,7 @@ func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.schemaBehind = checkOperatorSchema(ctx, pool, a.warn)
+	a.schemaVersion, a.schemaBehind = checkOperatorSchema(ctx, pool, a.warn)
 	return pool, nil
 }
 
@@ -306,9 +306,13 @@ func (a *app) connectOperator(ctx context.Context) (*pgxpool.Pool, error) {
 // version is left to the command's own statements to report, except a role that may not read
 // it (the version table's SELECT missing from its grants), which is warned of: the commands
 // may work without it, but the check would be skipped in silence. It warns with warn (a.warn, or
-// the sweeper's, which says only what checks that returned found).
-func checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool, warn func(string, ...any)) (behind string) {
+// the sweeper's, which says only what checks that returned found). It also returns the version
+// it read, for doctor's and inspect's --json (nil when it could not be read).
+func checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool, warn func(string, ...any)) (version *int64, behind string) {
 	v, latest, err := schemaVersions(ctx, pool)
+	if err == nil {
+		version = &v
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
@@ -317,9 +321,9 @@ func checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool, warn func(stri
 	case v > latest:
 		warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
 	case v < latest:
-		return fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
+		return version, fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
 	}
-	return ""
+	return version, ""
 }
 
 // schemaAhead reads pool's database's pgadmit schema version and says, when it is above every

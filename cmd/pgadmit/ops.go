@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -278,7 +279,7 @@ func (a *app) sweepChecks(ctx context.Context, o *oneShot, passTimeout time.Dura
 	var warnings []string
 	warn := func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) }
 	returned := o.within(cctx, func() {
-		if behind := checkOperatorSchema(cctx, o.pool, warn); behind != "" {
+		if _, behind := checkOperatorSchema(cctx, o.pool, warn); behind != "" {
 			warn("%s", behind)
 		}
 		// A connection string that does not suit a transaction pooler works while the sweeper
@@ -530,7 +531,17 @@ apply lock_timeout: doctor would wait until Ctrl-C. --pass-timeout cuts the run 
 default, as a check of a large database may rightly take long; give one to a doctor that cron or
 a script runs; counted from its start, connecting and reading the schema version included): it
 says what it did not check and exits 1. Cut off or interrupted, it ends within about 2s on a
-server that does not answer (its statement's cancel, then its connections' close, 1s each).`,
+server that does not answer (its statement's cancel, then its connections' close, 1s each).
+
+--json FILE (- for stdout, the text then going to stderr) also writes the report as one JSON
+document, for a script: "ok", "books_checked", "schema_version", "checked_at", "duration_s",
+"problems" (each with its "kind", "recoverable", scope, metric, window, task, row and attempt,
+and the "expected" and "actual" amounts as JSON numbers with every digit the database holds),
+"truncated", "recoverable" and "pooler" (null, or what the connection's check found). The exit
+codes are unchanged. It is written when the books were checked, or the connection's check
+stopped doctor before them ("books_checked": false); a run that could not check (the database
+unreachable or refusing it, cut off, interrupted) writes none, and removes a FILE it created: a
+script tells problems found (a document, "ok": false) from a check that did not run (none).`,
 		db:  dbRequired,
 		run: runDoctor,
 	}
@@ -541,6 +552,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	progress := progressFlag(fs, minInterval, "that it is still checking, and when --pass-timeout cuts it off,")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	passTimeout := passTimeoutFlag(fs, "cut off a run still going after `duration` (at least 100ms): it says what it did not check and exits 1 (default: no bound)")
+	jsonPath := jsonFlag(fs, "report")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -557,6 +569,16 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if err := checkPassTimeout(fs, passTimeout); err != nil {
 		return err
 	}
+	report, err := openJSONFlag(fs, *jsonPath)
+	if err != nil {
+		return err
+	}
+	defer report.abandon()
+	out := a.stdout // the text; with --json -, stderr
+	if *jsonPath == "-" {
+		out = a.stderr
+	}
+	start := time.Now()
 	// Bounded as a one-shot recover is (connectPass): on a server that stopped answering, no
 	// lock_timeout ends a wait, and doctor hung until Ctrl-C. Its statement cut off there is
 	// given up 1s after its cancel request, and the pool's close waits 1s at most (pctx ended).
@@ -577,19 +599,29 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if !o.run(func() { perr = ratelimit.CheckPooler(pctx, pool) }) {
 		return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, fmt.Errorf("checking the connection pooler: %w", pctx.Err()))
 	}
+	doc := doctorReport{SchemaVersion: a.schemaVersion, Problems: []doctorProblemJSON{}}
 	if err := perr; err != nil {
+		var unfit *exitError
 		switch {
 		case errors.Is(err, ratelimit.ErrPoolerUnknown):
 			// Said, not failed: a pooler in session mode always looks so.
-			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
 		case errors.Is(err, ratelimit.ErrStatementPooling):
-			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
-			return &exitError{code: exitFailure, msg: "the connection pooler's mode does not suit pgadmit"}
+			unfit = &exitError{code: exitFailure, msg: "the connection pooler's mode does not suit pgadmit"}
 		case errors.Is(err, ratelimit.ErrPoolerMismatch):
-			fmt.Fprintf(a.stdout, "doctor: connection: %s\n", scrub(err.Error(), a.dsn))
-			return &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
+			unfit = &exitError{code: exitFailure, msg: "the connection string does not suit the connection pooler"}
 		default:
 			return cutOffLeaving(ctx, pctx, *passTimeout, unchecked, err)
+		}
+		said := scrub(err.Error(), a.dsn)
+		fmt.Fprintf(out, "doctor: connection: %s\n", said)
+		doc.Pooler = &doctorPoolerJSON{Kind: poolerKind(err), Message: said}
+		if unfit != nil { // the books are not checked: the document says so, with the pooler's advice
+			stopProgress()
+			doc.DurationSeconds = time.Since(start).Seconds()
+			if err := report.write(a.stdout, doc); err != nil {
+				return err
+			}
+			return unfit
 		}
 	}
 	books()
@@ -599,12 +631,18 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return cutOffLeaving(ctx, pctx, *passTimeout, "the books were not checked",
 			privilegeDenied(lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout), "doctor", false))
 	}
-	return a.printDoctor(rep)
+	failed := printDoctor(out, rep)
+	doctorJSON(&doc, rep)
+	doc.DurationSeconds = time.Since(start).Seconds()
+	if err := report.write(a.stdout, doc); err != nil {
+		return err
+	}
+	return failed
 }
 
-// printDoctor prints a doctor report and turns problems into exit code 1.
-func (a *app) printDoctor(rep ratelimit.Report) error {
-	fmt.Fprintln(a.stdout, rep.String())
+// printDoctor prints a doctor report on out and turns problems into exit code 1.
+func printDoctor(out io.Writer, rep ratelimit.Report) error {
+	fmt.Fprintln(out, rep.String())
 	if rep.OK() {
 		return nil
 	}
@@ -615,7 +653,7 @@ func (a *app) printDoctor(rep ratelimit.Report) error {
 		}
 	}
 	if recoverable > 0 {
-		fmt.Fprintf(a.stdout, "%d of these are capacity that finished tasks or attempts, or dead holders of blocks, still hold: `pgadmit recover` gives it back.\n", recoverable)
+		fmt.Fprintf(out, "%d of these are capacity that finished tasks or attempts, or dead holders of blocks, still hold: `pgadmit recover` gives it back.\n", recoverable)
 	}
 	more := ""
 	if rep.Truncated {

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// doctorJSONDoc is doctor --json's document as a script reads it: amounts as json.Number, so
+// that their every digit is compared.
+type doctorJSONDoc struct {
+	OK              bool       `json:"ok"`
+	BooksChecked    bool       `json:"books_checked"`
+	SchemaVersion   *int64     `json:"schema_version"`
+	CheckedAt       *time.Time `json:"checked_at"`
+	DurationSeconds float64    `json:"duration_s"`
+	Problems        []struct {
+		Kind          string      `json:"kind"`
+		Recoverable   bool        `json:"recoverable"`
+		ScopeType     string      `json:"scope_type"`
+		ScopeKey      string      `json:"scope_key"`
+		Metric        string      `json:"metric"`
+		WindowSeconds float64     `json:"window_s"`
+		WindowStart   *time.Time  `json:"window_start"`
+		TaskID        string      `json:"task_id"`
+		TaskStatus    string      `json:"task_status"`
+		RowID         string      `json:"row_id"`
+		AttemptID     string      `json:"attempt_id"`
+		Expected      json.Number `json:"expected"`
+		Actual        json.Number `json:"actual"`
+	} `json:"problems"`
+	Truncated   bool `json:"truncated"`
+	Recoverable int  `json:"recoverable"`
+	Pooler      *struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+	} `json:"pooler"`
+}
+
+// decodeDoctorJSON decodes doctor's --json document, failing the test unless it is one.
+func decodeDoctorJSON(t *testing.T, text string) doctorJSONDoc {
+	t.Helper()
+	var doc doctorJSONDoc
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("doctor --json: not one document: %v\n%s", err, text)
+	}
+	if dec.More() {
+		t.Fatalf("doctor --json: more than one document:\n%s", text)
+	}
+	return doc
+}
+
+// latestSchemaVersion is the last migration this pgadmit embeds, which newDatabase applies.
+func latestSchemaVersion(t *testing.T) int64 {
+	t.Helper()
+	versions, err := migrationVersions()
+	if err != nil || len(versions) == 0 {
+		t.Fatalf("migrationVersions = %v, %v", versions, err)
+	}
+	return versions[len(versions)-1]
+}
+
+// doctor --json - writes one document on stdout, its text on stderr; with a file, the text stays
+// on stdout byte for byte as without --json. A clean database, then one whose counter holds 2
+// more than its open reservation: the document names the counter, its window and the two
+// amounts, as the library's report does, and the exit codes are doctor's.
+func TestDoctorJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	version := latestSchemaVersion(t)
+
+	before := time.Now()
+	out, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--json", "-")
+	if code != exitOK {
+		t.Fatalf("doctor --json - on a clean database: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	doc := decodeDoctorJSON(t, out)
+	if !doc.OK || !doc.BooksChecked || len(doc.Problems) != 0 || doc.Problems == nil || doc.Truncated || doc.Recoverable != 0 || doc.Pooler != nil {
+		t.Errorf("doctor --json on a clean database: %+v\n%s", doc, out)
+	}
+	if doc.SchemaVersion == nil || *doc.SchemaVersion != version {
+		t.Errorf("doctor --json: schema_version %v, want %d\n%s", doc.SchemaVersion, version, out)
+	}
+	if doc.CheckedAt == nil || doc.CheckedAt.Before(before.Add(-time.Minute)) || doc.CheckedAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("doctor --json: checked_at %v, want about now\n%s", doc.CheckedAt, out)
+	}
+	if doc.DurationSeconds <= 0 || doc.DurationSeconds > time.Since(before).Seconds() {
+		t.Errorf("doctor --json: duration_s %g, want in (0, %g]", doc.DurationSeconds, time.Since(before).Seconds())
+	}
+	if errOut != "doctor: the books balance\n" {
+		t.Errorf("doctor --json -: stderr %q, want the text", errOut)
+	}
+
+	win := readBackWindow(t, pool)
+	lim := ratelimit.New(pool)
+	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "broken"}, Metric: ratelimit.MetricTokens,
+		Limit: 1000, Amount: 5, Window: win}}); err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	n, err := dbtest.New().OpsCounterCorruptAdd(ctx, pool, dbtest.OpsCounterCorruptAddParams{
+		ScopeType: "api_key", ScopeKey: "broken", Metric: ratelimit.MetricTokens, ReservedDelta: 2,
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("OpsCounterCorruptAdd = %d, %v", n, err)
+	}
+	rep, err := ratelimit.NewMaintenance(pool).Doctor(ctx)
+	if err != nil || len(rep.Problems) != 1 {
+		t.Fatalf("Doctor = %+v, %v; want one problem", rep, err)
+	}
+	want := rep.Problems[0]
+
+	textOut, textErr, textCode := cli(t, nil, "--database-url", url, "doctor")
+	path := filepath.Join(t.TempDir(), "doctor.json")
+	out, errOut, code = cli(t, nil, "--database-url", url, "doctor", "--json", path)
+	if code != exitFailure || textCode != exitFailure {
+		t.Fatalf("doctor on broken books: exit %d, with --json %d; want %d\nstderr:\n%s", textCode, code, exitFailure, errOut)
+	}
+	if out != textOut || errOut != textErr {
+		t.Errorf("doctor --json FILE changed the text:\nstdout %q\nwant   %q\nstderr %q\nwant   %q", out, textOut, errOut, textErr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc = decodeDoctorJSON(t, string(b))
+	if doc.OK || !doc.BooksChecked || len(doc.Problems) != 1 || doc.Truncated || doc.Recoverable != 0 {
+		t.Fatalf("doctor --json on broken books: %+v\n%s", doc, b)
+	}
+	p := doc.Problems[0]
+	if p.Kind != string(ratelimit.ProblemCounterReserved) || p.Recoverable || p.ScopeType != "api_key" || p.ScopeKey != "broken" ||
+		p.Metric != ratelimit.MetricTokens || p.WindowSeconds != win.Seconds() || p.Expected != "5" || p.Actual != "7" {
+		t.Errorf("doctor --json: problem %+v, want counter_reserved_mismatch of api_key:broken tokens, window_s %g, expected 5, actual 7\n%s",
+			p, win.Seconds(), b)
+	}
+	if p.WindowStart == nil || !p.WindowStart.Equal(want.WindowStart) || p.TaskID != want.TaskID || p.RowID != want.RowID || p.AttemptID != want.AttemptID {
+		t.Errorf("doctor --json: problem %+v, want the report's %+v\n%s", p, want, b)
+	}
+}
+
+// A doctor that cannot reach its database writes no document: nothing on stdout with --json -,
+// no file with --json FILE (one it created is removed), and its error on stderr, exit 1.
+func TestDoctorJSONOfAFailedRun(t *testing.T) {
+	t.Parallel()
+	const closed = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
+	for _, cmd := range []string{"doctor"} {
+		out, errOut, code := cli(t, nil, "--database-url", closed, cmd, "--json", "-")
+		if code != exitFailure || out != "" || !strings.Contains(errOut, "cannot connect") {
+			t.Errorf("%s --json - on a closed port: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout", cmd, code, out, errOut)
+		}
+		path := filepath.Join(t.TempDir(), cmd+".json")
+		_, errOut, code = cli(t, nil, "--database-url", closed, cmd, "--json", path)
+		if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
+			t.Errorf("%s --json FILE on a closed port: exit %d, stderr %q", cmd, code, errOut)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s that failed left its --json file behind: %v", cmd, err)
+		}
+	}
+}
+
+// Behind PgBouncer, doctor --json says what the connection's check found: in transaction mode with
+// pgx's default exec mode, a pooler_mismatch whose message is the advice doctor prints, the books
+// not checked (exit 1); in session mode, pooler_unknown, and the books checked (exit 0).
+func TestDoctorJSONBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		mode, kind, advice string
+		code               int
+	}{
+		{"transaction", "pooler_mismatch", "default_query_exec_mode=exec", exitFailure},
+		{"session", "pooler_unknown", "could not tell", exitOK},
+	} {
+		pooled, _ := pgtest.NewPoolerURLIn(t, c.mode, pgtest.PoolerSize)
+		out, errOut, code := cli(t, nil, "--database-url", pooled, "doctor", "--json", "-")
+		if code != c.code {
+			t.Fatalf("doctor --json behind PgBouncer in %s mode: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", c.mode, code, c.code, out, errOut)
+		}
+		doc := decodeDoctorJSON(t, out)
+		if doc.Pooler == nil || doc.Pooler.Kind != c.kind || !strings.Contains(doc.Pooler.Message, c.advice) ||
+			!strings.Contains(errOut, "doctor: connection: "+doc.Pooler.Message+"\n") {
+			t.Errorf("doctor --json behind PgBouncer in %s mode: pooler %+v, want %s saying %q as the text does\n%s\nstderr:\n%s", c.mode, doc.Pooler, c.kind, c.advice, out, errOut)
+		}
+		if ok := c.code == exitOK; doc.OK != ok || doc.BooksChecked != ok || (doc.CheckedAt != nil) != ok || doc.Problems == nil {
+			t.Errorf("doctor --json behind PgBouncer in %s mode: ok %v, books_checked %v, checked_at %v, problems %v; want the books checked: %v",
+				c.mode, doc.OK, doc.BooksChecked, doc.CheckedAt, doc.Problems, ok)
+		}
+	}
+}

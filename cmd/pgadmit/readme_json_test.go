@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// readmeJSONExample returns the first ```json block of the README's section of command, which
+// holds the example of its --json document.
+func readmeJSONExample(t *testing.T, command string) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### `pgadmit "+command+"`\n")
+	section, _, _ = strings.Cut(section, "\n### ")
+	_, block, found := strings.Cut(section, "\n```json\n")
+	block, _, closed := strings.Cut(block, "\n```\n")
+	if !ok || !found || !closed {
+		t.Fatalf("README: the %s section has no ```json example", command)
+	}
+	return block
+}
+
+// jsonFieldPaths returns the field names of a JSON document as paths ("problems[].kind"), those
+// of every element of an array merged.
+func jsonFieldPaths(t *testing.T, doc []byte) []string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, doc)
+	}
+	paths := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				paths[prefix+k] = true
+				walk(prefix+k+".", e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(strings.TrimSuffix(prefix, ".")+"[].", e)
+			}
+		}
+	}
+	walk("", v)
+	return slices.Sorted(maps.Keys(paths))
+}
+
+// The README's example of a --json document names every field the command writes, and no other:
+// scripts read them, and a field they cannot find documented is one they cannot rely on. What
+// is compared is the document of a report with every object and list filled in (the command
+// writes every field, left out never), as the command marshals it.
+func TestJSONExamplesOfTheReadmeNameTheFields(t *testing.T) {
+	t.Parallel()
+	for command, full := range map[string]any{
+		"doctor": doctorReport{Problems: []doctorProblemJSON{{}}, Pooler: &doctorPoolerJSON{}},
+	} {
+		written, err := json.Marshal(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := jsonFieldPaths(t, written)
+		got := jsonFieldPaths(t, []byte(readmeJSONExample(t, command)))
+		if !slices.Equal(got, want) {
+			t.Errorf("README's %s --json example names the fields\n%v\nwhere %s writes\n%v", command, got, command, want)
+		}
+	}
+}
