@@ -151,12 +151,12 @@ func TestDoctorJSON(t *testing.T) {
 	}
 }
 
-// A doctor that cannot reach its database writes no document: nothing on stdout with --json -,
+// A doctor or inspect that cannot reach its database writes no document: nothing on stdout with --json -,
 // no file with --json FILE (one it created is removed), and its error on stderr, exit 1.
 func TestDoctorJSONOfAFailedRun(t *testing.T) {
 	t.Parallel()
 	const closed = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
-	for _, cmd := range []string{"doctor"} {
+	for _, cmd := range []string{"doctor", "inspect"} {
 		out, errOut, code := cli(t, nil, "--database-url", closed, cmd, "--json", "-")
 		if code != exitFailure || out != "" || !strings.Contains(errOut, "cannot connect") {
 			t.Errorf("%s --json - on a closed port: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout", cmd, code, out, errOut)

@@ -48,7 +48,16 @@ apply lock_timeout: inspect would wait until Ctrl-C. --pass-timeout cuts the run
 by default, as for doctor; give one to an inspect that a script runs; counted from its start,
 connecting and reading the schema version included): it says that no table was shown (they are
 printed once all four are read) and exits 1. Cut off or interrupted, it ends within about 2s on a
-server that does not answer (its statement's cancel, then its connections' close, 1s each).`,
+server that does not answer (its statement's cancel, then its connections' close, 1s each).
+
+--json FILE (- for stdout, the tables' text then going to stderr) also writes the four tables as
+one JSON document, for a script: "windows", "leases", "admissions" and "allotments", arrays of
+objects whose amounts are JSON numbers with every digit the database holds and whose durations
+are in seconds ("reset_in_s", "next_expiry_in_s", null with no live lease, "oldest_age_s",
+"reported_ago_s", "ends_in_s", negative once the window ended), with "totals" (each table's
+rows, past --limit too), "scope", "limit", "schema_version" and "duration_s". It is written once
+all four tables are read, as the text is: a run that fails writes none, and removes a FILE it
+created.`,
 		db:  dbRequired,
 		run: runInspect,
 	}
@@ -70,6 +79,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	limit := fs.Int("limit", 50, "print at most `N` rows per table, 1 to 1000000")
 	lockTimeout := lockTimeoutFlag(fs, pastGiveUp)
 	passTimeout := passTimeoutFlag(fs, "cut off a run still going after `duration` (at least 100ms): it shows no table and exits 1 (default: no bound)")
+	jsonPath := jsonFlag(fs, "tables")
 	args, err := a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -96,6 +106,16 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		scopeType = pgtype.Text{String: typ, Valid: true}
 		scopeKey = pgtype.Text{String: key, Valid: true}
 	}
+	report, err := openJSONFlag(fs, *jsonPath)
+	if err != nil {
+		return err
+	}
+	defer report.abandon()
+	out := a.stdout // the tables' text; with --json -, stderr
+	if *jsonPath == "-" {
+		out = a.stderr
+	}
+	start := time.Now()
 
 	// Bounded as doctor is: its tables are printed once all four are read, so a run cut off
 	// shows none.
@@ -111,10 +131,18 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return cutOffLeaving(ctx, pctx, *passTimeout, unshown, privilegeDenied(lockTimedOut(notMigrated(pctx, pool, err), *lockTimeout), "inspect", false))
 	}
-	if err := printInspect(a.stdout, in.windows, in.leases, in.admissions); err != nil {
+	if err := printInspect(out, in.windows, in.leases, in.admissions); err != nil {
 		return err
 	}
-	return printAllotments(a.stdout, in.allotments)
+	if err := printAllotments(out, in.allotments); err != nil {
+		return err
+	}
+	doc := inspectDocument(in)
+	doc.SchemaVersion, doc.Limit, doc.DurationSeconds = a.schemaVersion, *limit, time.Since(start).Seconds()
+	if scopeType.Valid {
+		doc.Scope = &inspectScopeJSON{Type: scopeType.String, Key: scopeKey.String}
+	}
+	return report.write(a.stdout, doc)
 }
 
 // inspection is what inspect shows, read in one snapshot.

@@ -62,6 +62,8 @@ func TestJSONExamplesOfTheReadmeNameTheFields(t *testing.T) {
 	t.Parallel()
 	for command, full := range map[string]any{
 		"doctor": doctorReport{Problems: []doctorProblemJSON{{}}, Pooler: &doctorPoolerJSON{}},
+		"inspect": inspectReport{Windows: []inspectWindowJSON{{}}, Leases: []inspectLeaseJSON{{}}, Admissions: []inspectAdmissionJSON{{}},
+			Allotments: []inspectAllotmentJSON{{}}},
 	} {
 		written, err := json.Marshal(full)
 		if err != nil {
