@@ -13,7 +13,8 @@ import (
 // doctor prints a problem's amounts exactly, as psql shows them: a counter
 // 1e-9 off its ledger's sum of 1e14 and 1e-9 (each a valid amount) holds
 // 100000000000000.000000002 where 100000000000000.000000001 is due, and
-// doctor printed "expected 1e+14, actual 1e+14", the two float64s.
+// doctor printed "expected 1e+14, actual 1e+14", the two float64s. Its
+// --json document holds them so too.
 func TestDoctorPrintsExactAmounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -38,5 +39,11 @@ func TestDoctorPrintsExactAmounts(t *testing.T) {
 	const amounts = ": expected 100000000000000.000000001, actual 100000000000000.000000002\n"
 	if code != exitFailure || !strings.Contains(out, want) || !strings.Contains(out, amounts) {
 		t.Errorf("doctor: exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d and a line %q...%q", code, out, errOut, exitFailure, want, amounts)
+	}
+	// --json writes them as JSON numbers with the same digits, which a float64 would drop.
+	out, errOut, code = cli(t, nil, "--database-url", url, "doctor", "--json", "-")
+	const inJSON = `"expected": 100000000000000.000000001,` + "\n" + `      "actual": 100000000000000.000000002` + "\n"
+	if code != exitFailure || !strings.Contains(out, inJSON) {
+		t.Errorf("doctor --json -: exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d and %q", code, out, errOut, exitFailure, inJSON)
 	}
 }

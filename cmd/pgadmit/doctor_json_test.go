@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -197,6 +198,49 @@ func TestDoctorJSONBehindPgBouncer(t *testing.T) {
 		if ok := c.code == exitOK; doc.OK != ok || doc.BooksChecked != ok || (doc.CheckedAt != nil) != ok || doc.Problems == nil {
 			t.Errorf("doctor --json behind PgBouncer in %s mode: ok %v, books_checked %v, checked_at %v, problems %v; want the books checked: %v",
 				c.mode, doc.OK, doc.BooksChecked, doc.CheckedAt, doc.Problems, ok)
+		}
+	}
+}
+
+// doctor and inspect cut off by --pass-timeout on a server that stopped answering write no
+// document: nothing on stdout with --json -, and a --json FILE they created is removed, their
+// error on stderr, exit 1 (as a run that cannot connect: TestDoctorJSONOfAFailedRun).
+func TestDoctorAndInspectJSONCutOffWriteNoDocument(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"doctor", "inspect"} {
+		for _, toFile := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, to a file: %v", cmd, toFile), func(t *testing.T) {
+				t.Parallel()
+				path := "-"
+				if toFile {
+					path = filepath.Join(t.TempDir(), cmd+".json")
+				}
+				r := runUntilFrozen(t, context.Background(), dbtest.New().OpsLockCounters, cmd, "--lock-timeout", "0", "--pass-timeout", "2s",
+					"--json", path)
+				select {
+				case code := <-r.exited:
+					if code != exitFailure || r.stdout.String() != "" || !strings.Contains(r.stderr.String(), "cut off by --pass-timeout (2s)") {
+						t.Errorf("%s --json %s cut off on a frozen server: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout",
+							cmd, path, code, r.stdout.String(), r.stderr.String())
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s --pass-timeout 2s on a frozen server did not return within 30s; stderr %q", cmd, r.stderr.String())
+				}
+				if _, err := os.Stat(path); toFile && !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("%s cut off left its --json file behind: %v", cmd, err)
+				}
+			})
+		}
+	}
+}
+
+// --json given empty (a script's unset variable) is a usage error, not a run without the document.
+func TestDoctorAndInspectRefuseAnEmptyJSON(t *testing.T) {
+	t.Parallel()
+	noDB := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?sslmode=disable"}
+	for _, cmd := range []string{"doctor", "inspect"} {
+		if out, errOut, code := cli(t, noDB, cmd, "--json", " "); code != exitUsage || out != "" || !strings.HasPrefix(errOut, "pgadmit "+cmd+": --json is empty") {
+			t.Errorf("%s --json ' ': exit %d, stdout %q, stderr %q; want a usage error", cmd, code, out, errOut)
 		}
 	}
 }

@@ -16,7 +16,8 @@ import (
 // amount) are 100000000000000.000000001, which inspect printed as
 // 100000000000000, and the room left as 900000000000000, though it is
 // 899999999999999.999999999. A sum is also printed without the trailing
-// zeros numeric keeps (0.5 + 0.5 is 1.0 there): 1, not 1.0.
+// zeros numeric keeps (0.5 + 0.5 is 1.0 there): 1, not 1.0. Its --json
+// document holds them so too.
 func TestInspectPrintsExactAmounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -56,5 +57,18 @@ func TestInspectPrintsExactAmounts(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)
 		}
+	}
+	// --json writes them as JSON numbers with the same digits, which a float64 would drop.
+	doc := inspectJSON(t, "--database-url", url, "inspect", "--scope", "provider:big")
+	if len(doc.Windows) != 1 || len(doc.Allotments) != 1 {
+		t.Fatalf("inspect --scope provider:big --json: %+v, want a window and an allotment", doc)
+	}
+	if w, a := doc.Windows[0], doc.Allotments[0]; w.Reserved != "100000000000000.000000001" || w.Free != "899999999999999.999999999" ||
+		w.Limit != "1000000000000000" || a.Granted != "100000000000000.000000001" {
+		t.Errorf("inspect --json: window %+v, allotment %+v; want reserved and granted 100000000000000.000000001, free 899999999999999.999999999", w, a)
+	}
+	doc = inspectJSON(t, "--database-url", url, "inspect", "--scope", "model:big")
+	if len(doc.Leases) != 1 || doc.Leases[0].LiveSlots != "100000000000000.000000001" {
+		t.Errorf("inspect --scope model:big --json: leases %+v, want live_slots 100000000000000.000000001", doc.Leases)
 	}
 }
