@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
@@ -84,38 +85,7 @@ func TestInspect(t *testing.T) {
 	win := readBackWindow(t, pool)
 	wt := windowText(win)
 
-	lim := ratelimit.New(pool)
-	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}
-	model := ratelimit.Scope{Type: "model", Key: "large"}
-	g, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: key, Metric: ratelimit.MetricRequests, Limit: 100, Amount: 1, Window: win},
-		{Scope: key, Metric: ratelimit.MetricTokens, Limit: 10000, Amount: 500, Window: win},
-		{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 8, Amount: 1},
-	})
-	if err != nil {
-		t.Fatalf("reserve: %v", err)
-	}
-	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "other"}, Metric: ratelimit.MetricRequests, Limit: 5, Amount: 2, Window: win}}); err != nil {
-		t.Fatalf("reserve: %v", err)
-	}
-
-	// A block of a Local limit, held by "gw-1".
-	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1"}))
-	defer local.Close()
-	if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Window: win, Local: true},
-	}); err != nil {
-		t.Fatalf("reserve local: %v", err)
-	}
-
-	// Two async tasks wait in a queue of 5.
-	for range 2 {
-		if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
-			{Scope: ratelimit.Scope{Type: "queue", Key: "team-42"}, Metric: ratelimit.MetricQueueSize, Limit: 5, Amount: 1},
-		}}); err != nil {
-			t.Fatalf("create task: %v", err)
-		}
-	}
+	lim, g := inspectScene(t, pool, win, 500)
 
 	out := cliOK(t, "--database-url", url, "inspect")
 	for _, re := range []string{
@@ -668,4 +638,44 @@ func TestInspectRefusesScopeTextTheDatabaseCannotHold(t *testing.T) {
 		}
 		oneLine(t, "usage error of inspect --scope "+strconv.Quote(scope), errOut)
 	}
+}
+
+// inspectScene sets up on pool, in the window of length win, what the inspect tests read back,
+// and returns the Limiter it reserved with: on api_key:team-42 a request and tokens (of 100 and 10000) with a lease of model:large
+// (of 8), the grant it returns; 2 requests of 5 on api_key:other; a block of a Local limit of
+// tokens on provider:gpt, held by "gw-1" until the test ends; and two async tasks queued on
+// queue:team-42 (of 5).
+func inspectScene(t *testing.T, pool *pgxpool.Pool, win time.Duration, tokens float64) (*ratelimit.Limiter, ratelimit.Grant) {
+	t.Helper()
+	ctx := context.Background()
+	lim := ratelimit.New(pool)
+	t.Cleanup(lim.Close)
+	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}
+	g, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
+		{Scope: key, Metric: ratelimit.MetricRequests, Limit: 100, Amount: 1, Window: win},
+		{Scope: key, Metric: ratelimit.MetricTokens, Limit: 10000, Amount: tokens, Window: win},
+		{Scope: ratelimit.Scope{Type: "model", Key: "large"}, Metric: ratelimit.MetricConcurrent, Limit: 8, Amount: 1},
+	})
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "other"}, Metric: ratelimit.MetricRequests,
+		Limit: 5, Amount: 2, Window: win}}); err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1"}))
+	t.Cleanup(local.Close) // its block stays open, as a live holder's, until then
+	if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Window: win, Local: true},
+	}); err != nil {
+		t.Fatalf("reserve local: %v", err)
+	}
+	for range 2 {
+		if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
+			{Scope: ratelimit.Scope{Type: "queue", Key: "team-42"}, Metric: ratelimit.MetricQueueSize, Limit: 5, Amount: 1},
+		}}); err != nil {
+			t.Fatalf("create task: %v", err)
+		}
+	}
+	return lim, g
 }

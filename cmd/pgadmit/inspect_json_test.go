@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -102,36 +101,9 @@ func inspectJSON(t *testing.T, args ...string) inspectJSONDoc {
 // --json.
 func TestInspectJSON(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	url, pool := newDatabase(t)
 	win := readBackWindow(t, pool)
-	lim := ratelimit.New(pool)
-	key := ratelimit.Scope{Type: "api_key", Key: "team-42"}
-	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: key, Metric: ratelimit.MetricRequests, Limit: 100, Amount: 1, Window: win},
-		{Scope: key, Metric: ratelimit.MetricTokens, Limit: 10000, Amount: 500.25, Window: win},
-		{Scope: ratelimit.Scope{Type: "model", Key: "large"}, Metric: ratelimit.MetricConcurrent, Limit: 8, Amount: 1},
-	}); err != nil {
-		t.Fatalf("reserve: %v", err)
-	}
-	if _, err := lim.Reserve(ctx, "", "", []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "other"}, Metric: ratelimit.MetricRequests,
-		Limit: 5, Amount: 2, Window: win}}); err != nil {
-		t.Fatalf("reserve: %v", err)
-	}
-	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1"}))
-	defer local.Close()
-	if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
-		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Window: win, Local: true},
-	}); err != nil {
-		t.Fatalf("reserve local: %v", err)
-	}
-	for range 2 {
-		if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{
-			{Scope: ratelimit.Scope{Type: "queue", Key: "team-42"}, Metric: ratelimit.MetricQueueSize, Limit: 5, Amount: 1},
-		}}); err != nil {
-			t.Fatalf("create task: %v", err)
-		}
-	}
+	inspectScene(t, pool, win, 500.25)
 	winS := int64(win / time.Second)
 	left := func(what string, s float64) { // what is left of a current window
 		t.Helper()
