@@ -513,7 +513,12 @@ func (a *app) open(ctx context.Context, dsn string, cfg *pgxpool.Config) (*pgxpo
 		// pgx says only "context deadline exceeded"; its own connect timeout, as long as
 		// ours, may fire first.
 		if pctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("cannot connect to %s: no answer within %s (%s)", redactDSN(dsn), timeout, from)
+			// It wraps the deadline, for errors.Is and errors.As only (pgx's error may hold the
+			// connection string): the sweeper's metrics count the try as a timeout (promadmit).
+			if !errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+			}
+			return nil, &connectError{msg: fmt.Sprintf("cannot connect to %s: no answer within %s (%s)", redactDSN(dsn), timeout, from), err: err}
 		}
 		return nil, connectFailed(dsn, err)
 	}

@@ -66,8 +66,11 @@ With --every and --http ADDR (HOST:PORT; :PORT listens on every interface), it s
 metrics at http://ADDR/metrics while it sweeps, and says on stderr where: package promadmit's,
 each pass counted as metrics.Recover counts a run (pgadmit_db_operations_total and
 pgadmit_db_operation_duration_seconds, operation "recover", by result: ok, skipped when another
-process was recovering, error, timeout, ...; what it gave back in pgadmit_recovered_total), its
-pool's (pgadmit_pool_*) and pgadmit_build_info. An ADDR it cannot bind (another process listens
+process was recovering, error, timeout, ...; what it gave back in pgadmit_recovered_total), and
+so is each try to connect that fails while it cannot open its pool (the database unreachable at
+start-up): a run that gave nothing back, error, or timeout when the server did not answer within
+the connect timeout, so that an alert on the error rate sees a sweeper stuck there; its pool's
+(pgadmit_pool_*) and pgadmit_build_info. An ADDR it cannot bind (another process listens
 there) fails at once, exit 1, before any pass; the server closes as the sweeper stops. --http
 without --every is a usage error: a single pass ends before anything could read its metrics.`,
 		db:  dbRequired,
@@ -207,7 +210,8 @@ func (a *app) connectPass(ctx, pctx context.Context, passTimeout time.Duration, 
 // sweep runs Recover every interval until ctx ends, logging each pass. A database it cannot
 // reach, at start or later, is logged and tried again at the next interval. lockTimeout is the
 // bound that opts give a batch's wait for a lock, for the log of a pass that gave up. metrics, when
-// not nil (--http), counts each pass and exports the pool once it is open.
+// not nil (--http), counts each pass, and each try that could not open the pool, and exports the
+// pool once it is open.
 func sweep(ctx context.Context, a *app, metrics *sweepMetrics, every, passTimeout, lockTimeout time.Duration, opts ...ratelimit.MaintenanceOption) error {
 	cfg, err := a.poolConfig(a.dsn, 2)
 	if err != nil {
@@ -239,8 +243,12 @@ func sweep(ctx context.Context, a *app, metrics *sweepMetrics, every, passTimeou
 	}()
 	for {
 		if pool == nil {
+			began := time.Now()
 			var err error
 			if pool, err = a.open(ctx, a.dsn, cfg.Copy()); err != nil && ctx.Err() == nil {
+				// A try that cannot connect is a failed run, as metrics.Recover counts one whose
+				// Recover cannot: error, or timeout for a server that did not answer in time.
+				metrics.observe(ratelimit.RecoveryResult{}, err, time.Since(began))
 				logf("recover: %s; trying again in %s", err, durationtext.Operator(every))
 			}
 			if pool != nil {

@@ -67,7 +67,8 @@ func (m *sweepMetrics) addPool(pool *pgxpool.Pool) error {
 }
 
 // observe counts a pass that took took, as metrics.Recover counts a run (ObserveRecover): its
-// result (ok, skipped, error, timeout, ...) and what it gave back.
+// result (ok, skipped, error, timeout, ...) and what it gave back. A try that could not open the
+// pool is counted as a run that gave nothing back, its result classed by promadmit as a run's.
 func (m *sweepMetrics) observe(res ratelimit.RecoveryResult, err error, took time.Duration) {
 	if m != nil {
 		m.metrics.ObserveRecover(res, err, took)

@@ -198,3 +198,80 @@ func TestRecoverHTTPNeedsEveryAndAnAddressItCanBind(t *testing.T) {
 		}
 	}
 }
+
+// A sweeper that cannot open its pool (the database unreachable at start, its server down) runs
+// no pass, yet each try to connect is a failed run, as a service's metrics.Recover counts one
+// whose Recover cannot connect: counted in pgadmit_db_operations_total{operation="recover"} by
+// promadmit's result classes, error for a connection refused (a closed port) and timeout for a
+// server that never answers within --connect-timeout. It counted nothing, and an alert on the
+// error rate did not see a sidecar stuck at start-up.
+func TestRecoverSweeperCountsEachFailedConnect(t *testing.T) {
+	t.Parallel()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close() // nothing listens there now: a connection refused
+
+	// A server that accepts connections and never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		var held []net.Conn
+		for {
+			c, err := silent.Accept()
+			if err != nil { // closed: the test is over
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+
+	for _, c := range []struct {
+		name, addr, result, says string
+	}{
+		{"refused", closedAddr, "error", "connection refused"},
+		{"silent", silent.Addr().String(), "timeout", "no answer within 300ms (--connect-timeout)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url := "postgres://u@" + c.addr + "/db?sslmode=disable"
+			sweeper := startCLI(t, context.Background(), "--database-url", url, "--connect-timeout", "300ms",
+				"recover", "--every", "100ms", "--http", "127.0.0.1:0")
+			awaitLog(t, &sweeper.stderr, metricsURLLine)
+			page := regexp.MustCompile(metricsURLLine).FindStringSubmatch(sweeper.stderr.String())[1]
+			counted := `pgadmit_db_operations_total{operation="recover",result="` + c.result + `"}`
+			tries := func() int {
+				return strings.Count(sweeper.stdout.String(), c.says)
+			}
+			before := tries()
+			s := awaitSeries(t, page, "two failed connects counted", func(s map[string]float64) bool { return s[counted] >= 2 })
+			after := tries()
+			if n := s[counted]; n < float64(before) || n > float64(after+1) {
+				t.Errorf("%s is %g, between %d tries logged before the scrape and %d after it", counted, n, before, after)
+			}
+			// A try is counted, then its duration observed: a scrape between them sees one less.
+			if got := s[`pgadmit_db_operation_duration_seconds_count{operation="recover",result="`+c.result+`"}`]; got < s[counted]-1 || got > s[counted] {
+				t.Errorf("the failed connects' durations: %g observed, %g counted", got, s[counted])
+			}
+			for _, r := range []string{"ok", "error", "timeout", "skipped", "canceled"} {
+				if r != c.result && s[`pgadmit_db_operations_total{operation="recover",result="`+r+`"}`] != 0 {
+					t.Errorf("result %s counted, want only %s: %v", r, c.result, pgadmitSeries(s))
+				}
+			}
+			if hasSeries(s, "pgadmit_pool_") {
+				t.Errorf("pool statistics served before any pool opened: %v", pgadmitSeries(s))
+			}
+			if code := sweeper.stop(); code != exitOK {
+				t.Fatalf("exit %d, stderr %q", code, sweeper.stderr.String())
+			}
+		})
+	}
+}
