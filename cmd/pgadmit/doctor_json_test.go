@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -242,5 +243,121 @@ func TestDoctorAndInspectRefuseAnEmptyJSON(t *testing.T) {
 		if out, errOut, code := cli(t, noDB, cmd, "--json", " "); code != exitUsage || out != "" || !strings.HasPrefix(errOut, "pgadmit "+cmd+": --json is empty") {
 			t.Errorf("%s --json ' ': exit %d, stdout %q, stderr %q; want a usage error", cmd, code, out, errOut)
 		}
+	}
+}
+
+// Behind a PgBouncer in statement mode, doctor --json says statement_pooling, with the advice
+// doctor prints as its message, and that the books were not checked (ok false, checked_at null,
+// no problems), exit 1 as without --json (TestDoctorBehindPgBouncerInStatementMode).
+func TestDoctorJSONBehindPgBouncerInStatementMode(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewPoolerURLIn(t, "statement", pgtest.PoolerSize)
+	out, errOut, code := cli(t, nil, "--database-url", pooled+"&default_query_exec_mode=exec", "doctor", "--json", "-")
+	if code != exitFailure {
+		t.Fatalf("doctor --json behind PgBouncer in statement mode: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitFailure, out, errOut)
+	}
+	doc := decodeDoctorJSON(t, out)
+	if doc.Pooler == nil || doc.Pooler.Kind != "statement_pooling" || !strings.Contains(doc.Pooler.Message, "pool_mode = transaction") ||
+		!strings.Contains(errOut, "doctor: connection: "+doc.Pooler.Message+"\n") {
+		t.Errorf("doctor --json behind PgBouncer in statement mode: pooler %+v, want statement_pooling advising pool_mode = transaction, as the text does\n%s\nstderr:\n%s",
+			doc.Pooler, out, errOut)
+	}
+	if doc.OK || doc.BooksChecked || doc.CheckedAt != nil || doc.Problems == nil || len(doc.Problems) != 0 || doc.Truncated || doc.Recoverable != 0 {
+		t.Errorf("doctor --json behind PgBouncer in statement mode: %+v; want the books not checked\n%s", doc, out)
+	}
+	if !strings.Contains(errOut, "pgadmit doctor: the connection pooler's mode does not suit pgadmit\n") {
+		t.Errorf("doctor --json behind PgBouncer in statement mode: stderr %q, want its error", errOut)
+	}
+}
+
+// The problems of tasks and attempts fill task_id, task_status, row_id and attempt_id: a gateway
+// request whose task is marked succeeded behind the library's back (its reservation, lease and
+// running attempt held by a finished task), and a worker's late reservation and lease, made in a
+// transaction that commits after Recover failed its attempt, whose lease had expired, and requeued
+// its task (held by a finished attempt of a queued task). Each field is what the test set up.
+func TestDoctorJSONNamesTasksRowsAndAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newDatabase(t)
+	lim := ratelimit.New(pool)
+
+	if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, Kind: "test"}); err != nil {
+		t.Fatalf("create task: %v", err)
+	}
+	worker, err := lim.ClaimTask(ctx, "doomed-worker", time.Second)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	for { // until the database's clock is past the claim's lease
+		now, err := dbtest.New().OpsNow(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.After(worker.LeaseExpiresAt) {
+			break
+		}
+		time.Sleep(worker.LeaseExpiresAt.Sub(now) + 10*time.Millisecond)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	late, err := lim.WithTx(tx).Reserve(ctx, worker.ID, worker.AttemptID, []ratelimit.Limit{
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "k2"}, Metric: ratelimit.MetricTokens, Limit: 1000, Amount: 7, Window: readBackWindow(t, pool)},
+		{Scope: ratelimit.Scope{Type: "model", Key: "m2"}, Metric: ratelimit.MetricConcurrent, Limit: 2, Amount: 1},
+	})
+	if err != nil {
+		t.Fatalf("reserve (late): %v", err)
+	}
+	if res, err := ratelimit.NewMaintenance(pool).Recover(ctx); err != nil || res.FailedAttempts != 1 || res.RequeuedAsyncTasks != 1 {
+		t.Fatalf("Recover = %+v, %v; want the expired attempt failed and its task requeued", res, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Then, Recover done, the gateway request's task finished behind its back.
+	finished, g := gatewayRequest(t, pool, time.Minute, 0)
+	var id pgtype.UUID
+	if err := id.Scan(finished.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := dbtest.New().OpsTaskCorruptStatus(ctx, pool, dbtest.OpsTaskCorruptStatusParams{Status: ratelimit.TaskSucceeded, TaskID: id}); err != nil || n != 1 {
+		t.Fatalf("OpsTaskCorruptStatus = %d, %v", n, err)
+	}
+
+	type problem struct{ taskID, taskStatus, rowID, attemptID, expected, actual string }
+	want := map[ratelimit.ProblemKind]problem{
+		ratelimit.ProblemReservationOfFinishedTask:    {finished.ID, ratelimit.TaskSucceeded, g.Reservations[0].ID, "", "0", "1"},
+		ratelimit.ProblemLeaseOfFinishedTask:          {finished.ID, ratelimit.TaskSucceeded, g.Leases[0].ID, "", "0", "1"},
+		ratelimit.ProblemAttemptOfFinishedTask:        {finished.ID, ratelimit.TaskSucceeded, finished.AttemptID, "", "0", "1"},
+		ratelimit.ProblemReservationOfFinishedAttempt: {worker.ID, ratelimit.TaskQueued, late.Reservations[0].ID, worker.AttemptID, "0", "7"},
+		ratelimit.ProblemLeaseOfFinishedAttempt:       {worker.ID, ratelimit.TaskQueued, late.Leases[0].ID, worker.AttemptID, "0", "1"},
+	}
+	out, errOut, code := cli(t, nil, "--database-url", url, "doctor", "--json", "-")
+	if code != exitFailure {
+		t.Fatalf("doctor --json on broken books: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitFailure, out, errOut)
+	}
+	doc := decodeDoctorJSON(t, out)
+	if doc.OK || !doc.BooksChecked || len(doc.Problems) != len(want) || doc.Recoverable != len(want) || doc.Truncated {
+		t.Fatalf("doctor --json: ok %v, books_checked %v, %d problems (%d recoverable), truncated %v; want %d problems, all recoverable\n%s",
+			doc.OK, doc.BooksChecked, len(doc.Problems), doc.Recoverable, doc.Truncated, len(want), out)
+	}
+	for _, p := range doc.Problems {
+		w, ok := want[ratelimit.ProblemKind(p.Kind)]
+		if !ok {
+			t.Errorf("doctor --json: a problem of kind %q, want none", p.Kind)
+			continue
+		}
+		delete(want, ratelimit.ProblemKind(p.Kind))
+		got := problem{p.TaskID, p.TaskStatus, p.RowID, p.AttemptID, p.Expected.String(), p.Actual.String()}
+		if got != w || !p.Recoverable {
+			t.Errorf("doctor --json: %s: task_id, task_status, row_id, attempt_id, expected, actual %q, recoverable %v; want %q, recoverable\n%s",
+				p.Kind, got, p.Recoverable, w, out)
+		}
+	}
+	for kind := range want {
+		t.Errorf("doctor --json: no %s problem\n%s", kind, out)
 	}
 }
