@@ -312,3 +312,77 @@ func (r *cancelsAtReturn) callContext(rng *rand.Rand) (context.Context, context.
 		return context.WithTimeout(ctx, time.Duration(rng.IntN(6000))*time.Microsecond)
 	}
 }
+
+// Behind a Reserve statement stuck on a row lock (its caller cannot leave),
+// 200 callers queue and then leave: their requests are dropped from the
+// queue in bulk (leftUnsent compacts it once most of it has gone), and the
+// calls counted waiting fall from 204 to the 4 that still wait, the stuck
+// one and three queued. A Close called then waits for them; once it
+// returned, none is counted.
+func TestCombinedWaitingGaugeThroughACompactedQueueAndClose(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := ratelimit.New(pool, ratelimit.WithCombining(8, 1))
+	ctx := context.Background()
+	key := uniqueKey("compacted")
+	limits := hourLimits(t, pool, window("api_key", key, "requests", 1e6, 1))
+	if _, err := l.Reserve(ctx, "", "", limits); err != nil { // the counter row
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := testq.OpsLockScopeCounters(ctx, holder, dbtest.OpsLockScopeCountersParams{ScopeType: "api_key", ScopeKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(want int64, when string) {
+		t.Helper()
+		if s := l.Stats(); s.Reserve.Waiting != want || s.Settle.Waiting != 0 {
+			t.Fatalf("%s: %d Reserve, %d Settle calls counted waiting; want %d and 0", when, s.Reserve.Waiting, s.Settle.Waiting, want)
+		}
+	}
+
+	stay := make(chan error, 4)
+	reserve := func(ctx context.Context, errs chan<- error) { _, err := l.Reserve(ctx, "", "", limits); errs <- err }
+	go reserve(ctx, stay)
+	awaitLockWaiterCount(t, pool, 1, "the stuck Reserve statement")
+	const leaving = 200
+	leavingCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	left := make(chan error, leaving)
+	for range leaving {
+		go reserve(leavingCtx, left)
+	}
+	awaitQueuedReserves(t, l, leaving, "the callers who leave")
+	for range 3 {
+		go reserve(ctx, stay)
+	}
+	awaitQueuedReserves(t, l, leaving+3, "the callers who stay")
+	waiting(leaving+4, "all queued")
+
+	leave()
+	for range leaving {
+		if err := <-left; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a caller who left: %v", err)
+		}
+	}
+	if n := l.QueuedReserves(); n >= leaving {
+		t.Errorf("%d requests still queued once %d of them had left: the queue was never compacted", n, leaving)
+	}
+	waiting(4, "once they left")
+
+	closed := make(chan struct{})
+	go func() { l.Close(); close(closed) }()
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if err := <-stay; err != nil {
+			t.Errorf("a caller who stayed: %v", err)
+		}
+	}
+	<-closed
+	waiting(0, "once closed")
+}
