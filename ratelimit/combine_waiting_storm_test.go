@@ -347,7 +347,7 @@ func TestCombinedWaitingGaugeThroughACompactedQueueAndClose(t *testing.T) {
 	stay := make(chan error, 4)
 	reserve := func(ctx context.Context, errs chan<- error) { _, err := l.Reserve(ctx, "", "", limits); errs <- err }
 	go reserve(ctx, stay)
-	awaitLockWaiterCount(t, pool, 1, "the stuck Reserve statement")
+	pgtest.AwaitLockWaiterCount(t, pool, 1, "the stuck Reserve statement")
 	const leaving = 200
 	leavingCtx, leave := context.WithCancel(ctx)
 	defer leave()

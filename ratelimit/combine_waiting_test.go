@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -44,12 +42,12 @@ func TestStatsCountCallsWaitingForCombinedStatements(t *testing.T) {
 	reserve := func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }
 	commit := func(g ratelimit.Grant) { _, err := l.Commit(ctx, g, nil); errs <- err }
 	go reserve()
-	awaitLockWaiterCount(t, pool, 1, "the first Reserve statement")
+	pgtest.AwaitLockWaiterCount(t, pool, 1, "the first Reserve statement")
 	go reserve()
 	go reserve()
 	awaitQueuedReserves(t, l, 2, "the next two Reserves")
 	go commit(grants[0])
-	awaitLockWaiterCount(t, pool, 2, "the first Commit statement")
+	pgtest.AwaitLockWaiterCount(t, pool, 2, "the first Commit statement")
 	go commit(grants[1])
 	for deadline := time.Now().Add(5 * time.Second); l.QueuedSettles() < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -70,16 +68,5 @@ func TestStatsCountCallsWaitingForCombinedStatements(t *testing.T) {
 	}
 	if s := l.Stats(); s.Reserve.Waiting != 0 || s.Settle.Waiting != 0 {
 		t.Errorf("once answered: %d reserves, %d settles waiting; want none", s.Reserve.Waiting, s.Settle.Waiting)
-	}
-}
-
-// awaitLockWaiterCount waits until n sessions of pool's database wait for a
-// lock, and fails t, naming what, when they do not within 20 seconds.
-func awaitLockWaiterCount(t *testing.T, pool *pgxpool.Pool, n int, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); len(pgtest.LockWaiters(t, pool)) < n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never waited for a lock", what)
-		}
 	}
 }

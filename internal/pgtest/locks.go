@@ -27,7 +27,13 @@ func LockWaiters(t testing.TB, pool *pgxpool.Pool) []int32 {
 // seconds.
 func AwaitLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) []int32 {
 	t.Helper()
-	return awaitWaiters(t, what, func() []int32 { return LockWaiters(t, pool) })
+	return AwaitLockWaiterCount(t, pool, 1, what)
+}
+
+// AwaitLockWaiterCount is AwaitLockWaiters until at least n sessions wait for a lock.
+func AwaitLockWaiterCount(t testing.TB, pool *pgxpool.Pool, n int, what string) []int32 {
+	t.Helper()
+	return awaitWaiters(t, what, n, func() []int32 { return LockWaiters(t, pool) })
 }
 
 // AwaitLockWaitersOn is AwaitLockWaiters for a wait on one table (named as the search_path
@@ -35,7 +41,7 @@ func AwaitLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) []int32 {
 // that one's.
 func AwaitLockWaitersOn(t testing.TB, pool *pgxpool.Pool, table, what string) []int32 {
 	t.Helper()
-	return awaitWaiters(t, what, func() []int32 {
+	return awaitWaiters(t, what, 1, func() []int32 {
 		waiting, err := dbtest.New().OpsBackendsWaitingOnTable(context.Background(), pool, table)
 		if err != nil {
 			t.Fatalf("OpsBackendsWaitingOnTable: %v", err)
@@ -44,13 +50,13 @@ func AwaitLockWaitersOn(t testing.TB, pool *pgxpool.Pool, table, what string) []
 	})
 }
 
-// awaitWaiters polls waiters until it returns some, and fails t, naming what, when it has
-// returned none for 20 seconds.
-func awaitWaiters(t testing.TB, what string, waiters func() []int32) []int32 {
+// awaitWaiters polls waiters until it returns at least n, and fails t, naming what, when it has
+// returned fewer for 20 seconds.
+func awaitWaiters(t testing.TB, what string, n int, waiters func() []int32) []int32 {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		waiting := waiters()
-		if len(waiting) > 0 {
+		if len(waiting) >= n {
 			return waiting
 		}
 		if time.Now().After(deadline) {
