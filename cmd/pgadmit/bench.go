@@ -224,10 +224,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer report.abandon()
-	out := a.stdout
-	if *jsonPath == "-" {
-		out = a.stderr
-	}
+	out := report.textOut(a.stdout, a.stderr)
 
 	dsn, stop, err := a.database(ctx)
 	if err != nil {

@@ -111,10 +111,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer report.abandon()
-	out := a.stdout // the tables' text; with --json -, stderr
-	if *jsonPath == "-" {
-		out = a.stderr
-	}
+	out := report.textOut(a.stdout, a.stderr)
 	start := time.Now()
 
 	// Bounded as doctor is: its tables are printed once all four are read, so a run cut off

@@ -102,3 +102,12 @@ func (j *jsonFile) abandon() {
 		os.Remove(j.file.Name())
 	}
 }
+
+// textOut is where the command's text goes: stderr when the JSON document goes to stdout
+// (--json -), else stdout.
+func (j *jsonFile) textOut(stdout, stderr io.Writer) io.Writer {
+	if j != nil && j.file == nil {
+		return stderr
+	}
+	return stdout
+}

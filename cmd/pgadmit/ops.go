@@ -583,10 +583,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer report.abandon()
-	out := a.stdout // the text; with --json -, stderr
-	if *jsonPath == "-" {
-		out = a.stderr
-	}
+	out := report.textOut(a.stdout, a.stderr)
 	start := time.Now()
 	// Bounded as a one-shot recover is (connectPass): on a server that stopped answering, no
 	// lock_timeout ends a wait, and doctor hung until Ctrl-C. Its statement cut off there is
