@@ -473,8 +473,6 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(err, *lockTimeout), "prune", counted))
 }
 
-// pruneDidNothing says whether a prune's result counts nothing released or deleted, whatever
-// its cutoffs.
 // pruneDidNothing reports whether a prune run released and deleted nothing (its cutoffs aside).
 func pruneDidNothing(r ratelimit.PruneResult) bool {
 	r.Cutoff, r.TaskCutoff = time.Time{}, time.Time{}
