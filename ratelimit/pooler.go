@@ -159,12 +159,26 @@ var ErrPoolerUnknown = errors.New("ratelimit: could not tell whether the connect
 // statement in flight gives up: at once with pgx's handling of a context's end, and with
 // ConfigurePool's, which asks the server to cancel the statement, within about a second on a
 // server that does not answer. It waits for no clean-up then: it closes its connections instead
-// of rolling back or deallocating (the pool drops the one it took). Its clean-ups wait 5 s at
-// most. So no wait of its own outlasts its bound, ctx's deadline or none: on a server that stops
-// answering anywhere in it, CheckPooler(context.Background(), pool) ends within about 11 s (a
-// wait and a clean-up, and with ConfigurePool's handling a second for a cancel request left
-// unanswered), where it used to wait for ever for the holder's connection or for the answer to a
-// statement in one of its transactions.
+// of rolling back or deallocating, and takes the pool's out of the pool (see below). Its
+// clean-ups wait 5 s at most. So no wait of its own outlasts its bound, ctx's deadline or none:
+// on a server that stops answering anywhere in it, CheckPooler(context.Background(), pool) ends
+// within about 11 s (a wait and a clean-up, and with ConfigurePool's handling a second for a
+// cancel request left unanswered), where it used to wait for ever for the holder's connection or
+// for the answer to a statement in one of its transactions.
+//
+// The connection of the pool that the probe took is back in the pool when CheckPooler returns:
+// given back, or, when the probe gave up on a statement of it (ctx ended, or a bound of the
+// probe's passed: behind a pooler with no server session to spare the statement waits in the
+// pooler's queue), taken out of the pool at once (pgxpool.Conn.Hijack, and the pool's
+// BeforeClose called), so that the pool may open another in its place. pgx closes such a
+// connection in the background: it sends a cancel request, waits up to 15 s for its answer (a
+// pooler that forwards it only once a server connection comes free answers late), and says
+// goodbye. Until then the connection is still open to the pooler (behind a pooler in session
+// mode, with a server connection), but no longer one of the pool's, which used to count it as
+// acquired until then: a pool of two had one connection for up to 15 s after CheckPooler
+// returned, and a caller retrying the check could be left none. It leaves nothing on a server
+// session: the probe's connection of the pool holds no transaction, and what it prepared by name
+// is the proxy's (see above).
 //
 // Run it at start-up or from a health check, not on a hot path. A nil pool is a
 // *ValidationError on "pool".
@@ -456,7 +470,7 @@ func probePooler(ctx context.Context, pool *pgxpool.Pool, holder *pgx.Conn, mode
 		}
 		return 0, first(err)
 	}
-	defer prober.Release()
+	defer giveProberBack(pool, prober)
 
 	// What the prober runs. For cache_statement behind a proxy that keeps prepared statements
 	// under names of its own, a statement it prepared by name: whether it runs on another
@@ -565,6 +579,28 @@ func undoOrClose(ctx context.Context, conn *pgx.Conn, keep bool, undo func(conte
 		}
 	}
 	closeProbeConn(ctx, conn)
+}
+
+// giveProberBack gives the connection of pool that CheckPooler's probe took (prober) back to pool
+// once the probe is done with it (its deferred clean-ups ran), or, when it is closed (given up
+// on mid-statement: at ctx's end, or at the probe's own bound; or closed by undoOrClose), takes
+// it out of pool at once (Hijack), rather than leave pool to drop it. pgx closes a connection
+// given up on mid-statement in the background: it sends a cancel request on a connection of its
+// own, waits up to 15 s for the server (or the pooler) to answer it, and says goodbye. The pool
+// counted the connection as acquired until that was done, so a pool of two had one for up to
+// 15 s after CheckPooler returned (a pooler that forwards a cancel request only once a server
+// connection comes free answers late). The clean-up still runs, bounded by pgx, on connections
+// that pool no longer counts; pool's BeforeClose, if any, is called for the connection, as pool
+// would.
+func giveProberBack(pool *pgxpool.Pool, prober *pgxpool.Conn) {
+	if !prober.Conn().IsClosed() {
+		prober.Release()
+		return
+	}
+	conn := prober.Hijack()
+	if beforeClose := pool.Config().BeforeClose; beforeClose != nil {
+		beforeClose(conn)
+	}
 }
 
 // closeProbeConn closes a connection of CheckPooler's, also when ctx has ended, within
