@@ -262,9 +262,15 @@ func connectTimedOut(err error) bool {
 // while a release is rolled back), it applies nothing and returns nil: [Version] says the newer
 // version, [Status] lists this package's migrations only, and [Down] reverts nothing and fails
 // with goose.ErrVersionNotFound (revert with the pgadmit that applied it).
+//
+// One whose ctx ends in a migration returns goose's *goose.PartialError (errors.As), which
+// names that migration and lists those applied before it. One whose ctx ends once every pending
+// migration was applied (the schema current; goose then reads the version it reached) returns a
+// [*CompletedError], which lists them all and matches the context's error (errors.Is
+// context.Canceled or context.DeadlineExceeded).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	pending := func(p *goose.Provider) (bool, error) { return p.HasPending(ctx) }
-	err := withLock(ctx, pool, nil, pending, func(p *goose.Provider) error {
+	err := completing(ctx, pool, pending, func(p *goose.Provider) error {
 		_, err := p.Up(ctx)
 		return err
 	})
@@ -275,9 +281,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // Down reverts every applied pgadmit migration (down to version 0), dropping pgadmit's tables
-// and all their data. The version table itself stays. pool stays open.
+// and all their data. The version table itself stays. pool stays open. Its errors are as
+// Migrate's: one whose ctx ended once every migration was reverted is a [*CompletedError].
 func Down(ctx context.Context, pool *pgxpool.Pool) error {
-	err := withLock(ctx, pool, nil, nil, func(p *goose.Provider) error {
+	err := completing(ctx, pool, nil, func(p *goose.Provider) error {
 		_, err := p.DownTo(ctx, 0)
 		return err
 	})
