@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"maps"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
-	"github.com/pgadmit/pgadmit/internal/runecut"
 )
 
 // AllotmentOptions size and time the blocks that Local limits are admitted
@@ -27,7 +24,9 @@ import (
 // is 1.
 type AllotmentOptions struct {
 	// Holder names this process in gateway_rate_limit_allotments; the
-	// default is host/pid/random. Text PostgreSQL cannot hold (NUL bytes,
+	// default is host/pid/random, as a maintenance run's lease holder is
+	// (the host cut to 200 bytes, the random part 12 hex digits). Text
+	// PostgreSQL cannot hold (NUL bytes,
 	// invalid UTF-8) is dropped or replaced by U+FFFD, and the holder is at
 	// most MaxScopeBytes bytes, as a scope is: a longer one is cut to them,
 	// never inside a character.
@@ -86,12 +85,9 @@ func (o AllotmentOptions) withDefaults() AllotmentOptions {
 	// limits would silently all be decided in the database, a failed
 	// statement more per request. One of megabytes would be written to
 	// every block's row.
-	o.Holder = runecut.Prefix(strings.ToValidUTF8(strings.ReplaceAll(o.Holder, "\x00", ""), "\uFFFD"), MaxScopeBytes)
+	o.Holder = holderText(o.Holder, MaxScopeBytes)
 	if o.Holder == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		o.Holder = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
+		o.Holder = newHolder()
 	}
 	switch {
 	case o.MaxShare > 1:

@@ -2,11 +2,8 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -57,10 +54,7 @@ func (m *Maintenance) takeLease(ctx context.Context, name string) (*jobLease, er
 	// process's.
 	holder := m.left.pop(name)
 	if holder == "" {
-		var err error
-		if holder, err = newHolder(); err != nil {
-			return nil, err
-		}
+		holder = newHolder()
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseStatementTimeout)
 	defer cancel()
@@ -219,17 +213,4 @@ func (l *leftLeases) pop(job string) string {
 	holder := l.holders[job]
 	delete(l.holders, job)
 	return holder
-}
-
-// newHolder names one run: host, process id and a random suffix.
-func newHolder() (string, error) {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", errorf("ratelimit: maintenance lease holder: %w", err)
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return fmt.Sprintf("%.200s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])), nil
 }

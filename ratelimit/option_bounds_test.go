@@ -273,7 +273,7 @@ func TestAllotmentOptionsKeepTheirDocumentedBounds(t *testing.T) {
 	}
 	for _, in := range []string{"", "\x00", "\x00\x00"} {
 		got := (AllotmentOptions{Holder: in}).withDefaults().Holder
-		if parts := strings.Split(got, "/"); len(parts) < 3 || parts[len(parts)-2] == "" || len(parts[len(parts)-1]) != 6 {
+		if parts := strings.Split(got, "/"); len(parts) < 3 || parts[len(parts)-2] == "" || len(parts[len(parts)-1]) != 12 {
 			t.Errorf("Holder %q is %q, want host/pid/random", in, got)
 		} else if _, err := strconv.Atoi(parts[len(parts)-2]); err != nil {
 			t.Errorf("Holder %q is %q, want host/pid/random", in, got)
