@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -76,24 +77,19 @@ func TestCancelStormWithoutCombiningGivesBackOnBoundedGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer func() { _ = blocker.Rollback(bg) }() // on a failure before the round's end
 		if _, err := ratelimit.New(base).WithTx(blocker).Reserve(bg, "", "", limits); err != nil {
-			_ = blocker.Rollback(bg)
 			t.Fatal(err)
 		}
 		ctx, leave := context.WithCancel(bg)
+		defer leave() // on a failure before the round's end, first: the callers leave, then the lock goes
 		errs := make(chan error, callers)
 		for _, l := range ls {
 			for range maxConns {
 				go func() { _, err := l.Reserve(ctx, "", "", limits); errs <- err }()
 			}
 		}
-		for deadline := time.Now().Add(20 * time.Second); len(pgtest.LockWaiters(t, base)) < callers; time.Sleep(2 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				leave()
-				_ = blocker.Rollback(bg)
-				t.Fatalf("round %d: %d of %d Reserve statements wait for the lock", round, len(pgtest.LockWaiters(t, base)), callers)
-			}
-		}
+		pgtest.AwaitLockWaiterCount(t, base, callers, fmt.Sprintf("round %d: the Reserve statements", round))
 		leave() // every caller leaves while its statement waits; each commits after
 		if err := blocker.Rollback(bg); err != nil {
 			t.Fatal(err)

@@ -98,13 +98,15 @@ func TestMaintenanceLeaseTakenAfterCtxEndedIsNotALockWaitOfTheTake(t *testing.T)
 	// A second migration queues for the table behind the take: it gets it
 	// once the take commits, before the release the ended ctx calls for.
 	second := heldTx(t, admin)
-	locked := make(chan error, 1)
-	go func() { locked <- testq.OpsLockMaintenanceLeases(context.Background(), second) }()
-	for deadline := time.Now().Add(bound); len(pgtest.LockWaiters(t, admin)) < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second lock never queued behind the take")
-		}
-	}
+	locked, lockReturned := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(lockReturned)
+		locked <- testq.OpsLockMaintenanceLeases(context.Background(), second)
+	}()
+	// On a failure, the statement on second ends before heldTx's cleanup rolls second back
+	// (a pgx transaction is for one goroutine at a time): first lets go of the table.
+	defer func() { _ = first.Rollback(context.Background()); <-lockReturned }()
+	pgtest.AwaitLockWaiterCount(t, admin, 2, "the second lock, behind the take,")
 	if err := first.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -619,11 +619,7 @@ func TestFinishTaskStaleBetweenRoundTripsReportsCurrentStatus(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for deadline := time.Now().Add(20 * time.Second); len(pgtest.AwaitLockWaiters(t, pool, "FinishTask")) < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the two finishes never both waited for the counter")
-		}
-	}
+	pgtest.AwaitLockWaiterCount(t, pool, 2, "the two finishes, on the counter,")
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,8 @@ func AwaitLockWaitersOn(t testing.TB, pool *pgxpool.Pool, table, what string) []
 	})
 }
 
-// awaitWaiters polls waiters until it returns at least n, and fails t, naming what, when it has
-// returned fewer for 20 seconds.
+// awaitWaiters polls waiters until it returns at least n, and fails t, naming what (and, for
+// n > 1, how many did wait), when it has returned fewer for 20 seconds.
 func awaitWaiters(t testing.TB, what string, n int, waiters func() []int32) []int32 {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -60,6 +60,9 @@ func awaitWaiters(t testing.TB, what string, n int, waiters func() []int32) []in
 			return waiting
 		}
 		if time.Now().After(deadline) {
+			if n > 1 {
+				t.Fatalf("%s never waited for a lock (%d waiting, want at least %d)", what, len(waiting), n)
+			}
 			t.Fatalf("%s never waited for a lock", what)
 		}
 	}
