@@ -63,20 +63,8 @@ func TestCloseWaitsForEveryGoroutine(t *testing.T) {
 
 func closeLeavesNoGoroutine(t *testing.T) {
 	const frames = "github.com/pgadmit/pgadmit/internal/freezer."
-	server, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
 	before := leakcheck.Snapshot()
-	f := New(t, server.Addr().String())
-	passed := dial(t, f.Addr())
-	defer passed.Close()
-	s, err := server.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	f, _, s := passing(t)
 	f.Freeze()
 	if _, err := s.Write([]byte("x")); err != nil {
 		t.Fatal(err)
@@ -102,6 +90,27 @@ func dial(t *testing.T, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// passing starts a Freezer in front of a server of the test's own and returns it with both ends
+// of a connection it passes on: the client's, dialled to the Freezer, and the server's. The
+// server and both ends are closed when the test ends.
+func passing(t *testing.T) (f *Freezer, client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	f = New(t, ln.Addr().String())
+	client = dial(t, f.Addr())
+	t.Cleanup(func() { _ = client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Close() })
+	return f, client, server
 }
 
 // awaitGoroutine waits until a goroutine of frames started since before runs fn.
@@ -171,19 +180,7 @@ func TestFreezeAtHoldsTheAnswerToTheNthSending(t *testing.T) {
 // Close waited for it for ever (a test that closed its Freezer early hung until go test's
 // timeout). Here Freeze is called again and again while Close runs.
 func TestCloseReturnsWhenFrozenAgainWhileClosing(t *testing.T) {
-	server, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	f := New(t, server.Addr().String())
-	c := dial(t, f.Addr())
-	defer c.Close()
-	s, err := server.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	f, _, _ := passing(t)
 	stop := make(chan struct{})
 	freezing := make(chan struct{})
 	go func() {
