@@ -149,17 +149,8 @@ func TestLocalCloseReturnsBlocksAfterTheServerEndedItsSessions(t *testing.T) {
 	if _, err := testq.OpsTerminateBackend(ctx, admin, pid); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		n, err := testq.OpsBackendCountByApplication(ctx, admin, app)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the terminated session is still there")
-		}
+	if !awaitNoSessions(t, admin, app) {
+		t.FailNow()
 	}
 	closing := time.Now()
 	l.Close()

@@ -242,17 +242,8 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	// The server ends the dead child's sessions (rolling back its open
 	// transaction) when it notices the closed sockets; a statement in flight
 	// may still commit until then.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n, err := testq.OpsBackendCountByApplication(ctx, pool, crashChildApp)
-		if err != nil {
-			t.Fatalf("OpsBackendCountByApplication: %v", err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions of the killed child are still open", n)
-		}
+	if !awaitNoSessions(t, pool, crashChildApp) {
+		t.FailNow()
 	}
 
 	// What the dead process holds, once the heartbeated lease is known: it

@@ -44,22 +44,24 @@ func restartOnNextAcquire(t *testing.T, admin *pgxpool.Pool, cfg *pgxpool.Config
 }
 
 // awaitNoSessions waits until no session named app is connected: the
-// terminated backends have exited, so a statement sent on any of their
-// connections fails.
-func awaitNoSessions(t *testing.T, admin *pgxpool.Pool, app string) {
+// terminated (or killed) backends have exited, so a statement sent on any
+// of their connections fails. It reports whether they did, and fails t with
+// Errorf (it may run off the test's goroutine: restartOnNextAcquire's
+// PrepareConn) when they are still there after 30 s.
+func awaitNoSessions(t *testing.T, admin *pgxpool.Pool, app string) bool {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		n, err := testq.OpsBackendCountByApplication(context.Background(), admin, app)
 		if err != nil {
 			t.Errorf("counting the sessions of %s: %v", app, err)
-			return
+			return false
 		}
 		if n == 0 {
-			return
+			return true
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("%d terminated session(s) of %s still connected after 20s", n, app)
-			return
+			t.Errorf("%d terminated session(s) of %s still connected after 30s", n, app)
+			return false
 		}
 	}
 }
