@@ -47,6 +47,10 @@ var resultClasses = map[string]struct {
 	// the rest.
 	"LockWaitError": {&ratelimit.LockWaitError{Job: "recover", Step: "reclaim expired tasks", Rows: 1,
 		Err: &pgconn.PgError{Code: "55P03"}}, ResultLockWait},
+	// A failed step of a Recover or Prune run has no class of its own:
+	// its error's, here a lock wait's.
+	"StepError": {&ratelimit.StepError{Job: "prune", Step: "counters", Err: &ratelimit.LockWaitError{Job: "prune", Step: "counters",
+		Err: &pgconn.PgError{Code: "55P03"}}}, ResultLockWait},
 	// Deployment faults that fail every call until the connections are
 	// fixed: admission control is down, as when the database is.
 	"ErrIsolation":        {ratelimit.ErrIsolation, ResultError},

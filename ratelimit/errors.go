@@ -257,6 +257,35 @@ func (e *LockWaitError) Error() string {
 
 func (e *LockWaitError) Unwrap() error { return e.Err }
 
+// StepError names a step of a Recover or Prune run that ended with an
+// error: Err, which says why, as it did without it (its message is Err's).
+// The steps are independent: the others still ran, and the run's result
+// counts what each did, so a step named here may have counted nothing
+// because it failed, not because it found nothing. Recover and Prune
+// return one per such step, joined with their other errors (the take and
+// the release of the run's lease are not steps): find the first with
+// errors.As, or walk the joined errors for each. errors.Is and errors.As
+// see through it to Err (the server's error, a *LockWaitError, ctx's).
+type StepError struct {
+	// Job is "recover" or "prune".
+	Job string
+	// Step names the step as Progress.Step and *LockWaitError's Step do
+	// ("reclaim expired tasks", "allotments", ...).
+	Step string
+	// Err is the step's error.
+	Err error
+	// NotRun names the steps after this one, in order, when the run
+	// stopped here (ctx done, the run's lease lost, the connection lost:
+	// an error that is not the server's rejection of the step's
+	// statement) and so did not run them; nil when the run went on, or
+	// this was its last step.
+	NotRun []string
+}
+
+func (e *StepError) Error() string { return e.Err.Error() }
+
+func (e *StepError) Unwrap() error { return e.Err }
+
 // OnlyLockWaits reports whether err is made of *LockWaitError alone, however
 // joined and wrapped: a Recover or Prune run whose only trouble was rows it
 // left behind other sessions' locks. A run that also failed otherwise (cut

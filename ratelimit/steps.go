@@ -43,9 +43,22 @@ type batchFunc func(stop error) (more, done bool, err error)
 // lease or says it was lost; the step it stops in still reports what it had
 // left. After each batch that was done (batchFunc), even one whose step
 // ends with an error, it calls progress (when not nil) with the step's name.
+// Each failed step's error is a *StepError naming it, and the one the run
+// stopped at the steps it did not reach.
 func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, progress func(step string)) error {
 	var failed []error
-	for _, s := range steps {
+	for i, s := range steps {
+		failure := func(err error) *StepError {
+			return &StepError{Job: op, Step: s.name, Err: stepError(ctx, op, s.name, lease.m.opts.lockTimeout, err)}
+		}
+		// stopped ends the run at s, which failed with err.
+		stopped := func(err error) error {
+			se := failure(err)
+			for _, later := range steps[i+1:] {
+				se.NotRun = append(se.NotRun, later.name)
+			}
+			return errors.Join(append(failed, se)...)
+		}
 		for more := true; more; {
 			stop := ctx.Err()
 			if stop == nil {
@@ -53,7 +66,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 			}
 			if stop != nil {
 				_, _, err := s.run(stop) // with what the step left so far
-				return errors.Join(append(failed, stepError(ctx, op, s.name, lease.m.opts.lockTimeout, err))...)
+				return stopped(err)
 			}
 			var done bool
 			var err error
@@ -62,15 +75,15 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 				progress(s.name)
 			}
 			if err != nil {
-				failed = append(failed, stepError(ctx, op, s.name, lease.m.opts.lockTimeout, err))
 				if ctx.Err() != nil {
 					// Cut off by ctx (on a pool set up with ConfigurePool, the server
 					// answered its cancel request with 57014, an error it raised).
-					return errors.Join(failed...)
+					return stopped(err)
 				}
 				if !rejectedByServer(batchErr(err)) {
-					return errors.Join(failed...) // the connection or the server is in trouble: so would every next step be
+					return stopped(err) // the connection or the server is in trouble: so would every next step be
 				}
+				failed = append(failed, failure(err))
 				break
 			}
 		}
