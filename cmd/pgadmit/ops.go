@@ -351,16 +351,19 @@ func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, 
 // that failed having done nothing is told by its error alone, but a partly rejected pass still
 // did the rest.
 func passReport(res ratelimit.RecoveryResult, err error, start time.Time) (string, bool) {
-	return fmt.Sprintf("%s (%s)", describeRecovery(res), time.Since(start).Round(time.Millisecond)), err == nil || !res.Zero()
+	return fmt.Sprintf("%s (%s)", describeRecovery(res, failedSteps(err)), time.Since(start).Round(time.Millisecond)), err == nil || !res.Zero()
 }
 
-// describeRecovery says what a Recover pass did, in a line.
-func describeRecovery(r ratelimit.RecoveryResult) string {
+// describeRecovery says what a Recover pass did, in a line, naming the steps that failed and
+// saying how many did not run (failedSteps; see describeClauses).
+func describeRecovery(r ratelimit.RecoveryResult, failed steps) string {
 	switch {
 	case r.Skipped:
 		return "skipped: another process is recovering"
 	case r.Zero():
 		return "nothing to recover"
+	case len(failed.failed) > 0:
+		return describeClauses(recoveryClauses(r), failed)
 	}
 	return r.String()
 }
@@ -467,8 +470,8 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 	if sbe := (*schemaBehindError)(nil); errors.As(err, &sbe) && pruneDidNothing(res) {
 		counted = false
 	}
-	if counted { // a step the server rejected: the others still ran
-		fmt.Fprintf(a.stdout, "%s (%s)\n", res, time.Since(start).Round(time.Millisecond))
+	if counted { // a step the server rejected: the others still ran, and the line names it
+		fmt.Fprintf(a.stdout, "%s (%s)\n", describePrune(res, failedSteps(err)), time.Since(start).Round(time.Millisecond))
 	}
 	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(err, *lockTimeout), "prune", counted))
 }

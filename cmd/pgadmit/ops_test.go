@@ -312,7 +312,8 @@ func TestRecoverSweeperWritesItsIntervalAsGiven(t *testing.T) {
 }
 
 // A sweeper stopped in the middle of a pass says what that pass did before it stopped: the
-// capacity it gave back is real. It used to log only "stopped", and the work went unreported.
+// capacity it gave back is real. It used to log only "stopped", and the work went unreported;
+// and then 0 for the steps the pass never reached.
 func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -351,7 +352,10 @@ func TestRecoverSweeperStoppedMidPassSaysWhatItDid(t *testing.T) {
 		t.Fatalf("recover --every: exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 	assertSweeperLog(t, out,
-		`recover: released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 1 sync and 0 poison tasks; .* \(\d+(\.\d+)?m?s\); stopped mid-pass$`,
+		// Stopped in its first step: the counts that only that step or those it did not reach
+		// feed, and that stayed 0, are not said as if they ran and found nothing.
+		`recover: released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; `+
+			`not run: the 8 steps after reclaim expired tasks \(\d+(\.\d+)?m?s\); stopped mid-pass$`,
 		`recover: stopped$`,
 	)
 	if strings.Contains(out, "pass failed") {

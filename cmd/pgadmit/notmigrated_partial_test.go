@@ -1,0 +1,43 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// On a database whose schema is behind this pgadmit's but has the tables of some steps (at
+// version 5, all but the Local limits' blocks), recover and prune run the steps it can serve and
+// print what they did, and say which steps failed instead of counting them 0 as if they ran and
+// found nothing ("returned 0 lost allotments", "0 allotments": there was no table to look in).
+func TestPartialRunsOnADatabaseBehindNameTheStepsThatFailed(t *testing.T) {
+	t.Parallel()
+	url, pool := newDatabase(t)
+	latest := strings.TrimSpace(cliOK(t, "--database-url", url, "migrate", "version"))
+	seedMaintenanceWork(t, pool, "behind")
+	seeded := time.Now()
+	const to = "5" // before 00006_allotments
+	cliOK(t, "--database-url", url, "migrate", "down", "--to", to)
+	behind := "the database's pgadmit schema is at version " + to + ", this pgadmit needs " + latest + ": run 'pgadmit migrate up'\n"
+
+	out, errOut, code := cli(t, nil, "--database-url", url, "recover")
+	if code != exitFailure || errOut != "pgadmit recover: "+behind {
+		t.Errorf("recover at schema version %s: exit %d, stderr %q; want exit 1 and what to run", to, code, errOut)
+	}
+	if want := `^released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 0 sync and 0 poison tasks; ` +
+		`cleaned 0 admissions; failed steps: return lost allotments \(\d+(\.\d+)?m?s\)\n$`; !regexp.MustCompile(want).MatchString(out) {
+		t.Errorf("recover at schema version %s printed %q, want it to match %s", to, out, want)
+	}
+
+	// The 1 s windows end, and a cutoff of 1 s passes them, 2 s after they were seeded.
+	time.Sleep(time.Until(seeded.Add(2100 * time.Millisecond)))
+	out, errOut, code = cli(t, nil, "--database-url", url, "prune", "--older-than", "1s")
+	if code != exitFailure || errOut != "pgadmit prune: "+behind {
+		t.Errorf("prune at schema version %s: exit %d, stderr %q; want exit 1 and what to run", to, code, errOut)
+	}
+	if want := `^pruned before \S+: released 1 stale reservations; deleted 2 counter windows, 2 reservations, 0 leases, 0 events, ` +
+		`0 tasks finished before \S+; failed steps: allotments \(\d+(\.\d+)?m?s\)\n$`; !regexp.MustCompile(want).MatchString(out) {
+		t.Errorf("prune at schema version %s printed %q, want it to match %s", to, out, want)
+	}
+}
