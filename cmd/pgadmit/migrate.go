@@ -96,7 +96,7 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		return err
 	}
 	defer grace.CloseOnExit(ctx, pool)
-	defer func() { err = migratePrivilegeAdvice(err, sub) }()
+	defer func() { err = privilegeDenied(err, "migrate "+sub, false) }() // it says who may migrate
 
 	// A database that a newer pgadmit migrated: goose cannot revert a migration it does not
 	// embed ("version not found"), and lists only the ones it knows. (up says so after its
@@ -171,24 +171,6 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		fmt.Fprintln(a.stdout, v)
 		return nil
 	}
-}
-
-// migratePrivilegeAdvice adds to err, when the server refused the role a privilege (SQLSTATE
-// 42501) in migrate's subcommand sub, which roles may run it: the server names a table, not who
-// may. up and down need the owner of pgadmit's tables (a role of docs/privileges.sql is refused
-// the lock table); status and version only read the version table, which docs/privileges.sql
-// lets its roles read too.
-func migratePrivilegeAdvice(err error, sub string) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
-		return err
-	}
-	who := "the roles of docs/privileges.sql, pgadmit_gateway and pgadmit_maintenance, may not migrate"
-	if sub == "status" || sub == "version" {
-		who = "or as a member of pgadmit_gateway or pgadmit_maintenance, to which docs/privileges.sql grants the read of " + schema.VersionTable
-	}
-	return fmt.Errorf("%w: the database refused this role a privilege that migrate %s needs: run it as the role that owns "+
-		"pgadmit's tables (%s)", err, sub, who)
 }
 
 // nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says

@@ -47,6 +47,23 @@ func TestPrivilegeDenied(t *testing.T) {
 			t.Errorf("privilegeDenied of %s speaks of recover or prune: %s", job, msg)
 		}
 	}
+	// migrate's are told the same way, with who may run it: up and down need the owner of
+	// pgadmit's tables; status and version read the version table, as docs/privileges.sql lets
+	// its roles do. What goose said comes last, as the server's refusal does in the others.
+	for sub, who := range map[string]string{"up": "may not migrate", "down": "may not migrate",
+		"status": "pgadmit_gateway or pgadmit_maintenance", "version": "pgadmit_gateway or pgadmit_maintenance"} {
+		job := "migrate " + sub
+		msg := privilegeDenied(fmt.Errorf("acquire lock: %w", refused), job, false).Error()
+		for _, want := range []string{"the database refused this role a privilege that " + job + " needs: run it as the role that owns pgadmit's tables",
+			who, "docs/privileges.sql", "(acquire lock: "} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("privilegeDenied of %s does not say %q: %s", job, want, msg)
+			}
+		}
+		if !strings.HasPrefix(msg, "the database refused") || strings.Contains(msg, "did nothing") {
+			t.Errorf("privilegeDenied of %s does not start with the refusal, or says what it did: %s", job, msg)
+		}
+	}
 	other := fmt.Errorf("recover: %w", &pgconn.PgError{Code: "55P03"})
 	if got := privilegeDenied(other, "recover", false); got != other {
 		t.Errorf("privilegeDenied of a lock wait = %v; want it unchanged", got)
