@@ -160,26 +160,13 @@ func (e *lockWaitError) Unwrap() error { return e.err }
 // wrapped, the take's or the release's of the run's lease (else the first), and says whether
 // the run's steps left rows behind a lock too.
 func leaseLockWait(err error) (lw *ratelimit.LockWaitError, steps bool) {
-	var walk func(error)
-	walk = func(err error) {
-		if w, ok := err.(*ratelimit.LockWaitError); ok {
-			lease := w.LeaseTake() || w.LeaseRelease()
-			steps = steps || !lease
-			if lw == nil || lease {
-				lw = w
-			}
-			return
+	eachError(err, func(w *ratelimit.LockWaitError) {
+		lease := w.LeaseTake() || w.LeaseRelease()
+		steps = steps || !lease
+		if lw == nil || lease {
+			lw = w
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
-		}
-	}
-	walk(err)
+	})
 	return lw, steps
 }
 

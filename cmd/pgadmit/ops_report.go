@@ -131,24 +131,11 @@ func (s steps) ran(step string) bool {
 // (the *ratelimit.StepError it holds, however joined and wrapped).
 func failedSteps(err error) steps {
 	var found steps
-	var walk func(error)
-	walk = func(err error) {
-		if se, ok := err.(*ratelimit.StepError); ok {
-			if !slices.Contains(found.failed, se.Step) {
-				found.failed = append(found.failed, se.Step)
-			}
-			found.notRun = append(found.notRun, se.NotRun...)
-			return
+	eachError(err, func(se *ratelimit.StepError) {
+		if !slices.Contains(found.failed, se.Step) {
+			found.failed = append(found.failed, se.Step)
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
-		}
-	}
-	walk(err)
+		found.notRun = append(found.notRun, se.NotRun...)
+	})
 	return found
 }
