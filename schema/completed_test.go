@@ -99,9 +99,14 @@ type cancelAfterVersion struct {
 type versionStatementKey struct{}
 
 func (c *cancelAfterVersion) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	records := strings.Contains(data.SQL, schema.VersionTable) && !strings.Contains(data.SQL, "max(") &&
-		len(data.Args) > 0 && fmt.Sprint(data.Args[0]) == fmt.Sprint(c.version)
-	return context.WithValue(ctx, versionStatementKey{}, records)
+	return context.WithValue(ctx, versionStatementKey{}, recordsVersion(data, c.version))
+}
+
+// recordsVersion reports whether data is the statement that records (or deletes) version in
+// the version table.
+func recordsVersion(data pgx.TraceQueryStartData, version int64) bool {
+	return strings.Contains(data.SQL, schema.VersionTable) && !strings.Contains(data.SQL, "max(") &&
+		len(data.Args) > 0 && fmt.Sprint(data.Args[0]) == fmt.Sprint(version)
 }
 
 func (c *cancelAfterVersion) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {

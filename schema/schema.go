@@ -268,6 +268,15 @@ func connectTimedOut(err error) bool {
 // migration was applied (the schema current; goose then reads the version it reached) returns a
 // [*CompletedError], which lists them all and matches the context's error (errors.Is
 // context.Canceled or context.DeadlineExceeded).
+//
+// Whenever its ctx ends (before the lock row is taken, while it waits for another migrator's, in
+// a migration's statement or right before its commit, between two migrations, after the last),
+// its error matches the context's (errors.Is context.Canceled or context.DeadlineExceeded),
+// also where goose's or database/sql's own error does not name it (a migration whose transaction
+// database/sql rolled back as the context ended: "transaction has already been committed or
+// rolled back"): a service that migrates at start-up under a deadline tells "ran out of time"
+// from a migration that failed by it. The *goose.PartialError or [*CompletedError] is still
+// found with errors.As. Down and Locked do the same.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	pending := func(p *goose.Provider) (bool, error) { return p.HasPending(ctx) }
 	err := completing(ctx, pool, pending, func(p *goose.Provider) error {
@@ -301,7 +310,8 @@ func Down(ctx context.Context, pool *pgxpool.Pool) error {
 // NewProvider); Locked gives the row up when step returns, if goose did not. A nil step is a
 // *ratelimit.ValidationError on "step", returned before the row is taken. It is what
 // `pgadmit migrate` runs. It returns step's error, or the lock's; one that a statement-pooling
-// proxy caused matches ratelimit.ErrStatementPooling, as Migrate's does. pool stays open.
+// proxy caused matches ratelimit.ErrStatementPooling, as Migrate's does, and one returned once
+// ctx ended matches the context's error, as Migrate's does. pool stays open.
 func Locked(ctx context.Context, pool *pgxpool.Pool, step func(*goose.Provider) error, opts ...goose.ProviderOption) error {
 	return withLock(ctx, pool, opts, nil, step)
 }
@@ -476,7 +486,7 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOpti
 	case step == nil:
 		return errNilStep
 	}
-	return withProvider(pool, opts, func(p *goose.Provider, db *sql.DB, locker *tableLocker) (err error) {
+	err := withProvider(pool, opts, func(p *goose.Provider, db *sql.DB, locker *tableLocker) (err error) {
 		if pending != nil {
 			if todo, err := pending(p); err != nil || !todo {
 				return err
@@ -493,4 +503,17 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOpti
 		}()
 		return step(p)
 	})
+	return namingEndedContext(ctx, err)
+}
+
+// namingEndedContext returns err, made to match ctx's error too (errors.Is) when ctx has ended
+// and err does not already: database/sql rolls back a transaction whose context ended, and a
+// goose migration whose context ended between its last statement and its commit then fails with
+// sql.ErrTxDone ("transaction has already been committed or rolled back"), which does not name
+// the context. err stays whole (errors.As finds a *goose.PartialError in it as before).
+func namingEndedContext(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (the context had ended: %w)", err, ctx.Err())
 }
