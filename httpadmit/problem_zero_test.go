@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/errzero"
 )
 
 // The zero Problem, and a Refusal without an ExceededError (a custom
@@ -27,4 +28,18 @@ func TestProblemsOfZeroValues(t *testing.T) {
 			t.Errorf("DefaultRefusalHandler(%s refusal): %d %q", name, rec.Code, rec.Body)
 		}
 	}
+}
+
+// An error made by hand, the zero value of each exported error type or one
+// without the error it wraps, says something in Error, and neither Error,
+// Unwrap, errors.Is nor errors.As panics on it. Every exported error type
+// has its zero value here (errzero.Covers reads them from the source).
+func TestZeroErrorsDoNotPanic(t *testing.T) {
+	t.Parallel()
+	cases := []errzero.Case{
+		{Name: "UnavailableError{}", Err: &httpadmit.UnavailableError{}, Is: []error{httpadmit.ErrUnavailable}},
+		{Name: "UnavailableError without Err", Err: &httpadmit.UnavailableError{Limits: []httpadmit.Limit{{}}}, Is: []error{httpadmit.ErrUnavailable}},
+	}
+	errzero.Check(t, cases)
+	errzero.Covers(t, ".", cases)
 }

@@ -258,7 +258,8 @@ func (e *LockWaitError) Error() string {
 func (e *LockWaitError) Unwrap() error { return e.Err }
 
 // StepError names a step of a Recover or Prune run that ended with an
-// error: Err, which says why, as it did without it (its message is Err's).
+// error: Err, which says why, as it did without it (its message is Err's;
+// one made by hand without Err names its Job and Step).
 // The steps are independent: the others still ran, and the run's result
 // counts what each did, so a step named here may have counted nothing
 // because it failed, not because it found nothing. Recover and Prune
@@ -282,7 +283,20 @@ type StepError struct {
 	NotRun []string
 }
 
-func (e *StepError) Error() string { return e.Err.Error() }
+func (e *StepError) Error() string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	// One made by hand without Err: it says what it names, as a step's
+	// error starts ("ratelimit: prune: allotments: ...").
+	msg := errPrefix
+	for _, name := range []string{e.Job, e.Step} {
+		if name != "" {
+			msg += name + ": "
+		}
+	}
+	return msg + "step failed"
+}
 
 func (e *StepError) Unwrap() error { return e.Err }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgadmit/pgadmit/internal/errzero"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -176,5 +177,43 @@ func validArguments(key string) map[reflect.Type]any {
 		reflect.TypeFor[ratelimit.TaskSpec](): ratelimit.TaskSpec{Kind: "test", Worker: "w"},
 		reflect.TypeFor[ratelimit.Event]():    ratelimit.Event{Type: "x"},
 		reflect.TypeFor[ratelimit.Outcome]():  ratelimit.Outcome{Status: ratelimit.TaskSucceeded},
+	}
+}
+
+// An error made by hand, the zero value of each exported error type or one
+// without the error it wraps, says something in Error, and neither Error,
+// Unwrap, errors.Is nor errors.As panics on it: a StepError without Err
+// panicked in Error. Every exported error type has its zero value here
+// (errzero.Covers reads them from the source).
+func TestZeroErrorsDoNotPanic(t *testing.T) {
+	t.Parallel()
+	step := &ratelimit.StepError{}
+	namedStep := &ratelimit.StepError{Job: "prune", Step: "allotments", NotRun: []string{"events"}}
+	cases := []errzero.Case{
+		{Name: "ValidationError{}", Err: &ratelimit.ValidationError{}, Is: []error{ratelimit.ErrInvalidInput}},
+		{Name: "ExceededError{}", Err: &ratelimit.ExceededError{}, Is: []error{ratelimit.ErrExceeded}},
+		{Name: "LeaseLostError{}", Err: &ratelimit.LeaseLostError{}, Is: []error{ratelimit.ErrLeaseLost}},
+		{Name: "LockWaitError{}", Err: &ratelimit.LockWaitError{}},
+		{Name: "LockWaitError without Err", Err: &ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease"}},
+		{Name: "StepError{}", Err: step},
+		{Name: "StepError without Err", Err: namedStep},
+		{Name: "StepError of a LockWaitError{}", Err: &ratelimit.StepError{Err: &ratelimit.LockWaitError{}}},
+		{Name: "LockOrderError{}", Err: &ratelimit.LockOrderError{}, Is: []error{ratelimit.ErrLockOrder}},
+		{Name: "PoolerError{}", Err: &ratelimit.PoolerError{}, Is: []error{ratelimit.ErrPoolerMismatch}},
+		{Name: "PoolerError of statement pooling without Cause", Err: &ratelimit.PoolerError{StatementPooling: true},
+			Is: []error{ratelimit.ErrPoolerMismatch, ratelimit.ErrStatementPooling}},
+		{Name: "TaskNotQueuedError{}", Err: &ratelimit.TaskNotQueuedError{}, Is: []error{ratelimit.ErrTaskNotQueued}},
+		{Name: "StaleTokenError{}", Err: &ratelimit.StaleTokenError{}, Is: []error{ratelimit.ErrStaleToken}},
+	}
+	errzero.Check(t, cases)
+	errzero.Covers(t, ".", cases)
+	// A StepError without Err says what it names.
+	for err, want := range map[error]string{
+		step:      "ratelimit: step failed",
+		namedStep: "ratelimit: prune: allotments: step failed",
+	} {
+		if got := err.Error(); got != want {
+			t.Errorf("Error() = %q, want %q", got, want)
+		}
 	}
 }

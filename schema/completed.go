@@ -34,12 +34,12 @@ type CompletedError struct {
 
 func (e *CompletedError) Error() string {
 	did := "applied every pending migration"
-	if len(e.Applied) > 0 && e.Applied[0].Direction == "down" {
+	if len(e.Applied) > 0 && e.Applied[0] != nil && e.Applied[0].Direction == "down" {
 		did = "reverted every applied migration"
 	}
 	last := ""
-	if len(e.Applied) > 0 {
-		last = ", the last " + e.Applied[len(e.Applied)-1].Source.Path
+	if n := len(e.Applied); n > 0 && e.Applied[n-1] != nil && e.Applied[n-1].Source != nil { // not so in one made by hand
+		last = ", the last " + e.Applied[n-1].Source.Path
 	}
 	return fmt.Sprintf("%s (%d%s), then: %v", did, len(e.Applied), last, e.Err)
 }
