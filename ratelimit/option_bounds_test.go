@@ -120,7 +120,7 @@ func TestMaintenanceOptionsKeepTheirDocumentedBounds(t *testing.T) {
 	}
 	// "A nil report reports nothing": no report function at all, whatever every.
 	for _, every := range []time.Duration{minDur, 0, time.Second} {
-		if m := NewMaintenance(nil, WithProgress(every, nil)); m.progressOf("recover", func() string { return "" }) != nil {
+		if m := NewMaintenance(nil, WithProgress(every, nil)); m.progressOf("recover", func(*Progress) {}) != nil {
 			t.Errorf("WithProgress(%v, nil) reports", every)
 		}
 	}

@@ -1,6 +1,9 @@
 package ratelimit
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Progress says how far a Recover or Prune run has got (WithProgress).
 type Progress struct {
@@ -20,6 +23,17 @@ type Progress struct {
 	// Summary is what the run has done so far, as its result's String says
 	// it (RecoveryResult, PruneResult).
 	Summary string
+	// Recovery is what a Recover run (Job "recover") has done so far, and
+	// Prune what a Prune run (Job "prune") has; the other is zero.
+	// Summary is its String.
+	Recovery RecoveryResult
+	Prune    PruneResult
+	// Failed names the steps that have ended with an error so far (the
+	// step of this batch too, when it did), in order, as the run's
+	// *StepErrors will: the counts a failed step feeds stayed where its
+	// error left them, 0 if it came first, which Summary does not tell
+	// from a step that ran and found nothing.
+	Failed []string
 }
 
 // WithProgress makes Recover and Prune call report with their progress
@@ -33,22 +47,26 @@ func WithProgress(every time.Duration, report func(Progress)) MaintenanceOption 
 	}
 }
 
-// progressOf is the report a run of job makes after each batch done (runSteps),
-// summary saying what it did so far; nil without WithProgress.
-func (m *Maintenance) progressOf(job string, summary func() string) func(step string) {
+// progressOf is the report a run of job makes after each batch done
+// (runSteps, with the steps that failed so far), sofar filling in what
+// it did so far (Summary, and Recovery or Prune); nil without
+// WithProgress.
+func (m *Maintenance) progressOf(job string, sofar func(*Progress)) func(step string, failed []string) {
 	report, every := m.opts.progress, m.opts.progressEvery
 	if report == nil {
 		return nil
 	}
 	start := time.Now()
 	last, batches := start, int64(0)
-	return func(step string) {
+	return func(step string, failed []string) {
 		batches++
 		now := time.Now()
 		if now.Sub(last) < every {
 			return
 		}
 		last = now
-		report(Progress{Job: job, Step: step, Batches: batches, Elapsed: now.Sub(start), Summary: summary()})
+		p := Progress{Job: job, Step: step, Batches: batches, Elapsed: now.Sub(start), Failed: slices.Clone(failed)}
+		sofar(&p)
+		report(p)
 	}
 }

@@ -62,8 +62,10 @@ func TestPruneReportsItsProgress(t *testing.T) {
 	if got := countSteps(reports, "counters"); got != n+1 {
 		t.Errorf("%d reports of the counters step, want %d (one per row, then the batch that found none)", got, n+1)
 	}
-	if last := reports[len(reports)-1]; last.Summary != res.String() {
-		t.Errorf("last report %q, want what Prune returned, %q", last.Summary, res.String())
+	if last := reports[len(reports)-1]; last.Summary != res.String() || last.Prune != res ||
+		last.Recovery != (ratelimit.RecoveryResult{}) || last.Failed != nil {
+		t.Errorf("last report %q (%+v, failed %q), want what Prune returned, %q (%+v), and no failed step",
+			last.Summary, last.Prune, last.Failed, res.String(), res)
 	}
 }
 
@@ -79,7 +81,7 @@ func TestRecoverReportsItsProgressNoMoreOftenThanAsked(t *testing.T) {
 		t.Fatalf("Recover: %v", err)
 	}
 	if len(every) != 9 || every[0].Step != "reclaim expired tasks" || every[8].Step != "return lost allotments" ||
-		every[8].Job != "recover" || every[8].Summary != res.String() {
+		every[8].Job != "recover" || every[8].Summary != res.String() || every[8].Recovery != res || !every[8].Prune.Cutoff.IsZero() {
 		t.Errorf("reports of an empty recovery = %+v, want one per step, the last saying %q", every, res.String())
 	}
 	m = ratelimit.NewMaintenance(pool, ratelimit.WithProgress(time.Hour, func(p ratelimit.Progress) { hourly = append(hourly, p) }))

@@ -171,7 +171,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 			return q.PruneTasks(ctx, conn, db.PruneTasksParams{Cutoff: taskCutoff, BatchSize: n})
 		}, &res.Tasks)})
 	}
-	return res, runSteps(ctx, "prune", lease, steps, m.progressOf("prune", func() string { return res.String() }))
+	return res, runSteps(ctx, "prune", lease, steps, m.progressOf("prune", func(p *Progress) { p.Prune, p.Summary = res, res.String() }))
 }
 
 // eventsStep walks the tasks finished before cutoff from the position the

@@ -184,7 +184,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 			return row.Scanned, nil
 		})},
 		{"return lost allotments", m.returnLostAllotments(ctx, batch, &res.ReturnedAllotments)},
-	}, m.progressOf("recover", func() string { return res.String() }))
+	}, m.progressOf("recover", func(p *Progress) { p.Recovery, p.Summary = res, res.String() }))
 	return res, err
 }
 

@@ -42,11 +42,14 @@ type batchFunc func(stop error) (more, done bool, err error)
 // run's lease is lost: before each batch it calls keep, which renews the
 // lease or says it was lost; the step it stops in still reports what it had
 // left. After each batch that was done (batchFunc), even one whose step
-// ends with an error, it calls progress (when not nil) with the step's name.
+// ends with an error, it calls progress (when not nil) with the step's name
+// and the names of the steps that failed so far (this one too, when this
+// batch ended it with an error).
 // Each failed step's error is a *StepError naming it, and the one the run
 // stopped at the steps it did not reach.
-func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, progress func(step string)) error {
+func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, progress func(step string, failed []string)) error {
 	var failed []error
+	var failedNames []string // of failed's steps
 	for i, s := range steps {
 		failure := func(err error) *StepError {
 			return &StepError{Job: op, Step: s.name, Err: stepError(ctx, op, s.name, lease.m.opts.lockTimeout, err)}
@@ -72,7 +75,11 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 			var err error
 			more, done, err = s.run(nil)
 			if done && progress != nil {
-				progress(s.name)
+				names := failedNames
+				if err != nil {
+					names = append(slices.Clip(names), s.name)
+				}
+				progress(s.name, names)
 			}
 			if err != nil {
 				if ctx.Err() != nil {
@@ -83,7 +90,7 @@ func runSteps(ctx context.Context, op string, lease *jobLease, steps []step, pro
 				if !rejectedByServer(batchErr(err)) {
 					return stopped(err) // the connection or the server is in trouble: so would every next step be
 				}
-				failed = append(failed, failure(err))
+				failed, failedNames = append(failed, failure(err)), append(failedNames, s.name)
 				break
 			}
 		}

@@ -112,7 +112,7 @@ func TestRunStepsKeepsWhatAStepLeftWhenCtxEndsBetweenBatches(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	lease := &jobLease{m: &Maintenance{opts: maintenanceOptions{leaseTTL: time.Hour}}, renewed: time.Now()}
-	err := runSteps(ctx, "prune", lease, []step{{"first", first}}, func(string) { cancel() }) // after the second batch
+	err := runSteps(ctx, "prune", lease, []step{{"first", first}}, func(string, []string) { cancel() }) // after the second batch
 	var lw *LockWaitError
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &lw) || lw.Rows != 4 || lw.Job != "prune" || lw.Step != "first" {
 		t.Errorf("run error %v, want ctx's and a LockWaitError (prune, first) for the 4 rows of the first batch", err)

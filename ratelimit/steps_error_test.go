@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,17 +55,24 @@ func TestRunStepsNamesEachFailedStep(t *testing.T) {
 		return table.act(rows)
 	})
 	lease := &jobLease{m: &Maintenance{opts: maintenanceOptions{leaseTTL: time.Hour}}, renewed: time.Now()}
+	var reported []string
 	err := runSteps(ctx, "prune", lease, []step{
 		{"counters", ok},
 		{"allotments", rejected},
 		{"reservations", ok},
 		{"events", cutOff},
 		{"tasks", ok},
-	}, func(s string) {
+	}, func(s string, failed []string) {
+		reported = append(reported, s+" "+strings.Join(failed, ","))
 		if s == "events" {
 			cancel() // after its second batch: the run stops before its third
 		}
 	})
+	// Each report names the steps that failed so far: none before
+	// allotments, which the server rejected before a batch was done.
+	if want := []string{"counters ", "reservations allotments", "events allotments"}; !slices.Equal(reported, want) {
+		t.Errorf("progress reported %q (step, then the steps failed so far), want %q", reported, want)
+	}
 
 	var got []string
 	for _, se := range stepErrors(err) {
