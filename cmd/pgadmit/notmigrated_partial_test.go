@@ -40,4 +40,13 @@ func TestPartialRunsOnADatabaseBehindNameTheStepsThatFailed(t *testing.T) {
 		`0 tasks finished before \S+; failed steps: allotments \(\d+(\.\d+)?m?s\)\n$`; !regexp.MustCompile(want).MatchString(out) {
 		t.Errorf("prune at schema version %s printed %q, want it to match %s", to, out, want)
 	}
+	// Its progress lines after the step failed say so as the line at the end does (before, the
+	// step not reached yet counts 0 "so far").
+	_, errOut, _ = cli(t, nil, "--database-url", url, "prune", "--older-than", "1s", "--progress", "1ns")
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	if n := len(lines); n < 2 || lines[n-1] != "pgadmit prune: "+strings.TrimSuffix(behind, "\n") ||
+		!strings.HasSuffix(lines[n-2], "; failed steps: allotments") || strings.Contains(lines[n-2], "0 allotments") {
+		t.Errorf("prune --progress 1ns at schema version %s: stderr %q; want its last progress line to name the failed step, "+
+			"without counting 0 allotments", to, errOut)
+	}
 }

@@ -62,7 +62,25 @@ func (p *runProgress) batch(pr ratelimit.Progress) {
 
 func (p *runProgress) sayBatch() {
 	fmt.Fprintf(p.out, "pgadmit %s: so far (%s, %s, now at %q): %s\n",
-		p.last.Job, p.last.Elapsed.Round(time.Second), countBatches(p.last.Batches), p.last.Step, p.last.Summary)
+		p.last.Job, p.last.Elapsed.Round(time.Second), countBatches(p.last.Batches), p.last.Step, p.summary())
+}
+
+// summary is what the run did so far, as its last batch said it: the result's String, or, once a
+// step failed, as the run's line at its end says it (describeClauses), without the counts that
+// stayed 0 because every step feeding them failed, and naming those steps. A step not reached
+// yet counts 0: the line says "so far".
+func (p *runProgress) summary() string {
+	if len(p.last.Failed) == 0 {
+		return p.last.Summary
+	}
+	failed := steps{failed: p.last.Failed}
+	switch p.last.Job {
+	case "recover": // not describeRecovery, whose "nothing to recover" would hide the failed steps
+		return describeClauses(recoveryClauses(p.last.Recovery), failed)
+	case "prune":
+		return describePrune(p.last.Prune, failed)
+	}
+	return p.last.Summary
 }
 
 // countBatches says n batches: "1 batch", "2 batches".
@@ -170,17 +188,17 @@ func (p *runProgress) sofar(elapsed time.Duration) (sofar, done string) {
 	sofar = fmt.Sprintf("%s, %s", elapsed.Round(time.Second), countBatches(p.last.Batches))
 	if p.last.Batches > 0 {
 		sofar += fmt.Sprintf(", now at %q", p.last.Step)
-		done = p.last.Summary + "; "
+		done = p.summary() + "; "
 	}
 	return sofar, done
 }
 
-// lastSummary is what the run did so far, as its last batch said it
-// (ratelimit.Progress.Summary); false before a batch ended.
+// lastSummary is what the run did so far, as its last batch said it (summary); false before a
+// batch ended.
 func (p *runProgress) lastSummary() (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.last.Summary, p.last.Batches > 0
+	return p.summary(), p.last.Batches > 0
 }
 
 // endWait is how long a one-shot recover or prune, once cut off by --pass-timeout or

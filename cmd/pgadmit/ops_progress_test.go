@@ -43,3 +43,42 @@ func TestRunEndingSaysTheLeaseOnlyWhenTheRunTookIt(t *testing.T) {
 		}
 	}
 }
+
+// A progress line after a step failed says what the run did so far as the run's line at its end
+// does: it leaves out a count that stayed 0 because every step feeding it failed, and names the
+// failed steps. It said the result's String, "0 allotments" for a prune whose allotments step the
+// server rejected (a schema behind), as if the step had run and found nothing; so did the line a
+// run given up on prints (lastSummary). Steps not reached yet still count 0: the line says "so
+// far". Without a failed step the line is the result's String, as before.
+func TestProgressLineNamesTheStepsFailedSoFar(t *testing.T) {
+	t.Parallel()
+	cutoff := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	pruned := ratelimit.PruneResult{Cutoff: cutoff, Counters: 5}
+	recovered := ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 2}
+	for _, c := range []struct {
+		name          string
+		last          ratelimit.Progress
+		want, notWant string // in the line
+	}{
+		{"prune, allotments failed", ratelimit.Progress{Job: "prune", Step: "events", Batches: 3, Summary: pruned.String(), Prune: pruned,
+			Failed: []string{"allotments"}},
+			"deleted 5 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments\n", "0 allotments"},
+		{"recover, reclaim failed", ratelimit.Progress{Job: "recover", Step: "release expired leases", Batches: 3, Summary: recovered.String(),
+			Recovery: recovered, Failed: []string{"reclaim expired tasks"}},
+			"released 2 leases and 0 reservations; failed 0 attempts; cleaned 0 admissions; returned 0 lost allotments; " +
+				"failed steps: reclaim expired tasks\n", "async tasks"},
+		{"prune, none failed", ratelimit.Progress{Job: "prune", Step: "events", Batches: 3, Summary: pruned.String(), Prune: pruned},
+			pruned.String() + "\n", "failed steps"},
+	} {
+		var out bytes.Buffer
+		p := newRunProgress(&out, c.last.Job, time.Nanosecond, 0)
+		p.batch(c.last)
+		line := out.String()
+		if !strings.HasSuffix(line, c.want) || strings.Contains(line, c.notWant) {
+			t.Errorf("%s: %q\nwant it to end %q, without %q", c.name, line, c.want, c.notWant)
+		}
+		if summary, ok := p.lastSummary(); !ok || !strings.HasSuffix(summary+"\n", c.want) || strings.Contains(summary, c.notWant) {
+			t.Errorf("%s: lastSummary %q, %v\nwant it to end %q, without %q", c.name, summary, ok, c.want, c.notWant)
+		}
+	}
+}
