@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/schema"
@@ -39,14 +38,7 @@ func TestMigrateAndDownCancelledAfterTheirLastMigration(t *testing.T) {
 			t.Parallel()
 			url := pgtest.NewURL(t)
 			setup := pgtest.OpenPool(t, url)
-			p, err := schema.NewProvider(stdlib.OpenDBFromPool(setup))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.DownTo(ctx, c.from); err != nil {
-				t.Fatalf("DownTo %d: %v", c.from, err)
-			}
-			_ = p.Close()
+			migratedDownTo(t, setup, c.from)
 
 			mctx, cancel := context.WithCancel(ctx)
 			defer cancel()

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -78,14 +77,7 @@ func TestAnEndedContextShowsInTheError(t *testing.T) {
 				ctx := context.Background()
 				url := pgtest.NewURL(t)
 				setup := pgtest.OpenPool(t, url)
-				p, err := schema.NewProvider(stdlib.OpenDBFromPool(setup))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := p.DownTo(ctx, m.from); err != nil {
-					t.Fatalf("DownTo %d: %v", m.from, err)
-				}
-				_ = p.Close()
+				migratedDownTo(t, setup, m.from)
 
 				mctx := newEndingContext(want)
 				tracer, meanwhile := m.arrange(t, url, setup, mctx.end)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
@@ -23,14 +24,7 @@ func TestMigrateWhoseContextEndsMidMigration(t *testing.T) {
 	ctx := context.Background()
 	pools := pgtest.NewPools(t, 2)
 	want := fingerprint(t, pools[0])
-	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pools[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.DownTo(ctx, concurrentIndexVersion-1); err != nil {
-		t.Fatalf("DownTo: %v", err)
-	}
-	_ = p.Close()
+	migratedDownTo(t, pools[0], concurrentIndexVersion-1)
 
 	tx, err := pools[1].Begin(ctx)
 	if err != nil {
@@ -62,4 +56,18 @@ func TestMigrateWhoseContextEndsMidMigration(t *testing.T) {
 	}
 	assertState(t, pools[0], migrationCount(t))
 	assertSameCatalog(t, "up after a cancelled up", int64(migrationCount(t)), want, fingerprint(t, pools[0]))
+}
+
+// migratedDownTo takes pool's database, migrated to the latest, down to version from, for a test
+// that migrates it again.
+func migratedDownTo(t *testing.T, pool *pgxpool.Pool, from int64) {
+	t.Helper()
+	p, err := schema.NewProvider(stdlib.OpenDBFromPool(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.DownTo(context.Background(), from); err != nil {
+		t.Fatalf("DownTo %d: %v", from, err)
+	}
 }
