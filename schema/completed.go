@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
+
+	"github.com/pgadmit/pgadmit/internal/gooselog"
 )
 
 // CompletedError is what [Migrate] and [Down] return when they had done every migration they
@@ -78,34 +79,11 @@ func (c *completions) WithAttrs([]slog.Attr) slog.Handler       { return c }
 func (c *completions) WithGroup(string) slog.Handler            { return c }
 
 func (c *completions) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "migration completed" {
-		return nil
+	if res, ok := gooselog.Result(r); ok {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.done = append(c.done, res)
 	}
-	res := &goose.MigrationResult{Source: &goose.Source{}}
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "source":
-			res.Source.Path = a.Value.String()
-		case "version":
-			if a.Value.Kind() == slog.KindInt64 {
-				res.Source.Version = a.Value.Int64()
-			}
-		case "type":
-			res.Source.Type = goose.MigrationType(a.Value.String())
-		case "direction":
-			res.Direction = a.Value.String()
-		case "duration_seconds":
-			if a.Value.Kind() == slog.KindFloat64 {
-				res.Duration = time.Duration(a.Value.Float64() * float64(time.Second))
-			}
-		case "state":
-			res.Empty = a.Value.String() == "empty"
-		}
-		return true
-	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.done = append(c.done, res)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgadmit/pgadmit/internal/gooselog"
 	"github.com/pgadmit/pgadmit/internal/ticking"
 )
 
@@ -43,34 +44,27 @@ func (w *migrateWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
 func (w *migrateWatch) WithGroup(string) slog.Handler            { return w }
 
 func (w *migrateWatch) Handle(_ context.Context, r slog.Record) error {
-	source, direction, seconds := "", "", 0.0
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "source":
-			source = a.Value.String()
-		case "direction":
-			direction = a.Value.String()
-		case "duration_seconds":
-			if a.Value.Kind() == slog.KindFloat64 {
-				seconds = a.Value.Float64()
-			}
-		}
-		return true
-	})
+	done, completed := gooselog.Result(r)
 	w.mu.Lock()
-	switch r.Message {
-	case "executing statement":
+	switch {
+	case completed:
+		w.running = ""
+		w.done = append(w.done, done)
+	case r.Message == "executing statement":
+		var source string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "source" {
+				source = a.Value.String()
+			}
+			return a.Key != "source"
+		})
 		if source != w.running {
 			w.running, w.since = source, time.Now()
 		}
-	case "migration completed":
-		w.running = ""
-		w.done = append(w.done, &goose.MigrationResult{Source: &goose.Source{Path: source}, Direction: direction,
-			Duration: time.Duration(seconds * float64(time.Second))})
 	}
 	w.mu.Unlock()
-	if r.Message == "migration completed" && w.migrated != nil {
-		w.migrated(source)
+	if completed && w.migrated != nil {
+		w.migrated(done.Source.Path)
 	}
 	return nil
 }
