@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/pgadmit/pgadmit/internal/runecut"
@@ -184,8 +183,7 @@ func (a *admission) end() report {
 // bytes, at most ratelimit.MaxReasonBytes), so that a reason built from an
 // upstream's error cannot make the release fail and leave the grant held.
 func releaseReason(reason string) string {
-	reason = strings.ReplaceAll(strings.ToValidUTF8(reason, "\uFFFD"), "\x00", "")
-	reason = runecut.Prefix(reason, ratelimit.MaxReasonBytes)
+	reason = runecut.Text(reason, ratelimit.MaxReasonBytes)
 	if reason == "" {
 		reason = "discarded"
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
+	"github.com/pgadmit/pgadmit/internal/runecut"
 )
 
 // AllotmentOptions size and time the blocks that Local limits are admitted
@@ -85,7 +86,7 @@ func (o AllotmentOptions) withDefaults() AllotmentOptions {
 	// limits would silently all be decided in the database, a failed
 	// statement more per request. One of megabytes would be written to
 	// every block's row.
-	o.Holder = holderText(o.Holder, MaxScopeBytes)
+	o.Holder = runecut.Text(o.Holder, MaxScopeBytes)
 	if o.Holder == "" {
 		o.Holder = newHolder()
 	}

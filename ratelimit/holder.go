@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/pgadmit/pgadmit/internal/runecut"
 )
@@ -28,16 +27,9 @@ func newHolder() string {
 // bytes dropped, invalid UTF-8 replaced), cut to maxHolderHostBytes bytes, never inside a
 // character, and is "unknown-host" when nothing is left of it.
 func holderName(host string, pid int, random []byte) string {
-	host = holderText(host, maxHolderHostBytes)
+	host = runecut.Text(host, maxHolderHostBytes)
 	if host == "" {
 		host = "unknown-host"
 	}
 	return host + "/" + strconv.Itoa(pid) + "/" + hex.EncodeToString(random)
-}
-
-// holderText is s as text PostgreSQL stores (its NUL bytes dropped, invalid UTF-8 replaced with
-// U+FFFD), cut to max bytes, never inside a character: a holder the database refuses would fail
-// every statement that records it.
-func holderText(s string, max int) string {
-	return runecut.Prefix(strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD"), max)
 }

@@ -3,7 +3,10 @@
 // the end of a log).
 package runecut
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Prefix returns s if it is at most max bytes long, else its longest prefix
 // of at most max bytes that ends at a rune boundary. s should be valid
@@ -20,6 +23,13 @@ func Prefix(s string, max int) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// Text returns s as text PostgreSQL stores (invalid UTF-8 replaced with U+FFFD, then its NUL
+// bytes dropped), cut to at most max bytes as Prefix cuts it: a value written to a text column
+// that the server would refuse, failing the statement that writes it.
+func Text(s string, max int) string {
+	return Prefix(strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", ""), max)
 }
 
 // Suffix returns s if it is at most max bytes long, else its longest suffix

@@ -26,6 +26,27 @@ func TestPrefix(t *testing.T) {
 	}
 }
 
+func TestText(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		s    string
+		max  int
+		want string
+	}{
+		{"abc", 5, "abc"},
+		{"a\x00b", 5, "ab"},                 // NUL dropped
+		{"a\xffb", 5, "a\uFFFDb"},           // invalid UTF-8 replaced
+		{"\xff\x00\xff", 9, "\uFFFD\uFFFD"}, // replaced first, then the NUL dropped
+		{"a\xff", 3, "a"},                   // U+FFFD is 3 bytes: not split
+		{"\x00\x00\x00é", 2, "é"},           // cut after the NULs are gone
+		{"\x00", 5, ""},                     // nothing left
+	} {
+		if got := Text(c.s, c.max); got != c.want {
+			t.Errorf("Text(%q, %d) = %q, want %q", c.s, c.max, got, c.want)
+		}
+	}
+}
+
 func TestSuffix(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
