@@ -76,12 +76,15 @@ func TestWaitsSeeAReserveWaitingForARow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewURL(t)
-	open := func(application string) *pgxpool.Pool {
+	open := func(url, application string, params map[string]string) *pgxpool.Pool {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.ConnConfig.RuntimeParams["application_name"] = application
+		for name, value := range params {
+			cfg.ConnConfig.RuntimeParams[name] = value
+		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +92,13 @@ func TestWaitsSeeAReserveWaitingForARow(t *testing.T) {
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	holder, waiter, admin := open("waits-holder"), open("waits-test"), open("waits-admin")
+	// A lock waiter wakes once, deadlock_timeout (1 s by default) into its wait, to look for a
+	// deadlock: for that moment it runs, with no wait event, and a sample there once saw it
+	// so. The waiter's role is a superuser, who may put that moment past the test's end (and
+	// whose sessions only another superuser sees the waits of).
+	adminURL := pgtest.AdminURL(t, url)
+	waiter := open(adminURL, "waits-test", map[string]string{"deadlock_timeout": "1h"})
+	holder, admin := open(url, "waits-holder", nil), open(adminURL, "waits-admin", nil)
 	// A week's window: the two Reserves must fall in the same window, which a
 	// one-minute window breaks when the test runs across a minute's end.
 	limits := []ratelimit.Limit{{Scope: ratelimit.Scope{Type: "api_key", Key: "held"}, Metric: ratelimit.MetricRequests, Limit: 10, Amount: 1,
