@@ -74,7 +74,15 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("httpadmit: admission control unavailable (%d limits fail closed): %v", len(e.Limits), e.Err)
+	// One made by hand may have no Limits, or no Err: the message leaves them out.
+	msg := "httpadmit: admission control unavailable"
+	if len(e.Limits) > 0 {
+		msg += fmt.Sprintf(" (%d limits fail closed)", len(e.Limits))
+	}
+	if e.Err == nil {
+		return msg
+	}
+	return fmt.Sprintf("%s: %v", msg, e.Err)
 }
 
 // Is makes errors.Is(err, ErrUnavailable) true.

@@ -31,7 +31,8 @@ func TestProblemsOfZeroValues(t *testing.T) {
 }
 
 // An error made by hand, the zero value of each exported error type or one
-// without the error it wraps, says something in Error, and neither Error,
+// without the error it wraps, says something in Error, without "<nil>" or
+// an empty part ("(0 limits fail closed): <nil>" once), and neither Error,
 // Unwrap, errors.Is nor errors.As panics on it. Every exported error type
 // has its zero value here (errzero.Covers reads them from the source).
 func TestZeroErrorsDoNotPanic(t *testing.T) {
@@ -42,4 +43,13 @@ func TestZeroErrorsDoNotPanic(t *testing.T) {
 	}
 	errzero.Check(t, cases)
 	errzero.Covers(t, ".", cases)
+	// One made by hand says what it names, and leaves out what it lacks.
+	for i, want := range []string{
+		"httpadmit: admission control unavailable",
+		"httpadmit: admission control unavailable (1 limits fail closed)",
+	} {
+		if got := cases[i].Err.Error(); got != want {
+			t.Errorf("%s.Error() = %q, want %q", cases[i].Name, got, want)
+		}
+	}
 }

@@ -59,6 +59,12 @@ func (e *ValidationError) Error() string {
 	if f, ok := value.(float64); ok { // an amount: in full, as the reasons' bounds are
 		value = amounttext.Full(f)
 	}
+	if e.Reason == "" { // one made by hand: no empty reason, nor a value it did not give
+		if value == nil {
+			return "ratelimit: invalid " + field
+		}
+		return fmt.Sprintf("ratelimit: invalid %s (%v)", field, value)
+	}
 	return fmt.Sprintf("ratelimit: invalid %s (%v): %s", field, value, e.Reason)
 }
 
@@ -173,6 +179,12 @@ type LeaseLostError struct {
 }
 
 func (e *LeaseLostError) Error() string {
+	if len(e.LeaseIDs) == 0 { // one made by hand: RenewLeases names at least one
+		if e.Renewed == 0 {
+			return ErrLeaseLost.Error()
+		}
+		return fmt.Sprintf("%v; renewed %d", ErrLeaseLost, e.Renewed)
+	}
 	return fmt.Sprintf("ratelimit: concurrency lease lost: %d lease(s) expired or released (%s); renewed %d",
 		len(e.LeaseIDs), strings.Join(e.LeaseIDs, ", "), e.Renewed)
 }
@@ -252,7 +264,11 @@ func (e *LockWaitError) Error() string {
 	default:
 		left = fmt.Sprintf("left %d row(s)", e.Rows)
 	}
-	return fmt.Sprintf("%s: another transaction held a lock past the lock timeout: %v", left, e.Err)
+	msg := left + ": another transaction held a lock past the lock timeout"
+	if e.Err == nil { // one made by hand
+		return msg
+	}
+	return fmt.Sprintf("%s: %v", msg, e.Err)
 }
 
 func (e *LockWaitError) Unwrap() error { return e.Err }

@@ -67,19 +67,21 @@ type LockOrderError struct {
 }
 
 func (e *LockOrderError) Error() string {
+	// One made by hand may name neither operation.
+	op, previous := cmp.Or(e.Op, "an operation"), cmp.Or(e.Previous, "an earlier operation")
 	if e.leases {
 		return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
 			"(several leases are locked in id order, and %s locked a lease whose id is above one %s locks): "+
-			"run it in its own transaction or before %s", e.Op, e.Previous, e.Previous, e.Op, e.Previous)
+			"run it in its own transaction or before %s", op, previous, previous, op, previous)
 	}
 	if locksTaskRow(e.Op) && locksTaskRow(e.Previous) {
 		return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
 			"(each holds its task row FOR UPDATE, which an admission naming both tasks waits for in its own order): "+
-			"finish or cancel each task in its own transaction", e.Op, e.Previous)
+			"finish or cancel each task in its own transaction", op, previous)
 	}
 	return fmt.Sprintf("ratelimit: %s after %s in the same transaction could deadlock with other transactions "+
 		"(locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before %s",
-		e.Op, e.Previous, e.Previous)
+		op, previous, previous)
 }
 
 // Is makes errors.Is(err, ErrLockOrder) true.

@@ -75,16 +75,25 @@ func (e *PoolerError) Error() string {
 	if e.op != "" {
 		prefix += e.op + ": "
 	}
+	// One made by hand may have no Cause, nor Mode: the message leaves them out.
+	cause := ""
+	if e.Cause != nil {
+		cause = fmt.Sprintf(" (%v)", e.Cause)
+	}
 	if e.StatementPooling {
 		return fmt.Sprintf("%sthe connections go through a statement-pooling proxy, which runs no transaction "+
-			"of more than one statement (%v), and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
-			prefix, e.Cause, poolerr.Advice)
+			"of more than one statement%s, and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
+			prefix, cause, poolerr.Advice)
+	}
+	mode := "pgx's exec mode"
+	if e.Mode != "" {
+		mode = "pgx's " + e.Mode + " exec mode"
 	}
 	msg := fmt.Sprintf("%sthe connections go through a transaction-pooling proxy, which runs one "+
-		"connection's transactions on different server sessions, and pgx's %s exec mode needs one session (%v): "+
+		"connection's transactions on different server sessions, and %s needs one session%s: "+
 		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
 		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later "+
-		"with max_prepared_statements > 0", prefix, e.Mode, e.Cause)
+		"with max_prepared_statements > 0", prefix, mode, cause)
 	if e.Mode == "cache_statement" {
 		// A session pooler that does not reset a server connection hands the next client
 		// connection the statements of the last one: 42P05 too.

@@ -73,7 +73,7 @@ type TaskNotQueuedError struct {
 
 // Error says which task was not queued, and how it is.
 func (e *TaskNotQueuedError) Error() string {
-	return fmt.Sprintf("ratelimit: cancel task %s: not queued (status %s)", e.TaskID, e.Status)
+	return "ratelimit: cancel task" + taskText(e.TaskID) + ": not queued" + statusText(e.Status)
 }
 
 // Is makes errors.Is(err, ErrTaskNotQueued) true.
@@ -100,7 +100,32 @@ type StaleTokenError struct {
 
 // Error says which task refused the token and why.
 func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("ratelimit: stale execution token for task %s (status %s): %s", e.TaskID, e.Status, e.Reason)
+	msg := "ratelimit: stale execution token"
+	if e.TaskID != "" {
+		msg += " for task " + e.TaskID
+	}
+	msg += statusText(e.Status)
+	if e.Reason == "" {
+		return msg
+	}
+	return msg + ": " + e.Reason
+}
+
+// taskText is " " and the task's id, and statusText " (status S)", for the
+// messages of the task errors: each is empty for an empty field, which the
+// calls that refuse a task fill but one made by hand may not.
+func taskText(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " " + id
+}
+
+func statusText(status string) string {
+	if status == "" {
+		return ""
+	}
+	return " (status " + status + ")"
 }
 
 // Is makes errors.Is(err, ErrStaleToken) true.

@@ -181,10 +181,12 @@ func validArguments(key string) map[reflect.Type]any {
 }
 
 // An error made by hand, the zero value of each exported error type or one
-// without the error it wraps, says something in Error, and neither Error,
-// Unwrap, errors.Is nor errors.As panics on it: a StepError without Err
-// panicked in Error. Every exported error type has its zero value here
-// (errzero.Covers reads them from the source).
+// without the error it wraps, says something in Error, without "<nil>" or
+// an empty part, and neither Error, Unwrap, errors.Is nor errors.As panics
+// on it: a StepError without Err panicked in Error, and most zero values
+// printed "<nil>" or empty fields ("cancel task : not queued (status )").
+// Every exported error type has its zero value here (errzero.Covers reads
+// them from the source).
 func TestZeroErrorsDoNotPanic(t *testing.T) {
 	t.Parallel()
 	step := &ratelimit.StepError{}
@@ -207,10 +209,22 @@ func TestZeroErrorsDoNotPanic(t *testing.T) {
 	}
 	errzero.Check(t, cases)
 	errzero.Covers(t, ".", cases)
-	// A StepError without Err says what it names.
+	// One made by hand says what it names, and leaves out what it lacks.
 	for err, want := range map[error]string{
-		step:      "ratelimit: step failed",
-		namedStep: "ratelimit: prune: allotments: step failed",
+		step:                         "ratelimit: step failed",
+		namedStep:                    "ratelimit: prune: allotments: step failed",
+		&ratelimit.ValidationError{}: "ratelimit: invalid value",
+		&ratelimit.ValidationError{Field: "Limits", Value: 3}:                    "ratelimit: invalid Limits (3)",
+		&ratelimit.LeaseLostError{}:                                              "ratelimit: concurrency lease lost",
+		&ratelimit.LeaseLostError{Renewed: 2}:                                    "ratelimit: concurrency lease lost; renewed 2",
+		&ratelimit.LockWaitError{}:                                               "left the rest of the step: another transaction held a lock past the lock timeout",
+		&ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease"}: "the run did nothing: another transaction held a lock past the lock timeout",
+		&ratelimit.LockOrderError{}: "ratelimit: an operation after an earlier operation in the same transaction could deadlock with other transactions " +
+			"(locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before an earlier operation",
+		&ratelimit.TaskNotQueuedError{}:              "ratelimit: cancel task: not queued",
+		&ratelimit.TaskNotQueuedError{TaskID: "t1"}:  "ratelimit: cancel task t1: not queued",
+		&ratelimit.StaleTokenError{}:                 "ratelimit: stale execution token",
+		&ratelimit.StaleTokenError{Status: "queued"}: "ratelimit: stale execution token (status queued)",
 	} {
 		if got := err.Error(); got != want {
 			t.Errorf("Error() = %q, want %q", got, want)

@@ -38,11 +38,19 @@ func (e *CompletedError) Error() string {
 	if len(e.Applied) > 0 && e.Applied[0] != nil && e.Applied[0].Direction == "down" {
 		did = "reverted every applied migration"
 	}
-	last := ""
-	if n := len(e.Applied); n > 0 && e.Applied[n-1] != nil && e.Applied[n-1].Source != nil { // not so in one made by hand
-		last = ", the last " + e.Applied[n-1].Source.Path
+	// One made by hand may have no results, or results without a Source, or no Err: the message
+	// leaves out what it lacks.
+	if n := len(e.Applied); n > 0 {
+		last := ""
+		if e.Applied[n-1] != nil && e.Applied[n-1].Source != nil && e.Applied[n-1].Source.Path != "" {
+			last = ", the last " + e.Applied[n-1].Source.Path
+		}
+		did = fmt.Sprintf("%s (%d%s)", did, n, last)
 	}
-	return fmt.Sprintf("%s (%d%s), then: %v", did, len(e.Applied), last, e.Err)
+	if e.Err == nil {
+		return did + ", then failed"
+	}
+	return fmt.Sprintf("%s, then: %v", did, e.Err)
 }
 
 func (e *CompletedError) Unwrap() error { return e.Err }
