@@ -76,8 +76,12 @@ type UnavailableError struct {
 func (e *UnavailableError) Error() string {
 	// One made by hand may have no Limits, or no Err: the message leaves them out.
 	msg := "httpadmit: admission control unavailable"
-	if len(e.Limits) > 0 {
-		msg += fmt.Sprintf(" (%d limits fail closed)", len(e.Limits))
+	switch n := len(e.Limits); n {
+	case 0:
+	case 1:
+		msg += " (1 limit fails closed)"
+	default:
+		msg += fmt.Sprintf(" (%d limits fail closed)", n)
 	}
 	if e.Err == nil {
 		return msg

@@ -40,13 +40,15 @@ func TestZeroErrorsDoNotPanic(t *testing.T) {
 	cases := []errzero.Case{
 		{Name: "UnavailableError{}", Err: &httpadmit.UnavailableError{}, Is: []error{httpadmit.ErrUnavailable}},
 		{Name: "UnavailableError without Err", Err: &httpadmit.UnavailableError{Limits: []httpadmit.Limit{{}}}, Is: []error{httpadmit.ErrUnavailable}},
+		{Name: "UnavailableError of two limits, without Err", Err: &httpadmit.UnavailableError{Limits: []httpadmit.Limit{{}, {}}}, Is: []error{httpadmit.ErrUnavailable}},
 	}
 	errzero.Check(t, cases)
 	errzero.Covers(t, ".", cases)
 	// One made by hand says what it names, and leaves out what it lacks.
 	for i, want := range []string{
 		"httpadmit: admission control unavailable",
-		"httpadmit: admission control unavailable (1 limits fail closed)",
+		"httpadmit: admission control unavailable (1 limit fails closed)",
+		"httpadmit: admission control unavailable (2 limits fail closed)",
 	} {
 		if got := cases[i].Err.Error(); got != want {
 			t.Errorf("%s.Error() = %q, want %q", cases[i].Name, got, want)
