@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -319,4 +320,28 @@ func (l *Limiter) ReleaseIfEndedUnread(unread <-chan struct{}, taskID string) er
 	}
 	l.releaseIfEndedUnread(unread, id, nil)
 	return nil
+}
+
+// DescribedSteps are the steps that the line of a run of job ("recover" or
+// "prune", with a task retention) knows feed its counts (the clauses of its
+// result), in no order, for tests.
+func DescribedSteps(job string) []string {
+	var clauses []clause
+	switch job {
+	case jobRecover:
+		clauses = RecoveryResult{}.clauses()
+	case jobPrune:
+		clauses = PruneResult{TaskCutoff: time.Now()}.clauses()
+	}
+	var known []string
+	for _, c := range clauses {
+		for _, t := range c.tallies {
+			for _, s := range t.steps {
+				if !slices.Contains(known, s) {
+					known = append(known, s)
+				}
+			}
+		}
+	}
+	return known
 }

@@ -32,8 +32,28 @@ type Progress struct {
 	// step of this batch too, when it did), in order, as the run's
 	// *StepErrors will: the counts a failed step feeds stayed where its
 	// error left them, 0 if it came first, which Summary does not tell
-	// from a step that ran and found nothing.
+	// from a step that ran and found nothing: Describe does.
 	Failed []string
+}
+
+// Describe says what the run has done so far as its result's Describe
+// says a run's error (RecoveryResult.Describe, PruneResult.Describe): once
+// a step failed (Failed), it leaves out the counts that stayed 0 because
+// every step feeding them failed, and ends naming those steps. The steps
+// not reached yet count 0, as in Summary, which it is while no step failed
+// (and for a Progress of no job).
+func (p Progress) Describe() string {
+	if len(p.Failed) == 0 {
+		return p.Summary
+	}
+	s := stepsFailed{failed: p.Failed}
+	switch p.Job {
+	case jobRecover:
+		return p.Recovery.describe(s)
+	case jobPrune:
+		return p.Prune.describe(s)
+	}
+	return p.Summary
 }
 
 // WithProgress makes Recover and Prune call report with their progress

@@ -47,23 +47,72 @@ type PruneResult struct {
 	Skipped bool
 }
 
-// String summarizes what was deleted, for logs and the CLI. The zero
-// result, which Prune returns with an error that came before it took the
-// prune lease, says that the call did nothing.
-func (r PruneResult) String() string {
+// String summarizes what was deleted, for logs and the CLI: every count,
+// as Describe says a run that returned no error. After a run that returned
+// an error, Describe says it. The zero result, which Prune returns with an
+// error that came before it took the prune lease, says that the call did
+// nothing.
+func (r PruneResult) String() string { return r.describe(stepsFailed{}) }
+
+// Describe says what the run that returned r and err did, as String does,
+// unless a step failed (a *StepError in err, however joined and wrapped):
+// it then leaves out the counts that stayed 0 because every step feeding
+// them failed or did not run (they would read as steps that ran and found
+// nothing), and ends naming the failed steps and saying how many the run,
+// when it stopped at one, did not reach:
+//
+//	pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments
+//
+// The *StepErrors of another job (a Recover's) are not this run's. A count
+// that other steps fed too, or that the failed step fed before it failed,
+// is said. Describe(nil) is String.
+func (r PruneResult) Describe(err error) string { return r.describe(failedStepsIn(jobPrune, err)) }
+
+// describe says what the run did, its steps s failed or not run
+// (describeClauses).
+func (r PruneResult) describe(s stepsFailed) string {
 	if r.Skipped {
 		return "prune skipped: another process holds the prune lease"
 	}
 	if r == (PruneResult{}) {
 		return "prune did nothing: it ended before it took the prune lease"
 	}
-	tasks := "finished tasks kept"
-	if !r.TaskCutoff.IsZero() {
-		tasks = fmt.Sprintf("%d tasks finished before %s", r.Tasks, r.TaskCutoff.UTC().Format(time.RFC3339))
-	}
-	return fmt.Sprintf("pruned before %s: released %d stale reservations; deleted %d counter windows, %d reservations, %d allotments, %d leases, %d events, %s",
-		r.Cutoff.UTC().Format(time.RFC3339), r.ReleasedStaleReservations, r.Counters, r.Reservations, r.Allotments, r.Leases, r.Events, tasks)
+	return "pruned before " + r.Cutoff.UTC().Format(time.RFC3339) + ": " + describeClauses(r.clauses(), s)
 }
+
+// clauses are what a Prune run's line says after its cutoff, each count
+// with the steps that add to it: a step added to Prune is added here.
+func (r PruneResult) clauses() []clause {
+	tasks := tally{text: "finished tasks kept"}
+	if !r.TaskCutoff.IsZero() {
+		tasks = tally{"%d tasks finished before " + r.TaskCutoff.UTC().Format(time.RFC3339), r.Tasks, []string{stepTasks}}
+	}
+	return []clause{
+		{verb: "released", tallies: []tally{{"%d stale reservations", r.ReleasedStaleReservations, []string{stepReleaseStale}}}},
+		{verb: "deleted", sep: ", ", tallies: []tally{
+			{"%d counter windows", r.Counters, []string{stepCounters}},
+			{"%d reservations", r.Reservations, []string{stepReservations}},
+			{"%d allotments", r.Allotments, []string{stepAllotments}},
+			{"%d leases", r.Leases, []string{stepReleasedLeases, stepExpiredLeases}},
+			{"%d events", r.Events, []string{stepEvents}},
+			tasks,
+		}},
+	}
+}
+
+// The steps of Prune, in order (events only WithPruneEvents, tasks only
+// with a task retention), as StepError.Step, Progress.Step and
+// LockWaitError.Step name them.
+const (
+	stepReleaseStale   = "release stale reservations"
+	stepCounters       = "counters"
+	stepReservations   = "reservations"
+	stepReleasedLeases = "released leases"
+	stepExpiredLeases  = "expired leases"
+	stepAllotments     = "allotments"
+	stepEvents         = "events"
+	stepTasks          = "tasks"
+)
 
 // reasonWindowEnded is recorded on the reservations Prune releases.
 const reasonWindowEnded = "window_ended"
@@ -145,20 +194,20 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	cutoff, batch := res.Cutoff, int32(m.opts.pruneBatchSize) // clamped to int4 by its option
 	conn = m.stepConn()
 	steps := []step{
-		{"release stale reservations", m.releaseStep(ctx, batch, nil, func(n int32) ([]pgtype.UUID, error) {
+		{stepReleaseStale, m.releaseStep(ctx, batch, nil, func(n int32) ([]pgtype.UUID, error) {
 			return q.PruneReservationFindStale(ctx, conn, db.PruneReservationFindStaleParams{Cutoff: cutoff, BatchSize: n})
 		}, reasonWindowEnded, &res.ReleasedStaleReservations)},
-		{"counters", rowsStep(batch, func(n int32) (int64, error) {
+		{stepCounters, rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneCounters(ctx, conn, db.PruneCountersParams{Cutoff: cutoff, BatchSize: n})
 		}, &res.Counters)},
-		{"reservations", m.pruneReservations(ctx, cutoff, batch, &res.Reservations)},
-		{"released leases", rowsStep(batch, func(n int32) (int64, error) {
+		{stepReservations, m.pruneReservations(ctx, cutoff, batch, &res.Reservations)},
+		{stepReleasedLeases, rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneLeasesReleased(ctx, conn, db.PruneLeasesReleasedParams{Cutoff: cutoff, BatchSize: n})
 		}, &res.Leases)},
-		{"expired leases", rowsStep(batch, func(n int32) (int64, error) {
+		{stepExpiredLeases, rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneLeasesExpired(ctx, conn, db.PruneLeasesExpiredParams{Cutoff: cutoff, BatchSize: n})
 		}, &res.Leases)},
-		{"allotments", rowsStep(batch, func(n int32) (int64, error) {
+		{stepAllotments, rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneAllotments(ctx, conn, db.PruneAllotmentsParams{Cutoff: cutoff, BatchSize: n})
 		}, &res.Allotments)},
 	}
@@ -167,7 +216,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 	}
 	if m.opts.taskRetention > 0 {
 		taskCutoff := res.TaskCutoff
-		steps = append(steps, step{"tasks", rowsStep(batch, func(n int32) (int64, error) {
+		steps = append(steps, step{stepTasks, rowsStep(batch, func(n int32) (int64, error) {
 			return q.PruneTasks(ctx, conn, db.PruneTasksParams{Cutoff: taskCutoff, BatchSize: n})
 		}, &res.Tasks)})
 	}
@@ -183,7 +232,7 @@ func (m *Maintenance) Prune(ctx context.Context, olderThan time.Duration) (res P
 func (m *Maintenance) eventsStep(ctx context.Context, cutoff time.Time, batch int32, count *int64) step {
 	var after db.PruneEventsParams
 	positioned := false
-	return step{"events", keysetStep(batch, func(n int32) (int32, error) {
+	return step{stepEvents, keysetStep(batch, func(n int32) (int32, error) {
 		if !positioned {
 			pos, err := m.queries.MaintenanceCursorGet(ctx, m.stepConn(), cursorPruneEvents)
 			if err != nil {

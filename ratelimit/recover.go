@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -58,15 +57,66 @@ func (r RecoveryResult) Zero() bool {
 	return r == RecoveryResult{}
 }
 
-// String summarizes what was given back, for logs and the CLI.
-func (r RecoveryResult) String() string {
+// String summarizes what was given back, for logs and the CLI: every
+// count, as Describe says a run that returned no error. After a run that
+// returned an error, Describe says it.
+func (r RecoveryResult) String() string { return r.describe(stepsFailed{}) }
+
+// Describe says what the run that returned r and err did, as String does,
+// unless a step failed (a *StepError in err, however joined and wrapped):
+// it then leaves out the counts that stayed 0 because every step feeding
+// them failed or did not run (they would read as steps that ran and found
+// nothing), and ends naming the failed steps and saying how many the run,
+// when it stopped at one, did not reach:
+//
+//	released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
+//
+// The *StepErrors of another job (a Prune's) are not this run's. A count
+// that other steps fed too, or that the failed step fed before it failed,
+// is said. Describe(nil) is String.
+func (r RecoveryResult) Describe(err error) string { return r.describe(failedStepsIn(jobRecover, err)) }
+
+// describe says what the run did, its steps s failed or not run
+// (describeClauses).
+func (r RecoveryResult) describe(s stepsFailed) string {
 	if r.Skipped {
 		return "recovery skipped: another process holds the recover lease"
 	}
-	return fmt.Sprintf("released %d leases and %d reservations; failed %d attempts; requeued %d async tasks; failed %d sync and %d poison tasks; cleaned %d admissions; returned %d lost allotments",
-		r.ReleasedConcurrencyLeases, r.ReleasedRateReservations, r.FailedAttempts, r.RequeuedAsyncTasks,
-		r.FailedTasks, r.FailedPoisonTasks, r.CleanedTaskAdmissions, r.ReturnedAllotments)
+	return describeClauses(r.clauses(), s)
 }
+
+// clauses are what a Recover run's line says, each count with the steps
+// that add to it: a step added to Recover is added here.
+func (r RecoveryResult) clauses() []clause {
+	return []clause{
+		{verb: "released", sep: " and ", tallies: []tally{
+			{"%d leases", r.ReleasedConcurrencyLeases, []string{stepReclaim, stepReleaseExpiredLeases, stepReleaseFinishedTaskLeases, stepReleaseFinishedAttemptLeases}},
+			{"%d reservations", r.ReleasedRateReservations, []string{stepReclaim, stepReleaseFinishedTaskReservations, stepReleaseFinishedAttemptReservations}},
+		}},
+		{verb: "failed", tallies: []tally{{"%d attempts", r.FailedAttempts, []string{stepReclaim, stepFailFinishedTaskAttempts}}}},
+		{verb: "requeued", tallies: []tally{{"%d async tasks", r.RequeuedAsyncTasks, []string{stepReclaim}}}},
+		{verb: "failed", sep: " and ", suffix: " tasks", tallies: []tally{
+			{"%d sync", r.FailedTasks, []string{stepReclaim}},
+			{"%d poison", r.FailedPoisonTasks, []string{stepReclaim}},
+		}},
+		{verb: "cleaned", tallies: []tally{{"%d admissions", r.CleanedTaskAdmissions, []string{stepReclaim, stepDeleteFinishedTaskAdmissions}}}},
+		{verb: "returned", tallies: []tally{{"%d lost allotments", r.ReturnedAllotments, []string{stepReturnLostAllotments}}}},
+	}
+}
+
+// The steps of Recover, in order, as StepError.Step, Progress.Step and
+// LockWaitError.Step name them.
+const (
+	stepReclaim                            = "reclaim expired tasks"
+	stepReleaseFinishedTaskReservations    = "release reservations of finished tasks"
+	stepReleaseExpiredLeases               = "release expired leases"
+	stepReleaseFinishedTaskLeases          = "release leases of finished tasks"
+	stepFailFinishedTaskAttempts           = "fail attempts of finished tasks"
+	stepReleaseFinishedAttemptReservations = "release reservations of finished attempts"
+	stepReleaseFinishedAttemptLeases       = "release leases of finished attempts"
+	stepDeleteFinishedTaskAdmissions       = "delete admissions of finished tasks"
+	stepReturnLostAllotments               = "return lost allotments"
+)
 
 // Recover gives back the capacity that dead processes still hold, in bounded
 // batches:
@@ -154,26 +204,26 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 	// it over rather than wait for the same lock again.
 	lockedReservations := map[[16]byte]bool{}
 	err = runSteps(ctx, "recover", lease, []step{
-		{"reclaim expired tasks", m.reclaimExpiredTasks(ctx, batch, &res)},
-		{"release reservations of finished tasks", m.releaseStep(ctx, batch, lockedReservations, func(n int32) ([]pgtype.UUID, error) {
+		{stepReclaim, m.reclaimExpiredTasks(ctx, batch, &res)},
+		{stepReleaseFinishedTaskReservations, m.releaseStep(ctx, batch, lockedReservations, func(n int32) ([]pgtype.UUID, error) {
 			return q.RecoveryReservationFindForFinishedTasks(ctx, conn, n)
 		}, reasonTaskFinished, &res.ReleasedRateReservations)},
-		{"release expired leases", rowsStep(batch, func(n int32) (int64, error) {
+		{stepReleaseExpiredLeases, rowsStep(batch, func(n int32) (int64, error) {
 			return q.RecoveryLeaseReleaseExpired(ctx, conn, db.RecoveryLeaseReleaseExpiredParams{BatchSize: n, Now: now()})
 		}, &res.ReleasedConcurrencyLeases)},
-		{"release leases of finished tasks", rowsStep(batch, func(n int32) (int64, error) {
+		{stepReleaseFinishedTaskLeases, rowsStep(batch, func(n int32) (int64, error) {
 			return q.RecoveryLeaseReleaseForFinishedTasks(ctx, conn, db.RecoveryLeaseReleaseForFinishedTasksParams{BatchSize: n, Now: now()})
 		}, &res.ReleasedConcurrencyLeases)},
-		{"fail attempts of finished tasks", rowsStep(batch, func(n int32) (int64, error) {
+		{stepFailFinishedTaskAttempts, rowsStep(batch, func(n int32) (int64, error) {
 			return q.RecoveryAttemptFailForFinishedTasks(ctx, conn, db.RecoveryAttemptFailForFinishedTasksParams{BatchSize: n, Now: now()})
 		}, &res.FailedAttempts)},
-		{"release reservations of finished attempts", m.releaseStep(ctx, batch, lockedReservations, func(n int32) ([]pgtype.UUID, error) {
+		{stepReleaseFinishedAttemptReservations, m.releaseStep(ctx, batch, lockedReservations, func(n int32) ([]pgtype.UUID, error) {
 			return q.RecoveryReservationFindForFinishedAttempts(ctx, conn, n)
 		}, reasonAttemptFinished, &res.ReleasedRateReservations)},
-		{"release leases of finished attempts", rowsStep(batch, func(n int32) (int64, error) {
+		{stepReleaseFinishedAttemptLeases, rowsStep(batch, func(n int32) (int64, error) {
 			return q.RecoveryLeaseReleaseForFinishedAttempts(ctx, conn, db.RecoveryLeaseReleaseForFinishedAttemptsParams{BatchSize: n, Now: now()})
 		}, &res.ReleasedConcurrencyLeases)},
-		{"delete admissions of finished tasks", keysetStep(batch, func(n int32) (int32, error) {
+		{stepDeleteFinishedTaskAdmissions, keysetStep(batch, func(n int32) (int32, error) {
 			admissionsAfter.BatchSize = n
 			row, err := q.RecoveryAdmissionDeleteForFinishedTasks(ctx, conn, admissionsAfter)
 			if err != nil {
@@ -183,7 +233,7 @@ func (m *Maintenance) Recover(ctx context.Context) (res RecoveryResult, err erro
 			admissionsAfter.AfterTaskID, admissionsAfter.AfterScopeType, admissionsAfter.AfterScopeKey = row.LastTaskID, row.LastScopeType, row.LastScopeKey
 			return row.Scanned, nil
 		})},
-		{"return lost allotments", m.returnLostAllotments(ctx, batch, &res.ReturnedAllotments)},
+		{stepReturnLostAllotments, m.returnLostAllotments(ctx, batch, &res.ReturnedAllotments)},
 	}, m.progressOf("recover", func(p *Progress) { p.Recovery, p.Summary = res, res.String() }))
 	return res, err
 }
