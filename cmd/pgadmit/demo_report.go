@@ -160,7 +160,7 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  a last recovery pass: %s\n", describeRecovery(res, steps{}))
+	fmt.Fprintf(out, "  a last recovery pass: %s\n", describeRecovery(res, nil))
 	rep, err := maint.Doctor(ctx)
 	if err != nil {
 		return err

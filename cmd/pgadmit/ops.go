@@ -351,21 +351,20 @@ func recoverPass(ctx context.Context, o *oneShot, maint *ratelimit.Maintenance, 
 // that failed having done nothing is told by its error alone, but a partly rejected pass still
 // did the rest.
 func passReport(res ratelimit.RecoveryResult, err error, start time.Time) (string, bool) {
-	return fmt.Sprintf("%s (%s)", describeRecovery(res, failedSteps(err)), time.Since(start).Round(time.Millisecond)), err == nil || !res.Zero()
+	return fmt.Sprintf("%s (%s)", describeRecovery(res, err), time.Since(start).Round(time.Millisecond)), err == nil || !res.Zero()
 }
 
-// describeRecovery says what a Recover pass did, in a line, naming the steps that failed and
-// saying how many did not run (failedSteps; see describeClauses).
-func describeRecovery(r ratelimit.RecoveryResult, failed steps) string {
+// describeRecovery says what a Recover pass that returned r and err did, in a line: its
+// result's Describe, which names the steps that failed and says how many did not run, unless it
+// was skipped or did nothing.
+func describeRecovery(r ratelimit.RecoveryResult, err error) string {
 	switch {
 	case r.Skipped:
 		return "skipped: another process is recovering"
 	case r.Zero():
 		return "nothing to recover"
-	case len(failed.failed) > 0:
-		return describeClauses(recoveryClauses(r), failed)
 	}
-	return r.String()
+	return r.Describe(err)
 }
 
 func pruneCommand() *command {
@@ -471,7 +470,7 @@ func runPrune(ctx context.Context, a *app, args []string) error {
 		counted = false
 	}
 	if counted { // a step the server rejected: the others still ran, and the line names it
-		fmt.Fprintf(a.stdout, "%s (%s)\n", describePrune(res, failedSteps(err)), time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(a.stdout, "%s (%s)\n", res.Describe(err), time.Since(start).Round(time.Millisecond))
 	}
 	return cutOff(ctx, pctx, *passTimeout, privilegeDenied(lockWaited(err, *lockTimeout), "prune", counted))
 }

@@ -65,22 +65,13 @@ func (p *runProgress) sayBatch() {
 		p.last.Job, p.last.Elapsed.Round(time.Second), countBatches(p.last.Batches), p.last.Step, p.summary())
 }
 
-// summary is what the run did so far, as its last batch said it: the result's String, or, once a
-// step failed, as the run's line at its end says it (describeClauses), without the counts that
-// stayed 0 because every step feeding them failed, and naming those steps. A step not reached
-// yet counts 0: the line says "so far".
+// summary is what the run did so far, as its last batch said it (ratelimit.Progress.Describe):
+// the result's String, or, once a step failed, as the run's line at its end says it, without the
+// counts that stayed 0 because every step feeding them failed, and naming those steps. A step
+// not reached yet counts 0: the line says "so far". (Not describeRecovery, whose "nothing to
+// recover" would hide the failed steps.)
 func (p *runProgress) summary() string {
-	if len(p.last.Failed) == 0 {
-		return p.last.Summary
-	}
-	failed := steps{failed: p.last.Failed}
-	switch p.last.Job {
-	case "recover": // not describeRecovery, whose "nothing to recover" would hide the failed steps
-		return describeClauses(recoveryClauses(p.last.Recovery), failed)
-	case "prune":
-		return describePrune(p.last.Prune, failed)
-	}
-	return p.last.Summary
+	return p.last.Describe()
 }
 
 // countBatches says n batches: "1 batch", "2 batches".
