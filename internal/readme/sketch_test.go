@@ -72,6 +72,15 @@ func TestSketchesCompileWhenPasted(t *testing.T) {
 
 	"github.com/pgadmit/pgadmit/schema"`,
 		params: "ctx context.Context, pool *pgxpool.Pool",
+	}, {
+		name: "the README's logged prune",
+		code: Block(t, "../../README.md", "", "res, err := maint.Prune(ctx, 24*time.Hour)"),
+		imports: `"context"
+	"log"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"`,
+		params: "ctx context.Context, maint *ratelimit.Maintenance",
 	}} {
 		t.Run(strings.ReplaceAll(sketch.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
@@ -116,6 +125,7 @@ func TestEveryReadmeGoBlockIsChecked(t *testing.T) {
 		"// The gateway: one unfinished task at a time for this key.\n",            // ratelimit: TestReadmeShowsTheRunnableTaskFlow
 		"limiter := ratelimit.New(pool)\ndefer limiter.Close()",                    // httpadmit: TestReadmeShowsTheRunnableExample
 		"if err := schema.Migrate(ctx, pool); err != nil { // at service start-up", // TestSketchesCompileWhenPasted
+		"res, err := maint.Prune(ctx, 24*time.Hour)",                               // TestSketchesCompileWhenPasted
 	}
 	blocks := strings.Split(readText(t, "../../README.md"), "```go\n")[1:]
 	if len(blocks) == 0 {
