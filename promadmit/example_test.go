@@ -2,6 +2,8 @@ package promadmit_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log"
 	"net/http"
@@ -38,8 +40,10 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	limits := func(r *http.Request) ([]httpadmit.Limit, error) {
+		// Keyed by a digest of the API key, not the key: scope keys are stored and shown.
+		digest := sha256.Sum256([]byte(r.Header.Get("Authorization")))
 		return []httpadmit.Limit{{Limit: ratelimit.Limit{
-			Scope:  ratelimit.Scope{Type: "api_key", Key: r.Header.Get("Authorization")},
+			Scope:  ratelimit.Scope{Type: "api_key", Key: hex.EncodeToString(digest[:16])},
 			Metric: ratelimit.MetricRequests, Limit: 2, Amount: 1, Window: 24 * time.Hour,
 		}}}, nil
 	}

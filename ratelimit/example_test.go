@@ -2,6 +2,8 @@ package ratelimit_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -175,8 +177,11 @@ func ExampleExceededError() {
 	defer limiter.Close() // runs before pool.Close: gives back what the Limiter holds
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The scope is keyed by a digest of the API key, not the key: scope
+		// keys are stored, shown and logged (the refusal's message names it).
+		digest := sha256.Sum256([]byte(r.Header.Get("Authorization")))
 		limits := []ratelimit.Limit{{
-			Scope:  ratelimit.Scope{Type: "api_key", Key: r.Header.Get("Authorization")},
+			Scope:  ratelimit.Scope{Type: "api_key", Key: hex.EncodeToString(digest[:16])},
 			Metric: ratelimit.MetricRequests, Limit: 2, Amount: 1, Window: 24 * time.Hour,
 		}}
 		grant, err := limiter.Reserve(r.Context(), "", "", limits)
