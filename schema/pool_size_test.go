@@ -3,6 +3,7 @@ package schema_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // locker takes, renews and gives up the lock row on another. On a pool of one (pool_max_conns=1)
 // Migrate and Down waited for a second connection that never came, forever without a deadline:
 // they are refused at once, as bad input, and so is NewProvider of a *sql.DB limited to one
-// connection.
+// connection. The refusal names the bound it found: it said "invalid pool (<nil>)", as of a nil
+// pool, of a pool that was there.
 func TestMigrateRefusesAPoolOfOneConnection(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -42,6 +44,8 @@ func TestMigrateRefusesAPoolOfOneConnection(t *testing.T) {
 		err := call()
 		if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != "pool" {
 			t.Errorf("%s on a pool of one connection: %v after %s, want a *ratelimit.ValidationError on pool at once", name, err, time.Since(start).Round(time.Millisecond))
+		} else if !strings.Contains(err.Error(), "invalid pool (MaxConns 1)") {
+			t.Errorf("%s on a pool of one connection: %q, want it to name the pool's MaxConns, 1", name, err)
 		}
 	}
 	// Nothing was created: the refusal came first.
@@ -58,5 +62,7 @@ func TestMigrateRefusesAPoolOfOneConnection(t *testing.T) {
 			_ = p.Close()
 		}
 		t.Errorf("NewProvider of a *sql.DB of one connection: %v, want a *ratelimit.ValidationError on db", err)
+	} else if !strings.Contains(err.Error(), "invalid db (MaxOpenConns 1)") {
+		t.Errorf("NewProvider of a *sql.DB of one connection: %q, want it to name its MaxOpenConns, 1", err)
 	}
 }

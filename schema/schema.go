@@ -111,8 +111,8 @@ func newProvider(db *sql.DB, opts []goose.ProviderOption) (*goose.Provider, *tab
 	if db == nil {
 		return nil, nil, errNilDB
 	}
-	if db.Stats().MaxOpenConnections == 1 {
-		return nil, nil, errOneConnDB
+	if maxOpen := db.Stats().MaxOpenConnections; maxOpen == 1 {
+		return nil, nil, errOneConnDB(maxOpen)
 	}
 	locker := &tableLocker{}
 	var err error
@@ -431,13 +431,17 @@ var errNilStep = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "ste
 var errNilDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Reason: "must be a *sql.DB, not nil"})
 
 // Migrating holds a connection for the migrations while the locker takes the lock row on
-// another: with one, it would wait for the second forever.
-var (
-	errOneConnPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool",
-		Reason: "must allow at least 2 connections (MaxConns): migrating holds one while it takes the lock row on another"})
-	errOneConnDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db",
+// another: with one, it would wait for the second forever. The refusal's Value is the bound it
+// found, which the message shows: without one it read "invalid pool (<nil>)", as of a nil pool.
+func errOneConnPool(maxConns int32) error {
+	return fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Value: fmt.Sprintf("MaxConns %d", maxConns),
+		Reason: "must allow at least 2 connections: migrating holds one while it takes the lock row on another"})
+}
+
+func errOneConnDB(maxOpen int) error {
+	return fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Value: fmt.Sprintf("MaxOpenConns %d", maxOpen),
 		Reason: "must allow at least 2 open connections: migrating holds one while it takes the lock row on another"})
-)
+}
 
 // migratingPool refuses a pool that cannot migrate: nil, or of one connection.
 func migratingPool(pool *pgxpool.Pool) error {
@@ -445,7 +449,7 @@ func migratingPool(pool *pgxpool.Pool) error {
 	case pool == nil:
 		return errNilPool
 	case pool.Config().MaxConns < 2:
-		return errOneConnPool
+		return errOneConnPool(pool.Config().MaxConns)
 	}
 	return nil
 }
