@@ -83,14 +83,25 @@ func notMade(typ, constructor string, isNil bool) error {
 // unheldAtOnce may call the methods they find on it.
 func orNoConn(conn Executor, field string) Executor {
 	v := reflect.ValueOf(conn)
-	switch {
-	case conn == nil || anyConn(v, 0, isNil):
-		return noConn{&ValidationError{Field: field, Value: nil, Reason: "must be a pool, connection or transaction, not nil"}}
-	case anyConn(v, 0, released):
+	if conn == nil || isNil(v) {
+		return noConn{nilConn(field, nil)}
+	}
+	if found, ok := findConn(v, 0, isNil); ok {
+		// An Executor of one's own, not nil itself, embedding a nil: the
+		// Value names both, where "(<nil>)" read as a nil passed.
+		return noConn{nilConn(field, fmt.Sprintf("%T embedding a nil %s", conn, found.Type()))}
+	}
+	if anyConn(v, 0, released) {
 		return noConn{&ValidationError{Field: field, Value: fmt.Sprintf("%T", conn),
 			Reason: "must be a connection still acquired from its pool, not one released (or hijacked) from it"}}
 	}
 	return conn
+}
+
+// nilConn is the error of a nil conn, or of one that embeds a nil (value,
+// nil for a nil conn, says what was given then).
+func nilConn(field string, value any) error {
+	return &ValidationError{Field: field, Value: value, Reason: "must be a pool, connection or transaction, not nil"}
 }
 
 // anyConn reports whether is holds for v, an Executor, or for an Executor
