@@ -38,20 +38,24 @@ func TestNewProviderRefusesConflictingOptions(t *testing.T) {
 	}
 	// Each refusal is a *ratelimit.ValidationError naming the option by its
 	// place in opts, as a nil db is one on "db", and wraps goose's own reason.
+	// Its Value names the option (its message read "invalid opts[0] (<nil>)",
+	// as of a nil option, which sets nothing and is never refused).
 	for _, tc := range []struct {
 		name  string
 		opts  []goose.ProviderOption
 		field string
+		shown string // the message's field and value
 		goose string // a part of goose's message
 	}{
-		{"WithTableName(goose default)", []goose.ProviderOption{goose.WithTableName(goose.DefaultTablename)}, "opts[0]", "WithTableName cannot be used with WithStore"},
-		{"WithTableName(VersionTable)", []goose.ProviderOption{goose.WithTableName(schema.VersionTable)}, "opts[0]", "WithTableName cannot be used with WithStore"},
-		{"WithStore", []goose.ProviderOption{goose.WithStore(store)}, "opts[0]", "store already set"},
-		{"WithLocker", []goose.ProviderOption{goose.WithLocker(locker)}, "opts[0]", "lock already enabled"},
-		{"WithSessionLocker", []goose.ProviderOption{goose.WithSessionLocker(sessionLocker)}, "opts[0]", "lock already enabled"},
-		{"WithSlog(nil)", []goose.ProviderOption{goose.WithSlog(nil)}, "opts[0]", "slog logger must not be nil"},
-		{"WithVerbose, WithTableName", []goose.ProviderOption{goose.WithVerbose(false), goose.WithTableName("t")}, "opts[1]", "WithTableName cannot be used with WithStore"},
-		{"WithVerbose, WithLocker", []goose.ProviderOption{goose.WithVerbose(false), goose.WithLocker(locker)}, "opts[1]", "lock already enabled"},
+		{"WithTableName(goose default)", []goose.ProviderOption{goose.WithTableName(goose.DefaultTablename)}, "opts[0]", "invalid opts[0] (goose.WithTableName)", "WithTableName cannot be used with WithStore"},
+		{"WithTableName(VersionTable)", []goose.ProviderOption{goose.WithTableName(schema.VersionTable)}, "opts[0]", "invalid opts[0] (goose.WithTableName)", "WithTableName cannot be used with WithStore"},
+		{"WithStore", []goose.ProviderOption{goose.WithStore(store)}, "opts[0]", "invalid opts[0] (goose.WithStore)", "store already set"},
+		{"WithLocker", []goose.ProviderOption{goose.WithLocker(locker)}, "opts[0]", "invalid opts[0] (goose.WithLocker)", "lock already enabled"},
+		{"WithSessionLocker", []goose.ProviderOption{goose.WithSessionLocker(sessionLocker)}, "opts[0]", "invalid opts[0] (goose.WithSessionLocker)", "lock already enabled"},
+		{"WithSlog(nil)", []goose.ProviderOption{goose.WithSlog(nil)}, "opts[0]", "invalid opts[0] (goose.WithSlog)", "slog logger must not be nil"},
+		{"WithVerbose, WithTableName", []goose.ProviderOption{goose.WithVerbose(false), goose.WithTableName("t")}, "opts[1]", "invalid opts[1] (goose.WithTableName)", "WithTableName cannot be used with WithStore"},
+		{"WithVerbose, WithLocker", []goose.ProviderOption{goose.WithVerbose(false), goose.WithLocker(locker)}, "opts[1]", "invalid opts[1] (goose.WithLocker)", "lock already enabled"},
+		{"nil, WithLocker", []goose.ProviderOption{nil, goose.WithLocker(locker)}, "opts[1]", "invalid opts[1] (goose.WithLocker)", "lock already enabled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := stdlib.OpenDBFromPool(pool)
@@ -65,6 +69,9 @@ func TestNewProviderRefusesConflictingOptions(t *testing.T) {
 			var invalid *ratelimit.ValidationError
 			if !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &invalid) || invalid.Field != tc.field {
 				t.Errorf("NewProvider with %s: %v; want a *ratelimit.ValidationError on %s", tc.name, err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.shown) {
+				t.Errorf("NewProvider with %s: %v; want %q in it", tc.name, err, tc.shown)
 			}
 			if !strings.Contains(err.Error(), tc.goose) {
 				t.Errorf("NewProvider with %s: %v; want goose's reason %q in it", tc.name, err, tc.goose)

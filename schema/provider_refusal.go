@@ -3,7 +3,10 @@ package schema
 import (
 	"database/sql"
 	"fmt"
+	"reflect"
+	"runtime"
 	"slices"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 
@@ -24,10 +27,41 @@ func refusal(db *sql.DB, own, opts []goose.ProviderOption, err error) error {
 		if _, perr := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, setOptions(opts[:i+1]))...); perr != nil {
 			return fmt.Errorf("schema: %w: %w", &ratelimit.ValidationError{
 				Field:  fmt.Sprintf("opts[%d]", i),
+				Value:  shownOption(opts[i]),
 				Reason: "goose refused it next to pgadmit's own version table store and table locker",
 			}, err)
 		}
 	}
 	// Not one of opts: pgadmit's own options or migrations.
 	return fmt.Errorf("schema: goose provider: %w", err)
+}
+
+// shownOption names opt, not nil, for its refusal's Value: "goose.WithTableName" (without one the
+// message read "invalid opts[0] (<nil>)", as of a nil option). Every ProviderOption is goose's (its
+// method is unexported), and goose makes nearly all of them as closures of one type, whose %T
+// ("goose.configFunc") names none: the closure's symbol names the With function that made it
+// ("github.com/pressly/goose/v3.WithTableName.func1", or "caller.WithTableName.func1" where the
+// compiler inlined it). Any other is named by its type.
+func shownOption(opt goose.ProviderOption) string {
+	if v := reflect.ValueOf(opt); v.Kind() == reflect.Func && !v.IsNil() {
+		if f := runtime.FuncForPC(v.Pointer()); f != nil {
+			if name, ok := optionConstructor(f.Name()); ok {
+				return "goose." + name
+			}
+		}
+	}
+	return fmt.Sprintf("%T", opt)
+}
+
+// optionConstructor is the With function named in symbol, a closure's symbol: the part before its
+// last "funcN".
+func optionConstructor(symbol string) (string, bool) {
+	parts := strings.Split(symbol, ".")
+	for i := len(parts) - 1; i > 0; i-- {
+		if n, ok := strings.CutPrefix(parts[i], "func"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			name := parts[i-1]
+			return name, strings.HasPrefix(name, "With")
+		}
+	}
+	return "", false
 }

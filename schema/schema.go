@@ -90,7 +90,8 @@ const (
 // for a CLI (a nil one sets nothing); options that set the table name, store or locker conflict
 // with pgadmit's and make NewProvider fail. An option that goose refuses, for such a conflict or
 // any other reason (a nil logger), is a *ratelimit.ValidationError (errors.Is
-// ratelimit.ErrInvalidInput) on its place in opts ("opts[0]"), which wraps goose's error.
+// ratelimit.ErrInvalidInput) on its place in opts ("opts[0]"), whose Value names the option
+// ("goose.WithTableName"), and which wraps goose's error.
 //
 // Closing the provider closes db. A nil db is a *ratelimit.ValidationError on "db", as a nil
 // pool is for Migrate, and so is a db limited to one open connection (db.SetMaxOpenConns(1)):
