@@ -94,7 +94,7 @@ func TestInspect(t *testing.T) {
 		`(?m)^api_key:other\s+requests\s+` + wt + `\s+0\s+2\s+5\s+3\s+` + leftText + `$`,
 		`(?m)^model:large\s+1\s+1\s+8\s+0\s+\d+m(\d+s)?$`,
 		`(?m)^queue:team-42\s+2\s+5\s+2\s+0\s+0\s+\d+s$`,
-		`(?m)^provider:gpt\s+tokens\s+` + wt + `\s+gw-1\s+1\s+1600\s+0\s+\d+s ago\s+` + leftText + `$`, // a block of 16 requests' worth, nothing reported yet
+		`(?m)^provider:gpt\s+tokens\s+` + wt + `\s+gw-1\s+1\s+1600\s+100\s+\d+s ago\s+` + leftText + `$`, // a block of 16 requests' worth, one reported
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("inspect output does not match %s:\n%s", re, out)
@@ -643,7 +643,7 @@ func TestInspectRefusesScopeTextTheDatabaseCannotHold(t *testing.T) {
 // inspectScene sets up on pool, in the window of length win, what the inspect tests read back,
 // and returns the Limiter it reserved with: on api_key:team-42 a request and tokens (of 100 and 10000) with a lease of model:large
 // (of 8), the grant it returns; 2 requests of 5 on api_key:other; a block of a Local limit of
-// tokens on provider:gpt, held by "gw-1" until the test ends; and two async tasks queued on
+// tokens on provider:gpt, held by "gw-1" until the test ends, which reported admitting 100 from it; and two async tasks queued on
 // queue:team-42 (of 5).
 func inspectScene(t *testing.T, pool *pgxpool.Pool, win time.Duration, tokens float64) (*ratelimit.Limiter, ratelimit.Grant) {
 	t.Helper()
@@ -663,12 +663,28 @@ func inspectScene(t *testing.T, pool *pgxpool.Pool, win time.Duration, tokens fl
 		Limit: 5, Amount: 2, Window: win}}); err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
-	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1"}))
-	t.Cleanup(local.Close) // its block stays open, as a live holder's, until then
+	// Its block stays open, as a live holder's, until the test ends (not returned idle).
+	local := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{Holder: "gw-1", IdleAfter: time.Hour}))
+	t.Cleanup(local.Close)
 	if _, err := local.Reserve(ctx, "", "", []ratelimit.Limit{
 		{Scope: ratelimit.Scope{Type: "provider", Key: "gpt"}, Metric: ratelimit.MetricTokens, Limit: 160_000, Amount: 100, Window: win, Local: true},
 	}); err != nil {
 		t.Fatalf("reserve local: %v", err)
+	}
+	// The holder reports what it admitted from its blocks every second: wait for its first
+	// report, after which what inspect shows stays put (a report between two reads of a test
+	// once changed its admitted 0 to 100).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rows, err := db.New().InspectAllotments(ctx, pool, db.InspectAllotmentsParams{MaxRows: 10})
+		if err != nil {
+			t.Fatalf("read allotments: %v", err)
+		}
+		if len(rows) == 1 && rows[0].Consumed == "100" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gw-1 never reported its 100 tokens admitted: %+v", rows)
+		}
 	}
 	for range 2 {
 		if _, err := lim.CreateTask(ctx, ratelimit.TaskSpec{Async: true, QueueLimits: []ratelimit.Limit{

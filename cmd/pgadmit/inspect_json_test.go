@@ -165,8 +165,8 @@ func TestInspectJSON(t *testing.T) {
 	}
 	a := doc.Allotments[0]
 	if a.ScopeType != "provider" || a.ScopeKey != "gpt" || a.Metric != "tokens" || a.WindowSeconds != winS || a.Holder != "gw-1" || a.Blocks != 1 ||
-		a.Granted != "1600" || a.Admitted != "0" || a.ReportedAgoSeconds < 0 || a.ReportedAgoSeconds > 60 {
-		t.Errorf("inspect --json: allotment %+v, want provider:gpt tokens, window_s %d, gw-1's 1 block of 1600, 0 admitted, reported_ago_s in [0, 60]", a, winS)
+		a.Granted != "1600" || a.Admitted != "100" || a.ReportedAgoSeconds < 0 || a.ReportedAgoSeconds > 60 {
+		t.Errorf("inspect --json: allotment %+v, want provider:gpt tokens, window_s %d, gw-1's 1 block of 1600, 100 admitted, reported_ago_s in [0, 60]", a, winS)
 	}
 	left("ends_in_s", a.EndsInSeconds)
 
