@@ -2,9 +2,6 @@ package readme
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -15,29 +12,18 @@ import (
 func TestExamplesCloseTheirLimiters(t *testing.T) {
 	t.Parallel()
 	found := 0
-	for _, dir := range []string{"../../ratelimit", "../../httpadmit", "../../promadmit", "../../schema"} {
-		names, err := filepath.Glob(filepath.Join(dir, "example*_test.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range names {
-			fset := token.NewFileSet()
-			file, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
+	for _, f := range exampleFiles(t) {
+		for _, decl := range f.file.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || !strings.HasPrefix(fn.Name.Name, "Example") {
+				continue
 			}
-			for _, decl := range file.Decls {
-				fn, ok := decl.(*ast.FuncDecl)
-				if !ok || !strings.HasPrefix(fn.Name.Name, "Example") {
-					continue
-				}
-				made, closed := makesAndClosesALimiter(fn.Body)
-				if made {
-					found++
-				}
-				if made && !closed {
-					t.Errorf("%s: %s makes a Limiter and never calls limiter.Close", fset.Position(fn.Pos()), fn.Name.Name)
-				}
+			made, closed := makesAndClosesALimiter(fn.Body)
+			if made {
+				found++
+			}
+			if made && !closed {
+				t.Errorf("%s: %s makes a Limiter and never calls limiter.Close", f.fset.Position(fn.Pos()), fn.Name.Name)
 			}
 		}
 	}
@@ -52,7 +38,7 @@ func TestExamplesCloseTheirLimiters(t *testing.T) {
 func TestSketchesCloseTheirLimiters(t *testing.T) {
 	t.Parallel()
 	found := 0
-	for _, dir := range []string{"../../ratelimit", "../../httpadmit", "../../promadmit", "../../schema"} {
+	for _, dir := range examplePackages {
 		for _, code := range DocBlocks(t, dir) {
 			body := parseBody(code)
 			if body == nil {

@@ -2,10 +2,7 @@ package readme
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
 	"go/types"
-	"path/filepath"
 	"testing"
 )
 
@@ -18,23 +15,13 @@ import (
 // ExampleExceededError and promadmit's ExampleNew keyed the scope by the header.
 func TestExamplesKeepCredentialsOutOfScopeKeys(t *testing.T) {
 	t.Parallel()
-	files := 0
-	for _, dir := range []string{"../../ratelimit", "../../httpadmit", "../../promadmit", "../../schema"} {
-		names, err := filepath.Glob(filepath.Join(dir, "example*_test.go"))
-		if err != nil {
-			t.Fatal(err)
+	files := exampleFiles(t)
+	for _, f := range files {
+		for _, key := range credentialScopeKeys(f.file) {
+			t.Errorf("%s: a scope's Key is %s, the Authorization header's value: key the scope by a digest of it (or your key's id)", f.fset.Position(key.Pos()), types.ExprString(key))
 		}
-		for _, name := range names {
-			fset := token.NewFileSet()
-			file, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files++
-			for _, key := range credentialScopeKeys(file) {
-				t.Errorf("%s: a scope's Key is %s, the Authorization header's value: key the scope by a digest of it (or your key's id)", fset.Position(key.Pos()), types.ExprString(key))
-			}
-		}
+	}
+	for _, dir := range examplePackages {
 		for _, code := range DocBlocks(t, dir) {
 			body := parseBody(code)
 			if body == nil {
@@ -45,8 +32,8 @@ func TestExamplesKeepCredentialsOutOfScopeKeys(t *testing.T) {
 			}
 		}
 	}
-	if files < 10 {
-		t.Errorf("read %d Example files, want at least 10", files)
+	if len(files) < 10 {
+		t.Errorf("read %d Example files, want at least 10", len(files))
 	}
 }
 
