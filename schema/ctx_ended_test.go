@@ -57,9 +57,9 @@ func TestAnEndedContextShowsInTheError(t *testing.T) {
 				_, err := dbtest.New().OpsReservationCorruptFinalized(ctx, tx, pgtype.UUID{Valid: true})
 				return err
 			}), partial: true, failed: concurrentIndexVersion},
-		{name: "Migrate inside a migration's statement (in a transaction)", from: n - 1, run: migrate,
-			arrange: blockedOn("the last migration's COMMENT ON the counters", dbtest.New().OpsLockCounters), partial: true, failed: n},
-		{name: "Migrate right before a migration's commit", from: n - 1, run: migrate, arrange: beforeCommitOf(n), partial: true, failed: n},
+		{name: "Migrate inside a migration's statement (in a transaction)", from: commentsVersion - 1, run: migrate,
+			arrange: blockedOn("00023's COMMENT ON the counters", dbtest.New().OpsLockCounters), partial: true, failed: commentsVersion},
+		{name: "Migrate right before a migration's commit", from: commentsVersion - 1, run: migrate, arrange: beforeCommitOf(commentsVersion), partial: true, failed: commentsVersion},
 		{name: "Migrate between two migrations", from: n - 2, run: migrate, arrange: afterVersion(n - 1), partial: true, failed: n},
 		{name: "Migrate after its last migration", from: n - 2, run: migrate, arrange: afterVersion(n), completed: true},
 		{name: "Down ended before the call", from: 2, run: schema.Down, arrange: endedBefore},
@@ -68,7 +68,7 @@ func TestAnEndedContextShowsInTheError(t *testing.T) {
 		{name: "Down between two migrations", from: 2, run: schema.Down, arrange: afterVersion(2), partial: true, failed: 1},
 		{name: "Locked ended before the call", from: n - 2, run: locked, arrange: endedBefore},
 		{name: "Locked waiting for another migrator's lock row", from: n - 2, run: locked, arrange: behindAnotherMigrator},
-		{name: "Locked right before a migration's commit", from: n - 1, run: locked, arrange: beforeCommitOf(n), partial: true, failed: n},
+		{name: "Locked right before a migration's commit", from: commentsVersion - 1, run: locked, arrange: beforeCommitOf(commentsVersion), partial: true, failed: commentsVersion},
 		{name: "Locked between two migrations", from: n - 2, run: locked, arrange: afterVersion(n - 1), partial: true, failed: n},
 	} {
 		for _, want := range []error{context.Canceled, context.DeadlineExceeded} {

@@ -27,6 +27,12 @@ const firstLockTimeoutVersion = 4
 // concurrentIndexVersion is the migration that builds indexes of the ledgers concurrently.
 const concurrentIndexVersion = 5
 
+// commentsVersion is a migration in a transaction that takes a lock on the counters (its
+// COMMENT ON them), named rather than taken as the last: a later migration may run without a
+// transaction (an index built CONCURRENTLY), and then the tests that stop one inside its
+// transaction would find none.
+const commentsVersion = 23
+
 // Every transactional migration from firstLockTimeoutVersion on starts its Up and its Down with
 // SET LOCAL lock_timeout, so that an ALTER queued behind a long transaction (and every admission
 // queued behind the ALTER) fails fast instead of stalling the service.
