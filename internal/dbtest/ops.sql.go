@@ -74,6 +74,44 @@ func (q *Queries) OpsBackendPid(ctx context.Context, db DBTX) (int32, error) {
 	return pid, err
 }
 
+const OpsBackendsAwaitingLock = `-- name: OpsBackendsAwaitingLock :many
+SELECT DISTINCT l.pid::integer AS pid
+FROM pg_catalog.pg_locks AS l
+JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+WHERE NOT l.granted
+  AND a.datname = pg_catalog.current_database()
+  AND l.pid <> pg_catalog.pg_backend_pid()
+ORDER BY l.pid
+`
+
+// Backends of the current database with a heavyweight lock requested and
+// not granted, read from the lock table: unlike the wait event
+// (OpsBackendsWaitingOnLock), which a waiter clears while it runs its
+// deadlock check (deadlock_timeout, 1 s, into its wait), the request stays
+// there until it is granted or given up, so a test that waits for a
+// cancelled statement to stop waiting never sees it gone too soon.
+// Locks: none.
+// Index: none (pg_locks and pg_stat_activity are in-memory views).
+func (q *Queries) OpsBackendsAwaitingLock(ctx context.Context, db DBTX) ([]int32, error) {
+	rows, err := db.Query(ctx, OpsBackendsAwaitingLock)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var pid int32
+		if err := rows.Scan(&pid); err != nil {
+			return nil, err
+		}
+		items = append(items, pid)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const OpsBackendsWaitingOnLock = `-- name: OpsBackendsWaitingOnLock :many
 SELECT a.pid::integer AS pid
 FROM pg_catalog.pg_stat_activity AS a

@@ -21,6 +21,18 @@ func LockWaiters(t testing.TB, pool *pgxpool.Pool) []int32 {
 	return waiting
 }
 
+// LockRequesters returns the process ids of the sessions of pool's database that requested a
+// heavyweight lock and were not granted it, as the lock table shows them: unlike LockWaiters,
+// it counts a waiter also while it runs its deadlock check (see AwaitNoLockWaiters).
+func LockRequesters(t testing.TB, pool *pgxpool.Pool) []int32 {
+	t.Helper()
+	waiting, err := dbtest.New().OpsBackendsAwaitingLock(context.Background(), pool)
+	if err != nil {
+		t.Fatalf("OpsBackendsAwaitingLock: %v", err)
+	}
+	return waiting
+}
+
 // AwaitLockWaiters waits until some session of pool's database waits for a heavyweight lock
 // (a row, a transaction, an advisory lock), so that a test can act while a statement is blocked
 // mid-flight, and returns their process ids. It fails t, naming what, when none does within 20
@@ -72,10 +84,14 @@ func awaitWaiters(t testing.TB, what string, n int, waiters func() []int32) []in
 // the test after 5 s. A statement whose client gave up is cancelled on the server by a cancel
 // request that pgx sends after it closed the connection, on a connection of its own: until it
 // lands, the statement still waits for its lock, and releasing the lock would let it commit.
+// It reads the lock table (LockRequesters), not the wait event LockWaiters reads: a waiter
+// clears its wait event while it runs its deadlock check, deadlock_timeout (1 s) into its
+// wait, and a cancel that lands late (a loaded machine) left that moment in the polls, where a
+// poll saw no waiter and the test let the statement commit.
 func AwaitNoLockWaiters(t testing.TB, pool *pgxpool.Pool, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		waiting := LockWaiters(t, pool)
+		waiting := LockRequesters(t, pool)
 		if len(waiting) == 0 {
 			return
 		}

@@ -34,6 +34,23 @@ WHERE a.datname = current_database()
   AND a.pid <> pg_backend_pid()
 ORDER BY a.pid;
 
+-- name: OpsBackendsAwaitingLock :many
+-- Backends of the current database with a heavyweight lock requested and
+-- not granted, read from the lock table: unlike the wait event
+-- (OpsBackendsWaitingOnLock), which a waiter clears while it runs its
+-- deadlock check (deadlock_timeout, 1 s, into its wait), the request stays
+-- there until it is granted or given up, so a test that waits for a
+-- cancelled statement to stop waiting never sees it gone too soon.
+-- Locks: none.
+-- Index: none (pg_locks and pg_stat_activity are in-memory views).
+SELECT DISTINCT l.pid::integer AS pid
+FROM pg_catalog.pg_locks AS l
+JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+WHERE NOT l.granted
+  AND a.datname = pg_catalog.current_database()
+  AND l.pid <> pg_catalog.pg_backend_pid()
+ORDER BY l.pid;
+
 -- name: OpsBackendsWaitingOnTable :many
 -- Backends of the current database waiting for a lock on one table (named
 -- as the search_path finds it), so a test can tell which of a run's
