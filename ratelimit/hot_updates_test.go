@@ -73,10 +73,15 @@ func TestHotPathUpdatesAreHeapOnly(t *testing.T) {
 	}
 
 	const counters = "gateway_rate_limit_counters"
+	// A window with room for the whole test: each step must update the counter row an earlier
+	// one inserted, and a minute's window that ended between two steps made the second insert
+	// a row of the next window (0 updates, "want at least one").
+	hour := hourWindow(t, pool)
+	hourSeconds := int32(hour / time.Second)
 	requests := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "hot"}, Metric: ratelimit.MetricRequests,
-		Limit: 1000, Amount: 1, Window: time.Minute}
+		Limit: 1000, Amount: 1, Window: hour}
 	tokens := ratelimit.Limit{Scope: ratelimit.Scope{Type: "api_key", Key: "hot"}, Metric: ratelimit.MetricTokens,
-		Limit: 100000, Amount: 500, Window: time.Minute}
+		Limit: 100000, Amount: 500, Window: hour}
 	model := ratelimit.Limit{Scope: ratelimit.Scope{Type: "model", Key: "hot"}, Metric: ratelimit.MetricConcurrent,
 		Limit: 10, Amount: 1, LeaseTTL: time.Minute}
 	reserve := func(limits ...ratelimit.Limit) ratelimit.Grant {
@@ -110,7 +115,7 @@ func TestHotPathUpdatesAreHeapOnly(t *testing.T) {
 	heapOnly("pgadmit_reserve_windows", counters, func() {
 		rows, err := queries.AdmissionReserveWindows(ctx, tx, db.AdmissionReserveWindowsParams{
 			ScopeTypes: []string{"api_key", "api_key"}, ScopeKeys: []string{"hot", "hot"},
-			Metrics: []string{ratelimit.MetricRequests, ratelimit.MetricRequests}, WindowSeconds: []int32{60, 60},
+			Metrics: []string{ratelimit.MetricRequests, ratelimit.MetricRequests}, WindowSeconds: []int32{hourSeconds, hourSeconds},
 			LimitValues: []float64{1000, 1000}, Amounts: []float64{1, 1},
 		})
 		if err != nil || len(rows) != 2 || !rows[0].Fits || !rows[1].Fits {
@@ -127,7 +132,7 @@ func TestHotPathUpdatesAreHeapOnly(t *testing.T) {
 		t.Helper()
 		row, err := queries.AllotmentTake(ctx, tx, db.AllotmentTakeParams{
 			Holder: "holder", ScopeType: "model", ScopeKey: "hot-local", Metric: ratelimit.MetricTokens,
-			WindowSeconds: 60, LimitValue: 100000, Want: 1000, Need: 1,
+			WindowSeconds: hourSeconds, LimitValue: 100000, Want: 1000, Need: 1,
 			TrimID: trim, TrimTo: pgtype.Text{String: trimTo, Valid: trim.Valid},
 		})
 		if err != nil || !row.AllotmentID.Valid {
