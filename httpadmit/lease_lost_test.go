@@ -25,10 +25,17 @@ func TestALostLeaseIsReportedOnceAndNoLongerRenewed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
+			// The first lease, the one lost, has a TTL of 1 s: renewed every 333 ms while it is
+			// held. The other, which must stay held, has 3 s (renewed every 1 s once it is alone):
+			// with 1 s, a renewal late by 667 ms (a loaded machine) found it expired, a second
+			// failed renewal.
 			var limits []httpadmit.Limit
-			for range leases {
+			for i := range leases {
 				slot := concurrent("model", uniqueKey("model"), 10)
-				slot.LeaseTTL = time.Second // renewed every 333 ms
+				slot.LeaseTTL = time.Second
+				if i > 0 {
+					slot.LeaseTTL = 3 * time.Second
+				}
 				limits = append(limits, slot)
 			}
 			renewals := e.obs.renewals
@@ -38,7 +45,12 @@ func TestALostLeaseIsReportedOnceAndNoLongerRenewed(t *testing.T) {
 					t.Errorf("%d leases, want %d", len(grant.Leases), leases)
 					return
 				}
-				if n, err := e.limiter.ReleaseLeases(context.Background(), grant.Leases[:1], "test_lost"); n != 1 || err != nil {
+				i := slices.IndexFunc(grant.Leases, func(l ratelimit.Lease) bool { return l.TTL == time.Second })
+				if i < 0 {
+					t.Errorf("leases %+v, want one with a TTL of 1s", grant.Leases)
+					return
+				}
+				if n, err := e.limiter.ReleaseLeases(context.Background(), grant.Leases[i:i+1], "test_lost"); n != 1 || err != nil {
 					t.Errorf("ReleaseLeases: %d, %v", n, err)
 					return
 				}
