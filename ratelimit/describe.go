@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/pgadmit/pgadmit/internal/errwalk"
 )
 
 // A run's line (RecoveryResult's and PruneResult's String and Describe) says what the run did,
@@ -46,26 +48,15 @@ func (s stepsFailed) ran(step string) bool {
 // (or of no job: one made by hand).
 func failedStepsIn(job string, err error) stepsFailed {
 	var found stepsFailed
-	var walk func(error)
-	walk = func(err error) {
-		switch e := err.(type) {
-		case *StepError:
-			if e.Job != "" && e.Job != job {
-				return
-			}
-			if !slices.Contains(found.failed, e.Step) {
-				found.failed = append(found.failed, e.Step)
-			}
-			found.notRun = append(found.notRun, e.NotRun...)
-		case interface{ Unwrap() []error }:
-			for _, inner := range e.Unwrap() {
-				walk(inner)
-			}
-		case interface{ Unwrap() error }:
-			walk(e.Unwrap())
+	errwalk.Each(err, func(e *StepError) {
+		if e.Job != "" && e.Job != job {
+			return
 		}
-	}
-	walk(err)
+		if !slices.Contains(found.failed, e.Step) {
+			found.failed = append(found.failed, e.Step)
+		}
+		found.notRun = append(found.notRun, e.NotRun...)
+	})
 	return found
 }
 

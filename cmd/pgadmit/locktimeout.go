@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
+	"github.com/pgadmit/pgadmit/internal/errwalk"
 	"github.com/pgadmit/pgadmit/internal/locktimeout"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -160,7 +161,7 @@ func (e *lockWaitError) Unwrap() error { return e.err }
 // wrapped, the take's or the release's of the run's lease (else the first), and says whether
 // the run's steps left rows behind a lock too.
 func leaseLockWait(err error) (lw *ratelimit.LockWaitError, steps bool) {
-	eachError(err, func(w *ratelimit.LockWaitError) {
+	errwalk.Each(err, func(w *ratelimit.LockWaitError) {
 		lease := w.LeaseTake() || w.LeaseRelease()
 		steps = steps || !lease
 		if lw == nil || lease {
