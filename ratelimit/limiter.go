@@ -66,8 +66,9 @@ type Limiter struct {
 // *pgxpool.Pool too, or an Executor of one's own that embeds one) makes
 // every operation fail with a *ValidationError naming "conn" (errors.Is
 // ErrInvalidInput; its Value names an Executor of one's own and the nil it
-// embeds, "main.traced embedding a nil *pgxpool.Pool"), and so does a *pgxpool.Conn already released to its
-// pool (or hijacked from it): its methods would panic. Nothing is written.
+// embeds, "main.traced embedding a nil *pgxpool.Pool"), and so does a
+// *pgxpool.Conn already released to its pool (or hijacked from it): its
+// methods would panic. Nothing is written.
 //
 // conn may be a single connection instead: a *pgx.Conn, a pool's
 // *pgxpool.Conn, or an Executor of one's own that embeds one, directly
