@@ -59,7 +59,7 @@ func (r PruneResult) String() string { return r.describe(stepsFailed{}) }
 // it then leaves out the counts that stayed 0 because every step feeding
 // them failed or did not run (they would read as steps that ran and found
 // nothing), and ends naming the failed steps and saying how many the run,
-// when it stopped at one, did not reach:
+// when it stopped at one, did not reach (its Example's output):
 //
 //	pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments
 //

@@ -67,7 +67,7 @@ func (r RecoveryResult) String() string { return r.describe(stepsFailed{}) }
 // it then leaves out the counts that stayed 0 because every step feeding
 // them failed or did not run (they would read as steps that ran and found
 // nothing), and ends naming the failed steps and saying how many the run,
-// when it stopped at one, did not reach:
+// when it stopped at one, did not reach (its Example's output):
 //
 //	released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
 //

@@ -2,8 +2,10 @@ package readme
 
 import (
 	"fmt"
+	"go/ast"
 	"go/doc/comment"
 	"go/parser"
+	"go/types"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,16 +37,66 @@ func DocBlocks(t testing.TB, dir string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p comment.Parser
 	var blocks []string
 	for _, file := range files {
-		if file.Doc == nil {
-			continue
+		if file.Doc != nil {
+			blocks = append(blocks, codeBlocks(file.Doc.Text())...)
 		}
-		for _, block := range p.Parse(file.Doc.Text()).Content {
-			if code, ok := block.(*comment.Code); ok {
-				blocks = append(blocks, code.Text)
+	}
+	return blocks
+}
+
+// FuncDocBlocks returns the code blocks of the doc comments of the functions
+// and methods of the package in dir, as go doc shows them, by name: "New",
+// or "RecoveryResult.Describe" for a method (of the type or its pointer).
+// Those without one are left out.
+func FuncDocBlocks(t testing.TB, dir string) map[string][]string {
+	t.Helper()
+	_, files, err := gosrc.ParseDir(dir, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]string{}
+	for _, file := range files {
+		for _, decl := range file.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Doc == nil {
+				continue
 			}
+			if code := codeBlocks(fn.Doc.Text()); len(code) > 0 {
+				blocks[funcName(fn)] = code
+			}
+		}
+	}
+	return blocks
+}
+
+// funcName is fn's name as go doc gives it: a method's is its receiver's
+// type, without * or type parameters, a dot, and its own.
+func funcName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) == 0 {
+		return fn.Name.Name
+	}
+	recv := fn.Recv.List[0].Type
+	if star, ok := recv.(*ast.StarExpr); ok {
+		recv = star.X
+	}
+	switch generic := recv.(type) {
+	case *ast.IndexExpr:
+		recv = generic.X
+	case *ast.IndexListExpr:
+		recv = generic.X
+	}
+	return types.ExprString(recv) + "." + fn.Name.Name
+}
+
+// codeBlocks returns the code blocks of doc, a doc comment's text.
+func codeBlocks(doc string) []string {
+	var p comment.Parser
+	var blocks []string
+	for _, block := range p.Parse(doc).Content {
+		if code, ok := block.(*comment.Code); ok {
+			blocks = append(blocks, code.Text)
 		}
 	}
 	return blocks

@@ -1,0 +1,41 @@
+package ratelimit_test
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pgadmit/pgadmit/ratelimit"
+)
+
+// A Recover run whose connection was lost in its first step: the result
+// counts what that step did before (its counts that stayed 0 are left out:
+// they would read as found nothing), and the error names the step and
+// those the run never reached. Here both are built by hand; from a run they
+// are what maint.Recover(ctx) returned.
+func ExampleRecoveryResult_Describe() {
+	recovered := ratelimit.RecoveryResult{ReleasedRateReservations: 1, FailedAttempts: 1, FailedTasks: 1}
+	err := &ratelimit.StepError{
+		Job:  "recover",
+		Step: "reclaim expired tasks",
+		Err:  errors.New("ratelimit: recover: reclaim expired tasks: conn closed"),
+		NotRun: []string{"release reservations of finished tasks", "release expired leases", "release leases of finished tasks",
+			"fail attempts of finished tasks", "release reservations of finished attempts", "release leases of finished attempts",
+			"delete admissions of finished tasks", "return lost allotments"},
+	}
+	fmt.Println(recovered.Describe(err))
+	// Output:
+	// released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
+}
+
+// A Prune run whose allotments step the server rejected (its table
+// missing, say): the other steps ran, and their counts are said, 0
+// too; the allotments count is left out, and the step named. Built by hand,
+// as from maint.Prune(ctx, 24*time.Hour).
+func ExamplePruneResult_Describe() {
+	pruned := ratelimit.PruneResult{Cutoff: time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC), Counters: 2}
+	err := &ratelimit.StepError{Job: "prune", Step: "allotments", Err: errors.New(`ratelimit: prune: allotments: relation "gateway_rate_limit_allotments" does not exist`)}
+	fmt.Println(pruned.Describe(err))
+	// Output:
+	// pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments
+}
