@@ -321,3 +321,12 @@ func attachRefusal(row db.AttemptAttachGrantRow, attemptID, taskID string) error
 	}
 	return nil
 }
+
+// leaseIDStrings returns the leases' ids, in order.
+func leaseIDStrings(leases []Lease) []string {
+	ids := make([]string, len(leases))
+	for i, lease := range leases {
+		ids[i] = lease.ID
+	}
+	return ids
+}

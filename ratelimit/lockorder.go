@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -44,6 +45,12 @@ func (a counterKey) compare(b counterKey) int {
 		strings.Compare(a.metric, b.metric),
 		cmp.Compare(a.windowSeconds, b.windowSeconds),
 	)
+}
+
+// counter names the counter the reservation draws on (its window start
+// apart).
+func (r Reservation) counter() counterKey {
+	return counterKey{r.ScopeType, r.ScopeKey, r.Metric, int32(r.Window / time.Second)}
 }
 
 // ErrLockOrder is matched by the *LockOrderError an operation returns when,

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"time"
 )
 
 // Reservation statuses.
@@ -313,24 +312,10 @@ func (l *Limiter) settleRemote(ctx context.Context, remote remoteShare, status, 
 	return out[0], nil
 }
 
-// counter names the counter the reservation draws on (its window start
-// apart).
-func (r Reservation) counter() counterKey {
-	return counterKey{r.ScopeType, r.ScopeKey, r.Metric, int32(r.Window / time.Second)}
-}
-
 // opName names Commit or Release by the status it settles to.
 func opName(status string) string {
 	if status == StatusCommitted {
 		return "Commit"
 	}
 	return "Release"
-}
-
-func leaseIDStrings(leases []Lease) []string {
-	ids := make([]string, len(leases))
-	for i, lease := range leases {
-		ids[i] = lease.ID
-	}
-	return ids
 }
