@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadmit/pgadmit/internal/dbtest"
+	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
 	"github.com/pgadmit/pgadmit/schema"
 )
@@ -167,7 +168,10 @@ func writeLiveData(t *testing.T, pool *pgxpool.Pool) {
 		t.Fatalf("FinishTask: %v", err)
 	}
 
-	local := []ratelimit.Limit{{Scope: key, Metric: ratelimit.MetricRequests, Limit: 1000, Amount: 1, Window: time.Hour, Local: true}}
+	// An hour or a few minutes more, with a minute left: a block taken in the last Margin
+	// (100 ms) of its window admits nothing and goes back when the window ends, at once.
+	hour := pgtest.WindowWithRoom(t, pool, time.Hour, time.Minute)
+	local := []ratelimit.Limit{{Scope: key, Metric: ratelimit.MetricRequests, Limit: 1000, Amount: 1, Window: hour, Local: true}}
 	if _, err := l.Reserve(ctx, "", "", local); err != nil { // takes a block, left open
 		t.Fatalf("Reserve(Local): %v", err)
 	}
