@@ -25,9 +25,12 @@ func TestReadmeRatiosAreThePerformanceLogs(t *testing.T) {
 func TestRatioProblemsFindsEachDrift(t *testing.T) {
 	t.Parallel()
 	log := "## Ratios day by day\n\n" +
-		"| workload | target | before | day 1 | day 2 | day 3 |\n| --- | --- | --- | --- | --- | --- |\n" +
-		"| W1 window | ≥ 2x | 0.43x | 1.83–2.17x | 1.46x | 2.00–3.66x |\n" +
-		"| W3 hot key, 16 workers | ≥ 10x | 0.78x | 5.23–7.32x | **8.09–10.85x** | 9.10–10.14x |\n\n## Next\n"
+		"| day | W1 window | W3 hot key, 16 workers | runs |\n| --- | --- | --- | --- |\n" +
+		"| target | ≥ 2x | ≥ 10x |  |\n" +
+		"| before (`f9f2e02`) | 0.43x | 0.78x |  |\n" +
+		"| 1 | 1.83–2.17x | 5.23–7.32x |  |\n" +
+		"| 2 | 1.46x | **8.09–10.85x** | 3, the first of day 1's code |\n" +
+		"| 3 | 2.00–3.66x | 9.10–10.14x | 2 |\n\n## Next\n"
 	readme := func(w1, w3, sentence string) string {
 		return "Ratios: the lowest and the highest run of days 1 to 3, then the latest day's range.\n\n" +
 			"| workload | target | before | lowest run | highest run | day 3² |\n| --- | --- | --- | --- | --- | --- |\n" +
@@ -66,12 +69,32 @@ func TestRatioProblemsFindsEachDrift(t *testing.T) {
 			t.Errorf("ratioProblems = %q, want %q", got, c.want)
 		}
 	}
+
+	// The log's table itself: a row out of step with its header, a row that
+	// is no day, and the days out of order.
+	good := readme(w1, w3, tenX)
+	for _, c := range []struct {
+		log, want string
+	}{
+		{strings.Replace(log, "| 2 | 1.46x |", "| 2 |", 1),
+			"the performance log's ratio table has 3 cells in its row 2; its header 4"},
+		{strings.Replace(log, "| before (`f9f2e02`) |", "| bfore |", 1),
+			"the performance log's ratio table has a row bfore, neither target, before nor a day"},
+		{strings.Replace(log, "| 3 | 2.00–3.66x |", "| 4 | 2.00–3.66x |", 1),
+			"the performance log's ratio table has day 4 after day 2"},
+	} {
+		got := strings.Join(ratioProblems(good, c.log), "\n")
+		if !strings.Contains(got, c.want) {
+			t.Errorf("ratioProblems = %q, want %q", got, c.want)
+		}
+	}
 }
 
 var (
 	ratioCell     = regexp.MustCompile(`\d+\.\d+`)
 	readmeRatioAt = regexp.MustCompile(`^(\d+\.\d+)x \(day (\d+)\)`)
 	readmeLastDay = regexp.MustCompile(`^day (\d+)`)
+	logDay        = regexp.MustCompile(`^\d+$`)
 	readmeDays    = regexp.MustCompile(`lowest\s+and\s+the\s+highest\s+run\s+of\s+days\s+1\s+to\s+(\d+)`)
 	readmeTenX    = regexp.MustCompile(`reaches\s+10x\s+on\s+a\s+hot\s+key\s+in\s+(\w+)\s+runs?\s+of\s+all\s+these\s+days\s+\(([^)]*)\)`)
 	tenXRun       = regexp.MustCompile(`(\d+\.\d+)x(?:\s+and\s+(\d+\.\d+)x)?\s+on\s+day\s+(\d+)`)
@@ -79,16 +102,17 @@ var (
 		"eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"}
 )
 
-// ratioRow is a row of a Markdown table of ratios: the workload, its target
-// and its ratio before, then the cells that follow.
+// ratioRow is a workload's ratios: a row of the README's table (its target,
+// its ratio before, then the lowest run, the highest and the latest day) or
+// a column of the log's (its target, its ratio before, then a cell a day).
 type ratioRow struct {
 	name, target, before string
 	cells                []string
 }
 
 // ratioTable returns the rows of the first table of text whose header
-// starts "| workload | target | before |" and the cells of that header
-// after those three.
+// starts "| workload | target | before |" (the README's) and the cells of
+// that header after those three.
 func ratioTable(text string) (header []string, rows []ratioRow) {
 	lines := strings.Split(text, "\n")
 	for i, line := range lines {
@@ -109,6 +133,66 @@ func ratioTable(text string) (header []string, rows []ratioRow) {
 		return header, rows
 	}
 	return nil, nil
+}
+
+// dayTable returns the days of the log's table of ratios, the first table of
+// text whose header starts "| day |" (then a column a workload and a last
+// one "runs"), and each workload's column as a ratioRow: its target and
+// before from the rows "target" and "before (...)", then a cell a day. The
+// problems are rows that do not fit that shape.
+func dayTable(text string) (days []string, rows []ratioRow, problems []string) {
+	lines := strings.Split(text, "\n")
+	i := slices.IndexFunc(lines, func(line string) bool { return strings.HasPrefix(line, "| day |") })
+	if i < 0 || i+2 > len(lines) {
+		return nil, nil, nil
+	}
+	header := tableCells(lines[i])
+	names := header[1:]
+	if n := len(names); n > 0 && names[n-1] == "runs" {
+		names = names[:n-1]
+	}
+	for _, name := range names {
+		rows = append(rows, ratioRow{name: name})
+	}
+	for _, line := range lines[i+2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := tableCells(line)
+		if len(cells) != len(header) {
+			problems = append(problems, fmt.Sprintf("the performance log's ratio table has %d cells in its row %s; its header %d",
+				len(cells), cells[0], len(header)))
+			continue
+		}
+		label := cells[0]
+		switch {
+		case label == "target":
+			for j := range rows {
+				rows[j].target = cells[1+j]
+			}
+		case strings.HasPrefix(label, "before"):
+			for j := range rows {
+				rows[j].before = cells[1+j]
+			}
+		case logDay.MatchString(label):
+			// The latest day is the last row: each day follows the one
+			// before it.
+			if want := strconv.Itoa(len(days) + 1); label != want {
+				previous := "no day"
+				if len(days) > 0 {
+					previous = "day " + days[len(days)-1]
+				}
+				problems = append(problems, fmt.Sprintf("the performance log's ratio table has day %s after %s", label, previous))
+			}
+			days = append(days, label)
+			for j := range rows {
+				rows[j].cells = append(rows[j].cells, cells[1+j])
+			}
+		default:
+			problems = append(problems, fmt.Sprintf("the performance log's ratio table has a row %s, neither target, before nor a day", label))
+		}
+	}
+	return days, rows, problems
 }
 
 // tableCells returns the trimmed cells of a Markdown table row.
@@ -142,17 +226,16 @@ func ratioProblems(readme, log string) []string {
 		return []string{"the performance log has no ## Ratios day by day section"}
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	days, logRows := ratioTable(section)
+	days, logRows, problems := dayTable(section)
 	if len(days) == 0 || len(logRows) == 0 {
-		return []string{"the performance log's ## Ratios day by day has no table of ratios"}
+		return append(problems, "the performance log's ## Ratios day by day has no table of ratios (day, a column a workload, runs)")
 	}
-	lastDay := strings.TrimPrefix(days[len(days)-1], "day ")
+	lastDay := days[len(days)-1]
 	header, readmeRows := ratioTable(readme)
 	if len(header) != 3 {
-		return []string{"README.md has no ratio table (workload, target, before, lowest run, highest run, the latest day)"}
+		return append(problems, "README.md has no ratio table (workload, target, before, lowest run, highest run, the latest day)")
 	}
 
-	var problems []string
 	latest := header[2] // "day 57²"
 	if m := readmeLastDay.FindStringSubmatch(latest); m != nil {
 		latest = "day " + m[1]
@@ -192,7 +275,7 @@ func ratioProblems(readme, log string) []string {
 			if len(values) == 0 {
 				continue
 			}
-			day := strings.TrimPrefix(days[i], "day ")
+			day := days[i]
 			if v := slices.Min(values); low < 0 || v < low {
 				low, lowDays = v, []string{day}
 			} else if v == low {
@@ -255,7 +338,7 @@ func ratioProblems(readme, log string) []string {
 		if len(values) == 0 || slices.Max(values) < 10 {
 			continue
 		}
-		day := strings.TrimPrefix(days[i], "day ")
+		day := days[i]
 		passed = append(passed, day)
 		if best := strconv.FormatFloat(slices.Max(values), 'f', 2, 64); named[day] != nil && !slices.Contains(named[day], best) {
 			problems = append(problems, fmt.Sprintf("README.md names no run of %sx on day %s, the performance log's best W3 run that day", best, day))
