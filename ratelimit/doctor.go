@@ -101,9 +101,14 @@ func (r Report) OK() bool { return r.checked() && len(r.Problems) == 0 }
 // zero Report returned with an error.
 func (r Report) checked() bool { return !r.CheckedAt.IsZero() }
 
-// String lists the problems, one per line, or says the books balance. The
-// zero report, which Doctor returns with an error, says that the books were
-// not checked.
+// String lists the problems, one per line (Problem.String), or says the
+// books balance. The zero report, which Doctor returns with an error, says
+// that the books were not checked. A report of two problems (its Example's
+// output):
+//
+//	doctor: 2 problem(s)
+//	  counter_reserved_mismatch: api_key:key_123 tokens, window 1m from 2026-12-07T07:59:00Z: expected 500, actual 501
+//	  open_reservation_of_finished_task: api_key:key_123 requests, task task_1 (succeeded), row res_9: expected 0, actual 1
 func (r Report) String() string {
 	if !r.checked() && len(r.Problems) == 0 {
 		return "doctor: the books were not checked"
@@ -162,7 +167,11 @@ type Problem struct {
 	ActualText   string
 }
 
-// String describes the problem on one line, for logs and the CLI.
+// String describes the problem on one line, for logs and the CLI: its
+// kind, where it is (scope and metric, window, task, attempt, row: those
+// it has) and its amounts (its Example's output):
+//
+//	counter_used_mismatch: api_key:key_123 tokens, window 1h from 2026-12-07T07:00:00Z: expected 420, actual 0.5
 func (p Problem) String() string {
 	var where []string
 	if p.ScopeType != "" {
