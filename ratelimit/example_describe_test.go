@@ -39,3 +39,21 @@ func ExamplePruneResult_Describe() {
 	// Output:
 	// pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments
 }
+
+// A Recover run's progress (WithProgress) after the batch of its second
+// step, its first step having failed: Describe leaves out the counts only
+// that step feeds (async tasks requeued, sync and poison tasks failed),
+// which Summary says at 0 as if it had found nothing ("requeued 0 async
+// tasks; failed 0 sync and 0 poison tasks"), and names it. The steps not
+// reached yet count 0 in both. Built by hand; from a run it is what the
+// report func was given.
+func ExampleProgress_Describe() {
+	sofar := ratelimit.RecoveryResult{ReleasedRateReservations: 2}
+	p := ratelimit.Progress{
+		Job: "recover", Step: "release reservations of finished tasks", Batches: 2, Elapsed: 40 * time.Millisecond,
+		Summary: sofar.String(), Recovery: sofar, Failed: []string{"reclaim expired tasks"},
+	}
+	fmt.Println(p.Describe())
+	// Output:
+	// released 0 leases and 2 reservations; failed 0 attempts; cleaned 0 admissions; returned 0 lost allotments; failed steps: reclaim expired tasks
+}
