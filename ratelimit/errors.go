@@ -50,6 +50,9 @@ type ValidationError struct {
 	Reason string
 }
 
+// Error names the field, the value and the reason (its Example's output):
+//
+//	ratelimit: invalid Amount (-500): must not be negative
 func (e *ValidationError) Error() string {
 	field := e.Field
 	if field == "" { // about no field in particular (ValidateAmount's, for its caller to name)
@@ -250,6 +253,11 @@ func (e *LockWaitError) LeaseRelease() bool {
 	return e != nil && e.Job != "" && e.Step == leaseReleaseStep(e.Job)
 }
 
+// Error says what the step left and why, after the job and the step that
+// the run's error names before it ("ratelimit: recover: <step>: "); a
+// batch of 3 rows that timed out (its Example's output):
+//
+//	left 3 row(s): another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
 func (e *LockWaitError) Error() string {
 	var left string
 	switch {

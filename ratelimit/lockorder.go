@@ -73,6 +73,10 @@ type LockOrderError struct {
 	leases bool // refused for a lease below one Previous locked
 }
 
+// Error names both operations, why they could deadlock, and what to do
+// instead (its Example's output):
+//
+//	ratelimit: Reserve after CreateTask in the same transaction could deadlock with other transactions (locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before CreateTask
 func (e *LockOrderError) Error() string {
 	// One made by hand may name neither operation.
 	op, previous := cmp.Or(e.Op, "an operation"), cmp.Or(e.Previous, "an earlier operation")
