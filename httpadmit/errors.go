@@ -73,6 +73,10 @@ type UnavailableError struct {
 	Limits []Limit
 }
 
+// Error says how many limits failed closed, and the database's error (its
+// Example's output):
+//
+//	httpadmit: admission control unavailable (1 limit fails closed): context deadline exceeded
 func (e *UnavailableError) Error() string {
 	// One made by hand may have no Limits, or no Err: the message leaves them out.
 	msg := "httpadmit: admission control unavailable"
