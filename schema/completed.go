@@ -33,6 +33,11 @@ type CompletedError struct {
 	Err error
 }
 
+// Error says that every migration was done, how many, the last, and what
+// failed after (its Example's output; Migrate's error wraps it after
+// "schema: migrate up: "):
+//
+//	applied every pending migration (2, the last 00023_comments_as_they_are.sql), then: context canceled
 func (e *CompletedError) Error() string {
 	did := "applied every pending migration"
 	if len(e.Applied) > 0 && e.Applied[0] != nil && e.Applied[0].Direction == "down" {
