@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,27 +79,23 @@ func TestBenchWhoPlural(t *testing.T) {
 	}
 }
 
-// The README's --json row names every field of the report, of each result, check, steadiness
+// docs/cli.md's --json row of bench names every field of the report, of each result, check, steadiness
 // and waits row (server_time's settings are elided there, "..."): scripts read them, and a
 // field they cannot find documented is one they cannot rely on. It used to leave out each
 // result's "ok", "ops", "seconds", "workers" and "first_error".
-func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
+func TestBenchJSONFieldsAreInTheCLIDoc(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(readme), "### `pgadmit bench`")
+	_, section, _ := strings.Cut(cliDoc(t), "\n## `pgadmit bench`\n")
 	_, row, _ := strings.Cut(section, "| `--json FILE` |")
 	row, _, _ = strings.Cut(row, "\n")
 	if row == "" {
-		t.Fatal("README: no --json row in the bench section")
+		t.Fatal("docs/cli.md: no --json row in the bench section")
 	}
 	// part is the row from the field that holds an object's list to the next such field.
 	part := func(from, to string) string {
 		_, after, ok := strings.Cut(row, `"`+from+`": [`)
 		if !ok {
-			t.Errorf("README's bench --json row has no %q list", from)
+			t.Errorf("docs/cli.md's bench --json row has no %q list", from)
 		}
 		before, _, _ := strings.Cut(after, `"`+to+`"`)
 		return before
@@ -125,7 +120,7 @@ func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
 				continue
 			}
 			if !strings.Contains(c.text, `"`+name+`"`) {
-				t.Errorf("README's bench --json row does not name %s's field %q", typ, name)
+				t.Errorf("docs/cli.md's bench --json row does not name %s's field %q", typ, name)
 			}
 		}
 	}
@@ -134,14 +129,14 @@ func TestBenchJSONFieldsAreInTheReadme(t *testing.T) {
 	_, leftOut, ok := strings.Cut(row, "left out when they do not apply")
 	leftOut, _, _ = strings.Cut(leftOut, ";")
 	if !ok {
-		t.Error("README's bench --json row does not say which fields are left out when they do not apply")
+		t.Error("docs/cli.md's bench --json row does not say which fields are left out when they do not apply")
 	}
 	for _, v := range []any{benchReport{}, bench.Result{}, bench.Check{}, serverTimeReport{}, servertime.Status{}, servertime.Statement{}} {
 		typ := reflect.TypeOf(v)
 		for i := range typ.NumField() {
 			name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
 			if strings.Contains(opts, "omitempty") && !strings.Contains(leftOut, "`"+name+"`") {
-				t.Errorf("README's bench --json row does not say that %s's field %q is left out when it does not apply", typ, name)
+				t.Errorf("docs/cli.md's bench --json row does not say that %s's field %q is left out when it does not apply", typ, name)
 			}
 		}
 	}

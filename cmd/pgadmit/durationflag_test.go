@@ -48,15 +48,15 @@ func TestBadDurationsSayWhatADurationIs(t *testing.T) {
 	}
 }
 
-// --help shows a duration default as an operator writes it and as the README's CLI reference
+// --help shows a duration default as an operator writes it and as the CLI reference, docs/cli.md,
 // gives it (24h, 168h, 1m), not as Go's Duration.String does (24h0m0s, 168h0m0s, 1m0s); the
 // flags still read any form Go reads, 24h0m0s included.
-func TestHelpWritesDurationsAsTheREADMEDoes(t *testing.T) {
+func TestHelpWritesDurationsAsTheCLIDocDoes(t *testing.T) {
 	t.Parallel()
 	// A table row of a duration flag and its default: | `--older-than D` | `24h` | ...
 	row := regexp.MustCompile("(?m)^\\| `(--[a-z-]+) D` \\| `([^`]+)`")
 	checked := 0
-	for _, section := range readmeCLISections(t) {
+	for _, section := range cliDocSections(t) {
 		args := section.helpArgs
 		help := cliOK(t, args...)
 		for _, m := range row.FindAllStringSubmatch(section.text, -1) {
@@ -66,17 +66,17 @@ func TestHelpWritesDurationsAsTheREADMEDoes(t *testing.T) {
 			}
 			_, after, ok := strings.Cut(help, "\n  "+flag+" ")
 			if !ok {
-				t.Errorf("pgadmit %s has no %s, which the README documents", strings.Join(args, " "), flag)
+				t.Errorf("pgadmit %s has no %s, which docs/cli.md documents", strings.Join(args, " "), flag)
 				continue
 			}
 			if usage := strings.SplitN(after, "\n", 3)[1]; !strings.Contains(usage, "(default "+def+")") && !strings.Contains(usage, "(default "+def+";") {
-				t.Errorf("pgadmit %s of %s: %q, want the README's default %s", strings.Join(args, " "), flag, usage, def)
+				t.Errorf("pgadmit %s of %s: %q, want docs/cli.md's default %s", strings.Join(args, " "), flag, usage, def)
 			}
 			checked++
 		}
 	}
 	if checked < 8 {
-		t.Errorf("checked %d duration defaults of the README, want every one (at least 8)", checked)
+		t.Errorf("checked %d duration defaults of docs/cli.md, want every one (at least 8)", checked)
 	}
 	for _, c := range append(commands(), nil) {
 		args := []string{"--help"}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -46,10 +45,10 @@ func TestHelpStatesTheDefaultsTheCodeUses(t *testing.T) {
 	}
 }
 
-// Every flag that takes a value names it in --help as the README's CLI reference does (--workers
+// Every flag that takes a value names it in --help as the CLI reference (docs/cli.md) does (--workers
 // N, --every interval, --json file), never by the Go type the flag package falls back to: demo's
 // --clients, --instances and --keys, recover's --batch-size and --max-requeues and prune's
-// --batch-size showed "int", where bench's like flags and the README say N.
+// --batch-size showed "int", where bench's like flags and docs/cli.md say N.
 func TestHelpNamesEveryFlagValue(t *testing.T) {
 	t.Parallel()
 	goType := regexp.MustCompile(`(?m)^  (--[a-z-]+) (int|int64|uint|uint64|float|string|value)$`)
@@ -79,7 +78,7 @@ func TestHelpProseKeepsItsWidth(t *testing.T) {
 }
 
 // doctor's --progress says what doctor prints every interval, that it is still checking and what
-// bounds it, as its help and the README do: it said "how far it has got", recover's and prune's
+// bounds it, as its help and docs/cli.md do: it said "how far it has got", recover's and prune's
 // words, of a check that has nothing to count until it ends.
 func TestDoctorHelpSaysWhatItsProgressPrints(t *testing.T) {
 	t.Parallel()
@@ -113,31 +112,31 @@ func TestPassTimeoutHelpSaysWhatACutOffRunLeaves(t *testing.T) {
 	}
 }
 
-// Every flag that the README's CLI reference gives a count, `--flag N`, names it N in --help too:
+// Every flag that the CLI reference (docs/cli.md) gives a count, `--flag N`, names it N in --help too:
 // inspect's --limit said "rows" where every other count (--batch-size, --workers, --keys) says N.
-func TestHelpNamesACountNAsTheREADMEDoes(t *testing.T) {
+func TestHelpNamesACountNAsTheCLIDocDoes(t *testing.T) {
 	t.Parallel()
 	row := regexp.MustCompile("(?m)^\\| `(--[a-z-]+) N` \\|")
 	checked := 0
-	for _, section := range readmeCLISections(t)[1:] {
+	for _, section := range cliDocSections(t)[1:] {
 		cmd := section.helpArgs[0]
 		help := cliOK(t, cmd, "--help")
 		for _, m := range row.FindAllStringSubmatch(section.text, -1) {
 			checked++
 			if !strings.Contains(help, "\n  "+m[1]+" N\n") {
-				t.Errorf("pgadmit %s --help does not name the value of %s N, as the README does", cmd, m[1])
+				t.Errorf("pgadmit %s --help does not name the value of %s N, as docs/cli.md does", cmd, m[1])
 			}
 		}
 	}
 	if checked < 10 {
-		t.Errorf("checked %d counts of the README, want every one (at least 10)", checked)
+		t.Errorf("checked %d counts of docs/cli.md, want every one (at least 10)", checked)
 	}
 }
 
 // Flags whose limits or defaults only a usage error or the README told say them in --help, in the
-// words of the usage error, and the README's CLI rows say the same: recover --max-requeues (must
+// words of the usage error, and their rows in the CLI reference (docs/cli.md) say the same: recover --max-requeues (must
 // be >= 0) and prune --older-than (must be positive) named no limit, and bench --only no default
-// (the workloads that are not opt-in, W1 to W9). bench's long help and the README's T1 paragraph
+// (the workloads that are not opt-in, W1 to W9). bench's long help and docs/cli.md's T1 paragraph
 // name that default too.
 func TestHelpSaysTheLimitsAndDefaultsTheCodeUses(t *testing.T) {
 	t.Parallel()
@@ -148,16 +147,13 @@ func TestHelpSaysTheLimitsAndDefaultsTheCodeUses(t *testing.T) {
 		}
 	}
 	workloads := dflt[0] + " to " + dflt[len(dflt)-1]
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := cliDoc(t)
 	noDB := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?sslmode=disable"}
 	for _, c := range []struct {
-		cmd, flag, value string // the flag as --help and the README show it, with its value's name
+		cmd, flag, value string // the flag as --help and docs/cli.md show it, with its value's name
 		bad              string // a value the code refuses ("": none)
-		says             string // what its --help usage, its usage error and its README row say
-		row              string // its README row's start, default included
+		says             string // what its --help usage, its usage error and its docs/cli.md row say
+		row              string // its docs/cli.md row's start, default included
 	}{
 		{"recover", "--max-requeues", "N", "-1", "must be >= 0", "| `--max-requeues N` | `5` |"},
 		{"prune", "--older-than", "duration", "0s", "must be positive", "| `--older-than D` | `24h` |"},
@@ -173,15 +169,15 @@ func TestHelpSaysTheLimitsAndDefaultsTheCodeUses(t *testing.T) {
 				t.Errorf("pgadmit %s %s %s: exit %d, stderr %q; want exit %d, %q", c.cmd, c.flag, c.bad, code, errOut, exitUsage, want)
 			}
 		}
-		_, after, ok = strings.Cut(string(readme), "\n"+c.row)
+		_, after, ok = strings.Cut(doc, "\n"+c.row)
 		if row, _, _ := strings.Cut(after, "\n"); !ok || !strings.Contains(c.row+row, strings.TrimPrefix(c.says, "default ")) {
-			t.Errorf("README.md's row of %s %s: %q, want one starting %q that says %q", c.cmd, c.flag, c.row+row, c.row, c.says)
+			t.Errorf("docs/cli.md's row of %s %s: %q, want one starting %q that says %q", c.cmd, c.flag, c.row+row, c.row, c.says)
 		}
 	}
 	if help, want := cliOK(t, "bench", "--help"), "a run without --only is "+workloads+"."; !strings.Contains(help, want) {
 		t.Errorf("pgadmit bench --help does not say %q", want)
 	}
-	if want := "compare, stays " + workloads + " ("; !strings.Contains(string(readme), want) {
-		t.Errorf("README.md's T1 paragraph does not say the default run %q", want)
+	if want := "compare, stays " + workloads + " ("; !strings.Contains(doc, want) {
+		t.Errorf("docs/cli.md's T1 paragraph does not say the default run %q", want)
 	}
 }

@@ -3,26 +3,21 @@ package main
 import (
 	"encoding/json"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// readmeJSONExample returns the first ```json block of the README's section of command, which
+// cliDocJSONExample returns the first ```json block of command's section of docs/cli.md, which
 // holds the example of its --json document.
-func readmeJSONExample(t *testing.T, command string) string {
+func cliDocJSONExample(t *testing.T, command string) string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n### `pgadmit "+command+"`\n")
-	section, _, _ = strings.Cut(section, "\n### ")
+	_, section, ok := strings.Cut(cliDoc(t), "\n## `pgadmit "+command+"`\n")
+	section, _, _ = strings.Cut(section, "\n## ")
 	_, block, found := strings.Cut(section, "\n```json\n")
 	block, _, closed := strings.Cut(block, "\n```\n")
 	if !ok || !found || !closed {
-		t.Fatalf("README: the %s section has no ```json example", command)
+		t.Fatalf("docs/cli.md: the %s section has no ```json example", command)
 	}
 	return block
 }
@@ -54,11 +49,11 @@ func jsonFieldPaths(t *testing.T, doc []byte) []string {
 	return slices.Sorted(maps.Keys(paths))
 }
 
-// The README's example of a --json document names every field the command writes, and no other:
+// docs/cli.md's example of a --json document names every field the command writes, and no other:
 // scripts read them, and a field they cannot find documented is one they cannot rely on. What
 // is compared is the document of a report with every object and list filled in (the command
 // writes every field, left out never), as the command marshals it.
-func TestJSONExamplesOfTheReadmeNameTheFields(t *testing.T) {
+func TestJSONExamplesOfTheCLIDocNameTheFields(t *testing.T) {
 	t.Parallel()
 	for command, full := range map[string]any{
 		"doctor": doctorReport{Problems: []doctorProblemJSON{{}}, Pooler: &doctorPoolerJSON{}},
@@ -70,9 +65,9 @@ func TestJSONExamplesOfTheReadmeNameTheFields(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := jsonFieldPaths(t, written)
-		got := jsonFieldPaths(t, []byte(readmeJSONExample(t, command)))
+		got := jsonFieldPaths(t, []byte(cliDocJSONExample(t, command)))
 		if !slices.Equal(got, want) {
-			t.Errorf("README's %s --json example names the fields\n%v\nwhere %s writes\n%v", command, got, command, want)
+			t.Errorf("docs/cli.md's %s --json example names the fields\n%v\nwhere %s writes\n%v", command, got, command, want)
 		}
 	}
 }
