@@ -155,7 +155,7 @@ func TestLeastPrivilegeRolesRunEveryFlow(t *testing.T) {
 	if !report.OK() {
 		t.Errorf("Doctor as the maintenance role:\n%s", report)
 	}
-	// Doctor only reads: a gateway's role may run it too, as the README says.
+	// Doctor only reads: a gateway's role may run it too, as docs/dba.md says.
 	report = mustGet(t, "Doctor as the gateway's role", func() (ratelimit.Report, error) {
 		return ratelimit.NewMaintenance(pgtest.OpenPool(t, gatewayURL)).Doctor(ctx)
 	})

@@ -53,7 +53,7 @@ func (r tableRows) byTable() map[string]int64 {
 // batch, that leave its windows' rows empty, a hot batch on one key and a
 // burst of callers on it, blocks of a Local limit returned and one whose
 // holder stops reporting; then Recover and Prune, with their default
-// options and a day's cutoff, as the README's schedule has them. Every
+// options and a day's cutoff, as docs/dba.md's schedule has them. Every
 // table levels off once the task retention and the requeue cap have
 // passed: none holds more rows in the last two months than it did in the
 // first weeks after that; each day's maintenance leaves nothing running or

@@ -16,8 +16,9 @@ import (
 )
 
 // A migrator waiting for another one's lock row whose server restarts meanwhile migrates once
-// the row is free, as the README says of a lost connection. It failed once it took the row:
-// goose took the connection it migrates on before it waited, and that connection was gone.
+// the row is free, as docs/cli.md's migrate section says of a lost connection. It failed once it
+// took the row: goose took the connection it migrates on before it waited, and that connection
+// was gone.
 func TestMigrateOutlivesARestartWhileItWaitsForTheLock(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

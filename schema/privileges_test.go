@@ -16,7 +16,7 @@ import (
 )
 
 // The README's quick start migrates at service start-up (schema.Migrate on the service's own
-// pool), and its roles section gives a gateway's login role the group pgadmit_gateway of
+// pool), and docs/dba.md's roles item gives a gateway's login role the group pgadmit_gateway of
 // docs/privileges.sql. On a schema the owner has migrated, such a gateway's Migrate has
 // nothing to do, and the least-privilege roles can read the schema's version and status.
 func TestMigrateAsTheLeastPrivilegeRolesOnACurrentSchema(t *testing.T) {
@@ -108,12 +108,12 @@ func TestLeastPrivilegeRolesMayNotCreateInTheSchema(t *testing.T) {
 	}
 }
 
-// docs/privileges.sql grants what pgadmit needs and no more, as it and the README say: the
+// docs/privileges.sql grants what pgadmit needs and no more, as it and docs/dba.md say: the
 // gateway group deletes nothing but a task's queue places, the maintenance group inserts into
 // no ledger (nor a counter, lease or task: only its own leases and cursors, and the events of
 // the tasks it fails or requeues), neither may truncate, reference or trigger anything nor
 // touch goose's lock table (so neither migrates), and the file grants 54 table privileges in
-// all, as the README counts them.
+// all, as docs/dba.md counts them.
 func TestLeastPrivilegeRolesHoldNoMore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -138,7 +138,7 @@ func TestLeastPrivilegeRolesHoldNoMore(t *testing.T) {
 		return n
 	}
 	if n := count(gateway) + count(maintenance); n != 54 {
-		t.Errorf("the two groups hold %d table privileges, want the README's 54:\ngateway %v\nmaintenance %v", n, gateway, maintenance)
+		t.Errorf("the two groups hold %d table privileges, want docs/dba.md's 54:\ngateway %v\nmaintenance %v", n, gateway, maintenance)
 	}
 	for _, c := range []struct {
 		role      string

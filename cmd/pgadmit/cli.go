@@ -21,7 +21,7 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
-// Exit codes, documented in the README's CLI reference.
+// Exit codes, documented in the CLI reference, docs/cli.md.
 const (
 	exitOK      = 0 // success
 	exitFailure = 1 // the command failed: database error, doctor problems, bench checks off

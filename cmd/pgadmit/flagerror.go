@@ -7,7 +7,7 @@ import (
 )
 
 // flagError is the usage error for err, an error of fs.Parse. The flag package names a flag
-// -name, where pgadmit's help and README write --name, and says only "parse error" of a value
+// -name, where pgadmit's help and docs/cli.md write --name, and says only "parse error" of a value
 // that is not a number or not a boolean: flagError names the flag as the help does and says
 // what its value must be. A message it does not know is kept as it is.
 func flagError(fs *flag.FlagSet, err error) error {

@@ -10,7 +10,7 @@
 // Commands: migrate, recover, prune, doctor, inspect, demo, bench. The database comes from
 // --database-url or DATABASE_URL; demo and bench start a throwaway local cluster when neither is
 // set. Exit codes: 0 success, 1 failure (doctor problems and bench checks included), 2 usage
-// error. `pgadmit <command> --help` documents each command; so does the README.
+// error. `pgadmit <command> --help` documents each command; so does docs/cli.md.
 package main
 
 import (

@@ -40,7 +40,7 @@ func TestMaintenanceCommandsRunAsTheMaintenanceRole(t *testing.T) {
 
 	// The gateway's role reads the version (docs/privileges.sql grants it, so that a gateway
 	// may call schema.Migrate at start-up): no warning. doctor and inspect only read: the
-	// gateway's role runs them too, as the README says.
+	// gateway's role runs them too, as docs/dba.md says.
 	if _, errOut, code := cli(t, nil, "--database-url", gatewayURL, "inspect"); code != exitOK || errOut != "" {
 		t.Errorf("inspect as the gateway's role: exit %d\n%s", code, errOut)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Operator writes d as an operator writes it, as the README does: 24h, 1h30m and 1m rather
+// Operator writes d as an operator writes it, as docs/cli.md does: 24h, 1h30m and 1m rather
 // than Go's 24h0m0s, 1h30m0s and 1m0s. time.ParseDuration reads it back as d.
 func Operator(d time.Duration) string {
 	s := d.String()
