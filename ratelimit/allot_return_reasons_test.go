@@ -22,7 +22,7 @@ func TestAllotReturnsItsRest(t *testing.T) {
 		reason       string
 		window, idle time.Duration
 	}{
-		{"window_ended", 2 * time.Second, time.Hour},
+		{"window_ended", 0, time.Hour}, // a short window with room (windowEndedLengths)
 		{"idle", time.Hour, 300 * time.Millisecond},
 		{"closed", time.Hour, time.Hour},
 	} {
@@ -31,7 +31,9 @@ func TestAllotReturnsItsRest(t *testing.T) {
 			pool := pgtest.NewPool(t)
 			w := c.window
 			if c.reason == "window_ended" { // the block goes back as this very window ends
-				pgtest.AwaitRoomInWindow(t, pool, w, w/2)
+				// A window of 6 to 10 s with 5 s left, the one that ends soonest: the Reserve
+				// below must land before its last Margin, a loaded machine's second or two late.
+				w = pgtest.ShortWindowWithRoom(t, pool, windowEndedLengths, 5*time.Second)
 			} else { // an hour's, or a few minutes more, with a minute left: it outlasts the test
 				w = pgtest.WindowWithRoom(t, pool, w, time.Minute)
 			}
@@ -77,3 +79,7 @@ func TestAllotReturnsItsRest(t *testing.T) {
 		})
 	}
 }
+
+// windowEndedLengths are the short windows TestAllotReturnsItsRest's window_ended case chooses
+// from (pgtest.ShortWindowWithRoom): whole seconds, each longer than the 5 s it needs.
+var windowEndedLengths = []time.Duration{6 * time.Second, 7 * time.Second, 8 * time.Second, 9 * time.Second, 10 * time.Second}
