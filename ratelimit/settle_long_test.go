@@ -9,6 +9,9 @@ import (
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
+// longGrantBound is how long settling the test's grant may take.
+const longGrantBound = 10 * time.Second
+
 // A grant of thousands of reservations, joined from many Reserves (the
 // clean-up of everything a process holds, as the bench's W4 does with 110
 // rows), settles in time about linear in its rows, and as one call would:
@@ -16,7 +19,9 @@ import (
 // balanced, the leases released; settled again, by ids alone, it is
 // reported already settled. Before, one statement settled the whole grant
 // in time growing with the square of its rows: this one took 12 s
-// (10,000 rows 52 s), holding its counters' locks all along.
+// (10,000 rows 52 s), holding its counters' locks all along. The bound
+// is 10 s: the linear settle took up to 7.75 s on a machine at load 15,
+// where the square took 12 s, and more under load.
 func TestSettleOfALongGrantIsFastAndWhole(t *testing.T) {
 	t.Parallel()
 	l, pool := setup(t)
@@ -61,8 +66,8 @@ func TestSettleOfALongGrantIsFastAndWhole(t *testing.T) {
 		t.Fatalf("Commit of a grant of %d reservations: %v", len(grant.Reservations), err)
 	}
 	t.Logf("Commit of %d reservations and %d leases: %v", len(grant.Reservations), len(grant.Leases), took)
-	if took > 4*time.Second {
-		t.Errorf("Commit of %d reservations took %v, want well under 4 s", len(grant.Reservations), took)
+	if took > longGrantBound {
+		t.Errorf("Commit of %d reservations took %v, want under %v", len(grant.Reservations), took, longGrantBound)
 	}
 	if len(s.Reservations) != 2*reserves || s.LeasesReleased != reserves || s.LeasesAlreadyReleased != 0 {
 		t.Fatalf("Commit: %d outcomes, %d leases released, %d already; want %d, %d, 0",
@@ -96,8 +101,8 @@ func TestSettleOfALongGrantIsFastAndWhole(t *testing.T) {
 		t.Fatalf("Release of the grant by ids: %v", err)
 	}
 	t.Logf("Release of %d reservations by ids: %v", len(ids.Reservations), took)
-	if took > 4*time.Second {
-		t.Errorf("Release of %d reservations by ids took %v, want well under 4 s", len(ids.Reservations), took)
+	if took > longGrantBound {
+		t.Errorf("Release of %d reservations by ids took %v, want under %v", len(ids.Reservations), took, longGrantBound)
 	}
 	if !again.AlreadySettled() || len(again.Reservations) != 2*reserves || again.LeasesAlreadyReleased != reserves {
 		t.Fatalf("Release after the Commit = %d outcomes, already settled %v, %d leases already released; want all already settled",
