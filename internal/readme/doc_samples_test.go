@@ -1,11 +1,7 @@
 package readme
 
 import (
-	"go/ast"
 	"go/doc"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,17 +16,17 @@ import (
 func TestDocSamplesAreExampleOutputs(t *testing.T) {
 	t.Parallel()
 	found := 0
+	outputs := exampleOutputs(exampleFiles(t))
 	for _, dir := range examplePackages {
-		outputs := exampleOutputs(t, dir)
 		for name, blocks := range FuncDocBlocks(t, dir) {
 			if !saysItsOutput(name) {
 				continue
 			}
 			for _, block := range blocks {
 				found++
-				if !slices.Contains(outputs[name], strings.TrimSpace(block)) {
+				if !slices.Contains(outputs[dir][name], strings.TrimSpace(block)) {
 					t.Errorf("%s: %s's doc shows\n%s\nwhich is not the output of an Example of it; they print:\n%s",
-						dir, name, block, strings.Join(outputs[name], "\n--\n"))
+						dir, name, block, strings.Join(outputs[dir][name], "\n--\n"))
 				}
 			}
 		}
@@ -48,32 +44,23 @@ func saysItsOutput(name string) bool {
 	return ok && (method == "String" || method == "Describe" || method == "Error")
 }
 
-// exampleOutputs returns the outputs (trimmed) of the Examples with one in
-// the test files of the package in dir, by what they exemplify, as
+// exampleOutputs returns the outputs (trimmed) of the Examples of files that
+// have one, by package directory and then by what they exemplify, as
 // FuncDocBlocks names it: ExampleRecoveryResult_Describe's and
 // ExampleRecoveryResult_Describe_cut's under "RecoveryResult.Describe".
-func exampleOutputs(t *testing.T, dir string) map[string][]string {
-	t.Helper()
-	names, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	var files []*ast.File
-	for _, name := range names {
-		file, err := parser.ParseFile(fset, name, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
+func exampleOutputs(files []exampleFile) map[string]map[string][]string {
+	outputs := map[string]map[string][]string{}
+	for _, f := range files {
+		for _, ex := range doc.Examples(f.file) {
+			if ex.Output == "" {
+				continue
+			}
+			if outputs[f.dir] == nil {
+				outputs[f.dir] = map[string][]string{}
+			}
+			item := strings.Replace(strings.TrimSuffix(ex.Name, "_"+ex.Suffix), "_", ".", 1)
+			outputs[f.dir][item] = append(outputs[f.dir][item], strings.TrimSpace(ex.Output))
 		}
-		files = append(files, file)
-	}
-	outputs := map[string][]string{}
-	for _, ex := range doc.Examples(files...) {
-		if ex.Output == "" {
-			continue
-		}
-		item := strings.Replace(strings.TrimSuffix(ex.Name, "_"+ex.Suffix), "_", ".", 1)
-		outputs[item] = append(outputs[item], strings.TrimSpace(ex.Output))
 	}
 	return outputs
 }

@@ -12,8 +12,10 @@ import (
 // newcomer copies.
 var examplePackages = []string{"../../ratelimit", "../../httpadmit", "../../promadmit", "../../schema"}
 
-// exampleFile is an example*_test.go file of examplePackages, parsed.
+// exampleFile is an example*_test.go file of examplePackages, parsed with
+// its comments (an Example's output is one), and the package's directory.
 type exampleFile struct {
+	dir  string
 	fset *token.FileSet
 	file *ast.File
 }
@@ -29,11 +31,11 @@ func exampleFiles(t *testing.T) []exampleFile {
 		}
 		for _, name := range names {
 			fset := token.NewFileSet()
-			file, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			file, err := parser.ParseFile(fset, name, nil, parser.ParseComments|parser.SkipObjectResolution)
 			if err != nil {
 				t.Fatal(err)
 			}
-			files = append(files, exampleFile{fset, file})
+			files = append(files, exampleFile{dir, fset, file})
 		}
 	}
 	return files
