@@ -19,10 +19,20 @@ func localSecond(key string, limit, amount float64) ratelimit.Limit {
 // A block is taken ahead when the current one is half spent, to be used
 // once that one is; one whose window stops admitting before the current
 // block is spent, at the rate the process admits, would admit nothing. At
-// a request every 40 ms from 500 ms before a window's end, the first block
-// (16 units) is half spent 220 ms before it, and its other half would last
+// a request every 200 ms from 1.9 s before a window's end (9 periods before
+// its last Margin), the first block (16 units) is half spent 500 ms before
+// the end, 1.4 s after the first request, and its other half would last
 // past it: no block may be taken ahead then. Each block of the window taken
 // while it admitted must admit something.
+//
+// The rate is measured from the first request: one that came late, the
+// next ones catching up, makes the rate higher, and the half left seem to
+// run out before the window stops admitting. With a request every 40 ms
+// from 500 ms before a one-second window's end, a first request 160 ms late
+// did that, and a block taken ahead went back unused (reproduced 4 in 4
+// with a 250 ms sleep before it); now it takes one over a second late (a
+// 700 ms sleep passes 3 in 3, 1.2 s fails). A window of 3 to 5 s
+// (pgtest.ShortWindowWithRoom) holds the 1.9 s.
 //
 // A block taken in the window's last Margin is not one taken ahead: the
 // estimate of the database's clock runs ahead of it by the latency of the
@@ -30,8 +40,8 @@ func localSecond(key string, limit, amount float64) ratelimit.Limit {
 // window's end), so a request that comes as the window ends, to the
 // estimate, may take a block while the database's clock is still in that
 // window's last milliseconds. The block admits nothing and goes back, and
-// the request takes one of the next window. On a loaded machine (a latency
-// of 20 ms) that failed the test 3 runs in 10.
+// the request takes one of the next window. The requests stop before the
+// last Margin; one that a stall took there is passed over all the same.
 func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -39,16 +49,19 @@ func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 	l := ratelimit.New(pool, ratelimit.WithAllotments(ratelimit.AllotmentOptions{IdleAfter: time.Hour}))
 	defer l.Close()
 	key := uniqueKey("aheadunused")
+	lead := 9*aheadEvery + ratelimit.DefaultAllotmentMargin // from the first request to the window's last Margin: 9 periods
+	w := pgtest.ShortWindowWithRoom(t, pool, aheadLengths, lead+500*time.Millisecond)
 	dbNow := pgtest.DBNow(t, pool)
 	offset := time.Until(dbNow) // the database's clock less this host's
-	end := dbNow.Truncate(time.Second).Add(time.Second)
-	if end.Sub(dbNow) < 550*time.Millisecond {
-		end = end.Add(time.Second)
+	ns := dbNow.UnixNano()
+	end := time.Unix(0, ns-ns%int64(w)+int64(w)) // windows start at multiples of w since the epoch
+	if end.Sub(dbNow) < lead {
+		end = end.Add(w)
 	}
-	start := end.Add(-500 * time.Millisecond)
-	for at := start; at.Before(end.Add(200 * time.Millisecond)); at = at.Add(40 * time.Millisecond) {
+	start := end.Add(-lead)
+	for at := start; at.Before(end.Add(-ratelimit.DefaultAllotmentMargin)); at = at.Add(aheadEvery) {
 		time.Sleep(time.Until(at.Add(-offset)))
-		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localSecond(key, 1000, 1)})
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{localWindow(w, key, 1000, 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +72,7 @@ func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 	l.Close()
 	blocks := 0
 	for _, b := range allotments(t, pool, "model", key) {
-		if !b.WindowStart.Equal(end.Add(-time.Second)) {
+		if !b.WindowStart.Equal(end.Add(-w)) {
 			continue
 		}
 		if !b.CreatedAt.Before(end.Add(-ratelimit.DefaultAllotmentMargin)) {
@@ -78,6 +91,13 @@ func TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse(t *testing.T) {
 	}
 	assertBooksBalance(t, pool, "model", key)
 }
+
+// aheadEvery is how often TestLocalTakesNoBlockAheadThatItsWindowEndsBeforeUse
+// sends a request, and aheadLengths the windows it chooses from
+// (pgtest.ShortWindowWithRoom): whole seconds, each longer than the 2.4 s it needs.
+const aheadEvery = 200 * time.Millisecond
+
+var aheadLengths = []time.Duration{3 * time.Second, 4 * time.Second, 5 * time.Second}
 
 // A block taken ahead whose statement starts only after its window ended
 // (it waited for the pool's one session) is a block of the next window:
