@@ -21,7 +21,7 @@ import (
 // Prune's time (4 s): since 00016 the function is linear, and one call of
 // the 8,000 took about as long as 32 calls (1 s), so the bound no longer
 // told the two apart; at load 17 the 32 calls took 3.3 s, near it.
-func TestPruneReleasesManyStaleReservationsInTimeLinearInThem(t *testing.T) {
+func TestPruneReleasesManyStaleReservationsInBoundedCalls(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, settles := settleSizedPool(t)
