@@ -96,14 +96,19 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// The upstream call: stream the answer, then report the tokens used.
+	// The upstream call: stream the answer, reporting the tokens spent so far
+	// with each event (the running total of the upstream's usage), so that a
+	// client that leaves mid-stream is charged what the upstream spent: a
+	// request whose client left before any report is released, not charged.
 	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
+		spent := 0.0
 		for _, token := range []string{"Hello", ",", " world"} {
+			spent += 140
+			_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: spent})
 			fmt.Fprintf(w, "data: %s\n\n", token)
 			http.NewResponseController(w).Flush()
 		}
-		_ = httpadmit.ReportUsage(r.Context(), map[string]float64{ratelimit.MetricTokens: 420})
 	})
 
 	mux := http.NewServeMux()
