@@ -47,10 +47,15 @@ func ExampleDiscardOnProxyError() {
 		// The upstream could not be reached: release, and answer 502.
 		proxy.ErrorHandler = httpadmit.DiscardOnProxyError(nil)
 		// The upstream answered with an error of its own: release too.
+		// Otherwise it took the request: report so, lest a client that
+		// leaves before the end of the answer pay nothing (the middleware
+		// releases a request whose client left before any report).
 		proxy.ModifyResponse = func(res *http.Response) error {
 			if res.StatusCode >= 500 {
 				_ = httpadmit.Discard(res.Request.Context(), fmt.Sprintf("upstream_%d", res.StatusCode))
+				return nil
 			}
+			_ = httpadmit.ReportUsage(res.Request.Context(), map[string]float64{ratelimit.MetricRequests: 1})
 			return nil
 		}
 		return admit(proxy)

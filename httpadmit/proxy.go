@@ -36,7 +36,10 @@ const ReasonUpstreamError = "upstream_error"
 // middleware releases unless usage was reported: as
 // ReasonClientDisconnected when its client left (or for the cause that
 // ended it: a deadline, a write that failed), as ReasonHandlerPanic when
-// the upstream broke off.
+// the upstream broke off. So a client that leaves mid-stream would pay
+// nothing for an answer the upstream charged for: report usage in
+// ModifyResponse once the upstream took the request (the requests alone
+// commit the other metrics at their estimate), as the example does.
 func DiscardOnProxyError(h func(http.ResponseWriter, *http.Request, error)) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if r != nil {
