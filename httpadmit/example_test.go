@@ -33,7 +33,15 @@ import (
 // Prometheus metrics are served on /metrics.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	cfg, err := pgxpool.ParseConfig(pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A decision that times out is cancelled: ConfigurePool has the server
+	// told, so that the statement's grant is not stranded until its window
+	// ends or its lease expires.
+	ratelimit.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -191,7 +199,15 @@ func tokens(stream []byte) string {
 // after that is refused with ErrHandlerReturned, not charged.
 func ExampleReportUsage() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	cfg, err := pgxpool.ParseConfig(pgtest.ExampleURL()) // your DATABASE_URL, migrated with schema.Migrate
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A decision that times out is cancelled: ConfigurePool has the server
+	// told, so that the statement's grant is not stranded until its window
+	// ends or its lease expires.
+	ratelimit.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
