@@ -81,13 +81,20 @@ func TestEveryCommandLineOfTheDocsParses(t *testing.T) {
 	}
 }
 
+var (
+	docFencedBlock = regexp.MustCompile("(?ms)^ *```.*?^ *```[^\n]*$")
+	docBlankLine   = regexp.MustCompile(`\n[ \t]*\n`)
+	docLineBreak   = regexp.MustCompile(`[ \t]*\n[ \t]*`)
+	docPlaceholder = regexp.MustCompile(`^[A-Z]+$`) // a value to fill in that docCommandValues does not know
+)
+
 // docCommandLines returns the code spans of a Markdown text (outside its fenced blocks, a span
 // that a line break splits joined by a space) that begin with "pgadmit ".
 func docCommandLines(markdown string) []string {
-	markdown = regexp.MustCompile("(?ms)^ *```.*?^ *```[^\n]*$").ReplaceAllString(markdown, "")
+	markdown = docFencedBlock.ReplaceAllString(markdown, "")
 	var lines []string
-	for _, paragraph := range regexp.MustCompile(`\n[ \t]*\n`).Split(markdown, -1) {
-		parts := strings.Split(regexp.MustCompile(`[ \t]*\n[ \t]*`).ReplaceAllString(paragraph, " "), "`")
+	for _, paragraph := range docBlankLine.Split(markdown, -1) {
+		parts := strings.Split(docLineBreak.ReplaceAllString(paragraph, " "), "`")
 		for i := 1; i < len(parts); i += 2 {
 			if span := strings.TrimSpace(parts[i]); strings.HasPrefix(span, "pgadmit ") {
 				lines = append(lines, span)
@@ -116,7 +123,7 @@ func docCommandArgs(line string) ([]string, bool) {
 			w = v
 		}
 		if strings.HasSuffix(w, ":") || strings.ContainsAny(w, `<>|\[]`) || strings.Contains(w, "...") ||
-			regexp.MustCompile(`^[A-Z]+$`).MatchString(w) {
+			docPlaceholder.MatchString(w) {
 			return nil, false
 		}
 		args = append(args, w)

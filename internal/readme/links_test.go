@@ -63,12 +63,17 @@ func TestDocLinksAndAnchorsResolve(t *testing.T) {
 // fencedBlock matches a fenced code block (its fence may be indented, as in a list item).
 var fencedBlock = regexp.MustCompile("(?ms)^ *```.*?^ *```[^\n]*$")
 
+var (
+	inlineLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	urlScheme  = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
+)
+
 // relativeLinks returns the targets of the inline links of a Markdown text, [text](target), that
 // name no scheme (https:, mailto:), outside its fenced code blocks.
 func relativeLinks(markdown string) []string {
 	var links []string
-	for _, m := range regexp.MustCompile(`\]\(([^)\s]+)\)`).FindAllStringSubmatch(fencedBlock.ReplaceAllString(markdown, ""), -1) {
-		if !regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`).MatchString(m[1]) {
+	for _, m := range inlineLink.FindAllStringSubmatch(fencedBlock.ReplaceAllString(markdown, ""), -1) {
+		if !urlScheme.MatchString(m[1]) {
 			links = append(links, m[1])
 		}
 	}
