@@ -121,6 +121,11 @@ type ExceededError struct {
 	Retryable bool
 }
 
+// Error is Message, which names the metric and the scope and says why the
+// amount did not fit (ErrExceeded's text for one made by hand without
+// it); a window limit's (its Example's output):
+//
+//	rate limit exceeded: tokens window of api_key:9f86d081884c7d65 has 800 of 100000 left, 1500 needed; retry after 23s
 func (e *ExceededError) Error() string {
 	if e.Message == "" { // one made by hand, not by the Limiter
 		return ErrExceeded.Error()

@@ -52,3 +52,46 @@ func ExampleLockWaitError_Error() {
 	// Output:
 	// left 3 row(s): another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
 }
+
+// A window limit that did not fit: the message names the metric, the scope
+// (keyed by a digest of the API key: scope keys are logged), what the
+// window has left of its limit, what was asked, and when it resets (the
+// database's clock). Built by hand, as Reserve returns it for 1,500 tokens
+// against an API key's 100,000 a minute with 98,200 used and 1,000
+// reserved, 23 s before the window's end; ExampleExceededError turns one
+// into a 429.
+func ExampleExceededError_Error() {
+	err := &ratelimit.ExceededError{
+		ScopeType: "api_key", ScopeKey: "9f86d081884c7d65", Metric: ratelimit.MetricTokens,
+		Limit: 100_000, Amount: 1500, Current: 99_200, Used: 98_200, Reserved: 1000, Projected: 100_700,
+		WindowSeconds: 60, ResetAt: time.Date(2026, 12, 7, 17, 31, 0, 0, time.UTC), RetryAfter: 23 * time.Second,
+		Message:   "rate limit exceeded: tokens window of api_key:9f86d081884c7d65 has 800 of 100000 left, 1500 needed; retry after 23s",
+		Retryable: true,
+	}
+	fmt.Println(err)
+	// Output:
+	// rate limit exceeded: tokens window of api_key:9f86d081884c7d65 has 800 of 100000 left, 1500 needed; retry after 23s
+}
+
+// A CancelTask refused because a worker had claimed the task: the task
+// goes on, and it is the worker's to finish. Built by hand, as CancelTask
+// returns it.
+func ExampleTaskNotQueuedError_Error() {
+	err := &ratelimit.TaskNotQueuedError{TaskID: "0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90", Status: ratelimit.TaskRunning}
+	fmt.Println(err)
+	// Output:
+	// ratelimit: cancel task 0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90: not queued (status running)
+}
+
+// A heartbeat refused because the worker's claim ended: its lease expired,
+// and recovery requeued the task for another worker. The worker stops
+// working on it. Built by hand, as HeartbeatTask returns it.
+func ExampleStaleTokenError_Error() {
+	err := &ratelimit.StaleTokenError{
+		TaskID: "0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90", Status: ratelimit.TaskQueued,
+		Reason: "the task is not running (finished, or reclaimed by recovery after its lease expired)",
+	}
+	fmt.Println(err)
+	// Output:
+	// ratelimit: stale execution token for task 0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90 (status queued): the task is not running (finished, or reclaimed by recovery after its lease expired)
+}

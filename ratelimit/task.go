@@ -71,7 +71,10 @@ type TaskNotQueuedError struct {
 	Status string
 }
 
-// Error says which task was not queued, and how it is.
+// Error says which task was not queued, and how it is (its Example's
+// output):
+//
+//	ratelimit: cancel task 0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90: not queued (status running)
 func (e *TaskNotQueuedError) Error() string {
 	return "ratelimit: cancel task" + taskText(e.TaskID) + ": not queued" + statusText(e.Status)
 }
@@ -98,7 +101,9 @@ type StaleTokenError struct {
 	Reason string
 }
 
-// Error says which task refused the token and why.
+// Error says which task refused the token and why (its Example's output):
+//
+//	ratelimit: stale execution token for task 0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90 (status queued): the task is not running (finished, or reclaimed by recovery after its lease expired)
 func (e *StaleTokenError) Error() string {
 	msg := "ratelimit: stale execution token"
 	if e.TaskID != "" {
