@@ -95,3 +95,19 @@ func ExampleStaleTokenError_Error() {
 	// Output:
 	// ratelimit: stale execution token for task 0193a8f2-5c1e-7d4b-9a60-3f2e1b7c8d90 (status queued): the task is not running (finished, or reclaimed by recovery after its lease expired)
 }
+
+// CheckPooler's probe saw a pool in pgx's default exec mode,
+// cache_statement, go through a transaction-pooling proxy (PgBouncer with
+// pool_mode = transaction, before 1.21 or without max_prepared_statements):
+// another connection was given the server session this one had just used.
+// The message says what to change. Built by hand, as CheckPooler returns it.
+func ExamplePoolerError_Error() {
+	err := &ratelimit.PoolerError{
+		Mode: "cache_statement",
+		Cause: errors.New("another connection's transaction ran on server session 48213, which this connection had just used, " +
+			"and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements"),
+	}
+	fmt.Println(err)
+	// Output:
+	// ratelimit: the connections go through a transaction-pooling proxy, which runs one connection's transactions on different server sessions, and pgx's cache_statement exec mode needs one session (another connection's transaction ran on server session 48213, which this connection had just used, and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements): add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later with max_prepared_statements > 0
+}

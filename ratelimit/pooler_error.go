@@ -59,7 +59,14 @@ type PoolerError struct {
 	op string
 }
 
-// Error says what to change.
+// Error says what was seen (Cause, in parentheses) and what to change. For cache_statement it
+// says what to change about a session pooler that does not reset its server connections too,
+// when Cause is the server's error on one of pgx's stmtcache_ statements (an operation's), which
+// such a pooler causes as well: not when Cause is CheckPooler's probe seeing a session shared or
+// moved, which a session pooler never does. CheckPooler's for a pool in cache_statement mode
+// behind a transaction pooler (its Example's output):
+//
+//	ratelimit: the connections go through a transaction-pooling proxy, which runs one connection's transactions on different server sessions, and pgx's cache_statement exec mode needs one session (another connection's transaction ran on server session 48213, which this connection had just used, and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements): add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later with max_prepared_statements > 0
 func (e *PoolerError) Error() string {
 	prefix := "ratelimit: "
 	if e.op != "" {
@@ -84,9 +91,11 @@ func (e *PoolerError) Error() string {
 		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
 		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later "+
 		"with max_prepared_statements > 0", prefix, mode, cause)
-	if e.Mode == "cache_statement" {
+	if e.Mode == "cache_statement" && (e.Cause == nil || poolerr.StatementCacheLost(e.Cause)) {
 		// A session pooler that does not reset a server connection hands the next client
-		// connection the statements of the last one: 42P05 too.
+		// connection the statements of the last one: 42P05 too. Not so when the cause is
+		// CheckPooler's probe seeing sessions shared or moved, which a session pooler never
+		// does.
 		msg += "; behind a pooler in session mode, which hands a server connection to the next client connection " +
 			"with what the last one prepared, keep server_reset_query = DISCARD ALL (PgBouncer's default) instead"
 	}
