@@ -3,6 +3,8 @@ package httpadmit
 import (
 	"errors"
 	"fmt"
+
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 var (
@@ -80,12 +82,8 @@ type UnavailableError struct {
 func (e *UnavailableError) Error() string {
 	// One made by hand may have no Limits, or no Err: the message leaves them out.
 	msg := "httpadmit: admission control unavailable"
-	switch n := len(e.Limits); n {
-	case 0:
-	case 1:
-		msg += " (1 limit fails closed)"
-	default:
-		msg += fmt.Sprintf(" (%d limits fail closed)", n)
+	if n := len(e.Limits); n > 0 {
+		msg += " (" + plural.Count(n, "limit fails", "limits fail") + " closed)"
 	}
 	if e.Err == nil {
 		return msg

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/internal/ticking"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -239,7 +240,7 @@ func unknownGrant(op string, grant ratelimit.Grant, settled ratelimit.Settlement
 	if unknown == 0 {
 		return nil
 	}
-	return fmt.Errorf("httpadmit: %s: %d reservation(s) of the grant unknown to the database: %w", op, unknown, ratelimit.ErrUnknownGrant)
+	return fmt.Errorf("httpadmit: %s: %s of the grant unknown to the database: %w", op, plural.Count(unknown, "reservation", "reservations"), ratelimit.ErrUnknownGrant)
 }
 
 // renewLeases heartbeats the grant's leases while the request runs, every

@@ -137,7 +137,7 @@ func TestResultOfTimeoutsAndFailures(t *testing.T) {
 		// A run's errors joined: lock_wait only when every one is a lock
 		// wait; a step the server rejected, or a run cut off, says more.
 		{"lock waits", errors.Join(fmt.Errorf("ratelimit: recover: a: %w", lockWait()), fmt.Errorf("ratelimit: recover: b: %w", lockWait())), ResultLockWait},
-		{"lock wait and a rejected row", errors.Join(fmt.Errorf("left 1 row(s) the server rejected: %w", &pgconn.PgError{Code: "23514"}), lockWait()), ResultError},
+		{"lock wait and a rejected row", errors.Join(fmt.Errorf("left 1 row the server rejected: %w", &pgconn.PgError{Code: "23514"}), lockWait()), ResultError},
 		{"lock wait and a lost connection", errors.Join(fmt.Errorf("ratelimit: recover: a: %w", lockWait()), &pgconn.PgError{Code: "57P01"}), ResultError},
 		{"lock wait, then cut off", errors.Join(lockWait(), fmt.Errorf("ratelimit: prune: b: %w", context.DeadlineExceeded)), ResultTimeout},
 		// A caller who left (or a shutdown) cancelled it: not the database's health.
@@ -240,7 +240,7 @@ func TestResultPrecedence(t *testing.T) {
 	// error (which has no class) beside the class.
 	for _, err := range []error{
 		foreignKeyRejected(),
-		errors.Join(foreignKeyRejected(), fmt.Errorf("left 2 row(s) the server rejected: %w", foreignKeyRejected())),
+		errors.Join(foreignKeyRejected(), fmt.Errorf("left 2 rows the server rejected: %w", foreignKeyRejected())),
 		fmt.Errorf("ratelimit: finish task: %w: %w", ratelimit.ErrTaskFinished, &pgconn.PgError{Code: "P0001"}),
 	} {
 		if got := result(err); got != ResultRejected {
@@ -260,7 +260,7 @@ func TestResultPrecedence(t *testing.T) {
 // the step reports it: ErrUnknownTask.
 func foreignKeyRejected() error {
 	fk := &pgconn.PgError{Code: "23503", ConstraintName: "gateway_rate_limit_reservations_task_id_fkey"}
-	return fmt.Errorf("left 1 row(s) the server rejected: ratelimit: recover: release reservations: %w (%s): %w",
+	return fmt.Errorf("left 1 row the server rejected: ratelimit: recover: release reservations: %w (%s): %w",
 		ratelimit.ErrUnknownTask, fk.ConstraintName, fk)
 }
 

@@ -15,6 +15,11 @@ func TestQueueExceededWritesItsLimitInFull(t *testing.T) {
 	if got, want := queueExceeded(ql, 2_000_000).Error(), "rate limit exceeded: queue queue:q holds 2000000 of 2000000 tasks; retry when one finishes"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	// A queue of one task, in the singular.
+	ql.Limit = 1
+	if got, want := queueExceeded(ql, 1).Error(), "rate limit exceeded: queue queue:q holds 1 of 1 task; retry when one finishes"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
 	ql.Limit = 0
 	if got, want := queueExceeded(ql, 0).Error(), "rate limit exceeded: queue_size limit 0 of queue:q admits no task"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)

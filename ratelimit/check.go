@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 // Check tells, without reserving anything, whether the window limits'
@@ -57,7 +58,7 @@ func (l *Limiter) Check(ctx context.Context, limits []Limit) error {
 		return wrapDBError(ctx, "check", err)
 	}
 	if len(rows) != len(windows) {
-		return fmt.Errorf("ratelimit: check: %d limits but %d windows read", len(windows), len(rows))
+		return fmt.Errorf("ratelimit: check: %s but %s read", plural.Count(len(windows), "limit", "limits"), plural.Count(len(rows), "window", "windows"))
 	}
 	for _, row := range rows {
 		w := windows[row.Ord-1]

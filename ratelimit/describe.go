@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pgadmit/pgadmit/internal/errwalk"
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 // A run's line (RecoveryResult's and PruneResult's String and Describe) says what the run did,
@@ -17,19 +18,20 @@ import (
 // why) and saying how many did not run. Without a failed step the line says every count: it is
 // String.
 
-// tally is one count of a run's line: its text ("%d leases"), its value, and the steps of the run
-// that add to it (as StepError and Progress name them); or a remark of its clause, text without
-// a count ("finished tasks kept"), said only beside a count.
+// tally is one count of a run's line: its value and its noun, singular and plural ("lease",
+// "leases": plural.Count writes them), and the steps of the run that add to it (as StepError and
+// Progress name them); or a remark of its clause, text without a count ("finished tasks kept",
+// in one, many empty), said only beside a count.
 type tally struct {
-	text  string
-	n     int64
-	steps []string
+	one, many string
+	n         int64
+	steps     []string
 }
 
-// clause is a part of a run's line: a verb and its counts, joined by sep, then suffix.
+// clause is a part of a run's line: a verb and its counts, joined by sep.
 type clause struct {
-	verb, sep, suffix string
-	tallies           []tally
+	verb, sep string
+	tallies   []tally
 }
 
 // stepsFailed are the steps of a run that failed, in order, and those it did not run, after the
@@ -72,14 +74,14 @@ func describeClauses(clauses []clause, s stepsFailed) string {
 			if t.n == 0 && len(t.steps) > 0 && !slices.ContainsFunc(t.steps, s.ran) {
 				continue
 			}
-			if strings.Contains(t.text, "%d") {
-				said, counted = append(said, fmt.Sprintf(t.text, t.n)), true
+			if t.many != "" {
+				said, counted = append(said, plural.Count(t.n, t.one, t.many)), true
 			} else {
-				said = append(said, t.text)
+				said = append(said, t.one)
 			}
 		}
 		if counted {
-			parts = append(parts, c.verb+" "+strings.Join(said, c.sep)+c.suffix)
+			parts = append(parts, c.verb+" "+strings.Join(said, c.sep))
 		}
 	}
 	if n := len(s.failed); n > 0 {

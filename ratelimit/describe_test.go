@@ -25,13 +25,13 @@ func TestResultStringIsDescribeOfNoFailure(t *testing.T) {
 	}{
 		{"recovery", ratelimit.RecoveryResult{ReleasedConcurrencyLeases: 1, ReleasedRateReservations: 2, FailedAttempts: 3, FailedTasks: 4,
 			RequeuedAsyncTasks: 5, FailedPoisonTasks: 6, CleanedTaskAdmissions: 7, ReturnedAllotments: 8},
-			"released 1 leases and 2 reservations; failed 3 attempts; requeued 5 async tasks; failed 4 sync and 6 poison tasks; cleaned 7 admissions; returned 8 lost allotments"},
+			"released 1 lease and 2 reservations; failed 3 attempts; requeued 5 async tasks; failed 4 sync tasks and 6 poison tasks; cleaned 7 admissions; returned 8 lost allotments"},
 		{"zero recovery", ratelimit.RecoveryResult{},
-			"released 0 leases and 0 reservations; failed 0 attempts; requeued 0 async tasks; failed 0 sync and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments"},
+			"released 0 leases and 0 reservations; failed 0 attempts; requeued 0 async tasks; failed 0 sync tasks and 0 poison tasks; cleaned 0 admissions; returned 0 lost allotments"},
 		{"skipped recovery", ratelimit.RecoveryResult{Skipped: true}, "recovery skipped: another process holds the recover lease"},
 		{"prune", ratelimit.PruneResult{Cutoff: at, TaskCutoff: at.Add(-time.Hour), ReleasedStaleReservations: 1, Counters: 2, Reservations: 3,
 			Leases: 4, Allotments: 5, Events: 6, Tasks: 7},
-			"pruned before 2026-12-07T08:00:00Z: released 1 stale reservations; deleted 2 counter windows, 3 reservations, 5 allotments, 4 leases, 6 events, 7 tasks finished before 2026-12-07T07:00:00Z"},
+			"pruned before 2026-12-07T08:00:00Z: released 1 stale reservation; deleted 2 counter windows, 3 reservations, 5 allotments, 4 leases, 6 events, 7 tasks finished before 2026-12-07T07:00:00Z"},
 		{"prune keeping tasks", ratelimit.PruneResult{Cutoff: at.In(time.FixedZone("CET", 3600)), Counters: 2},
 			"pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 allotments, 0 leases, 0 events, finished tasks kept"},
 		{"zero prune", ratelimit.PruneResult{}, "prune did nothing: it ended before it took the prune lease"},
@@ -69,19 +69,19 @@ func TestDescribeNamesTheFailedSteps(t *testing.T) {
 		want string
 	}{
 		{"recover, its last step failed",
-			recovered.Describe(errors.Join(errors.New("left 1 row(s)"), failed("recover", "return lost allotments"))),
-			"released 1 leases and 2 reservations; failed 3 attempts; requeued 5 async tasks; failed 4 sync and 6 poison tasks; cleaned 7 admissions; " +
+			recovered.Describe(errors.Join(errors.New("left 1 row"), failed("recover", "return lost allotments"))),
+			"released 1 lease and 2 reservations; failed 3 attempts; requeued 5 async tasks; failed 4 sync tasks and 6 poison tasks; cleaned 7 admissions; " +
 				"failed steps: return lost allotments"},
 		{"recover, two steps failed, wrapped",
 			ratelimit.RecoveryResult{FailedAttempts: 1}.Describe(fmt.Errorf("pass: %w",
 				errors.Join(failed("recover", "reclaim expired tasks"), failed("recover", "return lost allotments")))),
-			"released 0 leases and 0 reservations; failed 1 attempts; cleaned 0 admissions; failed steps: reclaim expired tasks, return lost allotments"},
+			"released 0 leases and 0 reservations; failed 1 attempt; cleaned 0 admissions; failed steps: reclaim expired tasks, return lost allotments"},
 		{"recover, cut off in its first step",
 			ratelimit.RecoveryResult{ReleasedRateReservations: 1, FailedAttempts: 1, FailedTasks: 1}.Describe(failed("recover", "reclaim expired tasks", notRun...)),
-			"released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks"},
+			"released 1 reservation; failed 1 attempt; failed 1 sync task; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks"},
 		{"recover, a prune's step error is not its own",
 			recovered.Describe(errors.Join(failed("prune", "allotments"), failed("", "return lost allotments"))),
-			"released 1 leases and 2 reservations; failed 3 attempts; requeued 5 async tasks; failed 4 sync and 6 poison tasks; cleaned 7 admissions; " +
+			"released 1 lease and 2 reservations; failed 3 attempts; requeued 5 async tasks; failed 4 sync tasks and 6 poison tasks; cleaned 7 admissions; " +
 				"failed steps: return lost allotments"},
 		{"recover skipped", ratelimit.RecoveryResult{Skipped: true}.Describe(failed("recover", "return lost allotments")),
 			"recovery skipped: another process holds the recover lease"},
@@ -92,12 +92,12 @@ func TestDescribeNamesTheFailedSteps(t *testing.T) {
 		{"prune, five steps failed",
 			ratelimit.PruneResult{Cutoff: at, Counters: 2, Allotments: 1}.Describe(errors.Join(failed("prune", "reservations"), failed("prune", "allotments"),
 				fmt.Errorf("wrapped: %w", errors.Join(failed("prune", "released leases"), failed("prune", "expired leases"))), failed("prune", "events"))),
-			"pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 1 allotments, finished tasks kept; " +
+			"pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 1 allotment, finished tasks kept; " +
 				"failed steps: reservations, allotments, released leases, expired leases, events"},
 		{"prune, every delete failed",
 			ratelimit.PruneResult{Cutoff: at, ReleasedStaleReservations: 1}.Describe(errors.Join(failed("prune", "counters"), failed("prune", "reservations"),
 				failed("prune", "allotments"), failed("prune", "released leases"), failed("prune", "expired leases"), failed("prune", "events"))),
-			"pruned before 2026-12-07T08:00:00Z: released 1 stale reservations; failed steps: counters, reservations, allotments, released leases, expired leases, events"},
+			"pruned before 2026-12-07T08:00:00Z: released 1 stale reservation; failed steps: counters, reservations, allotments, released leases, expired leases, events"},
 		{"prune, the same step twice", ratelimit.PruneResult{Cutoff: at}.Describe(errors.Join(failed("prune", "counters"), failed("prune", "counters"))),
 			"pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 0 reservations, 0 allotments, 0 leases, 0 events, finished tasks kept; " +
 				"failed steps: counters"},

@@ -9,6 +9,7 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 )
 
@@ -106,7 +107,7 @@ func (r Report) checked() bool { return !r.CheckedAt.IsZero() }
 // that the books were not checked. A report of two problems (its Example's
 // output):
 //
-//	doctor: 2 problem(s)
+//	doctor: 2 problems
 //	  counter_reserved_mismatch: api_key:key_123 tokens, window 1m from 2026-12-07T07:59:00Z: expected 500, actual 501
 //	  open_reservation_of_finished_task: api_key:key_123 requests, task task_1 (succeeded), row res_9: expected 0, actual 1
 func (r Report) String() string {
@@ -117,7 +118,7 @@ func (r Report) String() string {
 		return "doctor: the books balance"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "doctor: %d problem(s)", len(r.Problems))
+	b.WriteString("doctor: " + plural.Count(len(r.Problems), "problem", "problems"))
 	if r.Truncated {
 		b.WriteString(" (truncated)")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/decimal"
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 var (
@@ -193,8 +194,8 @@ func (e *LeaseLostError) Error() string {
 		}
 		return fmt.Sprintf("%v; renewed %d", ErrLeaseLost, e.Renewed)
 	}
-	return fmt.Sprintf("ratelimit: concurrency lease lost: %d lease(s) expired or released (%s); renewed %d",
-		len(e.LeaseIDs), strings.Join(e.LeaseIDs, ", "), e.Renewed)
+	return fmt.Sprintf("ratelimit: concurrency lease lost: %s expired or released (%s); renewed %d",
+		plural.Count(len(e.LeaseIDs), "lease", "leases"), strings.Join(e.LeaseIDs, ", "), e.Renewed)
 }
 
 // Is makes errors.Is(err, ErrLeaseLost) true.
@@ -262,7 +263,7 @@ func (e *LockWaitError) LeaseRelease() bool {
 // the run's error names before it ("ratelimit: recover: <step>: "); a
 // batch of 3 rows that timed out (its Example's output):
 //
-//	left 3 row(s): another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
+//	left 3 rows: another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
 func (e *LockWaitError) Error() string {
 	var left string
 	switch {
@@ -273,9 +274,9 @@ func (e *LockWaitError) Error() string {
 	case e.Rows == 0:
 		left = "left the rest of the step"
 	case e.Rest:
-		left = fmt.Sprintf("left %d row(s) and the rest of the step", e.Rows)
+		left = "left " + plural.Count(e.Rows, "row", "rows") + " and the rest of the step"
 	default:
-		left = fmt.Sprintf("left %d row(s)", e.Rows)
+		left = "left " + plural.Count(e.Rows, "row", "rows")
 	}
 	msg := left + ": another transaction held a lock past the lock timeout"
 	if e.Err == nil { // one made by hand

@@ -25,7 +25,7 @@ func ExampleRecoveryResult_Describe() {
 	}
 	fmt.Println(recovered.Describe(err))
 	// Output:
-	// released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
+	// released 1 reservation; failed 1 attempt; failed 1 sync task; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
 }
 
 // A Prune run whose allotments step the server rejected (its table
@@ -33,18 +33,18 @@ func ExampleRecoveryResult_Describe() {
 // too; the allotments count is left out, and the step named. Built by hand,
 // as from maint.Prune(ctx, 24*time.Hour).
 func ExamplePruneResult_Describe() {
-	pruned := ratelimit.PruneResult{Cutoff: time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC), Counters: 2}
+	pruned := ratelimit.PruneResult{Cutoff: time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC), Counters: 2, Events: 1}
 	err := &ratelimit.StepError{Job: "prune", Step: "allotments", Err: errors.New(`ratelimit: prune: allotments: relation "gateway_rate_limit_allotments" does not exist`)}
 	fmt.Println(pruned.Describe(err))
 	// Output:
-	// pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments
+	// pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 1 event, finished tasks kept; failed steps: allotments
 }
 
 // A Recover run's progress (WithProgress) after the batch of its second
 // step, its first step having failed: Describe leaves out the counts only
 // that step feeds (async tasks requeued, sync and poison tasks failed),
 // which Summary says at 0 as if it had found nothing ("requeued 0 async
-// tasks; failed 0 sync and 0 poison tasks"), and names it. The steps not
+// tasks; failed 0 sync tasks and 0 poison tasks"), and names it. The steps not
 // reached yet count 0 in both. Built by hand; from a run it is what the
 // report func was given.
 func ExampleProgress_Describe() {

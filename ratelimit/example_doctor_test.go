@@ -29,7 +29,7 @@ func ExampleReport_String() {
 	}
 	fmt.Println(report)
 	// Output:
-	// doctor: 2 problem(s)
+	// doctor: 2 problems
 	//   counter_reserved_mismatch: api_key:key_123 tokens, window 1m from 2026-12-07T07:59:00Z: expected 500, actual 501
 	//   open_reservation_of_finished_task: api_key:key_123 requests, task task_1 (succeeded), row res_9: expected 0, actual 1
 }

@@ -32,7 +32,7 @@ func TestLockWaitErrorOfTheLeaseSaysWhatTheRunDid(t *testing.T) {
 		// A step's, even one whose name speaks of a lease, and another job's lease.
 		{&ratelimit.LockWaitError{Job: "recover", Step: "release expired leases", Rest: true, Err: timedOut}, false, false, stepLeft, "did nothing"},
 		{&ratelimit.LockWaitError{Job: "recover", Step: "take the prune lease", Rest: true, Err: timedOut}, false, false, stepLeft, "did nothing"},
-		{&ratelimit.LockWaitError{Job: "prune", Step: "counters", Rows: 3, Err: timedOut}, false, false, "left 3 row(s):", "did nothing"},
+		{&ratelimit.LockWaitError{Job: "prune", Step: "counters", Rows: 3, Err: timedOut}, false, false, "left 3 rows:", "did nothing"},
 		{&ratelimit.LockWaitError{}, false, false, stepLeft, "did nothing"},
 	} {
 		if got := c.err.LeaseTake(); got != c.take {

@@ -259,7 +259,7 @@ func TestLockWaitErrorSaysTheStepLeftTheRest(t *testing.T) {
 	if !got.Zero() {
 		t.Errorf("Recover = %+v, want nothing done: the step stopped after two waits", got)
 	}
-	if want := "left 2 row(s) and the rest of the step"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "left 2 rows and the rest of the step"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("Recover: %v, want it to say %q", err, want)
 	}
 	if s := summary(t, pool); s.TasksRunning != 4 {

@@ -61,7 +61,7 @@ func (r PruneResult) String() string { return r.describe(stepsFailed{}) }
 // nothing), and ends naming the failed steps and saying how many the run,
 // when it stopped at one, did not reach (its Example's output):
 //
-//	pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 0 events, finished tasks kept; failed steps: allotments
+//	pruned before 2026-12-07T08:00:00Z: released 0 stale reservations; deleted 2 counter windows, 0 reservations, 0 leases, 1 event, finished tasks kept; failed steps: allotments
 //
 // The *StepErrors of another job (a Recover's) are not this run's. A count
 // that other steps fed too, or that the failed step fed before it failed,
@@ -83,18 +83,19 @@ func (r PruneResult) describe(s stepsFailed) string {
 // clauses are what a Prune run's line says after its cutoff, each count
 // with the steps that add to it: a step added to Prune is added here.
 func (r PruneResult) clauses() []clause {
-	tasks := tally{text: "finished tasks kept"}
+	tasks := tally{one: "finished tasks kept"}
 	if !r.TaskCutoff.IsZero() {
-		tasks = tally{"%d tasks finished before " + r.TaskCutoff.UTC().Format(time.RFC3339), r.Tasks, []string{stepTasks}}
+		before := " finished before " + r.TaskCutoff.UTC().Format(time.RFC3339)
+		tasks = tally{"task" + before, "tasks" + before, r.Tasks, []string{stepTasks}}
 	}
 	return []clause{
-		{verb: "released", tallies: []tally{{"%d stale reservations", r.ReleasedStaleReservations, []string{stepReleaseStale}}}},
+		{verb: "released", tallies: []tally{{"stale reservation", "stale reservations", r.ReleasedStaleReservations, []string{stepReleaseStale}}}},
 		{verb: "deleted", sep: ", ", tallies: []tally{
-			{"%d counter windows", r.Counters, []string{stepCounters}},
-			{"%d reservations", r.Reservations, []string{stepReservations}},
-			{"%d allotments", r.Allotments, []string{stepAllotments}},
-			{"%d leases", r.Leases, []string{stepReleasedLeases, stepExpiredLeases}},
-			{"%d events", r.Events, []string{stepEvents}},
+			{"counter window", "counter windows", r.Counters, []string{stepCounters}},
+			{"reservation", "reservations", r.Reservations, []string{stepReservations}},
+			{"allotment", "allotments", r.Allotments, []string{stepAllotments}},
+			{"lease", "leases", r.Leases, []string{stepReleasedLeases, stepExpiredLeases}},
+			{"event", "events", r.Events, []string{stepEvents}},
 			tasks,
 		}},
 	}

@@ -69,7 +69,7 @@ func (r RecoveryResult) String() string { return r.describe(stepsFailed{}) }
 // nothing), and ends naming the failed steps and saying how many the run,
 // when it stopped at one, did not reach (its Example's output):
 //
-//	released 1 reservations; failed 1 attempts; failed 1 sync tasks; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
+//	released 1 reservation; failed 1 attempt; failed 1 sync task; failed steps: reclaim expired tasks; not run: the 8 steps after reclaim expired tasks
 //
 // The *StepErrors of another job (a Prune's) are not this run's. A count
 // that other steps fed too, or that the failed step fed before it failed,
@@ -90,17 +90,17 @@ func (r RecoveryResult) describe(s stepsFailed) string {
 func (r RecoveryResult) clauses() []clause {
 	return []clause{
 		{verb: "released", sep: " and ", tallies: []tally{
-			{"%d leases", r.ReleasedConcurrencyLeases, []string{stepReclaim, stepReleaseExpiredLeases, stepReleaseFinishedTaskLeases, stepReleaseFinishedAttemptLeases}},
-			{"%d reservations", r.ReleasedRateReservations, []string{stepReclaim, stepReleaseFinishedTaskReservations, stepReleaseFinishedAttemptReservations}},
+			{"lease", "leases", r.ReleasedConcurrencyLeases, []string{stepReclaim, stepReleaseExpiredLeases, stepReleaseFinishedTaskLeases, stepReleaseFinishedAttemptLeases}},
+			{"reservation", "reservations", r.ReleasedRateReservations, []string{stepReclaim, stepReleaseFinishedTaskReservations, stepReleaseFinishedAttemptReservations}},
 		}},
-		{verb: "failed", tallies: []tally{{"%d attempts", r.FailedAttempts, []string{stepReclaim, stepFailFinishedTaskAttempts}}}},
-		{verb: "requeued", tallies: []tally{{"%d async tasks", r.RequeuedAsyncTasks, []string{stepReclaim}}}},
-		{verb: "failed", sep: " and ", suffix: " tasks", tallies: []tally{
-			{"%d sync", r.FailedTasks, []string{stepReclaim}},
-			{"%d poison", r.FailedPoisonTasks, []string{stepReclaim}},
+		{verb: "failed", tallies: []tally{{"attempt", "attempts", r.FailedAttempts, []string{stepReclaim, stepFailFinishedTaskAttempts}}}},
+		{verb: "requeued", tallies: []tally{{"async task", "async tasks", r.RequeuedAsyncTasks, []string{stepReclaim}}}},
+		{verb: "failed", sep: " and ", tallies: []tally{
+			{"sync task", "sync tasks", r.FailedTasks, []string{stepReclaim}},
+			{"poison task", "poison tasks", r.FailedPoisonTasks, []string{stepReclaim}},
 		}},
-		{verb: "cleaned", tallies: []tally{{"%d admissions", r.CleanedTaskAdmissions, []string{stepReclaim, stepDeleteFinishedTaskAdmissions}}}},
-		{verb: "returned", tallies: []tally{{"%d lost allotments", r.ReturnedAllotments, []string{stepReturnLostAllotments}}}},
+		{verb: "cleaned", tallies: []tally{{"admission", "admissions", r.CleanedTaskAdmissions, []string{stepReclaim, stepDeleteFinishedTaskAdmissions}}}},
+		{verb: "returned", tallies: []tally{{"lost allotment", "lost allotments", r.ReturnedAllotments, []string{stepReturnLostAllotments}}}},
 	}
 }
 

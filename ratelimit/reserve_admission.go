@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 // admission is one validated request for capacity: the limits of one
@@ -117,7 +118,8 @@ func (a *admission) sentAsWindow(pos int) {
 // explains the refusal.
 func (a *admission) decide(rows []db.AdmissionReserveRow) (Grant, error) {
 	if len(rows) != len(a.windows)+len(a.leases) {
-		return Grant{}, fmt.Errorf("ratelimit: reserve: %d limits but %d decisions", len(a.windows)+len(a.leases), len(rows))
+		return Grant{}, fmt.Errorf("ratelimit: reserve: %s but %s", plural.Count(len(a.windows)+len(a.leases), "limit", "limits"),
+			plural.Count(len(rows), "decision", "decisions"))
 	}
 	if err := refusalError(rows[0].Refusal, a.taskID, a.attemptID); err != nil {
 		return Grant{}, err

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/internal/locktimeout"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 )
 
@@ -189,7 +190,7 @@ func findHeldStep[T any](batch int32, passed map[[16]byte]bool, id func(T) [16]b
 	left := func() error {
 		var errs []error
 		if reason != nil {
-			what := fmt.Sprintf("%d row(s) the server rejected", len(aside))
+			what := plural.Count(len(aside), "row", "rows") + " the server rejected"
 			if rest {
 				what += " and the rest of the step"
 			}

@@ -26,10 +26,10 @@ func TestFindStepKeepsWhatItLeftWhenALaterBatchFails(t *testing.T) {
 		failFind bool  // the failure comes from find, not act
 		wantLeft string
 	}{
-		{name: "lock wait, then act fails", lockOnce: true, wantLeft: "left 4 row(s): another transaction held a lock"},
-		{name: "lock wait, then find fails", lockOnce: true, failFind: true, wantLeft: "left 4 row(s): another transaction held a lock"},
-		{name: "rejected row, then act fails", bad: []int{1}, wantLeft: "left 1 row(s) the server rejected"},
-		{name: "rejected row, then find fails", bad: []int{1}, failFind: true, wantLeft: "left 1 row(s) the server rejected"},
+		{name: "lock wait, then act fails", lockOnce: true, wantLeft: "left 4 rows: another transaction held a lock"},
+		{name: "lock wait, then find fails", lockOnce: true, failFind: true, wantLeft: "left 4 rows: another transaction held a lock"},
+		{name: "rejected row, then act fails", bad: []int{1}, wantLeft: "left 1 row the server rejected"},
+		{name: "rejected row, then find fails", bad: []int{1}, failFind: true, wantLeft: "left 1 row the server rejected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table := newRowTable(20, tc.bad...)

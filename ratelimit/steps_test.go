@@ -143,9 +143,9 @@ func TestFindStepSaysWhenRejectionsLeftTheRest(t *testing.T) {
 		bad  []int
 		want string
 	}{
-		{"every row rejected", []int{0, 1, 2, 3, 4, 5}, "left 4 row(s) the server rejected and the rest of the step:"},
-		{"a batch's worth set aside", []int{0, 5, 10, 15}, "left 4 row(s) the server rejected and the rest of the step:"},
-		{"the last row reached", []int{3, 18}, "left 2 row(s) the server rejected:"},
+		{"every row rejected", []int{0, 1, 2, 3, 4, 5}, "left 4 rows the server rejected and the rest of the step:"},
+		{"a batch's worth set aside", []int{0, 5, 10, 15}, "left 4 rows the server rejected and the rest of the step:"},
+		{"the last row reached", []int{3, 18}, "left 2 rows the server rejected:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			table := newRowTable(20, tc.bad...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/amounttext"
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 // CreateTask creates a task together with its queue admissions, all or
@@ -85,7 +86,8 @@ func (l *Limiter) createTask(ctx context.Context, spec TaskSpec, p db.TaskCreate
 	}
 	if !row.Admitted {
 		if len(row.QueueAdmitted) != len(queueLimits) {
-			return Task{}, fmt.Errorf("ratelimit: create task: %d queue limits but %d counts", len(queueLimits), len(row.QueueAdmitted))
+			return Task{}, fmt.Errorf("ratelimit: create task: %s but %s", plural.Count(len(queueLimits), "queue limit", "queue limits"),
+				plural.Count(len(row.QueueAdmitted), "count", "counts"))
 		}
 		for i, ql := range queueLimits {
 			if float64(row.QueueAdmitted[i]) >= ql.Limit {
@@ -253,6 +255,7 @@ func queueExceeded(ql Limit, admitted int64) *ExceededError {
 		return e
 	}
 	e.Retryable = true
-	e.Message = fmt.Sprintf("rate limit exceeded: queue %s holds %d of %s tasks; retry when one finishes", ql.Scope.text(), admitted, amounttext.Full(ql.Limit))
+	e.Message = fmt.Sprintf("rate limit exceeded: queue %s holds %d of %s %s; retry when one finishes", ql.Scope.text(), admitted,
+		amounttext.Full(ql.Limit), plural.Noun(int64(ql.Limit), "task", "tasks")) // a whole number of tasks (checkQueueLimit)
 	return e
 }

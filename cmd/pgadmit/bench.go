@@ -13,6 +13,7 @@ import (
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -400,10 +401,7 @@ func benchProgress(w io.Writer, every time.Duration, rounds int) func(bench.Prog
 // benchWho says in the header who runs the workloads: "1 worker", "16 workers", "16 workers in
 // 4 instances" (instances only when more than one).
 func benchWho(workers, instances int) string {
-	who := fmt.Sprintf("%d workers", workers)
-	if workers == 1 {
-		who = "1 worker"
-	}
+	who := plural.Count(workers, "worker", "workers")
 	if instances > 1 {
 		who += fmt.Sprintf(" in %d instances", instances)
 	}
@@ -468,7 +466,7 @@ func printBenchChecks(w io.Writer, results []bench.Result, rounds int) bool {
 			fmt.Fprintf(w, "%s: %s: %d (%s %d) %s\n", name, c.Name, c.Got, want, c.Want, verdict)
 		}
 		if r.Errors > 0 {
-			fmt.Fprintf(w, "%s: %d errors, first: %s\n", name, r.Errors, r.FirstError)
+			fmt.Fprintf(w, "%s: %s, first: %s\n", name, plural.Count(r.Errors, "error", "errors"), r.FirstError)
 		}
 		ok = ok && r.OK
 	}
@@ -523,7 +521,8 @@ func benchRowNotes(r bench.Result) string {
 		notes = append(notes, "p50/p99 µs per call: "+strings.Join(steps, ", "))
 	}
 	if r.LocalBlocks > 0 {
-		notes = append(notes, fmt.Sprintf("local: %d blocks taken, %d limits decided in the database", r.LocalBlocks, r.LocalInDatabase))
+		notes = append(notes, fmt.Sprintf("local: %s taken, %s decided in the database", plural.Count(r.LocalBlocks, "block", "blocks"),
+			plural.Count(r.LocalInDatabase, "limit", "limits")))
 	}
 	if r.ReservesPerStatement > 0 {
 		notes = append(notes, fmt.Sprintf("combined: %.1f reserves in %.2f ms, %.1f settles in %.2f ms per statement; busy %.0f%% and %.0f%%; %.0f%% hot",

@@ -23,6 +23,7 @@ func TestBenchRowNotes(t *testing.T) {
 		{"combined", combined, "  (combined: 7.9 reserves in 0.99 ms, 7.9 settles in 1.00 ms per statement; busy 1% and 1%; 91% hot)"},
 		{"local", local, "  (local: 142 blocks taken, 424 limits decided in the database; combined: 7.9 reserves in 0.99 ms, 7.9 settles in 1.00 ms per statement; busy 1% and 1%; 91% hot)"},
 		{"local, no statement", bench.Result{LocalBlocks: 3}, "  (local: 3 blocks taken, 0 limits decided in the database)"},
+		{"local, one of each", bench.Result{LocalBlocks: 1, LocalInDatabase: 1}, "  (local: 1 block taken, 1 limit decided in the database)"},
 		{"nothing combined", bench.Result{}, ""},
 	} {
 		if got := benchRowNotes(tc.r); got != tc.want {

@@ -37,7 +37,7 @@ func TestPrintBenchChecksNamesTheRound(t *testing.T) {
 	for _, want := range []string{
 		"W4 round 1/2: window limit 100: admitted: 100 (want 100) ok\n",
 		"W4 round 2/2: window limit 100: admitted: 101 (want 100) OFF\n",
-		"W4 round 2/2: 1 errors, first: boom\n",
+		"W4 round 2/2: 1 error, first: boom\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("printBenchChecks does not print %q:\n%s", want, out.String())

@@ -17,6 +17,7 @@ import (
 	"github.com/pgadmit/pgadmit/internal/bench"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -194,11 +195,11 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	d.models = demoModels(d.prefix)
 
 	fmt.Fprintf(d.out, "pgadmit demo: schema version %d; scopes of this run start with %q\n", version, d.prefix)
-	fmt.Fprintf(d.out, "%d gateway instances x %d clients", *instances, *clients)
+	fmt.Fprintf(d.out, "%s x %s", plural.Count(*instances, "gateway instance", "gateway instances"), plural.Count(*clients, "client", "clients"))
 	if conns < *clients {
-		fmt.Fprintf(d.out, " (%d connections each, for the server's max_connections)", conns)
+		fmt.Fprintf(d.out, " (%s each, for the server's max_connections)", plural.Count(conns, "connection", "connections"))
 	}
-	fmt.Fprintf(d.out, ", %d API keys (every 5th on the free plan), models:", *keys)
+	fmt.Fprintf(d.out, ", %s (every 5th on the free plan), models:", plural.Count(*keys, "API key", "API keys"))
 	for _, m := range d.models {
 		fmt.Fprintf(d.out, " %s (max %s in flight)", m.name, amounttext.Full(m.concurrent))
 	}

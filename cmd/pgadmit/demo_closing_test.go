@@ -13,7 +13,7 @@ import (
 // which the CLI says as "interrupted".
 func TestClosingReportPrintsNothingOnceInterrupted(t *testing.T) {
 	t.Parallel()
-	problems := &exitError{code: exitFailure, msg: "1 problem(s), see above"}
+	problems := &exitError{code: exitFailure, msg: "1 problem, see above"}
 	var out bytes.Buffer
 	err := closingReport(context.Background(), &out, func(w io.Writer) error {
 		_, _ = io.WriteString(w, "SUMMARY\nPROBLEM: x\n")

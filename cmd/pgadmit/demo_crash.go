@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -181,8 +182,9 @@ func (d *demo) kill(ctx context.Context, g *gateway) *crashWatch {
 	}
 	w.atKill, w.err = db.New().InspectTasksHolding(ctx, d.ops, w.ids)
 	w.now = w.atKill
-	d.note("%s KILLED with %d requests in flight: %d tasks running, %d reservations and %d leases held",
-		g.name, len(w.ids), w.atKill.UnfinishedTasks, w.atKill.OpenReservations, w.atKill.LiveLeases)
+	d.note("%s KILLED with %s in flight: %s running, %s and %s held", g.name, plural.Count(len(w.ids), "request", "requests"),
+		plural.Count(w.atKill.UnfinishedTasks, "task", "tasks"), plural.Count(w.atKill.OpenReservations, "reservation", "reservations"),
+		plural.Count(w.atKill.LiveLeases, "lease", "leases"))
 	return w
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/pgadmit/pgadmit/internal/deadserver"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/promadmit"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -128,10 +129,10 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 
 	fmt.Fprintf(d.out, "pgadmit demo --http: schema version %d; scopes of this run start with %q\n", version, d.prefix)
 	fmt.Fprintf(d.out, "fake upstream %s streams tokens; gateway %s admits each request (/metrics is Prometheus)\n", upstream.url, gw.url)
-	fmt.Fprintf(d.out, "%d API keys (pro: %s req/min, %s tok/min; free from the 2nd on, every 5th: %s and %s), models large (%s in flight) and small (%s)\n",
-		keys, amounttext.Full(httpPlanPro.requestsMin), amounttext.Full(httpPlanPro.tokensMin), amounttext.Full(httpPlanFree.requestsMin),
+	fmt.Fprintf(d.out, "%s (pro: %s req/min, %s tok/min; free from the 2nd on, every 5th: %s and %s), models large (%s in flight) and small (%s)\n",
+		plural.Count(keys, "API key", "API keys"), amounttext.Full(httpPlanPro.requestsMin), amounttext.Full(httpPlanPro.tokensMin), amounttext.Full(httpPlanFree.requestsMin),
 		amounttext.Full(httpPlanFree.tokensMin), amounttext.Full(httpModels[0].concurrent), amounttext.Full(httpModels[1].concurrent))
-	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %d clients for %s, every 8th cancels mid-stream\n\n", clients, durationtext.Operator(duration))
+	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %s for %s, every 8th cancels mid-stream\n\n", plural.Count(clients, "client", "clients"), durationtext.Operator(duration))
 
 	d.load = newHTTPLoad(d, clients)
 	d.load.run(ctx, duration)
@@ -160,7 +161,7 @@ func (d *httpDemo) report(ctx context.Context, pool *pgxpool.Pool) error {
 		for _, p := range d.problems {
 			fmt.Fprintf(d.out, "PROBLEM: %s\n", p)
 		}
-		return &exitError{code: exitFailure, msg: fmt.Sprintf("%d problems", len(d.problems))}
+		return &exitError{code: exitFailure, msg: plural.Count(len(d.problems), "problem", "problems")}
 	}
 	fmt.Fprintln(d.out, "\ndemo --http: ok")
 	return nil
@@ -361,10 +362,10 @@ func (d *httpDemo) checkNothingHeld(ctx context.Context, conn *pgxpool.Pool) err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	fmt.Fprintf(d.out, "\nAFTERWARDS: this run's scopes hold %s reserved and %d live leases", amounttext.Full(reserved), leases)
+	fmt.Fprintf(d.out, "\nAFTERWARDS: this run's scopes hold %s reserved and %s", amounttext.Full(reserved), plural.Count(leases, "live lease", "live leases"))
 	if reserved != 0 || leases != 0 {
 		fmt.Fprintln(d.out)
-		d.problem("capacity still held after every request ended: %s reserved, %d leases", amounttext.Full(reserved), leases)
+		d.problem("capacity still held after every request ended: %s reserved, %s", amounttext.Full(reserved), plural.Count(leases, "lease", "leases"))
 	} else {
 		fmt.Fprintln(d.out, ": nothing held")
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
 // httpLoad is the demo's clients: real HTTP clients streaming completions
@@ -191,9 +193,9 @@ func (l *httpLoad) summary() {
 	fmt.Fprintf(l.d.out, "\n%d requests: %d admitted (200), %d refused (429), %d unavailable (503), %d other, %d cancelled mid-stream by their client, %d failed\n",
 		l.requests.Load(), l.ok.Load(), l.refused.Load(), l.unavailable.Load(), l.other.Load(), l.cancelled.Load(), l.failed.Load())
 	if l.failed.Load() > 0 {
-		l.d.problem("%d requests failed, the first with: %v", l.failed.Load(), l.lastErr)
+		l.d.problem("%s, the first with: %v", plural.Count(l.failed.Load(), "request failed", "requests failed"), l.lastErr)
 	}
 	if l.other.Load() > 0 || l.unavailable.Load() > 0 {
-		l.d.problem("%d responses were neither 200 nor 429", l.other.Load()+l.unavailable.Load())
+		l.d.problem("%s neither 200 nor 429", plural.Count(l.other.Load()+l.unavailable.Load(), "response was", "responses were"))
 	}
 }

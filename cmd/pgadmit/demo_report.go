@@ -13,6 +13,7 @@ import (
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/durationtext"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -88,7 +89,7 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 		sum.lost.Add(s.lost.Load())
 		sum.errors.Add(s.errors.Load())
 		if !g.killed.Load() && s.errors.Load() > 0 {
-			problems = append(problems, fmt.Sprintf("%s had %d errors, the first: %s", g.name, s.errors.Load(), *s.firstErr.Load()))
+			problems = append(problems, fmt.Sprintf("%s had %s, the first: %s", g.name, plural.Count(s.errors.Load(), "error", "errors"), *s.firstErr.Load()))
 		}
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t%s\t%s\t%d\t\n", sum.requests.Load(), sum.admitted.Load(), sum.completed.Load(),
@@ -98,9 +99,10 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 		return err
 	}
 	fmt.Fprintf(out, "tokens are of committed requests: reserved at the estimate (prompt + max_tokens), committed at the actual count;\n"+
-		"%d requests used more than their estimate, and the overage was recorded, not lost.\n", sum.overEstimate.Load())
+		"%s, and the overage was recorded, not lost.\n", plural.Count(sum.overEstimate.Load(), "request used more than its estimate", "requests used more than their estimate"))
 	if n := sum.lost.Load(); n > 0 {
-		fmt.Fprintf(out, "%d requests of live instances lost their task's execution lease (heartbeat too late) and stopped.\n", n)
+		fmt.Fprintf(out, "%s (heartbeat too late) and stopped.\n",
+			plural.Count(n, "request of a live instance lost its task's execution lease", "requests of live instances lost their task's execution lease"))
 	}
 
 	fmt.Fprintln(out)
@@ -110,7 +112,7 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 		verdict := "ok"
 		if float64(m.peak.Load()) > m.concurrent {
 			verdict = "ABOVE LIMIT"
-			problems = append(problems, fmt.Sprintf("model %s had %d live leases, above its limit of %s", m.name, m.peak.Load(), amounttext.Full(m.concurrent)))
+			problems = append(problems, fmt.Sprintf("model %s had %s, above its limit of %s", m.name, plural.Count(m.peak.Load(), "live lease", "live leases"), amounttext.Full(m.concurrent)))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%d\t\n", m.name, amounttext.Full(m.concurrent), m.peak.Load(), verdict, m.admitted.Load(), m.refusedConc.Load())
 	}
@@ -129,12 +131,13 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 	fmt.Fprintf(out, "\nCRASH AND RECOVERY\n")
 	if crash != nil {
 		k := crash.atKill
-		fmt.Fprintf(out, "  %s was killed at %.1fs with %d requests in flight: %d tasks running, %d reservations and %d leases held\n",
-			crash.gw.name, crash.at.Seconds(), len(crash.ids), k.UnfinishedTasks, k.OpenReservations, k.LiveLeases)
+		fmt.Fprintf(out, "  %s was killed at %.1fs with %s in flight: %s running, %s and %s held\n",
+			crash.gw.name, crash.at.Seconds(), plural.Count(len(crash.ids), "request", "requests"), plural.Count(k.UnfinishedTasks, "task", "tasks"),
+			plural.Count(k.OpenReservations, "reservation", "reservations"), plural.Count(k.LiveLeases, "lease", "leases"))
 		fmt.Fprintf(out, "  the recovery sweeper (Recover every 1s) gave back in total: %s\n", shortRecovery(rec))
 		n := crash.now
-		fmt.Fprintf(out, "  what %s's tasks hold now: %d tasks unfinished, %d reservations, %d leases\n",
-			crash.gw.name, n.UnfinishedTasks, n.OpenReservations, n.UnreleasedLeases)
+		fmt.Fprintf(out, "  what %s's tasks hold now: %s unfinished, %s, %s\n", crash.gw.name, plural.Count(n.UnfinishedTasks, "task", "tasks"),
+			plural.Count(n.OpenReservations, "reservation", "reservations"), plural.Count(n.UnreleasedLeases, "lease", "leases"))
 		switch {
 		case crash.err != nil:
 			problems = append(problems, fmt.Sprintf("reading what %s holds: %v", crash.gw.name, crash.err))
@@ -167,7 +170,7 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 	}
 	fmt.Fprintf(out, "  %s\n", strings.ReplaceAll(rep.String(), "\n", "\n  "))
 	if !rep.OK() {
-		problems = append(problems, fmt.Sprintf("the doctor found %d problem(s)", len(rep.Problems)))
+		problems = append(problems, "the doctor found "+plural.Count(len(rep.Problems), "problem", "problems"))
 	}
 
 	fmt.Fprintf(out, "\ndemo finished in %s\n", time.Since(began).Round(100*time.Millisecond))
@@ -176,7 +179,7 @@ func (d *demo) summary(ctx context.Context, gws []*gateway, crash *crashWatch, b
 		for _, p := range problems {
 			fmt.Fprintf(out, "PROBLEM: %s\n", p)
 		}
-		return &exitError{code: exitFailure, msg: fmt.Sprintf("%d problem(s), see above", len(problems))}
+		return &exitError{code: exitFailure, msg: plural.Count(len(problems), "problem", "problems") + ", see above"}
 	}
 	return nil
 }
@@ -227,18 +230,18 @@ func (d *demo) printOutcomes(ctx context.Context, gws []*gateway) error {
 // shortRecovery says what recovery did, naming only what it did.
 func shortRecovery(r ratelimit.RecoveryResult) string {
 	var parts []string
-	add := func(n int64, what string) {
+	add := func(n int64, one, many string) {
 		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, what))
+			parts = append(parts, plural.Count(n, one, many))
 		}
 	}
-	add(r.ReleasedRateReservations, "reservations released")
-	add(r.ReleasedConcurrencyLeases, "leases released")
-	add(r.FailedAttempts, "attempts failed")
-	add(r.FailedTasks, "sync tasks failed (server_restarted)")
-	add(r.RequeuedAsyncTasks, "async tasks requeued")
-	add(r.FailedPoisonTasks, "poison tasks failed")
-	add(r.CleanedTaskAdmissions, "queue admissions cleaned")
+	add(r.ReleasedRateReservations, "reservation released", "reservations released")
+	add(r.ReleasedConcurrencyLeases, "lease released", "leases released")
+	add(r.FailedAttempts, "attempt failed", "attempts failed")
+	add(r.FailedTasks, "sync task failed (server_restarted)", "sync tasks failed (server_restarted)")
+	add(r.RequeuedAsyncTasks, "async task requeued", "async tasks requeued")
+	add(r.FailedPoisonTasks, "poison task failed", "poison tasks failed")
+	add(r.CleanedTaskAdmissions, "queue admission cleaned", "queue admissions cleaned")
 	if len(parts) == 0 {
 		return "nothing"
 	}
@@ -325,14 +328,15 @@ func (d *demo) printKeys(ctx context.Context, problems *[]string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "%d windows of %d keys checked: ", checked, len(d.keys))
+	fmt.Fprintf(d.out, "%s of %s checked: ", plural.Count(checked, "window", "windows"), plural.Count(len(d.keys), "key", "keys"))
 	if requestsOver > 0 {
-		fmt.Fprintf(d.out, "%d requests windows ABOVE their limit (see PROBLEM below)", requestsOver)
+		fmt.Fprintf(d.out, "%s (see PROBLEM below)", plural.Count(requestsOver, "requests window ABOVE its limit", "requests windows ABOVE their limit"))
 	} else {
 		fmt.Fprint(d.out, "no requests window above its limit")
 	}
 	if tokenOver > 0 {
-		fmt.Fprintf(d.out, "; %d tokens windows above theirs only by\nthe recorded overage of requests that used more than their estimate", tokenOver)
+		fmt.Fprintf(d.out, "; %s only by\nthe recorded overage of requests that used more than their estimate",
+			plural.Count(tokenOver, "tokens window above its limit", "tokens windows above theirs"))
 	}
 	fmt.Fprintln(d.out, ".")
 	return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -157,11 +158,12 @@ func printDoctor(out io.Writer, rep ratelimit.Report) error {
 		}
 	}
 	if recoverable > 0 {
-		fmt.Fprintf(out, "%d of these are capacity that finished tasks or attempts, or dead holders of blocks, still hold: `pgadmit recover` gives it back.\n", recoverable)
+		fmt.Fprintf(out, "%d of these %s capacity that finished tasks or attempts, or dead holders of blocks, still hold: `pgadmit recover` gives it back.\n",
+			recoverable, plural.Noun(recoverable, "is", "are"))
 	}
 	more := ""
 	if rep.Truncated {
 		more = " or more"
 	}
-	return &exitError{code: exitFailure, msg: fmt.Sprintf("%d%s problem(s) found", len(rep.Problems), more)}
+	return &exitError{code: exitFailure, msg: fmt.Sprintf("%d%s %s found", len(rep.Problems), more, plural.Noun(len(rep.Problems), "problem", "problems"))}
 }

@@ -25,7 +25,7 @@ func TestPartialRunsOnADatabaseBehindNameTheStepsThatFailed(t *testing.T) {
 	if code != exitFailure || errOut != "pgadmit recover: "+behind {
 		t.Errorf("recover at schema version %s: exit %d, stderr %q; want exit 1 and what to run", to, code, errOut)
 	}
-	if want := `^released 0 leases and 1 reservations; failed 1 attempts; requeued 0 async tasks; failed 0 sync and 0 poison tasks; ` +
+	if want := `^released 0 leases and 1 reservation; failed 1 attempt; requeued 0 async tasks; failed 0 sync tasks and 0 poison tasks; ` +
 		`cleaned 0 admissions; failed steps: return lost allotments \(\d+(\.\d+)?m?s\)\n$`; !regexp.MustCompile(want).MatchString(out) {
 		t.Errorf("recover at schema version %s printed %q, want it to match %s", to, out, want)
 	}
@@ -36,7 +36,7 @@ func TestPartialRunsOnADatabaseBehindNameTheStepsThatFailed(t *testing.T) {
 	if code != exitFailure || errOut != "pgadmit prune: "+behind {
 		t.Errorf("prune at schema version %s: exit %d, stderr %q; want exit 1 and what to run", to, code, errOut)
 	}
-	if want := `^pruned before \S+: released 1 stale reservations; deleted 2 counter windows, 2 reservations, 0 leases, 0 events, ` +
+	if want := `^pruned before \S+: released 1 stale reservation; deleted 2 counter windows, 2 reservations, 0 leases, 0 events, ` +
 		`0 tasks finished before \S+; failed steps: allotments \(\d+(\.\d+)?m?s\)\n$`; !regexp.MustCompile(want).MatchString(out) {
 		t.Errorf("prune at schema version %s printed %q, want it to match %s", to, out, want)
 	}

@@ -45,7 +45,7 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release reservations of finished tasks") {
 		t.Errorf("recover: exit %d, stderr %q: want 1, %q and the step", code, errOut, said)
 	}
-	if !strings.Contains(out, "released 0 leases and 1 reservations; failed 2 attempts") {
+	if !strings.Contains(out, "released 0 leases and 1 reservation; failed 2 attempts") {
 		t.Errorf("recover printed %q, want what it did: the free reservation released, both attempts failed", out)
 	}
 
@@ -59,15 +59,15 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release stale reservations") {
 		t.Errorf("prune: exit %d, stderr %q: want 1, %q and the step", code, errOut, said)
 	}
-	if !strings.Contains(out, ": released 1 stale reservations; deleted 2 counter windows, 2 reservations") {
+	if !strings.Contains(out, ": released 1 stale reservation; deleted 2 counter windows, 2 reservations") {
 		t.Errorf("prune printed %q, want what it did: the free windows pruned", out)
 	}
 
 	_ = tx.Rollback(ctx) // the locks go: the next runs take what was left
-	if out := cliOK(t, "--database-url", url, "recover"); !strings.Contains(out, "released 0 leases and 1 reservations; failed 0 attempts") {
+	if out := cliOK(t, "--database-url", url, "recover"); !strings.Contains(out, "released 0 leases and 1 reservation; failed 0 attempts") {
 		t.Errorf("recover once the locks went printed %q, want the held reservation released", out)
 	}
-	if out := cliOK(t, "--database-url", url, "prune", "--older-than", "1s"); !strings.Contains(out, ": released 1 stale reservations; deleted 2 counter windows, 2 reservations") {
+	if out := cliOK(t, "--database-url", url, "prune", "--older-than", "1s"); !strings.Contains(out, ": released 1 stale reservation; deleted 2 counter windows, 2 reservations") {
 		t.Errorf("prune once the locks went printed %q, want the held windows pruned", out)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/grace"
+	"github.com/pgadmit/pgadmit/internal/plural"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -75,12 +76,7 @@ func (p *runProgress) summary() string {
 }
 
 // countBatches says n batches: "1 batch", "2 batches".
-func countBatches(n int64) string {
-	if n == 1 {
-		return "1 batch"
-	}
-	return fmt.Sprintf("%d batches", n)
-}
+func countBatches(n int64) string { return plural.Count(n, "batch", "batches") }
 
 // watch starts saying, while the run in pctx lasts, what it waits for when nothing was said for
 // an interval (at least minInterval: a line every nanosecond would flood stderr); stop returns

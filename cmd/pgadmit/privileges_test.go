@@ -30,7 +30,7 @@ func TestMaintenanceCommandsRunAsTheMaintenanceRole(t *testing.T) {
 	if out := cliOK(t, append(sweeper, "inspect")...); !strings.Contains(out, "k1") {
 		t.Errorf("inspect as the maintenance role does not show the gateway's counter:\n%s", out)
 	}
-	if out := cliOK(t, append(sweeper, "recover")...); !strings.Contains(out, "released 1 leases and 1 reservations") {
+	if out := cliOK(t, append(sweeper, "recover")...); !strings.Contains(out, "released 1 lease and 1 reservation") {
 		t.Errorf("recover as the maintenance role:\n%s", out)
 	}
 	cliOK(t, append(sweeper, "prune", "--older-than", "1s")...)

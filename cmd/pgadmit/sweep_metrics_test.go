@@ -139,7 +139,7 @@ func TestRecoverSweeperServesItsMetrics(t *testing.T) {
 	if errOut := sweeper.stderr.String(); strings.Count(errOut, "\n") != 1 || !regexp.MustCompile(metricsURLLine+`\n\z`).MatchString(errOut) {
 		t.Errorf("stderr, want only where it serves: %q", sweeper.stderr.String())
 	}
-	assertSweeperLog(t, sweeper.stdout.String(), `recover: released 1 leases and 1 reservations; failed 1 attempts; `, `recover: stopped$`)
+	assertSweeperLog(t, sweeper.stdout.String(), `recover: released 1 lease and 1 reservation; failed 1 attempt; `, `recover: stopped$`)
 	if resp, err := http.Get(page); err == nil {
 		resp.Body.Close()
 		t.Errorf("GET %s after the sweeper stopped: %s, want no server", page, resp.Status)

@@ -141,12 +141,12 @@ func TestRecoverSweeperTakesBackTheLeaseARestartLeft(t *testing.T) {
 	if err := c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	awaitLog(t, &sweeper.stdout, `failed 1 attempts|skipped`)
+	awaitLog(t, &sweeper.stdout, `failed 1 attempt|skipped`)
 	if code := sweeper.stop(); code != exitOK || sweeper.stderr.String() != "" {
 		t.Fatalf("exit %d, stderr %q", code, sweeper.stderr.String())
 	}
 	out := sweeper.stdout.String()
-	if strings.Contains(out, "skipped") || !strings.Contains(out, "failed 1 attempts") {
+	if strings.Contains(out, "skipped") || !strings.Contains(out, "failed 1 attempt") {
 		t.Errorf("after the restart, want the sweeper to recover at once, not to skip for its own lease:\n%s", out)
 	}
 }
