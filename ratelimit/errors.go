@@ -187,6 +187,10 @@ type LeaseLostError struct {
 	Renewed int
 }
 
+// Error counts the leases lost and names them, and counts those renewed
+// (its Example's output):
+//
+//	ratelimit: concurrency lease lost: 1 lease expired or released (0b6f1c2e-3d4a-4f5b-8c6d-7e8f9a0b1c2d); renewed 2
 func (e *LeaseLostError) Error() string {
 	if len(e.LeaseIDs) == 0 { // one made by hand: RenewLeases names at least one
 		if e.Renewed == 0 {
@@ -313,6 +317,11 @@ type StepError struct {
 	NotRun []string
 }
 
+// Error is the step's error, Err's message, which names the job and the
+// step; a step that set aside a row the server rejected (its Example's
+// output):
+//
+//	ratelimit: recover: return lost allotments: left 1 row the server rejected: ERROR: new row for relation "gateway_rate_limit_allotments" violates check constraint "gateway_rate_limit_allotments_amounts_check" (SQLSTATE 23514)
 func (e *StepError) Error() string {
 	if e.Err != nil {
 		return e.Err.Error()
