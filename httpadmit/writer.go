@@ -12,7 +12,8 @@ import (
 
 // responseWriter passes everything through to the server's writer and
 // remembers the first error a write or a flush returned: a stream that was
-// cut. Flush passes through (until a hijack), and Unwrap lets
+// cut. Flush passes through (until a hijack; refused as without the
+// middleware when the writer under it cannot flush), and Unwrap lets
 // http.ResponseController reach the server's writer (deadlines, hijacking,
 // full duplex).
 type responseWriter struct {
@@ -27,6 +28,11 @@ type responseWriter struct {
 	// Hijack, so http.ResponseController hijacks the server's writer
 	// through it and this one never knows.
 	probe bool
+	// flushes is set when the writer under this one can be flushed:
+	// http.ResponseController finds FlushError or Flush on it or under it
+	// (canFlush). When it cannot, a flush is refused as it would be
+	// without the middleware, and sends nothing.
+	flushes bool
 	// fields are the rate-limit headers of the middleware's families
 	// (canonical names) that held a value when the handler started
 	// (heldFields), kept to their first value (firstValues) each time the
@@ -87,7 +93,7 @@ func wrap(w http.ResponseWriter) (rw *responseWriter, forHandler http.ResponseWr
 	_, hijacker := w.(http.Hijacker)
 	_, pusher := w.(http.Pusher)
 	_, unwraps := w.(interface{ Unwrap() http.ResponseWriter })
-	rw = &responseWriter{ResponseWriter: w, probe: unwraps && !hijacker}
+	rw = &responseWriter{ResponseWriter: w, probe: unwraps && !hijacker, flushes: canFlush(w)}
 	switch {
 	case hijacker && pusher:
 		return rw, hijackPushWriter{rw}
@@ -248,11 +254,17 @@ type writerOnly struct{ io.Writer }
 func (w *responseWriter) Flush() { _ = w.FlushError() }
 
 // FlushError is Flush with its error; http.ResponseController calls it.
+// Over a writer that cannot flush (http.TimeoutHandler's), it returns the
+// error wrapping http.ErrNotSupported that the flush returns without the
+// middleware, and sends nothing: a status written afterwards goes out.
 // After a hijack it is refused with http.ErrHijacked, as a write is:
 // net/http's HTTP/1 writer panics there (its buffer went back to a pool at
 // Hijack), and a flush at the end of a handler, whatever happened, is a
 // common pattern. A hijack made around this writer is found too (taken).
 func (w *responseWriter) FlushError() error {
+	if !w.flushes {
+		return http.NewResponseController(w.ResponseWriter).Flush()
+	}
 	w.sending(true) // before taken, whose probe sends the header too
 	if w.taken() {
 		return http.ErrHijacked
@@ -263,6 +275,27 @@ func (w *responseWriter) FlushError() error {
 	}
 	return err
 }
+
+// canFlush reports whether http.ResponseController can flush w: whether
+// it finds FlushError or Flush on w or under it (Unwrap), as its Flush
+// looks. A writer of this package answers for the writers under it.
+func canFlush(w http.ResponseWriter) bool {
+	for {
+		switch u := w.(type) {
+		case interface{ canFlush() bool }:
+			return u.canFlush()
+		case interface{ FlushError() error }, http.Flusher:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = u.Unwrap()
+		default:
+			return false
+		}
+	}
+}
+
+// canFlush reports whether the writer under w can be flushed.
+func (w *responseWriter) canFlush() bool { return w.flushes }
 
 // taken reports whether the connection was hijacked: through this writer,
 // or around it (probe), which a write of no bytes finds: net/http's writer
