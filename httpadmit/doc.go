@@ -92,6 +92,13 @@
 // flush goes out whole when the handler returns, the client's read fails,
 // and the middleware, which saw no failed write, commits the request.
 //
+// The handler's writer is an http.Flusher, http.Hijacker or http.Pusher
+// when the writer under the middleware's is one: an http.Flusher when
+// http.ResponseController can flush it (through another middleware's
+// writer with Unwrap too), which http.TimeoutHandler's writer cannot; a
+// flush through http.ResponseController is then refused with an error
+// wrapping http.ErrNotSupported, as without the middleware.
+//
 // A handler that takes the connection (Hijack, a WebSocket upgrade) is
 // settled the same way when it returns, but what happens on the connection
 // is its own: a write, copy or flush of the writer afterwards is refused

@@ -26,6 +26,7 @@ func (w hijackOnly) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // flushSeen is what a handler sees of flushing its writer, and what its
 // client gets after that flush and a 418.
 type flushSeen struct {
+	flusher      bool   // w.(http.Flusher)
 	flush        string // the error of http.NewResponseController(w).Flush(), or "<nil>"
 	notSupported bool   // that error wraps http.ErrNotSupported
 	status       int
@@ -40,15 +41,22 @@ type flushSeen struct {
 // the middleware's has Unwrap (another middleware's, or another
 // httpadmit's): the write of no bytes that looks for a hijack made around
 // the middleware's writer.
+//
+// The writer is an http.Flusher exactly when that flush works, so that a
+// handler that asserts one before it streams finds out, as without the
+// middleware; it was one always, and its Flush did nothing. Behind an
+// Unwrap wrapper over a writer that flushes it is one, where that
+// wrapper is not: the flush works.
 func TestFlushThroughTheMiddlewareAsWithoutIt(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	for _, tc := range []struct {
-		name    string
-		around  func(http.Handler) http.Handler
-		flushes bool // the writer the middleware gets can be flushed
+		name        string
+		around      func(http.Handler) http.Handler
+		flushes     bool // the writer the middleware gets can be flushed
+		bareFlusher bool // w.(http.Flusher) without the middleware
 	}{
-		{name: "server", around: func(h http.Handler) http.Handler { return h }, flushes: true},
+		{name: "server", around: func(h http.Handler) http.Handler { return h }, flushes: true, bareFlusher: true},
 		{name: "Unwrap wrapper", around: unwrappingMiddleware, flushes: true},
 		{name: "TimeoutHandler", around: func(h http.Handler) http.Handler {
 			return http.TimeoutHandler(h, time.Minute, "")
@@ -65,8 +73,9 @@ func TestFlushThroughTheMiddlewareAsWithoutIt(t *testing.T) {
 				t.Parallel()
 				handlerSaw := make(chan flushSeen, 1)
 				var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, flusher := w.(http.Flusher)
 					err := http.NewResponseController(w).Flush()
-					handlerSaw <- flushSeen{flush: fmt.Sprint(err), notSupported: errors.Is(err, http.ErrNotSupported)}
+					handlerSaw <- flushSeen{flusher: flusher, flush: fmt.Sprint(err), notSupported: errors.Is(err, http.ErrNotSupported)}
 					w.WriteHeader(http.StatusTeapot)
 					_, _ = io.WriteString(w, "body")
 				})
@@ -93,7 +102,10 @@ func TestFlushThroughTheMiddlewareAsWithoutIt(t *testing.T) {
 				}
 				seen.status = resp.StatusCode
 
-				want := flushSeen{flush: "<nil>", status: http.StatusOK}
+				want := flushSeen{flusher: tc.flushes, flush: "<nil>", status: http.StatusOK}
+				if middlewares == 0 {
+					want.flusher = tc.bareFlusher
+				}
 				if !tc.flushes {
 					want.flush, want.notSupported = http.ErrNotSupported.Error(), true
 					want.status = http.StatusTeapot // the failed flush sent nothing

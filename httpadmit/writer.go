@@ -12,7 +12,7 @@ import (
 
 // responseWriter passes everything through to the server's writer and
 // remembers the first error a write or a flush returned: a stream that was
-// cut. Flush passes through (until a hijack; refused as without the
+// cut. A flush passes through (until a hijack; refused as without the
 // middleware when the writer under it cannot flush), and Unwrap lets
 // http.ResponseController reach the server's writer (deadlines, hijacking,
 // full duplex).
@@ -50,10 +50,19 @@ type responseWriter struct {
 	hinted http.Header
 }
 
-// hijackWriter is a responseWriter over a server's writer that can be
-// hijacked (HTTP/1): a handler that asserts http.Hijacker to take the
-// connection (gorilla/websocket's Upgrade does) finds it through the
-// middleware exactly when it would without it.
+// flushWriter, hijackWriter and pushWriter each add one method to a
+// responseWriter: wrap gives the handler those that work on the writer
+// under it, so that a handler that asserts http.Flusher (to stream),
+// http.Hijacker (gorilla/websocket's Upgrade does) or http.Pusher finds
+// one through the middleware exactly when it can use it. (Behind another
+// middleware's writer with Unwrap but no Flush, over one that flushes, the
+// middleware's is an http.Flusher, though that writer is not one: its
+// flush works, as through http.ResponseController.)
+type flushWriter struct{ *responseWriter }
+
+// Flush sends what was written so far, as http.Flusher does.
+func (w flushWriter) Flush() { _ = w.FlushError() }
+
 type hijackWriter struct{ *responseWriter }
 
 // Hijack hands the connection to the handler; the request is settled when
@@ -66,9 +75,6 @@ func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, brw, err
 }
 
-// pushWriter is a responseWriter over a server's writer that can push
-// (HTTP/2): a handler that asserts http.Pusher finds it through the
-// middleware exactly when it would without it.
 type pushWriter struct{ *responseWriter }
 
 // Push initiates an HTTP/2 server push, as the server's writer does.
@@ -76,31 +82,47 @@ func (w pushWriter) Push(target string, opts *http.PushOptions) error {
 	return w.ResponseWriter.(http.Pusher).Push(target, opts)
 }
 
-// hijackPushWriter is both, for a server's writer that is both.
-type hijackPushWriter struct{ *responseWriter }
-
-func (w hijackPushWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return hijackWriter(w).Hijack()
-}
-
-func (w hijackPushWriter) Push(target string, opts *http.PushOptions) error {
-	return pushWriter(w).Push(target, opts)
-}
-
-// wrap is the writer the handler gets: rw, a Hijacker and a Pusher too
-// when w is one.
+// wrap is the writer the handler gets: rw, with Flush when w can be
+// flushed (canFlush), Hijack when w is an http.Hijacker, and Push when it
+// is an http.Pusher.
 func wrap(w http.ResponseWriter) (rw *responseWriter, forHandler http.ResponseWriter) {
 	_, hijacker := w.(http.Hijacker)
 	_, pusher := w.(http.Pusher)
 	_, unwraps := w.(interface{ Unwrap() http.ResponseWriter })
 	rw = &responseWriter{ResponseWriter: w, probe: unwraps && !hijacker, flushes: canFlush(w)}
+	f, h, p := flushWriter{rw}, hijackWriter{rw}, pushWriter{rw}
 	switch {
+	case rw.flushes && hijacker && pusher:
+		return rw, struct {
+			*responseWriter
+			flushWriter
+			hijackWriter
+			pushWriter
+		}{rw, f, h, p}
+	case rw.flushes && hijacker:
+		return rw, struct {
+			*responseWriter
+			flushWriter
+			hijackWriter
+		}{rw, f, h}
+	case rw.flushes && pusher:
+		return rw, struct {
+			*responseWriter
+			flushWriter
+			pushWriter
+		}{rw, f, p}
 	case hijacker && pusher:
-		return rw, hijackPushWriter{rw}
+		return rw, struct {
+			*responseWriter
+			hijackWriter
+			pushWriter
+		}{rw, h, p}
+	case rw.flushes:
+		return rw, f
 	case hijacker:
-		return rw, hijackWriter{rw}
+		return rw, h
 	case pusher:
-		return rw, pushWriter{rw}
+		return rw, p
 	}
 	return rw, rw
 }
@@ -249,9 +271,6 @@ func kernelCopies(src io.Reader) bool {
 
 // writerOnly hides ReadFrom from io.Copy.
 type writerOnly struct{ io.Writer }
-
-// Flush sends what was written so far, as http.Flusher does.
-func (w *responseWriter) Flush() { _ = w.FlushError() }
 
 // FlushError is Flush with its error; http.ResponseController calls it.
 // Over a writer that cannot flush (http.TimeoutHandler's), it returns the
