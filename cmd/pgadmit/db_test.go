@@ -38,7 +38,7 @@ func TestMigrateDownStatusUp(t *testing.T) {
 		t.Errorf("migrate up on a migrated database:\n%s", out)
 	}
 	if out := cliOK(t, "--database-url", url, "migrate", "up", "--to", "3"); !strings.Contains(out, "nothing to do") ||
-		!strings.Contains(out, "already past version 3 (to revert to it: migrate down --to 3)") {
+		!strings.Contains(out, "already past version 3 (to revert to it: pgadmit migrate down --to 3)") {
 		t.Errorf("migrate up --to 3 on a migrated database:\n%s", out)
 	}
 
@@ -56,7 +56,7 @@ func TestMigrateDownStatusUp(t *testing.T) {
 		t.Errorf("migrate down with nothing applied:\n%s", out)
 	}
 	if out := cliOK(t, "--database-url", url, "migrate", "down", "--to", "2"); !strings.Contains(out, "nothing to do") ||
-		!strings.Contains(out, "already below version 2 (to apply up to it: migrate up --to 2)") {
+		!strings.Contains(out, "already below version 2 (to apply up to it: pgadmit migrate up --to 2)") {
 		t.Errorf("migrate down --to 2 with nothing applied:\n%s", out)
 	}
 	if _, errOut, code := cli(t, nil, "--database-url", url, "migrate", "up", "--to", "0"); code != exitUsage || !strings.Contains(errOut, "--to") {

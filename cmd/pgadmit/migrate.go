@@ -335,9 +335,9 @@ func passedTo(sub string, to int64) func(version int64) string {
 		case to < 0 || version == to:
 			return ""
 		case sub == "up" && version > to:
-			return fmt.Sprintf("already past version %d (to revert to it: migrate down --to %d)", to, to)
+			return fmt.Sprintf("already past version %d (to revert to it: pgadmit migrate down --to %d)", to, to)
 		case sub == "down" && version < to:
-			return fmt.Sprintf("already below version %d (to apply up to it: migrate up --to %d)", to, to)
+			return fmt.Sprintf("already below version %d (to apply up to it: pgadmit migrate up --to %d)", to, to)
 		}
 		return ""
 	}

@@ -37,7 +37,7 @@ func TestMigrateDownAtVersionZeroSaysSo(t *testing.T) {
 		}
 	}
 	out := cliOK(t, "--database-url", empty, "migrate", "down", "--to", "2")
-	if want := "nothing to do: no pgadmit migration is applied\nschema version 0\nalready below version 2 (to apply up to it: migrate up --to 2)\n"; out != want {
+	if want := "nothing to do: no pgadmit migration is applied\nschema version 0\nalready below version 2 (to apply up to it: pgadmit migrate up --to 2)\n"; out != want {
 		t.Errorf("migrate down --to 2 on an empty database: stdout %q, want %q", out, want)
 	}
 	if exists := versionTableExists(t, empty); exists {
