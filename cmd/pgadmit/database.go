@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
@@ -121,9 +124,15 @@ func schemaVersions(ctx context.Context, pool *pgxpool.Pool) (have, latest int64
 type schemaBehindError struct {
 	have, want int64
 	err        error // what the server said
+	// elsewhere, when not nil, says where pgadmit's version table is, at version 0: in a schema
+	// the connection's search_path does not lead to.
+	elsewhere *versionTableElsewhere
 }
 
 func (e *schemaBehindError) Error() string {
+	if e.elsewhere != nil {
+		return e.elsewhere.notMigrateUp()
+	}
 	return fmt.Sprintf("the database's pgadmit schema is at version %d, this pgadmit needs %d: run 'pgadmit migrate up'", e.have, e.want)
 }
 
@@ -149,7 +158,79 @@ func notMigrated(pctx context.Context, pool *pgxpool.Pool, err error) error {
 	if verr != nil || have >= latest {
 		return err
 	}
-	return &schemaBehindError{have: have, want: latest, err: err}
+	sbe := &schemaBehindError{have: have, want: latest, err: err}
+	if have == 0 {
+		sbe.elsewhere = findVersionTableElsewhere(pctx, pool)
+	}
+	return sbe
+}
+
+// versionTableElsewhere is pgadmit's version table found in other schemas than the one a
+// connection reads it from (its current schema, the first of its search_path that exists), where
+// that one is at version 0: pgadmit was migrated into a schema of its own, which the
+// connection's search_path leaves out (or puts after another). 'pgadmit migrate up' there
+// would install a second, empty pgadmit in the current schema, that the tools would read while
+// the gateways use the first.
+type versionTableElsewhere struct {
+	current    string   // the connection's current schema ("": none of its search_path exists)
+	searchPath string   // its search_path setting
+	schemas    []string // the other schemas that hold the version table, by name
+}
+
+// findVersionTableElsewhere looks for pgadmit's version table in the schemas other than pool's
+// connections' current one, and returns where it is, or nil when it is in no other (or the
+// catalogs could not be read: the caller then says what it says of version 0 otherwise).
+func findVersionTableElsewhere(ctx context.Context, pool *pgxpool.Pool) *versionTableElsewhere {
+	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
+	if err != nil || len(r.OtherSchemas) == 0 {
+		return nil
+	}
+	return &versionTableElsewhere{current: r.CurrentSchema, searchPath: r.SearchPath, schemas: r.OtherSchemas}
+}
+
+// String says what the connection sees, where the version table is, and how to put its schema
+// on the search_path, as the README's "A schema of its own" does it.
+func (w *versionTableElsewhere) String() string {
+	msg := fmt.Sprintf("the database's pgadmit schema is at version 0 on this connection's search_path (%s), but pgadmit's version table %s is in ", w.searchPath, schema.VersionTable)
+	if len(w.schemas) == 1 {
+		name := sqlIdentifier(w.schemas[0])
+		return msg + fmt.Sprintf("schema %s: put that schema first in the search_path (search_path=%s in the database URL, or set on the role: README, %q)",
+			name, url.QueryEscape(name), readmeOwnSchema)
+	}
+	names := make([]string, len(w.schemas))
+	for i, s := range w.schemas {
+		names[i] = sqlIdentifier(s)
+	}
+	return msg + fmt.Sprintf("schemas %s: put the one this pgadmit should use first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)",
+		strings.Join(names, ", "), readmeOwnSchema)
+}
+
+// readmeOwnSchema is the README's paragraph on keeping pgadmit in a schema of its own, which
+// shows how to set a role's search_path.
+const readmeOwnSchema = "A schema of its own"
+
+// secondCopy names what 'pgadmit migrate up' would install on this connection.
+func (w *versionTableElsewhere) secondCopy() string {
+	if w.current == "" {
+		return "a second pgadmit"
+	}
+	return "a second pgadmit in schema " + sqlIdentifier(w.current)
+}
+
+// notMigrateUp is what the operator commands say in place of "run 'pgadmit migrate up'".
+func (w *versionTableElsewhere) notMigrateUp() string {
+	return w.String() + ", not 'pgadmit migrate up', which would install " + w.secondCopy()
+}
+
+// plainIdentifier matches a schema name that needs no quotes in SQL.
+var plainIdentifier = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
+
+// sqlIdentifier is name as SQL writes it: bare when it may be, else double-quoted.
+func sqlIdentifier(name string) string {
+	if plainIdentifier.MatchString(name) {
+		return name
+	}
+	return pgx.Identifier{name}.Sanitize()
 }
 
 // serverInfo is what bench says about the server it measures.

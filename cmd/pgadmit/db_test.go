@@ -16,10 +16,12 @@ import (
 
 	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/bench"
+	"github.com/pgadmit/pgadmit/internal/dbtest"
 	"github.com/pgadmit/pgadmit/internal/pgcluster"
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/internal/servertime"
 	"github.com/pgadmit/pgadmit/ratelimit"
+	"github.com/pgadmit/pgadmit/schema"
 )
 
 func TestMigrateDownStatusUp(t *testing.T) {
@@ -503,6 +505,65 @@ func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 				t.Errorf("pgadmit %s at schema version %s: stdout %q, want nothing", args[0], to, out)
 			}
 		}
+	}
+}
+
+// A DBA may keep pgadmit in a schema of its own (README: "A schema of its own"); a connection
+// whose search_path leaves that schema out sees version 0 there. The commands that check the
+// version say where pgadmit's version table is and how to put its schema on the search_path,
+// instead of advising 'pgadmit migrate up', which would install a second, empty pgadmit in
+// public that the tools would read while the gateways use the real one. migrate up refuses
+// there, creating nothing, unless --new-copy asks for that second pgadmit.
+func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewEmptyURL(t)
+	if err := dbtest.New().OpsCreateSchemaOfItsOwn(ctx, pgtest.OpenPool(t, url)); err != nil {
+		t.Fatal(err)
+	}
+	ownURL := url + "&search_path=pgadmit"
+	cliOK(t, "--database-url", ownURL, "migrate", "up")
+	latest := strings.TrimSpace(cliOK(t, "--database-url", ownURL, "migrate", "version"))
+	hint := `the database's pgadmit schema is at version 0 on this connection's search_path ("$user", public), ` +
+		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit: put that schema first in the search_path ` +
+		`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
+	for _, args := range [][]string{{"doctor"}, {"inspect"}, {"recover"}, {"prune"}} {
+		out, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)
+		want := "pgadmit " + args[0] + ": " + hint + ", not 'pgadmit migrate up', which would install a second pgadmit in schema public\n"
+		if code != exitFailure || errOut != want || out != "" {
+			t.Errorf("pgadmit %s with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
+				args[0], code, out, errOut, exitFailure, want)
+		}
+	}
+
+	for _, to := range [][]string{nil, {"--to", "3"}} {
+		args := append([]string{"--database-url", url, "migrate", "up"}, to...)
+		out, errOut, code := cli(t, nil, args...)
+		want := "pgadmit migrate: nothing applied: " + hint + ", or run 'pgadmit migrate up --new-copy' to install a second pgadmit in schema public all the same\n"
+		if code != exitFailure || errOut != want || out != "" {
+			t.Errorf("pgadmit %s with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
+				strings.Join(args, " "), code, out, errOut, exitFailure, want)
+		}
+	}
+	// Nothing was created in public: from the schema pgadmit, no other schema holds a version table.
+	own := pgtest.OpenPool(t, ownURL)
+	where, err := db.New().VersionTableElsewhere(ctx, own, schema.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if where.CurrentSchema != "pgadmit" || len(where.OtherSchemas) != 0 {
+		t.Errorf("after the refused migrate up, from the schema pgadmit: %+v; want current schema pgadmit and no other", where)
+	}
+	if _, errOut, code := cli(t, nil, "--database-url", url, "migrate", "status", "--new-copy"); code != exitUsage || !strings.Contains(errOut, "--new-copy") {
+		t.Errorf("migrate status --new-copy: exit %d, stderr %q; want a usage error", code, errOut)
+	}
+
+	// Asked for, the second pgadmit is installed in public, and the commands use it.
+	if out := cliOK(t, "--database-url", url, "migrate", "up", "--new-copy"); !strings.Contains(out, "up   00001_init.sql") || !strings.Contains(out, "schema version "+latest) {
+		t.Errorf("migrate up --new-copy:\n%s", out)
+	}
+	if out, errOut, code := cli(t, nil, "--database-url", url, "doctor"); code != exitOK || errOut != "" {
+		t.Errorf("doctor on the second pgadmit: exit %d, stdout %q, stderr %q; want exit 0 and nothing on stderr", code, out, errOut)
 	}
 }
 

@@ -32,7 +32,11 @@ mode), for up to 5 minutes (Ctrl-C stops the wait). While up or down runs, every
 stderr what it waits for: that lock (or, when the connection was lost or the database froze
 meanwhile, that), or a migration that has run that long.
 
-  up       apply every pending migration (or up to --to)
+  up       apply every pending migration (or up to --to). Where this connection sees version 0
+           but pgadmit's version table is in another schema (pgadmit migrated into a schema of
+           its own, which the search_path leaves out), it applies nothing, names that schema and
+           fails: put it first in the search_path, or give --new-copy to install a second
+           pgadmit here all the same.
   down     revert the latest applied migration (or down to --to; --to 0 drops every pgadmit
            table and its data, all but the version and lock tables). At version 0, or on a
            database pgadmit never migrated, it reverts and creates nothing, prints "nothing to
@@ -51,6 +55,7 @@ while another process migrates.`,
 func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 	fs := a.flags(a.cmd)
 	to := fs.Int64("to", -1, "target `version` for up and down (default: up to the latest, down by one)")
+	newCopy := fs.Bool("new-copy", false, "up: apply even though pgadmit's version table is in another schema than this connection's (installing a second pgadmit)")
 	args, err = a.parse(a.cmd, fs, args)
 	if err != nil {
 		return err
@@ -72,6 +77,9 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		}
 	default:
 		return usagef("unknown subcommand %q: want up, down, status or version", sub)
+	}
+	if *newCopy && sub != "up" {
+		return usagef("--new-copy applies to up, not %s", sub)
 	}
 	if toGiven && *to < 0 {
 		return usagef("--to must be a version >= 0, got %d", *to)
@@ -117,6 +125,13 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 
 	switch sub {
 	case "up":
+		// pgadmit migrated into a schema this search_path leaves out: up would install a second
+		// one here, which the tools would read while the gateways use the first.
+		if !*newCopy {
+			if err := refuseSecondCopy(ctx, pool); err != nil {
+				return err
+			}
+		}
 		// Nothing to apply: say so without waiting for the lock another migrator may hold.
 		pending, err := pendingUpTo(ctx, pool, *to)
 		if err != nil {
@@ -171,6 +186,19 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		fmt.Fprintln(a.stdout, v)
 		return nil
 	}
+}
+
+// refuseSecondCopy is up's refusal on a database whose version table, at version 0 on pool's
+// search_path, is in another schema (versionTableElsewhere); nil otherwise, also when the version
+// could not be read (the statements after it say why, as before this check).
+func refuseSecondCopy(ctx context.Context, pool *pgxpool.Pool) error {
+	if v, err := schema.Version(ctx, pool); err != nil || v != 0 {
+		return nil
+	}
+	if w := findVersionTableElsewhere(ctx, pool); w != nil {
+		return fmt.Errorf("nothing applied: %s, or run 'pgadmit migrate up --new-copy' to install %s all the same", w, w.secondCopy())
+	}
+	return nil
 }
 
 // nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says
@@ -302,6 +330,11 @@ func checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool, warn func(stri
 	case err != nil:
 	case v > latest:
 		warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
+	case v == 0:
+		if w := findVersionTableElsewhere(ctx, pool); w != nil {
+			return version, w.notMigrateUp()
+		}
+		fallthrough
 	case v < latest:
 		return version, fmt.Sprintf("schema version %d is behind this pgadmit's migrations, which end at %d: run 'pgadmit migrate up'", v, latest)
 	}

@@ -1,0 +1,32 @@
+-- name: VersionTableElsewhere :one
+-- Where pgadmit's version table (@table_name: pgadmit_goose_version) is,
+-- besides the schema this session reads it from and would create it in:
+-- current_schema, that schema (the first schema of the search_path that
+-- exists; empty when none does); search_path, the setting as this session
+-- has it; other_schemas, every other schema of this database that holds a
+-- table of that name, by name (none: an empty array). `pgadmit` reads it
+-- when it sees schema version 0, to tell a database pgadmit never migrated
+-- from one migrated into a schema this connection's search_path leaves out
+-- (or puts after another). It reads the catalogs only, which every role may
+-- read: it names such a schema whether or not this role may use it, and
+-- reads no table of pgadmit's, in any schema.
+-- Locks: none on any table (catalog reads, MVCC).
+-- Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+SELECT coalesce(pg_catalog.current_schema()::text, '')::text AS current_schema,
+       pg_catalog.current_setting('search_path'::text)::text AS search_path,
+       ARRAY(
+           SELECT n.nspname::text
+           FROM pg_catalog.pg_class AS c
+           JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+           WHERE c.relname = @table_name::name
+             AND c.relkind IN ('r', 'p')
+             AND n.nspname IS DISTINCT FROM pg_catalog.current_schema()
+           ORDER BY n.nspname
+       )::text[] AS other_schemas;
+
+-- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
+--
+-- pgadmit's version table as the catalogs see it: what the CLI reads to say
+-- where pgadmit is when the search_path of its connection does not lead to
+-- it. The ratelimit package never runs it. goose itself (schema.Version,
+-- schema.Migrate) looks for the table in the session's current schema only.
