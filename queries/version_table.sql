@@ -4,16 +4,22 @@
 -- current_schema, that schema (the first schema of the search_path that
 -- exists; empty when none does); search_path, the setting as this session
 -- has it; other_schemas, every other schema of this database that holds a
--- table of that name, by name (none: an empty array). `pgadmit` reads it
+-- table of that name, by name (none: an empty array); without_usage, those
+-- of them on which this session's role (current_user, role_name) has no
+-- USAGE, which PostgreSQL leaves out of its search_path even where the
+-- setting names them (has_schema_privilege: the schema's ACL and the
+-- role's memberships, from the catalogs). `pgadmit` reads it
 -- when it sees schema version 0, to tell a database pgadmit never migrated
 -- from one migrated into a schema this connection's search_path leaves out
--- (or puts after another). It reads the catalogs only, which every role may
--- read: it names such a schema whether or not this role may use it, and
--- reads no table of pgadmit's, in any schema.
+-- (or puts after another, or that this role may not use). It reads the
+-- catalogs only, which every role may read: it names such a schema whether
+-- or not this role may use it, and reads no table of pgadmit's, in any
+-- schema.
 -- Locks: none on any table (catalog reads, MVCC).
 -- Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
 SELECT coalesce(pg_catalog.current_schema()::text, '')::text AS current_schema,
        pg_catalog.current_setting('search_path'::text)::text AS search_path,
+       current_user::text AS role_name,
        ARRAY(
            SELECT n.nspname::text
            FROM pg_catalog.pg_class AS c
@@ -22,7 +28,17 @@ SELECT coalesce(pg_catalog.current_schema()::text, '')::text AS current_schema,
              AND c.relkind IN ('r', 'p')
              AND n.nspname IS DISTINCT FROM pg_catalog.current_schema()
            ORDER BY n.nspname
-       )::text[] AS other_schemas;
+       )::text[] AS other_schemas,
+       ARRAY(
+           SELECT n.nspname::text
+           FROM pg_catalog.pg_class AS c
+           JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+           WHERE c.relname = @table_name::name
+             AND c.relkind IN ('r', 'p')
+             AND n.nspname IS DISTINCT FROM pg_catalog.current_schema()
+             AND NOT pg_catalog.has_schema_privilege(n.oid, 'USAGE'::text)
+           ORDER BY n.nspname
+       )::text[] AS without_usage;
 
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --

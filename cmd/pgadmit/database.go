@@ -175,6 +175,11 @@ type versionTableElsewhere struct {
 	current    string   // the connection's current schema ("": none of its search_path exists)
 	searchPath string   // its search_path setting
 	schemas    []string // the other schemas that hold the version table, by name
+	// role is the session's role (current_user), and noUsage those of schemas on which it has
+	// no USAGE: PostgreSQL leaves them out of the search_path even where the setting names
+	// them, so the fix there is the grant, which docs/privileges.sql gives.
+	role    string
+	noUsage []string
 }
 
 // findVersionTableElsewhere looks for pgadmit's version table in the schemas other than pool's
@@ -185,24 +190,42 @@ func findVersionTableElsewhere(ctx context.Context, pool *pgxpool.Pool) *version
 	if err != nil || len(r.OtherSchemas) == 0 {
 		return nil
 	}
-	return &versionTableElsewhere{current: r.CurrentSchema, searchPath: r.SearchPath, schemas: r.OtherSchemas}
+	return &versionTableElsewhere{current: r.CurrentSchema, searchPath: r.SearchPath, schemas: r.OtherSchemas,
+		role: r.RoleName, noUsage: r.WithoutUsage}
 }
 
 // String says what the connection sees, where the version table is, and how to put its schema
 // on the search_path, as the README's "A schema of its own" does it.
 func (w *versionTableElsewhere) String() string {
 	msg := fmt.Sprintf("the database's pgadmit schema is at version 0 on this connection's search_path (%s), but pgadmit's version table %s is in ", w.searchPath, schema.VersionTable)
+	role := sqlIdentifier(w.role)
 	if len(w.schemas) == 1 {
 		name := sqlIdentifier(w.schemas[0])
-		return msg + fmt.Sprintf("schema %s: put that schema first in the search_path (search_path=%s in the database URL, or set on the role: README, %q)",
-			name, url.QueryEscape(name), readmeOwnSchema)
+		how := fmt.Sprintf("(search_path=%s in the database URL, or set on the role: README, %q)", url.QueryEscape(name), readmeOwnSchema)
+		if len(w.noUsage) == 1 {
+			return msg + fmt.Sprintf("schema %s, on which role %s has no USAGE, so PostgreSQL leaves it out of the search_path: "+
+				"GRANT USAGE ON SCHEMA %s TO %s (docs/privileges.sql grants it to its roles) and have that schema first in the search_path %s",
+				name, role, name, role, how)
+		}
+		return msg + fmt.Sprintf("schema %s: put that schema first in the search_path %s", name, how)
 	}
 	names := make([]string, len(w.schemas))
 	for i, s := range w.schemas {
 		names[i] = sqlIdentifier(s)
 	}
-	return msg + fmt.Sprintf("schemas %s: put the one this pgadmit should use first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)",
-		strings.Join(names, ", "), readmeOwnSchema)
+	msg += "schemas " + strings.Join(names, ", ")
+	if len(w.noUsage) > 0 {
+		unusable := make([]string, len(w.noUsage))
+		for i, s := range w.noUsage {
+			unusable[i] = sqlIdentifier(s)
+		}
+		msg += fmt.Sprintf(" (role %s has no USAGE on %s, so PostgreSQL leaves it out of the search_path)", role, strings.Join(unusable, ", "))
+	}
+	msg += fmt.Sprintf(": put the one this pgadmit should use first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)", readmeOwnSchema)
+	if len(w.noUsage) > 0 {
+		msg += fmt.Sprintf(", and GRANT USAGE ON SCHEMA <schema> TO %s if it has none (docs/privileges.sql grants it to its roles)", role)
+	}
+	return msg
 }
 
 // readmeOwnSchema is the README's paragraph on keeping pgadmit in a schema of its own, which

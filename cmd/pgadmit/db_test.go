@@ -554,6 +554,30 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 	if where.CurrentSchema != "pgadmit" || len(where.OtherSchemas) != 0 {
 		t.Errorf("after the refused migrate up, from the schema pgadmit: %+v; want current schema pgadmit and no other", where)
 	}
+	// migrate version, status and down answer for this connection, as before (exit 0: version 0,
+	// every migration pending, nothing to revert), and warn where pgadmit is.
+	warning := "pgadmit migrate: warning: " + hint + "\n"
+	if out, errOut, code := cli(t, nil, "--database-url", url, "migrate", "version"); code != exitOK || out != "0\n" || errOut != warning {
+		t.Errorf("migrate version with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit 0, stdout \"0\\n\", stderr %q", code, out, errOut, warning)
+	}
+	if out, errOut, code := cli(t, nil, "--database-url", url, "migrate", "status"); code != exitOK || !strings.Contains(out, "pending") || strings.Contains(out, "applied") || errOut != warning {
+		t.Errorf("migrate status with pgadmit in another schema: exit %d, stderr %q; want exit 0, every migration pending, stderr %q; stdout:\n%s", code, errOut, warning, out)
+	}
+	for _, to := range [][]string{nil, {"--to", "0"}} {
+		args := append([]string{"--database-url", url, "migrate", "down"}, to...)
+		out, errOut, code := cli(t, nil, args...)
+		if want := "nothing to do: no pgadmit migration is applied\nschema version 0\n"; code != exitOK || out != want || errOut != warning {
+			t.Errorf("pgadmit %s with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit 0, stdout %q, stderr %q",
+				strings.Join(args, " "), code, out, errOut, want, warning)
+		}
+	}
+	// Nor did they create anything in public.
+	if where, err := db.New().VersionTableElsewhere(ctx, own, schema.VersionTable); err != nil || len(where.OtherSchemas) != 0 {
+		t.Errorf("after migrate version, status and down, from the schema pgadmit: %+v, %v; want no other schema", where, err)
+	}
+	if out := strings.TrimSpace(cliOK(t, "--database-url", ownURL, "migrate", "version")); out != latest {
+		t.Errorf("after migrate down on the other search_path, pgadmit's schema is at version %s, want %s", out, latest)
+	}
 	if _, errOut, code := cli(t, nil, "--database-url", url, "migrate", "status", "--new-copy"); code != exitUsage || !strings.Contains(errOut, "--new-copy") {
 		t.Errorf("migrate status --new-copy: exit %d, stderr %q; want a usage error", code, errOut)
 	}
@@ -564,6 +588,43 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 	}
 	if out, errOut, code := cli(t, nil, "--database-url", url, "doctor"); code != exitOK || errOut != "" {
 		t.Errorf("doctor on the second pgadmit: exit %d, stdout %q, stderr %q; want exit 0 and nothing on stderr", code, out, errOut)
+	}
+}
+
+// A role that has pgadmit's schema in its search_path but no USAGE on it: PostgreSQL leaves the
+// schema out of the search_path, so the connection sees version 0 too, but the fix is the grant
+// (docs/privileges.sql's), not the search_path it already has. The commands say so.
+func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewEmptyURL(t)
+	if err := dbtest.New().OpsCreateSchemaOfItsOwn(ctx, pgtest.OpenPool(t, url)); err != nil {
+		t.Fatal(err)
+	}
+	ownURL := url + "&search_path=pgadmit"
+	cliOK(t, "--database-url", ownURL, "migrate", "up")
+	// pgadmit first, then public, where the role may read and would create: with pgadmit alone,
+	// skipped, the session has no current schema at all, and goose's check for its version table
+	// then finds the one in pgadmit, which it may not read (42P01), before anything is said.
+	roleURL, role := pgtest.NoGrantsURL(t, url+"&search_path=pgadmit,public")
+	hint := `the database's pgadmit schema is at version 0 on this connection's search_path (pgadmit,public), ` +
+		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit, on which role ` + role + ` has no USAGE, so PostgreSQL leaves it out of the search_path: ` +
+		`GRANT USAGE ON SCHEMA pgadmit TO ` + role + ` (docs/privileges.sql grants it to its roles) and have that schema first in the search_path ` +
+		`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
+	for _, args := range [][]string{{"doctor"}, {"inspect"}} {
+		out, errOut, code := cli(t, nil, append([]string{"--database-url", roleURL}, args...)...)
+		want := "pgadmit " + args[0] + ": " + hint + ", not 'pgadmit migrate up', which would install a second pgadmit in schema public\n"
+		if code != exitFailure || errOut != want || out != "" {
+			t.Errorf("pgadmit %s as a role without USAGE on pgadmit's schema: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
+				args[0], code, out, errOut, exitFailure, want)
+		}
+	}
+	if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "up"); code != exitFailure || out != "" ||
+		errOut != "pgadmit migrate: nothing applied: "+hint+", or run 'pgadmit migrate up --new-copy' to install a second pgadmit in schema public all the same\n" {
+		t.Errorf("migrate up as a role without USAGE on pgadmit's schema: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "version"); code != exitOK || out != "0\n" || errOut != "pgadmit migrate: warning: "+hint+"\n" {
+		t.Errorf("migrate version as a role without USAGE on pgadmit's schema: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

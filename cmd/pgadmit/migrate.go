@@ -46,7 +46,8 @@ meanwhile, that), or a migration that has run that long.
   version  print the current schema version (0: nothing applied)
 
 status and version only read the version table: they take no lock, create nothing, and answer
-while another process migrates.`,
+while another process migrates. Where this connection sees version 0 but pgadmit's version table
+is in another schema, down, status and version answer for the connection and warn where it is.`,
 		db:  dbRequired,
 		run: runMigrate,
 	}
@@ -110,13 +111,21 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 	// embed ("version not found"), and lists only the ones it knows. (up says so after its
 	// step, in migrateUpDown.)
 	ahead := ""
-	if sub == "down" || sub == "status" {
+	if sub != "up" {
 		var have int64
 		if have, ahead, err = schemaAhead(ctx, pool); err != nil {
 			return err
 		}
 		if ahead != "" && sub == "down" {
 			return fmt.Errorf("%s: revert it with the pgadmit that applied it", ahead)
+		}
+		// At version 0 on this connection, where pgadmit is elsewhere: down, status and version
+		// answer for the connection, as before (nothing to revert, every migration pending, 0),
+		// and warn where pgadmit is and how to reach it. (up refuses there: refuseSecondCopy.)
+		if have == 0 {
+			if w := findVersionTableElsewhere(ctx, pool); w != nil {
+				a.warn("%s", w)
+			}
 		}
 		if have == 0 && sub == "down" {
 			return a.nothingToRevert(passedTo(sub, *to))

@@ -21,6 +21,10 @@ var (
 	privilegeLogins string
 	//go:embed privileges_drop.sql
 	privilegeRolesDrop string
+	//go:embed role_login.sql
+	roleLogin string
+	//go:embed role_drop.sql
+	roleDrop string
 )
 
 // loginPassword is the password of the login roles of [LeastPrivilegeURLs], for servers that
@@ -69,6 +73,38 @@ func LeastPrivilegeURLs(t testing.TB, dbURL string) (gateway, maintenance string
 		t.Fatalf("pgtest: login roles: %v", err)
 	}
 	return asRole(t, dbURL, gatewayRole+"_login"), asRole(t, dbURL, maintenanceRole+"_login")
+}
+
+// NoGrantsURL creates a login role of the test's own, named pgadmit_test_<suffix> (roles belong
+// to the whole server, which tests share), that is granted nothing: it may do what PUBLIC may
+// (connect, use public), and no more. It returns dbURL (a database of [NewURL], its parameters
+// kept) as that role, and the role's name. The role is dropped when t ends.
+func NoGrantsURL(t testing.TB, dbURL string) (roleURL, role string) {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	role = "pgadmit_test_" + hex.EncodeToString(b[:])
+	name := strings.NewReplacer("pgadmit_test_role", role)
+	admin := adminURL(t, dbURL)
+	run := func(script string) error {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, name.Replace(script)) // no arguments: one simple query
+		return err
+	}
+	t.Cleanup(func() {
+		if err := run(roleDrop); err != nil {
+			t.Errorf("pgtest: drop the test's role: %v", err)
+		}
+	})
+	if err := run(roleLogin); err != nil {
+		t.Fatalf("pgtest: login role: %v", err)
+	}
+	return asRole(t, dbURL, role), role
 }
 
 // adminURL returns dbURL (a database of [NewURL], its parameters kept) as the server's own role:
