@@ -517,12 +517,7 @@ func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewEmptyURL(t)
-	if err := dbtest.New().OpsCreateSchemaOfItsOwn(ctx, pgtest.OpenPool(t, url)); err != nil {
-		t.Fatal(err)
-	}
-	ownURL := url + "&search_path=pgadmit"
-	cliOK(t, "--database-url", ownURL, "migrate", "up")
+	url, ownURL := migratedIntoSchemaOfItsOwn(t)
 	latest := strings.TrimSpace(cliOK(t, "--database-url", ownURL, "migrate", "version"))
 	hint := `the database's pgadmit schema is at version 0 on this connection's search_path ("$user", public), ` +
 		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit: put that schema first in the search_path ` +
@@ -596,13 +591,7 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 // (docs/privileges.sql's), not the search_path it already has. The commands say so.
 func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := pgtest.NewEmptyURL(t)
-	if err := dbtest.New().OpsCreateSchemaOfItsOwn(ctx, pgtest.OpenPool(t, url)); err != nil {
-		t.Fatal(err)
-	}
-	ownURL := url + "&search_path=pgadmit"
-	cliOK(t, "--database-url", ownURL, "migrate", "up")
+	url, _ := migratedIntoSchemaOfItsOwn(t)
 	// pgadmit first, then public, where the role may read and would create: with pgadmit alone,
 	// skipped, the session has no current schema at all, and goose's check for its version table
 	// then finds the one in pgadmit, which it may not read (42P01), before anything is said.
@@ -816,4 +805,18 @@ func inspectScene(t *testing.T, pool *pgxpool.Pool, win time.Duration, tokens fl
 		}
 	}
 	return lim, g
+}
+
+// migratedIntoSchemaOfItsOwn makes an empty database whose schema pgadmit (README: "A schema of
+// its own") pgadmit is migrated into, and returns its URL, whose search_path leaves that schema
+// out, and the URL whose search_path is that schema.
+func migratedIntoSchemaOfItsOwn(t *testing.T) (url, ownURL string) {
+	t.Helper()
+	url = pgtest.NewEmptyURL(t)
+	if err := dbtest.New().OpsCreateSchemaOfItsOwn(context.Background(), pgtest.OpenPool(t, url)); err != nil {
+		t.Fatal(err)
+	}
+	ownURL = url + "&search_path=pgadmit"
+	cliOK(t, "--database-url", ownURL, "migrate", "up")
+	return url, ownURL
 }

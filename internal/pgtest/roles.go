@@ -45,21 +45,9 @@ func LeastPrivilegeURLs(t testing.TB, dbURL string) (gateway, maintenance string
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	gatewayRole, maintenanceRole := "pgadmit_gateway_"+hex.EncodeToString(b[:]), "pgadmit_maintenance_"+hex.EncodeToString(b[:])
-	names := strings.NewReplacer("pgadmit_gateway", gatewayRole, "pgadmit_maintenance", maintenanceRole)
-	admin := adminURL(t, dbURL)
-	run := func(script string) error {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, names.Replace(script)) // no arguments: one simple query, every statement in it
-		return err
-	}
+	suffix := roleSuffix()
+	gatewayRole, maintenanceRole := "pgadmit_gateway_"+suffix, "pgadmit_maintenance_"+suffix
+	run := adminScripts(t, dbURL, strings.NewReplacer("pgadmit_gateway", gatewayRole, "pgadmit_maintenance", maintenanceRole))
 	// Registered first, so that the roles a script failing halfway created go too.
 	t.Cleanup(func() {
 		if err := run(privilegeRolesDrop); err != nil {
@@ -81,21 +69,8 @@ func LeastPrivilegeURLs(t testing.TB, dbURL string) (gateway, maintenance string
 // kept) as that role, and the role's name. The role is dropped when t ends.
 func NoGrantsURL(t testing.TB, dbURL string) (roleURL, role string) {
 	t.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	role = "pgadmit_test_" + hex.EncodeToString(b[:])
-	name := strings.NewReplacer("pgadmit_test_role", role)
-	admin := adminURL(t, dbURL)
-	run := func(script string) error {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, name.Replace(script)) // no arguments: one simple query
-		return err
-	}
+	role = "pgadmit_test_" + roleSuffix()
+	run := adminScripts(t, dbURL, strings.NewReplacer("pgadmit_test_role", role))
 	t.Cleanup(func() {
 		if err := run(roleDrop); err != nil {
 			t.Errorf("pgtest: drop the test's role: %v", err)
@@ -105,6 +80,31 @@ func NoGrantsURL(t testing.TB, dbURL string) (roleURL, role string) {
 		t.Fatalf("pgtest: login role: %v", err)
 	}
 	return asRole(t, dbURL, role), role
+}
+
+// roleSuffix is a random suffix for the names of a test's roles.
+func roleSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// adminScripts returns a function that runs a script in the database of dbURL as the server's
+// own role (adminURL), its role names replaced by names: one simple query, no arguments, every
+// statement in it.
+func adminScripts(t testing.TB, dbURL string, names *strings.Replacer) func(script string) error {
+	t.Helper()
+	admin := adminURL(t, dbURL)
+	return func(script string) error {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, names.Replace(script))
+		return err
+	}
 }
 
 // adminURL returns dbURL (a database of [NewURL], its parameters kept) as the server's own role:
