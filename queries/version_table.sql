@@ -17,28 +17,20 @@
 -- schema.
 -- Locks: none on any table (catalog reads, MVCC).
 -- Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+WITH elsewhere AS (
+    SELECT n.nspname::text AS schema_name,
+           pg_catalog.has_schema_privilege(n.oid, 'USAGE'::text) AS usable
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE c.relname = @table_name::name
+      AND c.relkind IN ('r', 'p')
+      AND n.nspname IS DISTINCT FROM pg_catalog.current_schema()
+)
 SELECT coalesce(pg_catalog.current_schema()::text, '')::text AS current_schema,
        pg_catalog.current_setting('search_path'::text)::text AS search_path,
        current_user::text AS role_name,
-       ARRAY(
-           SELECT n.nspname::text
-           FROM pg_catalog.pg_class AS c
-           JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-           WHERE c.relname = @table_name::name
-             AND c.relkind IN ('r', 'p')
-             AND n.nspname IS DISTINCT FROM pg_catalog.current_schema()
-           ORDER BY n.nspname
-       )::text[] AS other_schemas,
-       ARRAY(
-           SELECT n.nspname::text
-           FROM pg_catalog.pg_class AS c
-           JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-           WHERE c.relname = @table_name::name
-             AND c.relkind IN ('r', 'p')
-             AND n.nspname IS DISTINCT FROM pg_catalog.current_schema()
-             AND NOT pg_catalog.has_schema_privilege(n.oid, 'USAGE'::text)
-           ORDER BY n.nspname
-       )::text[] AS without_usage;
+       ARRAY(SELECT e.schema_name FROM elsewhere AS e ORDER BY e.schema_name)::text[] AS other_schemas,
+       ARRAY(SELECT e.schema_name FROM elsewhere AS e WHERE NOT e.usable ORDER BY e.schema_name)::text[] AS without_usage;
 
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
