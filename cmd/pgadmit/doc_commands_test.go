@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/readme"
 )
 
 // docCommandValues are the values given to the words by which the docs name a flag's value
@@ -82,7 +84,6 @@ func TestEveryCommandLineOfTheDocsParses(t *testing.T) {
 }
 
 var (
-	docFencedBlock = regexp.MustCompile("(?ms)^ *```.*?^ *```[^\n]*$")
 	docBlankLine   = regexp.MustCompile(`\n[ \t]*\n`)
 	docLineBreak   = regexp.MustCompile(`[ \t]*\n[ \t]*`)
 	docPlaceholder = regexp.MustCompile(`^[A-Z]+$`) // a value to fill in that docCommandValues does not know
@@ -91,9 +92,8 @@ var (
 // docCommandLines returns the code spans of a Markdown text (outside its fenced blocks, a span
 // that a line break splits joined by a space) that begin with "pgadmit ".
 func docCommandLines(markdown string) []string {
-	markdown = docFencedBlock.ReplaceAllString(markdown, "")
 	var lines []string
-	for _, paragraph := range docBlankLine.Split(markdown, -1) {
+	for _, paragraph := range docBlankLine.Split(readme.Prose(markdown), -1) {
 		parts := strings.Split(docLineBreak.ReplaceAllString(paragraph, " "), "`")
 		for i := 1; i < len(parts); i += 2 {
 			if span := strings.TrimSpace(parts[i]); strings.HasPrefix(span, "pgadmit ") {

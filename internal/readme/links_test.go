@@ -60,9 +60,6 @@ func TestDocLinksAndAnchorsResolve(t *testing.T) {
 	}
 }
 
-// fencedBlock matches a fenced code block (its fence may be indented, as in a list item).
-var fencedBlock = regexp.MustCompile("(?ms)^ *```.*?^ *```[^\n]*$")
-
 var (
 	inlineLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	urlScheme  = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
@@ -72,7 +69,7 @@ var (
 // name no scheme (https:, mailto:), outside its fenced code blocks.
 func relativeLinks(markdown string) []string {
 	var links []string
-	for _, m := range inlineLink.FindAllStringSubmatch(fencedBlock.ReplaceAllString(markdown, ""), -1) {
+	for _, m := range inlineLink.FindAllStringSubmatch(Prose(markdown), -1) {
 		if !urlScheme.MatchString(m[1]) {
 			links = append(links, m[1])
 		}
@@ -87,7 +84,7 @@ func headingAnchors(markdown string) []string {
 	var anchors []string
 	seen := map[string]int{}
 	link := regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
-	for _, m := range regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.*?)[ \t]*$`).FindAllStringSubmatch(fencedBlock.ReplaceAllString(markdown, ""), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.*?)[ \t]*$`).FindAllStringSubmatch(Prose(markdown), -1) {
 		var a strings.Builder
 		for _, r := range strings.ToLower(link.ReplaceAllString(m[1], "$1")) {
 			switch {

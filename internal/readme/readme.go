@@ -1,10 +1,12 @@
 // Package readme reads the Go blocks of the repository's README.md and the
 // code sketches of package comments, for the tests that hold them to the
-// runnable examples they are copied from or compile them as pasted.
+// runnable examples they are copied from or compile them as pasted, and the
+// prose of its Markdown docs, for the tests of their links and commands.
 package readme
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -38,4 +40,13 @@ func Indent(code string) string {
 		indented.WriteString(line)
 	}
 	return indented.String()
+}
+
+// fencedBlock matches a fenced code block (its fence may be indented, as in a list item).
+var fencedBlock = regexp.MustCompile("(?ms)^ *```.*?^ *```[^\n]*$")
+
+// Prose returns a Markdown text without its fenced code blocks: what the tests that read the
+// docs' links, headings and code spans look in.
+func Prose(markdown string) string {
+	return fencedBlock.ReplaceAllString(markdown, "")
 }
