@@ -48,8 +48,9 @@ and the "expected" and "actual" amounts as JSON numbers with every digit the dat
 "truncated", "recoverable" and "pooler" (null, or what the connection's check found). The exit
 codes are unchanged. It is written when the books were checked, or the connection's check
 stopped doctor before them ("books_checked": false); a run that could not check (the database
-unreachable or refusing it, cut off, interrupted) writes none, and removes a FILE it created: a
-script tells problems found (a document, "ok": false) from a check that did not run (none).`,
+unreachable or refusing it, cut off, interrupted) writes none, and removes a FILE it created or
+an earlier run wrote (a regular file; not a device or symlink, /dev/stdout): a script tells
+problems found (a document, "ok": false) from a check that did not run (none).`,
 		db:  dbRequired,
 		run: runDoctor,
 	}

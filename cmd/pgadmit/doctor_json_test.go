@@ -154,7 +154,9 @@ func TestDoctorJSON(t *testing.T) {
 }
 
 // A doctor or inspect that cannot reach its database writes no document: nothing on stdout with --json -,
-// no file with --json FILE (one it created is removed), and its error on stderr, exit 1.
+// no file with --json FILE, and its error on stderr, exit 1. A FILE an earlier run wrote is
+// removed too: a script that reads it after the failure would take the earlier results for this
+// run's. bench, which fails there too, does the same.
 func TestDoctorJSONOfAFailedRun(t *testing.T) {
 	t.Parallel()
 	const closed = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
@@ -163,13 +165,22 @@ func TestDoctorJSONOfAFailedRun(t *testing.T) {
 		if code != exitFailure || out != "" || !strings.Contains(errOut, "cannot connect") {
 			t.Errorf("%s --json - on a closed port: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout", cmd, code, out, errOut)
 		}
-		path := filepath.Join(t.TempDir(), cmd+".json")
-		_, errOut, code = cli(t, nil, "--database-url", closed, cmd, "--json", path)
-		if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
-			t.Errorf("%s --json FILE on a closed port: exit %d, stderr %q", cmd, code, errOut)
-		}
-		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("%s that failed left its --json file behind: %v", cmd, err)
+	}
+	for _, cmd := range []string{"doctor", "inspect", "bench"} {
+		for _, earlier := range []bool{false, true} {
+			path := filepath.Join(t.TempDir(), cmd+".json")
+			if earlier {
+				if err := os.WriteFile(path, []byte(`{"ok": true}`+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, errOut, code := cli(t, nil, "--database-url", closed, cmd, "--json", path)
+			if code != exitFailure || !strings.Contains(errOut, "cannot connect") {
+				t.Errorf("%s --json FILE on a closed port: exit %d, stderr %q", cmd, code, errOut)
+			}
+			if b, err := os.ReadFile(path); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s that failed left its --json file (an earlier run's: %v) behind: %q, %v", cmd, earlier, b, err)
+			}
 		}
 	}
 }

@@ -57,7 +57,7 @@ are in seconds ("reset_in_s", "next_expiry_in_s", null with no live lease, "olde
 "reported_ago_s", "ends_in_s", negative once the window ended), with "totals" (each table's
 rows, past --limit too), "scope", "limit", "schema_version" and "duration_s". It is written once
 all four tables are read, as the text is: a run that fails writes none, and removes a FILE it
-created.`,
+created or an earlier run wrote, as doctor does.`,
 		db:  dbRequired,
 		run: runInspect,
 	}

@@ -28,16 +28,18 @@ func openJSONFlag(flags *flag.FlagSet, path string) (*jsonFile, error) {
 
 // jsonFile is the --json file of bench, doctor or inspect, or stdout for "-".
 type jsonFile struct {
-	file    *os.File // nil for stdout
-	created bool     // the file did not exist before this run: abandon removes it
+	file *os.File // nil for stdout
+	// regular: the path names a regular file (one this run created, or an earlier run's report),
+	// which abandon removes; not a device, a pipe or a symlink (/dev/stdout), left as they are.
+	regular bool
 	written bool
 }
 
 // createJSONFile opens --json's file before anything else runs (as bench's --cpuprofile is),
 // so that a bad path fails the command at once, not after every workload has run or the books
 // were checked; nil when path is empty. A file that exists already (an earlier run's report, or /dev/stdout) is opened
-// without being truncated: it is replaced only when the report is written, and left as it was
-// when the run fails.
+// without being truncated: it is replaced when the report is written, and an earlier report is
+// removed when the run fails (abandon).
 func createJSONFile(path string) (*jsonFile, error) {
 	switch path {
 	case "":
@@ -46,16 +48,14 @@ func createJSONFile(path string) (*jsonFile, error) {
 		return &jsonFile{}, nil
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if err == nil {
-		return &jsonFile{file: f, created: true}, nil
-	}
 	if errors.Is(err, fs.ErrExist) {
 		f, err = os.OpenFile(path, os.O_WRONLY, 0)
 	}
 	if err != nil {
 		return nil, usagef("--json: %v", err)
 	}
-	return &jsonFile{file: f}, nil
+	st, err := os.Lstat(path)
+	return &jsonFile{file: f, regular: err == nil && st.Mode().IsRegular()}, nil
 }
 
 // write writes v as indented JSON to the file, or to stdout, and closes the file; nothing
@@ -91,14 +91,15 @@ func (j *jsonFile) write(stdout io.Writer, v any) error {
 }
 
 // abandon closes the file when the run ended before its report was written, and removes it
-// when this run created it (an empty file is no JSON document); a file that existed before is
-// left as it was.
+// when it is a regular file: one this run created (an empty file is no JSON document), or an
+// earlier run's report, which a script reading the file after this failure would take for this
+// run's. A device, pipe or symlink (/dev/stdout) is left as it is.
 func (j *jsonFile) abandon() {
 	if j == nil || j.file == nil || j.written {
 		return
 	}
 	j.file.Close()
-	if j.created {
+	if j.regular {
 		os.Remove(j.file.Name())
 	}
 }

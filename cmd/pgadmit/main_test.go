@@ -382,13 +382,19 @@ func TestBenchJSONOfAFailedRun(t *testing.T) {
 	}
 }
 
-// A --json file that exists already (the report of an earlier run) is neither emptied nor
-// removed by a run that fails before its report is written: only a successful run replaces it.
-func TestBenchJSONOfAFailedRunKeepsAnExistingFile(t *testing.T) {
+// A --json path that is not a regular file, such as /dev/stdout, a symlink, is not removed by a
+// run that fails before its report is written (as root, --json /dev/null would have removed
+// /dev/null), and not emptied: only a regular file, an earlier run's report, is removed
+// (TestDoctorJSONOfAFailedRun).
+func TestBenchJSONOfAFailedRunLeavesASymlink(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "bench.json")
+	dir := t.TempDir()
+	target, path := filepath.Join(dir, "target.json"), filepath.Join(dir, "bench.json")
 	const earlier = `{"run_id": "earlier"}` + "\n"
-	if err := os.WriteFile(path, []byte(earlier), 0o644); err != nil {
+	if err := os.WriteFile(target, []byte(earlier), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
 	_, errOut, code := cli(t, nil, "bench", "--database-url", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--json", path)
@@ -397,15 +403,15 @@ func TestBenchJSONOfAFailedRunKeepsAnExistingFile(t *testing.T) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("bench that failed removed the existing --json file: %v", err)
+		t.Fatalf("bench that failed removed the --json symlink: %v", err)
 	}
 	if string(b) != earlier {
-		t.Errorf("bench that failed changed the existing --json file to %q, want %q", b, earlier)
+		t.Errorf("bench that failed changed the file behind the --json symlink to %q, want %q", b, earlier)
 	}
 }
 
 // A --cpuprofile file that exists already (the profile of an earlier run) is neither emptied
-// nor removed by a run that fails before profiling starts, as for --json; it used to be
+// nor removed by a run that fails before profiling starts (unlike --json: a profile is no report of this run); it used to be
 // truncated at start and then removed. (Not parallel: it profiles, which one test at a time may.)
 func TestBenchCPUProfileOfAFailedRunKeepsAnExistingFile(t *testing.T) {
 	dir := t.TempDir()
