@@ -278,12 +278,8 @@ func (a *app) migrateUpDown(ctx context.Context, pool *pgxpool.Pool, doing strin
 		results, err = nil, nil
 	}
 	if err != nil {
-		var perr *goose.PartialError
-		if errors.As(err, &perr) && perr.Failed != nil {
-			err = fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
-		}
 		// A pooler in statement mode refuses the migration's transaction: say what to change.
-		return poolerr.Wrap(err, poolerr.MigrationsNeed)
+		return poolerr.Wrap(migrateStepError(ctx, err), poolerr.MigrationsNeed)
 	}
 	if len(results) == 0 {
 		fmt.Fprintln(a.stdout, "nothing to do")
@@ -383,4 +379,20 @@ func passedTo(sub string, to int64) func(version int64) string {
 		}
 		return ""
 	}
+}
+
+// migrateStepError is the error of a step that failed: the migration that failed and how, from
+// goose's partial migration error. Where the schema package said that the context had ended
+// (a migration whose transaction database/sql rolled back fails with sql.ErrTxDone, which does
+// not name it), that stays said, and err still matches ctx's error: an interrupt is then said
+// as one, not as a transaction "already committed or rolled back".
+func migrateStepError(ctx context.Context, err error) error {
+	var perr *goose.PartialError
+	if !errors.As(err, &perr) || perr.Failed == nil {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) && !errors.Is(perr.Err, cerr) {
+		return fmt.Errorf("%s %s failed: %w (the context had ended: %w)", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err, cerr)
+	}
+	return fmt.Errorf("%s %s failed: %w", perr.Failed.Direction, perr.Failed.Source.Path, perr.Err)
 }
