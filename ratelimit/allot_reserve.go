@@ -21,7 +21,8 @@ type localTaken struct {
 // decide. A Local limit no block can serve stays in a: the database decides
 // it, exactly, like any other (counted in LocalStats.InDatabase). With ctx
 // already ended it takes nothing, and counts nothing: the database path
-// then returns ctx's error, as it does for any limit.
+// then returns ctx's error, as it does for any limit; a limit whose ctx
+// ended while it waited for a block is not counted either.
 func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 	if l.allot == nil || ctx.Err() != nil {
 		return nil
@@ -35,7 +36,9 @@ func (l *Limiter) takeLocal(ctx context.Context, a *admission) []localTaken {
 		}
 		la := l.allot.take(ctx, w)
 		if la == nil {
-			l.allot.counts.inDatabase.Add(1)
+			if ctx.Err() == nil { // ended waiting for a block: the database decides nothing either
+				l.allot.counts.inDatabase.Add(1)
+			}
 			keep = append(keep, w)
 			continue
 		}

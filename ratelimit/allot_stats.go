@@ -35,7 +35,8 @@ type LocalStats struct {
 	// last moments (AllotmentOptions.Margin), while block requests fail or
 	// find no room, for an amount above MaxShare of its limit, or once the
 	// Limiter is closed. A call whose context had ended when it began counts
-	// in neither.
+	// in neither, nor does a limit whose context ended while it waited for a
+	// block (the call returns the context's error).
 	FromBlocks, InDatabase int64
 }
 
