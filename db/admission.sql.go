@@ -196,8 +196,10 @@ type AdmissionReserveOneRow struct {
 // the reservation row, in one statement. Returns the values the decision
 // used, on the database's clock; grant_id is NULL when refused (and then
 // nothing was written).
-// Locks: the counter row (by the upsert), then the new reservation row
-// (FOR KEY SHARE on the task and attempt rows, by the foreign keys), then,
+// Locks: the counter row FOR NO KEY UPDATE (by the upsert, as in
+// AdmissionReserve; the function's own comment says FOR UPDATE, which
+// pgrowlocks does not show), then the new reservation row (FOR KEY SHARE
+// on the task and attempt rows, by the foreign keys), then,
 // for a task, pg_advisory_xact_lock_shared on its fence key
 // (pgadmit_task_recheck).
 // Index: gateway_rate_limit_counters_pkey; gateway_tasks_pkey and

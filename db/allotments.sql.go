@@ -107,7 +107,7 @@ type AllotmentSyncRow struct {
 // `(...) IS TRUE` so that the planner cannot match it to the partial index
 // of open blocks: a VACUUM run while none was open records it as empty, and
 // a plan made on that read every holder's open blocks through it
-// (TestAllotmentSyncProbesItsBlocksAfterAQuietVacuum).
+// (TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum).
 func (q *Queries) AllotmentSync(ctx context.Context, db DBTX, arg AllotmentSyncParams) (AllotmentSyncRow, error) {
 	row := db.QueryRow(ctx, AllotmentSync, arg.Ids, arg.Consumed)
 	var i AllotmentSyncRow

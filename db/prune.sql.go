@@ -258,7 +258,9 @@ type PruneLeasesReleasedParams struct {
 
 // Deletes a batch of leases released before the cutoff.
 // Locks: row locks on the deleted leases.
-// Index: gateway_concurrency_leases_released_idx (partial: released).
+// Index: gateway_concurrency_leases_released_idx (partial: released), in
+// released_at order; gateway_concurrency_leases_pkey (the delete, one probe
+// per lease of the batch).
 func (q *Queries) PruneLeasesReleased(ctx context.Context, db DBTX, arg PruneLeasesReleasedParams) (int64, error) {
 	result, err := db.Exec(ctx, PruneLeasesReleased, arg.Cutoff, arg.BatchSize)
 	if err != nil {

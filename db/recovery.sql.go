@@ -715,7 +715,8 @@ type RecoveryTaskReclaimRow struct {
 // locks on their running attempts, their unreleased leases (SKIP LOCKED,
 // in id order, the lease lock order: see TaskFinish) and admissions.
 // Index: gateway_tasks_pkey; gateway_task_attempts_running_idx;
-// gateway_concurrency_leases_task_idx (all of the task's leases, a few);
+// gateway_concurrency_leases_task_idx (all of the task's leases, a few),
+// then gateway_concurrency_leases_pkey (the update of each lease locked);
 // gateway_task_admissions_pkey. The tasks to update, and the reclaimed
 // tasks whose attempts and leases to finish, are arrays of ids
 // (ANY(ARRAY(...))), not joins: joined to the reclaimed tasks, the

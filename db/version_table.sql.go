@@ -51,7 +51,9 @@ type VersionTableElsewhereRow struct {
 // or not this role may use it, and reads no table of pgadmit's, in any
 // schema.
 // Locks: none on any table (catalog reads, MVCC).
-// Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+// Index: pg_class_relname_nsp_index (by relname); pg_namespace, a small
+// catalog, read whole (or probed by pg_namespace_oid_index where it is
+// large).
 func (q *Queries) VersionTableElsewhere(ctx context.Context, db DBTX, tableName string) (VersionTableElsewhereRow, error) {
 	row := db.QueryRow(ctx, VersionTableElsewhere, tableName)
 	var i VersionTableElsewhereRow

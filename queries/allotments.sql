@@ -57,7 +57,7 @@ FROM pgadmit_allot_return(@ids::uuid[], (@used::text[])::numeric[], @reasons::te
 -- `(...) IS TRUE` so that the planner cannot match it to the partial index
 -- of open blocks: a VACUUM run while none was open records it as empty, and
 -- a plan made on that read every holder's open blocks through it
--- (TestAllotmentSyncProbesItsBlocksAfterAQuietVacuum).
+-- (TestAllotmentStatementsProbeTheirBlocksAfterAQuietVacuum).
 WITH synced AS (
     UPDATE gateway_rate_limit_allotments AS a
     SET consumed = greatest(u.consumed, 0),

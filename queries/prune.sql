@@ -119,7 +119,9 @@ SELECT (SELECT count(*) FROM page)::integer AS scanned,
 -- name: PruneLeasesReleased :execrows
 -- Deletes a batch of leases released before the cutoff.
 -- Locks: row locks on the deleted leases.
--- Index: gateway_concurrency_leases_released_idx (partial: released).
+-- Index: gateway_concurrency_leases_released_idx (partial: released), in
+-- released_at order; gateway_concurrency_leases_pkey (the delete, one probe
+-- per lease of the batch).
 DELETE FROM gateway_concurrency_leases AS l
 WHERE l.id = ANY(ARRAY(
     -- An array, not IN (subquery): the batch is deleted by primary-key

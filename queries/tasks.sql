@@ -114,7 +114,8 @@ LEFT JOIN attempt ON attempt.task_id = created.id;
 -- running with a new execution token and lease, counts the attempt, inserts
 -- the attempt row and a task.running event. No row when nothing is due.
 -- Locks: FOR NO KEY UPDATE SKIP LOCKED on the claimed task row only.
--- Index: gateway_tasks_runnable_idx (partial: queued async, by next_run_at).
+-- Index: gateway_tasks_runnable_idx (partial: queued async, by next_run_at);
+-- gateway_tasks_pkey (the update of the claimed row).
 WITH clock AS (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now,
            -- The lease's clock (see the head of this file).
@@ -404,10 +405,11 @@ FOR NO KEY UPDATE;
 -- Locks: FOR NO KEY UPDATE on the task row (the UPDATE; held since
 -- TaskHeartbeatLock when the task runs under the token).
 -- Index: gateway_tasks_pkey. The status test is written `IS TRUE` so that
--- the planner cannot match it to the partial index of running tasks: a
--- generic plan made on few tasks read every running task (and every dead
--- entry) through it instead of probing the primary key, when it was
--- gateway_tasks_lease_expiry_idx (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
+-- the planner cannot match it to the partial index of running tasks
+-- (gateway_tasks_running_idx): a generic plan made on few tasks read every
+-- running task (and every dead entry) through that index instead of
+-- probing the primary key, back when it was gateway_tasks_lease_expiry_idx,
+-- which 00022 replaced (TestHotPathsReadOnlyTheirRowsAsTablesGrow).
 -- The update is HOT (no index written): it changes no column that an
 -- index names (gateway_tasks_running_idx is keyed on id since
 -- schema/00022_hot_heartbeats.sql; TestHotPathUpdatesAreHeapOnly).
@@ -546,7 +548,8 @@ SELECT pg_advisory_xact_lock(pgadmit_task_fence_key(@task_id::uuid));
 -- live leases, as in CounterLockForReservations; the task id is a value,
 -- not a join, so that the index is probed for it even when a VACUUM run
 -- while no lease had a task recorded the index as empty, where a join
--- read the whole index); gateway_task_admissions_pkey;
+-- read the whole index), then gateway_concurrency_leases_pkey (the update
+-- of each lease locked); gateway_task_admissions_pkey;
 -- gateway_rate_limit_reservations_task_idx (late reservations, as in
 -- TaskFinishPlan).
 WITH clock AS (
@@ -677,9 +680,10 @@ FROM finished;
 -- rows.
 -- Index: gateway_tasks_pkey (`IS TRUE` on the status, as in TaskHeartbeat,
 -- keeps it from matching gateway_tasks_runnable_idx);
--- gateway_concurrency_leases_task_idx (as in TaskFinish);
--- gateway_task_admissions_pkey; gateway_rate_limit_reservations_task_idx
--- (late reservations, as in TaskFinishPlan).
+-- gateway_concurrency_leases_task_idx, then gateway_concurrency_leases_pkey
+-- (as in TaskFinish); gateway_task_admissions_pkey;
+-- gateway_rate_limit_reservations_task_idx (late reservations, as in
+-- TaskFinishPlan).
 WITH clock AS (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now
 ),

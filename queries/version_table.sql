@@ -16,7 +16,9 @@
 -- or not this role may use it, and reads no table of pgadmit's, in any
 -- schema.
 -- Locks: none on any table (catalog reads, MVCC).
--- Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+-- Index: pg_class_relname_nsp_index (by relname); pg_namespace, a small
+-- catalog, read whole (or probed by pg_namespace_oid_index where it is
+-- large).
 WITH elsewhere AS (
     SELECT n.nspname::text AS schema_name,
            pg_catalog.has_schema_privilege(n.oid, 'USAGE'::text) AS usable
