@@ -15,7 +15,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	if !m.made() {
 		return nil
 	}
-	return []prometheus.Collector{m.admissions, m.near, m.latency, m.calls, m.leases, m.recovered, m.pruned, m.build}
+	return []prometheus.Collector{m.admissions, m.requests, m.near, m.latency, m.calls, m.leases, m.recovered, m.pruned, m.build}
 }
 
 // Describe sends the descriptors of m's metrics.

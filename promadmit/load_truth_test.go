@@ -325,6 +325,8 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 			check("pgadmit_http_admissions_total/requests/enforce/failed_closed/user", closed)
 			check("pgadmit_http_admissions_total/requests/shadow/failed_open/shadow", fo)
 			check("pgadmit_db_operation_duration_seconds/reserve/timeout", 2*sent)
+			// Each request decided twice, outside (failed open) and inside.
+			checkRequests(t, i, v, 0, 0, sent+fo, closed)
 			checkSeries(t, i, v, expectedBrokenSeries)
 			continue
 		}
@@ -339,6 +341,8 @@ func TestMetricsMatchTruthUnderLoad(t *testing.T) {
 		}
 		check("pgadmit_http_admissions_total/requests/enforce/admitted/user", srv)
 		check("pgadmit_http_admissions_total/requests/enforce/refused/user", ref)
+		// Each request decided twice: admitted outside, then admitted or refused inside.
+		checkRequests(t, i, v, sent+srv, ref, 0, 0)
 		if srv+ref != sent {
 			t.Errorf("instance %d: %d served and %d refused of %d sent", i, srv, ref, sent)
 		}
@@ -430,6 +434,18 @@ func checkSeries(t *testing.T, instance int, v map[string]float64, expected map[
 	}
 }
 
+// checkRequests checks pgadmit_http_requests_total: what the handlers saw
+// the middlewares decide, a request once per middleware.
+func checkRequests(t *testing.T, instance int, v map[string]float64, admitted, refused, failedOpen, failedClosed int64) {
+	t.Helper()
+	for outcome, want := range map[httpadmit.Outcome]int64{httpadmit.OutcomeAdmitted: admitted, httpadmit.OutcomeRefused: refused,
+		httpadmit.OutcomeFailedOpen: failedOpen, httpadmit.OutcomeFailedClosed: failedClosed} {
+		if got := v["pgadmit_http_requests_total/"+string(outcome)]; got != float64(want) {
+			t.Errorf("instance %d: pgadmit_http_requests_total/%s = %g, handlers saw %d", instance, outcome, got, want)
+		}
+	}
+}
+
 // The series an instance on a working database may have.
 // idleMaintenanceSeries reports whether series is one of the Recover and
 // Prune counters, which New creates at 0, still at 0: no instance runs
@@ -451,6 +467,7 @@ var expectedSeries = func() map[string]bool {
 	for _, s := range []string{"reserve/ok", "reserve/exceeded", "commit/ok", "release/ok"} {
 		m["pgadmit_db_operation_duration_seconds/"+s] = true
 	}
+	addRequestSeries(m)
 	addCombiningSeries(m)
 	return m
 }()
@@ -463,6 +480,7 @@ var expectedBrokenSeries = func() map[string]bool {
 		"requests/enforce/failed_open/user", "requests/enforce/failed_closed/user", "requests/shadow/failed_open/shadow"} {
 		m["pgadmit_http_admissions_total/"+s] = true
 	}
+	addRequestSeries(m)
 	addCombiningSeries(m)
 	return m
 }()
@@ -470,6 +488,14 @@ var expectedBrokenSeries = func() map[string]bool {
 // buildInfoSeries is New's pgadmit_build_info, labelled (goversion,
 // version) as a test binary built in this tree is.
 var buildInfoSeries = "pgadmit_build_info/" + runtime.Version() + "/(devel)"
+
+// addRequestSeries adds the series of pgadmit_http_requests_total, which
+// New makes at 0 and checkRequests checks, to m.
+func addRequestSeries(m map[string]bool) {
+	for _, o := range []httpadmit.Outcome{httpadmit.OutcomeAdmitted, httpadmit.OutcomeRefused, httpadmit.OutcomeFailedOpen, httpadmit.OutcomeFailedClosed} {
+		m["pgadmit_http_requests_total/"+string(o)] = true
+	}
+}
 
 // addCombiningSeries adds the series of NewCombiningCollector to m.
 func addCombiningSeries(m map[string]bool) {

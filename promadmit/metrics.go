@@ -44,13 +44,18 @@
 // than ratelimit.MaxScopeBytes is cut to it.
 //
 // Some counters have every series from New on, at 0: every operation and
-// result of pgadmit_db_operations_total, every kind of
-// pgadmit_recovered_total and pgadmit_pruned_total. The other series
+// result of pgadmit_db_operations_total, every outcome of
+// pgadmit_http_requests_total, every kind of pgadmit_recovered_total and
+// pgadmit_pruned_total. The other series
 // appear with their first count (a result's histogram with its first call,
 // an outcome of a pair with its first limit), and rate and increase, which
 // need two samples of a series, never count what its first scrape holds: a
 // process's first lease_lost, or a short outage's failed_closed. Alert on
 // the counters from 0.
+//
+// pgadmit_http_admissions_total counts limits, pgadmit_http_requests_total
+// requests: a request admitted on three limits counts three times in the
+// first, once in the second.
 package promadmit
 
 import (
@@ -131,6 +136,7 @@ type Metrics struct {
 	maxSeries int
 
 	admissions *prometheus.CounterVec
+	requests   *prometheus.CounterVec
 	near       *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	calls      *prometheus.CounterVec
@@ -172,6 +178,7 @@ func WithMaxSeries(n int) Option {
 // (reg.Unregister(metrics) removes them all); in braces, their labels:
 //
 //	pgadmit_http_admissions_total          limits of requests decided {outcome, mode, scope_type, metric}
+//	pgadmit_http_requests_total            requests decided {outcome}
 //	pgadmit_http_near_limit_total          admissions that left an enforced limit near full {scope_type, metric}
 //	pgadmit_http_leases_held               leases held by requests in flight (a gauge)
 //	pgadmit_db_operation_duration_seconds  database operations' durations (a histogram) {operation, result}
@@ -210,6 +217,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Name: "pgadmit_http_admissions_total",
 		Help: "Limits of HTTP requests decided, by outcome (admitted, refused, shadow_refused, failed_open, failed_closed), mode (enforce, shadow), scope type and metric.",
 	}, []string{"outcome", "mode", "scope_type", "metric"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pgadmit_http_requests_total",
+		Help: "HTTP requests whose decision reached a limit, by outcome: admitted (served on a decision: every enforced limit fit), refused (an enforced limit refused: a 429), failed_open (the database failed: served without a decision), failed_closed (the database failed: refused, a 503); every outcome from 0.",
+	}, []string{"outcome"})
+	// Every outcome from 0: a process's first 503 is the one an alert is for.
+	for _, o := range requestOutcomes {
+		m.requests.WithLabelValues(string(o))
+	}
 	m.near = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pgadmit_http_near_limit_total",
 		// One help whatever the threshold: a registry refuses two helps for
@@ -282,8 +297,8 @@ func nilRegisterer(reg prometheus.Registerer) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Decided counts each limit's outcome, and the admissions that left an
-// enforced limit near full. An outcome other than httpadmit's Outcome*
+// Decided counts each limit's outcome, the request (requestOutcome), and
+// the admissions that left an enforced limit near full. An outcome other than httpadmit's Outcome*
 // constants, or a mode other than Enforce and Shadow, is counted as Other;
 // scope type and metric pairs beyond WithMaxSeries are Other too, and a
 // scope type or metric named "other" is "other_". Invalid UTF-8 in a scope
@@ -292,9 +307,10 @@ func nilRegisterer(reg prometheus.Registerer) bool {
 // it. Nothing a caller
 // passes makes more series than these bounds, or panics.
 func (m *Metrics) Decided(outcomes []httpadmit.LimitOutcome) {
-	if !m.made() {
+	if !m.made() || len(outcomes) == 0 {
 		return
 	}
+	m.requests.WithLabelValues(requestOutcome(outcomes)).Inc()
 	for _, o := range outcomes {
 		scopeType, metric := m.labels(o.Limit.Scope.Type, o.Limit.Metric)
 		m.admissions.WithLabelValues(outcomeLabel(o.Outcome), modeLabel(o.Limit.Mode), scopeType, metric).Inc()

@@ -301,7 +301,7 @@ func (d *httpDemo) showMetrics(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "\nMETRICS (GET %s/metrics, %d bytes; pgadmit's series without histogram buckets and counters at 0)\n", d.gateway, len(body))
 	for line := range strings.Lines(string(body)) {
-		// promadmit makes some counters at 0 for every label value (75
+		// promadmit makes some counters at 0 for every label value (79
 		// series), lest increase miss a first count: the demo shows what it counted.
 		zero := zeroCounter(line)
 		if strings.HasPrefix(line, "pgadmit_") && !strings.Contains(line, "_bucket{") && !zero {
