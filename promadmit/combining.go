@@ -27,6 +27,7 @@ const (
 //	pgadmit_combined_calls_total           calls they carried
 //	pgadmit_combined_hot_statements_total  of them hot batches
 //	pgadmit_combined_statement_seconds_total  their time from send to answer
+//	                                          (a wait for a pool connection included)
 //	pgadmit_combined_waiting               calls waiting now (a gauge)
 //
 // pgadmit_combined_waiting is the calls in the combiner at the scrape
@@ -103,7 +104,7 @@ func NewCombiningCollector(limiter *ratelimit.Limiter) (prometheus.Collector, er
 		statements: desc("pgadmit_combined_statements_total", "Combined statements run, by kind (reserve, settle), counted once they return, answered or failed."),
 		calls:      desc("pgadmit_combined_calls_total", "Calls the combined statements carried, by kind: a call sent again alone, after the server rejected its batch, counts with each statement."),
 		hot:        desc("pgadmit_combined_hot_statements_total", "Combined statements sent as hot batches (two calls on one counter or concurrency scope), by kind."),
-		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind."),
+		seconds:    desc("pgadmit_combined_statement_seconds_total", "Time the combined statements took from send to answer, summed, by kind: their wait for a pool connection included."),
 		waiting:    desc("pgadmit_combined_waiting", "Calls waiting in the combiner now, by kind: queued for its next statement, or carried by one in flight until it returns."),
 		lost: prometheus.NewDesc("pgadmit_lost_total",
 			"What may stay held for nobody until a lease's TTL, a window's end or Recover: Reserve calls and block requests of Local limits whose statement was sent and got no answer, and give-backs of what nobody held (a grant or task whose caller left) that failed for good or were dropped beyond the bound of those waiting (those also in pgadmit_give_backs_failed_total and pgadmit_give_backs_dropped_total).", nil, nil),
