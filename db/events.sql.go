@@ -46,10 +46,11 @@ appended AS (
            coalesce($11::timestamptz, now())
     FROM allocated
     WHERE allocated.fenced
-    RETURNING task_id, seq, created_at
+    RETURNING task_id, seq, payload, created_at
 )
 SELECT (CASE WHEN allocated.id IS NULL THEN cur.status ELSE allocated.status END)::text AS status,
        appended.seq,
+       appended.payload,
        appended.created_at
 FROM cur
 LEFT JOIN allocated ON allocated.id = cur.id
@@ -73,6 +74,7 @@ type EventAppendParams struct {
 type EventAppendRow struct {
 	Status    string
 	Seq       pgtype.Int4
+	Payload   *string
 	CreatedAt *time.Time
 }
 
@@ -80,7 +82,8 @@ type EventAppendRow struct {
 // by the execution token as TaskHeartbeat is: a worker whose claim was taken
 // away (recovery reclaimed the task, another worker claimed it again, or it
 // finished) appends nothing. Returns the task's status, and the new
-// event's seq and time (NULL when nothing was appended: the task is not
+// event's seq, payload (as jsonb stores it: what EventListByTask reads
+// back) and time (NULL when nothing was appended: the task is not
 // running, or runs under another claim). No row for an unknown task. As TaskHeartbeat: the row is
 // updated whenever the snapshot saw the task running under the token, and
 // the event appended only if the newest version, locked, still is; the
@@ -108,7 +111,12 @@ func (q *Queries) EventAppend(ctx context.Context, db DBTX, arg EventAppendParam
 		arg.Now,
 	)
 	var i EventAppendRow
-	err := row.Scan(&i.Status, &i.Seq, &i.CreatedAt)
+	err := row.Scan(
+		&i.Status,
+		&i.Seq,
+		&i.Payload,
+		&i.CreatedAt,
+	)
 	return i, err
 }
 

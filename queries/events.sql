@@ -3,7 +3,8 @@
 -- by the execution token as TaskHeartbeat is: a worker whose claim was taken
 -- away (recovery reclaimed the task, another worker claimed it again, or it
 -- finished) appends nothing. Returns the task's status, and the new
--- event's seq and time (NULL when nothing was appended: the task is not
+-- event's seq, payload (as jsonb stores it: what EventListByTask reads
+-- back) and time (NULL when nothing was appended: the task is not
 -- running, or runs under another claim). No row for an unknown task. As TaskHeartbeat: the row is
 -- updated whenever the snapshot saw the task running under the token, and
 -- the event appended only if the newest version, locked, still is; the
@@ -49,10 +50,11 @@ appended AS (
            coalesce(sqlc.narg('now')::timestamptz, now())
     FROM allocated
     WHERE allocated.fenced
-    RETURNING task_id, seq, created_at
+    RETURNING task_id, seq, payload, created_at
 )
 SELECT (CASE WHEN allocated.id IS NULL THEN cur.status ELSE allocated.status END)::text AS status,
        appended.seq,
+       appended.payload,
        appended.created_at
 FROM cur
 LEFT JOIN allocated ON allocated.id = cur.id

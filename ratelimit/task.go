@@ -292,7 +292,8 @@ type Event struct {
 	Progress float64
 	Message  string
 	// Payload is caller data, any JSON value of at most MaxPayloadBytes;
-	// empty means {}.
+	// empty means {}. AppendEvent and TaskEvents return it as jsonb
+	// stores it.
 	Payload json.RawMessage
 	// Simulated marks an event of a dry run, and PlatformID names the
 	// upstream platform the event concerns; both optional, stored as given.

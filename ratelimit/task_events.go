@@ -12,8 +12,9 @@ import (
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 )
 
-// AppendEvent appends e to the log of a running task and returns it with
-// its sequence number and time. It is fenced by the execution token, as
+// AppendEvent appends e to the log of a running task and returns it as
+// TaskEvents reads it back: with its sequence number and time, and its
+// Payload as jsonb stores it. It is fenced by the execution token, as
 // HeartbeatTask is: when the token no longer owns the task (recovery
 // reclaimed it, it was claimed again, or it finished) the error is a
 // *StaleTokenError (errors.Is ErrStaleToken), nothing is appended and the
@@ -78,7 +79,7 @@ func (l *Limiter) AppendEvent(ctx context.Context, taskID, token string, e Event
 	if !row.Seq.Valid {
 		return Event{}, staleToken(taskID, row.Status)
 	}
-	e.Seq, e.CreatedAt, e.Payload = int(row.Seq.Int32), *row.CreatedAt, json.RawMessage(payload)
+	e.Seq, e.CreatedAt, e.Payload = int(row.Seq.Int32), *row.CreatedAt, rawJSON(row.Payload)
 	return e, nil
 }
 
