@@ -263,11 +263,11 @@ func (e *LockWaitError) LeaseRelease() bool {
 	return e != nil && e.Job != "" && e.Step == leaseReleaseStep(e.Job)
 }
 
-// Error says what the step left and why, after the job and the step that
-// the run's error names before it ("ratelimit: recover: <step>: "); a
-// batch of 3 rows that timed out (its Example's output):
+// Error names the job and the step, and says what the step left and why
+// (what wraps it in the run's error does not name them again); a batch of
+// 3 rows that timed out (its Example's output):
 //
-//	left 3 rows: another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
+//	ratelimit: recover: release reservations of finished tasks: left 3 rows: another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
 func (e *LockWaitError) Error() string {
 	var left string
 	switch {
@@ -282,7 +282,13 @@ func (e *LockWaitError) Error() string {
 	default:
 		left = "left " + plural.Count(e.Rows, "row", "rows")
 	}
-	msg := left + ": another transaction held a lock past the lock timeout"
+	msg := errPrefix
+	for _, name := range []string{e.Job, e.Step} { // as StepError's made by hand: what it names
+		if name != "" {
+			msg += name + ": "
+		}
+	}
+	msg += left + ": another transaction held a lock past the lock timeout"
 	if e.Err == nil { // one made by hand
 		return msg
 	}

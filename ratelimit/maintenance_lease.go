@@ -163,10 +163,20 @@ func (j *jobLease) release(ctx context.Context) error {
 	_, err := j.m.queries.MaintenanceLeaseRelease(rctx, j.m.leaseConn(), db.MaintenanceLeaseReleaseParams{Name: j.name, Holder: j.holder})
 	if err != nil {
 		j.m.left.put(j.name, j.holder) // for the next run to take back
-		step := leaseReleaseStep(j.name)
-		return fmt.Errorf("%s: %w", step, lockWait(j.name, step, j.m.leaseLockTimeout(), err))
+		return releaseError(j.name, j.m.leaseLockTimeout(), err)
 	}
 	return nil
+}
+
+// releaseError is the error of the release of job's lease that failed
+// with err, whose wait for a lock was bounded by bound: a *LockWaitError
+// of the step, which names it itself, or err after the step's name.
+func releaseError(job string, bound time.Duration, err error) error {
+	step := leaseReleaseStep(job)
+	if err = lockWait(job, step, bound, err); errors.As(err, new(*LockWaitError)) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", step, err)
 }
 
 // withRelease is the error of a run of job that ended with err (nil: none)

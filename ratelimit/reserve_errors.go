@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -122,6 +123,9 @@ func wrapDBError(ctx context.Context, op string, err error) error {
 				return &PoolerError{StatementPooling: true, Cause: err, op: op}
 			}
 		}
+	}
+	if strings.HasPrefix(err.Error(), errPrefix+op+": ") { // a *LockWaitError names its job and step itself
+		return err
 	}
 	return errorf("ratelimit: %s: %w", op, err)
 }

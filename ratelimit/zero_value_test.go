@@ -217,8 +217,8 @@ func TestZeroErrorsDoNotPanic(t *testing.T) {
 		&ratelimit.ValidationError{Field: "Limits", Value: 3}:                    "ratelimit: invalid Limits (3)",
 		&ratelimit.LeaseLostError{}:                                              "ratelimit: concurrency lease lost",
 		&ratelimit.LeaseLostError{Renewed: 2}:                                    "ratelimit: concurrency lease lost; renewed 2",
-		&ratelimit.LockWaitError{}:                                               "left the rest of the step: another transaction held a lock past the lock timeout",
-		&ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease"}: "the run did nothing: another transaction held a lock past the lock timeout",
+		&ratelimit.LockWaitError{}:                                               "ratelimit: left the rest of the step: another transaction held a lock past the lock timeout",
+		&ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease"}: "ratelimit: recover: take the recover lease: the run did nothing: another transaction held a lock past the lock timeout",
 		&ratelimit.LockOrderError{}: "ratelimit: an operation after an earlier operation in the same transaction could deadlock with other transactions " +
 			"(locks are taken counters, then concurrency scopes, then queue scopes, then rows): run it in its own transaction or before an earlier operation",
 		&ratelimit.TaskNotQueuedError{}:              "ratelimit: cancel task: not queued",
