@@ -109,7 +109,7 @@ func ExamplePoolerError_Error() {
 	}
 	fmt.Println(err)
 	// Output:
-	// ratelimit: the connections go through a transaction-pooling proxy, which runs one connection's transactions on different server sessions, and pgx's cache_statement exec mode needs one session (another connection's transaction ran on server session 48213, which this connection had just used, and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements): add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later with max_prepared_statements > 0
+	// ratelimit: pgx's cache_statement exec mode needs one server session per connection, which a transaction-pooling proxy does not keep: add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later with max_prepared_statements > 0 (seen: another connection's transaction ran on server session 48213, which this connection had just used, and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements)
 }
 
 // A Recover step that ended with an error: the server rejected a row of

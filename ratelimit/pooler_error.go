@@ -59,38 +59,37 @@ type PoolerError struct {
 	op string
 }
 
-// Error says what was seen (Cause, in parentheses) and what to change. For cache_statement it
-// says what to change about a session pooler that does not reset its server connections too,
-// when Cause is the server's error on one of pgx's stmtcache_ statements (an operation's), which
-// such a pooler causes as well: not when Cause is CheckPooler's probe seeing a session shared or
-// moved, which a session pooler never does. CheckPooler's for a pool in cache_statement mode
-// behind a transaction pooler (its Example's output):
+// Error says the problem, then what to change, then what was seen (Cause, in parentheses), on
+// one line. For cache_statement it says what to change about a session pooler that does not reset
+// its server connections too, when Cause is the server's error on one of pgx's stmtcache_
+// statements (an operation's), which such a pooler causes as well: not when Cause is
+// CheckPooler's probe seeing a session shared or moved, which a session pooler never does.
+// CheckPooler's for a pool in cache_statement mode behind a transaction pooler (its Example's
+// output):
 //
-//	ratelimit: the connections go through a transaction-pooling proxy, which runs one connection's transactions on different server sessions, and pgx's cache_statement exec mode needs one session (another connection's transaction ran on server session 48213, which this connection had just used, and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements): add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later with max_prepared_statements > 0
+//	ratelimit: pgx's cache_statement exec mode needs one server session per connection, which a transaction-pooling proxy does not keep: add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later with max_prepared_statements > 0 (seen: another connection's transaction ran on server session 48213, which this connection had just used, and which keeps a statement prepared by name under that name: the statement caches of the connections that share it meet each other's statements)
 func (e *PoolerError) Error() string {
 	prefix := "ratelimit: "
 	if e.op != "" {
 		prefix += e.op + ": "
 	}
 	// One made by hand may have no Cause, nor Mode: the message leaves them out.
-	cause := ""
+	seen := ""
 	if e.Cause != nil {
-		cause = fmt.Sprintf(" (%v)", e.Cause)
+		seen = fmt.Sprintf(" (seen: %v)", e.Cause)
 	}
 	if e.StatementPooling {
-		return fmt.Sprintf("%sthe connections go through a statement-pooling proxy, which runs no transaction "+
-			"of more than one statement%s, and pgadmit needs them (Limiter.WithTx, Recover, schema.Migrate): %s",
-			prefix, cause, poolerr.Advice)
+		return prefix + "Limiter.WithTx, Recover and schema.Migrate need multi-statement transactions, " +
+			"which a statement-pooling proxy refuses: " + poolerr.Advice + seen
 	}
 	mode := "pgx's exec mode"
 	if e.Mode != "" {
 		mode = "pgx's " + e.Mode + " exec mode"
 	}
-	msg := fmt.Sprintf("%sthe connections go through a transaction-pooling proxy, which runs one "+
-		"connection's transactions on different server sessions, and %s needs one session%s: "+
-		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode "+
-		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later "+
-		"with max_prepared_statements > 0", prefix, mode, cause)
+	msg := prefix + mode + " needs one server session per connection, which a transaction-pooling proxy does not keep: " +
+		"add default_query_exec_mode=exec to the connection string (or set pgxpool.Config.ConnConfig.DefaultQueryExecMode " +
+		"to pgx.QueryExecModeExec; cache_describe works too), or, for cache_statement, run PgBouncer 1.21 or later " +
+		"with max_prepared_statements > 0"
 	if e.Mode == "cache_statement" && (e.Cause == nil || poolerr.StatementCacheLost(e.Cause)) {
 		// A session pooler that does not reset a server connection hands the next client
 		// connection the statements of the last one: 42P05 too. Not so when the cause is
@@ -99,7 +98,7 @@ func (e *PoolerError) Error() string {
 		msg += "; behind a pooler in session mode, which hands a server connection to the next client connection " +
 			"with what the last one prepared, keep server_reset_query = DISCARD ALL (PgBouncer's default) instead"
 	}
-	return msg
+	return msg + seen
 }
 
 // Is makes errors.Is(err, ErrPoolerMismatch) true, and errors.Is(err, ErrStatementPooling) when

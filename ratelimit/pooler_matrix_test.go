@@ -66,7 +66,7 @@ func TestPgBouncerExecModeMatrix(t *testing.T) {
 				if !strings.HasPrefix(err.Error(), "Migrate:") && (!errors.As(err, &pe) || pe.Mode != "cache_statement" || !errors.Is(err, ratelimit.ErrPoolerMismatch)) {
 					t.Errorf("%s: %v is not a *PoolerError that says what to change", mode, err)
 				}
-				if strings.Contains(err.Error(), ": ratelimit: the connections") {
+				if strings.Contains(err.Error(), ": ratelimit: pgx's") {
 					t.Errorf("%s: the error says \"ratelimit:\" more than once: %v", mode, err)
 				}
 			}

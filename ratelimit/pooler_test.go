@@ -356,7 +356,7 @@ func TestOperationsBehindAPgBouncerInStatementMode(t *testing.T) {
 			t.Errorf("%s: the error does not say what to change: %v", f.name, err)
 		case !strings.HasPrefix(f.name, "schema.") && (!errors.As(err, &pe) || !pe.StatementPooling):
 			t.Errorf("%s: %v is not a *PoolerError with StatementPooling set", f.name, err)
-		case strings.Contains(err.Error(), ": ratelimit: the connections"):
+		case strings.Contains(err.Error(), ": ratelimit: Limiter.WithTx"):
 			t.Errorf("%s: the error says \"ratelimit:\" twice: %v", f.name, err)
 		}
 		if wrote := f.wrote(); wrote != "" {
