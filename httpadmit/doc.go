@@ -59,7 +59,10 @@
 // charges once it starts reports as soon as the upstream took the request
 // (its running total, or the requests alone, which commits the other
 // metrics at their estimate), lest leaving early be a way around the
-// limits.
+// limits; or it takes WithCommitAfterHeader(true), which commits a request
+// once the handler wrote its final status (its upstream answered) however
+// it ends, at the estimate for the metrics it did not report, unless it
+// calls Discard.
 //
 // A request whose context had ended before its Reserve was sent (its
 // client left while the LimitsFunc read the body, its deadline passed) is

@@ -68,6 +68,7 @@ type config struct {
 	onError         ErrorHandler
 	observer        Observer
 	logger          *slog.Logger
+	afterHeader     bool // WithCommitAfterHeader
 }
 
 // WithDecisionTimeout sets how long a request may wait for its admission
@@ -122,6 +123,21 @@ func WithErrorHandler(h ErrorHandler) Option {
 // the Prometheus metrics of package promadmit.
 func WithObserver(o Observer) Option {
 	return func(c *config) { c.observer = o }
+}
+
+// WithCommitAfterHeader commits, when on, a request once its handler has
+// written the response's final status (WriteHeader, or a first write or
+// flush: its upstream answered), however it ends: its client leaving, its
+// deadline passing, a write failing or a panic then no longer release it,
+// and the metrics it did not report are committed at their estimate. For
+// an upstream that charges once it answers, so that leaving before the
+// handler's first ReportUsage is no way around the limits. Discard still
+// releases the request, and one that ends abnormally before its status
+// went out is released as by default (false: a request that ends
+// abnormally without having reported usage is released, whatever it
+// sent). Behind several middlewares, each settles as it is configured.
+func WithCommitAfterHeader(on bool) Option {
+	return func(c *config) { c.afterHeader = on }
 }
 
 // WithLogger sets where shadow refusals, database failures, configuration

@@ -41,6 +41,7 @@ func TestOptionsKeepTheirDocumentedBounds(t *testing.T) {
 	observer := func(c config) any { return c.observer }
 	ptr := func(l *slog.Logger) any { return fmt.Sprintf("%p", l) }
 	logger := func(c config) any { return ptr(c.logger) }
+	afterHeader := func(c config) any { return c.afterHeader }
 
 	myRefusal := RefusalHandler(func(http.ResponseWriter, *http.Request, *Refusal) {})
 	myError := ErrorHandler(func(http.ResponseWriter, *http.Request, error) {})
@@ -104,6 +105,11 @@ func TestOptionsKeepTheirDocumentedBounds(t *testing.T) {
 		{name: "WithObserver none", get: observer, want: Observer(nopObserver{})},
 		{name: "WithObserver(mine)", opts: []Option{WithObserver(myObserver)}, get: observer, want: Observer(myObserver)},
 		{name: "WithObserver(nil)", opts: []Option{WithObserver(nil)}, invalid: "WithObserver"},
+
+		// "(default false ...)"
+		{name: "WithCommitAfterHeader none", get: afterHeader, want: false},
+		{name: "WithCommitAfterHeader(true)", opts: []Option{WithCommitAfterHeader(true)}, get: afterHeader, want: true},
+		{name: "WithCommitAfterHeader(true, false)", opts: []Option{WithCommitAfterHeader(true), WithCommitAfterHeader(false)}, get: afterHeader, want: false},
 
 		// "(default slog.Default() as it is when New runs, which a nil l
 		// also means)": TestWithLoggerDefaultIsSlogsWhenNewRuns holds the

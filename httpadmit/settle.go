@@ -103,7 +103,7 @@ func (m *middleware) runAs(w http.ResponseWriter, r *http.Request, next http.Han
 		case panicked:
 			reason = ReasonHandlerPanic
 		}
-		release := releaseFor(rep, reason)
+		release := releaseFor(rep, reason, m.afterHeader && rw.headerOut)
 		if release == "" && a.outer != nil {
 			// Its upstream ran: the middlewares around this one commit too,
 			// though another inside them answered the request before or
@@ -151,17 +151,22 @@ func endedReason(ctx context.Context, writeErr error) string {
 //   - the handler ended normally: committed with the usage it reported
 //     (the estimate for metrics it did not report);
 //   - it ended abnormally (abnormal is the reason): committed with the usage
-//     it reported when it reported some, since the upstream spent it, else
-//     released with that reason.
-func releaseFor(rep report, abnormal string) string {
+//     it reported when it reported some, since the upstream spent it, or
+//     when it had written its final status under WithCommitAfterHeader
+//     (answered), unless a middleware inside answered it and none served
+//     it; else released with that reason.
+func releaseFor(rep report, abnormal string, answered bool) string {
+	answeredInside := rep.answeredInside != "" && !rep.servedInside
 	switch {
 	case rep.discard != "":
 		return rep.discard
 	case len(rep.usage) > 0:
 		return ""
+	case abnormal != "" && answered && !answeredInside:
+		return ""
 	case abnormal != "":
 		return abnormal
-	case rep.answeredInside != "" && !rep.servedInside:
+	case answeredInside:
 		return rep.answeredInside
 	}
 	return ""
