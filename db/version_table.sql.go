@@ -66,3 +66,31 @@ func (q *Queries) VersionTableElsewhere(ctx context.Context, db DBTX, tableName 
 	)
 	return i, err
 }
+
+const VersionTableInCurrentSchema = `-- name: VersionTableInCurrentSchema :one
+SELECT EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE c.relname = $1::name
+      AND c.relkind IN ('r', 'p')
+      AND n.nspname = pg_catalog.current_schema()
+) AS present
+`
+
+// Whether pgadmit's version table (@table_name: pgadmit_goose_version) is in
+// this session's current schema, the one goose reads it from and would
+// create it in: false when the session has none (no schema of its
+// search_path exists, or its role has USAGE on none of them, as a role
+// whose search_path is pgadmit's schema alone without that grant). goose's
+// own check counts a table of that name in any schema then, which the
+// session cannot read (42P01). schema.Version and schema.Status read it
+// before the version table.
+// Locks: none on any table (catalog reads, MVCC).
+// Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+func (q *Queries) VersionTableInCurrentSchema(ctx context.Context, db DBTX, tableName string) (bool, error) {
+	row := db.QueryRow(ctx, VersionTableInCurrentSchema, tableName)
+	var present bool
+	err := row.Scan(&present)
+	return present, err
+}

@@ -34,6 +34,26 @@ SELECT coalesce(pg_catalog.current_schema()::text, '')::text AS current_schema,
        ARRAY(SELECT e.schema_name FROM elsewhere AS e ORDER BY e.schema_name)::text[] AS other_schemas,
        ARRAY(SELECT e.schema_name FROM elsewhere AS e WHERE NOT e.usable ORDER BY e.schema_name)::text[] AS without_usage;
 
+-- name: VersionTableInCurrentSchema :one
+-- Whether pgadmit's version table (@table_name: pgadmit_goose_version) is in
+-- this session's current schema, the one goose reads it from and would
+-- create it in: false when the session has none (no schema of its
+-- search_path exists, or its role has USAGE on none of them, as a role
+-- whose search_path is pgadmit's schema alone without that grant). goose's
+-- own check counts a table of that name in any schema then, which the
+-- session cannot read (42P01). schema.Version and schema.Status read it
+-- before the version table.
+-- Locks: none on any table (catalog reads, MVCC).
+-- Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+SELECT EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE c.relname = @table_name::name
+      AND c.relkind IN ('r', 'p')
+      AND n.nspname = pg_catalog.current_schema()
+) AS present;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- pgadmit's version table as the catalogs see it: what the CLI reads to say

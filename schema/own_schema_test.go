@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
 
 	"github.com/pgadmit/pgadmit/internal/pgtest"
 	"github.com/pgadmit/pgadmit/ratelimit"
@@ -125,5 +126,28 @@ func admitOnceAndCommit(t *testing.T, url string, w time.Duration) {
 	}
 	if _, err := gateway.Commit(ctx, grant, map[string]float64{ratelimit.MetricTokens: 40}); err != nil {
 		t.Fatalf("Commit: %v", err)
+	}
+}
+
+// A session with no current schema (no schema of its search_path exists, or its role has USAGE
+// on none: a role whose search_path is pgadmit's schema alone, without the grant) reads no
+// version table: Version says 0 and Status every migration pending, as where the search_path
+// leaves pgadmit's schema out. goose's own check counted the table in any schema then, and the
+// read of it failed (42P01), but only where some schema held one.
+func TestVersionAndStatusWithoutACurrentSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	noSchema := pgtest.OpenPool(t, pgtest.NewURL(t)+"&search_path=nosuch") // pgadmit migrated into public
+	if v, err := schema.Version(ctx, noSchema); err != nil || v != 0 {
+		t.Errorf("Version without a current schema = %d, %v; want 0, nil", v, err)
+	}
+	st, err := schema.Status(ctx, noSchema)
+	if err != nil {
+		t.Fatalf("Status without a current schema: %v", err)
+	}
+	for _, s := range st {
+		if s.State != goose.StatePending {
+			t.Errorf("Status without a current schema: migration %d is %s, want pending", s.Source.Version, s.State)
+		}
 	}
 }

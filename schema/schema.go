@@ -44,6 +44,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -357,7 +358,8 @@ func Status(ctx context.Context, pool *pgxpool.Pool) ([]*goose.MigrationStatus, 
 }
 
 // Version returns the highest pgadmit migration version applied to the database of pool, 0 when
-// none is (or the version table does not exist yet). It reads the version table without taking
+// none is (or the version table is not in the session's current schema: it does not exist yet,
+// the search_path leads elsewhere, or the session has no current schema). It reads the version table without taking
 // the migration lock, so it answers at once while another process migrates. pool stays open.
 func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if err := nilArgument(ctx, pool); err != nil {
@@ -379,12 +381,18 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 }
 
 // readVersionTable runs fn with a connection of pool and goose's store of [VersionTable], when
-// the table exists (it does not call fn when it does not): reads that take no lock and create
-// nothing.
+// the table is in the session's current schema (it does not call fn when it is not, nor when
+// the session has no current schema): reads that take no lock and create nothing. goose's own
+// check (TableExists) counts the table in any schema when the session has no current schema (a
+// role whose search_path is a schema it has no USAGE on), which the session then cannot read.
 func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn, database.Store) error) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	conn, err := db.Conn(ctx)
+	present, err := db.New().VersionTableInCurrentSchema(ctx, pool, VersionTable)
+	if err != nil || !present {
+		return err
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	conn, err := sqlDB.Conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -392,12 +400,6 @@ func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn
 	store, err := database.NewStore(goose.DialectPostgres, VersionTable)
 	if err != nil {
 		return err
-	}
-	if ext, ok := store.(database.StoreExtender); ok {
-		exists, err := ext.TableExists(ctx, conn)
-		if err != nil || !exists {
-			return err
-		}
 	}
 	return fn(conn, store)
 }

@@ -588,32 +588,47 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 
 // A role that has pgadmit's schema in its search_path but no USAGE on it: PostgreSQL leaves the
 // schema out of the search_path, so the connection sees version 0 too, but the fix is the grant
-// (docs/privileges.sql's), not the search_path it already has. The commands say so.
+// (docs/privileges.sql's), not the search_path it already has. Every command that reads the
+// version says so: with public after pgadmit, where the role may read and would create, and with
+// pgadmit alone (the README's `ALTER ROLE ... SET search_path = pgadmit`), where the session has
+// no current schema at all.
 func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
 	t.Parallel()
 	url, _ := migratedIntoSchemaOfItsOwn(t)
-	// pgadmit first, then public, where the role may read and would create: with pgadmit alone,
-	// skipped, the session has no current schema at all, and goose's check for its version table
-	// then finds the one in pgadmit, which it may not read (42P01), before anything is said.
-	roleURL, role := pgtest.NoGrantsURL(t, url+"&search_path=pgadmit,public")
-	hint := `the database's pgadmit schema is at version 0 on this connection's search_path (pgadmit,public), ` +
-		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit, on which role ` + role + ` has no USAGE, so PostgreSQL leaves it out of the search_path: ` +
-		`GRANT USAGE ON SCHEMA pgadmit TO ` + role + ` (docs/privileges.sql grants it to its roles) and have that schema first in the search_path ` +
-		`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
-	for _, args := range [][]string{{"doctor"}, {"inspect"}} {
-		out, errOut, code := cli(t, nil, append([]string{"--database-url", roleURL}, args...)...)
-		want := "pgadmit " + args[0] + ": " + hint + ", not 'pgadmit migrate up', which would install a second pgadmit in schema public\n"
-		if code != exitFailure || errOut != want || out != "" {
-			t.Errorf("pgadmit %s as a role without USAGE on pgadmit's schema: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
-				args[0], code, out, errOut, exitFailure, want)
+	for _, c := range []struct {
+		searchPath, secondCopy string
+	}{
+		{"pgadmit,public", "a second pgadmit in schema public"},
+		{"pgadmit", "a second pgadmit"},
+	} {
+		roleURL, role := pgtest.NoGrantsURL(t, url+"&search_path="+c.searchPath)
+		hint := `the database's pgadmit schema is at version 0 on this connection's search_path (` + c.searchPath + `), ` +
+			`but pgadmit's version table pgadmit_goose_version is in schema pgadmit, on which role ` + role + ` has no USAGE, so PostgreSQL leaves it out of the search_path: ` +
+			`GRANT USAGE ON SCHEMA pgadmit TO ` + role + ` (docs/privileges.sql grants it to its roles) and have that schema first in the search_path ` +
+			`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
+		for _, args := range [][]string{{"doctor"}, {"inspect"}, {"recover"}, {"prune"}} {
+			out, errOut, code := cli(t, nil, append([]string{"--database-url", roleURL}, args...)...)
+			want := "pgadmit " + args[0] + ": " + hint + ", not 'pgadmit migrate up', which would install " + c.secondCopy + "\n"
+			if code != exitFailure || errOut != want || out != "" {
+				t.Errorf("pgadmit %s as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
+					args[0], c.searchPath, code, out, errOut, exitFailure, want)
+			}
 		}
-	}
-	if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "up"); code != exitFailure || out != "" ||
-		errOut != "pgadmit migrate: nothing applied: "+hint+", or run 'pgadmit migrate up --new-copy' to install a second pgadmit in schema public all the same\n" {
-		t.Errorf("migrate up as a role without USAGE on pgadmit's schema: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "version"); code != exitOK || out != "0\n" || errOut != "pgadmit migrate: warning: "+hint+"\n" {
-		t.Errorf("migrate version as a role without USAGE on pgadmit's schema: exit %d, stdout %q, stderr %q", code, out, errOut)
+		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "up"); code != exitFailure || out != "" ||
+			errOut != "pgadmit migrate: nothing applied: "+hint+", or run 'pgadmit migrate up --new-copy' to install "+c.secondCopy+" all the same\n" {
+			t.Errorf("migrate up as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q", c.searchPath, code, out, errOut)
+		}
+		warning := "pgadmit migrate: warning: " + hint + "\n"
+		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "version"); code != exitOK || out != "0\n" || errOut != warning {
+			t.Errorf("migrate version as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q", c.searchPath, code, out, errOut)
+		}
+		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "status"); code != exitOK || !strings.Contains(out, "pending") || strings.Contains(out, "applied") || errOut != warning {
+			t.Errorf("migrate status as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stderr %q; want exit 0, every migration pending, stderr %q; stdout:\n%s",
+				c.searchPath, code, errOut, warning, out)
+		}
+		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "down", "--to", "0"); code != exitOK || out != "nothing to do: no pgadmit migration is applied\nschema version 0\n" || errOut != warning {
+			t.Errorf("migrate down --to 0 as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q", c.searchPath, code, out, errOut)
+		}
 	}
 }
 
