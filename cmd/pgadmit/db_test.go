@@ -549,8 +549,9 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 	if where.CurrentSchema != "pgadmit" || len(where.OtherSchemas) != 0 {
 		t.Errorf("after the refused migrate up, from the schema pgadmit: %+v; want current schema pgadmit and no other", where)
 	}
-	// migrate version, status and down answer for this connection, as before (exit 0: version 0,
-	// every migration pending, nothing to revert), and warn where pgadmit is.
+	// migrate version and status answer for this connection, as before (exit 0: version 0, every
+	// migration pending), and warn where pgadmit is. down, which could revert nothing of it, fails
+	// as up does, so that a script's 'down --to 0' does not read success.
 	warning := "pgadmit migrate: warning: " + hint + "\n"
 	if out, errOut, code := cli(t, nil, "--database-url", url, "migrate", "version"); code != exitOK || out != "0\n" || errOut != warning {
 		t.Errorf("migrate version with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit 0, stdout \"0\\n\", stderr %q", code, out, errOut, warning)
@@ -561,9 +562,9 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 	for _, to := range [][]string{nil, {"--to", "0"}} {
 		args := append([]string{"--database-url", url, "migrate", "down"}, to...)
 		out, errOut, code := cli(t, nil, args...)
-		if want := "nothing to do: no pgadmit migration is applied\nschema version 0\n"; code != exitOK || out != want || errOut != warning {
-			t.Errorf("pgadmit %s with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit 0, stdout %q, stderr %q",
-				strings.Join(args, " "), code, out, errOut, want, warning)
+		if want := "pgadmit migrate: nothing reverted: " + hint + "\n"; code != exitFailure || out != "" || errOut != want {
+			t.Errorf("pgadmit %s with pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
+				strings.Join(args, " "), code, out, errOut, exitFailure, want)
 		}
 	}
 	// Nor did they create anything in public.
@@ -626,7 +627,7 @@ func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
 			t.Errorf("migrate status as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stderr %q; want exit 0, every migration pending, stderr %q; stdout:\n%s",
 				c.searchPath, code, errOut, warning, out)
 		}
-		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "down", "--to", "0"); code != exitOK || out != "nothing to do: no pgadmit migration is applied\nschema version 0\n" || errOut != warning {
+		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "down", "--to", "0"); code != exitFailure || out != "" || errOut != "pgadmit migrate: nothing reverted: "+hint+"\n" {
 			t.Errorf("migrate down --to 0 as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q", c.searchPath, code, out, errOut)
 		}
 	}

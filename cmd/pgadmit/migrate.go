@@ -41,13 +41,16 @@ meanwhile, that), or a migration that has run that long.
            table and its data, all but the version and lock tables). At version 0, or on a
            database pgadmit never migrated, it reverts and creates nothing, prints "nothing to
            do" and "schema version 0", and exits 0, as goose's down-to does (goose's one-step
-           down fails there): a schema already at the bottom is done, not an error.
+           down fails there): a schema already at the bottom is done, not an error. Where
+           pgadmit's version table is then in another schema, it reverts nothing, names that
+           schema and fails.
   status   list every migration, applied (with when) or pending
   version  print the current schema version (0: nothing applied)
 
 status and version only read the version table: they take no lock, create nothing, and answer
 while another process migrates. Where this connection sees version 0 but pgadmit's version table
-is in another schema, down, status and version answer for the connection and warn where it is.`,
+is in another schema, status and version answer for the connection and warn where it is; down
+reverts nothing, names that schema and fails.`,
 		db:  dbRequired,
 		run: runMigrate,
 	}
@@ -119,11 +122,15 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		if ahead != "" && sub == "down" {
 			return fmt.Errorf("%s: revert it with the pgadmit that applied it", ahead)
 		}
-		// At version 0 on this connection, where pgadmit is elsewhere: down, status and version
-		// answer for the connection, as before (nothing to revert, every migration pending, 0),
-		// and warn where pgadmit is and how to reach it. (up refuses there: refuseSecondCopy.)
+		// At version 0 on this connection, where pgadmit is elsewhere: status and version answer
+		// for the connection, as before (every migration pending, 0), and warn where pgadmit is
+		// and how to reach it. down fails, as up does (refuseSecondCopy): it could revert nothing
+		// of the pgadmit meant, and a script's 'down --to 0' must not read success.
 		if have == 0 {
 			if w := findVersionTableElsewhere(ctx, pool); w != nil {
+				if sub == "down" {
+					return fmt.Errorf("nothing reverted: %s", w)
+				}
 				a.warn("%s", w)
 			}
 		}
