@@ -141,19 +141,20 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 
 	switch sub {
 	case "up":
+		// One read of the version table (no lock) serves both checks below.
+		st, err := schema.Status(ctx, pool)
+		if err != nil {
+			return err
+		}
 		// pgadmit migrated into a schema this search_path leaves out: up would install a second
 		// one here, which the tools would read while the gateways use the first.
 		if !*newCopy {
-			if err := refuseSecondCopy(ctx, pool); err != nil {
+			if err := refuseSecondCopy(ctx, pool, st); err != nil {
 				return err
 			}
 		}
 		// Nothing to apply: say so without waiting for the lock another migrator may hold.
-		pending, err := pendingUpTo(ctx, pool, *to)
-		if err != nil {
-			return err
-		}
-		if !pending {
+		if !pendingUpTo(st, *to) {
 			return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), nil)
 		}
 		return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
@@ -205,10 +206,10 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 }
 
 // refuseSecondCopy is up's refusal on a database whose version table, at version 0 on pool's
-// search_path, is in another schema (versionTableElsewhere); nil otherwise, also when the version
-// could not be read (the statements after it say why, as before this check).
-func refuseSecondCopy(ctx context.Context, pool *pgxpool.Pool) error {
-	if v, err := schema.Version(ctx, pool); err != nil || v != 0 {
+// search_path (st, its status, shows no migration applied), is in another schema
+// (versionTableElsewhere); nil otherwise.
+func refuseSecondCopy(ctx context.Context, pool *pgxpool.Pool, st []*goose.MigrationStatus) error {
+	if slices.ContainsFunc(st, func(s *goose.MigrationStatus) bool { return s.State == goose.StateApplied }) {
 		return nil
 	}
 	if w := findVersionTableElsewhere(ctx, pool); w != nil {
@@ -229,16 +230,12 @@ func (a *app) nothingToRevert(passed func(version int64) string) error {
 	return nil
 }
 
-// pendingUpTo reports whether a migration up to version to (-1: the latest) is pending, from the
-// version table alone (no lock).
-func pendingUpTo(ctx context.Context, pool *pgxpool.Pool, to int64) (bool, error) {
-	st, err := schema.Status(ctx, pool)
-	if err != nil {
-		return false, err
-	}
+// pendingUpTo reports whether st, the status of every migration, has one up to version to (-1:
+// the latest) pending.
+func pendingUpTo(st []*goose.MigrationStatus, to int64) bool {
 	return slices.ContainsFunc(st, func(s *goose.MigrationStatus) bool {
 		return s.State == goose.StatePending && (to < 0 || s.Source.Version <= to)
-	}), nil
+	})
 }
 
 // migrateUpDown runs an up or down step with pgadmit's provider, once it holds the migration
