@@ -63,6 +63,8 @@ func TestDocLinksAndAnchorsResolve(t *testing.T) {
 var (
 	inlineLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	urlScheme  = regexp.MustCompile(`^[a-z][a-z0-9+.-]*:`)
+	heading    = regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.*?)[ \t]*$`)
+	linkText   = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`) // a link, its text as $1
 )
 
 // relativeLinks returns the targets of the inline links of a Markdown text, [text](target), that
@@ -83,10 +85,9 @@ func relativeLinks(markdown string) []string {
 func headingAnchors(markdown string) []string {
 	var anchors []string
 	seen := map[string]int{}
-	link := regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
-	for _, m := range regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.*?)[ \t]*$`).FindAllStringSubmatch(Prose(markdown), -1) {
+	for _, m := range heading.FindAllStringSubmatch(Prose(markdown), -1) {
 		var a strings.Builder
-		for _, r := range strings.ToLower(link.ReplaceAllString(m[1], "$1")) {
+		for _, r := range strings.ToLower(linkText.ReplaceAllString(m[1], "$1")) {
 			switch {
 			case unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) || r == '-' || r == '_':
 				a.WriteRune(r)
