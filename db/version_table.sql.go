@@ -87,7 +87,8 @@ SELECT EXISTS (
 // session cannot read (42P01). schema.Version and schema.Status read it
 // before the version table.
 // Locks: none on any table (catalog reads, MVCC).
-// Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+// Index: pg_class_relname_nsp_index (by relname); pg_namespace is read
+// whole (a small catalog), as in VersionTableElsewhere.
 func (q *Queries) VersionTableInCurrentSchema(ctx context.Context, db DBTX, tableName string) (bool, error) {
 	row := db.QueryRow(ctx, VersionTableInCurrentSchema, tableName)
 	var present bool

@@ -44,7 +44,8 @@ SELECT coalesce(pg_catalog.current_schema()::text, '')::text AS current_schema,
 -- session cannot read (42P01). schema.Version and schema.Status read it
 -- before the version table.
 -- Locks: none on any table (catalog reads, MVCC).
--- Index: pg_class_relname_nsp_index (by relname); pg_namespace_oid_index.
+-- Index: pg_class_relname_nsp_index (by relname); pg_namespace is read
+-- whole (a small catalog), as in VersionTableElsewhere.
 SELECT EXISTS (
     SELECT 1
     FROM pg_catalog.pg_class AS c
