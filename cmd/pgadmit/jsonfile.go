@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -27,19 +29,28 @@ func openJSONFlag(flags *flag.FlagSet, path string) (*jsonFile, error) {
 }
 
 // jsonFile is the --json file of bench, doctor or inspect, or stdout for "-".
+//
+// A path that is a regular file, or none yet, is replaced whole once the report is written: the
+// document goes to a temporary file beside it, renamed over the path, so a reader never sees an
+// emptied or half-written report, and a run that fails, its write too (a full disk), leaves none.
+// Anything else (a device, a pipe, a symlink such as /dev/stdout) is a stream the shell or the
+// user set up: it is opened with O_APPEND, never truncated, replaced nor removed. O_APPEND because
+// /dev/stdout reopens the shell's file as a new description at offset 0: without it the document
+// overwrote the start of `>> log`, or of the text doctor has just printed to `> out`. So a symlink
+// to an earlier report gets the new one added at its end: name the file itself to replace it.
 type jsonFile struct {
-	file *os.File // nil for stdout
-	// regular: the path names a regular file (one this run created, or an earlier run's report),
-	// which abandon removes; not a device, a pipe or a symlink (/dev/stdout), left as they are.
-	regular bool
+	path string
+	file *os.File // the temporary file, or the stream; nil for stdout
+	// replace: file is a temporary file, renamed over path once written; abandon removes it,
+	// and an earlier run's report at path.
+	replace bool
 	written bool
 }
 
 // createJSONFile opens --json's file before anything else runs (as bench's --cpuprofile is),
 // so that a bad path fails the command at once, not after every workload has run or the books
-// were checked; nil when path is empty. A file that exists already (an earlier run's report, or /dev/stdout) is opened
-// without being truncated: it is replaced when the report is written, and an earlier report is
-// removed when the run fails (abandon).
+// were checked; nil when path is empty. A regular file at path (an earlier run's report) is left
+// as it is until the report is written (jsonFile).
 func createJSONFile(path string) (*jsonFile, error) {
 	switch path {
 	case "":
@@ -47,19 +58,44 @@ func createJSONFile(path string) (*jsonFile, error) {
 	case "-":
 		return &jsonFile{}, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	j := &jsonFile{path: path}
+	st, err := os.Lstat(path)
+	var f *os.File
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && st.Mode().IsRegular():
+		j.replace = true
+		f, err = createTemp(path)
+	case err == nil:
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	}
 	if err != nil {
 		return nil, usagef("--json: %v", err)
 	}
-	st, err := os.Lstat(path)
-	return &jsonFile{file: f, regular: err == nil && st.Mode().IsRegular()}, nil
+	j.file = f
+	return j, nil
+}
+
+// createTemp creates a hidden file beside path to be renamed over it, mode 0666 less the umask
+// as a new report always had (os.CreateTemp's is 0600). Its error names path, not the
+// temporary file the user never named.
+func createTemp(path string) (*os.File, error) {
+	dir, base := filepath.Split(path)
+	for {
+		name := filepath.Join(dir, fmt.Sprintf(".%s.%08x.tmp", base, rand.Uint32()))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		var perr *fs.PathError
+		if errors.As(err, &perr) {
+			perr.Path = path
+		}
+		return f, err
+	}
 }
 
 // write writes v as indented JSON to the file, or to stdout, and closes the file; nothing
-// when --json was not given (j nil).
+// when --json was not given (j nil). When it fails, abandon removes what it left.
 func (j *jsonFile) write(stdout io.Writer, v any) error {
 	if j == nil {
 		return nil
@@ -73,34 +109,43 @@ func (j *jsonFile) write(stdout io.Writer, v any) error {
 		_, err := stdout.Write(b)
 		return err
 	}
-	j.written = true
-	// An earlier report in the file: drop it (a device or pipe has nothing to drop).
-	if st, serr := j.file.Stat(); serr == nil && st.Mode().IsRegular() {
-		err = j.file.Truncate(0)
+	if err := j.finish(b); err != nil {
+		return fmt.Errorf("write --json: %w", err)
 	}
-	if err == nil {
-		_, err = j.file.Write(b)
+	j.written = true
+	return nil
+}
+
+// finish writes b to the file and closes it; a temporary file is synced first (a crash after
+// the rename leaves the whole report, not an empty file) and renamed over the path.
+func (j *jsonFile) finish(b []byte) error {
+	_, err := j.file.Write(b)
+	if err == nil && j.replace {
+		err = j.file.Sync()
 	}
 	if cerr := j.file.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return fmt.Errorf("write --json: %w", err)
+	if err == nil && j.replace {
+		err = os.Rename(j.file.Name(), j.path)
 	}
-	return nil
+	return err
 }
 
-// abandon closes the file when the run ended before its report was written, and removes it
-// when it is a regular file: one this run created (an empty file is no JSON document), or an
-// earlier run's report, which a script reading the file after this failure would take for this
-// run's. A device, pipe or symlink (/dev/stdout) is left as it is.
+// abandon closes the file when the run ended before its report was written (or its write
+// failed), and, for a path to replace, removes the temporary file and a regular file at the
+// path: an earlier run's report, which a script reading it after this failure would take for
+// this run's. A stream (a device, a pipe, a symlink such as /dev/stdout) is left as it is.
 func (j *jsonFile) abandon() {
 	if j == nil || j.file == nil || j.written {
 		return
 	}
 	j.file.Close()
-	if j.regular {
+	if j.replace {
 		os.Remove(j.file.Name())
+		if st, err := os.Lstat(j.path); err == nil && st.Mode().IsRegular() {
+			os.Remove(j.path)
+		}
 	}
 }
 

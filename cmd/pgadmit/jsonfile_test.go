@@ -1,0 +1,117 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+const jsonFileDoc = "{\n  \"ok\": true\n}\n"
+
+// --json through a symlink, as /dev/stdout is one to the shell's `>> log`, adds the document at
+// the end of what the file holds: it used to empty the file (and /dev/stdout opened without
+// O_APPEND would have written over the log from its first byte).
+func TestJSONFileThroughASymlinkAppends(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log, path := filepath.Join(dir, "log"), filepath.Join(dir, "stdout")
+	const text = "doctor: the books balance\n"
+	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(log, path); err != nil {
+		t.Fatal(err)
+	}
+	j, err := createJSONFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.abandon()
+	if err := j.write(nil, map[string]bool{"ok": true}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(log); err != nil || string(b) != text+jsonFileDoc {
+		t.Errorf("--json through a symlink to a log: the log holds %q (%v), want %q", b, err, text+jsonFileDoc)
+	}
+	if st, err := os.Lstat(path); err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("--json through a symlink: the symlink is now %v (%v)", st, err)
+	}
+}
+
+// --json naming a regular file replaces it whole once the document is written, by a rename: a
+// reader that opened the earlier report still reads it all, never an emptied or half-written
+// one, and no temporary file is left beside it.
+func TestJSONFileReplacesARegularFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "doctor.json")
+	const earlier = `{"ok": false, "problems": ["an earlier run's"]}` + "\n"
+	if err := os.WriteFile(path, []byte(earlier), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j, err := createJSONFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.abandon()
+	reader, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if err := j.write(nil, map[string]bool{"ok": true}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != jsonFileDoc {
+		t.Errorf("--json over an earlier report: the file holds %q (%v), want %q", b, err, jsonFileDoc)
+	}
+	b := make([]byte, len(earlier)+1)
+	if n, _ := reader.Read(b); string(b[:n]) != earlier {
+		t.Errorf("a reader of the earlier report read %q, want it whole: %q", b[:n], earlier)
+	}
+	wantOnly(t, dir, "doctor.json")
+}
+
+// A write that fails (a full disk; here the file closed under it) returns its error and leaves
+// no file: neither a partial document nor an earlier run's report, which a script would read as
+// this run's (as a run that fails before writing: TestDoctorJSONOfAFailedRun).
+func TestJSONFileFailedWriteLeavesNoFile(t *testing.T) {
+	t.Parallel()
+	for _, earlier := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "doctor.json")
+		if earlier {
+			if err := os.WriteFile(path, []byte(`{"ok": true}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		j, err := createJSONFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.file.Close()
+		if err := j.write(nil, map[string]bool{"ok": true}); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("a failed --json write (an earlier report: %v): %v, want os.ErrClosed", earlier, err)
+		}
+		j.abandon()
+		wantOnly(t, dir)
+	}
+}
+
+// wantOnly fails the test unless dir holds just the files named.
+func wantOnly(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if len(got) != len(names) || (len(got) > 0 && got[0] != names[0]) {
+		t.Errorf("%s holds %q, want %q", dir, got, names)
+	}
+}
