@@ -112,10 +112,10 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 
 	// A database that a newer pgadmit migrated: goose cannot revert a migration it does not
 	// embed ("version not found"), and lists only the ones it knows. (up says so after its
-	// step, in migrateUpDown.)
+	// step, in migrateUpDown.) have is also what version prints: the table is read once.
+	var have int64
 	ahead := ""
 	if sub != "up" {
-		var have int64
 		if have, ahead, err = schemaAhead(ctx, pool); err != nil {
 			return err
 		}
@@ -196,11 +196,7 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		}
 		return nil
 	default: // version
-		v, err := schema.Version(ctx, pool)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(a.stdout, v)
+		fmt.Fprintln(a.stdout, have)
 		return nil
 	}
 }
