@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -508,6 +509,20 @@ func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 	}
 }
 
+// migrate up on a connection with no current schema (no schema of its search_path exists) and
+// pgadmit nowhere says there is no schema to install it into, and what to do; it failed with
+// the server's "no schema has been selected to create in" (SQLSTATE 3F000).
+func TestMigrateUpWithNoSchemaToInstallInto(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t) + "&search_path=nosuch"
+	want := `pgadmit migrate: nothing applied: this connection has no schema to install pgadmit into (no schema of its search_path, nosuch, exists that role `
+	out, errOut, code := cli(t, nil, "--database-url", url, "migrate", "up")
+	if code != exitFailure || out != "" || !strings.HasPrefix(errOut, want) ||
+		!strings.HasSuffix(errOut, ` may use): create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, "A schema of its own")`+"\n") {
+		t.Errorf("migrate up with no current schema: exit %d, stdout %q, stderr %q; want exit 1 and %q...", code, out, errOut, want)
+	}
+}
+
 // A DBA may keep pgadmit in a schema of its own (README: "A schema of its own"); a connection
 // whose search_path leaves that schema out sees version 0 there. The commands that check the
 // version say where pgadmit's version table is and how to put its schema on the search_path,
@@ -600,7 +615,7 @@ func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
 		searchPath, secondCopy string
 	}{
 		{"pgadmit,public", "a second pgadmit in schema public"},
-		{"pgadmit", "a second pgadmit"},
+		{"pgadmit", ""},
 	} {
 		roleURL, role := pgtest.NoGrantsURL(t, url+"&search_path="+c.searchPath)
 		hint := `the database's pgadmit schema is at version 0 on this connection's search_path (` + c.searchPath + `), ` +
@@ -609,15 +624,27 @@ func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
 			`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
 		for _, args := range [][]string{{"doctor"}, {"inspect"}, {"recover"}, {"prune"}} {
 			out, errOut, code := cli(t, nil, append([]string{"--database-url", roleURL}, args...)...)
-			want := "pgadmit " + args[0] + ": " + hint + ", not 'pgadmit migrate up', which would install " + c.secondCopy + "\n"
+			want := "pgadmit " + args[0] + ": " + hint + ", not 'pgadmit migrate up', which would install " + cmp.Or(c.secondCopy, "a second pgadmit") + "\n"
 			if code != exitFailure || errOut != want || out != "" {
 				t.Errorf("pgadmit %s as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q; want exit %d, stderr %q",
 					args[0], c.searchPath, code, out, errOut, exitFailure, want)
 			}
 		}
-		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "up"); code != exitFailure || out != "" ||
-			errOut != "pgadmit migrate: nothing applied: "+hint+", or run 'pgadmit migrate up --new-copy' to install "+c.secondCopy+" all the same\n" {
-			t.Errorf("migrate up as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q", c.searchPath, code, out, errOut)
+		// With no current schema (search_path pgadmit alone), there is no second pgadmit to
+		// install: up does not offer --new-copy, and --new-copy says why it installs nothing (it
+		// failed with the server's 'relation "pgadmit_goose_lock" does not exist').
+		wantUp := "pgadmit migrate: nothing applied: " + hint + ", or run 'pgadmit migrate up --new-copy' to install " + c.secondCopy + " all the same\n"
+		if c.secondCopy == "" {
+			wantUp = "pgadmit migrate: nothing applied: " + hint + "\n"
+		}
+		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "up"); code != exitFailure || out != "" || errOut != wantUp {
+			t.Errorf("migrate up as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q; want %q", c.searchPath, code, out, errOut, wantUp)
+		}
+		if c.secondCopy == "" {
+			want := "pgadmit migrate: nothing applied: " + hint + "; --new-copy has no schema to install a second pgadmit into (no schema of the search_path exists that role " + role + " may use)\n"
+			if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "up", "--new-copy"); code != exitFailure || out != "" || errOut != want {
+				t.Errorf("migrate up --new-copy as a role without USAGE on pgadmit's schema, search_path %s: exit %d, stdout %q, stderr %q; want %q", c.searchPath, code, out, errOut, want)
+			}
 		}
 		warning := "pgadmit migrate: warning: " + hint + "\n"
 		if out, errOut, code := cli(t, nil, "--database-url", roleURL, "migrate", "version"); code != exitOK || out != "0\n" || errOut != warning {

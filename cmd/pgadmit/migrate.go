@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgadmit/pgadmit/db"
 	"github.com/pgadmit/pgadmit/internal/grace"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/schema"
@@ -157,6 +158,9 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		if !pendingUpTo(st, *to) {
 			return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), nil)
 		}
+		if err := noSchemaToInstallInto(ctx, pool); err != nil {
+			return err
+		}
 		return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
 			if *to >= 0 {
 				return p.UpTo(ctx, *to)
@@ -208,10 +212,33 @@ func refuseSecondCopy(ctx context.Context, pool *pgxpool.Pool, st []*goose.Migra
 	if slices.ContainsFunc(st, func(s *goose.MigrationStatus) bool { return s.State == goose.StateApplied }) {
 		return nil
 	}
-	if w := findVersionTableElsewhere(ctx, pool); w != nil {
-		return fmt.Errorf("nothing applied: %s, or run 'pgadmit migrate up --new-copy' to install %s all the same", w, w.secondCopy())
+	w := findVersionTableElsewhere(ctx, pool)
+	switch {
+	case w == nil:
+		return nil
+	case w.current == "": // --new-copy would have no schema to install into either
+		return fmt.Errorf("nothing applied: %s", w)
 	}
-	return nil
+	return fmt.Errorf("nothing applied: %s, or run 'pgadmit migrate up --new-copy' to install %s all the same", w, w.secondCopy())
+}
+
+// noSchemaToInstallInto is up's refusal, before it takes the lock, where the session has no
+// current schema (no schema of its search_path exists that its role may use): goose failed
+// there creating its tables (3F000), or, where pgadmit's version table is in a schema the role
+// may not use (up --new-copy), with 42P01 on its lock table. nil otherwise, or when the
+// catalogs could not be read (goose's error then says what went wrong).
+func noSchemaToInstallInto(ctx context.Context, pool *pgxpool.Pool) error {
+	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
+	if err != nil || r.CurrentSchema != "" {
+		return nil
+	}
+	role := sqlIdentifier(r.RoleName)
+	if len(r.OtherSchemas) > 0 {
+		w := &versionTableElsewhere{searchPath: r.SearchPath, schemas: r.OtherSchemas, role: r.RoleName, noUsage: r.WithoutUsage}
+		return fmt.Errorf("nothing applied: %s; --new-copy has no schema to install a second pgadmit into (no schema of the search_path exists that role %s may use)", w, role)
+	}
+	return fmt.Errorf("nothing applied: this connection has no schema to install pgadmit into (no schema of its search_path, %s, exists that role %s may use): "+
+		"create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)", r.SearchPath, role, readmeOwnSchema)
 }
 
 // nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says
