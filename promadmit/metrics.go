@@ -187,6 +187,13 @@ func WithMaxSeries(n int) Option {
 //	pgadmit_pruned_total                   what Prune released or deleted {kind}
 //	pgadmit_build_info                     1: which pgadmit the process runs {version, goversion}
 //
+// pgadmit_db_operation_duration_seconds times each call whole, as its
+// caller waited for it: a Reserve, Commit or Release call's time queued in
+// the Limiter's combiner behind the statement in flight, and every
+// operation's wait for a pool connection, count with the statement's.
+// pgadmit_pool_empty_acquire_wait_seconds_total (NewPoolCollector) tells a
+// pool too small from a slow database.
+//
 // pgadmit_build_info's version is that of pgadmit's module in the
 // process's build (runtime/debug.ReadBuildInfo): "(devel)" built in
 // pgadmit's tree, or with the module replaced by a directory; goversion
@@ -238,7 +245,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	// DefaultSettleTimeout (2). Slow Recover and Prune runs land from 5 on.
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pgadmit_db_operation_duration_seconds",
-		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait, canceled).",
+		Help:    "Duration of pgadmit's database operations (reserve, commit, release, renew_leases, recover, prune), by result (ok, exceeded, timeout, error, skipped, lease_lost, unknown_grant, rejected, lock_wait, canceled): each call whole, as its caller waited for it, a reserve's or settle's time in the combiner's queue behind the statement in flight and every operation's wait for a pool connection included.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2, 2.5, 5, 10, 30},
 	}, []string{"operation", "result"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
