@@ -54,7 +54,7 @@ type combiner[Req, Res any] struct {
 	idle      *sync.Cond    // on mu: inFlight and releasing both fell to 0
 	batches   int64         // statements answered
 	requests  int64         // requests they carried
-	busy      time.Duration // their time from send to answer, summed
+	busy      time.Duration // their time from taking a connection to the answer, summed
 	hot       int64         // of them, those sent as hot batches (markHot)
 	// waiting counts the calls queued (do) or carried by a statement in
 	// flight, until withdrawn (leftUnsent, takeLocked, runBatch) or their

@@ -47,11 +47,15 @@ func (c *combiner[Req, Res]) answered(f *flight, n, done int, took time.Duration
 // was made: Batches statements carried Requests calls, Hot of them
 // batches on a hot counter or concurrency scope (two calls drawing on
 // one), which release its row or lock before their commit's flush and
-// answer after it. Busy is the statements' time from send to answer,
-// summed: encoding, the round trip, the server's work and the commit's
-// flush, and decoding the answer. With one statement in flight, Busy over
-// the time elapsed is the share of it the stream was busy; the rest it
-// waited for callers. A statement counts once it returns, answered or
+// answer after it. Busy is the statements' time, summed, from when each
+// went to take a pool connection to its answer: the wait for that
+// connection, encoding, the round trip, the server's work and the commit's
+// flush (a hot batch's commit procedure too), decoding the answer, and
+// a second send of a statement that its connection, found closed, never
+// sent. A pool too small for the traffic so shows as slow statements
+// (promadmit's pool metrics tell the two apart). With one statement in
+// flight, Busy over the time elapsed is the share of it the stream was
+// busy, waits for a connection included; the rest it waited for callers. A statement counts once it returns, answered or
 // failed (cancelled on a database that does not answer, say, or never sent
 // for want of a connection). Each counts the calls it carried: a call
 // whose batch the server rejected for another call's input is sent again
@@ -64,7 +68,8 @@ type CombinerStats struct {
 	Requests int64
 	// Hot counts, of Batches, those on a hot counter or concurrency scope.
 	Hot int64
-	// Busy is the statements' time from send to answer, summed.
+	// Busy is the statements' time from taking a pool connection (their
+	// wait for one included) to the answer, summed.
 	Busy time.Duration
 	// Waiting is a gauge, not a count: the calls in the combiner now,
 	// those queued for its next statement and those that the statements
@@ -92,8 +97,9 @@ func (s CombinerStats) MeanBatch() float64 {
 	return float64(s.Requests) / float64(s.Batches)
 }
 
-// MeanStatement is how long one statement took from send to answer on
-// average (zero before any was answered).
+// MeanStatement is how long one statement took on average, from taking a
+// pool connection (its wait for one included) to its answer: Busy over
+// Batches (zero before any was answered).
 func (s CombinerStats) MeanStatement() time.Duration {
 	if s.Batches == 0 {
 		return 0

@@ -115,9 +115,9 @@ func TestWeighedCombinerBoundsWhatABatchWeighs(t *testing.T) {
 	}
 }
 
-// A combiner times its statements from send to answer: Busy is their sum,
-// so with one in flight it never exceeds the time that passed, and each
-// statement adds at least what it took.
+// A combiner times its statements, from taking a connection to the
+// answer: Busy is their sum, so with one in flight it never exceeds the
+// time that passed, and each statement adds at least what it took.
 func TestCombinerTimesItsStatements(t *testing.T) {
 	const statements, pause = 3, 20 * time.Millisecond
 	slow := func(_ context.Context, reqs []int) ([]int, []error, error) {

@@ -192,7 +192,8 @@ type Result struct {
 	ReservesPerStatement float64 `json:"reserves_per_statement,omitempty"`
 	SettlesPerStatement  float64 `json:"settles_per_statement,omitempty"`
 	// ReserveStatementUs and SettleStatementUs are how long one such
-	// statement took on average from send to answer, in microseconds;
+	// statement took on average from taking a pool connection (the wait
+	// for one included) to its answer, in microseconds;
 	// ReserveBusyPercent and SettleBusyPercent the share of the run that
 	// each instance had one in flight (statements in flight on average, in
 	// percent, with more than one allowed: see ratelimit's CombinerStats).
