@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/decimal"
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -55,7 +56,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 	if len(call) > ratelimit.MaxLimitsPerCall {
 		// Reserve would refuse them whatever the request: how many limits
 		// there are is the LimitsFunc's doing, not the client's.
-		return m.invalidLimits(ctx, fmt.Errorf("%w: %w", ErrInvalidLimit, &ratelimit.ValidationError{Field: "Limits", Value: len(call),
+		return m.invalidLimits(ctx, oneprefix.Errorf("%w: %w", ErrInvalidLimit, &ratelimit.ValidationError{Field: "Limits", Value: len(call),
 			Reason: fmt.Sprintf("%d enforced limits with an amount, where Reserve takes at most %d", len(call), ratelimit.MaxLimitsPerCall)}))
 	}
 	var judged []Limit // shadow limits on an enforced limit's counter
@@ -141,7 +142,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 			// configuration's, a 500; so is the call, which the middleware
 			// built.
 			if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) && strings.HasPrefix(invalid.Field, "Limits") {
-				err = fmt.Errorf("%w: %w", ErrInvalidLimit, err)
+				err = oneprefix.Errorf("%w: %w", ErrInvalidLimit, err)
 			}
 			return m.invalidLimits(ctx, err)
 		default:
@@ -192,7 +193,7 @@ func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
 		if j, dup := seen[k]; dup {
 			// Keys taken from the request (a header's and the body's)
 			// may make two limits of the configuration one counter.
-			return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, inLimit(i, &ratelimit.ValidationError{Value: k.String(),
+			return nil, nil, oneprefix.Errorf("%w: %w", ErrBadRequest, inLimit(i, &ratelimit.ValidationError{Value: k.String(),
 				Reason: fmt.Sprintf("same scope, metric and window as Limits[%d]", j)}))
 		}
 		seen[k] = i
@@ -215,9 +216,9 @@ func enforcedCall(limits []Limit) ([]Limit, map[key]int, error) {
 func blame(err, invalid error) error {
 	var v *ratelimit.ValidationError
 	if errors.As(invalid, &v) && (v.Field == "Amount" || v.Field == "Scope.Key") {
-		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return oneprefix.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidLimit, err)
+	return oneprefix.Errorf("%w: %w", ErrInvalidLimit, err)
 }
 
 // inLimit is a *ratelimit.ValidationError about a field of one limit

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/internal/textcell"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -99,7 +100,7 @@ func checkLimits(limits []Limit) error {
 
 // invalidLimit is the error of a limit checkLimits refuses.
 func invalidLimit(i int, field string, value any, reason string) error {
-	return fmt.Errorf("%w: %w", ErrInvalidLimit, inLimit(i, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason}))
+	return oneprefix.Errorf("%w: %w", ErrInvalidLimit, inLimit(i, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason}))
 }
 
 // key identifies a limit's counter (or concurrency scope) the way Reserve

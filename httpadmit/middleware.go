@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -240,29 +240,16 @@ func newMiddleware(limiter *ratelimit.Limiter, limits LimitsFunc, opts []Option)
 
 // errNilHandler is what each request gets from a middleware given a nil
 // http.Handler, which it would call.
-var errNilHandler error = &configError{prefix: "httpadmit: ", err: &ratelimit.ValidationError{Field: "next", Value: nil,
-	Reason: "the middleware was given a nil http.Handler"}}
+var errNilHandler = oneprefix.Errorf("httpadmit: %w", &ratelimit.ValidationError{Field: "next", Value: nil,
+	Reason: "the middleware was given a nil http.Handler"})
 
 // invalidConfig is New's error for an argument or option it cannot run
 // with: a *ratelimit.ValidationError (errors.Is ratelimit.ErrInvalidInput)
-// naming it.
+// naming it, the package named once: "httpadmit: New: invalid limiter
+// (<nil>): must not be nil".
 func invalidConfig(field string, value any, reason string) error {
-	return &configError{prefix: "httpadmit: New: ", err: &ratelimit.ValidationError{Field: field, Value: value, Reason: reason}}
+	return oneprefix.Errorf("httpadmit: New: %w", &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
 }
-
-// configError wraps a *ratelimit.ValidationError about the middleware's
-// configuration, its message written after prefix without the
-// "ratelimit: " of its own, so that it names one package:
-// "httpadmit: New: invalid limiter (<nil>): must not be nil".
-type configError struct {
-	prefix string
-	err    *ratelimit.ValidationError
-}
-
-func (e *configError) Error() string {
-	return e.prefix + strings.TrimPrefix(e.err.Error(), "ratelimit: ")
-}
-func (e *configError) Unwrap() error { return e.err }
 
 // serve decides r, then refuses it or runs next and settles.
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {

@@ -71,6 +71,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgadmit/pgadmit/httpadmit"
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -500,5 +501,5 @@ func timedOut(err error) bool {
 // invalidOption is fn's error for an argument, option or receiver it
 // cannot run with: a *ratelimit.ValidationError naming it.
 func invalidOption(fn, field string, value any, reason string) error {
-	return fmt.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
+	return oneprefix.Errorf("promadmit: %s: %w", fn, &ratelimit.ValidationError{Field: field, Value: value, Reason: reason})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -25,7 +26,7 @@ func refusal(db *sql.DB, own, opts []goose.ProviderOption, err error) error {
 			continue
 		}
 		if _, perr := goose.NewProvider(goose.DialectCustom, db, FS, slices.Concat(own, setOptions(opts[:i+1]))...); perr != nil {
-			return fmt.Errorf("schema: %w: %w", &ratelimit.ValidationError{
+			return oneprefix.Errorf("schema: %w: %w", &ratelimit.ValidationError{
 				Field:  fmt.Sprintf("opts[%d]", i),
 				Value:  shownOption(opts[i]),
 				Reason: "goose refused it next to pgadmit's own version table store and table locker",

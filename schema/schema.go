@@ -45,6 +45,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/pgadmit/pgadmit/db"
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/internal/poolerr"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -407,12 +408,12 @@ func readVersionTable(ctx context.Context, pool *pgxpool.Pool, fn func(*sql.Conn
 // errNilPool is what Migrate, Down, Status and Version return for a nil
 // pool (pgxpool.New's result when its error went unchecked), which pgx
 // would dereference: bad input, as pgadmit reports it everywhere.
-var errNilPool = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Reason: "must be a pool, not nil"})
+var errNilPool = oneprefix.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Reason: "must be a pool, not nil"})
 
 // errNilContext is what Migrate, Down, Locked, Status and Version return
 // for a nil ctx, which database/sql would dereference (holding a lock that
 // the provider's Close then waits for, for ever).
-var errNilContext = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "ctx",
+var errNilContext = oneprefix.Errorf("schema: %w", &ratelimit.ValidationError{Field: "ctx",
 	Reason: "must be a context, not nil (context.Background() when there is none)"})
 
 // nilArgument is Status's and Version's error for a nil pool or ctx (nil
@@ -429,20 +430,20 @@ func nilArgument(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // errNilStep is Locked's for a nil step, refused before the lock row is taken.
-var errNilStep = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "step", Reason: "must be a function, not nil"})
+var errNilStep = oneprefix.Errorf("schema: %w", &ratelimit.ValidationError{Field: "step", Reason: "must be a function, not nil"})
 
-var errNilDB = fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Reason: "must be a *sql.DB, not nil"})
+var errNilDB = oneprefix.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Reason: "must be a *sql.DB, not nil"})
 
 // Migrating holds a connection for the migrations while the locker takes the lock row on
 // another: with one, it would wait for the second forever. The refusal's Value is the bound it
 // found, which the message shows: without one it read "invalid pool (<nil>)", as of a nil pool.
 func errOneConnPool(maxConns int32) error {
-	return fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Value: fmt.Sprintf("MaxConns %d", maxConns),
+	return oneprefix.Errorf("schema: %w", &ratelimit.ValidationError{Field: "pool", Value: fmt.Sprintf("MaxConns %d", maxConns),
 		Reason: "must allow at least 2 connections: migrating holds one while it takes the lock row on another"})
 }
 
 func errOneConnDB(maxOpen int) error {
-	return fmt.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Value: fmt.Sprintf("MaxOpenConns %d", maxOpen),
+	return oneprefix.Errorf("schema: %w", &ratelimit.ValidationError{Field: "db", Value: fmt.Sprintf("MaxOpenConns %d", maxOpen),
 		Reason: "must allow at least 2 open connections: migrating holds one while it takes the lock row on another"})
 }
 
