@@ -47,8 +47,8 @@ func StatementCacheLost(err error) bool {
 		strings.Contains(pgErr.Message, `"stmtcache_`)
 }
 
-// Wrap returns err itself, or, when StatementPooling(err), err followed by why the operation
-// needs a transaction (needs) and Advice, matching ErrStatementPooling and ErrMismatch
+// Wrap returns err itself, or, when StatementPooling(err), err saying why the operation needs a
+// transaction (needs) and Advice before the pooler's refusal, matching ErrStatementPooling and ErrMismatch
 // (errors.Is) and still wrapping err (errors.As finds the *pgconn.PgError).
 func Wrap(err error, needs string) error {
 	var wrapped *statementPoolingError
@@ -63,9 +63,20 @@ type statementPoolingError struct {
 	needs string
 }
 
+// Error says the problem, then what to change, then what was seen, as a *ratelimit.PoolerError
+// does: what err says before the pooler's refusal (the operation, "schema: migrate up: ")
+// starts it, and the refusal and what follows it are what was seen.
 func (e *statementPoolingError) Error() string {
-	return e.err.Error() + ": the connections go through a pooler that pools by statement, which runs no " +
-		"transaction of more than one statement, and " + e.needs + ": " + Advice
+	msg := e.err.Error()
+	op, seen := "", msg
+	var pgErr *pgconn.PgError
+	if errors.As(e.err, &pgErr) {
+		if i := strings.Index(msg, pgErr.Error()); i >= 0 {
+			op, seen = msg[:i], msg[i:]
+		}
+	}
+	return op + "the connections go through a pooler that pools by statement, which runs no transaction of " +
+		"more than one statement, and " + e.needs + ": " + Advice + " (seen: " + seen + ")"
 }
 
 func (e *statementPoolingError) Is(target error) bool {

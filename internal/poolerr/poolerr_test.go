@@ -18,8 +18,13 @@ func TestWrap(t *testing.T) {
 	if !errors.Is(err, ErrStatementPooling) || !errors.Is(err, ErrMismatch) || !errors.As(err, &pgErr) || pgErr != refusal {
 		t.Errorf("Wrap(PgBouncer's refusal) = %v, want ErrStatementPooling wrapping the refusal", err)
 	}
-	if !strings.HasPrefix(err.Error(), "migrate up: FATAL: transaction blocks") || !strings.Contains(err.Error(), "pool_mode = transaction") {
-		t.Errorf("Wrap(PgBouncer's refusal) says %q", err)
+	// The problem first, then what to change, then what was seen, as a *ratelimit.PoolerError
+	// says it; what err said before the refusal (the operation) still starts the message.
+	want := "migrate up: the connections go through a pooler that pools by statement, which runs no transaction " +
+		"of more than one statement, and " + MigrationsNeed + ": " + Advice +
+		" (seen: FATAL: transaction blocks not allowed in statement pooling mode (SQLSTATE 08P01))"
+	if got := err.Error(); got != want {
+		t.Errorf("Wrap(PgBouncer's refusal) says\n%q, want\n%q", got, want)
 	}
 	// Wrapped again (schema.Locked's error, which pgadmit migrate wraps too), it says it once.
 	if again := Wrap(fmt.Errorf("migrate: %w", err), MigrationsNeed); strings.Count(again.Error(), "pool_mode = transaction") != 1 {
