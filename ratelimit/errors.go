@@ -3,12 +3,12 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/decimal"
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/internal/plural"
 )
 
@@ -379,56 +379,11 @@ func OnlyLockWaits(err error) bool {
 // ("%w (%s): %w") is one of the errors wrapped, which promadmit takes as
 // the class of the whole (a wrapper around it made that "error").
 func errorf(format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
 	if !strings.HasPrefix(format, errPrefix) {
-		return err
+		return fmt.Errorf(format, args...)
 	}
-	var shown []any
-	for i, a := range args {
-		if e, ok := a.(error); ok && e != nil && strings.HasPrefix(e.Error(), errPrefix) {
-			if shown == nil {
-				shown = slices.Clone(args)
-			}
-			shown[i] = unprefixed{e}
-		}
-	}
-	if shown == nil {
-		return err
-	}
-	msg := fmt.Errorf(format, shown...).Error()
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return &prefixedOnce{msg: msg, err: u.Unwrap()}
-	case interface{ Unwrap() []error }:
-		return &prefixedOnceJoined{msg: msg, errs: u.Unwrap()}
-	}
-	return errors.New(msg)
+	return oneprefix.Errorf(format, args...)
 }
 
 // errPrefix starts the message of every error of this package.
 const errPrefix = "ratelimit: "
-
-// unprefixed is err, written without its "ratelimit: " inside a message
-// that says it already (errorf's message only: it wraps err itself).
-type unprefixed struct{ err error }
-
-func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), errPrefix) }
-
-// prefixedOnce and prefixedOnceJoined are errorf's errors: fmt.Errorf's
-// with one %w and with several, their message written with the package
-// named once.
-type prefixedOnce struct {
-	msg string
-	err error
-}
-
-func (e *prefixedOnce) Error() string { return e.msg }
-func (e *prefixedOnce) Unwrap() error { return e.err }
-
-type prefixedOnceJoined struct {
-	msg  string
-	errs []error
-}
-
-func (e *prefixedOnceJoined) Error() string   { return e.msg }
-func (e *prefixedOnceJoined) Unwrap() []error { return e.errs }

@@ -1,7 +1,8 @@
 // Package oneprefix writes the errors of pgadmit's other packages (httpadmit, promadmit,
 // schema) that wrap an error of package ratelimit, a *ratelimit.ValidationError mostly, so that
 // their message names one package: "schema: invalid pool (<nil>): must be a pool, not nil", not
-// "schema: ratelimit: invalid pool ...". Package ratelimit's own errorf does the same within it.
+// "schema: ratelimit: invalid pool ...". Package ratelimit's own errorf uses it too, for a
+// message of its own that wraps one of its errors.
 package oneprefix
 
 import (

@@ -1,9 +1,10 @@
-package oneprefix
+package oneprefix_test
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
 
@@ -12,7 +13,7 @@ import (
 func TestErrorf(t *testing.T) {
 	sentinel := errors.New("httpadmit: invalid limit")
 	invalid := &ratelimit.ValidationError{Field: "Amount", Value: -5.0, Reason: "must not be negative"}
-	err := Errorf("%w: %w", sentinel, invalid)
+	err := oneprefix.Errorf("%w: %w", sentinel, invalid)
 	if got, want := err.Error(), "httpadmit: invalid limit: invalid Amount (-5): must not be negative"; got != want {
 		t.Errorf("Errorf = %q, want %q", got, want)
 	}
@@ -20,7 +21,7 @@ func TestErrorf(t *testing.T) {
 	if !errors.Is(err, sentinel) || !errors.Is(err, ratelimit.ErrInvalidInput) || !errors.As(err, &v) || v != invalid {
 		t.Errorf("Errorf = %v, want it to wrap both", err)
 	}
-	if got, want := Errorf("schema: %w", errors.New("other")).Error(), "schema: other"; got != want {
+	if got, want := oneprefix.Errorf("schema: %w", errors.New("other")).Error(), "schema: other"; got != want {
 		t.Errorf("Errorf = %q, want %q", got, want)
 	}
 }
