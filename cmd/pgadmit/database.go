@@ -187,7 +187,16 @@ type versionTableElsewhere struct {
 // catalogs could not be read: the caller then says what it says of version 0 otherwise).
 func findVersionTableElsewhere(ctx context.Context, pool *pgxpool.Pool) *versionTableElsewhere {
 	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
-	if err != nil || len(r.OtherSchemas) == 0 {
+	if err != nil {
+		return nil
+	}
+	return elsewhereOf(r)
+}
+
+// elsewhereOf is where r, a read of the catalogs, found the version table besides the current
+// schema, or nil when it found it in no other.
+func elsewhereOf(r db.VersionTableElsewhereRow) *versionTableElsewhere {
+	if len(r.OtherSchemas) == 0 {
 		return nil
 	}
 	return &versionTableElsewhere{current: r.CurrentSchema, searchPath: r.SearchPath, schemas: r.OtherSchemas,

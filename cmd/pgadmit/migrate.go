@@ -142,15 +142,17 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 
 	switch sub {
 	case "up":
-		// One read of the version table (no lock) serves both checks below.
+		// One read of the version table (no lock) serves the checks below, and one of the
+		// catalogs where it shows nothing applied (unread: nil).
 		st, err := schema.Status(ctx, pool)
 		if err != nil {
 			return err
 		}
+		catalogs := readCatalogsWhereNoneApplied(ctx, pool, st)
 		// pgadmit migrated into a schema this search_path leaves out: up would install a second
 		// one here, which the tools would read while the gateways use the first.
 		if !*newCopy {
-			if err := refuseSecondCopy(ctx, pool, st); err != nil {
+			if err := refuseSecondCopy(catalogs); err != nil {
 				return err
 			}
 		}
@@ -158,7 +160,7 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		if !pendingUpTo(st, *to) {
 			return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), nil)
 		}
-		if err := noSchemaToInstallInto(ctx, pool); err != nil {
+		if err := noSchemaToInstallInto(catalogs); err != nil {
 			return err
 		}
 		return a.migrateUpDown(ctx, pool, "applying", passedTo(sub, *to), func(p *goose.Provider) ([]*goose.MigrationResult, error) {
@@ -205,14 +207,30 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 	}
 }
 
-// refuseSecondCopy is up's refusal on a database whose version table, at version 0 on pool's
-// search_path (st, its status, shows no migration applied), is in another schema
-// (versionTableElsewhere); nil otherwise.
-func refuseSecondCopy(ctx context.Context, pool *pgxpool.Pool, st []*goose.MigrationStatus) error {
+// readCatalogsWhereNoneApplied reads where pgadmit's version table is (VersionTableElsewhere)
+// when st, the status of every migration on pool's search_path, shows none applied: the only
+// case where it can be elsewhere, or the session have no current schema. nil otherwise, or when
+// the catalogs could not be read (the statements after it then say what went wrong, as before
+// these checks).
+func readCatalogsWhereNoneApplied(ctx context.Context, pool *pgxpool.Pool, st []*goose.MigrationStatus) *db.VersionTableElsewhereRow {
 	if slices.ContainsFunc(st, func(s *goose.MigrationStatus) bool { return s.State == goose.StateApplied }) {
 		return nil
 	}
-	w := findVersionTableElsewhere(ctx, pool)
+	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
+	if err != nil {
+		return nil
+	}
+	return &r
+}
+
+// refuseSecondCopy is up's refusal on a database whose version table, at version 0 on the
+// search_path, is in another schema (catalogs, read where none is applied, says so); nil
+// otherwise.
+func refuseSecondCopy(catalogs *db.VersionTableElsewhereRow) error {
+	if catalogs == nil {
+		return nil
+	}
+	w := elsewhereOf(*catalogs)
 	switch {
 	case w == nil:
 		return nil
@@ -223,22 +241,20 @@ func refuseSecondCopy(ctx context.Context, pool *pgxpool.Pool, st []*goose.Migra
 }
 
 // noSchemaToInstallInto is up's refusal, before it takes the lock, where the session has no
-// current schema (no schema of its search_path exists that its role may use): goose failed
-// there creating its tables (3F000), or, where pgadmit's version table is in a schema the role
-// may not use (up --new-copy), with 42P01 on its lock table. nil otherwise, or when the
-// catalogs could not be read (goose's error then says what went wrong).
-func noSchemaToInstallInto(ctx context.Context, pool *pgxpool.Pool) error {
-	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
-	if err != nil || r.CurrentSchema != "" {
+// current schema (no schema of its search_path exists that its role may use; catalogs, read
+// where none is applied, says so): goose failed there creating its tables (3F000), or, where
+// pgadmit's version table is in a schema the role may not use (up --new-copy), with 42P01 on
+// its lock table. nil otherwise.
+func noSchemaToInstallInto(catalogs *db.VersionTableElsewhereRow) error {
+	if catalogs == nil || catalogs.CurrentSchema != "" {
 		return nil
 	}
-	role := sqlIdentifier(r.RoleName)
-	if len(r.OtherSchemas) > 0 {
-		w := &versionTableElsewhere{searchPath: r.SearchPath, schemas: r.OtherSchemas, role: r.RoleName, noUsage: r.WithoutUsage}
+	role := sqlIdentifier(catalogs.RoleName)
+	if w := elsewhereOf(*catalogs); w != nil {
 		return fmt.Errorf("nothing applied: %s; --new-copy has no schema to install a second pgadmit into (no schema of the search_path exists that role %s may use)", w, role)
 	}
 	return fmt.Errorf("nothing applied: this connection has no schema to install pgadmit into (no schema of its search_path, %s, exists that role %s may use): "+
-		"create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)", r.SearchPath, role, readmeOwnSchema)
+		"create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)", catalogs.SearchPath, role, readmeOwnSchema)
 }
 
 // nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says
