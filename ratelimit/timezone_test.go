@@ -78,10 +78,7 @@ func TestWindowsAndLeasesIgnoreTheSessionsTimeZone(t *testing.T) {
 			for _, w := range []time.Duration{24 * time.Hour, 7 * time.Hour} {
 				lim := window("api_key", key, ratelimit.MetricRequests, 3, 2)
 				lim.Window = w
-				g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
-				if err != nil {
-					t.Fatalf("Reserve (window %v): %v", w, err)
-				}
+				g := reserveAwayFromWindowEnd(ctx, t, l, lim)
 				r := g.Reservations[0]
 				if r.WindowStart.UnixNano()%int64(w) != 0 || r.ResetAt.Sub(r.WindowStart) != w {
 					t.Errorf("window %v: [%v, %v), want one starting at a multiple of %v since the epoch", w, r.WindowStart.UTC(), r.ResetAt.UTC(), w)
@@ -184,5 +181,29 @@ func TestConfigurePoolKeepsTheCallersDateStyle(t *testing.T) {
 		if diff := gocmp.Diff(tc.want, cfg.ConnConfig.RuntimeParams); diff != "" {
 			t.Errorf("RuntimeParams after ConfigurePool (-want +got):\n%s", diff)
 		}
+	}
+}
+
+// reserveAwayFromWindowEnd reserves lim where at least two seconds of its
+// window are left, so that a second Reserve is refused in the same window
+// with a RetryAfter (at least 1s) within the time left. A grant taken
+// closer to the window's end (a CI run near midnight UTC met a day's
+// window with 0.4 s left) is released and taken again in the next window.
+func reserveAwayFromWindowEnd(ctx context.Context, t *testing.T, l *ratelimit.Limiter, lim ratelimit.Limit) ratelimit.Grant {
+	t.Helper()
+	for {
+		g, err := l.Reserve(ctx, "", "", []ratelimit.Limit{lim})
+		if err != nil {
+			t.Fatalf("Reserve (window %v): %v", lim.Window, err)
+		}
+		r := g.Reservations[0]
+		left := r.ResetAt.Sub(g.DecidedAt)
+		if left >= 2*time.Second {
+			return g
+		}
+		if _, err := l.Release(ctx, g, "too near the window's end"); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		time.Sleep(left + 100*time.Millisecond)
 	}
 }
