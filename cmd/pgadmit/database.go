@@ -124,14 +124,14 @@ func schemaVersions(ctx context.Context, pool *pgxpool.Pool) (have, latest int64
 type schemaBehindError struct {
 	have, want int64
 	err        error // what the server said
-	// elsewhere, when not nil, says where pgadmit's version table is, at version 0: in a schema
-	// the connection's search_path does not lead to.
-	elsewhere *versionTableElsewhere
+	// zero, when not "", is what to say at version 0 in place of "run 'pgadmit migrate up'",
+	// which would not do what it should there (versionZeroAdvice).
+	zero string
 }
 
 func (e *schemaBehindError) Error() string {
-	if e.elsewhere != nil {
-		return e.elsewhere.notMigrateUp()
+	if e.zero != "" {
+		return e.zero
 	}
 	return fmt.Sprintf("the database's pgadmit schema is at version %d, this pgadmit needs %d: run 'pgadmit migrate up'", e.have, e.want)
 }
@@ -160,9 +160,36 @@ func notMigrated(pctx context.Context, pool *pgxpool.Pool, err error) error {
 	}
 	sbe := &schemaBehindError{have: have, want: latest, err: err}
 	if have == 0 {
-		sbe.elsewhere = findVersionTableElsewhere(pctx, pool)
+		sbe.zero = versionZeroAdvice(pctx, pool, latest)
 	}
 	return sbe
+}
+
+// versionZeroAdvice is what the operator commands say of pool's database at version 0, where
+// this pgadmit needs latest, when 'pgadmit migrate up' alone is not the fix: pgadmit's version
+// table is in a schema the connection does not read it from (notMigrateUp), or the connection
+// has no current schema, where up refuses (noCurrentSchema). "" otherwise, or when the catalogs
+// could not be read.
+func versionZeroAdvice(ctx context.Context, pool *pgxpool.Pool, latest int64) string {
+	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
+	if err != nil {
+		return ""
+	}
+	if w := elsewhereOf(r); w != nil {
+		return w.notMigrateUp()
+	}
+	if r.CurrentSchema == "" {
+		return fmt.Sprintf("the database's pgadmit schema is at version 0, this pgadmit needs %d, and %s, then run 'pgadmit migrate up'", latest, noCurrentSchema(r))
+	}
+	return ""
+}
+
+// noCurrentSchema says that the connection r was read on has no current schema to install
+// pgadmit into, and how to give it one: what migrate up says where it refuses for that.
+func noCurrentSchema(r db.VersionTableElsewhereRow) string {
+	return fmt.Sprintf("this connection has no schema to install pgadmit into (no schema of its search_path, %s, exists that role %s may use): "+
+		"create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)",
+		r.SearchPath, sqlIdentifier(r.RoleName), readmeOwnSchema)
 }
 
 // versionTableElsewhere is pgadmit's version table found in other schemas than the one a
@@ -241,16 +268,19 @@ func (w *versionTableElsewhere) String() string {
 // shows how to set a role's search_path.
 const readmeOwnSchema = "A schema of its own"
 
-// secondCopy names what 'pgadmit migrate up' would install on this connection.
+// secondCopy names what 'pgadmit migrate up --new-copy' would install on this connection, one
+// with a current schema.
 func (w *versionTableElsewhere) secondCopy() string {
-	if w.current == "" {
-		return "a second pgadmit"
-	}
 	return "a second pgadmit in schema " + sqlIdentifier(w.current)
 }
 
-// notMigrateUp is what the operator commands say in place of "run 'pgadmit migrate up'".
+// notMigrateUp is what the operator commands say in place of "run 'pgadmit migrate up'": where
+// the connection has no current schema, up refuses, installing nothing, and the advice is
+// String's alone.
 func (w *versionTableElsewhere) notMigrateUp() string {
+	if w.current == "" {
+		return w.String()
+	}
 	return w.String() + ", not 'pgadmit migrate up', which would install " + w.secondCopy()
 }
 

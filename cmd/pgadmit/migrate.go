@@ -253,8 +253,7 @@ func noSchemaToInstallInto(catalogs *db.VersionTableElsewhereRow) error {
 	if w := elsewhereOf(*catalogs); w != nil {
 		return fmt.Errorf("nothing applied: %s; --new-copy has no schema to install a second pgadmit into (no schema of the search_path exists that role %s may use)", w, role)
 	}
-	return fmt.Errorf("nothing applied: this connection has no schema to install pgadmit into (no schema of its search_path, %s, exists that role %s may use): "+
-		"create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, %q)", catalogs.SearchPath, role, readmeOwnSchema)
+	return fmt.Errorf("nothing applied: %s", noCurrentSchema(*catalogs))
 }
 
 // nothingToRevert is down on a database at version 0, or that pgadmit never migrated: it says
@@ -379,8 +378,8 @@ func checkOperatorSchema(ctx context.Context, pool *pgxpool.Pool, warn func(stri
 	case v > latest:
 		warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
 	case v == 0:
-		if w := findVersionTableElsewhere(ctx, pool); w != nil {
-			return version, w.notMigrateUp()
+		if zero := versionZeroAdvice(ctx, pool, latest); zero != "" {
+			return version, zero
 		}
 		fallthrough
 	case v < latest:
