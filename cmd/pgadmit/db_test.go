@@ -620,18 +620,26 @@ func TestCommandsOnADatabaseMigratedIntoAnotherSchema(t *testing.T) {
 // schema out of the search_path, so the connection sees version 0 too, but the fix is the grant
 // (docs/privileges.sql's), not the search_path it already has. Every command that reads the
 // version says so: with public after pgadmit, where the role may read and would create, and with
-// pgadmit alone (the README's `ALTER ROLE ... SET search_path = pgadmit`), where the session has
-// no current schema at all.
+// pgadmit alone, where the session has no current schema at all: in the URL, and set on the role
+// (the README's `ALTER ROLE ... SET search_path = pgadmit`), which the URL then leaves as it is.
 func TestCommandsAsARoleWithoutUsageOnPgadmitsSchema(t *testing.T) {
 	t.Parallel()
 	url, _ := migratedIntoSchemaOfItsOwn(t)
 	for _, c := range []struct {
 		searchPath, secondCopy string
+		onRole                 bool // searchPath set on the role, not in the URL
 	}{
-		{"pgadmit,public", "a second pgadmit in schema public"},
-		{"pgadmit", ""},
+		{"pgadmit,public", "a second pgadmit in schema public", false},
+		{"pgadmit", "", false},
+		{"pgadmit", "", true},
 	} {
-		roleURL, role := pgtest.NoGrantsURL(t, url+"&search_path="+c.searchPath)
+		var roleURL, role string
+		if c.onRole {
+			roleURL, role = pgtest.NoGrantsURL(t, url)
+			pgtest.SetRoleSearchPath(t, url, role, c.searchPath)
+		} else {
+			roleURL, role = pgtest.NoGrantsURL(t, url+"&search_path="+c.searchPath)
+		}
 		hint := `the database's pgadmit schema is at version 0 on this connection's search_path (` + c.searchPath + `), ` +
 			`but pgadmit's version table pgadmit_goose_version is in schema pgadmit, on which role ` + role + ` has no USAGE, so PostgreSQL leaves it out of the search_path: ` +
 			`GRANT USAGE ON SCHEMA pgadmit TO ` + role + ` (docs/privileges.sql grants it to its roles) and have that schema first in the search_path ` +

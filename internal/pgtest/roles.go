@@ -25,6 +25,8 @@ var (
 	roleLogin string
 	//go:embed role_drop.sql
 	roleDrop string
+	//go:embed role_search_path.sql
+	roleSearchPath string
 )
 
 // loginPassword is the password of the login roles of [LeastPrivilegeURLs], for servers that
@@ -80,6 +82,17 @@ func NoGrantsURL(t testing.TB, dbURL string) (roleURL, role string) {
 		t.Fatalf("pgtest: login role: %v", err)
 	}
 	return asRole(t, dbURL, role), role
+}
+
+// SetRoleSearchPath sets the search_path of role (one of [NoGrantsURL]) to schema alone, on
+// the role (ALTER ROLE ... SET search_path), in the database server of dbURL: its sessions start
+// with it where their URL sets none. The role's drop removes the setting.
+func SetRoleSearchPath(t testing.TB, dbURL, role, schema string) {
+	t.Helper()
+	names := strings.NewReplacer("pgadmit_test_role", pgx.Identifier{role}.Sanitize(), "pgadmit_test_schema", pgx.Identifier{schema}.Sanitize())
+	if err := adminScripts(t, dbURL, names)(roleSearchPath); err != nil {
+		t.Fatalf("pgtest: set the role's search_path: %v", err)
+	}
 }
 
 // roleSuffix is a random suffix for the names of a test's roles.
