@@ -49,7 +49,8 @@ and the "expected" and "actual" amounts as JSON numbers with every digit the dat
 codes are unchanged. It is written when the books were checked, or the connection's check
 stopped doctor before them ("books_checked": false); a run that could not check (the database
 unreachable or refusing it, cut off, interrupted) writes none, and removes a FILE it created or
-an earlier run wrote (a regular file; not a device or symlink, /dev/stdout): a script tells
+an earlier run wrote (a regular file, or the one a symlink leads to; not a device, a pipe, nor
+the shell's file behind /dev/stdout): a script tells
 problems found (a document, "ok": false) from a check that did not run (none).`,
 		db:  dbRequired,
 		run: runDoctor,

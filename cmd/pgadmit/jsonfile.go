@@ -33,13 +33,14 @@ func openJSONFlag(flags *flag.FlagSet, path string) (*jsonFile, error) {
 // A path that is a regular file, or none yet, is replaced whole once the report is written: the
 // document goes to a temporary file beside it, renamed over the path, so a reader never sees an
 // emptied or half-written report, and a run that fails, its write too (a full disk), leaves none.
-// Anything else (a device, a pipe, a symlink such as /dev/stdout) is a stream the shell or the
-// user set up: it is opened with O_APPEND, never truncated, replaced nor removed. O_APPEND because
-// /dev/stdout reopens the shell's file as a new description at offset 0: without it the document
-// overwrote the start of `>> log`, or of the text doctor has just printed to `> out`. So a symlink
-// to an earlier report gets the new one added at its end: name the file itself to replace it.
+// A symlink to a report (report.json -> reports/today.json), or to none yet, is kept and the
+// report it leads to replaced so. Anything else (a device, a pipe, a socket, or the process's own
+// stdout or stderr, which /dev/stdout leads to) is a stream the shell or the user set up: it is
+// opened with O_APPEND, never truncated, replaced nor removed. O_APPEND because /dev/stdout
+// reopens the shell's file as a new description at offset 0: without it the document overwrote
+// the start of `>> log`, or of the text doctor has just printed to `> out`.
 type jsonFile struct {
-	path string
+	path string   // the report to replace (a symlink's target), or the stream
 	file *os.File // the temporary file, or the stream; nil for stdout
 	// replace: file is a temporary file, renamed over path once written; abandon removes it,
 	// and an earlier run's report at path.
@@ -52,27 +53,100 @@ type jsonFile struct {
 // were checked; nil when path is empty. A regular file at path (an earlier run's report) is left
 // as it is until the report is written (jsonFile).
 func createJSONFile(path string) (*jsonFile, error) {
+	return openJSONFile(path, os.Stdout, os.Stderr)
+}
+
+// openJSONFile is createJSONFile with the process's standard files given (std), which a test
+// replaces with files of its own.
+func openJSONFile(path string, std ...*os.File) (*jsonFile, error) {
 	switch path {
 	case "":
 		return nil, nil
 	case "-":
 		return &jsonFile{}, nil
 	}
-	j := &jsonFile{path: path}
-	st, err := os.Lstat(path)
+	target, _, stream, err := reportTarget(path, std)
+	j := &jsonFile{path: target, replace: !stream}
 	var f *os.File
-	switch {
-	case errors.Is(err, fs.ErrNotExist) || err == nil && st.Mode().IsRegular():
-		j.replace = true
-		f, err = createTemp(path)
-	case err == nil:
+	if err == nil && stream {
 		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	} else if err == nil {
+		f, err = createTemp(target)
 	}
 	if err != nil {
 		return nil, usagef("--json: %v", err)
 	}
 	j.file = f
 	return j, nil
+}
+
+// reportTarget tells what --json's path leads to: a stream to write at its end (a device, a
+// pipe, a socket, or the process's own stdout or stderr, std, as /dev/stdout is in `>> log`),
+// or a report to replace: the regular file at path, or the one a symlink at path leads to
+// (report.json -> reports/today.json), which may not exist yet. earlier is that report as the
+// run found it, nil when there is none yet.
+func reportTarget(path string, std []*os.File) (target string, earlier fs.FileInfo, stream bool, err error) {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return path, nil, false, nil
+	case err != nil:
+		return "", nil, false, err
+	case st.Mode().IsRegular():
+		return path, st, false, nil
+	case st.Mode()&fs.ModeSymlink == 0:
+		return path, nil, true, nil
+	}
+	st, err = os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		st = nil // a symlink to a report that a failed run removed, or that none wrote yet
+	case err != nil:
+		return "", nil, false, err
+	case !st.Mode().IsRegular() || sameAsOneOf(st, std):
+		return path, nil, true, nil
+	}
+	target, err = linkTarget(path)
+	return target, st, false, err
+}
+
+// sameAsOneOf reports whether st is the file of one of files.
+func sameAsOneOf(st fs.FileInfo, files []*os.File) bool {
+	for _, f := range files {
+		if fst, err := f.Stat(); err == nil && os.SameFile(st, fst) {
+			return true
+		}
+	}
+	return false
+}
+
+// linkTarget follows the symlink at path, and any it leads to, to the path of the file at its
+// end, which may not exist (filepath.EvalSymlinks fails then).
+func linkTarget(path string) (string, error) {
+	for range 255 {
+		st, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) || err == nil && st.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		link, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(link) {
+			// Relative to the symlink's directory, resolved first: a ".." in link then leaves
+			// the directory the symlink is really in, as the system's lookup does.
+			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+			if err != nil {
+				return "", err
+			}
+			link = filepath.Join(dir, link)
+		}
+		path = link
+	}
+	return "", &fs.PathError{Op: "open", Path: path, Err: errors.New("too many levels of symbolic links")}
 }
 
 // createTemp creates a hidden file beside path to be renamed over it, mode 0666 less the umask
@@ -133,9 +207,9 @@ func (j *jsonFile) finish(b []byte) error {
 }
 
 // abandon closes the file when the run ended before its report was written (or its write
-// failed), and, for a path to replace, removes the temporary file and a regular file at the
+// failed), and, for a report to replace, removes the temporary file and a regular file at its
 // path: an earlier run's report, which a script reading it after this failure would take for
-// this run's. A stream (a device, a pipe, a symlink such as /dev/stdout) is left as it is.
+// this run's. A stream is left as it is.
 func (j *jsonFile) abandon() {
 	if j == nil || j.file == nil || j.written {
 		return

@@ -10,10 +10,11 @@ import (
 
 const jsonFileDoc = "{\n  \"ok\": true\n}\n"
 
-// --json through a symlink, as /dev/stdout is one to the shell's `>> log`, adds the document at
-// the end of what the file holds: it used to empty the file (and /dev/stdout opened without
-// O_APPEND would have written over the log from its first byte).
-func TestJSONFileThroughASymlinkAppends(t *testing.T) {
+// --json through a symlink to the process's own stdout, as /dev/stdout is one to the shell's
+// `>> log`, adds the document at the end of what the file holds, and a run that fails leaves
+// it: it used to empty the file (and /dev/stdout opened without O_APPEND would have written
+// over the log from its first byte).
+func TestJSONFileThroughASymlinkToStdoutAppends(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	log, path := filepath.Join(dir, "log"), filepath.Join(dir, "stdout")
@@ -21,10 +22,20 @@ func TestJSONFileThroughASymlinkAppends(t *testing.T) {
 	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	stdout, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
 	if err := os.Symlink(log, path); err != nil {
 		t.Fatal(err)
 	}
-	j, err := createJSONFile(path)
+	failed, err := openJSONFile(path, stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed.abandon()
+	j, err := openJSONFile(path, stdout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +44,71 @@ func TestJSONFileThroughASymlinkAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(log); err != nil || string(b) != text+jsonFileDoc {
-		t.Errorf("--json through a symlink to a log: the log holds %q (%v), want %q", b, err, text+jsonFileDoc)
+		t.Errorf("--json through a symlink to stdout's log: the log holds %q (%v), want %q", b, err, text+jsonFileDoc)
 	}
 	if st, err := os.Lstat(path); err != nil || st.Mode()&fs.ModeSymlink == 0 {
 		t.Errorf("--json through a symlink: the symlink is now %v (%v)", st, err)
+	}
+}
+
+// --json through a user's own symlink to a report (report.json -> reports/today.json) replaces
+// the report it leads to, as naming that file would, and keeps the symlink; a run that fails
+// removes that report and keeps the symlink, and the next run creates the report again through
+// it. It used to get a second document added at its end, as if it were stdout.
+func TestJSONFileThroughASymlinkReplacesItsTarget(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	reports := filepath.Join(dir, "reports")
+	if err := os.Mkdir(reports, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target, path := filepath.Join(reports, "today.json"), filepath.Join(dir, "report.json")
+	if err := os.WriteFile(target, []byte(`{"ok": false}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("reports", "today.json"), path); err != nil {
+		t.Fatal(err)
+	}
+	// The test's own stdout and stderr, as the command's, are not the report.
+	j, err := openJSONFile(path, os.Stdout, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.abandon()
+	if err := j.write(nil, map[string]bool{"ok": true}); err != nil {
+		t.Fatal(err)
+	}
+	wantSymlinkedReport(t, path, target, jsonFileDoc)
+	wantOnly(t, reports, "today.json")
+
+	failed, err := openJSONFile(path, os.Stdout, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed.abandon()
+	if _, err := os.Stat(target); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed run through a symlink left the earlier report it leads to: %v", err)
+	}
+	wantOnly(t, reports)
+	j, err = openJSONFile(path, os.Stdout, os.Stderr)
+	if err != nil {
+		t.Fatalf("--json through a symlink whose report a failed run removed: %v", err)
+	}
+	defer j.abandon()
+	if err := j.write(nil, map[string]bool{"ok": true}); err != nil {
+		t.Fatal(err)
+	}
+	wantSymlinkedReport(t, path, target, jsonFileDoc)
+}
+
+// wantSymlinkedReport fails the test unless path is still a symlink and target holds doc.
+func wantSymlinkedReport(t *testing.T, path, target, doc string) {
+	t.Helper()
+	if st, err := os.Lstat(path); err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("--json through a symlink: the symlink is now %v (%v)", st, err)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != doc {
+		t.Errorf("--json through a symlink to a report: the report holds %q (%v), want %q", b, err, doc)
 	}
 }
 
