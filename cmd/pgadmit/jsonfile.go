@@ -43,8 +43,9 @@ type jsonFile struct {
 	path string   // the report to replace (a symlink's target), or the stream
 	file *os.File // the temporary file, or the stream; nil for stdout
 	// replace: file is a temporary file, renamed over path once written; abandon removes it,
-	// and an earlier run's report at path.
+	// and earlier, the report path held when the run began (nil: none), if it still does.
 	replace bool
+	earlier fs.FileInfo
 	written bool
 }
 
@@ -65,8 +66,8 @@ func openJSONFile(path string, std ...*os.File) (*jsonFile, error) {
 	case "-":
 		return &jsonFile{}, nil
 	}
-	target, _, stream, err := reportTarget(path, std)
-	j := &jsonFile{path: target, replace: !stream}
+	target, earlier, stream, err := reportTarget(path, std)
+	j := &jsonFile{path: target, replace: !stream, earlier: earlier}
 	var f *os.File
 	if err == nil && stream {
 		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -207,9 +208,10 @@ func (j *jsonFile) finish(b []byte) error {
 }
 
 // abandon closes the file when the run ended before its report was written (or its write
-// failed), and, for a report to replace, removes the temporary file and a regular file at its
-// path: an earlier run's report, which a script reading it after this failure would take for
-// this run's. A stream is left as it is.
+// failed), and, for a report to replace, removes the temporary file and the report its path
+// held when the run began: an earlier run's, which a script reading it after this failure would
+// take for this run's. A report that another run on the same path wrote since is left. A stream
+// is left as it is.
 func (j *jsonFile) abandon() {
 	if j == nil || j.file == nil || j.written {
 		return
@@ -217,10 +219,17 @@ func (j *jsonFile) abandon() {
 	j.file.Close()
 	if j.replace {
 		os.Remove(j.file.Name())
-		if st, err := os.Lstat(j.path); err == nil && st.Mode().IsRegular() {
+		if st, err := os.Lstat(j.path); err == nil && j.earlier != nil && sameReport(st, j.earlier) {
 			os.Remove(j.path)
 		}
 	}
+}
+
+// sameReport reports whether st is still the report a run found, earlier: the same file (a run
+// that wrote since renamed a new one over it), not written to since, as a new file that reused
+// its inode number would have been.
+func sameReport(st, earlier fs.FileInfo) bool {
+	return os.SameFile(st, earlier) && st.ModTime().Equal(earlier.ModTime())
 }
 
 // textOut is where the command's text goes: stderr when the JSON document goes to stdout

@@ -187,3 +187,35 @@ func wantOnly(t *testing.T, dir string, names ...string) {
 		t.Errorf("%s holds %q, want %q", dir, got, names)
 	}
 }
+
+// Two runs on one --json path: one that fails after the other wrote its report leaves that
+// report, and removes only the earlier one it found at the start, if still there. It removed
+// whatever regular file the path held, the other run's fresh report too.
+func TestJSONFileFailedRunLeavesAnotherRunsReport(t *testing.T) {
+	t.Parallel()
+	for _, earlier := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "doctor.json")
+		if earlier {
+			if err := os.WriteFile(path, []byte(`{"ok": false}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		failed, err := createJSONFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := createJSONFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.write(nil, map[string]bool{"ok": true}); err != nil {
+			t.Fatal(err)
+		}
+		failed.abandon()
+		if b, err := os.ReadFile(path); err != nil || string(b) != jsonFileDoc {
+			t.Errorf("a run that failed after another wrote its report (an earlier one: %v): the file holds %q (%v), want the other's %q", earlier, b, err, jsonFileDoc)
+		}
+		wantOnly(t, dir, "doctor.json")
+	}
+}
