@@ -35,7 +35,8 @@ func openJSONFlag(flags *flag.FlagSet, path string) (*jsonFile, error) {
 // emptied or half-written report, and a run that fails, its write too (a full disk), leaves none.
 // A symlink to a report (report.json -> reports/today.json), or to none yet, is kept and the
 // report it leads to replaced so. Anything else (a device, a pipe, a socket, or the process's own
-// stdout or stderr, which /dev/stdout leads to) is a stream the shell or the user set up: it is
+// stdout or stderr, which /dev/stdout leads to, or which names itself in
+// `doctor --json log >> log`) is a stream the shell or the user set up: it is
 // opened with O_APPEND, never truncated, replaced nor removed. O_APPEND because /dev/stdout
 // reopens the shell's file as a new description at offset 0: without it the document overwrote
 // the start of `>> log`, or of the text doctor has just printed to `> out`.
@@ -82,7 +83,8 @@ func openJSONFile(path string, std ...*os.File) (*jsonFile, error) {
 }
 
 // reportTarget tells what --json's path leads to: a stream to write at its end (a device, a
-// pipe, a socket, or the process's own stdout or stderr, std, as /dev/stdout is in `>> log`),
+// pipe, a socket, or the process's own stdout or stderr, std, as /dev/stdout is in `>> log`,
+// or as log itself is in `doctor --json log >> log`),
 // or a report to replace: the regular file at path, or the one a symlink at path leads to
 // (report.json -> reports/today.json), which may not exist yet. earlier is that report as the
 // run found it, nil when there is none yet.
@@ -93,7 +95,7 @@ func reportTarget(path string, std []*os.File) (target string, earlier fs.FileIn
 		return path, nil, false, nil
 	case err != nil:
 		return "", nil, false, err
-	case st.Mode().IsRegular():
+	case st.Mode().IsRegular() && !sameAsOneOf(st, std):
 		return path, st, false, nil
 	case st.Mode()&fs.ModeSymlink == 0:
 		return path, nil, true, nil

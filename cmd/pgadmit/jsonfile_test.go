@@ -10,44 +10,54 @@ import (
 
 const jsonFileDoc = "{\n  \"ok\": true\n}\n"
 
-// --json through a symlink to the process's own stdout, as /dev/stdout is one to the shell's
-// `>> log`, adds the document at the end of what the file holds, and a run that fails leaves
-// it: it used to empty the file (and /dev/stdout opened without O_APPEND would have written
-// over the log from its first byte).
-func TestJSONFileThroughASymlinkToStdoutAppends(t *testing.T) {
+// --json naming the process's own stdout, through a symlink as /dev/stdout is one to the
+// shell's `>> log`, or as the file itself (`doctor --json log >> log`), adds the document at
+// the end of what the file holds, and a run that fails leaves it: it used to empty the file
+// (and /dev/stdout opened without O_APPEND would have written over the log from its first
+// byte), and naming the file replaced it, the shell writing on to the file it had opened.
+func TestJSONFileToStdoutAppends(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	log, path := filepath.Join(dir, "log"), filepath.Join(dir, "stdout")
-	const text = "doctor: the books balance\n"
-	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdout.Close()
-	if err := os.Symlink(log, path); err != nil {
-		t.Fatal(err)
-	}
-	failed, err := openJSONFile(path, stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed.abandon()
-	j, err := openJSONFile(path, stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.abandon()
-	if err := j.write(nil, map[string]bool{"ok": true}); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(log); err != nil || string(b) != text+jsonFileDoc {
-		t.Errorf("--json through a symlink to stdout's log: the log holds %q (%v), want %q", b, err, text+jsonFileDoc)
-	}
-	if st, err := os.Lstat(path); err != nil || st.Mode()&fs.ModeSymlink == 0 {
-		t.Errorf("--json through a symlink: the symlink is now %v (%v)", st, err)
+	for _, symlink := range []bool{true, false} {
+		dir := t.TempDir()
+		log, path := filepath.Join(dir, "log"), filepath.Join(dir, "stdout")
+		const text = "doctor: the books balance\n"
+		if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdout.Close()
+		if symlink {
+			if err := os.Symlink(log, path); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			path = log
+		}
+		failed, err := openJSONFile(path, stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed.abandon()
+		j, err := openJSONFile(path, stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.abandon()
+		if err := j.write(nil, map[string]bool{"ok": true}); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(log); err != nil || string(b) != text+jsonFileDoc {
+			t.Errorf("--json %s stdout's log: the log holds %q (%v), want %q", map[bool]string{true: "through a symlink to", false: "naming"}[symlink], b, err, text+jsonFileDoc)
+		}
+		if st, err := os.Lstat(path); err != nil || symlink != (st.Mode()&fs.ModeSymlink != 0) {
+			t.Errorf("--json to stdout (symlink %v): %s is now %v (%v)", symlink, path, st, err)
+		}
+		if st, err := os.Stat(path); err != nil || !sameAsOneOf(st, []*os.File{stdout}) {
+			t.Errorf("--json to stdout (symlink %v): %s is no longer the file stdout writes to (%v)", symlink, path, err)
+		}
 	}
 }
 
