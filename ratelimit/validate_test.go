@@ -296,3 +296,23 @@ func TestCommitNamesTheSameBadActualEveryTime(t *testing.T) {
 		}
 	}
 }
+
+// Limit.Validate allocates nothing for a valid limit, as its doc says: a
+// caller may check every limit of every request with it. A field name or
+// message built before a failure allocates once per call.
+func TestValidateAllocatesNothingForAValidLimit(t *testing.T) {
+	local := window("api_key", "key", ratelimit.MetricTokens, 1000, 1)
+	local.Local = true
+	for _, limit := range []ratelimit.Limit{
+		local,
+		{Scope: ratelimit.Scope{Type: "api_key", Key: "key"}, Metric: ratelimit.MetricRequests, Limit: 600, Amount: 1, Window: time.Minute},
+		{Scope: ratelimit.Scope{Type: "model", Key: "gpt-4o"}, Metric: ratelimit.MetricConcurrent, Limit: 50, Amount: 0.5, LeaseTTL: time.Minute},
+	} {
+		if err := limit.Validate(); err != nil {
+			t.Fatalf("Validate(%+v) = %v, want nil", limit, err)
+		}
+		if allocs := testing.AllocsPerRun(100, func() { _ = limit.Validate() }); allocs != 0 {
+			t.Errorf("Validate(%+v) allocated %v times per call, want 0", limit, allocs)
+		}
+	}
+}
