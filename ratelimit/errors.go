@@ -295,6 +295,8 @@ func (e *LockWaitError) Error() string {
 	return fmt.Sprintf("%s: %v", msg, e.Err)
 }
 
+// Unwrap returns Err, the server's error (lock_not_available), so that
+// errors.As finds its *pgconn.PgError.
 func (e *LockWaitError) Unwrap() error { return e.Err }
 
 // StepError names a step of a Recover or Prune run that ended with an
@@ -343,6 +345,8 @@ func (e *StepError) Error() string {
 	return msg + "step failed"
 }
 
+// Unwrap returns Err, the step's error, so that errors.Is and errors.As
+// see through the step to it (the server's error, a *LockWaitError, ctx's).
 func (e *StepError) Unwrap() error { return e.Err }
 
 // OnlyLockWaits reports whether err is made of *LockWaitError alone, however

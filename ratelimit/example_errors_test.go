@@ -133,7 +133,7 @@ func ExampleStepError_Error() {
 // A RenewLeases whose heartbeat came too late for one lease of three: it
 // expired (Recover, or a Reserve counting the scope, may have given its
 // slot to another request), and the other two were renewed. Built by hand,
-// as limiter.RenewLeases(ctx, ids, ttl) returns it.
+// as limiter.RenewLeases(ctx, grant.Leases) returns it.
 func ExampleLeaseLostError_Error() {
 	err := &ratelimit.LeaseLostError{LeaseIDs: []string{"0b6f1c2e-3d4a-4f5b-8c6d-7e8f9a0b1c2d"}, Renewed: 2}
 	fmt.Println(err)
