@@ -251,8 +251,9 @@ func connectTimedOut(err error) bool {
 // transaction block, it stops at the first pending migration that runs in a transaction (most
 // do), with nothing of it applied, and returns an error matching ratelimit.ErrStatementPooling
 // (errors.Is) that says what to change; pending migrations before it that run outside a
-// transaction are applied. Down reports such a failure the same way (Status only reads, and
-// works through such a proxy).
+// transaction are applied. On a database without the version table (which goose creates in a
+// transaction) it returns that error before anything is created. Down reports such a failure
+// the same way (Status only reads, and works through such a proxy).
 //
 // pool must allow at least 2 connections (one for the migrations, one for the lock row): a pool
 // of one is a *ratelimit.ValidationError, for Down and Locked too.
@@ -495,6 +496,9 @@ func withLock(ctx context.Context, pool *pgxpool.Pool, opts []goose.ProviderOpti
 		return errNilStep
 	}
 	err := withProvider(pool, opts, func(p *goose.Provider, db *sql.DB, locker *tableLocker) (err error) {
+		if err := transactionsRunBeforeGoose(ctx, pool); err != nil {
+			return err
+		}
 		if pending != nil {
 			if todo, err := pending(p); err != nil || !todo {
 				return err

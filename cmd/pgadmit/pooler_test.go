@@ -85,6 +85,19 @@ func TestMigrateBehindPgBouncerInStatementMode(t *testing.T) {
 	}
 }
 
+// The same on a database pgadmit never migrated, the first command a new deployment runs: goose
+// creates its version table in a transaction, which PgBouncer refuses by closing the connection,
+// and migrate up said only "failed to initialize: check if version table exists: ... driver: bad
+// connection".
+func TestMigrateUpOfAFreshDatabaseBehindPgBouncerInStatementMode(t *testing.T) {
+	t.Parallel()
+	pooled, _ := pgtest.NewEmptyPoolerURLIn(t, "statement", pgtest.PoolerSize)
+	_, errOut, code := cli(t, nil, "--database-url", pooled+"&default_query_exec_mode=exec", "migrate", "up")
+	if code == 0 || !strings.Contains(errOut, "transaction blocks not allowed in statement pooling mode") || !strings.Contains(errOut, "pool_mode = transaction") {
+		t.Fatalf("migrate up of a fresh database behind PgBouncer in statement mode: exit %d, want a failure and advice\n%s", code, errOut)
+	}
+}
+
 // Behind PgBouncer in transaction mode with pgx's default exec mode, migrate and inspect, whose
 // statements do not go through ratelimit, fail now and then on one of pgx's cached statements,
 // and say what to add to the connection string, as recover and prune do; they used to print

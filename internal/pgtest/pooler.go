@@ -134,11 +134,25 @@ func NewSlowPoolerURL(t testing.TB, poolMode string, poolSize int, connectDelay 
 func newOwnPoolerURL(t testing.TB, poolMode string, poolSize int,
 	start func(poolMode string, poolSize int) (*pgbouncer.Bouncer, error)) (pooled, direct string) {
 	t.Helper()
+	return newOwnPoolerURLOf(t, migrator{}, poolMode, poolSize, start)
+}
+
+// NewEmptyPoolerURLIn is NewPoolerURLIn on a fresh database that pgadmit never migrated (no
+// pgadmit table, not even the version table), as [NewEmptyURL]'s.
+func NewEmptyPoolerURLIn(t testing.TB, poolMode string, poolSize int) (pooled, direct string) {
+	t.Helper()
+	return newOwnPoolerURLOf(t, pgtestdb.NoopMigrator{}, poolMode, poolSize, startBouncer)
+}
+
+// newOwnPoolerURLOf is newOwnPoolerURL on a fresh database that m migrated.
+func newOwnPoolerURLOf(t testing.TB, m pgtestdb.Migrator, poolMode string, poolSize int,
+	start func(poolMode string, poolSize int) (*pgbouncer.Bouncer, error)) (pooled, direct string) {
+	t.Helper()
 	if !mainCalled.Load() {
 		t.Fatalf("pgtest: this test package needs func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }")
 	}
 	var b *pgbouncer.Bouncer
-	pooled, direct = poolerURL(t, func() int {
+	pooled, direct = poolerURL(t, m, func() int {
 		var err error
 		if b, err = start(poolMode, poolSize); err != nil {
 			t.Fatalf("pgtest: %v", err)
@@ -154,16 +168,16 @@ func newOwnPoolerURL(t testing.TB, poolMode string, poolSize int,
 	return pooled, direct
 }
 
-// poolerURL creates a fresh migrated database and returns its connection string through the
-// PgBouncer listening on port(), called once the database exists, and the direct one.
-func poolerURL(t testing.TB, port func() int) (pooled, direct string) {
+// poolerURL creates a fresh database that m migrated and returns its connection string through
+// the PgBouncer listening on port(), called once the database exists, and the direct one.
+func poolerURL(t testing.TB, m pgtestdb.Migrator, port func() int) (pooled, direct string) {
 	t.Helper()
 	base, err := server()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	base.ForceTerminateConnections = true // PgBouncer keeps idle server connections to it
-	conf := pgtestdb.Custom(t, base, migrator{})
+	conf := pgtestdb.Custom(t, base, m)
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.UserPassword(conf.User, conf.Password),
