@@ -69,13 +69,14 @@ func describeCluster(c *pgcluster.Cluster) string {
 // migrate applies pending migrations on pool's database and reports the resulting version. It
 // warns when a newer pgadmit migrated the database (bench and demo would then run this one's
 // statements against functions and tables it may misread). A session that may not write fails
-// first (checkWritable), before anything runs.
+// first (checkWritable), before anything runs; one with no current schema fails as migrate up
+// does there (noSchemaToMigrate).
 func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if err := checkWritable(ctx, pool); err != nil {
 		return 0, err
 	}
 	if err := schema.Migrate(ctx, pool); err != nil {
-		return 0, err
+		return 0, noSchemaToMigrate(ctx, pool, err)
 	}
 	v, latest, err := schemaVersions(ctx, pool)
 	if err != nil {
@@ -85,6 +86,28 @@ func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 		a.warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
 	}
 	return v, nil
+}
+
+// noSchemaToMigrate returns err, the failure of schema.Migrate on pool's database, as migrate
+// up's refusal where the session has no current schema (no schema of its search_path exists
+// that its role may use): goose fails there creating its version table (3F000,
+// invalid_schema_name) or, where that table is in a schema the session leaves out, reading it
+// (42P01). It reads the catalogs only after such a failure, so a migration that works costs
+// nothing more. Other errors pass through unchanged.
+func noSchemaToMigrate(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != "3F000" && pgErr.Code != "42P01") || ctx.Err() != nil {
+		return err
+	}
+	r, rerr := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
+	if rerr != nil || r.CurrentSchema != "" {
+		return err
+	}
+	// With no current schema, refuseSecondCopy offers no --new-copy.
+	if refusal := refuseSecondCopy(&r); refusal != nil {
+		return refusal
+	}
+	return noSchemaToInstallInto(&r)
 }
 
 // migrationVersions lists the versions of pgadmit's embedded migrations, in ascending order.

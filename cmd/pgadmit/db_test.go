@@ -517,8 +517,7 @@ func TestCommandsOnAnUnmigratedDatabase(t *testing.T) {
 func TestMigrateUpWithNoSchemaToInstallInto(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURL(t) + "&search_path=nosuch"
-	const noSchema = `this connection has no schema to install pgadmit into (no schema of its search_path, nosuch, exists that role `
-	const advice = ` may use): create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, "A schema of its own")`
+	const noSchema, advice = noSchemaOnNosuch, noSchemaAdvice
 	want := `pgadmit migrate: nothing applied: ` + noSchema
 	out, errOut, code := cli(t, nil, "--database-url", url, "migrate", "up")
 	if code != exitFailure || out != "" || !strings.HasPrefix(errOut, want) || !strings.HasSuffix(errOut, advice+"\n") {

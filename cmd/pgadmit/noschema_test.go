@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgadmit/pgadmit/internal/pgtest"
+)
+
+// What the commands say on a connection whose search_path is nosuch, a schema that does not
+// exist, so that it has no current schema: noSchemaOnNosuch, the role's name, then
+// noSchemaAdvice (migrate up's refusal there, noCurrentSchema).
+const (
+	noSchemaOnNosuch = `this connection has no schema to install pgadmit into (no schema of its search_path, nosuch, exists that role `
+	noSchemaAdvice   = ` may use): create one, or put one first in the search_path (search_path=<schema> in the database URL, or set on the role: README, "A schema of its own")`
+)
+
+// bench and demo migrate the database they run on themselves. On a connection with no current
+// schema they fail as migrate up does there, with its advice: they failed with the server's
+// "no schema has been selected to create in" (SQLSTATE 3F000), or, where pgadmit's version
+// table is in a schema the search_path leaves out, with 'relation "pgadmit_goose_version" does
+// not exist' (42P01).
+func TestDemoAndBenchWithNoSchemaToInstallInto(t *testing.T) {
+	t.Parallel()
+	nowhere := pgtest.NewEmptyURL(t) + "&search_path=nosuch"
+	elsewhere, _ := migratedIntoSchemaOfItsOwn(t)
+	elsewhere += "&search_path=nosuch"
+	hint := `the database's pgadmit schema is at version 0 on this connection's search_path (nosuch), ` +
+		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit: put that schema first in the search_path ` +
+		`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
+	for _, args := range [][]string{{"demo", "--duration", "5s"}, {"demo", "--http", "--duration", "5s"}, {"bench", "--duration", "1s"}} {
+		what := "pgadmit " + strings.Join(args, " ")
+		out, errOut, code := cli(t, nil, append([]string{"--database-url", nowhere}, args...)...)
+		want := "pgadmit " + args[0] + ": nothing applied: " + noSchemaOnNosuch
+		if code != exitFailure || out != "" || !strings.HasPrefix(errOut, want) || !strings.HasSuffix(errOut, noSchemaAdvice+"\n") {
+			t.Errorf("%s with no current schema: exit %d, stdout %q, stderr %q; want exit 1 and %q...", what, code, out, errOut, want)
+		}
+		oneLine(t, what+"'s stderr", errOut)
+		out, errOut, code = cli(t, nil, append([]string{"--database-url", elsewhere}, args...)...)
+		want = "pgadmit " + args[0] + ": nothing applied: " + hint + "\n"
+		if code != exitFailure || out != "" || errOut != want {
+			t.Errorf("%s with no current schema and pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit 1, stderr %q", what, code, out, errOut, want)
+		}
+	}
+}
