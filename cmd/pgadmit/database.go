@@ -232,17 +232,6 @@ type versionTableElsewhere struct {
 	noUsage []string
 }
 
-// findVersionTableElsewhere looks for pgadmit's version table in the schemas other than pool's
-// connections' current one, and returns where it is, or nil when it is in no other (or the
-// catalogs could not be read: the caller then says what it says of version 0 otherwise).
-func findVersionTableElsewhere(ctx context.Context, pool *pgxpool.Pool) *versionTableElsewhere {
-	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
-	if err != nil {
-		return nil
-	}
-	return elsewhereOf(r)
-}
-
 // elsewhereOf is where r, a read of the catalogs, found the version table besides the current
 // schema, or nil when it found it in no other.
 func elsewhereOf(r db.VersionTableElsewhereRow) *versionTableElsewhere {

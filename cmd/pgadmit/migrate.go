@@ -51,7 +51,9 @@ meanwhile, that), or a migration that has run that long.
 status and version only read the version table: they take no lock, create nothing, and answer
 while another process migrates. Where this connection sees version 0 but pgadmit's version table
 is in another schema, status and version answer for the connection and warn where it is; down
-reverts nothing, names that schema and fails.`,
+reverts nothing, names that schema and fails. Where this connection has no current schema (no
+schema of its search_path exists that its role may use), up applies nothing and fails, saying
+what to do, and down, status and version answer for the connection and warn of it.`,
 		db:  dbRequired,
 		run: runMigrate,
 	}
@@ -126,13 +128,19 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		// At version 0 on this connection, where pgadmit is elsewhere: status and version answer
 		// for the connection, as before (every migration pending, 0), and warn where pgadmit is
 		// and how to reach it. down fails, as up does (refuseSecondCopy): it could revert nothing
-		// of the pgadmit meant, and a script's 'down --to 0' must not read success.
+		// of the pgadmit meant, and a script's 'down --to 0' must not read success. Where pgadmit
+		// is in no schema and the connection has none to install it into, all three answer as
+		// before (down: nothing to revert, truly) and warn with up's advice, as up would refuse.
 		if have == 0 {
-			if w := findVersionTableElsewhere(ctx, pool); w != nil {
-				if sub == "down" {
-					return fmt.Errorf("nothing reverted: %s", w)
+			if r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable); err == nil {
+				if w := elsewhereOf(r); w != nil {
+					if sub == "down" {
+						return fmt.Errorf("nothing reverted: %s", w)
+					}
+					a.warn("%s", w)
+				} else if r.CurrentSchema == "" {
+					a.warn("%s", noCurrentSchema(r))
 				}
-				a.warn("%s", w)
 			}
 		}
 		if have == 0 && sub == "down" {

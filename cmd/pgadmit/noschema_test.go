@@ -43,3 +43,38 @@ func TestDemoAndBenchWithNoSchemaToInstallInto(t *testing.T) {
 		}
 	}
 }
+
+// migrate status, version and down on a connection with no current schema, and pgadmit in no
+// schema either, answer for the connection as before (every migration pending, 0, nothing to
+// revert; exit 0), and warn on stderr that it has no schema to install pgadmit into, with
+// migrate up's advice: they said nothing of it, and up then refused.
+func TestMigrateStatusVersionDownWithNoSchemaToInstallInto(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t) + "&search_path=nosuch"
+	warning := "pgadmit migrate: warning: " + noSchemaOnNosuch
+	warns := func(what, errOut string) {
+		t.Helper()
+		if !strings.HasPrefix(errOut, warning) || !strings.HasSuffix(errOut, noSchemaAdvice+"\n") {
+			t.Errorf("%s with no current schema: stderr %q; want %q...", what, errOut, warning)
+		}
+		oneLine(t, what+"'s stderr", errOut)
+	}
+	out, errOut, code := cli(t, nil, "--database-url", url, "migrate", "version")
+	if code != exitOK || out != "0\n" {
+		t.Errorf("migrate version with no current schema: exit %d, stdout %q; want exit 0, 0", code, out)
+	}
+	warns("migrate version", errOut)
+	out, errOut, code = cli(t, nil, "--database-url", url, "migrate", "status")
+	if code != exitOK || !strings.Contains(out, "pending") || strings.Contains(out, "applied") {
+		t.Errorf("migrate status with no current schema: exit %d; want exit 0, every migration pending; stdout:\n%s", code, out)
+	}
+	warns("migrate status", errOut)
+	for _, to := range [][]string{nil, {"--to", "0"}} {
+		args := append([]string{"migrate", "down"}, to...)
+		out, errOut, code := cli(t, nil, append([]string{"--database-url", url}, args...)...)
+		if want := "nothing to do: no pgadmit migration is applied\nschema version 0\n"; code != exitOK || out != want {
+			t.Errorf("%s with no current schema: exit %d, stdout %q; want exit 0, stdout %q", strings.Join(args, " "), code, out, want)
+		}
+		warns(strings.Join(args, " "), errOut)
+	}
+}
