@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgadmit/pgadmit/internal/amounttext"
 	"github.com/pgadmit/pgadmit/internal/decimal"
+	"github.com/pgadmit/pgadmit/internal/durationtext"
 	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/internal/plural"
 )
@@ -263,11 +264,12 @@ func (e *LockWaitError) LeaseRelease() bool {
 	return e != nil && e.Job != "" && e.Step == leaseReleaseStep(e.Job)
 }
 
-// Error names the job and the step, and says what the step left and why
-// (what wraps it in the run's error does not name them again); a batch of
-// 3 rows that timed out (its Example's output):
+// Error names the job and the step, and says what the step left and why,
+// with Bound when pgadmit set one (what wraps it in the run's error does
+// not name them again); a batch of 3 rows that timed out after 2s (its
+// Example's output):
 //
-//	ratelimit: recover: release reservations of finished tasks: left 3 rows: another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
+//	ratelimit: recover: release reservations of finished tasks: left 3 rows: another transaction held a lock past the lock timeout (2s): ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
 func (e *LockWaitError) Error() string {
 	var left string
 	switch {
@@ -289,6 +291,9 @@ func (e *LockWaitError) Error() string {
 		}
 	}
 	msg += left + ": another transaction held a lock past the lock timeout"
+	if e.Bound > 0 { // 0: the server's own lock_timeout, which pgadmit does not know
+		msg += " (" + durationtext.Operator(e.Bound) + ")"
+	}
 	if e.Err == nil { // one made by hand
 		return msg
 	}

@@ -50,7 +50,7 @@ func ExampleLockWaitError_Error() {
 	}
 	fmt.Println(err)
 	// Output:
-	// ratelimit: recover: release reservations of finished tasks: left 3 rows: another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
+	// ratelimit: recover: release reservations of finished tasks: left 3 rows: another transaction held a lock past the lock timeout (2s): ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)
 }
 
 // A window limit that did not fit: the message names the metric, the scope

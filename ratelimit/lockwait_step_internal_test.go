@@ -23,6 +23,7 @@ func TestLockWaitErrorNamesItsStepOnce(t *testing.T) {
 	rejected := &pgconn.PgError{Severity: "ERROR", Code: "23514", Message: "check constraint"}
 	const step = "release reservations of finished tasks"
 	const why = "another transaction held a lock past the lock timeout: ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)"
+	const whyBound = "another transaction held a lock past the lock timeout (1s): ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)" // what the step ran with
 	for _, c := range []struct {
 		name string
 		err  error
@@ -31,15 +32,15 @@ func TestLockWaitErrorNamesItsStepOnce(t *testing.T) {
 		{"its own", &LockWaitError{Job: jobRecover, Step: step, Rows: 3, Err: timedOut},
 			"ratelimit: recover: " + step + ": left 3 rows: " + why},
 		{"a step's", stepError(ctx, jobRecover, step, time.Second, &LockWaitError{Rows: 3, Err: timedOut}),
-			"ratelimit: recover: " + step + ": left 3 rows: " + why},
+			"ratelimit: recover: " + step + ": left 3 rows: " + whyBound},
 		{"a step's beside a row rejected", stepError(ctx, jobRecover, step, time.Second,
 			errors.Join(errors.New("left 1 row the server rejected: "+rejected.Error()), &LockWaitError{Rows: 3, Err: timedOut})),
 			"ratelimit: recover: " + step + ": left 1 row the server rejected: ERROR: check constraint (SQLSTATE 23514)\n" +
-				"ratelimit: recover: " + step + ": left 3 rows: " + why},
+				"ratelimit: recover: " + step + ": left 3 rows: " + whyBound},
 		{"the take's", takeError(ctx, jobPrune, lockWait(jobPrune, takeStep(jobPrune), time.Second, timedOut)),
-			"ratelimit: prune: take the prune lease: the run did nothing: " + why},
+			"ratelimit: prune: take the prune lease: the run did nothing: " + whyBound},
 		{"the release's", withRelease(ctx, jobPrune, nil, releaseError(jobPrune, time.Second, timedOut)),
-			"ratelimit: prune: release the prune lease: left the lease held until it expires (or this Maintenance's next run takes it back): " + why},
+			"ratelimit: prune: release the prune lease: left the lease held until it expires (or this Maintenance's next run takes it back): " + whyBound},
 		{"the release's, not a lock wait", withRelease(ctx, jobPrune, nil, releaseError(jobPrune, time.Second, errors.New("conn closed"))),
 			"ratelimit: prune: release the prune lease: conn closed"},
 	} {

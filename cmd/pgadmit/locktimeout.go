@@ -117,7 +117,15 @@ type lockWaitError struct {
 }
 
 func (e *lockWaitError) Error() string {
+	// A *ratelimit.LockWaitError says the bound it gave up after (its Bound): this names the
+	// flag that set it, and the duration only when none of them says it (--lock-timeout 0).
+	stated := boundsStated(e.err)
 	after, did := gaveUpAfter(e.bound), "left what it could not lock (what it did is counted)"
+	if stated {
+		after = "at --lock-timeout"
+	} else {
+		after = "after " + after
+	}
 	then := "run it again once that session lets go"
 	if e.pass {
 		then = "the next pass tries again once that session lets go"
@@ -128,9 +136,12 @@ func (e *lockWaitError) Error() string {
 	// the run's own lock waits (errors.As would find one of those first).
 	if lw, steps := leaseLockWait(e.err); lw != nil {
 		if lw.Bound > 0 && lw.Bound < e.bound {
-			lease := fmt.Sprintf("%s (the most the take or release of a run's lease waits; --lock-timeout %s)", durationtext.Operator(lw.Bound), durationtext.Operator(e.bound))
+			lease := fmt.Sprintf("after %s (the most the take or release of a run's lease waits; --lock-timeout %s)", durationtext.Operator(lw.Bound), durationtext.Operator(e.bound))
+			if stated {
+				lease = fmt.Sprintf("at the bound of a run's lease (less than --lock-timeout %s)", durationtext.Operator(e.bound))
+			}
 			if steps {
-				after += ", and on its lease after " + lease
+				after += ", and on its lease " + lease
 			} else {
 				after = lease
 			}
@@ -152,10 +163,20 @@ func (e *lockWaitError) Error() string {
 			}
 		}
 	}
-	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after %s and %s; %s (%v)", after, did, then, e.err)
+	return fmt.Sprintf("another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them %s and %s; %s (%v)", after, did, then, e.err)
 }
 
 func (e *lockWaitError) Unwrap() error { return e.err }
+
+// boundsStated reports whether every *ratelimit.LockWaitError that err holds says the bound it
+// gave up after (a Bound of pgadmit's: not 0, the server's own), and it holds one.
+func boundsStated(err error) bool {
+	found, stated := false, true
+	errwalk.Each(err, func(w *ratelimit.LockWaitError) {
+		found, stated = true, stated && w.Bound > 0
+	})
+	return found && stated
+}
 
 // leaseLockWait finds, among the *ratelimit.LockWaitError that err holds however joined and
 // wrapped, the take's or the release's of the run's lease (else the first), and says whether

@@ -70,8 +70,8 @@ func TestLockErrorsNameTheirBound(t *testing.T) {
 		{lockWaited(wait, 0), "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and left"},
 		// The take of a run's lease waits 4 s at most, whatever --lock-timeout says: the error's Bound.
 		{lockWaited(fmt.Errorf("ratelimit: recover: take the recover lease: %w", &ratelimit.LockWaitError{Job: "recover", Step: "take the recover lease", Bound: 4 * time.Second, Rest: true, Err: timedOut}), 5*time.Second),
-			"gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and did nothing;"},
-		{lockWaited(&ratelimit.LockWaitError{Bound: 300 * time.Millisecond, Err: timedOut}, 300*time.Millisecond), "gave up on them after 300ms (--lock-timeout) and left"},
+			"gave up on them at the bound of a run's lease (less than --lock-timeout 5s) and did nothing;"},
+		{lockWaited(&ratelimit.LockWaitError{Bound: 300 * time.Millisecond, Err: timedOut}, 300*time.Millisecond), "gave up on them at --lock-timeout and left"},
 	} {
 		if got := tc.err.Error(); !strings.Contains(got, tc.want) {
 			t.Errorf("%q does not say %q", got, tc.want)
@@ -282,7 +282,7 @@ func TestRecoverSweeperGivesUpAfterItsLockTimeout(t *testing.T) {
 	holdLocks(t, pool, dbtest.New().OpsLockTasks)
 	start := time.Now()
 	sweeper := startCLI(t, ctx, "--database-url", url, "recover", "--every", "200ms", "--lock-timeout", "300ms")
-	awaitLog(t, &sweeper.stdout, `recover: pass failed: another session held locks it needed .*: gave up on them after 300ms \(--lock-timeout\)`)
+	awaitLog(t, &sweeper.stdout, `recover: pass failed: another session held locks it needed .*: gave up on them at --lock-timeout and .*past the lock timeout \(300ms\)`)
 	// Its five waits for the tasks table took 25 s at the default bound.
 	if took := time.Since(start); took >= 5*defaultLockTimeout {
 		t.Errorf("the sweeper's first pass gave up after %s, want about five times 300ms", took)
@@ -313,13 +313,13 @@ func TestLockWaitOfTheLeaseTakeSaysItDidNothing(t *testing.T) {
 		want       string
 		countedToo bool
 	}{
-		{lease("recover", "take", 4*time.Second), 5 * time.Second, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and did nothing; run it again", false},
-		{lease("prune", "take", 4*time.Second), time.Minute, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 1m) and did nothing;", false},
-		{lease("recover", "take", 300*time.Millisecond), 300 * time.Millisecond, "gave up on them after 300ms (--lock-timeout) and did nothing;", false},
+		{lease("recover", "take", 4*time.Second), 5 * time.Second, "gave up on them at the bound of a run's lease (less than --lock-timeout 5s) and did nothing; run it again", false},
+		{lease("prune", "take", 4*time.Second), time.Minute, "gave up on them at the bound of a run's lease (less than --lock-timeout 1m) and did nothing;", false},
+		{lease("recover", "take", 300*time.Millisecond), 300 * time.Millisecond, "gave up on them at --lock-timeout and did nothing;", false},
 		{lease("recover", "take", 0), 0, "gave up on them after the server's own lock_timeout (--lock-timeout 0 sets none) and did nothing;", false},
-		{lease("recover", "release", 4*time.Second), 5 * time.Second, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and left the run's lease held " + counted + ";", true},
-		{lease("prune", "release", 300*time.Millisecond), 300 * time.Millisecond, "gave up on them after 300ms (--lock-timeout) and left the run's lease held " + counted + ";", true},
-		{batch, 5 * time.Second, "gave up on them after 5s (--lock-timeout) and left what it could not lock " + counted + ";", true},
+		{lease("recover", "release", 4*time.Second), 5 * time.Second, "gave up on them at the bound of a run's lease (less than --lock-timeout 5s) and left the run's lease held " + counted + ";", true},
+		{lease("prune", "release", 300*time.Millisecond), 300 * time.Millisecond, "gave up on them at --lock-timeout and left the run's lease held " + counted + ";", true},
+		{batch, 5 * time.Second, "gave up on them at --lock-timeout and left what it could not lock " + counted + ";", true},
 	} {
 		got := lockWaited(tc.err, tc.bound).Error()
 		if !strings.Contains(got, tc.want) || strings.Contains(got, counted) != tc.countedToo {
@@ -349,7 +349,7 @@ func TestLockWaitOfTheLeaseReleaseSaysWhenToRunAgain(t *testing.T) {
 		{lockWaited(wait("prune", "release the prune lease"), 5*time.Second), "once that session lets go and the lease has expired, at most 15s from now", oldAdvice},
 		// A run that left a batch, and then its lease: both (the batch's wait comes first).
 		{lockWaited(errors.Join(wait("prune", "counters"), wait("prune", "release the prune lease")), 5*time.Second),
-			"after 5s (--lock-timeout), and on its lease after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and left what it could not lock and the run's lease held (what it did is counted); run it again once that session lets go and the lease has expired, at most 15s from now", oldAdvice},
+			"at --lock-timeout, and on its lease at the bound of a run's lease (less than --lock-timeout 5s) and left what it could not lock and the run's lease held (what it did is counted); run it again once that session lets go and the lease has expired, at most 15s from now", oldAdvice},
 		{passLockWaited(errors.Join(wait("recover", "reclaim expired tasks"), wait("recover", "release the recover lease")), 5*time.Second),
 			"left what it could not lock and the run's lease held (what it did is counted); the next pass takes it back once that session lets go (", "run it again"},
 		// A run that took no lease, or left batches, can run again as soon as the lock goes.

@@ -35,15 +35,16 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	// the ones behind the locks.
 	const slack = 20 * time.Second // a shared machine: a hung run takes for ever, not this
 	const bound = 300 * time.Millisecond
-	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 300ms (--lock-timeout)"
+	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them at --lock-timeout and left"
+	const bounded = "another transaction held a lock past the lock timeout (300ms)" // the bound, said once
 
 	start := time.Now()
 	out, errOut, code := cli(t, nil, "--database-url", url, "recover", "--batch-size", "1", "--lock-timeout", "300ms")
 	if took := time.Since(start); took < bound || took > 2*bound+slack { // two steps meet the held reservation
 		t.Errorf("recover took %v, want about %v", took, bound)
 	}
-	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release reservations of finished tasks") {
-		t.Errorf("recover: exit %d, stderr %q: want 1, %q and the step", code, errOut, said)
+	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release reservations of finished tasks: left 1 row: "+bounded) {
+		t.Errorf("recover: exit %d, stderr %q: want 1, %q and the step's %q", code, errOut, said, bounded)
 	}
 	if !strings.Contains(out, "released 0 leases and 1 reservation; failed 2 attempts") {
 		t.Errorf("recover printed %q, want what it did: the free reservation released, both attempts failed", out)
@@ -56,8 +57,8 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 	if took := time.Since(start); took < bound || took > bound+slack {
 		t.Errorf("prune took %v, want about %v", took, bound)
 	}
-	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release stale reservations") {
-		t.Errorf("prune: exit %d, stderr %q: want 1, %q and the step", code, errOut, said)
+	if code != exitFailure || !strings.Contains(errOut, said) || !strings.Contains(errOut, "release stale reservations") || !strings.Contains(errOut, bounded) {
+		t.Errorf("prune: exit %d, stderr %q: want 1, %q and the step's %q", code, errOut, said, bounded)
 	}
 	if !strings.Contains(out, ": released 1 stale reservation; deleted 2 counter windows, 2 reservations") {
 		t.Errorf("prune printed %q, want what it did: the free windows pruned", out)
@@ -81,7 +82,8 @@ func TestRecoverAndPruneGiveUpOnALockedCounter(t *testing.T) {
 func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
 	t.Parallel()
 	const bound = 300 * time.Millisecond
-	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them after 300ms (--lock-timeout)"
+	said := "another session held locks it needed (a transaction left idle in transaction, a migration?): gave up on them at --lock-timeout and left"
+	const bounded = "another transaction held a lock past the lock timeout (300ms)" // the bound, said once
 	for _, c := range []struct {
 		args  []string
 		lock  func(context.Context, dbtest.DBTX) error
@@ -101,9 +103,9 @@ func TestRecoverAndPruneGiveUpOnALockedTable(t *testing.T) {
 			start := time.Now()
 			code := run(ctx, append(append([]string{"--database-url", url}, c.args...), "--lock-timeout", "300ms"), &out, &errOut, func(string) string { return "" })
 			took := time.Since(start)
-			if code != exitFailure || !strings.Contains(errOut.String(), said) || !strings.Contains(errOut.String(), "55P03") {
-				t.Errorf("pgadmit %s on a locked table: exit %d after %s, stderr %q; want exit 1, %q (55P03)",
-					c.args[0], code, took.Round(time.Millisecond), errOut.String(), said)
+			if code != exitFailure || !strings.Contains(errOut.String(), said) || !strings.Contains(errOut.String(), bounded+": ERROR: ") {
+				t.Errorf("pgadmit %s on a locked table: exit %d after %s, stderr %q; want exit 1, %q and %q (55P03)",
+					c.args[0], code, took.Round(time.Millisecond), errOut.String(), said, bounded)
 			}
 			// At least one wait of the bound; sooner than the default bound could have let it give up.
 			if took < bound || took >= time.Duration(c.waits)*defaultLockTimeout {
@@ -124,9 +126,9 @@ func TestRecoverAndPruneNameTheLeaseTakesBound(t *testing.T) {
 		args []string
 		said string
 	}{
-		{[]string{"recover"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 5s) and did nothing;"},
-		{[]string{"prune", "--older-than", "1s", "--lock-timeout", "1h"}, "gave up on them after 4s (the most the take or release of a run's lease waits; --lock-timeout 1h) and did nothing;"},
-		{[]string{"recover", "--lock-timeout", "300ms"}, "gave up on them after 300ms (--lock-timeout) and did nothing;"},
+		{[]string{"recover"}, "gave up on them at the bound of a run's lease (less than --lock-timeout 5s) and did nothing;"},
+		{[]string{"prune", "--older-than", "1s", "--lock-timeout", "1h"}, "gave up on them at the bound of a run's lease (less than --lock-timeout 1h) and did nothing;"},
+		{[]string{"recover", "--lock-timeout", "300ms"}, "gave up on them at --lock-timeout and did nothing;"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			t.Parallel()
