@@ -116,7 +116,7 @@ func (m *middleware) decide(ctx context.Context, limits []Limit, held *ratelimit
 		case errors.As(err, &exceeded):
 			i := indexOf(call, keyOfExceeded(exceeded))
 			if i < 0 {
-				return decision{err: fmt.Errorf("httpadmit: refusal names no limit of the request: %w", err)}
+				return decision{err: refusalOfNoLimit(err)}
 			}
 			l := call[i]
 			utilization := ratio(decimal.Of(exceeded.Projected), decimal.Of(exceeded.Limit))
@@ -233,6 +233,13 @@ func inLimit(i int, err error) error {
 		field += "." + invalid.Field
 	}
 	return &ratelimit.ValidationError{Field: field, Value: invalid.Value, Reason: invalid.Reason}
+}
+
+// refusalOfNoLimit is the error of a Reserve whose refusal, err (a
+// *ratelimit.ExceededError, however wrapped), names a limit the request
+// did not send.
+func refusalOfNoLimit(err error) error {
+	return oneprefix.Errorf("httpadmit: refusal names no limit of the request: %w", err)
 }
 
 // reserve is one Reserve call, timed. A grant is put in held before the
