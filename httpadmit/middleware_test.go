@@ -368,6 +368,10 @@ func TestReportUsageErrors(t *testing.T) {
 				if !errors.Is(err, ratelimit.ErrInvalidInput) {
 					t.Errorf("ReportUsage(%v) = %v, want ErrInvalidInput", bad, err)
 				}
+				// httpadmit's error, naming one package: it read `ratelimit: invalid usage["tokens"] ...`.
+				if msg := fmt.Sprint(err); !strings.HasPrefix(msg, `httpadmit: ReportUsage: invalid usage[`) || strings.Contains(msg, "ratelimit") {
+					t.Errorf("ReportUsage(%v) = %q, want it to start \"httpadmit: ReportUsage: invalid usage[\" and name no other package", bad, msg)
+				}
 				for metric := range bad {
 					if invalid := (*ratelimit.ValidationError)(nil); !errors.As(err, &invalid) || invalid.Field != fmt.Sprintf("usage[%q]", metric) {
 						t.Errorf("ReportUsage(%v) = %v, want a *ValidationError on usage[%q]", bad, err, metric)

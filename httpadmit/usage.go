@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/pgadmit/pgadmit/internal/oneprefix"
 	"github.com/pgadmit/pgadmit/internal/runecut"
 	"github.com/pgadmit/pgadmit/ratelimit"
 )
@@ -63,8 +64,11 @@ func admissionFrom(ctx context.Context) (*admission, bool) {
 // whose usage the handler reports an estimate above zero. A metric with no
 // name, or an amount that ratelimit.ValidateAmount refuses (negative, NaN,
 // infinite, above ratelimit.MaxAmount or between zero and
-// ratelimit.MinAmount: what Commit would refuse), is a
-// *ratelimit.ValidationError and changes nothing.
+// ratelimit.MinAmount: what Commit would refuse), is an error that
+// errors.As finds a *ratelimit.ValidationError in (it matches
+// ratelimit.ErrInvalidInput), and changes nothing:
+//
+//	httpadmit: ReportUsage: invalid usage["tokens"] (-1): must not be negative
 //
 // Report before the handler returns: the request is settled then, and a
 // later call (from a goroutine the handler started) returns
@@ -81,13 +85,13 @@ func ReportUsage(ctx context.Context, usage map[string]float64) error {
 	}
 	for metric, v := range usage {
 		if metric == "" {
-			return &ratelimit.ValidationError{Field: `usage[""]`, Value: v, Reason: "the metric must be named"}
+			return oneprefix.Errorf("httpadmit: ReportUsage: %w", &ratelimit.ValidationError{Field: `usage[""]`, Value: v, Reason: "the metric must be named"})
 		}
 		if err := ratelimit.ValidateAmount(v); err != nil {
 			if invalid := (*ratelimit.ValidationError)(nil); errors.As(err, &invalid) {
 				invalid.Field = fmt.Sprintf("usage[%q]", metric)
 			}
-			return err
+			return oneprefix.Errorf("httpadmit: ReportUsage: %w", err)
 		}
 	}
 	return a.report(func(a *admission) {
