@@ -34,7 +34,6 @@ func TestInputErrorsNameThePackageOnce(t *testing.T) {
 	oneDB.SetMaxOpenConns(1)
 	defer oneDB.Close()
 	var nilCtx context.Context
-	tableName := goose.WithTableName("t") // here: in a func literal, its closure's symbol names no With function
 	for _, c := range []struct {
 		name    string
 		call    func() error
@@ -55,7 +54,7 @@ func TestInputErrorsNameThePackageOnce(t *testing.T) {
 			"db", "schema: invalid db (MaxOpenConns 1): must allow at least 2 open connections: migrating holds one while it takes the lock row on another"},
 		{`NewProvider(WithTableName("t"))`, func() error {
 			db := stdlib.OpenDBFromPool(pool)
-			p, err := schema.NewProvider(db, tableName)
+			p, err := schema.NewProvider(db, goose.WithTableName("t")) // made in a func literal: named all the same
 			if err == nil {
 				_ = p.Close()
 			} else {

@@ -41,8 +41,9 @@ func refusal(db *sql.DB, own, opts []goose.ProviderOption, err error) error {
 // message read "invalid opts[0] (<nil>)", as of a nil option). Every ProviderOption is goose's (its
 // method is unexported), and goose makes nearly all of them as closures of one type, whose %T
 // ("goose.configFunc") names none: the closure's symbol names the With function that made it
-// ("github.com/pressly/goose/v3.WithTableName.func1", or "caller.WithTableName.func1" where the
-// compiler inlined it). Any other is named by its type.
+// ("github.com/pressly/goose/v3.WithTableName.func1", "caller.WithTableName.func1" where the
+// compiler inlined it, "caller.func5.WithSlog.1" where it did so in a func literal). Any other is
+// named by its type.
 func shownOption(opt goose.ProviderOption) string {
 	if v := reflect.ValueOf(opt); v.Kind() == reflect.Func && !v.IsNil() {
 		if f := runtime.FuncForPC(v.Pointer()); f != nil {
@@ -54,15 +55,24 @@ func shownOption(opt goose.ProviderOption) string {
 	return fmt.Sprintf("%T", opt)
 }
 
-// optionConstructor is the With function named in symbol, a closure's symbol: the part before its
-// last "funcN".
+// optionConstructor is the With function named in symbol, a closure's symbol: the part before
+// its closure suffixes, "funcN" or, in a func literal that the With function was inlined into,
+// a bare "N" ("main.func5.WithSlog.1").
 func optionConstructor(symbol string) (string, bool) {
 	parts := strings.Split(symbol, ".")
-	for i := len(parts) - 1; i > 0; i-- {
-		if n, ok := strings.CutPrefix(parts[i], "func"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
-			name := parts[i-1]
-			return name, strings.HasPrefix(name, "With")
-		}
+	i := len(parts) - 1
+	for i > 0 && closureSuffix(parts[i]) {
+		i--
 	}
-	return "", false
+	if i == len(parts)-1 { // not a closure
+		return "", false
+	}
+	return parts[i], strings.HasPrefix(parts[i], "With")
+}
+
+// closureSuffix reports whether part of a symbol is one the compiler gives a closure: "func1",
+// or "1".
+func closureSuffix(part string) bool {
+	n := strings.TrimPrefix(part, "func")
+	return n != "" && strings.Trim(n, "0123456789") == ""
 }
