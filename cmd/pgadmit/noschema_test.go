@@ -19,14 +19,21 @@ const (
 // schema they fail as migrate up does there, with its advice: they failed with the server's
 // "no schema has been selected to create in" (SQLSTATE 3F000), or, where pgadmit's version
 // table is in a schema the search_path leaves out, with 'relation "pgadmit_goose_version" does
-// not exist' (42P01).
+// not exist' (42P01); as a role without USAGE on that schema, with the grant it lacks.
 func TestDemoAndBenchWithNoSchemaToInstallInto(t *testing.T) {
 	t.Parallel()
 	nowhere := pgtest.NewEmptyURL(t) + "&search_path=nosuch"
-	elsewhere, _ := migratedIntoSchemaOfItsOwn(t)
-	elsewhere += "&search_path=nosuch"
+	own, _ := migratedIntoSchemaOfItsOwn(t)
+	elsewhere := own + "&search_path=nosuch"
 	hint := `the database's pgadmit schema is at version 0 on this connection's search_path (nosuch), ` +
 		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit: put that schema first in the search_path ` +
+		`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
+	// A role with pgadmit's schema alone in its search_path but no USAGE on it: PostgreSQL leaves
+	// the schema out, so the session has no current schema, and the fix is the grant.
+	noUsage, role := pgtest.NoGrantsURL(t, own+"&search_path=pgadmit")
+	noUsageHint := `the database's pgadmit schema is at version 0 on this connection's search_path (pgadmit), ` +
+		`but pgadmit's version table pgadmit_goose_version is in schema pgadmit, on which role ` + role + ` has no USAGE, so PostgreSQL leaves it out of the search_path: ` +
+		`GRANT USAGE ON SCHEMA pgadmit TO ` + role + ` (docs/privileges.sql grants it to its roles) and have that schema first in the search_path ` +
 		`(search_path=pgadmit in the database URL, or set on the role: README, "A schema of its own")`
 	for _, args := range [][]string{{"demo", "--duration", "5s"}, {"demo", "--http", "--duration", "5s"}, {"bench", "--duration", "1s"}} {
 		what := "pgadmit " + strings.Join(args, " ")
@@ -40,6 +47,11 @@ func TestDemoAndBenchWithNoSchemaToInstallInto(t *testing.T) {
 		want = "pgadmit " + args[0] + ": nothing applied: " + hint + "\n"
 		if code != exitFailure || out != "" || errOut != want {
 			t.Errorf("%s with no current schema and pgadmit in another schema: exit %d, stdout %q, stderr %q; want exit 1, stderr %q", what, code, out, errOut, want)
+		}
+		out, errOut, code = cli(t, nil, append([]string{"--database-url", noUsage}, args...)...)
+		want = "pgadmit " + args[0] + ": nothing applied: " + noUsageHint + "\n"
+		if code != exitFailure || out != "" || errOut != want {
+			t.Errorf("%s as a role without USAGE on pgadmit's schema, search_path pgadmit: exit %d, stdout %q, stderr %q; want exit 1, stderr %q", what, code, out, errOut, want)
 		}
 	}
 }
