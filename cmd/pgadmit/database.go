@@ -69,18 +69,34 @@ func describeCluster(c *pgcluster.Cluster) string {
 // migrate applies pending migrations on pool's database and reports the resulting version. It
 // warns when a newer pgadmit migrated the database (bench and demo would then run this one's
 // statements against functions and tables it may misread). A session that may not write fails
-// first (checkWritable), before anything runs; one with no current schema fails as migrate up
-// does there (noSchemaToMigrate).
+// first (checkWritable), before anything runs. At version 0 it refuses as migrate up does,
+// creating nothing, where pgadmit lives in a schema the search_path leaves out (refuseSecondCopy:
+// it would install a second, empty pgadmit in the current schema) or the session has no current
+// schema (noSchemaToInstallInto). bench and demo offer no --new-copy: migrate up's advice names
+// that command, after which they run on the copy it installed.
 func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if err := checkWritable(ctx, pool); err != nil {
 		return 0, err
 	}
-	if err := schema.Migrate(ctx, pool); err != nil {
-		return 0, noSchemaToMigrate(ctx, pool, err)
-	}
+	// The version, read before migrating, serves the checks, and is the result where nothing
+	// is pending: the catalogs are read only at version 0, and the version again only after
+	// migrations were pending.
 	v, latest, err := schemaVersions(ctx, pool)
 	if err != nil {
 		return 0, err
+	}
+	if v == 0 {
+		if err := refuseToInstall(readCatalogs(ctx, pool)); err != nil {
+			return 0, err
+		}
+	}
+	if err := schema.Migrate(ctx, pool); err != nil {
+		return 0, err
+	}
+	if v < latest {
+		if v, _, err = schemaVersions(ctx, pool); err != nil {
+			return 0, err
+		}
 	}
 	if v > latest {
 		a.warn("%s: this pgadmit may misread it; upgrade pgadmit", aheadOf(v, latest))
@@ -88,26 +104,14 @@ func (a *app) migrate(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return v, nil
 }
 
-// noSchemaToMigrate returns err, the failure of schema.Migrate on pool's database, as migrate
-// up's refusal where the session has no current schema (no schema of its search_path exists
-// that its role may use): goose fails there creating its version table (3F000,
-// invalid_schema_name) or, where that table is in a schema the session leaves out, reading it
-// (42P01). It reads the catalogs only after such a failure, so a migration that works costs
-// nothing more. Other errors pass through unchanged.
-func noSchemaToMigrate(ctx context.Context, pool *pgxpool.Pool, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || (pgErr.Code != "3F000" && pgErr.Code != "42P01") || ctx.Err() != nil {
+// refuseToInstall is migrate up's refusal (without --new-copy) on a database at version 0 on the
+// search_path, where catalogs is read: pgadmit is in another schema (refuseSecondCopy), or the
+// session has no current schema (noSchemaToInstallInto). nil otherwise.
+func refuseToInstall(catalogs *db.VersionTableElsewhereRow) error {
+	if err := refuseSecondCopy(catalogs); err != nil {
 		return err
 	}
-	r, rerr := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
-	if rerr != nil || r.CurrentSchema != "" {
-		return err
-	}
-	// With no current schema, refuseSecondCopy offers no --new-copy.
-	if refusal := refuseSecondCopy(&r); refusal != nil {
-		return refusal
-	}
-	return noSchemaToInstallInto(&r)
+	return noSchemaToInstallInto(catalogs)
 }
 
 // migrationVersions lists the versions of pgadmit's embedded migrations, in ascending order.

@@ -224,6 +224,12 @@ func readCatalogsWhereNoneApplied(ctx context.Context, pool *pgxpool.Pool, st []
 	if slices.ContainsFunc(st, func(s *goose.MigrationStatus) bool { return s.State == goose.StateApplied }) {
 		return nil
 	}
+	return readCatalogs(ctx, pool)
+}
+
+// readCatalogs reads where pgadmit's version table is (VersionTableElsewhere), for a database
+// at version 0 on pool's search_path; nil when the catalogs could not be read.
+func readCatalogs(ctx context.Context, pool *pgxpool.Pool) *db.VersionTableElsewhereRow {
 	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
 	if err != nil {
 		return nil
