@@ -40,7 +40,8 @@ W1, W2, W3, W6, W7, W8, W9 and T1 run for --duration (W9 for two of its windows,
 least); W4 (each part) and W5 run for 2 s. An operation is one Reserve and, where the workload
 says so, its Commit; in T1, a task from its creation to its end, seven calls (each call's p50
 and p99 follow its row). Every run uses fresh scope keys (a random run id), so runs never
-disturb each other's counts or other data. The database is migrated first. Nothing is deleted:
+disturb each other's counts or other data. The database is migrated first (where 'pgadmit
+migrate up' would refuse, bench refuses the same way, creating nothing). Nothing is deleted:
 the rows of its scopes (bench-<run id>-...) stay until 'pgadmit prune' removes them once their
 windows ended before its cutoff. A Ctrl-C gives back what the workers hold (the grants of those
 in their --think pause, W4's admissions, T1's tasks, which it finishes) and closes the

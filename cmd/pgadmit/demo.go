@@ -46,8 +46,9 @@ Plays an AI gateway against the database, with live progress every second:
 
 It ends with a summary (per instance, per model, the crash and its recovery, tasks by
 outcome) and a doctor check. Every run uses fresh scope keys, so runs do not disturb each
-other; on a given database, the demo migrates it, and its recovery sweeper and doctor act on
-the whole database (use a scratch one).
+other; on a given database, the demo migrates it (where 'pgadmit migrate up' would refuse, it
+refuses the same way, creating nothing), and its recovery sweeper and doctor act on the whole
+database (use a scratch one).
 
 Exits 1 when the doctor finds problems, the killed instance's capacity did not come back, a
 model's live leases or a key's requests went above their limit, or a live instance hit an
