@@ -695,6 +695,27 @@ func (q *Queries) SchemaRoutines(ctx context.Context, db DBTX) ([]SchemaRoutines
 	return items, nil
 }
 
+const SessionPreparedCallsRun = `-- name: SessionPreparedCallsRun :one
+SELECT count(*)::bigint AS prepared
+FROM pg_catalog.pg_prepared_statements AS s
+WHERE pg_catalog.strpos(s.statement, $1::text || '(') > 0
+  AND s.generic_plans + s.custom_plans > 0
+`
+
+// How many of the statements this session holds prepared call the
+// function @function_name (its name, then an opening parenthesis) and were
+// planned at least once, so run: those of pgadmit's statements that pgx, in
+// its default exec mode (cache_statement), prepared and ran on this
+// connection.
+// Locks: none.
+// Index: none (pg_prepared_statements lists this session's statements).
+func (q *Queries) SessionPreparedCallsRun(ctx context.Context, db DBTX, functionName string) (int64, error) {
+	row := db.QueryRow(ctx, SessionPreparedCallsRun, functionName)
+	var prepared int64
+	err := row.Scan(&prepared)
+	return prepared, err
+}
+
 const SessionStateLeft = `-- name: SessionStateLeft :one
 SELECT coalesce((SELECT pg_catalog.array_agg(s.name || ' = ' || s.setting ORDER BY s.name)
                  FROM pg_catalog.pg_settings AS s

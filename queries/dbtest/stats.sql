@@ -292,6 +292,19 @@ SELECT coalesce((SELECT pg_catalog.array_agg(s.name || ' = ' || s.setting ORDER 
                  FROM pg_catalog.pg_class AS r
                  WHERE r.relnamespace = pg_catalog.pg_my_temp_schema()), '{}')::text[] AS temp_relations;
 
+-- name: SessionPreparedCallsRun :one
+-- How many of the statements this session holds prepared call the
+-- function @function_name (its name, then an opening parenthesis) and were
+-- planned at least once, so run: those of pgadmit's statements that pgx, in
+-- its default exec mode (cache_statement), prepared and ran on this
+-- connection.
+-- Locks: none.
+-- Index: none (pg_prepared_statements lists this session's statements).
+SELECT count(*)::bigint AS prepared
+FROM pg_catalog.pg_prepared_statements AS s
+WHERE pg_catalog.strpos(s.statement, @function_name::text || '(') > 0
+  AND s.generic_plans + s.custom_plans > 0;
+
 -- About this file (here at its end, where sqlc gives it to no query; see db/doc.go):
 --
 -- Read-only views of the books for tests: row counts, per-scope ledger
