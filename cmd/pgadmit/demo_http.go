@@ -132,7 +132,16 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	fmt.Fprintf(d.out, "%s (pro: %s req/min, %s tok/min; free from the 2nd on, every 5th: %s and %s), models large (%s in flight) and small (%s)\n",
 		plural.Count(keys, "API key", "API keys"), amounttext.Full(httpPlanPro.requestsMin), amounttext.Full(httpPlanPro.tokensMin), amounttext.Full(httpPlanFree.requestsMin),
 		amounttext.Full(httpPlanFree.tokensMin), amounttext.Full(httpModels[0].concurrent), amounttext.Full(httpModels[1].concurrent))
-	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %s for %s, every 8th cancels mid-stream\n\n", plural.Count(clients, "client", "clients"), durationtext.Operator(duration))
+	fmt.Fprintf(d.out, "shadow limits: half the plan's tokens/min, 150 requests/min per model; %s for %s, every 8th cancels mid-stream\n", plural.Count(clients, "client", "clients"), durationtext.Operator(duration))
+	// A cold connection's first decisions would take longer than the decision timeout on a
+	// loaded machine, and fail closed: warm every one first, as the README advises a gateway.
+	began := time.Now()
+	warmed, err := warmUp(ctx, pool, limiter, d.prefix)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "warmed the gateway's pool in %s: %s opened, on each an admission decided and rolled back\n\n",
+		durationtext.Operator(time.Since(began).Round(time.Millisecond)), plural.Count(warmed, "connection", "connections"))
 
 	d.load = newHTTPLoad(d, clients)
 	d.load.run(ctx, duration)
