@@ -54,7 +54,9 @@ func TestRenewLeasesKeepsTheTTLTheLeaseWasTakenWith(t *testing.T) {
 	}
 
 	// A Lease built by hand with a zero TTL is renewed by DefaultLeaseTTL,
-	// whatever TTL it was taken with.
+	// whatever TTL it was taken with, and comes back with that TTL: the
+	// caller that schedules its next renewal by renewed[i].TTL does not
+	// read 0.
 	byHand := grant.Leases[0]
 	byHand.TTL = 0
 	if before, err = testq.OpsNow(ctx, pool); err != nil {
@@ -70,5 +72,8 @@ func TestRenewLeasesKeepsTheTTLTheLeaseWasTakenWith(t *testing.T) {
 	want := ratelimit.DefaultLeaseTTL
 	if at := renewed[0].ExpiresAt; at.Before(before.Add(want)) || at.After(after.Add(want)) {
 		t.Errorf("a lease of zero TTL renewed to %v, want now + DefaultLeaseTTL (between %v and %v)", at, before.Add(want), after.Add(want))
+	}
+	if renewed[0].TTL != want {
+		t.Errorf("a lease of zero TTL came back with TTL %v, want the %v it was renewed by", renewed[0].TTL, want)
 	}
 }

@@ -13,10 +13,10 @@ import (
 
 // RenewLeases extends the given leases, the heartbeat of a long call: each
 // live lease now expires its TTL past the database's clock, and the leases
-// come back with their new ExpiresAt. When some lease had already expired
-// or been released, the others are still renewed (and returned) and the
-// error matches ErrLeaseLost; errors.As gives a *LeaseLostError naming the
-// lost ones. One round trip.
+// come back with their new ExpiresAt and the TTL they were renewed by.
+// When some lease had already expired or been released, the others are
+// still renewed (and returned) and the error matches ErrLeaseLost;
+// errors.As gives a *LeaseLostError naming the lost ones. One round trip.
 //
 // The clock is read by the renewal (clock_timestamp(); in a caller's
 // transaction, not the transaction's start). The database does not keep a
@@ -24,10 +24,10 @@ import (
 // which Reserve sets to the TTL the lease was taken with (DefaultLeaseTTL
 // when the Limit's LeaseTTL was zero) and which a Grant keeps through
 // JSON. Renew the Leases Reserve returned; a Lease built by hand with a
-// zero TTL is renewed by DefaultLeaseTTL. A malformed id, a TTL that is not
-// a whole number of seconds up to MaxLeaseTTL, or a lease listed twice
-// (whatever the case of its id) is a *ValidationError, and nothing is
-// sent.
+// zero TTL is renewed by DefaultLeaseTTL, and comes back with that TTL. A
+// malformed id, a TTL that is not a whole number of seconds up to
+// MaxLeaseTTL, or a lease listed twice (whatever the case of its id) is a
+// *ValidationError, and nothing is sent.
 func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, error) {
 	if err := l.callable(ctx); err != nil {
 		return nil, err
@@ -86,6 +86,7 @@ func (l *Limiter) RenewLeases(ctx context.Context, leases []Lease) ([]Lease, err
 			continue
 		}
 		lease.ExpiresAt = at
+		lease.TTL = time.Duration(ttls[i]) * time.Second // DefaultLeaseTTL for a zero one
 		renewed = append(renewed, lease)
 	}
 	if len(lost) > 0 {

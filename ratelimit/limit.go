@@ -180,7 +180,8 @@ type Lease struct {
 	Amount float64
 	Limit  float64
 	// TTL is the lease's time to live, as taken (DefaultLeaseTTL when the
-	// Limit's LeaseTTL was zero); RenewLeases extends the lease by it.
+	// Limit's LeaseTTL was zero); RenewLeases extends the lease by it
+	// (by DefaultLeaseTTL when it is zero) and returns the TTL it used.
 	TTL time.Duration
 	// ExpiresAt is when the lease lapses unless renewed, on the database's
 	// clock.
