@@ -82,7 +82,8 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidInp
 type ExceededError struct {
 	// ScopeType, ScopeKey, Metric, Limit, Amount and Policy are the refused
 	// Limit's (Scope.Type, Scope.Key, ...), and ScopeName and ScopeMetadata
-	// its Scope's Name and Metadata. Amount is 1 for a queue_size limit,
+	// its Scope's Name and Metadata: the caller's own map, not a copy, and
+	// nil when the Scope had none. Amount is 1 for a queue_size limit,
 	// whatever the Limit's: a task takes one place.
 	ScopeType     string
 	ScopeKey      string

@@ -294,6 +294,8 @@ func TestExceededErrorExplainsTheRefusal(t *testing.T) {
 		_, err := l.Reserve(ctx, "", "", []ratelimit.Limit{limit})
 		if !errors.As(err, &got) || got.Retryable || got.RetryAfter != 0 {
 			t.Errorf("%s: err = %#v, want a non-retryable *ExceededError", name, err)
+		} else if got.ScopeMetadata != nil {
+			t.Errorf("%s: ScopeMetadata = %#v, want nil (the Scope had none)", name, got.ScopeMetadata)
 		}
 	}
 
