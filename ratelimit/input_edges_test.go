@@ -126,7 +126,7 @@ func TestGrantOfAnotherDatabaseSettlesNothingThere(t *testing.T) {
 			t.Fatalf("%s on another database: %v", op, err)
 		}
 		want := ratelimit.Settlement{
-			Reservations:          []ratelimit.ReservationOutcome{{ID: grant.Reservations[0].ID, Status: ratelimit.StatusUnknown}},
+			Reservations:          []ratelimit.ReservationOutcome{{ID: grant.Reservations[0].ID, Metric: "tokens", Status: ratelimit.StatusUnknown}},
 			LeasesAlreadyReleased: 1,
 		}
 		if diff := cmp.Diff(want, s); diff != "" || !s.AlreadySettled() {

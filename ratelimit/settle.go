@@ -42,8 +42,9 @@ type Settlement struct {
 
 // ReservationOutcome is the fate of one reservation.
 type ReservationOutcome struct {
-	// ID and Metric are the reservation's, as the grant has them (ID ""
-	// for a Local one).
+	// ID is the reservation's, as the grant spells it ("" for a Local
+	// one). Metric is its row's, or the grant's when no row has its id
+	// (StatusUnknown) or for a Local one.
 	ID     string
 	Metric string
 	// Status is the reservation's status after the call.

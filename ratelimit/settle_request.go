@@ -98,10 +98,15 @@ func (r *settleRequest) outcome(d settleRows) Settlement {
 	out := Settlement{Reservations: make([]ReservationOutcome, len(r.ids))}
 	for k, i := range r.sent {
 		row := d.reservations[r.rFirst+k]
-		o := ReservationOutcome{ID: idString(r.ids[i]), Settled: row.Settled, Status: StatusUnknown,
+		// Named as the grant names it: its id as spelled there, and its
+		// metric where no row has one to give (StatusUnknown).
+		o := ReservationOutcome{ID: r.reservations[i].ID, Settled: row.Settled, Status: StatusUnknown,
 			Metric: row.Metric, Reserved: row.ReservedAmount, Actual: row.ActualAmount}
 		if row.Status != "" {
 			o.Status = row.Status
+		}
+		if o.Metric == "" {
+			o.Metric = r.reservations[i].Metric
 		}
 		out.Reservations[i] = o
 	}
