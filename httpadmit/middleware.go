@@ -77,9 +77,9 @@ type config struct {
 // milliseconds above the database's usual latency, so that a database that
 // hangs costs each request no more than this. The timeout includes what a
 // cold pool does first (connect, then prepare and plan pgadmit's statements
-// on each new connection, tens of milliseconds and at times more): Ping the
-// pool at start-up and set its MinConns, which save the connecting, or allow
-// more, lest the first requests of a gateway that fails closed get 503s.
+// on each new connection, tens of milliseconds and at times more): warm the
+// pool at start-up with ratelimit.Limiter.Warm, or allow more, lest the
+// first requests of a gateway that fails closed get 503s.
 // A d that is not positive makes New fail with a *ratelimit.ValidationError
 // on "WithDecisionTimeout".
 func WithDecisionTimeout(d time.Duration) Option {
