@@ -136,11 +136,11 @@ func runHTTPDemo(ctx context.Context, a *app, duration time.Duration, clients, k
 	// A cold connection's first decisions would take longer than the decision timeout on a
 	// loaded machine, and fail closed: warm every one first, as the README advises a gateway.
 	began := time.Now()
-	warmed, err := warmUp(ctx, pool, limiter, d.prefix)
+	warmed, err := limiter.Warm(ctx, gatewayKinds())
 	if err != nil {
-		return err
+		return fmt.Errorf("warming the gateway's pool: %w", err)
 	}
-	fmt.Fprintf(d.out, "warmed the gateway's pool in %s: %s opened, on each an admission decided and rolled back\n\n",
+	fmt.Fprintf(d.out, "warmed the gateway's pool in %s: %s opened, on each an admission decided and committed, then rolled back\n\n",
 		durationtext.Operator(time.Since(began).Round(time.Millisecond)), plural.Count(warmed, "connection", "connections"))
 
 	d.load = newHTTPLoad(d, clients)

@@ -88,6 +88,18 @@ func upstreamHandler() http.Handler {
 	})
 }
 
+// gatewayKinds are the kinds of limits gatewayLimits enforces, for Limiter.Warm (which puts
+// them on scopes of its own): requests and tokens per minute of a key, a model's concurrency.
+func gatewayKinds() []ratelimit.Limit {
+	key := ratelimit.Scope{Type: "api_key", Key: "warm-up"}
+	model := ratelimit.Scope{Type: "model", Key: "warm-up"}
+	return []ratelimit.Limit{
+		{Scope: key, Metric: ratelimit.MetricRequests, Limit: 1, Amount: 1},
+		{Scope: key, Metric: ratelimit.MetricTokens, Limit: 1, Amount: 1},
+		{Scope: model, Metric: ratelimit.MetricConcurrent, Limit: 1, Amount: 1, LeaseTTL: 30 * time.Second},
+	}
+}
+
 // gatewayLimits maps a request to its limits: its API key's plan (requests
 // and tokens per minute, the estimate being the prompt plus max_tokens) and
 // its model's concurrency, which fails open. Two limits are rolled out in

@@ -23,7 +23,7 @@ func TestDemoHTTP(t *testing.T) {
 	t.Logf("demo --http took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
 	for _, re := range []string{
 		// The gateway's pool warmed before the load: every connection (--clients + 4).
-		`(?m)^warmed the gateway's pool in [\d.]+m?s: 12 connections opened, on each an admission decided and rolled back$`,
+		`(?m)^warmed the gateway's pool in [\d.]+m?s: 12 connections opened, on each an admission decided and committed, then rolled back$`,
 		// Progress, one line a second.
 		`(?m)^\s+1s(\s+\d+){7}$`,
 		`(?m)^\s+5s(\s+\d+){7}$`,
