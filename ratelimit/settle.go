@@ -54,7 +54,12 @@ type ReservationOutcome struct {
 	// (Status StatusReserved) because the grant names another counter than
 	// the reservation draws on.
 	Settled bool
-	// Reserved is the amount it held: its estimate.
+	// Reserved is the estimate it held, as this call found it, whatever
+	// the grant now says: its row's; 0 when no row has its id
+	// (StatusUnknown: the database knows of nothing it held); for a Local
+	// one, its admission's, or the grant's Amount when this Limiter cannot
+	// find it (StatusUnknown: its block charges that estimate when it is
+	// returned, unless the Limiter that admitted it settles it).
 	Reserved float64
 	// Actual is the committed amount (committed reservations only).
 	Actual float64
@@ -230,7 +235,9 @@ func (l *Limiter) settle(ctx context.Context, grant Grant, status, reason string
 			continue
 		}
 		st, charged, settled := la.settle(status == StatusCommitted, amounts[i])
-		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: st, Reserved: r.Amount}
+		// Reserved is what the admission holds, as a row's is the row's:
+		// the grant's Amount is the caller's to alter.
+		o := ReservationOutcome{Metric: r.Metric, Settled: settled, Status: st, Reserved: la.amount.Approx()}
 		if st == StatusCommitted {
 			o.Actual = charged
 		}
