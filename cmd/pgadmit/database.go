@@ -198,15 +198,15 @@ func notMigrated(pctx context.Context, pool *pgxpool.Pool, err error) error {
 // has no current schema, where up refuses (noCurrentSchema). "" otherwise, or when the catalogs
 // could not be read.
 func versionZeroAdvice(ctx context.Context, pool *pgxpool.Pool, latest int64) string {
-	r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable)
-	if err != nil {
+	r := readCatalogs(ctx, pool)
+	if r == nil {
 		return ""
 	}
-	if w := elsewhereOf(r); w != nil {
+	if w := elsewhereOf(*r); w != nil {
 		return w.notMigrateUp()
 	}
 	if r.CurrentSchema == "" {
-		return fmt.Sprintf("the database's pgadmit schema is at version 0, this pgadmit needs %d, and %s, then run 'pgadmit migrate up'", latest, noCurrentSchema(r))
+		return fmt.Sprintf("the database's pgadmit schema is at version 0, this pgadmit needs %d, and %s, then run 'pgadmit migrate up'", latest, noCurrentSchema(*r))
 	}
 	return ""
 }

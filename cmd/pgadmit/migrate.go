@@ -132,14 +132,14 @@ func runMigrate(ctx context.Context, a *app, args []string) (err error) {
 		// is in no schema and the connection has none to install it into, all three answer as
 		// before (down: nothing to revert, truly) and warn with up's advice, as up would refuse.
 		if have == 0 {
-			if r, err := db.New().VersionTableElsewhere(ctx, pool, schema.VersionTable); err == nil {
-				if w := elsewhereOf(r); w != nil {
+			if r := readCatalogs(ctx, pool); r != nil {
+				if w := elsewhereOf(*r); w != nil {
 					if sub == "down" {
 						return fmt.Errorf("nothing reverted: %s", w)
 					}
 					a.warn("%s", w)
 				} else if r.CurrentSchema == "" {
-					a.warn("%s", noCurrentSchema(r))
+					a.warn("%s", noCurrentSchema(*r))
 				}
 			}
 		}
