@@ -49,6 +49,16 @@ func shownConn(conn Executor) (v reflect.Value, ok bool) {
 	return v, ok
 }
 
+// shownPool returns the pool conn runs on, a *pgxpool.Pool or one that an
+// Executor of one's own embeds (shownConn), where reflect can call it.
+func shownPool(conn Executor) (interface{ Config() *pgxpool.Config }, bool) {
+	if v, ok := shownConn(conn); ok && v.CanInterface() {
+		pool, ok := v.Interface().(interface{ Config() *pgxpool.Config })
+		return pool, ok
+	}
+	return nil, false
+}
+
 // showsConn reports whether v, or the value in v when v is an interface,
 // has a method that tells what it runs on (shownConn).
 func showsConn(v reflect.Value) bool {

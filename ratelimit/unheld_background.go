@@ -3,8 +3,6 @@ package ratelimit
 import (
 	"runtime"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // giveBackUnheld runs giveBack, which gives back what nobody holds
@@ -57,10 +55,8 @@ func (l *Limiter) giveBackUnheldAfter(wait func(), giveBack func(handedOver time
 // default size (defaultUnheldAtOnce). conn is not a nil pool, nor a
 // wrapper of one (orNoConn).
 func unheldAtOnce(conn Executor) int {
-	if v, ok := shownConn(conn); ok && v.CanInterface() {
-		if pool, ok := v.Interface().(interface{ Config() *pgxpool.Config }); ok {
-			return max(int(pool.Config().MaxConns)/2, 1)
-		}
+	if pool, ok := shownPool(conn); ok {
+		return max(int(pool.Config().MaxConns)/2, 1)
 	}
 	return defaultUnheldAtOnce()
 }

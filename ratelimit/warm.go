@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -126,17 +125,15 @@ func (l *Limiter) warmOne(ctx context.Context, limits []Limit, decided, wait fun
 // less those acquired elsewhere (which it would wait for, holding the
 // others), or 1 for a single connection.
 func warmConns(conn Executor) (int, error) {
-	if v, ok := shownConn(conn); ok && v.CanInterface() {
-		switch c := v.Interface().(type) {
-		case interface{ Config() *pgxpool.Config }:
-			n := int(c.Config().MaxConns)
-			if s, ok := c.(interface{ Stat() *pgxpool.Stat }); ok {
-				n -= int(s.Stat().AcquiredConns())
-			}
-			return max(n, 1), nil
-		case interface{ Config() *pgx.ConnConfig }, interface{ Conn() *pgx.Conn }:
-			return 1, nil
+	if pool, ok := shownPool(conn); ok {
+		n := int(pool.Config().MaxConns)
+		if s, ok := pool.(interface{ Stat() *pgxpool.Stat }); ok {
+			n -= int(s.Stat().AcquiredConns())
 		}
+		return max(n, 1), nil
+	}
+	if v, ok := shownConn(conn); ok && v.CanInterface() { // a connection (showsConn's others)
+		return 1, nil
 	}
 	if nc, ok := conn.(noConn); ok {
 		return 0, nc.err
